@@ -1,0 +1,49 @@
+#include "common/net.h"
+
+#include <malloc.h>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
+
+namespace asyncps {
+
+absl::StatusOr<std::vector<std::string>> ParseServerList(const std::string& s) {
+  std::vector<std::string> out;
+  for (absl::string_view part : absl::StrSplit(s, ',', absl::SkipWhitespace())) {
+    part = absl::StripAsciiWhitespace(part);
+    const size_t colon = part.rfind(':');
+    int port = 0;
+    if (colon == absl::string_view::npos || colon == 0 ||
+        !absl::SimpleAtoi(part.substr(colon + 1), &port) || port <= 0 ||
+        port > 65535) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "server address '", part, "' is not host:port with port 1..65535"));
+    }
+    out.emplace_back(part);
+  }
+  if (out.empty()) {
+    return absl::InvalidArgumentError("server list is empty");
+  }
+  return out;
+}
+
+std::shared_ptr<grpc::Channel> MakeChannel(const std::string& address,
+                                           int connection_id) {
+  grpc::ChannelArguments args;
+  args.SetMaxReceiveMessageSize(kMaxMessageBytes);
+  args.SetMaxSendMessageSize(kMaxMessageBytes);
+  // Own subchannel pool + distinguishing arg = own TCP connection.
+  args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
+  args.SetInt("asyncps.connection_id", connection_id);
+  return grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(),
+                                   args);
+}
+
+void TuneMallocForLargeMessages() {
+  mallopt(M_MMAP_THRESHOLD, 64 << 20);
+  mallopt(M_TRIM_THRESHOLD, 1 << 30);
+}
+
+}  // namespace asyncps

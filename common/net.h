@@ -1,0 +1,35 @@
+#ifndef ASYNCPS_COMMON_NET_H_
+#define ASYNCPS_COMMON_NET_H_
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <grpcpp/grpcpp.h>
+
+#include "absl/status/statusor.h"
+
+namespace asyncps {
+
+// Splits "host:port,host:port" into addresses; each must have a non-empty
+// host and a port in [1, 65535]. Names the offending entry on error.
+absl::StatusOr<std::vector<std::string>> ParseServerList(const std::string& s);
+
+// Largest message either side accepts. Large tensors exceed gRPC's 4 MiB
+// default; requests larger than this are refused by gRPC itself with
+// RESOURCE_EXHAUSTED before reaching asyncps code.
+inline constexpr int kMaxMessageBytes = 256 << 20;
+
+// A channel to `address` with asyncps's message limits. Channels made with
+// distinct `connection_id`s use separate TCP connections.
+std::shared_ptr<grpc::Channel> MakeChannel(const std::string& address,
+                                           int connection_id = 0);
+
+// Keeps large message buffers out of mmap/munmap so every message does not
+// page-fault its memory in again (glibc returns >128 KiB blocks to the
+// kernel by default). Call once at the start of main().
+void TuneMallocForLargeMessages();
+
+}  // namespace asyncps
+
+#endif  // ASYNCPS_COMMON_NET_H_
