@@ -1,0 +1,39 @@
+#ifndef ASYNCPS_SERVER_OPTIMIZER_H_
+#define ASYNCPS_SERVER_OPTIMIZER_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+
+#include "absl/status/status.h"
+#include "proto/asyncps.pb.h"
+
+namespace asyncps {
+
+// Checks hyper-parameters: learning_rate > 0; momentum, beta1, beta2 in
+// [0, 1); epsilon > 0 for Adam. The message names the field.
+absl::Status ValidateOptimizer(const OptimizerSpec& spec);
+
+// The update rule of one slice together with its state (momentum buffer,
+// Adam moments). Not thread-safe: the owner serializes calls (the slice
+// lock on the server).
+class SliceOptimizer {
+ public:
+  // REQUIRES: ValidateOptimizer(spec).ok().
+  static std::unique_ptr<SliceOptimizer> Create(const OptimizerSpec& spec,
+                                                size_t n);
+  virtual ~SliceOptimizer() = default;
+
+  // Applies gradient g[0, n) to weights w[0, n) with learning rate
+  // spec.learning_rate * lr_scale. `step` is the 1-based number of this
+  // update of the slice (Adam's bias correction).
+  virtual void Apply(float* w, const float* g, size_t n, float lr_scale,
+                     uint64_t step) = 0;
+
+  // Bytes of optimizer state held.
+  virtual size_t state_bytes() const = 0;
+};
+
+}  // namespace asyncps
+
+#endif  // ASYNCPS_SERVER_OPTIMIZER_H_

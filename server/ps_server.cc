@@ -1,0 +1,126 @@
+#include "server/ps_server.h"
+
+#include <grpcpp/ext/proto_server_reflection_plugin.h>
+#include <grpcpp/health_check_service_interface.h>
+
+#include "absl/strings/str_cat.h"
+#include "common/net.h"
+#include "common/version.h"
+
+namespace asyncps {
+
+StalenessPolicy PsServer::PolicyOf(const PsServerOptions& options) {
+  StalenessPolicy p;
+  p.set_consistency(options.consistency.consistency);
+  p.set_ssp_slack(options.consistency.consistency == SSP
+                      ? options.consistency.ssp_slack
+                      : 0);
+  p.set_max_staleness(options.staleness.max_staleness);
+  p.set_staleness_lr(options.staleness.inverse_lr ? "inverse" : "none");
+  p.set_worker_lease_ms(
+      absl::ToInt64Milliseconds(options.consistency.worker_lease));
+  p.set_pull_wait_timeout_ms(
+      absl::ToInt64Milliseconds(options.consistency.pull_wait_timeout));
+  return p;
+}
+
+absl::StatusOr<std::unique_ptr<PsServer>> PsServer::Start(
+    PsServerOptions options) {
+  if (options.logger == nullptr) {
+    return absl::InvalidArgumentError("PsServerOptions.logger is required");
+  }
+  if (options.port < 0 || options.port > 65535) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("port must be in [0, 65535], got ", options.port));
+  }
+  if (options.staleness.max_staleness < -1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "max_staleness must be >= 0, or -1 for unbounded; got ",
+        options.staleness.max_staleness));
+  }
+  std::unique_ptr<PsServer> s(new PsServer());
+  s->logger_ = options.logger;
+  s->host_ = options.host;
+  absl::StatusOr<std::unique_ptr<ShardStore>> store =
+      ShardStore::Create(options.store);
+  if (!store.ok()) return store.status();
+  s->store_ = *std::move(store);
+  options.consistency.logger = options.logger;
+  absl::StatusOr<std::unique_ptr<WorkerTable>> workers =
+      WorkerTable::Create(options.consistency);
+  if (!workers.ok()) return workers.status();
+  s->workers_ = *std::move(workers);
+
+  grpc::EnableDefaultHealthCheckService(true);
+  grpc::reflection::InitProtoReflectionServerBuilderPlugin();
+  grpc::ServerBuilder builder;
+  const std::string listen = absl::StrCat(
+      options.host.find(':') != std::string::npos ? "[" : "", options.host,
+      options.host.find(':') != std::string::npos ? "]" : "", ":",
+      options.port);
+  builder.AddListeningPort(listen, grpc::InsecureServerCredentials(),
+                           &s->port_);
+  builder.SetMaxReceiveMessageSize(kMaxMessageBytes);
+  builder.SetMaxSendMessageSize(kMaxMessageBytes);
+  // A leftover server on the same port must not silently share it.
+  builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
+
+  ServiceIdentity identity;
+  identity.shard_index = options.store.shard_index;
+  identity.num_shards = options.store.num_shards;
+  identity.build_version = kVersion;
+  identity.policy = PolicyOf(options);
+  s->service_ = std::make_unique<PsService>(
+      identity, s->store_.get(), s->workers_.get(), &s->stats_,
+      options.staleness, options.logger);
+  builder.RegisterService(s->service_.get());
+  s->server_ = builder.BuildAndStart();
+  if (s->server_ == nullptr || s->port_ == 0) {
+    s->workers_->Shutdown();
+    return absl::UnavailableError(
+        absl::StrCat("cannot listen on ", listen,
+                     " (address in use or not available?)"));
+  }
+  s->service_->set_address(s->address());
+  s->server_->GetHealthCheckService()->SetServingStatus(true);
+  s->logger_->info(
+      "shard {}/{} serving on {} (consistency {}, slack {}, max_staleness {}, "
+      "staleness_lr {}, lease {} ms)",
+      options.store.shard_index, options.store.num_shards, s->address(),
+      Consistency_Name(identity.policy.consistency()),
+      identity.policy.ssp_slack(), identity.policy.max_staleness(),
+      identity.policy.staleness_lr(), identity.policy.worker_lease_ms());
+  return s;
+}
+
+std::string PsServer::address() const {
+  const bool any = host_.empty() || host_ == "0.0.0.0" || host_ == "::";
+  return absl::StrCat(any ? "127.0.0.1" : host_, ":", port_);
+}
+
+void PsServer::Shutdown(absl::Duration grace) {
+  {
+    absl::MutexLock l(&shutdown_mu_);
+    if (shut_down_) return;
+    shut_down_ = true;
+  }
+  logger_->info("shard shutting down");
+  server_->GetHealthCheckService()->SetServingStatus(false);
+  workers_->Shutdown();
+  server_->Shutdown(std::chrono::system_clock::now() +
+                    absl::ToChronoMilliseconds(grace));
+  server_->Wait();
+  logger_->info("shard stopped");
+}
+
+PsServer::~PsServer() {
+  if (server_ != nullptr) Shutdown(absl::Seconds(2));
+}
+
+StatusResponse PsServer::GetStatus() {
+  StatusResponse r;
+  service_->FillStatus(&r);
+  return r;
+}
+
+}  // namespace asyncps

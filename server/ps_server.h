@@ -1,0 +1,70 @@
+#ifndef ASYNCPS_SERVER_PS_SERVER_H_
+#define ASYNCPS_SERVER_PS_SERVER_H_
+
+#include <memory>
+#include <string>
+
+#include <grpcpp/grpcpp.h>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "server/ps_service.h"
+#include "server/shard_stats.h"
+#include "server/shard_store.h"
+#include "server/worker_table.h"
+#include "spdlog/spdlog.h"
+
+namespace asyncps {
+
+struct PsServerOptions {
+  std::string host = "0.0.0.0";
+  int port = 0;  // 0 = let the OS pick; see PsServer::port()
+  ShardStoreOptions store;
+  StalenessRule staleness;
+  ConsistencyOptions consistency;  // its logger is set from `logger`
+  std::shared_ptr<spdlog::logger> logger;  // required
+};
+
+// One running shard: the store, the worker table, and a gRPC server with the
+// ParameterServer service, the standard health service and reflection.
+// Several PsServers can live in one process (tests).
+//
+// Thread-safe.
+class PsServer {
+ public:
+  // Validates options, binds and starts serving.
+  static absl::StatusOr<std::unique_ptr<PsServer>> Start(PsServerOptions options);
+  ~PsServer();  // Shutdown() with a short grace period
+
+  int port() const { return port_; }
+  // host:port as a client on this machine would dial it.
+  std::string address() const;
+
+  // Refuses new calls, fails waiting pulls with UNAVAILABLE, lets in-flight
+  // calls finish within `grace`, then cancels the rest. Idempotent.
+  void Shutdown(absl::Duration grace = absl::Seconds(5));
+
+  // The Status RPC's answer (also for the metrics endpoint).
+  StatusResponse GetStatus();
+
+  // The policy as reported in Status.
+  static StalenessPolicy PolicyOf(const PsServerOptions& options);
+
+ private:
+  PsServer() = default;
+
+  std::shared_ptr<spdlog::logger> logger_;
+  std::unique_ptr<ShardStore> store_;
+  std::unique_ptr<WorkerTable> workers_;
+  ShardStats stats_;
+  std::unique_ptr<PsService> service_;
+  std::unique_ptr<grpc::Server> server_;
+  int port_ = 0;
+  std::string host_;
+  absl::Mutex shutdown_mu_;
+  bool shut_down_ ABSL_GUARDED_BY(shutdown_mu_) = false;
+};
+
+}  // namespace asyncps
+
+#endif  // ASYNCPS_SERVER_PS_SERVER_H_

@@ -1,0 +1,188 @@
+// ps_server: one shard of an asyncps parameter-server cluster.
+//
+//   ps_server --shard_index=0 --num_shards=2 --port=7000
+//             --consistency=ssp --ssp_slack=3 --max_staleness=8
+//             --staleness_lr=inverse
+//
+// Flags are parsed here into PsServerOptions and nowhere else. SIGINT and
+// SIGTERM shut the shard down cleanly.
+#include <signal.h>
+
+#include <cstdio>
+#include <fstream>
+#include <string>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "absl/strings/str_cat.h"
+#include "common/logging.h"
+#include "common/net.h"
+#include "common/version.h"
+#include "server/ps_server.h"
+
+ABSL_FLAG(std::string, host, "0.0.0.0", "Address to listen on.");
+ABSL_FLAG(int, port, 0, "Port to listen on; 0 picks a free one (logged, "
+                        "and written to --port_file).");
+ABSL_FLAG(std::string, port_file, "",
+          "If set, the bound port is written to this file once serving.");
+ABSL_FLAG(int, shard_index, 0, "This shard's index in [0, num_shards).");
+ABSL_FLAG(int, num_shards, 1, "Number of shards in the cluster.");
+ABSL_FLAG(int64_t, slice_elems, 65536,
+          "Default slice size in float32 elements for tensors whose spec "
+          "leaves it at 0. Every shard must use the same value.");
+ABSL_FLAG(std::string, consistency, "asp",
+          "Read-side consistency model: asp (never wait), ssp (stale "
+          "synchronous, see --ssp_slack) or bsp (lock-step).");
+ABSL_FLAG(int64_t, ssp_slack, -1,
+          "SSP only: a pull at clock c waits until every live worker has "
+          "clock >= c - slack. Default 3 when --consistency=ssp.");
+ABSL_FLAG(int64_t, max_staleness, -1,
+          "Refuse a pushed slice gradient computed from a version more than "
+          "this many updates old; -1 = unbounded.");
+ABSL_FLAG(std::string, staleness_lr, "none",
+          "none, or inverse: learning rate / (1 + staleness) per slice.");
+ABSL_FLAG(int64_t, worker_lease_ms, 10000,
+          "A worker silent this long is evicted from the clock computation.");
+ABSL_FLAG(int64_t, pull_wait_timeout_ms, 60000,
+          "Longest an SSP/BSP pull waits before DEADLINE_EXCEEDED.");
+ABSL_FLAG(std::string, log_level, "info",
+          "trace, debug, info, warn, error or off.");
+ABSL_FLAG(bool, version, false, "Print the version and exit.");
+
+namespace asyncps {
+namespace {
+
+int Fail(const std::string& message) {
+  std::fprintf(stderr, "ps_server: %s\n", message.c_str());
+  return 2;
+}
+
+// Turns flags into options; the error names the flag.
+absl::StatusOr<PsServerOptions> OptionsFromFlags() {
+  PsServerOptions o;
+  o.host = absl::GetFlag(FLAGS_host);
+  o.port = absl::GetFlag(FLAGS_port);
+  if (o.port < 0 || o.port > 65535) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--port must be in [0, 65535], got ", o.port));
+  }
+  o.store.num_shards = absl::GetFlag(FLAGS_num_shards);
+  if (o.store.num_shards < 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--num_shards must be >= 1, got ", o.store.num_shards));
+  }
+  o.store.shard_index = absl::GetFlag(FLAGS_shard_index);
+  if (o.store.shard_index < 0 || o.store.shard_index >= o.store.num_shards) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--shard_index must be in [0, --num_shards=",
+                     o.store.num_shards, "), got ", o.store.shard_index));
+  }
+  o.store.default_slice_elems = absl::GetFlag(FLAGS_slice_elems);
+  if (o.store.default_slice_elems < 1 ||
+      o.store.default_slice_elems > o.store.max_slice_elems) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--slice_elems must be in [1, ", o.store.max_slice_elems,
+                     "], got ", o.store.default_slice_elems));
+  }
+  const std::string mode = absl::GetFlag(FLAGS_consistency);
+  const int64_t slack = absl::GetFlag(FLAGS_ssp_slack);
+  if (mode == "asp" || mode == "bsp") {
+    o.consistency.consistency = mode == "asp" ? ASP : BSP;
+    if (slack != -1) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--ssp_slack applies only to --consistency=ssp (got --consistency=",
+          mode, ")"));
+    }
+  } else if (mode == "ssp") {
+    o.consistency.consistency = SSP;
+    if (slack < -1) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--ssp_slack must be >= 0, got ", slack));
+    }
+    o.consistency.ssp_slack = slack == -1 ? 3 : slack;
+  } else {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--consistency must be asp, ssp or bsp, got '", mode, "'"));
+  }
+  o.staleness.max_staleness = absl::GetFlag(FLAGS_max_staleness);
+  if (o.staleness.max_staleness < -1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--max_staleness must be >= 0, or -1 for unbounded; got ",
+        o.staleness.max_staleness));
+  }
+  const std::string lr = absl::GetFlag(FLAGS_staleness_lr);
+  if (lr != "none" && lr != "inverse") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--staleness_lr must be none or inverse, got '", lr, "'"));
+  }
+  o.staleness.inverse_lr = lr == "inverse";
+  const int64_t lease = absl::GetFlag(FLAGS_worker_lease_ms);
+  if (lease < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--worker_lease_ms must be >= 1, got ", lease));
+  }
+  o.consistency.worker_lease = absl::Milliseconds(lease);
+  const int64_t wait = absl::GetFlag(FLAGS_pull_wait_timeout_ms);
+  if (wait < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--pull_wait_timeout_ms must be >= 1, got ", wait));
+  }
+  o.consistency.pull_wait_timeout = absl::Milliseconds(wait);
+  absl::StatusOr<std::shared_ptr<spdlog::logger>> logger = MakeLogger(
+      absl::StrCat("shard", o.store.shard_index), absl::GetFlag(FLAGS_log_level));
+  if (!logger.ok()) return logger.status();
+  o.logger = *logger;
+  return o;
+}
+
+int Main(int argc, char** argv) {
+  absl::SetProgramUsageMessage(
+      "One shard of an asyncps parameter-server cluster. See README.md.");
+  absl::ParseCommandLine(argc, argv);
+  if (absl::GetFlag(FLAGS_version)) {
+    std::printf("ps_server %s\n", kVersion);
+    return 0;
+  }
+  absl::StatusOr<PsServerOptions> options = OptionsFromFlags();
+  if (!options.ok()) return Fail(std::string(options.status().message()));
+
+  // Signals are taken by sigwait below, never by gRPC's threads.
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGINT);
+  sigaddset(&signals, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+  TuneMallocForLargeMessages();
+
+  auto logger = options->logger;
+  absl::StatusOr<std::unique_ptr<PsServer>> server =
+      PsServer::Start(*std::move(options));
+  if (!server.ok()) return Fail(server.status().ToString());
+
+  const std::string port_file = absl::GetFlag(FLAGS_port_file);
+  if (!port_file.empty()) {
+    // Written to a temporary name and renamed, so a reader never sees a
+    // partial line.
+    const std::string tmp = port_file + ".tmp";
+    {
+      std::ofstream out(tmp, std::ios::trunc);
+      out << (*server)->port() << "\n";
+      if (!out.good()) return Fail("cannot write --port_file " + port_file);
+    }
+    if (std::rename(tmp.c_str(), port_file.c_str()) != 0) {
+      return Fail("cannot write --port_file " + port_file);
+    }
+  }
+
+  int sig = 0;
+  sigwait(&signals, &sig);
+  logger->info("received signal {}; shutting down", sig);
+  (*server)->Shutdown();
+  return 0;
+}
+
+}  // namespace
+}  // namespace asyncps
+
+int main(int argc, char** argv) { return asyncps::Main(argc, argv); }

@@ -1,0 +1,363 @@
+#include "server/shard_store.h"
+
+#include <cstring>
+#include <utility>
+
+#include "absl/container/flat_hash_set.h"
+#include "absl/strings/str_cat.h"
+#include "common/float_codec.h"
+#include "common/initializer.h"
+#include "common/sharding.h"
+#include "google/protobuf/util/message_differencer.h"
+
+namespace asyncps {
+
+// One slice of a tensor held by this shard.
+class ShardStore::Slice {
+ public:
+  Slice(const TensorSpec& spec, const TensorLayout& layout, uint32_t index)
+      : index_(index),
+        size_(layout.SliceSize(index)),
+        values_(size_),
+        optimizer_(SliceOptimizer::Create(spec.optimizer(), size_)) {
+    InitializeSlice(spec, layout, index, values_.data());
+  }
+
+  uint32_t index() const { return index_; }
+  int64_t size() const { return size_; }
+
+  uint64_t version() const {
+    absl::ReaderMutexLock l(&mu_);
+    return version_;
+  }
+
+  void CopyOut(SliceData* out) const {
+    absl::ReaderMutexLock l(&mu_);
+    out->set_version(version_);
+    EncodeFloats(values_.data(), values_.size(), out->mutable_values());
+  }
+
+  // Applies g unless staler than the rule allows; fills `result`.
+  void Apply(const float* g, uint64_t read_version, const StalenessRule& rule,
+             SliceResult* result) {
+    absl::MutexLock l(&mu_);
+    const uint64_t staleness = version_ - read_version;
+    result->set_staleness(staleness);
+    if (rule.max_staleness >= 0 &&
+        staleness > static_cast<uint64_t>(rule.max_staleness)) {
+      result->set_outcome(REFUSED_STALE);
+      result->set_new_version(version_);
+      result->set_lr_scale(0);
+      return;
+    }
+    const float scale =
+        rule.inverse_lr ? 1.0f / (1.0f + static_cast<float>(staleness)) : 1.0f;
+    ++version_;
+    optimizer_->Apply(values_.data(), g, values_.size(), scale, version_);
+    result->set_outcome(APPLIED);
+    result->set_new_version(version_);
+    result->set_lr_scale(scale);
+  }
+
+  size_t optimizer_bytes() const {
+    absl::ReaderMutexLock l(&mu_);
+    return optimizer_->state_bytes();
+  }
+
+ private:
+  const uint32_t index_;
+  const int64_t size_;
+  mutable absl::Mutex mu_;
+  uint64_t version_ ABSL_GUARDED_BY(mu_) = 0;
+  std::vector<float> values_ ABSL_GUARDED_BY(mu_);
+  std::unique_ptr<SliceOptimizer> optimizer_ ABSL_GUARDED_BY(mu_);
+};
+
+struct ShardStore::Tensor {
+  TensorSpec spec;
+  TensorLayout layout;
+  // Local slices by slice index; null where another shard is the home.
+  std::vector<std::unique_ptr<Slice>> slices;
+};
+
+namespace {
+
+constexpr size_t kMaxTensorNameBytes = 256;
+
+// True when every value is finite; reads the exponent bits so the loop
+// vectorizes without -ffast-math.
+bool AllFinite(const char* bytes, size_t n) {
+  uint32_t bad = 0;
+  for (size_t i = 0; i < n; ++i) {
+    uint32_t bits;
+    std::memcpy(&bits, bytes + i * sizeof(float), sizeof(bits));
+    bad |= static_cast<uint32_t>((bits & 0x7f800000u) == 0x7f800000u);
+  }
+  return bad == 0;
+}
+
+}  // namespace
+
+ShardStore::ShardStore(const ShardStoreOptions& options) : options_(options) {}
+ShardStore::~ShardStore() = default;
+
+absl::StatusOr<std::unique_ptr<ShardStore>> ShardStore::Create(
+    const ShardStoreOptions& options) {
+  if (options.num_shards <= 0) {
+    return absl::InvalidArgumentError("num_shards must be > 0");
+  }
+  if (options.shard_index < 0 || options.shard_index >= options.num_shards) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("shard_index must be in [0, ", options.num_shards,
+                     "), got ", options.shard_index));
+  }
+  if (options.default_slice_elems <= 0 ||
+      options.default_slice_elems > options.max_slice_elems) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("slice_elems must be in [1, ", options.max_slice_elems,
+                     "], got ", options.default_slice_elems));
+  }
+  return std::unique_ptr<ShardStore>(new ShardStore(options));
+}
+
+absl::StatusOr<TensorSpec> ShardStore::Resolve(const TensorSpec& in) const {
+  TensorSpec spec = in;
+  if (spec.name().empty() || spec.name().size() > kMaxTensorNameBytes) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("tensor name must be 1..", kMaxTensorNameBytes,
+                     " bytes, got ", spec.name().size()));
+  }
+  if (spec.slice_elems() == 0) {
+    spec.set_slice_elems(options_.default_slice_elems);
+  }
+  if (spec.slice_elems() < 0 || spec.slice_elems() > options_.max_slice_elems) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("tensor '", spec.name(), "': slice_elems must be in [1, ",
+                     options_.max_slice_elems, "], got ", spec.slice_elems()));
+  }
+  absl::Status s = TensorLayout::FromSpec(spec).status();
+  if (!s.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("tensor '", spec.name(), "': ", s.message()));
+  }
+  s = ValidateInitializer(spec);
+  if (!s.ok()) return s;
+  s = ValidateOptimizer(spec.optimizer());
+  if (!s.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("tensor '", spec.name(), "': ", s.message()));
+  }
+  return spec;
+}
+
+const ShardStore::Tensor* ShardStore::FindTensor(
+    const std::string& name) const {
+  auto it = tensors_.find(name);
+  return it == tensors_.end() ? nullptr : it->second.get();
+}
+
+absl::StatusOr<CreateTensorResponse> ShardStore::CreateTensors(
+    const CreateTensorRequest& request) {
+  // Validate and resolve outside the lock; slices are built outside it too.
+  std::vector<TensorSpec> specs;
+  absl::flat_hash_set<std::string> names;
+  for (const TensorSpec& in : request.tensors()) {
+    absl::StatusOr<TensorSpec> spec = Resolve(in);
+    if (!spec.ok()) return spec.status();
+    if (!names.insert(spec->name()).second) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "tensor '", spec->name(), "' appears twice in one request"));
+    }
+    specs.push_back(*std::move(spec));
+  }
+
+  CreateTensorResponse response;
+  std::vector<std::unique_ptr<Tensor>> fresh;
+  {
+    absl::ReaderMutexLock l(&mu_);
+    for (const TensorSpec& spec : specs) {
+      const Tensor* existing = FindTensor(spec.name());
+      if (existing == nullptr) continue;
+      std::string diff;
+      google::protobuf::util::MessageDifferencer differ;
+      differ.ReportDifferencesToString(&diff);
+      if (!differ.Compare(existing->spec, spec)) {
+        return absl::AlreadyExistsError(
+            absl::StrCat("tensor '", spec.name(),
+                         "' exists with a different spec: ", diff));
+      }
+    }
+  }
+  for (const TensorSpec& spec : specs) {
+    auto t = std::make_unique<Tensor>(
+        Tensor{spec, *TensorLayout::FromSpec(spec), {}});
+    t->slices.resize(t->layout.num_slices());
+    for (uint32_t i = 0; i < t->layout.num_slices(); ++i) {
+      if (SliceHome(spec.name(), i, options_.num_shards) ==
+          options_.shard_index) {
+        t->slices[i] = std::make_unique<Slice>(spec, t->layout, i);
+      }
+    }
+    fresh.push_back(std::move(t));
+  }
+
+  absl::MutexLock l(&mu_);
+  // Re-check under the exclusive lock: a concurrent identical create may
+  // have won the race, which is fine; a conflicting one is an error.
+  for (const auto& t : fresh) {
+    const Tensor* existing = FindTensor(t->spec.name());
+    if (existing != nullptr &&
+        !google::protobuf::util::MessageDifferencer::Equals(existing->spec,
+                                                            t->spec)) {
+      return absl::AlreadyExistsError(absl::StrCat(
+          "tensor '", t->spec.name(), "' was created concurrently with a "
+          "different spec"));
+    }
+  }
+  int created = 0;
+  for (auto& t : fresh) {
+    *response.add_tensors() = t->spec;
+    if (FindTensor(t->spec.name()) == nullptr) {
+      const std::string name = t->spec.name();
+      tensors_.emplace(name, std::move(t));
+      ++created;
+    }
+  }
+  response.set_created(created);
+  return response;
+}
+
+std::vector<TensorSpec> ShardStore::ListTensors() const {
+  absl::ReaderMutexLock l(&mu_);
+  std::vector<TensorSpec> out;
+  out.reserve(tensors_.size());
+  for (const auto& [name, t] : tensors_) out.push_back(t->spec);
+  return out;
+}
+
+absl::Status ShardStore::ValidatePull(const PullRequest& request) const {
+  return PullInto(request, nullptr);
+}
+
+absl::Status ShardStore::Pull(const PullRequest& request,
+                              PullResponse* response) const {
+  return PullInto(request, response);
+}
+
+absl::Status ShardStore::PullInto(const PullRequest& request,
+                                    PullResponse* response) const {
+  absl::ReaderMutexLock l(&mu_);
+  std::vector<const Tensor*> found;
+  absl::flat_hash_set<absl::string_view> seen;
+  for (const std::string& name : request.tensors()) {
+    const Tensor* t = FindTensor(name);
+    if (t == nullptr) {
+      return absl::NotFoundError(absl::StrCat("unknown tensor '", name, "'"));
+    }
+    if (!seen.insert(name).second) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("tensor '", name, "' requested twice"));
+    }
+    found.push_back(t);
+  }
+  if (response == nullptr) return absl::OkStatus();
+  for (const Tensor* t : found) {
+    for (const auto& slice : t->slices) {
+      if (slice == nullptr) continue;
+      SliceData* out = response->add_slices();
+      out->set_tensor(t->spec.name());
+      out->set_slice(slice->index());
+      slice->CopyOut(out);
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<ShardStore::Slice*>> ShardStore::ValidatePush(
+    const PushRequest& request) const {
+  absl::ReaderMutexLock l(&mu_);
+  std::vector<Slice*> out;
+  out.reserve(request.grads_size());
+  absl::flat_hash_set<std::pair<absl::string_view, uint32_t>> seen;
+  for (const SliceGradient& g : request.grads()) {
+    const Tensor* t = FindTensor(g.tensor());
+    if (t == nullptr) {
+      return absl::NotFoundError(
+          absl::StrCat("unknown tensor '", g.tensor(), "'"));
+    }
+    if (g.slice() >= t->layout.num_slices()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("tensor '", g.tensor(), "' has ", t->layout.num_slices(),
+                       " slices; slice ", g.slice(), " does not exist"));
+    }
+    Slice* slice = t->slices[g.slice()].get();
+    if (slice == nullptr) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "slice ", g.slice(), " of tensor '", g.tensor(), "' lives on shard ",
+          SliceHome(g.tensor(), g.slice(), options_.num_shards), ", not ",
+          options_.shard_index));
+    }
+    if (!seen.insert({g.tensor(), g.slice()}).second) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("slice ", g.slice(), " of tensor '", g.tensor(),
+                       "' appears twice in one push"));
+    }
+    const size_t n = EncodedFloatCount(g.grad());
+    if (n != static_cast<size_t>(slice->size())) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "slice ", g.slice(), " of tensor '", g.tensor(), "' holds ",
+          slice->size(), " floats (", slice->size() * sizeof(float),
+          " bytes); the gradient has ", g.grad().size(), " bytes"));
+    }
+    if (g.read_version() > slice->version()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "slice ", g.slice(), " of tensor '", g.tensor(), "': read_version ",
+          g.read_version(), " is newer than the slice (version ",
+          slice->version(), ")"));
+    }
+    if (!AllFinite(g.grad().data(), n)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("slice ", g.slice(), " of tensor '", g.tensor(),
+                       "': gradient contains NaN or Inf"));
+    }
+    out.push_back(slice);
+  }
+  return out;
+}
+
+void ShardStore::ApplyPush(const PushRequest& request,
+                           const std::vector<Slice*>& slices,
+                           const StalenessRule& rule, PushResponse* response) {
+  std::vector<float> scratch;
+  for (int i = 0; i < request.grads_size(); ++i) {
+    const SliceGradient& g = request.grads(i);
+    Slice* slice = slices[i];
+    const float* grad = reinterpret_cast<const float*>(g.grad().data());
+    if (reinterpret_cast<uintptr_t>(grad) % alignof(float) != 0) {
+      scratch.resize(slice->size());
+      DecodeFloats(g.grad(), scratch.data(), scratch.size());
+      grad = scratch.data();
+    }
+    SliceResult* result = response->add_results();
+    result->set_tensor(g.tensor());
+    result->set_slice(g.slice());
+    slice->Apply(grad, g.read_version(), rule, result);
+  }
+}
+
+StoreSize ShardStore::Size() const {
+  absl::ReaderMutexLock l(&mu_);
+  StoreSize size;
+  size.tensors = static_cast<int32_t>(tensors_.size());
+  for (const auto& [name, t] : tensors_) {
+    for (const auto& s : t->slices) {
+      if (s == nullptr) continue;
+      ++size.slices;
+      size.parameter_bytes += s->size() * sizeof(float);
+      size.optimizer_bytes += s->optimizer_bytes();
+    }
+  }
+  return size;
+}
+
+}  // namespace asyncps

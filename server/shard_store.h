@@ -1,0 +1,113 @@
+#ifndef ASYNCPS_SERVER_SHARD_STORE_H_
+#define ASYNCPS_SERVER_SHARD_STORE_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "common/tensor_layout.h"
+#include "proto/asyncps.pb.h"
+#include "server/optimizer.h"
+
+namespace asyncps {
+
+struct ShardStoreOptions {
+  int shard_index = 0;
+  int num_shards = 1;
+  // Slice size used when a TensorSpec leaves slice_elems at 0.
+  int64_t default_slice_elems = 65536;
+  // Largest slice a spec may ask for (bounds one message's slice payload).
+  int64_t max_slice_elems = 16 << 20;
+};
+
+// How stale a pushed gradient may be, and how staleness scales it.
+struct StalenessRule {
+  int64_t max_staleness = -1;  // -1 = unbounded
+  bool inverse_lr = false;     // lr / (1 + staleness)
+};
+
+// Totals describing what a store holds.
+struct StoreSize {
+  int32_t tensors = 0;
+  int32_t slices = 0;
+  uint64_t parameter_bytes = 0;
+  uint64_t optimizer_bytes = 0;
+};
+
+// The parameters one shard owns: dense float32 tensors, of which this shard
+// holds the slices whose home (common/sharding.h) is its index. Every slice
+// has its own lock and version counter; the tensor table's lock is taken in
+// shared mode on the pull/push path and exclusively only to add tensors.
+//
+// Thread-safe.
+class ShardStore {
+ public:
+  class Slice;
+
+  static absl::StatusOr<std::unique_ptr<ShardStore>> Create(
+      const ShardStoreOptions& options);
+  ~ShardStore();
+
+  // Creates the requested tensors that do not exist yet. All-or-nothing:
+  // every spec is validated (and compared with an existing tensor of the
+  // same name: identical = no-op, different = ALREADY_EXISTS naming the
+  // field) before anything is created.
+  absl::StatusOr<CreateTensorResponse> CreateTensors(
+      const CreateTensorRequest& request);
+
+  std::vector<TensorSpec> ListTensors() const;
+
+  // OK when every named tensor exists and none repeats (the checks Pull
+  // makes), so a pull can be refused before it waits for other workers.
+  absl::Status ValidatePull(const PullRequest& request) const;
+
+  // Copies every local slice of the requested tensors into `response`, with
+  // its version. NOT_FOUND (and nothing copied) if any tensor is unknown;
+  // INVALID_ARGUMENT if a name repeats.
+  absl::Status Pull(const PullRequest& request, PullResponse* response) const;
+
+  // Checks a push without changing anything: known tensors, slice indices
+  // that exist and live on this shard, no slice twice, payload lengths equal
+  // to the slice sizes, read versions not in the future, all values finite.
+  // Returns the slices in request order, for ApplyPush.
+  absl::StatusOr<std::vector<Slice*>> ValidatePush(
+      const PushRequest& request) const;
+
+  // Applies a validated push slice by slice under each slice's lock: a slice
+  // whose staleness exceeds the rule is refused, the others are applied
+  // (with the learning rate scaled if the rule says so) and their versions
+  // bumped. One SliceResult per gradient, in order, is appended to response.
+  // REQUIRES: slices == ValidatePush(request).value().
+  void ApplyPush(const PushRequest& request, const std::vector<Slice*>& slices,
+                 const StalenessRule& rule, PushResponse* response);
+
+  StoreSize Size() const;
+
+ private:
+  struct Tensor;
+
+  explicit ShardStore(const ShardStoreOptions& options);
+  absl::StatusOr<TensorSpec> Resolve(const TensorSpec& spec) const;
+  // Validates the pull; copies slices only when response is not null.
+  absl::Status PullInto(const PullRequest& request,
+                          PullResponse* response) const;
+  const Tensor* FindTensor(const std::string& name) const
+      ABSL_SHARED_LOCKS_REQUIRED(mu_);
+
+  const ShardStoreOptions options_;
+
+  mutable absl::Mutex mu_;
+  // Tensors are never removed, so Tensor and Slice pointers stay valid for
+  // the life of the store.
+  absl::flat_hash_map<std::string, std::unique_ptr<Tensor>> tensors_
+      ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace asyncps
+
+#endif  // ASYNCPS_SERVER_SHARD_STORE_H_
