@@ -375,7 +375,8 @@ absl::Status PsClient::WaitForTensors(const std::vector<std::string>& names,
   const absl::Time deadline = absl::Now() + timeout;
   const int n = num_shards();
   absl::Duration interval = options_.initial_backoff;
-  std::string missing;
+  std::string missing = "no shard answered";
+  std::string last_error;
   while (true) {
     std::vector<ListTensorsResponse> responses(n);
     std::vector<std::string> unreachable;  // transient errors this round
@@ -436,15 +437,17 @@ absl::Status PsClient::WaitForTensors(const std::vector<std::string>& names,
         return absl::OkStatus();
       }
       missing = absl::StrCat("missing: ", absl::StrJoin(absent, ", "));
+      last_error.clear();
     } else {
-      missing = absl::StrCat("last error: ", status.message());
+      last_error = absl::StrCat("; last error: ", status.message());
     }
     const absl::Time now = absl::Now();
     if (now >= deadline) {
       return absl::DeadlineExceededError(
           absl::StrCat("tensors [", absl::StrJoin(names, ", "),
                        "] not on every shard after ",
-                       absl::FormatDuration(timeout), "; ", missing));
+                       absl::FormatDuration(timeout), "; ", missing,
+                       last_error));
     }
     absl::SleepFor(std::min(interval, deadline - now));
     interval = std::min(interval * 2, kMaxListPollInterval);

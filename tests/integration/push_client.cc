@@ -1,0 +1,109 @@
+// A worker stand-in for multi-process tests: waits for the named tensors,
+// then `--pushes` times pulls them and pushes a gradient whose every element
+// is `--grad`, and finally says goodbye. Exits 0 when every push was applied
+// in full, 1 otherwise (the reason on stderr).
+
+#include <algorithm>
+#include <cstdio>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "absl/time/time.h"
+#include "common/logging.h"
+#include "common/net.h"
+#include "common/tensor_layout.h"
+#include "worker/ps_client.h"
+
+ABSL_FLAG(std::string, servers, "", "Shard addresses, host:port,...");
+ABSL_FLAG(int, worker_id, 0, "This worker's id.");
+ABSL_FLAG(int, pushes, 10, "Pull + push rounds.");
+ABSL_FLAG(double, grad, 1.0, "Value of every gradient element.");
+ABSL_FLAG(std::string, tensors, "", "Tensors to push to, name,name,...");
+ABSL_FLAG(int, wait_timeout_s, 60, "How long to wait for the tensors.");
+ABSL_FLAG(std::string, log_level, "info", "trace|debug|info|warn|error|off");
+
+namespace asyncps {
+namespace {
+
+absl::Status Run() {
+  absl::StatusOr<std::shared_ptr<spdlog::logger>> logger =
+      MakeLogger("push_client", absl::GetFlag(FLAGS_log_level));
+  if (!logger.ok()) return logger.status();
+  absl::StatusOr<std::vector<std::string>> servers =
+      ParseServerList(absl::GetFlag(FLAGS_servers));
+  if (!servers.ok()) return servers.status();
+  const std::vector<std::string> names =
+      absl::StrSplit(absl::GetFlag(FLAGS_tensors), ',', absl::SkipEmpty());
+  if (names.empty()) return absl::InvalidArgumentError("--tensors is empty");
+
+  PsClientOptions options;
+  options.servers = *servers;
+  options.worker_id = absl::GetFlag(FLAGS_worker_id);
+  options.logger = *logger;
+  absl::StatusOr<std::unique_ptr<PsClient>> client =
+      PsClient::Connect(std::move(options));
+  if (!client.ok()) return client.status();
+  PsClient& ps = **client;
+  absl::Status s = ps.WaitForTensors(
+      names, absl::Seconds(absl::GetFlag(FLAGS_wait_timeout_s)));
+  if (!s.ok()) return s;
+
+  std::vector<std::vector<float>> params, grads;
+  std::vector<std::pair<std::string, float*>> pull_into;
+  std::vector<std::pair<std::string, const float*>> push_from;
+  int64_t slices = 0;
+  for (const std::string& name : names) {
+    absl::StatusOr<TensorLayout> layout =
+        TensorLayout::FromSpec(*ps.FindSpec(name));
+    if (!layout.ok()) return layout.status();
+    slices += layout->num_slices();
+    params.emplace_back(layout->num_elems());
+    grads.emplace_back(layout->num_elems(),
+                       static_cast<float>(absl::GetFlag(FLAGS_grad)));
+  }
+  for (size_t k = 0; k < names.size(); ++k) {
+    pull_into.emplace_back(names[k], params[k].data());
+    push_from.emplace_back(names[k], grads[k].data());
+  }
+
+  const int pushes = absl::GetFlag(FLAGS_pushes);
+  uint64_t max_staleness = 0;
+  for (int64_t clock = 0; clock < pushes; ++clock) {
+    s = ps.Pull(clock, pull_into);
+    if (!s.ok()) return s;
+    absl::StatusOr<PushSummary> summary = ps.Push(clock, push_from);
+    if (!summary.ok()) return summary.status();
+    if (summary->applied != slices || summary->refused_stale != 0 ||
+        summary->duplicates != 0) {
+      return absl::InternalError(absl::StrCat(
+          "push ", clock, ": applied ", summary->applied, " of ", slices,
+          " slices, refused ", summary->refused_stale, ", duplicates ",
+          summary->duplicates));
+    }
+    max_staleness = std::max(max_staleness, summary->max_staleness);
+  }
+  s = ps.Heartbeat(pushes, /*leaving=*/true);
+  if (!s.ok()) return s;
+  (*logger)->info("worker {}: {} pushes of {} slices applied, max staleness {}",
+                  ps.worker_id(), pushes, slices, max_staleness);
+  return absl::OkStatus();
+}
+
+}  // namespace
+}  // namespace asyncps
+
+int main(int argc, char** argv) {
+  absl::ParseCommandLine(argc, argv);
+  const absl::Status s = asyncps::Run();
+  if (!s.ok()) {
+    std::fprintf(stderr, "push_client: %s\n", s.ToString().c_str());
+    return 1;
+  }
+  return 0;
+}
