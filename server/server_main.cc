@@ -28,7 +28,7 @@ ABSL_FLAG(std::string, port_file, "",
           "If set, the bound port is written to this file once serving.");
 ABSL_FLAG(int, shard_index, 0, "This shard's index in [0, num_shards).");
 ABSL_FLAG(int, num_shards, 1, "Number of shards in the cluster.");
-ABSL_FLAG(int64_t, slice_elems, 65536,
+ABSL_FLAG(int64_t, slice_elems, 4096,
           "Default slice size in float32 elements for tensors whose spec "
           "leaves it at 0. Every shard must use the same value.");
 ABSL_FLAG(std::string, consistency, "asp",

@@ -20,7 +20,7 @@ struct ShardStoreOptions {
   int shard_index = 0;
   int num_shards = 1;
   // Slice size used when a TensorSpec leaves slice_elems at 0.
-  int64_t default_slice_elems = 65536;
+  int64_t default_slice_elems = 4096;
   // Largest slice a spec may ask for (bounds one message's slice payload).
   int64_t max_slice_elems = 16 << 20;
 };
