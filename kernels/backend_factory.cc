@@ -19,9 +19,9 @@ absl::StatusOr<std::unique_ptr<Backend>> MakeBackend(
     if (cuda.ok()) return cuda;
     return MakeCpuBackend();
   }
-  return absl::InvalidArgumentError(absl::StrCat(
-      "unknown compute device \"", device,
-      "\"; expected \"cpu\", \"cuda\" or \"auto\""));
+  return absl::InvalidArgumentError(
+      absl::StrCat("unknown compute device \"", device,
+                   "\"; expected \"cpu\", \"cuda\" or \"auto\""));
 }
 
 }  // namespace asyncps

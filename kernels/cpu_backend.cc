@@ -62,8 +62,8 @@ void CpuBackend::Gemm(bool trans_a, bool trans_b, int m, int n, int k,
               ldb, beta, c, n);
 }
 
-void CpuBackend::BiasActivation(float* y, const float* bias, int rows,
-                                int cols, bool relu) {
+void CpuBackend::BiasActivation(float* y, const float* bias, int rows, int cols,
+                                bool relu) {
   for (int r = 0; r < rows; ++r) {
     float* row = y + static_cast<size_t>(r) * cols;
     if (relu) {

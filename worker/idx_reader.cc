@@ -34,9 +34,9 @@ class GzReader {
     gzFile f = gzopen(path.c_str(), "rb");
     if (f == nullptr) {
       const int err = errno;
-      const std::string msg =
-          absl::StrCat(path, ": cannot open: ",
-                       err != 0 ? std::strerror(err) : "out of memory");
+      const std::string msg = absl::StrCat(
+          path,
+          ": cannot open: ", err != 0 ? std::strerror(err) : "out of memory");
       if (err == ENOENT) return absl::NotFoundError(msg);
       return absl::FailedPreconditionError(msg);
     }
@@ -45,8 +45,7 @@ class GzReader {
 
   // Reads exactly `len` bytes; DATA_LOSS if the stream ends early or is
   // corrupt. `what` names the part being read.
-  absl::Status ReadExactly(unsigned char* dst, uint64_t len,
-                           const char* what) {
+  absl::Status ReadExactly(unsigned char* dst, uint64_t len, const char* what) {
     uint64_t done = 0;
     while (done < len) {
       const unsigned want =
@@ -54,9 +53,9 @@ class GzReader {
       const int got = gzread(file_.get(), dst + done, want);
       if (got < 0) return StreamError(what);
       if (got == 0) {
-        return absl::DataLossError(
-            absl::StrCat(path_, ": truncated ", what, ": expected ", len,
-                         " bytes, got ", done));
+        return absl::DataLossError(absl::StrCat(path_, ": truncated ", what,
+                                                ": expected ", len,
+                                                " bytes, got ", done));
       }
       done += static_cast<uint64_t>(got);
     }
@@ -93,8 +92,9 @@ class GzReader {
   absl::Status StreamError(const char* what) {
     int errnum = 0;
     const char* msg = gzerror(file_.get(), &errnum);
-    return absl::DataLossError(absl::StrCat(path_, ": corrupt gzip stream while reading ",
-                                            what, ": ", msg ? msg : "unknown error"));
+    return absl::DataLossError(
+        absl::StrCat(path_, ": corrupt gzip stream while reading ", what, ": ",
+                     msg ? msg : "unknown error"));
   }
 
   std::string path_;
@@ -130,9 +130,8 @@ absl::StatusOr<IdxImages> LoadIdxImages(const std::string& path) {
   const uint64_t n = header[1], rows = header[2], cols = header[3];
   if (rows == 0 || cols == 0 || rows > 65536 || cols > 65536 ||
       n * rows * cols > kMaxPayloadBytes) {
-    return absl::DataLossError(absl::StrCat(
-        path, ": implausible IDX3 header: ", n, " images of ", rows, "x",
-        cols));
+    return absl::DataLossError(absl::StrCat(path, ": implausible IDX3 header: ",
+                                            n, " images of ", rows, "x", cols));
   }
   const uint64_t bytes = n * rows * cols;
   std::vector<unsigned char> raw(bytes);
@@ -173,8 +172,7 @@ absl::StatusOr<std::vector<int32_t>> LoadIdxLabels(const std::string& path) {
   return std::vector<int32_t>(raw.begin(), raw.end());
 }
 
-absl::StatusOr<Dataset> LoadFashionMnist(const std::string& dir,
-                                         Split split) {
+absl::StatusOr<Dataset> LoadFashionMnist(const std::string& dir, Split split) {
   const char* prefix = split == Split::kTrain ? "train" : "t10k";
   const std::string images_path =
       absl::StrCat(dir, "/", prefix, "-images-idx3-ubyte.gz");
@@ -187,17 +185,16 @@ absl::StatusOr<Dataset> LoadFashionMnist(const std::string& dir,
   if (!labels.ok()) return labels.status();
 
   if (static_cast<int64_t>(labels->size()) != images->n) {
-    return absl::DataLossError(absl::StrCat(
-        images_path, " holds ", images->n, " images but ", labels_path,
-        " holds ", labels->size(), " labels"));
+    return absl::DataLossError(
+        absl::StrCat(images_path, " holds ", images->n, " images but ",
+                     labels_path, " holds ", labels->size(), " labels"));
   }
   for (size_t i = 0; i < labels->size(); ++i) {
     const int32_t label = (*labels)[i];
     if (label < 0 || label >= kFashionMnistClasses) {
-      return absl::DataLossError(absl::StrCat(labels_path, ": label ", label,
-                                              " of example ", i,
-                                              " is outside [0, ",
-                                              kFashionMnistClasses, ")"));
+      return absl::DataLossError(
+          absl::StrCat(labels_path, ": label ", label, " of example ", i,
+                       " is outside [0, ", kFashionMnistClasses, ")"));
     }
   }
   Dataset ds;

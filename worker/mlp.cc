@@ -105,8 +105,8 @@ float* Mlp::Forward(const float* x, int batch) {
   for (int l = 0; l < num_layers; ++l) {
     const int in = layer_sizes_[l], out = layer_sizes_[l + 1];
     float* y = activations_[l + 1].data();
-    backend_->Gemm(false, false, batch, out, in, 1.0f,
-                   activations_[l].data(), param_bufs_[2 * l].data(), 0.0f, y);
+    backend_->Gemm(false, false, batch, out, in, 1.0f, activations_[l].data(),
+                   param_bufs_[2 * l].data(), 0.0f, y);
     backend_->BiasActivation(y, param_bufs_[2 * l + 1].data(), batch, out,
                              /*relu=*/l + 1 < num_layers);
   }
@@ -187,7 +187,8 @@ absl::StatusOr<SoftmaxXentResult> Mlp::Evaluate(
   double loss_sum = 0.0;
   SoftmaxXentResult total;
   for (int64_t start = 0; start < n; start += max_batch_) {
-    const int batch = static_cast<int>(std::min<int64_t>(max_batch_, n - start));
+    const int batch =
+        static_cast<int>(std::min<int64_t>(max_batch_, n - start));
     const float* logits =
         Forward(x + start * static_cast<int64_t>(input_dim()), batch);
     SoftmaxXentResult r = backend_->SoftmaxCrossEntropy(
@@ -202,9 +203,9 @@ absl::StatusOr<SoftmaxXentResult> Mlp::Evaluate(
 absl::StatusOr<std::vector<int>> ParseLayerSizes(absl::string_view hidden,
                                                  int input, int classes) {
   if (input <= 0 || classes <= 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("input size (", input, ") and class count (", classes,
-                     ") must be > 0"));
+    return absl::InvalidArgumentError(absl::StrCat("input size (", input,
+                                                   ") and class count (",
+                                                   classes, ") must be > 0"));
   }
   std::vector<int> sizes = {input};
   if (!absl::StripAsciiWhitespace(hidden).empty()) {

@@ -88,10 +88,10 @@ class Mlp {
   std::vector<ParamInfo> params_;
 
   // Device scratch, sized for max_batch_ rows at construction.
-  std::vector<DeviceBuffer> param_bufs_;     // one per params_ entry
-  std::vector<DeviceBuffer> grad_bufs_;      // one per params_ entry
-  std::vector<DeviceBuffer> activations_;    // [0] input, [l] layer l output
-  std::vector<DeviceBuffer> deltas_;         // [l] d loss / d activations_[l]
+  std::vector<DeviceBuffer> param_bufs_;   // one per params_ entry
+  std::vector<DeviceBuffer> grad_bufs_;    // one per params_ entry
+  std::vector<DeviceBuffer> activations_;  // [0] input, [l] layer l output
+  std::vector<DeviceBuffer> deltas_;       // [l] d loss / d activations_[l]
 };
 
 // Layer sizes from a hidden-layer list: "256,128" with input 784 and 10

@@ -58,9 +58,8 @@ std::vector<int64_t> EpochOrder(const Share& share, uint64_t seed, int worker,
   if (share.size() <= 0) return order;
   order.resize(share.size());
   for (int64_t i = 0; i < share.size(); ++i) order[i] = share.begin + i;
-  const uint64_t mixed =
-      Mix(Mix(Mix(seed) ^ static_cast<uint64_t>(worker)) ^
-          static_cast<uint64_t>(epoch));
+  const uint64_t mixed = Mix(Mix(Mix(seed) ^ static_cast<uint64_t>(worker)) ^
+                             static_cast<uint64_t>(epoch));
   std::mt19937_64 rng(mixed);
   for (size_t i = order.size() - 1; i > 0; --i) {
     const size_t j = static_cast<size_t>(UniformBelow(rng, i + 1));

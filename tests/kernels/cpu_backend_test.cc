@@ -24,8 +24,8 @@ std::vector<float> RandomVector(size_t n, std::mt19937_64& rng) {
 }
 
 // Naive reference: C = alpha * op(A) op(B) + beta * C in double.
-std::vector<float> NaiveGemm(bool ta, bool tb, int m, int n, int k,
-                             float alpha, const std::vector<float>& a,
+std::vector<float> NaiveGemm(bool ta, bool tb, int m, int n, int k, float alpha,
+                             const std::vector<float>& a,
                              const std::vector<float>& b, float beta,
                              std::vector<float> c) {
   for (int i = 0; i < m; ++i) {
@@ -83,8 +83,8 @@ TEST_CASE("Gemm matches a naive reference for all transpose combinations",
   struct Shape {
     int m, n, k;
   };
-  const Shape shapes[] = {{1, 1, 1}, {3, 5, 7}, {17, 1, 9}, {1, 13, 31},
-                          {33, 65, 17}, {64, 10, 784}};
+  const Shape shapes[] = {{1, 1, 1},   {3, 5, 7},    {17, 1, 9},
+                          {1, 13, 31}, {33, 65, 17}, {64, 10, 784}};
   const float alphas[] = {1.0f, -0.5f};
   const float betas[] = {0.0f, 1.0f, 0.25f};
   for (const Shape& s : shapes) {
@@ -100,8 +100,7 @@ TEST_CASE("Gemm matches a naive reference for all transpose combinations",
           be.Gemm(ta, tb, s.m, s.n, s.k, alpha, a.data(), b.data(), beta,
                   c.data());
           INFO("m=" << s.m << " n=" << s.n << " k=" << s.k << " ta=" << ta
-                    << " tb=" << tb << " alpha=" << alpha
-                    << " beta=" << beta);
+                    << " tb=" << tb << " alpha=" << alpha << " beta=" << beta);
           // Float accumulation over k terms of magnitude <= 1.
           const double tol = 1e-5 * (s.k + 1);
           for (size_t i = 0; i < c.size(); ++i) {
@@ -174,7 +173,8 @@ TEST_CASE("SoftmaxCrossEntropy matches a hand-computed example",
   std::vector<float> d(6);
   SoftmaxXentResult res =
       be.SoftmaxCrossEntropy(logits.data(), labels.data(), 2, 3, d.data());
-  const double want_loss = (std::log(2.0) + std::log(3.0)) / 2;  // (ln 2 + ln 3)/2
+  const double want_loss =
+      (std::log(2.0) + std::log(3.0)) / 2;  // (ln 2 + ln 3)/2
   CHECK(res.mean_loss == Approx(want_loss).epsilon(1e-6));
   // Row 0 argmax 2 == label; row 1 ties go to index 0 == label.
   CHECK(res.correct == 2);

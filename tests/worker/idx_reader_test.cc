@@ -38,8 +38,7 @@ void PutU32(std::vector<unsigned char>& v, uint32_t x) {
   v.push_back(x);
 }
 
-std::vector<unsigned char> ImagesBytes(uint32_t n, uint32_t rows,
-                                       uint32_t cols,
+std::vector<unsigned char> ImagesBytes(uint32_t n, uint32_t rows, uint32_t cols,
                                        const std::vector<unsigned char>& px) {
   std::vector<unsigned char> v;
   PutU32(v, 0x803);

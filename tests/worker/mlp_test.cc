@@ -127,11 +127,11 @@ void CheckGradientsByFiniteDifferences(std::vector<int> sizes, int batch,
     for (size_t j = 0; j < params.values[i].size(); ++j) {
       const float saved = params.values[i][j];
       params.values[i][j] = saved + eps;
-      auto plus = m.Evaluate(params.ConstPtrs(), x.data(), labels.data(),
-                             batch);
+      auto plus =
+          m.Evaluate(params.ConstPtrs(), x.data(), labels.data(), batch);
       params.values[i][j] = saved - eps;
-      auto minus = m.Evaluate(params.ConstPtrs(), x.data(), labels.data(),
-                              batch);
+      auto minus =
+          m.Evaluate(params.ConstPtrs(), x.data(), labels.data(), batch);
       params.values[i][j] = saved;
       REQUIRE(plus.ok());
       REQUIRE(minus.ok());
@@ -163,8 +163,7 @@ TEST_CASE("gradients match finite differences, softmax regression",
   CheckGradientsByFiniteDifferences({7, 4}, 5, 3);
 }
 
-TEST_CASE("parameters are named fc<i>/w [in, out] and fc<i>/b [out]",
-          "[mlp]") {
+TEST_CASE("parameters are named fc<i>/w [in, out] and fc<i>/b [out]", "[mlp]") {
   CpuBackend backend;
   auto mlp = Mlp::Create({784, 256, 128, 10}, 64, &backend);
   REQUIRE(mlp.ok());
@@ -215,9 +214,10 @@ TEST_CASE("softmax regression loss and gradients on a hand-computed input",
   }
 }
 
-TEST_CASE("Evaluate with all-zero parameters gives ln(10) and class-0 "
-          "accuracy",
-          "[mlp][data]") {
+TEST_CASE(
+    "Evaluate with all-zero parameters gives ln(10) and class-0 "
+    "accuracy",
+    "[mlp][data]") {
   auto test = LoadFashionMnist(kDefaultFashionMnistDir, Split::kTest);
   REQUIRE(test.ok());
   CpuBackend backend;
@@ -254,10 +254,10 @@ TEST_CASE("invalid calls are INVALID_ARGUMENT", "[mlp]") {
   CHECK(call(2).ok());
   CHECK(absl::IsInvalidArgument(call(0).status()));
   CHECK(absl::IsInvalidArgument(call(3).status()));  // above max_batch
-  CHECK(absl::IsInvalidArgument(
-      m.ComputeGradients({p.values[0].data()}, x.data(), labels.data(), 2,
-                         g.Ptrs())
-          .status()));
+  CHECK(
+      absl::IsInvalidArgument(m.ComputeGradients({p.values[0].data()}, x.data(),
+                                                 labels.data(), 2, g.Ptrs())
+                                  .status()));
   CHECK(absl::IsInvalidArgument(
       m.ComputeGradients(p.ConstPtrs(), x.data(), labels.data(), 2,
                          {g.values[0].data(), nullptr})

@@ -13,8 +13,8 @@ namespace asyncps {
 namespace {
 
 TEST_CASE("worker shares cover every index exactly once", "[partition]") {
-  for (int64_t n : {int64_t{0}, int64_t{1}, int64_t{5}, int64_t{13},
-                    int64_t{60000}}) {
+  for (int64_t n :
+       {int64_t{0}, int64_t{1}, int64_t{5}, int64_t{13}, int64_t{60000}}) {
     for (int workers = 1; workers <= 7; ++workers) {
       INFO("n=" << n << " workers=" << workers);
       std::vector<int> seen(n, 0);
@@ -32,8 +32,8 @@ TEST_CASE("worker shares cover every index exactly once", "[partition]") {
       }
       CHECK(next == n);
       CHECK(max_size - min_size <= 1);
-      CHECK(std::all_of(seen.begin(), seen.end(),
-                        [](int c) { return c == 1; }));
+      CHECK(
+          std::all_of(seen.begin(), seen.end(), [](int c) { return c == 1; }));
     }
   }
 }
@@ -66,15 +66,14 @@ TEST_CASE("epoch orders are deterministic per seed and differ across epochs",
           "[partition]") {
   const Share share{100, 1100};
   const std::vector<int64_t> a = EpochOrder(share, 42, 1, 0);
-  CHECK(EpochOrder(share, 42, 1, 0) == a);        // same inputs, same order
-  CHECK(EpochOrder(share, 42, 1, 1) != a);        // next epoch
-  CHECK(EpochOrder(share, 43, 1, 0) != a);        // other seed
-  CHECK(EpochOrder(share, 42, 2, 0) != a);        // other worker
+  CHECK(EpochOrder(share, 42, 1, 0) == a);  // same inputs, same order
+  CHECK(EpochOrder(share, 42, 1, 1) != a);  // next epoch
+  CHECK(EpochOrder(share, 43, 1, 0) != a);  // other seed
+  CHECK(EpochOrder(share, 42, 2, 0) != a);  // other worker
   CHECK(EpochOrder(share, 42, 1, 1) == EpochOrder(share, 42, 1, 1));
 }
 
-TEST_CASE("epoch orders do not depend on the standard library",
-          "[partition]") {
+TEST_CASE("epoch orders do not depend on the standard library", "[partition]") {
   // Golden prefix: the shuffle is specified (mt19937_64 + Fisher-Yates), so
   // any conforming platform gives these exact indices.
   const std::vector<int64_t> order = EpochOrder(Share{0, 10}, 7, 0, 0);
