@@ -127,7 +127,8 @@ bool CudaBackend::Fail(absl::Status status) {
 
 bool CudaBackend::Check(cudaError_t err, const char* what) {
   if (err == cudaSuccess) return true;
-  return Fail(absl::InternalError(absl::StrCat(what, ": ", CudaErrorText(err))));
+  return Fail(
+      absl::InternalError(absl::StrCat(what, ": ", CudaErrorText(err))));
 }
 
 bool CudaBackend::Check(cublasStatus_t st, const char* what) {
@@ -145,9 +146,8 @@ absl::Status CudaBackend::Init() {
   cudaDeviceProp prop;
   err = cudaGetDeviceProperties(&prop, device_);
   if (err != cudaSuccess) {
-    return absl::UnavailableError(
-        absl::StrCat("cudaGetDeviceProperties(", device_,
-                     "): ", CudaErrorText(err)));
+    return absl::UnavailableError(absl::StrCat(
+        "cudaGetDeviceProperties(", device_, "): ", CudaErrorText(err)));
   }
   // The kernels are built as sm_90 SASS + compute_90 PTX: older GPUs cannot
   // run them (newer ones JIT the PTX).
@@ -259,8 +259,8 @@ void CudaBackend::CopyToHost(float* dst, const float* src, size_t n) {
     Fail(absl::InvalidArgumentError("CopyToHost: null pointer"));
     return;
   }
-  if (Check(cudaMemcpyAsync(dst, src, n * sizeof(float),
-                            cudaMemcpyDeviceToHost, stream_),
+  if (Check(cudaMemcpyAsync(dst, src, n * sizeof(float), cudaMemcpyDeviceToHost,
+                            stream_),
             "cudaMemcpyAsync(device to host)")) {
     Check(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");
   }
@@ -290,9 +290,9 @@ void CudaBackend::Gemm(bool trans_a, bool trans_b, int m, int n, int k,
   }
   if (k == 0) {
     // C = beta * C; cuBLAS would reject the zero leading dimensions.
-    Check(cuda_kernels::LaunchScale(c, static_cast<size_t>(m) * n, beta,
-                                    stream_),
-          "Gemm scale kernel");
+    Check(
+        cuda_kernels::LaunchScale(c, static_cast<size_t>(m) * n, beta, stream_),
+        "Gemm scale kernel");
     return;
   }
   // cuBLAS is column-major. A row-major R x C matrix with leading dimension C
@@ -335,8 +335,8 @@ void CudaBackend::ReluBackward(float* dy, const float* y, size_t n) {
 
 void CudaBackend::ColumnSum(const float* x, int rows, int cols, float* out) {
   if (rows < 0 || cols < 0) {
-    Fail(absl::InvalidArgumentError(absl::StrCat(
-        "ColumnSum: negative size rows=", rows, " cols=", cols)));
+    Fail(absl::InvalidArgumentError(
+        absl::StrCat("ColumnSum: negative size rows=", rows, " cols=", cols)));
     return;
   }
   if (cols == 0 || !Activate()) return;
@@ -391,14 +391,15 @@ bool CudaBackend::RunSoftmaxXent(const float* logits, const int32_t* labels,
                                  SoftmaxXentResult* result) {
   if (rows <= 0 || cols <= 0) return true;  // zero result, as the CPU backend
   if (logits == nullptr || labels == nullptr) {
-    return Fail(absl::InvalidArgumentError("SoftmaxCrossEntropy: null pointer"));
+    return Fail(
+        absl::InvalidArgumentError("SoftmaxCrossEntropy: null pointer"));
   }
   // A label outside [0, cols) would make the kernel read out of bounds.
   for (int r = 0; r < rows; ++r) {
     if (labels[r] < 0 || labels[r] >= cols) {
-      return Fail(absl::InvalidArgumentError(absl::StrCat(
-          "SoftmaxCrossEntropy: label ", labels[r], " of row ", r,
-          " is outside [0, ", cols, ")")));
+      return Fail(absl::InvalidArgumentError(
+          absl::StrCat("SoftmaxCrossEntropy: label ", labels[r], " of row ", r,
+                       " is outside [0, ", cols, ")")));
     }
   }
   if (!Activate() || !ReserveXentScratch(rows)) return false;
@@ -408,10 +409,9 @@ bool CudaBackend::RunSoftmaxXent(const float* logits, const int32_t* labels,
                              static_cast<size_t>(rows) * sizeof(int32_t),
                              cudaMemcpyHostToDevice, stream_),
              "cudaMemcpyAsync(labels)") ||
-      !Check(cuda_kernels::LaunchSoftmaxXent(logits, labels_dev_, rows, cols,
-                                             dlogits, row_loss_dev_,
-                                             row_correct_dev_, totals_dev_,
-                                             stream_),
+      !Check(cuda_kernels::LaunchSoftmaxXent(
+                 logits, labels_dev_, rows, cols, dlogits, row_loss_dev_,
+                 row_correct_dev_, totals_dev_, stream_),
              "SoftmaxXent kernel") ||
       !Check(cudaMemcpyAsync(totals_host_, totals_dev_,
                              sizeof(cuda_kernels::XentTotals),

@@ -46,8 +46,8 @@ __global__ void ScaleKernel(float* x, size_t n, float beta) {
 
 template <bool kRelu>
 __global__ void BiasActivationKernel(float* __restrict__ y,
-                                     const float* __restrict__ bias,
-                                     size_t n, int cols) {
+                                     const float* __restrict__ bias, size_t n,
+                                     int cols) {
   for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x;
        i < n; i += static_cast<size_t>(gridDim.x) * blockDim.x) {
     const float v = y[i] + __ldg(bias + i % cols);
@@ -67,8 +67,8 @@ __global__ void ReluBackwardKernel(float* __restrict__ dy,
 // warp), threadIdx.y strides over rows; partial sums meet in shared memory.
 constexpr int kColSumRows = 16;
 
-__global__ void ColumnSumKernel(const float* __restrict__ x, int rows,
-                                int cols, float* __restrict__ out) {
+__global__ void ColumnSumKernel(const float* __restrict__ x, int rows, int cols,
+                                float* __restrict__ out) {
   __shared__ float partial[kColSumRows][33];
   const int c = blockIdx.x * 32 + threadIdx.x;
   float sum = 0.0f;

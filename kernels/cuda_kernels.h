@@ -22,8 +22,8 @@ namespace cuda_kernels {
 
 // Sums written by LaunchSoftmaxXent, in device memory.
 struct XentTotals {
-  double loss_sum;     // sum over rows of -log softmax(logits)[label]
-  long long correct;   // rows whose (lowest-index) argmax equals the label
+  double loss_sum;    // sum over rows of -log softmax(logits)[label]
+  long long correct;  // rows whose (lowest-index) argmax equals the label
 };
 
 // cudaSuccess when this binary carries code the current device can run

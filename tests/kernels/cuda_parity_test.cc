@@ -9,8 +9,8 @@
 // ASYNCPS_REQUIRE_CUDA=1 in the environment (tests/gpu/run.sh on a GPU
 // machine) a missing device fails instead.
 
-#include <catch2/catch.hpp>
 #include <algorithm>
+#include <catch2/catch.hpp>
 #include <cfloat>
 #include <cmath>
 #include <cstdint>
@@ -79,8 +79,8 @@ void CheckClose(const std::vector<float>& cuda, const std::vector<float>& cpu,
     const double diff = std::fabs(static_cast<double>(cuda[i]) - cpu[i]);
     if (!(diff <= tol[i]) && reported < 5) {  // !(<=) also catches NaN
       ++reported;
-      FAIL_CHECK(what << " [" << i << "]: cuda " << cuda[i] << " cpu "
-                      << cpu[i] << " |diff| " << diff << " > tol " << tol[i]);
+      FAIL_CHECK(what << " [" << i << "]: cuda " << cuda[i] << " cpu " << cpu[i]
+                      << " |diff| " << diff << " > tol " << tol[i]);
     }
   }
   CHECK(reported == 0);
@@ -140,7 +140,7 @@ TEST_CASE("CUDA Gemm matches the CPU for all transposes and odd sizes",
   std::unique_ptr<Backend> cpu = MakeCpuBackend();
   std::mt19937_64 rng(12);
   const std::vector<GemmShape> shapes = {
-      {1, 1, 1},     {7, 5, 3},      {33, 17, 65},   {64, 256, 784},
+      {1, 1, 1},       {7, 5, 3},      {33, 17, 65}, {64, 256, 784},
       {129, 257, 300}, {128, 10, 128}, {1, 513, 31}, {5, 3, 0}};
   const std::vector<std::pair<float, float>> alpha_beta = {
       {1.0f, 0.0f}, {0.5f, 1.5f}, {-2.0f, 1.0f}};
@@ -151,7 +151,8 @@ TEST_CASE("CUDA Gemm matches the CPU for all transposes and odd sizes",
           const std::vector<float> a = RandomVector(size_t(s.m) * s.k, rng);
           const std::vector<float> b = RandomVector(size_t(s.k) * s.n, rng);
           const std::vector<float> c = RandomVector(size_t(s.m) * s.n, rng);
-          DeviceBuffer a_cpu = Upload(cpu.get(), a), b_cpu = Upload(cpu.get(), b),
+          DeviceBuffer a_cpu = Upload(cpu.get(), a),
+                       b_cpu = Upload(cpu.get(), b),
                        c_cpu = Upload(cpu.get(), c);
           DeviceBuffer a_gpu = Upload(cuda.get(), a),
                        b_gpu = Upload(cuda.get(), b);
@@ -177,13 +178,16 @@ TEST_CASE("CUDA Gemm matches the CPU for all transposes and odd sizes",
             for (int j = 0; j < s.n; ++j) {
               double bound = 0;
               for (int l = 0; l < s.k; ++l) {
-                const double av = ta ? a[size_t(l) * s.m + i] : a[size_t(i) * s.k + l];
-                const double bv = tb ? b[size_t(j) * s.k + l] : b[size_t(l) * s.n + j];
+                const double av =
+                    ta ? a[size_t(l) * s.m + i] : a[size_t(i) * s.k + l];
+                const double bv =
+                    tb ? b[size_t(j) * s.k + l] : b[size_t(l) * s.n + j];
                 bound += std::fabs(av * bv);
               }
               bound = std::fabs(alpha) * bound +
                       std::fabs(beta) * std::fabs(c[size_t(i) * s.n + j]);
-              tol[size_t(i) * s.n + j] = 1.01 * (s.k + 2) * kEps * bound + 1e-30;
+              tol[size_t(i) * s.n + j] =
+                  1.01 * (s.k + 2) * kEps * bound + 1e-30;
             }
           }
           INFO("m=" << s.m << " n=" << s.n << " k=" << s.k << " ta=" << ta
@@ -210,7 +214,8 @@ TEST_CASE("CUDA BiasActivation and ReluBackward match the CPU exactly",
       INFO("rows=" << rows << " cols=" << cols << " relu=" << relu);
       const std::vector<float> y = RandomVector(size_t(rows) * cols, rng);
       const std::vector<float> bias = RandomVector(cols, rng);
-      DeviceBuffer y_cpu = Upload(cpu.get(), y), b_cpu = Upload(cpu.get(), bias);
+      DeviceBuffer y_cpu = Upload(cpu.get(), y),
+                   b_cpu = Upload(cpu.get(), bias);
       DeviceBuffer y_gpu = Upload(cuda.get(), y),
                    b_gpu = Upload(cuda.get(), bias);
       cpu->BiasActivation(y_cpu.data(), b_cpu.data(), rows, cols, relu);
@@ -222,7 +227,7 @@ TEST_CASE("CUDA BiasActivation and ReluBackward match the CPU exactly",
     INFO("n=" << n);
     std::vector<float> y = RandomVector(n, rng);
     for (size_t i = 0; i < n; i += 7) y[i] = 0.0f;  // boundary: grad blocked
-    for (float& v : y) v = std::max(v, 0.0f);  // a ReLU output
+    for (float& v : y) v = std::max(v, 0.0f);       // a ReLU output
     const std::vector<float> dy = RandomVector(n, rng);
     DeviceBuffer y_cpu = Upload(cpu.get(), y), d_cpu = Upload(cpu.get(), dy);
     DeviceBuffer y_gpu = Upload(cuda.get(), y), d_gpu = Upload(cuda.get(), dy);
@@ -237,9 +242,13 @@ TEST_CASE("CUDA ColumnSum matches the CPU", "[cuda_parity]") {
   if (cuda == nullptr) return;
   std::unique_ptr<Backend> cpu = MakeCpuBackend();
   std::mt19937_64 rng(14);
-  for (auto [rows, cols] : std::vector<std::pair<int, int>>{
-           {0, 5}, {1, 1}, {2, 10}, {7, 33}, {64, 256}, {513, 1025},
-           {1000, 10}}) {
+  for (auto [rows, cols] : std::vector<std::pair<int, int>>{{0, 5},
+                                                            {1, 1},
+                                                            {2, 10},
+                                                            {7, 33},
+                                                            {64, 256},
+                                                            {513, 1025},
+                                                            {1000, 10}}) {
     INFO("rows=" << rows << " cols=" << cols);
     // One spare element so that rows == 0 still has a (non-null) buffer.
     const std::vector<float> x = RandomVector(size_t(rows) * cols + 1, rng);
@@ -255,7 +264,8 @@ TEST_CASE("CUDA ColumnSum matches the CPU", "[cuda_parity]") {
     std::vector<double> tol(cols);
     for (int c = 0; c < cols; ++c) {
       double abs_sum = 0;
-      for (int r = 0; r < rows; ++r) abs_sum += std::fabs(x[size_t(r) * cols + c]);
+      for (int r = 0; r < rows; ++r)
+        abs_sum += std::fabs(x[size_t(r) * cols + c]);
       tol[c] = 1.01 * rows * kEps * abs_sum;
     }
     CheckClose(Download(cuda.get(), o_gpu), Download(cpu.get(), o_cpu), tol,
@@ -274,26 +284,26 @@ TEST_CASE("CUDA SoftmaxCrossEntropy matches the CPU, also for huge logits",
     float scale, offset;  // logits uniform in offset +- scale
   };
   const std::vector<Case> cases = {
-      {1, 1, 1, 0},     {1, 10, 1, 0},      {64, 10, 3, 0},
-      {7, 33, 1, 0},    {128, 1000, 5, 0},  {33, 2049, 2, 0},
-      {64, 10, 30, 0},  {64, 10, 20, 1000}, {50, 37, 40, -3000}};
+      {1, 1, 1, 0},    {1, 10, 1, 0},      {64, 10, 3, 0},
+      {7, 33, 1, 0},   {128, 1000, 5, 0},  {33, 2049, 2, 0},
+      {64, 10, 30, 0}, {64, 10, 20, 1000}, {50, 37, 40, -3000}};
   for (const Case& k : cases) {
     for (int mode = 0; mode < 3; ++mode) {  // 0 no grad, 1 grad, 2 in place
       INFO("rows=" << k.rows << " cols=" << k.cols << " scale=" << k.scale
                    << " offset=" << k.offset << " mode=" << mode);
-      const std::vector<float> z =
-          RandomVector(size_t(k.rows) * k.cols, rng, k.offset - k.scale,
-                       k.offset + k.scale);
+      const std::vector<float> z = RandomVector(
+          size_t(k.rows) * k.cols, rng, k.offset - k.scale, k.offset + k.scale);
       std::vector<int32_t> labels(k.rows);
       std::uniform_int_distribution<int32_t> pick(0, k.cols - 1);
       for (int32_t& l : labels) l = pick(rng);
       DeviceBuffer z_cpu = Upload(cpu.get(), z), z_gpu = Upload(cuda.get(), z);
       DeviceBuffer d_cpu(cpu.get(), z.size()), d_gpu(cuda.get(), z.size());
-      float* d_gpu_ptr =
-          mode == 0 ? nullptr : mode == 1 ? d_gpu.data() : z_gpu.data();
-      const SoftmaxXentResult want = cpu->SoftmaxCrossEntropy(
-          z_cpu.data(), labels.data(), k.rows, k.cols,
-          mode == 0 ? nullptr : d_cpu.data());
+      float* d_gpu_ptr = mode == 0   ? nullptr
+                         : mode == 1 ? d_gpu.data()
+                                     : z_gpu.data();
+      const SoftmaxXentResult want =
+          cpu->SoftmaxCrossEntropy(z_cpu.data(), labels.data(), k.rows, k.cols,
+                                   mode == 0 ? nullptr : d_cpu.data());
       const SoftmaxXentResult got = cuda->SoftmaxCrossEntropy(
           z_gpu.data(), labels.data(), k.rows, k.cols, d_gpu_ptr);
 
@@ -321,12 +331,11 @@ TEST_CASE("CUDA SoftmaxCrossEntropy matches the CPU, also for huge logits",
       // Gradient: p = exp(z - zmax - log_sum) with an argument error of at
       // most eps * (cols + 4 + spread), hence that relative error in p <= 1,
       // then the 1/rows scaling; doubled as above.
-      const double grad_tol =
-          2 * kEps * (k.cols + 5 + spread) / k.rows + 1e-30;
-      CheckClose(mode == 1 ? Download(cuda.get(), d_gpu)
-                           : Download(cuda.get(), z_gpu),
-                 Download(cpu.get(), d_cpu),
-                 std::vector<double>(z.size(), grad_tol), "dlogits");
+      const double grad_tol = 2 * kEps * (k.cols + 5 + spread) / k.rows + 1e-30;
+      CheckClose(
+          mode == 1 ? Download(cuda.get(), d_gpu) : Download(cuda.get(), z_gpu),
+          Download(cpu.get(), d_cpu), std::vector<double>(z.size(), grad_tol),
+          "dlogits");
     }
   }
 }
@@ -345,9 +354,9 @@ TEST_CASE("CUDA backend survives bad input and reports it through the loss",
 
   // An out-of-range label is rejected before any device work: NaN loss.
   labels[2] = 10;
-  CHECK(std::isnan(cuda->SoftmaxCrossEntropy(z_gpu.data(), labels.data(), 4,
-                                             10, nullptr)
-                       .mean_loss));
+  CHECK(std::isnan(
+      cuda->SoftmaxCrossEntropy(z_gpu.data(), labels.data(), 4, 10, nullptr)
+          .mean_loss));
   labels[2] = 3;
   CHECK(cuda->SoftmaxCrossEntropy(z_gpu.data(), labels.data(), 4, 10, nullptr)
             .mean_loss == ok.mean_loss);
@@ -357,9 +366,9 @@ TEST_CASE("CUDA backend survives bad input and reports it through the loss",
   cuda->Gemm(false, false, -1, 2, 3, 1.0f, z_gpu.data(), z_gpu.data(), 0.0f,
              z_gpu.data());
   cuda->Fill(nullptr, 5, 1.0f);
-  CHECK(std::isnan(cuda->SoftmaxCrossEntropy(z_gpu.data(), labels.data(), 4,
-                                             10, nullptr)
-                       .mean_loss));
+  CHECK(std::isnan(
+      cuda->SoftmaxCrossEntropy(z_gpu.data(), labels.data(), 4, 10, nullptr)
+          .mean_loss));
   CHECK(cuda->SoftmaxCrossEntropy(z_gpu.data(), labels.data(), 4, 10, nullptr)
             .mean_loss == ok.mean_loss);
 }
@@ -401,12 +410,10 @@ TEST_CASE("A full MLP gradient step on CUDA matches the CPU",
   for (auto& g : g_cpu) gp_cpu.push_back(g.data());
   for (auto& g : g_gpu) gp_gpu.push_back(g.data());
 
-  absl::StatusOr<SoftmaxXentResult> want =
-      (*mlp_cpu)->ComputeGradients(param_ptrs, x.data(), labels.data(), kBatch,
-                                   gp_cpu);
-  absl::StatusOr<SoftmaxXentResult> got =
-      (*mlp_gpu)->ComputeGradients(param_ptrs, x.data(), labels.data(), kBatch,
-                                   gp_gpu);
+  absl::StatusOr<SoftmaxXentResult> want = (*mlp_cpu)->ComputeGradients(
+      param_ptrs, x.data(), labels.data(), kBatch, gp_cpu);
+  absl::StatusOr<SoftmaxXentResult> got = (*mlp_gpu)->ComputeGradients(
+      param_ptrs, x.data(), labels.data(), kBatch, gp_gpu);
   REQUIRE(want.ok());
   REQUIRE(got.ok());
   // Tolerance. The logits pass through three GEMMs (k <= 784) whose errors
