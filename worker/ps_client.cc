@@ -1,11 +1,11 @@
 #include "worker/ps_client.h"
 
+#include <google/protobuf/util/message_differencer.h>
+
 #include <algorithm>
 #include <cstring>
 #include <functional>
 #include <limits>
-
-#include <google/protobuf/util/message_differencer.h>
 
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
@@ -69,8 +69,7 @@ class PsClient::FanOut {
 
   absl::Status Run(std::vector<Call> calls) {
     const int n = static_cast<int>(calls.size());
-    auto completions = std::make_shared<Completions>();
-    completions->status.resize(n);
+    auto completions = std::make_shared<Completions>(n);
     std::vector<Slot> slots(n);
     absl::Status first_error;
     int unfinished = n;
@@ -143,9 +142,8 @@ class PsClient::FanOut {
           const absl::Duration backoff = Backoff(slot.attempts);
           client_->options_.logger->debug(
               "{} on {} failed (attempt {}/{}): {}; retrying in {}", method_,
-              client_->ShardName(calls[i].shard), slot.attempts,
-              max_attempts_, status.error_message(),
-              absl::FormatDuration(backoff));
+              client_->ShardName(calls[i].shard), slot.attempts, max_attempts_,
+              status.error_message(), absl::FormatDuration(backoff));
           slot.next_start = t + backoff;
           continue;
         }
@@ -165,6 +163,7 @@ class PsClient::FanOut {
 
  private:
   struct Completions {
+    explicit Completions(int n) : status(n) {}
     absl::Mutex mu;
     absl::CondVar cv;
     std::vector<grpc::Status> status ABSL_GUARDED_BY(mu);
@@ -262,7 +261,8 @@ std::vector<uint64_t> PsClient::PulledVersions(const std::string& name) const {
 absl::Status PsClient::Remember(const TensorSpec& spec) {
   absl::StatusOr<TensorLayout> layout = TensorLayout::FromSpec(spec);
   if (!layout.ok()) {
-    return Annotate(layout.status(), absl::StrCat("tensor '", spec.name(), "'"));
+    return Annotate(layout.status(),
+                    absl::StrCat("tensor '", spec.name(), "'"));
   }
   const int n = num_shards();
   TensorState state{spec, *layout, {}, std::vector<uint32_t>(n, 0), {}};
@@ -293,9 +293,9 @@ absl::Status PsClient::CreateTensors(const std::vector<TensorSpec>& specs) {
           "CreateTensors: tensor '", spec.name(), "' given twice"));
     }
     if (spec.slice_elems() < 0) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("CreateTensors: tensor '", spec.name(),
-                       "': slice_elems must be >= 0, got ", spec.slice_elems()));
+      return absl::InvalidArgumentError(absl::StrCat(
+          "CreateTensors: tensor '", spec.name(),
+          "': slice_elems must be >= 0, got ", spec.slice_elems()));
     }
     absl::StatusOr<TensorLayout> layout = TensorLayout::Create(
         std::vector<int64_t>(spec.shape().begin(), spec.shape().end()), 1);
@@ -314,8 +314,8 @@ absl::Status PsClient::CreateTensors(const std::vector<TensorSpec>& specs) {
   for (int s = 0; s < n; ++s) {
     calls.push_back(FanOut::Call{
         s,
-        [this, s, &request, &responses](grpc::ClientContext* ctx,
-                                        std::function<void(grpc::Status)> done) {
+        [this, s, &request, &responses](
+            grpc::ClientContext* ctx, std::function<void(grpc::Status)> done) {
           responses[s].Clear();
           shards_[s]->stub->async()->CreateTensor(ctx, &request, &responses[s],
                                                   std::move(done));
@@ -349,11 +349,11 @@ absl::Status PsClient::CreateTensors(const std::vector<TensorSpec>& specs) {
     for (int s = 1; s < n; ++s) {
       const TensorSpec& other = responses[s].tensors(static_cast<int>(k));
       if (other.slice_elems() != first.slice_elems()) {
-        return absl::FailedPreconditionError(absl::StrCat(
-            "tensor '", first.name(), "': ", ShardName(0),
-            " resolved slice_elems=", first.slice_elems(), " but ",
-            ShardName(s), " resolved ", other.slice_elems(),
-            "; start every shard with the same --slice_elems"));
+        return absl::FailedPreconditionError(
+            absl::StrCat("tensor '", first.name(), "': ", ShardName(0),
+                         " resolved slice_elems=", first.slice_elems(), " but ",
+                         ShardName(s), " resolved ", other.slice_elems(),
+                         "; start every shard with the same --slice_elems"));
       }
       if (!google::protobuf::util::MessageDifferencer::Equals(first, other)) {
         return absl::FailedPreconditionError(absl::StrCat(
@@ -384,15 +384,16 @@ absl::Status PsClient::WaitForTensors(const std::vector<std::string>& names,
     // One attempt per shard per round: polling is the retry.
     std::vector<FanOut::Call> calls;
     for (int s = 0; s < n; ++s) {
-      calls.push_back(FanOut::Call{
-          s,
-          [this, s, &request, &responses](
-              grpc::ClientContext* ctx, std::function<void(grpc::Status)> done) {
-            responses[s].Clear();
-            shards_[s]->stub->async()->ListTensors(ctx, &request, &responses[s],
-                                                   std::move(done));
-          },
-          [] { return absl::OkStatus(); }});
+      calls.push_back(FanOut::Call{s,
+                                   [this, s, &request, &responses](
+                                       grpc::ClientContext* ctx,
+                                       std::function<void(grpc::Status)> done) {
+                                     responses[s].Clear();
+                                     shards_[s]->stub->async()->ListTensors(
+                                         ctx, &request, &responses[s],
+                                         std::move(done));
+                                   },
+                                   [] { return absl::OkStatus(); }});
     }
     absl::Status status =
         FanOut(this, "ListTensors", /*max_attempts=*/1, deadline)
@@ -423,10 +424,9 @@ absl::Status PsClient::WaitForTensors(const std::vector<std::string>& names,
             if (!google::protobuf::util::MessageDifferencer::Equals(
                     first, *held[s][name])) {
               return absl::FailedPreconditionError(absl::StrCat(
-                  "tensor '", name, "' differs between shards: ",
-                  ShardName(0), " holds {", first.ShortDebugString(), "}, ",
-                  ShardName(s), " holds {", held[s][name]->ShortDebugString(),
-                  "}"));
+                  "tensor '", name, "' differs between shards: ", ShardName(0),
+                  " holds {", first.ShortDebugString(), "}, ", ShardName(s),
+                  " holds {", held[s][name]->ShortDebugString(), "}"));
             }
           }
         }
@@ -443,11 +443,10 @@ absl::Status PsClient::WaitForTensors(const std::vector<std::string>& names,
     }
     const absl::Time now = absl::Now();
     if (now >= deadline) {
-      return absl::DeadlineExceededError(
-          absl::StrCat("tensors [", absl::StrJoin(names, ", "),
-                       "] not on every shard after ",
-                       absl::FormatDuration(timeout), "; ", missing,
-                       last_error));
+      return absl::DeadlineExceededError(absl::StrCat(
+          "tensors [", absl::StrJoin(names, ", "),
+          "] not on every shard after ", absl::FormatDuration(timeout), "; ",
+          missing, last_error));
     }
     absl::SleepFor(std::min(interval, deadline - now));
     interval = std::min(interval * 2, kMaxListPollInterval);
@@ -461,9 +460,9 @@ absl::Status PsClient::Pull(
   for (const auto& [name, buffer] : outs) {
     auto it = tensors_.find(name);
     if (it == tensors_.end()) {
-      return absl::NotFoundError(absl::StrCat(
-          "Pull: unknown tensor '", name,
-          "' (create it or wait for it before pulling)"));
+      return absl::NotFoundError(
+          absl::StrCat("Pull: unknown tensor '", name,
+                       "' (create it or wait for it before pulling)"));
     }
     if (buffer == nullptr) {
       return absl::InvalidArgumentError(
@@ -491,8 +490,8 @@ absl::Status PsClient::Pull(
     *requests[s].mutable_worker() = MakeWorkerRef(clock);
     calls.push_back(FanOut::Call{
         s,
-        [this, s, &requests, &responses](grpc::ClientContext* ctx,
-                                         std::function<void(grpc::Status)> done) {
+        [this, s, &requests, &responses](
+            grpc::ClientContext* ctx, std::function<void(grpc::Status)> done) {
           responses[s].Clear();
           shards_[s]->stub->async()->Pull(ctx, &requests[s], &responses[s],
                                           std::move(done));
@@ -503,16 +502,16 @@ absl::Status PsClient::Pull(
           for (const SliceData& d : responses[s].slices()) {
             auto it = wanted.find(d.tensor());
             if (it == wanted.end()) {
-              return absl::InternalError(absl::StrCat(
-                  "returned a slice of tensor '", d.tensor(),
-                  "', which was not requested"));
+              return absl::InternalError(
+                  absl::StrCat("returned a slice of tensor '", d.tensor(),
+                               "', which was not requested"));
             }
             const TensorState& t = *it->second.first;
             if (d.slice() >= t.layout.num_slices() || t.home[d.slice()] != s) {
-              return absl::InternalError(absl::StrCat(
-                  "returned slice ", d.slice(), " of tensor '", d.tensor(),
-                  "', which is not one of its ", t.layout.num_slices(),
-                  " slices homed there"));
+              return absl::InternalError(
+                  absl::StrCat("returned slice ", d.slice(), " of tensor '",
+                               d.tensor(), "', which is not one of its ",
+                               t.layout.num_slices(), " slices homed there"));
             }
             std::vector<bool>& seen = arrived[d.tensor()];
             seen.resize(t.layout.num_slices(), false);
@@ -569,9 +568,9 @@ absl::StatusOr<PushSummary> PsClient::Push(
   for (const auto& [name, buffer] : grads) {
     auto it = tensors_.find(name);
     if (it == tensors_.end()) {
-      return absl::NotFoundError(absl::StrCat(
-          "Push: unknown tensor '", name,
-          "' (create it or wait for it before pushing)"));
+      return absl::NotFoundError(
+          absl::StrCat("Push: unknown tensor '", name,
+                       "' (create it or wait for it before pushing)"));
     }
     if (buffer == nullptr) {
       return absl::InvalidArgumentError(
@@ -614,8 +613,8 @@ absl::StatusOr<PushSummary> PsClient::Push(
   for (int s = 0; s < n; ++s) {
     calls.push_back(FanOut::Call{
         s,
-        [this, s, &requests, &responses](grpc::ClientContext* ctx,
-                                         std::function<void(grpc::Status)> done) {
+        [this, s, &requests, &responses](
+            grpc::ClientContext* ctx, std::function<void(grpc::Status)> done) {
           responses[s].Clear();
           shards_[s]->stub->async()->Push(ctx, &requests[s], &responses[s],
                                           std::move(done));
@@ -629,8 +628,8 @@ absl::StatusOr<PushSummary> PsClient::Push(
             } else if (res.outcome() == REFUSED_STALE) {
               ++summary.refused_stale;
             }
-            summary.max_staleness = std::max(summary.max_staleness,
-                                             res.staleness());
+            summary.max_staleness =
+                std::max(summary.max_staleness, res.staleness());
             staleness_sum += res.staleness();
             ++results;
           }
@@ -657,8 +656,8 @@ absl::Status PsClient::Heartbeat(int64_t clock, bool leaving) {
   for (int s = 0; s < n; ++s) {
     calls.push_back(FanOut::Call{
         s,
-        [this, s, &request, &responses](grpc::ClientContext* ctx,
-                                        std::function<void(grpc::Status)> done) {
+        [this, s, &request, &responses](
+            grpc::ClientContext* ctx, std::function<void(grpc::Status)> done) {
           responses[s].Clear();
           shards_[s]->stub->async()->Heartbeat(ctx, &request, &responses[s],
                                                std::move(done));
@@ -676,8 +675,8 @@ absl::StatusOr<std::vector<StatusResponse>> PsClient::Status() {
   for (int s = 0; s < n; ++s) {
     calls.push_back(FanOut::Call{
         s,
-        [this, s, &request, &responses](grpc::ClientContext* ctx,
-                                        std::function<void(grpc::Status)> done) {
+        [this, s, &request, &responses](
+            grpc::ClientContext* ctx, std::function<void(grpc::Status)> done) {
           responses[s].Clear();
           shards_[s]->stub->async()->Status(ctx, &request, &responses[s],
                                             std::move(done));

@@ -39,10 +39,10 @@ struct PsClientOptions {
 
 // What the shards did with one Push, summed over all slices.
 struct PushSummary {
-  int64_t applied = 0;        // slice updates applied
-  int64_t refused_stale = 0;  // slice updates refused as too stale
-  int64_t duplicates = 0;     // shards that answered duplicate=true (a retry
-                              // of a push they had already applied)
+  int64_t applied = 0;         // slice updates applied
+  int64_t refused_stale = 0;   // slice updates refused as too stale
+  int64_t duplicates = 0;      // shards that answered duplicate=true (a retry
+                               // of a push they had already applied)
   uint64_t max_staleness = 0;  // over the slice results returned
   double mean_staleness = 0;
 };
@@ -83,6 +83,8 @@ class PsClient {
   // next Push. Names must be known (CreateTensors / WaitForTensors) else
   // NOT_FOUND; null buffers or a repeated name are INVALID_ARGUMENT. On error
   // the buffers may be partly written and the recorded versions are kept.
+  // Under SSP/BSP a shard may hold the pull until slower workers catch up:
+  // keep rpc_timeout above the shards' --pull_wait_timeout_ms.
   absl::Status Pull(int64_t clock,
                     const std::vector<std::pair<std::string, float*>>& outs);
 

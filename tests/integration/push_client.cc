@@ -81,10 +81,10 @@ absl::Status Run() {
     if (!summary.ok()) return summary.status();
     if (summary->applied != slices || summary->refused_stale != 0 ||
         summary->duplicates != 0) {
-      return absl::InternalError(absl::StrCat(
-          "push ", clock, ": applied ", summary->applied, " of ", slices,
-          " slices, refused ", summary->refused_stale, ", duplicates ",
-          summary->duplicates));
+      return absl::InternalError(
+          absl::StrCat("push ", clock, ": applied ", summary->applied, " of ",
+                       slices, " slices, refused ", summary->refused_stale,
+                       ", duplicates ", summary->duplicates));
     }
     max_staleness = std::max(max_staleness, summary->max_staleness);
   }

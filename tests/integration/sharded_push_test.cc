@@ -1,16 +1,17 @@
 // Real ps_server shards (separate processes on port 0) driven by PsClient,
 // by push_client processes and by raw stubs.
 
+#include <grpcpp/grpcpp.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <atomic>
+#include <catch2/catch.hpp>
 #include <memory>
 #include <string>
 #include <utility>
 #include <vector>
-
-#include <catch2/catch.hpp>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -263,6 +264,96 @@ TEST_CASE("client checks its inputs and names the shard in server errors",
     INFO(missing.ToString());
     CHECK(absl::StrContains(missing.message(), "'later'"));
   }
+}
+
+// Sits between a client and one shard and forwards every call; the first
+// `lost_push_responses` pushes reach the shard but their answers are replaced
+// by UNAVAILABLE, as when a connection drops after the shard applied them.
+class LossyProxy final : public ParameterServer::Service {
+ public:
+  LossyProxy(const std::string& backend, int lost_push_responses)
+      : backend_(ParameterServer::NewStub(MakeChannel(backend))),
+        lost_(lost_push_responses) {}
+
+  int pushes_seen() const { return pushes_seen_.load(); }
+
+  grpc::Status CreateTensor(grpc::ServerContext* server,
+                            const CreateTensorRequest* request,
+                            CreateTensorResponse* response) override {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(server->deadline());
+    return backend_->CreateTensor(&ctx, *request, response);
+  }
+  grpc::Status Pull(grpc::ServerContext* server, const PullRequest* request,
+                    PullResponse* response) override {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(server->deadline());
+    return backend_->Pull(&ctx, *request, response);
+  }
+  grpc::Status Push(grpc::ServerContext* server, const PushRequest* request,
+                    PushResponse* response) override {
+    ++pushes_seen_;
+    grpc::ClientContext ctx;
+    ctx.set_deadline(server->deadline());
+    const grpc::Status s = backend_->Push(&ctx, *request, response);
+    if (s.ok() && lost_.fetch_sub(1) > 0) {
+      response->Clear();
+      return grpc::Status(grpc::StatusCode::UNAVAILABLE,
+                          "response lost on the way back (test proxy)");
+    }
+    return s;
+  }
+
+ private:
+  std::unique_ptr<ParameterServer::Stub> backend_;
+  std::atomic<int> lost_;
+  std::atomic<int> pushes_seen_{0};
+};
+
+TEST_CASE("a push retried after a lost response is applied once",
+          "[integration][dedup]") {
+  std::vector<ServerProcess> cluster = StartCluster(1);
+  LossyProxy proxy(cluster[0].address, /*lost_push_responses=*/2);
+  int port = 0;
+  grpc::ServerBuilder builder;
+  builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(),
+                           &port);
+  builder.RegisterService(&proxy);
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  REQUIRE(server != nullptr);
+  REQUIRE(port > 0);
+
+  PsClientOptions options;
+  options.servers = {absl::StrCat("127.0.0.1:", port)};
+  options.initial_backoff = absl::Milliseconds(10);
+  options.rpc_timeout = absl::Seconds(30);
+  absl::StatusOr<std::unique_ptr<PsClient>> client =
+      PsClient::Connect(std::move(options));
+  REQUIRE_OK(client.status());
+  const TensorSpec spec = ConstantSgdSpec("r", {6}, 0.0f, /*slice_elems=*/4);
+  REQUIRE_OK((*client)->CreateTensors({spec}));
+  std::vector<float> values(6);
+  REQUIRE_OK((*client)->Pull(0, {{"r", values.data()}}));
+
+  const std::vector<float> grad(6, 3.0f);
+  absl::StatusOr<PushSummary> summary =
+      (*client)->Push(0, {{"r", grad.data()}});
+  REQUIRE_OK(summary.status());
+  CHECK(proxy.pushes_seen() == 3);  // sent, resent, resent
+  CHECK(summary->duplicates == 1);  // the last resend: already applied
+
+  REQUIRE_OK((*client)->Pull(1, {{"r", values.data()}}));
+  for (float v : values) CHECK(v == -3.0f);
+  for (uint64_t version : (*client)->PulledVersions("r")) CHECK(version == 1);
+
+  // The next push has a fresh sequence number and is applied.
+  summary = (*client)->Push(1, {{"r", grad.data()}});
+  REQUIRE_OK(summary.status());
+  CHECK(summary->duplicates == 0);
+  CHECK(summary->applied == 2);
+  REQUIRE_OK((*client)->Pull(2, {{"r", values.data()}}));
+  for (float v : values) CHECK(v == -6.0f);
+  server->Shutdown(absl::ToChronoTime(absl::Now() + absl::Seconds(5)));
 }
 
 // A port nobody listens on: bound, read back, released.

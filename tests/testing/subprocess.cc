@@ -73,9 +73,9 @@ absl::Status WaitFor(const std::function<bool()>& condition,
   while (true) {
     if (condition()) return absl::OkStatus();
     if (absl::Now() >= deadline) {
-      return absl::DeadlineExceededError(absl::StrCat(
-          "timed out after ", absl::FormatDuration(timeout), " waiting for ",
-          what));
+      return absl::DeadlineExceededError(
+          absl::StrCat("timed out after ", absl::FormatDuration(timeout),
+                       " waiting for ", what));
     }
     absl::SleepFor(poll);
   }
@@ -92,14 +92,16 @@ absl::StatusOr<std::unique_ptr<Subprocess>> Subprocess::Start(
           ".log";
   }
   std::string command_line = binary;
-  if (!args.empty()) absl::StrAppend(&command_line, " ", absl::StrJoin(args, " "));
+  if (!args.empty())
+    absl::StrAppend(&command_line, " ", absl::StrJoin(args, " "));
 
   // Everything the child needs is prepared before fork(): between fork() and
   // exec() a child of a multi-threaded process may only make
   // async-signal-safe calls.
   std::vector<char*> argv;
   argv.push_back(const_cast<char*>(binary.c_str()));
-  for (const std::string& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+  for (const std::string& a : args)
+    argv.push_back(const_cast<char*>(a.c_str()));
   argv.push_back(nullptr);
 
   const int log_fd =
@@ -217,9 +219,9 @@ absl::StatusOr<int> Subprocess::Wait(absl::Duration timeout) {
   while (!TryReap()) {
     const absl::Time now = absl::Now();
     if (now >= deadline) {
-      return absl::DeadlineExceededError(
-          absl::StrCat("pid ", pid_, " (", command_line_,
-                       ") still running after ", absl::FormatDuration(timeout)));
+      return absl::DeadlineExceededError(absl::StrCat(
+          "pid ", pid_, " (", command_line_, ") still running after ",
+          absl::FormatDuration(timeout)));
     }
     absl::SleepFor(std::min(poll, deadline - now));
     poll = std::min(poll * 2, absl::Milliseconds(10));
@@ -290,9 +292,9 @@ absl::StatusOr<ServerProcess> StartPsServer(
       if (!absl::SimpleAtoi(
               absl::StripAsciiWhitespace(content.substr(0, newline)), &port) ||
           port <= 0 || port > 65535) {
-        return absl::InternalError(absl::StrCat(
-            "shard ", shard_index, ": port file ", port_file,
-            " holds no port: '", content, "'"));
+        return absl::InternalError(
+            absl::StrCat("shard ", shard_index, ": port file ", port_file,
+                         " holds no port: '", content, "'"));
       }
       ServerProcess server;
       server.process = *std::move(proc);
@@ -301,10 +303,10 @@ absl::StatusOr<ServerProcess> StartPsServer(
     }
     if (!(*proc)->Running()) {
       absl::StatusOr<int> code = (*proc)->Wait(absl::ZeroDuration());
-      return absl::InternalError(absl::StrCat(
-          "shard ", shard_index, " (", (*proc)->command_line(),
-          ") exited with status ", code.ok() ? *code : -1,
-          " before writing its port; log:\n", (*proc)->LogTail()));
+      return absl::InternalError(
+          absl::StrCat("shard ", shard_index, " (", (*proc)->command_line(),
+                       ") exited with status ", code.ok() ? *code : -1,
+                       " before writing its port; log:\n", (*proc)->LogTail()));
     }
     if (absl::Now() >= deadline) {
       return absl::DeadlineExceededError(absl::StrCat(

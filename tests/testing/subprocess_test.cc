@@ -3,11 +3,10 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <catch2/catch.hpp>
 #include <cerrno>
 #include <fstream>
 #include <string>
-
-#include <catch2/catch.hpp>
 
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
@@ -73,8 +72,7 @@ TEST_CASE("wait on a running process reports a deadline", "[subprocess]") {
   CHECK_FALSE(p->Running());
 }
 
-TEST_CASE("kill escalates to SIGKILL when SIGTERM is ignored",
-          "[subprocess]") {
+TEST_CASE("kill escalates to SIGKILL when SIGTERM is ignored", "[subprocess]") {
   auto p = StartShell("trap '' TERM; echo ready; sleep 30");
   REQUIRE(WaitFor([&] { return absl::StrContains(p->ReadLog(), "ready"); },
                   absl::Seconds(10), "shell to start")
@@ -88,8 +86,8 @@ TEST_CASE("the destructor ends the whole process group", "[subprocess]") {
   const std::string pid_file = UniqueTmpPath("grandchild") + ".pid";
   pid_t grandchild = 0;
   {
-    auto p = StartShell(absl::StrCat("sleep 30 & echo $! > ", pid_file,
-                                     "; wait"));
+    auto p =
+        StartShell(absl::StrCat("sleep 30 & echo $! > ", pid_file, "; wait"));
     grandchild = ReadPidFile(pid_file);
     CHECK_FALSE(ProcessGone(grandchild));
   }
@@ -101,8 +99,8 @@ TEST_CASE("the destructor ends the whole process group", "[subprocess]") {
 TEST_CASE("what an exited child leaves in its group is killed on reap",
           "[subprocess]") {
   const std::string pid_file = UniqueTmpPath("orphan") + ".pid";
-  auto p = StartShell(absl::StrCat("sleep 30 & echo $! > ", pid_file,
-                                   "; exit 0"));
+  auto p =
+      StartShell(absl::StrCat("sleep 30 & echo $! > ", pid_file, "; exit 0"));
   const pid_t orphan = ReadPidFile(pid_file);
   absl::StatusOr<int> code = p->Wait(absl::Seconds(10));
   REQUIRE(code.ok());
@@ -133,8 +131,7 @@ TEST_CASE("WaitFor honours its deadline", "[subprocess]") {
   CHECK(WaitFor([] { return true; }, absl::ZeroDuration(), "at once").ok());
 }
 
-TEST_CASE("runfile paths live under the test's runfiles tree",
-          "[subprocess]") {
+TEST_CASE("runfile paths live under the test's runfiles tree", "[subprocess]") {
   const std::string path = RunfilePath("server/ps_server");
   CHECK(absl::EndsWith(path, "/asyncps/server/ps_server"));
 }
