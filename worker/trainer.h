@@ -1,0 +1,82 @@
+#ifndef ASYNCPS_WORKER_TRAINER_H_
+#define ASYNCPS_WORKER_TRAINER_H_
+
+#include <cstdint>
+#include <cstdio>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "kernels/backend.h"
+#include "proto/asyncps.pb.h"
+#include "spdlog/spdlog.h"
+#include "worker/idx_reader.h"
+#include "worker/parameter_store.h"
+
+namespace asyncps {
+
+struct TrainerOptions {
+  int worker_id = 0;
+  int num_workers = 1;
+  std::vector<int> layer_sizes = {784, 256, 128, 10};
+  int batch_size = 64;
+  int64_t epochs = 10;
+  int64_t max_steps = 0;  // > 0: stop after this many steps of this worker
+  OptimizerSpec optimizer;
+  uint64_t seed = 1;  // initial weights and shuffling
+  // The creating worker creates the tensors; the others wait for them.
+  bool create_tensors = true;
+  absl::Duration wait_for_tensors = absl::Minutes(2);
+  // Evaluate on the test set every this many steps (0 = once per epoch of
+  // this worker's share) and at the end. Usually worker 0 only.
+  bool evaluate = true;
+  int64_t eval_every_steps = 0;
+  int64_t log_every_steps = 100;
+  // Sleep this long every step: makes a worker a straggler for experiments.
+  absl::Duration straggler_delay = absl::ZeroDuration();
+  // Before the final evaluation, wait this long at most for the other
+  // workers to finish.
+  absl::Duration final_wait = absl::Minutes(10);
+  // If set, one CSV row per evaluation: wall_s,step,epoch,test_accuracy,
+  // test_loss,refused,mean_staleness,max_staleness.
+  std::string eval_csv;
+  std::FILE* progress = stdout;  // human-readable progress lines; not owned
+  std::shared_ptr<spdlog::logger> logger;  // required
+};
+
+struct TrainResult {
+  int64_t steps = 0;
+  int64_t examples = 0;
+  double wall_s = 0;
+  double examples_per_s = 0;
+  int64_t refused_slices = 0;   // slice updates refused as stale
+  int64_t applied_slices = 0;
+  double mean_staleness = 0;    // over this worker's applied/refused slices
+  uint64_t max_staleness = 0;
+  double final_accuracy = -1;   // -1 when this worker does not evaluate
+  double final_loss = 0;
+};
+
+// The parameter tensors of the model: glorot-uniform weights, zero biases,
+// all with `optimizer` and `seed`.
+std::vector<TensorSpec> ModelSpecs(const std::vector<int>& layer_sizes,
+                                   const OptimizerSpec& optimizer,
+                                   uint64_t seed);
+
+// Trains an MLP with asynchronous SGD: every step pulls the parameters,
+// computes the gradient of one minibatch of this worker's share of `train`
+// on `backend`, and pushes it with the versions read and the worker's clock.
+// Slices refused as too stale are dropped (the next step pulls fresh
+// parameters). Prints one progress line every log_every_steps and, when
+// evaluating, "final test accuracy: 0.XXXX" at the end.
+//
+// `store` and `backend` are not owned.
+absl::StatusOr<TrainResult> Train(const TrainerOptions& options,
+                                  const Dataset& train, const Dataset& test,
+                                  ParameterStore* store, Backend* backend);
+
+}  // namespace asyncps
+
+#endif  // ASYNCPS_WORKER_TRAINER_H_

@@ -1,0 +1,223 @@
+// ps_worker: trains a Fashion-MNIST classifier against an asyncps cluster.
+//
+//   ps_worker --servers=h:p,h:p --worker_id=0 --num_workers=4
+//   ps_worker --local            # same model and data, no servers
+//
+// Flags are parsed here into TrainerOptions / PsClientOptions and nowhere
+// else.
+#include <cmath>
+#include <cstdio>
+#include <limits>
+#include <string>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "absl/random/random.h"
+#include "absl/strings/str_cat.h"
+#include "common/logging.h"
+#include "common/net.h"
+#include "common/version.h"
+#include "kernels/backend.h"
+#include "worker/idx_reader.h"
+#include "worker/mlp.h"
+#include "worker/parameter_store.h"
+#include "worker/ps_client.h"
+#include "worker/trainer.h"
+
+ABSL_FLAG(std::string, servers, "",
+          "Shard addresses host:port,... in shard order (required unless "
+          "--local).");
+ABSL_FLAG(bool, local, false,
+          "Train in-process without servers (the single-worker baseline).");
+ABSL_FLAG(int, worker_id, 0, "This worker's index in [0, --num_workers).");
+ABSL_FLAG(int, num_workers, 1, "Number of workers sharing the data.");
+ABSL_FLAG(std::string, hidden, "256,128",
+          "Hidden layer sizes, comma-separated; empty = softmax regression.");
+ABSL_FLAG(int, batch_size, 64, "Minibatch size.");
+ABSL_FLAG(int64_t, epochs, 10, "Passes over this worker's share.");
+ABSL_FLAG(int64_t, steps, 0, "If > 0, stop after this many steps.");
+ABSL_FLAG(std::string, optimizer, "momentum", "sgd, momentum or adam.");
+ABSL_FLAG(double, lr, 0.02, "Learning rate (applied on the servers).");
+ABSL_FLAG(double, momentum, 0.9, "Momentum for --optimizer=momentum.");
+ABSL_FLAG(int64_t, seed, 1, "Seed for initial weights and shuffling.");
+ABSL_FLAG(std::string, data_dir, "/usr/share/datasets/fashion-mnist",
+          "Directory with the Fashion-MNIST *-ubyte.gz files.");
+ABSL_FLAG(std::string, device, "auto",
+          "Compute backend: auto (CUDA when a GPU is present), cpu or cuda.");
+ABSL_FLAG(std::string, evaluate, "auto",
+          "Evaluate on the test set: auto (worker 0 only), true or false.");
+ABSL_FLAG(int64_t, eval_every_steps, 0,
+          "Evaluate every this many steps; 0 = once per epoch.");
+ABSL_FLAG(int64_t, log_every_steps, 100, "Progress line interval in steps.");
+ABSL_FLAG(int64_t, straggler_delay_ms, 0,
+          "Sleep this long every step (simulates a slow worker).");
+ABSL_FLAG(std::string, eval_csv, "",
+          "Write one CSV row per evaluation to this file.");
+ABSL_FLAG(int64_t, rpc_timeout_ms, 120000,
+          "Deadline of one RPC attempt; keep above the shards' "
+          "--pull_wait_timeout_ms.");
+ABSL_FLAG(int64_t, final_wait_s, 600,
+          "Evaluating worker: wait at most this long for the others to "
+          "finish before the final evaluation.");
+ABSL_FLAG(std::string, log_level, "info", "trace, debug, info, warn, error.");
+ABSL_FLAG(bool, version, false, "Print the version and exit.");
+
+namespace asyncps {
+namespace {
+
+int Fail(const std::string& message) {
+  std::fprintf(stderr, "ps_worker: %s\n", message.c_str());
+  return 2;
+}
+
+absl::StatusOr<TrainerOptions> TrainerOptionsFromFlags() {
+  TrainerOptions o;
+  o.num_workers = absl::GetFlag(FLAGS_local) ? 1 : absl::GetFlag(FLAGS_num_workers);
+  o.worker_id = absl::GetFlag(FLAGS_local) ? 0 : absl::GetFlag(FLAGS_worker_id);
+  if (o.num_workers < 1) {
+    return absl::InvalidArgumentError("--num_workers must be >= 1");
+  }
+  if (o.worker_id < 0 || o.worker_id >= o.num_workers) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--worker_id must be in [0, --num_workers=", o.num_workers, "), got ",
+        o.worker_id));
+  }
+  absl::StatusOr<std::vector<int>> layers = ParseLayerSizes(
+      absl::GetFlag(FLAGS_hidden), 28 * 28, kFashionMnistClasses);
+  if (!layers.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--hidden: ", layers.status().message()));
+  }
+  o.layer_sizes = *layers;
+  o.batch_size = absl::GetFlag(FLAGS_batch_size);
+  if (o.batch_size < 1 || o.batch_size > 65536) {
+    return absl::InvalidArgumentError("--batch_size must be in [1, 65536]");
+  }
+  o.epochs = absl::GetFlag(FLAGS_epochs);
+  if (o.epochs < 1) return absl::InvalidArgumentError("--epochs must be >= 1");
+  o.max_steps = absl::GetFlag(FLAGS_steps);
+  if (o.max_steps < 0) return absl::InvalidArgumentError("--steps must be >= 0");
+  if (o.max_steps > 0) o.epochs = std::numeric_limits<int64_t>::max();
+  const std::string opt = absl::GetFlag(FLAGS_optimizer);
+  const double lr = absl::GetFlag(FLAGS_lr);
+  if (!(lr > 0) || !std::isfinite(lr)) {
+    return absl::InvalidArgumentError("--lr must be > 0");
+  }
+  o.optimizer.set_learning_rate(static_cast<float>(lr));
+  if (opt == "sgd") {
+    o.optimizer.set_type(OPT_SGD);
+  } else if (opt == "momentum") {
+    o.optimizer.set_type(OPT_MOMENTUM);
+    const double m = absl::GetFlag(FLAGS_momentum);
+    if (!(m >= 0 && m < 1)) {
+      return absl::InvalidArgumentError("--momentum must be in [0, 1)");
+    }
+    o.optimizer.set_momentum(static_cast<float>(m));
+  } else if (opt == "adam") {
+    o.optimizer.set_type(OPT_ADAM);
+    o.optimizer.set_beta1(0.9f);
+    o.optimizer.set_beta2(0.999f);
+    o.optimizer.set_epsilon(1e-8f);
+  } else {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--optimizer must be sgd, momentum or adam, got '", opt, "'"));
+  }
+  o.seed = static_cast<uint64_t>(absl::GetFlag(FLAGS_seed));
+  o.create_tensors = o.worker_id == 0;
+  const std::string eval = absl::GetFlag(FLAGS_evaluate);
+  if (eval == "auto") {
+    o.evaluate = o.worker_id == 0;
+  } else if (eval == "true" || eval == "false") {
+    o.evaluate = eval == "true";
+  } else {
+    return absl::InvalidArgumentError(
+        "--evaluate must be auto, true or false");
+  }
+  o.eval_every_steps = absl::GetFlag(FLAGS_eval_every_steps);
+  o.log_every_steps = absl::GetFlag(FLAGS_log_every_steps);
+  if (o.eval_every_steps < 0 || o.log_every_steps < 1) {
+    return absl::InvalidArgumentError(
+        "--eval_every_steps must be >= 0 and --log_every_steps >= 1");
+  }
+  const int64_t delay = absl::GetFlag(FLAGS_straggler_delay_ms);
+  if (delay < 0) {
+    return absl::InvalidArgumentError("--straggler_delay_ms must be >= 0");
+  }
+  o.straggler_delay = absl::Milliseconds(delay);
+  o.eval_csv = absl::GetFlag(FLAGS_eval_csv);
+  const int64_t final_wait = absl::GetFlag(FLAGS_final_wait_s);
+  if (final_wait < 0) {
+    return absl::InvalidArgumentError("--final_wait_s must be >= 0");
+  }
+  o.final_wait = absl::Seconds(final_wait);
+  return o;
+}
+
+int Main(int argc, char** argv) {
+  absl::SetProgramUsageMessage(
+      "Trains a Fashion-MNIST MLP against an asyncps cluster. See README.md.");
+  absl::ParseCommandLine(argc, argv);
+  if (absl::GetFlag(FLAGS_version)) {
+    std::printf("ps_worker %s\n", kVersion);
+    return 0;
+  }
+  absl::StatusOr<TrainerOptions> options = TrainerOptionsFromFlags();
+  if (!options.ok()) return Fail(std::string(options.status().message()));
+  absl::StatusOr<std::shared_ptr<spdlog::logger>> logger =
+      MakeLogger(absl::StrCat("worker", options->worker_id),
+                 absl::GetFlag(FLAGS_log_level));
+  if (!logger.ok()) return Fail(std::string(logger.status().message()));
+  options->logger = *logger;
+  TuneMallocForLargeMessages();
+
+  std::unique_ptr<ParameterStore> store;
+  if (absl::GetFlag(FLAGS_local)) {
+    if (!absl::GetFlag(FLAGS_servers).empty()) {
+      return Fail("--local and --servers exclude each other");
+    }
+    store = MakeLocalStore();
+  } else {
+    absl::StatusOr<std::vector<std::string>> servers =
+        ParseServerList(absl::GetFlag(FLAGS_servers));
+    if (!servers.ok()) {
+      return Fail(absl::StrCat("--servers: ", servers.status().message()));
+    }
+    PsClientOptions c;
+    c.servers = *servers;
+    c.worker_id = options->worker_id;
+    const int64_t timeout = absl::GetFlag(FLAGS_rpc_timeout_ms);
+    if (timeout < 1) return Fail("--rpc_timeout_ms must be >= 1");
+    c.rpc_timeout = absl::Milliseconds(timeout);
+    c.logger = *logger;
+    absl::StatusOr<std::unique_ptr<PsClient>> client =
+        PsClient::Connect(std::move(c));
+    if (!client.ok()) return Fail(client.status().ToString());
+    store = MakeRemoteStore(*std::move(client));
+  }
+
+  absl::StatusOr<std::unique_ptr<Backend>> backend =
+      MakeBackend(absl::GetFlag(FLAGS_device));
+  if (!backend.ok()) {
+    return Fail(absl::StrCat("--device: ", backend.status().message()));
+  }
+  const std::string dir = absl::GetFlag(FLAGS_data_dir);
+  absl::StatusOr<Dataset> train = LoadFashionMnist(dir, Split::kTrain);
+  if (!train.ok()) return Fail(train.status().ToString());
+  absl::StatusOr<Dataset> test = LoadFashionMnist(dir, Split::kTest);
+  if (!test.ok()) return Fail(test.status().ToString());
+
+  absl::StatusOr<TrainResult> result =
+      Train(*options, *train, *test, store.get(), backend->get());
+  if (!result.ok()) {
+    (*logger)->error("training failed: {}", result.status().ToString());
+    store->Heartbeat(0, /*leaving=*/true).IgnoreError();
+    return 1;
+  }
+  return 0;
+}
+
+}  // namespace
+}  // namespace asyncps
+
+int main(int argc, char** argv) { return asyncps::Main(argc, argv); }
