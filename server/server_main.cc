@@ -19,6 +19,7 @@
 #include "common/logging.h"
 #include "common/net.h"
 #include "common/version.h"
+#include "server/metrics_http.h"
 #include "server/ps_server.h"
 
 ABSL_FLAG(std::string, host, "0.0.0.0", "Address to listen on.");
@@ -26,6 +27,13 @@ ABSL_FLAG(int, port, 0, "Port to listen on; 0 picks a free one (logged, "
                         "and written to --port_file).");
 ABSL_FLAG(std::string, port_file, "",
           "If set, the bound port is written to this file once serving.");
+ABSL_FLAG(int, metrics_port, -1,
+          "Port for the Prometheus endpoint (GET /metrics) on --host; -1 = "
+          "off, 0 picks a free one (logged, and written to "
+          "--metrics_port_file).");
+ABSL_FLAG(std::string, metrics_port_file, "",
+          "If set, the bound metrics port is written to this file; it is "
+          "written before --port_file.");
 ABSL_FLAG(int, shard_index, 0, "This shard's index in [0, num_shards).");
 ABSL_FLAG(int, num_shards, 1, "Number of shards in the cluster.");
 ABSL_FLAG(int64_t, slice_elems, 4096,
@@ -58,6 +66,18 @@ int Fail(const std::string& message) {
   return 2;
 }
 
+// Writes "<port>\n" to a temporary name and renames it, so a reader never
+// sees a partial line.
+bool WritePortFile(const std::string& path, int port) {
+  const std::string tmp = path + ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::trunc);
+    out << port << "\n";
+    if (!out.good()) return false;
+  }
+  return std::rename(tmp.c_str(), path.c_str()) == 0;
+}
+
 // Turns flags into options; the error names the flag.
 absl::StatusOr<PsServerOptions> OptionsFromFlags() {
   PsServerOptions o;
@@ -66,6 +86,12 @@ absl::StatusOr<PsServerOptions> OptionsFromFlags() {
   if (o.port < 0 || o.port > 65535) {
     return absl::InvalidArgumentError(
         absl::StrCat("--port must be in [0, 65535], got ", o.port));
+  }
+  const int metrics_port = absl::GetFlag(FLAGS_metrics_port);
+  if (metrics_port < -1 || metrics_port > 65535) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--metrics_port must be -1 (off) or in [0, 65535], got ",
+        metrics_port));
   }
   o.store.num_shards = absl::GetFlag(FLAGS_num_shards);
   if (o.store.num_shards < 1) {
@@ -160,24 +186,31 @@ int Main(int argc, char** argv) {
       PsServer::Start(*std::move(options));
   if (!server.ok()) return Fail(server.status().ToString());
 
+  // The metrics endpoint starts after the gRPC server and stops before it.
+  MetricsHttpServer metrics(
+      [shard = server->get()] { return shard->GetStatus(); });
+  const int metrics_port = absl::GetFlag(FLAGS_metrics_port);
+  if (metrics_port >= 0) {
+    absl::StatusOr<int> bound =
+        metrics.Start(absl::GetFlag(FLAGS_host), metrics_port);
+    if (!bound.ok()) return Fail("--metrics_port: " + bound.status().ToString());
+    logger->info("Prometheus metrics on http://{}:{}/metrics",
+                 absl::GetFlag(FLAGS_host), *bound);
+    const std::string metrics_file = absl::GetFlag(FLAGS_metrics_port_file);
+    if (!metrics_file.empty() && !WritePortFile(metrics_file, *bound)) {
+      return Fail("cannot write --metrics_port_file " + metrics_file);
+    }
+  }
+
   const std::string port_file = absl::GetFlag(FLAGS_port_file);
-  if (!port_file.empty()) {
-    // Written to a temporary name and renamed, so a reader never sees a
-    // partial line.
-    const std::string tmp = port_file + ".tmp";
-    {
-      std::ofstream out(tmp, std::ios::trunc);
-      out << (*server)->port() << "\n";
-      if (!out.good()) return Fail("cannot write --port_file " + port_file);
-    }
-    if (std::rename(tmp.c_str(), port_file.c_str()) != 0) {
-      return Fail("cannot write --port_file " + port_file);
-    }
+  if (!port_file.empty() && !WritePortFile(port_file, (*server)->port())) {
+    return Fail("cannot write --port_file " + port_file);
   }
 
   int sig = 0;
   sigwait(&signals, &sig);
   logger->info("received signal {}; shutting down", sig);
+  metrics.Stop();
   (*server)->Shutdown();
   return 0;
 }

@@ -85,6 +85,7 @@ void ShardStats::Snapshot(Counters* c, StalenessHistogram* h, Rates* rates,
   }
   const uint64_t max = staleness_max_.load(kRelaxed);
   h->set_max(max);
+  h->set_sum(staleness_sum_.load(kRelaxed));
   const uint64_t count = staleness_count_.load(kRelaxed);
   h->set_mean(count ? static_cast<double>(staleness_sum_.load(kRelaxed)) / count
                     : 0.0);

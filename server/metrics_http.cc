@@ -1,0 +1,273 @@
+#include "server/metrics_http.h"
+
+#include <httplib.h>
+
+#include <cstdint>
+#include <limits>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/string_view.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+
+namespace asyncps {
+
+namespace {
+
+// Label values escape backslash, double quote and newline (format 0.0.4).
+std::string EscapeLabelValue(absl::string_view v) {
+  std::string out;
+  out.reserve(v.size());
+  for (char c : v) {
+    switch (c) {
+      case '\\': out += "\\\\"; break;
+      case '"': out += "\\\""; break;
+      case '\n': out += "\\n"; break;
+      default: out += c;
+    }
+  }
+  return out;
+}
+
+// Seconds with millisecond resolution, as Prometheus parses floats.
+std::string Seconds(int64_t ms) {
+  return absl::StrFormat("%.3f", static_cast<double>(ms) / 1000.0);
+}
+
+// Accumulates the exposition text. Every family gets # HELP and # TYPE once,
+// followed by its samples; all samples carry the shard label.
+class Exposition {
+ public:
+  explicit Exposition(int shard)
+      : shard_label_(absl::StrCat("shard=\"", shard, "\"")) {}
+
+  void Family(absl::string_view name, absl::string_view type,
+              absl::string_view help) {
+    absl::StrAppend(&out_, "# HELP ", name, " ", help, "\n# TYPE ", name, " ",
+                    type, "\n");
+  }
+
+  // `labels` are extra, already formatted `k="v"` pairs, comma-separated.
+  void Sample(absl::string_view name, absl::string_view value,
+              absl::string_view labels = "") {
+    absl::StrAppend(&out_, name, "{", shard_label_,
+                    labels.empty() ? "" : ",", labels, "} ", value, "\n");
+  }
+
+  void Single(absl::string_view name, absl::string_view type,
+              absl::string_view help, absl::string_view value) {
+    Family(name, type, help);
+    Sample(name, value);
+  }
+
+  std::string Take() { return std::move(out_); }
+
+ private:
+  const std::string shard_label_;
+  std::string out_;
+};
+
+}  // namespace
+
+std::string RenderPrometheus(const StatusResponse& s) {
+  Exposition e(s.shard_index());
+  const Counters& c = s.counters();
+  auto counter = [&e](absl::string_view name, absl::string_view help,
+                      uint64_t v) {
+    e.Single(name, "counter", help, absl::StrCat(v));
+  };
+  counter("asyncps_pulls_total", "Pull RPCs answered.", c.pulls());
+  counter("asyncps_pushes_total",
+          "Push RPCs accepted, duplicates (retries) included.", c.pushes());
+  counter("asyncps_duplicate_pushes_total",
+          "Push RPCs recognised as retries of an applied push.",
+          c.duplicate_pushes());
+  counter("asyncps_slice_updates_applied_total",
+          "Slice gradients applied to the parameters.", c.updates_applied());
+  counter("asyncps_slice_updates_refused_stale_total",
+          "Slice gradients refused as staler than --max_staleness.",
+          c.refused_stale());
+  counter("asyncps_slice_updates_scaled_total",
+          "Slice gradients applied with a learning rate scaled below 1.",
+          c.scaled());
+  counter("asyncps_requests_rejected_total",
+          "Requests rejected as invalid input.", c.rejected_bad_input());
+  counter("asyncps_bytes_received_total", "Gradient payload bytes received.",
+          c.bytes_in());
+  counter("asyncps_bytes_sent_total", "Parameter payload bytes sent.",
+          c.bytes_out());
+  counter("asyncps_worker_evictions_total",
+          "Workers evicted after their lease expired.", c.evictions());
+  counter("asyncps_pull_waits_total",
+          "Pulls that waited for slower workers (SSP/BSP).", c.pull_waits());
+  counter("asyncps_pull_wait_timeouts_total",
+          "Pulls whose wait for slower workers timed out.",
+          c.pull_wait_timeouts());
+
+  const StalenessPolicy& p = s.policy();
+  e.Family("asyncps_build_info", "gauge",
+           "Constant 1, labelled with the version and consistency policy.");
+  e.Sample("asyncps_build_info", "1",
+           absl::StrCat("version=\"", EscapeLabelValue(s.build_version()),
+                        "\",consistency=\"",
+                        EscapeLabelValue(Consistency_Name(p.consistency())),
+                        "\",staleness_lr=\"",
+                        EscapeLabelValue(p.staleness_lr()), "\""));
+  auto gauge = [&e](absl::string_view name, absl::string_view help,
+                    absl::string_view v) { e.Single(name, "gauge", help, v); };
+  gauge("asyncps_shards", "Shards in the cluster.",
+        absl::StrCat(s.num_shards()));
+  gauge("asyncps_max_staleness_bound",
+        "Staleness past which slice gradients are refused; -1 = unbounded.",
+        absl::StrCat(p.max_staleness()));
+  gauge("asyncps_uptime_seconds", "Seconds since the shard started.",
+        Seconds(s.uptime_ms()));
+  gauge("asyncps_tensors", "Tensors known to the shard.",
+        absl::StrCat(s.tensors()));
+  gauge("asyncps_slices", "Tensor slices held by the shard.",
+        absl::StrCat(s.slices()));
+  gauge("asyncps_parameters_bytes", "Bytes of parameters held by the shard.",
+        absl::StrCat(s.parameter_bytes()));
+  gauge("asyncps_min_clock", "Clock of the slowest live worker.",
+        absl::StrCat(s.min_clock()));
+  gauge("asyncps_max_clock", "Clock of the fastest live worker.",
+        absl::StrCat(s.max_clock()));
+  int live = 0;
+  for (const WorkerStatus& w : s.workers()) live += w.live() ? 1 : 0;
+  gauge("asyncps_live_workers", "Workers currently holding a lease.",
+        absl::StrCat(live));
+
+  // Staleness: bucket i of the proto counts values in
+  // [upper_bounds(i-1), upper_bounds(i)); staleness is an integer, so the
+  // inclusive Prometheus bound of bucket i is upper_bounds(i) - 1.
+  const StalenessHistogram& h = s.staleness();
+  constexpr absl::string_view kHist = "asyncps_push_staleness";
+  e.Family(kHist, "histogram",
+           "Staleness (updates between read and apply) of pushed slice "
+           "gradients, applied or refused.");
+  const int buckets = std::min(h.upper_bounds_size(), h.counts_size());
+  const uint64_t kInf = std::numeric_limits<int64_t>::max();
+  uint64_t cumulative = 0;
+  bool saw_inf = false;
+  for (int i = 0; i < buckets; ++i) {
+    cumulative += h.counts(i);
+    const uint64_t bound = h.upper_bounds(i);
+    if (bound == 0) continue;  // an empty bucket below 0 cannot exist
+    saw_inf = bound >= kInf;
+    const std::string le = saw_inf ? "+Inf" : absl::StrCat(bound - 1);
+    e.Sample("asyncps_push_staleness_bucket", absl::StrCat(cumulative),
+             absl::StrCat("le=\"", le, "\""));
+    if (saw_inf) break;
+  }
+  if (!saw_inf) {
+    e.Sample("asyncps_push_staleness_bucket", absl::StrCat(cumulative),
+             "le=\"+Inf\"");
+  }
+  e.Sample("asyncps_push_staleness_sum", absl::StrCat(h.sum()));
+  e.Sample("asyncps_push_staleness_count", absl::StrCat(cumulative));
+
+  if (s.workers_size() > 0) {
+    auto per_worker = [&](absl::string_view name, absl::string_view type,
+                          absl::string_view help, auto value) {
+      e.Family(name, type, help);
+      for (const WorkerStatus& w : s.workers()) {
+        e.Sample(name, value(w), absl::StrCat("worker=\"", w.worker_id(), "\""));
+      }
+    };
+    per_worker("asyncps_worker_clock", "gauge",
+               "Steps the worker has completed, as this shard last heard.",
+               [](const WorkerStatus& w) { return absl::StrCat(w.clock()); });
+    per_worker("asyncps_worker_lag", "gauge",
+               "Fastest live worker's clock minus this worker's (0 when not "
+               "live).",
+               [](const WorkerStatus& w) { return absl::StrCat(w.lag()); });
+    per_worker("asyncps_worker_live", "gauge",
+               "1 while the worker holds a lease, else 0.",
+               [](const WorkerStatus& w) {
+                 return std::string(w.live() ? "1" : "0");
+               });
+    per_worker("asyncps_worker_heartbeat_age_seconds", "gauge",
+               "Seconds since the shard last heard from the worker.",
+               [](const WorkerStatus& w) {
+                 return Seconds(w.last_heartbeat_age_ms());
+               });
+    per_worker("asyncps_worker_pushes_total", "counter",
+               "Pushes applied from the worker's current incarnation.",
+               [](const WorkerStatus& w) { return absl::StrCat(w.pushes()); });
+  }
+  return e.Take();
+}
+
+MetricsHttpServer::MetricsHttpServer(StatusSource source)
+    : source_(std::move(source)) {}
+
+MetricsHttpServer::~MetricsHttpServer() { Stop(); }
+
+absl::StatusOr<int> MetricsHttpServer::Start(const std::string& host,
+                                             int port) {
+  if (port < 0 || port > 65535) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("metrics port must be in [0, 65535], got ", port));
+  }
+  absl::MutexLock l(&mu_);
+  if (server_ != nullptr) {
+    return absl::FailedPreconditionError("metrics server already started");
+  }
+  auto server = std::make_unique<httplib::Server>();
+  // Scrapes are rare and small: two handler threads, and idle keep-alive
+  // connections do not delay Stop() for long.
+  server->new_task_queue = [] { return new httplib::ThreadPool(2); };
+  server->set_keep_alive_timeout(1);
+  server->set_read_timeout(5);
+  server->set_write_timeout(5);
+  server->Get("/metrics", [this](const httplib::Request&,
+                                 httplib::Response& res) {
+    res.set_content(RenderPrometheus(source_()), kPrometheusContentType);
+  });
+  server->Get("/", [](const httplib::Request&, httplib::Response& res) {
+    res.set_content("asyncps shard: metrics at /metrics\n", "text/plain");
+  });
+
+  int bound = port;
+  if (port == 0) {
+    bound = server->bind_to_any_port(host);
+    if (bound <= 0) bound = -1;
+  } else if (!server->bind_to_port(host, port)) {
+    bound = -1;
+  }
+  if (bound < 0) {
+    return absl::UnavailableError(absl::StrCat(
+        "cannot listen for metrics on ", host, ":", port,
+        " (address in use or not available?)"));
+  }
+  httplib::Server* raw = server.get();
+  thread_ = std::thread([raw] { raw->listen_after_bind(); });
+  // stop() is a no-op until the loop runs, so Stop() could miss a server
+  // still starting up; wait (bounded) for the loop before returning.
+  const absl::Time deadline = absl::Now() + absl::Seconds(10);
+  while (!raw->is_running() && absl::Now() < deadline) {
+    absl::SleepFor(absl::Milliseconds(1));
+  }
+  server_ = std::move(server);
+  if (!server_->is_running()) {
+    // Stop() still cleans up once the loop has come up.
+    return absl::UnavailableError("metrics server did not start serving");
+  }
+  return bound;
+}
+
+void MetricsHttpServer::Stop() {
+  std::unique_ptr<httplib::Server> server;
+  std::thread thread;
+  {
+    absl::MutexLock l(&mu_);
+    server = std::move(server_);
+    thread = std::move(thread_);
+  }
+  if (server != nullptr) server->stop();
+  if (thread.joinable()) thread.join();
+}
+
+}  // namespace asyncps
