@@ -38,7 +38,7 @@ ABSL_FLAG(int, batch_size, 64, "Minibatch size.");
 ABSL_FLAG(int64_t, epochs, 10, "Passes over this worker's share.");
 ABSL_FLAG(int64_t, steps, 0, "If > 0, stop after this many steps.");
 ABSL_FLAG(std::string, optimizer, "momentum", "sgd, momentum or adam.");
-ABSL_FLAG(double, lr, 0.02, "Learning rate (applied on the servers).");
+ABSL_FLAG(double, lr, 0.01, "Learning rate (applied on the servers).");
 ABSL_FLAG(double, momentum, 0.9, "Momentum for --optimizer=momentum.");
 ABSL_FLAG(int64_t, seed, 1, "Seed for initial weights and shuffling.");
 ABSL_FLAG(std::string, data_dir, "/usr/share/datasets/fashion-mnist",
