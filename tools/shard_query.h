@@ -1,0 +1,46 @@
+#ifndef ASYNCPS_TOOLS_SHARD_QUERY_H_
+#define ASYNCPS_TOOLS_SHARD_QUERY_H_
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/time/time.h"
+#include "proto/asyncps.grpc.pb.h"
+#include "tools/status_table.h"
+
+namespace asyncps {
+
+// One shard's answer to ListTensors, or why there is none.
+struct TensorListResult {
+  int index = 0;
+  std::string address;
+  bool up = false;
+  std::string error;
+  ListTensorsResponse tensors;
+};
+
+// Asks every shard of a cluster, concurrently, with a deadline on each call.
+// A shard that does not answer in time (or at all) is reported down with
+// the gRPC error; nothing here fails as a whole.
+//
+// Thread-compatible: one caller at a time. Channels are opened once and
+// reused across calls (psctl --watch).
+class ShardQuery {
+ public:
+  explicit ShardQuery(std::vector<std::string> addresses);
+  ~ShardQuery();
+
+  // Status of every shard, in address order.
+  std::vector<ShardResult> Status(absl::Duration timeout);
+  // ListTensors of every shard, in address order.
+  std::vector<TensorListResult> ListTensors(absl::Duration timeout);
+
+ private:
+  const std::vector<std::string> addresses_;
+  std::vector<std::unique_ptr<ParameterServer::Stub>> stubs_;
+};
+
+}  // namespace asyncps
+
+#endif  // ASYNCPS_TOOLS_SHARD_QUERY_H_

@@ -1,0 +1,394 @@
+#include "tools/status_table.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <map>
+#include <set>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "google/protobuf/util/json_util.h"
+
+namespace asyncps {
+
+namespace {
+
+// A text table: a header row and data rows; the first `left_columns`
+// columns are left-aligned, the rest right-aligned. A row with fewer cells
+// than the header spills its last cell over the remaining columns.
+class TextTable {
+ public:
+  TextTable(std::vector<std::string> header, int left_columns)
+      : header_(std::move(header)), left_columns_(left_columns) {}
+
+  void AddRow(std::vector<std::string> row) { rows_.push_back(std::move(row)); }
+
+  std::string Render() const {
+    std::vector<size_t> width(header_.size(), 0);
+    auto measure = [&](const std::vector<std::string>& row) {
+      // A short row's last cell spans the rest; it does not widen a column.
+      const size_t n = row.size() < header_.size() ? row.size() - 1 : row.size();
+      for (size_t i = 0; i < n && i < width.size(); ++i) {
+        width[i] = std::max(width[i], row[i].size());
+      }
+    };
+    measure(header_);
+    for (const auto& row : rows_) measure(row);
+    std::string out;
+    auto emit = [&](const std::vector<std::string>& row) {
+      std::string line;
+      for (size_t i = 0; i < row.size(); ++i) {
+        if (i > 0) line += "  ";
+        const bool spill = row.size() < header_.size() && i == row.size() - 1;
+        if (spill || i >= width.size()) {
+          line += row[i];
+        } else if (static_cast<int>(i) < left_columns_) {
+          line += row[i];
+          if (i + 1 < row.size()) line.append(width[i] - row[i].size(), ' ');
+        } else {
+          line.append(width[i] - row[i].size(), ' ');
+          line += row[i];
+        }
+      }
+      while (!line.empty() && line.back() == ' ') line.pop_back();
+      absl::StrAppend(&out, line, "\n");
+    };
+    emit(header_);
+    for (const auto& row : rows_) emit(row);
+    return out;
+  }
+
+ private:
+  const std::vector<std::string> header_;
+  const int left_columns_;
+  std::vector<std::vector<std::string>> rows_;
+};
+
+std::string Rate(double per_s) { return absl::StrFormat("%.1f", per_s); }
+
+void AddCounters(const Counters& c, Counters* sum) {
+  sum->set_pulls(sum->pulls() + c.pulls());
+  sum->set_pushes(sum->pushes() + c.pushes());
+  sum->set_duplicate_pushes(sum->duplicate_pushes() + c.duplicate_pushes());
+  sum->set_updates_applied(sum->updates_applied() + c.updates_applied());
+  sum->set_refused_stale(sum->refused_stale() + c.refused_stale());
+  sum->set_scaled(sum->scaled() + c.scaled());
+  sum->set_rejected_bad_input(sum->rejected_bad_input() +
+                              c.rejected_bad_input());
+  sum->set_bytes_in(sum->bytes_in() + c.bytes_in());
+  sum->set_bytes_out(sum->bytes_out() + c.bytes_out());
+  sum->set_evictions(sum->evictions() + c.evictions());
+  sum->set_pull_waits(sum->pull_waits() + c.pull_waits());
+  sum->set_pull_wait_timeouts(sum->pull_wait_timeouts() +
+                              c.pull_wait_timeouts());
+}
+
+void AddRates(const Rates& r, Rates* sum) {
+  sum->set_interval_s(std::max(sum->interval_s(), r.interval_s()));
+  sum->set_pushes_per_s(sum->pushes_per_s() + r.pushes_per_s());
+  sum->set_pulls_per_s(sum->pulls_per_s() + r.pulls_per_s());
+  sum->set_updates_per_s(sum->updates_per_s() + r.updates_per_s());
+  sum->set_bytes_in_per_s(sum->bytes_in_per_s() + r.bytes_in_per_s());
+  sum->set_bytes_out_per_s(sum->bytes_out_per_s() + r.bytes_out_per_s());
+}
+
+std::string JsonNumber(double v) {
+  if (!std::isfinite(v)) return "null";
+  return absl::StrFormat("%.6g", v);
+}
+
+}  // namespace
+
+std::string MergedWorker::state() const {
+  if (live) return "live";
+  return left ? "left" : "evicted";
+}
+
+std::string JsonQuote(const std::string& s) {
+  std::string out = "\"";
+  for (unsigned char c : s) {
+    switch (c) {
+      case '"': out += "\\\""; break;
+      case '\\': out += "\\\\"; break;
+      case '\b': out += "\\b"; break;
+      case '\f': out += "\\f"; break;
+      case '\n': out += "\\n"; break;
+      case '\r': out += "\\r"; break;
+      case '\t': out += "\\t"; break;
+      default:
+        if (c < 0x20 || c == 0x7f) {
+          out += absl::StrFormat("\\u%04x", c);
+        } else {
+          out += static_cast<char>(c);
+        }
+    }
+  }
+  out += "\"";
+  return out;
+}
+
+std::string HumanBytes(double bytes) {
+  static const char* const kUnits[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB"};
+  int unit = 0;
+  while (bytes >= 1024 && unit < 5) {
+    bytes /= 1024;
+    ++unit;
+  }
+  if (unit == 0) return absl::StrFormat("%.0f B", bytes);
+  return absl::StrFormat("%.1f %s", bytes, kUnits[unit]);
+}
+
+std::string HumanDuration(int64_t ms) {
+  if (ms < 0) ms = 0;
+  if (ms < 60 * 1000) return absl::StrFormat("%.1fs", ms / 1000.0);
+  const int64_t s = ms / 1000;
+  if (s < 3600) return absl::StrFormat("%dm%02ds", s / 60, s % 60);
+  if (s < 86400) {
+    return absl::StrFormat("%dh%02dm%02ds", s / 3600, (s / 60) % 60, s % 60);
+  }
+  return absl::StrFormat("%dd%02dh%02dm", s / 86400, (s / 3600) % 24,
+                         (s / 60) % 60);
+}
+
+std::string DescribePolicy(const StalenessPolicy& p) {
+  std::string mode = Consistency_Name(p.consistency());
+  if (p.consistency() == SSP) absl::StrAppend(&mode, " slack ", p.ssp_slack());
+  return absl::StrCat(mode, ", max_staleness ", p.max_staleness(),
+                      ", staleness_lr ",
+                      p.staleness_lr().empty() ? "none" : p.staleness_lr());
+}
+
+ClusterSummary Summarize(const std::vector<ShardResult>& shards) {
+  ClusterSummary sum;
+  std::set<std::string> policies;
+  bool any_clock = false;
+  for (const ShardResult& r : shards) {
+    if (!r.up) {
+      ++sum.shards_down;
+      continue;
+    }
+    ++sum.shards_up;
+    const StatusResponse& s = r.status;
+    sum.tensors = std::max(sum.tensors, s.tensors());
+    sum.slices += s.slices();
+    sum.parameter_bytes += s.parameter_bytes();
+    AddCounters(s.counters(), &sum.counters);
+    AddRates(s.rates(), &sum.rates);
+    const StalenessHistogram& h = s.staleness();
+    sum.staleness_p50 = std::max(sum.staleness_p50, h.p50());
+    sum.staleness_p90 = std::max(sum.staleness_p90, h.p90());
+    sum.staleness_p99 = std::max(sum.staleness_p99, h.p99());
+    sum.staleness_max = std::max(sum.staleness_max, h.max());
+    policies.insert(DescribePolicy(s.policy()));
+    bool live_here = false;
+    for (const WorkerStatus& w : s.workers()) live_here |= w.live();
+    if (live_here) {
+      sum.min_clock =
+          any_clock ? std::min(sum.min_clock, s.min_clock()) : s.min_clock();
+      sum.max_clock =
+          any_clock ? std::max(sum.max_clock, s.max_clock()) : s.max_clock();
+      any_clock = true;
+    }
+  }
+  sum.parameters = sum.parameter_bytes / sizeof(float);
+  if (policies.size() == 1) {
+    sum.policy = *policies.begin();
+  } else if (policies.size() > 1) {
+    sum.policy = absl::StrCat("mixed: ", absl::StrJoin(policies, " | "));
+  }
+  const std::vector<MergedWorker> workers = MergeWorkers(shards);
+  sum.workers = static_cast<int>(workers.size());
+  for (const MergedWorker& w : workers) sum.live_workers += w.live ? 1 : 0;
+  return sum;
+}
+
+std::vector<MergedWorker> MergeWorkers(const std::vector<ShardResult>& shards) {
+  // Newest incarnation per worker id first.
+  std::map<int32_t, uint64_t> newest;
+  for (const ShardResult& r : shards) {
+    if (!r.up) continue;
+    for (const WorkerStatus& w : r.status.workers()) {
+      uint64_t& inc = newest[w.worker_id()];
+      inc = std::max(inc, w.incarnation());
+    }
+  }
+  std::map<int32_t, MergedWorker> merged;
+  for (const ShardResult& r : shards) {
+    if (!r.up) continue;
+    for (const WorkerStatus& w : r.status.workers()) {
+      if (w.incarnation() != newest[w.worker_id()]) continue;
+      auto [it, fresh] = merged.try_emplace(w.worker_id());
+      MergedWorker& m = it->second;
+      if (fresh) {
+        m.worker_id = w.worker_id();
+        m.incarnation = w.incarnation();
+        m.clock = w.clock();
+        m.heartbeat_age_ms = w.last_heartbeat_age_ms();
+      } else {
+        m.clock = std::max(m.clock, w.clock());
+        m.heartbeat_age_ms =
+            std::min(m.heartbeat_age_ms, w.last_heartbeat_age_ms());
+      }
+      m.pushes += w.pushes();
+      m.live |= w.live();
+      m.left |= w.left();
+      ++m.shards;
+    }
+  }
+  int64_t fastest = 0;
+  bool any_live = false;
+  for (auto& [id, m] : merged) {
+    if (m.live) {
+      m.left = false;
+      fastest = any_live ? std::max(fastest, m.clock) : m.clock;
+      any_live = true;
+    }
+  }
+  std::vector<MergedWorker> out;
+  for (auto& [id, m] : merged) {
+    m.lag = m.live ? fastest - m.clock : 0;
+    out.push_back(m);
+  }
+  return out;
+}
+
+std::string RenderText(const std::vector<ShardResult>& shards) {
+  const ClusterSummary s = Summarize(shards);
+  const Counters& c = s.counters;
+  std::string out = absl::StrCat(
+      "cluster: ", s.shards_up, "/", shards.size(), " shards up",
+      s.shards_down > 0 ? absl::StrCat(" (", s.shards_down, " DOWN)") : "",
+      s.policy.empty() ? "" : absl::StrCat("   policy: ", s.policy), "\n");
+  absl::StrAppend(&out, "  tensors ", s.tensors, "  slices ", s.slices,
+                  "  parameters ", s.parameters, " (",
+                  HumanBytes(s.parameter_bytes), ")\n");
+  absl::StrAppend(&out, "  pushes ", c.pushes(), " (", c.duplicate_pushes(),
+                  " duplicate)  pulls ", c.pulls(), "  slice updates ",
+                  c.updates_applied(), " applied / ", c.refused_stale(),
+                  " refused-stale / ", c.scaled(), " scaled  bad-input ",
+                  c.rejected_bad_input(), "\n");
+  absl::StrAppend(&out, "  rates: ", Rate(s.rates.pushes_per_s()),
+                  " pushes/s  ", Rate(s.rates.pulls_per_s()), " pulls/s  ",
+                  Rate(s.rates.updates_per_s()), " updates/s  in ",
+                  HumanBytes(s.rates.bytes_in_per_s()), "/s  out ",
+                  HumanBytes(s.rates.bytes_out_per_s()), "/s\n");
+  absl::StrAppend(&out, "  staleness (worst shard): p50 ", s.staleness_p50,
+                  "  p90 ", s.staleness_p90, "  p99 ", s.staleness_p99,
+                  "  max ", s.staleness_max, "\n");
+  absl::StrAppend(&out, "  workers ", s.live_workers, " live / ", s.workers,
+                  "  clocks ", s.min_clock, "..", s.max_clock, "  evictions ",
+                  c.evictions(), "  pull waits ", c.pull_waits(), " (",
+                  c.pull_wait_timeouts(), " timed out)\n\n");
+
+  TextTable table({"SHARD", "ADDRESS", "STATE", "UPTIME", "TENSORS", "SLICES",
+                   "PARAMS", "PUSHES", "PULLS", "APPLIED", "STALE", "SCALED",
+                   "BAD", "P50", "P90", "P99", "MAX", "WORKERS"},
+                  /*left_columns=*/3);
+  for (const ShardResult& r : shards) {
+    if (!r.up) {
+      table.AddRow({absl::StrCat(r.index), r.address, "DOWN", r.error});
+      continue;
+    }
+    const StatusResponse& st = r.status;
+    const Counters& sc = st.counters();
+    const StalenessHistogram& h = st.staleness();
+    std::string index = absl::StrCat(st.shard_index(), "/", st.num_shards());
+    if (st.shard_index() != r.index) absl::StrAppend(&index, "!");
+    table.AddRow({index, r.address, "up", HumanDuration(st.uptime_ms()),
+                  absl::StrCat(st.tensors()), absl::StrCat(st.slices()),
+                  HumanBytes(st.parameter_bytes()), absl::StrCat(sc.pushes()),
+                  absl::StrCat(sc.pulls()), absl::StrCat(sc.updates_applied()),
+                  absl::StrCat(sc.refused_stale()), absl::StrCat(sc.scaled()),
+                  absl::StrCat(sc.rejected_bad_input()),
+                  absl::StrCat(h.p50()), absl::StrCat(h.p90()),
+                  absl::StrCat(h.p99()), absl::StrCat(h.max()),
+                  absl::StrCat(st.workers_size())});
+  }
+  absl::StrAppend(&out, table.Render());
+
+  const std::vector<MergedWorker> workers = MergeWorkers(shards);
+  if (!workers.empty()) {
+    TextTable wt({"WORKER", "INCARNATION", "STATE", "CLOCK", "LAG", "HEARTBEAT",
+                  "PUSHES", "SHARDS"},
+                 /*left_columns=*/3);
+    for (const MergedWorker& w : workers) {
+      wt.AddRow({absl::StrCat(w.worker_id), absl::StrFormat("%016x", w.incarnation),
+                 w.state(), absl::StrCat(w.clock), absl::StrCat(w.lag),
+                 absl::StrCat(HumanDuration(w.heartbeat_age_ms), " ago"),
+                 absl::StrCat(w.pushes), absl::StrCat(w.shards)});
+    }
+    absl::StrAppend(&out, "\n", wt.Render());
+  }
+  return out;
+}
+
+std::string RenderJson(const std::vector<ShardResult>& shards) {
+  google::protobuf::util::JsonPrintOptions options;
+  options.preserve_proto_field_names = true;
+  options.always_print_primitive_fields = true;
+  options.always_print_enums_as_ints = false;
+
+  std::vector<std::string> rows;
+  for (const ShardResult& r : shards) {
+    std::string row = absl::StrCat("{\"index\":", r.index,
+                                   ",\"address\":", JsonQuote(r.address),
+                                   ",\"up\":", r.up ? "true" : "false");
+    if (r.up) {
+      std::string status;
+      const auto converted =
+          google::protobuf::util::MessageToJsonString(r.status, &status, options);
+      if (converted.ok()) {
+        absl::StrAppend(&row, ",\"status\":", status);
+      } else {
+        absl::StrAppend(&row, ",\"status\":null,\"error\":",
+                        JsonQuote(std::string(converted.message())));
+      }
+    } else {
+      absl::StrAppend(&row, ",\"error\":", JsonQuote(r.error));
+    }
+    rows.push_back(row + "}");
+  }
+
+  const ClusterSummary s = Summarize(shards);
+  const Counters& c = s.counters;
+  const std::string summary = absl::StrCat(
+      "{\"shards_up\":", s.shards_up, ",\"shards_down\":", s.shards_down,
+      ",\"tensors\":", s.tensors, ",\"slices\":", s.slices,
+      ",\"parameters\":", s.parameters,
+      ",\"parameter_bytes\":", s.parameter_bytes, ",\"pushes\":", c.pushes(),
+      ",\"duplicate_pushes\":", c.duplicate_pushes(), ",\"pulls\":", c.pulls(),
+      ",\"updates_applied\":", c.updates_applied(),
+      ",\"refused_stale\":", c.refused_stale(), ",\"scaled\":", c.scaled(),
+      ",\"rejected_bad_input\":", c.rejected_bad_input(),
+      ",\"bytes_in\":", c.bytes_in(), ",\"bytes_out\":", c.bytes_out(),
+      ",\"evictions\":", c.evictions(), ",\"pull_waits\":", c.pull_waits(),
+      ",\"pull_wait_timeouts\":", c.pull_wait_timeouts(),
+      ",\"pushes_per_s\":", JsonNumber(s.rates.pushes_per_s()),
+      ",\"pulls_per_s\":", JsonNumber(s.rates.pulls_per_s()),
+      ",\"updates_per_s\":", JsonNumber(s.rates.updates_per_s()),
+      ",\"bytes_in_per_s\":", JsonNumber(s.rates.bytes_in_per_s()),
+      ",\"bytes_out_per_s\":", JsonNumber(s.rates.bytes_out_per_s()),
+      ",\"staleness_p50\":", s.staleness_p50,
+      ",\"staleness_p90\":", s.staleness_p90,
+      ",\"staleness_p99\":", s.staleness_p99,
+      ",\"staleness_max\":", s.staleness_max,
+      ",\"policy\":", JsonQuote(s.policy), ",\"min_clock\":", s.min_clock,
+      ",\"max_clock\":", s.max_clock, ",\"workers\":", s.workers,
+      ",\"live_workers\":", s.live_workers, "}");
+
+  std::vector<std::string> workers;
+  for (const MergedWorker& w : MergeWorkers(shards)) {
+    workers.push_back(absl::StrCat(
+        "{\"worker_id\":", w.worker_id, ",\"incarnation\":\"", w.incarnation,
+        "\",\"state\":", JsonQuote(w.state()), ",\"clock\":", w.clock,
+        ",\"lag\":", w.lag, ",\"heartbeat_age_ms\":", w.heartbeat_age_ms,
+        ",\"pushes\":", w.pushes, ",\"shards\":", w.shards, "}"));
+  }
+  return absl::StrCat("{\"shards\":[", absl::StrJoin(rows, ","),
+                      "],\"summary\":", summary, ",\"workers\":[",
+                      absl::StrJoin(workers, ","), "]}\n");
+}
+
+}  // namespace asyncps
