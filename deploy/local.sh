@@ -19,6 +19,7 @@ hidden="256,128"
 server_flags=""
 worker_flags=""
 logdir=""
+straggler=""
 build=1
 
 usage() {
@@ -31,6 +32,7 @@ options:
   --hidden SIZES       hidden layers, e.g. 256,128; "" = softmax regression
   --server-flags "..." extra ps_server flags (see ps_server --help)
   --worker-flags "..." extra ps_worker flags (see ps_worker --help)
+  --straggler ID:MS    make worker ID sleep MS milliseconds every step
   --logdir DIR         keep logs here (default: a fresh temporary folder)
   --no-build           use the binaries already built
 USAGE
@@ -45,6 +47,7 @@ while [ $# -gt 0 ]; do
     --server-flags) server_flags="$2"; shift 2 ;;
     --worker-flags) worker_flags="$2"; shift 2 ;;
     --logdir) logdir="$2"; shift 2 ;;
+    --straggler) straggler="$2"; shift 2 ;;
     --no-build) build=0; shift ;;
     -h|--help) usage; exit 0 ;;
     *) echo "local.sh: unknown option '$1' (see --help)" >&2; exit 2 ;;
@@ -65,6 +68,16 @@ bin=$(bazel info bazel-bin 2>/dev/null)
 server_bin="$bin/server/ps_server"
 worker_bin="$bin/worker/ps_worker"
 [ -x "$server_bin" ] && [ -x "$worker_bin" ] || { echo "local.sh: binaries missing; run without --no-build" >&2; exit 1; }
+
+straggler_id=-1
+straggler_ms=0
+if [ -n "$straggler" ]; then
+  if ! [[ "$straggler" =~ ^([0-9]+):([0-9]+)$ ]]; then
+    echo "local.sh: --straggler must be ID:MS, got '$straggler'" >&2; exit 2
+  fi
+  straggler_id=${BASH_REMATCH[1]}
+  straggler_ms=${BASH_REMATCH[2]}
+fi
 
 [ -n "$logdir" ] || logdir=$(mktemp -d -t asyncps-local.XXXXXX)
 mkdir -p "$logdir"
@@ -119,10 +132,12 @@ echo "cluster: $shards shard(s) at $servers; $workers worker(s); logs in $logdir
 
 worker_pids=()
 for ((w = 0; w < workers; w++)); do
+  extra=""
+  [ "$w" = "$straggler_id" ] && extra="--straggler_delay_ms=$straggler_ms"
   # One BLAS thread per worker: the workers already share the cores.
   # shellcheck disable=SC2086
   OPENBLAS_NUM_THREADS=1 "$worker_bin" --servers="$servers" --worker_id=$w \
-    --num_workers=$workers --epochs="$epochs" --hidden="$hidden" $worker_flags \
+    --num_workers=$workers --epochs="$epochs" --hidden="$hidden" $worker_flags $extra \
     > >(tee "$logdir/worker$w.out" | grep --line-buffered -E "^(worker $w|eval|final)") \
     2>"$logdir/worker$w.log" &
   pids+=($!); name_of[$!]="worker$w"; worker_pids+=($!)

@@ -171,7 +171,7 @@ class Run {
       absl::Status s = store_->WaitFor(names, o_.wait_for_tensors);
       if (!s.ok()) return s;
     }
-    if (!o_.eval_csv.empty()) {
+    if (o_.evaluate && !o_.eval_csv.empty()) {
       csv_.open(o_.eval_csv, std::ios::trunc);
       if (!csv_) {
         return absl::InvalidArgumentError(

@@ -39,7 +39,7 @@ struct TrainerOptions {
   // Before the final evaluation, wait this long at most for the other
   // workers to finish.
   absl::Duration final_wait = absl::Minutes(10);
-  // If set, one CSV row per evaluation: wall_s,step,epoch,test_accuracy,
+  // If set (and evaluating), one CSV row per evaluation: wall_s,step,epoch,test_accuracy,
   // test_loss,refused,mean_staleness,max_staleness.
   std::string eval_csv;
   std::FILE* progress = stdout;  // human-readable progress lines; not owned
