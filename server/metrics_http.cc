@@ -1,6 +1,7 @@
 #include "server/metrics_http.h"
 
 #include <httplib.h>
+#include <sys/socket.h>
 
 #include <cstdint>
 #include <limits>
@@ -222,6 +223,13 @@ absl::StatusOr<int> MetricsHttpServer::Start(const std::string& host,
   server->set_keep_alive_timeout(1);
   server->set_read_timeout(5);
   server->set_write_timeout(5);
+  // httplib's default also sets SO_REUSEPORT, which would let a leftover
+  // process share the port and answer half the scrapes; keep only
+  // SO_REUSEADDR (fast restart after TIME_WAIT).
+  server->set_socket_options([](socket_t sock) {
+    int yes = 1;
+    setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
+  });
   server->Get("/metrics", [this](const httplib::Request&,
                                  httplib::Response& res) {
     res.set_content(RenderPrometheus(source_()), kPrometheusContentType);

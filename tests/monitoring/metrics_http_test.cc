@@ -1,0 +1,351 @@
+// The Prometheus endpoint: RenderPrometheus on hand-built status, the HTTP
+// server on its own, and a real ps_server's /metrics agreeing with its
+// Status RPC.
+
+#include "server/metrics_http.h"
+
+#include <httplib.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <catch2/catch.hpp>
+#include <cmath>
+#include <cstdlib>
+#include <fstream>
+#include <map>
+#include <regex>
+#include <set>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
+#include "tests/monitoring/shard_rpc.h"
+#include "tests/testing/subprocess.h"
+
+namespace asyncps {
+namespace {
+
+using testing::ServerProcess;
+using testing::ShardRpc;
+
+// A parsed exposition: every sample keyed by "name{labels}" as written.
+struct Exposition {
+  std::map<std::string, double> samples;
+  std::map<std::string, std::string> types;  // family -> type
+  std::vector<std::string> errors;           // lines that do not parse
+};
+
+// The family a sample belongs to: histogram samples drop their suffix.
+std::string FamilyOf(const std::string& name,
+                     const std::map<std::string, std::string>& types) {
+  for (const char* suffix : {"_bucket", "_sum", "_count"}) {
+    absl::string_view base = name;
+    if (absl::ConsumeSuffix(&base, suffix)) {
+      auto it = types.find(std::string(base));
+      if (it != types.end() && it->second == "histogram") return it->first;
+    }
+  }
+  return name;
+}
+
+// Checks text format 0.0.4 line by line: comments are "# HELP name text" or
+// "# TYPE name type" (TYPE once, before the family's samples); samples are
+// name{label="value",...} value, with the shard label on every one.
+Exposition Parse(const std::string& text) {
+  static const std::regex kSample(
+      R"(^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{([a-zA-Z_][a-zA-Z0-9_]*="(?:[^"\\\n]|\\.)*")(,[a-zA-Z_][a-zA-Z0-9_]*="(?:[^"\\\n]|\\.)*")*\})? ([-+]?(?:[0-9]+(?:\.[0-9]*)?(?:[eE][-+]?[0-9]+)?|Inf|NaN))$)");
+  static const std::regex kHelp(R"(^# HELP ([a-zA-Z_:][a-zA-Z0-9_:]*) .*$)");
+  static const std::regex kType(
+      R"(^# TYPE ([a-zA-Z_:][a-zA-Z0-9_:]*) (counter|gauge|histogram|summary|untyped)$)");
+  Exposition e;
+  if (text.empty() || text.back() != '\n') e.errors.push_back("<no final \\n>");
+  std::set<std::string> seen_families;
+  const std::vector<std::string> lines =
+      absl::StrSplit(text, '\n', absl::SkipEmpty());
+  for (const std::string& line : lines) {
+    std::smatch m;
+    if (std::regex_match(line, m, kType)) {
+      if (e.types.count(m[1]) || seen_families.count(m[1])) {
+        e.errors.push_back("TYPE repeated or after samples: " + line);
+      }
+      e.types[m[1]] = m[2];
+    } else if (std::regex_match(line, m, kHelp)) {
+      // fine
+    } else if (std::regex_match(line, m, kSample)) {
+      const std::string name = m[1];
+      const std::string family = FamilyOf(name, e.types);
+      seen_families.insert(family);
+      if (!e.types.count(family)) e.errors.push_back("no TYPE: " + line);
+      if (!absl::StrContains(line, "{shard=\"")) {
+        e.errors.push_back("no shard label: " + line);
+      }
+      const std::string key = line.substr(0, line.rfind(' '));
+      const std::string value = m[m.size() - 1];
+      double v = 0;
+      if (value == "+Inf" || value == "Inf") {
+        v = HUGE_VAL;
+      } else if (!absl::SimpleAtod(value, &v)) {
+        e.errors.push_back("bad value: " + line);
+      }
+      if (!e.samples.emplace(key, v).second) {
+        e.errors.push_back("duplicate series: " + line);
+      }
+    } else {
+      e.errors.push_back("unparsable: " + line);
+    }
+  }
+  return e;
+}
+
+double Sample(const Exposition& e, const std::string& key) {
+  auto it = e.samples.find(key);
+  INFO("series " << key);
+  REQUIRE(it != e.samples.end());
+  return it->second;
+}
+
+StatusResponse HandBuiltStatus() {
+  StatusResponse s;
+  s.set_shard_index(3);
+  s.set_num_shards(4);
+  s.set_build_version("1.2\"beta\\x\n");
+  s.set_uptime_ms(12345);
+  s.mutable_policy()->set_consistency(SSP);
+  s.mutable_policy()->set_ssp_slack(2);
+  s.mutable_policy()->set_max_staleness(8);
+  s.mutable_policy()->set_staleness_lr("inverse");
+  s.set_tensors(2);
+  s.set_slices(5);
+  s.set_parameter_bytes(80);
+  Counters* c = s.mutable_counters();
+  c->set_pulls(11);
+  c->set_pushes(7);
+  c->set_duplicate_pushes(1);
+  c->set_updates_applied(20);
+  c->set_refused_stale(2);
+  c->set_scaled(3);
+  c->set_rejected_bad_input(4);
+  c->set_bytes_in(1000);
+  c->set_bytes_out(2000);
+  c->set_evictions(1);
+  c->set_pull_waits(6);
+  c->set_pull_wait_timeouts(1);
+  // Buckets [0,1) [1,2) [2,32) [32,inf): counts 5 3 0 2.
+  StalenessHistogram* h = s.mutable_staleness();
+  for (uint64_t b : {uint64_t{1}, uint64_t{2}, uint64_t{32},
+                     uint64_t{INT64_MAX}}) {
+    h->add_upper_bounds(b);
+  }
+  for (uint64_t n : {5, 3, 0, 2}) h->add_counts(n);
+  h->set_sum(3 + 100);
+  h->set_max(60);
+  for (int id : {7, 9}) {
+    WorkerStatus* w = s.add_workers();
+    w->set_worker_id(id);
+    w->set_clock(id == 7 ? 10 : 8);
+    w->set_lag(id == 7 ? 0 : 2);
+    w->set_live(id == 7);
+    w->set_last_heartbeat_age_ms(1500);
+    w->set_pushes(id);
+  }
+  return s;
+}
+
+TEST_CASE("RenderPrometheus writes valid text format with every metric",
+          "[monitoring][metrics]") {
+  const std::string text = RenderPrometheus(HandBuiltStatus());
+  INFO(text);
+  const Exposition e = Parse(text);
+  INFO("errors: " << absl::StrJoin(e.errors, "\n"));
+  REQUIRE(e.errors.empty());
+
+  CHECK(Sample(e, R"(asyncps_pulls_total{shard="3"})") == 11);
+  CHECK(Sample(e, R"(asyncps_pushes_total{shard="3"})") == 7);
+  CHECK(Sample(e, R"(asyncps_duplicate_pushes_total{shard="3"})") == 1);
+  CHECK(Sample(e, R"(asyncps_slice_updates_applied_total{shard="3"})") == 20);
+  CHECK(Sample(e, R"(asyncps_slice_updates_refused_stale_total{shard="3"})") ==
+        2);
+  CHECK(Sample(e, R"(asyncps_slice_updates_scaled_total{shard="3"})") == 3);
+  CHECK(Sample(e, R"(asyncps_requests_rejected_total{shard="3"})") == 4);
+  CHECK(Sample(e, R"(asyncps_bytes_received_total{shard="3"})") == 1000);
+  CHECK(Sample(e, R"(asyncps_bytes_sent_total{shard="3"})") == 2000);
+  CHECK(Sample(e, R"(asyncps_worker_evictions_total{shard="3"})") == 1);
+  CHECK(Sample(e, R"(asyncps_pull_waits_total{shard="3"})") == 6);
+  CHECK(Sample(e, R"(asyncps_uptime_seconds{shard="3"})") == Approx(12.345));
+  CHECK(Sample(e, R"(asyncps_parameters_bytes{shard="3"})") == 80);
+  CHECK(Sample(e, R"(asyncps_tensors{shard="3"})") == 2);
+  CHECK(Sample(e, R"(asyncps_slices{shard="3"})") == 5);
+  CHECK(Sample(e, R"(asyncps_max_staleness_bound{shard="3"})") == 8);
+  CHECK(Sample(e, R"(asyncps_live_workers{shard="3"})") == 1);
+  CHECK(e.types.at("asyncps_pushes_total") == "counter");
+  CHECK(e.types.at("asyncps_tensors") == "gauge");
+  CHECK(e.types.at("asyncps_push_staleness") == "histogram");
+
+  // Integer staleness: [0,1) is le="0", [1,2) le="1", [2,32) le="31".
+  CHECK(Sample(e, R"(asyncps_push_staleness_bucket{shard="3",le="0"})") == 5);
+  CHECK(Sample(e, R"(asyncps_push_staleness_bucket{shard="3",le="1"})") == 8);
+  CHECK(Sample(e, R"(asyncps_push_staleness_bucket{shard="3",le="31"})") == 8);
+  CHECK(Sample(e, R"(asyncps_push_staleness_bucket{shard="3",le="+Inf"})") ==
+        10);
+  CHECK(Sample(e, R"(asyncps_push_staleness_count{shard="3"})") == 10);
+  CHECK(Sample(e, R"(asyncps_push_staleness_sum{shard="3"})") == 103);
+
+  CHECK(Sample(e, R"(asyncps_worker_clock{shard="3",worker="7"})") == 10);
+  CHECK(Sample(e, R"(asyncps_worker_clock{shard="3",worker="9"})") == 8);
+  CHECK(Sample(e, R"(asyncps_worker_lag{shard="3",worker="9"})") == 2);
+  CHECK(Sample(e, R"(asyncps_worker_live{shard="3",worker="7"})") == 1);
+  CHECK(Sample(e, R"(asyncps_worker_live{shard="3",worker="9"})") == 0);
+  CHECK(Sample(e, R"(asyncps_worker_heartbeat_age_seconds{shard="3",worker="9"})") ==
+        Approx(1.5));
+  CHECK(Sample(e, R"(asyncps_worker_pushes_total{shard="3",worker="9"})") == 9);
+
+  // Label values escape quote, backslash and newline.
+  CHECK(Sample(e, R"(asyncps_build_info{shard="3",version="1.2\"beta\\x\n",consistency="SSP",staleness_lr="inverse"})") ==
+        1);
+}
+
+TEST_CASE("RenderPrometheus of an idle shard has an empty histogram and no "
+          "worker series",
+          "[monitoring][metrics]") {
+  StatusResponse s;
+  s.set_shard_index(0);
+  const Exposition e = Parse(RenderPrometheus(s));
+  INFO("errors: " << absl::StrJoin(e.errors, "\n"));
+  REQUIRE(e.errors.empty());
+  CHECK(Sample(e, R"(asyncps_push_staleness_bucket{shard="0",le="+Inf"})") ==
+        0);
+  CHECK(Sample(e, R"(asyncps_push_staleness_count{shard="0"})") == 0);
+  for (const auto& [key, v] : e.samples) {
+    CHECK_FALSE(absl::StartsWith(key, "asyncps_worker_clock"));
+  }
+}
+
+TEST_CASE("MetricsHttpServer serves /metrics on a free port and stops",
+          "[monitoring][metrics]") {
+  StatusResponse status = HandBuiltStatus();
+  int calls = 0;
+  MetricsHttpServer server([&] {
+    ++calls;
+    return status;
+  });
+  absl::StatusOr<int> port = server.Start("127.0.0.1", 0);
+  REQUIRE(port.ok());
+  REQUIRE(*port > 0);
+  CHECK(absl::IsFailedPrecondition(server.Start("127.0.0.1", 0).status()));
+
+  // A second server cannot take the same port.
+  MetricsHttpServer other([] { return StatusResponse(); });
+  CHECK(absl::IsUnavailable(other.Start("127.0.0.1", *port).status()));
+
+  httplib::Client client("127.0.0.1", *port);
+  client.set_connection_timeout(5);
+  client.set_read_timeout(5);
+  httplib::Result res = client.Get("/metrics");
+  REQUIRE(res);
+  CHECK(res->status == 200);
+  CHECK(res->get_header_value("Content-Type") == kPrometheusContentType);
+  CHECK(res->body == RenderPrometheus(status));
+  CHECK(calls == 1);
+  httplib::Result missing = client.Get("/nope");
+  REQUIRE(missing);
+  CHECK(missing->status == 404);
+
+  server.Stop();
+  server.Stop();  // idempotent
+  httplib::Client after("127.0.0.1", *port);
+  after.set_connection_timeout(2);
+  CHECK_FALSE(after.Get("/metrics"));
+}
+
+int ReadPortFile(const std::string& path) {
+  std::ifstream in(path);
+  int port = 0;
+  in >> port;
+  return port;
+}
+
+TEST_CASE("a ps_server's /metrics agrees with its Status RPC",
+          "[monitoring][metrics][process]") {
+  const std::string port_file = testing::UniqueTmpPath("metrics_port");
+  absl::StatusOr<ServerProcess> server = testing::StartPsServer(
+      0, 1,
+      {"--metrics_port=0", absl::StrCat("--metrics_port_file=", port_file),
+       "--max_staleness=0", "--log_level=info"});
+  REQUIRE(server.ok());
+  INFO("server log:\n" << server->process->LogTail());
+  // The metrics port file is written before the gRPC one that StartPsServer
+  // waited for.
+  const int metrics_port = ReadPortFile(port_file);
+  REQUIRE(metrics_port > 0);
+
+  ShardRpc rpc(server->address);
+  REQUIRE(rpc.Create(testing::ZerosSpec("v", 8, 4)).ok());
+  PullResponse pull;
+  PushResponse push;
+  REQUIRE(rpc.Pull(5, 55, 0, "v", &pull).ok());
+  REQUIRE(rpc.Push(5, 55, 0, 1, {{0, 0}, {1, 0}}, "v", 4, &push).ok());
+  REQUIRE(rpc.Push(6, 66, 0, 1, {{0, 0}}, "v", 4, &push).ok());  // stale
+  REQUIRE(rpc.Push(5, 55, 1, 2, {{0, 1}}, "v", 4, &push).ok());
+  REQUIRE(rpc.Push(5, 55, 2, 3, {{0, 9}}, "v", 4, &push).error_code() ==
+          grpc::StatusCode::INVALID_ARGUMENT);
+
+  StatusResponse st;
+  REQUIRE(rpc.Status(&st).ok());
+  httplib::Client client("127.0.0.1", metrics_port);
+  client.set_connection_timeout(5);
+  client.set_read_timeout(5);
+  httplib::Result res = client.Get("/metrics");
+  REQUIRE(res);
+  REQUIRE(res->status == 200);
+  INFO(res->body);
+  const Exposition e = Parse(res->body);
+  INFO("errors: " << absl::StrJoin(e.errors, "\n"));
+  REQUIRE(e.errors.empty());
+
+  const Counters& c = st.counters();
+  auto total = [&](const std::string& name) {
+    return Sample(e, absl::StrCat(name, "{shard=\"0\"}"));
+  };
+  CHECK(total("asyncps_pulls_total") == c.pulls());
+  CHECK(total("asyncps_pushes_total") == c.pushes());
+  CHECK(total("asyncps_slice_updates_applied_total") == c.updates_applied());
+  CHECK(total("asyncps_slice_updates_refused_stale_total") ==
+        c.refused_stale());
+  CHECK(total("asyncps_requests_rejected_total") == c.rejected_bad_input());
+  CHECK(total("asyncps_bytes_received_total") == c.bytes_in());
+  CHECK(total("asyncps_bytes_sent_total") == c.bytes_out());
+  CHECK(total("asyncps_parameters_bytes") == st.parameter_bytes());
+  CHECK(total("asyncps_tensors") == 1);
+  CHECK(total("asyncps_slices") == 2);
+  // And those are the scripted numbers.
+  CHECK(c.pulls() == 1);
+  CHECK(c.pushes() == 3);
+  CHECK(c.updates_applied() == 3);
+  CHECK(c.refused_stale() == 1);
+  CHECK(c.rejected_bad_input() == 1);
+  CHECK(total("asyncps_push_staleness_count") == 4);
+  CHECK(total("asyncps_push_staleness_sum") == 1);
+  CHECK(Sample(e, R"(asyncps_push_staleness_bucket{shard="0",le="0"})") == 3);
+  CHECK(Sample(e, R"(asyncps_worker_clock{shard="0",worker="5"})") == 2);
+  CHECK(Sample(e, R"(asyncps_worker_clock{shard="0",worker="6"})") == 1);
+  CHECK(Sample(e, R"(asyncps_worker_lag{shard="0",worker="6"})") == 1);
+  CHECK(Sample(e, R"(asyncps_worker_live{shard="0",worker="5"})") == 1);
+
+  // SIGTERM stops the endpoint with the shard, cleanly.
+  absl::StatusOr<int> code = server->process->Kill(absl::Seconds(10));
+  REQUIRE(code.ok());
+  CHECK(*code == 0);
+  httplib::Client after("127.0.0.1", metrics_port);
+  after.set_connection_timeout(2);
+  CHECK_FALSE(after.Get("/metrics"));
+}
+
+}  // namespace
+}  // namespace asyncps
