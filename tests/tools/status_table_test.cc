@@ -1,0 +1,241 @@
+// psctl's rendering: summary, merged workers, text table, JSON.
+
+#include "tools/status_table.h"
+
+#include <catch2/catch.hpp>
+#include <string>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_split.h"
+#include "google/protobuf/struct.pb.h"
+#include "google/protobuf/util/json_util.h"
+
+namespace asyncps {
+namespace {
+
+using google::protobuf::Struct;
+using google::protobuf::Value;
+
+WorkerStatus Worker(int id, uint64_t inc, int64_t clock, bool live,
+                    int64_t age_ms, uint64_t pushes, bool left = false) {
+  WorkerStatus w;
+  w.set_worker_id(id);
+  w.set_incarnation(inc);
+  w.set_clock(clock);
+  w.set_live(live);
+  w.set_left(left);
+  w.set_last_heartbeat_age_ms(age_ms);
+  w.set_pushes(pushes);
+  return w;
+}
+
+ShardResult Up(int index, uint64_t pushes, uint64_t p99, int64_t max_staleness,
+               std::vector<WorkerStatus> workers) {
+  ShardResult r;
+  r.index = index;
+  r.address = "10.0.0." + std::to_string(index) + ":7000";
+  r.up = true;
+  StatusResponse& s = r.status;
+  s.set_shard_index(index);
+  s.set_num_shards(3);
+  s.set_uptime_ms(65000);
+  s.set_tensors(2);
+  s.set_slices(4 + index);
+  s.set_parameter_bytes(400);
+  s.mutable_counters()->set_pushes(pushes);
+  s.mutable_counters()->set_pulls(2 * pushes);
+  s.mutable_counters()->set_updates_applied(10);
+  s.mutable_counters()->set_refused_stale(1);
+  s.mutable_counters()->set_rejected_bad_input(index);
+  s.mutable_rates()->set_pushes_per_s(1.5);
+  s.mutable_staleness()->set_p99(p99);
+  s.mutable_staleness()->set_max(p99 + 1);
+  s.mutable_policy()->set_consistency(ASP);
+  s.mutable_policy()->set_max_staleness(max_staleness);
+  s.mutable_policy()->set_staleness_lr("none");
+  int64_t lo = INT64_MAX, hi = 0;
+  for (const WorkerStatus& w : workers) {
+    *s.add_workers() = w;
+    if (w.live()) {
+      lo = std::min(lo, w.clock());
+      hi = std::max(hi, w.clock());
+    }
+  }
+  s.set_min_clock(lo == INT64_MAX ? 0 : lo);
+  s.set_max_clock(hi);
+  return r;
+}
+
+ShardResult Down(int index, const std::string& error) {
+  ShardResult r;
+  r.index = index;
+  r.address = "10.0.0." + std::to_string(index) + ":7000";
+  r.error = error;
+  return r;
+}
+
+// Shard 0 and 1 up, shard 2 down. Worker 1 restarted (incarnation 6 on
+// shard 1 replaces 5); worker 2 is live; worker 3 left.
+std::vector<ShardResult> Cluster() {
+  return {Up(0, 10, 3, 4,
+             {Worker(1, 5, 20, true, 100, 7), Worker(2, 9, 12, true, 50, 3),
+              Worker(3, 4, 9, false, 9000, 2, /*left=*/true)}),
+          Up(1, 20, 7, 4,
+             {Worker(1, 6, 2, true, 10, 1), Worker(2, 9, 14, true, 300, 4)}),
+          Down(2, "UNAVAILABLE: connection \"refused\"\n")};
+}
+
+TEST_CASE("Summarize adds counters and takes the worst staleness",
+          "[psctl]") {
+  const ClusterSummary s = Summarize(Cluster());
+  CHECK(s.shards_up == 2);
+  CHECK(s.shards_down == 1);
+  CHECK(s.tensors == 2);
+  CHECK(s.slices == 4 + 5);
+  CHECK(s.parameter_bytes == 800);
+  CHECK(s.parameters == 200);
+  CHECK(s.counters.pushes() == 30);
+  CHECK(s.counters.pulls() == 60);
+  CHECK(s.counters.updates_applied() == 20);
+  CHECK(s.counters.refused_stale() == 2);
+  CHECK(s.counters.rejected_bad_input() == 1);
+  CHECK(s.rates.pushes_per_s() == Approx(3.0));
+  CHECK(s.staleness_p99 == 7);
+  CHECK(s.staleness_max == 8);
+  CHECK(s.policy == "ASP, max_staleness 4, staleness_lr none");
+  CHECK(s.min_clock == 2);
+  CHECK(s.max_clock == 20);
+  CHECK(s.workers == 3);
+  CHECK(s.live_workers == 2);
+}
+
+TEST_CASE("Summarize reports disagreeing policies as mixed", "[psctl]") {
+  std::vector<ShardResult> shards = {Up(0, 1, 0, 4, {}), Up(1, 1, 0, -1, {})};
+  CHECK(Summarize(shards).policy ==
+        "mixed: ASP, max_staleness -1, staleness_lr none | ASP, "
+        "max_staleness 4, staleness_lr none");
+  shards[0].status.mutable_policy()->set_consistency(SSP);
+  shards[0].status.mutable_policy()->set_ssp_slack(3);
+  CHECK(DescribePolicy(shards[0].status.policy()) ==
+        "SSP slack 3, max_staleness 4, staleness_lr none");
+}
+
+TEST_CASE("MergeWorkers keeps the newest incarnation and merges its records",
+          "[psctl]") {
+  const std::vector<MergedWorker> w = MergeWorkers(Cluster());
+  REQUIRE(w.size() == 3);
+  // Worker 1: only incarnation 6 (shard 1) counts.
+  CHECK(w[0].worker_id == 1);
+  CHECK(w[0].incarnation == 6);
+  CHECK(w[0].clock == 2);
+  CHECK(w[0].pushes == 1);
+  CHECK(w[0].shards == 1);
+  CHECK(w[0].state() == "live");
+  CHECK(w[0].lag == 12);  // fastest live clock is worker 2's 14
+  // Worker 2: highest clock, most recent contact, pushes summed.
+  CHECK(w[1].worker_id == 2);
+  CHECK(w[1].clock == 14);
+  CHECK(w[1].heartbeat_age_ms == 50);
+  CHECK(w[1].pushes == 7);
+  CHECK(w[1].shards == 2);
+  CHECK(w[1].lag == 0);
+  CHECK(w[2].worker_id == 3);
+  CHECK(w[2].state() == "left");
+  CHECK(w[2].lag == 0);
+}
+
+TEST_CASE("RenderText: summary, aligned shard rows, DOWN row with the error, "
+          "worker rows",
+          "[psctl]") {
+  const std::string text = RenderText(Cluster());
+  INFO(text);
+  CHECK(absl::StrContains(text, "cluster: 2/3 shards up (1 DOWN)"));
+  CHECK(absl::StrContains(text, "policy: ASP, max_staleness 4"));
+  CHECK(absl::StrContains(text, "pushes 30"));
+  CHECK(absl::StrContains(text, "p99 7  max 8"));
+  const std::vector<std::string> lines = absl::StrSplit(text, '\n');
+  int header = -1;
+  for (size_t i = 0; i < lines.size(); ++i) {
+    if (absl::StartsWith(lines[i], "SHARD ")) header = static_cast<int>(i);
+  }
+  REQUIRE(header >= 0);
+  const std::string& h = lines[header];
+  const std::string& row0 = lines[header + 1];
+  const std::string& row2 = lines[header + 3];
+  CHECK(absl::StartsWith(row0, "0/3"));
+  CHECK(absl::StrContains(row0, "10.0.0.0:7000"));
+  // Right-aligned numeric columns end where their header ends.
+  const size_t pushes_end = h.find("PUSHES") + std::string("PUSHES").size();
+  CHECK(row0.substr(pushes_end - 2, 2) == "10");
+  CHECK(lines[header + 2].substr(pushes_end - 2, 2) == "20");
+  CHECK(absl::StrContains(row0, "1m05s"));
+  // The DOWN row names the address and the error.
+  CHECK(absl::StartsWith(row2, "2"));
+  CHECK(absl::StrContains(row2, "10.0.0.2:7000"));
+  CHECK(absl::StrContains(row2, "DOWN"));
+  CHECK(absl::StrContains(row2, "UNAVAILABLE: connection \"refused\""));
+  CHECK(absl::StrContains(text, "WORKER"));
+  CHECK(absl::StrContains(text, "0000000000000006"));
+  CHECK(absl::StrContains(text, "left"));
+}
+
+TEST_CASE("RenderText of an all-down cluster does not need any status",
+          "[psctl]") {
+  const std::string text = RenderText({Down(0, "DEADLINE_EXCEEDED: x")});
+  CHECK(absl::StrContains(text, "cluster: 0/1 shards up (1 DOWN)"));
+  CHECK(absl::StrContains(text, "DEADLINE_EXCEEDED: x"));
+  CHECK_FALSE(absl::StrContains(text, "\nWORKER "));
+}
+
+TEST_CASE("RenderJson is one parsable document with escaped strings",
+          "[psctl]") {
+  const std::string json = RenderJson(Cluster());
+  INFO(json);
+  Struct doc;
+  const auto parsed = google::protobuf::util::JsonStringToMessage(json, &doc);
+  INFO(parsed.ToString());
+  REQUIRE(parsed.ok());
+  const auto& shards = doc.fields().at("shards").list_value().values();
+  REQUIRE(shards.size() == 3);
+  const auto& s0 = shards[0].struct_value().fields();
+  CHECK(s0.at("up").bool_value());
+  CHECK(s0.at("address").string_value() == "10.0.0.0:7000");
+  const auto& st0 = s0.at("status").struct_value().fields();
+  CHECK(st0.at("shard_index").number_value() == 0);  // zeros are printed
+  CHECK(st0.at("counters").struct_value().fields().at("pushes").string_value() ==
+        "10");
+  const auto& s2 = shards[2].struct_value().fields();
+  CHECK_FALSE(s2.at("up").bool_value());
+  CHECK(s2.at("error").string_value() == "UNAVAILABLE: connection \"refused\"\n");
+  CHECK(s2.count("status") == 0);
+
+  const auto& sum = doc.fields().at("summary").struct_value().fields();
+  CHECK(sum.at("shards_up").number_value() == 2);
+  CHECK(sum.at("shards_down").number_value() == 1);
+  CHECK(sum.at("pushes").number_value() == 30);
+  CHECK(sum.at("staleness_p99").number_value() == 7);
+  CHECK(sum.at("pushes_per_s").number_value() == Approx(3.0));
+  const auto& workers = doc.fields().at("workers").list_value().values();
+  REQUIRE(workers.size() == 3);
+  CHECK(workers[1].struct_value().fields().at("clock").number_value() == 14);
+  CHECK(workers[2].struct_value().fields().at("state").string_value() == "left");
+}
+
+TEST_CASE("JsonQuote escapes quotes, backslashes and control characters",
+          "[psctl]") {
+  CHECK(JsonQuote("a\"b\\c\n\t\x01") == "\"a\\\"b\\\\c\\n\\t\\u0001\"");
+  CHECK(JsonQuote("") == "\"\"");
+}
+
+TEST_CASE("human units", "[psctl]") {
+  CHECK(HumanBytes(0) == "0 B");
+  CHECK(HumanBytes(1536) == "1.5 KiB");
+  CHECK(HumanBytes(3.0 * 1024 * 1024 * 1024) == "3.0 GiB");
+  CHECK(HumanDuration(12345) == "12.3s");
+  CHECK(HumanDuration(3723000) == "1h02m03s");
+  CHECK(HumanDuration(90061000) == "1d01h01m");
+}
+
+}  // namespace
+}  // namespace asyncps
