@@ -1,0 +1,236 @@
+// The psctl binary against real ps_server shards and an address where
+// nothing listens.
+
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <catch2/catch.hpp>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "absl/time/time.h"
+#include "google/protobuf/struct.pb.h"
+#include "google/protobuf/util/json_util.h"
+#include "tests/monitoring/shard_rpc.h"
+#include "tests/testing/subprocess.h"
+
+namespace asyncps {
+namespace {
+
+using google::protobuf::Struct;
+using testing::ServerProcess;
+using testing::ShardRpc;
+using testing::Subprocess;
+
+// A loopback address where nothing listens: a port bound, then released.
+std::string DeadAddress() {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  REQUIRE(fd >= 0);
+  sockaddr_in addr = {};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = 0;
+  REQUIRE(bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0);
+  socklen_t len = sizeof(addr);
+  REQUIRE(getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0);
+  close(fd);
+  return absl::StrCat("127.0.0.1:", ntohs(addr.sin_port));
+}
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+struct Run {
+  int code = -1;
+  std::string out;  // stdout
+  std::string err;  // stderr
+};
+
+// Runs psctl with `args`, stdout and stderr kept apart, within 60 s.
+Run Psctl(const std::vector<std::string>& args) {
+  const std::string out = testing::UniqueTmpPath("psctl_out");
+  const std::string err = testing::UniqueTmpPath("psctl_err");
+  std::string cmd = absl::StrCat("exec '", testing::RunfilePath("tools/psctl"),
+                                 "'");
+  for (const std::string& a : args) absl::StrAppend(&cmd, " '", a, "'");
+  absl::StrAppend(&cmd, " >'", out, "' 2>'", err, "'");
+  absl::StatusOr<std::unique_ptr<Subprocess>> p =
+      Subprocess::Start("/bin/sh", {"-c", cmd});
+  REQUIRE(p.ok());
+  absl::StatusOr<int> code = (*p)->Wait(absl::Seconds(60));
+  INFO(cmd);
+  REQUIRE(code.ok());
+  return Run{*code, ReadFile(out), ReadFile(err)};
+}
+
+std::vector<ServerProcess> StartTwoShards() {
+  absl::StatusOr<std::vector<ServerProcess>> cluster =
+      testing::StartPsCluster(2, {"--log_level=warn"});
+  REQUIRE(cluster.ok());
+  // Some traffic: the tensor on both shards, an (empty) push from worker 7
+  // to each, one pull from shard 0.
+  PushResponse push;
+  PullResponse pull;
+  for (const ServerProcess& s : *cluster) {
+    ShardRpc rpc(s.address);
+    REQUIRE(rpc.Create(testing::ZerosSpec("w", 8, 4)).ok());
+    REQUIRE(rpc.Push(7, 77, 0, 1, {}, "w", 4, &push).ok());
+  }
+  REQUIRE(ShardRpc((*cluster)[0].address).Pull(7, 77, 1, "w", &pull).ok());
+  return *std::move(cluster);
+}
+
+TEST_CASE("psctl status --json: live shards in full, a dead one DOWN, exit 1",
+          "[psctl][process]") {
+  std::vector<ServerProcess> cluster = StartTwoShards();
+  const std::string dead = DeadAddress();
+  const Run run = Psctl({"status",
+                         absl::StrCat("--servers=", cluster[0].address, ",",
+                                      cluster[1].address, ",", dead),
+                         "--json", "--timeout=5s"});
+  INFO("stdout:\n" << run.out << "\nstderr:\n" << run.err);
+  CHECK(run.code == 1);
+
+  Struct doc;
+  REQUIRE(google::protobuf::util::JsonStringToMessage(run.out, &doc).ok());
+  const auto& shards = doc.fields().at("shards").list_value().values();
+  REQUIRE(shards.size() == 3);
+  for (int i = 0; i < 2; ++i) {
+    const auto& s = shards[i].struct_value().fields();
+    CHECK(s.at("up").bool_value());
+    CHECK(s.at("address").string_value() == cluster[i].address);
+    const auto& st = s.at("status").struct_value().fields();
+    CHECK(st.at("shard_index").number_value() == i);
+    CHECK(st.at("num_shards").number_value() == 2);
+    CHECK(st.at("counters").struct_value().fields().at("pushes").string_value() ==
+          "1");
+  }
+  const auto& down = shards[2].struct_value().fields();
+  CHECK_FALSE(down.at("up").bool_value());
+  CHECK(down.at("address").string_value() == dead);
+  CHECK(absl::StartsWith(down.at("error").string_value(), "UNAVAILABLE"));
+
+  const auto& sum = doc.fields().at("summary").struct_value().fields();
+  CHECK(sum.at("shards_up").number_value() == 2);
+  CHECK(sum.at("shards_down").number_value() == 1);
+  CHECK(sum.at("tensors").number_value() == 1);
+  CHECK(sum.at("slices").number_value() == 2);
+  CHECK(sum.at("parameters").number_value() == 8);
+  CHECK(sum.at("pushes").number_value() == 2);
+  CHECK(sum.at("pulls").number_value() == 1);
+  CHECK(sum.at("policy").string_value() ==
+        "ASP, max_staleness -1, staleness_lr none");
+  const auto& workers = doc.fields().at("workers").list_value().values();
+  REQUIRE(workers.size() == 1);
+  const auto& w = workers[0].struct_value().fields();
+  CHECK(w.at("worker_id").number_value() == 7);
+  CHECK(w.at("incarnation").string_value() == "77");
+  CHECK(w.at("clock").number_value() == 1);
+  CHECK(w.at("shards").number_value() == 2);
+  CHECK(w.at("pushes").number_value() == 2);
+  CHECK(w.at("state").string_value() == "live");
+
+  // The text form says the same.
+  const Run text = Psctl(
+      {"status", absl::StrCat("--servers=", cluster[0].address, ",", dead)});
+  INFO("text:\n" << text.out);
+  CHECK(text.code == 1);
+  CHECK(absl::StrContains(text.out, "cluster: 1/2 shards up (1 DOWN)"));
+  CHECK(absl::StrContains(text.out, dead));
+  CHECK(absl::StrContains(text.out, "DOWN   UNAVAILABLE"));
+}
+
+TEST_CASE("psctl exits 0 when every shard answers; tensors lists the tensor",
+          "[psctl][process]") {
+  std::vector<ServerProcess> cluster = StartTwoShards();
+  const std::string servers = testing::ServerList(cluster);
+  const Run run = Psctl({"status", "--servers=" + servers});
+  INFO("stdout:\n" << run.out << "\nstderr:\n" << run.err);
+  CHECK(run.code == 0);
+  CHECK(absl::StrContains(run.out, "cluster: 2/2 shards up"));
+  CHECK_FALSE(absl::StrContains(run.out, "DOWN"));
+  CHECK(run.err.empty());
+
+  const Run tensors = Psctl({"tensors", "--servers=" + servers});
+  INFO("tensors:\n" << tensors.out);
+  CHECK(tensors.code == 0);
+  CHECK(absl::StrContains(tensors.out, "2/2 shards answered"));
+  bool found = false;
+  for (absl::string_view line : absl::StrSplit(tensors.out, '\n')) {
+    if (absl::StartsWith(line, "w ")) {
+      found = true;
+      CHECK(absl::StrContains(line, "[8]"));
+      CHECK(absl::StrContains(line, "2/2"));
+      CHECK_FALSE(absl::StrContains(line, "MISMATCH"));
+    }
+  }
+  CHECK(found);
+}
+
+TEST_CASE("psctl --watch refreshes until SIGINT", "[psctl][process]") {
+  absl::StatusOr<std::vector<ServerProcess>> cluster =
+      testing::StartPsCluster(1, {"--log_level=warn"});
+  REQUIRE(cluster.ok());
+  absl::StatusOr<std::unique_ptr<Subprocess>> p = Subprocess::Start(
+      testing::RunfilePath("tools/psctl"),
+      {"status", "--servers=" + testing::ServerList(*cluster),
+       "--watch=100ms"});
+  REQUIRE(p.ok());
+  Subprocess& psctl = **p;
+  INFO("psctl log:\n" << psctl.LogTail());
+  REQUIRE(testing::WaitFor(
+              [&] {
+                const std::string log = psctl.ReadLog();
+                return absl::StrContains(
+                    log.substr(log.find("cluster:") + 1), "cluster:");
+              },
+              absl::Seconds(30), "two refreshes")
+              .ok());
+  REQUIRE(psctl.Signal(SIGINT).ok());
+  absl::StatusOr<int> code = psctl.Wait(absl::Seconds(30));
+  REQUIRE(code.ok());
+  CHECK(*code == 0);
+}
+
+TEST_CASE("psctl rejects bad usage with exit 2, naming the flag",
+          "[psctl][process]") {
+  struct Case {
+    std::vector<std::string> args;
+    std::string message;
+  };
+  const std::vector<Case> cases = {
+      {{"status", "--servers=127.0.0.1:1", "--bogus=1"}, "--bogus"},
+      {{"status", "--servers=127.0.0.1:1", "--timeout=soon"}, "--timeout"},
+      {{"status", "--servers=127.0.0.1:1", "--timeout=0s"}, "--timeout"},
+      {{"status", "--servers=127.0.0.1:1", "--watch=-1s"}, "--watch"},
+      {{"status", "--servers=127.0.0.1:1", "--nojson=1"}, "--nojson"},
+      {{"status", "--servers=nohost"}, "--servers"},
+      {{"status"}, "--servers"},
+      {{"tensors", "--servers=127.0.0.1:1", "--watch=1s"}, "--watch"},
+      {{"frobnicate", "--servers=127.0.0.1:1"}, "frobnicate"},
+      {{}, "command"},
+  };
+  for (const Case& c : cases) {
+    const Run run = Psctl(c.args);
+    INFO("args: " << absl::StrJoin(c.args, " ") << "\nstderr: " << run.err);
+    CHECK(run.code == 2);
+    CHECK(absl::StrContains(run.err, c.message));
+    CHECK(run.out.empty());
+  }
+}
+
+}  // namespace
+}  // namespace asyncps
