@@ -73,7 +73,7 @@ for p in "${policies[@]}"; do
 done
 
 gnuplot <<GNUPLOT
-set terminal pngcairo size 960,600 font "sans,11"
+set terminal pngcairo size 960,600 font "sans,11" noenhanced
 set output "$out/accuracy.png"
 set title "Fashion-MNIST MLP, 2 shards x 4 workers, worker 3 sleeps ${straggler_ms} ms/step"
 set xlabel "wall time (s)"
@@ -82,7 +82,7 @@ set key bottom right
 set grid
 set datafile separator ","
 set yrange [0.6:0.92]
-plot for [p in "${policies[*]}"] "< grep '^'.p.',' $out/study.csv" using 2:5 with linespoints title p
+plot for [p in "${policies[*]}"] "< grep '^".p.",' $out/study.csv" using 2:5 with linespoints title p
 GNUPLOT
 
 echo
