@@ -6,7 +6,7 @@
 #      MLP step); on a machine where nvidia-smi lists a GPU a missing CUDA
 #      device fails the test instead of skipping it,
 #   3. run //tests/bench:backend_bench (examples/s, CUDA vs CPU),
-#   4. (TODO) a short distributed run: 2 shards + 1 GPU worker.
+#   4. a short distributed run: 2 shards + 1 GPU worker (deploy/local.sh).
 # Results go to OUTDIR: summary.txt (one line per step), nvidia-smi.txt,
 # build.txt, parity.txt, bench.txt, bench.csv.
 #
@@ -67,9 +67,10 @@ JOBS="--jobs=$(nproc)"
 CUDA_FLAGS=(--config=cuda "$JOBS")
 
 # --- 1. Build ----------------------------------------------------------------
-step build 140 "$OUT/build.txt" \
+step build 150 "$OUT/build.txt" \
   bazel build "${CUDA_FLAGS[@]}" //kernels:backend \
-  //tests/kernels:cuda_parity_test //tests/bench:backend_bench
+  //tests/kernels:cuda_parity_test //tests/bench:backend_bench \
+  //server:ps_server //worker:ps_worker
 
 # --- 2. Parity tests ---------------------------------------------------------
 step parity 75 "$OUT/parity.txt" \
@@ -84,21 +85,14 @@ step bench 70 "$OUT/bench.txt" \
   bazel-bin/tests/bench/backend_bench --iters=50 --warmup=3 \
   --max_seconds=8 --csv="$OUT/bench.csv"
 
-# --- 4. TODO(distributed): 2 shards + 1 GPU worker ---------------------------
-# To be written once //server:ps_server and //worker:ps_worker exist: start two
-# ps_server shards on port 0, one ps_worker with the CUDA backend for a few
-# hundred steps, and record the loss curve and steps/s in OUTDIR. Until then
-# this section only reports whether the targets exist and skips.
-have_target() {
-  timeout 60 bazel query "$1" >/dev/null 2>&1
-}
-if have_target //server:ps_server && have_target //worker:ps_worker; then
-  echo "distributed: SKIPPED (TODO: ps_server and ps_worker exist; the run is not written yet)" |
-    tee -a "$SUMMARY"
-else
-  echo "distributed: SKIPPED (//server:ps_server or //worker:ps_worker does not exist yet)" |
-    tee -a "$SUMMARY"
-fi
+# --- 4. Distributed: 2 shards + 1 GPU worker -------------------------------
+# Two ps_server shards on loopback and one ps_worker on the CUDA backend for
+# 2 epochs; the worker prints its progress and the final test accuracy.
+step distributed 120 "$OUT/distributed.txt" \
+  deploy/local.sh --no-build --shards 2 --workers 1 --epochs 2 \
+  --logdir "$OUT/distributed" --worker-flags "--device=cuda --log_every_steps=200"
+grep -h '^final test accuracy' "$OUT/distributed.txt" | tail -n 1 |
+  sed 's/^/distributed: /' | tee -a "$SUMMARY" || true
 
 echo "total: $(($(date +%s) - START))s" | tee -a "$SUMMARY"
 exit "$FAILED"
