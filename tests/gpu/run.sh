@@ -67,13 +67,13 @@ JOBS="--jobs=$(nproc)"
 CUDA_FLAGS=(--config=cuda "$JOBS")
 
 # --- 1. Build ----------------------------------------------------------------
-step build 150 "$OUT/build.txt" \
+step build 120 "$OUT/build.txt" \
   bazel build "${CUDA_FLAGS[@]}" //kernels:backend \
   //tests/kernels:cuda_parity_test //tests/bench:backend_bench \
   //server:ps_server //worker:ps_worker
 
 # --- 2. Parity tests ---------------------------------------------------------
-step parity 75 "$OUT/parity.txt" \
+step parity 55 "$OUT/parity.txt" \
   bazel test "${CUDA_FLAGS[@]}" --test_output=all \
   --test_env=ASYNCPS_REQUIRE_CUDA="$REQUIRE_CUDA" \
   --test_env=LD_LIBRARY_PATH --test_env=CUDA_VISIBLE_DEVICES \
@@ -81,14 +81,14 @@ step parity 75 "$OUT/parity.txt" \
 
 # --- 3. Benchmark ------------------------------------------------------------
 # 2 models x 2 backends x <= 8 s timed each, plus warmup and CUDA start-up.
-step bench 70 "$OUT/bench.txt" \
+step bench 55 "$OUT/bench.txt" \
   bazel-bin/tests/bench/backend_bench --iters=50 --warmup=3 \
   --max_seconds=8 --csv="$OUT/bench.csv"
 
 # --- 4. Distributed: 2 shards + 1 GPU worker -------------------------------
 # Two ps_server shards on loopback and one ps_worker on the CUDA backend for
 # 2 epochs; the worker prints its progress and the final test accuracy.
-step distributed 120 "$OUT/distributed.txt" \
+step distributed 60 "$OUT/distributed.txt" \
   deploy/local.sh --no-build --shards 2 --workers 1 --epochs 2 \
   --logdir "$OUT/distributed" --worker-flags "--device=cuda --log_every_steps=200"
 grep -h '^final test accuracy' "$OUT/distributed.txt" | tail -n 1 |
