@@ -23,10 +23,17 @@ std::string EscapeLabelValue(absl::string_view v) {
   out.reserve(v.size());
   for (char c : v) {
     switch (c) {
-      case '\\': out += "\\\\"; break;
-      case '"': out += "\\\""; break;
-      case '\n': out += "\\n"; break;
-      default: out += c;
+      case '\\':
+        out += "\\\\";
+        break;
+      case '"':
+        out += "\\\"";
+        break;
+      case '\n':
+        out += "\\n";
+        break;
+      default:
+        out += c;
     }
   }
   return out;
@@ -53,8 +60,8 @@ class Exposition {
   // `labels` are extra, already formatted `k="v"` pairs, comma-separated.
   void Sample(absl::string_view name, absl::string_view value,
               absl::string_view labels = "") {
-    absl::StrAppend(&out_, name, "{", shard_label_,
-                    labels.empty() ? "" : ",", labels, "} ", value, "\n");
+    absl::StrAppend(&out_, name, "{", shard_label_, labels.empty() ? "" : ",",
+                    labels, "} ", value, "\n");
   }
 
   void Single(absl::string_view name, absl::string_view type,
@@ -174,7 +181,8 @@ std::string RenderPrometheus(const StatusResponse& s) {
                           absl::string_view help, auto value) {
       e.Family(name, type, help);
       for (const WorkerStatus& w : s.workers()) {
-        e.Sample(name, value(w), absl::StrCat("worker=\"", w.worker_id(), "\""));
+        e.Sample(name, value(w),
+                 absl::StrCat("worker=\"", w.worker_id(), "\""));
       }
     };
     per_worker("asyncps_worker_clock", "gauge",
@@ -230,10 +238,10 @@ absl::StatusOr<int> MetricsHttpServer::Start(const std::string& host,
     int yes = 1;
     setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
   });
-  server->Get("/metrics", [this](const httplib::Request&,
-                                 httplib::Response& res) {
-    res.set_content(RenderPrometheus(source_()), kPrometheusContentType);
-  });
+  server->Get(
+      "/metrics", [this](const httplib::Request&, httplib::Response& res) {
+        res.set_content(RenderPrometheus(source_()), kPrometheusContentType);
+      });
   server->Get("/", [](const httplib::Request&, httplib::Response& res) {
     res.set_content("asyncps shard: metrics at /metrics\n", "text/plain");
   });
@@ -246,9 +254,9 @@ absl::StatusOr<int> MetricsHttpServer::Start(const std::string& host,
     bound = -1;
   }
   if (bound < 0) {
-    return absl::UnavailableError(absl::StrCat(
-        "cannot listen for metrics on ", host, ":", port,
-        " (address in use or not available?)"));
+    return absl::UnavailableError(
+        absl::StrCat("cannot listen for metrics on ", host, ":", port,
+                     " (address in use or not available?)"));
   }
   httplib::Server* raw = server.get();
   thread_ = std::thread([raw] { raw->listen_after_bind(); });

@@ -89,9 +89,9 @@ absl::StatusOr<PsServerOptions> OptionsFromFlags() {
   }
   const int metrics_port = absl::GetFlag(FLAGS_metrics_port);
   if (metrics_port < -1 || metrics_port > 65535) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--metrics_port must be -1 (off) or in [0, 65535], got ",
-        metrics_port));
+    return absl::InvalidArgumentError(
+        absl::StrCat("--metrics_port must be -1 (off) or in [0, 65535], got ",
+                     metrics_port));
   }
   o.store.num_shards = absl::GetFlag(FLAGS_num_shards);
   if (o.store.num_shards < 1) {
@@ -193,7 +193,9 @@ int Main(int argc, char** argv) {
   if (metrics_port >= 0) {
     absl::StatusOr<int> bound =
         metrics.Start(absl::GetFlag(FLAGS_host), metrics_port);
-    if (!bound.ok()) return Fail("--metrics_port: " + bound.status().ToString());
+    if (!bound.ok()) {
+      return Fail("--metrics_port: " + bound.status().ToString());
+    }
     logger->info("Prometheus metrics on http://{}:{}/metrics",
                  absl::GetFlag(FLAGS_host), *bound);
     const std::string metrics_file = absl::GetFlag(FLAGS_metrics_port_file);

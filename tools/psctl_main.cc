@@ -83,8 +83,7 @@ absl::Status CheckFlagArguments(int argc, char** argv) {
       if (!negated) flag = nullptr;
     }
     if (flag == nullptr) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("unknown flag --", name));
+      return absl::InvalidArgumentError(absl::StrCat("unknown flag --", name));
     }
     std::string value;
     if (negated) {
@@ -138,9 +137,9 @@ int RunStatus(ShardQuery& query, absl::Duration timeout, absl::Duration watch,
     }
     std::string out = json ? RenderJson(results) : RenderText(results);
     if (watch > absl::ZeroDuration() && !json) {
-      out = absl::StrCat(clear ? "\033[H\033[2J" : "", LocalTime(),
-                         "  (every ", absl::FormatDuration(watch),
-                         ", Ctrl-C to stop)\n", out, clear ? "" : "\n");
+      out = absl::StrCat(clear ? "\033[H\033[2J" : "", LocalTime(), "  (every ",
+                         absl::FormatDuration(watch), ", Ctrl-C to stop)\n",
+                         out, clear ? "" : "\n");
     }
     std::fwrite(out.data(), 1, out.size(), stdout);
     std::fflush(stdout);
@@ -205,9 +204,9 @@ int RunTensors(ShardQuery& query, absl::Duration timeout, bool json) {
                .ok()) {
         spec = "null";
       }
-      rows.push_back(absl::StrCat("{\"spec\":", spec, ",\"shards\":",
-                                  seen.shards, ",\"consistent\":",
-                                  seen.mismatch ? "false" : "true", "}"));
+      rows.push_back(absl::StrCat(
+          "{\"spec\":", spec, ",\"shards\":", seen.shards,
+          ",\"consistent\":", seen.mismatch ? "false" : "true", "}"));
     }
     out = absl::StrCat("{\"shards\":[", absl::StrJoin(shards, ","),
                        "],\"tensors\":[", absl::StrJoin(rows, ","), "]}\n");
@@ -219,21 +218,20 @@ int RunTensors(ShardQuery& query, absl::Duration timeout, bool json) {
                         r.error, "\n");
       }
     }
-    absl::StrAppend(&out, absl::StrFormat("%-24s %-16s %12s %11s %-20s %-10s %s\n",
-                                          "NAME", "SHAPE", "ELEMS",
-                                          "SLICE_ELEMS", "INIT", "OPTIMIZER",
-                                          "SHARDS"));
+    absl::StrAppend(
+        &out, absl::StrFormat("%-24s %-16s %12s %11s %-20s %-10s %s\n", "NAME",
+                              "SHAPE", "ELEMS", "SLICE_ELEMS", "INIT",
+                              "OPTIMIZER", "SHARDS"));
     for (const auto& [name, seen] : tensors) {
       int64_t elems = 1;
       for (int64_t d : seen.spec.shape()) elems *= d;
       absl::StrAppend(
-          &out,
-          absl::StrFormat("%-24s %-16s %12d %11d %-20s %-10s %d/%d%s\n", name,
-                          Shape(seen.spec), elems, seen.spec.slice_elems(),
-                          Initializer_Name(seen.spec.init()),
-                          OptimizerType_Name(seen.spec.optimizer().type()),
-                          seen.shards, up,
-                          seen.mismatch ? "  SPEC MISMATCH" : ""));
+          &out, absl::StrFormat(
+                    "%-24s %-16s %12d %11d %-20s %-10s %d/%d%s\n", name,
+                    Shape(seen.spec), elems, seen.spec.slice_elems(),
+                    Initializer_Name(seen.spec.init()),
+                    OptimizerType_Name(seen.spec.optimizer().type()),
+                    seen.shards, up, seen.mismatch ? "  SPEC MISMATCH" : ""));
     }
   }
   std::fwrite(out.data(), 1, out.size(), stdout);
@@ -246,9 +244,9 @@ int Main(int argc, char** argv) {
   if (!flags_ok.ok()) return UsageError(std::string(flags_ok.message()));
   const std::vector<char*> args = absl::ParseCommandLine(argc, argv);
   if (args.size() != 2) {
-    return UsageError(absl::StrCat(
-        "expected one command (status or tensors), got ", args.size() - 1,
-        "\n", kUsage));
+    return UsageError(
+        absl::StrCat("expected one command (status or tensors), got ",
+                     args.size() - 1, "\n", kUsage));
   }
   const std::string command = args[1];
   if (command != "status" && command != "tensors") {

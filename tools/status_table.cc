@@ -29,7 +29,8 @@ class TextTable {
     std::vector<size_t> width(header_.size(), 0);
     auto measure = [&](const std::vector<std::string>& row) {
       // A short row's last cell spans the rest; it does not widen a column.
-      const size_t n = row.size() < header_.size() ? row.size() - 1 : row.size();
+      const size_t n =
+          row.size() < header_.size() ? row.size() - 1 : row.size();
       for (size_t i = 0; i < n && i < width.size(); ++i) {
         width[i] = std::max(width[i], row[i].size());
       }
@@ -110,13 +111,27 @@ std::string JsonQuote(const std::string& s) {
   std::string out = "\"";
   for (unsigned char c : s) {
     switch (c) {
-      case '"': out += "\\\""; break;
-      case '\\': out += "\\\\"; break;
-      case '\b': out += "\\b"; break;
-      case '\f': out += "\\f"; break;
-      case '\n': out += "\\n"; break;
-      case '\r': out += "\\r"; break;
-      case '\t': out += "\\t"; break;
+      case '"':
+        out += "\\\"";
+        break;
+      case '\\':
+        out += "\\\\";
+        break;
+      case '\b':
+        out += "\\b";
+        break;
+      case '\f':
+        out += "\\f";
+        break;
+      case '\n':
+        out += "\\n";
+        break;
+      case '\r':
+        out += "\\r";
+        break;
+      case '\t':
+        out += "\\t";
+        break;
       default:
         if (c < 0x20 || c == 0x7f) {
           out += absl::StrFormat("\\u%04x", c);
@@ -301,10 +316,9 @@ std::string RenderText(const std::vector<ShardResult>& shards) {
                   HumanBytes(st.parameter_bytes()), absl::StrCat(sc.pushes()),
                   absl::StrCat(sc.pulls()), absl::StrCat(sc.updates_applied()),
                   absl::StrCat(sc.refused_stale()), absl::StrCat(sc.scaled()),
-                  absl::StrCat(sc.rejected_bad_input()),
-                  absl::StrCat(h.p50()), absl::StrCat(h.p90()),
-                  absl::StrCat(h.p99()), absl::StrCat(h.max()),
-                  absl::StrCat(st.workers_size())});
+                  absl::StrCat(sc.rejected_bad_input()), absl::StrCat(h.p50()),
+                  absl::StrCat(h.p90()), absl::StrCat(h.p99()),
+                  absl::StrCat(h.max()), absl::StrCat(st.workers_size())});
   }
   absl::StrAppend(&out, table.Render());
 
@@ -314,8 +328,9 @@ std::string RenderText(const std::vector<ShardResult>& shards) {
                   "PUSHES", "SHARDS"},
                  /*left_columns=*/3);
     for (const MergedWorker& w : workers) {
-      wt.AddRow({absl::StrCat(w.worker_id), absl::StrFormat("%016x", w.incarnation),
-                 w.state(), absl::StrCat(w.clock), absl::StrCat(w.lag),
+      wt.AddRow({absl::StrCat(w.worker_id),
+                 absl::StrFormat("%016x", w.incarnation), w.state(),
+                 absl::StrCat(w.clock), absl::StrCat(w.lag),
                  absl::StrCat(HumanDuration(w.heartbeat_age_ms), " ago"),
                  absl::StrCat(w.pushes), absl::StrCat(w.shards)});
     }
@@ -337,8 +352,8 @@ std::string RenderJson(const std::vector<ShardResult>& shards) {
                                    ",\"up\":", r.up ? "true" : "false");
     if (r.up) {
       std::string status;
-      const auto converted =
-          google::protobuf::util::MessageToJsonString(r.status, &status, options);
+      const auto converted = google::protobuf::util::MessageToJsonString(
+          r.status, &status, options);
       if (converted.ok()) {
         absl::StrAppend(&row, ",\"status\":", status);
       } else {

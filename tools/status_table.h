@@ -16,8 +16,8 @@ namespace asyncps {
 
 // One shard's answer to Status, or why there is none.
 struct ShardResult {
-  int index = 0;          // position in the --servers list (= shard index)
-  std::string address;    // as dialled
+  int index = 0;        // position in the --servers list (= shard index)
+  std::string address;  // as dialled
   bool up = false;
   std::string error;      // when !up: "CODE: message"
   StatusResponse status;  // when up

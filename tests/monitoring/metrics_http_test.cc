@@ -139,8 +139,8 @@ StatusResponse HandBuiltStatus() {
   c->set_pull_wait_timeouts(1);
   // Buckets [0,1) [1,2) [2,32) [32,inf): counts 5 3 0 2.
   StalenessHistogram* h = s.mutable_staleness();
-  for (uint64_t b : {uint64_t{1}, uint64_t{2}, uint64_t{32},
-                     uint64_t{INT64_MAX}}) {
+  for (uint64_t b :
+       {uint64_t{1}, uint64_t{2}, uint64_t{32}, uint64_t{INT64_MAX}}) {
     h->add_upper_bounds(b);
   }
   for (uint64_t n : {5, 3, 0, 2}) h->add_counts(n);
@@ -202,18 +202,24 @@ TEST_CASE("RenderPrometheus writes valid text format with every metric",
   CHECK(Sample(e, R"(asyncps_worker_lag{shard="3",worker="9"})") == 2);
   CHECK(Sample(e, R"(asyncps_worker_live{shard="3",worker="7"})") == 1);
   CHECK(Sample(e, R"(asyncps_worker_live{shard="3",worker="9"})") == 0);
-  CHECK(Sample(e, R"(asyncps_worker_heartbeat_age_seconds{shard="3",worker="9"})") ==
-        Approx(1.5));
+  CHECK(
+      Sample(e,
+             R"(asyncps_worker_heartbeat_age_seconds{shard="3",worker="9"})") ==
+      Approx(1.5));
   CHECK(Sample(e, R"(asyncps_worker_pushes_total{shard="3",worker="9"})") == 9);
 
   // Label values escape quote, backslash and newline.
-  CHECK(Sample(e, R"(asyncps_build_info{shard="3",version="1.2\"beta\\x\n",consistency="SSP",staleness_lr="inverse"})") ==
-        1);
+  CHECK(
+      Sample(
+          e,
+          R"(asyncps_build_info{shard="3",version="1.2\"beta\\x\n",consistency="SSP",staleness_lr="inverse"})") ==
+      1);
 }
 
-TEST_CASE("RenderPrometheus of an idle shard has an empty histogram and no "
-          "worker series",
-          "[monitoring][metrics]") {
+TEST_CASE(
+    "RenderPrometheus of an idle shard has an empty histogram and no "
+    "worker series",
+    "[monitoring][metrics]") {
   StatusResponse s;
   s.set_shard_index(0);
   const Exposition e = Parse(RenderPrometheus(s));

@@ -47,10 +47,11 @@ class ShardRpc {
 
   // One gradient of `elems` floats (all 0.5) per entry of `slices`:
   // (tensor, slice, read_version).
-  grpc::Status Push(
-      int32_t worker, uint64_t incarnation, int64_t clock, uint64_t seq,
-      const std::vector<std::pair<uint32_t, uint64_t>>& slices,
-      const std::string& tensor, size_t elems, PushResponse* resp) {
+  grpc::Status Push(int32_t worker, uint64_t incarnation, int64_t clock,
+                    uint64_t seq,
+                    const std::vector<std::pair<uint32_t, uint64_t>>& slices,
+                    const std::string& tensor, size_t elems,
+                    PushResponse* resp) {
     PushRequest req;
     *req.mutable_worker() = Ref(worker, incarnation, clock);
     req.set_seq(seq);

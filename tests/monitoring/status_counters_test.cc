@@ -20,11 +20,11 @@ using testing::ServerProcess;
 using testing::ShardRpc;
 using testing::StartPsServer;
 
-#define REQUIRE_RPC_OK(expr)                                          \
-  do {                                                                \
-    const grpc::Status _s = (expr);                                   \
-    INFO(_s.error_code() << ": " << _s.error_message());              \
-    REQUIRE(_s.ok());                                                 \
+#define REQUIRE_RPC_OK(expr)                             \
+  do {                                                   \
+    const grpc::Status _s = (expr);                      \
+    INFO(_s.error_code() << ": " << _s.error_message()); \
+    REQUIRE(_s.ok());                                    \
   } while (0)
 
 constexpr int32_t kA = 1;
@@ -43,8 +43,8 @@ TEST_CASE("status counters match a scripted sequence exactly",
           "[monitoring][status]") {
   // One shard holds both slices of an 8-element tensor (4 per slice); any
   // gradient read one update ago is refused.
-  absl::StatusOr<ServerProcess> server = StartPsServer(
-      0, 1, {"--max_staleness=0", "--log_level=warn"});
+  absl::StatusOr<ServerProcess> server =
+      StartPsServer(0, 1, {"--max_staleness=0", "--log_level=warn"});
   REQUIRE(server.ok());
   INFO("server log:\n" << server->process->LogTail());
   ShardRpc rpc(server->address);
@@ -88,8 +88,7 @@ TEST_CASE("status counters match a scripted sequence exactly",
 
   // A malformed push (3 floats for a 4-element slice) is rejected whole.
   push.Clear();
-  const grpc::Status bad =
-      rpc.Push(kB, kIncB, 1, 2, {{1, 2}}, "w", 3, &push);
+  const grpc::Status bad = rpc.Push(kB, kIncB, 1, 2, {{1, 2}}, "w", 3, &push);
   CHECK(bad.error_code() == grpc::StatusCode::INVALID_ARGUMENT);
 
   StatusResponse st;

@@ -63,8 +63,8 @@ struct Run {
 Run Psctl(const std::vector<std::string>& args) {
   const std::string out = testing::UniqueTmpPath("psctl_out");
   const std::string err = testing::UniqueTmpPath("psctl_err");
-  std::string cmd = absl::StrCat("exec '", testing::RunfilePath("tools/psctl"),
-                                 "'");
+  std::string cmd =
+      absl::StrCat("exec '", testing::RunfilePath("tools/psctl"), "'");
   for (const std::string& a : args) absl::StrAppend(&cmd, " '", a, "'");
   absl::StrAppend(&cmd, " >'", out, "' 2>'", err, "'");
   absl::StatusOr<std::unique_ptr<Subprocess>> p =
@@ -115,8 +115,9 @@ TEST_CASE("psctl status --json: live shards in full, a dead one DOWN, exit 1",
     const auto& st = s.at("status").struct_value().fields();
     CHECK(st.at("shard_index").number_value() == i);
     CHECK(st.at("num_shards").number_value() == 2);
-    CHECK(st.at("counters").struct_value().fields().at("pushes").string_value() ==
-          "1");
+    CHECK(
+        st.at("counters").struct_value().fields().at("pushes").string_value() ==
+        "1");
   }
   const auto& down = shards[2].struct_value().fields();
   CHECK_FALSE(down.at("up").bool_value());
@@ -184,18 +185,18 @@ TEST_CASE("psctl --watch refreshes until SIGINT", "[psctl][process]") {
   absl::StatusOr<std::vector<ServerProcess>> cluster =
       testing::StartPsCluster(1, {"--log_level=warn"});
   REQUIRE(cluster.ok());
-  absl::StatusOr<std::unique_ptr<Subprocess>> p = Subprocess::Start(
-      testing::RunfilePath("tools/psctl"),
-      {"status", "--servers=" + testing::ServerList(*cluster),
-       "--watch=100ms"});
+  absl::StatusOr<std::unique_ptr<Subprocess>> p =
+      Subprocess::Start(testing::RunfilePath("tools/psctl"),
+                        {"status", "--servers=" + testing::ServerList(*cluster),
+                         "--watch=100ms"});
   REQUIRE(p.ok());
   Subprocess& psctl = **p;
   INFO("psctl log:\n" << psctl.LogTail());
   REQUIRE(testing::WaitFor(
               [&] {
                 const std::string log = psctl.ReadLog();
-                return absl::StrContains(
-                    log.substr(log.find("cluster:") + 1), "cluster:");
+                return absl::StrContains(log.substr(log.find("cluster:") + 1),
+                                         "cluster:");
               },
               absl::Seconds(30), "two refreshes")
               .ok());

@@ -86,8 +86,7 @@ std::vector<ShardResult> Cluster() {
           Down(2, "UNAVAILABLE: connection \"refused\"\n")};
 }
 
-TEST_CASE("Summarize adds counters and takes the worst staleness",
-          "[psctl]") {
+TEST_CASE("Summarize adds counters and takes the worst staleness", "[psctl]") {
   const ClusterSummary s = Summarize(Cluster());
   CHECK(s.shards_up == 2);
   CHECK(s.shards_down == 1);
@@ -145,9 +144,10 @@ TEST_CASE("MergeWorkers keeps the newest incarnation and merges its records",
   CHECK(w[2].lag == 0);
 }
 
-TEST_CASE("RenderText: summary, aligned shard rows, DOWN row with the error, "
-          "worker rows",
-          "[psctl]") {
+TEST_CASE(
+    "RenderText: summary, aligned shard rows, DOWN row with the error, "
+    "worker rows",
+    "[psctl]") {
   const std::string text = RenderText(Cluster());
   INFO(text);
   CHECK(absl::StrContains(text, "cluster: 2/3 shards up (1 DOWN)"));
@@ -203,11 +203,13 @@ TEST_CASE("RenderJson is one parsable document with escaped strings",
   CHECK(s0.at("address").string_value() == "10.0.0.0:7000");
   const auto& st0 = s0.at("status").struct_value().fields();
   CHECK(st0.at("shard_index").number_value() == 0);  // zeros are printed
-  CHECK(st0.at("counters").struct_value().fields().at("pushes").string_value() ==
-        "10");
+  CHECK(
+      st0.at("counters").struct_value().fields().at("pushes").string_value() ==
+      "10");
   const auto& s2 = shards[2].struct_value().fields();
   CHECK_FALSE(s2.at("up").bool_value());
-  CHECK(s2.at("error").string_value() == "UNAVAILABLE: connection \"refused\"\n");
+  CHECK(s2.at("error").string_value() ==
+        "UNAVAILABLE: connection \"refused\"\n");
   CHECK(s2.count("status") == 0);
 
   const auto& sum = doc.fields().at("summary").struct_value().fields();
@@ -219,7 +221,8 @@ TEST_CASE("RenderJson is one parsable document with escaped strings",
   const auto& workers = doc.fields().at("workers").list_value().values();
   REQUIRE(workers.size() == 3);
   CHECK(workers[1].struct_value().fields().at("clock").number_value() == 14);
-  CHECK(workers[2].struct_value().fields().at("state").string_value() == "left");
+  CHECK(workers[2].struct_value().fields().at("state").string_value() ==
+        "left");
 }
 
 TEST_CASE("JsonQuote escapes quotes, backslashes and control characters",
