@@ -1,5 +1,7 @@
 #include "server/shard_stats.h"
 
+#include <algorithm>
+#include <cmath>
 #include <limits>
 
 namespace asyncps {
@@ -89,11 +91,13 @@ void ShardStats::Snapshot(Counters* c, StalenessHistogram* h, Rates* rates,
   const uint64_t count = staleness_count_.load(kRelaxed);
   h->set_mean(count ? static_cast<double>(staleness_sum_.load(kRelaxed)) / count
                     : 0.0);
-  // Percentile = lower edge of the bucket holding it (exact below 16),
-  // capped by the exact maximum.
+  // Nearest-rank percentile: the smallest staleness with at least q of the
+  // samples at or below it. Exact below 16; above, the lower edge of the
+  // bucket, capped by the exact maximum.
   auto percentile = [&](double q) -> uint64_t {
     if (total == 0) return 0;
-    const uint64_t rank = static_cast<uint64_t>(q * (total - 1)) + 1;
+    const uint64_t rank = std::max<uint64_t>(
+        1, static_cast<uint64_t>(std::ceil(q * static_cast<double>(total))));
     uint64_t seen = 0;
     for (int i = 0; i < kBuckets; ++i) {
       seen += h->counts(i);
