@@ -57,7 +57,7 @@ constexpr char kUsage[] =
     "Inspects an asyncps cluster.\n"
     "  psctl status  --servers=h:p,h:p [--json] [--watch=2s] [--timeout=3s]\n"
     "  psctl tensors --servers=h:p,h:p [--json] [--timeout=3s]\n"
-    "Exit status: 0 all shards answered, 1 some shard is down, 2 bad usage.";
+    "Exit status: 0 all shards answered, 1 some shard is down, 2 bad usage.\n";
 
 int UsageError(const std::string& message) {
   std::fprintf(stderr, "psctl: %s\n", message.c_str());
@@ -240,6 +240,13 @@ int RunTensors(ShardQuery& query, absl::Duration timeout, bool json) {
 
 int Main(int argc, char** argv) {
   absl::SetProgramUsageMessage(kUsage);
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    if (arg == "--help" || arg == "-h" || arg == "help") {
+      std::fputs(kUsage, stdout);
+      return 0;
+    }
+  }
   const absl::Status flags_ok = CheckFlagArguments(argc, argv);
   if (!flags_ok.ok()) return UsageError(std::string(flags_ok.message()));
   const std::vector<char*> args = absl::ParseCommandLine(argc, argv);
