@@ -33,6 +33,10 @@ absl::StatusOr<std::unique_ptr<PsServer>> PsServer::Start(
     return absl::InvalidArgumentError(
         absl::StrCat("port must be in [0, 65535], got ", options.port));
   }
+  if (options.max_message_bytes < 1024) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "max_message_bytes must be >= 1024, got ", options.max_message_bytes));
+  }
   if (options.staleness.max_staleness < -1) {
     return absl::InvalidArgumentError(absl::StrCat(
         "max_staleness must be >= 0, or -1 for unbounded; got ",
@@ -60,7 +64,7 @@ absl::StatusOr<std::unique_ptr<PsServer>> PsServer::Start(
       options.port);
   builder.AddListeningPort(listen, grpc::InsecureServerCredentials(),
                            &s->port_);
-  builder.SetMaxReceiveMessageSize(kMaxMessageBytes);
+  builder.SetMaxReceiveMessageSize(options.max_message_bytes);
   builder.SetMaxSendMessageSize(kMaxMessageBytes);
   // A leftover server on the same port must not silently share it.
   builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);

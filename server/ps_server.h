@@ -8,6 +8,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "common/net.h"
 #include "server/ps_service.h"
 #include "server/shard_stats.h"
 #include "server/shard_store.h"
@@ -19,6 +20,8 @@ namespace asyncps {
 struct PsServerOptions {
   std::string host = "0.0.0.0";
   int port = 0;  // 0 = let the OS pick; see PsServer::port()
+  // Larger requests are refused by gRPC with RESOURCE_EXHAUSTED.
+  int max_message_bytes = kMaxMessageBytes;
   ShardStoreOptions store;
   StalenessRule staleness;
   ConsistencyOptions consistency;  // its logger is set from `logger`

@@ -27,6 +27,9 @@ ABSL_FLAG(int, port, 0, "Port to listen on; 0 picks a free one (logged, "
                         "and written to --port_file).");
 ABSL_FLAG(std::string, port_file, "",
           "If set, the bound port is written to this file once serving.");
+ABSL_FLAG(int64_t, max_message_bytes, asyncps::kMaxMessageBytes,
+          "Largest request a shard accepts; larger ones get "
+          "RESOURCE_EXHAUSTED before they are read.");
 ABSL_FLAG(int, metrics_port, -1,
           "Port for the Prometheus endpoint (GET /metrics) on --host; -1 = "
           "off, 0 picks a free one (logged, and written to "
@@ -87,6 +90,12 @@ absl::StatusOr<PsServerOptions> OptionsFromFlags() {
     return absl::InvalidArgumentError(
         absl::StrCat("--port must be in [0, 65535], got ", o.port));
   }
+  const int64_t max_message = absl::GetFlag(FLAGS_max_message_bytes);
+  if (max_message < 1024 || max_message > (int64_t{1} << 31) - 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--max_message_bytes must be in [1024, 2^31 - 1], got ", max_message));
+  }
+  o.max_message_bytes = static_cast<int>(max_message);
   const int metrics_port = absl::GetFlag(FLAGS_metrics_port);
   if (metrics_port < -1 || metrics_port > 65535) {
     return absl::InvalidArgumentError(
