@@ -96,9 +96,13 @@ grpc::ServerUnaryReactor* PsService::Heartbeat(grpc::CallbackServerContext* ctx,
 grpc::ServerUnaryReactor* PsService::Pull(grpc::CallbackServerContext* ctx,
                                           const PullRequest* request,
                                           PullResponse* response) {
-  absl::Status s = workers_->Touch(request->worker(), request->worker().clock(),
-                                   /*push=*/false);
-  if (s.ok()) s = store_->ValidatePull(*request);
+  // Validate before touching the worker table: a rejected pull must not
+  // register the worker or move its clock (that could release other pulls).
+  absl::Status s = store_->ValidatePull(*request);
+  if (s.ok()) {
+    s = workers_->Touch(request->worker(), request->worker().clock(),
+                        /*push=*/false);
+  }
   if (!s.ok()) {
     stats_->RecordBadInput();
     return Finish(ctx, s);
