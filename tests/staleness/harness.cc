@@ -1,0 +1,138 @@
+#include "tests/staleness/harness.h"
+
+#include <grpcpp/grpcpp.h>
+
+#include <utility>
+
+#include "common/grpc_status.h"
+#include "common/net.h"
+
+namespace asyncps {
+namespace staleness {
+
+namespace {
+
+void SetDeadline(grpc::ClientContext* ctx, absl::Duration timeout) {
+  ctx->set_deadline(absl::ToChronoTime(absl::Now() + timeout));
+}
+
+}  // namespace
+
+TensorSpec ConstantSgdSpec(const std::string& name, int64_t elems,
+                           float init_value, float lr, int64_t slice_elems) {
+  TensorSpec spec;
+  spec.set_name(name);
+  spec.add_shape(elems);
+  spec.set_init(INIT_CONSTANT);
+  spec.set_init_value(init_value);
+  spec.mutable_optimizer()->set_type(OPT_SGD);
+  spec.mutable_optimizer()->set_learning_rate(lr);
+  spec.set_slice_elems(slice_elems);
+  return spec;
+}
+
+absl::StatusOr<testing::ServerProcess> StartShard(
+    const std::vector<std::string>& flags) {
+  return testing::StartPsServer(/*shard_index=*/0, /*num_shards=*/1, flags);
+}
+
+absl::StatusOr<std::unique_ptr<PsClient>> ConnectWorker(
+    const std::string& address, int32_t worker_id, uint64_t incarnation,
+    absl::Duration rpc_timeout) {
+  PsClientOptions options;
+  options.servers = {address};
+  options.worker_id = worker_id;
+  options.incarnation = incarnation;
+  options.rpc_timeout = rpc_timeout;
+  options.max_attempts = 1;
+  return PsClient::Connect(std::move(options));
+}
+
+absl::StatusOr<StatusResponse> GetStatus(ParameterServer::Stub* stub) {
+  grpc::ClientContext ctx;
+  SetDeadline(&ctx, absl::Seconds(10));
+  StatusResponse response;
+  const grpc::Status s = stub->Status(&ctx, StatusRequest(), &response);
+  if (!s.ok()) return FromGrpcStatus(s);
+  return response;
+}
+
+const WorkerStatus* FindWorker(const StatusResponse& status,
+                               int32_t worker_id) {
+  for (const WorkerStatus& w : status.workers()) {
+    if (w.worker_id() == worker_id) return &w;
+  }
+  return nullptr;
+}
+
+absl::Status RawHeartbeat(ParameterServer::Stub* stub, int32_t worker_id,
+                          uint64_t incarnation, int64_t clock) {
+  HeartbeatRequest request;
+  request.mutable_worker()->set_worker_id(worker_id);
+  request.mutable_worker()->set_incarnation(incarnation);
+  request.mutable_worker()->set_clock(clock);
+  HeartbeatResponse response;
+  grpc::ClientContext ctx;
+  SetDeadline(&ctx, absl::Seconds(10));
+  return FromGrpcStatus(stub->Heartbeat(&ctx, request, &response));
+}
+
+BackgroundCall::BackgroundCall(std::function<absl::Status()> fn)
+    : started_(absl::Now()) {
+  thread_ = std::thread([this, fn = std::move(fn)] {
+    absl::Status s = fn();
+    absl::MutexLock l(&mu_);
+    status_ = std::move(s);
+    finished_ = absl::Now();
+    done_ = true;
+  });
+}
+
+BackgroundCall::~BackgroundCall() { thread_.join(); }
+
+bool BackgroundCall::done() const {
+  absl::MutexLock l(&mu_);
+  return done_;
+}
+
+bool BackgroundCall::WaitDone(absl::Duration timeout) const {
+  absl::MutexLock l(&mu_);
+  return mu_.AwaitWithTimeout(absl::Condition(&done_), timeout);
+}
+
+absl::Status BackgroundCall::status() const {
+  absl::MutexLock l(&mu_);
+  return status_;
+}
+
+absl::Time BackgroundCall::finished() const {
+  absl::MutexLock l(&mu_);
+  return finished_;
+}
+
+KeepAlive::KeepAlive(const std::string& address, int32_t worker_id,
+                     uint64_t incarnation, int64_t clock, absl::Duration period)
+    : stub_(ParameterServer::NewStub(MakeChannel(address))) {
+  thread_ = std::thread([this, worker_id, incarnation, clock, period] {
+    for (;;) {
+      if (RawHeartbeat(stub_.get(), worker_id, incarnation, clock).ok()) {
+        ++beats_;
+      } else {
+        ++failures_;
+      }
+      absl::MutexLock l(&mu_);
+      if (mu_.AwaitWithTimeout(absl::Condition(&stop_), period)) return;
+    }
+  });
+}
+
+KeepAlive::~KeepAlive() {
+  {
+    absl::MutexLock l(&mu_);
+    stop_ = true;
+  }
+  thread_.join();
+}
+
+}  // namespace staleness
+}  // namespace asyncps
