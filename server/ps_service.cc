@@ -112,7 +112,7 @@ grpc::ServerUnaryReactor* PsService::Pull(grpc::CallbackServerContext* ctx,
   // The callback may run inline or later on another thread (a push or
   // heartbeat that lets the pull through, or the table's timer).
   const bool waited = workers_->WhenReady(
-      request->worker().clock(),
+      request->worker().worker_id(), request->worker().clock(),
       [this, reactor, request, response, start](absl::Status status) {
         if (status.ok()) {
           status = store_->Pull(*request, response);

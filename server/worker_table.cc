@@ -115,7 +115,7 @@ absl::Status WorkerTable::Leave(const WorkerRef& worker) {
   return absl::OkStatus();
 }
 
-bool WorkerTable::WhenReady(int64_t clock, Callback done) {
+bool WorkerTable::WhenReady(int32_t worker_id, int64_t clock, Callback done) {
   if (slack_ < 0) {  // ASP
     done(absl::OkStatus());
     return false;
@@ -127,7 +127,7 @@ bool WorkerTable::WhenReady(int64_t clock, Callback done) {
     if (shutdown_) {
       now_status = absl::UnavailableError("server is shutting down");
     } else if (MinLiveClockLocked() < required) {
-      waiters_.push_back(Waiter{required,
+      waiters_.push_back(Waiter{worker_id, required,
                                 options_.now() + options_.pull_wait_timeout,
                                 std::move(done)});
       return true;
@@ -179,6 +179,10 @@ void WorkerTable::Tick() {
   {
     absl::MutexLock l(&mu_);
     const absl::Time now = options_.now();
+    for (const Waiter& waiter : waiters_) {
+      auto it = workers_.find(waiter.worker_id);
+      if (it != workers_.end()) it->second.last_seen = now;
+    }
     for (auto& [id, w] : workers_) {
       if (w.live && now - w.last_seen > options_.worker_lease) {
         w.live = false;

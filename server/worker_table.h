@@ -77,11 +77,12 @@ class WorkerTable {
   // The worker is done: it stops counting for the slowest clock.
   absl::Status Leave(const WorkerRef& worker);
 
-  // Runs done(OK) once a pull at `clock` may be answered under the
-  // consistency model: at once if it may be now. Otherwise done() gets
-  // DEADLINE_EXCEEDED after pull_wait_timeout, or UNAVAILABLE at Shutdown.
-  // Returns whether the pull had to wait.
-  bool WhenReady(int64_t clock, Callback done);
+  // Runs done(OK) once a pull by `worker_id` at `clock` may be answered
+  // under the consistency model: at once if it may be now. Otherwise done()
+  // gets DEADLINE_EXCEEDED after pull_wait_timeout, or UNAVAILABLE at
+  // Shutdown. A worker waiting in a pull is alive: its lease does not expire
+  // while it waits. Returns whether the pull had to wait.
+  bool WhenReady(int32_t worker_id, int64_t clock, Callback done);
 
   // Evicts workers whose lease expired and times out waits; the background
   // thread calls this, tests with a fake clock may call it directly.
@@ -99,6 +100,7 @@ class WorkerTable {
 
  private:
   struct Waiter {
+    int32_t worker_id;
     int64_t required;  // min live clock needed
     absl::Time deadline;
     Callback done;

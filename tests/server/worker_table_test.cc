@@ -70,7 +70,7 @@ TEST_CASE("SSP: a pull waits while a worker is more than slack behind",
   REQUIRE(f.table->Touch(Ref(0, 5), 5, false).ok());
   REQUIRE(f.table->Touch(Ref(1, 2), 2, false).ok());  // 3 behind worker 0
   Outcome pull;
-  REQUIRE(f.table->WhenReady(5, pull.Callback()));  // needs min clock >= 3
+  REQUIRE(f.table->WhenReady(0, 5, pull.Callback()));  // needs min clock >= 3
   REQUIRE_FALSE(pull.done);
   REQUIRE(f.table->waiting() == 1);
   REQUIRE(f.table->Touch(Ref(1, 3), 3, /*push=*/true).ok());  // within 2 now
@@ -79,7 +79,7 @@ TEST_CASE("SSP: a pull waits while a worker is more than slack behind",
   REQUIRE(f.table->waiting() == 0);
   // Exactly at the slack: no wait.
   Outcome at_slack;
-  REQUIRE_FALSE(f.table->WhenReady(5, at_slack.Callback()));
+  REQUIRE_FALSE(f.table->WhenReady(0, 5, at_slack.Callback()));
   REQUIRE(at_slack.done);
 }
 
@@ -90,7 +90,7 @@ TEST_CASE("BSP: no worker may start clock c+1 before all finished c",
   REQUIRE(f.table->Touch(Ref(1, 0), 0, false).ok());
   REQUIRE(f.table->Touch(Ref(0, 0), 1, true).ok());  // worker 0 pushed step 0
   Outcome pull;
-  REQUIRE(f.table->WhenReady(1, pull.Callback()));
+  REQUIRE(f.table->WhenReady(0, 1, pull.Callback()));
   REQUIRE_FALSE(pull.done);
   REQUIRE(f.table->Touch(Ref(1, 0), 1, true).ok());
   REQUIRE(pull.done);
@@ -101,7 +101,7 @@ TEST_CASE("ASP never waits", "[asp]") {
   REQUIRE(f.table->Touch(Ref(0, 100), 100, false).ok());
   REQUIRE(f.table->Touch(Ref(1, 0), 0, false).ok());
   Outcome pull;
-  REQUIRE_FALSE(f.table->WhenReady(100, pull.Callback()));
+  REQUIRE_FALSE(f.table->WhenReady(0, 100, pull.Callback()));
   REQUIRE(pull.done);
 }
 
@@ -111,7 +111,7 @@ TEST_CASE("an expired lease evicts the worker and releases waiters",
   REQUIRE(f.table->Touch(Ref(0, 10), 10, false).ok());
   REQUIRE(f.table->Touch(Ref(1, 0), 0, false).ok());
   Outcome pull;
-  REQUIRE(f.table->WhenReady(10, pull.Callback()));
+  REQUIRE(f.table->WhenReady(0, 10, pull.Callback()));
   f.clock.Advance(absl::Seconds(3));
   REQUIRE(f.table->Touch(Ref(0, 10), 10, false).ok());  // 0 stays fresh
   f.table->Tick();
@@ -128,11 +128,27 @@ TEST_CASE("an expired lease evicts the worker and releases waiters",
   REQUIRE(f.table->Touch(Ref(1, 1), 1, false).ok());
   REQUIRE(f.table->Workers()[1].live);
   Outcome again;
-  REQUIRE(f.table->WhenReady(10, again.Callback()));
+  REQUIRE(f.table->WhenReady(0, 10, again.Callback()));
   REQUIRE_FALSE(again.done);
   f.table->Shutdown();
   REQUIRE(again.done);
   REQUIRE(again.status.code() == absl::StatusCode::kUnavailable);
+}
+
+TEST_CASE("a worker waiting in a pull keeps its lease", "[lease]") {
+  Fixture f(BSP);
+  REQUIRE(f.table->Touch(Ref(0, 1), 1, false).ok());
+  REQUIRE(f.table->Touch(Ref(1, 0), 0, false).ok());
+  Outcome pull;
+  REQUIRE(f.table->WhenReady(0, 1, pull.Callback()));
+  for (int i = 0; i < 4; ++i) {  // 8 s > the 5 s lease; worker 1 heartbeats
+    f.clock.Advance(absl::Seconds(2));
+    REQUIRE(f.table->Touch(Ref(1, 0), 0, false).ok());
+    f.table->Tick();
+  }
+  REQUIRE_FALSE(pull.done);
+  REQUIRE(f.table->evictions() == 0);
+  REQUIRE(f.table->Workers()[0].live);
 }
 
 TEST_CASE("a leaving worker stops holding others back", "[lease]") {
@@ -140,7 +156,7 @@ TEST_CASE("a leaving worker stops holding others back", "[lease]") {
   REQUIRE(f.table->Touch(Ref(0, 4), 4, false).ok());
   REQUIRE(f.table->Touch(Ref(1, 1), 1, false).ok());
   Outcome pull;
-  REQUIRE(f.table->WhenReady(4, pull.Callback()));
+  REQUIRE(f.table->WhenReady(0, 4, pull.Callback()));
   REQUIRE(f.table->Leave(Ref(1, 1)).ok());
   REQUIRE(pull.done);
   REQUIRE(f.table->Workers()[1].left);
@@ -151,7 +167,7 @@ TEST_CASE("a wait past its deadline fails with DEADLINE_EXCEEDED", "[ssp]") {
   REQUIRE(f.table->Touch(Ref(0, 2), 2, false).ok());
   REQUIRE(f.table->Touch(Ref(1, 0), 0, false).ok());
   Outcome pull;
-  REQUIRE(f.table->WhenReady(2, pull.Callback()));
+  REQUIRE(f.table->WhenReady(0, 2, pull.Callback()));
   f.clock.Advance(absl::Seconds(4));
   REQUIRE(f.table->Touch(Ref(1, 0), 0, false).ok());  // alive, still slow
   f.clock.Advance(absl::Seconds(27));
