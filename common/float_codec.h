@@ -16,8 +16,8 @@ static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__,
               "asyncps encodes floats as little-endian bytes");
 
 inline void EncodeFloats(const float* values, size_t n, std::string* out) {
-  out->resize(n * sizeof(float));
-  std::memcpy(out->data(), values, n * sizeof(float));
+  // assign() copies once; resize() + memcpy would zero-fill first.
+  out->assign(reinterpret_cast<const char*>(values), n * sizeof(float));
 }
 
 // Number of floats in an encoded payload; SIZE_MAX when the byte length is
