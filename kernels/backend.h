@@ -72,19 +72,22 @@ class Backend {
   virtual void Synchronize() = 0;
 };
 
-// An owned device allocation of a Backend. Move-only.
-class DeviceBuffer {
+// Which of a Backend's memories a BackendBuffer holds.
+enum class MemoryKind { kDevice, kHost };
+
+// An owned allocation of a Backend: device memory (DeviceBuffer) or fast
+// host memory (HostBuffer, pinned for CUDA). Move-only.
+template <MemoryKind kKind>
+class BackendBuffer {
  public:
-  DeviceBuffer() = default;
-  DeviceBuffer(Backend* backend, size_t n)  // backend not owned
-      : backend_(backend), data_(n ? backend->Alloc(n) : nullptr), size_(n) {}
-  ~DeviceBuffer() {
-    if (backend_ != nullptr) backend_->Free(data_);
-  }
-  DeviceBuffer(DeviceBuffer&& o) noexcept { *this = std::move(o); }
-  DeviceBuffer& operator=(DeviceBuffer&& o) noexcept {
+  BackendBuffer() = default;
+  BackendBuffer(Backend* backend, size_t n)  // backend not owned
+      : backend_(backend), data_(n ? Allocate(backend, n) : nullptr), size_(n) {}
+  ~BackendBuffer() { Release(); }
+  BackendBuffer(BackendBuffer&& o) noexcept { *this = std::move(o); }
+  BackendBuffer& operator=(BackendBuffer&& o) noexcept {
     if (this != &o) {
-      if (backend_ != nullptr) backend_->Free(data_);
+      Release();
       backend_ = o.backend_;
       data_ = o.data_;
       size_ = o.size_;
@@ -94,17 +97,33 @@ class DeviceBuffer {
     }
     return *this;
   }
-  DeviceBuffer(const DeviceBuffer&) = delete;
-  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+  BackendBuffer(const BackendBuffer&) = delete;
+  BackendBuffer& operator=(const BackendBuffer&) = delete;
 
   float* data() const { return data_; }
   size_t size() const { return size_; }
 
  private:
+  static float* Allocate(Backend* backend, size_t n) {
+    return kKind == MemoryKind::kDevice ? backend->Alloc(n)
+                                        : backend->AllocHost(n);
+  }
+  void Release() {
+    if (backend_ == nullptr) return;
+    if (kKind == MemoryKind::kDevice) {
+      backend_->Free(data_);
+    } else {
+      backend_->FreeHost(data_);
+    }
+  }
+
   Backend* backend_ = nullptr;
   float* data_ = nullptr;
   size_t size_ = 0;
 };
+
+using DeviceBuffer = BackendBuffer<MemoryKind::kDevice>;
+using HostBuffer = BackendBuffer<MemoryKind::kHost>;
 
 // The CPU backend (OpenBLAS cblas_sgemm + vectorizable loops).
 std::unique_ptr<Backend> MakeCpuBackend();
