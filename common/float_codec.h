@@ -2,10 +2,14 @@
 #define ASYNCPS_COMMON_FLOAT_CODEC_H_
 
 #include <cstddef>
+#include <cstdint>
 #include <cstring>
 #include <string>
+#include <vector>
 
+#include "absl/container/inlined_vector.h"
 #include "absl/strings/string_view.h"
+#include "absl/types/span.h"
 
 namespace asyncps {
 
@@ -31,6 +35,47 @@ inline size_t EncodedFloatCount(absl::string_view bytes) {
 inline void DecodeFloats(absl::string_view bytes, float* out, size_t n) {
   std::memcpy(out, bytes.data(), n * sizeof(float));
 }
+
+// The encoded bytes of one float32 payload, possibly in several pieces: the
+// fast data path reads gradients in place from gRPC's receive buffers, where
+// a payload may span buffer boundaries (even in the middle of a float) and
+// need not be aligned. Does not own the bytes; they must outlive it.
+class FloatPayload {
+ public:
+  FloatPayload() = default;
+  explicit FloatPayload(absl::string_view bytes) { Append(bytes); }
+
+  void Append(absl::string_view piece) {
+    if (piece.empty()) return;
+    pieces_.push_back(piece);
+    size_ += piece.size();
+  }
+
+  // Total bytes.
+  size_t size() const { return size_; }
+  absl::Span<const absl::string_view> pieces() const { return pieces_; }
+
+  // The floats as one aligned array: the bytes themselves when they are a
+  // single aligned piece, else a copy in *scratch.
+  // REQUIRES: size() % sizeof(float) == 0.
+  const float* Floats(std::vector<float>* scratch) const {
+    if (pieces_.size() == 1 &&
+        reinterpret_cast<uintptr_t>(pieces_[0].data()) % alignof(float) == 0) {
+      return reinterpret_cast<const float*>(pieces_[0].data());
+    }
+    scratch->resize(size_ / sizeof(float));
+    char* out = reinterpret_cast<char*>(scratch->data());
+    for (absl::string_view p : pieces_) {
+      std::memcpy(out, p.data(), p.size());
+      out += p.size();
+    }
+    return scratch->data();
+  }
+
+ private:
+  absl::InlinedVector<absl::string_view, 2> pieces_;
+  size_t size_ = 0;
+};
 
 }  // namespace asyncps
 

@@ -1,10 +1,12 @@
 #include "server/ps_service.h"
 
 #include <algorithm>
+#include <cstring>
 #include <limits>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "common/fast_frame.h"
 #include "common/grpc_status.h"
 
 namespace asyncps {
@@ -24,10 +26,37 @@ uint64_t PullBytes(const PullResponse& r) {
   return n;
 }
 
-uint64_t PushBytes(const PushRequest& r) {
+uint64_t PayloadBytes(absl::Span<const FloatPayload> grads) {
   uint64_t n = 0;
-  for (const SliceGradient& g : r.grads()) n += g.grad().size();
+  for (const FloatPayload& g : grads) n += g.size();
   return n;
+}
+
+// The gradients of a PushFast frame, after its header: grads[i] gets
+// request.grads(i).grad_bytes() bytes; nothing may be left over.
+absl::Status ReadFrameGradients(const PushRequest& request, FrameReader* reader,
+                                std::vector<FloatPayload>* grads) {
+  grads->resize(request.grads_size());
+  for (int i = 0; i < request.grads_size(); ++i) {
+    const SliceGradient& g = request.grads(i);
+    absl::Status s =
+        g.grad().empty()
+            ? reader->Next(g.grad_bytes(), &(*grads)[i])
+            : absl::InvalidArgumentError(
+                  "PushFast carries gradients after the header, not in "
+                  "SliceGradient.grad");
+    if (!s.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("slice ", g.slice(), " of tensor '", g.tensor(),
+                       "' (grad_bytes ", g.grad_bytes(), "): ", s.message()));
+    }
+  }
+  if (reader->remaining() != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "frame: ", reader->remaining(),
+        " payload bytes beyond the gradients' grad_bytes"));
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace
@@ -96,11 +125,62 @@ grpc::ServerUnaryReactor* PsService::Heartbeat(grpc::CallbackServerContext* ctx,
 grpc::ServerUnaryReactor* PsService::Pull(grpc::CallbackServerContext* ctx,
                                           const PullRequest* request,
                                           PullResponse* response) {
+  return StartPull(
+      ctx, *request,
+      [this, request, response](int64_t waited_us) -> absl::StatusOr<uint64_t> {
+        const absl::Status s = store_->Pull(*request, response);
+        response->set_waited_us(waited_us);
+        if (!s.ok()) return s;
+        return PullBytes(*response);
+      });
+}
+
+grpc::ServerUnaryReactor* PsService::PullFast(grpc::CallbackServerContext* ctx,
+                                              const grpc::ByteBuffer* request,
+                                              grpc::ByteBuffer* response) {
+  auto parsed = std::make_shared<PullRequest>();
+  const absl::Status s = ParseFromByteBuffer(*request, parsed.get());
+  if (!s.ok()) {
+    stats_->RecordBadInput();
+    return Finish(ctx, s);
+  }
+  return StartPull(
+      ctx, *parsed,
+      [this, parsed, response](int64_t waited_us) -> absl::StatusOr<uint64_t> {
+        PullResponse header;
+        std::vector<grpc::Slice> payload;
+        uint64_t bytes = 0;
+        const absl::Status s = store_->Pull(
+            *parsed, [&](const std::string& tensor, uint32_t slice,
+                         uint64_t version, absl::Span<const float> values) {
+              const size_t n = values.size() * sizeof(float);
+              SliceData* d = header.add_slices();
+              d->set_tensor(tensor);
+              d->set_slice(slice);
+              d->set_version(version);
+              d->set_payload_bytes(n);
+              // The one copy: from the slice, under its lock, into the
+              // buffer that is sent.
+              grpc::Slice out(n);
+              std::memcpy(const_cast<uint8_t*>(out.begin()), values.data(), n);
+              payload.push_back(std::move(out));
+              bytes += n;
+            });
+        if (!s.ok()) return s;
+        header.set_waited_us(waited_us);
+        *response = MakeFrame(header, payload);
+        return bytes;
+      });
+}
+
+grpc::ServerUnaryReactor* PsService::StartPull(grpc::CallbackServerContext* ctx,
+                                               const PullRequest& request,
+                                               PullCopy copy_out) {
   // Validate before touching the worker table: a rejected pull must not
   // register the worker or move its clock (that could release other pulls).
-  absl::Status s = store_->ValidatePull(*request);
+  absl::Status s = store_->ValidatePull(request);
   if (s.ok()) {
-    s = workers_->Touch(request->worker(), request->worker().clock(),
+    s = workers_->Touch(request.worker(), request.worker().clock(),
                         /*push=*/false);
   }
   if (!s.ok()) {
@@ -109,21 +189,23 @@ grpc::ServerUnaryReactor* PsService::Pull(grpc::CallbackServerContext* ctx,
   }
   grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
   const absl::Time start = absl::Now();
+  const int32_t worker_id = request.worker().worker_id();
+  const int64_t clock = request.worker().clock();
   // The callback may run inline or later on another thread (a push or
   // heartbeat that lets the pull through, or the table's timer).
   const bool waited = workers_->WhenReady(
-      request->worker().worker_id(), request->worker().clock(),
-      [this, reactor, request, response, start](absl::Status status) {
+      worker_id, clock,
+      [this, reactor, copy_out = std::move(copy_out), start, worker_id,
+       clock](absl::Status status) {
         if (status.ok()) {
-          status = store_->Pull(*request, response);
-          response->set_waited_us(
-              absl::ToInt64Microseconds(absl::Now() - start));
-          stats_->RecordPull(PullBytes(*response));
+          absl::StatusOr<uint64_t> bytes =
+              copy_out(absl::ToInt64Microseconds(absl::Now() - start));
+          status = bytes.status();
+          if (bytes.ok()) stats_->RecordPull(*bytes);
         } else if (absl::IsDeadlineExceeded(status)) {
           stats_->RecordPullWaitTimeout();
-          logger_->warn("pull by worker {} at clock {}: {}",
-                        request->worker().worker_id(),
-                        request->worker().clock(), std::string(status.message()));
+          logger_->warn("pull by worker {} at clock {}: {}", worker_id, clock,
+                        std::string(status.message()));
         }
         reactor->Finish(ToGrpcStatus(status));
       });
@@ -134,41 +216,65 @@ grpc::ServerUnaryReactor* PsService::Pull(grpc::CallbackServerContext* ctx,
 grpc::ServerUnaryReactor* PsService::Push(grpc::CallbackServerContext* ctx,
                                           const PushRequest* request,
                                           PushResponse* response) {
+  return Finish(ctx,
+                DoPush(*request, ShardStore::PayloadsOf(*request), response));
+}
+
+grpc::ServerUnaryReactor* PsService::PushFast(grpc::CallbackServerContext* ctx,
+                                              const grpc::ByteBuffer* request,
+                                              grpc::ByteBuffer* response) {
+  // The gradients stay in gRPC's receive buffers; the reader holds them.
+  PushRequest header;
+  FrameReader reader;
+  std::vector<FloatPayload> grads;
+  absl::Status s = reader.Open(*request, &header);
+  if (s.ok()) s = ReadFrameGradients(header, &reader, &grads);
+  if (!s.ok()) {
+    stats_->RecordBadInput();
+    logger_->debug("fast push refused: {}", s.ToString());
+    return Finish(ctx, s);
+  }
+  PushResponse answer;
+  s = DoPush(header, grads, &answer);
+  if (s.ok()) *response = SerializeToByteBuffer(answer);
+  return Finish(ctx, s);
+}
+
+absl::Status PsService::DoPush(const PushRequest& request,
+                               absl::Span<const FloatPayload> grads,
+                               PushResponse* response) {
   // Validate everything before anything changes: the worker ref, then every
   // slice. The clock is recorded only for a push that is applied.
-  if (request->worker().worker_id() < 0 ||
-      request->worker().incarnation() == 0 || request->worker().clock() < 0) {
+  if (request.worker().worker_id() < 0 ||
+      request.worker().incarnation() == 0 || request.worker().clock() < 0) {
     stats_->RecordBadInput();
-    return Finish(ctx, absl::InvalidArgumentError(absl::StrCat(
-                           "push needs worker_id >= 0, incarnation > 0 and "
-                           "clock >= 0; got id ",
-                           request->worker().worker_id(), ", incarnation ",
-                           request->worker().incarnation(), ", clock ",
-                           request->worker().clock())));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "push needs worker_id >= 0, incarnation > 0 and clock >= 0; got id ",
+        request.worker().worker_id(), ", incarnation ",
+        request.worker().incarnation(), ", clock ", request.worker().clock()));
   }
   absl::StatusOr<std::vector<ShardStore::Slice*>> slices =
-      store_->ValidatePush(*request);
+      store_->ValidatePush(request, grads);
   if (!slices.ok()) {
     stats_->RecordBadInput();
     logger_->debug("push from worker {} refused: {}",
-                   request->worker().worker_id(), slices.status().ToString());
-    return Finish(ctx, slices.status());
+                   request.worker().worker_id(), slices.status().ToString());
+    return slices.status();
   }
   absl::StatusOr<bool> applied =
-      dedup_.RunOnce(request->worker(), request->seq(), [&] {
-        store_->ApplyPush(*request, *slices, rule_, response);
+      dedup_.RunOnce(request.worker(), request.seq(), [&] {
+        store_->ApplyPush(request, grads, *slices, rule_, response);
       });
   if (!applied.ok()) {
     stats_->RecordBadInput();
-    return Finish(ctx, applied.status());
+    return applied.status();
   }
   response->set_duplicate(!*applied);
-  stats_->RecordPush(PushBytes(*request), !*applied);
+  stats_->RecordPush(PayloadBytes(grads), !*applied);
   for (const SliceResult& r : response->results()) stats_->RecordSliceResult(r);
   // After this push the worker has completed clock + 1 steps.
-  const absl::Status s = workers_->Touch(
-      request->worker(), request->worker().clock() + 1, /*push=*/*applied);
-  return Finish(ctx, s);
+  return workers_->Touch(request.worker(), request.worker().clock() + 1,
+                         /*push=*/*applied);
 }
 
 grpc::ServerUnaryReactor* PsService::Status(grpc::CallbackServerContext* ctx,

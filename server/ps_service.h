@@ -1,10 +1,16 @@
 #ifndef ASYNCPS_SERVER_PS_SERVICE_H_
 #define ASYNCPS_SERVER_PS_SERVICE_H_
 
+#include <functional>
 #include <memory>
 #include <string>
 
+#include <grpcpp/support/byte_buffer.h>
+
+#include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/types/span.h"
+#include "common/float_codec.h"
 #include "absl/time/time.h"
 #include "proto/asyncps.grpc.pb.h"
 #include "server/push_dedup.h"
@@ -29,8 +35,17 @@ struct ServiceIdentity {
 // gRPC thread is held while it waits. absl::Status becomes grpc::Status here
 // and nowhere else on the server.
 //
+// PullFast and PushFast are raw methods (grpc::ByteBuffer in and out) in the
+// framing of common/fast_frame.h: gradients are validated and applied in
+// place from gRPC's receive buffers, pulled values are copied once, under
+// the slice lock, into the slices that are sent. They share every step after
+// the framing with Pull and Push.
+//
 // Thread-safe. The store, table and stats are not owned and must outlive it.
-class PsService final : public ParameterServer::CallbackService {
+class PsService final
+    : public ParameterServer::WithRawCallbackMethod_PullFast<
+          ParameterServer::WithRawCallbackMethod_PushFast<
+              ParameterServer::CallbackService>> {
  public:
   PsService(ServiceIdentity identity, ShardStore* store, WorkerTable* workers,
             ShardStats* stats, StalenessRule rule,
@@ -54,6 +69,16 @@ class PsService final : public ParameterServer::CallbackService {
   grpc::ServerUnaryReactor* Status(grpc::CallbackServerContext* ctx,
                                    const StatusRequest* request,
                                    StatusResponse* response) override;
+  // Request: a serialized PullRequest. Response: a frame (PullResponse
+  // header, then every slice's values).
+  grpc::ServerUnaryReactor* PullFast(grpc::CallbackServerContext* ctx,
+                                     const grpc::ByteBuffer* request,
+                                     grpc::ByteBuffer* response) override;
+  // Request: a frame (PushRequest header, then every gradient).
+  // Response: a serialized PushResponse.
+  grpc::ServerUnaryReactor* PushFast(grpc::CallbackServerContext* ctx,
+                                     const grpc::ByteBuffer* request,
+                                     grpc::ByteBuffer* response) override;
 
   // The Status RPC's answer, also used by the metrics endpoint.
   void FillStatus(StatusResponse* response);
@@ -65,6 +90,23 @@ class PsService final : public ParameterServer::CallbackService {
   }
 
  private:
+  // Copies a pull's slices into the response once the pull may go ahead;
+  // gets the time waited, returns the payload bytes copied.
+  using PullCopy = std::function<absl::StatusOr<uint64_t>(int64_t waited_us)>;
+
+  // Pull and PullFast after parsing: validates the pull, renews the worker,
+  // waits (without a thread) for the consistency model, then runs copy_out
+  // and finishes the call. `request` need only live until this returns.
+  grpc::ServerUnaryReactor* StartPull(grpc::CallbackServerContext* ctx,
+                                      const PullRequest& request,
+                                      PullCopy copy_out);
+  // Push and PushFast after parsing: validates the worker and every
+  // gradient (grads[i] is the payload of request.grads(i)), applies the push
+  // once per (worker, incarnation, seq), records it and the worker's clock.
+  absl::Status DoPush(const PushRequest& request,
+                      absl::Span<const FloatPayload> grads,
+                      PushResponse* response);
+
   const ServiceIdentity identity_;
   ShardStore* const store_;
   WorkerTable* const workers_;

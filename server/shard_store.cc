@@ -1,5 +1,6 @@
 #include "server/shard_store.h"
 
+#include <algorithm>
 #include <cstring>
 #include <utility>
 
@@ -31,10 +32,10 @@ class ShardStore::Slice {
     return version_;
   }
 
-  void CopyOut(SliceData* out) const {
+  // Hands name, index, version and values to sink under the lock.
+  void CopyOut(const std::string& tensor, const SliceSink& sink) const {
     absl::ReaderMutexLock l(&mu_);
-    out->set_version(version_);
-    EncodeFloats(values_.data(), values_.size(), out->mutable_values());
+    sink(tensor, index_, version_, absl::MakeConstSpan(values_));
   }
 
   // Applies g unless staler than the rule allows; fills `result`.
@@ -111,6 +112,32 @@ bool AllFinite(const char* bytes, size_t n) {
     bad |= (bits & kExponent) + kCarry;
   }
   return (bad & 0x80000000u) == 0;
+}
+
+// AllFinite over a payload in pieces; a float split between two pieces is
+// reassembled and checked on its own.
+bool AllFinite(const FloatPayload& payload) {
+  char carry[sizeof(float)];
+  size_t have = 0;
+  for (absl::string_view piece : payload.pieces()) {
+    const char* p = piece.data();
+    size_t len = piece.size();
+    if (have > 0) {
+      const size_t take = std::min(sizeof(float) - have, len);
+      std::memcpy(carry + have, p, take);
+      have += take;
+      p += take;
+      len -= take;
+      if (have < sizeof(float)) continue;
+      if (!AllFinite(carry, 1)) return false;
+      have = 0;
+    }
+    const size_t whole = len / sizeof(float);
+    if (!AllFinite(p, whole)) return false;
+    have = len - whole * sizeof(float);
+    std::memcpy(carry, p + whole * sizeof(float), have);
+  }
+  return true;
 }
 
 }  // namespace
@@ -257,12 +284,25 @@ absl::Status ShardStore::ValidatePull(const PullRequest& request) const {
 }
 
 absl::Status ShardStore::Pull(const PullRequest& request,
+                              SliceSink sink) const {
+  return PullInto(request, &sink);
+}
+
+absl::Status ShardStore::Pull(const PullRequest& request,
                               PullResponse* response) const {
-  return PullInto(request, response);
+  return Pull(request, [response](const std::string& tensor, uint32_t slice,
+                                  uint64_t version,
+                                  absl::Span<const float> values) {
+    SliceData* out = response->add_slices();
+    out->set_tensor(tensor);
+    out->set_slice(slice);
+    out->set_version(version);
+    EncodeFloats(values.data(), values.size(), out->mutable_values());
+  });
 }
 
 absl::Status ShardStore::PullInto(const PullRequest& request,
-                                    PullResponse* response) const {
+                                  const SliceSink* sink) const {
   absl::ReaderMutexLock l(&mu_);
   std::vector<const Tensor*> found;
   absl::flat_hash_set<absl::string_view> seen;
@@ -277,21 +317,34 @@ absl::Status ShardStore::PullInto(const PullRequest& request,
     }
     found.push_back(t);
   }
-  if (response == nullptr) return absl::OkStatus();
+  if (sink == nullptr) return absl::OkStatus();
   for (const Tensor* t : found) {
     for (const auto& slice : t->slices) {
-      if (slice == nullptr) continue;
-      SliceData* out = response->add_slices();
-      out->set_tensor(t->spec.name());
-      out->set_slice(slice->index());
-      slice->CopyOut(out);
+      if (slice != nullptr) slice->CopyOut(t->spec.name(), *sink);
     }
   }
   return absl::OkStatus();
 }
 
+std::vector<FloatPayload> ShardStore::PayloadsOf(const PushRequest& request) {
+  std::vector<FloatPayload> out;
+  out.reserve(request.grads_size());
+  for (const SliceGradient& g : request.grads()) out.emplace_back(g.grad());
+  return out;
+}
+
 absl::StatusOr<std::vector<ShardStore::Slice*>> ShardStore::ValidatePush(
     const PushRequest& request) const {
+  return ValidatePush(request, PayloadsOf(request));
+}
+
+absl::StatusOr<std::vector<ShardStore::Slice*>> ShardStore::ValidatePush(
+    const PushRequest& request, absl::Span<const FloatPayload> grads) const {
+  if (grads.size() != static_cast<size_t>(request.grads_size())) {
+    return absl::InternalError(absl::StrCat(
+        "push has ", request.grads_size(), " gradients but ", grads.size(),
+        " payloads"));
+  }
   absl::ReaderMutexLock l(&mu_);
   std::vector<Slice*> out;
   out.reserve(request.grads_size());
@@ -301,7 +354,9 @@ absl::StatusOr<std::vector<ShardStore::Slice*>> ShardStore::ValidatePush(
   // A push lists many slices of few tensors, usually in runs of the same
   // tensor: look a name up only when it changes.
   const Tensor* t = nullptr;
-  for (const SliceGradient& g : request.grads()) {
+  for (int k = 0; k < request.grads_size(); ++k) {
+    const SliceGradient& g = request.grads(k);
+    const FloatPayload& payload = grads[k];
     if (t == nullptr || g.tensor() != t->spec.name()) {
       t = FindTensor(g.tensor());
     }
@@ -326,12 +381,11 @@ absl::StatusOr<std::vector<ShardStore::Slice*>> ShardStore::ValidatePush(
           absl::StrCat("slice ", g.slice(), " of tensor '", g.tensor(),
                        "' appears twice in one push"));
     }
-    const size_t n = EncodedFloatCount(g.grad());
-    if (n != static_cast<size_t>(slice->size())) {
+    if (payload.size() != slice->size() * sizeof(float)) {
       return absl::InvalidArgumentError(absl::StrCat(
           "slice ", g.slice(), " of tensor '", g.tensor(), "' holds ",
           slice->size(), " floats (", slice->size() * sizeof(float),
-          " bytes); the gradient has ", g.grad().size(), " bytes"));
+          " bytes); the gradient has ", payload.size(), " bytes"));
     }
     if (const uint64_t version = slice->version();
         g.read_version() > version) {
@@ -340,7 +394,7 @@ absl::StatusOr<std::vector<ShardStore::Slice*>> ShardStore::ValidatePush(
           g.read_version(), " is newer than the slice (version ", version,
           ")"));
     }
-    if (!AllFinite(g.grad().data(), n)) {
+    if (!AllFinite(payload)) {
       return absl::InvalidArgumentError(
           absl::StrCat("slice ", g.slice(), " of tensor '", g.tensor(),
                        "': gradient contains NaN or Inf"));
@@ -353,20 +407,21 @@ absl::StatusOr<std::vector<ShardStore::Slice*>> ShardStore::ValidatePush(
 void ShardStore::ApplyPush(const PushRequest& request,
                            const std::vector<Slice*>& slices,
                            const StalenessRule& rule, PushResponse* response) {
+  ApplyPush(request, PayloadsOf(request), slices, rule, response);
+}
+
+void ShardStore::ApplyPush(const PushRequest& request,
+                           absl::Span<const FloatPayload> grads,
+                           const std::vector<Slice*>& slices,
+                           const StalenessRule& rule, PushResponse* response) {
   std::vector<float> scratch;
   for (int i = 0; i < request.grads_size(); ++i) {
     const SliceGradient& g = request.grads(i);
-    Slice* slice = slices[i];
-    const float* grad = reinterpret_cast<const float*>(g.grad().data());
-    if (reinterpret_cast<uintptr_t>(grad) % alignof(float) != 0) {
-      scratch.resize(slice->size());
-      DecodeFloats(g.grad(), scratch.data(), scratch.size());
-      grad = scratch.data();
-    }
+    const float* grad = grads[i].Floats(&scratch);
     SliceResult* result = response->add_results();
     result->set_tensor(g.tensor());
     result->set_slice(g.slice());
-    slice->Apply(grad, g.read_version(), rule, result);
+    slices[i]->Apply(grad, g.read_version(), rule, result);
   }
 }
 

@@ -8,8 +8,11 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
+#include "absl/functional/function_ref.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/types/span.h"
+#include "common/float_codec.h"
 #include "common/tensor_layout.h"
 #include "proto/asyncps.pb.h"
 #include "server/optimizer.h"
@@ -66,15 +69,29 @@ class ShardStore {
   // makes), so a pull can be refused before it waits for other workers.
   absl::Status ValidatePull(const PullRequest& request) const;
 
-  // Copies every local slice of the requested tensors into `response`, with
-  // its version. NOT_FOUND (and nothing copied) if any tensor is unknown;
-  // INVALID_ARGUMENT if a name repeats.
+  // Receives one slice of a pull: tensor name, slice index, version and
+  // values. Called under the slice's lock (the values are only valid during
+  // the call), so it must copy and return without blocking.
+  using SliceSink = absl::FunctionRef<void(const std::string& tensor,
+                                           uint32_t slice, uint64_t version,
+                                           absl::Span<const float> values)>;
+
+  // Hands every local slice of the requested tensors to `sink`, tensor by
+  // tensor in request order, slices in index order. NOT_FOUND (and nothing
+  // handed out) if any tensor is unknown; INVALID_ARGUMENT if a name repeats.
+  absl::Status Pull(const PullRequest& request, SliceSink sink) const;
+  // The same, copying each slice into `response` (SliceData.values).
   absl::Status Pull(const PullRequest& request, PullResponse* response) const;
 
   // Checks a push without changing anything: known tensors, slice indices
   // that exist and live on this shard, no slice twice, payload lengths equal
   // to the slice sizes, read versions not in the future, all values finite.
-  // Returns the slices in request order, for ApplyPush.
+  // grads[i] is the payload of request.grads(i) (the fast path carries it
+  // outside the message). Returns the slices in request order, for ApplyPush.
+  // REQUIRES: grads.size() == request.grads_size().
+  absl::StatusOr<std::vector<Slice*>> ValidatePush(
+      const PushRequest& request, absl::Span<const FloatPayload> grads) const;
+  // The same with the payloads in SliceGradient.grad.
   absl::StatusOr<std::vector<Slice*>> ValidatePush(
       const PushRequest& request) const;
 
@@ -82,9 +99,17 @@ class ShardStore {
   // whose staleness exceeds the rule is refused, the others are applied
   // (with the learning rate scaled if the rule says so) and their versions
   // bumped. One SliceResult per gradient, in order, is appended to response.
-  // REQUIRES: slices == ValidatePush(request).value().
+  // REQUIRES: slices == ValidatePush(request, grads).value().
+  void ApplyPush(const PushRequest& request,
+                 absl::Span<const FloatPayload> grads,
+                 const std::vector<Slice*>& slices, const StalenessRule& rule,
+                 PushResponse* response);
+  // The same with the payloads in SliceGradient.grad.
   void ApplyPush(const PushRequest& request, const std::vector<Slice*>& slices,
                  const StalenessRule& rule, PushResponse* response);
+
+  // The payloads of a protobuf push: views of each SliceGradient.grad.
+  static std::vector<FloatPayload> PayloadsOf(const PushRequest& request);
 
   StoreSize Size() const;
 
@@ -93,9 +118,8 @@ class ShardStore {
 
   explicit ShardStore(const ShardStoreOptions& options);
   absl::StatusOr<TensorSpec> Resolve(const TensorSpec& spec) const;
-  // Validates the pull; copies slices only when response is not null.
-  absl::Status PullInto(const PullRequest& request,
-                          PullResponse* response) const;
+  // Validates the pull; hands slices out only when sink is not null.
+  absl::Status PullInto(const PullRequest& request, const SliceSink* sink) const;
   const Tensor* FindTensor(const std::string& name) const
       ABSL_SHARED_LOCKS_REQUIRED(mu_);
 

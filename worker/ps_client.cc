@@ -1,6 +1,7 @@
 #include "worker/ps_client.h"
 
 #include <google/protobuf/util/message_differencer.h>
+#include <grpcpp/generic/generic_stub.h>
 
 #include <algorithm>
 #include <cstring>
@@ -12,6 +13,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
+#include "common/fast_frame.h"
 #include "common/float_codec.h"
 #include "common/grpc_status.h"
 #include "common/logging.h"
@@ -39,6 +41,8 @@ absl::Status Annotate(const absl::Status& s, absl::string_view prefix) {
 struct PsClient::Shard {
   std::string address;
   std::unique_ptr<ParameterServer::Stub> stub;
+  // PullFast / PushFast, on the same channel.
+  std::unique_ptr<grpc::GenericStub> generic;
 };
 
 // Runs one RPC per participating shard concurrently and waits for all of
@@ -229,7 +233,9 @@ absl::StatusOr<std::unique_ptr<PsClient>> PsClient::Connect(
   for (const std::string& address : client->options_.servers) {
     auto shard = std::make_unique<Shard>();
     shard->address = address;
-    shard->stub = ParameterServer::NewStub(MakeChannel(address));
+    std::shared_ptr<grpc::Channel> channel = MakeChannel(address);
+    shard->stub = ParameterServer::NewStub(channel);
+    shard->generic = std::make_unique<grpc::GenericStub>(channel);
     client->shards_.push_back(std::move(shard));
   }
   return client;
@@ -476,8 +482,11 @@ absl::Status PsClient::Pull(
   if (outs.empty()) return absl::OkStatus();
 
   const int n = num_shards();
+  const bool fast = options_.fast_path;
   std::vector<PullRequest> requests(n);
   std::vector<PullResponse> responses(n);
+  // Fast path: the serialized requests and the answered frames.
+  std::vector<grpc::ByteBuffer> raw_requests(n), raw_responses(n);
   // Versions and arrivals staged here; committed only if the whole pull works.
   absl::flat_hash_map<std::string, std::vector<uint64_t>> versions;
   absl::flat_hash_map<std::string, std::vector<bool>> arrived;
@@ -488,16 +497,31 @@ absl::Status PsClient::Pull(
     }
     if (requests[s].tensors_size() == 0) continue;
     *requests[s].mutable_worker() = MakeWorkerRef(clock);
+    if (fast) raw_requests[s] = SerializeToByteBuffer(requests[s]);
     calls.push_back(FanOut::Call{
         s,
-        [this, s, &requests, &responses](
+        [this, s, fast, &requests, &responses, &raw_requests, &raw_responses](
             grpc::ClientContext* ctx, std::function<void(grpc::Status)> done) {
           responses[s].Clear();
-          shards_[s]->stub->async()->Pull(ctx, &requests[s], &responses[s],
-                                          std::move(done));
+          if (fast) {
+            raw_responses[s].Clear();
+            shards_[s]->generic->UnaryCall(ctx, kPullFastMethod,
+                                           grpc::StubOptions(),
+                                           &raw_requests[s], &raw_responses[s],
+                                           std::move(done));
+          } else {
+            shards_[s]->stub->async()->Pull(ctx, &requests[s], &responses[s],
+                                            std::move(done));
+          }
         },
-        [s, &requests, &responses, &wanted, &versions,
+        [s, fast, &requests, &responses, &raw_responses, &wanted, &versions,
          &arrived]() -> absl::Status {
+          // Fast path: the header gives the slices, the payload follows.
+          FrameReader frame;
+          if (fast) {
+            const absl::Status st = frame.Open(raw_responses[s], &responses[s]);
+            if (!st.ok()) return absl::InternalError(st.message());
+          }
           absl::flat_hash_map<std::string, uint32_t> received;
           for (const SliceData& d : responses[s].slices()) {
             auto it = wanted.find(d.tensor());
@@ -521,20 +545,30 @@ absl::Status PsClient::Pull(
                                                       d.tensor(), "' twice"));
             }
             const int64_t elems = t.layout.SliceSize(d.slice());
-            if (EncodedFloatCount(d.values()) != static_cast<size_t>(elems)) {
+            const uint64_t bytes = fast ? d.payload_bytes() : d.values().size();
+            if (bytes != static_cast<uint64_t>(elems) * sizeof(float)) {
               return absl::InternalError(absl::StrCat(
-                  "returned ", d.values().size(), " bytes for slice ",
-                  d.slice(), " of tensor '", d.tensor(), "', expected ",
+                  "returned ", bytes, " bytes for slice ", d.slice(),
+                  " of tensor '", d.tensor(), "', expected ",
                   elems * static_cast<int64_t>(sizeof(float))));
             }
-            DecodeFloats(d.values(),
-                         it->second.second + t.layout.SliceBegin(d.slice()),
-                         static_cast<size_t>(elems));
+            float* dst = it->second.second + t.layout.SliceBegin(d.slice());
+            if (fast) {
+              const absl::Status st =
+                  frame.CopyNext(bytes, reinterpret_cast<char*>(dst));
+              if (!st.ok()) return absl::InternalError(st.message());
+            } else {
+              DecodeFloats(d.values(), dst, static_cast<size_t>(elems));
+            }
             seen[d.slice()] = true;
             std::vector<uint64_t>& v = versions[d.tensor()];
             v.resize(t.layout.num_slices(), 0);
             v[d.slice()] = d.version();
             ++received[d.tensor()];
+          }
+          if (frame.remaining() != 0) {
+            return absl::InternalError(absl::StrCat(
+                "returned ", frame.remaining(), " bytes beyond its slices"));
           }
           for (const std::string& name : requests[s].tensors()) {
             const uint32_t expected = wanted.at(name).first->slices_on[s];
@@ -587,8 +621,14 @@ absl::StatusOr<PushSummary> PsClient::Push(
   // number is shared by all of them and by their retries.
   const int n = num_shards();
   const uint64_t seq = next_seq_++;
+  const bool fast = options_.fast_path;
   std::vector<PushRequest> requests(n);
   std::vector<PushResponse> responses(n);
+  // Fast path: per shard, slices borrowing the caller's gradient buffers
+  // (which the caller keeps unchanged until Push returns), then the frames
+  // and the serialized answers.
+  std::vector<std::vector<grpc::Slice>> payloads(n);
+  std::vector<grpc::ByteBuffer> frames(n), raw_responses(n);
   for (int s = 0; s < n; ++s) {
     *requests[s].mutable_worker() = MakeWorkerRef(clock);
     requests[s].set_seq(seq);
@@ -596,14 +636,31 @@ absl::StatusOr<PushSummary> PsClient::Push(
   for (size_t k = 0; k < grads.size(); ++k) {
     const TensorState& t = *states[k];
     for (uint32_t i = 0; i < t.layout.num_slices(); ++i) {
-      SliceGradient* g = requests[t.home[i]].add_grads();
+      const int home = t.home[i];
+      SliceGradient* g = requests[home].add_grads();
       g->set_tensor(t.spec.name());
       g->set_slice(i);
       g->set_read_version(t.read_versions[i]);
-      EncodeFloats(grads[k].second + t.layout.SliceBegin(i),
-                   static_cast<size_t>(t.layout.SliceSize(i)),
-                   g->mutable_grad());
+      const float* begin = grads[k].second + t.layout.SliceBegin(i);
+      const size_t elems = static_cast<size_t>(t.layout.SliceSize(i));
+      if (!fast) {
+        EncodeFloats(begin, elems, g->mutable_grad());
+        continue;
+      }
+      const size_t bytes = elems * sizeof(float);
+      g->set_grad_bytes(bytes);
+      // Neighbouring slices bound for the same shard travel as one piece.
+      std::vector<grpc::Slice>& out = payloads[home];
+      if (!out.empty() &&
+          out.back().end() == reinterpret_cast<const uint8_t*>(begin)) {
+        out.back() = BorrowedSlice(out.back().begin(), out.back().size() + bytes);
+      } else {
+        out.push_back(BorrowedSlice(begin, bytes));
+      }
     }
+  }
+  if (fast) {
+    for (int s = 0; s < n; ++s) frames[s] = MakeFrame(requests[s], payloads[s]);
   }
 
   PushSummary summary;
@@ -613,13 +670,26 @@ absl::StatusOr<PushSummary> PsClient::Push(
   for (int s = 0; s < n; ++s) {
     calls.push_back(FanOut::Call{
         s,
-        [this, s, &requests, &responses](
+        [this, s, fast, &requests, &responses, &frames, &raw_responses](
             grpc::ClientContext* ctx, std::function<void(grpc::Status)> done) {
           responses[s].Clear();
-          shards_[s]->stub->async()->Push(ctx, &requests[s], &responses[s],
-                                          std::move(done));
+          if (fast) {
+            raw_responses[s].Clear();
+            shards_[s]->generic->UnaryCall(ctx, kPushFastMethod,
+                                           grpc::StubOptions(), &frames[s],
+                                           &raw_responses[s], std::move(done));
+          } else {
+            shards_[s]->stub->async()->Push(ctx, &requests[s], &responses[s],
+                                            std::move(done));
+          }
         },
-        [s, &responses, &summary, &staleness_sum, &results]() {
+        [s, fast, &responses, &raw_responses, &summary, &staleness_sum,
+         &results]() {
+          if (fast) {
+            const absl::Status st =
+                ParseFromByteBuffer(raw_responses[s], &responses[s]);
+            if (!st.ok()) return absl::InternalError(st.message());
+          }
           const PushResponse& r = responses[s];
           if (r.duplicate()) ++summary.duplicates;
           for (const SliceResult& res : r.results()) {

@@ -33,6 +33,11 @@ struct PsClientOptions {
   // (capped at 5 s, +-20% jitter).
   int max_attempts = 5;
   absl::Duration initial_backoff = absl::Milliseconds(50);
+  // Pull and Push over the fast data path (PullFast / PushFast, framing in
+  // common/fast_frame.h): gradients are sent straight from the caller's
+  // buffers and pulled values copied straight into them, with no protobuf
+  // `bytes` copies. false = the protobuf Pull and Push RPCs (same results).
+  bool fast_path = true;
   // nullptr = discard log messages.
   std::shared_ptr<spdlog::logger> logger;
 };

@@ -327,6 +327,9 @@ TEST_CASE("a push retried after a lost response is applied once",
   options.servers = {absl::StrCat("127.0.0.1:", port)};
   options.initial_backoff = absl::Milliseconds(10);
   options.rpc_timeout = absl::Seconds(30);
+  // The proxy forwards the protobuf RPCs only (fast_path_test covers retries
+  // of PushFast).
+  options.fast_path = false;
   absl::StatusOr<std::unique_ptr<PsClient>> client =
       PsClient::Connect(std::move(options));
   REQUIRE_OK(client.status());

@@ -1,0 +1,83 @@
+#ifndef ASYNCPS_COMMON_FAST_FRAME_H_
+#define ASYNCPS_COMMON_FAST_FRAME_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include <grpcpp/grpcpp.h>
+#include <grpcpp/support/byte_buffer.h>
+#include <grpcpp/support/slice.h>
+
+#include "absl/status/status.h"
+#include "common/float_codec.h"
+#include "google/protobuf/message_lite.h"
+
+namespace asyncps {
+
+// The framing of the fast data path (PullFast / PushFast in
+// proto/asyncps.proto): a frame is
+//
+//   varint32 header_length | header (protobuf) | payload bytes
+//
+// carried in a grpc::ByteBuffer without going through protobuf `bytes`
+// fields, so that payloads are sent from and read in place of the buffers
+// that hold them.
+
+// Full method names, for a generic stub.
+inline constexpr char kPullFastMethod[] = "/asyncps.ParameterServer/PullFast";
+inline constexpr char kPushFastMethod[] = "/asyncps.ParameterServer/PushFast";
+
+// A frame of `header` followed by `payload` (slices in order; not copied).
+grpc::ByteBuffer MakeFrame(const google::protobuf::MessageLite& header,
+                           const std::vector<grpc::Slice>& payload);
+
+// A slice that refers to `bytes` without copying or owning them: the bytes
+// must stay valid and unchanged until the call that sends it completes.
+inline grpc::Slice BorrowedSlice(const void* bytes, size_t n) {
+  return grpc::Slice(bytes, n, grpc::Slice::STATIC_SLICE);
+}
+
+// A plain protobuf message in a ByteBuffer (one slice), and back.
+grpc::ByteBuffer SerializeToByteBuffer(
+    const google::protobuf::MessageLite& message);
+// INVALID_ARGUMENT when the bytes do not parse.
+absl::Status ParseFromByteBuffer(const grpc::ByteBuffer& buffer,
+                                 google::protobuf::MessageLite* message);
+
+// Reads one frame: the header, then the payload piece by piece, in place.
+// Network input: every length is checked against what the buffer holds.
+// Holds references to the buffer's slices, so the views it hands out stay
+// valid as long as the reader lives. Thread-compatible.
+class FrameReader {
+ public:
+  // Parses the header of the frame in `buffer` into `header`.
+  // INVALID_ARGUMENT when the length prefix is malformed or runs past the
+  // buffer, or the header does not parse.
+  absl::Status Open(const grpc::ByteBuffer& buffer,
+                    google::protobuf::MessageLite* header);
+
+  // Appends the next n payload bytes to `out` as views of the buffer.
+  // INVALID_ARGUMENT (nothing consumed) if fewer than n bytes remain.
+  absl::Status Next(uint64_t n, FloatPayload* out);
+  // Copies the next n payload bytes to `out`; same errors as Next.
+  absl::Status CopyNext(uint64_t n, char* out);
+
+  // Payload bytes not read yet.
+  uint64_t remaining() const { return remaining_; }
+
+ private:
+  // Consumes n bytes, calling piece(view) for each contiguous run.
+  // REQUIRES: n <= remaining_.
+  template <typename F>
+  void Consume(uint64_t n, F piece);
+
+  std::vector<grpc::Slice> slices_;
+  size_t index_ = 0;   // current slice
+  size_t offset_ = 0;  // within it
+  uint64_t remaining_ = 0;
+};
+
+}  // namespace asyncps
+
+#endif  // ASYNCPS_COMMON_FAST_FRAME_H_
