@@ -13,7 +13,9 @@ namespace {
 
 constexpr size_t kMaxVarint32Bytes = 5;
 
-uint8_t* MutableBegin(grpc::Slice& s) { return const_cast<uint8_t*>(s.begin()); }
+uint8_t* MutableBegin(grpc::Slice& s) {
+  return const_cast<uint8_t*>(s.begin());
+}
 
 }  // namespace
 
@@ -107,15 +109,14 @@ absl::Status FrameReader::Open(const grpc::ByteBuffer& buffer,
     return absl::InvalidArgumentError("frame: malformed header length prefix");
   }
   if (length > remaining_) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "frame: header length ", length, " exceeds the ", remaining_,
-        " bytes after the prefix"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("frame: header length ", length, " exceeds the ",
+                     remaining_, " bytes after the prefix"));
   }
   std::string bytes;
   bytes.reserve(length);
-  Consume(length, [&bytes](absl::string_view v) {
-    bytes.append(v.data(), v.size());
-  });
+  Consume(length,
+          [&bytes](absl::string_view v) { bytes.append(v.data(), v.size()); });
   if (!header->ParseFromString(bytes)) {
     return absl::InvalidArgumentError(absl::StrCat(
         "frame: header does not parse as ", header->GetTypeName()));
@@ -125,9 +126,9 @@ absl::Status FrameReader::Open(const grpc::ByteBuffer& buffer,
 
 absl::Status FrameReader::Next(uint64_t n, FloatPayload* out) {
   if (n > remaining_) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "frame: payload of ", n, " bytes runs past the ", remaining_,
-        " bytes left"));
+    return absl::InvalidArgumentError(absl::StrCat("frame: payload of ", n,
+                                                   " bytes runs past the ",
+                                                   remaining_, " bytes left"));
   }
   Consume(n, [out](absl::string_view v) { out->Append(v); });
   return absl::OkStatus();
@@ -135,9 +136,9 @@ absl::Status FrameReader::Next(uint64_t n, FloatPayload* out) {
 
 absl::Status FrameReader::CopyNext(uint64_t n, char* out) {
   if (n > remaining_) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "frame: payload of ", n, " bytes runs past the ", remaining_,
-        " bytes left"));
+    return absl::InvalidArgumentError(absl::StrCat("frame: payload of ", n,
+                                                   " bytes runs past the ",
+                                                   remaining_, " bytes left"));
   }
   Consume(n, [&out](absl::string_view v) {
     std::memcpy(out, v.data(), v.size());

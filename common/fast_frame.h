@@ -1,13 +1,13 @@
 #ifndef ASYNCPS_COMMON_FAST_FRAME_H_
 #define ASYNCPS_COMMON_FAST_FRAME_H_
 
-#include <cstddef>
-#include <cstdint>
-#include <vector>
-
 #include <grpcpp/grpcpp.h>
 #include <grpcpp/support/byte_buffer.h>
 #include <grpcpp/support/slice.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "common/float_codec.h"

@@ -119,7 +119,8 @@ class ShardStore {
   explicit ShardStore(const ShardStoreOptions& options);
   absl::StatusOr<TensorSpec> Resolve(const TensorSpec& spec) const;
   // Validates the pull; hands slices out only when sink is not null.
-  absl::Status PullInto(const PullRequest& request, const SliceSink* sink) const;
+  absl::Status PullInto(const PullRequest& request,
+                        const SliceSink* sink) const;
   const Tensor* FindTensor(const std::string& name) const
       ABSL_SHARED_LOCKS_REQUIRED(mu_);
 

@@ -653,7 +653,8 @@ absl::StatusOr<PushSummary> PsClient::Push(
       std::vector<grpc::Slice>& out = payloads[home];
       if (!out.empty() &&
           out.back().end() == reinterpret_cast<const uint8_t*>(begin)) {
-        out.back() = BorrowedSlice(out.back().begin(), out.back().size() + bytes);
+        out.back() =
+            BorrowedSlice(out.back().begin(), out.back().size() + bytes);
       } else {
         out.push_back(BorrowedSlice(begin, bytes));
       }

@@ -3,16 +3,15 @@
 // payloads may arrive in any slicing, retries are de-duplicated, and a
 // sequence of pushes and pulls gives bit-identical parameters and versions
 // on the fast and the protobuf path.
+#include <grpcpp/generic/generic_stub.h>
+#include <grpcpp/grpcpp.h>
+
+#include <catch2/catch.hpp>
 #include <condition_variable>
 #include <cstring>
 #include <mutex>
 #include <string>
 #include <vector>
-
-#include <grpcpp/generic/generic_stub.h>
-#include <grpcpp/grpcpp.h>
-
-#include <catch2/catch.hpp>
 
 #include "common/fast_frame.h"
 #include "common/float_codec.h"
@@ -31,7 +30,8 @@ constexpr int64_t kElems = 10;
 
 std::unique_ptr<grpc::ClientContext> Context() {
   auto ctx = std::make_unique<grpc::ClientContext>();
-  ctx->set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+  ctx->set_deadline(std::chrono::system_clock::now() +
+                    std::chrono::seconds(10));
   return ctx;
 }
 
@@ -75,8 +75,9 @@ struct Shard {
     REQUIRE(header.slices(0).values().empty());
     REQUIRE(header.slices(0).payload_bytes() == kElems * sizeof(float));
     std::vector<float> v(kElems);
-    REQUIRE(reader.CopyNext(header.slices(0).payload_bytes(),
-                            reinterpret_cast<char*>(v.data()))
+    REQUIRE(reader
+                .CopyNext(header.slices(0).payload_bytes(),
+                          reinterpret_cast<char*>(v.data()))
                 .ok());
     REQUIRE(reader.remaining() == 0);
     return {v, header.slices(0).version()};
@@ -168,7 +169,8 @@ TEST_CASE("malformed PushFast frames are INVALID_ARGUMENT and change nothing",
       {"header length beyond the buffer", std::string("\xe8\x07", 2) + "abc"},
       {"malformed length prefix", std::string(6, '\xff')},
       {"garbage header", std::string("\x05\xff\xff\xff\xff\xff", 6) + good},
-      {"payload shorter than grad_bytes", FrameBytes(Header(1, n), good.substr(4))},
+      {"payload shorter than grad_bytes",
+       FrameBytes(Header(1, n), good.substr(4))},
       {"grad_bytes not the slice size",
        FrameBytes(Header(1, n - 4), good.substr(4))},
       {"grad_bytes not a multiple of 4",
@@ -199,17 +201,19 @@ TEST_CASE("malformed PushFast frames are INVALID_ARGUMENT and change nothing",
             .error_code() == grpc::StatusCode::INVALID_ARGUMENT);
 
   // The same shard still applies a good frame.
-  REQUIRE(shard.Call(kPushFastMethod, Sliced(FrameBytes(Header(1, n), good), 7),
-                     &answer)
+  REQUIRE(shard
+              .Call(kPushFastMethod, Sliced(FrameBytes(Header(1, n), good), 7),
+                    &answer)
               .ok());
   std::tie(values, version) = shard.ReadFast();
   CHECK(version == 1);
   CHECK(values == std::vector<float>(kElems, 0.5f));
 }
 
-TEST_CASE("a PushFast frame in many slices applies like one piece, and its "
-          "retry is de-duplicated",
-          "[fast_path][dedup]") {
+TEST_CASE(
+    "a PushFast frame in many slices applies like one piece, and its "
+    "retry is de-duplicated",
+    "[fast_path][dedup]") {
   Shard shard = StartOne();
   std::vector<float> g(kElems);
   for (int64_t i = 0; i < kElems; ++i) g[i] = 0.25f * static_cast<float>(i);
@@ -310,7 +314,8 @@ Trace RunSequence(bool fast_path) {
   trace.values.insert(trace.values.end(), b.begin(), b.end());
   auto status = (*client)->Status();
   REQUIRE(status.ok());
-  for (const StatusResponse& s : *status) trace.counters.push_back(s.counters());
+  for (const StatusResponse& s : *status)
+    trace.counters.push_back(s.counters());
   return trace;
 }
 
@@ -325,7 +330,8 @@ TEST_CASE("fast and protobuf paths give identical parameters and versions",
   CHECK(fast.outcomes == slow.outcomes);
   // Some pushes were stale enough to be refused, so the rule was exercised.
   int64_t refused = 0;
-  for (size_t i = 1; i < fast.outcomes.size(); i += 3) refused += fast.outcomes[i];
+  for (size_t i = 1; i < fast.outcomes.size(); i += 3)
+    refused += fast.outcomes[i];
   CHECK(refused > 0);
   REQUIRE(fast.counters.size() == 2);
   for (size_t s = 0; s < 2; ++s) {
