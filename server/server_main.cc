@@ -16,6 +16,7 @@
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "absl/strings/str_cat.h"
+#include "common/port_file.h"
 #include "common/logging.h"
 #include "common/net.h"
 #include "common/version.h"
@@ -67,18 +68,6 @@ namespace {
 int Fail(const std::string& message) {
   std::fprintf(stderr, "ps_server: %s\n", message.c_str());
   return 2;
-}
-
-// Writes "<port>\n" to a temporary name and renames it, so a reader never
-// sees a partial line.
-bool WritePortFile(const std::string& path, int port) {
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::trunc);
-    out << port << "\n";
-    if (!out.good()) return false;
-  }
-  return std::rename(tmp.c_str(), path.c_str()) == 0;
 }
 
 // Turns flags into options; the error names the flag.
@@ -208,13 +197,13 @@ int Main(int argc, char** argv) {
     logger->info("Prometheus metrics on http://{}:{}/metrics",
                  absl::GetFlag(FLAGS_host), *bound);
     const std::string metrics_file = absl::GetFlag(FLAGS_metrics_port_file);
-    if (!metrics_file.empty() && !WritePortFile(metrics_file, *bound)) {
+    if (!metrics_file.empty() && !WritePortFile(metrics_file, *bound).ok()) {
       return Fail("cannot write --metrics_port_file " + metrics_file);
     }
   }
 
   const std::string port_file = absl::GetFlag(FLAGS_port_file);
-  if (!port_file.empty() && !WritePortFile(port_file, (*server)->port())) {
+  if (!port_file.empty() && !WritePortFile(port_file, (*server)->port()).ok()) {
     return Fail("cannot write --port_file " + port_file);
   }
 

@@ -56,6 +56,7 @@
 #include "absl/strings/strip.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
+#include "common/port_file.h"
 #include "common/net.h"
 #include "tests/bench/raw_bench.grpc.pb.h"
 #include "tests/testing/subprocess.h"
@@ -160,16 +161,6 @@ class RawService final : public RawBench::CallbackService {
   std::vector<float> w_ ABSL_GUARDED_BY(mu_);
 };
 
-bool WritePortFile(const std::string& path, int port) {
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::trunc);
-    out << port << "\n";
-    if (!out.good()) return false;
-  }
-  return std::rename(tmp.c_str(), path.c_str()) == 0;
-}
-
 int RawServerMain() {
   if (absl::GetFlag(FLAGS_tune_malloc)) TuneMallocForLargeMessages();
   RawService service;
@@ -186,7 +177,7 @@ int RawServerMain() {
     std::fprintf(stderr, "raw_server: cannot listen\n");
     return 1;
   }
-  if (!WritePortFile(absl::GetFlag(FLAGS_port_file), port)) {
+  if (!WritePortFile(absl::GetFlag(FLAGS_port_file), port).ok()) {
     std::fprintf(stderr, "raw_server: cannot write the port file\n");
     return 1;
   }

@@ -22,6 +22,7 @@
 #include "common/tensor_layout.h"
 #include "proto/asyncps.grpc.pb.h"
 #include "proto/asyncps.pb.h"
+#include "tests/testing/require_ok.h"
 #include "tests/testing/subprocess.h"
 #include "worker/ps_client.h"
 
@@ -33,13 +34,6 @@ using testing::ServerList;
 using testing::ServerProcess;
 using testing::StartPsCluster;
 using testing::Subprocess;
-
-#define REQUIRE_OK(expr)                 \
-  do {                                   \
-    const absl::Status _status = (expr); \
-    INFO(_status.ToString());            \
-    REQUIRE(_status.ok());               \
-  } while (0)
 
 // A constant-initialized tensor trained by plain SGD with learning rate 1,
 // so that after pushes of gradients g the value is init - sum(g), exactly.

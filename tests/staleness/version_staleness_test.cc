@@ -20,6 +20,7 @@
 #include "common/net.h"
 #include "proto/asyncps.grpc.pb.h"
 #include "proto/asyncps.pb.h"
+#include "tests/testing/require_ok.h"
 #include "tests/staleness/harness.h"
 #include "tests/testing/subprocess.h"
 #include "worker/ps_client.h"
@@ -27,13 +28,6 @@
 namespace asyncps {
 namespace staleness {
 namespace {
-
-#define REQUIRE_OK(expr)                 \
-  do {                                   \
-    const absl::Status _status = (expr); \
-    INFO(_status.ToString());            \
-    REQUIRE(_status.ok());               \
-  } while (0)
 
 using Buffer = std::vector<float>;
 
