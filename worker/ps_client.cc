@@ -45,6 +45,17 @@ struct PsClient::Shard {
   std::unique_ptr<grpc::GenericStub> generic;
 };
 
+// One shard's part of a FanOut.
+struct PsClient::FanOutCall {
+  int shard;
+  // Starts one attempt: issues the RPC on `ctx` with `done` as completion.
+  // Must clear the response message first (it may hold a failed attempt's).
+  std::function<void(grpc::ClientContext* ctx,
+                     std::function<void(grpc::Status)> done)>
+      start;
+  std::function<absl::Status()> on_ok;  // after a successful attempt
+};
+
 // Runs one RPC per participating shard concurrently and waits for all of
 // them, retrying UNAVAILABLE / DEADLINE_EXCEEDED with backoff. Everything but
 // recording completions happens in the calling thread, including the
@@ -54,15 +65,7 @@ struct PsClient::Shard {
 // caller may be destroyed once it returns.
 class PsClient::FanOut {
  public:
-  // Starts one attempt: issues the RPC on `ctx` with `done` as completion.
-  // Must clear the response message first (it may hold a failed attempt's).
-  using StartFn = std::function<void(grpc::ClientContext* ctx,
-                                     std::function<void(grpc::Status)> done)>;
-  struct Call {
-    int shard;
-    StartFn start;
-    std::function<absl::Status()> on_ok;  // after a successful attempt
-  };
+  using Call = FanOutCall;
 
   FanOut(PsClient* client, absl::string_view method, int max_attempts,
          absl::Time deadline = absl::InfiniteFuture())
@@ -194,6 +197,29 @@ class PsClient::FanOut {
   const absl::Time deadline_;
 };
 
+template <typename Request, typename Response, typename Issue>
+std::vector<PsClient::FanOutCall> PsClient::ToAllShards(
+    const Request& request, std::vector<Response>* responses, Issue issue,
+    std::function<absl::Status(int)> on_ok) {
+  const int n = num_shards();
+  responses->assign(n, Response());
+  std::vector<FanOutCall> calls;
+  for (int s = 0; s < n; ++s) {
+    FanOutCall call;
+    call.shard = s;
+    call.start = [this, s, &request, responses, issue](
+                     grpc::ClientContext* ctx,
+                     std::function<void(grpc::Status)> done) {
+      (*responses)[s].Clear();
+      issue(shards_[s]->stub.get(), ctx, &request, &(*responses)[s],
+            std::move(done));
+    };
+    call.on_ok = [s, on_ok]() { return on_ok ? on_ok(s) : absl::OkStatus(); };
+    calls.push_back(std::move(call));
+  }
+  return calls;
+}
+
 PsClient::PsClient(PsClientOptions options) : options_(std::move(options)) {}
 
 PsClient::~PsClient() = default;
@@ -315,37 +341,33 @@ absl::Status PsClient::CreateTensors(const std::vector<TensorSpec>& specs) {
   const int n = num_shards();
   CreateTensorRequest request;
   for (const TensorSpec& spec : specs) *request.add_tensors() = spec;
-  std::vector<CreateTensorResponse> responses(n);
-  std::vector<FanOut::Call> calls;
-  for (int s = 0; s < n; ++s) {
-    calls.push_back(FanOut::Call{
-        s,
-        [this, s, &request, &responses](
-            grpc::ClientContext* ctx, std::function<void(grpc::Status)> done) {
-          responses[s].Clear();
-          shards_[s]->stub->async()->CreateTensor(ctx, &request, &responses[s],
-                                                  std::move(done));
-        },
-        [s, &specs, &responses]() -> absl::Status {
-          const CreateTensorResponse& r = responses[s];
-          if (r.tensors_size() != static_cast<int>(specs.size())) {
+  std::vector<CreateTensorResponse> responses;
+  std::vector<FanOutCall> calls = ToAllShards(
+      request, &responses,
+      [](ParameterServer::Stub* stub, grpc::ClientContext* ctx,
+         const CreateTensorRequest* req, CreateTensorResponse* resp,
+         std::function<void(grpc::Status)> done) {
+        stub->async()->CreateTensor(ctx, req, resp, std::move(done));
+      },
+      [&specs, &responses](int s) -> absl::Status {
+        const CreateTensorResponse& r = responses[s];
+        if (r.tensors_size() != static_cast<int>(specs.size())) {
+          return absl::InternalError(absl::StrCat("answered ", r.tensors_size(),
+                                                  " specs for ", specs.size(),
+                                                  " requested"));
+        }
+        for (size_t k = 0; k < specs.size(); ++k) {
+          const TensorSpec& got = r.tensors(static_cast<int>(k));
+          if (got.name() != specs[k].name() || got.slice_elems() <= 0 ||
+              (specs[k].slice_elems() != 0 &&
+               got.slice_elems() != specs[k].slice_elems())) {
             return absl::InternalError(
-                absl::StrCat("answered ", r.tensors_size(), " specs for ",
-                             specs.size(), " requested"));
+                absl::StrCat("answered spec {", got.ShortDebugString(),
+                             "} for requested tensor '", specs[k].name(), "'"));
           }
-          for (size_t k = 0; k < specs.size(); ++k) {
-            const TensorSpec& got = r.tensors(static_cast<int>(k));
-            if (got.name() != specs[k].name() || got.slice_elems() <= 0 ||
-                (specs[k].slice_elems() != 0 &&
-                 got.slice_elems() != specs[k].slice_elems())) {
-              return absl::InternalError(absl::StrCat(
-                  "answered spec {", got.ShortDebugString(),
-                  "} for requested tensor '", specs[k].name(), "'"));
-            }
-          }
-          return absl::OkStatus();
-        }});
-  }
+        }
+        return absl::OkStatus();
+      });
   absl::Status status =
       FanOut(this, "CreateTensor", options_.max_attempts).Run(std::move(calls));
   if (!status.ok()) return status;
@@ -384,23 +406,17 @@ absl::Status PsClient::WaitForTensors(const std::vector<std::string>& names,
   std::string missing = "no shard answered";
   std::string last_error;
   while (true) {
-    std::vector<ListTensorsResponse> responses(n);
+    std::vector<ListTensorsResponse> responses;
     std::vector<std::string> unreachable;  // transient errors this round
     const ListTensorsRequest request;
     // One attempt per shard per round: polling is the retry.
-    std::vector<FanOut::Call> calls;
-    for (int s = 0; s < n; ++s) {
-      calls.push_back(FanOut::Call{s,
-                                   [this, s, &request, &responses](
-                                       grpc::ClientContext* ctx,
-                                       std::function<void(grpc::Status)> done) {
-                                     responses[s].Clear();
-                                     shards_[s]->stub->async()->ListTensors(
-                                         ctx, &request, &responses[s],
-                                         std::move(done));
-                                   },
-                                   [] { return absl::OkStatus(); }});
-    }
+    std::vector<FanOutCall> calls = ToAllShards(
+        request, &responses,
+        [](ParameterServer::Stub* stub, grpc::ClientContext* ctx,
+           const ListTensorsRequest* req, ListTensorsResponse* resp,
+           std::function<void(grpc::Status)> done) {
+          stub->async()->ListTensors(ctx, req, resp, std::move(done));
+        });
     absl::Status status =
         FanOut(this, "ListTensors", /*max_attempts=*/1, deadline)
             .Run(std::move(calls));
@@ -505,10 +521,9 @@ absl::Status PsClient::Pull(
           responses[s].Clear();
           if (fast) {
             raw_responses[s].Clear();
-            shards_[s]->generic->UnaryCall(ctx, kPullFastMethod,
-                                           grpc::StubOptions(),
-                                           &raw_requests[s], &raw_responses[s],
-                                           std::move(done));
+            shards_[s]->generic->UnaryCall(
+                ctx, kPullFastMethod, grpc::StubOptions(), &raw_requests[s],
+                &raw_responses[s], std::move(done));
           } else {
             shards_[s]->stub->async()->Pull(ctx, &requests[s], &responses[s],
                                             std::move(done));
@@ -721,39 +736,27 @@ absl::Status PsClient::Heartbeat(int64_t clock, bool leaving) {
   HeartbeatRequest request;
   *request.mutable_worker() = MakeWorkerRef(clock);
   request.set_leaving(leaving);
-  const int n = num_shards();
-  std::vector<HeartbeatResponse> responses(n);
-  std::vector<FanOut::Call> calls;
-  for (int s = 0; s < n; ++s) {
-    calls.push_back(FanOut::Call{
-        s,
-        [this, s, &request, &responses](
-            grpc::ClientContext* ctx, std::function<void(grpc::Status)> done) {
-          responses[s].Clear();
-          shards_[s]->stub->async()->Heartbeat(ctx, &request, &responses[s],
-                                               std::move(done));
-        },
-        [] { return absl::OkStatus(); }});
-  }
+  std::vector<HeartbeatResponse> responses;
+  std::vector<FanOutCall> calls =
+      ToAllShards(request, &responses,
+                  [](ParameterServer::Stub* stub, grpc::ClientContext* ctx,
+                     const HeartbeatRequest* req, HeartbeatResponse* resp,
+                     std::function<void(grpc::Status)> done) {
+                    stub->async()->Heartbeat(ctx, req, resp, std::move(done));
+                  });
   return FanOut(this, "Heartbeat", options_.max_attempts).Run(std::move(calls));
 }
 
 absl::StatusOr<std::vector<StatusResponse>> PsClient::Status() {
   const StatusRequest request;
-  const int n = num_shards();
-  std::vector<StatusResponse> responses(n);
-  std::vector<FanOut::Call> calls;
-  for (int s = 0; s < n; ++s) {
-    calls.push_back(FanOut::Call{
-        s,
-        [this, s, &request, &responses](
-            grpc::ClientContext* ctx, std::function<void(grpc::Status)> done) {
-          responses[s].Clear();
-          shards_[s]->stub->async()->Status(ctx, &request, &responses[s],
-                                            std::move(done));
-        },
-        [] { return absl::OkStatus(); }});
-  }
+  std::vector<StatusResponse> responses;
+  std::vector<FanOutCall> calls =
+      ToAllShards(request, &responses,
+                  [](ParameterServer::Stub* stub, grpc::ClientContext* ctx,
+                     const StatusRequest* req, StatusResponse* resp,
+                     std::function<void(grpc::Status)> done) {
+                    stub->async()->Status(ctx, req, resp, std::move(done));
+                  });
   absl::Status status =
       FanOut(this, "Status", options_.max_attempts).Run(std::move(calls));
   if (!status.ok()) return status;

@@ -2,6 +2,7 @@
 #define ASYNCPS_WORKER_PS_CLIENT_H_
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <utility>
@@ -121,6 +122,15 @@ class PsClient {
  private:
   struct Shard;
   class FanOut;
+  struct FanOutCall;
+
+  // One FanOut call per shard, each sending `request` and answering into
+  // (*responses)[s] through issue(stub, ctx, &request, &(*responses)[s],
+  // done); on_ok(s), if given, checks a shard's successful answer.
+  template <typename Request, typename Response, typename Issue>
+  std::vector<FanOutCall> ToAllShards(
+      const Request& request, std::vector<Response>* responses, Issue issue,
+      std::function<absl::Status(int)> on_ok = nullptr);
 
   // What the client knows about one tensor.
   struct TensorState {

@@ -41,53 +41,6 @@ constexpr absl::Duration kStillBlocked = absl::Milliseconds(300);
 // Deadline for a released pull to come back.
 constexpr absl::Duration kRelease = absl::Seconds(5);
 
-// One shard and a raw stub to it for Status.
-struct Shard {
-  testing::ServerProcess server;
-  std::unique_ptr<ParameterServer::Stub> stub;
-
-  const std::string& address() const { return server.address; }
-
-  StatusResponse Status() {
-    absl::StatusOr<StatusResponse> s = GetStatus(stub.get());
-    REQUIRE_OK(s.status());
-    return *std::move(s);
-  }
-
-  // Waits until the shard has counted `n` pulls that had to wait.
-  void AwaitPullWaits(uint64_t n) {
-    const absl::Status s = testing::WaitFor(
-        [&] {
-          absl::StatusOr<StatusResponse> st = GetStatus(stub.get());
-          return st.ok() && st->counters().pull_waits() >= n;
-        },
-        absl::Seconds(10), absl::StrCat("pull_waits >= ", n));
-    INFO("server log:\n" << server.process->LogTail());
-    REQUIRE_OK(s);
-  }
-
-  // Ends the shard by PID (SIGTERM, then SIGKILL) and checks that it shut
-  // down cleanly. REQUIRES: every other client of the shard is closed (its
-  // graceful shutdown waits for connected clients to hang up).
-  void Stop() {
-    stub.reset();
-    // Without connected clients it stops in milliseconds; within the grace
-    // it must exit 0, not be SIGKILLed (-9).
-    absl::StatusOr<int> code = server.process->Kill(absl::Seconds(3));
-    INFO("server log:\n" << server.process->LogTail());
-    REQUIRE_OK(code.status());
-    CHECK(*code == 0);
-  }
-};
-
-Shard StartOneShard(const std::vector<std::string>& flags) {
-  absl::StatusOr<testing::ServerProcess> server = StartShard(flags);
-  REQUIRE_OK(server.status());
-  Shard shard{*std::move(server), nullptr};
-  shard.stub = ParameterServer::NewStub(MakeChannel(shard.address()));
-  return shard;
-}
-
 std::unique_ptr<PsClient> Worker(const Shard& shard, int32_t id,
                                  uint64_t incarnation, const TensorSpec& spec) {
   absl::StatusOr<std::unique_ptr<PsClient>> client =

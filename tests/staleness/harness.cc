@@ -6,6 +6,8 @@
 
 #include "common/grpc_status.h"
 #include "common/net.h"
+#include "tests/testing/require_ok.h"
+#include "absl/strings/str_cat.h"
 
 namespace asyncps {
 namespace staleness {
@@ -132,6 +134,40 @@ KeepAlive::~KeepAlive() {
     stop_ = true;
   }
   thread_.join();
+}
+
+StatusResponse Shard::Status() {
+  absl::StatusOr<StatusResponse> s = GetStatus(stub.get());
+  REQUIRE_OK(s.status());
+  return *std::move(s);
+}
+
+void Shard::AwaitPullWaits(uint64_t n) {
+  const absl::Status s = testing::WaitFor(
+      [&] {
+        absl::StatusOr<StatusResponse> st = GetStatus(stub.get());
+        return st.ok() && st->counters().pull_waits() >= n;
+      },
+      absl::Seconds(10), absl::StrCat("pull_waits >= ", n));
+  INFO("server log:\n" << server.process->LogTail());
+  REQUIRE_OK(s);
+}
+
+void Shard::Stop() {
+  stub.reset();
+  // Without connected clients it stops in milliseconds.
+  absl::StatusOr<int> code = server.process->Kill(absl::Seconds(3));
+  INFO("server log:\n" << server.process->LogTail());
+  REQUIRE_OK(code.status());
+  CHECK(*code == 0);
+}
+
+Shard StartOneShard(const std::vector<std::string>& flags) {
+  absl::StatusOr<testing::ServerProcess> server = StartShard(flags);
+  REQUIRE_OK(server.status());
+  Shard shard{*std::move(server), nullptr};
+  shard.stub = ParameterServer::NewStub(MakeChannel(shard.address()));
+  return shard;
 }
 
 }  // namespace staleness

@@ -111,6 +111,29 @@ class KeepAlive {
   std::thread thread_;
 };
 
+// One shard started with a policy, and a raw stub to it. Checks with Catch2
+// assertions, so only for use inside a TEST_CASE.
+struct Shard {
+  testing::ServerProcess server;
+  std::unique_ptr<ParameterServer::Stub> stub;
+
+  const std::string& address() const { return server.address; }
+
+  StatusResponse Status();
+
+  // Waits until the shard has counted `n` pulls that had to wait.
+  void AwaitPullWaits(uint64_t n);
+
+  // Ends the shard by PID (SIGTERM, then SIGKILL) and checks that it shut
+  // down cleanly (exit 0 within the grace, not SIGKILLed). REQUIRES: every
+  // other client of the shard is closed (its graceful shutdown waits for
+  // connected clients to hang up).
+  void Stop();
+};
+
+// StartShard(flags) plus a stub; REQUIREs that it started.
+Shard StartOneShard(const std::vector<std::string>& flags);
+
 }  // namespace staleness
 }  // namespace asyncps
 

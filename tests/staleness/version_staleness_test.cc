@@ -31,38 +31,6 @@ namespace {
 
 using Buffer = std::vector<float>;
 
-struct Shard {
-  testing::ServerProcess server;
-  std::unique_ptr<ParameterServer::Stub> stub;
-
-  StatusResponse Status() {
-    absl::StatusOr<StatusResponse> s = GetStatus(stub.get());
-    REQUIRE_OK(s.status());
-    return *std::move(s);
-  }
-
-  // Ends the shard by PID (SIGTERM, then SIGKILL) and checks that it shut
-  // down cleanly. REQUIRES: every other client of the shard is closed (its
-  // graceful shutdown waits for connected clients to hang up).
-  void Stop() {
-    stub.reset();
-    // Without connected clients it stops in milliseconds; within the grace
-    // it must exit 0, not be SIGKILLed (-9).
-    absl::StatusOr<int> code = server.process->Kill(absl::Seconds(3));
-    INFO("server log:\n" << server.process->LogTail());
-    REQUIRE_OK(code.status());
-    CHECK(*code == 0);
-  }
-};
-
-Shard StartOneShard(const std::vector<std::string>& flags) {
-  absl::StatusOr<testing::ServerProcess> server = StartShard(flags);
-  REQUIRE_OK(server.status());
-  Shard shard{*std::move(server), nullptr};
-  shard.stub = ParameterServer::NewStub(MakeChannel(shard.server.address));
-  return shard;
-}
-
 std::unique_ptr<PsClient> Worker(const Shard& shard, int32_t id,
                                  const TensorSpec& spec) {
   absl::StatusOr<std::unique_ptr<PsClient>> client =
