@@ -21,6 +21,7 @@ worker_flags=""
 logdir=""
 straggler=""
 build=1
+bazel_flags=()
 
 usage() {
   sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//'
@@ -34,6 +35,7 @@ options:
   --worker-flags "..." extra ps_worker flags (see ps_worker --help)
   --straggler ID:MS    make worker ID sleep MS milliseconds every step
   --logdir DIR         keep logs here (default: a fresh temporary folder)
+  --cuda               build and run the CUDA build (bazel --config=cuda)
   --no-build           use the binaries already built
 USAGE
 }
@@ -49,6 +51,7 @@ while [ $# -gt 0 ]; do
     --logdir) logdir="$2"; shift 2 ;;
     --straggler) straggler="$2"; shift 2 ;;
     --no-build) build=0; shift ;;
+    --cuda) bazel_flags=(--config=cuda); shift ;;
     -h|--help) usage; exit 0 ;;
     *) echo "local.sh: unknown option '$1' (see --help)" >&2; exit 2 ;;
   esac
@@ -62,9 +65,10 @@ done
 if [ "$build" = 1 ]; then
   deploy/install_deps.sh
   echo "building ps_server and ps_worker ..."
-  bazel build //server:ps_server //worker:ps_worker 2>&1 | grep -E 'ERROR|error:' && exit 1
+  bazel build "${bazel_flags[@]}" //server:ps_server //worker:ps_worker 2>&1 |
+    grep -E 'ERROR|error:' && exit 1
 fi
-bin=$(bazel info bazel-bin 2>/dev/null)
+bin=$(bazel info "${bazel_flags[@]}" bazel-bin 2>/dev/null)
 server_bin="$bin/server/ps_server"
 worker_bin="$bin/worker/ps_worker"
 [ -x "$server_bin" ] && [ -x "$worker_bin" ] || { echo "local.sh: binaries missing; run without --no-build" >&2; exit 1; }

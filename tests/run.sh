@@ -14,13 +14,14 @@ cd "$(dirname "$0")/.."
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
 
+t0=$(date +%s)
 echo "== build"
 if ! bazel build //... >"$log" 2>&1; then
   grep -E 'ERROR|error:' "$log" | head -n 40
   echo "0 passed, 1 failed"
   exit 1
 fi
-tail -n 3 "$log"
+echo "build: $(($(date +%s) - t0)) s"
 
 cuda_failed=0
 if [ -x /usr/local/cuda/bin/nvcc ] || command -v nvcc >/dev/null 2>&1; then
@@ -30,12 +31,14 @@ if [ -x /usr/local/cuda/bin/nvcc ] || command -v nvcc >/dev/null 2>&1; then
     grep -E 'ERROR|error' "$log" | head -n 40
     cuda_failed=1
   fi
-  tail -n 3 "$log"
+  echo "cuda build: $(($(date +%s) - t0)) s since start"
 fi
 
+t1=$(date +%s)
 echo "== test"
 bazel test //... 2>&1 | tee "$log"
 test_rc=${PIPESTATUS[0]}
+echo "tests: $(($(date +%s) - t1)) s"
 
 passed=$(grep -cE '^//\S+\s+(\(cached\) )?PASSED' "$log")
 failed=$(grep -cE '^//\S+\s+(\(cached\) )?(FAILED|TIMEOUT|NO STATUS|FLAKY|INCOMPLETE)' "$log")

@@ -89,7 +89,7 @@ step bench 55 "$OUT/bench.txt" \
 # Two ps_server shards on loopback and one ps_worker on the CUDA backend for
 # 2 epochs; the worker prints its progress and the final test accuracy.
 step distributed 60 "$OUT/distributed.txt" \
-  deploy/local.sh --no-build --shards 2 --workers 1 --epochs 2 \
+  deploy/local.sh --cuda --no-build --shards 2 --workers 1 --epochs 2 \
   --logdir "$OUT/distributed" --worker-flags "--device=cuda --log_every_steps=200"
 grep -h '^final test accuracy' "$OUT/distributed.txt" | tail -n 1 |
   sed 's/^/distributed: /' | tee -a "$SUMMARY" || true
