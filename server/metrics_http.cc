@@ -113,6 +113,11 @@ std::string RenderPrometheus(const StatusResponse& s) {
   counter("asyncps_pull_wait_timeouts_total",
           "Pulls whose wait for slower workers timed out.",
           c.pull_wait_timeouts());
+  counter("asyncps_checkpoints_written_total",
+          "Checkpoints written (requested, periodic and at shutdown).",
+          c.checkpoints_written());
+  counter("asyncps_checkpoints_failed_total", "Checkpoint writes that failed.",
+          c.checkpoints_failed());
 
   const StalenessPolicy& p = s.policy();
   e.Family("asyncps_build_info", "gauge",
@@ -132,6 +137,13 @@ std::string RenderPrometheus(const StatusResponse& s) {
         absl::StrCat(p.max_staleness()));
   gauge("asyncps_uptime_seconds", "Seconds since the shard started.",
         Seconds(s.uptime_ms()));
+  if (!s.last_checkpoint().path().empty()) {
+    gauge("asyncps_last_checkpoint_timestamp_seconds",
+          "Unix time at which the last checkpoint was started.",
+          Seconds(s.last_checkpoint().unix_time_ms()));
+    gauge("asyncps_last_checkpoint_bytes", "Size of the last checkpoint.",
+          absl::StrCat(s.last_checkpoint().bytes()));
+  }
   gauge("asyncps_tensors", "Tensors known to the shard.",
         absl::StrCat(s.tensors()));
   gauge("asyncps_slices", "Tensor slices held by the shard.",

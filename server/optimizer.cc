@@ -20,6 +20,8 @@ class Sgd : public SliceOptimizer {
     for (size_t i = 0; i < n; ++i) w[i] -= lr * g[i];
   }
   size_t state_bytes() const override { return 0; }
+  std::vector<absl::Span<const float>> state() const override { return {}; }
+  std::vector<absl::Span<float>> mutable_state() override { return {}; }
 
  private:
   const float lr_;
@@ -40,6 +42,12 @@ class Momentum : public SliceOptimizer {
     }
   }
   size_t state_bytes() const override { return v_.size() * sizeof(float); }
+  std::vector<absl::Span<const float>> state() const override {
+    return {absl::MakeConstSpan(v_)};
+  }
+  std::vector<absl::Span<float>> mutable_state() override {
+    return {absl::MakeSpan(v_)};
+  }
 
  private:
   const float lr_;
@@ -73,6 +81,12 @@ class Adam : public SliceOptimizer {
   }
   size_t state_bytes() const override {
     return (m_.size() + v_.size()) * sizeof(float);
+  }
+  std::vector<absl::Span<const float>> state() const override {
+    return {absl::MakeConstSpan(m_), absl::MakeConstSpan(v_)};
+  }
+  std::vector<absl::Span<float>> mutable_state() override {
+    return {absl::MakeSpan(m_), absl::MakeSpan(v_)};
   }
 
  private:

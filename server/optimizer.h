@@ -4,8 +4,10 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <vector>
 
 #include "absl/status/status.h"
+#include "absl/types/span.h"
 #include "proto/asyncps.pb.h"
 
 namespace asyncps {
@@ -32,6 +34,13 @@ class SliceOptimizer {
 
   // Bytes of optimizer state held.
   virtual size_t state_bytes() const = 0;
+
+  // The state buffers, each as long as the slice, in a fixed order: none
+  // (SGD), the velocity (momentum), the first and second moments (Adam).
+  // Checkpoints save and restore them; together with the slice's values and
+  // version they determine every later update exactly.
+  virtual std::vector<absl::Span<const float>> state() const = 0;
+  virtual std::vector<absl::Span<float>> mutable_state() = 0;
 };
 
 }  // namespace asyncps

@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/net.h"
 #include "common/version.h"
+#include "server/checkpoint.h"
 
 namespace asyncps {
 
@@ -49,6 +50,41 @@ absl::StatusOr<std::unique_ptr<PsServer>> PsServer::Start(
       ShardStore::Create(options.store);
   if (!store.ok()) return store.status();
   s->store_ = *std::move(store);
+  CheckpointInfo restored;
+  if (!options.checkpoint_dir.empty()) {
+    const std::string path =
+        CheckpointPath(options.checkpoint_dir, options.store.shard_index,
+                       options.store.num_shards);
+    if (options.restore) {
+      absl::StatusOr<CheckpointInfo> r =
+          RestoreCheckpoint(path, s->store_.get());
+      if (r.ok()) {
+        restored = *std::move(r);
+        s->logger_->info(
+            "restored checkpoint {} ({} bytes, {} tensors, {} slices, written "
+            "{}) in {:.1f} ms",
+            restored.path(), restored.bytes(), restored.tensors(),
+            restored.slices(),
+            absl::FormatTime(absl::FromUnixMillis(restored.unix_time_ms())),
+            restored.duration_ms());
+      } else if (absl::IsNotFound(r.status())) {
+        s->logger_->info("no checkpoint at {}; starting empty", path);
+      } else {
+        return r.status();
+      }
+    } else {
+      s->logger_->info("not restoring {} (restore off)", path);
+    }
+    CheckpointerOptions c;
+    c.dir = options.checkpoint_dir;
+    c.every = options.checkpoint_every;
+    c.build_version = kVersion;
+    c.logger = options.logger;
+    absl::StatusOr<std::unique_ptr<Checkpointer>> checkpointer =
+        Checkpointer::Start(s->store_.get(), std::move(c));
+    if (!checkpointer.ok()) return checkpointer.status();
+    s->checkpointer_ = *std::move(checkpointer);
+  }
   options.consistency.logger = options.logger;
   absl::StatusOr<std::unique_ptr<WorkerTable>> workers =
       WorkerTable::Create(options.consistency);
@@ -76,7 +112,7 @@ absl::StatusOr<std::unique_ptr<PsServer>> PsServer::Start(
   identity.policy = PolicyOf(options);
   s->service_ = std::make_unique<PsService>(
       identity, s->store_.get(), s->workers_.get(), &s->stats_,
-      options.staleness, options.logger);
+      options.staleness, options.logger, s->checkpointer_.get(), restored);
   builder.RegisterService(s->service_.get());
   s->server_ = builder.BuildAndStart();
   if (s->server_ == nullptr || s->port_ == 0) {
@@ -102,10 +138,10 @@ std::string PsServer::address() const {
   return absl::StrCat(any ? "127.0.0.1" : host_, ":", port_);
 }
 
-void PsServer::Shutdown(absl::Duration grace) {
+absl::Status PsServer::Shutdown(absl::Duration grace) {
   {
     absl::MutexLock l(&shutdown_mu_);
-    if (shut_down_) return;
+    if (shut_down_) return absl::OkStatus();
     shut_down_ = true;
   }
   logger_->info("shard shutting down");
@@ -114,11 +150,19 @@ void PsServer::Shutdown(absl::Duration grace) {
   server_->Shutdown(std::chrono::system_clock::now() +
                     absl::ToChronoMilliseconds(grace));
   server_->Wait();
+  absl::Status final_checkpoint;
+  if (checkpointer_ != nullptr) {
+    // Requested checkpoints were served while the calls drained; now no
+    // update can arrive, so this one holds the final state.
+    checkpointer_->Stop();
+    final_checkpoint = checkpointer_->WriteNow().status();
+  }
   logger_->info("shard stopped");
+  return final_checkpoint;
 }
 
 PsServer::~PsServer() {
-  if (server_ != nullptr) Shutdown(absl::Seconds(2));
+  if (server_ != nullptr) Shutdown(absl::Seconds(2)).IgnoreError();
 }
 
 StatusResponse PsServer::GetStatus() {

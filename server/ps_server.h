@@ -9,6 +9,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "common/net.h"
+#include "server/checkpointer.h"
 #include "server/ps_service.h"
 #include "server/shard_stats.h"
 #include "server/shard_store.h"
@@ -25,6 +26,14 @@ struct PsServerOptions {
   ShardStoreOptions store;
   StalenessRule staleness;
   ConsistencyOptions consistency;  // its logger is set from `logger`
+  // Checkpoints (server/checkpoint.h); off when checkpoint_dir is empty.
+  // Otherwise one is written on every Checkpoint RPC, every
+  // checkpoint_every (0 = never periodically) and at Shutdown.
+  std::string checkpoint_dir;
+  absl::Duration checkpoint_every = absl::ZeroDuration();
+  // Load this shard's checkpoint from checkpoint_dir before serving when
+  // there is one; a checkpoint that cannot be restored fails Start.
+  bool restore = true;
   std::shared_ptr<spdlog::logger> logger;  // required
 };
 
@@ -35,7 +44,9 @@ struct PsServerOptions {
 // Thread-safe.
 class PsServer {
  public:
-  // Validates options, binds and starts serving.
+  // Validates options, restores the checkpoint (if any), binds and starts
+  // serving. Only a failed restore returns DATA_LOSS (corrupt checkpoint)
+  // or FAILED_PRECONDITION (another shard's); see RestoreCheckpoint.
   static absl::StatusOr<std::unique_ptr<PsServer>> Start(PsServerOptions options);
   ~PsServer();  // Shutdown() with a short grace period
 
@@ -44,8 +55,10 @@ class PsServer {
   std::string address() const;
 
   // Refuses new calls, fails waiting pulls with UNAVAILABLE, lets in-flight
-  // calls finish within `grace`, then cancels the rest. Idempotent.
-  void Shutdown(absl::Duration grace = absl::Seconds(5));
+  // calls finish within `grace`, then cancels the rest; then, with
+  // checkpoints on, writes a final checkpoint. Returns that checkpoint's
+  // error, if any. Idempotent (later calls return OK).
+  absl::Status Shutdown(absl::Duration grace = absl::Seconds(5));
 
   // The Status RPC's answer (also for the metrics endpoint).
   StatusResponse GetStatus();
@@ -60,6 +73,7 @@ class PsServer {
   std::unique_ptr<ShardStore> store_;
   std::unique_ptr<WorkerTable> workers_;
   ShardStats stats_;
+  std::unique_ptr<Checkpointer> checkpointer_;  // null when off
   std::unique_ptr<PsService> service_;
   std::unique_ptr<grpc::Server> server_;
   int port_ = 0;

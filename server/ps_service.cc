@@ -63,14 +63,17 @@ absl::Status ReadFrameGradients(const PushRequest& request, FrameReader* reader,
 
 PsService::PsService(ServiceIdentity identity, ShardStore* store,
                      WorkerTable* workers, ShardStats* stats,
-                     StalenessRule rule, std::shared_ptr<spdlog::logger> logger)
+                     StalenessRule rule, std::shared_ptr<spdlog::logger> logger,
+                     Checkpointer* checkpointer, CheckpointInfo restored_from)
     : identity_(std::move(identity)),
       store_(store),
       workers_(workers),
       stats_(stats),
       rule_(rule),
       logger_(std::move(logger)),
-      start_time_(absl::Now()) {}
+      start_time_(absl::Now()),
+      checkpointer_(checkpointer),
+      restored_from_(std::move(restored_from)) {}
 
 grpc::ServerUnaryReactor* PsService::CreateTensor(
     grpc::CallbackServerContext* ctx, const CreateTensorRequest* request,
@@ -284,6 +287,23 @@ grpc::ServerUnaryReactor* PsService::Status(grpc::CallbackServerContext* ctx,
   return Finish(ctx, absl::OkStatus());
 }
 
+grpc::ServerUnaryReactor* PsService::Checkpoint(
+    grpc::CallbackServerContext* ctx, const CheckpointRequest* /*request*/,
+    CheckpointResponse* response) {
+  if (checkpointer_ == nullptr) {
+    return Finish(ctx, absl::FailedPreconditionError(
+                           "checkpoints are off on this shard (start "
+                           "ps_server with --checkpoint_dir)"));
+  }
+  grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
+  checkpointer_->Request(
+      [reactor, response](const absl::StatusOr<CheckpointInfo>& info) {
+        if (info.ok()) *response->mutable_checkpoint() = *info;
+        reactor->Finish(ToGrpcStatus(info.status()));
+      });
+  return reactor;
+}
+
 void PsService::FillStatus(StatusResponse* r) {
   r->set_shard_index(identity_.shard_index);
   r->set_num_shards(identity_.num_shards);
@@ -301,6 +321,15 @@ void PsService::FillStatus(StatusResponse* r) {
   stats_->Snapshot(r->mutable_counters(), r->mutable_staleness(),
                    r->mutable_rates());
   r->mutable_counters()->set_evictions(workers_->evictions());
+  if (checkpointer_ != nullptr) {
+    r->mutable_counters()->set_checkpoints_written(checkpointer_->written());
+    r->mutable_counters()->set_checkpoints_failed(checkpointer_->failed());
+    CheckpointInfo last = checkpointer_->last();
+    if (!last.path().empty()) *r->mutable_last_checkpoint() = std::move(last);
+  }
+  if (!restored_from_.path().empty()) {
+    *r->mutable_restored_from() = restored_from_;
+  }
 
   const std::vector<WorkerInfo> workers = workers_->Workers();
   int64_t max_clock = 0;

@@ -13,6 +13,7 @@
 #include "common/float_codec.h"
 #include "absl/time/time.h"
 #include "proto/asyncps.grpc.pb.h"
+#include "server/checkpointer.h"
 #include "server/push_dedup.h"
 #include "server/shard_stats.h"
 #include "server/shard_store.h"
@@ -41,15 +42,23 @@ struct ServiceIdentity {
 // the slice lock, into the slices that are sent. They share every step after
 // the framing with Pull and Push.
 //
-// Thread-safe. The store, table and stats are not owned and must outlive it.
+// Checkpoint hands the write to the Checkpointer's thread and finishes the
+// call from there.
+//
+// Thread-safe. The store, table, stats and checkpointer are not owned and
+// must outlive it.
 class PsService final
     : public ParameterServer::WithRawCallbackMethod_PullFast<
           ParameterServer::WithRawCallbackMethod_PushFast<
               ParameterServer::CallbackService>> {
  public:
+  // `checkpointer` is null when checkpoints are off; `restored_from` is the
+  // checkpoint the store was loaded from (empty when none), for Status.
   PsService(ServiceIdentity identity, ShardStore* store, WorkerTable* workers,
             ShardStats* stats, StalenessRule rule,
-            std::shared_ptr<spdlog::logger> logger);
+            std::shared_ptr<spdlog::logger> logger,
+            Checkpointer* checkpointer = nullptr,
+            CheckpointInfo restored_from = CheckpointInfo());
 
   grpc::ServerUnaryReactor* CreateTensor(
       grpc::CallbackServerContext* ctx, const CreateTensorRequest* request,
@@ -69,6 +78,11 @@ class PsService final
   grpc::ServerUnaryReactor* Status(grpc::CallbackServerContext* ctx,
                                    const StatusRequest* request,
                                    StatusResponse* response) override;
+  // Answers once the checkpoint is durable (or failed); FAILED_PRECONDITION
+  // when checkpoints are off.
+  grpc::ServerUnaryReactor* Checkpoint(grpc::CallbackServerContext* ctx,
+                                       const CheckpointRequest* request,
+                                       CheckpointResponse* response) override;
   // Request: a serialized PullRequest. Response: a frame (PullResponse
   // header, then every slice's values).
   grpc::ServerUnaryReactor* PullFast(grpc::CallbackServerContext* ctx,
@@ -114,6 +128,8 @@ class PsService final
   const StalenessRule rule_;
   const std::shared_ptr<spdlog::logger> logger_;
   const absl::Time start_time_;
+  Checkpointer* const checkpointer_;
+  const CheckpointInfo restored_from_;
   PushDedup dedup_;
   absl::Mutex mu_;
   std::string address_ ABSL_GUARDED_BY(mu_);

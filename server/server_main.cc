@@ -5,7 +5,12 @@
 //             --staleness_lr=inverse
 //
 // Flags are parsed here into PsServerOptions and nowhere else. SIGINT and
-// SIGTERM shut the shard down cleanly.
+// SIGTERM shut the shard down cleanly (with --checkpoint_dir, after writing
+// a final checkpoint).
+//
+// Exit status: 0 after a clean shutdown, 1 when the checkpoint could not be
+// restored at start or the final one could not be written, 2 for bad flags
+// or a start failure.
 #include <signal.h>
 
 #include <cstdio>
@@ -58,6 +63,19 @@ ABSL_FLAG(int64_t, worker_lease_ms, 10000,
           "A worker silent this long is evicted from the clock computation.");
 ABSL_FLAG(int64_t, pull_wait_timeout_ms, 60000,
           "Longest an SSP/BSP pull waits before DEADLINE_EXCEEDED.");
+ABSL_FLAG(std::string, checkpoint_dir, "",
+          "Directory for this shard's checkpoint file "
+          "(shard-<i>-of-<n>.ckpt); empty = checkpoints off. Written on the "
+          "Checkpoint RPC (psctl checkpoint), every --checkpoint_every_s and "
+          "at SIGINT/SIGTERM shutdown.");
+ABSL_FLAG(int64_t, checkpoint_every_s, 0,
+          "With --checkpoint_dir: also write a checkpoint this many seconds "
+          "after the previous one; 0 = only on request and at shutdown.");
+ABSL_FLAG(bool, restore, true,
+          "With --checkpoint_dir: load this shard's checkpoint before "
+          "serving when one exists; one that cannot be restored (corrupt, "
+          "another shard's) stops the start. false = start empty (the next "
+          "checkpoint replaces the file).");
 ABSL_FLAG(std::string, log_level, "info",
           "trace, debug, info, warn, error or off.");
 ABSL_FLAG(bool, version, false, "Print the version and exit.");
@@ -153,6 +171,18 @@ absl::StatusOr<PsServerOptions> OptionsFromFlags() {
         absl::StrCat("--pull_wait_timeout_ms must be >= 1, got ", wait));
   }
   o.consistency.pull_wait_timeout = absl::Milliseconds(wait);
+  o.checkpoint_dir = absl::GetFlag(FLAGS_checkpoint_dir);
+  const int64_t every = absl::GetFlag(FLAGS_checkpoint_every_s);
+  if (every < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--checkpoint_every_s must be >= 0, got ", every));
+  }
+  if (every > 0 && o.checkpoint_dir.empty()) {
+    return absl::InvalidArgumentError(
+        "--checkpoint_every_s needs --checkpoint_dir");
+  }
+  o.checkpoint_every = absl::Seconds(every);
+  o.restore = absl::GetFlag(FLAGS_restore);
   absl::StatusOr<std::shared_ptr<spdlog::logger>> logger = MakeLogger(
       absl::StrCat("shard", o.store.shard_index), absl::GetFlag(FLAGS_log_level));
   if (!logger.ok()) return logger.status();
@@ -180,9 +210,21 @@ int Main(int argc, char** argv) {
   TuneMallocForLargeMessages();
 
   auto logger = options->logger;
+  const bool restore = options->restore;
   absl::StatusOr<std::unique_ptr<PsServer>> server =
       PsServer::Start(*std::move(options));
-  if (!server.ok()) return Fail(server.status().ToString());
+  if (!server.ok()) {
+    const absl::Status& s = server.status();
+    if (restore && (absl::IsDataLoss(s) || absl::IsFailedPrecondition(s))) {
+      std::fprintf(stderr,
+                   "ps_server: cannot restore: %s\n(start with "
+                   "--restore=false to start empty; the next checkpoint "
+                   "replaces the file)\n",
+                   s.ToString().c_str());
+      return 1;
+    }
+    return Fail(s.ToString());
+  }
 
   // The metrics endpoint starts after the gRPC server and stops before it.
   MetricsHttpServer metrics(
@@ -211,7 +253,13 @@ int Main(int argc, char** argv) {
   sigwait(&signals, &sig);
   logger->info("received signal {}; shutting down", sig);
   metrics.Stop();
-  (*server)->Shutdown();
+  // In-flight calls finish first, then the final checkpoint is written.
+  const absl::Status final_checkpoint = (*server)->Shutdown();
+  if (!final_checkpoint.ok()) {
+    std::fprintf(stderr, "ps_server: final checkpoint failed: %s\n",
+                 final_checkpoint.ToString().c_str());
+    return 1;
+  }
   return 0;
 }
 

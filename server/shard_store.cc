@@ -16,12 +16,14 @@ namespace asyncps {
 // One slice of a tensor held by this shard.
 class ShardStore::Slice {
  public:
-  Slice(const TensorSpec& spec, const TensorLayout& layout, uint32_t index)
+  // `initialize` false leaves the values at zero (a restore fills them).
+  Slice(const TensorSpec& spec, const TensorLayout& layout, uint32_t index,
+        bool initialize = true)
       : index_(index),
         size_(layout.SliceSize(index)),
         values_(size_),
         optimizer_(SliceOptimizer::Create(spec.optimizer(), size_)) {
-    InitializeSlice(spec, layout, index, values_.data());
+    if (initialize) InitializeSlice(spec, layout, index, values_.data());
   }
 
   uint32_t index() const { return index_; }
@@ -58,6 +60,35 @@ class ShardStore::Slice {
     result->set_outcome(APPLIED);
     result->set_new_version(version_);
     result->set_lr_scale(scale);
+  }
+
+  // Hands the whole state to visit under the lock.
+  void Read(const SliceVisitor& visit) const {
+    absl::ReaderMutexLock l(&mu_);
+    SliceView view;
+    view.index = index_;
+    view.version = version_;
+    view.values = absl::MakeConstSpan(values_);
+    view.optimizer_state = optimizer_->state();
+    visit(view);
+  }
+
+  // REQUIRES: values and every state buffer hold size() floats, and there
+  // are as many buffers as the optimizer keeps.
+  void Import(uint64_t version, absl::string_view values,
+              absl::Span<const absl::string_view> state) {
+    absl::MutexLock l(&mu_);
+    version_ = version;
+    DecodeFloats(values, values_.data(), values_.size());
+    std::vector<absl::Span<float>> buffers = optimizer_->mutable_state();
+    for (size_t i = 0; i < buffers.size(); ++i) {
+      DecodeFloats(state[i], buffers[i].data(), buffers[i].size());
+    }
+  }
+
+  size_t optimizer_buffers() const {
+    absl::ReaderMutexLock l(&mu_);
+    return optimizer_->state().size();
   }
 
   size_t optimizer_bytes() const {
@@ -423,6 +454,105 @@ void ShardStore::ApplyPush(const PushRequest& request,
     result->set_slice(g.slice());
     slices[i]->Apply(grad, g.read_version(), rule, result);
   }
+}
+
+absl::Status ShardStore::ForEachTensor(TensorVisitor visit) const {
+  // Tensors are never removed and their spec and slice table are fixed at
+  // creation, so the pointers taken here stay valid after the lock is let go.
+  std::vector<const Tensor*> tensors;
+  {
+    absl::ReaderMutexLock l(&mu_);
+    tensors.reserve(tensors_.size());
+    for (const auto& [name, t] : tensors_) tensors.push_back(t.get());
+  }
+  std::sort(tensors.begin(), tensors.end(),
+            [](const Tensor* a, const Tensor* b) {
+              return a->spec.name() < b->spec.name();
+            });
+  std::vector<const Slice*> local;
+  for (const Tensor* t : tensors) {
+    local.clear();
+    for (const auto& slice : t->slices) {
+      if (slice != nullptr) local.push_back(slice.get());
+    }
+    absl::Status s = visit(t->spec, local);
+    if (!s.ok()) return s;
+  }
+  return absl::OkStatus();
+}
+
+void ShardStore::ReadSlice(const Slice* slice, SliceVisitor visit) {
+  slice->Read(visit);
+}
+
+absl::Status ShardStore::RestoreTensor(const TensorSpec& in) {
+  absl::StatusOr<TensorSpec> spec = Resolve(in);
+  if (!spec.ok()) return spec.status();
+  auto t = std::make_unique<Tensor>(
+      Tensor{*spec, *TensorLayout::FromSpec(*spec), {}});
+  t->slices.resize(t->layout.num_slices());
+  for (uint32_t i = 0; i < t->layout.num_slices(); ++i) {
+    if (SliceHome(spec->name(), i, options_.num_shards) ==
+        options_.shard_index) {
+      t->slices[i] = std::make_unique<Slice>(*spec, t->layout, i,
+                                             /*initialize=*/false);
+    }
+  }
+  absl::MutexLock l(&mu_);
+  if (FindTensor(spec->name()) != nullptr) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("tensor '", spec->name(), "' exists already"));
+  }
+  tensors_.emplace(spec->name(), std::move(t));
+  return absl::OkStatus();
+}
+
+absl::Status ShardStore::RestoreSlice(
+    const std::string& tensor, uint32_t index, uint64_t version,
+    absl::string_view values,
+    absl::Span<const absl::string_view> optimizer_state) {
+  Slice* slice = nullptr;
+  {
+    absl::ReaderMutexLock l(&mu_);
+    const Tensor* t = FindTensor(tensor);
+    if (t == nullptr) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("unknown tensor '", tensor, "'"));
+    }
+    if (index >= t->layout.num_slices()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("tensor '", tensor, "' has ", t->layout.num_slices(),
+                       " slices; slice ", index, " does not exist"));
+    }
+    slice = t->slices[index].get();
+    if (slice == nullptr) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "slice ", index, " of tensor '", tensor, "' lives on shard ",
+          SliceHome(tensor, index, options_.num_shards), ", not ",
+          options_.shard_index));
+    }
+  }
+  const size_t bytes = slice->size() * sizeof(float);
+  if (values.size() != bytes) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("slice ", index, " of tensor '", tensor, "' holds ",
+                     bytes, " bytes of values; got ", values.size()));
+  }
+  if (optimizer_state.size() != slice->optimizer_buffers()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "slice ", index, " of tensor '", tensor, "': its optimizer keeps ",
+        slice->optimizer_buffers(), " state buffers; got ",
+        optimizer_state.size()));
+  }
+  for (size_t i = 0; i < optimizer_state.size(); ++i) {
+    if (optimizer_state[i].size() != bytes) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "slice ", index, " of tensor '", tensor, "': optimizer state ", i,
+          " must hold ", bytes, " bytes; got ", optimizer_state[i].size()));
+    }
+  }
+  slice->Import(version, values, optimizer_state);
+  return absl::OkStatus();
 }
 
 StoreSize ShardStore::Size() const {

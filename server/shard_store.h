@@ -10,6 +10,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/functional/function_ref.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/types/span.h"
 #include "common/float_codec.h"
@@ -112,6 +113,50 @@ class ShardStore {
   static std::vector<FloatPayload> PayloadsOf(const PushRequest& request);
 
   StoreSize Size() const;
+
+  const ShardStoreOptions& options() const { return options_; }
+
+  // ---- Export and import of the whole state, for checkpoints
+  // (server/checkpoint.h).
+
+  // One local slice as ReadSlice hands it out. The spans point into the
+  // slice and are valid only during the visitor call.
+  struct SliceView {
+    uint32_t index = 0;
+    uint64_t version = 0;
+    absl::Span<const float> values;
+    // SliceOptimizer::state(): one span per state buffer, each values.size().
+    std::vector<absl::Span<const float>> optimizer_state;
+  };
+  // Called under the slice's lock, so it must copy and return without
+  // blocking (like SliceSink).
+  using SliceVisitor = absl::FunctionRef<void(const SliceView& slice)>;
+  using TensorVisitor = absl::FunctionRef<absl::Status(
+      const TensorSpec& spec, absl::Span<const Slice* const> local_slices)>;
+
+  // Calls visit(spec, local slices in index order) for every tensor, in name
+  // order, with no lock held; stops at the first error visit returns. The
+  // visitor reads slices with ReadSlice, each under its own lock, so every
+  // slice read is internally consistent (values, optimizer state and version
+  // agree) while pushes go on between reads; the versions say exactly which
+  // updates each slice holds. A tensor created during the walk may be missed.
+  absl::Status ForEachTensor(TensorVisitor visit) const;
+  // Hands one slice's state to visit under the slice's lock.
+  static void ReadSlice(const Slice* slice, SliceVisitor visit);
+
+  // Adds a tensor whose local slices are then filled by RestoreSlice: the
+  // spec is validated like CreateTensors does, but slices start at zero
+  // with version 0 instead of being initialized. FAILED_PRECONDITION if a
+  // tensor of that name exists.
+  absl::Status RestoreTensor(const TensorSpec& spec);
+
+  // Sets a local slice's version, values and optimizer state from
+  // little-endian float32 bytes. INVALID_ARGUMENT (naming the slice) unless
+  // the tensor exists, the slice lives here, and the values and the state
+  // buffers (as many as the tensor's optimizer keeps) have the slice's size.
+  absl::Status RestoreSlice(const std::string& tensor, uint32_t index,
+                            uint64_t version, absl::string_view values,
+                            absl::Span<const absl::string_view> optimizer_state);
 
  private:
   struct Tensor;

@@ -1,0 +1,540 @@
+#include "server/checkpoint.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <zlib.h>
+
+#include <cerrno>
+#include <cstdint>
+#include <cstring>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "common/float_codec.h"
+#include "common/sharding.h"
+#include "common/tensor_layout.h"
+#include "proto/checkpoint.pb.h"
+
+namespace asyncps {
+namespace {
+
+constexpr char kMagic[8] = {'A', 'P', 'S', 'C', 'K', 'P', 'T', '\n'};
+constexpr uint32_t kFormatVersion = 1;
+constexpr size_t kHeaderBytes = sizeof(kMagic) + 4;
+constexpr size_t kLengthBytes = 4;
+constexpr size_t kTrailerBytes = 4;
+// Larger than any record the writer makes: a slice holds at most
+// ShardStoreOptions::max_slice_elems (16 Mi) floats, 3 x 64 MiB with Adam.
+constexpr uint32_t kMaxRecordBytes = 1u << 30;
+// Small records are gathered into writes of about this size.
+constexpr size_t kWriteBufferBytes = 1 << 20;
+
+void PutU32(uint32_t v, char* out) {
+  for (int i = 0; i < 4; ++i) out[i] = static_cast<char>((v >> (8 * i)) & 0xff);
+}
+
+uint32_t GetU32(const char* in) {
+  uint32_t v = 0;
+  for (int i = 0; i < 4; ++i) {
+    v |= static_cast<uint32_t>(static_cast<unsigned char>(in[i])) << (8 * i);
+  }
+  return v;
+}
+
+uint32_t Crc32(uint32_t crc, absl::string_view data) {
+  return static_cast<uint32_t>(
+      crc32_z(crc, reinterpret_cast<const Bytef*>(data.data()), data.size()));
+}
+
+absl::Status IoError(int err, absl::string_view what, absl::string_view path) {
+  return absl::ErrnoToStatus(err, absl::StrCat(what, " ", path));
+}
+
+// A file being written: buffered appends, the CRC of everything appended
+// since the header, fsync. Closes (without syncing) on destruction.
+class OutFile {
+ public:
+  OutFile(int fd, std::string path) : fd_(fd), path_(std::move(path)) {}
+  OutFile(const OutFile&) = delete;
+  OutFile& operator=(const OutFile&) = delete;
+  ~OutFile() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+
+  // Appends bytes; `checksummed` ones count towards crc().
+  absl::Status Append(absl::string_view data, bool checksummed = true) {
+    if (checksummed) crc_ = Crc32(crc_, data);
+    bytes_ += data.size();
+    if (buffer_.size() + data.size() <= kWriteBufferBytes) {
+      buffer_.append(data.data(), data.size());
+      return absl::OkStatus();
+    }
+    absl::Status s = Flush();
+    if (!s.ok()) return s;
+    if (data.size() < kWriteBufferBytes) {
+      buffer_.append(data.data(), data.size());
+      return absl::OkStatus();
+    }
+    return WriteAll(data);
+  }
+
+  // One length-prefixed record.
+  absl::Status AppendRecord(const CheckpointRecord& record,
+                            std::string* scratch) {
+    const size_t size = record.ByteSizeLong();
+    if (size > kMaxRecordBytes) {
+      return absl::InternalError(absl::StrCat(
+          "checkpoint ", path_, ": a record of ", size, " bytes is too large"));
+    }
+    char length[kLengthBytes];
+    PutU32(static_cast<uint32_t>(size), length);
+    absl::Status s = Append(absl::string_view(length, sizeof(length)));
+    if (!s.ok()) return s;
+    scratch->resize(size);
+    record.SerializeWithCachedSizesToArray(
+        reinterpret_cast<uint8_t*>(&(*scratch)[0]));
+    return Append(*scratch);
+  }
+
+  absl::Status Flush() {
+    absl::Status s = WriteAll(buffer_);
+    buffer_.clear();
+    return s;
+  }
+
+  // Flushes, fsyncs and closes.
+  absl::Status SyncAndClose() {
+    absl::Status s = Flush();
+    if (!s.ok()) return s;
+    if (::fsync(fd_) != 0) return IoError(errno, "fsync", path_);
+    const int fd = fd_;
+    fd_ = -1;
+    if (::close(fd) != 0) return IoError(errno, "close", path_);
+    return absl::OkStatus();
+  }
+
+  uint32_t crc() const { return crc_; }
+  uint64_t bytes() const { return bytes_; }
+
+ private:
+  absl::Status WriteAll(absl::string_view data) {
+    while (!data.empty()) {
+      const ssize_t n = ::write(fd_, data.data(), data.size());
+      if (n < 0) {
+        if (errno == EINTR) continue;
+        return IoError(errno, "write", path_);
+      }
+      data.remove_prefix(static_cast<size_t>(n));
+    }
+    return absl::OkStatus();
+  }
+
+  int fd_;
+  const std::string path_;
+  std::string buffer_;
+  uint32_t crc_ = 0;
+  uint64_t bytes_ = 0;
+};
+
+// fsync of a directory, so that a rename in it is durable.
+absl::Status SyncDir(const std::string& dir) {
+  const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) return IoError(errno, "open directory", dir);
+  const int rc = ::fsync(fd);
+  const int err = errno;
+  ::close(fd);
+  if (rc != 0) return IoError(err, "fsync directory", dir);
+  return absl::OkStatus();
+}
+
+// Writes the whole checkpoint into `out`; counts what it wrote.
+absl::Status WriteBody(const ShardStore& store, absl::Time start,
+                       absl::string_view build_version, OutFile* out,
+                       CheckpointInfo* info) {
+  char header[kHeaderBytes];
+  std::memcpy(header, kMagic, sizeof(kMagic));
+  PutU32(kFormatVersion, header + sizeof(kMagic));
+  absl::Status s =
+      out->Append(absl::string_view(header, sizeof(header)), false);
+  if (!s.ok()) return s;
+
+  std::string scratch;
+  CheckpointRecord record;
+  CheckpointIdentity* identity = record.mutable_identity();
+  identity->set_shard_index(store.options().shard_index);
+  identity->set_num_shards(store.options().num_shards);
+  identity->set_unix_time_ms(absl::ToUnixMillis(start));
+  identity->set_build_version(std::string(build_version));
+  s = out->AppendRecord(record, &scratch);
+  if (!s.ok()) return s;
+
+  // Kept apart so that its buffers are reused from slice to slice.
+  CheckpointRecord slice_record;
+  CheckpointSlice* slice = slice_record.mutable_slice();
+  int32_t tensors = 0;
+  int64_t slices = 0;
+  s = store.ForEachTensor([&](const TensorSpec& spec,
+                              absl::Span<const ShardStore::Slice* const> local)
+                              -> absl::Status {
+    *record.mutable_tensor() = spec;
+    absl::Status s = out->AppendRecord(record, &scratch);
+    if (!s.ok()) return s;
+    ++tensors;
+    for (const ShardStore::Slice* local_slice : local) {
+      // Copy under the slice's lock; write after it is released.
+      ShardStore::ReadSlice(local_slice, [slice](
+                                             const ShardStore::SliceView& v) {
+        slice->set_index(v.index);
+        slice->set_version(v.version);
+        EncodeFloats(v.values.data(), v.values.size(),
+                     slice->mutable_values());
+        auto* state = slice->mutable_optimizer_state();
+        while (state->size() > static_cast<int>(v.optimizer_state.size())) {
+          state->RemoveLast();
+        }
+        while (state->size() < static_cast<int>(v.optimizer_state.size())) {
+          state->Add();
+        }
+        for (size_t i = 0; i < v.optimizer_state.size(); ++i) {
+          EncodeFloats(v.optimizer_state[i].data(),
+                       v.optimizer_state[i].size(), state->Mutable(i));
+        }
+      });
+      s = out->AppendRecord(slice_record, &scratch);
+      if (!s.ok()) return s;
+      ++slices;
+    }
+    return absl::OkStatus();
+  });
+  if (!s.ok()) return s;
+
+  CheckpointEnd* end = record.mutable_end();
+  end->set_tensors(tensors);
+  end->set_slices(slices);
+  s = out->AppendRecord(record, &scratch);
+  if (!s.ok()) return s;
+  char trailer[kTrailerBytes];
+  PutU32(out->crc(), trailer);
+  s = out->Append(absl::string_view(trailer, sizeof(trailer)), false);
+  if (!s.ok()) return s;
+  info->set_tensors(tensors);
+  info->set_slices(static_cast<int32_t>(slices));
+  return absl::OkStatus();
+}
+
+// A file being read front to back, with the CRC of what was read since the
+// header.
+class InFile {
+ public:
+  InFile(int fd, std::string path, uint64_t size)
+      : fd_(fd), path_(std::move(path)), size_(size) {}
+  InFile(const InFile&) = delete;
+  InFile& operator=(const InFile&) = delete;
+  ~InFile() { ::close(fd_); }
+
+  // Reads exactly n bytes into *out; the file's size was checked by the
+  // caller, so a short read means the file changed under us.
+  absl::Status Read(size_t n, std::string* out, bool checksummed = true) {
+    out->resize(n);
+    size_t done = 0;
+    while (done < n) {
+      const ssize_t r = ::read(fd_, &(*out)[done], n - done);
+      if (r < 0) {
+        if (errno == EINTR) continue;
+        return IoError(errno, "read", path_);
+      }
+      if (r == 0) {
+        return absl::DataLossError(absl::StrCat(
+            "checkpoint ", path_, ": file ended at byte ", pos_ + done,
+            " while reading (shrunk while being read?)"));
+      }
+      done += static_cast<size_t>(r);
+    }
+    pos_ += n;
+    if (checksummed) crc_ = Crc32(crc_, *out);
+    return absl::OkStatus();
+  }
+
+  uint64_t pos() const { return pos_; }
+  uint64_t size() const { return size_; }
+  uint32_t crc() const { return crc_; }
+
+ private:
+  const int fd_;
+  const std::string path_;
+  const uint64_t size_;
+  uint64_t pos_ = 0;
+  uint32_t crc_ = 0;
+};
+
+// Restores records into the store and checks that they form a complete
+// checkpoint of the store's shard.
+class Restorer {
+ public:
+  Restorer(const std::string& path, ShardStore* store)
+      : path_(path), store_(store) {}
+
+  // Applies one record, the n-th (0-based) in the body.
+  absl::Status Apply(const CheckpointRecord& record, int64_t n) {
+    if (n == 0 && !record.has_identity()) {
+      return Corrupt("the first record is not the shard identity");
+    }
+    if (end_seen_) return Corrupt("records follow the end record");
+    switch (record.record_case()) {
+      case CheckpointRecord::kIdentity:
+        if (n != 0) return Corrupt("a second identity record");
+        identity_ = record.identity();
+        if (identity_.shard_index() != store_->options().shard_index ||
+            identity_.num_shards() != store_->options().num_shards) {
+          // Reported only if the rest of the file is intact: a corrupt byte
+          // in the identity must read as corruption.
+          wrong_shard_ = true;
+        }
+        return absl::OkStatus();
+      case CheckpointRecord::kTensor:
+        return wrong_shard_ ? absl::OkStatus() : StartTensor(record.tensor());
+      case CheckpointRecord::kSlice:
+        return wrong_shard_ ? absl::OkStatus() : AddSlice(record.slice());
+      case CheckpointRecord::kEnd: {
+        end_seen_ = true;
+        if (wrong_shard_) return absl::OkStatus();
+        absl::Status s = FinishTensor();
+        if (!s.ok()) return s;
+        if (record.end().tensors() != tensors_ ||
+            record.end().slices() != slices_) {
+          return Corrupt(absl::StrCat(
+              "the end record counts ", record.end().tensors(), " tensors and ",
+              record.end().slices(), " slices; the file holds ", tensors_,
+              " and ", slices_));
+        }
+        return absl::OkStatus();
+      }
+      default:
+        return Corrupt(absl::StrCat("record ", n, " is of an unknown kind"));
+    }
+  }
+
+  // After the CRC check: the outcome for an intact file.
+  absl::Status Finish() const {
+    if (!end_seen_) {
+      return Corrupt("no end record (truncated or written by a crashed writer)");
+    }
+    if (wrong_shard_) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "checkpoint ", path_, " belongs to shard ", identity_.shard_index(),
+          " of ", identity_.num_shards(), ", not to this shard ",
+          store_->options().shard_index, " of ", store_->options().num_shards));
+    }
+    return absl::OkStatus();
+  }
+
+  const CheckpointIdentity& identity() const { return identity_; }
+  int32_t tensors() const { return tensors_; }
+  int64_t slices() const { return slices_; }
+
+  absl::Status Corrupt(absl::string_view what) const {
+    return absl::DataLossError(absl::StrCat("checkpoint ", path_, ": ", what));
+  }
+
+ private:
+  absl::Status StartTensor(const TensorSpec& spec) {
+    absl::Status s = FinishTensor();
+    if (!s.ok()) return s;
+    s = store_->RestoreTensor(spec);
+    if (!s.ok()) {
+      return Corrupt(absl::StrCat("tensor '", spec.name(), "': ", s.message()));
+    }
+    absl::StatusOr<TensorLayout> layout = TensorLayout::FromSpec(spec);
+    if (!layout.ok()) {
+      return Corrupt(absl::StrCat("tensor '", spec.name(), "': ",
+                                  layout.status().message()));
+    }
+    tensor_ = spec.name();
+    in_tensor_ = true;
+    restored_.assign(layout->num_slices(), false);
+    expected_ = 0;
+    for (uint32_t i = 0; i < layout->num_slices(); ++i) {
+      if (SliceHome(spec.name(), i, store_->options().num_shards) ==
+          store_->options().shard_index) {
+        ++expected_;
+      }
+    }
+    got_ = 0;
+    ++tensors_;
+    return absl::OkStatus();
+  }
+
+  absl::Status AddSlice(const CheckpointSlice& slice) {
+    if (!in_tensor_) return Corrupt("a slice record before any tensor");
+    const std::string where =
+        absl::StrCat("slice ", slice.index(), " of tensor '", tensor_, "'");
+    if (slice.index() < restored_.size() && restored_[slice.index()]) {
+      return Corrupt(absl::StrCat(where, " appears twice"));
+    }
+    std::vector<absl::string_view> state(slice.optimizer_state().begin(),
+                                         slice.optimizer_state().end());
+    absl::Status s = store_->RestoreSlice(tensor_, slice.index(),
+                                          slice.version(), slice.values(),
+                                          state);
+    if (!s.ok()) return Corrupt(s.message());
+    restored_[slice.index()] = true;
+    ++got_;
+    ++slices_;
+    return absl::OkStatus();
+  }
+
+  absl::Status FinishTensor() {
+    if (!in_tensor_ || got_ == expected_) return absl::OkStatus();
+    return Corrupt(absl::StrCat("tensor '", tensor_, "' has ", expected_,
+                                " slices on this shard; the file holds ", got_));
+  }
+
+  const std::string& path_;
+  ShardStore* const store_;
+  CheckpointIdentity identity_;
+  bool wrong_shard_ = false;
+  bool end_seen_ = false;
+  // The tensor whose slices are being read.
+  bool in_tensor_ = false;
+  std::string tensor_;
+  std::vector<bool> restored_;
+  int64_t expected_ = 0;
+  int64_t got_ = 0;
+  int32_t tensors_ = 0;
+  int64_t slices_ = 0;
+};
+
+}  // namespace
+
+std::string CheckpointPath(absl::string_view dir, int shard_index,
+                           int num_shards) {
+  const std::string file =
+      absl::StrFormat("shard-%d-of-%d.ckpt", shard_index, num_shards);
+  if (dir.empty()) return file;
+  return absl::StrCat(dir, dir.back() == '/' ? "" : "/", file);
+}
+
+absl::StatusOr<CheckpointInfo> WriteCheckpoint(
+    const ShardStore& store, absl::string_view dir,
+    absl::string_view build_version) {
+  const absl::Time start = absl::Now();
+  const std::string path = CheckpointPath(
+      dir, store.options().shard_index, store.options().num_shards);
+  const std::string tmp = path + ".tmp";
+  CheckpointInfo info;
+  info.set_path(path);
+  info.set_unix_time_ms(absl::ToUnixMillis(start));
+
+  const int fd =
+      ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) return IoError(errno, "create", tmp);
+  absl::Status s;
+  {
+    OutFile out(fd, tmp);
+    s = WriteBody(store, start, build_version, &out, &info);
+    if (s.ok()) s = out.SyncAndClose();
+    info.set_bytes(out.bytes());
+  }
+  if (s.ok() && ::rename(tmp.c_str(), path.c_str()) != 0) {
+    s = IoError(errno, absl::StrCat("rename ", tmp, " to"), path);
+  }
+  if (!s.ok()) {
+    ::unlink(tmp.c_str());
+    return s;
+  }
+  s = SyncDir(dir.empty() ? std::string(".") : std::string(dir));
+  if (!s.ok()) return s;
+  info.set_duration_ms(absl::ToDoubleMilliseconds(absl::Now() - start));
+  return info;
+}
+
+absl::StatusOr<CheckpointInfo> RestoreCheckpoint(const std::string& path,
+                                                 ShardStore* store) {
+  const absl::Time start = absl::Now();
+  if (store->Size().tensors != 0) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "cannot restore checkpoint ", path, " into a shard holding tensors"));
+  }
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return IoError(errno, "open checkpoint", path);
+  struct stat st;
+  if (::fstat(fd, &st) != 0) {
+    const int err = errno;
+    ::close(fd);
+    return IoError(err, "stat checkpoint", path);
+  }
+  InFile in(fd, path, static_cast<uint64_t>(st.st_size));
+  Restorer restorer(path, store);
+  if (in.size() < kHeaderBytes + kTrailerBytes) {
+    return restorer.Corrupt(absl::StrCat("only ", in.size(),
+                                         " bytes (truncated or not a "
+                                         "checkpoint)"));
+  }
+  std::string buffer;
+  absl::Status s = in.Read(kHeaderBytes, &buffer, false);
+  if (!s.ok()) return s;
+  if (std::memcmp(buffer.data(), kMagic, sizeof(kMagic)) != 0) {
+    return restorer.Corrupt("bad magic (not an asyncps checkpoint)");
+  }
+  const uint32_t version = GetU32(buffer.data() + sizeof(kMagic));
+  if (version != kFormatVersion) {
+    return restorer.Corrupt(absl::StrCat("format version ", version,
+                                         " (this build reads ",
+                                         kFormatVersion, ")"));
+  }
+
+  const uint64_t body_end = in.size() - kTrailerBytes;
+  CheckpointRecord record;
+  for (int64_t n = 0; in.pos() < body_end; ++n) {
+    const uint64_t offset = in.pos();
+    if (body_end - offset < kLengthBytes) {
+      return restorer.Corrupt(absl::StrCat(
+          "record ", n, " at byte ", offset, " is cut off (truncated?)"));
+    }
+    s = in.Read(kLengthBytes, &buffer);
+    if (!s.ok()) return s;
+    const uint32_t length = GetU32(buffer.data());
+    if (length > kMaxRecordBytes || length > body_end - in.pos()) {
+      return restorer.Corrupt(absl::StrCat(
+          "record ", n, " at byte ", offset, " claims ", length,
+          " bytes; ", body_end - in.pos(),
+          " remain before the checksum (truncated or corrupt)"));
+    }
+    s = in.Read(length, &buffer);
+    if (!s.ok()) return s;
+    if (!record.ParseFromString(buffer)) {
+      return restorer.Corrupt(absl::StrCat("record ", n, " at byte ", offset,
+                                           " does not parse"));
+    }
+    s = restorer.Apply(record, n);
+    if (!s.ok()) return s;
+  }
+  const uint32_t computed = in.crc();
+  s = in.Read(kTrailerBytes, &buffer, false);
+  if (!s.ok()) return s;
+  const uint32_t stored = GetU32(buffer.data());
+  if (stored != computed) {
+    return restorer.Corrupt(absl::StrFormat(
+        "checksum mismatch (stored %08x, computed %08x)", stored, computed));
+  }
+  s = restorer.Finish();
+  if (!s.ok()) return s;
+
+  CheckpointInfo info;
+  info.set_path(path);
+  info.set_unix_time_ms(restorer.identity().unix_time_ms());
+  info.set_bytes(in.size());
+  info.set_tensors(restorer.tensors());
+  info.set_slices(static_cast<int32_t>(restorer.slices()));
+  info.set_duration_ms(absl::ToDoubleMilliseconds(absl::Now() - start));
+  return info;
+}
+
+}  // namespace asyncps

@@ -1,0 +1,119 @@
+#include "server/checkpointer.h"
+
+#include <unistd.h>
+
+#include <cerrno>
+#include <filesystem>
+#include <system_error>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "server/checkpoint.h"
+
+namespace asyncps {
+
+absl::StatusOr<std::unique_ptr<Checkpointer>> Checkpointer::Start(
+    const ShardStore* store, CheckpointerOptions options) {
+  if (options.logger == nullptr) {
+    return absl::InvalidArgumentError("CheckpointerOptions.logger is required");
+  }
+  if (options.dir.empty()) {
+    return absl::InvalidArgumentError("checkpoint directory is empty");
+  }
+  if (options.every < absl::ZeroDuration()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("checkpoint interval must be >= 0, got ",
+                     absl::FormatDuration(options.every)));
+  }
+  std::error_code ec;
+  std::filesystem::create_directories(options.dir, ec);
+  if (ec) {
+    return absl::ErrnoToStatus(
+        ec.value(),
+        absl::StrCat("cannot create checkpoint directory ", options.dir));
+  }
+  if (::access(options.dir.c_str(), W_OK | X_OK) != 0) {
+    return absl::ErrnoToStatus(
+        errno, absl::StrCat("checkpoint directory ", options.dir,
+                            " is not writable"));
+  }
+  std::unique_ptr<Checkpointer> c(new Checkpointer(store, std::move(options)));
+  c->thread_ = std::thread([p = c.get()] { p->Loop(); });
+  return c;
+}
+
+Checkpointer::Checkpointer(const ShardStore* store, CheckpointerOptions options)
+    : store_(store), options_(std::move(options)) {}
+
+Checkpointer::~Checkpointer() { Stop(); }
+
+void Checkpointer::Request(Done done) {
+  {
+    absl::MutexLock l(&mu_);
+    if (!stop_) {
+      pending_.push_back(std::move(done));
+      return;
+    }
+  }
+  done(absl::UnavailableError("the shard is shutting down"));
+}
+
+void Checkpointer::Stop() {
+  {
+    absl::MutexLock l(&mu_);
+    stop_ = true;
+  }
+  if (thread_.joinable()) thread_.join();
+}
+
+void Checkpointer::Loop() {
+  absl::Time next = options_.every > absl::ZeroDuration()
+                        ? absl::Now() + options_.every
+                        : absl::InfiniteFuture();
+  while (true) {
+    std::vector<Done> batch;
+    {
+      absl::MutexLock l(&mu_);
+      auto woken = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+        return stop_ || !pending_.empty();
+      };
+      mu_.AwaitWithDeadline(absl::Condition(&woken), next);
+      if (pending_.empty()) {
+        if (stop_) return;
+        if (absl::Now() < next) continue;  // spurious
+      }
+      batch.swap(pending_);
+    }
+    const absl::StatusOr<CheckpointInfo> result = WriteNow();
+    if (options_.every > absl::ZeroDuration()) {
+      next = absl::Now() + options_.every;
+    }
+    for (Done& done : batch) done(result);
+  }
+}
+
+absl::StatusOr<CheckpointInfo> Checkpointer::WriteNow() {
+  absl::MutexLock write(&write_mu_);
+  absl::StatusOr<CheckpointInfo> info =
+      WriteCheckpoint(*store_, options_.dir, options_.build_version);
+  if (!info.ok()) {
+    failed_.fetch_add(1, std::memory_order_relaxed);
+    options_.logger->error("checkpoint failed: {}", info.status().ToString());
+    return info;
+  }
+  written_.fetch_add(1, std::memory_order_relaxed);
+  options_.logger->info(
+      "checkpoint written: {} ({} bytes, {} tensors, {} slices) in {:.1f} ms",
+      info->path(), info->bytes(), info->tensors(), info->slices(),
+      info->duration_ms());
+  absl::MutexLock l(&mu_);
+  last_ = *info;
+  return info;
+}
+
+CheckpointInfo Checkpointer::last() const {
+  absl::MutexLock l(&mu_);
+  return last_;
+}
+
+}  // namespace asyncps

@@ -1,0 +1,90 @@
+#ifndef ASYNCPS_SERVER_CHECKPOINTER_H_
+#define ASYNCPS_SERVER_CHECKPOINTER_H_
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "proto/asyncps.pb.h"
+#include "server/shard_store.h"
+#include "spdlog/spdlog.h"
+
+namespace asyncps {
+
+struct CheckpointerOptions {
+  std::string dir;  // required; created if missing
+  // Write a checkpoint this long after the previous one; 0 = only when
+  // requested (and by WriteNow at shutdown).
+  absl::Duration every = absl::ZeroDuration();
+  std::string build_version;  // recorded in the file
+  std::shared_ptr<spdlog::logger> logger;  // required
+};
+
+// Writes one shard's checkpoints (server/checkpoint.h) on a thread of its
+// own, so that no gRPC thread waits on disk: periodically, and when asked.
+// Requests that arrive while a checkpoint is being written are served
+// together by the next write, which starts after all of them arrived (group
+// commit), so every requester gets a checkpoint taken after its request.
+// Each write logs one line and counts as written or failed.
+//
+// Thread-safe. The store is not owned and must outlive the Checkpointer.
+class Checkpointer {
+ public:
+  using Done = std::function<void(const absl::StatusOr<CheckpointInfo>&)>;
+
+  // Validates the options (INVALID_ARGUMENT), creates the directory if
+  // needed and checks that it is writable (errors by errno), starts the
+  // thread.
+  static absl::StatusOr<std::unique_ptr<Checkpointer>> Start(
+      const ShardStore* store, CheckpointerOptions options);
+  ~Checkpointer();  // Stop()
+
+  // Asks for a checkpoint; done(result) runs on the checkpoint thread once
+  // it is written (or failed). After Stop, done(UNAVAILABLE) runs at once on
+  // the calling thread.
+  void Request(Done done);
+
+  // Stops the thread after serving the requests already made. Idempotent.
+  void Stop();
+
+  // Writes a checkpoint on the calling thread (at shutdown, after Stop), once
+  // any write in progress has finished.
+  absl::StatusOr<CheckpointInfo> WriteNow();
+
+  // The last checkpoint written; empty when none.
+  CheckpointInfo last() const;
+  uint64_t written() const { return written_.load(std::memory_order_relaxed); }
+  uint64_t failed() const { return failed_.load(std::memory_order_relaxed); }
+
+ private:
+  Checkpointer(const ShardStore* store, CheckpointerOptions options);
+  void Loop();
+
+  const ShardStore* const store_;
+  const CheckpointerOptions options_;
+  std::atomic<uint64_t> written_{0};
+  std::atomic<uint64_t> failed_{0};
+
+  // Serializes writes (the thread's and WriteNow's) to the one .tmp file;
+  // held across the write's I/O and nothing else waits on it.
+  absl::Mutex write_mu_;
+
+  mutable absl::Mutex mu_;
+  std::vector<Done> pending_ ABSL_GUARDED_BY(mu_);
+  bool stop_ ABSL_GUARDED_BY(mu_) = false;
+  CheckpointInfo last_ ABSL_GUARDED_BY(mu_);
+
+  std::thread thread_;  // started last, joined by Stop()
+};
+
+}  // namespace asyncps
+
+#endif  // ASYNCPS_SERVER_CHECKPOINTER_H_
