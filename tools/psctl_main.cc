@@ -2,14 +2,18 @@
 //
 //   psctl status  --servers=h:p,h:p [--json] [--watch=2s] [--timeout=3s]
 //   psctl tensors --servers=h:p,h:p [--json] [--timeout=3s]
+//   psctl checkpoint --servers=h:p,h:p [--json] [--timeout=60s]
 //
 // `status` asks every shard for its Status concurrently and prints a cluster
 // summary, one row per shard (a shard that does not answer is a DOWN row with
 // the error) and one row per worker merged across shards. `tensors` lists the
-// tensors the shards hold.
+// tensors the shards hold. `checkpoint` makes every shard write its
+// checkpoint (ps_server --checkpoint_dir), all at once, and prints one row
+// per shard: the file, its size and how long the write took.
 //
-// Exit status: 0 when every shard answered, 1 when any did not, 2 on bad
-// flags or usage (the message names the flag).
+// Exit status: 0 when every shard answered (checkpoint: wrote its
+// checkpoint), 1 when any did not, 2 on bad flags or usage (the message
+// names the flag).
 #include <signal.h>
 #include <unistd.h>
 
@@ -17,6 +21,7 @@
 #include <cstdio>
 #include <ctime>
 #include <map>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -45,7 +50,7 @@ ABSL_FLAG(absl::Duration, watch, absl::ZeroDuration(),
           "status only: refresh every this long (e.g. 2s) until SIGINT; 0 = "
           "print once.");
 ABSL_FLAG(absl::Duration, timeout, absl::Seconds(3),
-          "Deadline of each call to a shard.");
+          "Deadline of each call to a shard (checkpoint: 60s unless given).");
 
 namespace asyncps {
 namespace {
@@ -57,7 +62,11 @@ constexpr char kUsage[] =
     "Inspects an asyncps cluster.\n"
     "  psctl status  --servers=h:p,h:p [--json] [--watch=2s] [--timeout=3s]\n"
     "  psctl tensors --servers=h:p,h:p [--json] [--timeout=3s]\n"
-    "Exit status: 0 all shards answered, 1 some shard is down, 2 bad usage.\n";
+    "  psctl checkpoint --servers=h:p,h:p [--json] [--timeout=60s]\n"
+    "Exit status: 0 all shards answered (checkpoint: all wrote one), 1 some\n"
+    "shard is down (or failed to write), 2 bad usage.\n";
+
+constexpr absl::Duration kCheckpointTimeout = absl::Seconds(60);
 
 int UsageError(const std::string& message) {
   std::fprintf(stderr, "psctl: %s\n", message.c_str());
@@ -67,7 +76,9 @@ int UsageError(const std::string& message) {
 // absl::ParseCommandLine exits with status 1 on an unknown flag or a bad
 // value, which psctl reserves for "a shard is down"; so every flag argument
 // is checked here first, and the error names it.
-absl::Status CheckFlagArguments(int argc, char** argv) {
+// Adds the name of every flag given to *given.
+absl::Status CheckFlagArguments(int argc, char** argv,
+                                std::set<std::string>* given) {
   for (int i = 1; i < argc; ++i) {
     absl::string_view arg = argv[i];
     if (arg == "--") break;
@@ -107,6 +118,7 @@ absl::Status CheckFlagArguments(int argc, char** argv) {
       return absl::InvalidArgumentError(
           absl::StrCat("--", flag->Name(), ": ", error));
     }
+    given->insert(std::string(flag->Name()));
   }
   return absl::OkStatus();
 }
@@ -238,6 +250,63 @@ int RunTensors(ShardQuery& query, absl::Duration timeout, bool json) {
   return code;
 }
 
+int RunCheckpoint(ShardQuery& query, absl::Duration timeout, bool json) {
+  const std::vector<CheckpointResult> results = query.Checkpoint(timeout);
+  int code = 0;
+  int written = 0;
+  for (const CheckpointResult& r : results) {
+    if (r.ok) {
+      ++written;
+    } else {
+      code = kExitDown;
+    }
+  }
+  std::string out;
+  if (json) {
+    std::vector<std::string> rows;
+    for (const CheckpointResult& r : results) {
+      std::string row = absl::StrCat("{\"index\":", r.index,
+                                     ",\"address\":", JsonQuote(r.address),
+                                     ",\"ok\":", r.ok ? "true" : "false");
+      if (r.ok) {
+        absl::StrAppend(&row, ",\"path\":", JsonQuote(r.checkpoint.path()),
+                        ",\"bytes\":", r.checkpoint.bytes(),
+                        ",\"duration_ms\":",
+                        absl::StrFormat("%.3f", r.checkpoint.duration_ms()),
+                        ",\"unix_time_ms\":", r.checkpoint.unix_time_ms(),
+                        ",\"tensors\":", r.checkpoint.tensors(),
+                        ",\"slices\":", r.checkpoint.slices());
+      } else {
+        absl::StrAppend(&row, ",\"error\":", JsonQuote(r.error));
+      }
+      rows.push_back(row + "}");
+    }
+    out = absl::StrCat("{\"shards\":[", absl::StrJoin(rows, ","), "]}\n");
+  } else {
+    absl::StrAppend(&out, written, "/", results.size(),
+                    " shards wrote a checkpoint\n");
+    absl::StrAppend(&out, absl::StrFormat("%-5s %-21s %-6s %14s %10s  %s\n",
+                                          "SHARD", "ADDRESS", "STATE", "BYTES",
+                                          "MS", "PATH"));
+    for (const CheckpointResult& r : results) {
+      if (r.ok) {
+        absl::StrAppend(
+            &out, absl::StrFormat("%-5d %-21s %-6s %14d %10.1f  %s\n", r.index,
+                                  r.address, "OK", r.checkpoint.bytes(),
+                                  r.checkpoint.duration_ms(),
+                                  r.checkpoint.path()));
+      } else {
+        absl::StrAppend(&out,
+                        absl::StrFormat("%-5d %-21s %-6s %14s %10s  %s\n",
+                                        r.index, r.address, "FAILED", "-", "-",
+                                        r.error));
+      }
+    }
+  }
+  std::fwrite(out.data(), 1, out.size(), stdout);
+  return code;
+}
+
 int Main(int argc, char** argv) {
   absl::SetProgramUsageMessage(kUsage);
   for (int i = 1; i < argc; ++i) {
@@ -247,18 +316,22 @@ int Main(int argc, char** argv) {
       return 0;
     }
   }
-  const absl::Status flags_ok = CheckFlagArguments(argc, argv);
+  std::set<std::string> given;
+  const absl::Status flags_ok = CheckFlagArguments(argc, argv, &given);
   if (!flags_ok.ok()) return UsageError(std::string(flags_ok.message()));
   const std::vector<char*> args = absl::ParseCommandLine(argc, argv);
   if (args.size() != 2) {
     return UsageError(
-        absl::StrCat("expected one command (status or tensors), got ",
+        absl::StrCat("expected one command (status, tensors or checkpoint), "
+                     "got ",
                      args.size() - 1, "\n", kUsage));
   }
   const std::string command = args[1];
-  if (command != "status" && command != "tensors") {
-    return UsageError(absl::StrCat("unknown command '", command,
-                                   "' (expected status or tensors)"));
+  if (command != "status" && command != "tensors" &&
+      command != "checkpoint") {
+    return UsageError(
+        absl::StrCat("unknown command '", command,
+                     "' (expected status, tensors or checkpoint)"));
   }
   const std::string servers_flag = absl::GetFlag(FLAGS_servers);
   if (servers_flag.empty()) return UsageError("--servers is required");
@@ -267,7 +340,10 @@ int Main(int argc, char** argv) {
   if (!servers.ok()) {
     return UsageError(absl::StrCat("--servers: ", servers.status().message()));
   }
-  const absl::Duration timeout = absl::GetFlag(FLAGS_timeout);
+  const absl::Duration timeout =
+      command == "checkpoint" && given.count("timeout") == 0
+          ? kCheckpointTimeout
+          : absl::GetFlag(FLAGS_timeout);
   if (timeout <= absl::ZeroDuration()) {
     return UsageError(absl::StrCat("--timeout must be > 0, got ",
                                    absl::FormatDuration(timeout)));
@@ -283,6 +359,7 @@ int Main(int argc, char** argv) {
   const bool json = absl::GetFlag(FLAGS_json);
 
   ShardQuery query(*std::move(servers));
+  if (command == "checkpoint") return RunCheckpoint(query, timeout, json);
   return command == "status" ? RunStatus(query, timeout, watch, json)
                              : RunTensors(query, timeout, json);
 }

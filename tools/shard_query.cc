@@ -95,4 +95,26 @@ std::vector<TensorListResult> ShardQuery::ListTensors(absl::Duration timeout) {
   return out;
 }
 
+std::vector<CheckpointResult> ShardQuery::Checkpoint(absl::Duration timeout) {
+  auto answers = FanOut<CheckpointRequest, CheckpointResponse>(
+      stubs_, timeout,
+      [](ParameterServer::Stub* stub, grpc::ClientContext* ctx,
+         const CheckpointRequest* req, CheckpointResponse* resp,
+         std::function<void(grpc::Status)> done) {
+        stub->async()->Checkpoint(ctx, req, resp, std::move(done));
+      });
+  std::vector<CheckpointResult> out(addresses_.size());
+  for (size_t i = 0; i < out.size(); ++i) {
+    out[i].index = static_cast<int>(i);
+    out[i].address = addresses_[i];
+    out[i].ok = answers[i].first.ok();
+    if (out[i].ok) {
+      out[i].checkpoint = std::move(*answers[i].second.mutable_checkpoint());
+    } else {
+      out[i].error = ErrorText(answers[i].first);
+    }
+  }
+  return out;
+}
+
 }  // namespace asyncps

@@ -20,6 +20,15 @@ struct TensorListResult {
   ListTensorsResponse tensors;
 };
 
+// One shard's answer to Checkpoint, or why there is none.
+struct CheckpointResult {
+  int index = 0;
+  std::string address;
+  bool ok = false;
+  std::string error;  // when !ok: "CODE: message"
+  CheckpointInfo checkpoint;  // when ok
+};
+
 // Asks every shard of a cluster, concurrently, with a deadline on each call.
 // A shard that does not answer in time (or at all) is reported down with
 // the gRPC error; nothing here fails as a whole.
@@ -35,6 +44,8 @@ class ShardQuery {
   std::vector<ShardResult> Status(absl::Duration timeout);
   // ListTensors of every shard, in address order.
   std::vector<TensorListResult> ListTensors(absl::Duration timeout);
+  // Checkpoint of every shard, all at once, in address order.
+  std::vector<CheckpointResult> Checkpoint(absl::Duration timeout);
 
  private:
   const std::vector<std::string> addresses_;

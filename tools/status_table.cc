@@ -84,6 +84,10 @@ void AddCounters(const Counters& c, Counters* sum) {
   sum->set_pull_waits(sum->pull_waits() + c.pull_waits());
   sum->set_pull_wait_timeouts(sum->pull_wait_timeouts() +
                               c.pull_wait_timeouts());
+  sum->set_checkpoints_written(sum->checkpoints_written() +
+                               c.checkpoints_written());
+  sum->set_checkpoints_failed(sum->checkpoints_failed() +
+                              c.checkpoints_failed());
 }
 
 void AddRates(const Rates& r, Rates* sum) {
@@ -295,7 +299,13 @@ std::string RenderText(const std::vector<ShardResult>& shards) {
   absl::StrAppend(&out, "  workers ", s.live_workers, " live / ", s.workers,
                   "  clocks ", s.min_clock, "..", s.max_clock, "  evictions ",
                   c.evictions(), "  pull waits ", c.pull_waits(), " (",
-                  c.pull_wait_timeouts(), " timed out)\n\n");
+                  c.pull_wait_timeouts(), " timed out)\n");
+  if (c.checkpoints_written() + c.checkpoints_failed() > 0) {
+    absl::StrAppend(&out, "  checkpoints ", c.checkpoints_written(),
+                    " written / ", c.checkpoints_failed(),
+                    " failed (per shard: psctl status --json)\n");
+  }
+  absl::StrAppend(&out, "\n");
 
   TextTable table({"SHARD", "ADDRESS", "STATE", "UPTIME", "TENSORS", "SLICES",
                    "PARAMS", "PUSHES", "PULLS", "APPLIED", "STALE", "SCALED",
@@ -380,6 +390,8 @@ std::string RenderJson(const std::vector<ShardResult>& shards) {
       ",\"bytes_in\":", c.bytes_in(), ",\"bytes_out\":", c.bytes_out(),
       ",\"evictions\":", c.evictions(), ",\"pull_waits\":", c.pull_waits(),
       ",\"pull_wait_timeouts\":", c.pull_wait_timeouts(),
+      ",\"checkpoints_written\":", c.checkpoints_written(),
+      ",\"checkpoints_failed\":", c.checkpoints_failed(),
       ",\"pushes_per_s\":", JsonNumber(s.rates.pushes_per_s()),
       ",\"pulls_per_s\":", JsonNumber(s.rates.pulls_per_s()),
       ",\"updates_per_s\":", JsonNumber(s.rates.updates_per_s()),
