@@ -1,0 +1,322 @@
+#!/usr/bin/env bash
+# Launch test for deploy/slurm/asyncps.sbatch on a real, private, one-node
+# Slurm cluster on this machine. Run as root from anywhere:
+#
+#   tests/deploy/slurm_launch_test.sh
+#
+# Not part of tests/run.sh: it installs Debian packages (slurm-wlm, munge,
+# dataset-fashion-mnist) when missing and starts system daemons. It leaves the
+# machine's own Slurm and munge setup alone: munged, slurmctld and slurmd run
+# from a temporary folder with their own key, socket, config (SLURM_CONF),
+# state, spool and free TCP ports, and are stopped (by PID) at the end.
+#
+# What it checks:
+#   1. a 2-shard, 2-worker, 1-epoch job completes with exit 0 (sbatch --wait
+#      and `scontrol show job`), reports `final test accuracy` >= 0.78, shows
+#      `psctl status` with every shard up, and stops its shards with SIGTERM;
+#   2. a job whose workers fail (bad flag) ends non-zero, names the failure and
+#      still stops its shards;
+#   3. no ps_server/ps_worker of these jobs, and no daemon of this cluster, is
+#      left afterwards.
+# Ends with `N passed, N failed`; exits non-zero on any failure.
+#
+# Environment: ASYNCPS_BIN=DIR uses binaries already built there (flat or
+# Bazel's layout) instead of running `bazel build`; KEEP_TMP=1 keeps the
+# temporary folder (logs, job output) for a look afterwards.
+#
+# Cluster choices: proctrack/linuxproc and task/none, because proctrack/cgroup
+# fails in containers without a usable freezer hierarchy (slurmstepd: "cgroup
+# namespace 'freezer' not mounted", and the batch step never starts); no
+# slurmdbd, so `sacct` has no data and the job's state and exit code come from
+# `scontrol show job` (kept for MinJobAge) and `sbatch --wait`'s exit status.
+#
+# Every wait is bounded; after the packages and binaries are in place the test
+# takes well under a minute (a few minutes at most).
+set -uo pipefail
+cd "$(dirname "$0")/../.." || exit 1
+repo=$(pwd)
+
+passed=0
+failed=0
+check() {  # name, then a command that succeeds when the check passes
+  local name=$1
+  shift
+  if "$@"; then
+    echo "PASS: $name"
+    passed=$((passed + 1))
+  else
+    echo "FAIL: $name"
+    failed=$((failed + 1))
+  fi
+}
+summary() {
+  echo "$passed passed, $failed failed"
+  [ "$failed" = 0 ]
+}
+abort() {  # message: a setup step failed; nothing further can be checked
+  echo "slurm_launch_test: $*" >&2
+  failed=$((failed + 1))
+  exit 1
+}
+
+[ "$(id -u)" = 0 ] || { echo "slurm_launch_test: run as root (it installs packages and starts daemons)" >&2; echo "0 passed, 1 failed"; exit 1; }
+
+tmp=""
+job_tag=""
+daemon_tag=""
+munged_pid=""
+ctld_pid=""
+slurmd_pid=""
+
+stop_pid() {  # pid, seconds to wait after SIGTERM
+  local pid=$1 i
+  [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null || return 0
+  kill -TERM "$pid" 2>/dev/null
+  for ((i = 0; i < $2 * 10; i++)); do
+    kill -0 "$pid" 2>/dev/null || break
+    sleep 0.1
+  done
+  kill -KILL "$pid" 2>/dev/null
+  wait "$pid" 2>/dev/null
+  return 0
+}
+
+# PIDs of this test's processes, found by a tag in their environment:
+#   own_pids job  - processes of the jobs (submitted with job_tag: job scripts,
+#                   srun, ps_server/ps_worker/psctl) and anything running a
+#                   binary copied into $tmp/bin;
+#   own_pids all  - those and the daemons' helpers (started with daemon_tag:
+#                   slurmscriptd, slurmstepd), less the three daemons' PIDs.
+# Nothing else on the machine carries these tags.
+own_pids() {
+  [ -n "$tmp" ] || return 0
+  local tags=(-e "$job_tag") f p
+  [ "$1" = all ] && tags+=(-e "$daemon_tag")
+  {
+    grep -lzxF "${tags[@]}" /proc/[0-9]*/environ 2>/dev/null
+    find /proc/[0-9]*/exe -maxdepth 0 -lname "$tmp/bin/*" 2>/dev/null
+  } | while read -r f; do
+    p=${f#/proc/}
+    p=${p%%/*}
+    case "$p" in "$munged_pid"|"$ctld_pid"|"$slurmd_pid") continue ;; esac
+    echo "$p"
+  done | sort -un
+}
+
+cleanup() {
+  trap - EXIT INT TERM
+  if [ -n "$ctld_pid" ] && kill -0 "$ctld_pid" 2>/dev/null; then
+    timeout 10 scancel --partition=asyncps 2>/dev/null
+  fi
+  stop_pid "$slurmd_pid" 10
+  stop_pid "$ctld_pid" 10
+  stop_pid "$munged_pid" 5
+  # Left-overs of this cluster only (see own_pids), by PID.
+  local p
+  for p in $(own_pids all); do kill -KILL "$p" 2>/dev/null; done
+  if [ -n "$tmp" ]; then
+    if [ "${KEEP_TMP:-0}" = 1 ]; then echo "kept $tmp"; else rm -rf "$tmp"; fi
+  fi
+  summary
+  exit $?
+}
+trap cleanup EXIT
+trap 'echo "interrupted"; failed=$((failed + 1)); exit 1' INT TERM
+
+# --- packages, binaries, data --------------------------------------------
+need=()
+for c in slurmctld slurmd sbatch munged; do command -v "$c" >/dev/null || need=(slurm-wlm munge); done
+[ -s /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ] || need+=(dataset-fashion-mnist)
+if [ ${#need[@]} -gt 0 ]; then
+  echo "installing ${need[*]} ..."
+  export DEBIAN_FRONTEND=noninteractive
+  timeout 240 apt-get install -y -q "${need[@]}" >/dev/null ||
+    { timeout 120 apt-get update -q >/dev/null; timeout 240 apt-get install -y -q "${need[@]}" >/dev/null; } ||
+    abort "apt-get install ${need[*]} failed"
+fi
+
+tmp=$(mktemp -d -t asyncps-slurm.XXXXXX) || abort "mktemp failed"
+job_tag="ASYNCPS_SLURM_TEST_JOB=$tmp"
+daemon_tag="ASYNCPS_SLURM_TEST_DAEMON=$tmp"
+# munged wants every folder above its socket searchable by all.
+chmod 755 "$tmp"
+mkdir -p "$tmp"/{bin,etc,state,spool,log,submit} && mkdir -m 755 "$tmp/run" && mkdir -m 700 "$tmp/munge"
+
+if [ -n "${ASYNCPS_BIN:-}" ]; then
+  bin=$ASYNCPS_BIN
+else
+  echo "building ps_server, ps_worker, psctl ..."
+  timeout 1800 bazel build //server:ps_server //worker:ps_worker //tools:psctl >"$tmp/log/build.log" 2>&1 ||
+    { tail -n 20 "$tmp/log/build.log"; abort "bazel build failed"; }
+  bin=$(bazel info bazel-bin 2>/dev/null)
+fi
+# Private copies: a concurrent rebuild cannot swap them under a running job,
+# and their path tells this test's processes apart from any other.
+for b in server/ps_server worker/ps_worker tools/psctl; do
+  n=${b#*/}
+  if [ -x "$bin/$b" ]; then cp "$bin/$b" "$tmp/bin/"
+  elif [ -x "$bin/$n" ]; then cp "$bin/$n" "$tmp/bin/"
+  else abort "$n not found in $bin"
+  fi
+done
+
+# --- munge ----------------------------------------------------------------
+dd if=/dev/urandom of="$tmp/munge/munge.key" bs=1024 count=1 status=none && chmod 400 "$tmp/munge/munge.key"
+munge_sock=$tmp/run/munge.sock
+env "$daemon_tag" munged -F --socket="$munge_sock" --key-file="$tmp/munge/munge.key" \
+  --pid-file="$tmp/run/munged.pid" --seed-file="$tmp/munge/munged.seed" \
+  --log-file="$tmp/log/munged.log" >"$tmp/log/munged.out" 2>&1 &
+munged_pid=$!
+for _ in $(seq 100); do [ -S "$munge_sock" ] && break; kill -0 "$munged_pid" 2>/dev/null || break; sleep 0.1; done
+if ! timeout 10 munge -S "$munge_sock" -n </dev/null | timeout 10 unmunge -S "$munge_sock" >/dev/null 2>&1; then
+  cat "$tmp/log/munged.out" >&2
+  abort "munged does not answer on its socket"
+fi
+
+# --- slurm.conf -------------------------------------------------------------
+free_port() {  # a TCP port nothing listens on, not in $1
+  local p
+  for _ in $(seq 50); do
+    p=$((20000 + RANDOM % 40000))
+    [ "$p" = "${1:-}" ] && continue
+    (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null || { echo "$p"; return 0; }
+  done
+  return 1
+}
+ctld_port=$(free_port) && slurmd_port=$(free_port "$ctld_port") || abort "no free TCP port"
+# 2 shards + 2 workers need 4 task slots; a smaller machine is declared with
+# 4 CPUs (config_overrides keeps slurmd from draining the node for it).
+cpus=$(nproc)
+[ "$cpus" -lt 4 ] && cpus=4
+export SLURM_CONF=$tmp/etc/slurm.conf
+: >"$tmp/etc/plugstack.conf"
+cat >"$SLURM_CONF" <<EOF
+ClusterName=asyncpstest
+SlurmctldHost=localhost(127.0.0.1)
+SlurmctldPort=$ctld_port
+SlurmdPort=$slurmd_port
+SlurmUser=root
+SlurmdUser=root
+AuthType=auth/munge
+CredType=cred/munge
+AuthInfo=socket=$munge_sock
+StateSaveLocation=$tmp/state
+SlurmdSpoolDir=$tmp/spool
+SlurmctldPidFile=$tmp/run/slurmctld.pid
+SlurmdPidFile=$tmp/run/slurmd.pid
+SlurmctldLogFile=$tmp/log/slurmctld.log
+SlurmdLogFile=$tmp/log/slurmd.log
+PlugStackConfig=$tmp/etc/plugstack.conf
+MailProg=/bin/true
+ProctrackType=proctrack/linuxproc
+TaskPlugin=task/none
+SelectType=select/cons_tres
+SelectTypeParameters=CR_CPU
+SchedulerType=sched/builtin
+MpiDefault=none
+JobAcctGatherType=jobacct_gather/none
+AccountingStorageType=accounting_storage/none
+JobCompType=jobcomp/none
+ReturnToService=2
+SlurmdParameters=config_overrides
+KillWait=10
+MinJobAge=600
+NodeName=localhost NodeAddr=127.0.0.1 CPUs=$cpus RealMemory=1000 State=UNKNOWN
+PartitionName=asyncps Nodes=localhost Default=YES MaxTime=30 State=UP
+EOF
+
+# --- daemons ----------------------------------------------------------------
+env "$daemon_tag" slurmctld -D -i >"$tmp/log/slurmctld.out" 2>&1 &
+ctld_pid=$!
+env "$daemon_tag" slurmd -D -N localhost >"$tmp/log/slurmd.out" 2>&1 &
+slurmd_pid=$!
+state=""
+for _ in $(seq 60); do
+  state=$(timeout 5 sinfo -h -N -n localhost -o %T 2>/dev/null)
+  [ "$state" = idle ] && break
+  kill -0 "$ctld_pid" 2>/dev/null && kill -0 "$slurmd_pid" 2>/dev/null || break
+  sleep 1
+done
+if [ "$state" != idle ]; then
+  echo "node state: '${state:-none}'" >&2
+  tail -n 15 "$tmp/log/slurmctld.out" "$tmp/log/slurmd.out" >&2
+  abort "the Slurm node did not become idle within 60 s"
+fi
+echo "slurm cluster up (slurmctld :$ctld_port, slurmd :$slurmd_port, $cpus CPUs)"
+
+submit() {  # output prefix, extra env (ASSIGN=... ,...) -> sets job_id, job_rc, job_out
+  local prefix=$1 env=$2
+  job_id=""
+  job_out=""
+  (cd "$tmp/submit" && env "$job_tag" timeout 240 sbatch --wait --parsable --time=4 \
+     --output="$tmp/submit/$prefix-%j.out" \
+     --export="ALL,ASYNCPS_BIN=$tmp/bin,$env" "$repo/deploy/slurm/asyncps.sbatch" \
+     >"$tmp/log/$prefix.sbatch" 2>&1)
+  job_rc=$?
+  job_id=$(grep -oE '^[0-9]+' "$tmp/log/$prefix.sbatch" | head -n 1)
+  [ -n "$job_id" ] && job_out=$tmp/submit/$prefix-$job_id.out
+  echo "job ${job_id:-?} ($prefix): sbatch exit $job_rc"
+  [ -n "$job_out" ] && [ -f "$job_out" ] && sed 's/^/  | /' "$job_out"
+}
+job_field() {  # field of `scontrol show job $job_id`
+  timeout 10 scontrol show job "$job_id" 2>/dev/null | tr ' ' '\n' | sed -n "s/^$1=//p" | head -n 1
+}
+none_left() {  # [all]: no process of this test's jobs (or cluster) within 15 s
+  local left p
+  for _ in $(seq 75); do
+    left=$(own_pids "${1:-job}")
+    [ -z "$left" ] && return 0
+    sleep 0.2
+  done
+  echo "left behind:"; for p in $left; do echo "  $p $(tr '\0' ' ' <"/proc/$p/cmdline" 2>/dev/null)"; done
+  return 1
+}
+shards_stopped_cleanly() {  # every shard log of the job ends with a clean stop
+  local f n=0
+  for f in "$tmp/submit/asyncps-$job_id"/shard*.log; do
+    [ -f "$f" ] || continue
+    n=$((n + 1))
+    grep -q 'shard stopped' "$f" || { echo "no clean stop in $f"; tail -n 3 "$f"; return 1; }
+  done
+  [ "$n" = 2 ]
+}
+
+# --- 1. a training job ------------------------------------------------------
+start=$(date +%s)
+submit train "ASYNCPS_SHARDS=2,ASYNCPS_WORKERS=2,ASYNCPS_EPOCHS=1"
+echo "train job took $(($(date +%s) - start)) s (submission to sbatch --wait returning)"
+acc=""
+[ -n "$job_out" ] && acc=$(sed -n 's/^final test accuracy: \([0-9.]*\)$/\1/p' "$job_out" | tail -n 1)
+echo "final test accuracy: ${acc:-none}"
+check "training job: sbatch --wait exits 0" test "$job_rc" = 0
+check "training job: scontrol shows COMPLETED" test "$(job_field JobState)" = COMPLETED
+check "training job: scontrol shows ExitCode=0:0" test "$(job_field ExitCode)" = 0:0
+check "training job: final test accuracy >= 0.78 after 1 epoch" \
+  awk -v a="${acc:-0}" 'BEGIN { exit !(a >= 0.78) }'
+check "training job: psctl status shows 2/2 shards up" grep -q 'cluster: 2/2 shards up' "${job_out:-/dev/null}"
+check "training job: shards stopped with SIGTERM" shards_stopped_cleanly
+check "training job: no ps_server/ps_worker left" none_left
+
+# --- 2. a job whose workers fail --------------------------------------------
+submit fail "ASYNCPS_SHARDS=2,ASYNCPS_WORKERS=2,ASYNCPS_EPOCHS=1,ASYNCPS_WORKER_FLAGS=--optimizer=bogus"
+check "failing job: sbatch --wait exits non-zero" test "$job_rc" != 0
+check "failing job: scontrol shows FAILED" test "$(job_field JobState)" = FAILED
+check "failing job: the output names the worker error" \
+  grep -q -- "--optimizer must be" "${job_out:-/dev/null}"
+check "failing job: shards stopped with SIGTERM" shards_stopped_cleanly
+check "failing job: no ps_server/ps_worker left" none_left
+
+# --- 3. the cluster goes away -----------------------------------------------
+timeout 10 scancel --partition=asyncps 2>/dev/null
+stop_pid "$slurmd_pid" 10
+stop_pid "$ctld_pid" 10
+stop_pid "$munged_pid" 5
+daemons_gone() {
+  local p
+  for p in "$slurmd_pid" "$ctld_pid" "$munged_pid"; do kill -0 "$p" 2>/dev/null && return 1; done
+  none_left all
+}
+check "slurmd, slurmctld, munged and their steps stopped" daemons_gone
+slurmd_pid=""
+ctld_pid=""
+munged_pid=""
