@@ -193,8 +193,7 @@ absl::Status WriteBody(const ShardStore& store, absl::Time start,
                                              const ShardStore::SliceView& v) {
         slice->set_index(v.index);
         slice->set_version(v.version);
-        EncodeFloats(v.values.data(), v.values.size(),
-                     slice->mutable_values());
+        EncodeFloats(v.values.data(), v.values.size(), slice->mutable_values());
         auto* state = slice->mutable_optimizer_state();
         while (state->size() > static_cast<int>(v.optimizer_state.size())) {
           state->RemoveLast();
@@ -203,8 +202,8 @@ absl::Status WriteBody(const ShardStore& store, absl::Time start,
           state->Add();
         }
         for (size_t i = 0; i < v.optimizer_state.size(); ++i) {
-          EncodeFloats(v.optimizer_state[i].data(),
-                       v.optimizer_state[i].size(), state->Mutable(i));
+          EncodeFloats(v.optimizer_state[i].data(), v.optimizer_state[i].size(),
+                       state->Mutable(i));
         }
       });
       s = out->AppendRecord(slice_record, &scratch);
@@ -324,7 +323,8 @@ class Restorer {
   // After the CRC check: the outcome for an intact file.
   absl::Status Finish() const {
     if (!end_seen_) {
-      return Corrupt("no end record (truncated or written by a crashed writer)");
+      return Corrupt(
+          "no end record (truncated or written by a crashed writer)");
     }
     if (wrong_shard_) {
       return absl::FailedPreconditionError(absl::StrCat(
@@ -353,8 +353,8 @@ class Restorer {
     }
     absl::StatusOr<TensorLayout> layout = TensorLayout::FromSpec(spec);
     if (!layout.ok()) {
-      return Corrupt(absl::StrCat("tensor '", spec.name(), "': ",
-                                  layout.status().message()));
+      return Corrupt(absl::StrCat("tensor '", spec.name(),
+                                  "': ", layout.status().message()));
     }
     tensor_ = spec.name();
     in_tensor_ = true;
@@ -380,9 +380,8 @@ class Restorer {
     }
     std::vector<absl::string_view> state(slice.optimizer_state().begin(),
                                          slice.optimizer_state().end());
-    absl::Status s = store_->RestoreSlice(tensor_, slice.index(),
-                                          slice.version(), slice.values(),
-                                          state);
+    absl::Status s = store_->RestoreSlice(
+        tensor_, slice.index(), slice.version(), slice.values(), state);
     if (!s.ok()) return Corrupt(s.message());
     restored_[slice.index()] = true;
     ++got_;
@@ -393,7 +392,8 @@ class Restorer {
   absl::Status FinishTensor() {
     if (!in_tensor_ || got_ == expected_) return absl::OkStatus();
     return Corrupt(absl::StrCat("tensor '", tensor_, "' has ", expected_,
-                                " slices on this shard; the file holds ", got_));
+                                " slices on this shard; the file holds ",
+                                got_));
   }
 
   const std::string& path_;
@@ -425,8 +425,8 @@ absl::StatusOr<CheckpointInfo> WriteCheckpoint(
     const ShardStore& store, absl::string_view dir,
     absl::string_view build_version) {
   const absl::Time start = absl::Now();
-  const std::string path = CheckpointPath(
-      dir, store.options().shard_index, store.options().num_shards);
+  const std::string path = CheckpointPath(dir, store.options().shard_index,
+                                          store.options().num_shards);
   const std::string tmp = path + ".tmp";
   CheckpointInfo info;
   info.set_path(path);
@@ -486,8 +486,8 @@ absl::StatusOr<CheckpointInfo> RestoreCheckpoint(const std::string& path,
   const uint32_t version = GetU32(buffer.data() + sizeof(kMagic));
   if (version != kFormatVersion) {
     return restorer.Corrupt(absl::StrCat("format version ", version,
-                                         " (this build reads ",
-                                         kFormatVersion, ")"));
+                                         " (this build reads ", kFormatVersion,
+                                         ")"));
   }
 
   const uint64_t body_end = in.size() - kTrailerBytes;
@@ -495,23 +495,23 @@ absl::StatusOr<CheckpointInfo> RestoreCheckpoint(const std::string& path,
   for (int64_t n = 0; in.pos() < body_end; ++n) {
     const uint64_t offset = in.pos();
     if (body_end - offset < kLengthBytes) {
-      return restorer.Corrupt(absl::StrCat(
-          "record ", n, " at byte ", offset, " is cut off (truncated?)"));
+      return restorer.Corrupt(absl::StrCat("record ", n, " at byte ", offset,
+                                           " is cut off (truncated?)"));
     }
     s = in.Read(kLengthBytes, &buffer);
     if (!s.ok()) return s;
     const uint32_t length = GetU32(buffer.data());
     if (length > kMaxRecordBytes || length > body_end - in.pos()) {
-      return restorer.Corrupt(absl::StrCat(
-          "record ", n, " at byte ", offset, " claims ", length,
-          " bytes; ", body_end - in.pos(),
-          " remain before the checksum (truncated or corrupt)"));
+      return restorer.Corrupt(
+          absl::StrCat("record ", n, " at byte ", offset, " claims ", length,
+                       " bytes; ", body_end - in.pos(),
+                       " remain before the checksum (truncated or corrupt)"));
     }
     s = in.Read(length, &buffer);
     if (!s.ok()) return s;
     if (!record.ParseFromString(buffer)) {
-      return restorer.Corrupt(absl::StrCat("record ", n, " at byte ", offset,
-                                           " does not parse"));
+      return restorer.Corrupt(
+          absl::StrCat("record ", n, " at byte ", offset, " does not parse"));
     }
     s = restorer.Apply(record, n);
     if (!s.ok()) return s;

@@ -34,8 +34,8 @@ absl::StatusOr<std::unique_ptr<Checkpointer>> Checkpointer::Start(
   }
   if (::access(options.dir.c_str(), W_OK | X_OK) != 0) {
     return absl::ErrnoToStatus(
-        errno, absl::StrCat("checkpoint directory ", options.dir,
-                            " is not writable"));
+        errno,
+        absl::StrCat("checkpoint directory ", options.dir, " is not writable"));
   }
   std::unique_ptr<Checkpointer> c(new Checkpointer(store, std::move(options)));
   c->thread_ = std::thread([p = c.get()] { p->Loop(); });

@@ -24,7 +24,7 @@ struct CheckpointerOptions {
   // Write a checkpoint this long after the previous one; 0 = only when
   // requested (and by WriteNow at shutdown).
   absl::Duration every = absl::ZeroDuration();
-  std::string build_version;  // recorded in the file
+  std::string build_version;               // recorded in the file
   std::shared_ptr<spdlog::logger> logger;  // required
 };
 

@@ -41,7 +41,8 @@ constexpr int kShards = 2;
 
 std::unique_ptr<grpc::ClientContext> Context() {
   auto ctx = std::make_unique<grpc::ClientContext>();
-  ctx->set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(20));
+  ctx->set_deadline(std::chrono::system_clock::now() +
+                    std::chrono::seconds(20));
   return ctx;
 }
 
@@ -142,8 +143,8 @@ struct Shard {
       g->set_read_version(slice.first);
       std::vector<float> grad(slice.second.size() / sizeof(float));
       for (size_t i = 0; i < grad.size(); ++i) {
-        grad[i] = std::cos(0.3f * static_cast<float>(i) +
-                           static_cast<float>(round));
+        grad[i] =
+            std::cos(0.3f * static_cast<float>(i) + static_cast<float>(round));
       }
       EncodeFloats(grad.data(), grad.size(), g->mutable_grad());
     }
@@ -218,9 +219,9 @@ TEST_CASE("a shard killed with SIGKILL restarts from its last checkpoint",
   }
 
   // Both shards at once through psctl; a row per shard with path and size.
-  auto [code, out] = Psctl(
-      {"checkpoint", absl::StrCat("--servers=", shards[0].server.address, ",",
-                                  shards[1].server.address)});
+  auto [code, out] =
+      Psctl({"checkpoint", absl::StrCat("--servers=", shards[0].server.address,
+                                        ",", shards[1].server.address)});
   INFO(out);
   REQUIRE(code == 0);
   CHECK(absl::StrContains(out, "2/2 shards wrote a checkpoint"));
@@ -231,8 +232,7 @@ TEST_CASE("a shard killed with SIGKILL restarts from its last checkpoint",
   for (Shard& s : shards) {
     at_checkpoint.push_back(s.Take());
     const StatusResponse st = s.Status();
-    CHECK(st.last_checkpoint().path() ==
-          CheckpointFile(dir, st.shard_index()));
+    CHECK(st.last_checkpoint().path() == CheckpointFile(dir, st.shard_index()));
     CHECK(st.last_checkpoint().bytes() > 0);
     CHECK(st.counters().checkpoints_written() == 1);
   }
@@ -241,7 +241,8 @@ TEST_CASE("a shard killed with SIGKILL restarts from its last checkpoint",
   // Updates after the checkpoint are lost with the process.
   for (Shard& s : shards) s.PushRound(3);
   REQUIRE(shards[1].server.process->Signal(SIGKILL).ok());
-  absl::StatusOr<int> killed = shards[1].server.process->Wait(absl::Seconds(10));
+  absl::StatusOr<int> killed =
+      shards[1].server.process->Wait(absl::Seconds(10));
   REQUIRE_OK(killed.status());
   CHECK(*killed == -SIGKILL);
 
@@ -279,7 +280,8 @@ TEST_CASE("SIGTERM writes a final checkpoint that the restart restores",
   const std::string log = shard.server.process->ReadLog();
   INFO(log);
   CHECK(*code == 0);
-  CHECK(absl::StrContains(log, "checkpoint written: " + CheckpointFile(dir, 0)));
+  CHECK(
+      absl::StrContains(log, "checkpoint written: " + CheckpointFile(dir, 0)));
 
   Shard restarted = StartShard(0, args);
   CHECK(restarted.Take() == before);
@@ -354,13 +356,12 @@ TEST_CASE("Checkpoint RPC: off without a directory, periodic with one",
     CHECK(absl::StrContains(out, "FAILED"));
   }
   const std::string dir = FreshDir("ckpt-every");
-  Shard shard = StartShard(0, {absl::StrCat("--checkpoint_dir=", dir),
-                               "--checkpoint_every_s=1"});
+  Shard shard = StartShard(
+      0, {absl::StrCat("--checkpoint_dir=", dir), "--checkpoint_every_s=1"});
   CreateTensors(shard);
   const absl::Status periodic = testing::WaitFor(
       [&] { return shard.Status().counters().checkpoints_written() >= 2; },
-      absl::Seconds(20), "two periodic checkpoints",
-      absl::Milliseconds(100));
+      absl::Seconds(20), "two periodic checkpoints", absl::Milliseconds(100));
   REQUIRE_OK(periodic);
 
   // Concurrent requests are all answered, each by a write that started

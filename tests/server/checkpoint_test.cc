@@ -3,6 +3,8 @@
 // DATA_LOSS, another shard's file is FAILED_PRECONDITION, a leftover .tmp is
 // ignored, and a checkpoint taken during pushes holds consistent slices.
 
+#include "server/checkpoint.h"
+
 #include <sys/stat.h>
 
 #include <atomic>
@@ -21,7 +23,6 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "common/float_codec.h"
-#include "server/checkpoint.h"
 #include "server/shard_store.h"
 #include "tests/testing/require_ok.h"
 
@@ -35,8 +36,8 @@ constexpr int kShard = 1;
 std::string FreshDir(const std::string& stem) {
   static int counter = 0;
   const char* tmp = std::getenv("TEST_TMPDIR");
-  const std::string dir = absl::StrCat(tmp != nullptr ? tmp : "/tmp", "/",
-                                       stem, "-", ++counter);
+  const std::string dir =
+      absl::StrCat(tmp != nullptr ? tmp : "/tmp", "/", stem, "-", ++counter);
   ::mkdir(dir.c_str(), 0755);
   return dir;
 }
@@ -82,7 +83,8 @@ TensorSpec Spec(const std::string& name, std::vector<int64_t> shape,
 
 // One SGD, one momentum and one Adam tensor, slices on both shards.
 std::vector<TensorSpec> Specs() {
-  return {Spec("w_sgd", {9, 7}, OPT_SGD), Spec("w_momentum", {5, 11}, OPT_MOMENTUM),
+  return {Spec("w_sgd", {9, 7}, OPT_SGD),
+          Spec("w_momentum", {5, 11}, OPT_MOMENTUM),
           Spec("w_adam", {6, 6}, OPT_ADAM), Spec("bias", {3}, OPT_ADAM)};
 }
 
@@ -274,8 +276,7 @@ TEST_CASE("another shard's checkpoint is FAILED_PRECONDITION", "[checkpoint]") {
   }
 }
 
-TEST_CASE("restore needs an empty store and an existing file",
-          "[checkpoint]") {
+TEST_CASE("restore needs an empty store and an existing file", "[checkpoint]") {
   Saved saved = TrainAndSave();
   CHECK(absl::IsFailedPrecondition(
       RestoreCheckpoint(saved.path, saved.store.get()).status()));
