@@ -30,15 +30,28 @@ absl::StatusOr<std::vector<std::string>> ParseServerList(const std::string& s) {
 }
 
 std::shared_ptr<grpc::Channel> MakeChannel(const std::string& address,
-                                           int connection_id) {
+                                           int connection_id,
+                                           const SecurityOptions& security) {
   grpc::ChannelArguments args;
   args.SetMaxReceiveMessageSize(kMaxMessageBytes);
   args.SetMaxSendMessageSize(kMaxMessageBytes);
   // Own subchannel pool + distinguishing arg = own TCP connection.
   args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
   args.SetInt("asyncps.connection_id", connection_id);
-  return grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(),
-                                   args);
+  absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> creds =
+      ChannelCredentials(security);
+  // Null credentials make gRPC return a channel whose calls all fail.
+  std::shared_ptr<grpc::ChannelCredentials> channel_creds =
+      creds.ok() ? *std::move(creds) : nullptr;
+  if (security.cluster_token.empty()) {
+    return grpc::CreateCustomChannel(address, channel_creds, args);
+  }
+  std::vector<
+      std::unique_ptr<grpc::experimental::ClientInterceptorFactoryInterface>>
+      interceptors;
+  interceptors.push_back(TokenInterceptorFactory(security.cluster_token));
+  return grpc::experimental::CreateCustomChannelWithInterceptors(
+      address, channel_creds, args, std::move(interceptors));
 }
 
 void TuneMallocForLargeMessages() {

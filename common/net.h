@@ -8,6 +8,7 @@
 #include <grpcpp/grpcpp.h>
 
 #include "absl/status/statusor.h"
+#include "common/security.h"
 
 namespace asyncps {
 
@@ -21,9 +22,16 @@ absl::StatusOr<std::vector<std::string>> ParseServerList(const std::string& s);
 inline constexpr int kMaxMessageBytes = 256 << 20;
 
 // A channel to `address` with asyncps's message limits. Channels made with
-// distinct `connection_id`s use separate TCP connections.
-std::shared_ptr<grpc::Channel> MakeChannel(const std::string& address,
-                                           int connection_id = 0);
+// distinct `connection_id`s use separate TCP connections. `security` picks
+// plain TCP or TLS (ChannelCredentials) and, with a cluster token, adds it to
+// every call through a client interceptor (TokenInterceptorFactory), which,
+// unlike gRPC call credentials, also works on plain TCP channels.
+// If the TLS files cannot be read the channel fails every call (it never
+// falls back to plain TCP); callers check the options first with
+// ChannelCredentials() to report such errors (PsClient::Create does).
+std::shared_ptr<grpc::Channel> MakeChannel(
+    const std::string& address, int connection_id = 0,
+    const SecurityOptions& security = SecurityOptions());
 
 // Keeps large message buffers out of mmap/munmap so every message does not
 // page-fault its memory in again (glibc returns >128 KiB blocks to the

@@ -43,6 +43,9 @@ absl::StatusOr<std::unique_ptr<PsServer>> PsServer::Start(
         "max_staleness must be >= 0, or -1 for unbounded; got ",
         options.staleness.max_staleness));
   }
+  absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> credentials =
+      ServerCredentials(options.security);
+  if (!credentials.ok()) return credentials.status();
   std::unique_ptr<PsServer> s(new PsServer());
   s->logger_ = options.logger;
   s->host_ = options.host;
@@ -98,8 +101,7 @@ absl::StatusOr<std::unique_ptr<PsServer>> PsServer::Start(
       options.host.find(':') != std::string::npos ? "[" : "", options.host,
       options.host.find(':') != std::string::npos ? "]" : "", ":",
       options.port);
-  builder.AddListeningPort(listen, grpc::InsecureServerCredentials(),
-                           &s->port_);
+  builder.AddListeningPort(listen, *credentials, &s->port_);
   builder.SetMaxReceiveMessageSize(options.max_message_bytes);
   builder.SetMaxSendMessageSize(kMaxMessageBytes);
   // A leftover server on the same port must not silently share it.
@@ -125,11 +127,15 @@ absl::StatusOr<std::unique_ptr<PsServer>> PsServer::Start(
   s->server_->GetHealthCheckService()->SetServingStatus(true);
   s->logger_->info(
       "shard {}/{} serving on {} (consistency {}, slack {}, max_staleness {}, "
-      "staleness_lr {}, lease {} ms)",
+      "staleness_lr {}, lease {} ms, {}{})",
       options.store.shard_index, options.store.num_shards, s->address(),
       Consistency_Name(identity.policy.consistency()),
       identity.policy.ssp_slack(), identity.policy.max_staleness(),
-      identity.policy.staleness_lr(), identity.policy.worker_lease_ms());
+      identity.policy.staleness_lr(), identity.policy.worker_lease_ms(),
+      options.security.tls_cert.empty()
+          ? "plain TCP"
+          : options.security.require_client_cert ? "mutual TLS" : "TLS",
+      options.security.cluster_token.empty() ? "" : ", cluster token required");
   return s;
 }
 

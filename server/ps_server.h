@@ -9,6 +9,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "common/net.h"
+#include "common/security.h"
 #include "server/checkpointer.h"
 #include "server/ps_service.h"
 #include "server/shard_stats.h"
@@ -34,6 +35,9 @@ struct PsServerOptions {
   // Load this shard's checkpoint from checkpoint_dir before serving when
   // there is one; a checkpoint that cannot be restored fails Start.
   bool restore = true;
+  // TLS / mutual TLS and the cluster token (common/security.h); default =
+  // plain TCP, no token. Unreadable files fail Start.
+  SecurityOptions security;
   std::shared_ptr<spdlog::logger> logger;  // required
 };
 

@@ -24,6 +24,7 @@
 #include "common/port_file.h"
 #include "common/logging.h"
 #include "common/net.h"
+#include "common/security.h"
 #include "common/version.h"
 #include "server/metrics_http.h"
 #include "server/ps_server.h"
@@ -76,6 +77,20 @@ ABSL_FLAG(bool, restore, true,
           "serving when one exists; one that cannot be restored (corrupt, "
           "another shard's) stops the start. false = start empty (the next "
           "checkpoint replaces the file).");
+ABSL_FLAG(std::string, tls_cert, "",
+          "PEM certificate chain of this shard; with --tls_key turns on TLS "
+          "(clients then need --tls_ca).");
+ABSL_FLAG(std::string, tls_key, "", "PEM private key of --tls_cert.");
+ABSL_FLAG(std::string, tls_ca, "",
+          "PEM CA bundle client certificates are verified with (a client "
+          "that presents one must be signed by it).");
+ABSL_FLAG(bool, tls_require_client_cert, false,
+          "Mutual TLS: refuse clients without a certificate signed by "
+          "--tls_ca.");
+ABSL_FLAG(std::string, cluster_token_file, "",
+          "File holding the shared cluster token; every call (except "
+          "grpc.health.v1.Health) must carry it, others get "
+          "UNAUTHENTICATED. Empty = no token.");
 ABSL_FLAG(std::string, log_level, "info",
           "trace, debug, info, warn, error or off.");
 ABSL_FLAG(bool, version, false, "Print the version and exit.");
@@ -183,6 +198,17 @@ absl::StatusOr<PsServerOptions> OptionsFromFlags() {
   }
   o.checkpoint_every = absl::Seconds(every);
   o.restore = absl::GetFlag(FLAGS_restore);
+  SecurityFlagValues security;
+  security.tls_cert = absl::GetFlag(FLAGS_tls_cert);
+  security.tls_key = absl::GetFlag(FLAGS_tls_key);
+  security.tls_ca = absl::GetFlag(FLAGS_tls_ca);
+  security.tls_require_client_cert =
+      absl::GetFlag(FLAGS_tls_require_client_cert);
+  security.cluster_token_file = absl::GetFlag(FLAGS_cluster_token_file);
+  absl::StatusOr<SecurityOptions> sec =
+      SecurityOptionsFromFlagValues(security, /*server=*/true);
+  if (!sec.ok()) return sec.status();
+  o.security = *std::move(sec);
   absl::StatusOr<std::shared_ptr<spdlog::logger>> logger = MakeLogger(
       absl::StrCat("shard", o.store.shard_index), absl::GetFlag(FLAGS_log_level));
   if (!logger.ok()) return logger.status();

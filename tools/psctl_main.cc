@@ -3,6 +3,8 @@
 //   psctl status  --servers=h:p,h:p [--json] [--watch=2s] [--timeout=3s]
 //   psctl tensors --servers=h:p,h:p [--json] [--timeout=3s]
 //   psctl checkpoint --servers=h:p,h:p [--json] [--timeout=60s]
+// Against a secured cluster add --tls_ca (and --tls_cert/--tls_key for
+// mutual TLS) and --cluster_token_file, as for ps_worker.
 //
 // `status` asks every shard for its Status concurrently and prints a cluster
 // summary, one row per shard (a shard that does not answer is a DOWN row with
@@ -38,6 +40,7 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "common/net.h"
+#include "common/security.h"
 #include "google/protobuf/util/json_util.h"
 #include "google/protobuf/util/message_differencer.h"
 #include "tools/shard_query.h"
@@ -51,6 +54,16 @@ ABSL_FLAG(absl::Duration, watch, absl::ZeroDuration(),
           "print once.");
 ABSL_FLAG(absl::Duration, timeout, absl::Seconds(3),
           "Deadline of each call to a shard (checkpoint: 60s unless given).");
+ABSL_FLAG(std::string, tls_cert, "",
+          "PEM client certificate for mutual TLS (with --tls_key).");
+ABSL_FLAG(std::string, tls_key, "", "PEM private key of --tls_cert.");
+ABSL_FLAG(std::string, tls_ca, "",
+          "PEM CA bundle the shards' certificates are verified with; turns "
+          "on TLS.");
+ABSL_FLAG(bool, tls_require_client_cert, false,
+          "ps_server only; rejected here (exit 2).");
+ABSL_FLAG(std::string, cluster_token_file, "",
+          "File holding the shared cluster token, sent with every call.");
 
 namespace asyncps {
 namespace {
@@ -121,6 +134,17 @@ absl::Status CheckFlagArguments(int argc, char** argv,
     given->insert(std::string(flag->Name()));
   }
   return absl::OkStatus();
+}
+
+// The security flags as options; the error names the flag.
+absl::StatusOr<SecurityOptions> SecurityFromFlags() {
+  SecurityFlagValues v;
+  v.tls_cert = absl::GetFlag(FLAGS_tls_cert);
+  v.tls_key = absl::GetFlag(FLAGS_tls_key);
+  v.tls_ca = absl::GetFlag(FLAGS_tls_ca);
+  v.tls_require_client_cert = absl::GetFlag(FLAGS_tls_require_client_cert);
+  v.cluster_token_file = absl::GetFlag(FLAGS_cluster_token_file);
+  return SecurityOptionsFromFlagValues(v, /*server=*/false);
 }
 
 std::string LocalTime() {
@@ -357,8 +381,12 @@ int Main(int argc, char** argv) {
     return UsageError("--watch applies only to the status command");
   }
   const bool json = absl::GetFlag(FLAGS_json);
+  absl::StatusOr<SecurityOptions> security = SecurityFromFlags();
+  if (!security.ok()) {
+    return UsageError(std::string(security.status().message()));
+  }
 
-  ShardQuery query(*std::move(servers));
+  ShardQuery query(*std::move(servers), *security);
   if (command == "checkpoint") return RunCheckpoint(query, timeout, json);
   return command == "status" ? RunStatus(query, timeout, watch, json)
                              : RunTensors(query, timeout, json);

@@ -42,10 +42,12 @@ std::string ErrorText(const grpc::Status& s) {
 
 }  // namespace
 
-ShardQuery::ShardQuery(std::vector<std::string> addresses)
+ShardQuery::ShardQuery(std::vector<std::string> addresses,
+                       const SecurityOptions& security)
     : addresses_(std::move(addresses)) {
   for (const std::string& a : addresses_) {
-    stubs_.push_back(ParameterServer::NewStub(MakeChannel(a)));
+    stubs_.push_back(
+        ParameterServer::NewStub(MakeChannel(a, 0, security)));
   }
 }
 

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "absl/time/time.h"
+#include "common/security.h"
 #include "proto/asyncps.grpc.pb.h"
 #include "tools/status_table.h"
 
@@ -37,7 +38,9 @@ struct CheckpointResult {
 // reused across calls (psctl --watch).
 class ShardQuery {
  public:
-  explicit ShardQuery(std::vector<std::string> addresses);
+  // `security`: TLS and cluster token for every shard (common/security.h).
+  explicit ShardQuery(std::vector<std::string> addresses,
+                      const SecurityOptions& security = SecurityOptions());
   ~ShardQuery();
 
   // Status of every shard, in address order.

@@ -249,6 +249,10 @@ absl::StatusOr<std::unique_ptr<PsClient>> PsClient::Connect(
   if (options.initial_backoff < absl::ZeroDuration()) {
     return absl::InvalidArgumentError("PsClient: initial_backoff must be >= 0");
   }
+  if (absl::Status s = ChannelCredentials(options.security).status();
+      !s.ok()) {
+    return s;
+  }
   if (options.logger == nullptr) options.logger = NullLogger();
   if (options.incarnation == 0) {
     absl::BitGen gen;
@@ -259,7 +263,7 @@ absl::StatusOr<std::unique_ptr<PsClient>> PsClient::Connect(
   for (const std::string& address : client->options_.servers) {
     auto shard = std::make_unique<Shard>();
     shard->address = address;
-    std::shared_ptr<grpc::Channel> channel = MakeChannel(address);
+    std::shared_ptr<grpc::Channel> channel = MakeChannel(address, 0, client->options_.security);
     shard->stub = ParameterServer::NewStub(channel);
     shard->generic = std::make_unique<grpc::GenericStub>(channel);
     client->shards_.push_back(std::move(shard));

@@ -13,6 +13,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "common/security.h"
 #include "common/tensor_layout.h"
 #include "proto/asyncps.grpc.pb.h"
 #include "proto/asyncps.pb.h"
@@ -39,6 +40,9 @@ struct PsClientOptions {
   // buffers and pulled values copied straight into them, with no protobuf
   // `bytes` copies. false = the protobuf Pull and Push RPCs (same results).
   bool fast_path = true;
+  // TLS and the cluster token for every shard (common/security.h); default
+  // = plain TCP, no token.
+  SecurityOptions security;
   // nullptr = discard log messages.
   std::shared_ptr<spdlog::logger> logger;
 };

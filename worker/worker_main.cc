@@ -17,6 +17,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/logging.h"
 #include "common/net.h"
+#include "common/security.h"
 #include "common/version.h"
 #include "kernels/backend.h"
 #include "worker/idx_reader.h"
@@ -60,6 +61,16 @@ ABSL_FLAG(int64_t, rpc_timeout_ms, 120000,
 ABSL_FLAG(int64_t, final_wait_s, 600,
           "Evaluating worker: wait at most this long for the others to "
           "finish before the final evaluation.");
+ABSL_FLAG(std::string, tls_cert, "",
+          "PEM client certificate for mutual TLS (with --tls_key).");
+ABSL_FLAG(std::string, tls_key, "", "PEM private key of --tls_cert.");
+ABSL_FLAG(std::string, tls_ca, "",
+          "PEM CA bundle the shards' certificates are verified with; turns "
+          "on TLS.");
+ABSL_FLAG(bool, tls_require_client_cert, false,
+          "ps_server only; rejected here (exit 2).");
+ABSL_FLAG(std::string, cluster_token_file, "",
+          "File holding the shared cluster token, sent with every call.");
 ABSL_FLAG(std::string, log_level, "info", "trace, debug, info, warn, error.");
 ABSL_FLAG(bool, version, false, "Print the version and exit.");
 
@@ -69,6 +80,17 @@ namespace {
 int Fail(const std::string& message) {
   std::fprintf(stderr, "ps_worker: %s\n", message.c_str());
   return 2;
+}
+
+// The security flags as options; the error names the flag.
+absl::StatusOr<SecurityOptions> SecurityFromFlags() {
+  SecurityFlagValues v;
+  v.tls_cert = absl::GetFlag(FLAGS_tls_cert);
+  v.tls_key = absl::GetFlag(FLAGS_tls_key);
+  v.tls_ca = absl::GetFlag(FLAGS_tls_ca);
+  v.tls_require_client_cert = absl::GetFlag(FLAGS_tls_require_client_cert);
+  v.cluster_token_file = absl::GetFlag(FLAGS_cluster_token_file);
+  return SecurityOptionsFromFlagValues(v, /*server=*/false);
 }
 
 absl::StatusOr<TrainerOptions> TrainerOptionsFromFlags() {
@@ -164,6 +186,8 @@ int Main(int argc, char** argv) {
   }
   absl::StatusOr<TrainerOptions> options = TrainerOptionsFromFlags();
   if (!options.ok()) return Fail(std::string(options.status().message()));
+  absl::StatusOr<SecurityOptions> security = SecurityFromFlags();
+  if (!security.ok()) return Fail(std::string(security.status().message()));
   absl::StatusOr<std::shared_ptr<spdlog::logger>> logger =
       MakeLogger(absl::StrCat("worker", options->worker_id),
                  absl::GetFlag(FLAGS_log_level));
@@ -190,6 +214,7 @@ int Main(int argc, char** argv) {
     if (timeout < 1) return Fail("--rpc_timeout_ms must be >= 1");
     c.rpc_timeout = absl::Milliseconds(timeout);
     c.logger = *logger;
+    c.security = *security;
     absl::StatusOr<std::unique_ptr<PsClient>> client =
         PsClient::Connect(std::move(c));
     if (!client.ok()) return Fail(client.status().ToString());

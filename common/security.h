@@ -1,0 +1,91 @@
+#ifndef ASYNCPS_COMMON_SECURITY_H_
+#define ASYNCPS_COMMON_SECURITY_H_
+
+// Transport security (TLS / mutual TLS) and the shared cluster token, for
+// both sides of every asyncps connection.
+//
+// What is checked, with everything on:
+//   - the server presents tls_cert/tls_key; clients verify it against tls_ca
+//     (and its name against the address dialled);
+//   - with require_client_cert, the server requests and verifies a client
+//     certificate against its own tls_ca; a client without one (or with one
+//     the CA did not sign) fails the handshake;
+//   - with cluster_token set, every call must carry the metadata
+//     `authorization: Bearer <token>`; the server answers UNAUTHENTICATED,
+//     before any handler runs, to a call without it or with another token.
+//     grpc.health.v1.Health stays open so probes need no token.
+// The token works over plain TCP as well, but there it is sent in clear text.
+
+#include <grpcpp/grpcpp.h>
+
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+
+namespace asyncps {
+
+// Security settings of one process. Paths name PEM files; empty = not used.
+// Default-constructed = plain TCP, no token (the behaviour without flags).
+struct SecurityOptions {
+  std::string tls_cert;  // this side's certificate chain (server: required
+                         // for TLS; client: only for mutual TLS)
+  std::string tls_key;   // private key of tls_cert
+  std::string tls_ca;    // CA bundle the peer's certificate is checked with
+  // Server only: require and verify a client certificate signed by tls_ca.
+  bool require_client_cert = false;
+  // The shared token itself (not a path); empty = no token.
+  std::string cluster_token;
+};
+
+// The command-line values of the security flags, as every binary takes them
+// (--tls_cert --tls_key --tls_ca --tls_require_client_cert
+// --cluster_token_file).
+struct SecurityFlagValues {
+  std::string tls_cert;
+  std::string tls_key;
+  std::string tls_ca;
+  bool tls_require_client_cert = false;
+  std::string cluster_token_file;
+};
+
+// Validates flag values and reads the token file (surrounding whitespace is
+// stripped). `server` selects the server's rules (a certificate needs a key
+// and vice versa; --tls_require_client_cert needs --tls_cert and --tls_ca).
+// Errors are INVALID_ARGUMENT and name the flag and the file.
+absl::StatusOr<SecurityOptions> SecurityOptionsFromFlagValues(
+    const SecurityFlagValues& flags, bool server);
+
+// The whole contents of `path`; NOT_FOUND / PERMISSION_DENIED / INTERNAL
+// naming `what` and the path.
+absl::StatusOr<std::string> ReadPemFile(const std::string& path,
+                                        const std::string& what);
+
+// Insecure when no TLS file is given, else SslServerCredentials with
+// tls_cert/tls_key (and the client certificate check with
+// require_client_cert). With a cluster token the credentials also check it
+// on every call (see above). Fails on unreadable files or inconsistent
+// options.
+absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> ServerCredentials(
+    const SecurityOptions& options);
+
+// Insecure when neither tls_ca nor tls_cert is given, else SslCredentials
+// with tls_ca as roots (system roots when empty) and tls_cert/tls_key as the
+// client certificate when given. The token is not part of these credentials
+// (gRPC sends call credentials only over secure channels); MakeChannel adds
+// it with a client interceptor instead (TokenInterceptorFactory).
+absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> ChannelCredentials(
+    const SecurityOptions& options);
+
+// A client interceptor factory that adds `authorization: Bearer <token>` to
+// the initial metadata of every call on a channel. Works on insecure and
+// secure channels alike.
+std::unique_ptr<grpc::experimental::ClientInterceptorFactoryInterface>
+TokenInterceptorFactory(const std::string& token);
+
+// Constant-time (in the contents; not the lengths) string equality.
+bool ConstantTimeEquals(const std::string& a, const std::string& b);
+
+}  // namespace asyncps
+
+#endif  // ASYNCPS_COMMON_SECURITY_H_

@@ -1,0 +1,410 @@
+// TLS, mutual TLS and the cluster token against real ps_server processes.
+// A throwaway CA, server certificate (SAN 127.0.0.1 and localhost) and
+// client certificates are made with the openssl command line in
+// $TEST_TMPDIR at test time; no key is part of the source tree.
+#include "common/security.h"
+
+#include <grpcpp/grpcpp.h>
+
+#include <catch2/catch.hpp>
+#include <cstdlib>
+#include <fstream>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/time.h"
+#include "common/net.h"
+#include "proto/asyncps.grpc.pb.h"
+#include "proto/grpc_health_v1.grpc.pb.h"
+#include "tests/testing/require_ok.h"
+#include "tests/testing/subprocess.h"
+#include "worker/ps_client.h"
+
+namespace asyncps {
+namespace {
+
+using grpc::health::v1::Health;
+using grpc::health::v1::HealthCheckRequest;
+using grpc::health::v1::HealthCheckResponse;
+using testing::ServerProcess;
+using testing::StartPsServer;
+using testing::Subprocess;
+
+constexpr char kToken[] = "s3cret-cluster-token-0123456789abcdef";
+
+void WriteFile(const std::string& path, const std::string& contents) {
+  std::ofstream out(path, std::ios::trunc);
+  out << contents;
+  REQUIRE(out.good());
+}
+
+// Paths of the generated PEM files and token files.
+struct Pki {
+  std::string dir;
+  std::string ca, server_cert, server_key, client_cert, client_key;
+  std::string rogue_cert, rogue_key;  // client cert signed by another CA
+  std::string token_file, wrong_token_file, empty_token_file;
+};
+
+void Sh(const std::string& command) {
+  INFO(command);
+  REQUIRE(std::system(command.c_str()) == 0);
+}
+
+// Makes a key and a certificate `name` signed by CA `ca` (its .pem/.key).
+void SignedCert(const std::string& dir, const std::string& name,
+                const std::string& ca, const std::string& cn,
+                const std::string& ext) {
+  const std::string p = absl::StrCat(dir, "/", name);
+  WriteFile(p + ".ext", ext);
+  Sh(absl::StrCat("openssl req -newkey rsa:2048 -nodes -keyout ", p,
+                  ".key -out ", p, ".csr -subj /CN=", cn, " 2>/dev/null"));
+  Sh(absl::StrCat("openssl x509 -req -in ", p, ".csr -CA ", dir, "/", ca,
+                  ".pem -CAkey ", dir, "/", ca, ".key -CAcreateserial -out ", p,
+                  ".pem -days 2 -extfile ", p, ".ext 2>/dev/null"));
+}
+
+const Pki& TestPki() {
+  static const Pki* pki = [] {
+    auto* k = new Pki;
+    k->dir = testing::UniqueTmpPath("pki");
+    Sh("mkdir -p " + k->dir);
+    for (const char* ca : {"ca", "rogue_ca"}) {
+      Sh(absl::StrCat("openssl req -x509 -newkey rsa:2048 -nodes -keyout ",
+                      k->dir, "/", ca, ".key -out ", k->dir, "/", ca,
+                      ".pem -days 2 -subj /CN=asyncps-test-", ca,
+                      " 2>/dev/null"));
+    }
+    SignedCert(k->dir, "server", "ca", "localhost",
+               "subjectAltName=IP:127.0.0.1,DNS:localhost\n"
+               "extendedKeyUsage=serverAuth\n");
+    SignedCert(k->dir, "client", "ca", "worker",
+               "extendedKeyUsage=clientAuth\n");
+    SignedCert(k->dir, "rogue", "rogue_ca", "worker",
+               "extendedKeyUsage=clientAuth\n");
+    k->ca = k->dir + "/ca.pem";
+    k->server_cert = k->dir + "/server.pem";
+    k->server_key = k->dir + "/server.key";
+    k->client_cert = k->dir + "/client.pem";
+    k->client_key = k->dir + "/client.key";
+    k->rogue_cert = k->dir + "/rogue.pem";
+    k->rogue_key = k->dir + "/rogue.key";
+    k->token_file = k->dir + "/token";
+    k->wrong_token_file = k->dir + "/wrong_token";
+    k->empty_token_file = k->dir + "/empty_token";
+    WriteFile(k->token_file, absl::StrCat(kToken, "\n"));
+    WriteFile(k->wrong_token_file, "not-the-token\n");
+    WriteFile(k->empty_token_file, " \n\t\n");
+    return k;
+  }();
+  return *pki;
+}
+
+ServerProcess StartShard(const std::vector<std::string>& args) {
+  absl::StatusOr<ServerProcess> s = StartPsServer(0, 1, args);
+  REQUIRE_OK(s.status());
+  return *std::move(s);
+}
+
+grpc::Status CallStatus(const std::string& address,
+                        const SecurityOptions& security) {
+  auto stub = ParameterServer::NewStub(MakeChannel(address, 0, security));
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+  StatusRequest req;
+  StatusResponse resp;
+  return stub->Status(&ctx, req, &resp);
+}
+
+grpc::Status CallHealth(const std::string& address,
+                        const SecurityOptions& security) {
+  auto stub = Health::NewStub(MakeChannel(address, 0, security));
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+  HealthCheckRequest req;
+  HealthCheckResponse resp;
+  grpc::Status s = stub->Check(&ctx, req, &resp);
+  if (s.ok() && resp.status() != HealthCheckResponse::SERVING) {
+    return grpc::Status(grpc::StatusCode::INTERNAL, "not SERVING");
+  }
+  return s;
+}
+
+TensorSpec OnesSgd(const std::string& name, int64_t n) {
+  TensorSpec spec;
+  spec.set_name(name);
+  spec.add_shape(n);
+  spec.set_init(INIT_CONSTANT);
+  spec.set_init_value(1.0f);
+  spec.mutable_optimizer()->set_type(OPT_SGD);
+  spec.mutable_optimizer()->set_learning_rate(1.0f);
+  return spec;
+}
+
+std::unique_ptr<PsClient> Client(const std::string& address,
+                                 const SecurityOptions& security) {
+  PsClientOptions o;
+  o.servers = {address};
+  o.rpc_timeout = absl::Seconds(10);
+  o.max_attempts = 1;
+  o.security = security;
+  absl::StatusOr<std::unique_ptr<PsClient>> c = PsClient::Connect(o);
+  REQUIRE_OK(c.status());
+  return *std::move(c);
+}
+
+SecurityOptions WithToken(const std::string& token) {
+  SecurityOptions s;
+  s.cluster_token = token;
+  return s;
+}
+
+struct Run {
+  int code = -1;
+  std::string err;
+};
+
+// Runs a binary from the runfiles to completion; stderr captured.
+Run RunBinary(const std::string& binary, const std::vector<std::string>& args) {
+  const std::string err = testing::UniqueTmpPath("stderr");
+  std::string cmd = absl::StrCat("exec '", testing::RunfilePath(binary), "'");
+  for (const std::string& a : args) absl::StrAppend(&cmd, " '", a, "'");
+  absl::StrAppend(&cmd, " >/dev/null 2>'", err, "'");
+  absl::StatusOr<std::unique_ptr<Subprocess>> p =
+      Subprocess::Start("/bin/sh", {"-c", cmd});
+  REQUIRE_OK(p.status());
+  absl::StatusOr<int> code = (*p)->Wait(absl::Seconds(60));
+  INFO(cmd);
+  REQUIRE_OK(code.status());
+  Run r;
+  r.code = *code;
+  std::ifstream in(err);
+  r.err.assign(std::istreambuf_iterator<char>(in), {});
+  return r;
+}
+
+TEST_CASE(
+    "cluster token: calls without it or with a wrong one are "
+    "UNAUTHENTICATED and change nothing; the right one works",
+    "[security][token]") {
+  const Pki& pki = TestPki();
+  ServerProcess shard = StartShard({"--cluster_token_file=" + pki.token_file});
+
+  CHECK(CallStatus(shard.address, {}).error_code() ==
+        grpc::StatusCode::UNAUTHENTICATED);
+  CHECK(CallStatus(shard.address, WithToken("wrong")).error_code() ==
+        grpc::StatusCode::UNAUTHENTICATED);
+  CHECK(CallStatus(shard.address, WithToken(std::string(kToken) + "x"))
+            .error_code() == grpc::StatusCode::UNAUTHENTICATED);
+  CHECK(CallStatus(shard.address, WithToken(kToken)).ok());
+
+  // Health stays open for probes.
+  CHECK(CallHealth(shard.address, {}).ok());
+
+  // A tensor created without the token does not exist afterwards.
+  {
+    auto stub = ParameterServer::NewStub(
+        MakeChannel(shard.address, 0, WithToken("wrong")));
+    grpc::ClientContext ctx;
+    CreateTensorRequest req;
+    *req.add_tensors() = OnesSgd("evil", 4);
+    CreateTensorResponse resp;
+    CHECK(stub->CreateTensor(&ctx, req, &resp).error_code() ==
+          grpc::StatusCode::UNAUTHENTICATED);
+  }
+  std::unique_ptr<PsClient> intruder = Client(shard.address, {});
+  const absl::Status refused = intruder->CreateTensors({OnesSgd("w", 4)});
+  CHECK(absl::IsUnauthenticated(refused));
+
+  std::unique_ptr<PsClient> worker = Client(shard.address, WithToken(kToken));
+  REQUIRE_OK(worker->CreateTensors({OnesSgd("w", 4)}));
+  std::vector<float> w(4, 0.0f);
+  REQUIRE_OK(worker->Pull(0, {{"w", w.data()}}));
+  CHECK(w == std::vector<float>(4, 1.0f));
+
+  CHECK(absl::IsUnauthenticated(
+      intruder->WaitForTensors({"w"}, absl::Seconds(1))));
+
+  // A raw push of -0.5 per element: refused without the right token and w
+  // unchanged; the same request with the token is applied (so it was valid).
+  PushRequest push;
+  push.mutable_worker()->set_worker_id(7);
+  push.mutable_worker()->set_incarnation(1);
+  push.set_seq(1);
+  SliceGradient* g = push.add_grads();
+  g->set_tensor("w");
+  g->set_slice(0);
+  const std::vector<float> half(4, 0.5f);  // little-endian on the test hosts
+  g->set_grad(std::string(reinterpret_cast<const char*>(half.data()),
+                          half.size() * sizeof(float)));
+  for (const SecurityOptions& bad : {SecurityOptions(), WithToken("wrong")}) {
+    auto stub = ParameterServer::NewStub(MakeChannel(shard.address, 0, bad));
+    grpc::ClientContext ctx;
+    PushResponse resp;
+    CHECK(stub->Push(&ctx, push, &resp).error_code() ==
+          grpc::StatusCode::UNAUTHENTICATED);
+  }
+  REQUIRE_OK(worker->Pull(0, {{"w", w.data()}}));
+  CHECK(w == std::vector<float>(4, 1.0f));
+  {
+    auto stub = ParameterServer::NewStub(
+        MakeChannel(shard.address, 0, WithToken(kToken)));
+    grpc::ClientContext ctx;
+    PushResponse resp;
+    REQUIRE(stub->Push(&ctx, push, &resp).ok());
+  }
+  REQUIRE_OK(worker->Pull(0, {{"w", w.data()}}));
+  CHECK(w == std::vector<float>(4, 0.5f));
+
+  const std::vector<float> grad(4, 0.25f);
+  absl::StatusOr<PushSummary> pushed = worker->Push(0, {{"w", grad.data()}});
+  REQUIRE_OK(pushed.status());
+  CHECK(pushed->applied == 1);
+  REQUIRE_OK(worker->Pull(1, {{"w", w.data()}}));
+  CHECK(w == std::vector<float>(4, 0.25f));
+
+  REQUIRE_OK(worker->Status().status());
+  // Only "w": "evil" was never created.
+  auto list = ParameterServer::NewStub(
+      MakeChannel(shard.address, 0, WithToken(kToken)));
+  grpc::ClientContext ctx;
+  ListTensorsRequest lreq;
+  ListTensorsResponse lresp;
+  REQUIRE(list->ListTensors(&ctx, lreq, &lresp).ok());
+  REQUIRE(lresp.tensors_size() == 1);
+  CHECK(lresp.tensors(0).name() == "w");
+}
+
+TEST_CASE("TLS: a client with the CA works, a plain TCP client fails",
+          "[security][tls]") {
+  const Pki& pki = TestPki();
+  ServerProcess shard = StartShard(
+      {"--tls_cert=" + pki.server_cert, "--tls_key=" + pki.server_key});
+  SecurityOptions tls;
+  tls.tls_ca = pki.ca;
+  CHECK(CallStatus(shard.address, tls).ok());
+  CHECK(CallHealth(shard.address, tls).ok());
+  CHECK(CallStatus(shard.address, {}).error_code() ==
+        grpc::StatusCode::UNAVAILABLE);
+  // A CA that did not sign the server's certificate is refused.
+  SecurityOptions other_ca;
+  other_ca.tls_ca = pki.dir + "/rogue_ca.pem";
+  CHECK(CallStatus(shard.address, other_ca).error_code() ==
+        grpc::StatusCode::UNAVAILABLE);
+
+  std::unique_ptr<PsClient> worker = Client(shard.address, tls);
+  REQUIRE_OK(worker->CreateTensors({OnesSgd("w", 3)}));
+  std::vector<float> w(3, 0.0f);
+  REQUIRE_OK(worker->Pull(0, {{"w", w.data()}}));
+  CHECK(w == std::vector<float>(3, 1.0f));
+}
+
+TEST_CASE("mutual TLS: only clients with a certificate from the CA get in",
+          "[security][mtls]") {
+  const Pki& pki = TestPki();
+  ServerProcess shard = StartShard(
+      {"--tls_cert=" + pki.server_cert, "--tls_key=" + pki.server_key,
+       "--tls_ca=" + pki.ca, "--tls_require_client_cert",
+       "--cluster_token_file=" + pki.token_file});
+  SecurityOptions no_cert;
+  no_cert.tls_ca = pki.ca;
+  no_cert.cluster_token = kToken;
+  CHECK_FALSE(CallStatus(shard.address, no_cert).ok());
+
+  SecurityOptions rogue = no_cert;
+  rogue.tls_cert = pki.rogue_cert;
+  rogue.tls_key = pki.rogue_key;
+  CHECK_FALSE(CallStatus(shard.address, rogue).ok());
+
+  SecurityOptions good = no_cert;
+  good.tls_cert = pki.client_cert;
+  good.tls_key = pki.client_key;
+  CHECK(CallStatus(shard.address, good).ok());
+
+  // With the certificate but without the token: still UNAUTHENTICATED.
+  SecurityOptions cert_only = good;
+  cert_only.cluster_token.clear();
+  CHECK(CallStatus(shard.address, cert_only).error_code() ==
+        grpc::StatusCode::UNAUTHENTICATED);
+  CHECK(CallHealth(shard.address, cert_only).ok());
+}
+
+TEST_CASE(
+    "psctl with --tls_ca and --cluster_token_file against a secured "
+    "shard",
+    "[security][psctl]") {
+  const Pki& pki = TestPki();
+  ServerProcess shard = StartShard({"--tls_cert=" + pki.server_cert,
+                                    "--tls_key=" + pki.server_key,
+                                    "--cluster_token_file=" + pki.token_file});
+  const std::string servers = "--servers=" + shard.address;
+  Run ok = RunBinary("tools/psctl", {"status", servers, "--tls_ca=" + pki.ca,
+                                     "--cluster_token_file=" + pki.token_file});
+  INFO(ok.err);
+  CHECK(ok.code == 0);
+  Run no_token =
+      RunBinary("tools/psctl", {"status", servers, "--tls_ca=" + pki.ca});
+  CHECK(no_token.code == 1);
+  Run wrong = RunBinary("tools/psctl",
+                        {"status", servers, "--tls_ca=" + pki.ca,
+                         "--cluster_token_file=" + pki.wrong_token_file});
+  CHECK(wrong.code == 1);
+  Run plain =
+      RunBinary("tools/psctl",
+                {"status", servers, "--cluster_token_file=" + pki.token_file});
+  CHECK(plain.code == 1);
+}
+
+TEST_CASE("bad security flag combinations exit 2 naming the flag",
+          "[security][flags]") {
+  const Pki& pki = TestPki();
+  struct Case {
+    std::string binary;
+    std::vector<std::string> args;
+    std::string names;
+  };
+  const std::vector<Case> cases = {
+      {"server/ps_server",
+       {"--cluster_token_file=" + pki.empty_token_file},
+       "--cluster_token_file"},
+      {"server/ps_server",
+       {"--cluster_token_file=" + pki.dir + "/missing"},
+       "--cluster_token_file"},
+      {"server/ps_server", {"--tls_cert=" + pki.server_cert}, "--tls_key"},
+      {"server/ps_server", {"--tls_key=" + pki.server_key}, "--tls_cert"},
+      {"server/ps_server",
+       {"--tls_cert=" + pki.server_cert, "--tls_key=" + pki.server_key,
+        "--tls_require_client_cert"},
+       "--tls_ca"},
+      {"server/ps_server",
+       {"--tls_cert=" + pki.token_file, "--tls_key=" + pki.server_key},
+       "--tls_cert"},
+      {"worker/ps_worker",
+       {"--servers=127.0.0.1:1",
+        "--cluster_token_file=" + pki.empty_token_file},
+       "--cluster_token_file"},
+      {"worker/ps_worker",
+       {"--servers=127.0.0.1:1", "--tls_cert=" + pki.client_cert},
+       "--tls_key"},
+      {"tools/psctl",
+       {"status", "--servers=127.0.0.1:1",
+        "--cluster_token_file=" + pki.empty_token_file},
+       "--cluster_token_file"},
+      {"tools/psctl",
+       {"status", "--servers=127.0.0.1:1", "--tls_cert=" + pki.client_cert},
+       "--tls_key"},
+  };
+  for (const Case& c : cases) {
+    Run r = RunBinary(c.binary, c.args);
+    INFO(c.binary << " " << c.args.back() << "\n" << r.err);
+    CHECK(r.code == 2);
+    CHECK(absl::StrContains(r.err, c.names));
+  }
+}
+
+}  // namespace
+}  // namespace asyncps
