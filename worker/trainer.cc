@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <fstream>
+#include <random>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
@@ -65,7 +66,12 @@ class Run {
  public:
   Run(const TrainerOptions& o, const Dataset& train, const Dataset& test,
       ParameterStore* store, Backend* backend)
-      : o_(o), train_(train), test_(test), store_(store), backend_(backend) {}
+      : o_(o),
+        train_(train),
+        test_(test),
+        store_(store),
+        backend_(backend),
+        spike_rng_(o.seed * 1000003u + static_cast<uint64_t>(o.worker_id)) {}
 
   absl::StatusOr<TrainResult> Go() {
     absl::Status s = Setup();
@@ -197,6 +203,11 @@ class Run {
     if (o_.straggler_delay > absl::ZeroDuration()) {
       absl::SleepFor(o_.straggler_delay);
     }
+    if (o_.delay_spike_prob > 0 &&
+        std::uniform_real_distribution<double>(0, 1)(spike_rng_) <
+            o_.delay_spike_prob) {
+      absl::SleepFor(o_.delay_spike);
+    }
     absl::StatusOr<PushSummary> push = store_->Push(clock_, host_->push_sources);
     if (!push.ok()) return push.status();
     ++clock_;
@@ -296,6 +307,7 @@ class Run {
   Share share_;
   std::unique_ptr<Mlp> mlp_;
   std::unique_ptr<HostTensors> host_;
+  std::mt19937_64 spike_rng_;
   std::ofstream csv_;
   absl::Time start_;
   absl::Time last_progress_ = absl::InfinitePast();

@@ -36,6 +36,11 @@ struct TrainerOptions {
   int64_t log_every_steps = 100;
   // Sleep this long every step: makes a worker a straggler for experiments.
   absl::Duration straggler_delay = absl::ZeroDuration();
+  // Transient delays for experiments: each step, with probability
+  // delay_spike_prob, sleep delay_spike (drawn from a generator seeded by
+  // seed and worker_id, so runs repeat).
+  absl::Duration delay_spike = absl::ZeroDuration();
+  double delay_spike_prob = 0;
   // Before the final evaluation, wait this long at most for the other
   // workers to finish.
   absl::Duration final_wait = absl::Minutes(10);

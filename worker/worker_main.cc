@@ -51,6 +51,11 @@ ABSL_FLAG(std::string, evaluate, "auto",
 ABSL_FLAG(int64_t, eval_every_steps, 0,
           "Evaluate every this many steps; 0 = once per epoch.");
 ABSL_FLAG(int64_t, log_every_steps, 100, "Progress line interval in steps.");
+ABSL_FLAG(int64_t, delay_spike_ms, 0,
+          "With --delay_spike_prob: sleep this long on a random share of the "
+          "steps (transient delays, for experiments).");
+ABSL_FLAG(double, delay_spike_prob, 0,
+          "Probability in [0, 1] that a step sleeps --delay_spike_ms.");
 ABSL_FLAG(int64_t, straggler_delay_ms, 0,
           "Sleep this long every step (simulates a slow worker).");
 ABSL_FLAG(std::string, eval_csv, "",
@@ -167,6 +172,16 @@ absl::StatusOr<TrainerOptions> TrainerOptionsFromFlags() {
     return absl::InvalidArgumentError("--straggler_delay_ms must be >= 0");
   }
   o.straggler_delay = absl::Milliseconds(delay);
+  const int64_t spike = absl::GetFlag(FLAGS_delay_spike_ms);
+  const double spike_prob = absl::GetFlag(FLAGS_delay_spike_prob);
+  if (spike < 0) {
+    return absl::InvalidArgumentError("--delay_spike_ms must be >= 0");
+  }
+  if (!(spike_prob >= 0 && spike_prob <= 1)) {
+    return absl::InvalidArgumentError("--delay_spike_prob must be in [0, 1]");
+  }
+  o.delay_spike = absl::Milliseconds(spike);
+  o.delay_spike_prob = spike_prob;
   o.eval_csv = absl::GetFlag(FLAGS_eval_csv);
   const int64_t final_wait = absl::GetFlag(FLAGS_final_wait_s);
   if (final_wait < 0) {

@@ -12,23 +12,40 @@
 # each run's logs under OUTDIR/<policy>/.
 #
 #   tests/bench/staleness_study.sh OUTDIR [--epochs N] [--straggler_ms MS]
+#   tests/bench/staleness_study.sh OUTDIR --transient SPIKE_MS:PROB
+#
+# --transient replaces the persistent straggler by transient delays on every
+# worker: each step sleeps SPIKE_MS with probability PROB (seeded per worker).
 #
 # A benchmark, not a test: numbers depend on the machine and its load.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 
-out=${1:?usage: staleness_study.sh OUTDIR [--epochs N] [--straggler_ms MS]}
+out=${1:?usage: staleness_study.sh OUTDIR [--epochs N] [--straggler_ms MS] [--transient MS:PROB]}
 shift
 epochs=6
 straggler_ms=12
+transient=""
 target=0.85
 while [ $# -gt 0 ]; do
   case "$1" in
     --epochs) epochs="$2"; shift 2 ;;
     --straggler_ms) straggler_ms="$2"; shift 2 ;;
+    --transient) transient="$2"; shift 2 ;;
     *) echo "staleness_study.sh: unknown option '$1'" >&2; exit 2 ;;
   esac
 done
+delays=(--straggler "3:$straggler_ms")
+delay_flags=""
+title="worker 3 sleeps ${straggler_ms} ms/step"
+if [ -n "$transient" ]; then
+  if ! [[ "$transient" =~ ^([0-9]+):(0?\.[0-9]+|1)$ ]]; then
+    echo "staleness_study.sh: --transient must be MS:PROB, got '$transient'" >&2; exit 2
+  fi
+  delays=()
+  delay_flags="--delay_spike_ms=${BASH_REMATCH[1]} --delay_spike_prob=${BASH_REMATCH[2]}"
+  title="every worker sleeps ${BASH_REMATCH[1]} ms on ${BASH_REMATCH[2]} of its steps"
+fi
 mkdir -p "$out"
 out=$(cd "$out" && pwd)
 
@@ -55,9 +72,9 @@ for p in "${policies[@]}"; do
   rm -rf "${out:?}/$p"
   mkdir -p "$out/$p"
   timeout 600 deploy/local.sh --no-build --shards 2 --workers 4 --epochs "$epochs" \
-    --straggler "3:$straggler_ms" --logdir "$out/$p" \
+    "${delays[@]}" --logdir "$out/$p" \
     --server-flags "${flags[$p]}" \
-    --worker-flags "--eval_every_steps=40 --log_every_steps=1000 --eval_csv=$out/$p/eval.csv" \
+    --worker-flags "--eval_every_steps=40 --log_every_steps=1000 --eval_csv=$out/$p/eval.csv $delay_flags" \
     >"$out/$p/run.log" 2>&1 || { echo "run $p failed:"; tail -n 20 "$out/$p/run.log"; exit 1; }
   tail -n 2 "$out/$p/run.log"
   tail -n +2 "$out/$p/eval.csv" | sed "s/^/$p,/" >>"$out/study.csv"
@@ -76,7 +93,7 @@ done
 gnuplot <<GNUPLOT
 set terminal pngcairo size 960,600 font "sans,11" noenhanced
 set output "$out/accuracy.png"
-set title "Fashion-MNIST MLP, 2 shards x 4 workers, worker 3 sleeps ${straggler_ms} ms/step"
+set title "Fashion-MNIST MLP, 2 shards x 4 workers, $title"
 set xlabel "wall time (s)"
 set ylabel "test accuracy"
 set key bottom right
