@@ -86,6 +86,8 @@ TEST_CASE("bad worker flags exit 2 naming the flag", "[training][flags]") {
       {{"--local", "--device=tpu"}, "--device"},
       {{"--local", "--batch_size=0"}, "--batch_size"},
       {{"--local", "--servers=127.0.0.1:1"}, "--local"},
+      {{"--local", "--delay_spike_prob=1.5"}, "--delay_spike_prob"},
+      {{"--local", "--delay_spike_ms=-1"}, "--delay_spike_ms"},
   };
   for (const auto& [args, flag] : cases) {
     auto w = StartWorker(args);
