@@ -1,5 +1,6 @@
 #include "worker/parameter_store.h"
 
+#include <algorithm>
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
@@ -72,31 +73,29 @@ class LocalStore : public ParameterStore {
     }
     return absl::OkStatus();
   }
+  // Slices go straight between the caller's buffers and the store, through
+  // the same validation and optimizer code as a shard, without encoding.
   absl::Status Pull(
       int64_t, const std::vector<std::pair<std::string, float*>>& outs) override {
     PullRequest req;
-    for (const auto& [name, out] : outs) req.add_tensors(name);
-    PullResponse resp;
-    absl::Status s = store_->Pull(req, &resp);
-    if (!s.ok()) return s;
-    size_t next = 0;
+    absl::flat_hash_map<std::string, float*> dest;
     for (const auto& [name, out] : outs) {
-      const int64_t slice_elems = specs_.at(name).slice_elems();
-      for (; next < static_cast<size_t>(resp.slices_size()) &&
-             resp.slices(next).tensor() == name;
-           ++next) {
-        const SliceData& d = resp.slices(next);
-        DecodeFloats(d.values(), out + d.slice() * slice_elems,
-                     EncodedFloatCount(d.values()));
-        versions_[{name, d.slice()}] = d.version();
-      }
+      req.add_tensors(name);
+      dest[name] = out;
     }
-    return absl::OkStatus();
+    return store_->Pull(req, [&](const std::string& tensor, uint32_t slice,
+                                 uint64_t version,
+                                 absl::Span<const float> values) {
+      std::copy(values.begin(), values.end(),
+                dest[tensor] + slice * specs_.at(tensor).slice_elems());
+      versions_[{tensor, slice}] = version;
+    });
   }
   absl::StatusOr<PushSummary> Push(
       int64_t,
       const std::vector<std::pair<std::string, const float*>>& grads) override {
     PushRequest req;
+    std::vector<FloatPayload> payloads;
     for (const auto& [name, g] : grads) {
       auto it = specs_.find(name);
       if (it == specs_.end()) {
@@ -108,15 +107,16 @@ class LocalStore : public ParameterStore {
         sg->set_tensor(name);
         sg->set_slice(s);
         sg->set_read_version(versions_[{name, s}]);
-        EncodeFloats(g + layout.SliceBegin(s), layout.SliceSize(s),
-                     sg->mutable_grad());
+        payloads.emplace_back(absl::string_view(
+            reinterpret_cast<const char*>(g + layout.SliceBegin(s)),
+            layout.SliceSize(s) * sizeof(float)));
       }
     }
     absl::StatusOr<std::vector<ShardStore::Slice*>> slices =
-        store_->ValidatePush(req);
+        store_->ValidatePush(req, payloads);
     if (!slices.ok()) return slices.status();
     PushResponse resp;
-    store_->ApplyPush(req, *slices, StalenessRule{}, &resp);
+    store_->ApplyPush(req, payloads, *slices, StalenessRule{}, &resp);
     PushSummary summary;
     summary.applied = resp.results_size();
     return summary;
