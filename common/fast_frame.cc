@@ -5,16 +5,20 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
-#include "google/protobuf/io/coded_stream.h"
 
 namespace asyncps {
 
 namespace {
 
-constexpr size_t kMaxVarint32Bytes = 5;
+constexpr size_t kLengthBytes = 4;
 
 uint8_t* MutableBegin(grpc::Slice& s) {
   return const_cast<uint8_t*>(s.begin());
+}
+
+size_t PaddedPrefix(size_t header_bytes) {
+  const size_t prefix = kLengthBytes + header_bytes;
+  return (prefix + kFrameAlignment - 1) / kFrameAlignment * kFrameAlignment;
 }
 
 }  // namespace
@@ -22,14 +26,15 @@ uint8_t* MutableBegin(grpc::Slice& s) {
 grpc::ByteBuffer MakeFrame(const google::protobuf::MessageLite& header,
                            const std::vector<grpc::Slice>& payload) {
   const size_t size = header.ByteSizeLong();
-  const size_t prefix = google::protobuf::io::CodedOutputStream::VarintSize32(
-      static_cast<uint32_t>(size));
+  const size_t prefix = PaddedPrefix(size);
   std::vector<grpc::Slice> slices;
   slices.reserve(payload.size() + 1);
-  slices.emplace_back(prefix + size);
-  uint8_t* p = google::protobuf::io::CodedOutputStream::WriteVarint32ToArray(
-      static_cast<uint32_t>(size), MutableBegin(slices.back()));
-  header.SerializeWithCachedSizesToArray(p);
+  slices.emplace_back(prefix);
+  uint8_t* p = MutableBegin(slices.back());
+  const uint32_t length = static_cast<uint32_t>(size);
+  for (size_t i = 0; i < kLengthBytes; ++i) p[i] = (length >> (8 * i)) & 0xff;
+  header.SerializeWithCachedSizesToArray(p + kLengthBytes);
+  std::memset(p + kLengthBytes + size, 0, prefix - kLengthBytes - size);
   for (const grpc::Slice& s : payload) {
     if (s.size() > 0) slices.push_back(s);
   }
@@ -95,28 +100,27 @@ absl::Status FrameReader::Open(const grpc::ByteBuffer& buffer,
     return absl::InvalidArgumentError("frame: unreadable buffer");
   }
   for (const grpc::Slice& s : slices_) remaining_ += s.size();
-  // The varint32 length prefix, byte by byte (it may span slices).
+  if (remaining_ < kLengthBytes) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "frame: ", remaining_, " bytes, too short for the length prefix"));
+  }
+  char prefix[kLengthBytes];
+  CopyNext(kLengthBytes, prefix).IgnoreError();  // length checked above
   uint64_t length = 0;
-  bool done = false;
-  for (size_t i = 0; i < kMaxVarint32Bytes && !done; ++i) {
-    if (remaining_ == 0) break;
-    uint8_t byte = 0;
-    Consume(1, [&byte](absl::string_view v) { byte = v[0]; });
-    length |= static_cast<uint64_t>(byte & 0x7f) << (7 * i);
-    done = (byte & 0x80) == 0;
+  for (size_t i = 0; i < kLengthBytes; ++i) {
+    length |= static_cast<uint64_t>(static_cast<uint8_t>(prefix[i])) << (8 * i);
   }
-  if (!done || length > 0xffffffffu) {
-    return absl::InvalidArgumentError("frame: malformed header length prefix");
-  }
-  if (length > remaining_) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("frame: header length ", length, " exceeds the ",
-                     remaining_, " bytes after the prefix"));
+  const uint64_t padding = PaddedPrefix(length) - kLengthBytes - length;
+  if (length + padding > remaining_) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "frame: header of ", length, " bytes and its padding exceed the ",
+        remaining_, " bytes after the prefix"));
   }
   std::string bytes;
   bytes.reserve(length);
   Consume(length,
           [&bytes](absl::string_view v) { bytes.append(v.data(), v.size()); });
+  Consume(padding, [](absl::string_view) {});
   if (!header->ParseFromString(bytes)) {
     return absl::InvalidArgumentError(absl::StrCat(
         "frame: header does not parse as ", header->GetTypeName()));
@@ -124,7 +128,7 @@ absl::Status FrameReader::Open(const grpc::ByteBuffer& buffer,
   return absl::OkStatus();
 }
 
-absl::Status FrameReader::Next(uint64_t n, FloatPayload* out) {
+absl::Status FrameReader::Next(uint64_t n, Payload* out) {
   if (n > remaining_) {
     return absl::InvalidArgumentError(absl::StrCat("frame: payload of ", n,
                                                    " bytes runs past the ",
@@ -144,6 +148,16 @@ absl::Status FrameReader::CopyNext(uint64_t n, char* out) {
     std::memcpy(out, v.data(), v.size());
     out += v.size();
   });
+  return absl::OkStatus();
+}
+
+absl::Status FrameReader::DecodeNext(uint64_t n, WireDtype dtype, float* out) {
+  if (dtype == WIRE_F32) return CopyNext(n, reinterpret_cast<char*>(out));
+  Payload payload;
+  payload.set_dtype(dtype);
+  absl::Status s = Next(n, &payload);
+  if (!s.ok()) return s;
+  DecodePayload(payload, out);
   return absl::OkStatus();
 }
 

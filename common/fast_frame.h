@@ -10,30 +10,37 @@
 #include <vector>
 
 #include "absl/status/status.h"
-#include "common/float_codec.h"
+#include "common/payload.h"
 #include "google/protobuf/message_lite.h"
 
 namespace asyncps {
 
-// The framing of the fast data path (PullFast / PushFast in
+// The framing of the fast data path (PullStream / PushStream in
 // proto/asyncps.proto): a frame is
 //
-//   varint32 header_length | header (protobuf) | payload bytes
+//   header_length (4 bytes, little-endian) | header (protobuf)
+//   | zero padding to a multiple of kFrameAlignment bytes | payload
 //
 // carried in a grpc::ByteBuffer without going through protobuf `bytes`
 // fields, so that payloads are sent from and read in place of the buffers
-// that hold them.
+// that hold them. The padding puts the payload at an aligned offset from the
+// start of the message.
+
+inline constexpr size_t kFrameAlignment = 64;
 
 // Full method names, for a generic stub.
-inline constexpr char kPullFastMethod[] = "/asyncps.ParameterServer/PullFast";
-inline constexpr char kPushFastMethod[] = "/asyncps.ParameterServer/PushFast";
+inline constexpr char kPullStreamMethod[] =
+    "/asyncps.ParameterServer/PullStream";
+inline constexpr char kPushStreamMethod[] =
+    "/asyncps.ParameterServer/PushStream";
 
 // A frame of `header` followed by `payload` (slices in order; not copied).
 grpc::ByteBuffer MakeFrame(const google::protobuf::MessageLite& header,
                            const std::vector<grpc::Slice>& payload);
 
 // A slice that refers to `bytes` without copying or owning them: the bytes
-// must stay valid and unchanged until the call that sends it completes.
+// must stay valid and unchanged until gRPC has released the slice, which
+// for a message being sent is when the write (or the call) completes.
 inline grpc::Slice BorrowedSlice(const void* bytes, size_t n) {
   return grpc::Slice(bytes, n, grpc::Slice::STATIC_SLICE);
 }
@@ -41,7 +48,7 @@ inline grpc::Slice BorrowedSlice(const void* bytes, size_t n) {
 // A plain protobuf message in a ByteBuffer (one slice), and back.
 grpc::ByteBuffer SerializeToByteBuffer(
     const google::protobuf::MessageLite& message);
-// INVALID_ARGUMENT when the bytes do not parse.
+// INVALID_ARGUMENT naming the message type when the bytes do not parse.
 absl::Status ParseFromByteBuffer(const grpc::ByteBuffer& buffer,
                                  google::protobuf::MessageLite* message);
 
@@ -51,17 +58,20 @@ absl::Status ParseFromByteBuffer(const grpc::ByteBuffer& buffer,
 // valid as long as the reader lives. Thread-compatible.
 class FrameReader {
  public:
-  // Parses the header of the frame in `buffer` into `header`.
-  // INVALID_ARGUMENT when the length prefix is malformed or runs past the
-  // buffer, or the header does not parse.
+  // Parses the header of the frame in `buffer` into `header` and skips the
+  // padding. INVALID_ARGUMENT when the length prefix or padding runs past
+  // the buffer, or the header does not parse.
   absl::Status Open(const grpc::ByteBuffer& buffer,
                     google::protobuf::MessageLite* header);
 
   // Appends the next n payload bytes to `out` as views of the buffer.
   // INVALID_ARGUMENT (nothing consumed) if fewer than n bytes remain.
-  absl::Status Next(uint64_t n, FloatPayload* out);
+  absl::Status Next(uint64_t n, Payload* out);
   // Copies the next n payload bytes to `out`; same errors as Next.
   absl::Status CopyNext(uint64_t n, char* out);
+  // Decodes the next n payload bytes, wire values of `dtype`, as floats to
+  // out[0, n / WireBytes(dtype)); same errors as Next.
+  absl::Status DecodeNext(uint64_t n, WireDtype dtype, float* out);
 
   // Payload bytes not read yet.
   uint64_t remaining() const { return remaining_; }

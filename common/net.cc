@@ -38,6 +38,20 @@ std::shared_ptr<grpc::Channel> MakeChannel(const std::string& address,
   // Own subchannel pool + distinguishing arg = own TCP connection.
   args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
   args.SetInt("asyncps.connection_id", connection_id);
+  // A dead connection (peer gone, network cut) is noticed within about
+  // keepalive time + timeout instead of the kernel's TCP timeouts; the
+  // shards allow pings this often (server/ps_server.cc).
+  args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, kKeepaliveTimeMs);
+  args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, kKeepaliveTimeoutMs);
+  args.SetInt(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
+  args.SetInt(GRPC_ARG_HTTP2_MAX_PINGS_WITHOUT_DATA, 0);
+  // Reconnect quickly once a restarted shard listens again, instead of
+  // sitting out gRPC's default backoff (up to 120 s).
+  args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
+  args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 100);
+  args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
+  // asyncps retries by itself (client/fanout.h), with its own rules.
+  args.SetInt(GRPC_ARG_ENABLE_RETRIES, 0);
   absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> creds =
       ChannelCredentials(security);
   // Null credentials make gRPC return a channel whose calls all fail.

@@ -21,7 +21,14 @@ absl::StatusOr<std::vector<std::string>> ParseServerList(const std::string& s);
 // RESOURCE_EXHAUSTED before reaching asyncps code.
 inline constexpr int kMaxMessageBytes = 256 << 20;
 
-// A channel to `address` with asyncps's message limits. Channels made with
+// HTTP/2 keepalive of client channels: a ping after this long without
+// traffic, and the connection counts as dead when the answer takes longer
+// than the timeout.
+inline constexpr int kKeepaliveTimeMs = 2000;
+inline constexpr int kKeepaliveTimeoutMs = 3000;
+
+// A channel to `address` with asyncps's message limits, keepalive and quick
+// reconnects (a restarted shard is found within a second). Channels made with
 // distinct `connection_id`s use separate TCP connections. `security` picks
 // plain TCP or TLS (ChannelCredentials) and, with a cluster token, adds it to
 // every call through a client interceptor (TokenInterceptorFactory), which,

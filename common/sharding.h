@@ -17,6 +17,11 @@ namespace asyncps {
 // REQUIRES: num_shards > 0.
 int SliceHome(absl::string_view tensor, uint32_t slice, int num_shards);
 
+// How many of the first `num_slices` slices of `tensor` live on `shard`
+// (closed form of counting SliceHome(tensor, i, num_shards) == shard).
+uint32_t LocalSliceCount(absl::string_view tensor, uint32_t num_slices,
+                         int shard, int num_shards);
+
 // The stable 64-bit FNV-1a hash used above (exposed for tests).
 uint64_t StableHash(absl::string_view s);
 

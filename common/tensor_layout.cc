@@ -30,7 +30,8 @@ absl::StatusOr<TensorLayout> TensorLayout::Create(
     return absl::InvalidArgumentError(
         absl::StrCat("slice_elems must be > 0, got ", slice_elems));
   }
-  const int64_t slices = (n + slice_elems - 1) / slice_elems;
+  // n + slice_elems - 1 could overflow.
+  const int64_t slices = n / slice_elems + (n % slice_elems != 0 ? 1 : 0);
   if (slices > std::numeric_limits<uint32_t>::max()) {
     return absl::InvalidArgumentError(
         absl::StrCat("tensor of ", n, " elements needs ", slices,

@@ -17,7 +17,8 @@
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
-#include "common/float_codec.h"
+#include "common/names.h"
+#include "common/payload.h"
 #include "common/sharding.h"
 #include "common/tensor_layout.h"
 #include "proto/checkpoint.pb.h"
@@ -26,7 +27,8 @@ namespace asyncps {
 namespace {
 
 constexpr char kMagic[8] = {'A', 'P', 'S', 'C', 'K', 'P', 'T', '\n'};
-constexpr uint32_t kFormatVersion = 1;
+constexpr uint32_t kFormatVersion = 2;
+constexpr uint32_t kOldestReadableVersion = 1;  // no worker records
 constexpr size_t kHeaderBytes = sizeof(kMagic) + 4;
 constexpr size_t kLengthBytes = 4;
 constexpr size_t kTrailerBytes = 4;
@@ -85,24 +87,6 @@ class OutFile {
     return WriteAll(data);
   }
 
-  // One length-prefixed record.
-  absl::Status AppendRecord(const CheckpointRecord& record,
-                            std::string* scratch) {
-    const size_t size = record.ByteSizeLong();
-    if (size > kMaxRecordBytes) {
-      return absl::InternalError(absl::StrCat(
-          "checkpoint ", path_, ": a record of ", size, " bytes is too large"));
-    }
-    char length[kLengthBytes];
-    PutU32(static_cast<uint32_t>(size), length);
-    absl::Status s = Append(absl::string_view(length, sizeof(length)));
-    if (!s.ok()) return s;
-    scratch->resize(size);
-    record.SerializeWithCachedSizesToArray(
-        reinterpret_cast<uint8_t*>(&(*scratch)[0]));
-    return Append(*scratch);
-  }
-
   absl::Status Flush() {
     absl::Status s = WriteAll(buffer_);
     buffer_.clear();
@@ -154,78 +138,12 @@ absl::Status SyncDir(const std::string& dir) {
   return absl::OkStatus();
 }
 
-// Writes the whole checkpoint into `out`; counts what it wrote.
-absl::Status WriteBody(const ShardStore& store, absl::Time start,
-                       absl::string_view build_version, OutFile* out,
-                       CheckpointInfo* info) {
-  char header[kHeaderBytes];
-  std::memcpy(header, kMagic, sizeof(kMagic));
-  PutU32(kFormatVersion, header + sizeof(kMagic));
-  absl::Status s =
-      out->Append(absl::string_view(header, sizeof(header)), false);
-  if (!s.ok()) return s;
-
-  std::string scratch;
-  CheckpointRecord record;
-  CheckpointIdentity* identity = record.mutable_identity();
-  identity->set_shard_index(store.options().shard_index);
-  identity->set_num_shards(store.options().num_shards);
-  identity->set_unix_time_ms(absl::ToUnixMillis(start));
-  identity->set_build_version(std::string(build_version));
-  s = out->AppendRecord(record, &scratch);
-  if (!s.ok()) return s;
-
-  // Kept apart so that its buffers are reused from slice to slice.
-  CheckpointRecord slice_record;
-  CheckpointSlice* slice = slice_record.mutable_slice();
-  int32_t tensors = 0;
-  int64_t slices = 0;
-  s = store.ForEachTensor([&](const TensorSpec& spec,
-                              absl::Span<const ShardStore::Slice* const> local)
-                              -> absl::Status {
-    *record.mutable_tensor() = spec;
-    absl::Status s = out->AppendRecord(record, &scratch);
-    if (!s.ok()) return s;
-    ++tensors;
-    for (const ShardStore::Slice* local_slice : local) {
-      // Copy under the slice's lock; write after it is released.
-      ShardStore::ReadSlice(local_slice, [slice](
-                                             const ShardStore::SliceView& v) {
-        slice->set_index(v.index);
-        slice->set_version(v.version);
-        EncodeFloats(v.values.data(), v.values.size(), slice->mutable_values());
-        auto* state = slice->mutable_optimizer_state();
-        while (state->size() > static_cast<int>(v.optimizer_state.size())) {
-          state->RemoveLast();
-        }
-        while (state->size() < static_cast<int>(v.optimizer_state.size())) {
-          state->Add();
-        }
-        for (size_t i = 0; i < v.optimizer_state.size(); ++i) {
-          EncodeFloats(v.optimizer_state[i].data(), v.optimizer_state[i].size(),
-                       state->Mutable(i));
-        }
-      });
-      s = out->AppendRecord(slice_record, &scratch);
-      if (!s.ok()) return s;
-      ++slices;
-    }
-    return absl::OkStatus();
-  });
-  if (!s.ok()) return s;
-
-  CheckpointEnd* end = record.mutable_end();
-  end->set_tensors(tensors);
-  end->set_slices(slices);
-  s = out->AppendRecord(record, &scratch);
-  if (!s.ok()) return s;
-  char trailer[kTrailerBytes];
-  PutU32(out->crc(), trailer);
-  s = out->Append(absl::string_view(trailer, sizeof(trailer)), false);
-  if (!s.ok()) return s;
-  info->set_tensors(tensors);
-  info->set_slices(static_cast<int32_t>(slices));
-  return absl::OkStatus();
+// Appends one serialized record to an image, counting its bytes.
+void AddRecord(const CheckpointRecord& record, CheckpointImage* image) {
+  image->records.emplace_back();
+  std::string& bytes = image->records.back();
+  record.SerializeToString(&bytes);
+  image->body_bytes += kLengthBytes + bytes.size();
 }
 
 // A file being read front to back, with the CRC of what was read since the
@@ -297,6 +215,15 @@ class Restorer {
           wrong_shard_ = true;
         }
         return absl::OkStatus();
+      case CheckpointRecord::kWorker:
+        if (in_tensor_) return Corrupt("a worker record after the tensors");
+        if (record.worker().worker_id() < 0 ||
+            record.worker().incarnation() == 0 ||
+            record.worker().clock() < 0) {
+          return Corrupt(absl::StrCat("worker record ", n, " is malformed"));
+        }
+        workers_.push_back(record.worker());
+        return absl::OkStatus();
       case CheckpointRecord::kTensor:
         return wrong_shard_ ? absl::OkStatus() : StartTensor(record.tensor());
       case CheckpointRecord::kSlice:
@@ -338,6 +265,8 @@ class Restorer {
   const CheckpointIdentity& identity() const { return identity_; }
   int32_t tensors() const { return tensors_; }
   int64_t slices() const { return slices_; }
+  uint64_t slice_updates() const { return slice_updates_; }
+  std::vector<CheckpointWorker> TakeWorkers() { return std::move(workers_); }
 
   absl::Status Corrupt(absl::string_view what) const {
     return absl::DataLossError(absl::StrCat("checkpoint ", path_, ": ", what));
@@ -348,24 +277,25 @@ class Restorer {
     absl::Status s = FinishTensor();
     if (!s.ok()) return s;
     s = store_->RestoreTensor(spec);
+    if (absl::IsResourceExhausted(s)) {
+      return absl::ResourceExhaustedError(
+          absl::StrCat("checkpoint ", path_, ": ", s.message()));
+    }
     if (!s.ok()) {
-      return Corrupt(absl::StrCat("tensor '", spec.name(), "': ", s.message()));
+      return Corrupt(absl::StrCat("tensor ", QuoteName(spec.name()), ": ",
+                                  s.message()));
     }
     absl::StatusOr<TensorLayout> layout = TensorLayout::FromSpec(spec);
     if (!layout.ok()) {
-      return Corrupt(absl::StrCat("tensor '", spec.name(),
-                                  "': ", layout.status().message()));
+      return Corrupt(absl::StrCat("tensor ", QuoteName(spec.name()), ": ",
+                                  layout.status().message()));
     }
     tensor_ = spec.name();
     in_tensor_ = true;
     restored_.assign(layout->num_slices(), false);
-    expected_ = 0;
-    for (uint32_t i = 0; i < layout->num_slices(); ++i) {
-      if (SliceHome(spec.name(), i, store_->options().num_shards) ==
-          store_->options().shard_index) {
-        ++expected_;
-      }
-    }
+    expected_ = LocalSliceCount(spec.name(), layout->num_slices(),
+                                store_->options().shard_index,
+                                store_->options().num_shards);
     got_ = 0;
     ++tensors_;
     return absl::OkStatus();
@@ -374,7 +304,7 @@ class Restorer {
   absl::Status AddSlice(const CheckpointSlice& slice) {
     if (!in_tensor_) return Corrupt("a slice record before any tensor");
     const std::string where =
-        absl::StrCat("slice ", slice.index(), " of tensor '", tensor_, "'");
+        absl::StrCat("slice ", slice.index(), " of tensor ", QuoteName(tensor_));
     if (slice.index() < restored_.size() && restored_[slice.index()]) {
       return Corrupt(absl::StrCat(where, " appears twice"));
     }
@@ -386,12 +316,14 @@ class Restorer {
     restored_[slice.index()] = true;
     ++got_;
     ++slices_;
+    slice_updates_ += slice.version();
     return absl::OkStatus();
   }
 
   absl::Status FinishTensor() {
     if (!in_tensor_ || got_ == expected_) return absl::OkStatus();
-    return Corrupt(absl::StrCat("tensor '", tensor_, "' has ", expected_,
+    return Corrupt(absl::StrCat("tensor ", QuoteName(tensor_), " has ",
+                                expected_,
                                 " slices on this shard; the file holds ",
                                 got_));
   }
@@ -409,6 +341,8 @@ class Restorer {
   int64_t got_ = 0;
   int32_t tensors_ = 0;
   int64_t slices_ = 0;
+  uint64_t slice_updates_ = 0;
+  std::vector<CheckpointWorker> workers_;
 };
 
 }  // namespace
@@ -421,16 +355,82 @@ std::string CheckpointPath(absl::string_view dir, int shard_index,
   return absl::StrCat(dir, dir.back() == '/' ? "" : "/", file);
 }
 
-absl::StatusOr<CheckpointInfo> WriteCheckpoint(
-    const ShardStore& store, absl::string_view dir,
-    absl::string_view build_version) {
-  const absl::Time start = absl::Now();
-  const std::string path = CheckpointPath(dir, store.options().shard_index,
-                                          store.options().num_shards);
+CheckpointImage CaptureCheckpoint(const ShardStore& store,
+                                  const std::vector<CheckpointWorker>& workers,
+                                  absl::Time now,
+                                  absl::string_view build_version) {
+  CheckpointImage image;
+  image.shard_index = store.options().shard_index;
+  image.num_shards = store.options().num_shards;
+  image.taken = now;
+  CheckpointRecord record;
+  CheckpointIdentity* identity = record.mutable_identity();
+  identity->set_shard_index(image.shard_index);
+  identity->set_num_shards(image.num_shards);
+  identity->set_unix_time_ms(absl::ToUnixMillis(now));
+  identity->set_build_version(std::string(build_version));
+  AddRecord(record, &image);
+  for (const CheckpointWorker& w : workers) {
+    *record.mutable_worker() = w;
+    AddRecord(record, &image);
+    ++image.workers;
+  }
+  // Kept apart so that its buffers are reused from slice to slice.
+  CheckpointRecord slice_record;
+  CheckpointSlice* slice = slice_record.mutable_slice();
+  store
+      .Export(
+          [&](const TensorSpec& spec) {
+            *record.mutable_tensor() = spec;
+            AddRecord(record, &image);
+            ++image.tensors;
+            return absl::OkStatus();
+          },
+          [&](const ShardStore::SliceView& v) {
+            // Serialized under the slice's lock: the one copy.
+            slice->set_index(v.index);
+            slice->set_version(v.version);
+            EncodeFloats(v.values.data(), v.values.size(),
+                         slice->mutable_values());
+            auto* state = slice->mutable_optimizer_state();
+            while (state->size() > static_cast<int>(v.optimizer_state.size())) {
+              state->RemoveLast();
+            }
+            while (state->size() < static_cast<int>(v.optimizer_state.size())) {
+              state->Add();
+            }
+            for (size_t i = 0; i < v.optimizer_state.size(); ++i) {
+              EncodeFloats(v.optimizer_state[i].data(),
+                           v.optimizer_state[i].size(), state->Mutable(i));
+            }
+            AddRecord(slice_record, &image);
+            ++image.slices;
+            image.slice_updates += v.version;
+            return absl::OkStatus();
+          })
+      .IgnoreError();  // the visitors never fail
+  CheckpointEnd* end = record.mutable_end();
+  end->set_tensors(image.tensors);
+  end->set_slices(image.slices);
+  AddRecord(record, &image);
+  return image;
+}
+
+absl::StatusOr<CheckpointInfo> WriteCheckpoint(const CheckpointImage& image,
+                                               absl::string_view dir,
+                                               Clock* clock) {
+  const absl::Time start = clock->Now();
+  const std::string path =
+      CheckpointPath(dir, image.shard_index, image.num_shards);
   const std::string tmp = path + ".tmp";
   CheckpointInfo info;
   info.set_path(path);
-  info.set_unix_time_ms(absl::ToUnixMillis(start));
+  info.set_unix_time_ms(absl::ToUnixMillis(image.taken));
+  info.set_tensors(image.tensors);
+  info.set_slices(static_cast<int32_t>(image.slices));
+  info.set_workers(image.workers);
+  info.set_slice_updates(image.slice_updates);
+  info.set_pause_ms(absl::ToDoubleMilliseconds(image.pause));
 
   const int fd =
       ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
@@ -438,7 +438,28 @@ absl::StatusOr<CheckpointInfo> WriteCheckpoint(
   absl::Status s;
   {
     OutFile out(fd, tmp);
-    s = WriteBody(store, start, build_version, &out, &info);
+    char header[kHeaderBytes];
+    std::memcpy(header, kMagic, sizeof(kMagic));
+    PutU32(kFormatVersion, header + sizeof(kMagic));
+    s = out.Append(absl::string_view(header, sizeof(header)), false);
+    for (const std::string& record : image.records) {
+      if (!s.ok()) break;
+      if (record.size() > kMaxRecordBytes) {
+        s = absl::InternalError(absl::StrCat("checkpoint ", path, ": a record of ",
+                                             record.size(),
+                                             " bytes is too large"));
+        break;
+      }
+      char length[kLengthBytes];
+      PutU32(static_cast<uint32_t>(record.size()), length);
+      s = out.Append(absl::string_view(length, sizeof(length)));
+      if (s.ok()) s = out.Append(record);
+    }
+    if (s.ok()) {
+      char trailer[kTrailerBytes];
+      PutU32(out.crc(), trailer);
+      s = out.Append(absl::string_view(trailer, sizeof(trailer)), false);
+    }
     if (s.ok()) s = out.SyncAndClose();
     info.set_bytes(out.bytes());
   }
@@ -451,12 +472,12 @@ absl::StatusOr<CheckpointInfo> WriteCheckpoint(
   }
   s = SyncDir(dir.empty() ? std::string(".") : std::string(dir));
   if (!s.ok()) return s;
-  info.set_duration_ms(absl::ToDoubleMilliseconds(absl::Now() - start));
+  info.set_duration_ms(absl::ToDoubleMilliseconds(clock->Now() - start));
   return info;
 }
 
-absl::StatusOr<CheckpointInfo> RestoreCheckpoint(const std::string& path,
-                                                 ShardStore* store) {
+absl::StatusOr<RestoredCheckpoint> RestoreCheckpoint(const std::string& path,
+                                                     ShardStore* store) {
   const absl::Time start = absl::Now();
   if (store->Size().tensors != 0) {
     return absl::FailedPreconditionError(absl::StrCat(
@@ -484,10 +505,11 @@ absl::StatusOr<CheckpointInfo> RestoreCheckpoint(const std::string& path,
     return restorer.Corrupt("bad magic (not an asyncps checkpoint)");
   }
   const uint32_t version = GetU32(buffer.data() + sizeof(kMagic));
-  if (version != kFormatVersion) {
+  if (version < kOldestReadableVersion || version > kFormatVersion) {
     return restorer.Corrupt(absl::StrCat("format version ", version,
-                                         " (this build reads ", kFormatVersion,
-                                         ")"));
+                                         " (this build reads ",
+                                         kOldestReadableVersion, " to ",
+                                         kFormatVersion, ")"));
   }
 
   const uint64_t body_end = in.size() - kTrailerBytes;
@@ -527,14 +549,18 @@ absl::StatusOr<CheckpointInfo> RestoreCheckpoint(const std::string& path,
   s = restorer.Finish();
   if (!s.ok()) return s;
 
-  CheckpointInfo info;
+  RestoredCheckpoint out;
+  CheckpointInfo& info = out.info;
   info.set_path(path);
   info.set_unix_time_ms(restorer.identity().unix_time_ms());
   info.set_bytes(in.size());
   info.set_tensors(restorer.tensors());
   info.set_slices(static_cast<int32_t>(restorer.slices()));
+  info.set_slice_updates(restorer.slice_updates());
+  out.workers = restorer.TakeWorkers();
+  info.set_workers(static_cast<int32_t>(out.workers.size()));
   info.set_duration_ms(absl::ToDoubleMilliseconds(absl::Now() - start));
-  return info;
+  return out;
 }
 
 }  // namespace asyncps

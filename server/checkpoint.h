@@ -1,68 +1,96 @@
 #ifndef ASYNCPS_SERVER_CHECKPOINT_H_
 #define ASYNCPS_SERVER_CHECKPOINT_H_
 
-// Checkpoint files of one shard: the writer and the reader.
+// Checkpoint files of one shard: capture, writer and reader.
 //
 // A checkpoint holds every tensor spec and every local slice of a ShardStore
-// (index, version, values, optimizer state) together with the shard's
-// identity (shard_index, num_shards), in one file per shard:
-// <dir>/shard-<i>-of-<n>.ckpt. The layout (header, length-prefixed
-// protobuf records, CRC-32 trailer) is described in proto/checkpoint.proto.
+// (index, version, values, optimizer state), every worker record of the
+// shard's WorkerRegistry (identity for fencing, clock, the push
+// de-duplication window) and the shard's identity (shard_index,
+// num_shards), in one file per shard: <dir>/shard-<i>-of-<n>.ckpt. The
+// layout (header, length-prefixed protobuf records, CRC-32 trailer) is
+// described in proto/checkpoint.proto.
+//
+// Consistency: the shard captures the image while no push is being applied
+// (server/push_gate.h), so it is one cut: the pushes the worker records
+// list as applied are exactly those the slices hold. A push acknowledged
+// before the capture and retried after a restore is acknowledged as a
+// duplicate, not applied again. The capture copies (serializes) the state
+// in memory, then pushes go on while the image is written.
 //
 // Atomicity: the writer fills <file>.tmp, fsyncs it, renames it over <file>
 // and fsyncs the directory, so after a crash at any point <file> is either
 // the previous complete checkpoint or the new one. A leftover .tmp is never
 // read; the next write replaces it.
-//
-// Consistency: the store keeps serving while a checkpoint is written. Each
-// slice is copied under its own lock, one at a time, so each slice in the
-// file is internally consistent (values and optimizer state are exactly
-// those after `version` updates), but different slices may be from
-// different moments: the checkpoint is "fuzzy" across slices, and the
-// versions say exactly which updates each slice holds. For async SGD this
-// is the same view a worker's pull gets.
-//
-// Not restored: workers' clocks and leases and the push de-duplication
-// table start empty. Workers that outlive a shard restart re-register
-// (incarnations are new on every worker start); a push retried across the
-// restart may be applied again.
 
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "absl/time/time.h"
+#include "common/clock.h"
 #include "proto/asyncps.pb.h"
-#include "server/shard_store.h"
+#include "proto/checkpoint.pb.h"
+#include "store/shard_store.h"
 
 namespace asyncps {
+
+// A shard's state serialized in memory: the body records of a checkpoint.
+struct CheckpointImage {
+  int shard_index = 0;
+  int num_shards = 1;
+  absl::Time taken;                  // when the capture started
+  std::vector<std::string> records;  // serialized CheckpointRecords, in order
+  uint64_t body_bytes = 0;           // records with their length prefixes
+  int32_t tensors = 0;
+  int64_t slices = 0;
+  int32_t workers = 0;
+  uint64_t slice_updates = 0;  // sum of the slice versions
+  // How long pushes were held back for the capture (set by the capturer).
+  absl::Duration pause;
+};
 
 // "<dir>/shard-<shard_index>-of-<num_shards>.ckpt".
 std::string CheckpointPath(absl::string_view dir, int shard_index,
                            int num_shards);
 
-// Writes the checkpoint of `store` (its identity from store.options()) to
-// CheckpointPath(dir, ...) atomically, as described above. Returns what was
-// written: path, start time, bytes, duration, tensors, slices. On error
-// (naming the file) the previous checkpoint is untouched and the .tmp is
-// removed. Holds no store-wide lock; concurrent writers to the same `dir`
-// and shard must be serialized by the caller.
-absl::StatusOr<CheckpointInfo> WriteCheckpoint(
-    const ShardStore& store, absl::string_view dir,
-    absl::string_view build_version = "");
+// Serializes the store's tensors and slices (each slice under its own lock)
+// and the worker records into an image taken at `now`. A consistent cut
+// only if no push is applied meanwhile: the caller holds the shard's push
+// gate closed.
+CheckpointImage CaptureCheckpoint(const ShardStore& store,
+                                  const std::vector<CheckpointWorker>& workers,
+                                  absl::Time now,
+                                  absl::string_view build_version = "");
+
+// Writes `image` to CheckpointPath(dir, ...) atomically, as described above.
+// Returns what was written: path, capture time, bytes, duration (write
+// only), tensors, slices, workers, slice updates. On error (naming the file)
+// the previous checkpoint is untouched and the .tmp is removed. Concurrent
+// writers to the same `dir` and shard must be serialized by the caller.
+absl::StatusOr<CheckpointInfo> WriteCheckpoint(const CheckpointImage& image,
+                                               absl::string_view dir,
+                                               Clock* clock = Clock::Real());
+
+// What a restore loaded besides the store's slices.
+struct RestoredCheckpoint {
+  CheckpointInfo info;  // path, capture time, bytes, restore duration, counts
+  std::vector<CheckpointWorker> workers;  // for WorkerRegistry::Import
+};
 
 // Loads the checkpoint at `path` into `store`, which must hold no tensors.
-// Every record is validated (magic, format version, record lengths, the
-// CRC-32, the slices against their specs, every local slice present
-// exactly once). Errors name the file:
+// Every record is validated (magic, format version 1 or 2, record lengths,
+// the CRC-32, the slices against their specs, every local slice present
+// exactly once, worker records well-formed). Errors name the file:
 //   NOT_FOUND            no such file (other I/O errors by errno);
 //   DATA_LOSS            corrupt or truncated file;
 //   FAILED_PRECONDITION  an intact file of another shard or cluster size,
-//                        or a store that is not empty.
+//                        or a store that is not empty;
+//   RESOURCE_EXHAUSTED   the tensors exceed the store's max_parameter_bytes.
 // On error the store may hold part of the checkpoint and must be discarded.
-// Returns the file's path, start time (from the file), bytes, restore
-// duration, tensors and slices.
-absl::StatusOr<CheckpointInfo> RestoreCheckpoint(const std::string& path,
-                                                 ShardStore* store);
+absl::StatusOr<RestoredCheckpoint> RestoreCheckpoint(const std::string& path,
+                                                     ShardStore* store);
 
 }  // namespace asyncps
 

@@ -8,14 +8,15 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "server/checkpoint.h"
 
 namespace asyncps {
 
 absl::StatusOr<std::unique_ptr<Checkpointer>> Checkpointer::Start(
-    const ShardStore* store, CheckpointerOptions options) {
-  if (options.logger == nullptr) {
-    return absl::InvalidArgumentError("CheckpointerOptions.logger is required");
+    CheckpointerOptions options) {
+  if (options.logger == nullptr || options.clock == nullptr ||
+      options.capture == nullptr) {
+    return absl::InvalidArgumentError(
+        "CheckpointerOptions.logger, clock and capture are required");
   }
   if (options.dir.empty()) {
     return absl::InvalidArgumentError("checkpoint directory is empty");
@@ -37,13 +38,13 @@ absl::StatusOr<std::unique_ptr<Checkpointer>> Checkpointer::Start(
         errno,
         absl::StrCat("checkpoint directory ", options.dir, " is not writable"));
   }
-  std::unique_ptr<Checkpointer> c(new Checkpointer(store, std::move(options)));
+  std::unique_ptr<Checkpointer> c(new Checkpointer(std::move(options)));
   c->thread_ = std::thread([p = c.get()] { p->Loop(); });
   return c;
 }
 
-Checkpointer::Checkpointer(const ShardStore* store, CheckpointerOptions options)
-    : store_(store), options_(std::move(options)) {}
+Checkpointer::Checkpointer(CheckpointerOptions options)
+    : options_(std::move(options)) {}
 
 Checkpointer::~Checkpointer() { Stop(); }
 
@@ -68,7 +69,7 @@ void Checkpointer::Stop() {
 
 void Checkpointer::Loop() {
   absl::Time next = options_.every > absl::ZeroDuration()
-                        ? absl::Now() + options_.every
+                        ? options_.clock->Now() + options_.every
                         : absl::InfiniteFuture();
   while (true) {
     std::vector<Done> batch;
@@ -80,13 +81,13 @@ void Checkpointer::Loop() {
       mu_.AwaitWithDeadline(absl::Condition(&woken), next);
       if (pending_.empty()) {
         if (stop_) return;
-        if (absl::Now() < next) continue;  // spurious
+        if (options_.clock->Now() < next) continue;  // spurious
       }
       batch.swap(pending_);
     }
     const absl::StatusOr<CheckpointInfo> result = WriteNow();
     if (options_.every > absl::ZeroDuration()) {
-      next = absl::Now() + options_.every;
+      next = options_.clock->Now() + options_.every;
     }
     for (Done& done : batch) done(result);
   }
@@ -94,8 +95,9 @@ void Checkpointer::Loop() {
 
 absl::StatusOr<CheckpointInfo> Checkpointer::WriteNow() {
   absl::MutexLock write(&write_mu_);
+  const CheckpointImage image = options_.capture();
   absl::StatusOr<CheckpointInfo> info =
-      WriteCheckpoint(*store_, options_.dir, options_.build_version);
+      WriteCheckpoint(image, options_.dir, options_.clock);
   if (!info.ok()) {
     failed_.fetch_add(1, std::memory_order_relaxed);
     options_.logger->error("checkpoint failed: {}", info.status().ToString());
@@ -103,9 +105,10 @@ absl::StatusOr<CheckpointInfo> Checkpointer::WriteNow() {
   }
   written_.fetch_add(1, std::memory_order_relaxed);
   options_.logger->info(
-      "checkpoint written: {} ({} bytes, {} tensors, {} slices) in {:.1f} ms",
+      "checkpoint written: {} ({} bytes, {} tensors, {} slices, {} workers) "
+      "in {:.1f} ms; pushes held {:.1f} ms",
       info->path(), info->bytes(), info->tensors(), info->slices(),
-      info->duration_ms());
+      info->workers(), info->duration_ms(), info->pause_ms());
   absl::MutexLock l(&mu_);
   last_ = *info;
   return info;

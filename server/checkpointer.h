@@ -14,7 +14,8 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "proto/asyncps.pb.h"
-#include "server/shard_store.h"
+#include "common/clock.h"
+#include "server/checkpoint.h"
 #include "spdlog/spdlog.h"
 
 namespace asyncps {
@@ -24,7 +25,10 @@ struct CheckpointerOptions {
   // Write a checkpoint this long after the previous one; 0 = only when
   // requested (and by WriteNow at shutdown).
   absl::Duration every = absl::ZeroDuration();
-  std::string build_version;               // recorded in the file
+  // Captures the shard's state as one consistent cut (the shard holds its
+  // pushes back meanwhile; see server/checkpoint.h). Required.
+  std::function<CheckpointImage()> capture;
+  Clock* clock = Clock::Real();            // not owned
   std::shared_ptr<spdlog::logger> logger;  // required
 };
 
@@ -35,7 +39,7 @@ struct CheckpointerOptions {
 // commit), so every requester gets a checkpoint taken after its request.
 // Each write logs one line and counts as written or failed.
 //
-// Thread-safe. The store is not owned and must outlive the Checkpointer.
+// Thread-safe.
 class Checkpointer {
  public:
   using Done = std::function<void(const absl::StatusOr<CheckpointInfo>&)>;
@@ -44,7 +48,7 @@ class Checkpointer {
   // needed and checks that it is writable (errors by errno), starts the
   // thread.
   static absl::StatusOr<std::unique_ptr<Checkpointer>> Start(
-      const ShardStore* store, CheckpointerOptions options);
+      CheckpointerOptions options);
   ~Checkpointer();  // Stop()
 
   // Asks for a checkpoint; done(result) runs on the checkpoint thread once
@@ -65,10 +69,9 @@ class Checkpointer {
   uint64_t failed() const { return failed_.load(std::memory_order_relaxed); }
 
  private:
-  Checkpointer(const ShardStore* store, CheckpointerOptions options);
+  explicit Checkpointer(CheckpointerOptions options);
   void Loop();
 
-  const ShardStore* const store_;
   const CheckpointerOptions options_;
   std::atomic<uint64_t> written_{0};
   std::atomic<uint64_t> failed_{0};

@@ -3,6 +3,7 @@
 #include <grpcpp/ext/proto_server_reflection_plugin.h>
 #include <grpcpp/health_check_service_interface.h>
 
+#include "absl/random/random.h"
 #include "absl/strings/str_cat.h"
 #include "common/net.h"
 #include "common/version.h"
@@ -12,23 +13,24 @@ namespace asyncps {
 
 StalenessPolicy PsServer::PolicyOf(const PsServerOptions& options) {
   StalenessPolicy p;
-  p.set_consistency(options.consistency.consistency);
-  p.set_ssp_slack(options.consistency.consistency == SSP
-                      ? options.consistency.ssp_slack
+  p.set_consistency(options.workers.consistency);
+  p.set_ssp_slack(options.workers.consistency == SSP
+                      ? options.workers.ssp_slack
                       : 0);
   p.set_max_staleness(options.staleness.max_staleness);
   p.set_staleness_lr(options.staleness.inverse_lr ? "inverse" : "none");
   p.set_worker_lease_ms(
-      absl::ToInt64Milliseconds(options.consistency.worker_lease));
+      absl::ToInt64Milliseconds(options.workers.worker_lease));
   p.set_pull_wait_timeout_ms(
-      absl::ToInt64Milliseconds(options.consistency.pull_wait_timeout));
+      absl::ToInt64Milliseconds(options.workers.pull_wait_timeout));
   return p;
 }
 
 absl::StatusOr<std::unique_ptr<PsServer>> PsServer::Start(
     PsServerOptions options) {
-  if (options.logger == nullptr) {
-    return absl::InvalidArgumentError("PsServerOptions.logger is required");
+  if (options.logger == nullptr || options.clock == nullptr) {
+    return absl::InvalidArgumentError(
+        "PsServerOptions.logger and clock are required");
   }
   if (options.port < 0 || options.port > 65535) {
     return absl::InvalidArgumentError(
@@ -48,27 +50,53 @@ absl::StatusOr<std::unique_ptr<PsServer>> PsServer::Start(
   if (!credentials.ok()) return credentials.status();
   std::unique_ptr<PsServer> s(new PsServer());
   s->logger_ = options.logger;
+  s->clock_ = options.clock;
   s->host_ = options.host;
+  {
+    absl::BitGen bits;
+    do {
+      s->epoch_ = absl::Uniform<uint64_t>(bits);
+    } while (s->epoch_ == 0);
+  }
   absl::StatusOr<std::unique_ptr<ShardStore>> store =
       ShardStore::Create(options.store);
   if (!store.ok()) return store.status();
   s->store_ = *std::move(store);
+
+  s->executor_ = std::make_unique<Executor>(1);
+  options.workers.logger = options.logger;
+  options.workers.clock = options.clock;
+  options.workers.executor = s->executor_.get();
+  absl::StatusOr<std::unique_ptr<WorkerRegistry>> workers =
+      WorkerRegistry::Create(options.workers);
+  if (!workers.ok()) return workers.status();
+  s->workers_ = *std::move(workers);
+
   CheckpointInfo restored;
   if (!options.checkpoint_dir.empty()) {
     const std::string path =
         CheckpointPath(options.checkpoint_dir, options.store.shard_index,
                        options.store.num_shards);
     if (options.restore) {
-      absl::StatusOr<CheckpointInfo> r =
+      absl::StatusOr<RestoredCheckpoint> r =
           RestoreCheckpoint(path, s->store_.get());
       if (r.ok()) {
-        restored = *std::move(r);
+        absl::Status imported = s->workers_->Import(r->workers);
+        if (!imported.ok()) {
+          return absl::DataLossError(
+              absl::StrCat("checkpoint ", path, ": ", imported.message()));
+        }
+        restored = r->info;
+        const absl::Time taken = absl::FromUnixMillis(restored.unix_time_ms());
         s->logger_->info(
-            "restored checkpoint {} ({} bytes, {} tensors, {} slices, written "
-            "{}) in {:.1f} ms",
-            restored.path(), restored.bytes(), restored.tensors(),
-            restored.slices(),
-            absl::FormatTime(absl::FromUnixMillis(restored.unix_time_ms())),
+            "restored checkpoint {} taken {} ago ({} bytes, {} tensors, {} "
+            "slices holding {} slice updates, {} workers) in {:.1f} ms; "
+            "updates acknowledged after it are lost",
+            restored.path(), absl::FormatDuration(absl::Trunc(
+                                 options.clock->Now() - taken,
+                                 absl::Milliseconds(1))),
+            restored.bytes(), restored.tensors(), restored.slices(),
+            restored.slice_updates(), restored.workers(),
             restored.duration_ms());
       } else if (absl::IsNotFound(r.status())) {
         s->logger_->info("no checkpoint at {}; starting empty", path);
@@ -81,18 +109,14 @@ absl::StatusOr<std::unique_ptr<PsServer>> PsServer::Start(
     CheckpointerOptions c;
     c.dir = options.checkpoint_dir;
     c.every = options.checkpoint_every;
-    c.build_version = kVersion;
+    c.clock = options.clock;
     c.logger = options.logger;
+    c.capture = [server = s.get()] { return server->Capture(); };
     absl::StatusOr<std::unique_ptr<Checkpointer>> checkpointer =
-        Checkpointer::Start(s->store_.get(), std::move(c));
+        Checkpointer::Start(std::move(c));
     if (!checkpointer.ok()) return checkpointer.status();
     s->checkpointer_ = *std::move(checkpointer);
   }
-  options.consistency.logger = options.logger;
-  absl::StatusOr<std::unique_ptr<WorkerTable>> workers =
-      WorkerTable::Create(options.consistency);
-  if (!workers.ok()) return workers.status();
-  s->workers_ = *std::move(workers);
 
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
@@ -106,15 +130,32 @@ absl::StatusOr<std::unique_ptr<PsServer>> PsServer::Start(
   builder.SetMaxSendMessageSize(kMaxMessageBytes);
   // A leftover server on the same port must not silently share it.
   builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
+  // Clients ping idle connections every few seconds (common/net.h) so that
+  // both sides notice a dead peer in seconds; allow it, and ping back.
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIME_MS, 10000);
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 5000);
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
+  builder.AddChannelArgument(
+      GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, 1000);
+  builder.AddChannelArgument(GRPC_ARG_HTTP2_MAX_PING_STRIKES, 0);
 
-  ServiceIdentity identity;
-  identity.shard_index = options.store.shard_index;
-  identity.num_shards = options.store.num_shards;
-  identity.build_version = kVersion;
-  identity.policy = PolicyOf(options);
-  s->service_ = std::make_unique<PsService>(
-      identity, s->store_.get(), s->workers_.get(), &s->stats_,
-      options.staleness, options.logger, s->checkpointer_.get(), restored);
+  ServiceContext context;
+  context.shard_index = options.store.shard_index;
+  context.num_shards = options.store.num_shards;
+  context.build_version = kVersion;
+  context.policy = PolicyOf(options);
+  context.rule = options.staleness;
+  context.max_parameter_bytes = options.store.max_parameter_bytes;
+  context.epoch = s->epoch_;
+  context.restored_from = restored;
+  context.store = s->store_.get();
+  context.workers = s->workers_.get();
+  context.stats = &s->stats_;
+  context.gate = &s->gate_;
+  context.checkpointer = s->checkpointer_.get();
+  context.clock = options.clock;
+  context.logger = options.logger;
+  s->service_ = std::make_unique<PsService>(std::move(context));
   builder.RegisterService(s->service_.get());
   s->server_ = builder.BuildAndStart();
   if (s->server_ == nullptr || s->port_ == 0) {
@@ -125,13 +166,20 @@ absl::StatusOr<std::unique_ptr<PsServer>> PsServer::Start(
   }
   s->service_->set_address(s->address());
   s->server_->GetHealthCheckService()->SetServingStatus(true);
+  s->sampler_ = std::thread([server = s.get()] {
+    do {
+      server->stats_.Sample(server->clock_->Now());
+    } while (!server->stop_sampler_.WaitForNotificationWithTimeout(
+        absl::Seconds(1)));
+  });
+  const StalenessPolicy& policy = PolicyOf(options);
   s->logger_->info(
       "shard {}/{} serving on {} (consistency {}, slack {}, max_staleness {}, "
-      "staleness_lr {}, lease {} ms, {}{})",
+      "staleness_lr {}, lease {} ms, max_parameter_bytes {}, {}{})",
       options.store.shard_index, options.store.num_shards, s->address(),
-      Consistency_Name(identity.policy.consistency()),
-      identity.policy.ssp_slack(), identity.policy.max_staleness(),
-      identity.policy.staleness_lr(), identity.policy.worker_lease_ms(),
+      Consistency_Name(policy.consistency()), policy.ssp_slack(),
+      policy.max_staleness(), policy.staleness_lr(), policy.worker_lease_ms(),
+      options.store.max_parameter_bytes,
       options.security.tls_cert.empty()
           ? "plain TCP"
           : options.security.require_client_cert ? "mutual TLS" : "TLS",
@@ -144,18 +192,33 @@ std::string PsServer::address() const {
   return absl::StrCat(any ? "127.0.0.1" : host_, ":", port_);
 }
 
+CheckpointImage PsServer::Capture() {
+  const absl::Time start = clock_->Now();
+  PushGate::Closed closed(&gate_);
+  const absl::Time held = clock_->Now();
+  CheckpointImage image =
+      CaptureCheckpoint(*store_, workers_->Export(), held, kVersion);
+  image.pause = clock_->Now() - start;
+  return image;
+}
+
 absl::Status PsServer::Shutdown(absl::Duration grace) {
   {
     absl::MutexLock l(&shutdown_mu_);
     if (shut_down_) return absl::OkStatus();
     shut_down_ = true;
   }
+  const absl::Time start = clock_->Now();
   logger_->info("shard shutting down");
   server_->GetHealthCheckService()->SetServingStatus(false);
+  // Waiting pulls fail first, so their streams and calls can end; the data
+  // streams stay open as long as their clients do, so the grace period
+  // bounds the wait and then cancels what is left.
   workers_->Shutdown();
-  server_->Shutdown(std::chrono::system_clock::now() +
-                    absl::ToChronoMilliseconds(grace));
+  server_->Shutdown(absl::ToChronoTime(absl::Now() + grace));
   server_->Wait();
+  executor_.reset();  // runs what released pulls left queued
+  StopSampler();
   absl::Status final_checkpoint;
   if (checkpointer_ != nullptr) {
     // Requested checkpoints were served while the calls drained; now no
@@ -163,12 +226,20 @@ absl::Status PsServer::Shutdown(absl::Duration grace) {
     checkpointer_->Stop();
     final_checkpoint = checkpointer_->WriteNow().status();
   }
-  logger_->info("shard stopped");
+  logger_->info("shard stopped in {}",
+                absl::FormatDuration(absl::Trunc(clock_->Now() - start,
+                                                 absl::Milliseconds(1))));
   return final_checkpoint;
 }
 
 PsServer::~PsServer() {
-  if (server_ != nullptr) Shutdown(absl::Seconds(2)).IgnoreError();
+  if (server_ != nullptr) Shutdown(absl::Seconds(1)).IgnoreError();
+  StopSampler();
+}
+
+void PsServer::StopSampler() {
+  if (!stop_sampler_.HasBeenNotified()) stop_sampler_.Notify();
+  if (sampler_.joinable()) sampler_.join();
 }
 
 StatusResponse PsServer::GetStatus() {

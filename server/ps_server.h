@@ -3,19 +3,24 @@
 
 #include <memory>
 #include <string>
+#include <thread>
 
 #include <grpcpp/grpcpp.h>
 
 #include "absl/status/statusor.h"
+#include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
+#include "common/clock.h"
+#include "common/executor.h"
 #include "common/net.h"
 #include "common/security.h"
 #include "server/checkpointer.h"
 #include "server/ps_service.h"
+#include "server/push_gate.h"
 #include "server/shard_stats.h"
-#include "server/shard_store.h"
-#include "server/worker_table.h"
+#include "server/worker_registry.h"
 #include "spdlog/spdlog.h"
+#include "store/shard_store.h"
 
 namespace asyncps {
 
@@ -24,9 +29,9 @@ struct PsServerOptions {
   int port = 0;  // 0 = let the OS pick; see PsServer::port()
   // Larger requests are refused by gRPC with RESOURCE_EXHAUSTED.
   int max_message_bytes = kMaxMessageBytes;
-  ShardStoreOptions store;
+  ShardStoreOptions store;  // includes max_parameter_bytes
   StalenessRule staleness;
-  ConsistencyOptions consistency;  // its logger is set from `logger`
+  RegistryOptions workers;  // its logger, clock and executor are set here
   // Checkpoints (server/checkpoint.h); off when checkpoint_dir is empty.
   // Otherwise one is written on every Checkpoint RPC, every
   // checkpoint_every (0 = never periodically) and at Shutdown.
@@ -38,31 +43,35 @@ struct PsServerOptions {
   // TLS / mutual TLS and the cluster token (common/security.h); default =
   // plain TCP, no token. Unreadable files fail Start.
   SecurityOptions security;
+  Clock* clock = Clock::Real();            // not owned
   std::shared_ptr<spdlog::logger> logger;  // required
 };
 
-// One running shard: the store, the worker table, and a gRPC server with the
-// ParameterServer service, the standard health service and reflection.
+// One running shard: the store, the worker registry, and a gRPC server with
+// the ParameterServer service, the standard health service and reflection.
 // Several PsServers can live in one process (tests).
 //
 // Thread-safe.
 class PsServer {
  public:
   // Validates options, restores the checkpoint (if any), binds and starts
-  // serving. Only a failed restore returns DATA_LOSS (corrupt checkpoint)
-  // or FAILED_PRECONDITION (another shard's); see RestoreCheckpoint.
+  // serving. A failed restore returns DATA_LOSS (corrupt checkpoint),
+  // FAILED_PRECONDITION (another shard's) or RESOURCE_EXHAUSTED (larger than
+  // max_parameter_bytes); see RestoreCheckpoint.
   static absl::StatusOr<std::unique_ptr<PsServer>> Start(PsServerOptions options);
-  ~PsServer();  // Shutdown() with a short grace period
+  ~PsServer();  // Shutdown()
 
   int port() const { return port_; }
   // host:port as a client on this machine would dial it.
   std::string address() const;
+  uint64_t epoch() const { return epoch_; }
 
-  // Refuses new calls, fails waiting pulls with UNAVAILABLE, lets in-flight
-  // calls finish within `grace`, then cancels the rest; then, with
-  // checkpoints on, writes a final checkpoint. Returns that checkpoint's
-  // error, if any. Idempotent (later calls return OK).
-  absl::Status Shutdown(absl::Duration grace = absl::Seconds(5));
+  // Refuses new calls, fails waiting pulls with UNAVAILABLE, ends the data
+  // streams once their requests in progress are answered, lets other
+  // in-flight calls finish within `grace`, then cancels the rest; then,
+  // with checkpoints on, writes a final checkpoint. Returns that
+  // checkpoint's error, if any. Idempotent (later calls return OK).
+  absl::Status Shutdown(absl::Duration grace = absl::Seconds(2));
 
   // The Status RPC's answer (also for the metrics endpoint).
   StatusResponse GetStatus();
@@ -72,16 +81,27 @@ class PsServer {
 
  private:
   PsServer() = default;
+  // Holds pushes back and serializes the state (the checkpointer's capture).
+  CheckpointImage Capture();
+  void StopSampler();
 
   std::shared_ptr<spdlog::logger> logger_;
+  Clock* clock_ = nullptr;
+  uint64_t epoch_ = 0;
   std::unique_ptr<ShardStore> store_;
-  std::unique_ptr<WorkerTable> workers_;
+  // Runs the copy-out of pulls released by other calls.
+  std::unique_ptr<Executor> executor_;
+  std::unique_ptr<WorkerRegistry> workers_;
   ShardStats stats_;
+  PushGate gate_;
   std::unique_ptr<Checkpointer> checkpointer_;  // null when off
   std::unique_ptr<PsService> service_;
   std::unique_ptr<grpc::Server> server_;
   int port_ = 0;
   std::string host_;
+  // Samples the statistics once per second for the rates.
+  absl::Notification stop_sampler_;
+  std::thread sampler_;
   absl::Mutex shutdown_mu_;
   bool shut_down_ ABSL_GUARDED_BY(shutdown_mu_) = false;
 };

@@ -2,16 +2,22 @@
 
 #include <algorithm>
 #include <cstring>
+#include <deque>
 #include <limits>
 #include <utility>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "common/fast_frame.h"
 #include "common/grpc_status.h"
+#include "common/names.h"
 
 namespace asyncps {
 
 namespace {
+
+using ByteBidiReactor =
+    grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>;
 
 grpc::ServerUnaryReactor* Finish(grpc::CallbackServerContext* ctx,
                                  const absl::Status& s) {
@@ -20,327 +26,699 @@ grpc::ServerUnaryReactor* Finish(grpc::CallbackServerContext* ctx,
   return reactor;
 }
 
-uint64_t PullBytes(const PullResponse& r) {
+uint64_t PayloadBytes(absl::Span<const Payload> grads) {
   uint64_t n = 0;
-  for (const SliceData& s : r.slices()) n += s.values().size();
+  for (const Payload& g : grads) n += g.size();
   return n;
 }
 
-uint64_t PayloadBytes(absl::Span<const FloatPayload> grads) {
-  uint64_t n = 0;
-  for (const FloatPayload& g : grads) n += g.size();
-  return n;
+void SetCallStatus(const absl::Status& s, CallStatus* out) {
+  out->set_code(static_cast<int32_t>(s.code()));
+  out->set_message(std::string(s.message()));
 }
 
-// The gradients of a PushFast frame, after its header: grads[i] gets
+// The gradients of a PushStream frame, after its header: grads[i] gets
 // request.grads(i).grad_bytes() bytes; nothing may be left over.
 absl::Status ReadFrameGradients(const PushRequest& request, FrameReader* reader,
-                                std::vector<FloatPayload>* grads) {
+                                std::vector<Payload>* grads) {
+  if (request.wire_dtype() != WIRE_F32 && request.wire_dtype() != WIRE_BF16) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("unknown wire_dtype ", request.wire_dtype()));
+  }
   grads->resize(request.grads_size());
   for (int i = 0; i < request.grads_size(); ++i) {
     const SliceGradient& g = request.grads(i);
+    (*grads)[i].set_dtype(request.wire_dtype());
     absl::Status s =
         g.grad().empty()
             ? reader->Next(g.grad_bytes(), &(*grads)[i])
             : absl::InvalidArgumentError(
-                  "PushFast carries gradients after the header, not in "
+                  "PushStream carries gradients after the header, not in "
                   "SliceGradient.grad");
     if (!s.ok()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("slice ", g.slice(), " of tensor '", g.tensor(),
-                       "' (grad_bytes ", g.grad_bytes(), "): ", s.message()));
+      return absl::InvalidArgumentError(absl::StrCat(
+          "slice ", g.slice(), " of tensor ", QuoteName(g.tensor()),
+          " (grad_bytes ", g.grad_bytes(), "): ", s.message()));
     }
   }
   if (reader->remaining() != 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "frame: ", reader->remaining(),
-        " payload bytes beyond the gradients' grad_bytes"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("frame: ", reader->remaining(),
+                     " payload bytes beyond the gradients' grad_bytes"));
   }
   return absl::OkStatus();
 }
 
+// A pull that may wait, as its call sees it: lets the call's cancellation
+// reach the registry whichever of the two comes first. Thread-safe.
+class PullWait {
+ public:
+  explicit PullWait(WorkerRegistry* registry) : registry_(registry) {}
+
+  // WhenReady returned `id` (0: the pull did not wait).
+  void Started(WorkerRegistry::WaitId id) {
+    {
+      absl::MutexLock l(&mu_);
+      if (done_ || id == 0) return;
+      id_ = id;
+      if (!cancelled_) return;
+    }
+    registry_->CancelWait(id);
+  }
+  // The wait ended (its callback runs).
+  void Ended() {
+    absl::MutexLock l(&mu_);
+    done_ = true;
+  }
+  // The caller went away.
+  void Cancel() {
+    WorkerRegistry::WaitId id = 0;
+    {
+      absl::MutexLock l(&mu_);
+      cancelled_ = true;
+      if (done_) return;
+      id = id_;
+    }
+    if (id != 0) registry_->CancelWait(id);
+  }
+
+ private:
+  WorkerRegistry* const registry_;
+  absl::Mutex mu_;
+  WorkerRegistry::WaitId id_ ABSL_GUARDED_BY(mu_) = 0;
+  bool done_ ABSL_GUARDED_BY(mu_) = false;
+  bool cancelled_ ABSL_GUARDED_BY(mu_) = false;
+};
+
+// A unary Pull that may wait: cancellation reaches its wait.
+class UnaryPullReactor : public grpc::ServerUnaryReactor {
+ public:
+  explicit UnaryPullReactor(std::shared_ptr<PullWait> wait)
+      : wait_(std::move(wait)) {}
+  void OnCancel() override { wait_->Cancel(); }
+  void OnDone() override { delete this; }
+
+ private:
+  const std::shared_ptr<PullWait> wait_;
+};
+
+// The write side of a stream reactor: answers queue up and are written one
+// at a time; the stream finishes once the client is done sending, nothing
+// is pending and everything is written (or the stream broke). Thread-safe:
+// reads, writes and waits complete on different threads.
+class StreamWriter {
+ public:
+  explicit StreamWriter(ByteBidiReactor* reactor) : reactor_(reactor) {}
+
+  // Queues an answer (dropped once the stream broke).
+  void Write(grpc::ByteBuffer answer) {
+    grpc::ByteBuffer* start = nullptr;
+    {
+      absl::MutexLock l(&mu_);
+      if (broken_) return;
+      queue_.push_back(std::move(answer));
+      if (writing_) return;
+      writing_ = true;
+      start = &queue_.front();
+    }
+    reactor_->StartWrite(start);
+  }
+
+  // From OnWriteDone.
+  void WriteDone(bool ok) {
+    grpc::ByteBuffer* next = nullptr;
+    {
+      absl::MutexLock l(&mu_);
+      queue_.pop_front();
+      if (!ok) {
+        broken_ = true;
+        queue_.clear();
+      }
+      if (!queue_.empty()) {
+        next = &queue_.front();
+      } else {
+        writing_ = false;
+      }
+    }
+    if (next != nullptr) {
+      reactor_->StartWrite(next);
+    } else {
+      MaybeFinish();
+    }
+  }
+
+  // Work that will write an answer later starts / ends.
+  void AddPending() {
+    absl::MutexLock l(&mu_);
+    ++pending_;
+  }
+  void EndPending() {
+    {
+      absl::MutexLock l(&mu_);
+      --pending_;
+    }
+    MaybeFinish();
+  }
+
+  // The client is done sending (or the stream broke on the read side).
+  void ReadsDone() {
+    {
+      absl::MutexLock l(&mu_);
+      reads_done_ = true;
+    }
+    MaybeFinish();
+  }
+
+ private:
+  void MaybeFinish() {
+    {
+      absl::MutexLock l(&mu_);
+      if (finished_ || !reads_done_ || pending_ > 0 || writing_) return;
+      finished_ = true;
+    }
+    reactor_->Finish(grpc::Status::OK);
+  }
+
+  ByteBidiReactor* const reactor_;
+  absl::Mutex mu_;
+  std::deque<grpc::ByteBuffer> queue_ ABSL_GUARDED_BY(mu_);
+  bool writing_ ABSL_GUARDED_BY(mu_) = false;
+  bool broken_ ABSL_GUARDED_BY(mu_) = false;
+  bool reads_done_ ABSL_GUARDED_BY(mu_) = false;
+  bool finished_ ABSL_GUARDED_BY(mu_) = false;
+  int pending_ ABSL_GUARDED_BY(mu_) = 0;
+};
+
+// PushStream: each request is applied on the thread that read it, and
+// answered; reads continue meanwhile.
+class PushStreamReactor : public ByteBidiReactor {
+ public:
+  explicit PushStreamReactor(PsService* service)
+      : service_(service), writer_(this) {
+    StartRead(&request_);
+  }
+
+  void OnReadDone(bool ok) override {
+    if (!ok) {
+      writer_.ReadsDone();
+      return;
+    }
+    PushResponse answer;
+    {
+      // The gradients stay in gRPC's receive buffers; the reader holds them
+      // until the push is applied.
+      PushRequest header;
+      FrameReader reader;
+      std::vector<Payload> grads;
+      absl::Status s = reader.Open(request_, &header);
+      if (s.ok()) s = ReadFrameGradients(header, &reader, &grads);
+      if (s.ok()) {
+        s = service_->DoPush(header, grads, &answer);
+      } else {
+        service_->context().stats->RecordBadInput();
+      }
+      answer.set_request_id(header.request_id());
+      if (!s.ok()) {
+        answer.clear_results();
+        SetCallStatus(s, answer.mutable_status());
+      }
+    }
+    request_.Clear();
+    writer_.Write(SerializeToByteBuffer(answer));
+    StartRead(&request_);
+  }
+  void OnWriteDone(bool ok) override { writer_.WriteDone(ok); }
+  void OnDone() override { delete this; }
+
+ private:
+  PsService* const service_;
+  StreamWriter writer_;
+  grpc::ByteBuffer request_;  // touched only by the one read in flight
+};
+
+// PullStream: each request waits (without a thread) as the consistency
+// model says, then its frame is copied and written; reads continue
+// meanwhile, and answers go out in the order they become ready.
+class PullStreamReactor : public ByteBidiReactor {
+ public:
+  explicit PullStreamReactor(PsService* service)
+      : service_(service), writer_(this) {
+    StartRead(&request_);
+  }
+
+  void OnReadDone(bool ok) override {
+    if (!ok) {
+      writer_.ReadsDone();
+      return;
+    }
+    auto request = std::make_shared<PullRequest>();
+    absl::Status s = ParseFromByteBuffer(request_, request.get());
+    request_.Clear();
+    int64_t target = 0;
+    if (!s.ok()) {
+      service_->context().stats->RecordBadInput();
+    } else {
+      s = service_->BeginPull(*request, &target);
+    }
+    if (!s.ok()) {
+      WriteError(request->request_id(), s);
+      StartRead(&request_);
+      return;
+    }
+    auto wait = std::make_shared<PullWait>(service_->context().workers);
+    uint64_t key;
+    {
+      absl::MutexLock l(&mu_);
+      key = next_key_++;
+      waits_.emplace(key, wait);
+    }
+    writer_.AddPending();
+    const absl::Time start = service_->context().clock->Now();
+    const WorkerRegistry::WaitId id = service_->context().workers->WhenReady(
+        request->worker().worker_id(), target,
+        [this, request, wait, key, start](absl::Status status) {
+          wait->Ended();
+          Answer(*request, status, start);
+          {
+            absl::MutexLock l(&mu_);
+            waits_.erase(key);
+          }
+          writer_.EndPending();
+        });
+    if (id != 0) service_->context().stats->RecordPullWait();
+    wait->Started(id);
+    StartRead(&request_);
+  }
+
+  void OnWriteDone(bool ok) override { writer_.WriteDone(ok); }
+
+  void OnCancel() override {
+    std::vector<std::shared_ptr<PullWait>> waits;
+    {
+      absl::MutexLock l(&mu_);
+      for (auto& [key, wait] : waits_) waits.push_back(wait);
+    }
+    for (auto& wait : waits) wait->Cancel();
+  }
+
+  void OnDone() override { delete this; }
+
+ private:
+  void Answer(const PullRequest& request, absl::Status status,
+              absl::Time start) {
+    service_->NoteWaitEnd(request, status);
+    if (!status.ok()) {
+      WriteError(request.request_id(), status);
+      return;
+    }
+    PullResponse header;
+    header.set_request_id(request.request_id());
+    header.set_waited_us(absl::ToInt64Microseconds(
+        service_->context().clock->Now() - start));
+    absl::StatusOr<grpc::ByteBuffer> frame =
+        service_->CopyPullFrame(request, &header);
+    if (!frame.ok()) {
+      WriteError(request.request_id(), frame.status());
+      return;
+    }
+    writer_.Write(*std::move(frame));
+  }
+
+  void WriteError(uint64_t request_id, const absl::Status& s) {
+    PullResponse header;
+    header.set_request_id(request_id);
+    header.set_shard_epoch(service_->context().epoch);
+    SetCallStatus(s, header.mutable_status());
+    writer_.Write(MakeFrame(header, {}));
+  }
+
+  PsService* const service_;
+  StreamWriter writer_;
+  grpc::ByteBuffer request_;  // touched only by the one read in flight
+  absl::Mutex mu_;
+  absl::flat_hash_map<uint64_t, std::shared_ptr<PullWait>> waits_
+      ABSL_GUARDED_BY(mu_);
+  uint64_t next_key_ ABSL_GUARDED_BY(mu_) = 1;
+};
+
 }  // namespace
 
-PsService::PsService(ServiceIdentity identity, ShardStore* store,
-                     WorkerTable* workers, ShardStats* stats,
-                     StalenessRule rule, std::shared_ptr<spdlog::logger> logger,
-                     Checkpointer* checkpointer, CheckpointInfo restored_from)
-    : identity_(std::move(identity)),
-      store_(store),
-      workers_(workers),
-      stats_(stats),
-      rule_(rule),
-      logger_(std::move(logger)),
-      start_time_(absl::Now()),
-      checkpointer_(checkpointer),
-      restored_from_(std::move(restored_from)) {}
+PsService::PsService(ServiceContext context)
+    : c_(std::move(context)), start_time_(c_.clock->Now()) {}
 
-grpc::ServerUnaryReactor* PsService::CreateTensor(
-    grpc::CallbackServerContext* ctx, const CreateTensorRequest* request,
-    CreateTensorResponse* response) {
-  absl::StatusOr<CreateTensorResponse> r = store_->CreateTensors(*request);
-  if (!r.ok()) {
-    stats_->RecordBadInput();
-    logger_->debug("CreateTensor refused: {}", r.status().ToString());
-    return Finish(ctx, r.status());
-  }
-  *response = *std::move(r);
-  if (response->created() > 0) {
-    for (const TensorSpec& spec : response->tensors()) {
-      logger_->debug("tensor '{}' ready ({} elems per slice)", spec.name(),
-                     spec.slice_elems());
-    }
-    logger_->info("created {} tensor(s)", response->created());
-  }
-  return Finish(ctx, absl::OkStatus());
-}
-
-grpc::ServerUnaryReactor* PsService::ListTensors(
-    grpc::CallbackServerContext* ctx, const ListTensorsRequest* /*request*/,
-    ListTensorsResponse* response) {
-  for (TensorSpec& spec : store_->ListTensors()) {
-    *response->add_tensors() = std::move(spec);
-  }
-  return Finish(ctx, absl::OkStatus());
-}
-
-grpc::ServerUnaryReactor* PsService::Heartbeat(grpc::CallbackServerContext* ctx,
-                                               const HeartbeatRequest* request,
-                                               HeartbeatResponse* response) {
-  const absl::Status s =
-      request->leaving()
-          ? workers_->Leave(request->worker())
-          : workers_->Touch(request->worker(), request->worker().clock(),
-                            /*push=*/false);
+// Parses a unary request, runs handle(request, &response) and answers.
+template <typename Request, typename Response, typename Handler>
+grpc::ServerUnaryReactor* ServeUnary(ShardStats* stats,
+                                     grpc::CallbackServerContext* ctx,
+                                     const grpc::ByteBuffer* in,
+                                     grpc::ByteBuffer* out, Handler handle) {
+  Request request;
+  absl::Status s = ParseFromByteBuffer(*in, &request);
   if (!s.ok()) {
-    stats_->RecordBadInput();
+    stats->RecordBadInput();
     return Finish(ctx, s);
   }
-  int live = 0;
-  for (const WorkerInfo& w : workers_->Workers()) live += w.live ? 1 : 0;
-  const int64_t min_clock = workers_->MinLiveClock();
-  response->set_min_clock(
-      min_clock == std::numeric_limits<int64_t>::max() ? 0 : min_clock);
-  response->set_live_workers(live);
-  return Finish(ctx, absl::OkStatus());
-}
-
-grpc::ServerUnaryReactor* PsService::Pull(grpc::CallbackServerContext* ctx,
-                                          const PullRequest* request,
-                                          PullResponse* response) {
-  return StartPull(
-      ctx, *request,
-      [this, request, response](int64_t waited_us) -> absl::StatusOr<uint64_t> {
-        const absl::Status s = store_->Pull(*request, response);
-        response->set_waited_us(waited_us);
-        if (!s.ok()) return s;
-        return PullBytes(*response);
-      });
-}
-
-grpc::ServerUnaryReactor* PsService::PullFast(grpc::CallbackServerContext* ctx,
-                                              const grpc::ByteBuffer* request,
-                                              grpc::ByteBuffer* response) {
-  auto parsed = std::make_shared<PullRequest>();
-  const absl::Status s = ParseFromByteBuffer(*request, parsed.get());
-  if (!s.ok()) {
-    stats_->RecordBadInput();
-    return Finish(ctx, s);
-  }
-  return StartPull(
-      ctx, *parsed,
-      [this, parsed, response](int64_t waited_us) -> absl::StatusOr<uint64_t> {
-        PullResponse header;
-        std::vector<grpc::Slice> payload;
-        uint64_t bytes = 0;
-        const absl::Status s = store_->Pull(
-            *parsed, [&](const std::string& tensor, uint32_t slice,
-                         uint64_t version, absl::Span<const float> values) {
-              const size_t n = values.size() * sizeof(float);
-              SliceData* d = header.add_slices();
-              d->set_tensor(tensor);
-              d->set_slice(slice);
-              d->set_version(version);
-              d->set_payload_bytes(n);
-              // The one copy: from the slice, under its lock, into the
-              // buffer that is sent.
-              grpc::Slice out(n);
-              std::memcpy(const_cast<uint8_t*>(out.begin()), values.data(), n);
-              payload.push_back(std::move(out));
-              bytes += n;
-            });
-        if (!s.ok()) return s;
-        header.set_waited_us(waited_us);
-        *response = MakeFrame(header, payload);
-        return bytes;
-      });
-}
-
-grpc::ServerUnaryReactor* PsService::StartPull(grpc::CallbackServerContext* ctx,
-                                               const PullRequest& request,
-                                               PullCopy copy_out) {
-  // Validate before touching the worker table: a rejected pull must not
-  // register the worker or move its clock (that could release other pulls).
-  absl::Status s = store_->ValidatePull(request);
-  if (s.ok()) {
-    s = workers_->Touch(request.worker(), request.worker().clock(),
-                        /*push=*/false);
-  }
-  if (!s.ok()) {
-    stats_->RecordBadInput();
-    return Finish(ctx, s);
-  }
-  grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
-  const absl::Time start = absl::Now();
-  const int32_t worker_id = request.worker().worker_id();
-  const int64_t clock = request.worker().clock();
-  // The callback may run inline or later on another thread (a push or
-  // heartbeat that lets the pull through, or the table's timer).
-  const bool waited = workers_->WhenReady(
-      worker_id, clock,
-      [this, reactor, copy_out = std::move(copy_out), start, worker_id,
-       clock](absl::Status status) {
-        if (status.ok()) {
-          absl::StatusOr<uint64_t> bytes =
-              copy_out(absl::ToInt64Microseconds(absl::Now() - start));
-          status = bytes.status();
-          if (bytes.ok()) stats_->RecordPull(*bytes);
-        } else if (absl::IsDeadlineExceeded(status)) {
-          stats_->RecordPullWaitTimeout();
-          logger_->warn("pull by worker {} at clock {}: {}", worker_id, clock,
-                        std::string(status.message()));
-        }
-        reactor->Finish(ToGrpcStatus(status));
-      });
-  if (waited) stats_->RecordPullWait();
-  return reactor;
-}
-
-grpc::ServerUnaryReactor* PsService::Push(grpc::CallbackServerContext* ctx,
-                                          const PushRequest* request,
-                                          PushResponse* response) {
-  return Finish(ctx,
-                DoPush(*request, ShardStore::PayloadsOf(*request), response));
-}
-
-grpc::ServerUnaryReactor* PsService::PushFast(grpc::CallbackServerContext* ctx,
-                                              const grpc::ByteBuffer* request,
-                                              grpc::ByteBuffer* response) {
-  // The gradients stay in gRPC's receive buffers; the reader holds them.
-  PushRequest header;
-  FrameReader reader;
-  std::vector<FloatPayload> grads;
-  absl::Status s = reader.Open(*request, &header);
-  if (s.ok()) s = ReadFrameGradients(header, &reader, &grads);
-  if (!s.ok()) {
-    stats_->RecordBadInput();
-    logger_->debug("fast push refused: {}", s.ToString());
-    return Finish(ctx, s);
-  }
-  PushResponse answer;
-  s = DoPush(header, grads, &answer);
-  if (s.ok()) *response = SerializeToByteBuffer(answer);
+  Response response;
+  s = handle(request, &response);
+  if (s.ok()) *out = SerializeToByteBuffer(response);
   return Finish(ctx, s);
 }
 
-absl::Status PsService::DoPush(const PushRequest& request,
-                               absl::Span<const FloatPayload> grads,
-                               PushResponse* response) {
-  // Validate everything before anything changes: the worker ref, then every
-  // slice. The clock is recorded only for a push that is applied.
-  if (request.worker().worker_id() < 0 ||
-      request.worker().incarnation() == 0 || request.worker().clock() < 0) {
-    stats_->RecordBadInput();
-    return absl::InvalidArgumentError(absl::StrCat(
-        "push needs worker_id >= 0, incarnation > 0 and clock >= 0; got id ",
-        request.worker().worker_id(), ", incarnation ",
-        request.worker().incarnation(), ", clock ", request.worker().clock()));
-  }
-  absl::StatusOr<std::vector<ShardStore::Slice*>> slices =
-      store_->ValidatePush(request, grads);
-  if (!slices.ok()) {
-    stats_->RecordBadInput();
-    logger_->debug("push from worker {} refused: {}",
-                   request.worker().worker_id(), slices.status().ToString());
-    return slices.status();
-  }
-  absl::StatusOr<bool> applied =
-      dedup_.RunOnce(request.worker(), request.seq(), [&] {
-        store_->ApplyPush(request, grads, *slices, rule_, response);
+grpc::ServerUnaryReactor* PsService::CreateTensor(
+    grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* in,
+    grpc::ByteBuffer* out) {
+  return ServeUnary<CreateTensorRequest, CreateTensorResponse>(
+      c_.stats, ctx, in, out,
+      [this](const CreateTensorRequest& request,
+             CreateTensorResponse* response) {
+        absl::StatusOr<CreateTensorResponse> r =
+            c_.store->CreateTensors(request);
+        if (!r.ok()) {
+          c_.stats->RecordBadInput();
+          c_.logger->debug("CreateTensor refused: {}", r.status().ToString());
+          return r.status();
+        }
+        *response = *std::move(r);
+        if (response->created() > 0) {
+          c_.logger->info("created {} tensor(s)", response->created());
+        }
+        return absl::OkStatus();
       });
-  if (!applied.ok()) {
-    stats_->RecordBadInput();
-    return applied.status();
-  }
-  response->set_duplicate(!*applied);
-  stats_->RecordPush(PayloadBytes(grads), !*applied);
-  for (const SliceResult& r : response->results()) stats_->RecordSliceResult(r);
-  // After this push the worker has completed clock + 1 steps.
-  return workers_->Touch(request.worker(), request.worker().clock() + 1,
-                         /*push=*/*applied);
 }
+
+grpc::ServerUnaryReactor* PsService::ListTensors(
+    grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* in,
+    grpc::ByteBuffer* out) {
+  return ServeUnary<ListTensorsRequest, ListTensorsResponse>(
+      c_.stats, ctx, in, out,
+      [this](const ListTensorsRequest&, ListTensorsResponse* response) {
+        for (TensorSpec& spec : c_.store->ListTensors()) {
+          *response->add_tensors() = std::move(spec);
+        }
+        return absl::OkStatus();
+      });
+}
+
+grpc::ServerUnaryReactor* PsService::Heartbeat(grpc::CallbackServerContext* ctx,
+                                               const grpc::ByteBuffer* in,
+                                               grpc::ByteBuffer* out) {
+  return ServeUnary<HeartbeatRequest, HeartbeatResponse>(
+      c_.stats, ctx, in, out,
+      [this](const HeartbeatRequest& request, HeartbeatResponse* response) {
+        if (request.leaving()) {
+          const absl::Status s = c_.workers->Leave(request.worker());
+          if (absl::IsInvalidArgument(s)) c_.stats->RecordBadInput();
+          if (!s.ok()) return s;
+        } else {
+          absl::StatusOr<WorkerRegistry::Admission> a =
+              c_.workers->Admit(request.worker());
+          if (absl::IsInvalidArgument(a.status())) c_.stats->RecordBadInput();
+          if (!a.ok()) return a.status();
+          response->set_resume_clock(a->clock);
+          response->set_previous_clock(a->previous_clock);
+        }
+        int live = 0;
+        for (const WorkerInfo& w : c_.workers->Workers()) live += w.live;
+        const int64_t min_clock = c_.workers->MinLiveClock();
+        response->set_min_clock(
+            min_clock == std::numeric_limits<int64_t>::max() ? 0 : min_clock);
+        response->set_live_workers(live);
+        response->set_shard_epoch(c_.epoch);
+        return absl::OkStatus();
+      });
+}
+
+absl::Status PsService::BeginPull(const PullRequest& request, int64_t* target) {
+  if (request.wire_dtype() != WIRE_F32 && request.wire_dtype() != WIRE_BF16) {
+    c_.stats->RecordBadInput();
+    return absl::InvalidArgumentError(
+        absl::StrCat("unknown wire_dtype ", request.wire_dtype()));
+  }
+  // Validate before touching the registry: a rejected pull must not
+  // register the worker or move its clock (that could release other pulls).
+  absl::Status s = c_.store->ValidatePull(request);
+  if (!s.ok()) {
+    c_.stats->RecordBadInput();
+    return s;
+  }
+  absl::StatusOr<WorkerRegistry::Admission> a =
+      c_.workers->Admit(request.worker());
+  if (!a.ok()) {
+    if (absl::IsInvalidArgument(a.status())) c_.stats->RecordBadInput();
+    return a.status();
+  }
+  *target = std::max(a->clock, request.for_clock());
+  return absl::OkStatus();
+}
+
+void PsService::NoteWaitEnd(const PullRequest& request,
+                            const absl::Status& status) {
+  if (absl::IsDeadlineExceeded(status)) {
+    c_.stats->RecordPullWaitTimeout();
+    c_.logger->warn("pull by worker {} at clock {}: {}",
+                    request.worker().worker_id(), request.worker().clock(),
+                    std::string(status.message()));
+  }
+}
+
+absl::Status PsService::CopyPull(const PullRequest& request,
+                                 PullResponse* response) {
+  const absl::Status s = c_.store->Pull(request, response);
+  if (!s.ok()) return s;
+  uint64_t bytes = 0;
+  for (const SliceData& d : response->slices()) bytes += d.values().size();
+  response->set_shard_epoch(c_.epoch);
+  c_.stats->RecordPull(bytes);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<grpc::ByteBuffer> PsService::CopyPullFrame(
+    const PullRequest& request, PullResponse* header) {
+  const WireDtype dtype = request.wire_dtype();
+  std::vector<grpc::Slice> payload;
+  uint64_t bytes = 0;
+  const absl::Status s = c_.store->Pull(
+      request, [&](const std::string& tensor, uint32_t slice, uint64_t version,
+                   absl::Span<const float> values) {
+        const size_t n = values.size() * WireBytes(dtype);
+        SliceData* d = header->add_slices();
+        d->set_tensor(tensor);
+        d->set_slice(slice);
+        d->set_version(version);
+        d->set_payload_bytes(n);
+        // The one copy: from the slice, under its lock, into the buffer
+        // that is sent.
+        grpc::Slice out(n);
+        char* dst = reinterpret_cast<char*>(const_cast<uint8_t*>(out.begin()));
+        if (dtype == WIRE_BF16) {
+          EncodeBf16(values.data(), values.size(), dst);
+        } else {
+          std::memcpy(dst, values.data(), n);
+        }
+        payload.push_back(std::move(out));
+        bytes += n;
+      });
+  if (!s.ok()) return s;
+  header->set_shard_epoch(c_.epoch);
+  header->set_wire_dtype(dtype);
+  c_.stats->RecordPull(bytes);
+  return MakeFrame(*header, payload);
+}
+
+grpc::ServerUnaryReactor* PsService::Pull(grpc::CallbackServerContext* ctx,
+                                          const grpc::ByteBuffer* in,
+                                          grpc::ByteBuffer* out) {
+  auto request = std::make_shared<PullRequest>();
+  absl::Status s = ParseFromByteBuffer(*in, request.get());
+  if (!s.ok()) {
+    c_.stats->RecordBadInput();
+    return Finish(ctx, s);
+  }
+  if (request->wire_dtype() != WIRE_F32) {
+    c_.stats->RecordBadInput();
+    return Finish(ctx, absl::InvalidArgumentError(
+                           "Pull answers float32; wire_dtype is for "
+                           "PullStream"));
+  }
+  int64_t target = 0;
+  s = BeginPull(*request, &target);
+  if (!s.ok()) return Finish(ctx, s);
+  auto wait = std::make_shared<PullWait>(c_.workers);
+  auto* reactor = new UnaryPullReactor(wait);
+  const absl::Time start = c_.clock->Now();
+  // The callback may run inline or later on another thread (a push or
+  // heartbeat that lets the pull through, the timer, or a cancellation).
+  const WorkerRegistry::WaitId id = c_.workers->WhenReady(
+      request->worker().worker_id(), target,
+      [this, reactor, request, wait, start, out](absl::Status status) {
+        wait->Ended();
+        NoteWaitEnd(*request, status);
+        if (status.ok()) {
+          PullResponse response;
+          status = CopyPull(*request, &response);
+          response.set_waited_us(
+              absl::ToInt64Microseconds(c_.clock->Now() - start));
+          if (status.ok()) *out = SerializeToByteBuffer(response);
+        }
+        reactor->Finish(ToGrpcStatus(status));
+      });
+  if (id != 0) c_.stats->RecordPullWait();
+  wait->Started(id);
+  return reactor;
+}
+
+absl::Status PsService::DoPush(const PushRequest& request,
+                               absl::Span<const Payload> grads,
+                               PushResponse* response) {
+  const WorkerRef& ref = request.worker();
+  PushGate::Pass pass(c_.gate, ref.worker_id());
+  // Who is calling, and was this push applied before? Both before the
+  // payload is looked at.
+  absl::StatusOr<WorkerRegistry::PushClaim> claim =
+      c_.workers->BeginPush(ref, request.seq());
+  if (!claim.ok()) {
+    if (absl::IsInvalidArgument(claim.status())) c_.stats->RecordBadInput();
+    return claim.status();
+  }
+  const uint64_t bytes = PayloadBytes(grads);
+  if (claim->duplicate()) {
+    response->set_duplicate(true);
+    c_.stats->RecordPush(bytes, /*duplicate=*/true, *response);
+    return absl::OkStatus();
+  }
+  // Parameters read from an earlier process of this shard were replaced by
+  // a restore: such gradients are refused, whatever their versions say.
+  const bool restored = request.read_epoch() != 0 && request.read_epoch() != c_.epoch;
+  absl::StatusOr<ShardStore::PreparedPush> prepared =
+      c_.store->PreparePush(request, grads, /*allow_future_versions=*/restored);
+  if (!prepared.ok()) {
+    c_.workers->FinishPush(&*claim, /*applied=*/false);
+    c_.stats->RecordBadInput();
+    c_.logger->debug("push from worker {} refused: {}", ref.worker_id(),
+                     prepared.status().ToString());
+    return prepared.status();
+  }
+  if (restored) {
+    c_.store->RefusePush(request, *prepared, REFUSED_RESTORED, response);
+  } else {
+    c_.store->ApplyPush(request, grads, *prepared, c_.rule, response);
+  }
+  // Settled either way: a retry of a refused push gets the same answer.
+  c_.workers->FinishPush(&*claim, /*applied=*/true);
+  c_.stats->RecordPush(bytes, /*duplicate=*/false, *response);
+  return absl::OkStatus();
+}
+
+grpc::ServerUnaryReactor* PsService::Push(grpc::CallbackServerContext* ctx,
+                                          const grpc::ByteBuffer* in,
+                                          grpc::ByteBuffer* out) {
+  return ServeUnary<PushRequest, PushResponse>(
+      c_.stats, ctx, in, out,
+      [this](const PushRequest& request, PushResponse* response) {
+        if (request.wire_dtype() != WIRE_F32) {
+          c_.stats->RecordBadInput();
+          return absl::InvalidArgumentError(
+              "Push carries float32; wire_dtype is for PushStream");
+        }
+        return DoPush(request, ShardStore::PayloadsOf(request), response);
+      });
+}
+
+grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>*
+PsService::PullStream(grpc::CallbackServerContext* /*ctx*/) {
+  return new PullStreamReactor(this);
+}
+
+grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>*
+PsService::PushStream(grpc::CallbackServerContext* /*ctx*/) {
+  return new PushStreamReactor(this);
+}
+
 
 grpc::ServerUnaryReactor* PsService::Status(grpc::CallbackServerContext* ctx,
-                                            const StatusRequest* /*request*/,
-                                            StatusResponse* response) {
-  FillStatus(response);
-  return Finish(ctx, absl::OkStatus());
+                                            const grpc::ByteBuffer* in,
+                                            grpc::ByteBuffer* out) {
+  return ServeUnary<StatusRequest, StatusResponse>(
+      c_.stats, ctx, in, out,
+      [this](const StatusRequest&, StatusResponse* response) {
+        FillStatus(response);
+        return absl::OkStatus();
+      });
 }
 
-grpc::ServerUnaryReactor* PsService::Checkpoint(
-    grpc::CallbackServerContext* ctx, const CheckpointRequest* /*request*/,
-    CheckpointResponse* response) {
-  if (checkpointer_ == nullptr) {
+grpc::ServerUnaryReactor* PsService::Checkpoint(grpc::CallbackServerContext* ctx,
+                                                const grpc::ByteBuffer* in,
+                                                grpc::ByteBuffer* out) {
+  CheckpointRequest request;
+  absl::Status s = ParseFromByteBuffer(*in, &request);
+  if (!s.ok()) {
+    c_.stats->RecordBadInput();
+    return Finish(ctx, s);
+  }
+  if (c_.checkpointer == nullptr) {
     return Finish(ctx, absl::FailedPreconditionError(
                            "checkpoints are off on this shard (start "
                            "ps_server with --checkpoint_dir)"));
   }
   grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
-  checkpointer_->Request(
-      [reactor, response](const absl::StatusOr<CheckpointInfo>& info) {
-        if (info.ok()) *response->mutable_checkpoint() = *info;
+  c_.checkpointer->Request(
+      [reactor, out](const absl::StatusOr<CheckpointInfo>& info) {
+        if (info.ok()) {
+          CheckpointResponse response;
+          *response.mutable_checkpoint() = *info;
+          *out = SerializeToByteBuffer(response);
+        }
         reactor->Finish(ToGrpcStatus(info.status()));
       });
   return reactor;
 }
 
 void PsService::FillStatus(StatusResponse* r) {
-  r->set_shard_index(identity_.shard_index);
-  r->set_num_shards(identity_.num_shards);
+  r->set_shard_index(c_.shard_index);
+  r->set_num_shards(c_.num_shards);
   {
     absl::MutexLock l(&mu_);
     r->set_address(address_);
   }
-  r->set_build_version(identity_.build_version);
-  r->set_uptime_ms(absl::ToInt64Milliseconds(absl::Now() - start_time_));
-  *r->mutable_policy() = identity_.policy;
-  const StoreSize size = store_->Size();
+  r->set_build_version(c_.build_version);
+  const absl::Time now = c_.clock->Now();
+  r->set_uptime_ms(absl::ToInt64Milliseconds(now - start_time_));
+  *r->mutable_policy() = c_.policy;
+  const StoreSize size = c_.store->Size();
   r->set_tensors(size.tensors);
   r->set_slices(size.slices);
   r->set_parameter_bytes(size.parameter_bytes);
-  stats_->Snapshot(r->mutable_counters(), r->mutable_staleness(),
-                   r->mutable_rates());
-  r->mutable_counters()->set_evictions(workers_->evictions());
-  if (checkpointer_ != nullptr) {
-    r->mutable_counters()->set_checkpoints_written(checkpointer_->written());
-    r->mutable_counters()->set_checkpoints_failed(checkpointer_->failed());
-    CheckpointInfo last = checkpointer_->last();
+  r->set_max_parameter_bytes(c_.max_parameter_bytes);
+  r->set_reserved_parameter_bytes(size.reserved_bytes);
+  r->set_shard_epoch(c_.epoch);
+  c_.stats->Snapshot(r->mutable_counters(), r->mutable_staleness(),
+                     r->mutable_rates());
+  const RegistryCounters rc = c_.workers->counters();
+  Counters* counters = r->mutable_counters();
+  counters->set_evictions(rc.evictions);
+  counters->set_fenced_calls(rc.fenced_calls);
+  counters->set_worker_restarts(rc.restarts);
+  counters->set_cancelled_pulls(rc.cancelled_pulls);
+  if (c_.checkpointer != nullptr) {
+    counters->set_checkpoints_written(c_.checkpointer->written());
+    counters->set_checkpoints_failed(c_.checkpointer->failed());
+    CheckpointInfo last = c_.checkpointer->last();
     if (!last.path().empty()) *r->mutable_last_checkpoint() = std::move(last);
   }
-  if (!restored_from_.path().empty()) {
-    *r->mutable_restored_from() = restored_from_;
+  if (!c_.restored_from.path().empty()) {
+    *r->mutable_restored_from() = c_.restored_from;
   }
 
-  const std::vector<WorkerInfo> workers = workers_->Workers();
-  int64_t max_clock = 0;
+  const std::vector<WorkerInfo> workers = c_.workers->Workers();
+  int64_t max_clock = 0, min_clock = std::numeric_limits<int64_t>::max();
   for (const WorkerInfo& w : workers) {
-    if (w.live) max_clock = std::max(max_clock, w.clock);
+    if (!w.live) continue;
+    max_clock = std::max(max_clock, w.clock);
+    min_clock = std::min(min_clock, w.clock);
   }
-  const int64_t min_clock = workers_->MinLiveClock();
   r->set_min_clock(min_clock == std::numeric_limits<int64_t>::max() ? 0
                                                                     : min_clock);
   r->set_max_clock(max_clock);
-  const absl::Time now = workers_->options().now();
   for (const WorkerInfo& w : workers) {
     WorkerStatus* ws = r->add_workers();
     ws->set_worker_id(w.worker_id);
@@ -351,6 +729,8 @@ void PsService::FillStatus(StatusResponse* r) {
     ws->set_pushes(w.pushes);
     ws->set_live(w.live);
     ws->set_left(w.left);
+    ws->set_restarts(w.restarts);
+    ws->set_waiting_pulls(w.waiting_pulls);
   }
 }
 

@@ -1,6 +1,7 @@
 #ifndef ASYNCPS_SERVER_PS_SERVICE_H_
 #define ASYNCPS_SERVER_PS_SERVICE_H_
 
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <string>
@@ -9,90 +10,110 @@
 
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
-#include "absl/types/span.h"
-#include "common/float_codec.h"
 #include "absl/time/time.h"
+#include "absl/types/span.h"
+#include "common/clock.h"
+#include "common/payload.h"
 #include "proto/asyncps.grpc.pb.h"
 #include "server/checkpointer.h"
-#include "server/push_dedup.h"
+#include "server/push_gate.h"
 #include "server/shard_stats.h"
-#include "server/shard_store.h"
-#include "server/worker_table.h"
+#include "server/worker_registry.h"
 #include "spdlog/spdlog.h"
+#include "store/shard_store.h"
 
 namespace asyncps {
 
-// What the service reports about itself in Status.
-struct ServiceIdentity {
+// What the service works on and reports about itself. Pointers are not
+// owned and must outlive the service.
+struct ServiceContext {
   int shard_index = 0;
   int num_shards = 1;
   std::string build_version;
   StalenessPolicy policy;
+  StalenessRule rule;
+  uint64_t max_parameter_bytes = 0;  // for Status
+  // This process's epoch (see PullResponse.shard_epoch); nonzero.
+  uint64_t epoch = 1;
+  CheckpointInfo restored_from;  // empty when none
+  ShardStore* store = nullptr;
+  WorkerRegistry* workers = nullptr;
+  ShardStats* stats = nullptr;
+  PushGate* gate = nullptr;
+  Checkpointer* checkpointer = nullptr;  // null when checkpoints are off
+  Clock* clock = Clock::Real();
+  std::shared_ptr<spdlog::logger> logger;
 };
 
-// The ParameterServer gRPC service of one shard, on gRPC's callback API.
-// Handlers validate input, then work on the store; a pull that must wait for
-// slower workers registers a callback with the WorkerTable and returns, so no
-// gRPC thread is held while it waits. absl::Status becomes grpc::Status here
-// and nowhere else on the server.
-//
-// PullFast and PushFast are raw methods (grpc::ByteBuffer in and out) in the
-// framing of common/fast_frame.h: gradients are validated and applied in
-// place from gRPC's receive buffers, pulled values are copied once, under
-// the slice lock, into the slices that are sent. They share every step after
-// the framing with Pull and Push.
-//
-// Checkpoint hands the write to the Checkpointer's thread and finishes the
-// call from there.
-//
-// Thread-safe. The store, table, stats and checkpointer are not owned and
-// must outlive it.
-class PsService final
-    : public ParameterServer::WithRawCallbackMethod_PullFast<
-          ParameterServer::WithRawCallbackMethod_PushFast<
-              ParameterServer::CallbackService>> {
- public:
-  // `checkpointer` is null when checkpoints are off; `restored_from` is the
-  // checkpoint the store was loaded from (empty when none), for Status.
-  PsService(ServiceIdentity identity, ShardStore* store, WorkerTable* workers,
-            ShardStats* stats, StalenessRule rule,
-            std::shared_ptr<spdlog::logger> logger,
-            Checkpointer* checkpointer = nullptr,
-            CheckpointInfo restored_from = CheckpointInfo());
+// Every method of asyncps.ParameterServer as a raw callback method: the
+// service parses requests itself, so a request that does not parse is
+// answered INVALID_ARGUMENT (and counted) like any other bad input instead
+// of failing inside gRPC.
+using RawParameterServerService =
+    ParameterServer::WithRawCallbackMethod_CreateTensor<
+        ParameterServer::WithRawCallbackMethod_ListTensors<
+            ParameterServer::WithRawCallbackMethod_Heartbeat<
+                ParameterServer::WithRawCallbackMethod_Pull<
+                    ParameterServer::WithRawCallbackMethod_Push<
+                        ParameterServer::WithRawCallbackMethod_Status<
+                            ParameterServer::WithRawCallbackMethod_PullStream<
+                                ParameterServer::WithRawCallbackMethod_PushStream<
+                                    ParameterServer::
+                                        WithRawCallbackMethod_Checkpoint<
+                                            ParameterServer::
+                                                Service>>>>>>>>>;
 
-  grpc::ServerUnaryReactor* CreateTensor(
-      grpc::CallbackServerContext* ctx, const CreateTensorRequest* request,
-      CreateTensorResponse* response) override;
+// The ParameterServer gRPC service of one shard, on gRPC's callback API.
+// Handlers validate input, then work on the store and the worker registry;
+// absl::Status becomes grpc::Status here and nowhere else on the server.
+//
+// Pushes: the worker is identified (fencing) and the push's sequence number
+// claimed (de-duplication) before its payload is looked at, so a retried
+// duplicate costs no validation; then the whole push is validated (all or
+// nothing) and applied slice by slice, in place from the bytes received,
+// inside a PushGate pass so that checkpoints are consistent cuts.
+//
+// Pulls: a pull that must wait for slower workers registers a callback with
+// the registry and returns, so no gRPC thread is held while it waits; its
+// values are copied out (once, under each slice's lock, into the buffers
+// that are sent) by the thread that releases it, or the registry's
+// executor. A pull whose caller goes away is dropped from the waits.
+//
+// The streams (PullStream / PushStream) carry the same requests, each
+// answered by request_id, with payloads framed as in common/fast_frame.h.
+//
+// Thread-safe.
+class PsService final : public RawParameterServerService {
+ public:
+  explicit PsService(ServiceContext context);
+
+  grpc::ServerUnaryReactor* CreateTensor(grpc::CallbackServerContext* ctx,
+                                         const grpc::ByteBuffer* request,
+                                         grpc::ByteBuffer* response) override;
   grpc::ServerUnaryReactor* ListTensors(grpc::CallbackServerContext* ctx,
-                                        const ListTensorsRequest* request,
-                                        ListTensorsResponse* response) override;
+                                        const grpc::ByteBuffer* request,
+                                        grpc::ByteBuffer* response) override;
   grpc::ServerUnaryReactor* Heartbeat(grpc::CallbackServerContext* ctx,
-                                      const HeartbeatRequest* request,
-                                      HeartbeatResponse* response) override;
+                                      const grpc::ByteBuffer* request,
+                                      grpc::ByteBuffer* response) override;
   grpc::ServerUnaryReactor* Pull(grpc::CallbackServerContext* ctx,
-                                 const PullRequest* request,
-                                 PullResponse* response) override;
+                                 const grpc::ByteBuffer* request,
+                                 grpc::ByteBuffer* response) override;
   grpc::ServerUnaryReactor* Push(grpc::CallbackServerContext* ctx,
-                                 const PushRequest* request,
-                                 PushResponse* response) override;
+                                 const grpc::ByteBuffer* request,
+                                 grpc::ByteBuffer* response) override;
   grpc::ServerUnaryReactor* Status(grpc::CallbackServerContext* ctx,
-                                   const StatusRequest* request,
-                                   StatusResponse* response) override;
+                                   const grpc::ByteBuffer* request,
+                                   grpc::ByteBuffer* response) override;
   // Answers once the checkpoint is durable (or failed); FAILED_PRECONDITION
   // when checkpoints are off.
   grpc::ServerUnaryReactor* Checkpoint(grpc::CallbackServerContext* ctx,
-                                       const CheckpointRequest* request,
-                                       CheckpointResponse* response) override;
-  // Request: a serialized PullRequest. Response: a frame (PullResponse
-  // header, then every slice's values).
-  grpc::ServerUnaryReactor* PullFast(grpc::CallbackServerContext* ctx,
-                                     const grpc::ByteBuffer* request,
-                                     grpc::ByteBuffer* response) override;
-  // Request: a frame (PushRequest header, then every gradient).
-  // Response: a serialized PushResponse.
-  grpc::ServerUnaryReactor* PushFast(grpc::CallbackServerContext* ctx,
-                                     const grpc::ByteBuffer* request,
-                                     grpc::ByteBuffer* response) override;
+                                       const grpc::ByteBuffer* request,
+                                       grpc::ByteBuffer* response) override;
+  grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>* PullStream(
+      grpc::CallbackServerContext* ctx) override;
+  grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>* PushStream(
+      grpc::CallbackServerContext* ctx) override;
 
   // The Status RPC's answer, also used by the metrics endpoint.
   void FillStatus(StatusResponse* response);
@@ -103,34 +124,33 @@ class PsService final
     address_ = address;
   }
 
- private:
-  // Copies a pull's slices into the response once the pull may go ahead;
-  // gets the time waited, returns the payload bytes copied.
-  using PullCopy = std::function<absl::StatusOr<uint64_t>(int64_t waited_us)>;
+  // ---- The steps shared by the unary methods and the streams.
 
-  // Pull and PullFast after parsing: validates the pull, renews the worker,
-  // waits (without a thread) for the consistency model, then runs copy_out
-  // and finishes the call. `request` need only live until this returns.
-  grpc::ServerUnaryReactor* StartPull(grpc::CallbackServerContext* ctx,
-                                      const PullRequest& request,
-                                      PullCopy copy_out);
-  // Push and PushFast after parsing: validates the worker and every
-  // gradient (grads[i] is the payload of request.grads(i)), applies the push
-  // once per (worker, incarnation, seq), records it and the worker's clock.
-  absl::Status DoPush(const PushRequest& request,
-                      absl::Span<const FloatPayload> grads,
+  // Identifies the caller (fencing), claims the push's seq, validates every
+  // gradient (grads[i] is the payload of request.grads(i)) and applies the
+  // push once per (worker, incarnation, seq); records it.
+  absl::Status DoPush(const PushRequest& request, absl::Span<const Payload> grads,
                       PushResponse* response);
 
-  const ServiceIdentity identity_;
-  ShardStore* const store_;
-  WorkerTable* const workers_;
-  ShardStats* const stats_;
-  const StalenessRule rule_;
-  const std::shared_ptr<spdlog::logger> logger_;
+  // Validates a pull and admits its caller; *target is the clock the
+  // consistency model waits for.
+  absl::Status BeginPull(const PullRequest& request, int64_t* target);
+
+  // Copies the pulled slices into a PullResponse (values in `bytes`).
+  absl::Status CopyPull(const PullRequest& request, PullResponse* response);
+  // Copies the pulled slices into a frame (PullResponse header, payload in
+  // the request's wire_dtype); counts the bytes.
+  absl::StatusOr<grpc::ByteBuffer> CopyPullFrame(const PullRequest& request,
+                                                 PullResponse* header);
+
+  // Counts a finished wait (time out) and logs it.
+  void NoteWaitEnd(const PullRequest& request, const absl::Status& status);
+
+  const ServiceContext& context() const { return c_; }
+
+ private:
+  const ServiceContext c_;
   const absl::Time start_time_;
-  Checkpointer* const checkpointer_;
-  const CheckpointInfo restored_from_;
-  PushDedup dedup_;
   absl::Mutex mu_;
   std::string address_ ABSL_GUARDED_BY(mu_);
 };

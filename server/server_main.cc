@@ -12,6 +12,7 @@
 // restored at start or the final one could not be written, 2 for bad flags
 // or a start failure.
 #include <signal.h>
+#include <unistd.h>
 
 #include <cstdio>
 #include <fstream>
@@ -20,6 +21,8 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
+#include "absl/strings/ascii.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "common/port_file.h"
 #include "common/logging.h"
@@ -64,6 +67,13 @@ ABSL_FLAG(int64_t, worker_lease_ms, 10000,
           "A worker silent this long is evicted from the clock computation.");
 ABSL_FLAG(int64_t, pull_wait_timeout_ms, 60000,
           "Longest an SSP/BSP pull waits before DEADLINE_EXCEEDED.");
+ABSL_FLAG(std::string, max_parameter_bytes, "auto",
+          "Most bytes this shard's tensors may take (values, optimizer state "
+          "and bookkeeping of its slices), checked before anything is "
+          "allocated: a CreateTensor beyond it is RESOURCE_EXHAUSTED. A byte "
+          "count (suffixes K, M, G, T: powers of 1024), or auto = 40% of the "
+          "machine's physical memory (a checkpoint needs about as much again "
+          "while it is captured).");
 ABSL_FLAG(std::string, checkpoint_dir, "",
           "Directory for this shard's checkpoint file "
           "(shard-<i>-of-<n>.ckpt); empty = checkpoints off. Written on the "
@@ -97,6 +107,38 @@ ABSL_FLAG(bool, version, false, "Print the version and exit.");
 
 namespace asyncps {
 namespace {
+
+// "auto" (40% of physical memory), or a byte count with an optional K/M/G/T
+// suffix (powers of 1024). Must be > 0.
+absl::StatusOr<uint64_t> ParseByteSize(const std::string& text) {
+  if (text == "auto") {
+    const long pages = sysconf(_SC_PHYS_PAGES);
+    const long page = sysconf(_SC_PAGE_SIZE);
+    if (pages <= 0 || page <= 0) {
+      return absl::InternalError("cannot read the machine's memory size");
+    }
+    return static_cast<uint64_t>(pages) * static_cast<uint64_t>(page) / 10 * 4;
+  }
+  absl::string_view digits = text;
+  uint64_t unit = 1;
+  if (!digits.empty()) {
+    switch (absl::ascii_toupper(digits.back())) {
+      case 'K': unit = uint64_t{1} << 10; break;
+      case 'M': unit = uint64_t{1} << 20; break;
+      case 'G': unit = uint64_t{1} << 30; break;
+      case 'T': unit = uint64_t{1} << 40; break;
+      default: break;
+    }
+    if (unit != 1) digits.remove_suffix(1);
+  }
+  uint64_t n = 0, bytes = 0;
+  if (!absl::SimpleAtoi(digits, &n) || n == 0 ||
+      __builtin_mul_overflow(n, unit, &bytes)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "must be auto or a positive byte count such as 8G, got '", text, "'"));
+  }
+  return bytes;
+}
 
 int Fail(const std::string& message) {
   std::fprintf(stderr, "ps_server: %s\n", message.c_str());
@@ -145,19 +187,19 @@ absl::StatusOr<PsServerOptions> OptionsFromFlags() {
   const std::string mode = absl::GetFlag(FLAGS_consistency);
   const int64_t slack = absl::GetFlag(FLAGS_ssp_slack);
   if (mode == "asp" || mode == "bsp") {
-    o.consistency.consistency = mode == "asp" ? ASP : BSP;
+    o.workers.consistency = mode == "asp" ? ASP : BSP;
     if (slack != -1) {
       return absl::InvalidArgumentError(absl::StrCat(
           "--ssp_slack applies only to --consistency=ssp (got --consistency=",
           mode, ")"));
     }
   } else if (mode == "ssp") {
-    o.consistency.consistency = SSP;
+    o.workers.consistency = SSP;
     if (slack < -1) {
       return absl::InvalidArgumentError(
           absl::StrCat("--ssp_slack must be >= 0, got ", slack));
     }
-    o.consistency.ssp_slack = slack == -1 ? 3 : slack;
+    o.workers.ssp_slack = slack == -1 ? 3 : slack;
   } else {
     return absl::InvalidArgumentError(absl::StrCat(
         "--consistency must be asp, ssp or bsp, got '", mode, "'"));
@@ -179,13 +221,20 @@ absl::StatusOr<PsServerOptions> OptionsFromFlags() {
     return absl::InvalidArgumentError(
         absl::StrCat("--worker_lease_ms must be >= 1, got ", lease));
   }
-  o.consistency.worker_lease = absl::Milliseconds(lease);
+  o.workers.worker_lease = absl::Milliseconds(lease);
   const int64_t wait = absl::GetFlag(FLAGS_pull_wait_timeout_ms);
   if (wait < 1) {
     return absl::InvalidArgumentError(
         absl::StrCat("--pull_wait_timeout_ms must be >= 1, got ", wait));
   }
-  o.consistency.pull_wait_timeout = absl::Milliseconds(wait);
+  o.workers.pull_wait_timeout = absl::Milliseconds(wait);
+  absl::StatusOr<uint64_t> cap =
+      ParseByteSize(absl::GetFlag(FLAGS_max_parameter_bytes));
+  if (!cap.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--max_parameter_bytes: ", cap.status().message()));
+  }
+  o.store.max_parameter_bytes = *cap;
   o.checkpoint_dir = absl::GetFlag(FLAGS_checkpoint_dir);
   const int64_t every = absl::GetFlag(FLAGS_checkpoint_every_s);
   if (every < 0) {
@@ -241,7 +290,8 @@ int Main(int argc, char** argv) {
       PsServer::Start(*std::move(options));
   if (!server.ok()) {
     const absl::Status& s = server.status();
-    if (restore && (absl::IsDataLoss(s) || absl::IsFailedPrecondition(s))) {
+    if (restore && (absl::IsDataLoss(s) || absl::IsFailedPrecondition(s) ||
+                    absl::IsResourceExhausted(s))) {
       std::fprintf(stderr,
                    "ps_server: cannot restore: %s\n(start with "
                    "--restore=false to start empty; the next checkpoint "

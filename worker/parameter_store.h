@@ -8,18 +8,35 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "client/ps_client.h"
 #include "proto/asyncps.pb.h"
-#include "worker/ps_client.h"
 
 namespace asyncps {
 
 // Where a training loop's parameters live: the sharded cluster, or this
-// process (the --local baseline). Both run the same server-side optimizer
-// code, so a local run and a cluster run differ only in distribution.
+// process (the --local baseline). Both run the same parameter-store code
+// (store/), so a local run and a cluster run differ only in distribution.
+// Pulls and pushes are started and waited for separately, so that a loop
+// can overlap them with its computation.
 //
-// Thread-compatible.
+// Thread-compatible: one training loop drives it.
 class ParameterStore {
  public:
+  // A pull or push in flight; Wait() returns its outcome (again on later
+  // calls). Destroying one waits for it.
+  class PendingPull {
+   public:
+    virtual ~PendingPull() = default;
+    virtual absl::Status Wait() = 0;
+    // What was read; valid after Wait returned OK.
+    virtual const ReadSet& read() const = 0;
+  };
+  class PendingPush {
+   public:
+    virtual ~PendingPush() = default;
+    virtual absl::StatusOr<PushSummary> Wait() = 0;
+  };
+
   virtual ~ParameterStore() = default;
 
   // Idempotent creation (the creating worker).
@@ -27,11 +44,17 @@ class ParameterStore {
   // Waits until tensors created by another worker exist.
   virtual absl::Status WaitFor(const std::vector<std::string>& names,
                                absl::Duration timeout) = 0;
-  virtual absl::Status Pull(
-      int64_t clock, const std::vector<std::pair<std::string, float*>>& outs) = 0;
-  virtual absl::StatusOr<PushSummary> Push(
+  // Registers this process; says where to continue (see Registration).
+  virtual absl::StatusOr<Registration> Register() = 0;
+  // As PsClient::StartPull / StartPush: the buffers (and the gradient
+  // memory) stay untouched until the operation's Wait returned.
+  virtual std::unique_ptr<PendingPull> StartPull(
+      int64_t clock, int64_t for_clock,
+      const std::vector<std::pair<std::string, float*>>& outs) = 0;
+  virtual std::unique_ptr<PendingPush> StartPush(
       int64_t clock,
-      const std::vector<std::pair<std::string, const float*>>& grads) = 0;
+      const std::vector<std::pair<std::string, const float*>>& grads,
+      const ReadSet& read) = 0;
   // Renews the lease / says goodbye; a no-op locally.
   virtual absl::Status Heartbeat(int64_t clock, bool leaving) = 0;
   // Number of workers still training (0 locally once done); the final
@@ -41,9 +64,6 @@ class ParameterStore {
 
 // The cluster, through a PsClient.
 std::unique_ptr<ParameterStore> MakeRemoteStore(std::unique_ptr<PsClient> client);
-
-// An in-process single shard (no gRPC, no staleness).
-std::unique_ptr<ParameterStore> MakeLocalStore();
 
 }  // namespace asyncps
 

@@ -1,6 +1,7 @@
 #include "worker/trainer.h"
 
 #include <algorithm>
+#include <deque>
 #include <fstream>
 #include <random>
 #include <thread>
@@ -38,29 +39,35 @@ std::vector<TensorSpec> ModelSpecs(const std::vector<int>& layer_sizes,
 
 namespace {
 
-// Host-side parameter and gradient buffers, one per model tensor, in the
-// backend's host memory (pinned for CUDA): pulls land there and copies to
-// and from the device run at full speed.
-struct HostTensors {
-  std::vector<HostBuffer> params, grads;
-  std::vector<std::pair<std::string, float*>> pull_targets;
-  std::vector<std::pair<std::string, const float*>> push_sources;
-  std::vector<const float*> param_ptrs;
-  std::vector<float*> grad_ptrs;
+// One set of host buffers, one per model tensor, in the backend's host
+// memory (pinned for CUDA), and the views the store and the model take.
+struct TensorSet {
+  std::vector<HostBuffer> buffers;
+  std::vector<std::pair<std::string, float*>> named;
+  std::vector<std::pair<std::string, const float*>> named_const;
+  std::vector<const float*> ptrs;
+  std::vector<float*> mutable_ptrs;
 
-  HostTensors(const std::vector<ParamInfo>& infos, Backend* backend) {
+  TensorSet(const std::vector<ParamInfo>& infos, Backend* backend) {
     for (const ParamInfo& p : infos) {
-      params.emplace_back(backend, p.num_elements());
-      grads.emplace_back(backend, p.num_elements());
+      buffers.emplace_back(backend, p.num_elements());
     }
     for (size_t i = 0; i < infos.size(); ++i) {
-      pull_targets.emplace_back(infos[i].name, params[i].data());
-      push_sources.emplace_back(infos[i].name, grads[i].data());
-      param_ptrs.push_back(params[i].data());
-      grad_ptrs.push_back(grads[i].data());
+      named.emplace_back(infos[i].name, buffers[i].data());
+      named_const.emplace_back(infos[i].name, buffers[i].data());
+      ptrs.push_back(buffers[i].data());
+      mutable_ptrs.push_back(buffers[i].data());
     }
   }
 };
+
+std::string FormatEta(double seconds) {
+  if (!(seconds >= 0) || seconds > 1e7) return "?";
+  const int64_t s = static_cast<int64_t>(seconds + 0.5);
+  if (s >= 3600) return absl::StrFormat("%dh%02dm", s / 3600, s / 60 % 60);
+  if (s >= 60) return absl::StrFormat("%dm%02ds", s / 60, s % 60);
+  return absl::StrFormat("%ds", s);
+}
 
 class Run {
  public:
@@ -76,62 +83,38 @@ class Run {
   absl::StatusOr<TrainResult> Go() {
     absl::Status s = Setup();
     if (!s.ok()) return s;
-    start_ = absl::Now();
-    const int64_t steps_per_epoch =
-        (share_.size() + o_.batch_size - 1) / o_.batch_size;
-    const int64_t eval_every =
-        o_.eval_every_steps > 0 ? o_.eval_every_steps : steps_per_epoch;
-    std::vector<float> x(static_cast<size_t>(o_.batch_size) * train_.dim);
-    std::vector<int32_t> y(o_.batch_size);
-    bool done = false;
-    for (int64_t epoch = 0; epoch < o_.epochs && !done; ++epoch) {
-      const std::vector<int64_t> order =
-          EpochOrder(share_, o_.seed, o_.worker_id, epoch);
-      for (size_t at = 0; at < order.size(); at += o_.batch_size) {
-        const int batch = static_cast<int>(
-            std::min<size_t>(o_.batch_size, order.size() - at));
-        for (int i = 0; i < batch; ++i) {
-          const int64_t ex = order[at + i];
-          std::copy_n(train_.images.data() + ex * train_.dim, train_.dim,
-                      x.data() + static_cast<size_t>(i) * train_.dim);
-          y[i] = train_.labels[ex];
-        }
-        s = Step(x.data(), y.data(), batch);
-        if (!s.ok()) return s;
-        if (result_.steps % o_.log_every_steps == 0) Progress(epoch);
-        if (o_.evaluate && result_.steps % eval_every == 0) {
-          s = Evaluate(epoch, /*final=*/false);
-          if (!s.ok()) return s;
-        }
-        if (o_.max_steps > 0 && result_.steps >= o_.max_steps) {
-          done = true;
-          break;
-        }
-      }
-      epoch_ = epoch + 1;
-    }
-    result_.wall_s = absl::ToDoubleSeconds(absl::Now() - start_);
+    start_ = o_.clock->Now();
+    s = Loop();
+    if (!s.ok()) return Abort(s);
+    // Every push this worker made is answered before it leaves.
+    s = DrainPushes();
+    if (!s.ok()) return Abort(s);
+    result_.wall_s = absl::ToDoubleSeconds(o_.clock->Now() - start_);
     result_.examples_per_s = result_.examples / std::max(result_.wall_s, 1e-9);
     result_.mean_staleness =
         staleness_count_ ? staleness_sum_ / staleness_count_ : 0.0;
     s = store_->Heartbeat(clock_, /*leaving=*/true);
     if (!s.ok()) return s;
-    std::fprintf(o_.progress,
-                 "worker %d done: %ld steps, %ld examples in %.1f s (%.0f "
-                 "examples/s), refused slices %ld, staleness mean %.2f max "
-                 "%lu\n",
-                 o_.worker_id, static_cast<long>(result_.steps),
-                 static_cast<long>(result_.examples), result_.wall_s,
-                 result_.examples_per_s, static_cast<long>(result_.refused_slices),
-                 result_.mean_staleness,
-                 static_cast<unsigned long>(result_.max_staleness));
+    std::fprintf(
+        o_.progress,
+        "%s worker %d %s: steps %ld..%ld (%ld examples) in %.1f s, %.0f "
+        "examples/s, refused slices %ld, staleness mean %.2f max %lu\n",
+        Timestamp().c_str(), o_.worker_id,
+        result_.stopped ? "stopped early" : "done",
+        static_cast<long>(result_.first_step), static_cast<long>(steps_done_),
+        static_cast<long>(result_.examples), result_.wall_s,
+        result_.examples_per_s, static_cast<long>(result_.refused_slices),
+        result_.mean_staleness,
+        static_cast<unsigned long>(result_.max_staleness));
     std::fflush(o_.progress);
-    if (o_.evaluate) {
+    if (o_.evaluate && !result_.stopped) {
       s = WaitForOthers();
       if (!s.ok()) return s;
-      s = store_->Pull(clock_, host_->pull_targets);
+      std::unique_ptr<ParameterStore::PendingPull> last =
+          store_->StartPull(clock_, clock_, params_[0]->named);
+      s = last->Wait();
       if (!s.ok()) return s;
-      s = Evaluate(epoch_, /*final=*/true);
+      s = Evaluate(*params_[0], /*final=*/true);
       if (!s.ok()) return s;
       s = store_->Heartbeat(clock_, /*leaving=*/true);
       if (!s.ok()) return s;
@@ -141,12 +124,15 @@ class Run {
 
  private:
   absl::Status Setup() {
-    if (o_.logger == nullptr) {
-      return absl::InvalidArgumentError("TrainerOptions.logger is required");
-    }
-    if (o_.batch_size < 1 || o_.epochs < 1 || o_.log_every_steps < 1) {
+    if (o_.logger == nullptr || o_.clock == nullptr) {
       return absl::InvalidArgumentError(
-          "batch_size, epochs and log_every_steps must be >= 1");
+          "TrainerOptions.logger and clock are required");
+    }
+    if (o_.batch_size < 1 || o_.epochs < 1 || o_.log_every_steps < 1 ||
+        o_.max_pushes_in_flight < 1 || o_.push_every < 1) {
+      return absl::InvalidArgumentError(
+          "batch_size, epochs, log_every_steps, max_pushes_in_flight and "
+          "push_every must be >= 1");
     }
     if (train_.dim != o_.layer_sizes.front() || test_.dim != train_.dim) {
       return absl::InvalidArgumentError(absl::StrCat(
@@ -162,11 +148,22 @@ class Run {
           "worker ", o_.worker_id, " of ", o_.num_workers,
           " has no training examples"));
     }
+    steps_per_epoch_ = (share_.size() + o_.batch_size - 1) / o_.batch_size;
+    total_steps_ =
+        o_.max_steps > 0 ? o_.max_steps : steps_per_epoch_ * o_.epochs;
     absl::StatusOr<std::unique_ptr<Mlp>> mlp =
         Mlp::Create(o_.layer_sizes, o_.batch_size, backend_);
     if (!mlp.ok()) return mlp.status();
     mlp_ = *std::move(mlp);
-    host_ = std::make_unique<HostTensors>(mlp_->params(), backend_);
+    for (int i = 0; i < 2; ++i) {
+      params_.push_back(std::make_unique<TensorSet>(mlp_->params(), backend_));
+    }
+    for (int i = 0; i <= o_.max_pushes_in_flight; ++i) {
+      grads_.push_back(std::make_unique<TensorSet>(mlp_->params(), backend_));
+    }
+    if (o_.push_every > 1) {
+      step_grads_ = std::make_unique<TensorSet>(mlp_->params(), backend_);
+    }
     const std::vector<TensorSpec> specs =
         ModelSpecs(o_.layer_sizes, o_.optimizer, o_.seed);
     if (o_.create_tensors) {
@@ -179,6 +176,18 @@ class Run {
       absl::Status s = store_->WaitFor(names, o_.wait_for_tensors);
       if (!s.ok()) return s;
     }
+    absl::StatusOr<Registration> reg = store_->Register();
+    if (!reg.ok()) return reg.status();
+    clock_ = reg->resume_clock;
+    steps_done_ = std::min(total_steps_, reg->previous_clock * o_.push_every);
+    result_.first_step = steps_done_;
+    if (reg->previous_clock > 0 || reg->resume_clock > 0) {
+      o_.logger->info(
+          "resuming at step {} of {} (clock {}): an earlier process of worker "
+          "{} reached clock {}",
+          steps_done_, total_steps_, clock_, o_.worker_id,
+          reg->previous_clock);
+    }
     if (o_.evaluate && !o_.eval_csv.empty()) {
       csv_.open(o_.eval_csv, std::ios::trunc);
       if (!csv_) {
@@ -188,18 +197,132 @@ class Run {
       csv_ << "wall_s,step,epoch,test_accuracy,test_loss,refused,"
               "mean_staleness,max_staleness\n";
     }
-    o_.logger->info("worker {}/{}: {} examples [{}, {}), backend {}",
-                    o_.worker_id, o_.num_workers, share_.size(), share_.begin,
-                    share_.end, backend_->name());
+    o_.logger->info(
+        "worker {}/{}: {} examples [{}, {}), {} steps, backend {}, pipeline "
+        "{}, push every {} step(s)",
+        o_.worker_id, o_.num_workers, share_.size(), share_.begin, share_.end,
+        total_steps_, backend_->name(), o_.pipeline ? "on" : "off",
+        o_.push_every);
     return absl::OkStatus();
   }
 
-  absl::Status Step(const float* x, const int32_t* y, int batch) {
-    absl::Status s = store_->Pull(clock_, host_->pull_targets);
-    if (!s.ok()) return s;
+  bool StopRequested() const {
+    return o_.stop != nullptr && o_.stop->load(std::memory_order_relaxed);
+  }
+
+  // The minibatch of step `step` (epoch step / steps_per_epoch, shuffled
+  // per epoch) into x, y; returns its size.
+  int Batch(int64_t step, float* x, int32_t* y) {
+    const int64_t epoch = step / steps_per_epoch_;
+    if (epoch != order_epoch_) {
+      order_ = EpochOrder(share_, o_.seed, o_.worker_id, epoch);
+      order_epoch_ = epoch;
+    }
+    const size_t at = static_cast<size_t>(step % steps_per_epoch_) * o_.batch_size;
+    const int batch =
+        static_cast<int>(std::min<size_t>(o_.batch_size, order_.size() - at));
+    for (int i = 0; i < batch; ++i) {
+      const int64_t ex = order_[at + i];
+      std::copy_n(train_.images.data() + ex * train_.dim, train_.dim,
+                  x + static_cast<size_t>(i) * train_.dim);
+      y[i] = train_.labels[ex];
+    }
+    return batch;
+  }
+
+  absl::Status Loop() {
+    std::vector<float> x(static_cast<size_t>(o_.batch_size) * train_.dim);
+    std::vector<int32_t> y(o_.batch_size);
+    const int64_t eval_every =
+        o_.eval_every_steps > 0 ? o_.eval_every_steps : steps_per_epoch_;
+    int cur = 0;  // params_[cur] receives the pull for the coming round
+    std::unique_ptr<ParameterStore::PendingPull> pull;
+    if (steps_done_ < total_steps_) {
+      pull = store_->StartPull(clock_, clock_, params_[cur]->named);
+    }
+    while (steps_done_ < total_steps_) {
+      absl::Status s = pull->Wait();
+      if (!s.ok()) return s;
+      const ReadSet read = pull->read();
+      pull.reset();
+      if (StopRequested()) {
+        result_.stopped = true;
+        o_.logger->info("stop requested: stopping after step {}", steps_done_);
+        return absl::OkStatus();
+      }
+      TensorSet& params = *params_[cur];
+      const int64_t round =
+          std::min<int64_t>(o_.push_every, total_steps_ - steps_done_);
+      // The gradient buffer of this push; the push that used it last must
+      // be answered (its memory released) first.
+      while (pushes_.size() >= static_cast<size_t>(o_.max_pushes_in_flight)) {
+        s = WaitOldestPush();
+        if (!s.ok()) return s;
+      }
+      TensorSet& grads = *grads_[pushes_made_ % grads_.size()];
+      for (int64_t j = 0; j < round; ++j) {
+        const bool last = j + 1 == round;
+        if (last && o_.pipeline && steps_done_ + 1 < total_steps_) {
+          // The next round's parameters, read while this step computes.
+          pull = store_->StartPull(clock_, clock_ + 1,
+                                   params_[1 - cur]->named);
+        }
+        const int batch = Batch(steps_done_, x.data(), y.data());
+        s = ComputeStep(params, grads, j, round, x.data(), y.data(), batch);
+        if (!s.ok()) return s;
+        Delay();
+        ++steps_done_;
+        ++result_.steps;
+        result_.examples += batch;
+        if (steps_done_ % o_.log_every_steps == 0) Progress();
+        if (o_.evaluate && steps_done_ % eval_every == 0) {
+          s = Evaluate(params, /*final=*/false);
+          if (!s.ok()) return s;
+        }
+      }
+      pushes_.push_back(store_->StartPush(clock_, grads.named_const, read));
+      ++pushes_made_;
+      ++clock_;
+      if (pull != nullptr) {
+        cur = 1 - cur;
+      } else if (steps_done_ < total_steps_) {
+        pull = store_->StartPull(clock_, clock_, params_[cur]->named);
+      }
+    }
+    return absl::OkStatus();
+  }
+
+  // One step's gradient into `grads`: the gradient itself when pushing
+  // every step; otherwise summed over the round, with the step applied to
+  // the local copy of the parameters (plain SGD) unless it is the last.
+  absl::Status ComputeStep(TensorSet& params, TensorSet& grads, int64_t j,
+                           int64_t round, const float* x, const int32_t* y,
+                           int batch) {
+    TensorSet& out = o_.push_every == 1 ? grads : *step_grads_;
     absl::StatusOr<SoftmaxXentResult> r = mlp_->ComputeGradients(
-        host_->param_ptrs, x, y, batch, host_->grad_ptrs);
+        params.ptrs, x, y, batch, out.mutable_ptrs);
     if (!r.ok()) return r.status();
+    window_loss_ += r->mean_loss;
+    window_correct_ += r->correct;
+    window_examples_ += batch;
+    ++window_steps_;
+    if (o_.push_every == 1) return absl::OkStatus();
+    const float lr = o_.optimizer.learning_rate();
+    const std::vector<ParamInfo>& infos = mlp_->params();
+    for (size_t t = 0; t < infos.size(); ++t) {
+      const int64_t n = infos[t].num_elements();
+      float* sum = grads.mutable_ptrs[t];
+      const float* g = out.ptrs[t];
+      float* w = params.mutable_ptrs[t];
+      for (int64_t i = 0; i < n; ++i) {
+        sum[i] = (j == 0 ? 0.0f : sum[i]) + g[i];
+        if (j + 1 < round) w[i] -= lr * g[i];
+      }
+    }
+    return absl::OkStatus();
+  }
+
+  void Delay() {
     if (o_.straggler_delay > absl::ZeroDuration()) {
       absl::SleepFor(o_.straggler_delay);
     }
@@ -208,13 +331,15 @@ class Run {
             o_.delay_spike_prob) {
       absl::SleepFor(o_.delay_spike);
     }
-    absl::StatusOr<PushSummary> push = store_->Push(clock_, host_->push_sources);
+  }
+
+  absl::Status WaitOldestPush() {
+    absl::StatusOr<PushSummary> push = pushes_.front()->Wait();
+    pushes_.pop_front();
     if (!push.ok()) return push.status();
-    ++clock_;
-    ++result_.steps;
-    result_.examples += batch;
+    const int64_t refused = push->refused_stale + push->refused_restored;
     result_.applied_slices += push->applied;
-    result_.refused_slices += push->refused_stale;
+    result_.refused_slices += refused;
     const int64_t n = push->applied + push->refused_stale;
     staleness_sum_ += push->mean_staleness * n;
     staleness_count_ += n;
@@ -222,27 +347,56 @@ class Run {
     window_staleness_count_ += n;
     result_.max_staleness = std::max(result_.max_staleness, push->max_staleness);
     window_max_staleness_ = std::max(window_max_staleness_, push->max_staleness);
-    window_loss_ += r->mean_loss;
-    window_correct_ += r->correct;
-    window_examples_ += batch;
-    ++window_steps_;
     return absl::OkStatus();
   }
 
-  void Progress(int64_t epoch) {
-    const absl::Time now = absl::Now();
-    const double dt = absl::ToDoubleSeconds(now - (last_progress_ == absl::InfinitePast() ? start_ : last_progress_));
+  absl::Status DrainPushes() {
+    while (!pushes_.empty()) {
+      absl::Status s = WaitOldestPush();
+      if (!s.ok()) return s;
+    }
+    return absl::OkStatus();
+  }
+
+  // A failed run still leaves (best effort) so that SSP/BSP peers need not
+  // wait out its lease.
+  absl::Status Abort(const absl::Status& s) {
+    pushes_.clear();  // each waits for its own end
+    store_->Heartbeat(clock_, /*leaving=*/true).IgnoreError();
+    return s;
+  }
+
+  std::string Timestamp() const {
+    return absl::FormatTime("%Y-%m-%d %H:%M:%S", o_.clock->Now(),
+                            absl::LocalTimeZone());
+  }
+
+  void Progress() {
+    const absl::Time now = o_.clock->Now();
+    const absl::Time since =
+        last_progress_ == absl::InfinitePast() ? start_ : last_progress_;
+    const double dt = std::max(absl::ToDoubleSeconds(now - since), 1e-9);
+    const double rate = window_steps_ / dt;  // steps per second
+    const int64_t left = total_steps_ - steps_done_;
     std::fprintf(
         o_.progress,
-        "worker %d epoch %ld step %ld loss %.4f train_acc %.3f examples/s %.0f "
-        "staleness mean %.2f max %lu refused %ld\n",
-        o_.worker_id, static_cast<long>(epoch), static_cast<long>(result_.steps),
+        "%s worker %d epoch %ld/%ld step %ld/%ld (%.1f%%) loss %.4f train_acc "
+        "%.3f examples/s %.0f staleness mean %.2f max %lu refused %ld ETA %s\n",
+        Timestamp().c_str(), o_.worker_id,
+        static_cast<long>(steps_done_ / steps_per_epoch_ + 1),
+        static_cast<long>((total_steps_ + steps_per_epoch_ - 1) /
+                          steps_per_epoch_),
+        static_cast<long>(steps_done_), static_cast<long>(total_steps_),
+        100.0 * steps_done_ / std::max<int64_t>(total_steps_, 1),
         window_loss_ / std::max<int64_t>(window_steps_, 1),
-        static_cast<double>(window_correct_) / std::max<int64_t>(window_examples_, 1),
-        window_examples_ / std::max(dt, 1e-9),
-        window_staleness_count_ ? window_staleness_sum_ / window_staleness_count_ : 0.0,
+        static_cast<double>(window_correct_) /
+            std::max<int64_t>(window_examples_, 1),
+        window_examples_ / dt,
+        window_staleness_count_ ? window_staleness_sum_ / window_staleness_count_
+                                : 0.0,
         static_cast<unsigned long>(window_max_staleness_),
-        static_cast<long>(result_.refused_slices));
+        static_cast<long>(result_.refused_slices),
+        FormatEta(rate > 0 ? left / rate : -1).c_str());
     std::fflush(o_.progress);
     last_progress_ = now;
     window_loss_ = 0;
@@ -252,12 +406,13 @@ class Run {
     window_max_staleness_ = 0;
   }
 
-  absl::Status Evaluate(int64_t epoch, bool final) {
+  absl::Status Evaluate(const TensorSet& params, bool final) {
     absl::StatusOr<SoftmaxXentResult> r = mlp_->Evaluate(
-        host_->param_ptrs, test_.images.data(), test_.labels.data(), test_.n);
+        params.ptrs, test_.images.data(), test_.labels.data(), test_.n);
     if (!r.ok()) return r.status();
     const double acc = static_cast<double>(r->correct) / test_.n;
-    const double wall = absl::ToDoubleSeconds(absl::Now() - start_);
+    const double wall = absl::ToDoubleSeconds(o_.clock->Now() - start_);
+    const int64_t epoch = steps_done_ / steps_per_epoch_;
     if (final) {
       result_.final_accuracy = acc;
       result_.final_loss = r->mean_loss;
@@ -265,15 +420,15 @@ class Run {
       std::fprintf(o_.progress, "final test accuracy: %.4f\n", acc);
     } else {
       std::fprintf(o_.progress,
-                   "eval epoch %ld step %ld wall %.1f s: test accuracy %.4f "
-                   "loss %.4f\n",
-                   static_cast<long>(epoch), static_cast<long>(result_.steps),
-                   wall, acc, r->mean_loss);
+                   "%s eval epoch %ld step %ld wall %.1f s: test accuracy "
+                   "%.4f loss %.4f\n",
+                   Timestamp().c_str(), static_cast<long>(epoch),
+                   static_cast<long>(steps_done_), wall, acc, r->mean_loss);
     }
     std::fflush(o_.progress);
     if (csv_.is_open()) {
       csv_ << absl::StrFormat(
-          "%.3f,%d,%d,%.4f,%.4f,%d,%.3f,%d\n", wall, result_.steps, epoch, acc,
+          "%.3f,%d,%d,%.4f,%.4f,%d,%.3f,%d\n", wall, steps_done_, epoch, acc,
           r->mean_loss, result_.refused_slices,
           staleness_count_ ? staleness_sum_ / staleness_count_ : 0.0,
           result_.max_staleness);
@@ -284,16 +439,17 @@ class Run {
 
   // The final model is the one after every worker's last push.
   absl::Status WaitForOthers() {
-    const absl::Time deadline = absl::Now() + o_.final_wait;
+    const absl::Time deadline = o_.clock->Now() + o_.final_wait;
     for (;;) {
       absl::StatusOr<int> live = store_->LiveWorkers();
       if (!live.ok()) return live.status();
       if (*live == 0) return absl::OkStatus();
-      if (absl::Now() > deadline) {
+      if (o_.clock->Now() > deadline) {
         o_.logger->warn("{} worker(s) still training after {}; evaluating now",
                         *live, absl::FormatDuration(o_.final_wait));
         return absl::OkStatus();
       }
+      if (StopRequested()) return absl::OkStatus();
       absl::SleepFor(absl::Milliseconds(200));
     }
   }
@@ -305,14 +461,24 @@ class Run {
   Backend* const backend_;
 
   Share share_;
+  int64_t steps_per_epoch_ = 1;
+  int64_t total_steps_ = 0;
   std::unique_ptr<Mlp> mlp_;
-  std::unique_ptr<HostTensors> host_;
+  // Two parameter sets (one being pulled while the other computes), one
+  // gradient set per push in flight plus one, and the per-step gradient when
+  // pushing every few steps.
+  std::vector<std::unique_ptr<TensorSet>> params_, grads_;
+  std::unique_ptr<TensorSet> step_grads_;
+  std::deque<std::unique_ptr<ParameterStore::PendingPush>> pushes_;
+  int64_t pushes_made_ = 0;
+  std::vector<int64_t> order_;
+  int64_t order_epoch_ = -1;
   std::mt19937_64 spike_rng_;
   std::ofstream csv_;
   absl::Time start_;
   absl::Time last_progress_ = absl::InfinitePast();
   int64_t clock_ = 0;
-  int64_t epoch_ = 0;
+  int64_t steps_done_ = 0;
   TrainResult result_;
   double staleness_sum_ = 0;
   int64_t staleness_count_ = 0;

@@ -5,7 +5,12 @@
 //
 // Flags are parsed here into TrainerOptions / PsClientOptions and nowhere
 // else.
+#include <pthread.h>
+#include <signal.h>
+
+#include <atomic>
 #include <cmath>
+#include <thread>
 #include <cstdio>
 #include <limits>
 #include <string>
@@ -23,7 +28,8 @@
 #include "worker/idx_reader.h"
 #include "worker/mlp.h"
 #include "worker/parameter_store.h"
-#include "worker/ps_client.h"
+#include "client/ps_client.h"
+#include "worker/local_store.h"
 #include "worker/trainer.h"
 
 ABSL_FLAG(std::string, servers, "",
@@ -61,8 +67,31 @@ ABSL_FLAG(int64_t, straggler_delay_ms, 0,
 ABSL_FLAG(std::string, eval_csv, "",
           "Write one CSV row per evaluation to this file.");
 ABSL_FLAG(int64_t, rpc_timeout_ms, 120000,
-          "Deadline of one RPC attempt; keep above the shards' "
-          "--pull_wait_timeout_ms.");
+          "Deadline of one attempt of a unary RPC (heartbeat, create, "
+          "status).");
+ABSL_FLAG(int64_t, call_deadline_s, 300,
+          "Every call to the shards gives up after this long, retrying "
+          "transient failures (a shard restarting, a connection lost) with "
+          "backoff meanwhile. Keep above the shards' --pull_wait_timeout_ms.");
+ABSL_FLAG(int64_t, wait_for_shards_s, 120,
+          "At start, wait this long for every shard to answer (workers may "
+          "start before their shards), naming the missing ones every few "
+          "seconds.");
+ABSL_FLAG(int, connections_per_shard, 2,
+          "TCP connections to each shard; pulls and pushes are spread over "
+          "them.");
+ABSL_FLAG(std::string, wire_dtype, "fp32",
+          "Type of values on the wire: fp32, bf16 (gradients and pulled "
+          "parameters), bf16_push (gradients only) or bf16_pull (parameters "
+          "only). Shards keep float32.");
+ABSL_FLAG(bool, pipeline, true,
+          "Overlap communication with computation: pull the next step's "
+          "parameters while this step computes, push while the next runs.");
+ABSL_FLAG(int, max_pushes_in_flight, 2,
+          "Pushes in flight at most; more wait for the oldest.");
+ABSL_FLAG(int, push_every, 1,
+          "Compute this many steps locally (plain SGD on a local copy), then "
+          "push the summed gradient once.");
 ABSL_FLAG(int64_t, final_wait_s, 600,
           "Evaluating worker: wait at most this long for the others to "
           "finish before the final evaluation.");
@@ -188,7 +217,48 @@ absl::StatusOr<TrainerOptions> TrainerOptionsFromFlags() {
     return absl::InvalidArgumentError("--final_wait_s must be >= 0");
   }
   o.final_wait = absl::Seconds(final_wait);
+  o.pipeline = absl::GetFlag(FLAGS_pipeline);
+  o.max_pushes_in_flight = absl::GetFlag(FLAGS_max_pushes_in_flight);
+  if (o.max_pushes_in_flight < 1 || o.max_pushes_in_flight > 64) {
+    return absl::InvalidArgumentError(
+        "--max_pushes_in_flight must be in [1, 64]");
+  }
+  o.push_every = absl::GetFlag(FLAGS_push_every);
+  if (o.push_every < 1 || o.push_every > 100000) {
+    return absl::InvalidArgumentError("--push_every must be in [1, 100000]");
+  }
   return o;
+}
+
+// SIGINT / SIGTERM: the first stops training after the current step (the
+// worker leaves the shards and exits 0), a second one exits at once.
+std::atomic<bool> g_stop{false};
+
+void HandleSignals(sigset_t signals, std::shared_ptr<spdlog::logger> logger) {
+  int sig = 0;
+  sigwait(&signals, &sig);
+  logger->info("received signal {}: stopping after the current step (send it "
+               "again to exit at once)",
+               sig);
+  g_stop.store(true);
+  sigwait(&signals, &sig);
+  std::fprintf(stderr, "ps_worker: second signal %d: exiting now\n", sig);
+  std::_Exit(128 + sig);
+}
+
+// --wire_dtype as (push, pull) types.
+absl::Status ParseWireDtype(const std::string& v, WireDtype* push,
+                            WireDtype* pull) {
+  *push = *pull = WIRE_F32;
+  if (v == "fp32") return absl::OkStatus();
+  if (v == "bf16" || v == "bf16_push") *push = WIRE_BF16;
+  if (v == "bf16" || v == "bf16_pull") *pull = WIRE_BF16;
+  if (v == "bf16" || v == "bf16_push" || v == "bf16_pull") {
+    return absl::OkStatus();
+  }
+  return absl::InvalidArgumentError(absl::StrCat(
+      "--wire_dtype must be fp32, bf16, bf16_push or bf16_pull, got '", v,
+      "'"));
 }
 
 int Main(int argc, char** argv) {
@@ -210,12 +280,24 @@ int Main(int argc, char** argv) {
   options->logger = *logger;
   TuneMallocForLargeMessages();
 
+  // Signals are taken by sigwait on a thread of their own, never by gRPC's
+  // threads (blocked before any thread starts).
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGINT);
+  sigaddset(&signals, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+  std::thread(HandleSignals, signals, *logger).detach();
+  options->stop = &g_stop;
+
   std::unique_ptr<ParameterStore> store;
   if (absl::GetFlag(FLAGS_local)) {
     if (!absl::GetFlag(FLAGS_servers).empty()) {
       return Fail("--local and --servers exclude each other");
     }
-    store = MakeLocalStore();
+    absl::StatusOr<std::unique_ptr<ParameterStore>> local = MakeLocalStore();
+    if (!local.ok()) return Fail(local.status().ToString());
+    store = *std::move(local);
   } else {
     absl::StatusOr<std::vector<std::string>> servers =
         ParseServerList(absl::GetFlag(FLAGS_servers));
@@ -227,12 +309,30 @@ int Main(int argc, char** argv) {
     c.worker_id = options->worker_id;
     const int64_t timeout = absl::GetFlag(FLAGS_rpc_timeout_ms);
     if (timeout < 1) return Fail("--rpc_timeout_ms must be >= 1");
-    c.rpc_timeout = absl::Milliseconds(timeout);
+    c.retry.attempt_timeout = absl::Milliseconds(timeout);
+    const int64_t deadline = absl::GetFlag(FLAGS_call_deadline_s);
+    if (deadline < 1) return Fail("--call_deadline_s must be >= 1");
+    c.retry.call_deadline = absl::Seconds(deadline);
+    const int64_t wait_for_shards = absl::GetFlag(FLAGS_wait_for_shards_s);
+    if (wait_for_shards < 0) return Fail("--wait_for_shards_s must be >= 0");
+    c.connections_per_shard = absl::GetFlag(FLAGS_connections_per_shard);
+    if (c.connections_per_shard < 1 || c.connections_per_shard > 16) {
+      return Fail("--connections_per_shard must be in [1, 16]");
+    }
+    absl::Status dtype = ParseWireDtype(absl::GetFlag(FLAGS_wire_dtype),
+                                        &c.push_dtype, &c.pull_dtype);
+    if (!dtype.ok()) return Fail(std::string(dtype.message()));
     c.logger = *logger;
     c.security = *security;
     absl::StatusOr<std::unique_ptr<PsClient>> client =
         PsClient::Connect(std::move(c));
     if (!client.ok()) return Fail(client.status().ToString());
+    absl::Status up =
+        (*client)->WaitForShards(absl::Seconds(wait_for_shards));
+    if (!up.ok()) {
+      (*logger)->error("{}", up.ToString());
+      return 1;
+    }
     store = MakeRemoteStore(*std::move(client));
   }
 
@@ -251,8 +351,11 @@ int Main(int argc, char** argv) {
       Train(*options, *train, *test, store.get(), backend->get());
   if (!result.ok()) {
     (*logger)->error("training failed: {}", result.status().ToString());
-    store->Heartbeat(0, /*leaving=*/true).IgnoreError();
     return 1;
+  }
+  if (result->stopped) {
+    (*logger)->info("stopped on request after {} steps; left the shards",
+                    result->first_step + result->steps);
   }
   return 0;
 }

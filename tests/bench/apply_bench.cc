@@ -1,5 +1,5 @@
 // apply_bench: throughput of the server's push hot path, ShardStore::
-// ValidatePush (lookups, length checks, the NaN/Inf scan) followed by
+// PreparePush (lookups, length checks, the NaN/Inf scan) followed by
 // ShardStore::ApplyPush (slice locks, optimizer, versions, results), against
 // baselines measured in the same run on the same number of floats:
 //   memcpy  - dst = src, the machine's copy bandwidth;
@@ -42,10 +42,10 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
-#include "common/float_codec.h"
+#include "common/payload.h"
 #include "common/net.h"
 #include "proto/asyncps.pb.h"
-#include "server/shard_store.h"
+#include "store/shard_store.h"
 
 ABSL_FLAG(int64_t, elems, int64_t{64} << 20, "floats in the tensor");
 ABSL_FLAG(std::string, slice_elems, "4096,65536",
@@ -338,15 +338,17 @@ int Main() {
         const auto [b, e] = Part(static_cast<int64_t>(pushes.size()), t, n);
         for (int64_t k = b; k < e; ++k) {
           const Clock::time_point v0 = Clock::now();
-          absl::StatusOr<std::vector<ShardStore::Slice*>> slices =
-              store->ValidatePush(pushes[k]);
+          const std::vector<Payload> grads =
+              ShardStore::PayloadsOf(pushes[k]);
+          absl::StatusOr<ShardStore::PreparedPush> prepared =
+              store->PreparePush(pushes[k], grads);
           if (t == 0) validate_s += Seconds(v0, Clock::now());
-          if (!slices.ok()) {
+          if (!prepared.ok()) {
             failed = true;
             return;
           }
           PushResponse response;
-          store->ApplyPush(pushes[k], *slices, rule, &response);
+          store->ApplyPush(pushes[k], grads, *prepared, rule, &response);
         }
       };
       for (int threads : thread_counts) {
@@ -365,7 +367,7 @@ int Main() {
           validate_share.push_back(validate_s / t.wall);
         }
         if (failed) {
-          std::fprintf(stderr, "apply_bench: ValidatePush refused a push\n");
+          std::fprintf(stderr, "apply_bench: PreparePush refused a push\n");
           return 1;
         }
         const Timing store_t = {Median(wall), Median(cpu)};

@@ -34,7 +34,8 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "server/checkpoint.h"
-#include "server/shard_store.h"
+#include "tests/testing/store_helpers.h"
+#include "store/shard_store.h"
 
 ABSL_FLAG(std::string, dir, "",
           "Directory for the files ($TEST_TMPDIR or "
@@ -117,7 +118,7 @@ void Run(const std::string& name, const std::string& opt,
   uint64_t bytes = 0;
   int32_t slices = 0;
   for (int r = 0; r < reps; ++r) {
-    absl::StatusOr<CheckpointInfo> info = WriteCheckpoint(*store, dir);
+    absl::StatusOr<CheckpointInfo> info = testing::WriteStoreCheckpoint(*store, dir);
     if (!info.ok()) {
       std::fprintf(stderr, "%s\n", info.status().ToString().c_str());
       std::exit(1);
@@ -129,7 +130,7 @@ void Run(const std::string& name, const std::string& opt,
     raw_read.push_back(RawReadMs(info->path()));
     std::unique_ptr<ShardStore> restored = EmptyStore();
     absl::StatusOr<CheckpointInfo> back =
-        RestoreCheckpoint(info->path(), restored.get());
+        testing::RestoreStoreCheckpoint(info->path(), restored.get());
     if (!back.ok()) {
       std::fprintf(stderr, "%s\n", back.status().ToString().c_str());
       std::exit(1);

@@ -60,7 +60,7 @@
 #include "common/net.h"
 #include "tests/bench/raw_bench.grpc.pb.h"
 #include "tests/testing/subprocess.h"
-#include "worker/ps_client.h"
+#include "client/ps_client.h"
 
 ABSL_FLAG(std::string, role, "bench",
           "bench, or raw_server (internal: the raw baseline server)");
@@ -78,9 +78,6 @@ ABSL_FLAG(std::string, ops, "push,pull", "comma-separated: push, pull");
 ABSL_FLAG(int, reps, 3, "timed runs per measurement (median reported)");
 ABSL_FLAG(double, min_seconds, 1.0, "length of one timed run");
 ABSL_FLAG(int, max_iters, 20000, "most calls in one timed run");
-ABSL_FLAG(bool, fast_path, true,
-          "PsClientOptions::fast_path: PullFast/PushFast (true) or the "
-          "protobuf Pull/Push RPCs (false)");
 ABSL_FLAG(bool, tune_malloc, true,
           "call TuneMallocForLargeMessages() in the client and the raw "
           "servers (ps_server always does)");
@@ -455,7 +452,6 @@ absl::Status RunShards(int shards, const std::vector<int64_t>& sizes,
   PsClientOptions options;
   for (const Server& s : ps) options.servers.push_back(s.address);
   options.worker_id = 0;
-  options.fast_path = absl::GetFlag(FLAGS_fast_path);
   absl::StatusOr<std::unique_ptr<PsClient>> client = PsClient::Connect(options);
   if (!client.ok()) return client.status();
   std::vector<TensorSpec> specs;
@@ -545,10 +541,10 @@ int BenchMain() {
     }
   }
   std::printf(
-      "push_pull_bench reps=%d min_seconds=%.1f tune_malloc=%d fast_path=%d "
+      "push_pull_bench reps=%d min_seconds=%.1f tune_malloc=%d "
       "server_args='%s'\n",
       absl::GetFlag(FLAGS_reps), absl::GetFlag(FLAGS_min_seconds),
-      absl::GetFlag(FLAGS_tune_malloc), absl::GetFlag(FLAGS_fast_path),
+      absl::GetFlag(FLAGS_tune_malloc),
       absl::GetFlag(FLAGS_server_args).c_str());
   for (int shards : shard_counts) {
     absl::Status s = RunShards(shards, sizes, ops);

@@ -11,7 +11,7 @@
 
 #include <catch2/catch.hpp>
 
-#include "common/float_codec.h"
+#include "common/payload.h"
 #include "common/net.h"
 #include "proto/asyncps.grpc.pb.h"
 #include "tests/testing/subprocess.h"
@@ -65,7 +65,7 @@ struct Shard {
     PullResponse resp;
     REQUIRE(stub->Pull(Context().get(), req, &resp).ok());
     REQUIRE(resp.slices_size() == 1);
-    std::vector<float> v(EncodedFloatCount(resp.slices(0).values()));
+    std::vector<float> v(resp.slices(0).values().size() / sizeof(float));
     DecodeFloats(resp.slices(0).values(), v.data(), v.size());
     return {v, resp.slices(0).version()};
   }
@@ -99,7 +99,7 @@ TEST_CASE("bad pushes get clear statuses over gRPC and change nothing",
       {"unknown tensor", Push(1, {1, 1, 1, 1}, "nope"),
        grpc::StatusCode::NOT_FOUND, "nope"},
       {"wrong length", Push(1, {1, 1, 1}), grpc::StatusCode::INVALID_ARGUMENT,
-       "holds 4 floats"},
+       "holds 4 values"},
       {"wrong slice", Push(1, {1, 1, 1, 1}, "w", 7),
        grpc::StatusCode::INVALID_ARGUMENT, "does not exist"},
       {"NaN", Push(1, {1, nan, 1, 1}), grpc::StatusCode::INVALID_ARGUMENT,

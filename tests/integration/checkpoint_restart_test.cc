@@ -23,7 +23,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
-#include "common/float_codec.h"
+#include "common/payload.h"
 #include "common/net.h"
 #include "proto/asyncps.grpc.pb.h"
 #include "tests/testing/require_ok.h"
@@ -132,7 +132,7 @@ struct Shard {
   }
 
   // Pushes a gradient (depending on the round) to every slice it holds.
-  void PushRound(int round) {
+  PushResponse PushRound(int round) {
     PushRequest req;
     *req.mutable_worker() = Ref();
     req.set_seq(++seq);
@@ -154,6 +154,7 @@ struct Shard {
     REQUIRE(s.ok());
     for (const SliceResult& r : resp.results()) REQUIRE(r.outcome() == APPLIED);
     ++clock;
+    return resp;
   }
 
   StatusResponse Status() {
@@ -248,19 +249,37 @@ TEST_CASE("a shard killed with SIGKILL restarts from its last checkpoint",
 
   Shard restarted = StartShard(1, args);
   INFO(restarted.server.process->LogTail());
-  // Worker clocks are not part of a checkpoint: nobody is known yet.
+  // The worker registry is part of the checkpoint: the worker, its clock
+  // and the pushes it had applied then (seqs 1 to 3) are known again.
   const StatusResponse st = restarted.Status();
   CHECK(st.restored_from().path() == CheckpointFile(dir, 1));
+  CHECK(st.restored_from().workers() == 1);
+  CHECK(st.restored_from().slice_updates() == 3 * at_checkpoint[1].size());
   CHECK(st.last_checkpoint().path().empty());
-  CHECK(st.workers_size() == 0);
+  REQUIRE(st.workers_size() == 1);
+  CHECK(st.workers(0).incarnation() == 1);
+  CHECK(st.workers(0).clock() == 3);
+  CHECK(st.workers(0).pushes() == 3);
   REQUIRE(restarted.Take() == at_checkpoint[1]);
   CHECK(absl::StrContains(restarted.server.process->ReadLog(),
                           "restored checkpoint"));
 
+  // A push acknowledged before the checkpoint and retried after the
+  // restore is acknowledged again and not applied twice.
+  restarted.seq = 1;  // resend seq 2
+  CHECK(restarted.PushRound(1).duplicate());
+  REQUIRE(restarted.Take() == at_checkpoint[1]);
+  // The push of round 3 (seq 4) was acknowledged after the checkpoint and
+  // is lost with the process: resent, it is applied (once).
+  restarted.seq = 3;
+  const PushResponse resent = restarted.PushRound(3);
+  CHECK_FALSE(resent.duplicate());
+  CHECK(resent.results_size() == static_cast<int>(at_checkpoint[1].size()));
+
   // Training goes on: a worker with a new incarnation pushes to it.
   restarted.incarnation = 2;
   restarted.PushRound(4);
-  for (const auto& [key, slice] : restarted.Take()) CHECK(slice.first == 4);
+  for (const auto& [key, slice] : restarted.Take()) CHECK(slice.first == 5);
   // The shard that stayed up is untouched.
   for (const auto& [key, slice] : shards[0].Take()) CHECK(slice.first == 4);
 }

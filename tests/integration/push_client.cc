@@ -18,7 +18,7 @@
 #include "common/logging.h"
 #include "common/net.h"
 #include "common/tensor_layout.h"
-#include "worker/ps_client.h"
+#include "client/ps_client.h"
 
 ABSL_FLAG(std::string, servers, "", "Shard addresses, host:port,...");
 ABSL_FLAG(int, worker_id, 0, "This worker's id.");

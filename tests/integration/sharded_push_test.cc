@@ -24,7 +24,8 @@
 #include "proto/asyncps.pb.h"
 #include "tests/testing/require_ok.h"
 #include "tests/testing/subprocess.h"
-#include "worker/ps_client.h"
+#include "tests/testing/tcp_proxy.h"
+#include "client/ps_client.h"
 
 namespace asyncps {
 namespace {
@@ -68,7 +69,7 @@ std::unique_ptr<PsClient> ConnectClient(
   PsClientOptions options;
   options.servers = Addresses(cluster);
   options.worker_id = worker_id;
-  options.rpc_timeout = absl::Seconds(30);
+  options.retry.call_deadline = absl::Seconds(60);
   absl::StatusOr<std::unique_ptr<PsClient>> client =
       PsClient::Connect(std::move(options));
   REQUIRE_OK(client.status());
@@ -263,94 +264,55 @@ TEST_CASE("client checks its inputs and names the shard in server errors",
 // Sits between a client and one shard and forwards every call; the first
 // `lost_push_responses` pushes reach the shard but their answers are replaced
 // by UNAVAILABLE, as when a connection drops after the shard applied them.
-class LossyProxy final : public ParameterServer::Service {
- public:
-  LossyProxy(const std::string& backend, int lost_push_responses)
-      : backend_(ParameterServer::NewStub(MakeChannel(backend))),
-        lost_(lost_push_responses) {}
-
-  int pushes_seen() const { return pushes_seen_.load(); }
-
-  grpc::Status CreateTensor(grpc::ServerContext* server,
-                            const CreateTensorRequest* request,
-                            CreateTensorResponse* response) override {
-    grpc::ClientContext ctx;
-    ctx.set_deadline(server->deadline());
-    return backend_->CreateTensor(&ctx, *request, response);
-  }
-  grpc::Status Pull(grpc::ServerContext* server, const PullRequest* request,
-                    PullResponse* response) override {
-    grpc::ClientContext ctx;
-    ctx.set_deadline(server->deadline());
-    return backend_->Pull(&ctx, *request, response);
-  }
-  grpc::Status Push(grpc::ServerContext* server, const PushRequest* request,
-                    PushResponse* response) override {
-    ++pushes_seen_;
-    grpc::ClientContext ctx;
-    ctx.set_deadline(server->deadline());
-    const grpc::Status s = backend_->Push(&ctx, *request, response);
-    if (s.ok() && lost_.fetch_sub(1) > 0) {
-      response->Clear();
-      return grpc::Status(grpc::StatusCode::UNAVAILABLE,
-                          "response lost on the way back (test proxy)");
-    }
-    return s;
-  }
-
- private:
-  std::unique_ptr<ParameterServer::Stub> backend_;
-  std::atomic<int> lost_;
-  std::atomic<int> pushes_seen_{0};
-};
-
-TEST_CASE("a push retried after a lost response is applied once",
+TEST_CASE("pushes retried after lost answers are applied once",
           "[integration][dedup]") {
   std::vector<ServerProcess> cluster = StartCluster(1);
-  LossyProxy proxy(cluster[0].address, /*lost_push_responses=*/2);
-  int port = 0;
-  grpc::ServerBuilder builder;
-  builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(),
-                           &port);
-  builder.RegisterService(&proxy);
-  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
-  REQUIRE(server != nullptr);
-  REQUIRE(port > 0);
+  absl::StatusOr<std::unique_ptr<testing::TcpProxy>> proxy =
+      testing::TcpProxy::Start(cluster[0].address);
+  REQUIRE_OK(proxy.status());
 
   PsClientOptions options;
-  options.servers = {absl::StrCat("127.0.0.1:", port)};
-  options.initial_backoff = absl::Milliseconds(10);
-  options.rpc_timeout = absl::Seconds(30);
-  // The proxy forwards the protobuf RPCs only (fast_path_test covers retries
-  // of PushFast).
-  options.fast_path = false;
+  options.servers = {(*proxy)->address()};
+  options.retry.initial_backoff = absl::Milliseconds(10);
+  options.retry.call_deadline = absl::Seconds(60);
   absl::StatusOr<std::unique_ptr<PsClient>> client =
       PsClient::Connect(std::move(options));
   REQUIRE_OK(client.status());
-  const TensorSpec spec = ConstantSgdSpec("r", {6}, 0.0f, /*slice_elems=*/4);
+  // 1024 floats in 2 slices: a push is one request of a little over 4 KiB.
+  const TensorSpec spec =
+      ConstantSgdSpec("r", {1024}, 0.0f, /*slice_elems=*/512);
   REQUIRE_OK((*client)->CreateTensors({spec}));
-  std::vector<float> values(6);
+  std::vector<float> values(1024);
   REQUIRE_OK((*client)->Pull(0, {{"r", values.data()}}));
 
-  const std::vector<float> grad(6, 3.0f);
-  absl::StatusOr<PushSummary> summary =
-      (*client)->Push(0, {{"r", grad.data()}});
-  REQUIRE_OK(summary.status());
-  CHECK(proxy.pushes_seen() == 3);  // sent, resent, resent
-  CHECK(summary->duplicates == 1);  // the last resend: already applied
+  // Every push reaches the shard, and the connection is reset as soon as
+  // the shard answers: the client never sees the answer and retries on a
+  // new connection.
+  const std::vector<float> grad(1024, 3.0f);
+  constexpr int kPushes = 5;
+  int64_t duplicates = 0;
+  for (int k = 0; k < kPushes; ++k) {
+    (*proxy)->LoseNextAnswers(1, /*min_request_bytes=*/4096);
+    absl::StatusOr<PushSummary> summary =
+        (*client)->Push(k, {{"r", grad.data()}});
+    REQUIRE_OK(summary.status());
+    duplicates += summary->duplicates;
+  }
+  CHECK((*proxy)->answers_lost() == kPushes);
+  // Answers lost after the shard applied the push come back as duplicates
+  // (a reset can also come before the shard read the whole request; that
+  // push is then applied by its retry).
+  CHECK(duplicates >= 1);
 
-  REQUIRE_OK((*client)->Pull(1, {{"r", values.data()}}));
-  for (float v : values) CHECK(v == -3.0f);
-  for (uint64_t version : (*client)->PulledVersions("r")) CHECK(version == 1);
-
-  // The next push has a fresh sequence number and is applied.
-  summary = (*client)->Push(1, {{"r", grad.data()}});
-  REQUIRE_OK(summary.status());
-  CHECK(summary->duplicates == 0);
-  CHECK(summary->applied == 2);
-  REQUIRE_OK((*client)->Pull(2, {{"r", values.data()}}));
-  for (float v : values) CHECK(v == -6.0f);
-  server->Shutdown(absl::ToChronoTime(absl::Now() + absl::Seconds(5)));
+  REQUIRE_OK((*client)->Pull(kPushes, {{"r", values.data()}}));
+  for (float v : values) REQUIRE(v == -3.0f * kPushes);
+  for (uint64_t version : (*client)->PulledVersions("r")) {
+    CHECK(version == kPushes);
+  }
+  absl::StatusOr<std::vector<StatusResponse>> status = (*client)->Status();
+  REQUIRE_OK(status.status());
+  CHECK((*status)[0].counters().duplicate_pushes() ==
+        static_cast<uint64_t>(duplicates));
 }
 
 // A port nobody listens on: bound, read back, released.
@@ -372,9 +334,9 @@ TEST_CASE("an unreachable shard fails after the configured attempts",
   PsClientOptions options;
   const std::string address = absl::StrCat("127.0.0.1:", UnusedPort());
   options.servers = {address};
-  options.max_attempts = 3;
-  options.initial_backoff = absl::Milliseconds(10);
-  options.rpc_timeout = absl::Seconds(5);
+  options.retry.max_attempts = 3;
+  options.retry.initial_backoff = absl::Milliseconds(10);
+  options.retry.attempt_timeout = absl::Seconds(5);
   absl::StatusOr<std::unique_ptr<PsClient>> client =
       PsClient::Connect(std::move(options));
   REQUIRE_OK(client.status());

@@ -22,7 +22,7 @@
 #include "proto/grpc_health_v1.grpc.pb.h"
 #include "tests/testing/require_ok.h"
 #include "tests/testing/subprocess.h"
-#include "worker/ps_client.h"
+#include "client/ps_client.h"
 
 namespace asyncps {
 namespace {
@@ -149,8 +149,9 @@ std::unique_ptr<PsClient> Client(const std::string& address,
                                  const SecurityOptions& security) {
   PsClientOptions o;
   o.servers = {address};
-  o.rpc_timeout = absl::Seconds(10);
-  o.max_attempts = 1;
+  o.retry.attempt_timeout = absl::Seconds(10);
+  o.retry.call_deadline = absl::Seconds(10);
+  o.retry.max_attempts = 1;
   o.security = security;
   absl::StatusOr<std::unique_ptr<PsClient>> c = PsClient::Connect(o);
   REQUIRE_OK(c.status());

@@ -4,6 +4,7 @@
 // ignored, and a checkpoint taken during pushes holds consistent slices.
 
 #include "server/checkpoint.h"
+#include "tests/testing/store_helpers.h"
 
 #include <sys/stat.h>
 
@@ -22,8 +23,8 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "common/float_codec.h"
-#include "server/shard_store.h"
+#include "common/payload.h"
+#include "store/shard_store.h"
 #include "tests/testing/require_ok.h"
 
 namespace asyncps {
@@ -128,10 +129,8 @@ void PushRound(ShardStore* store, int round) {
     }
     EncodeFloats(grad.data(), grad.size(), g->mutable_grad());
   }
-  auto slices = store->ValidatePush(req);
-  REQUIRE_OK(slices.status());
   PushResponse resp;
-  store->ApplyPush(req, *slices, StalenessRule{}, &resp);
+  REQUIRE_OK(testing::ApplyPush(store, req, StalenessRule{}, &resp));
   for (const SliceResult& r : resp.results()) REQUIRE(r.outcome() == APPLIED);
 }
 
@@ -148,7 +147,7 @@ Saved TrainAndSave(int rounds = 3) {
   CreateAll(s.store.get());
   for (int r = 0; r < rounds; ++r) PushRound(s.store.get(), r);
   s.dir = FreshDir("ckpt");
-  absl::StatusOr<CheckpointInfo> info = WriteCheckpoint(*s.store, s.dir, "t");
+  absl::StatusOr<CheckpointInfo> info = testing::WriteStoreCheckpoint(*s.store, s.dir, "t");
   REQUIRE_OK(info.status());
   s.path = info->path();
   REQUIRE(s.path == CheckpointPath(s.dir, kShard, kShards));
@@ -164,7 +163,7 @@ TEST_CASE("restore continues SGD, momentum and Adam bit for bit",
 
   std::unique_ptr<ShardStore> restored = Store();
   absl::StatusOr<CheckpointInfo> info =
-      RestoreCheckpoint(saved.path, restored.get());
+      testing::RestoreStoreCheckpoint(saved.path, restored.get());
   REQUIRE_OK(info.status());
   CHECK(info->tensors() == 4);
   CHECK(info->slices() == static_cast<int32_t>(before.size()));
@@ -220,11 +219,11 @@ TEST_CASE("restore continues SGD, momentum and Adam bit for bit",
 TEST_CASE("an empty store round-trips", "[checkpoint]") {
   std::unique_ptr<ShardStore> store = Store();
   const std::string dir = FreshDir("empty");
-  absl::StatusOr<CheckpointInfo> info = WriteCheckpoint(*store, dir);
+  absl::StatusOr<CheckpointInfo> info = testing::WriteStoreCheckpoint(*store, dir);
   REQUIRE_OK(info.status());
   CHECK(info->tensors() == 0);
   std::unique_ptr<ShardStore> restored = Store();
-  REQUIRE_OK(RestoreCheckpoint(info->path(), restored.get()).status());
+  REQUIRE_OK(testing::RestoreStoreCheckpoint(info->path(), restored.get()).status());
   CHECK(restored->Size().tensors == 0);
 }
 
@@ -237,7 +236,7 @@ TEST_CASE("every corrupt byte is DATA_LOSS naming the file", "[checkpoint]") {
     corrupt[at] = static_cast<char>(corrupt[at] ^ 0x20);
     WriteFile(bad, corrupt);
     std::unique_ptr<ShardStore> store = Store();
-    const absl::Status s = RestoreCheckpoint(bad, store.get()).status();
+    const absl::Status s = testing::RestoreStoreCheckpoint(bad, store.get()).status();
     INFO("byte " << at << " of " << good.size() << ": " << s.ToString());
     REQUIRE(absl::IsDataLoss(s));
     REQUIRE(absl::StrContains(s.message(), bad));
@@ -251,7 +250,7 @@ TEST_CASE("every truncation is DATA_LOSS", "[checkpoint]") {
   for (size_t len = 0; len < good.size(); ++len) {
     WriteFile(cut, good.substr(0, len));
     std::unique_ptr<ShardStore> store = Store();
-    const absl::Status s = RestoreCheckpoint(cut, store.get()).status();
+    const absl::Status s = testing::RestoreStoreCheckpoint(cut, store.get()).status();
     INFO("length " << len << " of " << good.size() << ": " << s.ToString());
     REQUIRE(absl::IsDataLoss(s));
     REQUIRE(absl::StrContains(s.message(), cut));
@@ -259,7 +258,7 @@ TEST_CASE("every truncation is DATA_LOSS", "[checkpoint]") {
   // Extra bytes at the end are corruption too.
   WriteFile(cut, good + "x");
   std::unique_ptr<ShardStore> store = Store();
-  CHECK(absl::IsDataLoss(RestoreCheckpoint(cut, store.get()).status()));
+  CHECK(absl::IsDataLoss(testing::RestoreStoreCheckpoint(cut, store.get()).status()));
 }
 
 TEST_CASE("another shard's checkpoint is FAILED_PRECONDITION", "[checkpoint]") {
@@ -267,7 +266,7 @@ TEST_CASE("another shard's checkpoint is FAILED_PRECONDITION", "[checkpoint]") {
   for (const auto& [shard, shards] :
        std::vector<std::pair<int, int>>{{0, 2}, {1, 3}, {0, 1}}) {
     std::unique_ptr<ShardStore> store = Store(shard, shards);
-    const absl::Status s = RestoreCheckpoint(saved.path, store.get()).status();
+    const absl::Status s = testing::RestoreStoreCheckpoint(saved.path, store.get()).status();
     INFO(s.ToString());
     CHECK(absl::IsFailedPrecondition(s));
     CHECK(absl::StrContains(s.message(), saved.path));
@@ -279,10 +278,10 @@ TEST_CASE("another shard's checkpoint is FAILED_PRECONDITION", "[checkpoint]") {
 TEST_CASE("restore needs an empty store and an existing file", "[checkpoint]") {
   Saved saved = TrainAndSave();
   CHECK(absl::IsFailedPrecondition(
-      RestoreCheckpoint(saved.path, saved.store.get()).status()));
+      testing::RestoreStoreCheckpoint(saved.path, saved.store.get()).status()));
   std::unique_ptr<ShardStore> store = Store();
   const absl::Status s =
-      RestoreCheckpoint(saved.dir + "/missing.ckpt", store.get()).status();
+      testing::RestoreStoreCheckpoint(saved.dir + "/missing.ckpt", store.get()).status();
   CHECK(absl::IsNotFound(s));
   CHECK(absl::StrContains(s.message(), "missing.ckpt"));
 }
@@ -295,22 +294,22 @@ TEST_CASE("a leftover .tmp from an interrupted write changes nothing",
   PushRound(saved.store.get(), 3);
   const std::string newer_dir = FreshDir("newer");
   absl::StatusOr<CheckpointInfo> newer =
-      WriteCheckpoint(*saved.store, newer_dir);
+      testing::WriteStoreCheckpoint(*saved.store, newer_dir);
   REQUIRE_OK(newer.status());
   const std::string partial = ReadFile(newer->path());
   const std::string tmp = saved.path + ".tmp";
   WriteFile(tmp, partial.substr(0, partial.size() / 2));
 
   std::unique_ptr<ShardStore> restored = Store();
-  REQUIRE_OK(RestoreCheckpoint(saved.path, restored.get()).status());
+  REQUIRE_OK(testing::RestoreStoreCheckpoint(saved.path, restored.get()).status());
   CHECK(Take(restored.get()) == at_checkpoint);
 
   // The next write replaces the .tmp and leaves none behind.
-  REQUIRE_OK(WriteCheckpoint(*saved.store, saved.dir).status());
+  REQUIRE_OK(testing::WriteStoreCheckpoint(*saved.store, saved.dir).status());
   struct stat st;
   CHECK(::stat(tmp.c_str(), &st) != 0);
   std::unique_ptr<ShardStore> again = Store();
-  REQUIRE_OK(RestoreCheckpoint(saved.path, again.get()).status());
+  REQUIRE_OK(testing::RestoreStoreCheckpoint(saved.path, again.get()).status());
   CHECK(Take(again.get()) == Take(saved.store.get()));
 }
 
@@ -318,7 +317,7 @@ TEST_CASE("a write that fails leaves the previous checkpoint", "[checkpoint]") {
   std::unique_ptr<ShardStore> store = Store();
   CreateAll(store.get());
   const absl::Status s =
-      WriteCheckpoint(*store, "/nonexistent-asyncps-dir/x").status();
+      testing::WriteStoreCheckpoint(*store, "/nonexistent-asyncps-dir/x").status();
   CHECK(!s.ok());
   CHECK(absl::StrContains(s.message(), "/nonexistent-asyncps-dir/x"));
 }
@@ -351,16 +350,16 @@ TEST_CASE("a checkpoint taken during pushes holds consistent slices",
         g->set_slice(slice);
         EncodeFloats(ones.data(), ones.size(), g->mutable_grad());
       }
-      auto slices = store->ValidatePush(req);
-      if (!slices.ok()) continue;  // a slice repeated in one request
       PushResponse resp;
-      store->ApplyPush(req, *slices, StalenessRule{}, &resp);
+      // A push that repeats a slice is refused; the others apply.
+      testing::ApplyPush(store.get(), req, StalenessRule{}, &resp)
+          .IgnoreError();
     }
   });
   const std::string dir = FreshDir("fuzzy");
   std::vector<std::string> paths;
   for (int i = 0; i < 5; ++i) {
-    absl::StatusOr<CheckpointInfo> info = WriteCheckpoint(*store, dir);
+    absl::StatusOr<CheckpointInfo> info = testing::WriteStoreCheckpoint(*store, dir);
     REQUIRE_OK(info.status());
     const std::string copy = absl::StrCat(dir, "/copy-", i);
     WriteFile(copy, ReadFile(info->path()));
@@ -372,7 +371,7 @@ TEST_CASE("a checkpoint taken during pushes holds consistent slices",
   uint64_t max_version = 0;
   for (const std::string& path : paths) {
     std::unique_ptr<ShardStore> restored = Store(0, 1);
-    REQUIRE_OK(RestoreCheckpoint(path, restored.get()).status());
+    REQUIRE_OK(testing::RestoreStoreCheckpoint(path, restored.get()).status());
     for (const auto& [key, slice] : Take(restored.get())) {
       const size_t n = slice.second.size() / sizeof(float);
       std::vector<float> v(n);

@@ -4,9 +4,10 @@
 
 #include <catch2/catch.hpp>
 
-#include "common/float_codec.h"
+#include "common/payload.h"
 #include "common/sharding.h"
-#include "server/shard_store.h"
+#include "store/shard_store.h"
+#include "tests/testing/store_helpers.h"
 
 namespace asyncps {
 namespace {
@@ -52,7 +53,7 @@ std::vector<float> Values(ShardStore* store, const std::string& tensor,
   REQUIRE(store->Pull(req, &resp).ok());
   std::vector<float> out;
   for (const SliceData& s : resp.slices()) {
-    const size_t n = EncodedFloatCount(s.values());
+    const size_t n = (s.values().size() / sizeof(float));
     const size_t at = out.size();
     out.resize(at + n);
     DecodeFloats(s.values(), out.data() + at, n);
@@ -75,10 +76,7 @@ absl::Status Push(ShardStore* store, std::vector<SliceGradient> grads,
                   PushResponse* resp, StalenessRule rule = {}) {
   PushRequest req;
   for (auto& g : grads) *req.add_grads() = g;
-  auto slices = store->ValidatePush(req);
-  if (!slices.ok()) return slices.status();
-  store->ApplyPush(req, *slices, rule, resp);
-  return absl::OkStatus();
+  return testing::ApplyPush(store, req, rule, resp);
 }
 
 TEST_CASE("SGD applies w -= lr * g exactly", "[optimizer]") {
@@ -216,7 +214,7 @@ TEST_CASE("a shard holds only the slices whose home it is", "[store]") {
     REQUIRE(store->Pull(req, &resp).ok());
     for (const SliceData& s : resp.slices()) {
       REQUIRE(SliceHome("big", s.slice(), 3) == shard);
-      total += static_cast<int64_t>(EncodedFloatCount(s.values()));
+      total += static_cast<int64_t>((s.values().size() / sizeof(float)));
     }
   }
   REQUIRE(total == 100);
@@ -237,7 +235,7 @@ TEST_CASE("bad pushes are refused and change nothing", "[store][bad_input]") {
       {"unknown tensor", {Grad("w", 0, {1, 1, 1, 1}), Grad("nope", 0, {1})},
        absl::StatusCode::kNotFound, "nope"},
       {"short slice", {Grad("w", 0, {1, 1, 1, 1}), Grad("w", 1, {1})},
-       absl::StatusCode::kInvalidArgument, "holds 2 floats"},
+       absl::StatusCode::kInvalidArgument, "holds 2 values"},
       {"slice out of range", {Grad("w", 2, {1, 1})},
        absl::StatusCode::kInvalidArgument, "does not exist"},
       {"NaN", {Grad("w", 0, {1, 1, 1, 1}), Grad("w", 1, {1, nan})},

@@ -30,7 +30,7 @@
 #include "tests/testing/require_ok.h"
 #include "tests/staleness/harness.h"
 #include "tests/testing/subprocess.h"
-#include "worker/ps_client.h"
+#include "client/ps_client.h"
 
 namespace asyncps {
 namespace staleness {

@@ -45,8 +45,9 @@ absl::StatusOr<std::unique_ptr<PsClient>> ConnectWorker(
   options.servers = {address};
   options.worker_id = worker_id;
   options.incarnation = incarnation;
-  options.rpc_timeout = rpc_timeout;
-  options.max_attempts = 1;
+  options.retry.attempt_timeout = rpc_timeout;
+  options.retry.call_deadline = rpc_timeout;
+  options.retry.max_attempts = 1;
   return PsClient::Connect(std::move(options));
 }
 

@@ -24,7 +24,7 @@
 #include "proto/asyncps.grpc.pb.h"
 #include "proto/asyncps.pb.h"
 #include "tests/testing/subprocess.h"
-#include "worker/ps_client.h"
+#include "client/ps_client.h"
 
 namespace asyncps {
 namespace staleness {

@@ -1,5 +1,5 @@
-#ifndef ASYNCPS_SERVER_SHARD_STORE_H_
-#define ASYNCPS_SERVER_SHARD_STORE_H_
+#ifndef ASYNCPS_STORE_SHARD_STORE_H_
+#define ASYNCPS_STORE_SHARD_STORE_H_
 
 #include <cstdint>
 #include <memory>
@@ -13,10 +13,9 @@
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/types/span.h"
-#include "common/float_codec.h"
+#include "common/payload.h"
 #include "common/tensor_layout.h"
 #include "proto/asyncps.pb.h"
-#include "server/optimizer.h"
 
 namespace asyncps {
 
@@ -27,6 +26,10 @@ struct ShardStoreOptions {
   int64_t default_slice_elems = 4096;
   // Largest slice a spec may ask for (bounds one message's slice payload).
   int64_t max_slice_elems = 16 << 20;
+  // Most bytes the tensors may take on this shard: values and optimizer
+  // state of the local slices plus the per-slice bookkeeping. Checked
+  // before anything is allocated; 0 = no limit.
+  uint64_t max_parameter_bytes = 0;
 };
 
 // How stale a pushed gradient may be, and how staleness scales it.
@@ -41,17 +44,21 @@ struct StoreSize {
   int32_t slices = 0;
   uint64_t parameter_bytes = 0;
   uint64_t optimizer_bytes = 0;
+  uint64_t reserved_bytes = 0;  // what counts against max_parameter_bytes
 };
 
 // The parameters one shard owns: dense float32 tensors, of which this shard
 // holds the slices whose home (common/sharding.h) is its index. Every slice
-// has its own lock and version counter; the tensor table's lock is taken in
-// shared mode on the pull/push path and exclusively only to add tensors.
+// has its own lock, version and optimizer state; the tensor table's lock is
+// taken in shared mode on the pull/push path and exclusively only to add
+// tensors. Used by ps_server shards and by ps_worker --local (one shard of
+// one), with no RPC code: requests are the protobuf messages of
+// proto/asyncps.proto, payloads views of wherever the bytes are.
 //
 // Thread-safe.
 class ShardStore {
  public:
-  class Slice;
+  class PreparedPush;
 
   static absl::StatusOr<std::unique_ptr<ShardStore>> Create(
       const ShardStoreOptions& options);
@@ -60,7 +67,9 @@ class ShardStore {
   // Creates the requested tensors that do not exist yet. All-or-nothing:
   // every spec is validated (and compared with an existing tensor of the
   // same name: identical = no-op, different = ALREADY_EXISTS naming the
-  // field) before anything is created.
+  // field) and the memory they need is checked against
+  // max_parameter_bytes (RESOURCE_EXHAUSTED with the numbers) before
+  // anything is allocated.
   absl::StatusOr<CreateTensorResponse> CreateTensors(
       const CreateTensorRequest& request);
 
@@ -86,41 +95,40 @@ class ShardStore {
 
   // Checks a push without changing anything: known tensors, slice indices
   // that exist and live on this shard, no slice twice, payload lengths equal
-  // to the slice sizes, read versions not in the future, all values finite.
-  // grads[i] is the payload of request.grads(i) (the fast path carries it
-  // outside the message). Returns the slices in request order, for ApplyPush.
-  // REQUIRES: grads.size() == request.grads_size().
-  absl::StatusOr<std::vector<Slice*>> ValidatePush(
-      const PushRequest& request, absl::Span<const FloatPayload> grads) const;
-  // The same with the payloads in SliceGradient.grad.
-  absl::StatusOr<std::vector<Slice*>> ValidatePush(
-      const PushRequest& request) const;
+  // to the slice sizes in the payload's wire type, read versions not in the
+  // future (unless `allow_future_versions`: parameters read from a shard
+  // process whose state was since replaced), all values finite. grads[i] is
+  // the payload of request.grads(i) (the fast path carries it outside the
+  // message). REQUIRES: grads.size() == request.grads_size().
+  absl::StatusOr<PreparedPush> PreparePush(
+      const PushRequest& request, absl::Span<const Payload> grads,
+      bool allow_future_versions = false) const;
 
-  // Applies a validated push slice by slice under each slice's lock: a slice
+  // Applies a prepared push slice by slice under each slice's lock: a slice
   // whose staleness exceeds the rule is refused, the others are applied
   // (with the learning rate scaled if the rule says so) and their versions
   // bumped. One SliceResult per gradient, in order, is appended to response.
-  // REQUIRES: slices == ValidatePush(request, grads).value().
-  void ApplyPush(const PushRequest& request,
-                 absl::Span<const FloatPayload> grads,
-                 const std::vector<Slice*>& slices, const StalenessRule& rule,
+  // REQUIRES: `push` was prepared from (request, grads).
+  void ApplyPush(const PushRequest& request, absl::Span<const Payload> grads,
+                 const PreparedPush& push, const StalenessRule& rule,
                  PushResponse* response);
-  // The same with the payloads in SliceGradient.grad.
-  void ApplyPush(const PushRequest& request, const std::vector<Slice*>& slices,
-                 const StalenessRule& rule, PushResponse* response);
 
-  // The payloads of a protobuf push: views of each SliceGradient.grad.
-  static std::vector<FloatPayload> PayloadsOf(const PushRequest& request);
+  // Applies nothing: appends one SliceResult per gradient with `outcome`
+  // and each slice's current version. REQUIRES: as ApplyPush.
+  void RefusePush(const PushRequest& request, const PreparedPush& push,
+                  SliceOutcome outcome, PushResponse* response) const;
+
+  // The payloads of a protobuf push: float32 views of each SliceGradient.grad.
+  static std::vector<Payload> PayloadsOf(const PushRequest& request);
 
   StoreSize Size() const;
 
   const ShardStoreOptions& options() const { return options_; }
 
-  // ---- Export and import of the whole state, for checkpoints
-  // (server/checkpoint.h).
+  // ---- Export and import of the whole state, for checkpoints.
 
-  // One local slice as ReadSlice hands it out. The spans point into the
-  // slice and are valid only during the visitor call.
+  // One local slice as Export hands it out. The spans point into the slice
+  // and are valid only during the call.
   struct SliceView {
     uint32_t index = 0;
     uint64_t version = 0;
@@ -128,46 +136,50 @@ class ShardStore {
     // SliceOptimizer::state(): one span per state buffer, each values.size().
     std::vector<absl::Span<const float>> optimizer_state;
   };
-  // Called under the slice's lock, so it must copy and return without
-  // blocking (like SliceSink).
-  using SliceVisitor = absl::FunctionRef<void(const SliceView& slice)>;
-  using TensorVisitor = absl::FunctionRef<absl::Status(
-      const TensorSpec& spec, absl::Span<const Slice* const> local_slices)>;
 
-  // Calls visit(spec, local slices in index order) for every tensor, in name
-  // order, with no lock held; stops at the first error visit returns. The
-  // visitor reads slices with ReadSlice, each under its own lock, so every
-  // slice read is internally consistent (values, optimizer state and version
-  // agree) while pushes go on between reads; the versions say exactly which
-  // updates each slice holds. A tensor created during the walk may be missed.
-  absl::Status ForEachTensor(TensorVisitor visit) const;
-  // Hands one slice's state to visit under the slice's lock.
-  static void ReadSlice(const Slice* slice, SliceVisitor visit);
+  // Calls tensor(spec) and then slice(view) for each of its local slices in
+  // index order, for every tensor in name order; stops at the first error
+  // either returns. Each slice is read under its own lock (slice() must copy
+  // and return without blocking), so every slice is internally consistent;
+  // the whole export is a consistent cut only if no push applies meanwhile
+  // (the caller's business). A tensor created during the walk may be missed.
+  absl::Status Export(
+      absl::FunctionRef<absl::Status(const TensorSpec&)> tensor,
+      absl::FunctionRef<absl::Status(const SliceView&)> slice) const;
 
   // Adds a tensor whose local slices are then filled by RestoreSlice: the
-  // spec is validated like CreateTensors does, but slices start at zero
-  // with version 0 instead of being initialized. FAILED_PRECONDITION if a
-  // tensor of that name exists.
+  // spec is validated (and counted against max_parameter_bytes) like
+  // CreateTensors does, but slices start at zero with version 0 instead of
+  // being initialized. FAILED_PRECONDITION if a tensor of that name exists.
   absl::Status RestoreTensor(const TensorSpec& spec);
 
   // Sets a local slice's version, values and optimizer state from
   // little-endian float32 bytes. INVALID_ARGUMENT (naming the slice) unless
   // the tensor exists, the slice lives here, and the values and the state
   // buffers (as many as the tensor's optimizer keeps) have the slice's size.
-  absl::Status RestoreSlice(const std::string& tensor, uint32_t index,
+  absl::Status RestoreSlice(absl::string_view tensor, uint32_t index,
                             uint64_t version, absl::string_view values,
                             absl::Span<const absl::string_view> optimizer_state);
 
  private:
+  class Slice;
   struct Tensor;
 
   explicit ShardStore(const ShardStoreOptions& options);
   absl::StatusOr<TensorSpec> Resolve(const TensorSpec& spec) const;
+  // Builds a tensor with its local slices (initialized unless restoring),
+  // after reserving its bytes; RESOURCE_EXHAUSTED when they do not fit.
+  absl::StatusOr<std::unique_ptr<Tensor>> MakeTensor(const TensorSpec& spec,
+                                                     bool initialize);
+  void Unreserve(uint64_t bytes);
   // Validates the pull; hands slices out only when sink is not null.
   absl::Status PullInto(const PullRequest& request,
                         const SliceSink* sink) const;
-  const Tensor* FindTensor(const std::string& name) const
+  const Tensor* FindTensor(absl::string_view name) const
       ABSL_SHARED_LOCKS_REQUIRED(mu_);
+  // The slice of a push gradient, or why it is not one of this shard's.
+  absl::StatusOr<Slice*> FindSlice(const Tensor* t,
+                                   const SliceGradient& g) const;
 
   const ShardStoreOptions options_;
 
@@ -176,8 +188,21 @@ class ShardStore {
   // the life of the store.
   absl::flat_hash_map<std::string, std::unique_ptr<Tensor>> tensors_
       ABSL_GUARDED_BY(mu_);
+  // Bytes held or being allocated by tensors (see max_parameter_bytes).
+  uint64_t reserved_bytes_ ABSL_GUARDED_BY(mu_) = 0;
+};
+
+// The slices a push touches, in request order, as checked by PreparePush.
+// Opaque outside the store; valid for the life of the store.
+class ShardStore::PreparedPush {
+ public:
+  size_t size() const { return slices_.size(); }
+
+ private:
+  friend class ShardStore;
+  std::vector<Slice*> slices_;
 };
 
 }  // namespace asyncps
 
-#endif  // ASYNCPS_SERVER_SHARD_STORE_H_
+#endif  // ASYNCPS_STORE_SHARD_STORE_H_

@@ -1,4 +1,4 @@
-#include "server/optimizer.h"
+#include "store/optimizer.h"
 
 #include <cmath>
 #include <vector>
@@ -10,14 +10,76 @@ namespace {
 
 bool InUnitInterval(float x) { return std::isfinite(x) && x >= 0 && x < 1; }
 
+// Runs rule.template Run<dtype>(first, bytes, count) over every run of the
+// payload's values (see ForEachValueRun), with the dtype as a compile-time
+// constant so that each loop is specialized and vectorized.
+template <typename Rule>
+void ForEachRun(const Payload& g, Rule& rule) {
+  if (g.dtype() == WIRE_BF16) {
+    ForEachValueRun(g, [&rule](size_t first, const char* bytes, size_t n) {
+      rule.template Run<WIRE_BF16>(first, bytes, n);
+    });
+  } else {
+    ForEachValueRun(g, [&rule](size_t first, const char* bytes, size_t n) {
+      rule.template Run<WIRE_F32>(first, bytes, n);
+    });
+  }
+}
+
+// The update loops, one per rule, over one run of gradient values.
+
+struct SgdRule {
+  float* w;
+  float lr;
+  template <WireDtype kDtype>
+  void Run(size_t first, const char* bytes, size_t n) {
+    float* __restrict out = w + first;
+    for (size_t i = 0; i < n; ++i) out[i] -= lr * LoadWire<kDtype>(bytes, i);
+  }
+};
+
+struct MomentumRule {
+  float* w;
+  float* v;
+  float lr, mu;
+  template <WireDtype kDtype>
+  void Run(size_t first, const char* bytes, size_t n) {
+    float* __restrict wo = w + first;
+    float* __restrict vo = v + first;
+    for (size_t i = 0; i < n; ++i) {
+      vo[i] = mu * vo[i] + LoadWire<kDtype>(bytes, i);
+      wo[i] -= lr * vo[i];
+    }
+  }
+};
+
+struct AdamRule {
+  float* w;
+  float* m;
+  float* v;
+  float lr, b1, b2, eps, c1, c2;
+  template <WireDtype kDtype>
+  void Run(size_t first, const char* bytes, size_t n) {
+    float* __restrict wo = w + first;
+    float* __restrict mo = m + first;
+    float* __restrict vo = v + first;
+    for (size_t i = 0; i < n; ++i) {
+      const float gi = LoadWire<kDtype>(bytes, i);
+      mo[i] = b1 * mo[i] + (1 - b1) * gi;
+      vo[i] = b2 * vo[i] + (1 - b2) * gi * gi;
+      wo[i] -= lr * (mo[i] * c1) / (std::sqrt(vo[i] * c2) + eps);
+    }
+  }
+};
+
 // w -= lr * g
 class Sgd : public SliceOptimizer {
  public:
   explicit Sgd(const OptimizerSpec& spec) : lr_(spec.learning_rate()) {}
-  void Apply(float* w, const float* g, size_t n, float lr_scale,
+  void Apply(float* w, const Payload& g, float lr_scale,
              uint64_t /*step*/) override {
-    const float lr = lr_ * lr_scale;
-    for (size_t i = 0; i < n; ++i) w[i] -= lr * g[i];
+    SgdRule rule{w, lr_ * lr_scale};
+    ForEachRun(g, rule);
   }
   size_t state_bytes() const override { return 0; }
   std::vector<absl::Span<const float>> state() const override { return {}; }
@@ -32,14 +94,10 @@ class Momentum : public SliceOptimizer {
  public:
   Momentum(const OptimizerSpec& spec, size_t n)
       : lr_(spec.learning_rate()), mu_(spec.momentum()), v_(n, 0.0f) {}
-  void Apply(float* w, const float* g, size_t n, float lr_scale,
+  void Apply(float* w, const Payload& g, float lr_scale,
              uint64_t /*step*/) override {
-    const float lr = lr_ * lr_scale;
-    float* v = v_.data();
-    for (size_t i = 0; i < n; ++i) {
-      v[i] = mu_ * v[i] + g[i];
-      w[i] -= lr * v[i];
-    }
+    MomentumRule rule{w, v_.data(), lr_ * lr_scale, mu_};
+    ForEachRun(g, rule);
   }
   size_t state_bytes() const override { return v_.size() * sizeof(float); }
   std::vector<absl::Span<const float>> state() const override {
@@ -65,19 +123,19 @@ class Adam : public SliceOptimizer {
         eps_(spec.epsilon()),
         m_(n, 0.0f),
         v_(n, 0.0f) {}
-  void Apply(float* w, const float* g, size_t n, float lr_scale,
+  void Apply(float* w, const Payload& g, float lr_scale,
              uint64_t step) override {
     const double t = static_cast<double>(step);
-    const float c1 = static_cast<float>(1.0 / (1.0 - std::pow(b1_, t)));
-    const float c2 = static_cast<float>(1.0 / (1.0 - std::pow(b2_, t)));
-    const float lr = lr_ * lr_scale;
-    float* m = m_.data();
-    float* v = v_.data();
-    for (size_t i = 0; i < n; ++i) {
-      m[i] = b1_ * m[i] + (1 - b1_) * g[i];
-      v[i] = b2_ * v[i] + (1 - b2_) * g[i] * g[i];
-      w[i] -= lr * (m[i] * c1) / (std::sqrt(v[i] * c2) + eps_);
-    }
+    AdamRule rule{w,
+           m_.data(),
+           v_.data(),
+           lr_ * lr_scale,
+           b1_,
+           b2_,
+           eps_,
+           static_cast<float>(1.0 / (1.0 - std::pow(b1_, t))),
+           static_cast<float>(1.0 / (1.0 - std::pow(b2_, t)))};
+    ForEachRun(g, rule);
   }
   size_t state_bytes() const override {
     return (m_.size() + v_.size()) * sizeof(float);
@@ -127,6 +185,17 @@ absl::Status ValidateOptimizer(const OptimizerSpec& spec) {
     default:
       return absl::InvalidArgumentError(
           absl::StrCat("optimizer.type ", spec.type(), " is unknown"));
+  }
+}
+
+int OptimizerBuffers(const OptimizerSpec& spec) {
+  switch (spec.type()) {
+    case OPT_MOMENTUM:
+      return 1;
+    case OPT_ADAM:
+      return 2;
+    default:
+      return 0;
   }
 }
 

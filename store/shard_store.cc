@@ -1,4 +1,4 @@
-#include "server/shard_store.h"
+#include "store/shard_store.h"
 
 #include <algorithm>
 #include <cstring>
@@ -6,10 +6,11 @@
 
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
-#include "common/float_codec.h"
 #include "common/initializer.h"
+#include "common/names.h"
 #include "common/sharding.h"
 #include "google/protobuf/util/message_differencer.h"
+#include "store/optimizer.h"
 
 namespace asyncps {
 
@@ -18,7 +19,7 @@ class ShardStore::Slice {
  public:
   // `initialize` false leaves the values at zero (a restore fills them).
   Slice(const TensorSpec& spec, const TensorLayout& layout, uint32_t index,
-        bool initialize = true)
+        bool initialize)
       : index_(index),
         size_(layout.SliceSize(index)),
         values_(size_),
@@ -41,9 +42,11 @@ class ShardStore::Slice {
   }
 
   // Applies g unless staler than the rule allows; fills `result`.
-  void Apply(const float* g, uint64_t read_version, const StalenessRule& rule,
+  void Apply(const Payload& g, uint64_t read_version, const StalenessRule& rule,
              SliceResult* result) {
     absl::MutexLock l(&mu_);
+    // A read version from the future (allowed only for pushes refused as
+    // read before a restore) never gets here; see PreparePush.
     const uint64_t staleness = version_ - read_version;
     result->set_staleness(staleness);
     if (rule.max_staleness >= 0 &&
@@ -56,21 +59,22 @@ class ShardStore::Slice {
     const float scale =
         rule.inverse_lr ? 1.0f / (1.0f + static_cast<float>(staleness)) : 1.0f;
     ++version_;
-    optimizer_->Apply(values_.data(), g, values_.size(), scale, version_);
+    optimizer_->Apply(values_.data(), g, scale, version_);
     result->set_outcome(APPLIED);
     result->set_new_version(version_);
     result->set_lr_scale(scale);
   }
 
   // Hands the whole state to visit under the lock.
-  void Read(const SliceVisitor& visit) const {
+  absl::Status Read(
+      absl::FunctionRef<absl::Status(const SliceView&)> visit) const {
     absl::ReaderMutexLock l(&mu_);
     SliceView view;
     view.index = index_;
     view.version = version_;
     view.values = absl::MakeConstSpan(values_);
     view.optimizer_state = optimizer_->state();
-    visit(view);
+    return visit(view);
   }
 
   // REQUIRES: values and every state buffer hold size() floats, and there
@@ -84,11 +88,6 @@ class ShardStore::Slice {
     for (size_t i = 0; i < buffers.size(); ++i) {
       DecodeFloats(state[i], buffers[i].data(), buffers[i].size());
     }
-  }
-
-  size_t optimizer_buffers() const {
-    absl::ReaderMutexLock l(&mu_);
-    return optimizer_->state().size();
   }
 
   size_t optimizer_bytes() const {
@@ -108,67 +107,39 @@ class ShardStore::Slice {
 struct ShardStore::Tensor {
   TensorSpec spec;
   TensorLayout layout;
+  int optimizer_buffers = 0;
   // Local slices by slice index; null where another shard is the home.
   std::vector<std::unique_ptr<Slice>> slices;
+  uint64_t reserved_bytes = 0;  // counted against max_parameter_bytes
 };
 
 namespace {
 
-constexpr size_t kMaxTensorNameBytes = 256;
+// Bookkeeping per slice beyond its values and state (the Slice object, its
+// optimizer object and allocator headers), and per slice-table entry.
+constexpr uint64_t kSliceOverheadBytes = 256;
+constexpr uint64_t kTableEntryBytes = sizeof(void*);
 
-// True when every value is finite. Reads the exponent bits, so the loop
-// vectorizes without -ffast-math: an all-ones exponent (Inf or NaN) makes
-// (bits & kExponent) + kCarry carry into bit 31, which no finite value does.
-// Sixteen independent accumulators keep the vector units busy instead of
-// waiting on one OR chain (about 2.5x faster on data in cache, where the
-// scan otherwise costs as much as applying the update).
-bool AllFinite(const char* bytes, size_t n) {
-  constexpr uint32_t kExponent = 0x7f800000u;
-  constexpr uint32_t kCarry = 0x00800000u;
-  constexpr size_t kLanes = 16;
-  uint32_t acc[kLanes] = {};
-  size_t i = 0;
-  for (; i + kLanes <= n; i += kLanes) {
-    for (size_t k = 0; k < kLanes; ++k) {
-      uint32_t bits;
-      std::memcpy(&bits, bytes + (i + k) * sizeof(float), sizeof(bits));
-      acc[k] |= (bits & kExponent) + kCarry;
-    }
+// What a tensor takes on this shard (see ShardStoreOptions::
+// max_parameter_bytes); false when the count does not fit in 64 bits.
+bool TensorBytes(const TensorSpec& spec, const TensorLayout& layout,
+                 int shard_index, int num_shards, uint64_t* bytes) {
+  const uint32_t last = layout.num_slices() - 1;
+  const uint64_t local_slices = LocalSliceCount(
+      spec.name(), layout.num_slices(), shard_index, num_shards);
+  uint64_t local_elems = local_slices * static_cast<uint64_t>(layout.slice_elems());
+  if (local_slices > 0 && SliceHome(spec.name(), last, num_shards) == shard_index) {
+    local_elems -= static_cast<uint64_t>(layout.slice_elems() - layout.SliceSize(last));
   }
-  uint32_t bad = 0;
-  for (size_t k = 0; k < kLanes; ++k) bad |= acc[k];
-  for (; i < n; ++i) {
-    uint32_t bits;
-    std::memcpy(&bits, bytes + i * sizeof(float), sizeof(bits));
-    bad |= (bits & kExponent) + kCarry;
-  }
-  return (bad & 0x80000000u) == 0;
-}
-
-// AllFinite over a payload in pieces; a float split between two pieces is
-// reassembled and checked on its own.
-bool AllFinite(const FloatPayload& payload) {
-  char carry[sizeof(float)];
-  size_t have = 0;
-  for (absl::string_view piece : payload.pieces()) {
-    const char* p = piece.data();
-    size_t len = piece.size();
-    if (have > 0) {
-      const size_t take = std::min(sizeof(float) - have, len);
-      std::memcpy(carry + have, p, take);
-      have += take;
-      p += take;
-      len -= take;
-      if (have < sizeof(float)) continue;
-      if (!AllFinite(carry, 1)) return false;
-      have = 0;
-    }
-    const size_t whole = len / sizeof(float);
-    if (!AllFinite(p, whole)) return false;
-    have = len - whole * sizeof(float);
-    std::memcpy(carry, p + whole * sizeof(float), have);
-  }
-  return true;
+  const uint64_t floats_per_elem = 1 + OptimizerBuffers(spec.optimizer());
+  uint64_t values, slices, table;
+  return !__builtin_mul_overflow(local_elems, floats_per_elem * sizeof(float),
+                                 &values) &&
+         !__builtin_mul_overflow(local_slices, kSliceOverheadBytes, &slices) &&
+         !__builtin_mul_overflow(uint64_t{layout.num_slices()},
+                                 kTableEntryBytes, &table) &&
+         !__builtin_add_overflow(values, slices, bytes) &&
+         !__builtin_add_overflow(*bytes, table, bytes);
 }
 
 }  // namespace
@@ -197,38 +168,74 @@ absl::StatusOr<std::unique_ptr<ShardStore>> ShardStore::Create(
 
 absl::StatusOr<TensorSpec> ShardStore::Resolve(const TensorSpec& in) const {
   TensorSpec spec = in;
-  if (spec.name().empty() || spec.name().size() > kMaxTensorNameBytes) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("tensor name must be 1..", kMaxTensorNameBytes,
-                     " bytes, got ", spec.name().size()));
-  }
+  absl::Status s = CheckName("tensor name", spec.name());
+  if (!s.ok()) return s;
   if (spec.slice_elems() == 0) {
     spec.set_slice_elems(options_.default_slice_elems);
   }
   if (spec.slice_elems() < 0 || spec.slice_elems() > options_.max_slice_elems) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("tensor '", spec.name(), "': slice_elems must be in [1, ",
-                     options_.max_slice_elems, "], got ", spec.slice_elems()));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "tensor ", QuoteName(spec.name()), ": slice_elems must be in [1, ",
+        options_.max_slice_elems, "], got ", spec.slice_elems()));
   }
-  absl::Status s = TensorLayout::FromSpec(spec).status();
+  s = TensorLayout::FromSpec(spec).status();
   if (!s.ok()) {
     return absl::InvalidArgumentError(
-        absl::StrCat("tensor '", spec.name(), "': ", s.message()));
+        absl::StrCat("tensor ", QuoteName(spec.name()), ": ", s.message()));
   }
   s = ValidateInitializer(spec);
-  if (!s.ok()) return s;
+  if (!s.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("tensor ", QuoteName(spec.name()), ": ", s.message()));
+  }
   s = ValidateOptimizer(spec.optimizer());
   if (!s.ok()) {
     return absl::InvalidArgumentError(
-        absl::StrCat("tensor '", spec.name(), "': ", s.message()));
+        absl::StrCat("tensor ", QuoteName(spec.name()), ": ", s.message()));
   }
   return spec;
 }
 
-const ShardStore::Tensor* ShardStore::FindTensor(
-    const std::string& name) const {
+const ShardStore::Tensor* ShardStore::FindTensor(absl::string_view name) const {
   auto it = tensors_.find(name);
   return it == tensors_.end() ? nullptr : it->second.get();
+}
+
+absl::StatusOr<std::unique_ptr<ShardStore::Tensor>> ShardStore::MakeTensor(
+    const TensorSpec& spec, bool initialize) {
+  const TensorLayout layout = *TensorLayout::FromSpec(spec);
+  uint64_t bytes = 0;
+  if (!TensorBytes(spec, layout, options_.shard_index, options_.num_shards,
+                   &bytes)) {
+    bytes = ~uint64_t{0};
+  }
+  {
+    absl::MutexLock l(&mu_);
+    const uint64_t cap = options_.max_parameter_bytes;
+    if (cap > 0 && (bytes > cap || reserved_bytes_ > cap - bytes)) {
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "tensor ", QuoteName(spec.name()), " needs ", bytes,
+          " bytes on shard ", options_.shard_index, ", which holds ",
+          reserved_bytes_, " of its ", cap,
+          " (--max_parameter_bytes); nothing was created"));
+    }
+    reserved_bytes_ += bytes;
+  }
+  auto t = std::make_unique<Tensor>(
+      Tensor{spec, layout, OptimizerBuffers(spec.optimizer()), {}, bytes});
+  t->slices.resize(layout.num_slices());
+  for (uint32_t i = 0; i < layout.num_slices(); ++i) {
+    if (SliceHome(spec.name(), i, options_.num_shards) ==
+        options_.shard_index) {
+      t->slices[i] = std::make_unique<Slice>(spec, layout, i, initialize);
+    }
+  }
+  return t;
+}
+
+void ShardStore::Unreserve(uint64_t bytes) {
+  absl::MutexLock l(&mu_);
+  reserved_bytes_ -= bytes;
 }
 
 absl::StatusOr<CreateTensorResponse> ShardStore::CreateTensors(
@@ -241,41 +248,43 @@ absl::StatusOr<CreateTensorResponse> ShardStore::CreateTensors(
     if (!spec.ok()) return spec.status();
     if (!names.insert(spec->name()).second) {
       return absl::InvalidArgumentError(absl::StrCat(
-          "tensor '", spec->name(), "' appears twice in one request"));
+          "tensor ", QuoteName(spec->name()), " appears twice in one request"));
     }
     specs.push_back(*std::move(spec));
   }
 
-  CreateTensorResponse response;
-  std::vector<std::unique_ptr<Tensor>> fresh;
+  std::vector<const TensorSpec*> missing;
   {
     absl::ReaderMutexLock l(&mu_);
     for (const TensorSpec& spec : specs) {
       const Tensor* existing = FindTensor(spec.name());
-      if (existing == nullptr) continue;
+      if (existing == nullptr) {
+        missing.push_back(&spec);
+        continue;
+      }
       std::string diff;
       google::protobuf::util::MessageDifferencer differ;
       differ.ReportDifferencesToString(&diff);
       if (!differ.Compare(existing->spec, spec)) {
         return absl::AlreadyExistsError(
-            absl::StrCat("tensor '", spec.name(),
-                         "' exists with a different spec: ", diff));
+            absl::StrCat("tensor ", QuoteName(spec.name()),
+                         " exists with a different spec: ", diff));
       }
     }
   }
-  for (const TensorSpec& spec : specs) {
-    auto t = std::make_unique<Tensor>(
-        Tensor{spec, *TensorLayout::FromSpec(spec), {}});
-    t->slices.resize(t->layout.num_slices());
-    for (uint32_t i = 0; i < t->layout.num_slices(); ++i) {
-      if (SliceHome(spec.name(), i, options_.num_shards) ==
-          options_.shard_index) {
-        t->slices[i] = std::make_unique<Slice>(spec, t->layout, i);
-      }
+  // Reserve and build every missing tensor; give all back if one fails.
+  std::vector<std::unique_ptr<Tensor>> fresh;
+  for (const TensorSpec* spec : missing) {
+    absl::StatusOr<std::unique_ptr<Tensor>> t =
+        MakeTensor(*spec, /*initialize=*/true);
+    if (!t.ok()) {
+      for (const auto& f : fresh) Unreserve(f->reserved_bytes);
+      return t.status();
     }
-    fresh.push_back(std::move(t));
+    fresh.push_back(*std::move(t));
   }
 
+  CreateTensorResponse response;
   absl::MutexLock l(&mu_);
   // Re-check under the exclusive lock: a concurrent identical create may
   // have won the race, which is fine; a conflicting one is an error.
@@ -284,20 +293,23 @@ absl::StatusOr<CreateTensorResponse> ShardStore::CreateTensors(
     if (existing != nullptr &&
         !google::protobuf::util::MessageDifferencer::Equals(existing->spec,
                                                             t->spec)) {
-      return absl::AlreadyExistsError(absl::StrCat(
-          "tensor '", t->spec.name(), "' was created concurrently with a "
-          "different spec"));
+      for (const auto& f : fresh) reserved_bytes_ -= f->reserved_bytes;
+      return absl::AlreadyExistsError(
+          absl::StrCat("tensor ", QuoteName(t->spec.name()),
+                       " was created concurrently with a different spec"));
     }
   }
   int created = 0;
   for (auto& t : fresh) {
-    *response.add_tensors() = t->spec;
-    if (FindTensor(t->spec.name()) == nullptr) {
-      const std::string name = t->spec.name();
-      tensors_.emplace(name, std::move(t));
-      ++created;
+    if (FindTensor(t->spec.name()) != nullptr) {
+      reserved_bytes_ -= t->reserved_bytes;  // lost an identical race
+      continue;
     }
+    const std::string name = t->spec.name();
+    tensors_.emplace(name, std::move(t));
+    ++created;
   }
+  for (const TensorSpec& spec : specs) *response.add_tensors() = spec;
   response.set_created(created);
   return response;
 }
@@ -336,15 +348,17 @@ absl::Status ShardStore::PullInto(const PullRequest& request,
                                   const SliceSink* sink) const {
   absl::ReaderMutexLock l(&mu_);
   std::vector<const Tensor*> found;
+  found.reserve(request.tensors_size());
   absl::flat_hash_set<absl::string_view> seen;
   for (const std::string& name : request.tensors()) {
     const Tensor* t = FindTensor(name);
     if (t == nullptr) {
-      return absl::NotFoundError(absl::StrCat("unknown tensor '", name, "'"));
+      return absl::NotFoundError(
+          absl::StrCat("unknown tensor ", QuoteName(name)));
     }
     if (!seen.insert(name).second) {
       return absl::InvalidArgumentError(
-          absl::StrCat("tensor '", name, "' requested twice"));
+          absl::StrCat("tensor ", QuoteName(name), " requested twice"));
     }
     found.push_back(t);
   }
@@ -357,28 +371,46 @@ absl::Status ShardStore::PullInto(const PullRequest& request,
   return absl::OkStatus();
 }
 
-std::vector<FloatPayload> ShardStore::PayloadsOf(const PushRequest& request) {
-  std::vector<FloatPayload> out;
+std::vector<Payload> ShardStore::PayloadsOf(const PushRequest& request) {
+  std::vector<Payload> out;
   out.reserve(request.grads_size());
   for (const SliceGradient& g : request.grads()) out.emplace_back(g.grad());
   return out;
 }
 
-absl::StatusOr<std::vector<ShardStore::Slice*>> ShardStore::ValidatePush(
-    const PushRequest& request) const {
-  return ValidatePush(request, PayloadsOf(request));
+absl::StatusOr<ShardStore::Slice*> ShardStore::FindSlice(
+    const Tensor* t, const SliceGradient& g) const {
+  if (t == nullptr) {
+    return absl::NotFoundError(
+        absl::StrCat("unknown tensor ", QuoteName(g.tensor())));
+  }
+  if (g.slice() >= t->layout.num_slices()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "tensor ", QuoteName(g.tensor()), " has ", t->layout.num_slices(),
+        " slices; slice ", g.slice(), " does not exist"));
+  }
+  Slice* slice = t->slices[g.slice()].get();
+  if (slice == nullptr) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "slice ", g.slice(), " of tensor ", QuoteName(g.tensor()),
+        " lives on shard ",
+        SliceHome(g.tensor(), g.slice(), options_.num_shards), ", not ",
+        options_.shard_index));
+  }
+  return slice;
 }
 
-absl::StatusOr<std::vector<ShardStore::Slice*>> ShardStore::ValidatePush(
-    const PushRequest& request, absl::Span<const FloatPayload> grads) const {
+absl::StatusOr<ShardStore::PreparedPush> ShardStore::PreparePush(
+    const PushRequest& request, absl::Span<const Payload> grads,
+    bool allow_future_versions) const {
   if (grads.size() != static_cast<size_t>(request.grads_size())) {
-    return absl::InternalError(absl::StrCat(
-        "push has ", request.grads_size(), " gradients but ", grads.size(),
-        " payloads"));
+    return absl::InternalError(absl::StrCat("push has ", request.grads_size(),
+                                            " gradients but ", grads.size(),
+                                            " payloads"));
   }
+  PreparedPush out;
+  out.slices_.reserve(request.grads_size());
   absl::ReaderMutexLock l(&mu_);
-  std::vector<Slice*> out;
-  out.reserve(request.grads_size());
   // Slices are unique objects, so repeated slices are found by pointer.
   absl::flat_hash_set<const Slice*> seen;
   seen.reserve(request.grads_size());
@@ -387,76 +419,72 @@ absl::StatusOr<std::vector<ShardStore::Slice*>> ShardStore::ValidatePush(
   const Tensor* t = nullptr;
   for (int k = 0; k < request.grads_size(); ++k) {
     const SliceGradient& g = request.grads(k);
-    const FloatPayload& payload = grads[k];
-    if (t == nullptr || g.tensor() != t->spec.name()) {
-      t = FindTensor(g.tensor());
-    }
-    if (t == nullptr) {
-      return absl::NotFoundError(
-          absl::StrCat("unknown tensor '", g.tensor(), "'"));
-    }
-    if (g.slice() >= t->layout.num_slices()) {
+    const Payload& payload = grads[k];
+    if (t == nullptr || g.tensor() != t->spec.name()) t = FindTensor(g.tensor());
+    absl::StatusOr<Slice*> slice = FindSlice(t, g);
+    if (!slice.ok()) return slice.status();
+    if (!seen.insert(*slice).second) {
       return absl::InvalidArgumentError(
-          absl::StrCat("tensor '", g.tensor(), "' has ", t->layout.num_slices(),
-                       " slices; slice ", g.slice(), " does not exist"));
+          absl::StrCat("slice ", g.slice(), " of tensor ", QuoteName(g.tensor()),
+                       " appears twice in one push"));
     }
-    Slice* slice = t->slices[g.slice()].get();
-    if (slice == nullptr) {
+    const uint64_t expected =
+        static_cast<uint64_t>((*slice)->size()) * WireBytes(payload.dtype());
+    if (payload.size() != expected) {
       return absl::InvalidArgumentError(absl::StrCat(
-          "slice ", g.slice(), " of tensor '", g.tensor(), "' lives on shard ",
-          SliceHome(g.tensor(), g.slice(), options_.num_shards), ", not ",
-          options_.shard_index));
+          "slice ", g.slice(), " of tensor ", QuoteName(g.tensor()), " holds ",
+          (*slice)->size(), " values (", expected, " bytes as ",
+          WireDtype_Name(payload.dtype()), "); the gradient has ",
+          payload.size(), " bytes"));
     }
-    if (!seen.insert(slice).second) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("slice ", g.slice(), " of tensor '", g.tensor(),
-                       "' appears twice in one push"));
-    }
-    if (payload.size() != slice->size() * sizeof(float)) {
+    if (const uint64_t version = (*slice)->version();
+        g.read_version() > version && !allow_future_versions) {
       return absl::InvalidArgumentError(absl::StrCat(
-          "slice ", g.slice(), " of tensor '", g.tensor(), "' holds ",
-          slice->size(), " floats (", slice->size() * sizeof(float),
-          " bytes); the gradient has ", payload.size(), " bytes"));
-    }
-    if (const uint64_t version = slice->version();
-        g.read_version() > version) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "slice ", g.slice(), " of tensor '", g.tensor(), "': read_version ",
-          g.read_version(), " is newer than the slice (version ", version,
-          ")"));
+          "slice ", g.slice(), " of tensor ", QuoteName(g.tensor()),
+          ": read_version ", g.read_version(),
+          " is newer than the slice (version ", version, ")"));
     }
     if (!AllFinite(payload)) {
       return absl::InvalidArgumentError(
-          absl::StrCat("slice ", g.slice(), " of tensor '", g.tensor(),
-                       "': gradient contains NaN or Inf"));
+          absl::StrCat("slice ", g.slice(), " of tensor ", QuoteName(g.tensor()),
+                       ": gradient contains NaN or Inf"));
     }
-    out.push_back(slice);
+    out.slices_.push_back(*slice);
   }
   return out;
 }
 
 void ShardStore::ApplyPush(const PushRequest& request,
-                           const std::vector<Slice*>& slices,
-                           const StalenessRule& rule, PushResponse* response) {
-  ApplyPush(request, PayloadsOf(request), slices, rule, response);
-}
-
-void ShardStore::ApplyPush(const PushRequest& request,
-                           absl::Span<const FloatPayload> grads,
-                           const std::vector<Slice*>& slices,
-                           const StalenessRule& rule, PushResponse* response) {
-  std::vector<float> scratch;
+                           absl::Span<const Payload> grads,
+                           const PreparedPush& push, const StalenessRule& rule,
+                           PushResponse* response) {
+  response->mutable_results()->Reserve(request.grads_size());
   for (int i = 0; i < request.grads_size(); ++i) {
     const SliceGradient& g = request.grads(i);
-    const float* grad = grads[i].Floats(&scratch);
     SliceResult* result = response->add_results();
     result->set_tensor(g.tensor());
     result->set_slice(g.slice());
-    slices[i]->Apply(grad, g.read_version(), rule, result);
+    push.slices_[i]->Apply(grads[i], g.read_version(), rule, result);
   }
 }
 
-absl::Status ShardStore::ForEachTensor(TensorVisitor visit) const {
+void ShardStore::RefusePush(const PushRequest& request,
+                            const PreparedPush& push, SliceOutcome outcome,
+                            PushResponse* response) const {
+  for (int i = 0; i < request.grads_size(); ++i) {
+    const SliceGradient& g = request.grads(i);
+    SliceResult* result = response->add_results();
+    result->set_tensor(g.tensor());
+    result->set_slice(g.slice());
+    result->set_outcome(outcome);
+    result->set_new_version(push.slices_[i]->version());
+    result->set_lr_scale(0);
+  }
+}
+
+absl::Status ShardStore::Export(
+    absl::FunctionRef<absl::Status(const TensorSpec&)> tensor,
+    absl::FunctionRef<absl::Status(const SliceView&)> slice) const {
   // Tensors are never removed and their spec and slice table are fixed at
   // creation, so the pointers taken here stay valid after the lock is let go.
   std::vector<const Tensor*> tensors;
@@ -469,86 +497,78 @@ absl::Status ShardStore::ForEachTensor(TensorVisitor visit) const {
             [](const Tensor* a, const Tensor* b) {
               return a->spec.name() < b->spec.name();
             });
-  std::vector<const Slice*> local;
   for (const Tensor* t : tensors) {
-    local.clear();
-    for (const auto& slice : t->slices) {
-      if (slice != nullptr) local.push_back(slice.get());
-    }
-    absl::Status s = visit(t->spec, local);
+    absl::Status s = tensor(t->spec);
     if (!s.ok()) return s;
+    for (const auto& local : t->slices) {
+      if (local == nullptr) continue;
+      s = local->Read(slice);
+      if (!s.ok()) return s;
+    }
   }
   return absl::OkStatus();
-}
-
-void ShardStore::ReadSlice(const Slice* slice, SliceVisitor visit) {
-  slice->Read(visit);
 }
 
 absl::Status ShardStore::RestoreTensor(const TensorSpec& in) {
   absl::StatusOr<TensorSpec> spec = Resolve(in);
   if (!spec.ok()) return spec.status();
-  auto t = std::make_unique<Tensor>(
-      Tensor{*spec, *TensorLayout::FromSpec(*spec), {}});
-  t->slices.resize(t->layout.num_slices());
-  for (uint32_t i = 0; i < t->layout.num_slices(); ++i) {
-    if (SliceHome(spec->name(), i, options_.num_shards) ==
-        options_.shard_index) {
-      t->slices[i] = std::make_unique<Slice>(*spec, t->layout, i,
-                                             /*initialize=*/false);
+  {
+    absl::ReaderMutexLock l(&mu_);
+    if (FindTensor(spec->name()) != nullptr) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("tensor ", QuoteName(spec->name()), " exists already"));
     }
   }
+  absl::StatusOr<std::unique_ptr<Tensor>> t =
+      MakeTensor(*spec, /*initialize=*/false);
+  if (!t.ok()) return t.status();
   absl::MutexLock l(&mu_);
   if (FindTensor(spec->name()) != nullptr) {
+    reserved_bytes_ -= (*t)->reserved_bytes;
     return absl::FailedPreconditionError(
-        absl::StrCat("tensor '", spec->name(), "' exists already"));
+        absl::StrCat("tensor ", QuoteName(spec->name()), " exists already"));
   }
-  tensors_.emplace(spec->name(), std::move(t));
+  tensors_.emplace(spec->name(), *std::move(t));
   return absl::OkStatus();
 }
 
 absl::Status ShardStore::RestoreSlice(
-    const std::string& tensor, uint32_t index, uint64_t version,
+    absl::string_view tensor, uint32_t index, uint64_t version,
     absl::string_view values,
     absl::Span<const absl::string_view> optimizer_state) {
   Slice* slice = nullptr;
+  int buffers = 0;
   {
     absl::ReaderMutexLock l(&mu_);
     const Tensor* t = FindTensor(tensor);
-    if (t == nullptr) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("unknown tensor '", tensor, "'"));
+    SliceGradient g;
+    g.set_tensor(std::string(tensor));
+    g.set_slice(index);
+    absl::StatusOr<Slice*> found = FindSlice(t, g);
+    if (!found.ok()) {
+      return absl::InvalidArgumentError(found.status().message());
     }
-    if (index >= t->layout.num_slices()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("tensor '", tensor, "' has ", t->layout.num_slices(),
-                       " slices; slice ", index, " does not exist"));
-    }
-    slice = t->slices[index].get();
-    if (slice == nullptr) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "slice ", index, " of tensor '", tensor, "' lives on shard ",
-          SliceHome(tensor, index, options_.num_shards), ", not ",
-          options_.shard_index));
-    }
+    slice = *found;
+    buffers = t->optimizer_buffers;
   }
   const size_t bytes = slice->size() * sizeof(float);
   if (values.size() != bytes) {
     return absl::InvalidArgumentError(
-        absl::StrCat("slice ", index, " of tensor '", tensor, "' holds ",
-                     bytes, " bytes of values; got ", values.size()));
+        absl::StrCat("slice ", index, " of tensor ", QuoteName(tensor),
+                     " holds ", bytes, " bytes of values; got ", values.size()));
   }
-  if (optimizer_state.size() != slice->optimizer_buffers()) {
+  if (optimizer_state.size() != static_cast<size_t>(buffers)) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "slice ", index, " of tensor '", tensor, "': its optimizer keeps ",
-        slice->optimizer_buffers(), " state buffers; got ",
+        "slice ", index, " of tensor ", QuoteName(tensor),
+        ": its optimizer keeps ", buffers, " state buffers; got ",
         optimizer_state.size()));
   }
   for (size_t i = 0; i < optimizer_state.size(); ++i) {
     if (optimizer_state[i].size() != bytes) {
       return absl::InvalidArgumentError(absl::StrCat(
-          "slice ", index, " of tensor '", tensor, "': optimizer state ", i,
-          " must hold ", bytes, " bytes; got ", optimizer_state[i].size()));
+          "slice ", index, " of tensor ", QuoteName(tensor),
+          ": optimizer state ", i, " must hold ", bytes, " bytes; got ",
+          optimizer_state[i].size()));
     }
   }
   slice->Import(version, values, optimizer_state);
@@ -559,6 +579,7 @@ StoreSize ShardStore::Size() const {
   absl::ReaderMutexLock l(&mu_);
   StoreSize size;
   size.tensors = static_cast<int32_t>(tensors_.size());
+  size.reserved_bytes = reserved_bytes_;
   for (const auto& [name, t] : tensors_) {
     for (const auto& s : t->slices) {
       if (s == nullptr) continue;

@@ -1,5 +1,5 @@
-#ifndef ASYNCPS_SERVER_OPTIMIZER_H_
-#define ASYNCPS_SERVER_OPTIMIZER_H_
+#ifndef ASYNCPS_STORE_OPTIMIZER_H_
+#define ASYNCPS_STORE_OPTIMIZER_H_
 
 #include <cstddef>
 #include <cstdint>
@@ -8,6 +8,7 @@
 
 #include "absl/status/status.h"
 #include "absl/types/span.h"
+#include "common/payload.h"
 #include "proto/asyncps.pb.h"
 
 namespace asyncps {
@@ -16,9 +17,13 @@ namespace asyncps {
 // [0, 1); epsilon > 0 for Adam. The message names the field.
 absl::Status ValidateOptimizer(const OptimizerSpec& spec);
 
+// Optimizer state buffers a slice of this optimizer keeps, each as long as
+// the slice: 0 (SGD), 1 (momentum), 2 (Adam).
+int OptimizerBuffers(const OptimizerSpec& spec);
+
 // The update rule of one slice together with its state (momentum buffer,
 // Adam moments). Not thread-safe: the owner serializes calls (the slice
-// lock on the server).
+// lock).
 class SliceOptimizer {
  public:
   // REQUIRES: ValidateOptimizer(spec).ok().
@@ -26,10 +31,12 @@ class SliceOptimizer {
                                                 size_t n);
   virtual ~SliceOptimizer() = default;
 
-  // Applies gradient g[0, n) to weights w[0, n) with learning rate
-  // spec.learning_rate * lr_scale. `step` is the 1-based number of this
-  // update of the slice (Adam's bias correction).
-  virtual void Apply(float* w, const float* g, size_t n, float lr_scale,
+  // Applies gradient `g` (n values, in its wire encoding, read in place
+  // from its pieces: one pass over g and the state) to weights w[0, n) with
+  // learning rate spec.learning_rate * lr_scale. `step` is the 1-based
+  // number of this update of the slice (Adam's bias correction).
+  // REQUIRES: g.count() == n, every value of g finite.
+  virtual void Apply(float* w, const Payload& g, float lr_scale,
                      uint64_t step) = 0;
 
   // Bytes of optimizer state held.
@@ -45,4 +52,4 @@ class SliceOptimizer {
 
 }  // namespace asyncps
 
-#endif  // ASYNCPS_SERVER_OPTIMIZER_H_
+#endif  // ASYNCPS_STORE_OPTIMIZER_H_

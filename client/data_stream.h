@@ -1,0 +1,64 @@
+#ifndef ASYNCPS_CLIENT_DATA_STREAM_H_
+#define ASYNCPS_CLIENT_DATA_STREAM_H_
+
+#include <grpcpp/generic/generic_stub.h>
+#include <grpcpp/grpcpp.h>
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+
+namespace asyncps {
+
+// One long-lived stream of requests and answers to one shard on one
+// channel: PullStream or PushStream (proto/asyncps.proto). Requests carry
+// ids and are answered in any order; each Send's callback gets its answer or
+// the stream's failure. A failed or ended stream is replaced by a new one on
+// the next Send, so a restarted shard is reached again without the caller's
+// help (the caller retries what failed).
+//
+// Thread-safe. Answer callbacks run on gRPC's threads and must not block.
+class DataStream {
+ public:
+  // Called once per request: OK and the answer (the callback may keep or
+  // take it), or the stream's failure (answer null).
+  using Done = std::function<void(absl::Status, grpc::ByteBuffer* answer)>;
+  // Reads the request id out of an answer.
+  using IdOf = std::function<absl::StatusOr<uint64_t>(const grpc::ByteBuffer&)>;
+
+  // `method`: the full method name. `channel` is shared with others.
+  DataStream(std::shared_ptr<grpc::Channel> channel, std::string method,
+             IdOf id_of);
+  // Cancels the stream and waits until it has ended (every callback ran).
+  ~DataStream();
+  DataStream(const DataStream&) = delete;
+  DataStream& operator=(const DataStream&) = delete;
+
+  // Sends `request` (whose id is `id`, unique among this stream's pending
+  // requests); done runs once it is answered or the stream fails.
+  void Send(uint64_t id, grpc::ByteBuffer request, Done done);
+
+  // Ends the current stream: its pending requests fail with CANCELLED. The
+  // next Send opens a new one.
+  void Cancel();
+
+ private:
+  class Call;
+
+  const std::shared_ptr<grpc::Channel> channel_;
+  const std::string method_;
+  const IdOf id_of_;
+  grpc::GenericStub stub_;
+  absl::Mutex mu_;
+  std::shared_ptr<Call> call_ ABSL_GUARDED_BY(mu_);  // the current stream
+};
+
+}  // namespace asyncps
+
+#endif  // ASYNCPS_CLIENT_DATA_STREAM_H_

@@ -1,0 +1,226 @@
+#include "client/fanout.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "common/grpc_status.h"
+
+namespace asyncps {
+
+bool IsRetriable(const absl::Status& s) {
+  return absl::IsUnavailable(s) || absl::IsDeadlineExceeded(s) ||
+         absl::IsCancelled(s);
+}
+
+// Completions, recorded by attempts on any thread and consumed by the
+// waiting thread; shared so that late callbacks never outlive it.
+struct FanOut::Shared {
+  absl::Mutex mu;
+  absl::CondVar cv;
+  std::vector<std::pair<int, absl::Status>> done ABSL_GUARDED_BY(mu);
+};
+
+struct FanOut::Slot {
+  int attempts = 0;
+  bool in_flight = false;
+  bool finished = false;
+  absl::Time next_start = absl::InfinitePast();
+  absl::Time first_failure = absl::InfiniteFuture();
+  absl::Time last_report = absl::InfinitePast();
+  absl::Status last_error;  // of the last failed attempt
+  std::unique_ptr<grpc::ClientContext> ctx;
+};
+
+FanOut::FanOut(FanOutEnv env, std::string method, RetryPolicy policy,
+               bool stop_on_error)
+    : env_(std::move(env)),
+      method_(std::move(method)),
+      policy_(policy),
+      stop_on_error_(stop_on_error),
+      shared_(std::make_shared<Shared>()) {}
+
+FanOut::~FanOut() {
+  if (waited_ || calls_.empty()) return;
+  // Never waited for: give up on everything still running, and wait for it,
+  // since attempts refer to buffers their owner is about to free.
+  first_error_ = absl::CancelledError("abandoned");
+  Run();
+}
+
+void FanOut::Start(std::vector<Call> calls) {
+  calls_ = std::move(calls);
+  slots_.resize(calls_.size());
+  results_.assign(calls_.size(), absl::OkStatus());
+  unfinished_ = static_cast<int>(calls_.size());
+  deadline_ = env_.clock->Now() + policy_.call_deadline;
+  for (size_t i = 0; i < calls_.size(); ++i) StartAttempt(static_cast<int>(i));
+}
+
+void FanOut::StartAttempt(int i) {
+  Slot& slot = slots_[i];
+  ++slot.attempts;
+  slot.in_flight = true;
+  slot.ctx = std::make_unique<grpc::ClientContext>();
+  slot.ctx->set_deadline(absl::ToChronoTime(
+      std::min(absl::Now() + policy_.attempt_timeout,
+               absl::Now() + (deadline_ - env_.clock->Now()))));
+  std::shared_ptr<Shared> shared = shared_;
+  calls_[i].start(slot.ctx.get(), [shared, i](absl::Status s) {
+    absl::MutexLock l(&shared->mu);
+    shared->done.emplace_back(i, std::move(s));
+    shared->cv.Signal();
+  });
+}
+
+void FanOut::Fail(int i, const absl::Status& s) {
+  results_[i] = s;
+  if (!first_error_.ok() || !stop_on_error_) {
+    if (first_error_.ok()) first_error_ = s;
+    return;
+  }
+  first_error_ = s;
+  for (size_t k = 0; k < slots_.size(); ++k) {
+    if (!slots_[k].in_flight) continue;
+    slots_[k].ctx->TryCancel();
+    if (calls_[k].cancel) calls_[k].cancel();
+  }
+}
+
+void FanOut::Run() {
+  bool gave_up = false;  // the deadline passed, or the owner abandoned us
+  while (unfinished_ > 0) {
+    const absl::Time now = env_.clock->Now();
+    if (!gave_up && (now >= deadline_ || absl::IsCancelled(first_error_))) {
+      gave_up = true;
+      for (size_t k = 0; k < slots_.size(); ++k) {
+        if (!slots_[k].in_flight) continue;
+        slots_[k].ctx->TryCancel();
+        if (calls_[k].cancel) calls_[k].cancel();
+      }
+    }
+    absl::Time wake = gave_up ? absl::InfiniteFuture() : deadline_;
+    for (size_t i = 0; i < slots_.size(); ++i) {
+      Slot& slot = slots_[i];
+      if (slot.finished || slot.in_flight) continue;
+      const bool stopped = stop_on_error_ && !first_error_.ok();
+      if (gave_up || stopped) {
+        slot.finished = true;
+        --unfinished_;
+        if (results_[i].ok()) {
+          results_[i] =
+              stopped ? absl::CancelledError("another shard failed")
+                      : absl::DeadlineExceededError(absl::StrCat(
+                            method_, " on ", env_.shard_name(calls_[i].shard),
+                            ": no answer within the call deadline of ",
+                            absl::FormatDuration(policy_.call_deadline),
+                            " (", slot.attempts, " attempts; last error: ",
+                            slot.last_error.ToString(), ")"));
+          if (first_error_.ok()) first_error_ = results_[i];
+        }
+        continue;
+      }
+      if (slot.next_start > now) {
+        wake = std::min(wake, slot.next_start);
+        continue;
+      }
+      StartAttempt(static_cast<int>(i));
+    }
+    if (unfinished_ == 0) break;
+
+    std::vector<std::pair<int, absl::Status>> done;
+    {
+      absl::MutexLock l(&shared_->mu);
+      const absl::Duration wait = wake - env_.clock->Now();
+      if (shared_->done.empty() && wait > absl::ZeroDuration()) {
+        shared_->cv.WaitWithTimeout(&shared_->mu, wait);
+      }
+      done.swap(shared_->done);
+    }
+
+    for (auto& [i, status] : done) {
+      Slot& slot = slots_[i];
+      slot.in_flight = false;
+      const std::string where =
+          absl::StrCat(method_, " on ", env_.shard_name(calls_[i].shard));
+      if (status.ok()) {
+        slot.finished = true;
+        --unfinished_;
+        if (slot.attempts > 1) {
+          env_.logger->info("{} answered after {} attempts ({})", where,
+                            slot.attempts,
+                            absl::FormatDuration(absl::Trunc(
+                                env_.clock->Now() - slot.first_failure,
+                                absl::Milliseconds(1))));
+        }
+        if (calls_[i].on_ok && (first_error_.ok() || !stop_on_error_)) {
+          absl::Status s = calls_[i].on_ok();
+          if (!s.ok()) Fail(i, absl::Status(s.code(), absl::StrCat(where, ": ", s.message())));
+        }
+        continue;
+      }
+      const absl::Time t = env_.clock->Now();
+      slot.last_error = status;
+      if (!gave_up && (first_error_.ok() || !stop_on_error_) &&
+          IsRetriable(status) && t < deadline_ &&
+          (policy_.max_attempts == 0 || slot.attempts < policy_.max_attempts)) {
+        absl::Duration backoff = policy_.initial_backoff;
+        for (int k = 1; k < slot.attempts && backoff < policy_.max_backoff;
+             ++k) {
+          backoff *= 2;
+        }
+        backoff = std::min(backoff, policy_.max_backoff) *
+                  absl::Uniform(rng_, 0.5, 1.5);
+        slot.next_start = t + backoff;
+        if (slot.first_failure == absl::InfiniteFuture()) {
+          slot.first_failure = t;
+          slot.last_report = t;
+          env_.logger->warn("{} failed: {}; retrying for up to {}", where,
+                            status.ToString(),
+                            absl::FormatDuration(absl::Trunc(
+                                deadline_ - t, absl::Seconds(1))));
+        } else if (t - slot.last_report >= policy_.report_every) {
+          slot.last_report = t;
+          env_.logger->warn("{}: still failing after {} ({} attempts): {}",
+                            where,
+                            absl::FormatDuration(absl::Trunc(
+                                t - slot.first_failure, absl::Seconds(1))),
+                            slot.attempts, status.ToString());
+        }
+        continue;
+      }
+      slot.finished = true;
+      --unfinished_;
+      if (gave_up && first_error_.ok()) {
+        status = absl::DeadlineExceededError(absl::StrCat(
+            "no answer within the call deadline of ",
+            absl::FormatDuration(policy_.call_deadline), "; last error: ",
+            status.ToString()));
+      }
+      if (slot.attempts > 1) {
+        status = absl::Status(
+            status.code(),
+            absl::StrCat("after ", slot.attempts, " attempts: ", status.message()));
+      }
+      if (results_[i].ok()) {
+        Fail(i, absl::Status(status.code(),
+                             absl::StrCat(where, ": ", status.message())));
+      }
+    }
+  }
+}
+
+std::vector<absl::Status> FanOut::WaitAll() {
+  waited_ = true;
+  Run();
+  return results_;
+}
+
+absl::Status FanOut::Wait() {
+  waited_ = true;
+  Run();
+  return first_error_;
+}
+
+}  // namespace asyncps

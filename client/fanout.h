@@ -1,0 +1,121 @@
+#ifndef ASYNCPS_CLIENT_FANOUT_H_
+#define ASYNCPS_CLIENT_FANOUT_H_
+
+#include <grpcpp/grpcpp.h>
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/random/random.h"
+#include "absl/status/status.h"
+#include "absl/time/time.h"
+#include "common/clock.h"
+#include "spdlog/spdlog.h"
+
+namespace asyncps {
+
+// How a call to the shards rides out failures.
+struct RetryPolicy {
+  // Every call (all its attempts on all shards) ends at most this long after
+  // it started, with DEADLINE_EXCEEDED: long enough to ride out a shard
+  // restart, bounded so that nothing waits forever.
+  absl::Duration call_deadline = absl::Minutes(5);
+  // Deadline of one attempt of a unary RPC. Stream requests have none: their
+  // connection is watched by HTTP/2 keepalive (common/net.h).
+  absl::Duration attempt_timeout = absl::Minutes(2);
+  // Backoff before retry n: initial_backoff * 2^(n-1), capped at max_backoff,
+  // times a random factor in [0.5, 1.5).
+  absl::Duration initial_backoff = absl::Milliseconds(50);
+  absl::Duration max_backoff = absl::Seconds(2);
+  // While a shard keeps failing, one log line this often.
+  absl::Duration report_every = absl::Seconds(5);
+  // Attempts per shard at most; 0 = as many as the deadline allows.
+  int max_attempts = 0;
+};
+
+// True for the failures a call retries: the shard is out of reach, restarting
+// or shutting down (UNAVAILABLE, DEADLINE_EXCEEDED of an attempt, CANCELLED
+// by the shard).
+bool IsRetriable(const absl::Status& s);
+
+// What a FanOut needs from its owner. Pointers are not owned.
+struct FanOutEnv {
+  Clock* clock = Clock::Real();
+  std::shared_ptr<spdlog::logger> logger;  // required
+  // "shard 1 (10.0.0.2:7000)", for messages.
+  std::function<std::string(int shard)> shard_name;
+};
+
+// One call to a set of shards: one attempt per shard at a time, all shards
+// concurrently, each retried on its own with backoff while its failure is
+// retriable, until it succeeds, fails for good, or the call's deadline
+// passes. The one retry engine of asyncps: PsClient's unary RPCs and stream
+// requests, and psctl's queries, all run through it.
+//
+// Thread-compatible: one thread starts and waits; attempts complete on any
+// thread. Everything but recording completions (retries, on_ok) happens on
+// the waiting thread.
+class FanOut {
+ public:
+  using Done = std::function<void(absl::Status)>;
+
+  struct Call {
+    int shard = 0;
+    // Starts one attempt; it ends with done(status) exactly once, on any
+    // thread. `ctx` is a fresh context carrying the attempt's deadline, for
+    // unary RPCs (stream requests ignore it).
+    std::function<void(grpc::ClientContext* ctx, Done done)> start;
+    // Aborts an attempt in flight that does not use ctx (a stream request):
+    // called when the call is given up. Optional.
+    std::function<void()> cancel;
+    // Runs on the waiting thread after a successful attempt; an error is
+    // final. Optional.
+    std::function<absl::Status()> on_ok;
+  };
+
+  // `stop_on_error`: the first final failure cancels the other shards'
+  // attempts (PsClient); false: every shard runs to its own end (psctl).
+  FanOut(FanOutEnv env, std::string method, RetryPolicy policy,
+         bool stop_on_error = true);
+  ~FanOut();  // waits for attempts still in flight
+  FanOut(const FanOut&) = delete;
+  FanOut& operator=(const FanOut&) = delete;
+
+  // Starts the first attempt of every call. Once only.
+  void Start(std::vector<Call> calls);
+
+  // Waits for every call to end (retrying on this thread) and returns the
+  // first final error, annotated with the method and shard; OK when all
+  // succeeded.
+  absl::Status Wait();
+  // Waits likewise and returns each call's outcome, in call order.
+  std::vector<absl::Status> WaitAll();
+
+ private:
+  struct Shared;
+  struct Slot;
+
+  void StartAttempt(int i);
+  void Fail(int i, const absl::Status& s);
+  void Run();
+
+  const FanOutEnv env_;
+  const std::string method_;
+  const RetryPolicy policy_;
+  const bool stop_on_error_;
+  absl::Time deadline_;
+  std::vector<Call> calls_;
+  std::vector<Slot> slots_;
+  std::vector<absl::Status> results_;
+  absl::Status first_error_;
+  int unfinished_ = 0;
+  bool waited_ = false;
+  std::shared_ptr<Shared> shared_;  // completions, shared with callbacks
+  absl::BitGen rng_;                // backoff jitter
+};
+
+}  // namespace asyncps
+
+#endif  // ASYNCPS_CLIENT_FANOUT_H_

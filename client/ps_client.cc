@@ -1,0 +1,958 @@
+#include "client/ps_client.h"
+
+#include <google/protobuf/util/message_differencer.h>
+
+#include <algorithm>
+#include <cstring>
+#include <limits>
+
+#include "absl/container/flat_hash_set.h"
+#include "absl/random/random.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/synchronization/notification.h"
+#include "client/data_stream.h"
+#include "common/fast_frame.h"
+#include "common/grpc_status.h"
+#include "common/logging.h"
+#include "common/names.h"
+#include "common/net.h"
+#include "common/payload.h"
+#include "common/sharding.h"
+
+namespace asyncps {
+
+namespace {
+
+constexpr absl::Duration kMaxListPollInterval = absl::Seconds(1);
+constexpr absl::Duration kShardWaitReport = absl::Seconds(5);
+
+absl::Status Annotate(const absl::Status& s, absl::string_view prefix) {
+  return absl::Status(s.code(), absl::StrCat(prefix, ": ", s.message()));
+}
+
+absl::Status FromCallStatus(const CallStatus& s) {
+  if (s.code() == 0) return absl::OkStatus();
+  return absl::Status(static_cast<absl::StatusCode>(s.code()), s.message());
+}
+
+absl::StatusOr<uint64_t> PullAnswerId(const grpc::ByteBuffer& answer) {
+  PullResponse header;
+  FrameReader reader;
+  absl::Status s = reader.Open(answer, &header);
+  if (!s.ok()) return s;
+  return header.request_id();
+}
+
+absl::StatusOr<uint64_t> PushAnswerId(const grpc::ByteBuffer& answer) {
+  PushResponse response;
+  absl::Status s = ParseFromByteBuffer(answer, &response);
+  if (!s.ok()) return s;
+  return response.request_id();
+}
+
+}  // namespace
+
+struct PsClient::Shard {
+  std::string address;
+  std::unique_ptr<ParameterServer::Stub> stub;  // unary calls, connection 0
+  // One pull and one push stream per connection.
+  std::vector<std::unique_ptr<DataStream>> pulls, pushes;
+};
+
+// ---------------------------------------------------------------- set-up
+
+PsClient::PsClient(PsClientOptions options) : options_(std::move(options)) {}
+
+PsClient::~PsClient() = default;
+
+absl::StatusOr<std::unique_ptr<PsClient>> PsClient::Connect(
+    PsClientOptions options) {
+  if (options.servers.empty()) {
+    return absl::InvalidArgumentError("PsClient: no servers given");
+  }
+  for (size_t i = 0; i < options.servers.size(); ++i) {
+    if (options.servers[i].empty()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("PsClient: server address ", i, " is empty"));
+    }
+  }
+  if (options.worker_id < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "PsClient: worker_id must be >= 0, got ", options.worker_id));
+  }
+  const RetryPolicy& r = options.retry;
+  if (r.call_deadline <= absl::ZeroDuration() ||
+      r.attempt_timeout <= absl::ZeroDuration() ||
+      r.initial_backoff < absl::ZeroDuration() ||
+      r.max_backoff < r.initial_backoff) {
+    return absl::InvalidArgumentError(
+        "PsClient: call_deadline and attempt_timeout must be > 0, and "
+        "0 <= initial_backoff <= max_backoff");
+  }
+  if (options.connections_per_shard < 1 || options.connections_per_shard > 16) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("PsClient: connections_per_shard must be in [1, 16], got ",
+                     options.connections_per_shard));
+  }
+  if (absl::Status s = ChannelCredentials(options.security).status();
+      !s.ok()) {
+    return s;
+  }
+  if (options.clock == nullptr) options.clock = Clock::Real();
+  if (options.logger == nullptr) options.logger = NullLogger();
+  if (options.incarnation == 0) {
+    absl::BitGen gen;
+    options.incarnation = absl::Uniform<uint64_t>(
+        absl::IntervalClosed, gen, 1, std::numeric_limits<uint64_t>::max());
+  }
+  std::unique_ptr<PsClient> client(new PsClient(std::move(options)));
+  const PsClientOptions& o = client->options_;
+  for (const std::string& address : o.servers) {
+    auto shard = std::make_unique<Shard>();
+    shard->address = address;
+    for (int c = 0; c < o.connections_per_shard; ++c) {
+      std::shared_ptr<grpc::Channel> channel =
+          MakeChannel(address, c, o.security);
+      if (c == 0) shard->stub = ParameterServer::NewStub(channel);
+      shard->pulls.push_back(std::make_unique<DataStream>(
+          channel, kPullStreamMethod, PullAnswerId));
+      shard->pushes.push_back(std::make_unique<DataStream>(
+          channel, kPushStreamMethod, PushAnswerId));
+    }
+    client->shards_.push_back(std::move(shard));
+  }
+  {
+    absl::MutexLock l(&client->mu_);
+    client->epochs_.assign(client->shards_.size(), 0);
+  }
+  return client;
+}
+
+std::string PsClient::ShardName(int shard) const {
+  return absl::StrCat("shard ", shard, " (", shards_[shard]->address, ")");
+}
+
+FanOutEnv PsClient::Env() const {
+  FanOutEnv env;
+  env.clock = options_.clock;
+  env.logger = options_.logger;
+  env.shard_name = [this](int shard) { return ShardName(shard); };
+  return env;
+}
+
+WorkerRef PsClient::MakeWorkerRef(int64_t clock) const {
+  WorkerRef ref;
+  ref.set_worker_id(options_.worker_id);
+  ref.set_incarnation(options_.incarnation);
+  ref.set_clock(clock);
+  return ref;
+}
+
+template <typename Request, typename Response, typename Issue>
+absl::Status PsClient::ToAllShards(const char* method, const Request& request,
+                                   std::vector<Response>* responses,
+                                   Issue issue,
+                                   std::function<absl::Status(int)> on_ok,
+                                   const RetryPolicy& policy) {
+  const int n = num_shards();
+  responses->assign(n, Response());
+  std::vector<FanOut::Call> calls;
+  for (int s = 0; s < n; ++s) {
+    FanOut::Call call;
+    call.shard = s;
+    call.start = [this, s, &request, responses, issue](grpc::ClientContext* ctx,
+                                                       FanOut::Done done) {
+      (*responses)[s].Clear();
+      issue(shards_[s]->stub.get(), ctx, &request, &(*responses)[s],
+            [done = std::move(done)](grpc::Status st) {
+              done(FromGrpcStatus(st));
+            });
+    };
+    if (on_ok) call.on_ok = [s, on_ok] { return on_ok(s); };
+    calls.push_back(std::move(call));
+  }
+  FanOut fanout(Env(), method, policy);
+  fanout.Start(std::move(calls));
+  return fanout.Wait();
+}
+
+absl::Status PsClient::WaitForShards(absl::Duration timeout) {
+  const absl::Time start = options_.clock->Now();
+  const absl::Time deadline = start + timeout;
+  // Short rounds, each one attempt per shard, so that the log names who is
+  // still missing every few seconds.
+  RetryPolicy round = options_.retry;
+  round.call_deadline = absl::Seconds(2);
+  round.attempt_timeout = absl::Seconds(2);
+  round.report_every = absl::InfiniteDuration();
+  absl::Time last_report = start;
+  absl::Duration interval = options_.retry.initial_backoff;
+  for (;;) {
+    const ListTensorsRequest request;
+    std::vector<ListTensorsResponse> responses(num_shards());
+    std::vector<FanOut::Call> calls;
+    for (int s = 0; s < num_shards(); ++s) {
+      FanOut::Call call;
+      call.shard = s;
+      call.start = [this, s, &request, &responses](grpc::ClientContext* ctx,
+                                                   FanOut::Done done) {
+        shards_[s]->stub->async()->ListTensors(
+            ctx, &request, &responses[s],
+            [done = std::move(done)](grpc::Status st) {
+              done(FromGrpcStatus(st));
+            });
+      };
+      calls.push_back(std::move(call));
+    }
+    FanOutEnv env = Env();
+    env.logger = NullLogger();  // this loop reports for itself
+    FanOut fanout(env, "ListTensors", round, /*stop_on_error=*/false);
+    fanout.Start(std::move(calls));
+    const std::vector<absl::Status> results = fanout.WaitAll();
+    std::vector<std::string> missing;
+    for (int s = 0; s < num_shards(); ++s) {
+      if (results[s].ok()) continue;
+      if (!IsRetriable(results[s])) return results[s];
+      missing.push_back(ShardName(s));
+    }
+    if (missing.empty()) {
+      if (options_.clock->Now() - start > absl::Seconds(1)) {
+        options_.logger->info("all {} shards answer (waited {})", num_shards(),
+                              absl::FormatDuration(absl::Trunc(
+                                  options_.clock->Now() - start,
+                                  absl::Milliseconds(1))));
+      }
+      return absl::OkStatus();
+    }
+    const absl::Time now = options_.clock->Now();
+    if (now >= deadline) {
+      return absl::DeadlineExceededError(absl::StrCat(
+          "shards not reachable after ", absl::FormatDuration(timeout), ": ",
+          absl::StrJoin(missing, ", ")));
+    }
+    if (now - last_report >= kShardWaitReport) {
+      last_report = now;
+      options_.logger->info("waiting for {} of {} shards ({} so far): {}",
+                            missing.size(), num_shards(),
+                            absl::FormatDuration(absl::Trunc(
+                                now - start, absl::Seconds(1))),
+                            absl::StrJoin(missing, ", "));
+    }
+    absl::SleepFor(std::min(interval, deadline - now));
+    interval = std::min(interval * 2, kMaxListPollInterval);
+  }
+}
+
+absl::StatusOr<Registration> PsClient::Register() {
+  HeartbeatRequest request;
+  *request.mutable_worker() = MakeWorkerRef(0);
+  std::vector<HeartbeatResponse> responses;
+  absl::Status s = ToAllShards(
+      "Heartbeat", request, &responses,
+      [](ParameterServer::Stub* stub, grpc::ClientContext* ctx,
+         const HeartbeatRequest* req, HeartbeatResponse* resp,
+         std::function<void(grpc::Status)> done) {
+        stub->async()->Heartbeat(ctx, req, resp, std::move(done));
+      },
+      nullptr, options_.retry);
+  if (!s.ok()) return s;
+  Registration r;
+  for (int i = 0; i < num_shards(); ++i) {
+    r.resume_clock = std::max(r.resume_clock, responses[i].resume_clock());
+    r.previous_clock = std::max(r.previous_clock, responses[i].previous_clock());
+    NoteEpoch(i, responses[i].shard_epoch());
+  }
+  return r;
+}
+
+void PsClient::NoteEpoch(int shard, uint64_t epoch) {
+  if (epoch == 0) return;
+  uint64_t before;
+  {
+    absl::MutexLock l(&mu_);
+    before = epochs_[shard];
+    epochs_[shard] = epoch;
+  }
+  if (before != 0 && before != epoch) {
+    options_.logger->warn(
+        "{} restarted (epoch {:016x} -> {:016x}): it serves the parameters of "
+        "its last checkpoint, so updates acknowledged after that checkpoint "
+        "are gone; gradients computed from earlier pulls are refused and "
+        "training continues from the restored values",
+        ShardName(shard), before, epoch);
+  }
+}
+
+// ---------------------------------------------------------------- tensors
+
+absl::Status PsClient::Remember(const TensorSpec& spec) {
+  absl::StatusOr<TensorLayout> layout = TensorLayout::FromSpec(spec);
+  if (!layout.ok()) {
+    return Annotate(layout.status(), absl::StrCat("tensor ", QuoteName(spec.name())));
+  }
+  const int n = num_shards();
+  auto state = std::make_unique<TensorState>(
+      TensorState{spec, *layout, {}, std::vector<uint32_t>(n, 0)});
+  state->home.resize(layout->num_slices());
+  for (uint32_t i = 0; i < layout->num_slices(); ++i) {
+    state->home[i] = SliceHome(spec.name(), i, n);
+    ++state->slices_on[state->home[i]];
+  }
+  absl::MutexLock l(&mu_);
+  auto it = tensors_.find(spec.name());
+  if (it != tensors_.end()) {
+    if (google::protobuf::util::MessageDifferencer::Equals(it->second->spec,
+                                                           spec)) {
+      return absl::OkStatus();
+    }
+    return absl::FailedPreconditionError(
+        absl::StrCat("tensor ", QuoteName(spec.name()),
+                     " changed its spec on the shards: was {",
+                     it->second->spec.ShortDebugString(), "}, now {",
+                     spec.ShortDebugString(), "}"));
+  }
+  tensors_.emplace(spec.name(), std::move(state));
+  return absl::OkStatus();
+}
+
+const PsClient::TensorState* PsClient::FindTensor(
+    const std::string& name) const {
+  absl::MutexLock l(&mu_);
+  auto it = tensors_.find(name);
+  return it == tensors_.end() ? nullptr : it->second.get();
+}
+
+const TensorSpec* PsClient::FindSpec(const std::string& name) const {
+  const TensorState* t = FindTensor(name);
+  return t == nullptr ? nullptr : &t->spec;
+}
+
+std::vector<uint64_t> PsClient::PulledVersions(const std::string& name) const {
+  absl::MutexLock l(&mu_);
+  auto it = last_read_.versions.find(name);
+  return it == last_read_.versions.end() ? std::vector<uint64_t>()
+                                         : it->second;
+}
+
+absl::Status PsClient::CreateTensors(const std::vector<TensorSpec>& specs) {
+  absl::flat_hash_set<std::string> names;
+  for (const TensorSpec& spec : specs) {
+    absl::Status s = CheckName("CreateTensors: tensor name", spec.name());
+    if (!s.ok()) return s;
+    if (!names.insert(spec.name()).second) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "CreateTensors: tensor ", QuoteName(spec.name()), " given twice"));
+    }
+    if (spec.slice_elems() < 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "CreateTensors: tensor ", QuoteName(spec.name()),
+          ": slice_elems must be >= 0, got ", spec.slice_elems()));
+    }
+    absl::StatusOr<TensorLayout> layout = TensorLayout::Create(
+        std::vector<int64_t>(spec.shape().begin(), spec.shape().end()), 1);
+    if (!layout.ok()) {
+      return Annotate(layout.status(), absl::StrCat("CreateTensors: tensor ",
+                                                    QuoteName(spec.name())));
+    }
+  }
+  if (specs.empty()) return absl::OkStatus();
+
+  const int n = num_shards();
+  CreateTensorRequest request;
+  for (const TensorSpec& spec : specs) *request.add_tensors() = spec;
+  std::vector<CreateTensorResponse> responses;
+  absl::Status status = ToAllShards(
+      "CreateTensor", request, &responses,
+      [](ParameterServer::Stub* stub, grpc::ClientContext* ctx,
+         const CreateTensorRequest* req, CreateTensorResponse* resp,
+         std::function<void(grpc::Status)> done) {
+        stub->async()->CreateTensor(ctx, req, resp, std::move(done));
+      },
+      [&specs, &responses](int s) -> absl::Status {
+        const CreateTensorResponse& r = responses[s];
+        if (r.tensors_size() != static_cast<int>(specs.size())) {
+          return absl::InternalError(absl::StrCat("answered ", r.tensors_size(),
+                                                  " specs for ", specs.size(),
+                                                  " requested"));
+        }
+        for (size_t k = 0; k < specs.size(); ++k) {
+          const TensorSpec& got = r.tensors(static_cast<int>(k));
+          if (got.name() != specs[k].name() || got.slice_elems() <= 0 ||
+              (specs[k].slice_elems() != 0 &&
+               got.slice_elems() != specs[k].slice_elems())) {
+            return absl::InternalError(absl::StrCat(
+                "answered spec {", got.ShortDebugString(),
+                "} for requested tensor ", QuoteName(specs[k].name())));
+          }
+        }
+        return absl::OkStatus();
+      },
+      options_.retry);
+  if (!status.ok()) return status;
+
+  for (size_t k = 0; k < specs.size(); ++k) {
+    const TensorSpec& first = responses[0].tensors(static_cast<int>(k));
+    for (int s = 1; s < n; ++s) {
+      const TensorSpec& other = responses[s].tensors(static_cast<int>(k));
+      if (other.slice_elems() != first.slice_elems()) {
+        return absl::FailedPreconditionError(absl::StrCat(
+            "tensor ", QuoteName(first.name()), ": ", ShardName(0),
+            " resolved slice_elems=", first.slice_elems(), " but ",
+            ShardName(s), " resolved ", other.slice_elems(),
+            "; start every shard with the same --slice_elems"));
+      }
+      if (!google::protobuf::util::MessageDifferencer::Equals(first, other)) {
+        return absl::FailedPreconditionError(absl::StrCat(
+            "tensor ", QuoteName(first.name()), " differs between shards: ",
+            ShardName(0), " holds {", first.ShortDebugString(), "}, ",
+            ShardName(s), " holds {", other.ShortDebugString(), "}"));
+      }
+    }
+  }
+  for (size_t k = 0; k < specs.size(); ++k) {
+    absl::Status s = Remember(responses[0].tensors(static_cast<int>(k)));
+    if (!s.ok()) return s;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status PsClient::WaitForTensors(const std::vector<std::string>& names,
+                                      absl::Duration timeout) {
+  const absl::Time deadline = options_.clock->Now() + timeout;
+  const int n = num_shards();
+  absl::Duration interval = options_.retry.initial_backoff;
+  std::string missing = "no shard answered";
+  std::string last_error;
+  // One attempt per shard per round: polling is the retry.
+  RetryPolicy round = options_.retry;
+  round.call_deadline = std::max(absl::Seconds(1), std::min(timeout, absl::Seconds(5)));
+  round.report_every = absl::InfiniteDuration();
+  for (;;) {
+    std::vector<ListTensorsResponse> responses;
+    const ListTensorsRequest request;
+    absl::Status status = ToAllShards(
+        "ListTensors", request, &responses,
+        [](ParameterServer::Stub* stub, grpc::ClientContext* ctx,
+           const ListTensorsRequest* req, ListTensorsResponse* resp,
+           std::function<void(grpc::Status)> done) {
+          stub->async()->ListTensors(ctx, req, resp, std::move(done));
+        },
+        nullptr, round);
+    if (!status.ok() && !IsRetriable(status)) return status;
+    if (status.ok()) {
+      std::vector<absl::flat_hash_map<std::string, const TensorSpec*>> held(n);
+      for (int s = 0; s < n; ++s) {
+        for (const TensorSpec& spec : responses[s].tensors()) {
+          held[s][spec.name()] = &spec;
+        }
+      }
+      std::vector<std::string> absent;
+      for (const std::string& name : names) {
+        for (int s = 0; s < n; ++s) {
+          if (!held[s].contains(name)) {
+            absent.push_back(absl::StrCat(QuoteName(name), " on ", ShardName(s)));
+          }
+        }
+      }
+      if (absent.empty()) {
+        for (const std::string& name : names) {
+          const TensorSpec& first = *held[0][name];
+          for (int s = 1; s < n; ++s) {
+            if (!google::protobuf::util::MessageDifferencer::Equals(
+                    first, *held[s][name])) {
+              return absl::FailedPreconditionError(absl::StrCat(
+                  "tensor ", QuoteName(name), " differs between shards: ",
+                  ShardName(0), " holds {", first.ShortDebugString(), "}, ",
+                  ShardName(s), " holds {", held[s][name]->ShortDebugString(),
+                  "}"));
+            }
+          }
+        }
+        for (const std::string& name : names) {
+          absl::Status s = Remember(*held[0][name]);
+          if (!s.ok()) return s;
+        }
+        return absl::OkStatus();
+      }
+      missing = absl::StrCat("missing: ", absl::StrJoin(absent, ", "));
+      last_error.clear();
+    } else {
+      last_error = absl::StrCat("; last error: ", status.message());
+    }
+    const absl::Time now = options_.clock->Now();
+    if (now >= deadline) {
+      return absl::DeadlineExceededError(absl::StrCat(
+          "tensors [", absl::StrJoin(names, ", "),
+          "] not on every shard after ", absl::FormatDuration(timeout), "; ",
+          missing, last_error));
+    }
+    absl::SleepFor(std::min(interval, deadline - now));
+    interval = std::min(interval * 2, kMaxListPollInterval);
+  }
+}
+
+// ---------------------------------------------------------------- pull
+
+// One shard's part of a pull: the request, where its slices go, and what
+// the answer said. Written by the answer's thread while the attempt runs,
+// read by the waiting thread once it ended.
+struct PsClient::PullShard {
+  int shard = 0;
+  PullRequest request;
+  // Tensor name -> (its state, the caller's buffer), for the tensors asked.
+  absl::flat_hash_map<std::string, std::pair<const TensorState*, float*>>
+      targets;
+  uint32_t slices = 0;  // expected in the answer
+  // Of the last successful answer:
+  absl::flat_hash_map<std::string, std::vector<std::pair<uint32_t, uint64_t>>>
+      versions;  // tensor -> (slice, version)
+  uint64_t epoch = 0;
+};
+
+PsClient::PendingPull::~PendingPull() {
+  if (!waited_) Wait().IgnoreError();
+}
+
+absl::Status PsClient::PendingPull::Wait() {
+  if (waited_) return status_;
+  waited_ = true;
+  if (!status_.ok() || fanout_ == nullptr) return status_;
+  status_ = fanout_->Wait();
+  if (!status_.ok()) return status_;
+  for (const auto& ps : shards_) {
+    read_.epochs[ps->shard] = ps->epoch;
+    for (const auto& [name, list] : ps->versions) {
+      std::vector<uint64_t>& v = read_.versions[name];
+      for (const auto& [slice, version] : list) v[slice] = version;
+    }
+  }
+  return status_;
+}
+
+std::unique_ptr<PsClient::PendingPull> PsClient::StartPull(
+    int64_t clock, int64_t for_clock,
+    const std::vector<std::pair<std::string, float*>>& outs) {
+  std::unique_ptr<PendingPull> p(new PendingPull());
+  const int n = num_shards();
+  p->read_.epochs.assign(n, 0);
+  absl::flat_hash_map<std::string, std::pair<const TensorState*, float*>> wanted;
+  for (const auto& [name, buffer] : outs) {
+    const TensorState* t = FindTensor(name);
+    if (t == nullptr) {
+      p->status_ = absl::NotFoundError(
+          absl::StrCat("Pull: unknown tensor ", QuoteName(name),
+                       " (create it or wait for it before pulling)"));
+      return p;
+    }
+    if (buffer == nullptr) {
+      p->status_ = absl::InvalidArgumentError(
+          absl::StrCat("Pull: null buffer for tensor ", QuoteName(name)));
+      return p;
+    }
+    if (!wanted.try_emplace(name, t, buffer).second) {
+      p->status_ = absl::InvalidArgumentError(
+          absl::StrCat("Pull: tensor ", QuoteName(name), " requested twice"));
+      return p;
+    }
+    p->read_.versions[name].assign(t->layout.num_slices(), 0);
+  }
+  if (for_clock < clock) {
+    p->status_ = absl::InvalidArgumentError(absl::StrCat(
+        "Pull: for_clock ", for_clock, " is behind the clock ", clock));
+    return p;
+  }
+  if (outs.empty()) return p;
+
+  const uint32_t connection = next_connection_++;
+  std::vector<FanOut::Call> calls;
+  for (int s = 0; s < n; ++s) {
+    auto ps = std::make_unique<PullShard>();
+    ps->shard = s;
+    for (const auto& [name, buffer] : outs) {
+      const auto& target = wanted.at(name);
+      if (target.first->slices_on[s] == 0) continue;
+      ps->request.add_tensors(name);
+      ps->targets.emplace(name, target);
+      ps->slices += target.first->slices_on[s];
+    }
+    if (ps->request.tensors_size() == 0) continue;
+    *ps->request.mutable_worker() = MakeWorkerRef(clock);
+    ps->request.set_for_clock(for_clock);
+    ps->request.set_wire_dtype(options_.pull_dtype);
+    PullShard* raw = ps.get();
+    DataStream* stream =
+        shards_[s]->pulls[connection % shards_[s]->pulls.size()].get();
+    FanOut::Call call;
+    call.shard = s;
+    call.start = [this, raw, stream](grpc::ClientContext*, FanOut::Done done) {
+      const uint64_t id = next_request_id_++;
+      raw->request.set_request_id(id);
+      stream->Send(
+          id, SerializeToByteBuffer(raw->request),
+          [this, raw, done = std::move(done)](absl::Status st,
+                                              grpc::ByteBuffer* answer) {
+            if (st.ok()) st = ReadPull(*answer, raw);
+            done(st);
+          });
+    };
+    call.cancel = [stream] { stream->Cancel(); };
+    calls.push_back(std::move(call));
+    p->shards_.push_back(std::move(ps));
+  }
+  p->fanout_ = std::make_unique<FanOut>(Env(), "Pull", options_.retry);
+  p->fanout_->Start(std::move(calls));
+  return p;
+}
+
+absl::Status PsClient::ReadPull(const grpc::ByteBuffer& answer,
+                                PullShard* ps) {
+  PullResponse header;
+  FrameReader frame;
+  absl::Status st = frame.Open(answer, &header);
+  if (!st.ok()) return absl::InternalError(st.message());
+  st = FromCallStatus(header.status());
+  if (!st.ok()) return st;
+  NoteEpoch(ps->shard, header.shard_epoch());
+  const WireDtype dtype = header.wire_dtype();
+  if (dtype != WIRE_F32 && dtype != WIRE_BF16) {
+    return absl::InternalError(
+        absl::StrCat("answered in unknown wire_dtype ", dtype));
+  }
+  ps->versions.clear();
+  absl::flat_hash_map<std::string, std::vector<bool>> seen;
+  uint32_t received = 0;
+  for (const SliceData& d : header.slices()) {
+    auto it = ps->targets.find(d.tensor());
+    if (it == ps->targets.end()) {
+      return absl::InternalError(absl::StrCat(
+          "returned a slice of tensor ", QuoteName(d.tensor()),
+          ", which was not requested"));
+    }
+    const TensorState& t = *it->second.first;
+    if (d.slice() >= t.layout.num_slices() ||
+        t.home[d.slice()] != ps->shard) {
+      return absl::InternalError(absl::StrCat(
+          "returned slice ", d.slice(), " of tensor ", QuoteName(d.tensor()),
+          ", which is not one of its ", t.layout.num_slices(),
+          " slices homed there (are the shards listed in the order of "
+          "their --shard_index?)"));
+    }
+    std::vector<bool>& got = seen[d.tensor()];
+    got.resize(t.layout.num_slices(), false);
+    if (got[d.slice()]) {
+      return absl::InternalError(absl::StrCat(
+          "returned slice ", d.slice(), " of tensor ", QuoteName(d.tensor()),
+          " twice"));
+    }
+    const int64_t elems = t.layout.SliceSize(d.slice());
+    const uint64_t bytes = static_cast<uint64_t>(elems) * WireBytes(dtype);
+    if (d.payload_bytes() != bytes) {
+      return absl::InternalError(absl::StrCat(
+          "returned ", d.payload_bytes(), " bytes for slice ", d.slice(),
+          " of tensor ", QuoteName(d.tensor()), ", expected ", bytes));
+    }
+    float* dst = it->second.second + t.layout.SliceBegin(d.slice());
+    st = frame.DecodeNext(bytes, dtype, dst);
+    if (!st.ok()) return absl::InternalError(st.message());
+    got[d.slice()] = true;
+    ps->versions[d.tensor()].emplace_back(d.slice(), d.version());
+    ++received;
+  }
+  if (frame.remaining() != 0) {
+    return absl::InternalError(absl::StrCat(
+        "returned ", frame.remaining(), " bytes beyond its slices"));
+  }
+  if (received != ps->slices) {
+    return absl::InternalError(absl::StrCat("returned ", received,
+                                            " slices, expected ", ps->slices));
+  }
+  ps->epoch = header.shard_epoch();
+  return absl::OkStatus();
+}
+
+absl::Status PsClient::Pull(
+    int64_t clock, const std::vector<std::pair<std::string, float*>>& outs) {
+  std::unique_ptr<PendingPull> p = StartPull(clock, clock, outs);
+  absl::Status s = p->Wait();
+  if (!s.ok()) return s;
+  absl::MutexLock l(&mu_);
+  for (auto& [name, versions] : p->read_.versions) {
+    last_read_.versions[name] = versions;
+  }
+  last_read_.epochs.resize(num_shards(), 0);
+  for (int i = 0; i < num_shards(); ++i) {
+    if (p->read_.epochs[i] != 0) last_read_.epochs[i] = p->read_.epochs[i];
+  }
+  return absl::OkStatus();
+}
+
+// ---------------------------------------------------------------- push
+
+struct PsClient::PushShard {
+  int shard = 0;
+  grpc::ByteBuffer frame;  // built once, sent by every attempt
+  PushResponse response;   // of the successful attempt
+};
+
+// gRPC's references to the gradient memory: one per slice handed over,
+// dropped when gRPC releases that slice.
+struct PsClient::Borrowed {
+  absl::Mutex mu;
+  int64_t refs ABSL_GUARDED_BY(mu) = 0;
+
+  static void Release(void* self) {
+    auto* b = static_cast<Borrowed*>(self);
+    absl::MutexLock l(&b->mu);
+    --b->refs;
+  }
+  static bool AllReleased(Borrowed* b) ABSL_EXCLUSIVE_LOCKS_REQUIRED(b->mu) {
+    return b->refs == 0;
+  }
+};
+
+PsClient::PendingPush::~PendingPush() {
+  if (!waited_) Wait().IgnoreError();
+}
+
+absl::StatusOr<PushSummary> PsClient::PendingPush::Wait() {
+  if (waited_) return result_;
+  waited_ = true;
+  if (!status_.ok()) {
+    result_ = status_;
+    return result_;
+  }
+  absl::Status s = fanout_ != nullptr ? fanout_->Wait() : absl::OkStatus();
+  PushSummary summary;
+  uint64_t staleness_sum = 0;
+  int64_t results = 0;
+  for (auto& ps : shards_) {
+    ps->frame.Clear();  // our own references to the gradient memory
+    if (!s.ok()) continue;
+    const PushResponse& r = ps->response;
+    if (r.duplicate()) ++summary.duplicates;
+    for (const SliceResult& res : r.results()) {
+      switch (res.outcome()) {
+        case APPLIED:
+          ++summary.applied;
+          break;
+        case REFUSED_STALE:
+          ++summary.refused_stale;
+          break;
+        default:
+          ++summary.refused_restored;
+          continue;
+      }
+      summary.max_staleness = std::max(summary.max_staleness, res.staleness());
+      staleness_sum += res.staleness();
+      ++results;
+    }
+  }
+  if (borrowed_ != nullptr) {
+    // gRPC may still hold slices of a cancelled or failed attempt for a
+    // moment; the caller may reuse its memory only after they are released.
+    absl::MutexLock l(&borrowed_->mu);
+    borrowed_->mu.Await(
+        absl::Condition(&Borrowed::AllReleased, borrowed_.get()));
+  }
+  if (!s.ok()) {
+    result_ = s;
+    return result_;
+  }
+  if (results > 0) {
+    summary.mean_staleness =
+        static_cast<double>(staleness_sum) / static_cast<double>(results);
+  }
+  result_ = summary;
+  return result_;
+}
+
+std::unique_ptr<PsClient::PendingPush> PsClient::StartPush(
+    int64_t clock,
+    const std::vector<std::pair<std::string, const float*>>& grads,
+    const ReadSet& read) {
+  std::unique_ptr<PendingPush> p(new PendingPush());
+  std::vector<const TensorState*> states;
+  absl::flat_hash_set<std::string> seen;
+  int64_t total_elems = 0;
+  for (const auto& [name, buffer] : grads) {
+    const TensorState* t = FindTensor(name);
+    if (t == nullptr) {
+      p->status_ = absl::NotFoundError(
+          absl::StrCat("Push: unknown tensor ", QuoteName(name),
+                       " (create it or wait for it before pushing)"));
+      return p;
+    }
+    if (buffer == nullptr) {
+      p->status_ = absl::InvalidArgumentError(
+          absl::StrCat("Push: null gradient buffer for tensor ", QuoteName(name)));
+      return p;
+    }
+    if (!seen.insert(name).second) {
+      p->status_ = absl::InvalidArgumentError(
+          absl::StrCat("Push: tensor ", QuoteName(name), " given twice"));
+      return p;
+    }
+    states.push_back(t);
+    total_elems += t->layout.num_elems();
+  }
+
+  // Every shard gets a request, so that each sees the clock; the sequence
+  // number is shared by all of them and by their retries.
+  const int n = num_shards();
+  const uint64_t seq = next_seq_++;
+  const WireDtype dtype = options_.push_dtype;
+  std::vector<PushRequest> headers(n);
+  std::vector<std::vector<grpc::Slice>> payloads(n);
+  for (int s = 0; s < n; ++s) {
+    *headers[s].mutable_worker() = MakeWorkerRef(clock);
+    headers[s].set_seq(seq);
+    headers[s].set_request_id(next_request_id_++);
+    headers[s].set_wire_dtype(dtype);
+    if (static_cast<size_t>(s) < read.epochs.size()) {
+      headers[s].set_read_epoch(read.epochs[s]);
+    }
+  }
+  // The bytes sent: the caller's floats, or their bfloat16 copy.
+  if (dtype == WIRE_BF16) p->bf16_.resize(static_cast<size_t>(total_elems));
+  p->borrowed_ = std::make_shared<Borrowed>();
+  Borrowed* borrowed = p->borrowed_.get();
+  int64_t bf16_at = 0;
+  int64_t handed_over = 0;
+  for (size_t k = 0; k < grads.size(); ++k) {
+    const TensorState& t = *states[k];
+    const char* source = reinterpret_cast<const char*>(grads[k].second);
+    if (dtype == WIRE_BF16) {
+      char* out = reinterpret_cast<char*>(p->bf16_.data() + bf16_at);
+      EncodeBf16(grads[k].second, static_cast<size_t>(t.layout.num_elems()),
+                 out);
+      source = out;
+      bf16_at += t.layout.num_elems();
+    }
+    auto it = read.versions.find(t.spec.name());
+    const std::vector<uint64_t>* versions =
+        it == read.versions.end() ? nullptr : &it->second;
+    // Runs of neighbouring slices bound for the same shard travel as one
+    // piece of the caller's memory.
+    const char* run_begin = nullptr;
+    size_t run_bytes = 0;
+    int run_home = -1;
+    auto flush = [&] {
+      if (run_bytes == 0) return;
+      payloads[run_home].emplace_back(const_cast<char*>(run_begin), run_bytes,
+                                      &Borrowed::Release,
+                                      borrowed);
+      ++handed_over;
+      run_bytes = 0;
+    };
+    for (uint32_t i = 0; i < t.layout.num_slices(); ++i) {
+      const int home = t.home[i];
+      SliceGradient* g = headers[home].add_grads();
+      g->set_tensor(t.spec.name());
+      g->set_slice(i);
+      g->set_read_version(versions != nullptr && i < versions->size()
+                              ? (*versions)[i]
+                              : 0);
+      const size_t bytes =
+          static_cast<size_t>(t.layout.SliceSize(i)) * WireBytes(dtype);
+      g->set_grad_bytes(bytes);
+      const char* begin = source + t.layout.SliceBegin(i) * WireBytes(dtype);
+      if (home == run_home && run_begin + run_bytes == begin) {
+        run_bytes += bytes;
+      } else {
+        flush();
+        run_begin = begin;
+        run_bytes = bytes;
+        run_home = home;
+      }
+    }
+    flush();
+  }
+  {
+    absl::MutexLock l(&borrowed->mu);
+    borrowed->refs = handed_over;
+  }
+
+  const uint32_t connection = next_connection_++;
+  std::vector<FanOut::Call> calls;
+  for (int s = 0; s < n; ++s) {
+    auto ps = std::make_unique<PushShard>();
+    ps->shard = s;
+    ps->frame = MakeFrame(headers[s], payloads[s]);
+    PushShard* raw = ps.get();
+    DataStream* stream =
+        shards_[s]->pushes[connection % shards_[s]->pushes.size()].get();
+    const uint64_t id = headers[s].request_id();
+    FanOut::Call call;
+    call.shard = s;
+    call.start = [raw, stream, id](grpc::ClientContext*, FanOut::Done done) {
+      stream->Send(id, raw->frame,
+                   [raw, done = std::move(done)](absl::Status st,
+                                                 grpc::ByteBuffer* answer) {
+                     if (st.ok()) {
+                       raw->response.Clear();
+                       st = ParseFromByteBuffer(*answer, &raw->response);
+                       if (!st.ok()) {
+                         st = absl::InternalError(st.message());
+                       } else {
+                         st = FromCallStatus(raw->response.status());
+                       }
+                     }
+                     done(st);
+                   });
+    };
+    call.cancel = [stream] { stream->Cancel(); };
+    calls.push_back(std::move(call));
+    p->shards_.push_back(std::move(ps));
+  }
+  // The frames hold the only references to the payload slices now.
+  payloads.clear();
+  p->fanout_ = std::make_unique<FanOut>(Env(), "Push", options_.retry);
+  p->fanout_->Start(std::move(calls));
+  return p;
+}
+
+absl::StatusOr<PushSummary> PsClient::Push(
+    int64_t clock,
+    const std::vector<std::pair<std::string, const float*>>& grads) {
+  ReadSet read;
+  {
+    absl::MutexLock l(&mu_);
+    read = last_read_;
+  }
+  return StartPush(clock, grads, read)->Wait();
+}
+
+// ---------------------------------------------------------------- other
+
+absl::Status PsClient::Heartbeat(int64_t clock, bool leaving) {
+  HeartbeatRequest request;
+  *request.mutable_worker() = MakeWorkerRef(clock);
+  request.set_leaving(leaving);
+  std::vector<HeartbeatResponse> responses;
+  return ToAllShards(
+      "Heartbeat", request, &responses,
+      [](ParameterServer::Stub* stub, grpc::ClientContext* ctx,
+         const HeartbeatRequest* req, HeartbeatResponse* resp,
+         std::function<void(grpc::Status)> done) {
+        stub->async()->Heartbeat(ctx, req, resp, std::move(done));
+      },
+      nullptr, options_.retry);
+}
+
+absl::StatusOr<std::vector<StatusResponse>> PsClient::Status() {
+  const StatusRequest request;
+  std::vector<StatusResponse> responses;
+  absl::Status status = ToAllShards(
+      "Status", request, &responses,
+      [](ParameterServer::Stub* stub, grpc::ClientContext* ctx,
+         const StatusRequest* req, StatusResponse* resp,
+         std::function<void(grpc::Status)> done) {
+        stub->async()->Status(ctx, req, resp, std::move(done));
+      },
+      nullptr, options_.retry);
+  if (!status.ok()) return status;
+  return responses;
+}
+
+}  // namespace asyncps

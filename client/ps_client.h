@@ -1,0 +1,284 @@
+#ifndef ASYNCPS_CLIENT_PS_CLIENT_H_
+#define ASYNCPS_CLIENT_PS_CLIENT_H_
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <grpcpp/support/byte_buffer.h>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "client/fanout.h"
+#include "common/clock.h"
+#include "common/security.h"
+#include "common/tensor_layout.h"
+#include "proto/asyncps.grpc.pb.h"
+#include "proto/asyncps.pb.h"
+#include "spdlog/spdlog.h"
+
+namespace asyncps {
+
+struct PsClientOptions {
+  // Shard addresses in shard order: servers[i] is shard i of servers.size().
+  std::vector<std::string> servers;
+  int32_t worker_id = 0;  // >= 0
+  // Identifies this process's run of `worker_id`; pushes are de-duplicated
+  // per (worker_id, incarnation), and a new incarnation replaces (fences) the
+  // old one on every shard. 0 = pick a random nonzero one (the normal case:
+  // every process start is a new incarnation).
+  uint64_t incarnation = 0;
+  // Retries, backoff and the per-call deadline (client/fanout.h).
+  RetryPolicy retry;
+  // Separate TCP connections per shard; pulls and pushes are spread over
+  // them, so that two cores can receive and send at once.
+  int connections_per_shard = 2;
+  // Wire type of pushed gradients and of pulled parameters on the data
+  // streams; the shards keep float32 either way.
+  WireDtype push_dtype = WIRE_F32;
+  WireDtype pull_dtype = WIRE_F32;
+  // TLS and the cluster token for every shard (common/security.h); default
+  // = plain TCP, no token.
+  SecurityOptions security;
+  Clock* clock = Clock::Real();  // not owned
+  // nullptr = discard log messages.
+  std::shared_ptr<spdlog::logger> logger;
+};
+
+// What the shards did with one push, summed over all slices.
+struct PushSummary {
+  int64_t applied = 0;           // slice updates applied
+  int64_t refused_stale = 0;     // refused as too stale
+  int64_t refused_restored = 0;  // refused: read before a shard restarted
+  int64_t duplicates = 0;        // shards that answered duplicate=true (a
+                                 // retry of a push they had already applied)
+  uint64_t max_staleness = 0;    // over the slice results returned
+  double mean_staleness = 0;
+};
+
+// Where this worker stands on the shards after Register().
+struct Registration {
+  // The clock to continue from: the largest any shard answered (a new
+  // process of a known worker id resumes where its predecessor was, and no
+  // worker starts behind the slowest live one).
+  int64_t resume_clock = 0;
+  // The clock the previous process of this worker id reached (0 when none):
+  // the steps this role has completed, for the data position.
+  int64_t previous_clock = 0;
+};
+
+// What one pull read: every slice's version, and every shard's epoch. A
+// push names the read its gradients were computed from, so that shards
+// measure staleness from it and refuse gradients read before they restarted.
+struct ReadSet {
+  absl::flat_hash_map<std::string, std::vector<uint64_t>> versions;
+  std::vector<uint64_t> epochs;  // per shard; 0 = not read
+};
+
+// The worker side of the parameter-server protocol: talks to every shard of
+// a cluster, cuts full tensors into slices by common/tensor_layout.h and
+// routes each slice to its home shard (common/sharding.h).
+//
+// Data path: pulls and pushes travel on long-lived streams (PullStream /
+// PushStream, common/fast_frame.h), several connections per shard, several
+// requests in flight; pushed gradients are sent from the caller's memory
+// (or a bfloat16 copy) without copies, and pulled values copied once, from
+// gRPC's receive buffers into the caller's, on gRPC's threads. Calls fan out
+// to all shards at once and retry transient failures (a shard restarting,
+// a connection lost) with backoff until the call deadline; a push keeps its
+// sequence number across retries, so it is applied at most once.
+//
+// Thread-safe: pulls and pushes may be in flight together (StartPull /
+// StartPush), e.g. the next step's pull while this step computes.
+class PsClient {
+ public:
+  class PendingPull;
+  class PendingPush;
+
+  // Validates the options and opens the channels. Does not contact the
+  // shards.
+  static absl::StatusOr<std::unique_ptr<PsClient>> Connect(
+      PsClientOptions options);
+
+  ~PsClient();
+  PsClient(const PsClient&) = delete;
+  PsClient& operator=(const PsClient&) = delete;
+
+  // Waits until every shard answers, logging every few seconds which ones
+  // it still waits for: workers may start before their shards.
+  // DEADLINE_EXCEEDED after `timeout`, naming the missing shards.
+  absl::Status WaitForShards(absl::Duration timeout);
+
+  // Registers this process (its incarnation) with every shard.
+  absl::StatusOr<Registration> Register();
+
+  // Creates `specs` on every shard (idempotent: identical existing tensors are
+  // fine, conflicting ones are ALREADY_EXISTS), checks that all shards
+  // resolved the same slice_elems, and remembers the layouts.
+  absl::Status CreateTensors(const std::vector<TensorSpec>& specs);
+
+  // For workers other than the creator: polls ListTensors on all shards until
+  // every named tensor exists everywhere with the same spec, then remembers
+  // the layouts. DEADLINE_EXCEEDED after `timeout`, naming what is missing.
+  absl::Status WaitForTensors(const std::vector<std::string>& names,
+                              absl::Duration timeout);
+
+  // Starts pulling the full tensors named in `outs` into the caller's
+  // buffers (each the tensor's num_elems floats, left untouched by the
+  // caller until Wait returns). `clock` is the steps completed; `for_clock`
+  // (>= clock) the step the parameters are for: SSP/BSP shards answer once
+  // the slowest worker is within the slack of it. Errors in the arguments
+  // (unknown tensor: NOT_FOUND; null buffer, a name twice: INVALID_ARGUMENT)
+  // come back from Wait with nothing sent.
+  std::unique_ptr<PendingPull> StartPull(
+      int64_t clock, int64_t for_clock,
+      const std::vector<std::pair<std::string, float*>>& outs);
+
+  // Starts pushing full-tensor gradients, cut into slices, tagged with the
+  // versions and epochs of `read` (the pull they were computed from), `clock`
+  // and a fresh sequence number. Every shard gets a push, an empty one if it
+  // holds none of the slices, so that it sees the clock. The gradients are
+  // sent from the caller's memory: it stays unchanged until Wait returns
+  // (Wait also waits until gRPC has released every reference to it).
+  std::unique_ptr<PendingPush> StartPush(
+      int64_t clock,
+      const std::vector<std::pair<std::string, const float*>>& grads,
+      const ReadSet& read);
+
+  // Synchronous forms: Pull(clock, outs) = StartPull(clock, clock,
+  // outs)->Wait(), remembering what it read; Push pushes gradients computed
+  // from the last Pull.
+  absl::Status Pull(int64_t clock,
+                    const std::vector<std::pair<std::string, float*>>& outs);
+  absl::StatusOr<PushSummary> Push(
+      int64_t clock,
+      const std::vector<std::pair<std::string, const float*>>& grads);
+
+  // Renews this worker's lease on every shard and reports `clock`; `leaving`
+  // says goodbye (the shards stop waiting for this worker).
+  absl::Status Heartbeat(int64_t clock, bool leaving = false);
+
+  // Each shard's status, in shard order.
+  absl::StatusOr<std::vector<StatusResponse>> Status();
+
+  int num_shards() const { return static_cast<int>(shards_.size()); }
+  int32_t worker_id() const { return options_.worker_id; }
+  uint64_t incarnation() const { return options_.incarnation; }
+  // The stored spec of a known tensor (slice_elems resolved), or nullptr.
+  const TensorSpec* FindSpec(const std::string& name) const;
+  // Versions read by the last synchronous Pull of `name` (empty if none).
+  std::vector<uint64_t> PulledVersions(const std::string& name) const;
+  // "shard 1 (10.0.0.2:7000)", for messages.
+  std::string ShardName(int shard) const;
+
+ private:
+  struct Shard;
+  friend class PendingPull;
+  friend class PendingPush;
+
+  // One shard's part of a pull / a push, and gRPC's references to pushed
+  // memory (see ps_client.cc).
+  struct PullShard;
+  struct PushShard;
+  struct Borrowed;
+
+  // What the client knows about one tensor. Const once remembered.
+  struct TensorState {
+    TensorSpec spec;  // as stored by the shards
+    TensorLayout layout;
+    std::vector<int> home;            // per slice: its home shard
+    std::vector<uint32_t> slices_on;  // per shard: slices it holds
+  };
+
+  explicit PsClient(PsClientOptions options);
+
+  // Unary RPC to every shard through one FanOut; responses in shard order.
+  // issue(stub, ctx, request, response, done) starts one attempt.
+  template <typename Request, typename Response, typename Issue>
+  absl::Status ToAllShards(const char* method, const Request& request,
+                           std::vector<Response>* responses, Issue issue,
+                           std::function<absl::Status(int shard)> on_ok,
+                           const RetryPolicy& policy);
+
+  absl::Status Remember(const TensorSpec& spec);
+  const TensorState* FindTensor(const std::string& name) const;
+  WorkerRef MakeWorkerRef(int64_t clock) const;
+  FanOutEnv Env() const;
+  // Notes a shard's epoch from an answer; logs once when it changed (the
+  // shard restarted, and restored older parameters).
+  void NoteEpoch(int shard, uint64_t epoch);
+  // Checks one shard's pull answer and copies its slices into the caller's
+  // buffers (on the answer's thread).
+  absl::Status ReadPull(const grpc::ByteBuffer& answer, PullShard* ps);
+
+  // Const after construction.
+  const PsClientOptions options_;
+  std::vector<std::unique_ptr<Shard>> shards_;
+
+  mutable absl::Mutex mu_;
+  // Entries are never removed or changed once added.
+  absl::flat_hash_map<std::string, std::unique_ptr<TensorState>> tensors_
+      ABSL_GUARDED_BY(mu_);
+  ReadSet last_read_ ABSL_GUARDED_BY(mu_);  // of the last synchronous Pull
+  std::vector<uint64_t> epochs_ ABSL_GUARDED_BY(mu_);  // per shard, last seen
+
+  std::atomic<uint64_t> next_seq_{1};
+  std::atomic<uint64_t> next_request_id_{1};
+  std::atomic<uint32_t> next_connection_{0};
+};
+
+// A pull in flight. Wait() returns when every shard answered (or the call
+// failed); the destructor waits too.
+class PsClient::PendingPull {
+ public:
+  ~PendingPull();
+  // OK once every buffer holds the tensors' values.
+  absl::Status Wait();
+  // What was read (valid after Wait returned OK).
+  const ReadSet& read() const { return read_; }
+
+ private:
+  friend class PsClient;
+  PendingPull() = default;
+
+  absl::Status status_;  // an argument error, found before sending
+  std::unique_ptr<FanOut> fanout_;
+  ReadSet read_;
+  bool waited_ = false;
+  // Per shard: the request sent and where the answer goes; owned here
+  // because attempts refer to them.
+  std::vector<std::unique_ptr<PullShard>> shards_;
+};
+
+// A push in flight. Wait() returns when every shard answered (or the call
+// failed) and gRPC released the gradient memory; the destructor waits too.
+class PsClient::PendingPush {
+ public:
+  ~PendingPush();
+  absl::StatusOr<PushSummary> Wait();
+
+ private:
+  friend class PsClient;
+  PendingPush() = default;
+
+  absl::Status status_;  // an argument error, found before sending
+  std::unique_ptr<FanOut> fanout_;
+  bool waited_ = false;
+  absl::StatusOr<PushSummary> result_;
+  std::vector<std::unique_ptr<PushShard>> shards_;
+  // References gRPC holds to the gradient memory (slices not yet released).
+  std::shared_ptr<Borrowed> borrowed_;
+  std::vector<uint16_t> bf16_;  // the gradients as bfloat16, when asked
+};
+
+}  // namespace asyncps
+
+#endif  // ASYNCPS_CLIENT_PS_CLIENT_H_

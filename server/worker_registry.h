@@ -1,0 +1,259 @@
+#ifndef ASYNCPS_SERVER_WORKER_REGISTRY_H_
+#define ASYNCPS_SERVER_WORKER_REGISTRY_H_
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <thread>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "common/clock.h"
+#include "common/executor.h"
+#include "proto/asyncps.pb.h"
+#include "proto/checkpoint.pb.h"
+#include "server/dedup_window.h"
+#include "spdlog/spdlog.h"
+
+namespace asyncps {
+
+struct RegistryOptions {
+  Consistency consistency = ASP;
+  int64_t ssp_slack = 0;  // SSP only; BSP is slack 0
+  // A worker silent for longer than this is evicted from the clock
+  // computation until it speaks again. A pull waiting on SSP/BSP keeps its
+  // worker alive while its caller is there.
+  absl::Duration worker_lease = absl::Seconds(10);
+  // Longest a pull waits for slow workers before DEADLINE_EXCEEDED.
+  absl::Duration pull_wait_timeout = absl::Seconds(60);
+  // Replaced incarnations remembered per worker id (their calls are
+  // refused); older ones are forgotten.
+  int retired_incarnations = 16;
+  // Push sequence numbers tracked per incarnation (see DedupWindow).
+  int dedup_window = 4096;
+  Clock* clock = Clock::Real();  // not owned
+  // Runs the callbacks of waiting pulls that another call released, so the
+  // releasing call does not do their work. Null: run them on the releasing
+  // thread. Not owned.
+  Executor* executor = nullptr;
+  // false: no background thread; the owner calls Tick() (tests with a fake
+  // clock).
+  bool background_thread = true;
+  std::shared_ptr<spdlog::logger> logger;  // required
+};
+
+// One worker id as the registry sees it.
+struct WorkerInfo {
+  int32_t worker_id = 0;
+  uint64_t incarnation = 0;
+  int64_t clock = 0;
+  absl::Time last_seen;
+  uint64_t pushes = 0;
+  bool live = true;
+  bool left = false;
+  uint32_t restarts = 0;
+  uint32_t waiting_pulls = 0;
+};
+
+struct RegistryCounters {
+  uint64_t evictions = 0;
+  uint64_t fenced_calls = 0;
+  uint64_t restarts = 0;
+  uint64_t cancelled_pulls = 0;
+};
+
+// The one authority on the workers of a shard: who they are (worker id and
+// incarnation, with fencing), where their clocks stand, whether they are
+// alive, which of their pushes were applied (de-duplication), and the
+// consistency model's waits:
+//   ASP: never wait;
+//   SSP(s): a pull for clock c is answered once every live worker's clock is
+//           >= c - s (Ho et al. 2013);
+//   BSP: SSP with s = 0.
+//
+// Identity. A worker id names a role, an incarnation one process of it.
+// The first call of an incarnation the registry does not know replaces the
+// current one (a restart): the old incarnation is retired and every later
+// call of it is refused with FAILED_PRECONDITION before anything happens.
+// Incarnations are opaque: never compared by size. A new incarnation's clock
+// starts at the largest of its own, its predecessor's and the slowest other
+// live worker's, so that it neither holds its peers back nor runs ahead.
+//
+// Liveness. A worker silent longer than its lease, or that said it is
+// leaving, is not live and holds nobody back; any later call makes it live
+// again. A pull waiting on the consistency model keeps its worker alive
+// until it is answered or its caller goes away (CancelWait).
+//
+// Waiting pulls hold no thread: WhenReady stores a callback. A background
+// thread expires leases and wait deadlines.
+//
+// Locking: each worker has its own lock, so calls of different workers do
+// not contend; the worker map's lock is shared except to add a worker id;
+// the waiters' lock is taken on a clock change only while some pull waits.
+// Thread-safe. Callbacks run without any registry lock held.
+class WorkerRegistry {
+ private:
+  // One worker id. Records are never removed (one per id ever seen).
+  struct Worker {
+    const int32_t id;
+    explicit Worker(int32_t worker_id, int dedup_window)
+        : id(worker_id), dedup(dedup_window) {}
+
+    absl::Mutex mu;
+    uint64_t incarnation ABSL_GUARDED_BY(mu) = 0;  // 0 until first admitted
+    std::vector<uint64_t> retired ABSL_GUARDED_BY(mu);  // oldest first
+    DedupWindow dedup ABSL_GUARDED_BY(mu);
+    uint64_t pushes ABSL_GUARDED_BY(mu) = 0;
+    uint32_t restarts ABSL_GUARDED_BY(mu) = 0;
+    bool left ABSL_GUARDED_BY(mu) = false;
+    bool fenced_logged ABSL_GUARDED_BY(mu) = false;
+    // Written under mu, read without it (the slowest-clock computation and
+    // lease checks).
+    std::atomic<int64_t> clock{0};
+    std::atomic<bool> live{false};
+    std::atomic<int64_t> last_seen_ns{0};  // absl::ToUnixNanos
+    std::atomic<int32_t> waiting{0};       // pulls waiting on the model
+  };
+
+ public:
+  using Callback = std::function<void(absl::Status)>;
+  using WaitId = uint64_t;
+
+  // What a caller learns when it is admitted.
+  struct Admission {
+    int64_t clock = 0;           // the worker's clock after the call
+    int64_t previous_clock = 0;  // its predecessor's (0 when none)
+    bool new_incarnation = false;
+  };
+
+  // A push that BeginPush let through, to be finished with FinishPush.
+  class PushClaim {
+   public:
+    // True when the push was applied before: acknowledge, apply nothing.
+    bool duplicate() const { return duplicate_; }
+
+   private:
+    friend class WorkerRegistry;
+    Worker* worker_ = nullptr;
+    uint64_t incarnation_ = 0;
+    uint64_t seq_ = 0;
+    int64_t clock_ = 0;
+    bool duplicate_ = false;
+    bool finished_ = false;
+  };
+
+  static absl::StatusOr<std::unique_ptr<WorkerRegistry>> Create(
+      RegistryOptions options);
+  ~WorkerRegistry();  // Shutdown()
+
+  // Identifies the caller of a heartbeat or pull: INVALID_ARGUMENT for a
+  // malformed ref, FAILED_PRECONDITION for a replaced incarnation. Registers
+  // a new worker id or incarnation, renews the lease, moves the clock
+  // forward to ref.clock.
+  absl::StatusOr<Admission> Admit(const WorkerRef& ref);
+
+  // The worker is done: it stops counting for the slowest clock.
+  absl::Status Leave(const WorkerRef& ref);
+
+  // Admits the caller of a push (as Admit) and claims its sequence number:
+  // a duplicate() claim for a push applied before; otherwise the caller
+  // applies the push and then calls FinishPush. A retry that arrives while
+  // its original is being applied waits for it and is then a duplicate.
+  // INVALID_ARGUMENT for seq 0.
+  absl::StatusOr<PushClaim> BeginPush(const WorkerRef& ref, uint64_t seq);
+
+  // Records the outcome of a claimed push: applied (the seq is settled, the
+  // push counted, the worker's clock moved to ref.clock + 1) or not (it
+  // failed validation: a retry may try again). No-op for a duplicate claim.
+  void FinishPush(PushClaim* claim, bool applied);
+
+  // Runs done(OK) once a pull by `worker_id` for clock `for_clock` may be
+  // answered under the consistency model: at once (on this thread, returning
+  // 0) if it may be now; otherwise later, from the thread that made it
+  // possible (or the executor), with OK, DEADLINE_EXCEEDED after the wait
+  // timeout, CANCELLED after CancelWait, or UNAVAILABLE at Shutdown.
+  // Returns the wait's id. REQUIRES: the worker was admitted.
+  WaitId WhenReady(int32_t worker_id, int64_t for_clock, Callback done);
+
+  // The caller of a waiting pull went away: the wait ends with CANCELLED and
+  // no longer keeps its worker alive. No-op once the wait has ended.
+  void CancelWait(WaitId id);
+
+  // Evicts workers whose lease expired and ends timed-out waits; the
+  // background thread calls this every few milliseconds.
+  void Tick();
+
+  // Fails every waiting pull with UNAVAILABLE and stops the background
+  // thread. Idempotent.
+  void Shutdown();
+
+  std::vector<WorkerInfo> Workers() const;
+  int64_t MinLiveClock() const;  // INT64_MAX when no worker is live
+  RegistryCounters counters() const;
+  int64_t waiting() const;
+  const RegistryOptions& options() const { return options_; }
+
+  // Every worker's record, for a checkpoint. A consistent cut with the
+  // parameters only if no push is being applied meanwhile (the caller's
+  // business).
+  std::vector<CheckpointWorker> Export() const;
+  // Loads a checkpoint's records; only before any call was admitted.
+  absl::Status Import(const std::vector<CheckpointWorker>& records);
+
+ private:
+  struct Waiter {
+    Worker* worker;
+    int64_t required;  // min live clock needed
+    absl::Time deadline;
+    Callback done;
+  };
+  using Ready = std::vector<std::pair<Callback, absl::Status>>;
+
+  explicit WorkerRegistry(RegistryOptions options);
+  // The worker record of an id, created on first use (nullptr for a
+  // negative id).
+  Worker* FindOrAdd(int32_t worker_id);
+  std::vector<Worker*> AllWorkers() const;
+  // Identity check and registration under the worker's lock.
+  absl::StatusOr<Admission> AdmitLocked(Worker* w, const WorkerRef& ref)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(w->mu);
+  int64_t MinLiveClockExcept(const Worker* except) const;
+  // Releases the waits that may go ahead or timed out (cheap when none
+  // waits).
+  void ReleaseWaiters();
+  void CollectReadyLocked(Ready* ready) ABSL_EXCLUSIVE_LOCKS_REQUIRED(wait_mu_);
+  void RunCallbacks(Ready ready, bool on_executor);
+  void BackgroundLoop();
+
+  const RegistryOptions options_;
+  const int64_t slack_;  // -1 for ASP
+
+  mutable absl::Mutex map_mu_;  // never held while taking a worker's lock
+  absl::flat_hash_map<int32_t, std::unique_ptr<Worker>> workers_
+      ABSL_GUARDED_BY(map_mu_);
+
+  mutable absl::Mutex wait_mu_;
+  absl::flat_hash_map<WaitId, Waiter> waiters_ ABSL_GUARDED_BY(wait_mu_);
+  WaitId next_wait_id_ ABSL_GUARDED_BY(wait_mu_) = 1;
+  bool shutdown_ ABSL_GUARDED_BY(wait_mu_) = false;
+  // Waits registered or being registered; a clock change looks at waiters_
+  // only when this is nonzero.
+  std::atomic<int64_t> num_waiters_{0};
+
+  std::atomic<uint64_t> evictions_{0}, fenced_{0}, restarts_{0},
+      cancelled_{0};
+
+  absl::Mutex thread_mu_;
+  bool stop_thread_ ABSL_GUARDED_BY(thread_mu_) = false;
+  std::thread background_;  // started in Create, joined in Shutdown
+};
+
+}  // namespace asyncps
+
+#endif  // ASYNCPS_SERVER_WORKER_REGISTRY_H_
