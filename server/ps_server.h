@@ -12,6 +12,8 @@
 #include "common/security.h"
 #include "server/checkpointer.h"
 #include "server/ps_service.h"
+#include "server/reflection_v1.h"
+#include "server/runtime_metrics.h"
 #include "server/shard_stats.h"
 #include "server/shard_store.h"
 #include "server/worker_table.h"
@@ -38,6 +40,12 @@ struct PsServerOptions {
   // TLS / mutual TLS and the cluster token (common/security.h); default =
   // plain TCP, no token. Unreadable files fail Start.
   SecurityOptions security;
+  // host:port reported in Status and logs (e.g. the name clients dial);
+  // empty = the address actually bound, e.g. "0.0.0.0:7000".
+  std::string advertise_address;
+  // Not owned; when set, every call is counted and timed into it (a server
+  // interceptor). Must outlive the PsServer.
+  RpcMetrics* rpc_metrics = nullptr;
   std::shared_ptr<spdlog::logger> logger;  // required
 };
 
@@ -57,6 +65,12 @@ class PsServer {
   int port() const { return port_; }
   // host:port as a client on this machine would dial it.
   std::string address() const;
+  // host:port as reported in Status and logs (advertise_address, or the
+  // bound address).
+  const std::string& advertised_address() const { return advertised_; }
+
+  // The gRPC service name the health service also reports for.
+  static constexpr char kServiceName[] = "asyncps.ParameterServer";
 
   // Refuses new calls, fails waiting pulls with UNAVAILABLE, lets in-flight
   // calls finish within `grace`, then cancels the rest; then, with
@@ -79,9 +93,11 @@ class PsServer {
   ShardStats stats_;
   std::unique_ptr<Checkpointer> checkpointer_;  // null when off
   std::unique_ptr<PsService> service_;
+  std::unique_ptr<ReflectionV1Service> reflection_v1_;
   std::unique_ptr<grpc::Server> server_;
   int port_ = 0;
   std::string host_;
+  std::string advertised_;
   absl::Mutex shutdown_mu_;
   bool shut_down_ ABSL_GUARDED_BY(shutdown_mu_) = false;
 };
