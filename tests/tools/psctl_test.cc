@@ -116,8 +116,8 @@ TEST_CASE("psctl status --json: live shards in full, a dead one DOWN, exit 1",
     CHECK(st.at("shard_index").number_value() == i);
     CHECK(st.at("num_shards").number_value() == 2);
     CHECK(
-        st.at("counters").struct_value().fields().at("pushes").string_value() ==
-        "1");
+        st.at("counters").struct_value().fields().at("pushes").number_value() ==
+        1);
   }
   const auto& down = shards[2].struct_value().fields();
   CHECK_FALSE(down.at("up").bool_value());
