@@ -8,6 +8,7 @@
 #include <openssl/x509.h>
 #include <openssl/x509v3.h>
 #include <poll.h>
+#include <signal.h>
 #include <sys/socket.h>
 #include <sys/time.h>
 #include <unistd.h>
@@ -145,7 +146,7 @@ struct TlsProbe {
 };
 
 void RecordAlert(const SSL* ssl, int where, int ret) {
-  if ((where & SSL_CB_READ_ALERT) == 0) return;
+  if ((where & SSL_CB_ALERT) == 0 || (where & SSL_CB_READ) == 0) return;
   auto* probe = static_cast<TlsProbe*>(SSL_get_app_data(ssl));
   if (probe != nullptr) probe->alert = SSL_alert_desc_string_long(ret);
 }
@@ -234,24 +235,32 @@ bool HasTlsSettings(const SecurityOptions& s) {
   return !s.tls_ca.empty() || !s.tls_cert.empty();
 }
 
-// The peer refused our certificate (or its absence): the alert says how.
+std::string AlertNote(const std::string& alert) {
+  return alert.empty() ? "" : absl::StrCat(" (TLS alert: ", alert, ")");
+}
+
+// The peer refused our certificate, or its absence, after the handshake
+// (an alert, or gRPC closing the connection).
 std::string ClientCertificateRefused(const std::string& alert,
                                      const SecurityOptions& security) {
   if (security.tls_cert.empty()) {
-    return "the shard requires a client certificate (mutual TLS, "
-           "--tls_require_client_cert) and this client sent none: give "
-           "--tls_cert and --tls_key signed by the shard's --tls_ca";
+    return absl::StrCat(
+        "the shard requires a client certificate (mutual TLS, "
+        "--tls_require_client_cert) and this client sent none: give "
+        "--tls_cert and --tls_key signed by the shard's --tls_ca",
+        AlertNote(alert));
   }
-  if (absl::StrContains(alert, "expired")) {
+  if (absl::StrContains(alert, "expired") ||
+      absl::StrContains(CheckOwnCertificate(security), "expired")) {
     return absl::StrCat("the shard refused this client's certificate ",
-                        security.tls_cert,
-                        ": it has expired (TLS alert: ", alert, ")");
+                        security.tls_cert, ": it has expired",
+                        AlertNote(alert));
   }
-  return absl::StrCat(
-      "the shard refused this client's certificate ", security.tls_cert,
-      ": it is not signed by the CA the shard trusts (its --tls_ca) (TLS "
-      "alert: ",
-      alert, ")");
+  return absl::StrCat("the shard refused this client's certificate ",
+                      security.tls_cert,
+                      ": it is not signed by the CA the shard trusts (its "
+                      "--tls_ca)",
+                      AlertNote(alert));
 }
 
 }  // namespace
@@ -278,9 +287,38 @@ std::string CheckOwnCertificate(const SecurityOptions& security) {
   return problem;
 }
 
+// Holds SIGPIPE off this thread while the probe writes to sockets a peer
+// may have closed (OpenSSL writes with write(2)), and discards one it
+// raised; the process's signal handling stays as it was.
+class NoSigpipe {
+ public:
+  NoSigpipe() {
+    sigemptyset(&pipe_);
+    sigaddset(&pipe_, SIGPIPE);
+    sigset_t pending;
+    sigpending(&pending);
+    was_pending_ = sigismember(&pending, SIGPIPE) == 1;
+    pthread_sigmask(SIG_BLOCK, &pipe_, &old_);
+  }
+  ~NoSigpipe() {
+    if (!was_pending_) {
+      const timespec zero = {0, 0};
+      while (sigtimedwait(&pipe_, nullptr, &zero) == SIGPIPE) {
+      }
+    }
+    pthread_sigmask(SIG_SETMASK, &old_, nullptr);
+  }
+
+ private:
+  sigset_t pipe_;
+  sigset_t old_;
+  bool was_pending_ = false;
+};
+
 std::string DiagnoseConnection(const std::string& address,
                                const SecurityOptions& security,
                                absl::Duration timeout) {
+  NoSigpipe no_sigpipe;
   const std::optional<HostPort> hp = SplitAddress(address);
   if (!hp.has_value()) return "";
   {
@@ -328,9 +366,10 @@ std::string DiagnoseConnection(const std::string& address,
                         IsIpAddress(hp->host) ? "IP:" : "DNS:", hp->host,
                         ") or dial a name it has");
   }
-  if (!tls.alert.empty() && !tls.http2_ok) {
-    return ClientCertificateRefused(tls.alert, security);
-  }
+  // A TLS server that completes the handshake and then hangs up on the
+  // HTTP/2 preface refused the client's certificate (gRPC checks it then,
+  // under TLS 1.3).
+  if (!tls.http2_ok) return ClientCertificateRefused(tls.alert, security);
   return "";
 }
 

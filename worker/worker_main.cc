@@ -14,6 +14,7 @@
 #include "absl/random/random.h"
 #include "absl/strings/str_cat.h"
 #include "common/cli.h"
+#include "common/connection_check.h"
 #include "common/identity.h"
 #include "common/logging.h"
 #include "common/net.h"
@@ -177,6 +178,21 @@ absl::StatusOr<TrainerOptions> TrainerOptionsFromFlags() {
   return o;
 }
 
+// After UNAVAILABLE ("Socket closed" for most TLS mistakes), names the
+// cause for every shard that shows one.
+void ExplainUnavailable(const absl::Status& status,
+                        const SecurityOptions& security,
+                        spdlog::logger& logger) {
+  if (!absl::IsUnavailable(status) || absl::GetFlag(FLAGS_local)) return;
+  absl::StatusOr<std::vector<std::string>> servers =
+      ParseServerList(absl::GetFlag(FLAGS_servers));
+  if (!servers.ok()) return;
+  for (const std::string& address : *servers) {
+    const std::string cause = DiagnoseConnection(address, security);
+    if (!cause.empty()) logger.error("{}: {}", address, cause);
+  }
+}
+
 int Main(int argc, char** argv) {
   ProgramInfo program;
   program.name = "ps_worker";
@@ -252,6 +268,7 @@ int Main(int argc, char** argv) {
       Train(*options, *train, *test, store.get(), backend->get());
   if (!result.ok()) {
     (*logger)->error("training failed: {}", result.status().ToString());
+    ExplainUnavailable(result.status(), *security, **logger);
     store->Heartbeat(0, /*leaving=*/true).IgnoreError();
     return 1;
   }
