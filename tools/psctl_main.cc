@@ -247,14 +247,15 @@ int RunTensors(const Cluster& c) {
     }
   }
   const bool wide = c.format == Format::kWide;
+  // Words left-aligned, numbers right-aligned.
   std::vector<std::string> header = {
-      "NAME", "SHAPE", "ELEMS", "SLICE_ELEMS", "INIT", "OPTIMIZER", "SHARDS"};
+      "NAME", "SHAPE", "INIT", "OPTIMIZER", "ELEMS", "SLICE_ELEMS", "SHARDS"};
   if (wide) {
     for (const char* h : {"INIT_VALUE", "SEED", "LR", "MOMENTUM"}) {
       header.push_back(h);
     }
   }
-  TextTable table(std::move(header), /*left_columns=*/2);
+  TextTable table(std::move(header), /*left_columns=*/4);
   for (const auto& [name, seen] : tensors) {
     int64_t elems = 1;
     for (int64_t d : seen.spec.shape()) elems *= d;
@@ -262,10 +263,10 @@ int RunTensors(const Cluster& c) {
     std::vector<std::string> row = {
         name,
         Shape(seen.spec),
-        absl::StrCat(elems),
-        absl::StrCat(seen.spec.slice_elems()),
         ShortEnumName(Initializer_Name(seen.spec.init()), "INIT_"),
         ShortEnumName(OptimizerType_Name(opt.type()), "OPT_"),
+        absl::StrCat(elems),
+        absl::StrCat(seen.spec.slice_elems()),
         absl::StrCat(seen.shards, "/", up, seen.mismatch ? " MISMATCH" : "")};
     if (wide) {
       row.push_back(absl::StrFormat("%g", seen.spec.init_value()));
