@@ -1,5 +1,12 @@
 #include "common/logging.h"
 
+#include <grpc/support/log.h>
+
+#include <atomic>
+#include <cstring>
+#include <utility>
+
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "spdlog/sinks/null_sink.h"
 #include "spdlog/sinks/stdout_sinks.h"
@@ -21,6 +28,41 @@ absl::StatusOr<std::shared_ptr<spdlog::logger>> MakeLogger(
   logger->set_level(lvl);
   logger->flush_on(spdlog::level::info);
   return logger;
+}
+
+namespace {
+
+// Set once by RouteGrpcLogs before gRPC starts; read on gRPC's threads.
+std::shared_ptr<spdlog::logger>* grpc_logger = nullptr;
+spdlog::level::level_enum grpc_error_level = spdlog::level::err;
+std::atomic<uint64_t> handshake_failures{0};
+
+void LogGrpcLine(gpr_log_func_args* args) {
+  if (args->severity == GPR_LOG_SEVERITY_ERROR &&
+      absl::StrContains(args->message, "Handshake failed")) {
+    handshake_failures.fetch_add(1, std::memory_order_relaxed);
+  }
+  if (grpc_logger == nullptr || *grpc_logger == nullptr) return;
+  const char* file = args->file == nullptr ? "" : args->file;
+  const char* slash = std::strrchr(file, '/');
+  (*grpc_logger)
+      ->log(args->severity == GPR_LOG_SEVERITY_ERROR ? grpc_error_level
+                                                     : spdlog::level::debug,
+            "grpc: {}:{} {}", slash == nullptr ? file : slash + 1, args->line,
+            args->message);
+}
+
+}  // namespace
+
+void RouteGrpcLogs(std::shared_ptr<spdlog::logger> logger,
+                   spdlog::level::level_enum error_level) {
+  grpc_logger = new std::shared_ptr<spdlog::logger>(std::move(logger));
+  grpc_error_level = error_level;
+  gpr_set_log_function(&LogGrpcLine);
+}
+
+uint64_t GrpcHandshakeFailures() {
+  return handshake_failures.load(std::memory_order_relaxed);
 }
 
 std::shared_ptr<spdlog::logger> NullLogger() {

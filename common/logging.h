@@ -1,6 +1,7 @@
 #ifndef ASYNCPS_COMMON_LOGGING_H_
 #define ASYNCPS_COMMON_LOGGING_H_
 
+#include <cstdint>
 #include <memory>
 #include <string>
 
@@ -17,6 +18,19 @@ absl::StatusOr<std::shared_ptr<spdlog::logger>> MakeLogger(
 
 // A logger that discards everything, for tests and defaults.
 std::shared_ptr<spdlog::logger> NullLogger();
+
+// Sends the gRPC library's own log lines (which it otherwise prints to
+// stderr in its own format) to `logger`, prefixed "grpc:": its errors at
+// `error_level`, everything else at debug. A null logger discards them.
+// Process-wide (gRPC has one log sink); call once from main() before the
+// first channel or server. The logger must live until the process ends.
+void RouteGrpcLogs(std::shared_ptr<spdlog::logger> logger,
+                   spdlog::level::level_enum error_level);
+
+// TLS handshakes that gRPC reported as failed (counted from its log lines
+// once RouteGrpcLogs is in place): on a server, clients refused for their
+// certificate or for not speaking TLS.
+uint64_t GrpcHandshakeFailures();
 
 }  // namespace asyncps
 

@@ -5,6 +5,7 @@
 #include <grpc/slice.h>
 #include <grpcpp/support/client_interceptor.h>
 #include <grpcpp/support/interceptor.h>
+#include <sys/stat.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -16,6 +17,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/string_view.h"
 #include "absl/strings/strip.h"
 
@@ -40,6 +42,7 @@ absl::string_view SliceView(const grpc_slice& s) {
 // handlers never see it.
 struct TokenProcessorState {
   std::string expected;  // "Bearer <token>"
+  std::function<void(bool missing)> on_refused;  // may be empty
 };
 
 void ProcessTokenMetadata(void* state, grpc_auth_context* /*context*/,
@@ -66,6 +69,7 @@ void ProcessTokenMetadata(void* state, grpc_auth_context* /*context*/,
     cb(user_data, nullptr, 0, nullptr, 0, GRPC_STATUS_OK, nullptr);
     return;
   }
+  if (s->on_refused) s->on_refused(token == nullptr);
   cb(user_data, nullptr, 0, nullptr, 0, GRPC_STATUS_UNAUTHENTICATED,
      token == nullptr ? "missing cluster token (authorization metadata)"
                       : "wrong cluster token");
@@ -93,11 +97,13 @@ class CoreServerCredentials final : public grpc::ServerCredentials {
     std::abort();
   }
 
-  void SetToken(const std::string& token) {
+  void SetToken(const std::string& token,
+                std::function<void(bool missing)> on_refused) {
     grpc_auth_metadata_processor p;
     p.process = &ProcessTokenMetadata;
     p.destroy = &DestroyTokenProcessor;
-    p.state = new TokenProcessorState{absl::StrCat(kBearerPrefix, token)};
+    p.state = new TokenProcessorState{absl::StrCat(kBearerPrefix, token),
+                                      std::move(on_refused)};
     grpc_server_credentials_set_auth_metadata_processor(creds_, p);
   }
 
@@ -158,6 +164,15 @@ bool ConstantTimeEquals(const std::string& a, const std::string& b) {
     diff |= x ^ y;
   }
   return diff == 0;
+}
+
+std::string TokenFileWarning(const std::string& path) {
+  struct stat st;
+  if (stat(path.c_str(), &st) != 0 || (st.st_mode & 0007) == 0) return "";
+  return absl::StrCat("--cluster_token_file ", path,
+                      " is accessible to other users (mode ",
+                      absl::StrFormat("%04o", st.st_mode & 07777),
+                      "); make it private: chmod 600 ", path);
 }
 
 absl::StatusOr<std::string> ReadPemFile(const std::string& path,
@@ -286,7 +301,9 @@ absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> ServerCredentials(
     }
   }
   auto creds = std::make_shared<CoreServerCredentials>(core);
-  if (!options.cluster_token.empty()) creds->SetToken(options.cluster_token);
+  if (!options.cluster_token.empty()) {
+    creds->SetToken(options.cluster_token, options.on_token_refused);
+  }
   return creds;
 }
 

@@ -18,6 +18,7 @@
 
 #include <grpcpp/grpcpp.h>
 
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -36,6 +37,11 @@ struct SecurityOptions {
   bool require_client_cert = false;
   // The shared token itself (not a path); empty = no token.
   std::string cluster_token;
+  // Server only: called for every call refused for its cluster token
+  // (`missing`: it carried none; else a wrong one), on gRPC's threads before
+  // the call is answered UNAUTHENTICATED. Must be thread-safe and quick.
+  // Empty = not called.
+  std::function<void(bool missing)> on_token_refused;
 };
 
 // The command-line values of the security flags, as every binary takes them
@@ -55,6 +61,11 @@ struct SecurityFlagValues {
 // Errors are INVALID_ARGUMENT and name the flag and the file.
 absl::StatusOr<SecurityOptions> SecurityOptionsFromFlagValues(
     const SecurityFlagValues& flags, bool server);
+
+// A warning when other users may read or write the token file at `path`
+// (its mode has any of the bits 0007), naming the file, its mode and the
+// fix; "" otherwise, or when the file cannot be examined.
+std::string TokenFileWarning(const std::string& path);
 
 // The whole contents of `path`; NOT_FOUND / PERMISSION_DENIED / INTERNAL
 // naming `what` and the path.

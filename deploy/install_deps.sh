@@ -7,7 +7,7 @@ packages=(
   bazel-bootstrap bazel-rules-java bazel-platforms
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libabsl-dev libspdlog-dev catch2 libopenblas-dev zlib1g-dev
-  libcpp-httplib-dev dataset-fashion-mnist clang openssl
+  libcpp-httplib-dev dataset-fashion-mnist clang openssl python3-yaml
 )
 
 missing=()
@@ -16,6 +16,10 @@ for p in "${packages[@]}"; do
     missing+=("$p")
   fi
 done
+# kubectl for the offline manifest checks (tests/deploy): Debian's
+# kubernetes-client (8 MB download) unless some kubectl is already there
+# (another package may own /usr/bin/kubectl).
+command -v kubectl >/dev/null 2>&1 || missing+=(kubernetes-client)
 [ ${#missing[@]} -eq 0 ] && exit 0
 
 sudo=""

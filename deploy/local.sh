@@ -9,6 +9,7 @@
 #   deploy/local.sh --shards 3 --workers 2 --epochs 5 --hidden 512,256
 #   deploy/local.sh --server-flags "--consistency=ssp --ssp_slack=3" \
 #                   --worker-flags "--optimizer=adam --lr=0.001"
+#   ASYNCPS_BIN=/opt/asyncps/bin deploy/local.sh   # prebuilt binaries
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -24,8 +25,15 @@ build=1
 bazel_flags=()
 
 usage() {
-  sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//'
   cat <<USAGE
+Usage: deploy/local.sh [options]
+
+Runs a local asyncps cluster on loopback: shards and workers training an MLP
+on Fashion-MNIST, then prints the final test accuracy. Installs missing
+Debian packages and builds first (unless ASYNCPS_BIN names prebuilt
+binaries). Stops every process it started: on Ctrl-C, when one fails (named,
+with its last log lines, exit 1), and at the end.
+
 options:
   --shards N           server shards (default $shards)
   --workers N          workers (default $workers)
@@ -36,7 +44,15 @@ options:
   --straggler ID:MS    make worker ID sleep MS milliseconds every step
   --logdir DIR         keep logs here (default: a fresh temporary folder)
   --cuda               build and run the CUDA build (bazel --config=cuda)
-  --no-build           use the binaries already built
+  --no-build           use the binaries already built (bazel-bin)
+  -h, --help           this text
+
+environment:
+  ASYNCPS_BIN=DIR      use ps_server and ps_worker from DIR (flat, or
+                       Bazel's layout server/ and worker/); no install, no
+                       build
+  ASYNCPS_*            other ASYNCPS_<FLAG> variables reach the binaries as
+                       flag values (see ps_server --help)
 USAGE
 }
 
@@ -62,16 +78,35 @@ for v in shards workers epochs; do
   fi
 done
 
-if [ "$build" = 1 ]; then
+# The binary `name` in folder $1, flat or in Bazel's layout ($2/name).
+find_bin() {
+  if [ -x "$1/$3" ]; then echo "$1/$3"; else echo "$1/$2/$3"; fi
+}
+
+if [ -n "${ASYNCPS_BIN:-}" ]; then
+  bin=$ASYNCPS_BIN
+elif [ "$build" = 1 ]; then
   deploy/install_deps.sh
   echo "building ps_server and ps_worker ..."
-  bazel build "${bazel_flags[@]}" //server:ps_server //worker:ps_worker 2>&1 |
-    grep -E 'ERROR|error:' && exit 1
+  build_log=$(mktemp)
+  if ! bazel build "${bazel_flags[@]}" //server:ps_server //worker:ps_worker \
+      >"$build_log" 2>&1; then
+    grep -E 'ERROR|error:' "$build_log" >&2 || tail -n 20 "$build_log" >&2
+    rm -f "$build_log"
+    echo "local.sh: build failed; nothing started" >&2
+    exit 1
+  fi
+  rm -f "$build_log"
+  bin=$(bazel info "${bazel_flags[@]}" bazel-bin 2>/dev/null)
+else
+  bin=$(bazel info "${bazel_flags[@]}" bazel-bin 2>/dev/null)
 fi
-bin=$(bazel info "${bazel_flags[@]}" bazel-bin 2>/dev/null)
-server_bin="$bin/server/ps_server"
-worker_bin="$bin/worker/ps_worker"
-[ -x "$server_bin" ] && [ -x "$worker_bin" ] || { echo "local.sh: binaries missing; run without --no-build" >&2; exit 1; }
+server_bin=$(find_bin "$bin" server ps_server)
+worker_bin=$(find_bin "$bin" worker ps_worker)
+[ -x "$server_bin" ] && [ -x "$worker_bin" ] || {
+  echo "local.sh: no ps_server/ps_worker in $bin (set ASYNCPS_BIN, or run without --no-build)" >&2
+  exit 1
+}
 
 straggler_id=-1
 straggler_ms=0
@@ -113,7 +148,7 @@ fail() {  # name, pid, code
   exit 1
 }
 
-start=$(date +%s.%N)
+start_ns=$(date +%s%N)
 servers=""
 for ((i = 0; i < shards; i++)); do
   rm -f "$logdir/shard$i.port"
@@ -167,10 +202,14 @@ while [ "$remaining" -gt 0 ]; do
   for i in "${!pids[@]}"; do [ "${pids[$i]}" = "$done_pid" ] && unset 'pids[i]'; done
   pids=("${pids[@]}")
 done
-end=$(date +%s.%N)
+end_ns=$(date +%s%N)
 acc=$(grep -h '^final test accuracy:' "$logdir"/worker0.out | tail -n 1 | awk '{print $4}')
-rate=$(grep -h ' done: ' "$logdir"/worker*.out | sed -E 's/.*\(([0-9.]+) examples\/s\).*/\1/' | paste -sd+ | bc)
-printf 'cluster of %d shard(s) and %d worker(s): %.1f s wall, %s examples/s in total\n' \
-  "$shards" "$workers" "$(echo "$end - $start" | bc)" "${rate:-?}"
+# Sum of the workers' "(N examples/s)" and the wall time, with awk (no bc).
+rate=$(grep -h ' done: ' "$logdir"/worker*.out |
+  sed -E 's/.*\(([0-9.]+) examples\/s\).*/\1/' |
+  awk '{ s += $1; n++ } END { if (n) printf "%.0f", s }')
+wall=$(awk -v a="$start_ns" -v b="$end_ns" 'BEGIN { printf "%.1f", (b - a) / 1e9 }')
+printf 'cluster of %d shard(s) and %d worker(s): %s s wall, %s examples/s in total\n' \
+  "$shards" "$workers" "$wall" "${rate:-?}"
 echo "final test accuracy: ${acc:-unknown}"
 [ -n "$acc" ]

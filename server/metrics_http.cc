@@ -221,8 +221,8 @@ std::string RenderPrometheus(const StatusResponse& s) {
   return e.Take();
 }
 
-MetricsHttpServer::MetricsHttpServer(StatusSource source)
-    : source_(std::move(source)) {}
+MetricsHttpServer::MetricsHttpServer(StatusSource source, TextSource extra)
+    : source_(std::move(source)), extra_(std::move(extra)) {}
 
 MetricsHttpServer::~MetricsHttpServer() { Stop(); }
 
@@ -252,7 +252,9 @@ absl::StatusOr<int> MetricsHttpServer::Start(const std::string& host,
   });
   server->Get(
       "/metrics", [this](const httplib::Request&, httplib::Response& res) {
-        res.set_content(RenderPrometheus(source_()), kPrometheusContentType);
+        std::string text = RenderPrometheus(source_());
+        if (extra_) text += extra_();
+        res.set_content(std::move(text), kPrometheusContentType);
       });
   server->Get("/", [](const httplib::Request&, httplib::Response& res) {
     res.set_content("asyncps shard: metrics at /metrics\n", "text/plain");

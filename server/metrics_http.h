@@ -29,15 +29,17 @@ inline constexpr char kPrometheusContentType[] =
 
 // Serves `GET /metrics` (and `GET /` with a pointer to it) over plain HTTP on
 // its own thread, rendering a fresh StatusResponse from `source` for every
-// scrape.
+// scrape, followed by the text of `extra` (more families in the same
+// format, e.g. RPC and process metrics) when given.
 //
-// Thread-safe. `source` is called on the server's threads and must stay
-// callable until Stop() returns.
+// Thread-safe. `source` and `extra` are called on the server's threads and
+// must stay callable until Stop() returns.
 class MetricsHttpServer {
  public:
   using StatusSource = std::function<StatusResponse()>;
+  using TextSource = std::function<std::string()>;
 
-  explicit MetricsHttpServer(StatusSource source);
+  explicit MetricsHttpServer(StatusSource source, TextSource extra = nullptr);
   ~MetricsHttpServer();  // Stop()
   MetricsHttpServer(const MetricsHttpServer&) = delete;
   MetricsHttpServer& operator=(const MetricsHttpServer&) = delete;
@@ -54,6 +56,7 @@ class MetricsHttpServer {
 
  private:
   const StatusSource source_;
+  const TextSource extra_;
   absl::Mutex mu_;
   std::unique_ptr<httplib::Server> server_ ABSL_GUARDED_BY(mu_);
   std::thread thread_ ABSL_GUARDED_BY(mu_);

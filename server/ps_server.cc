@@ -157,6 +157,18 @@ absl::StatusOr<std::unique_ptr<PsServer>> PsServer::Start(
   context.logger = options.logger;
   s->service_ = std::make_unique<PsService>(std::move(context));
   builder.RegisterService(s->service_.get());
+  s->reflection_v1_ = std::make_unique<ReflectionV1Service>(
+      std::vector<std::string>{kServiceName, "grpc.health.v1.Health",
+                               "grpc.reflection.v1.ServerReflection",
+                               "grpc.reflection.v1alpha.ServerReflection"});
+  builder.RegisterService(s->reflection_v1_.get());
+  if (options.rpc_metrics != nullptr) {
+    std::vector<
+        std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>>
+        interceptors;
+    interceptors.push_back(options.rpc_metrics->InterceptorFactory());
+    builder.experimental().SetInterceptorCreators(std::move(interceptors));
+  }
   s->server_ = builder.BuildAndStart();
   if (s->server_ == nullptr || s->port_ == 0) {
     s->workers_->Shutdown();
@@ -164,19 +176,28 @@ absl::StatusOr<std::unique_ptr<PsServer>> PsServer::Start(
         absl::StrCat("cannot listen on ", listen,
                      " (address in use or not available?)"));
   }
-  s->service_->set_address(s->address());
+  const bool v6 = options.host.find(':') != std::string::npos;
+  const std::string bound = absl::StrCat(v6 ? "[" : "", options.host,
+                                         v6 ? "]" : "", ":", s->port_);
+  s->advertised_ = options.advertise_address.empty()
+                       ? bound
+                       : options.advertise_address;
+  s->service_->set_address(s->advertised_);
   s->server_->GetHealthCheckService()->SetServingStatus(true);
+  s->server_->GetHealthCheckService()->SetServingStatus(kServiceName, true);
   s->sampler_ = std::thread([server = s.get()] {
     do {
       server->stats_.Sample(server->clock_->Now());
     } while (!server->stop_sampler_.WaitForNotificationWithTimeout(
         absl::Seconds(1)));
   });
-  const StalenessPolicy& policy = PolicyOf(options);
+  const StalenessPolicy policy = PolicyOf(options);
   s->logger_->info(
-      "shard {}/{} serving on {} (consistency {}, slack {}, max_staleness {}, "
-      "staleness_lr {}, lease {} ms, max_parameter_bytes {}, {}{})",
-      options.store.shard_index, options.store.num_shards, s->address(),
+      "shard {}/{} serving on {}{} (consistency {}, slack {}, max_staleness "
+      "{}, staleness_lr {}, lease {} ms, max_parameter_bytes {}, {}{})",
+      options.store.shard_index, options.store.num_shards, bound,
+      s->advertised_ == bound ? ""
+                              : absl::StrCat(", advertised as ", s->advertised_),
       Consistency_Name(policy.consistency()), policy.ssp_slack(),
       policy.max_staleness(), policy.staleness_lr(), policy.worker_lease_ms(),
       options.store.max_parameter_bytes,

@@ -17,6 +17,8 @@
 #include "server/checkpointer.h"
 #include "server/ps_service.h"
 #include "server/push_gate.h"
+#include "server/reflection_v1.h"
+#include "server/runtime_metrics.h"
 #include "server/shard_stats.h"
 #include "server/worker_registry.h"
 #include "spdlog/spdlog.h"
@@ -44,6 +46,12 @@ struct PsServerOptions {
   // plain TCP, no token. Unreadable files fail Start.
   SecurityOptions security;
   Clock* clock = Clock::Real();            // not owned
+  // host:port reported in Status and logs (e.g. the name clients dial);
+  // empty = the address actually bound, e.g. "0.0.0.0:7000".
+  std::string advertise_address;
+  // Not owned; when set, every call is counted and timed into it (a server
+  // interceptor). Must outlive the PsServer.
+  RpcMetrics* rpc_metrics = nullptr;
   std::shared_ptr<spdlog::logger> logger;  // required
 };
 
@@ -65,6 +73,12 @@ class PsServer {
   // host:port as a client on this machine would dial it.
   std::string address() const;
   uint64_t epoch() const { return epoch_; }
+  // host:port as reported in Status and logs (advertise_address, or the
+  // bound address).
+  const std::string& advertised_address() const { return advertised_; }
+
+  // The gRPC service name the health service also reports for.
+  static constexpr char kServiceName[] = "asyncps.ParameterServer";
 
   // Refuses new calls, fails waiting pulls with UNAVAILABLE, ends the data
   // streams once their requests in progress are answered, lets other
@@ -96,12 +110,14 @@ class PsServer {
   PushGate gate_;
   std::unique_ptr<Checkpointer> checkpointer_;  // null when off
   std::unique_ptr<PsService> service_;
+  std::unique_ptr<ReflectionV1Service> reflection_v1_;
   std::unique_ptr<grpc::Server> server_;
   int port_ = 0;
   std::string host_;
   // Samples the statistics once per second for the rates.
   absl::Notification stop_sampler_;
   std::thread sampler_;
+  std::string advertised_;
   absl::Mutex shutdown_mu_;
   bool shut_down_ ABSL_GUARDED_BY(shutdown_mu_) = false;
 };

@@ -19,18 +19,21 @@
 #include <string>
 
 #include "absl/flags/flag.h"
-#include "absl/flags/parse.h"
-#include "absl/flags/usage.h"
 #include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
-#include "common/port_file.h"
+#include "common/cli.h"
+#include "common/identity.h"
 #include "common/logging.h"
 #include "common/net.h"
+#include "common/port_file.h"
 #include "common/security.h"
+#include "common/security_flags.h"
 #include "common/version.h"
+#include "server/health_listener.h"
 #include "server/metrics_http.h"
 #include "server/ps_server.h"
+#include "server/runtime_metrics.h"
 
 ABSL_FLAG(std::string, host, "0.0.0.0", "Address to listen on.");
 ABSL_FLAG(int, port, 0, "Port to listen on; 0 picks a free one (logged, "
@@ -40,14 +43,32 @@ ABSL_FLAG(std::string, port_file, "",
 ABSL_FLAG(int64_t, max_message_bytes, asyncps::kMaxMessageBytes,
           "Largest request a shard accepts; larger ones get "
           "RESOURCE_EXHAUSTED before they are read.");
+ABSL_FLAG(std::string, advertise_address, "",
+          "host:port this shard reports in Status and logs (e.g. the name "
+          "workers dial); empty = the address actually bound, e.g. "
+          "0.0.0.0:7000.");
 ABSL_FLAG(int, metrics_port, -1,
-          "Port for the Prometheus endpoint (GET /metrics) on --host; -1 = "
-          "off, 0 picks a free one (logged, and written to "
-          "--metrics_port_file).");
+          "Port for the Prometheus endpoint (GET /metrics) on "
+          "--metrics_host; -1 = off, 0 picks a free one (logged, and written "
+          "to --metrics_port_file).");
+ABSL_FLAG(std::string, metrics_host, "",
+          "Address the Prometheus endpoint listens on; empty = --host. The "
+          "endpoint is plain HTTP without the token: keep it private.");
 ABSL_FLAG(std::string, metrics_port_file, "",
           "If set, the bound metrics port is written to this file; it is "
           "written before --port_file.");
-ABSL_FLAG(int, shard_index, 0, "This shard's index in [0, num_shards).");
+ABSL_FLAG(std::string, shard_index, "0",
+          "This shard's index in [0, num_shards), or auto: the ordinal at the "
+          "end of the host name, as a Kubernetes StatefulSet pod has it "
+          "(asyncps-shard-2 -> 2).");
+ABSL_FLAG(int, health_port, -1,
+          "Also serve grpc.health.v1.Health alone on this port of --host, "
+          "plain TCP without token, for probes that cannot do TLS (e.g. "
+          "Kubernetes gRPC probes); -1 = off, 0 picks a free one (written to "
+          "--health_port_file).");
+ABSL_FLAG(std::string, health_port_file, "",
+          "If set, the bound health port is written to this file (before "
+          "--port_file).");
 ABSL_FLAG(int, num_shards, 1, "Number of shards in the cluster.");
 ABSL_FLAG(int64_t, slice_elems, 4096,
           "Default slice size in float32 elements for tensors whose spec "
@@ -87,23 +108,8 @@ ABSL_FLAG(bool, restore, true,
           "serving when one exists; one that cannot be restored (corrupt, "
           "another shard's) stops the start. false = start empty (the next "
           "checkpoint replaces the file).");
-ABSL_FLAG(std::string, tls_cert, "",
-          "PEM certificate chain of this shard; with --tls_key turns on TLS "
-          "(clients then need --tls_ca).");
-ABSL_FLAG(std::string, tls_key, "", "PEM private key of --tls_cert.");
-ABSL_FLAG(std::string, tls_ca, "",
-          "PEM CA bundle client certificates are verified with (a client "
-          "that presents one must be signed by it).");
-ABSL_FLAG(bool, tls_require_client_cert, false,
-          "Mutual TLS: refuse clients without a certificate signed by "
-          "--tls_ca.");
-ABSL_FLAG(std::string, cluster_token_file, "",
-          "File holding the shared cluster token; every call (except "
-          "grpc.health.v1.Health) must carry it, others get "
-          "UNAUTHENTICATED. Empty = no token.");
 ABSL_FLAG(std::string, log_level, "info",
           "trace, debug, info, warn, error or off.");
-ABSL_FLAG(bool, version, false, "Print the version and exit.");
 
 namespace asyncps {
 namespace {
@@ -171,8 +177,12 @@ absl::StatusOr<PsServerOptions> OptionsFromFlags() {
     return absl::InvalidArgumentError(absl::StrCat(
         "--num_shards must be >= 1, got ", o.store.num_shards));
   }
-  o.store.shard_index = absl::GetFlag(FLAGS_shard_index);
-  if (o.store.shard_index < 0 || o.store.shard_index >= o.store.num_shards) {
+  absl::StatusOr<int> index = ResolveIndexFlag(
+      "shard_index", absl::GetFlag(FLAGS_shard_index),
+      AutoIndexSource::kHostnameOrdinal, CurrentHostname(), std::nullopt);
+  if (!index.ok()) return index.status();
+  o.store.shard_index = *index;
+  if (o.store.shard_index >= o.store.num_shards) {
     return absl::InvalidArgumentError(
         absl::StrCat("--shard_index must be in [0, --num_shards=",
                      o.store.num_shards, "), got ", o.store.shard_index));
@@ -247,34 +257,54 @@ absl::StatusOr<PsServerOptions> OptionsFromFlags() {
   }
   o.checkpoint_every = absl::Seconds(every);
   o.restore = absl::GetFlag(FLAGS_restore);
-  SecurityFlagValues security;
-  security.tls_cert = absl::GetFlag(FLAGS_tls_cert);
-  security.tls_key = absl::GetFlag(FLAGS_tls_key);
-  security.tls_ca = absl::GetFlag(FLAGS_tls_ca);
-  security.tls_require_client_cert =
-      absl::GetFlag(FLAGS_tls_require_client_cert);
-  security.cluster_token_file = absl::GetFlag(FLAGS_cluster_token_file);
+  const int health_port = absl::GetFlag(FLAGS_health_port);
+  if (health_port < -1 || health_port > 65535) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--health_port must be -1 (off) or in [0, 65535], got ",
+                     health_port));
+  }
+  o.advertise_address = absl::GetFlag(FLAGS_advertise_address);
+  std::vector<std::string> warnings;
   absl::StatusOr<SecurityOptions> sec =
-      SecurityOptionsFromFlagValues(security, /*server=*/true);
+      SecurityOptionsFromFlags(/*server=*/true, &warnings);
   if (!sec.ok()) return sec.status();
   o.security = *std::move(sec);
   absl::StatusOr<std::shared_ptr<spdlog::logger>> logger = MakeLogger(
       absl::StrCat("shard", o.store.shard_index), absl::GetFlag(FLAGS_log_level));
   if (!logger.ok()) return logger.status();
   o.logger = *logger;
+  for (const std::string& w : warnings) o.logger->warn("{}", w);
   return o;
 }
 
 int Main(int argc, char** argv) {
-  absl::SetProgramUsageMessage(
-      "One shard of an asyncps parameter-server cluster. See README.md.");
-  absl::ParseCommandLine(argc, argv);
-  if (absl::GetFlag(FLAGS_version)) {
-    std::printf("ps_server %s\n", kVersion);
-    return 0;
+  ProgramInfo program;
+  program.name = "ps_server";
+  program.version = kVersion;
+  program.usage =
+      "ps_server: one shard of an asyncps parameter-server cluster.\n\n"
+      "  ps_server --shard_index=0 --num_shards=2 --port=7000 "
+      "[--consistency=ssp ...]\n\n"
+      "Exit status: 0 after a clean shutdown (SIGINT/SIGTERM), 1 when the\n"
+      "checkpoint cannot be restored or the final one written, 2 for bad\n"
+      "flags or a start failure.";
+  const ParseResult parsed = ParseProgramCommandLine(argc, argv, program);
+  if (!parsed.command_line.has_value()) return parsed.exit_code;
+  if (!parsed.command_line->positional.empty()) {
+    return Fail(absl::StrCat("unexpected argument '",
+                             parsed.command_line->positional[0],
+                             "' (ps_server takes only flags)"));
   }
   absl::StatusOr<PsServerOptions> options = OptionsFromFlags();
   if (!options.ok()) return Fail(std::string(options.status().message()));
+  // gRPC's own lines (e.g. a refused TLS handshake) go through our logger.
+  RouteGrpcLogs(options->logger, spdlog::level::warn);
+  RpcMetrics rpc_metrics;
+  AuthRefusals auth_refusals(options->logger);
+  options->rpc_metrics = &rpc_metrics;
+  options->security.on_token_refused = [&auth_refusals](bool missing) {
+    auth_refusals.Record(missing);
+  };
 
   // Signals are taken by sigwait below, never by gRPC's threads.
   sigset_t signals;
@@ -302,18 +332,50 @@ int Main(int argc, char** argv) {
     return Fail(s.ToString());
   }
 
-  // The metrics endpoint starts after the gRPC server and stops before it.
+  // The health listener and the metrics endpoint start after the gRPC
+  // server and stop before it.
+  std::unique_ptr<HealthListener> health;
+  const int health_port = absl::GetFlag(FLAGS_health_port);
+  if (health_port >= 0) {
+    absl::StatusOr<std::unique_ptr<HealthListener>> h = HealthListener::Start(
+        absl::GetFlag(FLAGS_host), health_port, {PsServer::kServiceName});
+    if (!h.ok()) return Fail("--health_port: " + h.status().ToString());
+    health = *std::move(h);
+    logger->info("health checks (plain TCP) on port {}", health->port());
+    const std::string health_file = absl::GetFlag(FLAGS_health_port_file);
+    if (!health_file.empty() &&
+        !WritePortFile(health_file, health->port()).ok()) {
+      return Fail("cannot write --health_port_file " + health_file);
+    }
+  }
+  const std::string shard_label =
+      absl::StrCat("shard=\"", (*server)->GetStatus().shard_index(), "\"");
   MetricsHttpServer metrics(
-      [shard = server->get()] { return shard->GetStatus(); });
+      [shard = server->get()] { return shard->GetStatus(); },
+      [&rpc_metrics, &auth_refusals, shard_label] {
+        std::string out;
+        rpc_metrics.AppendPrometheus(shard_label, &out);
+        auth_refusals.AppendPrometheus(shard_label, &out);
+        absl::StrAppend(
+            &out,
+            "# HELP asyncps_tls_handshakes_failed_total TLS handshakes with "
+            "clients that failed (no, foreign or expired certificate, or no "
+            "TLS).\n# TYPE asyncps_tls_handshakes_failed_total counter\n",
+            "asyncps_tls_handshakes_failed_total{", shard_label, "} ",
+            GrpcHandshakeFailures(), "\n");
+        AppendProcessMetrics(shard_label, &out);
+        return out;
+      });
   const int metrics_port = absl::GetFlag(FLAGS_metrics_port);
   if (metrics_port >= 0) {
-    absl::StatusOr<int> bound =
-        metrics.Start(absl::GetFlag(FLAGS_host), metrics_port);
+    std::string metrics_host = absl::GetFlag(FLAGS_metrics_host);
+    if (metrics_host.empty()) metrics_host = absl::GetFlag(FLAGS_host);
+    absl::StatusOr<int> bound = metrics.Start(metrics_host, metrics_port);
     if (!bound.ok()) {
       return Fail("--metrics_port: " + bound.status().ToString());
     }
-    logger->info("Prometheus metrics on http://{}:{}/metrics",
-                 absl::GetFlag(FLAGS_host), *bound);
+    logger->info("Prometheus metrics on http://{}:{}/metrics", metrics_host,
+                 *bound);
     const std::string metrics_file = absl::GetFlag(FLAGS_metrics_port_file);
     if (!metrics_file.empty() && !WritePortFile(metrics_file, *bound).ok()) {
       return Fail("cannot write --metrics_port_file " + metrics_file);
@@ -328,9 +390,11 @@ int Main(int argc, char** argv) {
   int sig = 0;
   sigwait(&signals, &sig);
   logger->info("received signal {}; shutting down", sig);
+  if (health != nullptr) health->SetServing(false);
   metrics.Stop();
   // In-flight calls finish first, then the final checkpoint is written.
   const absl::Status final_checkpoint = (*server)->Shutdown();
+  if (health != nullptr) health->Stop();
   if (!final_checkpoint.ok()) {
     std::fprintf(stderr, "ps_server: final checkpoint failed: %s\n",
                  final_checkpoint.ToString().c_str());

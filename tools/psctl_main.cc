@@ -1,37 +1,42 @@
 // psctl: operator's view of an asyncps cluster.
 //
-//   psctl status  --servers=h:p,h:p [--json] [--watch=2s] [--timeout=3s]
-//   psctl tensors --servers=h:p,h:p [--json] [--timeout=3s]
-//   psctl checkpoint --servers=h:p,h:p [--json] [--timeout=60s]
-// Against a secured cluster add --tls_ca (and --tls_cert/--tls_key for
-// mutual TLS) and --cluster_token_file, as for ps_worker.
+//   psctl status     --servers=h:p,h:p [-o table|wide|json|yaml] [--watch=2s]
+//   psctl tensors    --servers=h:p,h:p [-o table|wide|json|yaml]
+//   psctl checkpoint --servers=h:p,h:p [-o table|json|yaml] [--timeout=60s]
+//   psctl health     --servers=h:p,h:p [--service=NAME] [-o ...]
+// --servers may come from ASYNCPS_SERVERS (as every flag from
+// ASYNCPS_<FLAG>). Against a secured cluster add --tls_ca (and
+// --tls_cert/--tls_key for mutual TLS) and --cluster_token_file, as for
+// ps_worker.
 //
 // `status` asks every shard for its Status concurrently and prints a cluster
 // summary, one row per shard (a shard that does not answer is a DOWN row with
-// the error) and one row per worker merged across shards. `tensors` lists the
+// the error) and one row per worker merged across shards; a shard in the
+// wrong place of --servers is named in a WARNING line. `tensors` lists the
 // tensors the shards hold. `checkpoint` makes every shard write its
 // checkpoint (ps_server --checkpoint_dir), all at once, and prints one row
-// per shard: the file, its size and how long the write took.
+// per shard: the file, its size and how long the write took. `health` asks
+// the standard health service (usable as a Kubernetes exec probe).
+//
+// A shard that cannot be reached is probed once more to name the cause
+// (common/connection_check.h): nothing listening, TLS against plain TCP,
+// certificates.
 //
 // Exit status: 0 when every shard answered (checkpoint: wrote its
-// checkpoint), 1 when any did not, 2 on bad flags or usage (the message
-// names the flag).
+// checkpoint; health: SERVING) and none is misplaced, 1 otherwise, 2 on bad
+// flags or usage (the message names the flag).
 #include <signal.h>
 #include <unistd.h>
 
-#include <cerrno>
 #include <cstdio>
 #include <ctime>
 #include <map>
-#include <set>
 #include <string>
 #include <vector>
 
 #include "absl/flags/flag.h"
-#include "absl/flags/parse.h"
-#include "absl/flags/reflection.h"
-#include "absl/flags/usage.h"
 #include "absl/status/status.h"
+#include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -39,31 +44,32 @@
 #include "absl/strings/string_view.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "common/cli.h"
+#include "common/connection_check.h"
+#include "common/logging.h"
 #include "common/net.h"
 #include "common/security.h"
-#include "google/protobuf/util/json_util.h"
+#include "common/security_flags.h"
+#include "common/version.h"
 #include "google/protobuf/util/message_differencer.h"
+#include "tools/doc.h"
 #include "tools/shard_query.h"
 #include "tools/status_table.h"
 
 ABSL_FLAG(std::string, servers, "",
           "Comma-separated host:port of every shard, in shard order.");
-ABSL_FLAG(bool, json, false, "Print one JSON document instead of tables.");
+ABSL_FLAG(std::string, output, "table",
+          "Output format (also -o): table, wide (more columns), json or "
+          "yaml.");
+ABSL_FLAG(bool, json, false, "Same as -o json (kept for scripts).");
 ABSL_FLAG(absl::Duration, watch, absl::ZeroDuration(),
           "status only: refresh every this long (e.g. 2s) until SIGINT; 0 = "
           "print once.");
 ABSL_FLAG(absl::Duration, timeout, absl::Seconds(3),
           "Deadline of each call to a shard (checkpoint: 60s unless given).");
-ABSL_FLAG(std::string, tls_cert, "",
-          "PEM client certificate for mutual TLS (with --tls_key).");
-ABSL_FLAG(std::string, tls_key, "", "PEM private key of --tls_cert.");
-ABSL_FLAG(std::string, tls_ca, "",
-          "PEM CA bundle the shards' certificates are verified with; turns "
-          "on TLS.");
-ABSL_FLAG(bool, tls_require_client_cert, false,
-          "ps_server only; rejected here (exit 2).");
-ABSL_FLAG(std::string, cluster_token_file, "",
-          "File holding the shared cluster token, sent with every call.");
+ABSL_FLAG(std::string, service, "",
+          "health only: the service to ask about; empty = the server as a "
+          "whole (asyncps.ParameterServer works as well).");
 
 namespace asyncps {
 namespace {
@@ -72,79 +78,24 @@ constexpr int kExitDown = 1;
 constexpr int kExitUsage = 2;
 
 constexpr char kUsage[] =
-    "Inspects an asyncps cluster.\n"
-    "  psctl status  --servers=h:p,h:p [--json] [--watch=2s] [--timeout=3s]\n"
-    "  psctl tensors --servers=h:p,h:p [--json] [--timeout=3s]\n"
-    "  psctl checkpoint --servers=h:p,h:p [--json] [--timeout=60s]\n"
-    "Exit status: 0 all shards answered (checkpoint: all wrote one), 1 some\n"
-    "shard is down (or failed to write), 2 bad usage.\n";
+    "psctl: inspects an asyncps cluster.\n\n"
+    "  psctl status     --servers=h:p,h:p [-o table|wide|json|yaml] "
+    "[--watch=2s]\n"
+    "  psctl tensors    --servers=h:p,h:p [-o table|wide|json|yaml]\n"
+    "  psctl checkpoint --servers=h:p,h:p [-o table|json|yaml] "
+    "[--timeout=60s]\n"
+    "  psctl health     --servers=h:p,h:p [--service=NAME]\n\n"
+    "--servers may also come from ASYNCPS_SERVERS.\n"
+    "Exit status: 0 every shard answered (checkpoint: wrote one; health:\n"
+    "SERVING) and sits at its place in --servers, 1 otherwise, 2 bad usage.";
 
 constexpr absl::Duration kCheckpointTimeout = absl::Seconds(60);
+
+enum class Format { kTable, kWide, kJson, kYaml };
 
 int UsageError(const std::string& message) {
   std::fprintf(stderr, "psctl: %s\n", message.c_str());
   return kExitUsage;
-}
-
-// absl::ParseCommandLine exits with status 1 on an unknown flag or a bad
-// value, which psctl reserves for "a shard is down"; so every flag argument
-// is checked here first, and the error names it.
-// Adds the name of every flag given to *given.
-absl::Status CheckFlagArguments(int argc, char** argv,
-                                std::set<std::string>* given) {
-  for (int i = 1; i < argc; ++i) {
-    absl::string_view arg = argv[i];
-    if (arg == "--") break;
-    if (arg.size() < 2 || arg[0] != '-') continue;
-    arg.remove_prefix(arg[1] == '-' ? 2 : 1);
-    const size_t eq = arg.find('=');
-    const absl::string_view name = arg.substr(0, eq);
-    absl::CommandLineFlag* flag = absl::FindCommandLineFlag(name);
-    bool negated = false;
-    if (flag == nullptr && absl::StartsWith(name, "no")) {
-      flag = absl::FindCommandLineFlag(name.substr(2));
-      negated = flag != nullptr && flag->IsOfType<bool>();
-      if (!negated) flag = nullptr;
-    }
-    if (flag == nullptr) {
-      return absl::InvalidArgumentError(absl::StrCat("unknown flag --", name));
-    }
-    std::string value;
-    if (negated) {
-      if (eq != absl::string_view::npos) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("--", name, " takes no value"));
-      }
-      value = "false";
-    } else if (eq != absl::string_view::npos) {
-      value = std::string(arg.substr(eq + 1));
-    } else if (flag->IsOfType<bool>()) {
-      value = "true";
-    } else if (i + 1 < argc) {
-      value = argv[++i];
-    } else {
-      return absl::InvalidArgumentError(
-          absl::StrCat("flag --", name, " needs a value"));
-    }
-    std::string error;
-    if (!flag->ParseFrom(value, &error)) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("--", flag->Name(), ": ", error));
-    }
-    given->insert(std::string(flag->Name()));
-  }
-  return absl::OkStatus();
-}
-
-// The security flags as options; the error names the flag.
-absl::StatusOr<SecurityOptions> SecurityFromFlags() {
-  SecurityFlagValues v;
-  v.tls_cert = absl::GetFlag(FLAGS_tls_cert);
-  v.tls_key = absl::GetFlag(FLAGS_tls_key);
-  v.tls_ca = absl::GetFlag(FLAGS_tls_ca);
-  v.tls_require_client_cert = absl::GetFlag(FLAGS_tls_require_client_cert);
-  v.cluster_token_file = absl::GetFlag(FLAGS_cluster_token_file);
-  return SecurityOptionsFromFlagValues(v, /*server=*/false);
 }
 
 std::string LocalTime() {
@@ -152,34 +103,65 @@ std::string LocalTime() {
                           absl::LocalTimeZone());
 }
 
-int RunStatus(ShardQuery& query, absl::Duration timeout, absl::Duration watch,
-              bool json) {
+void Print(const std::string& out) {
+  std::fwrite(out.data(), 1, out.size(), stdout);
+  std::fflush(stdout);
+}
+
+std::string Render(const Doc& doc, Format format) {
+  return format == Format::kYaml ? doc.Yaml() : doc.Json();
+}
+
+// Replaces a bare UNAVAILABLE error (e.g. "Socket closed") with the cause
+// a second, plain connection attempt shows.
+void Explain(const std::string& address, const SecurityOptions& security,
+             std::string* error) {
+  if (!absl::StartsWith(*error, "UNAVAILABLE")) return;
+  const std::string cause = DiagnoseConnection(address, security);
+  if (!cause.empty()) *error = absl::StrCat("UNAVAILABLE: ", cause);
+}
+
+// psctl's context: the shards and how to reach them.
+struct Cluster {
+  ShardQuery* query;
+  SecurityOptions security;
+  absl::Duration timeout;
+  Format format;
+};
+
+int RunStatus(const Cluster& c, absl::Duration watch) {
   // SIGINT ends --watch: it is blocked here (before gRPC starts threads that
   // would inherit the mask) and taken by sigtimedwait between refreshes.
   sigset_t sigint;
   sigemptyset(&sigint);
   sigaddset(&sigint, SIGINT);
   sigaddset(&sigint, SIGTERM);
-  if (watch > absl::ZeroDuration()) {
-    pthread_sigmask(SIG_BLOCK, &sigint, nullptr);
-  }
-  const bool clear = watch > absl::ZeroDuration() && !json && isatty(1);
+  const bool watching = watch > absl::ZeroDuration();
+  if (watching) pthread_sigmask(SIG_BLOCK, &sigint, nullptr);
+  const bool text = c.format == Format::kTable || c.format == Format::kWide;
+  const bool clear = watching && text && isatty(1);
   int code = 0;
   while (true) {
-    const std::vector<ShardResult> results = query.Status(timeout);
+    std::vector<ShardResult> results = c.query->Status(c.timeout);
     code = 0;
-    for (const ShardResult& r : results) {
-      if (!r.up) code = kExitDown;
+    for (ShardResult& r : results) {
+      if (!r.up) {
+        code = kExitDown;
+        Explain(r.address, c.security, &r.error);
+      }
     }
-    std::string out = json ? RenderJson(results) : RenderText(results);
-    if (watch > absl::ZeroDuration() && !json) {
+    if (!Problems(results).empty()) code = kExitDown;
+    std::string out = text ? RenderText(results, c.format == Format::kWide)
+                           : Render(StatusDoc(results), c.format);
+    if (watching && text) {
       out = absl::StrCat(clear ? "\033[H\033[2J" : "", LocalTime(), "  (every ",
                          absl::FormatDuration(watch), ", Ctrl-C to stop)\n",
                          out, clear ? "" : "\n");
+    } else if (watching && c.format == Format::kYaml) {
+      out = absl::StrCat("---\n", out);  // a stream of YAML documents
     }
-    std::fwrite(out.data(), 1, out.size(), stdout);
-    std::fflush(stdout);
-    if (watch <= absl::ZeroDuration()) break;
+    Print(out);
+    if (!watching) break;
     const timespec wait = absl::ToTimespec(watch);
     siginfo_t info;
     const int sig = sigtimedwait(&sigint, &info, &wait);
@@ -192,8 +174,25 @@ std::string Shape(const TensorSpec& spec) {
   return absl::StrCat("[", absl::StrJoin(spec.shape(), ","), "]");
 }
 
-int RunTensors(ShardQuery& query, absl::Duration timeout, bool json) {
-  const std::vector<TensorListResult> results = query.ListTensors(timeout);
+// "INIT_GLOROT_UNIFORM" -> "glorot_uniform".
+std::string ShortEnumName(const std::string& name, absl::string_view prefix) {
+  absl::string_view n = name;
+  if (absl::StartsWith(n, prefix)) n.remove_prefix(prefix.size());
+  return absl::AsciiStrToLower(n);
+}
+
+Doc ShardRow(int index, const std::string& address, bool ok,
+             const std::string& error) {
+  Doc row = Doc::Object();
+  row.Set("index", Doc::Int(index))
+      .Set("address", Doc::String(address))
+      .Set("up", Doc::Bool(ok));
+  if (!ok) row.Set("error", Doc::String(error));
+  return row;
+}
+
+int RunTensors(const Cluster& c) {
+  std::vector<TensorListResult> results = c.query->ListTensors(c.timeout);
   int code = 0;
   int up = 0;
   // name -> (spec as first seen, shards listing it, whether any shard's
@@ -204,9 +203,10 @@ int RunTensors(ShardQuery& query, absl::Duration timeout, bool json) {
     bool mismatch = false;
   };
   std::map<std::string, Seen> tensors;
-  for (const TensorListResult& r : results) {
+  for (TensorListResult& r : results) {
     if (!r.up) {
       code = kExitDown;
+      Explain(r.address, c.security, &r.error);
       continue;
     }
     ++up;
@@ -221,153 +221,214 @@ int RunTensors(ShardQuery& query, absl::Duration timeout, bool json) {
       ++it->second.shards;
     }
   }
-  std::string out;
-  if (json) {
-    google::protobuf::util::JsonPrintOptions options;
-    options.preserve_proto_field_names = true;
-    options.always_print_primitive_fields = true;
-    std::vector<std::string> shards, rows;
+  if (c.format == Format::kJson || c.format == Format::kYaml) {
+    Doc shards = Doc::Array();
     for (const TensorListResult& r : results) {
-      shards.push_back(absl::StrCat(
-          "{\"index\":", r.index, ",\"address\":", JsonQuote(r.address),
-          ",\"up\":", r.up ? "true" : "false",
-          r.up ? "" : absl::StrCat(",\"error\":", JsonQuote(r.error)), "}"));
+      shards.Add(ShardRow(r.index, r.address, r.up, r.error));
     }
+    Doc rows = Doc::Array();
     for (const auto& [name, seen] : tensors) {
-      std::string spec;
-      if (!google::protobuf::util::MessageToJsonString(seen.spec, &spec,
-                                                       options)
-               .ok()) {
-        spec = "null";
-      }
-      rows.push_back(absl::StrCat(
-          "{\"spec\":", spec, ",\"shards\":", seen.shards,
-          ",\"consistent\":", seen.mismatch ? "false" : "true", "}"));
+      Doc row = Doc::Object();
+      row.Set("spec", DocFromMessage(seen.spec))
+          .Set("shards", Doc::Int(seen.shards))
+          .Set("consistent", Doc::Bool(!seen.mismatch));
+      rows.Add(std::move(row));
     }
-    out = absl::StrCat("{\"shards\":[", absl::StrJoin(shards, ","),
-                       "],\"tensors\":[", absl::StrJoin(rows, ","), "]}\n");
-  } else {
-    absl::StrAppend(&out, up, "/", results.size(), " shards answered\n");
-    for (const TensorListResult& r : results) {
-      if (!r.up) {
-        absl::StrAppend(&out, "  shard ", r.index, " ", r.address, " DOWN  ",
-                        r.error, "\n");
-      }
-    }
-    absl::StrAppend(
-        &out, absl::StrFormat("%-24s %-16s %12s %11s %-20s %-10s %s\n", "NAME",
-                              "SHAPE", "ELEMS", "SLICE_ELEMS", "INIT",
-                              "OPTIMIZER", "SHARDS"));
-    for (const auto& [name, seen] : tensors) {
-      int64_t elems = 1;
-      for (int64_t d : seen.spec.shape()) elems *= d;
-      absl::StrAppend(
-          &out, absl::StrFormat(
-                    "%-24s %-16s %12d %11d %-20s %-10s %d/%d%s\n", name,
-                    Shape(seen.spec), elems, seen.spec.slice_elems(),
-                    Initializer_Name(seen.spec.init()),
-                    OptimizerType_Name(seen.spec.optimizer().type()),
-                    seen.shards, up, seen.mismatch ? "  SPEC MISMATCH" : ""));
+    Doc doc = Doc::Object();
+    doc.Set("shards", std::move(shards)).Set("tensors", std::move(rows));
+    Print(Render(doc, c.format));
+    return code;
+  }
+  std::string out = absl::StrCat(up, "/", results.size(), " shards answered\n");
+  for (const TensorListResult& r : results) {
+    if (!r.up) {
+      absl::StrAppend(&out, "  shard ", r.index, " ", r.address, " DOWN  ",
+                      r.error, "\n");
     }
   }
-  std::fwrite(out.data(), 1, out.size(), stdout);
+  const bool wide = c.format == Format::kWide;
+  // Words left-aligned, numbers right-aligned.
+  std::vector<std::string> header = {
+      "NAME", "SHAPE", "INIT", "OPTIMIZER", "ELEMS", "SLICE_ELEMS", "SHARDS"};
+  if (wide) {
+    for (const char* h : {"INIT_VALUE", "SEED", "LR", "MOMENTUM"}) {
+      header.push_back(h);
+    }
+  }
+  TextTable table(std::move(header), /*left_columns=*/4);
+  for (const auto& [name, seen] : tensors) {
+    int64_t elems = 1;
+    for (int64_t d : seen.spec.shape()) elems *= d;
+    const OptimizerSpec& opt = seen.spec.optimizer();
+    std::vector<std::string> row = {
+        name,
+        Shape(seen.spec),
+        ShortEnumName(Initializer_Name(seen.spec.init()), "INIT_"),
+        ShortEnumName(OptimizerType_Name(opt.type()), "OPT_"),
+        absl::StrCat(elems),
+        absl::StrCat(seen.spec.slice_elems()),
+        absl::StrCat(seen.shards, "/", up, seen.mismatch ? " MISMATCH" : "")};
+    if (wide) {
+      row.push_back(absl::StrFormat("%g", seen.spec.init_value()));
+      row.push_back(absl::StrCat(seen.spec.seed()));
+      row.push_back(absl::StrFormat("%g", opt.learning_rate()));
+      row.push_back(absl::StrFormat("%g", opt.momentum()));
+    }
+    table.AddRow(std::move(row));
+  }
+  absl::StrAppend(&out, table.Render());
+  Print(out);
   return code;
 }
 
-int RunCheckpoint(ShardQuery& query, absl::Duration timeout, bool json) {
-  const std::vector<CheckpointResult> results = query.Checkpoint(timeout);
+int RunCheckpoint(const Cluster& c) {
+  std::vector<CheckpointResult> results = c.query->Checkpoint(c.timeout);
   int code = 0;
   int written = 0;
-  for (const CheckpointResult& r : results) {
+  for (CheckpointResult& r : results) {
     if (r.ok) {
       ++written;
     } else {
       code = kExitDown;
+      Explain(r.address, c.security, &r.error);
     }
   }
-  std::string out;
-  if (json) {
-    std::vector<std::string> rows;
+  if (c.format == Format::kJson || c.format == Format::kYaml) {
+    Doc shards = Doc::Array();
     for (const CheckpointResult& r : results) {
-      std::string row = absl::StrCat("{\"index\":", r.index,
-                                     ",\"address\":", JsonQuote(r.address),
-                                     ",\"ok\":", r.ok ? "true" : "false");
+      Doc row = Doc::Object();
+      row.Set("index", Doc::Int(r.index))
+          .Set("address", Doc::String(r.address))
+          .Set("ok", Doc::Bool(r.ok));
       if (r.ok) {
-        absl::StrAppend(&row, ",\"path\":", JsonQuote(r.checkpoint.path()),
-                        ",\"bytes\":", r.checkpoint.bytes(),
-                        ",\"duration_ms\":",
-                        absl::StrFormat("%.3f", r.checkpoint.duration_ms()),
-                        ",\"unix_time_ms\":", r.checkpoint.unix_time_ms(),
-                        ",\"tensors\":", r.checkpoint.tensors(),
-                        ",\"slices\":", r.checkpoint.slices());
+        row.Merge(DocFromMessage(r.checkpoint));
       } else {
-        absl::StrAppend(&row, ",\"error\":", JsonQuote(r.error));
+        row.Set("error", Doc::String(r.error));
       }
-      rows.push_back(row + "}");
+      shards.Add(std::move(row));
     }
-    out = absl::StrCat("{\"shards\":[", absl::StrJoin(rows, ","), "]}\n");
-  } else {
-    absl::StrAppend(&out, written, "/", results.size(),
-                    " shards wrote a checkpoint\n");
-    absl::StrAppend(&out, absl::StrFormat("%-5s %-21s %-6s %14s %10s  %s\n",
-                                          "SHARD", "ADDRESS", "STATE", "BYTES",
-                                          "MS", "PATH"));
-    for (const CheckpointResult& r : results) {
-      if (r.ok) {
-        absl::StrAppend(
-            &out, absl::StrFormat("%-5d %-21s %-6s %14d %10.1f  %s\n", r.index,
-                                  r.address, "OK", r.checkpoint.bytes(),
-                                  r.checkpoint.duration_ms(),
-                                  r.checkpoint.path()));
-      } else {
-        absl::StrAppend(&out,
-                        absl::StrFormat("%-5d %-21s %-6s %14s %10s  %s\n",
-                                        r.index, r.address, "FAILED", "-", "-",
-                                        r.error));
-      }
+    Doc doc = Doc::Object();
+    doc.Set("shards", std::move(shards));
+    Print(Render(doc, c.format));
+    return code;
+  }
+  std::string out = absl::StrCat(written, "/", results.size(),
+                                 " shards wrote a checkpoint\n");
+  TextTable table({"SHARD", "ADDRESS", "STATE", "BYTES", "MS", "PATH"},
+                  /*left_columns=*/3);
+  for (const CheckpointResult& r : results) {
+    if (r.ok) {
+      table.AddRow({absl::StrCat(r.index), r.address, "OK",
+                    absl::StrCat(r.checkpoint.bytes()),
+                    absl::StrFormat("%.1f", r.checkpoint.duration_ms()),
+                    r.checkpoint.path()});
+    } else {
+      table.AddRow({absl::StrCat(r.index), r.address, "FAILED", r.error});
     }
   }
-  std::fwrite(out.data(), 1, out.size(), stdout);
+  absl::StrAppend(&out, table.Render());
+  Print(out);
+  return code;
+}
+
+int RunHealth(const Cluster& c, const std::string& service) {
+  std::vector<HealthResult> results = c.query->Health(c.timeout, service);
+  int code = 0;
+  for (HealthResult& r : results) {
+    if (!r.answered) Explain(r.address, c.security, &r.error);
+    if (!r.answered || r.status != "SERVING") code = kExitDown;
+  }
+  if (c.format == Format::kJson || c.format == Format::kYaml) {
+    Doc shards = Doc::Array();
+    for (const HealthResult& r : results) {
+      Doc row = Doc::Object();
+      row.Set("index", Doc::Int(r.index))
+          .Set("address", Doc::String(r.address))
+          .Set("service", Doc::String(service));
+      if (r.answered) {
+        row.Set("status", Doc::String(r.status));
+      } else {
+        row.Set("status", Doc::Null()).Set("error", Doc::String(r.error));
+      }
+      shards.Add(std::move(row));
+    }
+    Doc doc = Doc::Object();
+    doc.Set("shards", std::move(shards));
+    Print(Render(doc, c.format));
+    return code;
+  }
+  TextTable table({"SHARD", "ADDRESS", "STATUS"}, /*left_columns=*/3);
+  for (const HealthResult& r : results) {
+    table.AddRow({absl::StrCat(r.index), r.address,
+                  r.answered ? r.status : absl::StrCat("DOWN  ", r.error)});
+  }
+  Print(table.Render());
   return code;
 }
 
 int Main(int argc, char** argv) {
-  absl::SetProgramUsageMessage(kUsage);
+  ProgramInfo program;
+  program.name = "psctl";
+  program.version = kVersion;
+  program.usage = kUsage;
+  program.short_aliases = {{"o", "output"}};
   for (int i = 1; i < argc; ++i) {
-    const std::string arg = argv[i];
-    if (arg == "--help" || arg == "-h" || arg == "help") {
-      std::fputs(kUsage, stdout);
+    if (std::string(argv[i]) == "help") {
+      Print(HelpText(program, "", false));
       return 0;
     }
   }
-  std::set<std::string> given;
-  const absl::Status flags_ok = CheckFlagArguments(argc, argv, &given);
-  if (!flags_ok.ok()) return UsageError(std::string(flags_ok.message()));
-  const std::vector<char*> args = absl::ParseCommandLine(argc, argv);
-  if (args.size() != 2) {
-    return UsageError(
-        absl::StrCat("expected one command (status, tensors or checkpoint), "
-                     "got ",
-                     args.size() - 1, "\n", kUsage));
+  const ParseResult parsed = ParseProgramCommandLine(argc, argv, program);
+  if (!parsed.command_line.has_value()) return parsed.exit_code;
+  const ParsedCommandLine& cl = *parsed.command_line;
+  if (cl.positional.size() != 1) {
+    return UsageError(absl::StrCat(
+        "expected one command (status, tensors, checkpoint or health), got ",
+        cl.positional.size(), " (see psctl --help)"));
   }
-  const std::string command = args[1];
-  if (command != "status" && command != "tensors" &&
-      command != "checkpoint") {
+  const std::string command = cl.positional[0];
+  if (command != "status" && command != "tensors" && command != "checkpoint" &&
+      command != "health") {
     return UsageError(
         absl::StrCat("unknown command '", command,
-                     "' (expected status, tensors or checkpoint)"));
+                     "' (expected status, tensors, checkpoint or health)"));
   }
+  // gRPC's own log lines (e.g. its TLS handshake errors) would come before
+  // psctl's explanation; psctl says what failed itself.
+  RouteGrpcLogs(nullptr, spdlog::level::off);
+
   const std::string servers_flag = absl::GetFlag(FLAGS_servers);
-  if (servers_flag.empty()) return UsageError("--servers is required");
+  if (servers_flag.empty()) {
+    return UsageError("--servers (or ASYNCPS_SERVERS) is required");
+  }
   absl::StatusOr<std::vector<std::string>> servers =
       ParseServerList(servers_flag);
   if (!servers.ok()) {
     return UsageError(absl::StrCat("--servers: ", servers.status().message()));
   }
-  const absl::Duration timeout =
-      command == "checkpoint" && given.count("timeout") == 0
-          ? kCheckpointTimeout
-          : absl::GetFlag(FLAGS_timeout);
+  Format format = Format::kTable;
+  const std::string output = absl::GetFlag(FLAGS_output);
+  if (output == "table") {
+    format = Format::kTable;
+  } else if (output == "wide") {
+    format = Format::kWide;
+  } else if (output == "json") {
+    format = Format::kJson;
+  } else if (output == "yaml") {
+    format = Format::kYaml;
+  } else {
+    return UsageError(absl::StrCat(
+        "--output (-o) must be table, wide, json or yaml, got '", output, "'"));
+  }
+  if (absl::GetFlag(FLAGS_json)) {
+    if (cl.IsSet("output") && format != Format::kJson) {
+      return UsageError("--json contradicts --output=" + output);
+    }
+    format = Format::kJson;
+  }
+  const absl::Duration timeout = command == "checkpoint" && !cl.IsSet("timeout")
+                                     ? kCheckpointTimeout
+                                     : absl::GetFlag(FLAGS_timeout);
   if (timeout <= absl::ZeroDuration()) {
     return UsageError(absl::StrCat("--timeout must be > 0, got ",
                                    absl::FormatDuration(timeout)));
@@ -380,16 +441,28 @@ int Main(int argc, char** argv) {
   if (watch > absl::ZeroDuration() && command != "status") {
     return UsageError("--watch applies only to the status command");
   }
-  const bool json = absl::GetFlag(FLAGS_json);
-  absl::StatusOr<SecurityOptions> security = SecurityFromFlags();
+  if (cl.IsSet("service") && command != "health") {
+    return UsageError("--service applies only to the health command");
+  }
+  std::vector<std::string> warnings;
+  absl::StatusOr<SecurityOptions> security =
+      SecurityOptionsFromFlags(/*server=*/false, &warnings);
   if (!security.ok()) {
     return UsageError(std::string(security.status().message()));
   }
+  const std::string own = CheckOwnCertificate(*security);
+  if (!own.empty()) warnings.push_back(own);
+  for (const std::string& w : warnings) {
+    std::fprintf(stderr, "psctl: warning: %s\n", w.c_str());
+  }
 
   ShardQuery query(*std::move(servers), *security);
-  if (command == "checkpoint") return RunCheckpoint(query, timeout, json);
-  return command == "status" ? RunStatus(query, timeout, watch, json)
-                             : RunTensors(query, timeout, json);
+  const Cluster cluster{&query, *security, timeout, format};
+  if (command == "checkpoint") return RunCheckpoint(cluster);
+  if (command == "health") {
+    return RunHealth(cluster, absl::GetFlag(FLAGS_service));
+  }
+  return command == "status" ? RunStatus(cluster, watch) : RunTensors(cluster);
 }
 
 }  // namespace

@@ -6,6 +6,7 @@
 #include "absl/synchronization/blocking_counter.h"
 #include "common/grpc_status.h"
 #include "common/net.h"
+#include "proto/grpc_health_v1.grpc.pb.h"
 
 namespace asyncps {
 
@@ -14,10 +15,10 @@ namespace {
 // Issues `call(stub, ctx, request, response, done)` on every shard at once
 // and waits for all of them; each call has its own deadline, so the wait is
 // bounded by `timeout` (plus scheduling).
-template <typename Request, typename Response, typename Call>
+template <typename Request, typename Response, typename Stub, typename Call>
 std::vector<std::pair<grpc::Status, Response>> FanOut(
-    const std::vector<std::unique_ptr<ParameterServer::Stub>>& stubs,
-    absl::Duration timeout, Call call) {
+    const std::vector<std::unique_ptr<Stub>>& stubs, absl::Duration timeout,
+    Call call) {
   const size_t n = stubs.size();
   std::vector<grpc::ClientContext> contexts(n);
   std::vector<Request> requests(n);
@@ -46,8 +47,8 @@ ShardQuery::ShardQuery(std::vector<std::string> addresses,
                        const SecurityOptions& security)
     : addresses_(std::move(addresses)) {
   for (const std::string& a : addresses_) {
-    stubs_.push_back(
-        ParameterServer::NewStub(MakeChannel(a, 0, security)));
+    channels_.push_back(MakeChannel(a, 0, security));
+    stubs_.push_back(ParameterServer::NewStub(channels_.back()));
   }
 }
 
@@ -112,6 +113,37 @@ std::vector<CheckpointResult> ShardQuery::Checkpoint(absl::Duration timeout) {
     out[i].ok = answers[i].first.ok();
     if (out[i].ok) {
       out[i].checkpoint = std::move(*answers[i].second.mutable_checkpoint());
+    } else {
+      out[i].error = ErrorText(answers[i].first);
+    }
+  }
+  return out;
+}
+
+std::vector<HealthResult> ShardQuery::Health(absl::Duration timeout,
+                                             const std::string& service) {
+  using grpc::health::v1::HealthCheckRequest;
+  using grpc::health::v1::HealthCheckResponse;
+  std::vector<std::unique_ptr<grpc::health::v1::Health::Stub>> stubs;
+  for (const auto& channel : channels_) {
+    stubs.push_back(grpc::health::v1::Health::NewStub(channel));
+  }
+  auto answers = FanOut<HealthCheckRequest, HealthCheckResponse>(
+      stubs, timeout,
+      [&service](grpc::health::v1::Health::Stub* stub, grpc::ClientContext* ctx,
+                 HealthCheckRequest* req, HealthCheckResponse* resp,
+                 std::function<void(grpc::Status)> done) {
+        req->set_service(service);
+        stub->async()->Check(ctx, req, resp, std::move(done));
+      });
+  std::vector<HealthResult> out(addresses_.size());
+  for (size_t i = 0; i < out.size(); ++i) {
+    out[i].index = static_cast<int>(i);
+    out[i].address = addresses_[i];
+    out[i].answered = answers[i].first.ok();
+    if (out[i].answered) {
+      out[i].status =
+          HealthCheckResponse::ServingStatus_Name(answers[i].second.status());
     } else {
       out[i].error = ErrorText(answers[i].first);
     }

@@ -26,8 +26,17 @@ struct CheckpointResult {
   int index = 0;
   std::string address;
   bool ok = false;
-  std::string error;  // when !ok: "CODE: message"
+  std::string error;          // when !ok: "CODE: message"
   CheckpointInfo checkpoint;  // when ok
+};
+
+// One shard's answer to grpc.health.v1.Health/Check, or why there is none.
+struct HealthResult {
+  int index = 0;
+  std::string address;
+  bool answered = false;
+  std::string status;  // when answered: "SERVING", "NOT_SERVING", ...
+  std::string error;   // when !answered: "CODE: message"
 };
 
 // Asks every shard of a cluster, concurrently, with a deadline on each call.
@@ -49,9 +58,13 @@ class ShardQuery {
   std::vector<TensorListResult> ListTensors(absl::Duration timeout);
   // Checkpoint of every shard, all at once, in address order.
   std::vector<CheckpointResult> Checkpoint(absl::Duration timeout);
+  // The health of `service` ("" = the server as a whole) on every shard.
+  std::vector<HealthResult> Health(absl::Duration timeout,
+                                   const std::string& service);
 
  private:
   const std::vector<std::string> addresses_;
+  std::vector<std::shared_ptr<grpc::Channel>> channels_;
   std::vector<std::unique_ptr<ParameterServer::Stub>> stubs_;
 };
 

@@ -15,58 +15,6 @@ namespace asyncps {
 
 namespace {
 
-// A text table: a header row and data rows; the first `left_columns`
-// columns are left-aligned, the rest right-aligned. A row with fewer cells
-// than the header spills its last cell over the remaining columns.
-class TextTable {
- public:
-  TextTable(std::vector<std::string> header, int left_columns)
-      : header_(std::move(header)), left_columns_(left_columns) {}
-
-  void AddRow(std::vector<std::string> row) { rows_.push_back(std::move(row)); }
-
-  std::string Render() const {
-    std::vector<size_t> width(header_.size(), 0);
-    auto measure = [&](const std::vector<std::string>& row) {
-      // A short row's last cell spans the rest; it does not widen a column.
-      const size_t n =
-          row.size() < header_.size() ? row.size() - 1 : row.size();
-      for (size_t i = 0; i < n && i < width.size(); ++i) {
-        width[i] = std::max(width[i], row[i].size());
-      }
-    };
-    measure(header_);
-    for (const auto& row : rows_) measure(row);
-    std::string out;
-    auto emit = [&](const std::vector<std::string>& row) {
-      std::string line;
-      for (size_t i = 0; i < row.size(); ++i) {
-        if (i > 0) line += "  ";
-        const bool spill = row.size() < header_.size() && i == row.size() - 1;
-        if (spill || i >= width.size()) {
-          line += row[i];
-        } else if (static_cast<int>(i) < left_columns_) {
-          line += row[i];
-          if (i + 1 < row.size()) line.append(width[i] - row[i].size(), ' ');
-        } else {
-          line.append(width[i] - row[i].size(), ' ');
-          line += row[i];
-        }
-      }
-      while (!line.empty() && line.back() == ' ') line.pop_back();
-      absl::StrAppend(&out, line, "\n");
-    };
-    emit(header_);
-    for (const auto& row : rows_) emit(row);
-    return out;
-  }
-
- private:
-  const std::vector<std::string> header_;
-  const int left_columns_;
-  std::vector<std::vector<std::string>> rows_;
-};
-
 std::string Rate(double per_s) { return absl::StrFormat("%.1f", per_s); }
 
 void AddCounters(const Counters& c, Counters* sum) {
@@ -99,53 +47,67 @@ void AddRates(const Rates& r, Rates* sum) {
   sum->set_bytes_out_per_s(sum->bytes_out_per_s() + r.bytes_out_per_s());
 }
 
-std::string JsonNumber(double v) {
-  if (!std::isfinite(v)) return "null";
-  return absl::StrFormat("%.6g", v);
+}  // namespace
+
+std::string TextTable::Render() const {
+  std::vector<size_t> width(header_.size(), 0);
+  auto measure = [&](const std::vector<std::string>& row) {
+    // A short row's last cell spans the rest; it does not widen a column.
+    const size_t n = row.size() < header_.size() ? row.size() - 1 : row.size();
+    for (size_t i = 0; i < n && i < width.size(); ++i) {
+      width[i] = std::max(width[i], row[i].size());
+    }
+  };
+  measure(header_);
+  for (const auto& row : rows_) measure(row);
+  std::string out;
+  auto emit = [&](const std::vector<std::string>& row) {
+    std::string line;
+    for (size_t i = 0; i < row.size(); ++i) {
+      if (i > 0) line += "  ";
+      const bool spill = row.size() < header_.size() && i == row.size() - 1;
+      if (spill || i >= width.size()) {
+        line += row[i];
+      } else if (static_cast<int>(i) < left_columns_) {
+        line += row[i];
+        if (i + 1 < row.size()) line.append(width[i] - row[i].size(), ' ');
+      } else {
+        line.append(width[i] - row[i].size(), ' ');
+        line += row[i];
+      }
+    }
+    while (!line.empty() && line.back() == ' ') line.pop_back();
+    absl::StrAppend(&out, line, "\n");
+  };
+  emit(header_);
+  for (const auto& row : rows_) emit(row);
+  return out;
 }
 
-}  // namespace
+std::vector<std::string> Problems(const std::vector<ShardResult>& shards) {
+  std::vector<std::string> out;
+  for (const ShardResult& r : shards) {
+    if (!r.up) continue;
+    const StatusResponse& st = r.status;
+    if (st.shard_index() != r.index) {
+      out.push_back(absl::StrCat(
+          "the shard at ", r.address, " is number ", r.index,
+          " in --servers but reports shard_index ", st.shard_index(),
+          ": list the shards in shard-index order (workers must use the "
+          "same order)"));
+    }
+    if (st.num_shards() != static_cast<int32_t>(shards.size())) {
+      out.push_back(absl::StrCat(
+          "the shard at ", r.address, " reports num_shards ", st.num_shards(),
+          " but --servers lists ", shards.size(), " address(es)"));
+    }
+  }
+  return out;
+}
 
 std::string MergedWorker::state() const {
   if (live) return "live";
   return left ? "left" : "evicted";
-}
-
-std::string JsonQuote(const std::string& s) {
-  std::string out = "\"";
-  for (unsigned char c : s) {
-    switch (c) {
-      case '"':
-        out += "\\\"";
-        break;
-      case '\\':
-        out += "\\\\";
-        break;
-      case '\b':
-        out += "\\b";
-        break;
-      case '\f':
-        out += "\\f";
-        break;
-      case '\n':
-        out += "\\n";
-        break;
-      case '\r':
-        out += "\\r";
-        break;
-      case '\t':
-        out += "\\t";
-        break;
-      default:
-        if (c < 0x20 || c == 0x7f) {
-          out += absl::StrFormat("\\u%04x", c);
-        } else {
-          out += static_cast<char>(c);
-        }
-    }
-  }
-  out += "\"";
-  return out;
 }
 
 std::string HumanBytes(double bytes) {
@@ -211,6 +173,7 @@ ClusterSummary Summarize(const std::vector<ShardResult>& shards) {
       any_clock = true;
     }
   }
+  sum.any_live = any_clock;
   sum.parameters = sum.parameter_bytes / sizeof(float);
   if (policies.size() == 1) {
     sum.policy = *policies.begin();
@@ -273,11 +236,15 @@ std::vector<MergedWorker> MergeWorkers(const std::vector<ShardResult>& shards) {
   return out;
 }
 
-std::string RenderText(const std::vector<ShardResult>& shards) {
+std::string RenderText(const std::vector<ShardResult>& shards, bool wide) {
   const ClusterSummary s = Summarize(shards);
   const Counters& c = s.counters;
-  std::string out = absl::StrCat(
-      "cluster: ", s.shards_up, "/", shards.size(), " shards up",
+  std::string out;
+  for (const std::string& p : Problems(shards)) {
+    absl::StrAppend(&out, "WARNING: ", p, "\n");
+  }
+  absl::StrAppend(
+      &out, "cluster: ", s.shards_up, "/", shards.size(), " shards up",
       s.shards_down > 0 ? absl::StrCat(" (", s.shards_down, " DOWN)") : "",
       s.policy.empty() ? "" : absl::StrCat("   policy: ", s.policy), "\n");
   absl::StrAppend(&out, "  tensors ", s.tensors, "  slices ", s.slices,
@@ -296,21 +263,30 @@ std::string RenderText(const std::vector<ShardResult>& shards) {
   absl::StrAppend(&out, "  staleness (worst shard): p50 ", s.staleness_p50,
                   "  p90 ", s.staleness_p90, "  p99 ", s.staleness_p99,
                   "  max ", s.staleness_max, "\n");
-  absl::StrAppend(&out, "  workers ", s.live_workers, " live / ", s.workers,
-                  "  clocks ", s.min_clock, "..", s.max_clock, "  evictions ",
-                  c.evictions(), "  pull waits ", c.pull_waits(), " (",
-                  c.pull_wait_timeouts(), " timed out)\n");
+  absl::StrAppend(
+      &out, "  workers ", s.live_workers, " live / ", s.workers, "  clocks ",
+      s.any_live ? absl::StrCat(s.min_clock, "..", s.max_clock)
+                 : std::string("- (no live worker)"),
+      "  evictions ", c.evictions(), "  pull waits ", c.pull_waits(), " (",
+      c.pull_wait_timeouts(), " timed out)\n");
   if (c.checkpoints_written() + c.checkpoints_failed() > 0) {
     absl::StrAppend(&out, "  checkpoints ", c.checkpoints_written(),
                     " written / ", c.checkpoints_failed(),
-                    " failed (per shard: psctl status --json)\n");
+                    " failed (per shard: psctl status -o wide)\n");
   }
   absl::StrAppend(&out, "\n");
 
-  TextTable table({"SHARD", "ADDRESS", "STATE", "UPTIME", "TENSORS", "SLICES",
-                   "PARAMS", "PUSHES", "PULLS", "APPLIED", "STALE", "SCALED",
-                   "BAD", "P50", "P90", "P99", "MAX", "WORKERS"},
-                  /*left_columns=*/3);
+  std::vector<std::string> header = {
+      "SHARD",  "ADDRESS", "STATE", "UPTIME",  "TENSORS", "SLICES",
+      "PARAMS", "PUSHES",  "PULLS", "APPLIED", "STALE",   "SCALED",
+      "BAD",    "P50",     "P90",   "P99",     "MAX",     "WORKERS"};
+  if (wide) {
+    for (const char* h : {"IN/S", "OUT/S", "BYTES_IN", "BYTES_OUT", "VERSION",
+                          "LAST_CHECKPOINT"}) {
+      header.push_back(h);
+    }
+  }
+  TextTable table(std::move(header), /*left_columns=*/3);
   for (const ShardResult& r : shards) {
     if (!r.up) {
       table.AddRow({absl::StrCat(r.index), r.address, "DOWN", r.error});
@@ -320,15 +296,42 @@ std::string RenderText(const std::vector<ShardResult>& shards) {
     const Counters& sc = st.counters();
     const StalenessHistogram& h = st.staleness();
     std::string index = absl::StrCat(st.shard_index(), "/", st.num_shards());
-    if (st.shard_index() != r.index) absl::StrAppend(&index, "!");
-    table.AddRow({index, r.address, "up", HumanDuration(st.uptime_ms()),
-                  absl::StrCat(st.tensors()), absl::StrCat(st.slices()),
-                  HumanBytes(st.parameter_bytes()), absl::StrCat(sc.pushes()),
-                  absl::StrCat(sc.pulls()), absl::StrCat(sc.updates_applied()),
-                  absl::StrCat(sc.refused_stale()), absl::StrCat(sc.scaled()),
-                  absl::StrCat(sc.rejected_bad_input()), absl::StrCat(h.p50()),
-                  absl::StrCat(h.p90()), absl::StrCat(h.p99()),
-                  absl::StrCat(h.max()), absl::StrCat(st.workers_size())});
+    // A shard in the wrong place (see Problems) is marked in its row too.
+    if (st.shard_index() != r.index ||
+        st.num_shards() != static_cast<int32_t>(shards.size())) {
+      absl::StrAppend(&index, "!");
+    }
+    std::vector<std::string> row = {index,
+                                    r.address,
+                                    "up",
+                                    HumanDuration(st.uptime_ms()),
+                                    absl::StrCat(st.tensors()),
+                                    absl::StrCat(st.slices()),
+                                    HumanBytes(st.parameter_bytes()),
+                                    absl::StrCat(sc.pushes()),
+                                    absl::StrCat(sc.pulls()),
+                                    absl::StrCat(sc.updates_applied()),
+                                    absl::StrCat(sc.refused_stale()),
+                                    absl::StrCat(sc.scaled()),
+                                    absl::StrCat(sc.rejected_bad_input()),
+                                    absl::StrCat(h.p50()),
+                                    absl::StrCat(h.p90()),
+                                    absl::StrCat(h.p99()),
+                                    absl::StrCat(h.max()),
+                                    absl::StrCat(st.workers_size())};
+    if (wide) {
+      const CheckpointInfo& ck = st.last_checkpoint();
+      row.push_back(HumanBytes(st.rates().bytes_in_per_s()));
+      row.push_back(HumanBytes(st.rates().bytes_out_per_s()));
+      row.push_back(HumanBytes(sc.bytes_in()));
+      row.push_back(HumanBytes(sc.bytes_out()));
+      row.push_back(st.build_version());
+      row.push_back(
+          ck.path().empty()
+              ? "-"
+              : absl::StrCat(ck.path(), " (", HumanBytes(ck.bytes()), ")"));
+    }
+    table.AddRow(std::move(row));
   }
   absl::StrAppend(&out, table.Render());
 
@@ -338,9 +341,9 @@ std::string RenderText(const std::vector<ShardResult>& shards) {
                   "PUSHES", "SHARDS"},
                  /*left_columns=*/3);
     for (const MergedWorker& w : workers) {
-      wt.AddRow({absl::StrCat(w.worker_id),
-                 absl::StrFormat("%016x", w.incarnation), w.state(),
-                 absl::StrCat(w.clock), absl::StrCat(w.lag),
+      // Decimal, as in the shards' logs and the JSON output.
+      wt.AddRow({absl::StrCat(w.worker_id), absl::StrCat(w.incarnation),
+                 w.state(), absl::StrCat(w.clock), absl::StrCat(w.lag),
                  absl::StrCat(HumanDuration(w.heartbeat_age_ms), " ago"),
                  absl::StrCat(w.pushes), absl::StrCat(w.shards)});
     }
@@ -349,73 +352,68 @@ std::string RenderText(const std::vector<ShardResult>& shards) {
   return out;
 }
 
-std::string RenderJson(const std::vector<ShardResult>& shards) {
-  google::protobuf::util::JsonPrintOptions options;
-  options.preserve_proto_field_names = true;
-  options.always_print_primitive_fields = true;
-  options.always_print_enums_as_ints = false;
-
-  std::vector<std::string> rows;
+Doc StatusDoc(const std::vector<ShardResult>& shards) {
+  Doc rows = Doc::Array();
   for (const ShardResult& r : shards) {
-    std::string row = absl::StrCat("{\"index\":", r.index,
-                                   ",\"address\":", JsonQuote(r.address),
-                                   ",\"up\":", r.up ? "true" : "false");
+    Doc row = Doc::Object();
+    row.Set("index", Doc::Int(r.index))
+        .Set("address", Doc::String(r.address))
+        .Set("up", Doc::Bool(r.up));
     if (r.up) {
-      std::string status;
-      const auto converted = google::protobuf::util::MessageToJsonString(
-          r.status, &status, options);
-      if (converted.ok()) {
-        absl::StrAppend(&row, ",\"status\":", status);
-      } else {
-        absl::StrAppend(&row, ",\"status\":null,\"error\":",
-                        JsonQuote(std::string(converted.message())));
-      }
+      row.Set("status", DocFromMessage(r.status));
     } else {
-      absl::StrAppend(&row, ",\"error\":", JsonQuote(r.error));
+      row.Set("error", Doc::String(r.error));
     }
-    rows.push_back(row + "}");
+    rows.Add(std::move(row));
   }
+  Doc problems = Doc::Array();
+  for (std::string& p : Problems(shards)) problems.Add(Doc::String(p));
 
   const ClusterSummary s = Summarize(shards);
   const Counters& c = s.counters;
-  const std::string summary = absl::StrCat(
-      "{\"shards_up\":", s.shards_up, ",\"shards_down\":", s.shards_down,
-      ",\"tensors\":", s.tensors, ",\"slices\":", s.slices,
-      ",\"parameters\":", s.parameters,
-      ",\"parameter_bytes\":", s.parameter_bytes, ",\"pushes\":", c.pushes(),
-      ",\"duplicate_pushes\":", c.duplicate_pushes(), ",\"pulls\":", c.pulls(),
-      ",\"updates_applied\":", c.updates_applied(),
-      ",\"refused_stale\":", c.refused_stale(), ",\"scaled\":", c.scaled(),
-      ",\"rejected_bad_input\":", c.rejected_bad_input(),
-      ",\"bytes_in\":", c.bytes_in(), ",\"bytes_out\":", c.bytes_out(),
-      ",\"evictions\":", c.evictions(), ",\"pull_waits\":", c.pull_waits(),
-      ",\"pull_wait_timeouts\":", c.pull_wait_timeouts(),
-      ",\"checkpoints_written\":", c.checkpoints_written(),
-      ",\"checkpoints_failed\":", c.checkpoints_failed(),
-      ",\"pushes_per_s\":", JsonNumber(s.rates.pushes_per_s()),
-      ",\"pulls_per_s\":", JsonNumber(s.rates.pulls_per_s()),
-      ",\"updates_per_s\":", JsonNumber(s.rates.updates_per_s()),
-      ",\"bytes_in_per_s\":", JsonNumber(s.rates.bytes_in_per_s()),
-      ",\"bytes_out_per_s\":", JsonNumber(s.rates.bytes_out_per_s()),
-      ",\"staleness_p50\":", s.staleness_p50,
-      ",\"staleness_p90\":", s.staleness_p90,
-      ",\"staleness_p99\":", s.staleness_p99,
-      ",\"staleness_max\":", s.staleness_max,
-      ",\"policy\":", JsonQuote(s.policy), ",\"min_clock\":", s.min_clock,
-      ",\"max_clock\":", s.max_clock, ",\"workers\":", s.workers,
-      ",\"live_workers\":", s.live_workers, "}");
+  Doc summary = Doc::Object();
+  summary.Set("shards_up", Doc::Int(s.shards_up))
+      .Set("shards_down", Doc::Int(s.shards_down))
+      .Set("tensors", Doc::Int(s.tensors))
+      .Set("slices", Doc::Int(s.slices))
+      .Set("parameters", Doc::Uint(s.parameters))
+      .Set("parameter_bytes", Doc::Uint(s.parameter_bytes));
+  // Counters and rates under their field names, as in each shard's status.
+  summary.Merge(DocFromMessage(c))
+      .Merge(DocFromMessage(s.rates))
+      .Set("staleness_p50", Doc::Uint(s.staleness_p50))
+      .Set("staleness_p90", Doc::Uint(s.staleness_p90))
+      .Set("staleness_p99", Doc::Uint(s.staleness_p99))
+      .Set("staleness_max", Doc::Uint(s.staleness_max))
+      .Set("policy", Doc::String(s.policy))
+      .Set("min_clock", s.any_live ? Doc::Int(s.min_clock) : Doc::Null())
+      .Set("max_clock", s.any_live ? Doc::Int(s.max_clock) : Doc::Null())
+      .Set("workers", Doc::Int(s.workers))
+      .Set("live_workers", Doc::Int(s.live_workers));
 
-  std::vector<std::string> workers;
+  Doc workers = Doc::Array();
   for (const MergedWorker& w : MergeWorkers(shards)) {
-    workers.push_back(absl::StrCat(
-        "{\"worker_id\":", w.worker_id, ",\"incarnation\":\"", w.incarnation,
-        "\",\"state\":", JsonQuote(w.state()), ",\"clock\":", w.clock,
-        ",\"lag\":", w.lag, ",\"heartbeat_age_ms\":", w.heartbeat_age_ms,
-        ",\"pushes\":", w.pushes, ",\"shards\":", w.shards, "}"));
+    Doc row = Doc::Object();
+    row.Set("worker_id", Doc::Int(w.worker_id))
+        .Set("incarnation", Doc::String(absl::StrCat(w.incarnation)))
+        .Set("state", Doc::String(w.state()))
+        .Set("clock", Doc::Int(w.clock))
+        .Set("lag", Doc::Int(w.lag))
+        .Set("heartbeat_age_ms", Doc::Int(w.heartbeat_age_ms))
+        .Set("pushes", Doc::Uint(w.pushes))
+        .Set("shards", Doc::Int(w.shards));
+    workers.Add(std::move(row));
   }
-  return absl::StrCat("{\"shards\":[", absl::StrJoin(rows, ","),
-                      "],\"summary\":", summary, ",\"workers\":[",
-                      absl::StrJoin(workers, ","), "]}\n");
+  Doc doc = Doc::Object();
+  doc.Set("shards", std::move(rows))
+      .Set("problems", std::move(problems))
+      .Set("summary", std::move(summary))
+      .Set("workers", std::move(workers));
+  return doc;
+}
+
+std::string RenderJson(const std::vector<ShardResult>& shards) {
+  return StatusDoc(shards).Json();
 }
 
 }  // namespace asyncps

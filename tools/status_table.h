@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "proto/asyncps.pb.h"
+#include "tools/doc.h"
 
 namespace asyncps {
 
@@ -39,6 +40,7 @@ struct ClusterSummary {
   // "ASP, max_staleness -1, staleness_lr none", or "mixed: a | b" when the
   // shards disagree; "" when none answered.
   std::string policy;
+  bool any_live = false;  // some shard has a live worker; else no clocks
   int64_t min_clock = 0;  // slowest live worker on any shard
   int64_t max_clock = 0;  // fastest live worker on any shard
   int workers = 0;        // distinct worker ids
@@ -70,21 +72,44 @@ std::vector<MergedWorker> MergeWorkers(const std::vector<ShardResult>& shards);
 // staleness_lr inverse".
 std::string DescribePolicy(const StalenessPolicy& policy);
 
-// The cluster summary, a table with one row per shard (DOWN rows carry the
-// error), and a table with one row per worker.
-std::string RenderText(const std::vector<ShardResult>& shards);
+// Misconfigurations the answers reveal, one sentence each: a shard whose
+// shard_index differs from its position in --servers (the list must be in
+// shard order), or whose num_shards differs from the list's length.
+std::vector<std::string> Problems(const std::vector<ShardResult>& shards);
 
-// One JSON document:
+// The problems (as "WARNING: ..." lines), the cluster summary, a table with
+// one row per shard (DOWN rows carry the error) and a table with one row
+// per worker. `wide` adds columns (bytes, rates, version, checkpoint).
+std::string RenderText(const std::vector<ShardResult>& shards,
+                       bool wide = false);
+
+// One document (for JSON and YAML):
 //   {"shards":[{"index":0,"address":"h:p","up":true,"status":{...}},
 //              {"index":1,"address":"h:p","up":false,"error":"..."}],
-//    "summary":{...},"workers":[{...}]}
-// `status` is the StatusResponse in protobuf's JSON mapping with the proto
-// field names (64-bit integers as strings, as that mapping has it); summary
-// and worker numbers are plain JSON numbers.
+//    "problems":["..."],"summary":{...},"workers":[{...}]}
+// `status` is the StatusResponse with its proto field names (see
+// DocFromMessage: numbers are numbers, incarnations decimal strings);
+// summary min_clock/max_clock are null when no worker is live.
+Doc StatusDoc(const std::vector<ShardResult>& shards);
+// StatusDoc(shards).Json().
 std::string RenderJson(const std::vector<ShardResult>& shards);
 
-// `s` as a JSON string literal, quotes included.
-std::string JsonQuote(const std::string& s);
+// A text table: a header row and data rows, columns as wide as their
+// widest cell, two spaces apart; the first `left_columns` columns are
+// left-aligned, the rest right-aligned. A row with fewer cells than the
+// header spills its last cell over the remaining columns.
+class TextTable {
+ public:
+  TextTable(std::vector<std::string> header, int left_columns)
+      : header_(std::move(header)), left_columns_(left_columns) {}
+  void AddRow(std::vector<std::string> row) { rows_.push_back(std::move(row)); }
+  std::string Render() const;
+
+ private:
+  const std::vector<std::string> header_;
+  const int left_columns_;
+  std::vector<std::vector<std::string>> rows_;
+};
 
 // 1536 -> "1.5 KiB".
 std::string HumanBytes(double bytes);

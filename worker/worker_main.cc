@@ -16,13 +16,15 @@
 #include <string>
 
 #include "absl/flags/flag.h"
-#include "absl/flags/parse.h"
-#include "absl/flags/usage.h"
 #include "absl/random/random.h"
 #include "absl/strings/str_cat.h"
+#include "common/cli.h"
+#include "common/connection_check.h"
+#include "common/identity.h"
 #include "common/logging.h"
 #include "common/net.h"
 #include "common/security.h"
+#include "common/security_flags.h"
 #include "common/version.h"
 #include "kernels/backend.h"
 #include "worker/idx_reader.h"
@@ -37,7 +39,9 @@ ABSL_FLAG(std::string, servers, "",
           "--local).");
 ABSL_FLAG(bool, local, false,
           "Train in-process without servers (the single-worker baseline).");
-ABSL_FLAG(int, worker_id, 0, "This worker's index in [0, --num_workers).");
+ABSL_FLAG(std::string, worker_id, "0",
+          "This worker's index in [0, --num_workers), or auto: the "
+          "JOB_COMPLETION_INDEX a Kubernetes Indexed Job sets in each pod.");
 ABSL_FLAG(int, num_workers, 1, "Number of workers sharing the data.");
 ABSL_FLAG(std::string, hidden, "256,128",
           "Hidden layer sizes, comma-separated; empty = softmax regression.");
@@ -95,18 +99,7 @@ ABSL_FLAG(int, push_every, 1,
 ABSL_FLAG(int64_t, final_wait_s, 600,
           "Evaluating worker: wait at most this long for the others to "
           "finish before the final evaluation.");
-ABSL_FLAG(std::string, tls_cert, "",
-          "PEM client certificate for mutual TLS (with --tls_key).");
-ABSL_FLAG(std::string, tls_key, "", "PEM private key of --tls_cert.");
-ABSL_FLAG(std::string, tls_ca, "",
-          "PEM CA bundle the shards' certificates are verified with; turns "
-          "on TLS.");
-ABSL_FLAG(bool, tls_require_client_cert, false,
-          "ps_server only; rejected here (exit 2).");
-ABSL_FLAG(std::string, cluster_token_file, "",
-          "File holding the shared cluster token, sent with every call.");
 ABSL_FLAG(std::string, log_level, "info", "trace, debug, info, warn, error.");
-ABSL_FLAG(bool, version, false, "Print the version and exit.");
 
 namespace asyncps {
 namespace {
@@ -116,21 +109,15 @@ int Fail(const std::string& message) {
   return 2;
 }
 
-// The security flags as options; the error names the flag.
-absl::StatusOr<SecurityOptions> SecurityFromFlags() {
-  SecurityFlagValues v;
-  v.tls_cert = absl::GetFlag(FLAGS_tls_cert);
-  v.tls_key = absl::GetFlag(FLAGS_tls_key);
-  v.tls_ca = absl::GetFlag(FLAGS_tls_ca);
-  v.tls_require_client_cert = absl::GetFlag(FLAGS_tls_require_client_cert);
-  v.cluster_token_file = absl::GetFlag(FLAGS_cluster_token_file);
-  return SecurityOptionsFromFlagValues(v, /*server=*/false);
-}
-
 absl::StatusOr<TrainerOptions> TrainerOptionsFromFlags() {
   TrainerOptions o;
   o.num_workers = absl::GetFlag(FLAGS_local) ? 1 : absl::GetFlag(FLAGS_num_workers);
-  o.worker_id = absl::GetFlag(FLAGS_local) ? 0 : absl::GetFlag(FLAGS_worker_id);
+  absl::StatusOr<int> worker_id = ResolveIndexFlag(
+      "worker_id", absl::GetFlag(FLAGS_worker_id),
+      AutoIndexSource::kJobCompletionIndex, std::nullopt,
+      ProcessEnvironment("JOB_COMPLETION_INDEX"));
+  if (!worker_id.ok()) return worker_id.status();
+  o.worker_id = absl::GetFlag(FLAGS_local) ? 0 : *worker_id;
   if (o.num_workers < 1) {
     return absl::InvalidArgumentError("--num_workers must be >= 1");
   }
@@ -261,32 +248,62 @@ absl::Status ParseWireDtype(const std::string& v, WireDtype* push,
       "'"));
 }
 
+// After UNAVAILABLE ("Socket closed" for most TLS mistakes), names the
+// cause for every shard that shows one.
+void ExplainUnavailable(const absl::Status& status,
+                        const SecurityOptions& security,
+                        spdlog::logger& logger) {
+  if (!absl::IsUnavailable(status) || absl::GetFlag(FLAGS_local)) return;
+  absl::StatusOr<std::vector<std::string>> servers =
+      ParseServerList(absl::GetFlag(FLAGS_servers));
+  if (!servers.ok()) return;
+  for (const std::string& address : *servers) {
+    const std::string cause = DiagnoseConnection(address, security);
+    if (!cause.empty()) logger.error("{}: {}", address, cause);
+  }
+}
+
 int Main(int argc, char** argv) {
-  absl::SetProgramUsageMessage(
-      "Trains a Fashion-MNIST MLP against an asyncps cluster. See README.md.");
-  absl::ParseCommandLine(argc, argv);
-  if (absl::GetFlag(FLAGS_version)) {
-    std::printf("ps_worker %s\n", kVersion);
-    return 0;
+  // Signals are taken by sigwait on a thread of their own (started below),
+  // never by gRPC's threads: blocked before any thread starts.
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGINT);
+  sigaddset(&signals, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+  ProgramInfo program;
+  program.name = "ps_worker";
+  program.version = kVersion;
+  program.usage =
+      "ps_worker: trains a Fashion-MNIST MLP against an asyncps cluster.\n\n"
+      "  ps_worker --servers=h:p,h:p --worker_id=0 --num_workers=4\n"
+      "  ps_worker --local            # same model and data, no servers\n\n"
+      "Exit status: 0 when training finished, 1 when it failed, 2 for bad\n"
+      "flags or a start failure.";
+  const ParseResult parsed = ParseProgramCommandLine(argc, argv, program);
+  if (!parsed.command_line.has_value()) return parsed.exit_code;
+  if (!parsed.command_line->positional.empty()) {
+    return Fail(absl::StrCat("unexpected argument '",
+                             parsed.command_line->positional[0],
+                             "' (ps_worker takes only flags)"));
   }
   absl::StatusOr<TrainerOptions> options = TrainerOptionsFromFlags();
   if (!options.ok()) return Fail(std::string(options.status().message()));
-  absl::StatusOr<SecurityOptions> security = SecurityFromFlags();
+  std::vector<std::string> warnings;
+  absl::StatusOr<SecurityOptions> security =
+      SecurityOptionsFromFlags(/*server=*/false, &warnings);
   if (!security.ok()) return Fail(std::string(security.status().message()));
   absl::StatusOr<std::shared_ptr<spdlog::logger>> logger =
       MakeLogger(absl::StrCat("worker", options->worker_id),
                  absl::GetFlag(FLAGS_log_level));
   if (!logger.ok()) return Fail(std::string(logger.status().message()));
   options->logger = *logger;
+  for (const std::string& w : warnings) (*logger)->warn("{}", w);
+  // gRPC's own lines (e.g. its TLS handshake errors) only at debug: the
+  // worker reports failures itself.
+  RouteGrpcLogs(*logger, spdlog::level::debug);
   TuneMallocForLargeMessages();
 
-  // Signals are taken by sigwait on a thread of their own, never by gRPC's
-  // threads (blocked before any thread starts).
-  sigset_t signals;
-  sigemptyset(&signals);
-  sigaddset(&signals, SIGINT);
-  sigaddset(&signals, SIGTERM);
-  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
   std::thread(HandleSignals, signals, *logger).detach();
   options->stop = &g_stop;
 
@@ -331,6 +348,8 @@ int Main(int argc, char** argv) {
         (*client)->WaitForShards(absl::Seconds(wait_for_shards));
     if (!up.ok()) {
       (*logger)->error("{}", up.ToString());
+      ExplainUnavailable(absl::UnavailableError(up.message()), *security,
+                         **logger);
       return 1;
     }
     store = MakeRemoteStore(*std::move(client));
@@ -351,6 +370,7 @@ int Main(int argc, char** argv) {
       Train(*options, *train, *test, store.get(), backend->get());
   if (!result.ok()) {
     (*logger)->error("training failed: {}", result.status().ToString());
+    ExplainUnavailable(result.status(), *security, **logger);
     return 1;
   }
   if (result->stopped) {

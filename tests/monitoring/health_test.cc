@@ -4,14 +4,20 @@
 #include <grpcpp/grpcpp.h>
 
 #include <catch2/catch.hpp>
+#include <fstream>
 #include <memory>
 #include <set>
+#include <sstream>
 #include <string>
 
+#include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "common/net.h"
+#include "google/protobuf/descriptor.pb.h"
+#include "proto/asyncps.grpc.pb.h"
 #include "proto/grpc_health_v1.grpc.pb.h"
+#include "proto/grpc_reflection_v1.grpc.pb.h"
 #include "proto/grpc_reflection_v1alpha.grpc.pb.h"
 #include "tests/testing/subprocess.h"
 
@@ -47,6 +53,11 @@ TEST_CASE("a running shard reports SERVING to grpc.health.v1.Health/Check",
   INFO(s.error_code() << ": " << s.error_message());
   REQUIRE(s.ok());
   CHECK(resp.status() == HealthCheckResponse::SERVING);
+
+  // The service's own name answers too (probes that name it).
+  HealthCheckResponse own;
+  REQUIRE(Check(stub.get(), "asyncps.ParameterServer", &own).ok());
+  CHECK(own.status() == HealthCheckResponse::SERVING);
 
   // A service the server never heard of is NOT_FOUND, per the protocol.
   HealthCheckResponse unknown;
@@ -88,6 +99,96 @@ TEST_CASE("server reflection lists asyncps.ParameterServer",
   }
   CHECK(services.count("asyncps.ParameterServer") == 1);
   CHECK(services.count("grpc.reflection.v1alpha.ServerReflection") == 1);
+}
+
+int ReadPort(const std::string& path) {
+  std::ifstream in(path);
+  int port = 0;
+  in >> port;
+  return port;
+}
+
+TEST_CASE(
+    "--health_port serves only the health service, plain TCP, and goes "
+    "NOT_SERVING before the shard stops",
+    "[monitoring][health]") {
+  const std::string file = testing::UniqueTmpPath("health_port");
+  absl::StatusOr<ServerProcess> server = testing::StartPsServer(
+      0, 1,
+      {"--log_level=info", "--health_port=0", "--health_port_file=" + file});
+  REQUIRE(server.ok());
+  INFO("server log:\n" << server->process->LogTail());
+  const int port = ReadPort(file);
+  REQUIRE(port > 0);
+  const std::string address = absl::StrCat("127.0.0.1:", port);
+  auto stub = Health::NewStub(MakeChannel(address));
+  for (const std::string service : {"", "asyncps.ParameterServer"}) {
+    HealthCheckResponse resp;
+    REQUIRE(Check(stub.get(), service, &resp).ok());
+    CHECK(resp.status() == HealthCheckResponse::SERVING);
+  }
+  // The parameter service is not on that port.
+  auto ps = ParameterServer::NewStub(MakeChannel(address));
+  grpc::ClientContext ctx;
+  ctx.set_deadline(absl::ToChronoTime(absl::Now() + kDeadline));
+  StatusRequest req;
+  StatusResponse resp;
+  CHECK(ps->Status(&ctx, req, &resp).error_code() ==
+        grpc::StatusCode::UNIMPLEMENTED);
+  REQUIRE(server->process->Kill(absl::Seconds(10)).ok());
+  HealthCheckResponse after;
+  CHECK_FALSE(Check(stub.get(), "", &after).ok());
+}
+
+TEST_CASE("server reflection v1 lists the services and serves descriptors",
+          "[monitoring][reflection]") {
+  namespace refl = grpc::reflection::v1;
+  absl::StatusOr<ServerProcess> server =
+      testing::StartPsServer(0, 1, {"--log_level=warn"});
+  REQUIRE(server.ok());
+  INFO("server log:\n" << server->process->LogTail());
+  auto stub = refl::ServerReflection::NewStub(MakeChannel(server->address));
+
+  grpc::ClientContext ctx;
+  ctx.set_deadline(absl::ToChronoTime(absl::Now() + kDeadline));
+  auto stream = stub->ServerReflectionInfo(&ctx);
+  refl::ServerReflectionRequest list;
+  list.set_list_services("");
+  refl::ServerReflectionRequest symbol;
+  symbol.set_file_containing_symbol("asyncps.ParameterServer");
+  refl::ServerReflectionRequest missing;
+  missing.set_file_containing_symbol("no.such.Thing");
+  REQUIRE(stream->Write(list));
+  REQUIRE(stream->Write(symbol));
+  REQUIRE(stream->Write(missing));
+  REQUIRE(stream->WritesDone());
+  refl::ServerReflectionResponse listed, file, not_found;
+  REQUIRE(stream->Read(&listed));
+  REQUIRE(stream->Read(&file));
+  REQUIRE(stream->Read(&not_found));
+  REQUIRE(stream->Finish().ok());
+
+  std::set<std::string> services;
+  for (const auto& svc : listed.list_services_response().service()) {
+    services.insert(svc.name());
+  }
+  CHECK(services == std::set<std::string>{
+                        "asyncps.ParameterServer", "grpc.health.v1.Health",
+                        "grpc.reflection.v1.ServerReflection",
+                        "grpc.reflection.v1alpha.ServerReflection"});
+  REQUIRE(file.has_file_descriptor_response());
+  REQUIRE(file.file_descriptor_response().file_descriptor_proto_size() >= 1);
+  google::protobuf::FileDescriptorProto proto;
+  REQUIRE(proto.ParseFromString(
+      file.file_descriptor_response().file_descriptor_proto(0)));
+  CHECK(proto.package() == "asyncps");
+  bool has_service = false;
+  for (const auto& svc : proto.service()) {
+    has_service |= svc.name() == "ParameterServer";
+  }
+  CHECK(has_service);
+  CHECK(not_found.error_response().error_code() ==
+        static_cast<int>(grpc::StatusCode::NOT_FOUND));
 }
 
 }  // namespace

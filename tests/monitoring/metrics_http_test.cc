@@ -12,6 +12,7 @@
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <cstdlib>
+#include <ctime>
 #include <fstream>
 #include <map>
 #include <regex>
@@ -344,6 +345,34 @@ TEST_CASE("a ps_server's /metrics agrees with its Status RPC",
   CHECK(Sample(e, R"(asyncps_worker_lag{shard="0",worker="6"})") == 1);
   CHECK(Sample(e, R"(asyncps_worker_live{shard="0",worker="5"})") == 1);
 
+  // Per-method call counts and latency, from the server interceptor.
+  const std::string push_labels =
+      R"(shard="0",grpc_type="unary",grpc_service="asyncps.ParameterServer",)"
+      R"(grpc_method="Push")";
+  CHECK(Sample(e, "grpc_server_started_total{" + push_labels + "}") == 4);
+  CHECK(Sample(e, "grpc_server_handled_total{" + push_labels +
+                      R"(,grpc_code="OK"})") == 3);
+  CHECK(Sample(e, "grpc_server_handled_total{" + push_labels +
+                      R"(,grpc_code="InvalidArgument"})") == 1);
+  CHECK(Sample(e, "grpc_server_handling_seconds_count{" + push_labels + "}") ==
+        4);
+  CHECK(Sample(e, "grpc_server_handling_seconds_bucket{" + push_labels +
+                      R"(,le="+Inf"})") == 4);
+  CHECK(Sample(e, "grpc_server_handling_seconds_sum{" + push_labels + "}") > 0);
+  CHECK(e.types.at("grpc_server_handling_seconds") == "histogram");
+  // Process metrics, as Prometheus client libraries name them.
+  CHECK(total("process_cpu_seconds_total") > 0);
+  CHECK(total("process_resident_memory_bytes") > 1e6);
+  CHECK(total("process_open_fds") > 2);
+  CHECK(total("process_max_fds") >= total("process_open_fds"));
+  CHECK(std::abs(total("process_start_time_seconds") -
+                 static_cast<double>(std::time(nullptr))) < 600);
+  CHECK(
+      Sample(
+          e,
+          R"(asyncps_auth_refused_total{shard="0",reason="missing_token"})") ==
+      0);
+
   // SIGTERM stops the endpoint with the shard, cleanly.
   absl::StatusOr<int> code = server->process->Kill(absl::Seconds(10));
   REQUIRE(code.ok());
@@ -351,6 +380,28 @@ TEST_CASE("a ps_server's /metrics agrees with its Status RPC",
   httplib::Client after("127.0.0.1", metrics_port);
   after.set_connection_timeout(2);
   CHECK_FALSE(after.Get("/metrics"));
+}
+
+TEST_CASE("--metrics_host binds the endpoint to another address than --host",
+          "[monitoring][metrics][process]") {
+  const std::string port_file = testing::UniqueTmpPath("metrics_port");
+  // gRPC on loopback only, metrics on all interfaces (and the reverse is
+  // what operators do; either way the two are independent).
+  absl::StatusOr<ServerProcess> server = testing::StartPsServer(
+      0, 1,
+      {"--host=127.0.0.1", "--metrics_host=0.0.0.0", "--metrics_port=0",
+       absl::StrCat("--metrics_port_file=", port_file), "--log_level=info"});
+  REQUIRE(server.ok());
+  INFO("server log:\n" << server->process->LogTail());
+  CHECK(absl::StrContains(server->process->ReadLog(),
+                          "Prometheus metrics on http://0.0.0.0:"));
+  const int metrics_port = ReadPortFile(port_file);
+  REQUIRE(metrics_port > 0);
+  httplib::Client client("127.0.0.1", metrics_port);
+  client.set_connection_timeout(5);
+  httplib::Result res = client.Get("/metrics");
+  REQUIRE(res);
+  CHECK(res->status == 200);
 }
 
 }  // namespace

@@ -5,6 +5,7 @@
 #include "common/security.h"
 
 #include <grpcpp/grpcpp.h>
+#include <httplib.h>
 
 #include <catch2/catch.hpp>
 #include <cstdlib>
@@ -46,7 +47,8 @@ void WriteFile(const std::string& path, const std::string& contents) {
 struct Pki {
   std::string dir;
   std::string ca, server_cert, server_key, client_cert, client_key;
-  std::string rogue_cert, rogue_key;  // client cert signed by another CA
+  std::string rogue_cert, rogue_key;      // client cert signed by another CA
+  std::string expired_cert, expired_key;  // signed by the CA, expired
   std::string token_file, wrong_token_file, empty_token_file;
 };
 
@@ -66,6 +68,27 @@ void SignedCert(const std::string& dir, const std::string& name,
   Sh(absl::StrCat("openssl x509 -req -in ", p, ".csr -CA ", dir, "/", ca,
                   ".pem -CAkey ", dir, "/", ca, ".key -CAcreateserial -out ", p,
                   ".pem -days 2 -extfile ", p, ".ext 2>/dev/null"));
+}
+
+// A client certificate signed by the CA whose validity ended in 2021
+// (`openssl ca` takes explicit dates, `openssl x509 -req` does not).
+void ExpiredCert(const std::string& dir) {
+  const std::string p = dir + "/expired";
+  WriteFile(dir + "/index.txt", "");
+  WriteFile(dir + "/serial", "1000\n");
+  WriteFile(p + ".cnf", absl::StrCat("[ca]\ndefault_ca = d\n[d]\ndatabase = ",
+                                     dir, "/index.txt\nnew_certs_dir = ", dir,
+                                     "\nserial = ", dir,
+                                     "/serial\ndefault_md = sha256\npolicy = "
+                                     "p\n[p]\ncommonName = supplied\n"));
+  WriteFile(p + ".ext", "extendedKeyUsage=clientAuth\n");
+  Sh(absl::StrCat("openssl req -newkey rsa:2048 -nodes -keyout ", p,
+                  ".key -out ", p, ".csr -subj /CN=old 2>/dev/null"));
+  Sh(absl::StrCat("openssl ca -batch -config ", p, ".cnf -cert ", dir,
+                  "/ca.pem -keyfile ", dir, "/ca.key -in ", p, ".csr -out ", p,
+                  ".pem -startdate 20200101000000Z -enddate 20210101000000Z "
+                  "-extfile ",
+                  p, ".ext 2>/dev/null"));
 }
 
 const Pki& TestPki() {
@@ -91,12 +114,16 @@ const Pki& TestPki() {
     k->server_key = k->dir + "/server.key";
     k->client_cert = k->dir + "/client.pem";
     k->client_key = k->dir + "/client.key";
+    ExpiredCert(k->dir);
+    k->expired_cert = k->dir + "/expired.pem";
+    k->expired_key = k->dir + "/expired.key";
     k->rogue_cert = k->dir + "/rogue.pem";
     k->rogue_key = k->dir + "/rogue.key";
     k->token_file = k->dir + "/token";
     k->wrong_token_file = k->dir + "/wrong_token";
     k->empty_token_file = k->dir + "/empty_token";
     WriteFile(k->token_file, absl::StrCat(kToken, "\n"));
+    Sh("chmod 600 " + k->token_file);
     WriteFile(k->wrong_token_file, "not-the-token\n");
     WriteFile(k->empty_token_file, " \n\t\n");
     return k;
@@ -167,6 +194,7 @@ SecurityOptions WithToken(const std::string& token) {
 struct Run {
   int code = -1;
   std::string err;
+  std::string out;
 };
 
 // Runs a binary from the runfiles to completion; stderr captured.
@@ -174,7 +202,8 @@ Run RunBinary(const std::string& binary, const std::vector<std::string>& args) {
   const std::string err = testing::UniqueTmpPath("stderr");
   std::string cmd = absl::StrCat("exec '", testing::RunfilePath(binary), "'");
   for (const std::string& a : args) absl::StrAppend(&cmd, " '", a, "'");
-  absl::StrAppend(&cmd, " >/dev/null 2>'", err, "'");
+  const std::string out = testing::UniqueTmpPath("stdout");
+  absl::StrAppend(&cmd, " >'", out, "' 2>'", err, "'");
   absl::StatusOr<std::unique_ptr<Subprocess>> p =
       Subprocess::Start("/bin/sh", {"-c", cmd});
   REQUIRE_OK(p.status());
@@ -185,6 +214,8 @@ Run RunBinary(const std::string& binary, const std::vector<std::string>& args) {
   r.code = *code;
   std::ifstream in(err);
   r.err.assign(std::istreambuf_iterator<char>(in), {});
+  std::ifstream in_out(out);
+  r.out.assign(std::istreambuf_iterator<char>(in_out), {});
   return r;
 }
 
@@ -358,6 +389,151 @@ TEST_CASE(
       RunBinary("tools/psctl",
                 {"status", servers, "--cluster_token_file=" + pki.token_file});
   CHECK(plain.code == 1);
+}
+
+TEST_CASE("TLS failures name their cause, without gRPC's own handshake lines",
+          "[security][tls][psctl]") {
+  const Pki& pki = TestPki();
+  ServerProcess tls = StartShard(
+      {"--tls_cert=" + pki.server_cert, "--tls_key=" + pki.server_key});
+  ServerProcess mtls = StartShard(
+      {"--tls_cert=" + pki.server_cert, "--tls_key=" + pki.server_key,
+       "--tls_ca=" + pki.ca, "--tls_require_client_cert"});
+  ServerProcess plain = StartShard({});
+  struct Case {
+    std::string what;
+    std::string address;
+    std::vector<std::string> flags;
+    std::string cause;
+  };
+  const std::vector<Case> cases = {
+      {"plain client, TLS shard",
+       tls.address,
+       {},
+       "the shard speaks TLS but this client connects in plain TCP"},
+      {"TLS client, plain shard",
+       plain.address,
+       {"--tls_ca=" + pki.ca},
+       "the shard speaks plain TCP but this client uses TLS"},
+      {"another CA",
+       tls.address,
+       {"--tls_ca=" + pki.dir + "/rogue_ca.pem"},
+       "the shard's certificate is not accepted with --tls_ca"},
+      {"mutual TLS without a certificate",
+       mtls.address,
+       {"--tls_ca=" + pki.ca},
+       "requires a client certificate (mutual TLS"},
+      {"mutual TLS, foreign certificate",
+       mtls.address,
+       {"--tls_ca=" + pki.ca, "--tls_cert=" + pki.rogue_cert,
+        "--tls_key=" + pki.rogue_key},
+       "not signed by the CA the shard trusts"},
+      {"mutual TLS, expired certificate",
+       mtls.address,
+       {"--tls_ca=" + pki.ca, "--tls_cert=" + pki.expired_cert,
+        "--tls_key=" + pki.expired_key},
+       "expired"},
+  };
+  for (const Case& c : cases) {
+    std::vector<std::string> args = {"status", "--servers=" + c.address};
+    args.insert(args.end(), c.flags.begin(), c.flags.end());
+    const Run r = RunBinary("tools/psctl", args);
+    INFO(c.what << "\nstdout:\n" << r.out << "\nstderr:\n" << r.err);
+    CHECK(r.code == 1);
+    CHECK(absl::StrContains(r.out, c.cause));
+    CHECK_FALSE(absl::StrContains(r.err, "Handshake failed"));
+    CHECK_FALSE(absl::StrContains(r.err, "ssl_transport_security"));
+  }
+  // The expired certificate is also named before any connection.
+  const Run expired = RunBinary(
+      "tools/psctl",
+      {"status", "--servers=" + mtls.address, "--tls_ca=" + pki.ca,
+       "--tls_cert=" + pki.expired_cert, "--tls_key=" + pki.expired_key});
+  CHECK(absl::StrContains(expired.err, "has expired"));
+}
+
+TEST_CASE(
+    "mutual TLS: the plain-TCP health listener answers probes without a "
+    "certificate",
+    "[security][mtls][health]") {
+  const Pki& pki = TestPki();
+  const std::string health_file = testing::UniqueTmpPath("health_port");
+  ServerProcess shard = StartShard(
+      {"--tls_cert=" + pki.server_cert, "--tls_key=" + pki.server_key,
+       "--tls_ca=" + pki.ca, "--tls_require_client_cert",
+       "--cluster_token_file=" + pki.token_file, "--health_port=0",
+       "--health_port_file=" + health_file});
+  std::ifstream in(health_file);
+  int port = 0;
+  in >> port;
+  REQUIRE(port > 0);
+  // The shard's own port refuses a probe without a client certificate...
+  SecurityOptions ca_only;
+  ca_only.tls_ca = pki.ca;
+  CHECK_FALSE(CallHealth(shard.address, ca_only).ok());
+  // ...the health listener answers it (psctl health works as an exec probe
+  // there, too).
+  const std::string health = absl::StrCat("127.0.0.1:", port);
+  CHECK(CallHealth(health, {}).ok());
+  const Run probe = RunBinary("tools/psctl", {"health", "--servers=" + health});
+  INFO(probe.out << probe.err);
+  CHECK(probe.code == 0);
+  CHECK(absl::StrContains(probe.out, "SERVING"));
+}
+
+TEST_CASE(
+    "refused tokens are counted, logged at most once per interval, and a "
+    "token file others can read is warned about",
+    "[security][token][metrics]") {
+  const Pki& pki = TestPki();
+  const std::string open_token = pki.dir + "/open_token";
+  WriteFile(open_token, absl::StrCat(kToken, "\n"));
+  Sh("chmod 644 " + open_token);
+  const std::string metrics_file = testing::UniqueTmpPath("metrics_port");
+  ServerProcess shard =
+      StartShard({"--cluster_token_file=" + open_token, "--metrics_port=0",
+                  "--metrics_port_file=" + metrics_file});
+  for (int i = 0; i < 20; ++i) {
+    CHECK(CallStatus(shard.address, {}).error_code() ==
+          grpc::StatusCode::UNAUTHENTICATED);
+  }
+  for (int i = 0; i < 3; ++i) {
+    CHECK(CallStatus(shard.address, WithToken("wrong")).error_code() ==
+          grpc::StatusCode::UNAUTHENTICATED);
+  }
+  const std::string log = shard.process->ReadLog();
+  INFO(log);
+  CHECK(absl::StrContains(log, "is accessible to other users (mode 0644)"));
+  // The first refusal at once; the others wait for the next line.
+  CHECK(absl::StrContains(log, "refused 1 call(s) without a cluster token"));
+  size_t lines = 0;
+  for (size_t at = log.find("refused "); at != std::string::npos;
+       at = log.find("refused ", at + 1)) {
+    ++lines;
+  }
+  CHECK(lines == 1);
+  std::ifstream in(metrics_file);
+  int port = 0;
+  in >> port;
+  REQUIRE(port > 0);
+  httplib::Client client("127.0.0.1", port);
+  client.set_connection_timeout(5);
+  client.set_read_timeout(5);
+  httplib::Result res = client.Get("/metrics");
+  REQUIRE(res);
+  const std::string body = res->body;
+  INFO(body);
+  CHECK(absl::StrContains(
+      body,
+      "asyncps_auth_refused_total{shard=\"0\",reason=\"missing_token\"} 20"));
+  CHECK(absl::StrContains(
+      body,
+      "asyncps_auth_refused_total{shard=\"0\",reason=\"wrong_token\"} 3"));
+
+  // With mode 600 there is no warning.
+  ServerProcess quiet = StartShard({"--cluster_token_file=" + pki.token_file});
+  CHECK_FALSE(
+      absl::StrContains(quiet.process->ReadLog(), "accessible to other users"));
 }
 
 TEST_CASE("bad security flag combinations exit 2 naming the flag",

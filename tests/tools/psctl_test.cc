@@ -59,12 +59,15 @@ struct Run {
   std::string err;  // stderr
 };
 
-// Runs psctl with `args`, stdout and stderr kept apart, within 60 s.
-Run Psctl(const std::vector<std::string>& args) {
+// Runs psctl with `args` (and the "NAME=value" assignments `env` added to
+// its environment), stdout and stderr kept apart, within 60 s.
+Run Psctl(const std::vector<std::string>& args,
+          const std::vector<std::string>& env = {}) {
   const std::string out = testing::UniqueTmpPath("psctl_out");
   const std::string err = testing::UniqueTmpPath("psctl_err");
-  std::string cmd =
-      absl::StrCat("exec '", testing::RunfilePath("tools/psctl"), "'");
+  std::string cmd = "exec env";
+  for (const std::string& e : env) absl::StrAppend(&cmd, " '", e, "'");
+  absl::StrAppend(&cmd, " '", testing::RunfilePath("tools/psctl"), "'");
   for (const std::string& a : args) absl::StrAppend(&cmd, " '", a, "'");
   absl::StrAppend(&cmd, " >'", out, "' 2>'", err, "'");
   absl::StatusOr<std::unique_ptr<Subprocess>> p =
@@ -116,8 +119,8 @@ TEST_CASE("psctl status --json: live shards in full, a dead one DOWN, exit 1",
     CHECK(st.at("shard_index").number_value() == i);
     CHECK(st.at("num_shards").number_value() == 2);
     CHECK(
-        st.at("counters").struct_value().fields().at("pushes").string_value() ==
-        "1");
+        st.at("counters").struct_value().fields().at("pushes").number_value() ==
+        1);
   }
   const auto& down = shards[2].struct_value().fields();
   CHECK_FALSE(down.at("up").bool_value());
@@ -181,6 +184,66 @@ TEST_CASE("psctl exits 0 when every shard answers; tensors lists the tensor",
   CHECK(found);
 }
 
+TEST_CASE(
+    "psctl -o table|wide|yaml, ASYNCPS_SERVERS, health, and aligned tensor "
+    "columns",
+    "[psctl][process]") {
+  std::vector<ServerProcess> cluster = StartTwoShards();
+  const std::string servers = testing::ServerList(cluster);
+  const Run table = Psctl({"status"}, {"ASYNCPS_SERVERS=" + servers});
+  INFO(table.out << table.err);
+  CHECK(table.code == 0);
+  CHECK(absl::StrContains(table.out, "cluster: 2/2 shards up"));
+  CHECK_FALSE(absl::StrContains(table.out, "BYTES_IN"));
+  const Run wide = Psctl({"status", "-o", "wide", "--servers=" + servers});
+  CHECK(wide.code == 0);
+  CHECK(absl::StrContains(wide.out, "BYTES_IN"));
+  const Run yaml = Psctl({"status", "-oyaml", "--servers=" + servers});
+  INFO(yaml.out);
+  CHECK(yaml.code == 0);
+  CHECK(absl::StartsWith(yaml.out, "shards:\n- index: 0\n  address: \""));
+  CHECK(absl::StrContains(yaml.out, "\nproblems: []\n"));
+  CHECK(absl::StrContains(yaml.out, "      pushes: 1\n"));
+  CHECK(absl::StrContains(yaml.out, "  incarnation: \"77\"\n"));
+
+  const Run health = Psctl({"health", "--servers=" + servers});
+  INFO(health.out);
+  CHECK(health.code == 0);
+  CHECK(absl::StrContains(health.out, "SERVING"));
+
+  // Every value of the tensors table starts under its header.
+  const Run tensors = Psctl({"tensors", "-o", "wide", "--servers=" + servers});
+  INFO(tensors.out);
+  CHECK(tensors.code == 0);
+  const std::vector<std::string> lines =
+      absl::StrSplit(tensors.out, '\n', absl::SkipEmpty());
+  REQUIRE(lines.size() == 3);
+  const std::string& header = lines[1];
+  const std::string& row = lines[2];
+  CHECK(row.substr(header.find("INIT"), 5) == "zeros");
+  CHECK(row.substr(header.find("OPTIMIZER"), 3) == "sgd");
+  CHECK(row.size() <= header.size() + 1);
+}
+
+TEST_CASE("psctl names shards listed out of order and exits 1",
+          "[psctl][process]") {
+  std::vector<ServerProcess> cluster = StartTwoShards();
+  const Run run =
+      Psctl({"status", absl::StrCat("--servers=", cluster[1].address, ",",
+                                    cluster[0].address)});
+  INFO(run.out);
+  CHECK(run.code == 1);
+  CHECK(absl::StrContains(
+      run.out, absl::StrCat("WARNING: the shard at ", cluster[1].address,
+                            " is number 0 in --servers but reports "
+                            "shard_index 1")));
+  const Run json = Psctl(
+      {"status", "-o", "json", absl::StrCat("--servers=", cluster[0].address)});
+  CHECK(json.code == 1);
+  CHECK(absl::StrContains(json.out,
+                          "reports num_shards 2 but --servers lists 1"));
+}
+
 TEST_CASE("psctl --watch refreshes until SIGINT", "[psctl][process]") {
   absl::StatusOr<std::vector<ServerProcess>> cluster =
       testing::StartPsCluster(1, {"--log_level=warn"});
@@ -222,6 +285,8 @@ TEST_CASE("psctl rejects bad usage with exit 2, naming the flag",
       {{"status"}, "--servers"},
       {{"tensors", "--servers=127.0.0.1:1", "--watch=1s"}, "--watch"},
       {{"frobnicate", "--servers=127.0.0.1:1"}, "frobnicate"},
+      {{"status", "--servers=127.0.0.1:1", "-o", "xml"}, "--output"},
+      {{"status", "--servers=127.0.0.1:1", "--service=x"}, "--service"},
       {{}, "command"},
   };
   for (const Case& c : cases) {

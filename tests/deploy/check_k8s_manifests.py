@@ -1,0 +1,189 @@
+#!/usr/bin/env python3
+"""Offline consistency checks of the rendered Kubernetes manifests.
+
+  check_k8s_manifests.py RENDERED.yaml SERVER_HELP WORKER_HELP OUTDIR
+
+RENDERED.yaml is `kubectl kustomize deploy/k8s`; SERVER_HELP and WORKER_HELP
+are `ps_server --help` and `ps_worker --help`. Checks what a cluster would
+only show at run time: every ASYNCPS_* variable names a flag of the binary
+it reaches, probes and scrape annotations point at the ports the shard is
+told to use, the shard count, server list and worker count agree, the
+Services select the pods. Writes OUTDIR/shard-<i>.env and
+OUTDIR/worker-<i>.env: the ASYNCPS_* environment a pod gets (ConfigMap and
+container env, $(VAR) references expanded, HOSTNAME and
+JOB_COMPLETION_INDEX as Kubernetes sets them), one NAME=value per line.
+Prints one line per problem; exits 1 if there is any.
+"""
+import re
+import sys
+
+import yaml
+
+problems = []
+
+
+def problem(msg):
+    problems.append(msg)
+    print("PROBLEM: " + msg)
+
+
+def flags_of(help_path):
+    flags = set()
+    with open(help_path) as f:
+        for line in f:
+            m = re.match(r"^  --([a-z0-9_]+)=", line)
+            if m:
+                flags.add(m.group(1))
+    return flags
+
+
+def env_var_flag(name):
+    return name[len("ASYNCPS_"):].lower()
+
+
+def main():
+    rendered, server_help, worker_help, outdir = sys.argv[1:5]
+    docs = [d for d in yaml.safe_load_all(open(rendered)) if d]
+    by_kind = {}
+    for d in docs:
+        by_kind.setdefault(d["kind"], []).append(d)
+    for kind in ("Service", "StatefulSet", "Job", "ConfigMap"):
+        if len(by_kind.get(kind, [])) != 1:
+            problem("expected one %s, found %d" % (kind, len(by_kind.get(kind, []))))
+    if problems:
+        return 1
+    svc = by_kind["Service"][0]
+    sts = by_kind["StatefulSet"][0]
+    job = by_kind["Job"][0]
+    cm = by_kind["ConfigMap"][0]
+    server_flags = flags_of(server_help)
+    worker_flags = flags_of(worker_help)
+    if not server_flags or not worker_flags:
+        problem("no flags found in the --help outputs")
+        return 1
+
+    # Service <-> StatefulSet.
+    if svc["spec"].get("clusterIP") != "None":
+        problem("the shard Service is not headless (clusterIP: None)")
+    if sts["spec"]["serviceName"] != svc["metadata"]["name"]:
+        problem("StatefulSet serviceName %r != Service %r" %
+                (sts["spec"]["serviceName"], svc["metadata"]["name"]))
+    labels = sts["spec"]["template"]["metadata"]["labels"]
+    for k, v in svc["spec"]["selector"].items():
+        if labels.get(k) != v:
+            problem("Service selector %s=%s does not match the shard pods" % (k, v))
+    for k, v in sts["spec"]["selector"]["matchLabels"].items():
+        if labels.get(k) != v:
+            problem("StatefulSet selector %s=%s does not match its pods" % (k, v))
+
+    # Shard container environment.
+    pod = sts["spec"]["template"]["spec"]
+    (ctr,) = pod["containers"]
+    if ctr.get("command") != ["ps_server"]:
+        problem("shard container runs %r, not ps_server" % ctr.get("command"))
+    cm_refs = [e["configMapRef"]["name"] for e in ctr.get("envFrom", [])]
+    if cm["metadata"]["name"] not in cm_refs:
+        problem("shards do not read the ConfigMap %s" % cm["metadata"]["name"])
+    shard_env = dict(cm["data"])
+    field_env = {}
+    for e in ctr.get("env", []):
+        if "value" in e:
+            shard_env[e["name"]] = e["value"]
+        else:
+            field_env[e["name"]] = e["valueFrom"]["fieldRef"]["fieldPath"]
+    for name in shard_env:
+        if name.startswith("ASYNCPS_") and env_var_flag(name) not in server_flags:
+            problem("%s reaches ps_server, which has no flag --%s" %
+                    (name, env_var_flag(name)))
+    replicas = sts["spec"]["replicas"]
+    if int(shard_env.get("ASYNCPS_NUM_SHARDS", -1)) != replicas:
+        problem("ASYNCPS_NUM_SHARDS=%s but the StatefulSet has %d replicas" %
+                (shard_env.get("ASYNCPS_NUM_SHARDS"), replicas))
+    if shard_env.get("ASYNCPS_SHARD_INDEX") != "auto":
+        problem("shards do not take their index from the pod (ASYNCPS_SHARD_INDEX=auto)")
+    ports = {p["name"]: p["containerPort"] for p in ctr["ports"]}
+    grpc_port = int(shard_env.get("ASYNCPS_PORT", 0))
+    health_port = int(shard_env.get("ASYNCPS_HEALTH_PORT", -1))
+    metrics_port = int(shard_env.get("ASYNCPS_METRICS_PORT", -1))
+    if ports.get("grpc") != grpc_port:
+        problem("containerPort grpc %s != ASYNCPS_PORT %d" % (ports.get("grpc"), grpc_port))
+    for probe in ("readinessProbe", "livenessProbe"):
+        p = ctr.get(probe, {}).get("grpc")
+        if not p:
+            problem("shard has no gRPC %s" % probe)
+        elif p["port"] != health_port:
+            problem("%s dials port %s, the health listener is on %d" %
+                    (probe, p["port"], health_port))
+    ann = sts["spec"]["template"]["metadata"].get("annotations", {})
+    if ann.get("prometheus.io/scrape") != "true":
+        problem("no prometheus.io/scrape annotation")
+    if int(ann.get("prometheus.io/port", -2)) != metrics_port:
+        problem("prometheus.io/port %s != ASYNCPS_METRICS_PORT %d" %
+                (ann.get("prometheus.io/port"), metrics_port))
+    if pod.get("terminationGracePeriodSeconds", 30) < 30:
+        problem("terminationGracePeriodSeconds leaves no time for the final checkpoint")
+    if not pod.get("securityContext", {}).get("runAsNonRoot"):
+        problem("shard pods may run as root")
+    mounts = {m["name"]: m["mountPath"] for m in ctr.get("volumeMounts", [])}
+    claims = [c["metadata"]["name"] for c in sts["spec"].get("volumeClaimTemplates", [])]
+    ckpt = shard_env.get("ASYNCPS_CHECKPOINT_DIR", "")
+    if not any(mounts.get(c) == ckpt for c in claims):
+        problem("ASYNCPS_CHECKPOINT_DIR=%r is not a mounted volume claim" % ckpt)
+    svc_ports = {p["name"]: p["port"] for p in svc["spec"]["ports"]}
+    if svc_ports.get("grpc") != grpc_port:
+        problem("Service port grpc %s != %d" % (svc_ports.get("grpc"), grpc_port))
+
+    # Workers.
+    jspec = job["spec"]
+    if jspec.get("completionMode") != "Indexed":
+        problem("the worker Job is not Indexed")
+    wpod = jspec["template"]["spec"]
+    (wctr,) = wpod["containers"]
+    if wctr.get("command") != ["ps_worker"]:
+        problem("worker container runs %r, not ps_worker" % wctr.get("command"))
+    worker_env = {e["name"]: e["value"] for e in wctr.get("env", []) if "value" in e}
+    for name in worker_env:
+        if name.startswith("ASYNCPS_") and env_var_flag(name) not in worker_flags:
+            problem("%s reaches ps_worker, which has no flag --%s" %
+                    (name, env_var_flag(name)))
+    n = int(worker_env.get("ASYNCPS_NUM_WORKERS", -1))
+    if not (jspec.get("completions") == jspec.get("parallelism") == n):
+        problem("completions %s, parallelism %s and ASYNCPS_NUM_WORKERS %d differ" %
+                (jspec.get("completions"), jspec.get("parallelism"), n))
+    if worker_env.get("ASYNCPS_WORKER_ID") != "auto":
+        problem("workers do not take their id from JOB_COMPLETION_INDEX")
+    want = ",".join("%s-%d.%s:%d" % (sts["metadata"]["name"], i,
+                                     svc["metadata"]["name"], grpc_port)
+                    for i in range(replicas))
+    if worker_env.get("ASYNCPS_SERVERS") != want:
+        problem("ASYNCPS_SERVERS=%r, the shards are %r" %
+                (worker_env.get("ASYNCPS_SERVERS"), want))
+    if not wpod.get("securityContext", {}).get("runAsNonRoot"):
+        problem("worker pods may run as root")
+
+    # The environment of pod asyncps-shard-<i> and of worker pod <i>.
+    def expand(value, env):
+        return re.sub(r"\$\(([A-Za-z_][A-Za-z0-9_]*)\)",
+                      lambda m: env.get(m.group(1), m.group(0)), value)
+
+    for i in range(replicas):
+        pod_name = "%s-%d" % (sts["metadata"]["name"], i)
+        env = {"HOSTNAME": pod_name}
+        for k, path in field_env.items():
+            env[k] = pod_name if path == "metadata.name" else ""
+        for k, v in shard_env.items():
+            env[k] = expand(v, env)
+        with open("%s/shard-%d.env" % (outdir, i), "w") as f:
+            for k, v in env.items():
+                f.write("%s=%s\n" % (k, v))
+    for i in range(n):
+        env = dict(worker_env)
+        env["JOB_COMPLETION_INDEX"] = str(i)
+        with open("%s/worker-%d.env" % (outdir, i), "w") as f:
+            for k, v in env.items():
+                f.write("%s=%s\n" % (k, v))
+    return 1 if problems else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,124 @@
+#!/usr/bin/env bash
+# The Kubernetes manifests (deploy/k8s), without a cluster:
+#   1. `kubectl kustomize` renders them;
+#   2. kubectl decodes every workload into its typed API object offline
+#      (`kubectl set env --local --list`: wrong field types fail);
+#   3. check_k8s_manifests.py: every ASYNCPS_* variable names a flag of the
+#      binary it reaches (from their --help), probes and scrape annotations
+#      use the ports the shards are given, shard count, server list and
+#      worker count agree, the Service selects the shard pods;
+#   4. the identity mapping, with the real binaries in the environment a pod
+#      gets (HOSTNAME=asyncps-shard-<i>, JOB_COMPLETION_INDEX, ConfigMap and
+#      container variables): shards 0 and 1 report their index and
+#      advertised name, their health listener answers the probe, workers
+#      with indices 0 and 3 appear under those ids, SIGTERM leaves a final
+#      checkpoint. Only addresses are overridden (loopback, port 0).
+# Prints `ASYNCPS_SKIPPED: ...` and exits 0 when kubectl or python3-yaml is
+# missing (deploy/install_deps.sh installs both).
+set -uo pipefail
+runfiles=${TEST_SRCDIR:-$0.runfiles}/asyncps
+tmp=${TEST_TMPDIR:-$(mktemp -d)}
+B=$runfiles
+
+command -v kubectl >/dev/null 2>&1 || { echo "ASYNCPS_SKIPPED: kubectl not installed"; exit 0; }
+python3 -c 'import yaml' 2>/dev/null || { echo "ASYNCPS_SKIPPED: python3-yaml not installed"; exit 0; }
+
+failed=0
+fail() { echo "FAIL: $*"; failed=1; }
+pids=()
+cleanup() {
+  for p in "${pids[@]}"; do kill -KILL "$p" 2>/dev/null; done
+  wait 2>/dev/null
+}
+trap cleanup EXIT
+
+kubectl version --client 2>/dev/null | head -n 1
+# kustomize does not follow the runfiles' symlinks: render a real copy.
+mkdir -p "$tmp/k8s"
+cp -L "$runfiles"/deploy/k8s/*.yaml "$tmp/k8s/"
+if ! kubectl kustomize "$tmp/k8s" >"$tmp/rendered.yaml" 2>"$tmp/kustomize.err"; then
+  cat "$tmp/kustomize.err"
+  echo "FAIL: kubectl kustomize deploy/k8s"
+  exit 1
+fi
+echo "rendered: $(grep -c '^kind:' "$tmp/rendered.yaml") objects"
+kubectl set env --local --list -f "$tmp/rendered.yaml" >"$tmp/env.txt" 2>&1 ||
+  { cat "$tmp/env.txt"; fail "kubectl decodes the workloads"; }
+
+"$B/server/ps_server" --help >"$tmp/server.help" || fail "ps_server --help"
+"$B/worker/ps_worker" --help >"$tmp/worker.help" || fail "ps_worker --help"
+mkdir -p "$tmp/env"
+python3 "$runfiles/tests/deploy/check_k8s_manifests.py" "$tmp/rendered.yaml" \
+  "$tmp/server.help" "$tmp/worker.help" "$tmp/env" || fail "manifest checks"
+[ "$failed" = 0 ] || exit 1
+
+# Replaces the (sub)shell with binary $2 in the pod environment of file $1,
+# plus the flags after; call it in a subshell or with &.
+with_env() {
+  local file=$1 bin=$2
+  shift 2
+  local vars=()
+  while IFS= read -r line; do [ -n "$line" ] && vars+=("$line"); done <"$file"
+  exec env "${vars[@]}" "$bin" "$@"
+}
+
+servers=""
+for i in 0 1; do
+  with_env "$tmp/env/shard-$i.env" "$B/server/ps_server" --host=127.0.0.1 \
+    --port=0 --port_file="$tmp/shard$i.port" --health_port=0 \
+    --health_port_file="$tmp/health$i.port" --metrics_port=-1 \
+    --checkpoint_dir="$tmp/ckpt$i" >"$tmp/shard$i.log" 2>&1 &
+  pids+=($!)
+done
+for i in 0 1; do
+  for _ in $(seq 300); do [ -s "$tmp/shard$i.port" ] && break; sleep 0.1; done
+  [ -s "$tmp/shard$i.port" ] || { cat "$tmp/shard$i.log"; fail "shard $i starts"; exit 1; }
+  servers="${servers:+$servers,}127.0.0.1:$(head -n 1 "$tmp/shard$i.port")"
+done
+
+"$B/tools/psctl" status --servers="$servers" -o json >"$tmp/status.json" ||
+  fail "psctl status (exit $?)"
+python3 - "$tmp/status.json" <<'PY' || fail "shards report the pod identity"
+import json, sys
+doc = json.load(open(sys.argv[1]))
+for i, s in enumerate(doc["shards"]):
+    st = s["status"]
+    assert st["shard_index"] == i, st
+    assert st["num_shards"] == 2, st
+    assert st["address"] == "asyncps-shard-%d.asyncps-shard:7000" % i, st
+    assert st["policy"]["consistency"] == "SSP", st
+print("shards: indices, num_shards, advertised names and policy as in the manifests")
+PY
+for i in 0 1; do
+  "$B/tools/psctl" health --servers="127.0.0.1:$(head -n 1 "$tmp/health$i.port")" \
+    --service=asyncps.ParameterServer | grep -q SERVING ||
+    fail "the readiness probe's health listener of shard $i"
+done
+
+overrides=(--servers="$servers" --steps=2 --evaluate=false --hidden=16)
+OPENBLAS_NUM_THREADS=1 with_env "$tmp/env/worker-3.env" "$B/worker/ps_worker" \
+  "${overrides[@]}" >"$tmp/worker3.log" 2>&1 &
+w3=$!
+pids+=($w3)
+(OPENBLAS_NUM_THREADS=1 with_env "$tmp/env/worker-0.env" \
+  "$B/worker/ps_worker" "${overrides[@]}" >"$tmp/worker0.log" 2>&1) ||
+  { tail -n 5 "$tmp/worker0.log"; fail "worker 0"; }
+for _ in $(seq 1200); do kill -0 "$w3" 2>/dev/null || break; sleep 0.1; done
+wait "$w3" || { tail -n 5 "$tmp/worker3.log"; fail "worker 3"; }
+"$B/tools/psctl" status --servers="$servers" -o json >"$tmp/status2.json"
+python3 - "$tmp/status2.json" <<'PY' || fail "workers take their ids from JOB_COMPLETION_INDEX"
+import json, sys
+ids = sorted(w["worker_id"] for w in json.load(open(sys.argv[1]))["workers"])
+assert ids == [0, 3], ids
+print("workers: ids", ids)
+PY
+
+for i in 0 1; do
+  kill -TERM "${pids[$i]}"
+  wait "${pids[$i]}"
+  rc=$?
+  [ "$rc" = 0 ] || fail "shard $i exits 0 on SIGTERM (got $rc)"
+  [ -s "$tmp/ckpt$i/shard-$i-of-2.ckpt" ] || fail "shard $i wrote its final checkpoint"
+done
+[ "$failed" = 0 ] && echo "k8s manifests: all checks passed"
+exit "$failed"
