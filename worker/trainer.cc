@@ -48,10 +48,16 @@ struct HostTensors {
   std::vector<const float*> param_ptrs;
   std::vector<float*> grad_ptrs;
 
-  HostTensors(const std::vector<ParamInfo>& infos, Backend* backend) {
+  // Allocates the buffers; the backend's error if it cannot.
+  absl::Status Init(const std::vector<ParamInfo>& infos, Backend* backend) {
     for (const ParamInfo& p : infos) {
-      params.emplace_back(backend, p.num_elements());
-      grads.emplace_back(backend, p.num_elements());
+      const size_t n = static_cast<size_t>(p.num_elements());
+      absl::StatusOr<HostBuffer> param = HostBuffer::Make(backend, n);
+      absl::StatusOr<HostBuffer> grad = HostBuffer::Make(backend, n);
+      if (!param.ok()) return param.status();
+      if (!grad.ok()) return grad.status();
+      params.push_back(*std::move(param));
+      grads.push_back(*std::move(grad));
     }
     for (size_t i = 0; i < infos.size(); ++i) {
       pull_targets.emplace_back(infos[i].name, params[i].data());
@@ -59,6 +65,7 @@ struct HostTensors {
       param_ptrs.push_back(params[i].data());
       grad_ptrs.push_back(grads[i].data());
     }
+    return absl::OkStatus();
   }
 };
 
@@ -166,7 +173,9 @@ class Run {
         Mlp::Create(o_.layer_sizes, o_.batch_size, backend_);
     if (!mlp.ok()) return mlp.status();
     mlp_ = *std::move(mlp);
-    host_ = std::make_unique<HostTensors>(mlp_->params(), backend_);
+    host_ = std::make_unique<HostTensors>();
+    absl::Status hs = host_->Init(mlp_->params(), backend_);
+    if (!hs.ok()) return hs;
     const std::vector<TensorSpec> specs =
         ModelSpecs(o_.layer_sizes, o_.optimizer, o_.seed);
     if (o_.create_tensors) {
