@@ -60,12 +60,13 @@ ABSL_FLAG(double, peak_tflops, 0,
           "The CUDA device's fp32 (non-tensor-core) peak in TFLOP/s; when "
           "> 0 CUDA GEMM results also print their fraction of it.");
 ABSL_FLAG(int, iters, 50,
-          "timed steps (or GEMM calls) per measurement, at most");
-ABSL_FLAG(int, warmup, 2, "untimed steps before timing an MLP");
+          "timed steps per MLP measurement, at most; GEMM calls per size, at "
+          "least (in groups of ~20 ms), unless --max_seconds ends it first");
+ABSL_FLAG(int, warmup, 1, "untimed steps before timing an MLP");
 ABSL_FLAG(double, max_seconds, 10.0,
           "stop timing a measurement after this many seconds, even before "
-          "--iters; GEMM sizes whose single call would take longer are "
-          "skipped");
+          "--iters; GEMM sizes whose single call would take over half of "
+          "this are skipped");
 ABSL_FLAG(bool, pinned, true,
           "keep parameters, inputs and gradients in the backend's AllocHost "
           "memory (pinned for CUDA), as a worker does");
@@ -266,13 +267,13 @@ absl::StatusOr<Measurement> MeasureMlp(const std::vector<int>& sizes, int batch,
 }
 
 // n x n x n GEMMs. `expected_s` is the estimated time of one call (0 if
-// unknown); sizes whose call would exceed --max_seconds are not run
-// (returns a zero Measurement).
+// unknown); sizes whose call would take over half of --max_seconds are not
+// run (returns a zero Measurement).
 absl::StatusOr<Measurement> MeasureGemm(int n, Backend* backend,
                                         double expected_s) {
   const double max_seconds = absl::GetFlag(FLAGS_max_seconds);
   Measurement m;
-  if (expected_s > max_seconds) return m;
+  if (expected_s > max_seconds / 2) return m;
   const size_t elems = static_cast<size_t>(n) * n;
   std::vector<DeviceBuffer> bufs;
   for (float value : {0.01f, 0.02f, 0.0f}) {
@@ -286,15 +287,12 @@ absl::StatusOr<Measurement> MeasureGemm(int n, Backend* backend,
     return backend->Gemm(false, false, n, n, n, 1.0f, bufs[0].data(),
                          bufs[1].data(), 0.0f, bufs[2].data());
   };
-  // Two untimed calls (the first one loads cuBLAS kernels), then calls in
-  // groups sized to ~20 ms so that synchronizing costs little.
-  absl::Status s;
-  Clock::time_point t = Clock::now();
-  for (int i = 0; i < 2 && s.ok(); ++i) {
-    if (i == 1) t = Clock::now();
-    s = gemm();
-    if (s.ok()) s = backend->Synchronize();
-  }
+  // One untimed call (it loads the cuBLAS kernels; its time, an
+  // overestimate, sizes the groups), then calls in groups of ~20 ms so that
+  // synchronizing costs little.
+  const Clock::time_point t = Clock::now();
+  absl::Status s = gemm();
+  if (s.ok()) s = backend->Synchronize();
   if (!s.ok()) return s;
   const double one = std::max(SecondsSince(t), 1e-7);
   const int group = std::max(1, static_cast<int>(0.02 / one));
@@ -385,8 +383,8 @@ void RunGemm(const Options& o, const std::vector<Backend*>& backends,
       }
       if (m->steps == 0) {
         std::printf(
-            "%s backend=%s skipped: one call would take ~%.0f s > "
-            "--max_seconds\n",
+            "%s backend=%s skipped: one call would take ~%.1f s > "
+            "--max_seconds / 2\n",
             prefix.c_str(), backend->name().c_str(), expected_s);
         continue;
       }
