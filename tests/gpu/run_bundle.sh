@@ -98,7 +98,6 @@ record() {
     *) failed=$((failed + 1)) ;;
   esac
 }
-note() { echo "  $*" | tee -a "$SUMMARY"; }
 # limit SECONDS: SECONDS, or less so that the run ends by the deadline.
 limit() {
   local left=$((DEADLINE - $(date +%s)))
@@ -125,7 +124,8 @@ unpack() {
     tar -xJf "$bundle/asyncps-gpu.tar.xz" -C "$WORK"
   elif command -v python3 >/dev/null; then
     python3 -c 'import sys, tarfile
-tarfile.open(sys.argv[1]).extractall(sys.argv[2])' \
+safe = {"filter": "data"} if hasattr(tarfile, "data_filter") else {}
+tarfile.open(sys.argv[1]).extractall(sys.argv[2], **safe)' \
       "$bundle/asyncps-gpu.tar.xz" "$WORK"
   else
     echo "neither xz nor python3 is installed: cannot unpack"
@@ -351,6 +351,23 @@ awk '
   }
   /^mlp .* ratio_cuda_over_cpu=/ { split($0, f, " "); print "  " f[2] " " f[3] ":" r[f[2] " " f[3]] ", " f[4] }
   /^gemm .* (tflops=|skipped)/ { print "  " $0 }
+' "$out/bench.txt" | tee -a "$SUMMARY"
+# The targets (reported, not asserted).
+awk -v peak="$peak" '
+  /^mlp model=784-4096-4096-10 batch=1024 ratio_cuda_over_cpu=/ {
+    ratio = substr($4, 21)
+  }
+  /^gemm .* backend=cuda.* tflops=/ {
+    for (i = 1; i <= NF; i++) if ($i ~ /^tflops=/) t = substr($i, 8) + 0
+    if (t > best) { best = t; n = $2 }
+  }
+  END {
+    printf "  target: 784-4096-4096-10 batch 1024 cuda/cpu %s (expected >= 10 on an H200)\n", ratio == "" ? "n/a" : ratio
+    if (best > 0 && peak > 0)
+      printf "  target: best CUDA GEMM %.1f TFLOP/s (%s) = %.2f of the %s TFLOP/s fp32 peak\n", best, n, best / peak, peak
+    else
+      printf "  target: CUDA GEMM efficiency n/a (no CUDA result or unknown peak)\n"
+  }
 ' "$out/bench.txt" | tee -a "$SUMMARY"
 
 # --- cluster -----------------------------------------------------------------
