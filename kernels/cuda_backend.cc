@@ -119,6 +119,18 @@ class CudaBackend final : public Backend {
     return CudaCheck(cudaStreamSynchronize(stream_), op,
                      "cudaStreamSynchronize (error of work issued earlier)");
   }
+  // The shape of most operations: `checked` is the argument check; when it
+  // failed or the operation is `empty`, returns it with no device work;
+  // otherwise makes the device current and returns the cudaError_t of
+  // `call()` as a Status of operation `op`, the call named `what`.
+  template <typename Call>
+  absl::Status Issue(const absl::Status& checked, bool empty,
+                     absl::string_view op, absl::string_view what, Call call) {
+    if (!checked.ok() || empty) return checked;
+    absl::Status s = Activate(op);
+    if (!s.ok()) return s;
+    return CudaCheck(call(), op, what);
+  }
   // Grows the per-row scratch of SoftmaxCrossEntropy to hold `rows`.
   absl::Status ReserveXentScratch(int rows);
 
@@ -205,8 +217,9 @@ absl::StatusOr<float*> CudaBackend::Alloc(size_t n) {
   absl::Status s = backend_checks::AllocSize("Alloc", n);
   if (s.ok()) s = Activate(op);
   void* p = nullptr;
-  if (s.ok())
+  if (s.ok()) {
     s = CudaCheck(cudaMalloc(&p, n * sizeof(float)), op, "cudaMalloc");
+  }
   if (!s.ok()) return s;
   return static_cast<float*>(p);
 }
@@ -240,50 +253,45 @@ absl::Status CudaBackend::FreeHost(float* p) {
 
 absl::Status CudaBackend::CopyToDevice(float* dst, const float* src, size_t n) {
   constexpr char kOp[] = "CopyToDevice";
-  absl::Status s = backend_checks::Copy(kOp, dst, src, n);
-  if (!s.ok() || n == 0) return s;
-  s = Activate(kOp);
-  if (!s.ok()) return s;
-  return CudaCheck(cudaMemcpyAsync(dst, src, n * sizeof(float),
-                                   cudaMemcpyHostToDevice, stream_),
-                   kOp, "cudaMemcpyAsync");
+  return Issue(backend_checks::Copy(kOp, dst, src, n), n == 0, kOp,
+               "cudaMemcpyAsync", [&] {
+                 return cudaMemcpyAsync(dst, src, n * sizeof(float),
+                                        cudaMemcpyHostToDevice, stream_);
+               });
 }
 
 absl::Status CudaBackend::CopyToHost(float* dst, const float* src, size_t n) {
   constexpr char kOp[] = "CopyToHost";
-  absl::Status s = backend_checks::Copy(kOp, dst, src, n);
+  absl::Status s =
+      Issue(backend_checks::Copy(kOp, dst, src, n), n == 0, kOp,
+            "cudaMemcpyAsync", [&] {
+              return cudaMemcpyAsync(dst, src, n * sizeof(float),
+                                     cudaMemcpyDeviceToHost, stream_);
+            });
   if (!s.ok() || n == 0) return s;
-  s = Activate(kOp);
-  if (!s.ok()) return s;
-  s = CudaCheck(cudaMemcpyAsync(dst, src, n * sizeof(float),
-                                cudaMemcpyDeviceToHost, stream_),
-                kOp, "cudaMemcpyAsync");
-  if (!s.ok()) return s;
   return Wait(kOp);
 }
 
 absl::Status CudaBackend::Fill(float* x, size_t n, float value) {
-  absl::Status s = backend_checks::Fill(x, n);
-  if (!s.ok() || n == 0) return s;
-  s = Activate("Fill");
-  if (!s.ok()) return s;
-  return CudaCheck(cuda_kernels::LaunchFill(x, n, value, stream_), "Fill",
-                   "FillKernel launch");
+  return Issue(backend_checks::Fill(x, n), n == 0, "Fill", "FillKernel launch",
+               [&] { return cuda_kernels::LaunchFill(x, n, value, stream_); });
 }
 
 absl::Status CudaBackend::Gemm(bool trans_a, bool trans_b, int m, int n, int k,
                                float alpha, const float* a, const float* b,
                                float beta, float* c) {
+  const bool empty = m == 0 || n == 0;
   absl::Status s = backend_checks::Gemm(m, n, k, a, b, c);
-  if (!s.ok() || m == 0 || n == 0) return s;
-  s = Activate("Gemm");
-  if (!s.ok()) return s;
   if (k == 0) {
     // C = beta * C; cuBLAS would reject the zero leading dimensions.
-    return CudaCheck(
-        cuda_kernels::LaunchScale(c, static_cast<size_t>(m) * n, beta, stream_),
-        "Gemm", "ScaleKernel launch (k = 0)");
+    return Issue(s, empty, "Gemm", "ScaleKernel launch (k = 0)", [&] {
+      return cuda_kernels::LaunchScale(c, static_cast<size_t>(m) * n, beta,
+                                       stream_);
+    });
   }
+  if (!s.ok() || empty) return s;
+  s = Activate("Gemm");
+  if (!s.ok()) return s;
   // cuBLAS is column-major. A row-major R x C matrix with leading dimension C
   // is, to cuBLAS, its C x R transpose, so the row-major C = op(A) op(B) is
   // computed as the column-major C^T (n x m, ldc = n) = op(B)^T op(A)^T:
@@ -298,32 +306,28 @@ absl::Status CudaBackend::Gemm(bool trans_a, bool trans_b, int m, int n, int k,
 
 absl::Status CudaBackend::BiasActivation(float* y, const float* bias, int rows,
                                          int cols, bool relu) {
-  absl::Status s = backend_checks::BiasActivation(y, bias, rows, cols);
-  if (!s.ok() || rows == 0 || cols == 0) return s;
-  s = Activate("BiasActivation");
-  if (!s.ok()) return s;
-  return CudaCheck(
-      cuda_kernels::LaunchBiasActivation(y, bias, rows, cols, relu, stream_),
-      "BiasActivation", "BiasActivationKernel launch");
+  return Issue(backend_checks::BiasActivation(y, bias, rows, cols),
+               rows == 0 || cols == 0, "BiasActivation",
+               "BiasActivationKernel launch", [&] {
+                 return cuda_kernels::LaunchBiasActivation(y, bias, rows, cols,
+                                                           relu, stream_);
+               });
 }
 
 absl::Status CudaBackend::ReluBackward(float* dy, const float* y, size_t n) {
-  absl::Status s = backend_checks::ReluBackward(dy, y, n);
-  if (!s.ok() || n == 0) return s;
-  s = Activate("ReluBackward");
-  if (!s.ok()) return s;
-  return CudaCheck(cuda_kernels::LaunchReluBackward(dy, y, n, stream_),
-                   "ReluBackward", "ReluBackwardKernel launch");
+  return Issue(backend_checks::ReluBackward(dy, y, n), n == 0, "ReluBackward",
+               "ReluBackwardKernel launch", [&] {
+                 return cuda_kernels::LaunchReluBackward(dy, y, n, stream_);
+               });
 }
 
 absl::Status CudaBackend::ColumnSum(const float* x, int rows, int cols,
                                     float* out) {
-  absl::Status s = backend_checks::ColumnSum(x, rows, cols, out);
-  if (!s.ok() || cols == 0) return s;
-  s = Activate("ColumnSum");
-  if (!s.ok()) return s;
-  return CudaCheck(cuda_kernels::LaunchColumnSum(x, rows, cols, out, stream_),
-                   "ColumnSum", "ColumnSumKernel launch");
+  return Issue(backend_checks::ColumnSum(x, rows, cols, out), cols == 0,
+               "ColumnSum", "ColumnSumKernel launch", [&] {
+                 return cuda_kernels::LaunchColumnSum(x, rows, cols, out,
+                                                      stream_);
+               });
 }
 
 absl::Status CudaBackend::ReserveXentScratch(int rows) {

@@ -10,7 +10,7 @@
 # counts as skipped, not passed. When nvcc is present the CUDA backend is
 # compiled too (compile only: no test needs a GPU).
 set -uo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/.." || exit 1
 
 summary() { echo "$1 passed, $2 failed, $3 skipped"; }
 

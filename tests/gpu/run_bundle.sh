@@ -74,11 +74,22 @@ ENV_TXT="$out/env.txt"
 : >"$ENV_TXT"
 START=$(date +%s)
 DEADLINE=$((START + 290))
+# The unpacked bundle; beside the bundle when the temporary folder does not
+# allow running programs (mounted noexec).
 WORK="$(mktemp -d "${TMPDIR:-/tmp}/asyncps-gpu.XXXXXX")"
-PIDS=()
+printf '#!/bin/sh\nexit 0\n' >"$WORK/probe" && chmod +x "$WORK/probe"
+if ! "$WORK/probe" 2>/dev/null; then
+  rm -rf "$WORK"
+  WORK="$(mktemp -d "$bundle/.work.XXXXXX")"
+fi
+rm -f "$WORK/probe"
+PIDS=()  # started and not yet reaped; stopped on exit
 
 cleanup() {
   local pid
+  # TERM first: a `timeout` passes it on to the worker it runs.
+  for pid in "${PIDS[@]}"; do kill -TERM "$pid" 2>/dev/null; done
+  [ ${#PIDS[@]} -eq 0 ] || sleep 1
   for pid in "${PIDS[@]}"; do kill -KILL "$pid" 2>/dev/null; done
   rm -rf "$WORK"
 }
@@ -190,10 +201,13 @@ fi
 # RUN: the prefix that starts a bundled binary; the library path is set for
 # that process only (the machine's own programs keep their libraries).
 RUN=(env "LD_LIBRARY_PATH=$LIBPATH")
-[ -n "$LOADER" ] && RUN+=("$LOADER")
+own=""
+if [ -n "$LOADER" ]; then
+  RUN+=("$LOADER")
+  own=", bundle's own glibc"
+fi
 {
-  echo "== glibc: machine ${have_glibc:-unknown}, bundle needs $need_glibc;" \
-    "$([ -n "$LOADER" ] && echo "running through the bundle's glibc loader" || echo "using the machine's")"
+  echo "== glibc: machine ${have_glibc:-unknown}, bundle needs $need_glibc$own"
   echo "== CUDA libraries: ${CUDA_DIRS:-none}${missing_cuda:+ (missing:$missing_cuda)}"
 } >>"$ENV_TXT"
 
@@ -217,9 +231,7 @@ check_libs() {
       *) continue ;;  # linux-vdso and statically linked notes
     esac
     case "$path" in "$WORK"/*) continue ;; esac
-    if [ -n "$CUDA_DIRS" ] && case ":$CUDA_DIRS:" in *":$(dirname "$path"):"*) true ;; *) false ;; esac; then
-      continue
-    fi
+    case ":$CUDA_DIRS:" in *":$(dirname "$path"):"*) continue ;; esac
     case "$GLIBC_LIBS" in *" $name "*) continue ;; esac
     bad="$bad$name from $path; "
   done <<<"$listing"
@@ -239,7 +251,8 @@ elif [ -n "$lib_problems" ]; then
   record libraries FAILED "unresolved or foreign libraries in:$lib_problems; see env.txt"
   finish
 fi
-record libraries ok "glibc ${have_glibc:-?} (bundle needs $need_glibc)$([ -n "$LOADER" ] && echo ", bundle's own glibc"); CUDA from $CUDA_DIRS"
+record libraries ok \
+  "glibc ${have_glibc:-?} (bundle needs $need_glibc)$own; CUDA from $CUDA_DIRS"
 
 # --- gpu ---------------------------------------------------------------------
 gpu=0
@@ -251,7 +264,8 @@ if command -v nvidia-smi >/dev/null &&
   {
     echo "== nvidia-smi"
     cat "$WORK/smi.txt"
-    timeout 20 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm,power.limit --format=csv 2>&1
+    timeout 20 nvidia-smi --format=csv \
+      --query-gpu=name,driver_version,memory.total,clocks.max.sm,power.limit 2>&1
     timeout 20 nvidia-smi 2>&1
   } >>"$ENV_TXT"
 else
@@ -411,19 +425,26 @@ cluster() {
     kill -KILL "$pid" 2>/dev/null
     wait "$pid" 2>/dev/null
   done
+  PIDS=()  # all reaped: their ids may be reused now
   {
     echo "===== $name: 2 shards + $workers $worker_device worker(s), ${train[*]}"
     cat "$dir/errors" 2>/dev/null
     for f in "$dir"/worker*.log; do echo "--- $(basename "$f")"; cat "$f"; done
-    for f in "$dir"/shard*.log; do echo "--- $(basename "$f") (last 15 lines)"; tail -n 15 "$f"; done
+    for f in "$dir"/shard*.log; do
+      echo "--- $(basename "$f") (last 15 lines)"
+      tail -n 15 "$f"
+    done
   } >>"$out/cluster.txt"
-  local acc examples wall
+  local acc examples wall rate
   acc=$(sed -n 's/^final test accuracy: //p' "$dir/worker0.log" | tail -n1)
   # Aggregate examples/s: all workers' examples over the slowest one's time.
   read -r examples wall < <(cat "$dir"/worker*.log |
     sed -n 's/.*done: [0-9]* steps, \([0-9]*\) examples in \([0-9.]*\) s .*/\1 \2/p' |
     awk '{e += $1; if ($2 > w) w = $2} END {printf "%d %.1f\n", e, w}')
-  local detail="accuracy ${acc:-none}, $examples examples in $wall s = $(awk -v e="$examples" -v w="$wall" 'BEGIN {printf "%.0f", (w > 0) ? e / w : 0}') examples/s, ${train[*]}"
+  rate=$(awk -v e="$examples" -v w="$wall" \
+    'BEGIN { printf "%.0f", (w > 0) ? e / w : 0 }')
+  local detail="accuracy ${acc:-none}, $examples examples in $wall s"
+  detail="$detail = $rate examples/s, ${train[*]}"
   if [ $rc -eq 0 ] && [ -n "$acc" ]; then
     record "$name" ok "$detail"
   else

@@ -27,7 +27,7 @@
 # Usage: tests/gpu/verify_bundle.sh [--out OUTDIR] [BUNDLE_DIR]
 #        (BUNDLE_DIR: gpu-bundle; OUTDIR: a new temporary folder)
 set -uo pipefail
-cd "$(dirname "$0")/../.."
+cd "$(dirname "$0")/../.." || exit 2
 
 bundle=gpu-bundle
 out=""
