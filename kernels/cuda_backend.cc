@@ -1,34 +1,32 @@
 // The CUDA Backend: one GPU, one stream, cuBLAS for GEMM and the kernels of
 // kernels/cuda_backend.cu for everything else. Built only with --config=cuda.
 //
-// Errors. Backend's methods return nothing, so a failing CUDA or cuBLAS call
-// (or an argument that would make a kernel fault, such as a null pointer or a
-// negative size) never aborts: it is logged to stderr (the interface carries
-// no logger; at most kMaxLoggedErrors messages per backend) and remembered:
-// the next SoftmaxCrossEntropy reports mean_loss = NaN when it, or any call
-// since the previous SoftmaxCrossEntropy, failed. A training step thus sees
-// the failure of any operation in it through its loss.
+// Errors (see kernels/backend.h). Arguments are checked by the same
+// kernels/backend_checks.h as the CPU backend before anything is issued, so
+// a bad call never reaches a kernel. A failing CUDA runtime or cuBLAS call
+// becomes a Status naming the Backend operation, the call and the error:
+// "Gemm: cublasSgemm: CUBLAS_STATUS_EXECUTION_FAILED (...)",
+// "Alloc(1048576 floats): cudaMalloc: cudaErrorMemoryAllocation (...)".
+// Allocation failures are RESOURCE_EXHAUSTED, everything else INTERNAL.
+// Nothing is logged here: the caller decides.
 
 #include <cublas_v2.h>
 #include <cuda_runtime_api.h>
 
-#include <cmath>
 #include <cstdint>
-#include <cstdio>
-#include <limits>
 #include <memory>
 #include <string>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
 #include "kernels/backend.h"
+#include "kernels/backend_checks.h"
 #include "kernels/cuda_kernels.h"
 
 namespace asyncps {
 namespace {
-
-constexpr int kMaxLoggedErrors = 16;
 
 std::string CudaErrorText(cudaError_t err) {
   return absl::StrCat(cudaGetErrorName(err), " (", cudaGetErrorString(err),
@@ -38,6 +36,34 @@ std::string CudaErrorText(cudaError_t err) {
 std::string CublasErrorText(cublasStatus_t st) {
   return absl::StrCat(cublasGetStatusName(st), " (", cublasGetStatusString(st),
                       ")");
+}
+
+// OK for cudaSuccess; else "<op>: <call>: <error name> (<description>)",
+// RESOURCE_EXHAUSTED for allocation failures and INTERNAL otherwise.
+absl::Status CudaCheck(cudaError_t err, absl::string_view op,
+                       absl::string_view call) {
+  if (err == cudaSuccess) return absl::OkStatus();
+  // A failing runtime call also becomes the thread's "last error"; reset it,
+  // or the next kernel launch check would report it again. (Sticky errors
+  // keep failing every later call anyway.)
+  cudaGetLastError();
+  std::string message = absl::StrCat(op, ": ", call, ": ", CudaErrorText(err));
+  if (err == cudaErrorMemoryAllocation) {
+    return absl::ResourceExhaustedError(message);
+  }
+  return absl::InternalError(message);
+}
+
+// As CudaCheck, for cuBLAS.
+absl::Status CublasCheck(cublasStatus_t st, absl::string_view op,
+                         absl::string_view call) {
+  if (st == CUBLAS_STATUS_SUCCESS) return absl::OkStatus();
+  cudaGetLastError();  // as in CudaCheck
+  std::string message = absl::StrCat(op, ": ", call, ": ", CublasErrorText(st));
+  if (st == CUBLAS_STATUS_ALLOC_FAILED) {
+    return absl::ResourceExhaustedError(message);
+  }
+  return absl::InternalError(message);
 }
 
 // Backend on GPU `device_`. All work goes to stream_ (non-blocking with
@@ -61,39 +87,52 @@ class CudaBackend final : public Backend {
 
   std::string name() const override { return absl::StrCat("cuda:", device_); }
 
-  float* Alloc(size_t n) override;
-  void Free(float* p) override;
-  float* AllocHost(size_t n) override;
-  void FreeHost(float* p) override;
+  absl::StatusOr<float*> Alloc(size_t n) override;
+  absl::Status Free(float* p) override;
+  absl::StatusOr<float*> AllocHost(size_t n) override;
+  absl::Status FreeHost(float* p) override;
 
-  void CopyToDevice(float* dst, const float* src, size_t n) override;
-  void CopyToHost(float* dst, const float* src, size_t n) override;
-  void Fill(float* x, size_t n, float value) override;
+  absl::Status CopyToDevice(float* dst, const float* src, size_t n) override;
+  absl::Status CopyToHost(float* dst, const float* src, size_t n) override;
+  absl::Status Fill(float* x, size_t n, float value) override;
 
-  void Gemm(bool trans_a, bool trans_b, int m, int n, int k, float alpha,
-            const float* a, const float* b, float beta, float* c) override;
-  void BiasActivation(float* y, const float* bias, int rows, int cols,
-                      bool relu) override;
-  void ReluBackward(float* dy, const float* y, size_t n) override;
-  void ColumnSum(const float* x, int rows, int cols, float* out) override;
-  SoftmaxXentResult SoftmaxCrossEntropy(const float* logits,
-                                        const int32_t* labels, int rows,
-                                        int cols, float* dlogits) override;
-  void Synchronize() override;
+  absl::Status Gemm(bool trans_a, bool trans_b, int m, int n, int k,
+                    float alpha, const float* a, const float* b, float beta,
+                    float* c) override;
+  absl::Status BiasActivation(float* y, const float* bias, int rows, int cols,
+                              bool relu) override;
+  absl::Status ReluBackward(float* dy, const float* y, size_t n) override;
+  absl::Status ColumnSum(const float* x, int rows, int cols,
+                         float* out) override;
+  absl::StatusOr<SoftmaxXentResult> SoftmaxCrossEntropy(
+      const float* logits, const int32_t* labels, int rows, int cols,
+      float* dlogits) override;
+  absl::Status Synchronize() override;
 
  private:
-  // Each returns true on success; on failure it logs the error and sets
-  // failed_since_xent_.
-  bool Check(cudaError_t err, const char* what);
-  bool Check(cublasStatus_t st, const char* what);
-  bool Fail(absl::Status status);
-  // Makes device_ current on the calling thread.
-  bool Activate() { return Check(cudaSetDevice(device_), "cudaSetDevice"); }
-  // SoftmaxCrossEntropy without the failure bookkeeping; false on error.
-  bool RunSoftmaxXent(const float* logits, const int32_t* labels, int rows,
-                      int cols, float* dlogits, SoftmaxXentResult* result);
+  // Makes device_ current on the calling thread; `op` names the caller.
+  absl::Status Activate(absl::string_view op) {
+    return CudaCheck(cudaSetDevice(device_), op, "cudaSetDevice");
+  }
+  // Waits for stream_; errors of earlier work surface here.
+  absl::Status Wait(absl::string_view op) {
+    return CudaCheck(cudaStreamSynchronize(stream_), op,
+                     "cudaStreamSynchronize (error of work issued earlier)");
+  }
+  // The shape of most operations: `checked` is the argument check; when it
+  // failed or the operation is `empty`, returns it with no device work;
+  // otherwise makes the device current and returns the cudaError_t of
+  // `call()` as a Status of operation `op`, the call named `what`.
+  template <typename Call>
+  absl::Status Issue(const absl::Status& checked, bool empty,
+                     absl::string_view op, absl::string_view what, Call call) {
+    if (!checked.ok() || empty) return checked;
+    absl::Status s = Activate(op);
+    if (!s.ok()) return s;
+    return CudaCheck(call(), op, what);
+  }
   // Grows the per-row scratch of SoftmaxCrossEntropy to hold `rows`.
-  bool ReserveXentScratch(int rows);
+  absl::Status ReserveXentScratch(int rows);
 
   const int device_;
   cudaStream_t stream_ = nullptr;
@@ -106,36 +145,7 @@ class CudaBackend final : public Backend {
   int32_t* row_correct_dev_ = nullptr;
   cuda_kernels::XentTotals* totals_dev_ = nullptr;
   cuda_kernels::XentTotals* totals_host_ = nullptr;  // pinned
-
-  // Whether a call failed since the last SoftmaxCrossEntropy.
-  bool failed_since_xent_ = false;
-  int logged_errors_ = 0;
 };
-
-bool CudaBackend::Fail(absl::Status status) {
-  if (logged_errors_ < kMaxLoggedErrors) {
-    std::fprintf(stderr, "asyncps %s backend error: %s%s\n", name().c_str(),
-                 status.ToString().c_str(),
-                 logged_errors_ + 1 == kMaxLoggedErrors
-                     ? " (further errors of this backend are not logged)"
-                     : "");
-    ++logged_errors_;
-  }
-  failed_since_xent_ = true;
-  return false;
-}
-
-bool CudaBackend::Check(cudaError_t err, const char* what) {
-  if (err == cudaSuccess) return true;
-  return Fail(
-      absl::InternalError(absl::StrCat(what, ": ", CudaErrorText(err))));
-}
-
-bool CudaBackend::Check(cublasStatus_t st, const char* what) {
-  if (st == CUBLAS_STATUS_SUCCESS) return true;
-  return Fail(
-      absl::InternalError(absl::StrCat(what, ": ", CublasErrorText(st))));
-}
 
 absl::Status CudaBackend::Init() {
   cudaError_t err = cudaSetDevice(device_);
@@ -159,39 +169,33 @@ absl::Status CudaBackend::Init() {
         ") cannot run this build's kernels (built for sm_90+)",
         err != cudaSuccess ? absl::StrCat(": ", CudaErrorText(err)) : ""));
   }
-  err = cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking);
-  if (err != cudaSuccess) {
+  absl::Status s =
+      CudaCheck(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking),
+                "CUDA setup", "cudaStreamCreateWithFlags");
+  if (!s.ok()) {
     stream_ = nullptr;
-    return absl::InternalError(
-        absl::StrCat("cudaStreamCreate: ", CudaErrorText(err)));
+    return s;
   }
-  cublasStatus_t st = cublasCreate(&cublas_);
-  if (st != CUBLAS_STATUS_SUCCESS) {
+  s = CublasCheck(cublasCreate(&cublas_), "CUDA setup", "cublasCreate");
+  if (!s.ok()) {
     cublas_ = nullptr;
-    return absl::InternalError(
-        absl::StrCat("cublasCreate: ", CublasErrorText(st)));
+    return s;
   }
-  st = cublasSetStream(cublas_, stream_);
-  if (st == CUBLAS_STATUS_SUCCESS) {
-    // Plain fp32 FMA GEMMs, never TF32: parity with the CPU backend depends
-    // on it, and SGD gradients are the kind of data TF32 would perturb.
-    st = cublasSetMathMode(cublas_, CUBLAS_DEFAULT_MATH);
-  }
-  if (st != CUBLAS_STATUS_SUCCESS) {
-    return absl::InternalError(
-        absl::StrCat("cublas setup: ", CublasErrorText(st)));
-  }
-  err = cudaMalloc(reinterpret_cast<void**>(&totals_dev_),
-                   sizeof(cuda_kernels::XentTotals));
-  if (err == cudaSuccess) {
-    err = cudaMallocHost(reinterpret_cast<void**>(&totals_host_),
-                         sizeof(cuda_kernels::XentTotals));
-  }
-  if (err != cudaSuccess) {
-    return absl::ResourceExhaustedError(
-        absl::StrCat("CUDA result buffers: ", CudaErrorText(err)));
-  }
-  return absl::OkStatus();
+  s = CublasCheck(cublasSetStream(cublas_, stream_), "CUDA setup",
+                  "cublasSetStream");
+  if (!s.ok()) return s;
+  // Plain fp32 FMA GEMMs, never TF32: parity with the CPU backend depends
+  // on it, and SGD gradients are the kind of data TF32 would perturb.
+  s = CublasCheck(cublasSetMathMode(cublas_, CUBLAS_DEFAULT_MATH), "CUDA setup",
+                  "cublasSetMathMode");
+  if (!s.ok()) return s;
+  s = CudaCheck(cudaMalloc(reinterpret_cast<void**>(&totals_dev_),
+                           sizeof(cuda_kernels::XentTotals)),
+                "CUDA setup", "cudaMalloc(xent totals)");
+  if (!s.ok()) return s;
+  return CudaCheck(cudaMallocHost(reinterpret_cast<void**>(&totals_host_),
+                                  sizeof(cuda_kernels::XentTotals)),
+                   "CUDA setup", "cudaMallocHost(xent totals)");
 }
 
 CudaBackend::~CudaBackend() {
@@ -207,149 +211,127 @@ CudaBackend::~CudaBackend() {
   if (stream_ != nullptr) cudaStreamDestroy(stream_);
 }
 
-float* CudaBackend::Alloc(size_t n) {
-  if (n == 0 || !Activate()) return nullptr;
-  if (n > std::numeric_limits<size_t>::max() / sizeof(float)) {
-    Fail(absl::InvalidArgumentError(absl::StrCat("Alloc(", n, "): too large")));
-    return nullptr;
-  }
+absl::StatusOr<float*> CudaBackend::Alloc(size_t n) {
+  if (n == 0) return nullptr;
+  const std::string op = absl::StrCat("Alloc(", n, " floats)");
+  absl::Status s = backend_checks::AllocSize("Alloc", n);
+  if (s.ok()) s = Activate(op);
   void* p = nullptr;
-  if (!Check(cudaMalloc(&p, n * sizeof(float)), "cudaMalloc")) return nullptr;
+  if (s.ok()) {
+    s = CudaCheck(cudaMalloc(&p, n * sizeof(float)), op, "cudaMalloc");
+  }
+  if (!s.ok()) return s;
   return static_cast<float*>(p);
 }
 
-void CudaBackend::Free(float* p) {
-  if (p == nullptr || !Activate()) return;
-  Check(cudaFree(p), "cudaFree");
+absl::Status CudaBackend::Free(float* p) {
+  if (p == nullptr) return absl::OkStatus();
+  absl::Status s = Activate("Free");
+  if (!s.ok()) return s;
+  return CudaCheck(cudaFree(p), "Free", "cudaFree");
 }
 
-float* CudaBackend::AllocHost(size_t n) {
-  if (n == 0 || !Activate()) return nullptr;
-  if (n > std::numeric_limits<size_t>::max() / sizeof(float)) {
-    Fail(absl::InvalidArgumentError(
-        absl::StrCat("AllocHost(", n, "): too large")));
-    return nullptr;
-  }
+absl::StatusOr<float*> CudaBackend::AllocHost(size_t n) {
+  if (n == 0) return nullptr;
+  const std::string op = absl::StrCat("AllocHost(", n, " floats)");
+  absl::Status s = backend_checks::AllocSize("AllocHost", n);
+  if (s.ok()) s = Activate(op);
   void* p = nullptr;
-  if (!Check(cudaMallocHost(&p, n * sizeof(float)), "cudaMallocHost")) {
-    return nullptr;
+  if (s.ok()) {
+    s = CudaCheck(cudaMallocHost(&p, n * sizeof(float)), op, "cudaMallocHost");
   }
+  if (!s.ok()) return s;
   return static_cast<float*>(p);
 }
 
-void CudaBackend::FreeHost(float* p) {
-  if (p == nullptr || !Activate()) return;
-  Check(cudaFreeHost(p), "cudaFreeHost");
+absl::Status CudaBackend::FreeHost(float* p) {
+  if (p == nullptr) return absl::OkStatus();
+  absl::Status s = Activate("FreeHost");
+  if (!s.ok()) return s;
+  return CudaCheck(cudaFreeHost(p), "FreeHost", "cudaFreeHost");
 }
 
-void CudaBackend::CopyToDevice(float* dst, const float* src, size_t n) {
-  if (n == 0 || !Activate()) return;
-  if (dst == nullptr || src == nullptr) {
-    Fail(absl::InvalidArgumentError("CopyToDevice: null pointer"));
-    return;
-  }
-  Check(cudaMemcpyAsync(dst, src, n * sizeof(float), cudaMemcpyHostToDevice,
-                        stream_),
-        "cudaMemcpyAsync(host to device)");
+absl::Status CudaBackend::CopyToDevice(float* dst, const float* src, size_t n) {
+  constexpr char kOp[] = "CopyToDevice";
+  return Issue(backend_checks::Copy(kOp, dst, src, n), n == 0, kOp,
+               "cudaMemcpyAsync", [&] {
+                 return cudaMemcpyAsync(dst, src, n * sizeof(float),
+                                        cudaMemcpyHostToDevice, stream_);
+               });
 }
 
-void CudaBackend::CopyToHost(float* dst, const float* src, size_t n) {
-  if (n == 0 || !Activate()) return;
-  if (dst == nullptr || src == nullptr) {
-    Fail(absl::InvalidArgumentError("CopyToHost: null pointer"));
-    return;
-  }
-  if (Check(cudaMemcpyAsync(dst, src, n * sizeof(float), cudaMemcpyDeviceToHost,
-                            stream_),
-            "cudaMemcpyAsync(device to host)")) {
-    Check(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");
-  }
+absl::Status CudaBackend::CopyToHost(float* dst, const float* src, size_t n) {
+  constexpr char kOp[] = "CopyToHost";
+  absl::Status s =
+      Issue(backend_checks::Copy(kOp, dst, src, n), n == 0, kOp,
+            "cudaMemcpyAsync", [&] {
+              return cudaMemcpyAsync(dst, src, n * sizeof(float),
+                                     cudaMemcpyDeviceToHost, stream_);
+            });
+  if (!s.ok() || n == 0) return s;
+  return Wait(kOp);
 }
 
-void CudaBackend::Fill(float* x, size_t n, float value) {
-  if (n == 0 || !Activate()) return;
-  if (x == nullptr) {
-    Fail(absl::InvalidArgumentError("Fill: null pointer"));
-    return;
-  }
-  Check(cuda_kernels::LaunchFill(x, n, value, stream_), "Fill kernel");
+absl::Status CudaBackend::Fill(float* x, size_t n, float value) {
+  return Issue(backend_checks::Fill(x, n), n == 0, "Fill", "FillKernel launch",
+               [&] { return cuda_kernels::LaunchFill(x, n, value, stream_); });
 }
 
-void CudaBackend::Gemm(bool trans_a, bool trans_b, int m, int n, int k,
-                       float alpha, const float* a, const float* b, float beta,
-                       float* c) {
-  if (m < 0 || n < 0 || k < 0) {
-    Fail(absl::InvalidArgumentError(
-        absl::StrCat("Gemm: negative size m=", m, " n=", n, " k=", k)));
-    return;
-  }
-  if (m == 0 || n == 0 || !Activate()) return;
-  if (c == nullptr || (k > 0 && (a == nullptr || b == nullptr))) {
-    Fail(absl::InvalidArgumentError("Gemm: null pointer"));
-    return;
-  }
+absl::Status CudaBackend::Gemm(bool trans_a, bool trans_b, int m, int n, int k,
+                               float alpha, const float* a, const float* b,
+                               float beta, float* c) {
+  const bool empty = m == 0 || n == 0;
+  absl::Status s = backend_checks::Gemm(m, n, k, a, b, c);
   if (k == 0) {
     // C = beta * C; cuBLAS would reject the zero leading dimensions.
-    Check(
-        cuda_kernels::LaunchScale(c, static_cast<size_t>(m) * n, beta, stream_),
-        "Gemm scale kernel");
-    return;
+    return Issue(s, empty, "Gemm", "ScaleKernel launch (k = 0)", [&] {
+      return cuda_kernels::LaunchScale(c, static_cast<size_t>(m) * n, beta,
+                                       stream_);
+    });
   }
+  if (!s.ok() || empty) return s;
+  s = Activate("Gemm");
+  if (!s.ok()) return s;
   // cuBLAS is column-major. A row-major R x C matrix with leading dimension C
   // is, to cuBLAS, its C x R transpose, so the row-major C = op(A) op(B) is
   // computed as the column-major C^T (n x m, ldc = n) = op(B)^T op(A)^T:
   // B is passed first, and each operand's stored row length is its ld.
   const int lda = trans_a ? m : k;  // A stored m x k, or k x m when trans_a
   const int ldb = trans_b ? k : n;  // B stored k x n, or n x k when trans_b
-  Check(cublasSgemm(cublas_, trans_b ? CUBLAS_OP_T : CUBLAS_OP_N,
-                    trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, n, m, k, &alpha, b,
-                    ldb, a, lda, &beta, c, n),
-        "cublasSgemm");
+  return CublasCheck(cublasSgemm(cublas_, trans_b ? CUBLAS_OP_T : CUBLAS_OP_N,
+                                 trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, n, m, k,
+                                 &alpha, b, ldb, a, lda, &beta, c, n),
+                     "Gemm", "cublasSgemm");
 }
 
-void CudaBackend::BiasActivation(float* y, const float* bias, int rows,
-                                 int cols, bool relu) {
-  if (rows < 0 || cols < 0) {
-    Fail(absl::InvalidArgumentError(absl::StrCat(
-        "BiasActivation: negative size rows=", rows, " cols=", cols)));
-    return;
-  }
-  if (rows == 0 || cols == 0 || !Activate()) return;
-  if (y == nullptr || bias == nullptr) {
-    Fail(absl::InvalidArgumentError("BiasActivation: null pointer"));
-    return;
-  }
-  Check(cuda_kernels::LaunchBiasActivation(y, bias, rows, cols, relu, stream_),
-        "BiasActivation kernel");
+absl::Status CudaBackend::BiasActivation(float* y, const float* bias, int rows,
+                                         int cols, bool relu) {
+  return Issue(backend_checks::BiasActivation(y, bias, rows, cols),
+               rows == 0 || cols == 0, "BiasActivation",
+               "BiasActivationKernel launch", [&] {
+                 return cuda_kernels::LaunchBiasActivation(y, bias, rows, cols,
+                                                           relu, stream_);
+               });
 }
 
-void CudaBackend::ReluBackward(float* dy, const float* y, size_t n) {
-  if (n == 0 || !Activate()) return;
-  if (dy == nullptr || y == nullptr) {
-    Fail(absl::InvalidArgumentError("ReluBackward: null pointer"));
-    return;
-  }
-  Check(cuda_kernels::LaunchReluBackward(dy, y, n, stream_),
-        "ReluBackward kernel");
+absl::Status CudaBackend::ReluBackward(float* dy, const float* y, size_t n) {
+  return Issue(backend_checks::ReluBackward(dy, y, n), n == 0, "ReluBackward",
+               "ReluBackwardKernel launch", [&] {
+                 return cuda_kernels::LaunchReluBackward(dy, y, n, stream_);
+               });
 }
 
-void CudaBackend::ColumnSum(const float* x, int rows, int cols, float* out) {
-  if (rows < 0 || cols < 0) {
-    Fail(absl::InvalidArgumentError(
-        absl::StrCat("ColumnSum: negative size rows=", rows, " cols=", cols)));
-    return;
-  }
-  if (cols == 0 || !Activate()) return;
-  if (out == nullptr || (rows > 0 && x == nullptr)) {
-    Fail(absl::InvalidArgumentError("ColumnSum: null pointer"));
-    return;
-  }
-  Check(cuda_kernels::LaunchColumnSum(x, rows, cols, out, stream_),
-        "ColumnSum kernel");
+absl::Status CudaBackend::ColumnSum(const float* x, int rows, int cols,
+                                    float* out) {
+  return Issue(backend_checks::ColumnSum(x, rows, cols, out), cols == 0,
+               "ColumnSum", "ColumnSumKernel launch", [&] {
+                 return cuda_kernels::LaunchColumnSum(x, rows, cols, out,
+                                                      stream_);
+               });
 }
 
-bool CudaBackend::ReserveXentScratch(int rows) {
-  if (rows <= xent_rows_) return true;
+absl::Status CudaBackend::ReserveXentScratch(int rows) {
+  if (rows <= xent_rows_) return absl::OkStatus();
   cudaFree(labels_dev_);
   cudaFree(row_loss_dev_);
   cudaFree(row_correct_dev_);
@@ -357,77 +339,69 @@ bool CudaBackend::ReserveXentScratch(int rows) {
   row_loss_dev_ = nullptr;
   row_correct_dev_ = nullptr;
   xent_rows_ = 0;
+  constexpr char kOp[] = "SoftmaxCrossEntropy";
   const size_t n = static_cast<size_t>(rows);
-  if (!Check(cudaMalloc(reinterpret_cast<void**>(&labels_dev_),
-                        n * sizeof(int32_t)),
-             "cudaMalloc(labels)") ||
-      !Check(cudaMalloc(reinterpret_cast<void**>(&row_loss_dev_),
-                        n * sizeof(float)),
-             "cudaMalloc(row losses)") ||
-      !Check(cudaMalloc(reinterpret_cast<void**>(&row_correct_dev_),
-                        n * sizeof(int32_t)),
-             "cudaMalloc(row hits)")) {
-    return false;
+  absl::Status s = CudaCheck(
+      cudaMalloc(reinterpret_cast<void**>(&labels_dev_), n * sizeof(int32_t)),
+      kOp, "cudaMalloc(labels)");
+  if (s.ok()) {
+    s = CudaCheck(
+        cudaMalloc(reinterpret_cast<void**>(&row_loss_dev_), n * sizeof(float)),
+        kOp, "cudaMalloc(row losses)");
   }
-  xent_rows_ = rows;
-  return true;
+  if (s.ok()) {
+    s = CudaCheck(cudaMalloc(reinterpret_cast<void**>(&row_correct_dev_),
+                             n * sizeof(int32_t)),
+                  kOp, "cudaMalloc(row hits)");
+  }
+  if (s.ok()) xent_rows_ = rows;
+  return s;
 }
 
-SoftmaxXentResult CudaBackend::SoftmaxCrossEntropy(const float* logits,
-                                                   const int32_t* labels,
-                                                   int rows, int cols,
-                                                   float* dlogits) {
+absl::StatusOr<SoftmaxXentResult> CudaBackend::SoftmaxCrossEntropy(
+    const float* logits, const int32_t* labels, int rows, int cols,
+    float* dlogits) {
+  constexpr char kOp[] = "SoftmaxCrossEntropy";
+  // Also rejects labels outside [0, cols), which would make the kernel read
+  // out of bounds.
+  absl::Status s =
+      backend_checks::SoftmaxCrossEntropy(logits, labels, rows, cols);
+  if (!s.ok()) return s;
   SoftmaxXentResult result;
-  const bool ok = RunSoftmaxXent(logits, labels, rows, cols, dlogits, &result);
-  if (!ok || failed_since_xent_) {
-    result.mean_loss = std::numeric_limits<double>::quiet_NaN();
+  if (rows == 0 || cols == 0) return result;  // as the CPU backend
+  s = Activate(kOp);
+  if (s.ok()) s = ReserveXentScratch(rows);
+  // Labels are pageable host memory: the copy is staged before it returns,
+  // so the caller's array may change as soon as we return.
+  if (s.ok()) {
+    s = CudaCheck(cudaMemcpyAsync(labels_dev_, labels,
+                                  static_cast<size_t>(rows) * sizeof(int32_t),
+                                  cudaMemcpyHostToDevice, stream_),
+                  kOp, "cudaMemcpyAsync(labels)");
   }
-  failed_since_xent_ = false;
+  if (s.ok()) {
+    s = CudaCheck(cuda_kernels::LaunchSoftmaxXent(
+                      logits, labels_dev_, rows, cols, dlogits, row_loss_dev_,
+                      row_correct_dev_, totals_dev_, stream_),
+                  kOp, "SoftmaxXent kernel launch");
+  }
+  if (s.ok()) {
+    s = CudaCheck(cudaMemcpyAsync(totals_host_, totals_dev_,
+                                  sizeof(cuda_kernels::XentTotals),
+                                  cudaMemcpyDeviceToHost, stream_),
+                  kOp, "cudaMemcpyAsync(xent totals)");
+  }
+  if (s.ok()) s = Wait(kOp);
+  if (!s.ok()) return s;
+  result.mean_loss = totals_host_->loss_sum / rows;
+  result.correct = totals_host_->correct;
   return result;
 }
 
-bool CudaBackend::RunSoftmaxXent(const float* logits, const int32_t* labels,
-                                 int rows, int cols, float* dlogits,
-                                 SoftmaxXentResult* result) {
-  if (rows <= 0 || cols <= 0) return true;  // zero result, as the CPU backend
-  if (logits == nullptr || labels == nullptr) {
-    return Fail(
-        absl::InvalidArgumentError("SoftmaxCrossEntropy: null pointer"));
-  }
-  // A label outside [0, cols) would make the kernel read out of bounds.
-  for (int r = 0; r < rows; ++r) {
-    if (labels[r] < 0 || labels[r] >= cols) {
-      return Fail(absl::InvalidArgumentError(
-          absl::StrCat("SoftmaxCrossEntropy: label ", labels[r], " of row ", r,
-                       " is outside [0, ", cols, ")")));
-    }
-  }
-  if (!Activate() || !ReserveXentScratch(rows)) return false;
-  // Labels are pageable host memory: the copy is staged before it returns,
-  // so the caller's array may change as soon as we return.
-  if (!Check(cudaMemcpyAsync(labels_dev_, labels,
-                             static_cast<size_t>(rows) * sizeof(int32_t),
-                             cudaMemcpyHostToDevice, stream_),
-             "cudaMemcpyAsync(labels)") ||
-      !Check(cuda_kernels::LaunchSoftmaxXent(
-                 logits, labels_dev_, rows, cols, dlogits, row_loss_dev_,
-                 row_correct_dev_, totals_dev_, stream_),
-             "SoftmaxXent kernel") ||
-      !Check(cudaMemcpyAsync(totals_host_, totals_dev_,
-                             sizeof(cuda_kernels::XentTotals),
-                             cudaMemcpyDeviceToHost, stream_),
-             "cudaMemcpyAsync(xent totals)") ||
-      !Check(cudaStreamSynchronize(stream_), "cudaStreamSynchronize")) {
-    return false;
-  }
-  result->mean_loss = totals_host_->loss_sum / rows;
-  result->correct = totals_host_->correct;
-  return true;
-}
-
-void CudaBackend::Synchronize() {
-  if (!Activate()) return;
-  Check(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");
+absl::Status CudaBackend::Synchronize() {
+  absl::Status s = Activate("Synchronize");
+  if (!s.ok()) return s;
+  return Wait("Synchronize");
 }
 
 }  // namespace

@@ -12,6 +12,16 @@
 
 namespace asyncps {
 
+namespace {
+
+// `s` with "<context>: " in front of its message; OK stays OK.
+absl::Status Annotate(const absl::Status& s, absl::string_view context) {
+  if (s.ok()) return s;
+  return absl::Status(s.code(), absl::StrCat(context, ": ", s.message()));
+}
+
+}  // namespace
+
 int64_t ParamInfo::num_elements() const {
   int64_t n = 1;
   for (int64_t d : shape) n *= d;
@@ -40,7 +50,11 @@ absl::StatusOr<std::unique_ptr<Mlp>> Mlp::Create(std::vector<int> layer_sizes,
         absl::StrCat("Mlp max_batch must be > 0, got ", max_batch));
   }
   // The constructor is private, so std::make_unique cannot reach it.
-  return absl::WrapUnique(new Mlp(std::move(layer_sizes), max_batch, backend));
+  std::unique_ptr<Mlp> mlp =
+      absl::WrapUnique(new Mlp(std::move(layer_sizes), max_batch, backend));
+  absl::Status s = mlp->AllocateBuffers();
+  if (!s.ok()) return s;
+  return mlp;
 }
 
 Mlp::Mlp(std::vector<int> layer_sizes, int max_batch, Backend* backend)
@@ -53,14 +67,30 @@ Mlp::Mlp(std::vector<int> layer_sizes, int max_batch, Backend* backend)
     params_.push_back({absl::StrCat("fc", l, "/w"), {in, out}, false});
     params_.push_back({absl::StrCat("fc", l, "/b"), {out}, true});
   }
+}
+
+absl::Status Mlp::AllocateBuffers() {
+  // Appends a buffer of n floats to `to`; `what` names it in errors.
+  auto add = [this](std::vector<DeviceBuffer>& to, int64_t n,
+                    absl::string_view what) {
+    absl::StatusOr<DeviceBuffer> buf =
+        DeviceBuffer::Make(backend_, static_cast<size_t>(n));
+    if (!buf.ok()) return Annotate(buf.status(), absl::StrCat("Mlp ", what));
+    to.push_back(*std::move(buf));
+    return absl::OkStatus();
+  };
   for (const ParamInfo& p : params_) {
-    param_bufs_.emplace_back(backend_, p.num_elements());
-    grad_bufs_.emplace_back(backend_, p.num_elements());
+    absl::Status s = add(param_bufs_, p.num_elements(), p.name);
+    if (s.ok()) s = add(grad_bufs_, p.num_elements(), p.name + " gradient");
+    if (!s.ok()) return s;
   }
-  for (int size : layer_sizes_) {
-    activations_.emplace_back(backend_, static_cast<size_t>(max_batch_) * size);
-    deltas_.emplace_back(backend_, static_cast<size_t>(max_batch_) * size);
+  for (size_t l = 0; l < layer_sizes_.size(); ++l) {
+    const int64_t n = int64_t{max_batch_} * layer_sizes_[l];
+    absl::Status s = add(activations_, n, absl::StrCat("activations ", l));
+    if (s.ok()) s = add(deltas_, n, absl::StrCat("deltas ", l));
+    if (!s.ok()) return s;
   }
+  return absl::OkStatus();
 }
 
 Mlp::~Mlp() = default;
@@ -91,26 +121,62 @@ absl::Status Mlp::CheckLabels(const int32_t* labels, int64_t n) const {
   return absl::OkStatus();
 }
 
-void Mlp::UploadParams(const std::vector<const float*>& params) {
+absl::Status Mlp::UploadParams(const std::vector<const float*>& params) {
   for (size_t i = 0; i < params.size(); ++i) {
-    backend_->CopyToDevice(param_bufs_[i].data(), params[i],
-                           params_[i].num_elements());
+    absl::Status s = backend_->CopyToDevice(param_bufs_[i].data(), params[i],
+                                            params_[i].num_elements());
+    if (!s.ok()) {
+      return Annotate(s, absl::StrCat("Mlp upload of ", params_[i].name));
+    }
   }
+  return absl::OkStatus();
 }
 
-float* Mlp::Forward(const float* x, int batch) {
-  backend_->CopyToDevice(activations_[0].data(), x,
-                         static_cast<size_t>(batch) * input_dim());
+absl::StatusOr<float*> Mlp::Forward(const float* x, int batch) {
+  absl::Status s = backend_->CopyToDevice(
+      activations_[0].data(), x, static_cast<size_t>(batch) * input_dim());
+  if (!s.ok()) return Annotate(s, "Mlp input upload");
   const int num_layers = static_cast<int>(layer_sizes_.size()) - 1;
   for (int l = 0; l < num_layers; ++l) {
     const int in = layer_sizes_[l], out = layer_sizes_[l + 1];
     float* y = activations_[l + 1].data();
-    backend_->Gemm(false, false, batch, out, in, 1.0f, activations_[l].data(),
-                   param_bufs_[2 * l].data(), 0.0f, y);
-    backend_->BiasActivation(y, param_bufs_[2 * l + 1].data(), batch, out,
-                             /*relu=*/l + 1 < num_layers);
+    s = backend_->Gemm(false, false, batch, out, in, 1.0f,
+                       activations_[l].data(), param_bufs_[2 * l].data(), 0.0f,
+                       y);
+    if (s.ok()) {
+      s = backend_->BiasActivation(y, param_bufs_[2 * l + 1].data(), batch, out,
+                                   /*relu=*/l + 1 < num_layers);
+    }
+    if (!s.ok()) return Annotate(s, absl::StrCat("Mlp forward layer ", l));
   }
   return activations_.back().data();
+}
+
+absl::Status Mlp::Backward(int batch) {
+  const int num_layers = static_cast<int>(layer_sizes_.size()) - 1;
+  for (int l = num_layers - 1; l >= 0; --l) {
+    const int in = layer_sizes_[l], out = layer_sizes_[l + 1];
+    const float* dy = deltas_[l + 1].data();
+    // dW = X^T dY ([in, out]); db = column sums of dY.
+    absl::Status s = backend_->Gemm(true, false, in, out, batch, 1.0f,
+                                    activations_[l].data(), dy, 0.0f,
+                                    grad_bufs_[2 * l].data());
+    if (s.ok()) {
+      s = backend_->ColumnSum(dy, batch, out, grad_bufs_[2 * l + 1].data());
+    }
+    if (s.ok() && l > 0) {
+      // dX = dY W^T, then through the ReLU that produced X.
+      float* dx = deltas_[l].data();
+      s = backend_->Gemm(false, true, batch, in, out, 1.0f, dy,
+                         param_bufs_[2 * l].data(), 0.0f, dx);
+      if (s.ok()) {
+        s = backend_->ReluBackward(dx, activations_[l].data(),
+                                   static_cast<size_t>(batch) * in);
+      }
+    }
+    if (!s.ok()) return Annotate(s, absl::StrCat("Mlp backward layer ", l));
+  }
+  return absl::OkStatus();
 }
 
 absl::StatusOr<SoftmaxXentResult> Mlp::ComputeGradients(
@@ -139,31 +205,22 @@ absl::StatusOr<SoftmaxXentResult> Mlp::ComputeGradients(
   s = CheckLabels(labels, batch);
   if (!s.ok()) return s;
 
-  UploadParams(params);
-  const float* logits = Forward(x, batch);
-  const int num_layers = static_cast<int>(layer_sizes_.size()) - 1;
-  SoftmaxXentResult result = backend_->SoftmaxCrossEntropy(
-      logits, labels, batch, num_classes(), deltas_[num_layers].data());
-
-  for (int l = num_layers - 1; l >= 0; --l) {
-    const int in = layer_sizes_[l], out = layer_sizes_[l + 1];
-    const float* dy = deltas_[l + 1].data();
-    // dW = X^T dY ([in, out]); db = column sums of dY.
-    backend_->Gemm(true, false, in, out, batch, 1.0f, activations_[l].data(),
-                   dy, 0.0f, grad_bufs_[2 * l].data());
-    backend_->ColumnSum(dy, batch, out, grad_bufs_[2 * l + 1].data());
-    if (l > 0) {
-      // dX = dY W^T, then through the ReLU that produced X.
-      float* dx = deltas_[l].data();
-      backend_->Gemm(false, true, batch, in, out, 1.0f, dy,
-                     param_bufs_[2 * l].data(), 0.0f, dx);
-      backend_->ReluBackward(dx, activations_[l].data(),
-                             static_cast<size_t>(batch) * in);
-    }
-  }
+  s = UploadParams(params);
+  if (!s.ok()) return s;
+  absl::StatusOr<float*> logits = Forward(x, batch);
+  if (!logits.ok()) return logits.status();
+  absl::StatusOr<SoftmaxXentResult> result = backend_->SoftmaxCrossEntropy(
+      *logits, labels, batch, num_classes(), deltas_.back().data());
+  if (!result.ok()) return Annotate(result.status(), "Mlp loss");
+  s = Backward(batch);
+  if (!s.ok()) return s;
   for (size_t i = 0; i < grads.size(); ++i) {
-    backend_->CopyToHost(grads[i], grad_bufs_[i].data(),
-                         params_[i].num_elements());
+    s = backend_->CopyToHost(grads[i], grad_bufs_[i].data(),
+                             params_[i].num_elements());
+    if (!s.ok()) {
+      return Annotate(
+          s, absl::StrCat("Mlp download of ", params_[i].name, " gradient"));
+    }
   }
   return result;
 }
@@ -183,18 +240,21 @@ absl::StatusOr<SoftmaxXentResult> Mlp::Evaluate(
   s = CheckLabels(labels, n);
   if (!s.ok()) return s;
 
-  UploadParams(params);
+  s = UploadParams(params);
+  if (!s.ok()) return s;
   double loss_sum = 0.0;
   SoftmaxXentResult total;
   for (int64_t start = 0; start < n; start += max_batch_) {
     const int batch =
         static_cast<int>(std::min<int64_t>(max_batch_, n - start));
-    const float* logits =
+    absl::StatusOr<float*> logits =
         Forward(x + start * static_cast<int64_t>(input_dim()), batch);
-    SoftmaxXentResult r = backend_->SoftmaxCrossEntropy(
-        logits, labels + start, batch, num_classes(), /*dlogits=*/nullptr);
-    loss_sum += r.mean_loss * batch;
-    total.correct += r.correct;
+    if (!logits.ok()) return logits.status();
+    absl::StatusOr<SoftmaxXentResult> r = backend_->SoftmaxCrossEntropy(
+        *logits, labels + start, batch, num_classes(), /*dlogits=*/nullptr);
+    if (!r.ok()) return Annotate(r.status(), "Mlp loss");
+    loss_sum += r->mean_loss * batch;
+    total.correct += r->correct;
   }
   total.mean_loss = loss_sum / static_cast<double>(n);
   return total;

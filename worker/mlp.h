@@ -36,8 +36,9 @@ struct ParamInfo {
 class Mlp {
  public:
   // INVALID_ARGUMENT unless there are >= 2 layer sizes, all > 0, max_batch
-  // > 0 and backend is not null. `backend` is not owned and must outlive the
-  // Mlp.
+  // > 0 and backend is not null; the backend's error (RESOURCE_EXHAUSTED,
+  // ...) when the parameter and activation buffers cannot be allocated.
+  // `backend` is not owned and must outlive the Mlp.
   static absl::StatusOr<std::unique_ptr<Mlp>> Create(
       std::vector<int> layer_sizes, int max_batch, Backend* backend);
 
@@ -60,6 +61,9 @@ class Mlp {
   // mean loss and number of correct predictions.
   // INVALID_ARGUMENT for a batch outside [1, max_batch()], wrong vector
   // sizes, null pointers or an out-of-range label (grads untouched then).
+  // A failing backend operation returns its error, prefixed with what the
+  // Mlp was doing ("Mlp forward layer 1: Gemm: cublasSgemm: ..."); grads
+  // are unspecified then.
   absl::StatusOr<SoftmaxXentResult> ComputeGradients(
       const std::vector<const float*>& params, const float* x,
       const int32_t* labels, int batch, const std::vector<float*>& grads);
@@ -74,12 +78,17 @@ class Mlp {
  private:
   Mlp(std::vector<int> layer_sizes, int max_batch, Backend* backend);
 
+  // Allocates the device buffers; called once by Create.
+  absl::Status AllocateBuffers();
   absl::Status CheckParams(const std::vector<const float*>& params) const;
   absl::Status CheckLabels(const int32_t* labels, int64_t n) const;
   // Copies all parameters to the device.
-  void UploadParams(const std::vector<const float*>& params);
+  absl::Status UploadParams(const std::vector<const float*>& params);
   // Uploads x (batch rows) and fills activations_; returns the logits.
-  float* Forward(const float* x, int batch);
+  absl::StatusOr<float*> Forward(const float* x, int batch);
+  // Backpropagates deltas_.back() (d loss / d logits) of `batch` rows into
+  // grad_bufs_.
+  absl::Status Backward(int batch);
 
   // Const after construction.
   const std::vector<int> layer_sizes_;
@@ -87,7 +96,7 @@ class Mlp {
   Backend* const backend_;  // Not owned.
   std::vector<ParamInfo> params_;
 
-  // Device scratch, sized for max_batch_ rows at construction.
+  // Device scratch, sized for max_batch_ rows by AllocateBuffers.
   std::vector<DeviceBuffer> param_bufs_;   // one per params_ entry
   std::vector<DeviceBuffer> grad_bufs_;    // one per params_ entry
   std::vector<DeviceBuffer> activations_;  // [0] input, [l] layer l output

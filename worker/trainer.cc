@@ -48,9 +48,13 @@ struct TensorSet {
   std::vector<const float*> ptrs;
   std::vector<float*> mutable_ptrs;
 
-  TensorSet(const std::vector<ParamInfo>& infos, Backend* backend) {
+  // Allocates the buffers; the backend's error if it cannot.
+  absl::Status Init(const std::vector<ParamInfo>& infos, Backend* backend) {
     for (const ParamInfo& p : infos) {
-      buffers.emplace_back(backend, p.num_elements());
+      absl::StatusOr<HostBuffer> buffer =
+          HostBuffer::Make(backend, static_cast<size_t>(p.num_elements()));
+      if (!buffer.ok()) return buffer.status();
+      buffers.push_back(*std::move(buffer));
     }
     for (size_t i = 0; i < infos.size(); ++i) {
       named.emplace_back(infos[i].name, buffers[i].data());
@@ -58,6 +62,7 @@ struct TensorSet {
       ptrs.push_back(buffers[i].data());
       mutable_ptrs.push_back(buffers[i].data());
     }
+    return absl::OkStatus();
   }
 };
 
@@ -155,14 +160,20 @@ class Run {
         Mlp::Create(o_.layer_sizes, o_.batch_size, backend_);
     if (!mlp.ok()) return mlp.status();
     mlp_ = *std::move(mlp);
-    for (int i = 0; i < 2; ++i) {
-      params_.push_back(std::make_unique<TensorSet>(mlp_->params(), backend_));
-    }
-    for (int i = 0; i <= o_.max_pushes_in_flight; ++i) {
-      grads_.push_back(std::make_unique<TensorSet>(mlp_->params(), backend_));
-    }
-    if (o_.push_every > 1) {
-      step_grads_ = std::make_unique<TensorSet>(mlp_->params(), backend_);
+    // Two parameter sets, one gradient set per push in flight plus one,
+    // and the per-step gradient when pushing every few steps.
+    const int grad_sets = o_.max_pushes_in_flight + 1;
+    for (int i = 0; i < 2 + grad_sets + (o_.push_every > 1 ? 1 : 0); ++i) {
+      auto set = std::make_unique<TensorSet>();
+      absl::Status hs = set->Init(mlp_->params(), backend_);
+      if (!hs.ok()) return hs;
+      if (i < 2) {
+        params_.push_back(std::move(set));
+      } else if (i < 2 + grad_sets) {
+        grads_.push_back(std::move(set));
+      } else {
+        step_grads_ = std::move(set);
+      }
     }
     const std::vector<TensorSpec> specs =
         ModelSpecs(o_.layer_sizes, o_.optimizer, o_.seed);
@@ -181,12 +192,15 @@ class Run {
     clock_ = reg->resume_clock;
     steps_done_ = std::min(total_steps_, reg->previous_clock * o_.push_every);
     result_.first_step = steps_done_;
-    if (reg->previous_clock > 0 || reg->resume_clock > 0) {
+    if (reg->previous_clock > 0) {
       o_.logger->info(
           "resuming at step {} of {} (clock {}): an earlier process of worker "
           "{} reached clock {}",
           steps_done_, total_steps_, clock_, o_.worker_id,
           reg->previous_clock);
+    } else if (clock_ > 0) {
+      o_.logger->info("joining at clock {}, the slowest live worker's",
+                      clock_);
     }
     if (o_.evaluate && !o_.eval_csv.empty()) {
       csv_.open(o_.eval_csv, std::ios::trunc);

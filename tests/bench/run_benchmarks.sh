@@ -3,7 +3,7 @@
 # each one's output to OUTDIR:
 #   apply_bench.txt       server apply path vs memcpy and bare optimizer loops
 #   push_pull_bench.txt   PsClient push/pull vs raw gRPC, 1 and 2 shards
-#   backend_bench.txt     Mlp::ComputeGradients examples/s (CPU; CUDA if any)
+#   backend_bench.txt     Mlp examples/s and GEMM TFLOP/s (CPU; CUDA if any)
 # Server logs of push_pull_bench go to OUTDIR/tmp. The three runs are capped
 # at 100 + 140 + 45 s; a run that hits its cap is reported and the script
 # goes on. Exits non-zero if the build or any run fails.
@@ -52,5 +52,5 @@ run apply_bench 100 "$bin/tests/bench/apply_bench" --min_seconds=0.3
 run push_pull_bench 140 "$bin/tests/bench/push_pull_bench" \
     --ps_server="$bin/server/ps_server"
 run backend_bench 45 "$bin/tests/bench/backend_bench" --iters=20 \
-    --max_seconds=5
+    --max_seconds=3
 exit $failed

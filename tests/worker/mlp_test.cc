@@ -8,15 +8,22 @@
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
 #include <memory>
 #include <random>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
+#include "common/logging.h"
 #include "kernels/backend.h"
 #include "kernels/cpu_backend.h"
 #include "worker/idx_reader.h"
+#include "worker/local_store.h"
+#include "worker/parameter_store.h"
 #include "worker/partition.h"
+#include "worker/trainer.h"
 
 namespace asyncps {
 namespace {
@@ -268,6 +275,199 @@ TEST_CASE("invalid calls are INVALID_ARGUMENT", "[mlp]") {
       m.Evaluate(p.ConstPtrs(), x.data(), labels.data(), 2).status()));
   CHECK(absl::IsInvalidArgument(
       m.Evaluate(p.ConstPtrs(), x.data(), labels.data(), 0).status()));
+}
+
+// A CpuBackend that fails the `fail_at`-th call (counting from 1) of the
+// operation named `fail_op` with `error`, as a CUDA backend reports a device
+// error; every other call is the CPU's. Lets the tests see what a caller
+// does with a backend error without a GPU.
+class FaultyBackend final : public Backend {
+ public:
+  FaultyBackend(std::string fail_op, int fail_at, absl::Status error)
+      : fail_op_(std::move(fail_op)), fail_at_(fail_at), error_(error) {}
+
+  std::string name() const override { return "faulty-cpu"; }
+  absl::StatusOr<float*> Alloc(size_t n) override {
+    if (Fails("Alloc")) return error_;
+    return cpu_.Alloc(n);
+  }
+  absl::Status Free(float* p) override { return cpu_.Free(p); }
+  absl::StatusOr<float*> AllocHost(size_t n) override {
+    if (Fails("AllocHost")) return error_;
+    return cpu_.AllocHost(n);
+  }
+  absl::Status FreeHost(float* p) override { return cpu_.FreeHost(p); }
+  absl::Status CopyToDevice(float* dst, const float* src, size_t n) override {
+    return Fails("CopyToDevice") ? error_ : cpu_.CopyToDevice(dst, src, n);
+  }
+  absl::Status CopyToHost(float* dst, const float* src, size_t n) override {
+    return Fails("CopyToHost") ? error_ : cpu_.CopyToHost(dst, src, n);
+  }
+  absl::Status Fill(float* x, size_t n, float value) override {
+    return Fails("Fill") ? error_ : cpu_.Fill(x, n, value);
+  }
+  absl::Status Gemm(bool ta, bool tb, int m, int n, int k, float alpha,
+                    const float* a, const float* b, float beta,
+                    float* c) override {
+    return Fails("Gemm") ? error_
+                         : cpu_.Gemm(ta, tb, m, n, k, alpha, a, b, beta, c);
+  }
+  absl::Status BiasActivation(float* y, const float* bias, int rows, int cols,
+                              bool relu) override {
+    return Fails("BiasActivation")
+               ? error_
+               : cpu_.BiasActivation(y, bias, rows, cols, relu);
+  }
+  absl::Status ReluBackward(float* dy, const float* y, size_t n) override {
+    return Fails("ReluBackward") ? error_ : cpu_.ReluBackward(dy, y, n);
+  }
+  absl::Status ColumnSum(const float* x, int rows, int cols,
+                         float* out) override {
+    return Fails("ColumnSum") ? error_ : cpu_.ColumnSum(x, rows, cols, out);
+  }
+  absl::StatusOr<SoftmaxXentResult> SoftmaxCrossEntropy(
+      const float* logits, const int32_t* labels, int rows, int cols,
+      float* dlogits) override {
+    if (Fails("SoftmaxCrossEntropy")) return error_;
+    return cpu_.SoftmaxCrossEntropy(logits, labels, rows, cols, dlogits);
+  }
+  absl::Status Synchronize() override {
+    return Fails("Synchronize") ? error_ : cpu_.Synchronize();
+  }
+
+  // Calls of the failing operation so far.
+  int calls() const { return calls_; }
+
+ private:
+  bool Fails(const char* op) {
+    if (fail_op_ != op) return false;
+    return ++calls_ == fail_at_;
+  }
+
+  CpuBackend cpu_;
+  const std::string fail_op_;
+  const int fail_at_;
+  const absl::Status error_;
+  int calls_ = 0;
+};
+
+TEST_CASE("a backend error fails the training step with its message",
+          "[mlp][errors]") {
+  // Every operation of a training step, failing at its first and at a later
+  // call; the step must return the backend's code and message, with the
+  // Mlp's context in front.
+  struct Case {
+    std::string op;
+    int at;
+    std::string context;
+  };
+  const std::vector<Case> cases = {
+      {"CopyToDevice", 1, "Mlp upload of fc0/w"},
+      {"CopyToDevice", 5, "Mlp input upload"},
+      {"Gemm", 1, "Mlp forward layer 0"},
+      {"BiasActivation", 2, "Mlp forward layer 1"},
+      {"SoftmaxCrossEntropy", 1, "Mlp loss"},
+      {"Gemm", 3, "Mlp backward layer 1"},
+      {"ColumnSum", 2, "Mlp backward layer 0"},
+      {"ReluBackward", 1, "Mlp backward layer 1"},
+      {"CopyToHost", 4, "Mlp download of fc1/b gradient"},
+  };
+  const absl::Status device_error = absl::InternalError(
+      "Gemm: cublasSgemm: CUBLAS_STATUS_EXECUTION_FAILED (the GPU program "
+      "failed to execute)");
+  for (const Case& c : cases) {
+    INFO(c.op << " call " << c.at);
+    FaultyBackend backend(c.op, c.at, device_error);
+    auto mlp = Mlp::Create({6, 5, 3}, 4, &backend);
+    REQUIRE(mlp.ok());
+    HostParams p(**mlp), g(**mlp);
+    std::vector<float> x(4 * 6, 0.25f);
+    std::vector<int32_t> labels = {0, 1, 2, 1};
+    auto r = (*mlp)->ComputeGradients(p.ConstPtrs(), x.data(), labels.data(), 4,
+                                      g.Ptrs());
+    INFO(r.status().ToString());
+    CHECK(backend.calls() == c.at);  // the fault was reached
+    CHECK(r.status().code() == absl::StatusCode::kInternal);
+    CHECK(r.status().message() ==
+          c.context + ": " + std::string(device_error.message()));
+  }
+}
+
+TEST_CASE("a backend error fails Evaluate, also in a later chunk",
+          "[mlp][errors]") {
+  // 10 examples in chunks of 4: the third SoftmaxCrossEntropy is the last
+  // (partial) chunk.
+  FaultyBackend backend("SoftmaxCrossEntropy", 3,
+                        absl::InternalError("SoftmaxCrossEntropy: "
+                                            "cudaStreamSynchronize: "
+                                            "cudaErrorIllegalAddress"));
+  auto mlp = Mlp::Create({6, 3}, 4, &backend);
+  REQUIRE(mlp.ok());
+  HostParams p(**mlp);
+  std::vector<float> x(10 * 6, 0.5f);
+  std::vector<int32_t> labels(10, 2);
+  auto r = (*mlp)->Evaluate(p.ConstPtrs(), x.data(), labels.data(), 10);
+  CHECK(backend.calls() == 3);
+  CHECK(absl::IsInternal(r.status()));
+  CHECK(r.status().message() ==
+        "Mlp loss: SoftmaxCrossEntropy: cudaStreamSynchronize: "
+        "cudaErrorIllegalAddress");
+}
+
+TEST_CASE("Mlp::Create fails when the backend cannot allocate",
+          "[mlp][errors]") {
+  // An injected out-of-memory on the third buffer (fc0/b)...
+  FaultyBackend faulty("Alloc", 3,
+                       absl::ResourceExhaustedError(
+                           "Alloc(5 floats): cudaMalloc: "
+                           "cudaErrorMemoryAllocation (out of memory)"));
+  auto mlp = Mlp::Create({6, 5, 3}, 4, &faulty);
+  INFO(mlp.status().ToString());
+  CHECK(absl::IsResourceExhausted(mlp.status()));
+  CHECK(mlp.status().message() ==
+        "Mlp fc0/b: Alloc(5 floats): cudaMalloc: cudaErrorMemoryAllocation "
+        "(out of memory)");
+  // ...and a real one: 2^30 x 2^30 weights do not fit in any address space.
+  CpuBackend cpu;
+  auto huge = Mlp::Create({1 << 30, 1 << 30}, 1, &cpu);
+  INFO(huge.status().ToString());
+  CHECK(absl::IsResourceExhausted(huge.status()));
+  CHECK(huge.status().message().find("Mlp fc0/w: Alloc(") == 0);
+}
+
+TEST_CASE("training fails with the backend's error", "[mlp][errors]") {
+  // The whole worker loop (worker/trainer.h) on an in-process store: a
+  // device error in the third step ends training with that error.
+  Dataset data;
+  data.n = 64;
+  data.dim = 6;
+  data.images.assign(data.n * data.dim, 0.5f);
+  for (int64_t i = 0; i < data.n; ++i) data.labels.push_back(i % 3);
+  TrainerOptions o;
+  o.layer_sizes = {6, 5, 3};
+  o.batch_size = 8;
+  o.epochs = 1;
+  o.optimizer.set_type(OPT_SGD);
+  o.optimizer.set_learning_rate(0.1f);
+  o.evaluate = false;
+  o.logger = NullLogger();
+  std::FILE* progress = std::tmpfile();
+  REQUIRE(progress != nullptr);
+  o.progress = progress;
+  FaultyBackend backend(
+      "Gemm", 2 * 2 + 2 * 3 + 1,  // 2 forward + 3 backward GEMMs per step
+      absl::InternalError("Gemm: cublasSgemm: CUBLAS_STATUS_EXECUTION_FAILED"));
+  absl::StatusOr<std::unique_ptr<ParameterStore>> store = MakeLocalStore();
+  REQUIRE(store.ok());
+  absl::StatusOr<TrainResult> r =
+      Train(o, data, data, store->get(), &backend);
+  std::fclose(progress);
+  INFO(r.status().ToString());
+  CHECK(backend.calls() == 11);
+  CHECK(absl::IsInternal(r.status()));
+  CHECK(r.status().message() ==
+        "Mlp forward layer 0: Gemm: cublasSgemm: "
+        "CUBLAS_STATUS_EXECUTION_FAILED");
 }
 
 TEST_CASE("ParseLayerSizes builds input, hidden and class sizes", "[mlp]") {
