@@ -16,6 +16,14 @@ int SliceHome(absl::string_view tensor, uint32_t slice, int num_shards) {
   return static_cast<int>((start + slice) % static_cast<uint64_t>(num_shards));
 }
 
+uint64_t RowTableKey(absl::string_view table) {
+  return Mix64(StableHash(table));
+}
+
+int RowHome(absl::string_view table, uint64_t id, int num_shards) {
+  return RowHomeOf(RowTableKey(table), id, num_shards);
+}
+
 uint32_t LocalSliceCount(absl::string_view tensor, uint32_t num_slices,
                          int shard, int num_shards) {
   const uint64_t n = static_cast<uint64_t>(num_shards);

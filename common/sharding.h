@@ -25,6 +25,29 @@ uint32_t LocalSliceCount(absl::string_view tensor, uint32_t num_slices,
 // The stable 64-bit FNV-1a hash used above (exposed for tests).
 uint64_t StableHash(absl::string_view s);
 
+// SplitMix64's finalizer: a bijective mix of 64 bits, every output bit
+// depending on every input bit.
+inline uint64_t Mix64(uint64_t x) {
+  x ^= x >> 30;
+  x *= 0xbf58476d1ce4e5b9ull;
+  x ^= x >> 27;
+  x *= 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
+
+// The home shard of row `id` of sparse table `table`: a hash of (table,
+// id) modulo num_shards, so rows spread evenly whatever their ids (dense
+// ranges, hashed features, Zipf-distributed ones). A pure function, like
+// SliceHome. REQUIRES: num_shards > 0.
+int RowHome(absl::string_view table, uint64_t id, int num_shards);
+
+// The same from the table's precomputed RowTableKey, for loops over ids.
+uint64_t RowTableKey(absl::string_view table);
+inline int RowHomeOf(uint64_t table_key, uint64_t id, int num_shards) {
+  return static_cast<int>(Mix64(id ^ table_key) %
+                          static_cast<uint64_t>(num_shards));
+}
+
 }  // namespace asyncps
 
 #endif  // ASYNCPS_COMMON_SHARDING_H_

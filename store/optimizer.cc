@@ -1,5 +1,6 @@
 #include "store/optimizer.h"
 
+#include <algorithm>
 #include <cmath>
 #include <vector>
 
@@ -71,6 +72,29 @@ struct AdamRule {
     }
   }
 };
+
+struct AdagradRule {
+  float* w;
+  float* acc;
+  float lr, eps;
+  template <WireDtype kDtype>
+  void Run(size_t first, const char* bytes, size_t n) {
+    float* __restrict wo = w + first;
+    float* __restrict ao = acc + first;
+    for (size_t i = 0; i < n; ++i) {
+      const float gi = LoadWire<kDtype>(bytes, i);
+      ao[i] += gi * gi;
+      wo[i] -= lr * gi / (std::sqrt(ao[i]) + eps);
+    }
+  }
+};
+
+// Adam's bias corrections 1 / (1 - beta^t) for update t (1-based).
+float BiasCorrection(float beta, uint64_t step) {
+  return static_cast<float>(
+      1.0 / (1.0 - std::pow(static_cast<double>(beta),
+                            static_cast<double>(step))));
+}
 
 // w -= lr * g
 class Sgd : public SliceOptimizer {
@@ -152,6 +176,32 @@ class Adam : public SliceOptimizer {
   std::vector<float> m_, v_;
 };
 
+// Duchi et al. (2011), with the accumulator starting at
+// spec.initial_accumulator.
+class Adagrad : public SliceOptimizer {
+ public:
+  Adagrad(const OptimizerSpec& spec, size_t n)
+      : lr_(spec.learning_rate()),
+        eps_(spec.epsilon()),
+        acc_(n, spec.initial_accumulator()) {}
+  void Apply(float* w, const Payload& g, float lr_scale,
+             uint64_t /*step*/) override {
+    AdagradRule rule{w, acc_.data(), lr_ * lr_scale, eps_};
+    ForEachRun(g, rule);
+  }
+  size_t state_bytes() const override { return acc_.size() * sizeof(float); }
+  std::vector<absl::Span<const float>> state() const override {
+    return {absl::MakeConstSpan(acc_)};
+  }
+  std::vector<absl::Span<float>> mutable_state() override {
+    return {absl::MakeSpan(acc_)};
+  }
+
+ private:
+  const float lr_, eps_;
+  std::vector<float> acc_;
+};
+
 }  // namespace
 
 absl::Status ValidateOptimizer(const OptimizerSpec& spec) {
@@ -182,6 +232,18 @@ absl::Status ValidateOptimizer(const OptimizerSpec& spec) {
             "optimizer.epsilon must be > 0, got ", spec.epsilon()));
       }
       return absl::OkStatus();
+    case OPT_ADAGRAD:
+      if (!std::isfinite(spec.epsilon()) || spec.epsilon() <= 0) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "optimizer.epsilon must be > 0, got ", spec.epsilon()));
+      }
+      if (!std::isfinite(spec.initial_accumulator()) ||
+          spec.initial_accumulator() < 0) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("optimizer.initial_accumulator must be >= 0, got ",
+                         spec.initial_accumulator()));
+      }
+      return absl::OkStatus();
     default:
       return absl::InvalidArgumentError(
           absl::StrCat("optimizer.type ", spec.type(), " is unknown"));
@@ -191,6 +253,7 @@ absl::Status ValidateOptimizer(const OptimizerSpec& spec) {
 int OptimizerBuffers(const OptimizerSpec& spec) {
   switch (spec.type()) {
     case OPT_MOMENTUM:
+    case OPT_ADAGRAD:
       return 1;
     case OPT_ADAM:
       return 2;
@@ -206,9 +269,62 @@ std::unique_ptr<SliceOptimizer> SliceOptimizer::Create(
       return std::make_unique<Momentum>(spec, n);
     case OPT_ADAM:
       return std::make_unique<Adam>(spec, n);
+    case OPT_ADAGRAD:
+      return std::make_unique<Adagrad>(spec, n);
     case OPT_SGD:
     default:
       return std::make_unique<Sgd>(spec);
+  }
+}
+
+RowUpdater::RowUpdater(const OptimizerSpec& spec, int dim)
+    : type_(spec.type()),
+      dim_(dim),
+      lr_(spec.learning_rate()),
+      momentum_(spec.momentum()),
+      beta1_(spec.beta1()),
+      beta2_(spec.beta2()),
+      epsilon_(spec.epsilon()),
+      initial_accumulator_(spec.initial_accumulator()),
+      buffers_(OptimizerBuffers(spec)) {}
+
+void RowUpdater::InitState(float* state) const {
+  const float v = type_ == OPT_ADAGRAD ? initial_accumulator_ : 0.0f;
+  std::fill(state, state + static_cast<size_t>(buffers_) * dim_, v);
+}
+
+void RowUpdater::Apply(float* w, float* state, const float* g, float lr_scale,
+                       uint64_t step) const {
+  // The dense rules, run over one float32 row: the same arithmetic as a
+  // slice of the same optimizer.
+  const char* bytes = reinterpret_cast<const char*>(g);
+  const size_t n = static_cast<size_t>(dim_);
+  const float lr = lr_ * lr_scale;
+  switch (type_) {
+    case OPT_MOMENTUM: {
+      MomentumRule rule{w, state, lr, momentum_};
+      rule.Run<WIRE_F32>(0, bytes, n);
+      return;
+    }
+    case OPT_ADAM: {
+      AdamRule rule{w,      state, state + n,
+                    lr,     beta1_, beta2_, epsilon_,
+                    BiasCorrection(beta1_, step),
+                    BiasCorrection(beta2_, step)};
+      rule.Run<WIRE_F32>(0, bytes, n);
+      return;
+    }
+    case OPT_ADAGRAD: {
+      AdagradRule rule{w, state, lr, epsilon_};
+      rule.Run<WIRE_F32>(0, bytes, n);
+      return;
+    }
+    case OPT_SGD:
+    default: {
+      SgdRule rule{w, lr};
+      rule.Run<WIRE_F32>(0, bytes, n);
+      return;
+    }
   }
 }
 

@@ -144,7 +144,17 @@ bool TensorBytes(const TensorSpec& spec, const TensorLayout& layout,
 
 }  // namespace
 
-ShardStore::ShardStore(const ShardStoreOptions& options) : options_(options) {}
+ShardStore::ShardStore(const ShardStoreOptions& options) : options_(options) {
+  TableStoreOptions t;
+  t.shard_index = options.shard_index;
+  t.num_shards = options.num_shards;
+  t.row_ttl_steps = options.row_ttl_steps;
+  t.reserve = [this](uint64_t bytes, const std::string& what) {
+    return ReserveBytes(bytes, what);
+  };
+  t.release = [this](uint64_t bytes) { Unreserve(bytes); };
+  tables_ = std::make_unique<TableStore>(std::move(t));
+}
 ShardStore::~ShardStore() = default;
 
 absl::StatusOr<std::unique_ptr<ShardStore>> ShardStore::Create(
@@ -238,6 +248,19 @@ void ShardStore::Unreserve(uint64_t bytes) {
   reserved_bytes_ -= bytes;
 }
 
+absl::Status ShardStore::ReserveBytes(uint64_t bytes, const std::string& what) {
+  absl::MutexLock l(&mu_);
+  const uint64_t cap = options_.max_parameter_bytes;
+  if (cap > 0 && (bytes > cap || reserved_bytes_ > cap - bytes)) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        what, " need ", bytes, " bytes on shard ", options_.shard_index,
+        ", which holds ", reserved_bytes_, " of its ", cap,
+        " (--max_parameter_bytes); nothing was created"));
+  }
+  reserved_bytes_ += bytes;
+  return absl::OkStatus();
+}
+
 absl::StatusOr<CreateTensorResponse> ShardStore::CreateTensors(
     const CreateTensorRequest& request) {
   // Validate and resolve outside the lock; slices are built outside it too.
@@ -272,6 +295,10 @@ absl::StatusOr<CreateTensorResponse> ShardStore::CreateTensors(
       }
     }
   }
+  // The tables of the request, validated and reserved (given back on any
+  // error below).
+  absl::StatusOr<TableStore::Staged> tables = tables_->Stage(request.tables());
+  if (!tables.ok()) return tables.status();
   // Reserve and build every missing tensor; give all back if one fails.
   std::vector<std::unique_ptr<Tensor>> fresh;
   for (const TensorSpec* spec : missing) {
@@ -299,6 +326,23 @@ absl::StatusOr<CreateTensorResponse> ShardStore::CreateTensors(
                        " was created concurrently with a different spec"));
     }
   }
+  for (const TensorSpec& spec : specs) {
+    if (tables_->Contains(spec.name())) {
+      for (const auto& f : fresh) reserved_bytes_ -= f->reserved_bytes;
+      return absl::AlreadyExistsError(
+          absl::StrCat("tensor ", QuoteName(spec.name()),
+                       ": a sparse table of that name exists"));
+    }
+  }
+  absl::Status table_check = tables_->CheckStaged(
+      *tables, [this](const std::string& name)
+                   ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+                     return FindTensor(name) != nullptr;
+                   });
+  if (!table_check.ok()) {
+    for (const auto& f : fresh) reserved_bytes_ -= f->reserved_bytes;
+    return table_check;
+  }
   int created = 0;
   for (auto& t : fresh) {
     if (FindTensor(t->spec.name()) != nullptr) {
@@ -310,6 +354,8 @@ absl::StatusOr<CreateTensorResponse> ShardStore::CreateTensors(
     ++created;
   }
   for (const TensorSpec& spec : specs) *response.add_tensors() = spec;
+  for (const TableSpec& spec : tables->specs()) *response.add_tables() = spec;
+  created += tables_->Commit(&*tables);
   response.set_created(created);
   return response;
 }
@@ -576,8 +622,12 @@ absl::Status ShardStore::RestoreSlice(
 }
 
 StoreSize ShardStore::Size() const {
-  absl::ReaderMutexLock l(&mu_);
   StoreSize size;
+  const TableStore::Totals tables = tables_->totals();
+  size.tables = tables.tables;
+  size.table_rows = tables.rows;
+  size.table_bytes = tables.bytes;
+  absl::ReaderMutexLock l(&mu_);
   size.tensors = static_cast<int32_t>(tensors_.size());
   size.reserved_bytes = reserved_bytes_;
   for (const auto& [name, t] : tensors_) {

@@ -16,6 +16,8 @@
 #include "common/payload.h"
 #include "common/tensor_layout.h"
 #include "proto/asyncps.pb.h"
+#include "store/staleness_rule.h"
+#include "store/table_store.h"
 
 namespace asyncps {
 
@@ -28,14 +30,12 @@ struct ShardStoreOptions {
   int64_t max_slice_elems = 16 << 20;
   // Most bytes the tensors may take on this shard: values and optimizer
   // state of the local slices plus the per-slice bookkeeping. Checked
-  // before anything is allocated; 0 = no limit.
+  // before anything is allocated; 0 = no limit. Sparse tables count
+  // against it too (their rows as they are created).
   uint64_t max_parameter_bytes = 0;
-};
-
-// How stale a pushed gradient may be, and how staleness scales it.
-struct StalenessRule {
-  int64_t max_staleness = -1;  // -1 = unbounded
-  bool inverse_lr = false;     // lr / (1 + staleness)
+  // Sparse table rows unused for more than this many steps are evicted
+  // (TableStore::EvictIdle); 0 = never.
+  int64_t row_ttl_steps = 0;
 };
 
 // Totals describing what a store holds.
@@ -45,6 +45,10 @@ struct StoreSize {
   uint64_t parameter_bytes = 0;
   uint64_t optimizer_bytes = 0;
   uint64_t reserved_bytes = 0;  // what counts against max_parameter_bytes
+  // Sparse tables (included in reserved_bytes, not in parameter_bytes).
+  int32_t tables = 0;
+  uint64_t table_rows = 0;
+  uint64_t table_bytes = 0;
 };
 
 // The parameters one shard owns: dense float32 tensors, of which this shard
@@ -53,7 +57,9 @@ struct StoreSize {
 // taken in shared mode on the pull/push path and exclusively only to add
 // tensors. Used by ps_server shards and by ps_worker --local (one shard of
 // one), with no RPC code: requests are the protobuf messages of
-// proto/asyncps.proto, payloads views of wherever the bytes are.
+// proto/asyncps.proto, payloads views of wherever the bytes are. The
+// shard's sparse embedding tables live in tables() (store/table_store.h),
+// created together with tensors and counted in the same memory budget.
 //
 // Thread-safe.
 class ShardStore {
@@ -64,10 +70,11 @@ class ShardStore {
       const ShardStoreOptions& options);
   ~ShardStore();
 
-  // Creates the requested tensors that do not exist yet. All-or-nothing:
-  // every spec is validated (and compared with an existing tensor of the
-  // same name: identical = no-op, different = ALREADY_EXISTS naming the
-  // field) and the memory they need is checked against
+  // Creates the requested tensors and tables that do not exist yet.
+  // All-or-nothing: every spec is validated (and compared with an existing
+  // tensor or table of the same name: identical = no-op, different =
+  // ALREADY_EXISTS naming the field; tensors and tables share one
+  // namespace) and the memory they need is checked against
   // max_parameter_bytes (RESOURCE_EXHAUSTED with the numbers) before
   // anything is allocated.
   absl::StatusOr<CreateTensorResponse> CreateTensors(
@@ -125,6 +132,10 @@ class ShardStore {
 
   const ShardStoreOptions& options() const { return options_; }
 
+  // The sparse tables, sharing this store's memory budget.
+  TableStore& tables() { return *tables_; }
+  const TableStore& tables() const { return *tables_; }
+
   // ---- Export and import of the whole state, for checkpoints.
 
   // One local slice as Export hands it out. The spans point into the slice
@@ -172,6 +183,8 @@ class ShardStore {
   absl::StatusOr<std::unique_ptr<Tensor>> MakeTensor(const TensorSpec& spec,
                                                      bool initialize);
   void Unreserve(uint64_t bytes);
+  // Reserves bytes of the sparse tables against max_parameter_bytes.
+  absl::Status ReserveBytes(uint64_t bytes, const std::string& what);
   // Validates the pull; hands slices out only when sink is not null.
   absl::Status PullInto(const PullRequest& request,
                         const SliceSink* sink) const;
@@ -188,8 +201,11 @@ class ShardStore {
   // the life of the store.
   absl::flat_hash_map<std::string, std::unique_ptr<Tensor>> tensors_
       ABSL_GUARDED_BY(mu_);
-  // Bytes held or being allocated by tensors (see max_parameter_bytes).
+  // Bytes held or being allocated by tensors and tables (see
+  // max_parameter_bytes).
   uint64_t reserved_bytes_ ABSL_GUARDED_BY(mu_) = 0;
+  // Locked after mu_ when both are (table creation).
+  std::unique_ptr<TableStore> tables_;
 };
 
 // The slices a push touches, in request order, as checked by PreparePush.

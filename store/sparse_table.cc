@@ -1,0 +1,473 @@
+#include "store/sparse_table.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "common/names.h"
+#include "common/payload.h"
+#include "common/sharding.h"
+
+namespace asyncps {
+
+// kChunkRows rows: their values and state (stride floats each), ids,
+// versions, last-use clocks and duplicate tags.
+struct SparseTable::Chunk {
+  explicit Chunk(size_t stride) : data(new float[kChunkRows * stride]) {}
+  std::unique_ptr<float[]> data;
+  uint64_t ids[kChunkRows];
+  uint64_t versions[kChunkRows];
+  // Written by pulls under a shared lock, hence atomic (relaxed: a clock
+  // that is a little behind only delays an eviction).
+  std::atomic<int64_t> touched[kChunkRows];
+  // (request serial << 32 | position) of the last push that touched the
+  // row: finds duplicate ids within one push.
+  uint64_t tags[kChunkRows];
+};
+
+namespace {
+
+constexpr uint32_t kInitialSlots = 16;
+// Salts the hash of the partition and slot from that of the home shard, so
+// that the rows of one shard spread over all partitions and slots.
+constexpr uint64_t kLocalSalt = 0x5bd1e9955bd1e995ull;
+
+uint64_t LocalHash(uint64_t id) { return Mix64(id ^ kLocalSalt); }
+
+}  // namespace
+
+absl::Status SparseTable::ValidateSpec(const TableSpec& spec) {
+  absl::Status s = CheckName("table name", spec.name());
+  if (!s.ok()) return s;
+  if (spec.dim() < 1 || spec.dim() > kMaxTableDim) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("table ", QuoteName(spec.name()), ": dim must be in [1, ",
+                     kMaxTableDim, "], got ", spec.dim()));
+  }
+  s = ValidateRowInitializer(spec);
+  if (!s.ok()) return s;
+  s = ValidateOptimizer(spec.optimizer());
+  if (!s.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("table ", QuoteName(spec.name()), ": ", s.message()));
+  }
+  return absl::OkStatus();
+}
+
+SparseTable::SparseTable(const TableSpec& spec, int shard_index, int num_shards)
+    : spec_(spec),
+      dim_(spec.dim()),
+      shard_index_(shard_index),
+      num_shards_(num_shards),
+      table_key_(RowTableKey(spec.name())),
+      init_(spec),
+      updater_(spec.optimizer(), spec.dim()),
+      stride_(static_cast<size_t>(dim_) + updater_.state_floats()),
+      row_bytes_(stride_ * sizeof(float) + kRowOverheadBytes),
+      partitions_(new Partition[kPartitions]) {
+  for (int k = 0; k < kPartitions; ++k) {
+    Partition& p = partitions_[k];
+    absl::MutexLock l(&p.mu);
+    p.slots.assign(kInitialSlots, Slot{0, 0});
+  }
+}
+
+SparseTable::~SparseTable() = default;
+
+int SparseTable::PartitionOf(uint64_t id) {
+  return static_cast<int>(LocalHash(id) >> (64 - kPartitionBits));
+}
+
+absl::Status SparseTable::CheckIds(absl::Span<const uint64_t> ids,
+                                   int64_t max_ids) const {
+  if (ids.empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("table ", QuoteName(spec_.name()), ": no row ids"));
+  }
+  if (static_cast<int64_t>(ids.size()) > max_ids) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("table ", QuoteName(spec_.name()), ": ", ids.size(),
+                     " row ids in one request; at most ", max_ids));
+  }
+  for (uint64_t id : ids) {
+    const int home = RowHomeOf(table_key_, id, num_shards_);
+    if (home != shard_index_) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("row ", id, " of table ", QuoteName(spec_.name()),
+                       " lives on shard ", home, ", not ", shard_index_));
+    }
+  }
+  return absl::OkStatus();
+}
+
+uint32_t SparseTable::Lookup(const Partition& p, uint64_t id) {
+  const size_t mask = p.slots.size() - 1;
+  for (size_t i = LocalHash(id) & mask;; i = (i + 1) & mask) {
+    const Slot& s = p.slots[i];
+    if (s.row1 == 0) return Batch::kNoRow;
+    if (s.id == id) return s.row1 - 1;
+  }
+}
+
+void SparseTable::InsertSlot(Partition& p, uint64_t id, uint32_t row) {
+  if ((static_cast<uint64_t>(p.used) + 1) * 10 > p.slots.size() * 7) {
+    std::vector<Slot> old(p.slots.size() * 2, Slot{0, 0});
+    old.swap(p.slots);
+    const size_t mask = p.slots.size() - 1;
+    for (const Slot& s : old) {
+      if (s.row1 == 0) continue;
+      size_t i = LocalHash(s.id) & mask;
+      while (p.slots[i].row1 != 0) i = (i + 1) & mask;
+      p.slots[i] = s;
+    }
+  }
+  const size_t mask = p.slots.size() - 1;
+  size_t i = LocalHash(id) & mask;
+  while (p.slots[i].row1 != 0) i = (i + 1) & mask;
+  p.slots[i] = Slot{id, row + 1};
+  ++p.used;
+}
+
+void SparseTable::EraseSlot(Partition& p, uint64_t id) {
+  const size_t mask = p.slots.size() - 1;
+  size_t hole = LocalHash(id) & mask;
+  while (p.slots[hole].id != id || p.slots[hole].row1 == 0) {
+    hole = (hole + 1) & mask;
+  }
+  // Backward shift: move later entries of the probe run into the hole when
+  // their home slot is not between the hole and where they are.
+  for (size_t j = (hole + 1) & mask; p.slots[j].row1 != 0; j = (j + 1) & mask) {
+    const size_t home = LocalHash(p.slots[j].id) & mask;
+    const bool stays =
+        hole < j ? (home > hole && home <= j) : (home > hole || home <= j);
+    if (stays) continue;
+    p.slots[hole] = p.slots[j];
+    hole = j;
+  }
+  p.slots[hole] = Slot{0, 0};
+  --p.used;
+}
+
+float* SparseTable::RowData(const Partition& p, uint32_t row) const {
+  return p.chunks[row >> kChunkShift]->data.get() +
+         static_cast<size_t>(row & (kChunkRows - 1)) * stride_;
+}
+
+void SparseTable::Touch(const Partition& p, uint32_t row, int64_t clock) const {
+  std::atomic<int64_t>& t =
+      p.chunks[row >> kChunkShift]->touched[row & (kChunkRows - 1)];
+  if (t.load(std::memory_order_relaxed) < clock) {
+    t.store(clock, std::memory_order_relaxed);
+  }
+}
+
+uint32_t SparseTable::FindOrCreate(Partition& p, uint64_t id, int64_t clock,
+                                   bool initialize, bool* created) {
+  *created = false;
+  const uint32_t found = Lookup(p, id);
+  if (found != Batch::kNoRow) return found;
+  uint32_t row;
+  if (!p.free_rows.empty()) {
+    row = p.free_rows.back();
+    p.free_rows.pop_back();
+  } else {
+    row = p.next_row++;
+    if ((row >> kChunkShift) >= p.chunks.size()) {
+      p.chunks.push_back(std::make_unique<Chunk>(stride_));
+    }
+  }
+  Chunk& c = *p.chunks[row >> kChunkShift];
+  const uint32_t at = row & (kChunkRows - 1);
+  c.ids[at] = id;
+  c.versions[at] = 0;
+  c.touched[at].store(clock, std::memory_order_relaxed);
+  c.tags[at] = 0;
+  if (initialize) {
+    float* data = RowData(p, row);
+    init_.Fill(id, data);
+    updater_.InitState(data + dim_);
+  }
+  InsertSlot(p, id, row);
+  rows_.fetch_add(1, std::memory_order_relaxed);
+  *created = true;
+  return row;
+}
+
+void SparseTable::Find(absl::Span<const uint64_t> ids, Batch* batch,
+                       uint64_t* versions) const {
+  const size_t n = ids.size();
+  // Counting sort of the positions by partition.
+  std::array<uint32_t, kPartitions + 1> count{};
+  std::vector<uint8_t> part(n);
+  for (size_t i = 0; i < n; ++i) {
+    part[i] = static_cast<uint8_t>(PartitionOf(ids[i]));
+    ++count[part[i] + 1];
+  }
+  for (int k = 0; k < kPartitions; ++k) count[k + 1] += count[k];
+  batch->begin = count;
+  batch->order.resize(n);
+  for (size_t i = 0; i < n; ++i) {
+    batch->order[count[part[i]]++] = static_cast<uint32_t>(i);
+  }
+  batch->rows.assign(n, Batch::kNoRow);
+  batch->missing = 0;
+  for (int k = 0; k < kPartitions; ++k) {
+    if (batch->begin[k] == batch->begin[k + 1]) continue;
+    const Partition& p = partitions_[k];
+    absl::ReaderMutexLock l(&p.mu);
+    for (uint32_t j = batch->begin[k]; j < batch->begin[k + 1]; ++j) {
+      const uint32_t pos = batch->order[j];
+      const uint32_t row = Lookup(p, ids[pos]);
+      batch->rows[pos] = row;
+      if (row == Batch::kNoRow) {
+        ++batch->missing;
+        if (versions != nullptr) versions[pos] = 0;
+      } else if (versions != nullptr) {
+        versions[pos] =
+            p.chunks[row >> kChunkShift]->versions[row & (kChunkRows - 1)];
+      }
+    }
+  }
+}
+
+uint64_t SparseTable::CreateMissing(Partition& p, int k,
+                                    absl::Span<const uint64_t> ids,
+                                    Batch* batch, int64_t clock) {
+  uint64_t created = 0;
+  for (uint32_t j = batch->begin[k]; j < batch->begin[k + 1]; ++j) {
+    const uint32_t pos = batch->order[j];
+    if (batch->rows[pos] != Batch::kNoRow) continue;
+    bool fresh = false;
+    batch->rows[pos] = FindOrCreate(p, ids[pos], clock, true, &fresh);
+    created += fresh;
+  }
+  created_.fetch_add(created, std::memory_order_relaxed);
+  return created;
+}
+
+void SparseTable::CopyOut(const Partition& p, int k, const Batch& batch,
+                          int64_t clock, WireDtype dtype, char* out,
+                          uint64_t* versions) const {
+  const size_t row_wire = static_cast<size_t>(dim_) * WireBytes(dtype);
+  for (uint32_t j = batch.begin[k]; j < batch.begin[k + 1]; ++j) {
+    const uint32_t pos = batch.order[j];
+    const uint32_t row = batch.rows[pos];
+    const float* data = RowData(p, row);
+    char* dst = out + pos * row_wire;
+    if (dtype == WIRE_BF16) {
+      EncodeBf16(data, dim_, dst);
+    } else {
+      std::memcpy(dst, data, row_wire);
+    }
+    versions[pos] =
+        p.chunks[row >> kChunkShift]->versions[row & (kChunkRows - 1)];
+    Touch(p, row, clock);
+  }
+}
+
+uint64_t SparseTable::Read(absl::Span<const uint64_t> ids, Batch* batch,
+                           int64_t clock, WireDtype dtype, char* out,
+                           uint64_t* versions) {
+  uint64_t created = 0;
+  for (int k = 0; k < kPartitions; ++k) {
+    const uint32_t begin = batch->begin[k], end = batch->begin[k + 1];
+    if (begin == end) continue;
+    Partition& p = partitions_[k];
+    bool missing = false;
+    for (uint32_t j = begin; j < end && !missing; ++j) {
+      missing = batch->rows[batch->order[j]] == Batch::kNoRow;
+    }
+    // Rows are created under the exclusive lock; reading takes the shared
+    // one.
+    if (missing) {
+      absl::MutexLock l(&p.mu);
+      created += CreateMissing(p, k, ids, batch, clock);
+      CopyOut(p, k, *batch, clock, dtype, out, versions);
+    } else {
+      absl::ReaderMutexLock l(&p.mu);
+      CopyOut(p, k, *batch, clock, dtype, out, versions);
+    }
+  }
+  CountPull(ids.size());
+  return created;
+}
+
+SparseTable::PushCounts SparseTable::Apply(
+    absl::Span<const uint64_t> ids, Batch* batch,
+    absl::Span<const uint64_t> read_versions, float* grads,
+    const StalenessRule& rule, int64_t clock) {
+  PushCounts counts;
+  // The oldest read version of each distinct row (duplicates take the
+  // minimum), kept per position of its first occurrence.
+  std::vector<uint64_t> read(ids.size(), 0);
+  if (!read_versions.empty()) {
+    std::copy(read_versions.begin(), read_versions.end(), read.begin());
+  }
+  constexpr uint32_t kMerged = Batch::kNoRow - 1;
+  for (int k = 0; k < kPartitions; ++k) {
+    const uint32_t begin = batch->begin[k], end = batch->begin[k + 1];
+    if (begin == end) continue;
+    Partition& p = partitions_[k];
+    absl::MutexLock l(&p.mu);
+    counts.created += CreateMissing(p, k, ids, batch, clock);
+    // Duplicates: the first position of a row collects the others'
+    // gradients. Tags name (this request, first position).
+    if (++p.serial == 0) {
+      for (auto& c : p.chunks)
+        std::fill(std::begin(c->tags), std::end(c->tags), 0);
+      p.serial = 1;
+    }
+    const uint64_t serial = static_cast<uint64_t>(p.serial) << 32;
+    for (uint32_t j = begin; j < end; ++j) {
+      const uint32_t pos = batch->order[j];
+      const uint32_t row = batch->rows[pos];
+      uint64_t& tag =
+          p.chunks[row >> kChunkShift]->tags[row & (kChunkRows - 1)];
+      if ((tag & ~uint64_t{0xffffffff}) != serial) {
+        tag = serial | pos;
+        continue;
+      }
+      const uint32_t first = static_cast<uint32_t>(tag);
+      float* into = grads + static_cast<size_t>(first) * dim_;
+      const float* from = grads + static_cast<size_t>(pos) * dim_;
+      for (int d = 0; d < dim_; ++d) into[d] += from[d];
+      read[first] = std::min(read[first], read[pos]);
+      batch->rows[pos] = kMerged;
+    }
+    for (uint32_t j = begin; j < end; ++j) {
+      const uint32_t pos = batch->order[j];
+      const uint32_t row = batch->rows[pos];
+      if (row == kMerged) continue;
+      Chunk& c = *p.chunks[row >> kChunkShift];
+      const uint32_t at = row & (kChunkRows - 1);
+      c.touched[at].store(
+          std::max(c.touched[at].load(std::memory_order_relaxed), clock),
+          std::memory_order_relaxed);
+      uint64_t& version = c.versions[at];
+      if (read[pos] > version) {
+        ++counts.refused_restored;
+        continue;
+      }
+      const uint64_t staleness = version - read[pos];
+      counts.staleness_sum += staleness;
+      counts.max_staleness = std::max(counts.max_staleness, staleness);
+      if (rule.max_staleness >= 0 &&
+          staleness > static_cast<uint64_t>(rule.max_staleness)) {
+        ++counts.refused_stale;
+        continue;
+      }
+      const float scale = rule.inverse_lr
+                              ? 1.0f / (1.0f + static_cast<float>(staleness))
+                              : 1.0f;
+      float* data = RowData(p, row);
+      ++version;
+      updater_.Apply(data, data + dim_, grads + static_cast<size_t>(pos) * dim_,
+                     scale, version);
+      ++counts.applied;
+      counts.scaled += scale < 1.0f;
+    }
+  }
+  pushes_.fetch_add(1, std::memory_order_relaxed);
+  rows_pushed_.fetch_add(
+      counts.applied + counts.refused_stale + counts.refused_restored,
+      std::memory_order_relaxed);
+  return counts;
+}
+
+uint64_t SparseTable::EvictBefore(int64_t clock) {
+  uint64_t evicted = 0;
+  std::vector<uint64_t> idle;
+  for (int k = 0; k < kPartitions; ++k) {
+    Partition& p = partitions_[k];
+    absl::MutexLock l(&p.mu);
+    idle.clear();
+    for (const Slot& s : p.slots) {
+      if (s.row1 == 0) continue;
+      const uint32_t row = s.row1 - 1;
+      const Chunk& c = *p.chunks[row >> kChunkShift];
+      if (c.touched[row & (kChunkRows - 1)].load(std::memory_order_relaxed) <
+          clock) {
+        idle.push_back(s.id);
+      }
+    }
+    for (uint64_t id : idle) {
+      p.free_rows.push_back(Lookup(p, id));
+      EraseSlot(p, id);
+    }
+    evicted += idle.size();
+  }
+  rows_.fetch_sub(evicted, std::memory_order_relaxed);
+  evicted_.fetch_add(evicted, std::memory_order_relaxed);
+  return evicted;
+}
+
+absl::Status SparseTable::Export(
+    absl::FunctionRef<absl::Status(const RowView&)> visit) const {
+  for (int k = 0; k < kPartitions; ++k) {
+    const Partition& p = partitions_[k];
+    absl::ReaderMutexLock l(&p.mu);
+    for (const Slot& s : p.slots) {
+      if (s.row1 == 0) continue;
+      const uint32_t row = s.row1 - 1;
+      const Chunk& c = *p.chunks[row >> kChunkShift];
+      const uint32_t at = row & (kChunkRows - 1);
+      RowView v;
+      v.id = s.id;
+      v.version = c.versions[at];
+      v.touched = c.touched[at].load(std::memory_order_relaxed);
+      v.values = RowData(p, row);
+      v.state = v.values + dim_;
+      absl::Status st = visit(v);
+      if (!st.ok()) return st;
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status SparseTable::Restore(uint64_t id, uint64_t version,
+                                  int64_t touched, const float* values,
+                                  const float* state) {
+  const int home = RowHomeOf(table_key_, id, num_shards_);
+  if (home != shard_index_) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("row ", id, " of table ", QuoteName(spec_.name()),
+                     " lives on shard ", home, ", not ", shard_index_));
+  }
+  Partition& p = partitions_[PartitionOf(id)];
+  absl::MutexLock l(&p.mu);
+  if (Lookup(p, id) != Batch::kNoRow) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "row ", id, " of table ", QuoteName(spec_.name()), " appears twice"));
+  }
+  bool created = false;
+  const uint32_t row = FindOrCreate(p, id, touched, false, &created);
+  float* data = RowData(p, row);
+  std::memcpy(data, values, dim_ * sizeof(float));
+  std::memcpy(data + dim_, state, updater_.state_floats() * sizeof(float));
+  p.chunks[row >> kChunkShift]->versions[row & (kChunkRows - 1)] = version;
+  return absl::OkStatus();
+}
+
+bool SparseTable::Peek(uint64_t id, float* values, uint64_t* version) const {
+  const Partition& p = partitions_[PartitionOf(id)];
+  absl::ReaderMutexLock l(&p.mu);
+  const uint32_t row = Lookup(p, id);
+  if (row == Batch::kNoRow) return false;
+  std::memcpy(values, RowData(p, row), dim_ * sizeof(float));
+  *version = p.chunks[row >> kChunkShift]->versions[row & (kChunkRows - 1)];
+  return true;
+}
+
+SparseTable::Counters SparseTable::counters() const {
+  Counters c;
+  c.rows = rows_.load(std::memory_order_relaxed);
+  c.rows_created = created_.load(std::memory_order_relaxed);
+  c.rows_evicted = evicted_.load(std::memory_order_relaxed);
+  c.pulls = pulls_.load(std::memory_order_relaxed);
+  c.pushes = pushes_.load(std::memory_order_relaxed);
+  c.rows_pulled = rows_pulled_.load(std::memory_order_relaxed);
+  c.rows_pushed = rows_pushed_.load(std::memory_order_relaxed);
+  return c;
+}
+
+}  // namespace asyncps

@@ -1,0 +1,230 @@
+#ifndef ASYNCPS_STORE_SPARSE_TABLE_H_
+#define ASYNCPS_STORE_SPARSE_TABLE_H_
+
+#include <array>
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/functional/function_ref.h"
+#include "absl/status/status.h"
+#include "absl/strings/string_view.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/types/span.h"
+#include "common/row_initializer.h"
+#include "proto/asyncps.pb.h"
+#include "store/optimizer.h"
+#include "store/staleness_rule.h"
+
+namespace asyncps {
+
+// Largest embedding dimension of a table.
+inline constexpr int kMaxTableDim = 65536;
+
+// The rows of one sparse embedding table that live on one shard.
+//
+// Storage: rows sit in chunks of kChunkRows rows (values and optimizer state
+// of a row side by side, then arrays of ids, versions and last-use clocks),
+// found through an open-addressing hash index (linear probing over 16-byte
+// slots of id and row number). No allocation per row: chunks are allocated
+// as rows are created, and rows that are evicted are reused. Rows never move
+// once created, so a row found by a request stays where it is until the
+// request ends (eviction excepted, which the owner keeps apart from
+// requests: see TableStore).
+//
+// Concurrency: the rows are split into kPartitions partitions by a hash of
+// the id, each with its own lock, index and chunks, so requests of different
+// workers proceed in parallel; a request visits the partitions one at a
+// time. Thread-safe.
+//
+// The memory a row counts against the shard's --max_parameter_bytes is
+// row_bytes(); the owner reserves it before rows are created (Batch) and
+// gets it back when rows are evicted.
+class SparseTable {
+ public:
+  static constexpr int kPartitionBits = 4;
+  static constexpr int kPartitions = 1 << kPartitionBits;
+  static constexpr int kChunkShift = 8;
+  static constexpr uint32_t kChunkRows = 1u << kChunkShift;
+
+  // Bytes per row besides values and optimizer state: id, version, clock,
+  // duplicate tag and (about) two index slots.
+  static constexpr uint64_t kRowOverheadBytes = 64;
+  // Bytes of an empty table (partitions, their first index and chunk list).
+  static constexpr uint64_t kTableOverheadBytes = 16 << 10;
+
+  // The positions of one request's ids, grouped by partition, and the row
+  // each id was found at. Filled by Find; used by Read and Apply of the
+  // same request on the same table.
+  struct Batch {
+    static constexpr uint32_t kNoRow = ~0u;
+    std::vector<uint32_t> order;                  // positions by partition
+    std::array<uint32_t, kPartitions + 1> begin;  // of each partition in order
+    std::vector<uint32_t> rows;                   // per position, or kNoRow
+    uint64_t missing = 0;                         // positions with kNoRow
+  };
+
+  // One row as Export hands it out; the pointers are valid during the call.
+  struct RowView {
+    uint64_t id = 0;
+    uint64_t version = 0;
+    int64_t touched = 0;
+    const float* values = nullptr;  // dim()
+    const float* state = nullptr;   // state_floats()
+  };
+
+  // What a push did to the rows of this table.
+  struct PushCounts {
+    uint64_t applied = 0, refused_stale = 0, refused_restored = 0,
+             staleness_sum = 0, max_staleness = 0, scaled = 0, created = 0;
+  };
+
+  struct Counters {
+    uint64_t rows = 0, rows_created = 0, rows_evicted = 0, pulls = 0,
+             pushes = 0, rows_pulled = 0, rows_pushed = 0;
+  };
+
+  // Checks a spec: name, dim in [1, kMaxTableDim], initializer, optimizer.
+  // INVALID_ARGUMENT naming the table and the field.
+  static absl::Status ValidateSpec(const TableSpec& spec);
+
+  // REQUIRES: ValidateSpec(spec).ok(), 0 <= shard_index < num_shards.
+  SparseTable(const TableSpec& spec, int shard_index, int num_shards);
+  ~SparseTable();
+  SparseTable(const SparseTable&) = delete;
+  SparseTable& operator=(const SparseTable&) = delete;
+
+  const TableSpec& spec() const { return spec_; }
+  int dim() const { return dim_; }
+  int state_floats() const { return updater_.state_floats(); }
+  // What one row counts against --max_parameter_bytes.
+  uint64_t row_bytes() const { return row_bytes_; }
+
+  // OK when `ids` is not empty, has at most `max_ids` entries and every id
+  // is homed on this shard (common::RowHome); else INVALID_ARGUMENT naming
+  // the table and the first bad id.
+  absl::Status CheckIds(absl::Span<const uint64_t> ids, int64_t max_ids) const;
+
+  // Groups `ids` by partition and looks each up (under shared locks).
+  // With `versions` (ids.size() entries), also the version of every row
+  // found (0 for missing ones).
+  void Find(absl::Span<const uint64_t> ids, Batch* batch,
+            uint64_t* versions = nullptr) const;
+
+  // Copies the rows of ids (found by Find into `batch`) into `out`, row i
+  // at out + i * dim() * WireBytes(dtype) in the wire encoding, and their
+  // versions into versions[i]; creates the rows that are missing. Marks
+  // every row used at `clock`. Returns the rows created.
+  // REQUIRES: the caller reserved batch.missing * row_bytes() bytes.
+  uint64_t Read(absl::Span<const uint64_t> ids, Batch* batch, int64_t clock,
+                WireDtype dtype, char* out, uint64_t* versions);
+
+  // Applies one push's gradients (grads: ids.size() x dim() floats, all
+  // finite; modified in place where duplicates are summed). read_versions
+  // is empty (all 0) or one per id. Creates the rows that are missing (a
+  // gradient for a row never read applies to its initial values). Per
+  // distinct row: a read version newer than the row (it was evicted and
+  // created anew since it was read) refuses it as restored; staleness
+  // beyond the rule refuses it as stale; else the optimizer updates it with
+  // the learning rate scaled as the rule says, and its version goes up by
+  // one. Marks every row used at `clock`.
+  // REQUIRES: as Read.
+  PushCounts Apply(absl::Span<const uint64_t> ids, Batch* batch,
+                   absl::Span<const uint64_t> read_versions, float* grads,
+                   const StalenessRule& rule, int64_t clock);
+
+  // Removes the rows last used before `clock` and returns how many.
+  // REQUIRES: no request is between Find and Read / Apply on this table.
+  uint64_t EvictBefore(int64_t clock);
+
+  // Hands every row to `visit`, partition by partition, each under its
+  // partition's lock (visit must copy and return); stops at the first
+  // error. REQUIRES: as EvictBefore.
+  absl::Status Export(
+      absl::FunctionRef<absl::Status(const RowView&)> visit) const;
+
+  // Adds a row with the given state (a checkpoint's); INVALID_ARGUMENT if
+  // the id is homed elsewhere or already present. The caller reserved its
+  // bytes. REQUIRES: values has dim() floats, state state_floats().
+  absl::Status Restore(uint64_t id, uint64_t version, int64_t touched,
+                       const float* values, const float* state);
+
+  // The rows' values as a caller would pull them, without creating or
+  // touching anything; false when the row does not exist (tests, tools).
+  bool Peek(uint64_t id, float* values, uint64_t* version) const;
+
+  // Counts a pull or push request over `rows` positions.
+  void CountPull(uint64_t rows) {
+    pulls_.fetch_add(1, std::memory_order_relaxed);
+    rows_pulled_.fetch_add(rows, std::memory_order_relaxed);
+  }
+
+  Counters counters() const;
+  uint64_t rows() const { return rows_.load(std::memory_order_relaxed); }
+
+ private:
+  struct Chunk;  // kChunkRows rows; see sparse_table.cc
+  struct Slot {
+    uint64_t id;
+    uint32_t row1;  // row + 1; 0 = empty slot
+  };
+  // One lock's share of the rows.
+  struct Partition {
+    mutable absl::Mutex mu;
+    // Open addressing with linear probing; size a power of two, at most 70%
+    // full.
+    std::vector<Slot> slots ABSL_GUARDED_BY(mu);
+    uint32_t used ABSL_GUARDED_BY(mu) = 0;
+    std::vector<std::unique_ptr<Chunk>> chunks ABSL_GUARDED_BY(mu);
+    uint32_t next_row ABSL_GUARDED_BY(mu) = 0;            // rows ever allocated
+    std::vector<uint32_t> free_rows ABSL_GUARDED_BY(mu);  // evicted, reusable
+    uint32_t serial ABSL_GUARDED_BY(mu) = 0;              // pushes applied here
+  };
+
+  static int PartitionOf(uint64_t id);
+  // The row of `id` in `p`, or Batch::kNoRow.
+  static uint32_t Lookup(const Partition& p, uint64_t id)
+      ABSL_SHARED_LOCKS_REQUIRED(p.mu);
+  // The row of `id`, created (initialized, unless `initialize` is false)
+  // when missing; *created tells which.
+  uint32_t FindOrCreate(Partition& p, uint64_t id, int64_t clock,
+                        bool initialize, bool* created)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(p.mu);
+  void InsertSlot(Partition& p, uint64_t id, uint32_t row)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(p.mu);
+  void EraseSlot(Partition& p, uint64_t id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(p.mu);
+  float* RowData(const Partition& p, uint32_t row) const
+      ABSL_SHARED_LOCKS_REQUIRED(p.mu);
+  void Touch(const Partition& p, uint32_t row, int64_t clock) const
+      ABSL_SHARED_LOCKS_REQUIRED(p.mu);
+  // Copies the rows of partition `k` of a batch out (see Read).
+  void CopyOut(const Partition& p, int k, const Batch& batch, int64_t clock,
+               WireDtype dtype, char* out, uint64_t* versions) const
+      ABSL_SHARED_LOCKS_REQUIRED(p.mu);
+  // Resolves the missing rows of partition `k` of a batch, creating them.
+  uint64_t CreateMissing(Partition& p, int k, absl::Span<const uint64_t> ids,
+                         Batch* batch, int64_t clock)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(p.mu);
+
+  // Const after construction.
+  const TableSpec spec_;
+  const int dim_;
+  const int shard_index_;
+  const int num_shards_;
+  const uint64_t table_key_;  // common::RowTableKey(name)
+  const RowInitializer init_;
+  const RowUpdater updater_;
+  const size_t stride_;  // floats per row: values, then state
+  const uint64_t row_bytes_;
+
+  std::unique_ptr<Partition[]> partitions_;
+
+  std::atomic<uint64_t> rows_{0}, created_{0}, evicted_{0}, pulls_{0},
+      pushes_{0}, rows_pulled_{0}, rows_pushed_{0};
+};
+
+}  // namespace asyncps
+
+#endif  // ASYNCPS_STORE_SPARSE_TABLE_H_

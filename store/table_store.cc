@@ -1,0 +1,488 @@
+#include "store/table_store.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <utility>
+
+#include "absl/container/flat_hash_set.h"
+#include "absl/strings/str_cat.h"
+#include "common/names.h"
+#include "google/protobuf/util/message_differencer.h"
+
+namespace asyncps {
+
+namespace {
+
+// True when every value is finite (the exponent bits are not all ones).
+bool AllFiniteFloats(const float* v, size_t n) {
+  uint32_t bad = 0;
+  for (size_t i = 0; i < n; ++i) {
+    uint32_t bits;
+    std::memcpy(&bits, v + i, sizeof(bits));
+    bad |= static_cast<uint32_t>((bits & 0x7f800000u) == 0x7f800000u);
+  }
+  return bad == 0;
+}
+
+absl::Span<const uint64_t> IdSpan(
+    const google::protobuf::RepeatedField<uint64_t>& f) {
+  return absl::MakeConstSpan(f.data(), f.size());
+}
+
+// Reserved bytes, given back at the end of a request unless rows used them.
+class Reservation {
+ public:
+  explicit Reservation(const TableStoreOptions& options) : o_(options) {}
+  ~Reservation() {
+    if (bytes_ > 0) o_.release(bytes_);
+  }
+  absl::Status Take(uint64_t bytes, const std::string& what) {
+    if (bytes == 0) return absl::OkStatus();
+    absl::Status s = o_.reserve(bytes, what);
+    if (s.ok()) bytes_ += bytes;
+    return s;
+  }
+  // `bytes` now belong to rows that were created.
+  void Keep(uint64_t bytes) { bytes_ -= std::min(bytes, bytes_); }
+
+ private:
+  const TableStoreOptions& o_;
+  uint64_t bytes_ = 0;
+};
+
+std::string NewRowsWhat(uint64_t rows, const std::vector<SparseTable*>& tables,
+                        const std::vector<SparseTable::Batch>& batches) {
+  std::string names;
+  for (size_t k = 0; k < tables.size(); ++k) {
+    if (batches[k].missing == 0) continue;
+    absl::StrAppend(&names, names.empty() ? "" : ", ",
+                    QuoteName(tables[k]->spec().name()));
+  }
+  return absl::StrCat(rows, " new row(s) of table(s) ", names);
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------- tables
+
+TableStore::Staged::Staged(Staged&& other) noexcept
+    : store_(other.store_),
+      specs_(std::move(other.specs_)),
+      fresh_(std::move(other.fresh_)),
+      reserved_(other.reserved_) {
+  other.reserved_ = 0;
+}
+
+TableStore::Staged::~Staged() {
+  if (reserved_ > 0) store_->options_.release(reserved_);
+}
+
+TableStore::TableStore(TableStoreOptions options)
+    : options_(std::move(options)) {}
+
+TableStore::~TableStore() = default;
+
+uint64_t TableStore::TableBytes(const SparseTable& t) const {
+  return SparseTable::kTableOverheadBytes + t.rows() * t.row_bytes();
+}
+
+SparseTable* TableStore::FindMutable(absl::string_view name) const {
+  absl::ReaderMutexLock l(&mu_);
+  auto it = tables_.find(name);
+  return it == tables_.end() ? nullptr : it->second.get();
+}
+
+const SparseTable* TableStore::Find(absl::string_view name) const {
+  return FindMutable(name);
+}
+
+bool TableStore::Contains(absl::string_view name) const {
+  return Find(name) != nullptr;
+}
+
+absl::StatusOr<TableStore::Staged> TableStore::Stage(
+    const google::protobuf::RepeatedPtrField<TableSpec>& specs) {
+  Staged staged(this);
+  absl::flat_hash_set<std::string> names;
+  for (const TableSpec& spec : specs) {
+    absl::Status s = SparseTable::ValidateSpec(spec);
+    if (!s.ok()) return s;
+    if (!names.insert(spec.name()).second) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "table ", QuoteName(spec.name()), " appears twice in one request"));
+    }
+    staged.specs_.push_back(spec);
+    const SparseTable* existing = Find(spec.name());
+    if (existing != nullptr) {
+      std::string diff;
+      google::protobuf::util::MessageDifferencer differ;
+      differ.ReportDifferencesToString(&diff);
+      if (!differ.Compare(existing->spec(), spec)) {
+        return absl::AlreadyExistsError(
+            absl::StrCat("table ", QuoteName(spec.name()),
+                         " exists with a different spec: ", diff));
+      }
+      continue;
+    }
+    s = options_.reserve(SparseTable::kTableOverheadBytes,
+                         absl::StrCat("table ", QuoteName(spec.name())));
+    if (!s.ok()) return s;
+    staged.reserved_ += SparseTable::kTableOverheadBytes;
+    staged.fresh_.push_back(std::make_unique<SparseTable>(
+        spec, options_.shard_index, options_.num_shards));
+  }
+  return staged;
+}
+
+absl::Status TableStore::CheckStaged(
+    const Staged& staged,
+    absl::FunctionRef<bool(const std::string&)> is_tensor) const {
+  absl::ReaderMutexLock l(&mu_);
+  for (const TableSpec& spec : staged.specs_) {
+    if (is_tensor(spec.name())) {
+      return absl::AlreadyExistsError(
+          absl::StrCat("table ", QuoteName(spec.name()),
+                       ": a dense tensor of that name exists"));
+    }
+    auto it = tables_.find(spec.name());
+    if (it != tables_.end() &&
+        !google::protobuf::util::MessageDifferencer::Equals(it->second->spec(),
+                                                            spec)) {
+      return absl::AlreadyExistsError(
+          absl::StrCat("table ", QuoteName(spec.name()),
+                       " was created concurrently with a different spec"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+int TableStore::Commit(Staged* staged) {
+  int created = 0;
+  absl::MutexLock l(&mu_);
+  for (auto& t : staged->fresh_) {
+    if (tables_.contains(t->spec().name())) continue;  // an identical race
+    staged->reserved_ -= SparseTable::kTableOverheadBytes;
+    const std::string name = t->spec().name();
+    tables_.emplace(name, std::move(t));
+    ++created;
+  }
+  return created;
+}
+
+std::vector<SparseTable*> TableStore::Sorted() const {
+  std::vector<SparseTable*> out;
+  {
+    absl::ReaderMutexLock l(&mu_);
+    for (const auto& [name, t] : tables_) out.push_back(t.get());
+  }
+  std::sort(out.begin(), out.end(), [](SparseTable* a, SparseTable* b) {
+    return a->spec().name() < b->spec().name();
+  });
+  return out;
+}
+
+std::vector<TableSpec> TableStore::List() const {
+  std::vector<TableSpec> out;
+  for (const SparseTable* t : Sorted()) out.push_back(t->spec());
+  return out;
+}
+
+// ---------------------------------------------------------------- rows
+
+template <typename Entry>
+absl::StatusOr<std::vector<SparseTable*>> TableStore::Resolve(
+    const google::protobuf::RepeatedPtrField<Entry>& entries) const {
+  std::vector<SparseTable*> tables;
+  tables.reserve(entries.size());
+  for (const Entry& e : entries) {
+    SparseTable* t = FindMutable(e.table());
+    if (t == nullptr) {
+      return absl::NotFoundError(
+          absl::StrCat("unknown table ", QuoteName(e.table())));
+    }
+    if (std::find(tables.begin(), tables.end(), t) != tables.end()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "table ", QuoteName(e.table()), " appears twice in one request"));
+    }
+    absl::Status s = t->CheckIds(IdSpan(e.ids()), options_.max_ids_per_table);
+    if (!s.ok()) return s;
+    tables.push_back(t);
+  }
+  return tables;
+}
+
+absl::Status TableStore::ValidatePull(const PullRequest& request) const {
+  return Resolve(request.rows()).status();
+}
+
+absl::Status TableStore::Pull(
+    const PullRequest& request, int64_t clock, WireDtype dtype,
+    PullResponse* response,
+    absl::FunctionRef<char*(int k, size_t bytes)> buffer) {
+  if (request.rows_size() == 0) return absl::OkStatus();
+  absl::StatusOr<std::vector<SparseTable*>> tables = Resolve(request.rows());
+  if (!tables.ok()) return tables.status();
+  absl::ReaderMutexLock evict(&evict_mu_);
+  const int n = request.rows_size();
+  std::vector<SparseTable::Batch> batches(n);
+  uint64_t missing_bytes = 0, missing_rows = 0;
+  for (int k = 0; k < n; ++k) {
+    (*tables)[k]->Find(IdSpan(request.rows(k).ids()), &batches[k]);
+    missing_rows += batches[k].missing;
+    missing_bytes += batches[k].missing * (*tables)[k]->row_bytes();
+  }
+  Reservation reservation(options_);
+  absl::Status s = reservation.Take(
+      missing_bytes, NewRowsWhat(missing_rows, *tables, batches));
+  if (!s.ok()) return s;
+  for (int k = 0; k < n; ++k) {
+    SparseTable* t = (*tables)[k];
+    const TableIds& in = request.rows(k);
+    RowsData* out = response->add_rows();
+    out->set_table(in.table());
+    out->mutable_versions()->Resize(in.ids_size(), 0);
+    const size_t bytes =
+        static_cast<size_t>(in.ids_size()) * t->dim() * WireBytes(dtype);
+    out->set_payload_bytes(bytes);
+    const uint64_t created =
+        t->Read(IdSpan(in.ids()), &batches[k], clock, dtype, buffer(k, bytes),
+                out->mutable_versions()->mutable_data());
+    reservation.Keep(created * t->row_bytes());
+  }
+  return absl::OkStatus();
+}
+
+std::vector<Payload> TableStore::PayloadsOf(const PushRequest& request) {
+  std::vector<Payload> out;
+  out.reserve(request.rows_size());
+  for (const RowsGradient& g : request.rows()) out.emplace_back(g.grad());
+  return out;
+}
+
+absl::Status TableStore::Push(const PushRequest& request,
+                              absl::Span<const Payload> grads, PushMode mode,
+                              const StalenessRule& rule,
+                              PushResponse* response) {
+  const int n = request.rows_size();
+  if (grads.size() != static_cast<size_t>(n)) {
+    return absl::InternalError(absl::StrCat(
+        "push has ", n, " row gradients but ", grads.size(), " payloads"));
+  }
+  if (n == 0) return absl::OkStatus();
+  absl::StatusOr<std::vector<SparseTable*>> tables = Resolve(request.rows());
+  if (!tables.ok()) return tables.status();
+  // Sizes and values, then (under the eviction lock) versions and memory.
+  std::vector<std::vector<float>> decoded(n);
+  for (int k = 0; k < n; ++k) {
+    const RowsGradient& g = request.rows(k);
+    const SparseTable& t = *(*tables)[k];
+    if (g.read_versions_size() != 0 && g.read_versions_size() != g.ids_size()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "table ", QuoteName(g.table()), ": ", g.ids_size(), " ids but ",
+          g.read_versions_size(), " read_versions (give one per id, or none)"));
+    }
+    const uint64_t values = static_cast<uint64_t>(g.ids_size()) * t.dim();
+    const uint64_t expected = values * WireBytes(grads[k].dtype());
+    if (grads[k].size() != expected) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "table ", QuoteName(g.table()), " has dim ", t.dim(), ": ",
+          g.ids_size(), " ids need ", expected, " bytes of gradient as ",
+          WireDtype_Name(grads[k].dtype()), "; got ", grads[k].size()));
+    }
+    decoded[k].resize(values);
+    DecodePayload(grads[k], decoded[k].data());
+    if (!AllFiniteFloats(decoded[k].data(), values)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "table ", QuoteName(g.table()), ": gradient contains NaN or Inf"));
+    }
+  }
+
+  absl::ReaderMutexLock evict(&evict_mu_);
+  // Read versions from the future are bad input where rows cannot have
+  // been evicted since they were read.
+  const bool check_future =
+      mode == PushMode::kApply && options_.row_ttl_steps == 0;
+  std::vector<SparseTable::Batch> batches(n);
+  std::vector<uint64_t> versions;
+  uint64_t missing_bytes = 0, missing_rows = 0;
+  for (int k = 0; k < n; ++k) {
+    const RowsGradient& g = request.rows(k);
+    SparseTable* t = (*tables)[k];
+    const bool future = check_future && g.read_versions_size() > 0;
+    if (future) versions.assign(g.ids_size(), 0);
+    t->Find(IdSpan(g.ids()), &batches[k], future ? versions.data() : nullptr);
+    if (future) {
+      for (int i = 0; i < g.ids_size(); ++i) {
+        if (g.read_versions(i) > versions[i]) {
+          return absl::InvalidArgumentError(absl::StrCat(
+              "row ", g.ids(i), " of table ", QuoteName(g.table()),
+              ": read_version ", g.read_versions(i),
+              " is newer than the row (version ", versions[i], ")"));
+        }
+      }
+    }
+    missing_rows += batches[k].missing;
+    missing_bytes += batches[k].missing * t->row_bytes();
+  }
+
+  if (mode == PushMode::kRefuseRestored) {
+    for (int k = 0; k < n; ++k) {
+      const RowsGradient& g = request.rows(k);
+      RowsResult* r = response->add_row_results();
+      r->set_table(g.table());
+      absl::flat_hash_set<uint64_t> distinct(g.ids().begin(), g.ids().end());
+      r->set_refused_restored(distinct.size());
+    }
+    return absl::OkStatus();
+  }
+
+  Reservation reservation(options_);
+  absl::Status s = reservation.Take(
+      missing_bytes, NewRowsWhat(missing_rows, *tables, batches));
+  if (!s.ok()) return s;
+  const int64_t clock = request.worker().clock();
+  for (int k = 0; k < n; ++k) {
+    const RowsGradient& g = request.rows(k);
+    SparseTable* t = (*tables)[k];
+    const SparseTable::PushCounts c =
+        t->Apply(IdSpan(g.ids()), &batches[k], IdSpan(g.read_versions()),
+                 decoded[k].data(), rule, clock);
+    reservation.Keep(c.created * t->row_bytes());
+    RowsResult* r = response->add_row_results();
+    r->set_table(g.table());
+    r->set_applied(c.applied);
+    r->set_refused_stale(c.refused_stale);
+    r->set_refused_restored(c.refused_restored);
+    r->set_staleness_sum(c.staleness_sum);
+    r->set_max_staleness(c.max_staleness);
+    r->set_scaled(c.scaled);
+    r->set_rows_created(c.created);
+  }
+  return absl::OkStatus();
+}
+
+uint64_t TableStore::EvictIdle(int64_t clock) {
+  const int64_t ttl = options_.row_ttl_steps;
+  if (ttl <= 0) return 0;
+  {
+    absl::ReaderMutexLock l(&evict_mu_);
+    if (clock - last_evict_clock_ < std::max<int64_t>(1, ttl / 8)) return 0;
+  }
+  absl::MutexLock l(&evict_mu_);
+  last_evict_clock_ = clock;
+  uint64_t evicted = 0;
+  for (SparseTable* table : Sorted()) {
+    const uint64_t n = table->EvictBefore(clock - ttl);
+    if (n > 0) options_.release(n * table->row_bytes());
+    evicted += n;
+  }
+  return evicted;
+}
+
+// ---------------------------------------------------------------- checkpoints
+
+absl::Status TableStore::Export(
+    absl::FunctionRef<absl::Status(const TableSpec&)> table,
+    absl::FunctionRef<absl::Status(const SparseTable::RowView&)> row) const {
+  absl::ReaderMutexLock evict(&evict_mu_);
+  for (const SparseTable* t : Sorted()) {
+    absl::Status s = table(t->spec());
+    if (!s.ok()) return s;
+    s = t->Export(row);
+    if (!s.ok()) return s;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status TableStore::RestoreTable(const TableSpec& spec) {
+  absl::Status s = SparseTable::ValidateSpec(spec);
+  if (!s.ok()) return s;
+  if (Contains(spec.name())) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("table ", QuoteName(spec.name()), " exists already"));
+  }
+  s = options_.reserve(SparseTable::kTableOverheadBytes,
+                       absl::StrCat("table ", QuoteName(spec.name())));
+  if (!s.ok()) return s;
+  absl::MutexLock l(&mu_);
+  tables_.emplace(spec.name(),
+                  std::make_unique<SparseTable>(spec, options_.shard_index,
+                                                options_.num_shards));
+  return absl::OkStatus();
+}
+
+absl::Status TableStore::RestoreRows(absl::string_view table,
+                                     absl::Span<const uint64_t> ids,
+                                     absl::Span<const uint64_t> versions,
+                                     absl::Span<const int64_t> touched,
+                                     absl::string_view values,
+                                     absl::string_view state) {
+  SparseTable* t = FindMutable(table);
+  if (t == nullptr) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("rows of unknown table ", QuoteName(table)));
+  }
+  const size_t n = ids.size();
+  const size_t value_bytes = n * t->dim() * sizeof(float);
+  const size_t state_bytes = n * t->state_floats() * sizeof(float);
+  if (versions.size() != n || touched.size() != n ||
+      values.size() != value_bytes || state.size() != state_bytes) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "rows of table ", QuoteName(table), ": ", n, " ids, ", versions.size(),
+        " versions, ", touched.size(), " clocks, ", values.size(),
+        " bytes of values (need ", value_bytes, ") and ", state.size(),
+        " bytes of optimizer state (need ", state_bytes, ")"));
+  }
+  absl::Status s = options_.reserve(
+      n * t->row_bytes(), absl::StrCat(n, " rows of table ", QuoteName(table)));
+  if (!s.ok()) return s;
+  std::vector<float> v(t->dim()), st(t->state_floats());
+  for (size_t i = 0; i < n; ++i) {
+    DecodeFloats(values.substr(i * t->dim() * sizeof(float)), v.data(),
+                 v.size());
+    DecodeFloats(state.substr(i * t->state_floats() * sizeof(float)), st.data(),
+                 st.size());
+    s = t->Restore(ids[i], versions[i], touched[i], v.data(), st.data());
+    if (!s.ok()) {
+      options_.release((n - i) * t->row_bytes());
+      return s;
+    }
+  }
+  return absl::OkStatus();
+}
+
+// ---------------------------------------------------------------- status
+
+std::vector<TableStatus> TableStore::Status() const {
+  std::vector<TableStatus> out;
+  for (const SparseTable* t : Sorted()) {
+    const SparseTable::Counters c = t->counters();
+    TableStatus s;
+    s.set_name(t->spec().name());
+    s.set_dim(t->dim());
+    s.set_optimizer(t->spec().optimizer().type());
+    s.set_rows(c.rows);
+    s.set_bytes(SparseTable::kTableOverheadBytes + c.rows * t->row_bytes());
+    s.set_rows_created(c.rows_created);
+    s.set_rows_evicted(c.rows_evicted);
+    s.set_pulls(c.pulls);
+    s.set_pushes(c.pushes);
+    s.set_rows_pulled(c.rows_pulled);
+    s.set_rows_pushed(c.rows_pushed);
+    out.push_back(std::move(s));
+  }
+  return out;
+}
+
+TableStore::Totals TableStore::totals() const {
+  Totals totals;
+  for (const SparseTable* t : Sorted()) {
+    ++totals.tables;
+    totals.rows += t->rows();
+    totals.bytes += TableBytes(*t);
+  }
+  return totals;
+}
+
+}  // namespace asyncps

@@ -1,0 +1,204 @@
+#ifndef ASYNCPS_STORE_TABLE_STORE_H_
+#define ASYNCPS_STORE_TABLE_STORE_H_
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/functional/function_ref.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/types/span.h"
+#include "common/payload.h"
+#include "proto/asyncps.pb.h"
+#include "store/sparse_table.h"
+#include "store/staleness_rule.h"
+
+namespace asyncps {
+
+struct TableStoreOptions {
+  int shard_index = 0;
+  int num_shards = 1;
+  // Rows not pulled or pushed for more than this many steps (worker clock
+  // ticks) are evicted by EvictIdle; 0 = never.
+  int64_t row_ttl_steps = 0;
+  // Most ids of one table in one request.
+  int64_t max_ids_per_table = int64_t{1} << 20;
+  // The shard's memory budget (ShardStoreOptions::max_parameter_bytes),
+  // shared with the dense tensors: reserve() fails with RESOURCE_EXHAUSTED
+  // (naming `what` and the numbers) and reserves nothing when `bytes` do
+  // not fit. Both must be set.
+  std::function<absl::Status(uint64_t bytes, const std::string& what)> reserve;
+  std::function<void(uint64_t bytes)> release;
+};
+
+// The sparse embedding tables of one shard (store/sparse_table.h) and the
+// rows parts of pull and push requests (proto/asyncps.proto, "rows"): the
+// same all-or-nothing validation as dense slices, rows created on first
+// touch, memory reserved before anything is created. Owned by a
+// ShardStore, which shares its memory budget and creates tables together
+// with tensors.
+//
+// Eviction (row_ttl_steps) is kept apart from requests: every pull and
+// push holds a shared lock for its whole duration, EvictIdle and Export
+// hold it exclusively and shared. Thread-safe.
+class TableStore {
+ public:
+  // New tables, validated and with their bytes reserved, not yet visible.
+  // Gives the bytes back unless committed. Move-only.
+  class Staged;
+
+  // How a push is applied.
+  enum class PushMode {
+    kApply,
+    // Validated (read versions may be from the future), then every row
+    // refused as REFUSED_RESTORED: the push was read before the shard
+    // restarted.
+    kRefuseRestored,
+  };
+
+  explicit TableStore(TableStoreOptions options);
+  ~TableStore();
+  TableStore(const TableStore&) = delete;
+  TableStore& operator=(const TableStore&) = delete;
+
+  const TableStoreOptions& options() const { return options_; }
+
+  // ---- Tables.
+
+  // Validates `specs` and compares them with existing tables (identical:
+  // nothing to do; different: ALREADY_EXISTS naming the field); reserves
+  // the new tables' bytes. INVALID_ARGUMENT for a bad spec or a name twice.
+  absl::StatusOr<Staged> Stage(
+      const google::protobuf::RepeatedPtrField<TableSpec>& specs);
+  // ALREADY_EXISTS if a staged table's name was taken meanwhile by a table
+  // with another spec, or is taken by a tensor (is_tensor(name)).
+  absl::Status CheckStaged(
+      const Staged& staged,
+      absl::FunctionRef<bool(const std::string&)> is_tensor) const;
+  // Adds the staged tables nobody added meanwhile; returns how many. The
+  // bytes of the others go back when `staged` is destroyed (not here: the
+  // caller may hold the lock the budget takes).
+  int Commit(Staged* staged);
+
+  bool Contains(absl::string_view name) const;
+  std::vector<TableSpec> List() const;  // name order
+  // The table, or nullptr. Tables are never removed.
+  const SparseTable* Find(absl::string_view name) const;
+
+  // ---- Rows.
+
+  // OK when every TableIds names a known table (else NOT_FOUND), no table
+  // repeats and its ids pass SparseTable::CheckIds (INVALID_ARGUMENT).
+  absl::Status ValidatePull(const PullRequest& request) const;
+
+  // Reads the rows of request.rows, creating missing ones, into
+  // response->rows (table, versions, payload_bytes) in the request's
+  // order; table k's values go to buffer(k, payload_bytes) in wire type
+  // `dtype`. Rows are marked used at `clock`. RESOURCE_EXHAUSTED (and
+  // nothing created) when the new rows do not fit; errors of ValidatePull.
+  absl::Status Pull(const PullRequest& request, int64_t clock, WireDtype dtype,
+                    PullResponse* response,
+                    absl::FunctionRef<char*(int k, size_t bytes)> buffer);
+
+  // Validates request.rows (grads[k] is the payload of request.rows(k)) as
+  // a whole: known tables (NOT_FOUND), no table twice, ids (see CheckIds),
+  // read_versions empty or one per id, payload size ids x dim in its wire
+  // type, finite values, read versions not newer than the rows (unless
+  // kRefuseRestored, or rows may be evicted), the new rows' memory
+  // (RESOURCE_EXHAUSTED). Nothing changes unless all passes; then applies
+  // (or refuses) the rows and appends one RowsResult per table.
+  // REQUIRES: grads.size() == request.rows_size().
+  absl::Status Push(const PushRequest& request, absl::Span<const Payload> grads,
+                    PushMode mode, const StalenessRule& rule,
+                    PushResponse* response);
+
+  // The payloads of a protobuf push: float32 views of RowsGradient.grad.
+  static std::vector<Payload> PayloadsOf(const PushRequest& request);
+
+  // With row_ttl_steps > 0, evicts the rows last used more than
+  // row_ttl_steps before `clock` (the fastest live worker's), at most once
+  // per row_ttl_steps / 8 steps of `clock`; returns the rows evicted.
+  uint64_t EvictIdle(int64_t clock);
+
+  // ---- Checkpoints.
+
+  // Calls table(spec), then row(view) for each of its rows, for every table
+  // in name order; stops at the first error. Each row is read under its
+  // partition's lock; no row is evicted meanwhile. A consistent cut only if
+  // no push applies meanwhile (the caller's business).
+  absl::Status Export(
+      absl::FunctionRef<absl::Status(const TableSpec&)> table,
+      absl::FunctionRef<absl::Status(const SparseTable::RowView&)> row) const;
+
+  // Adds a table whose rows RestoreRows then fills (validated, counted in
+  // the budget); FAILED_PRECONDITION if it or a tensor of that name exists.
+  absl::Status RestoreTable(const TableSpec& spec);
+  // Adds rows of a restored table: ids, versions and touched of equal
+  // length, values ids x dim float32 and state ids x state floats.
+  // INVALID_ARGUMENT naming what does not fit.
+  absl::Status RestoreRows(absl::string_view table,
+                           absl::Span<const uint64_t> ids,
+                           absl::Span<const uint64_t> versions,
+                           absl::Span<const int64_t> touched,
+                           absl::string_view values, absl::string_view state);
+
+  // ---- Status.
+
+  // Per table, in name order.
+  std::vector<TableStatus> Status() const;
+  struct Totals {
+    int32_t tables = 0;
+    uint64_t rows = 0;
+    uint64_t bytes = 0;  // counted against the budget
+  };
+  Totals totals() const;
+
+ private:
+  std::vector<SparseTable*> Sorted() const;  // by name
+  SparseTable* FindMutable(absl::string_view name) const;
+  // The table of each request entry, checked as ValidatePull says.
+  template <typename Entry>
+  absl::StatusOr<std::vector<SparseTable*>> Resolve(
+      const google::protobuf::RepeatedPtrField<Entry>& entries) const;
+  uint64_t TableBytes(const SparseTable& t) const;
+
+  const TableStoreOptions options_;
+
+  // Shared by requests, exclusive for eviction: see the class comment.
+  mutable absl::Mutex evict_mu_;
+  int64_t last_evict_clock_ ABSL_GUARDED_BY(evict_mu_) = 0;
+
+  mutable absl::Mutex mu_;
+  absl::flat_hash_map<std::string, std::unique_ptr<SparseTable>> tables_
+      ABSL_GUARDED_BY(mu_);
+};
+
+class TableStore::Staged {
+ public:
+  Staged(Staged&& other) noexcept;
+  Staged& operator=(Staged&&) = delete;
+  ~Staged();
+
+  // The specs of the request, in its order (as they are stored).
+  const std::vector<TableSpec>& specs() const { return specs_; }
+
+ private:
+  friend class TableStore;
+  explicit Staged(TableStore* store) : store_(store) {}
+
+  TableStore* store_;
+  std::vector<TableSpec> specs_;
+  std::vector<std::unique_ptr<SparseTable>> fresh_;
+  uint64_t reserved_ = 0;  // bytes of fresh_, given back unless committed
+};
+
+}  // namespace asyncps
+
+#endif  // ASYNCPS_STORE_TABLE_STORE_H_
