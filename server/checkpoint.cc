@@ -27,7 +27,7 @@ namespace asyncps {
 namespace {
 
 constexpr char kMagic[8] = {'A', 'P', 'S', 'C', 'K', 'P', 'T', '\n'};
-constexpr uint32_t kFormatVersion = 2;
+constexpr uint32_t kFormatVersion = 3;  // 3: sparse tables
 constexpr uint32_t kOldestReadableVersion = 1;  // no worker records
 constexpr size_t kHeaderBytes = sizeof(kMagic) + 4;
 constexpr size_t kLengthBytes = 4;
@@ -35,6 +35,8 @@ constexpr size_t kTrailerBytes = 4;
 // Larger than any record the writer makes: a slice holds at most
 // ShardStoreOptions::max_slice_elems (16 Mi) floats, 3 x 64 MiB with Adam.
 constexpr uint32_t kMaxRecordBytes = 1u << 30;
+// Rows of a sparse table per record.
+constexpr int kRowsPerRecord = 4096;
 // Small records are gathered into writes of about this size.
 constexpr size_t kWriteBufferBytes = 1 << 20;
 
@@ -216,7 +218,9 @@ class Restorer {
         }
         return absl::OkStatus();
       case CheckpointRecord::kWorker:
-        if (in_tensor_) return Corrupt("a worker record after the tensors");
+        if (in_tensor_ || in_tables_) {
+          return Corrupt("a worker record after the tensors");
+        }
         if (record.worker().worker_id() < 0 ||
             record.worker().incarnation() == 0 ||
             record.worker().clock() < 0) {
@@ -225,7 +229,12 @@ class Restorer {
         workers_.push_back(record.worker());
         return absl::OkStatus();
       case CheckpointRecord::kTensor:
+        if (in_tables_) return Corrupt("a tensor record after the tables");
         return wrong_shard_ ? absl::OkStatus() : StartTensor(record.tensor());
+      case CheckpointRecord::kTable:
+        return wrong_shard_ ? absl::OkStatus() : StartTable(record.table());
+      case CheckpointRecord::kRows:
+        return wrong_shard_ ? absl::OkStatus() : AddRows(record.rows());
       case CheckpointRecord::kSlice:
         return wrong_shard_ ? absl::OkStatus() : AddSlice(record.slice());
       case CheckpointRecord::kEnd: {
@@ -234,11 +243,13 @@ class Restorer {
         absl::Status s = FinishTensor();
         if (!s.ok()) return s;
         if (record.end().tensors() != tensors_ ||
-            record.end().slices() != slices_) {
+            record.end().slices() != slices_ ||
+            record.end().tables() != tables_ || record.end().rows() != rows_) {
           return Corrupt(absl::StrCat(
-              "the end record counts ", record.end().tensors(), " tensors and ",
-              record.end().slices(), " slices; the file holds ", tensors_,
-              " and ", slices_));
+              "the end record counts ", record.end().tensors(), " tensors, ",
+              record.end().slices(), " slices, ", record.end().tables(),
+              " tables and ", record.end().rows(), " rows; the file holds ",
+              tensors_, ", ", slices_, ", ", tables_, " and ", rows_));
         }
         return absl::OkStatus();
       }
@@ -266,6 +277,8 @@ class Restorer {
   int32_t tensors() const { return tensors_; }
   int64_t slices() const { return slices_; }
   uint64_t slice_updates() const { return slice_updates_; }
+  int32_t tables() const { return tables_; }
+  int64_t rows() const { return rows_; }
   std::vector<CheckpointWorker> TakeWorkers() { return std::move(workers_); }
 
   absl::Status Corrupt(absl::string_view what) const {
@@ -320,6 +333,41 @@ class Restorer {
     return absl::OkStatus();
   }
 
+  absl::Status StartTable(const TableSpec& spec) {
+    absl::Status s = FinishTensor();
+    if (!s.ok()) return s;
+    in_tensor_ = false;
+    in_tables_ = true;
+    s = store_->tables().RestoreTable(spec);
+    if (absl::IsResourceExhausted(s)) {
+      return absl::ResourceExhaustedError(
+          absl::StrCat("checkpoint ", path_, ": ", s.message()));
+    }
+    if (!s.ok()) {
+      return Corrupt(absl::StrCat("table ", QuoteName(spec.name()), ": ",
+                                  s.message()));
+    }
+    table_ = spec.name();
+    ++tables_;
+    return absl::OkStatus();
+  }
+
+  absl::Status AddRows(const CheckpointRows& rows) {
+    if (!in_tables_) return Corrupt("a rows record before any table");
+    absl::Status s = store_->tables().RestoreRows(
+        table_, absl::MakeConstSpan(rows.ids().data(), rows.ids_size()),
+        absl::MakeConstSpan(rows.versions().data(), rows.versions_size()),
+        absl::MakeConstSpan(rows.touched().data(), rows.touched_size()),
+        rows.values(), rows.optimizer_state());
+    if (absl::IsResourceExhausted(s)) {
+      return absl::ResourceExhaustedError(
+          absl::StrCat("checkpoint ", path_, ": ", s.message()));
+    }
+    if (!s.ok()) return Corrupt(s.message());
+    rows_ += rows.ids_size();
+    return absl::OkStatus();
+  }
+
   absl::Status FinishTensor() {
     if (!in_tensor_ || got_ == expected_) return absl::OkStatus();
     return Corrupt(absl::StrCat("tensor ", QuoteName(tensor_), " has ",
@@ -342,8 +390,51 @@ class Restorer {
   int32_t tensors_ = 0;
   int64_t slices_ = 0;
   uint64_t slice_updates_ = 0;
+  // The table whose rows are being read (format 3).
+  bool in_tables_ = false;
+  std::string table_;
+  int32_t tables_ = 0;
+  int64_t rows_ = 0;
   std::vector<CheckpointWorker> workers_;
 };
+
+// Appends a `table` record per sparse table and `rows` records of up to
+// kRowsPerRecord rows, each row copied under its partition's lock.
+void CaptureTables(const TableStore& tables, CheckpointImage* image) {
+  CheckpointRecord record;
+  CheckpointRecord rows_record;
+  CheckpointRows* rows = rows_record.mutable_rows();
+  auto flush = [&] {
+    if (rows->ids_size() == 0) return;
+    AddRecord(rows_record, image);
+    rows->Clear();
+  };
+  tables
+      .Export(
+          [&](const TableSpec& spec) {
+            flush();
+            *record.mutable_table() = spec;
+            AddRecord(record, image);
+            ++image->tables;
+            return absl::OkStatus();
+          },
+          [&](const SparseTable::RowView& r) {
+            rows->add_ids(r.id);
+            rows->add_versions(r.version);
+            rows->add_touched(r.touched);
+            rows->mutable_values()->append(
+                reinterpret_cast<const char*>(r.values),
+                r.dim * sizeof(float));
+            rows->mutable_optimizer_state()->append(
+                reinterpret_cast<const char*>(r.state),
+                r.state_floats * sizeof(float));
+            ++image->rows;
+            if (rows->ids_size() >= kRowsPerRecord) flush();
+            return absl::OkStatus();
+          })
+      .IgnoreError();  // the visitors never fail
+  flush();
+}
 
 }  // namespace
 
@@ -409,9 +500,12 @@ CheckpointImage CaptureCheckpoint(const ShardStore& store,
             return absl::OkStatus();
           })
       .IgnoreError();  // the visitors never fail
+  CaptureTables(store.tables(), &image);
   CheckpointEnd* end = record.mutable_end();
   end->set_tensors(image.tensors);
   end->set_slices(image.slices);
+  end->set_tables(image.tables);
+  end->set_rows(image.rows);
   AddRecord(record, &image);
   return image;
 }
@@ -430,6 +524,8 @@ absl::StatusOr<CheckpointInfo> WriteCheckpoint(const CheckpointImage& image,
   info.set_slices(static_cast<int32_t>(image.slices));
   info.set_workers(image.workers);
   info.set_slice_updates(image.slice_updates);
+  info.set_tables(image.tables);
+  info.set_rows(static_cast<uint64_t>(image.rows));
   info.set_pause_ms(absl::ToDoubleMilliseconds(image.pause));
 
   const int fd =
@@ -479,9 +575,10 @@ absl::StatusOr<CheckpointInfo> WriteCheckpoint(const CheckpointImage& image,
 absl::StatusOr<RestoredCheckpoint> RestoreCheckpoint(const std::string& path,
                                                      ShardStore* store) {
   const absl::Time start = absl::Now();
-  if (store->Size().tensors != 0) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "cannot restore checkpoint ", path, " into a shard holding tensors"));
+  if (store->Size().tensors != 0 || store->tables().totals().tables != 0) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("cannot restore checkpoint ", path,
+                     " into a shard holding tensors or tables"));
   }
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) return IoError(errno, "open checkpoint", path);
@@ -557,6 +654,8 @@ absl::StatusOr<RestoredCheckpoint> RestoreCheckpoint(const std::string& path,
   info.set_tensors(restorer.tensors());
   info.set_slices(static_cast<int32_t>(restorer.slices()));
   info.set_slice_updates(restorer.slice_updates());
+  info.set_tables(restorer.tables());
+  info.set_rows(static_cast<uint64_t>(restorer.rows()));
   out.workers = restorer.TakeWorkers();
   info.set_workers(static_cast<int32_t>(out.workers.size()));
   info.set_duration_ms(absl::ToDoubleMilliseconds(absl::Now() - start));

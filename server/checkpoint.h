@@ -4,7 +4,9 @@
 // Checkpoint files of one shard: capture, writer and reader.
 //
 // A checkpoint holds every tensor spec and every local slice of a ShardStore
-// (index, version, values, optimizer state), every worker record of the
+// (index, version, values, optimizer state), every sparse table spec and
+// its local rows (id, version, last use, values, optimizer state), every
+// worker record of the
 // shard's WorkerRegistry (identity for fencing, clock, the push
 // de-duplication window) and the shard's identity (shard_index,
 // num_shards), in one file per shard: <dir>/shard-<i>-of-<n>.ckpt. The
@@ -47,6 +49,8 @@ struct CheckpointImage {
   int64_t slices = 0;
   int32_t workers = 0;
   uint64_t slice_updates = 0;  // sum of the slice versions
+  int32_t tables = 0;
+  int64_t rows = 0;
   // How long pushes were held back for the capture (set by the capturer).
   absl::Duration pause;
 };
@@ -79,10 +83,12 @@ struct RestoredCheckpoint {
   std::vector<CheckpointWorker> workers;  // for WorkerRegistry::Import
 };
 
-// Loads the checkpoint at `path` into `store`, which must hold no tensors.
-// Every record is validated (magic, format version 1 or 2, record lengths,
+// Loads the checkpoint at `path` into `store`, which must hold no tensors
+// and no tables.
+// Every record is validated (magic, format version 1 to 3, record lengths,
 // the CRC-32, the slices against their specs, every local slice present
-// exactly once, worker records well-formed). Errors name the file:
+// exactly once, rows against their tables and homed here, worker records
+// well-formed). Errors name the file:
 //   NOT_FOUND            no such file (other I/O errors by errno);
 //   DATA_LOSS            corrupt or truncated file;
 //   FAILED_PRECONDITION  an intact file of another shard or cluster size,

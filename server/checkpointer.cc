@@ -105,10 +105,11 @@ absl::StatusOr<CheckpointInfo> Checkpointer::WriteNow() {
   }
   written_.fetch_add(1, std::memory_order_relaxed);
   options_.logger->info(
-      "checkpoint written: {} ({} bytes, {} tensors, {} slices, {} workers) "
-      "in {:.1f} ms; pushes held {:.1f} ms",
+      "checkpoint written: {} ({} bytes, {} tensors, {} slices, {} tables, "
+      "{} rows, {} workers) in {:.1f} ms; pushes held {:.1f} ms",
       info->path(), info->bytes(), info->tensors(), info->slices(),
-      info->workers(), info->duration_ms(), info->pause_ms());
+      info->tables(), info->rows(), info->workers(), info->duration_ms(),
+      info->pause_ms());
   absl::MutexLock l(&mu_);
   last_ = *info;
   return info;

@@ -90,14 +90,14 @@ absl::StatusOr<std::unique_ptr<PsServer>> PsServer::Start(
         const absl::Time taken = absl::FromUnixMillis(restored.unix_time_ms());
         s->logger_->info(
             "restored checkpoint {} taken {} ago ({} bytes, {} tensors, {} "
-            "slices holding {} slice updates, {} workers) in {:.1f} ms; "
-            "updates acknowledged after it are lost",
+            "slices holding {} slice updates, {} tables, {} rows, {} "
+            "workers) in {:.1f} ms; updates acknowledged after it are lost",
             restored.path(), absl::FormatDuration(absl::Trunc(
                                  options.clock->Now() - taken,
                                  absl::Milliseconds(1))),
             restored.bytes(), restored.tensors(), restored.slices(),
-            restored.slice_updates(), restored.workers(),
-            restored.duration_ms());
+            restored.slice_updates(), restored.tables(), restored.rows(),
+            restored.workers(), restored.duration_ms());
       } else if (absl::IsNotFound(r.status())) {
         s->logger_->info("no checkpoint at {}; starting empty", path);
       } else {

@@ -412,6 +412,8 @@ absl::Status SparseTable::Export(
       const Chunk& c = *p.chunks[row >> kChunkShift];
       const uint32_t at = row & (kChunkRows - 1);
       RowView v;
+      v.dim = dim_;
+      v.state_floats = updater_.state_floats();
       v.id = s.id;
       v.version = c.versions[at];
       v.touched = c.touched[at].load(std::memory_order_relaxed);

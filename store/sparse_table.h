@@ -68,11 +68,13 @@ class SparseTable {
 
   // One row as Export hands it out; the pointers are valid during the call.
   struct RowView {
+    int dim = 0;
+    int state_floats = 0;
     uint64_t id = 0;
     uint64_t version = 0;
     int64_t touched = 0;
-    const float* values = nullptr;  // dim()
-    const float* state = nullptr;   // state_floats()
+    const float* values = nullptr;  // dim
+    const float* state = nullptr;   // state_floats
   };
 
   // What a push did to the rows of this table.
