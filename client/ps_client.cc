@@ -12,6 +12,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/synchronization/notification.h"
 #include "client/data_stream.h"
+#include "client/ps_client_internal.h"
 #include "common/fast_frame.h"
 #include "common/grpc_status.h"
 #include "common/logging.h"
@@ -31,11 +32,6 @@ absl::Status Annotate(const absl::Status& s, absl::string_view prefix) {
   return absl::Status(s.code(), absl::StrCat(prefix, ": ", s.message()));
 }
 
-absl::Status FromCallStatus(const CallStatus& s) {
-  if (s.code() == 0) return absl::OkStatus();
-  return absl::Status(static_cast<absl::StatusCode>(s.code()), s.message());
-}
-
 absl::StatusOr<uint64_t> PullAnswerId(const grpc::ByteBuffer& answer) {
   PullResponse header;
   FrameReader reader;
@@ -52,13 +48,6 @@ absl::StatusOr<uint64_t> PushAnswerId(const grpc::ByteBuffer& answer) {
 }
 
 }  // namespace
-
-struct PsClient::Shard {
-  std::string address;
-  std::unique_ptr<ParameterServer::Stub> stub;  // unary calls, connection 0
-  // One pull and one push stream per connection.
-  std::vector<std::unique_ptr<DataStream>> pulls, pushes;
-};
 
 // ---------------------------------------------------------------- set-up
 
@@ -147,34 +136,6 @@ WorkerRef PsClient::MakeWorkerRef(int64_t clock) const {
   ref.set_incarnation(options_.incarnation);
   ref.set_clock(clock);
   return ref;
-}
-
-template <typename Request, typename Response, typename Issue>
-absl::Status PsClient::ToAllShards(const char* method, const Request& request,
-                                   std::vector<Response>* responses,
-                                   Issue issue,
-                                   std::function<absl::Status(int)> on_ok,
-                                   const RetryPolicy& policy) {
-  const int n = num_shards();
-  responses->assign(n, Response());
-  std::vector<FanOut::Call> calls;
-  for (int s = 0; s < n; ++s) {
-    FanOut::Call call;
-    call.shard = s;
-    call.start = [this, s, &request, responses, issue](grpc::ClientContext* ctx,
-                                                       FanOut::Done done) {
-      (*responses)[s].Clear();
-      issue(shards_[s]->stub.get(), ctx, &request, &(*responses)[s],
-            [done = std::move(done)](grpc::Status st) {
-              done(FromGrpcStatus(st));
-            });
-    };
-    if (on_ok) call.on_ok = [s, on_ok] { return on_ok(s); };
-    calls.push_back(std::move(call));
-  }
-  FanOut fanout(Env(), method, policy);
-  fanout.Start(std::move(calls));
-  return fanout.Wait();
 }
 
 absl::Status PsClient::WaitForShards(absl::Duration timeout) {
@@ -442,21 +403,55 @@ absl::Status PsClient::WaitForTensors(const std::vector<std::string>& names,
     if (!status.ok() && !IsRetriable(status)) return status;
     if (status.ok()) {
       std::vector<absl::flat_hash_map<std::string, const TensorSpec*>> held(n);
+      std::vector<absl::flat_hash_map<std::string, const TableSpec*>> tables(n);
       for (int s = 0; s < n; ++s) {
         for (const TensorSpec& spec : responses[s].tensors()) {
           held[s][spec.name()] = &spec;
+        }
+        for (const TableSpec& spec : responses[s].tables()) {
+          tables[s][spec.name()] = &spec;
+        }
+      }
+      // Sparse tables of the names asked for: the same kind and spec on
+      // every shard.
+      std::vector<std::string> dense;
+      for (const std::string& name : names) {
+        const bool table = tables[0].contains(name);
+        if (!table) dense.push_back(name);
+        for (int s = 1; s < n; ++s) {
+          auto it = tables[s].find(name);
+          if ((table && held[s].contains(name)) ||
+              (!table && it != tables[s].end() && held[0].contains(name))) {
+            return absl::FailedPreconditionError(
+                absl::StrCat(QuoteName(name), " is a tensor on one of ",
+                             ShardName(0), " and ", ShardName(s),
+                             " and a sparse table on the other"));
+          }
+          if (table && it != tables[s].end() &&
+              !google::protobuf::util::MessageDifferencer::Equals(
+                  *tables[0][name], *it->second)) {
+            return absl::FailedPreconditionError(absl::StrCat(
+                "table ", QuoteName(name), " differs between ", ShardName(0),
+                " and ", ShardName(s)));
+          }
         }
       }
       std::vector<std::string> absent;
       for (const std::string& name : names) {
         for (int s = 0; s < n; ++s) {
-          if (!held[s].contains(name)) {
+          if (!held[s].contains(name) && !tables[s].contains(name)) {
             absent.push_back(absl::StrCat(QuoteName(name), " on ", ShardName(s)));
           }
         }
       }
       if (absent.empty()) {
         for (const std::string& name : names) {
+          if (tables[0].contains(name)) {
+            absl::Status s = RememberTable(*tables[0][name]);
+            if (!s.ok()) return s;
+          }
+        }
+        for (const std::string& name : dense) {
           const TensorSpec& first = *held[0][name];
           for (int s = 1; s < n; ++s) {
             if (!google::protobuf::util::MessageDifferencer::Equals(
@@ -469,7 +464,7 @@ absl::Status PsClient::WaitForTensors(const std::vector<std::string>& names,
             }
           }
         }
-        for (const std::string& name : names) {
+        for (const std::string& name : dense) {
           absl::Status s = Remember(*held[0][name]);
           if (!s.ok()) return s;
         }

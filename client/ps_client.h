@@ -17,6 +17,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "absl/types/span.h"
 #include "client/fanout.h"
 #include "common/clock.h"
 #include "common/security.h"
@@ -62,6 +63,7 @@ struct PushSummary {
                                  // retry of a push they had already applied)
   uint64_t max_staleness = 0;    // over the slice results returned
   double mean_staleness = 0;
+  int64_t rows_created = 0;      // sparse rows the push created
 };
 
 // Where this worker stands on the shards after Register().
@@ -81,6 +83,39 @@ struct Registration {
 struct ReadSet {
   absl::flat_hash_map<std::string, std::vector<uint64_t>> versions;
   std::vector<uint64_t> epochs;  // per shard; 0 = not read
+};
+
+// One table's rows to pull: `out` receives ids.size() x dim floats, row i
+// for ids[i] (duplicates included). The ids and `out` must stay valid and
+// untouched until the pull's Wait returns.
+struct RowsQuery {
+  std::string table;
+  absl::Span<const uint64_t> ids;
+  float* out = nullptr;
+};
+
+// One table's row gradients to push: grads holds ids.size() x dim floats,
+// row i for ids[i]; the gradients of repeated ids are summed (on the
+// client, before sending). Read only during StartPushRows.
+struct RowsGrad {
+  std::string table;
+  absl::Span<const uint64_t> ids;
+  const float* grads = nullptr;
+};
+
+// What a rows pull read: per table, the version of every distinct id, and
+// every shard's epoch. A rows push names it, so that shards measure each
+// row's staleness from it (an id it does not hold counts as read at
+// version 0).
+struct RowsReadSet {
+  struct Table {
+    absl::flat_hash_map<uint64_t, uint32_t> index;  // id -> versions index
+    std::vector<uint64_t> versions;
+  };
+  // Immutable once read, shared between copies.
+  absl::flat_hash_map<std::string, std::shared_ptr<const Table>> tables;
+  std::vector<uint64_t> epochs;  // per shard; 0 = not read
+  uint64_t VersionOf(const std::string& table, uint64_t id) const;
 };
 
 // The worker side of the parameter-server protocol: talks to every shard of
@@ -126,8 +161,9 @@ class PsClient {
   absl::Status CreateTensors(const std::vector<TensorSpec>& specs);
 
   // For workers other than the creator: polls ListTensors on all shards until
-  // every named tensor exists everywhere with the same spec, then remembers
-  // the layouts. DEADLINE_EXCEEDED after `timeout`, naming what is missing.
+  // every named tensor (or sparse table) exists everywhere with the same
+  // spec, then remembers the layouts. DEADLINE_EXCEEDED after `timeout`,
+  // naming what is missing.
   absl::Status WaitForTensors(const std::vector<std::string>& names,
                               absl::Duration timeout);
 
@@ -162,6 +198,38 @@ class PsClient {
       int64_t clock,
       const std::vector<std::pair<std::string, const float*>>& grads);
 
+  // ---- Sparse tables (proto/asyncps.proto, "rows").
+
+  class PendingRowsPull;
+  class PendingRowsPush;
+
+  // Creates `specs` on every shard (idempotent, as CreateTensors), checks
+  // that all shards hold the same specs and remembers them.
+  absl::Status CreateTables(const std::vector<TableSpec>& specs);
+  // The stored spec of a known table, or nullptr. WaitForTensors also waits
+  // for (and remembers) tables of the names it is given.
+  const TableSpec* FindTableSpec(const std::string& name) const;
+
+  // Starts pulling rows of known tables (NOT_FOUND for others; a table
+  // twice, a null `out`: INVALID_ARGUMENT, from Wait with nothing sent).
+  // The ids of a table are de-duplicated, routed to their home shards
+  // (common::RowHome) and sent there (one request per shard for all
+  // tables, on the data streams, concurrently); the rows come back into
+  // `out` at every position of their id. Clocks as StartPull. Rows that do
+  // not exist yet are created by the shards; RESOURCE_EXHAUSTED when a
+  // shard is full.
+  std::unique_ptr<PendingRowsPull> StartPullRows(
+      int64_t clock, int64_t for_clock, const std::vector<RowsQuery>& queries);
+
+  // Starts pushing row gradients of known tables, tagged with the versions
+  // and epochs of `read`, `clock` and a fresh sequence number (shared with
+  // dense pushes). Repeated ids of a table are summed first. Every shard
+  // gets a push, an empty one if none of the rows live there, so that it
+  // sees the clock. The gradients are copied before this returns.
+  std::unique_ptr<PendingRowsPush> StartPushRows(
+      int64_t clock, const std::vector<RowsGrad>& grads,
+      const RowsReadSet& read);
+
   // Renews this worker's lease on every shard and reports `clock`; `leaving`
   // says goodbye (the shards stop waiting for this worker).
   absl::Status Heartbeat(int64_t clock, bool leaving = false);
@@ -189,6 +257,14 @@ class PsClient {
   struct PullShard;
   struct PushShard;
   struct Borrowed;
+  struct RowsPullShard;
+  struct RowsQueryState;
+
+  // What the client knows about one sparse table. Const once remembered.
+  struct TableState {
+    TableSpec spec;
+    uint64_t key = 0;  // common::RowTableKey(name)
+  };
 
   // What the client knows about one tensor. Const once remembered.
   struct TensorState {
@@ -209,6 +285,11 @@ class PsClient {
                            const RetryPolicy& policy);
 
   absl::Status Remember(const TensorSpec& spec);
+  absl::Status RememberTable(const TableSpec& spec);
+  const TableState* FindTable(const std::string& name) const;
+  // Checks one shard's answer to a rows pull and copies its rows into the
+  // callers' buffers (on the answer's thread).
+  absl::Status ReadRowsPull(const grpc::ByteBuffer& answer, RowsPullShard* ps);
   const TensorState* FindTensor(const std::string& name) const;
   WorkerRef MakeWorkerRef(int64_t clock) const;
   FanOutEnv Env() const;
@@ -226,6 +307,9 @@ class PsClient {
   mutable absl::Mutex mu_;
   // Entries are never removed or changed once added.
   absl::flat_hash_map<std::string, std::unique_ptr<TensorState>> tensors_
+      ABSL_GUARDED_BY(mu_);
+  // Entries are never removed or changed once added.
+  absl::flat_hash_map<std::string, std::unique_ptr<TableState>> row_tables_
       ABSL_GUARDED_BY(mu_);
   ReadSet last_read_ ABSL_GUARDED_BY(mu_);  // of the last synchronous Pull
   std::vector<uint64_t> epochs_ ABSL_GUARDED_BY(mu_);  // per shard, last seen
@@ -277,6 +361,47 @@ class PsClient::PendingPush {
   // References gRPC holds to the gradient memory (slices not yet released).
   std::shared_ptr<Borrowed> borrowed_;
   std::vector<uint16_t> bf16_;  // the gradients as bfloat16, when asked
+};
+
+// A rows pull in flight. Wait() returns when every shard answered (or the
+// call failed); the destructor waits too.
+class PsClient::PendingRowsPull {
+ public:
+  ~PendingRowsPull();
+  // OK once every `out` holds its rows.
+  absl::Status Wait();
+  // What was read (valid after Wait returned OK).
+  const RowsReadSet& read() const { return read_; }
+
+ private:
+  friend class PsClient;
+  PendingRowsPull();
+
+  absl::Status status_;
+  std::unique_ptr<FanOut> fanout_;
+  RowsReadSet read_;
+  bool waited_ = false;
+  std::vector<std::unique_ptr<RowsQueryState>> queries_;
+  std::vector<std::unique_ptr<RowsPullShard>> shards_;
+};
+
+// A rows push in flight. Wait() returns when every shard answered (or the
+// call failed); the destructor waits too.
+class PsClient::PendingRowsPush {
+ public:
+  ~PendingRowsPush();
+  absl::StatusOr<PushSummary> Wait();
+
+ private:
+  friend class PsClient;
+  PendingRowsPush() = default;
+
+  absl::Status status_;
+  std::unique_ptr<FanOut> fanout_;
+  bool waited_ = false;
+  absl::StatusOr<PushSummary> result_;
+  std::vector<grpc::ByteBuffer> frames_;    // per shard, sent by every attempt
+  std::vector<PushResponse> responses_;     // per shard
 };
 
 }  // namespace asyncps

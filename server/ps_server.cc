@@ -188,19 +188,21 @@ absl::StatusOr<std::unique_ptr<PsServer>> PsServer::Start(
   s->sampler_ = std::thread([server = s.get()] {
     do {
       server->stats_.Sample(server->clock_->Now());
+      server->EvictIdleRows();
     } while (!server->stop_sampler_.WaitForNotificationWithTimeout(
         absl::Seconds(1)));
   });
   const StalenessPolicy policy = PolicyOf(options);
   s->logger_->info(
       "shard {}/{} serving on {}{} (consistency {}, slack {}, max_staleness "
-      "{}, staleness_lr {}, lease {} ms, max_parameter_bytes {}, {}{})",
+      "{}, staleness_lr {}, lease {} ms, max_parameter_bytes {}, row_ttl_steps "
+      "{}, {}{})",
       options.store.shard_index, options.store.num_shards, bound,
       s->advertised_ == bound ? ""
                               : absl::StrCat(", advertised as ", s->advertised_),
       Consistency_Name(policy.consistency()), policy.ssp_slack(),
       policy.max_staleness(), policy.staleness_lr(), policy.worker_lease_ms(),
-      options.store.max_parameter_bytes,
+      options.store.max_parameter_bytes, options.store.row_ttl_steps,
       options.security.tls_cert.empty()
           ? "plain TCP"
           : options.security.require_client_cert ? "mutual TLS" : "TLS",
@@ -221,6 +223,19 @@ CheckpointImage PsServer::Capture() {
       CaptureCheckpoint(*store_, workers_->Export(), held, kVersion);
   image.pause = clock_->Now() - start;
   return image;
+}
+
+void PsServer::EvictIdleRows() {
+  if (store_->options().row_ttl_steps <= 0) return;
+  int64_t clock = 0;
+  for (const WorkerInfo& w : workers_->Workers()) {
+    if (w.live) clock = std::max(clock, w.clock);
+  }
+  const uint64_t evicted = store_->tables().EvictIdle(clock);
+  if (evicted > 0) {
+    logger_->debug("evicted {} row(s) unused for {} steps (clock {})", evicted,
+                   store_->options().row_ttl_steps, clock);
+  }
 }
 
 absl::Status PsServer::Shutdown(absl::Duration grace) {

@@ -97,6 +97,9 @@ class PsServer {
   PsServer() = default;
   // Holds pushes back and serializes the state (the checkpointer's capture).
   CheckpointImage Capture();
+  // Evicts sparse rows unused for --row_ttl_steps steps of the fastest live
+  // worker (the sampler thread calls this every second).
+  void EvictIdleRows();
   void StopSampler();
 
   std::shared_ptr<spdlog::logger> logger_;

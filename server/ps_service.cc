@@ -32,15 +32,22 @@ uint64_t PayloadBytes(absl::Span<const Payload> grads) {
   return n;
 }
 
+// The clock a pull's rows are marked used at (--row_ttl_steps).
+int64_t RowsClock(const PullRequest& request) {
+  return std::max(request.worker().clock(), request.for_clock());
+}
+
 void SetCallStatus(const absl::Status& s, CallStatus* out) {
   out->set_code(static_cast<int32_t>(s.code()));
   out->set_message(std::string(s.message()));
 }
 
 // The gradients of a PushStream frame, after its header: grads[i] gets
-// request.grads(i).grad_bytes() bytes; nothing may be left over.
+// request.grads(i).grad_bytes() bytes, then rows[k] gets
+// request.rows(k).grad_bytes(); nothing may be left over.
 absl::Status ReadFrameGradients(const PushRequest& request, FrameReader* reader,
-                                std::vector<Payload>* grads) {
+                                std::vector<Payload>* grads,
+                                std::vector<Payload>* rows) {
   if (request.wire_dtype() != WIRE_F32 && request.wire_dtype() != WIRE_BF16) {
     return absl::InvalidArgumentError(
         absl::StrCat("unknown wire_dtype ", request.wire_dtype()));
@@ -59,6 +66,22 @@ absl::Status ReadFrameGradients(const PushRequest& request, FrameReader* reader,
       return absl::InvalidArgumentError(absl::StrCat(
           "slice ", g.slice(), " of tensor ", QuoteName(g.tensor()),
           " (grad_bytes ", g.grad_bytes(), "): ", s.message()));
+    }
+  }
+  rows->resize(request.rows_size());
+  for (int k = 0; k < request.rows_size(); ++k) {
+    const RowsGradient& g = request.rows(k);
+    (*rows)[k].set_dtype(request.wire_dtype());
+    absl::Status s =
+        g.grad().empty()
+            ? reader->Next(g.grad_bytes(), &(*rows)[k])
+            : absl::InvalidArgumentError(
+                  "PushStream carries row gradients after the header, not in "
+                  "RowsGradient.grad");
+    if (!s.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("rows of table ", QuoteName(g.table()), " (grad_bytes ",
+                       g.grad_bytes(), "): ", s.message()));
     }
   }
   if (reader->remaining() != 0) {
@@ -229,11 +252,11 @@ class PushStreamReactor : public ByteBidiReactor {
       // until the push is applied.
       PushRequest header;
       FrameReader reader;
-      std::vector<Payload> grads;
+      std::vector<Payload> grads, rows;
       absl::Status s = reader.Open(request_, &header);
-      if (s.ok()) s = ReadFrameGradients(header, &reader, &grads);
+      if (s.ok()) s = ReadFrameGradients(header, &reader, &grads, &rows);
       if (s.ok()) {
-        s = service_->DoPush(header, grads, &answer);
+        s = service_->DoPush(header, grads, &answer, rows);
       } else {
         service_->context().stats->RecordBadInput();
       }
@@ -415,6 +438,9 @@ grpc::ServerUnaryReactor* PsService::ListTensors(
         for (TensorSpec& spec : c_.store->ListTensors()) {
           *response->add_tensors() = std::move(spec);
         }
+        for (TableSpec& spec : c_.store->tables().List()) {
+          *response->add_tables() = std::move(spec);
+        }
         return absl::OkStatus();
       });
 }
@@ -457,6 +483,7 @@ absl::Status PsService::BeginPull(const PullRequest& request, int64_t* target) {
   // Validate before touching the registry: a rejected pull must not
   // register the worker or move its clock (that could release other pulls).
   absl::Status s = c_.store->ValidatePull(request);
+  if (s.ok()) s = c_.store->tables().ValidatePull(request);
   if (!s.ok()) {
     c_.stats->RecordBadInput();
     return s;
@@ -483,10 +510,23 @@ void PsService::NoteWaitEnd(const PullRequest& request,
 
 absl::Status PsService::CopyPull(const PullRequest& request,
                                  PullResponse* response) {
-  const absl::Status s = c_.store->Pull(request, response);
+  absl::Status s = c_.store->Pull(request, response);
+  if (s.ok()) {
+    s = c_.store->tables().Pull(
+        request, RowsClock(request), WIRE_F32, response,
+        [response](int k, size_t n) {
+          std::string* values = response->mutable_rows(k)->mutable_values();
+          values->resize(n);
+          return &(*values)[0];
+        });
+  }
   if (!s.ok()) return s;
   uint64_t bytes = 0;
   for (const SliceData& d : response->slices()) bytes += d.values().size();
+  for (RowsData& d : *response->mutable_rows()) {
+    bytes += d.values().size();
+    d.clear_payload_bytes();
+  }
   response->set_shard_epoch(c_.epoch);
   c_.stats->RecordPull(bytes);
   return absl::OkStatus();
@@ -519,6 +559,15 @@ absl::StatusOr<grpc::ByteBuffer> PsService::CopyPullFrame(
         bytes += n;
       });
   if (!s.ok()) return s;
+  // Sparse rows after the slices: copied once, into the buffers sent.
+  const absl::Status rows = c_.store->tables().Pull(
+      request, RowsClock(request), dtype, header, [&](int, size_t n) {
+        payload.emplace_back(n);
+        bytes += n;
+        return reinterpret_cast<char*>(
+            const_cast<uint8_t*>(payload.back().begin()));
+      });
+  if (!rows.ok()) return rows;
   header->set_shard_epoch(c_.epoch);
   header->set_wire_dtype(dtype);
   c_.stats->RecordPull(bytes);
@@ -569,7 +618,8 @@ grpc::ServerUnaryReactor* PsService::Pull(grpc::CallbackServerContext* ctx,
 
 absl::Status PsService::DoPush(const PushRequest& request,
                                absl::Span<const Payload> grads,
-                               PushResponse* response) {
+                               PushResponse* response,
+                               absl::Span<const Payload> rows) {
   const WorkerRef& ref = request.worker();
   PushGate::Pass pass(c_.gate, ref.worker_id());
   // Who is calling, and was this push applied before? Both before the
@@ -580,7 +630,7 @@ absl::Status PsService::DoPush(const PushRequest& request,
     if (absl::IsInvalidArgument(claim.status())) c_.stats->RecordBadInput();
     return claim.status();
   }
-  const uint64_t bytes = PayloadBytes(grads);
+  const uint64_t bytes = PayloadBytes(grads) + PayloadBytes(rows);
   if (claim->duplicate()) {
     response->set_duplicate(true);
     c_.stats->RecordPush(bytes, /*duplicate=*/true, *response);
@@ -591,12 +641,21 @@ absl::Status PsService::DoPush(const PushRequest& request,
   const bool restored = request.read_epoch() != 0 && request.read_epoch() != c_.epoch;
   absl::StatusOr<ShardStore::PreparedPush> prepared =
       c_.store->PreparePush(request, grads, /*allow_future_versions=*/restored);
-  if (!prepared.ok()) {
+  // Sparse rows: validated as a whole, then applied (or refused), before
+  // the slices are; a bad row refuses the whole push.
+  absl::Status s = prepared.status();
+  if (s.ok()) {
+    s = c_.store->tables().Push(request, rows,
+                                restored ? TableStore::PushMode::kRefuseRestored
+                                         : TableStore::PushMode::kApply,
+                                c_.rule, response);
+  }
+  if (!s.ok()) {
     c_.workers->FinishPush(&*claim, /*applied=*/false);
-    c_.stats->RecordBadInput();
+    if (!absl::IsResourceExhausted(s)) c_.stats->RecordBadInput();
     c_.logger->debug("push from worker {} refused: {}", ref.worker_id(),
-                     prepared.status().ToString());
-    return prepared.status();
+                     s.ToString());
+    return s;
   }
   if (restored) {
     c_.store->RefusePush(request, *prepared, REFUSED_RESTORED, response);
@@ -620,7 +679,8 @@ grpc::ServerUnaryReactor* PsService::Push(grpc::CallbackServerContext* ctx,
           return absl::InvalidArgumentError(
               "Push carries float32; wire_dtype is for PushStream");
         }
-        return DoPush(request, ShardStore::PayloadsOf(request), response);
+        return DoPush(request, ShardStore::PayloadsOf(request), response,
+                      TableStore::PayloadsOf(request));
       });
 }
 
@@ -690,6 +750,9 @@ void PsService::FillStatus(StatusResponse* r) {
   r->set_parameter_bytes(size.parameter_bytes);
   r->set_max_parameter_bytes(c_.max_parameter_bytes);
   r->set_reserved_parameter_bytes(size.reserved_bytes);
+  for (TableStatus& t : c_.store->tables().Status()) {
+    *r->add_tables() = std::move(t);
+  }
   r->set_shard_epoch(c_.epoch);
   c_.stats->Snapshot(r->mutable_counters(), r->mutable_staleness(),
                      r->mutable_rates());

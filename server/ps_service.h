@@ -127,19 +127,22 @@ class PsService final : public RawParameterServerService {
   // ---- The steps shared by the unary methods and the streams.
 
   // Identifies the caller (fencing), claims the push's seq, validates every
-  // gradient (grads[i] is the payload of request.grads(i)) and applies the
-  // push once per (worker, incarnation, seq); records it.
+  // gradient (grads[i] is the payload of request.grads(i), rows[k] of
+  // request.rows(k)) and applies the push once per (worker, incarnation,
+  // seq); records it.
   absl::Status DoPush(const PushRequest& request, absl::Span<const Payload> grads,
-                      PushResponse* response);
+                      PushResponse* response,
+                      absl::Span<const Payload> rows = {});
 
   // Validates a pull and admits its caller; *target is the clock the
   // consistency model waits for.
   absl::Status BeginPull(const PullRequest& request, int64_t* target);
 
-  // Copies the pulled slices into a PullResponse (values in `bytes`).
+  // Copies the pulled slices and rows into a PullResponse (values in
+  // `bytes`); rows that do not exist yet are created.
   absl::Status CopyPull(const PullRequest& request, PullResponse* response);
-  // Copies the pulled slices into a frame (PullResponse header, payload in
-  // the request's wire_dtype); counts the bytes.
+  // Copies the pulled slices and rows into a frame (PullResponse header,
+  // payload in the request's wire_dtype); counts the bytes.
   absl::StatusOr<grpc::ByteBuffer> CopyPullFrame(const PullRequest& request,
                                                  PullResponse* header);
 

@@ -90,11 +90,16 @@ ABSL_FLAG(int64_t, pull_wait_timeout_ms, 60000,
           "Longest an SSP/BSP pull waits before DEADLINE_EXCEEDED.");
 ABSL_FLAG(std::string, max_parameter_bytes, "auto",
           "Most bytes this shard's tensors may take (values, optimizer state "
-          "and bookkeeping of its slices), checked before anything is "
-          "allocated: a CreateTensor beyond it is RESOURCE_EXHAUSTED. A byte "
+          "and bookkeeping of its slices, and the rows of its sparse tables), "
+          "checked before anything is allocated: a CreateTensor, or a pull or "
+          "push creating rows, beyond it is RESOURCE_EXHAUSTED. A byte "
           "count (suffixes K, M, G, T: powers of 1024), or auto = 40% of the "
           "machine's physical memory (a checkpoint needs about as much again "
           "while it is captured).");
+ABSL_FLAG(int64_t, row_ttl_steps, 0,
+          "Evict sparse table rows not pulled or pushed for this many steps "
+          "(clock ticks of the fastest live worker); an evicted row comes "
+          "back with its initial values when next touched. 0 = never.");
 ABSL_FLAG(std::string, checkpoint_dir, "",
           "Directory for this shard's checkpoint file "
           "(shard-<i>-of-<n>.ckpt); empty = checkpoints off. Written on the "
@@ -245,6 +250,12 @@ absl::StatusOr<PsServerOptions> OptionsFromFlags() {
         absl::StrCat("--max_parameter_bytes: ", cap.status().message()));
   }
   o.store.max_parameter_bytes = *cap;
+  o.store.row_ttl_steps = absl::GetFlag(FLAGS_row_ttl_steps);
+  if (o.store.row_ttl_steps < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--row_ttl_steps must be >= 0 (0 = never), got ",
+        o.store.row_ttl_steps));
+  }
   o.checkpoint_dir = absl::GetFlag(FLAGS_checkpoint_dir);
   const int64_t every = absl::GetFlag(FLAGS_checkpoint_every_s);
   if (every < 0) {

@@ -3,11 +3,10 @@
 // memory cap.
 #include <sys/stat.h>
 
+#include <catch2/catch.hpp>
 #include <string>
 #include <tuple>
 #include <vector>
-
-#include <catch2/catch.hpp>
 
 #include "common/sharding.h"
 #include "server/checkpoint.h"

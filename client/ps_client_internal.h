@@ -1,0 +1,65 @@
+#ifndef ASYNCPS_CLIENT_PS_CLIENT_INTERNAL_H_
+#define ASYNCPS_CLIENT_PS_CLIENT_INTERNAL_H_
+
+// Parts of PsClient shared by its source files (ps_client.cc: dense
+// tensors; ps_client_rows.cc: sparse tables). Not for other users.
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "client/data_stream.h"
+#include "client/fanout.h"
+#include "client/ps_client.h"
+#include "common/grpc_status.h"
+#include "proto/asyncps.grpc.pb.h"
+
+namespace asyncps {
+
+struct PsClient::Shard {
+  std::string address;
+  std::unique_ptr<ParameterServer::Stub> stub;  // unary calls, connection 0
+  // One pull and one push stream per connection.
+  std::vector<std::unique_ptr<DataStream>> pulls, pushes;
+};
+
+// A stream answer's CallStatus as an absl::Status.
+inline absl::Status FromCallStatus(const CallStatus& s) {
+  if (s.code() == 0) return absl::OkStatus();
+  return absl::Status(static_cast<absl::StatusCode>(s.code()), s.message());
+}
+
+// Unary RPC to every shard through one FanOut (see ps_client.h).
+template <typename Request, typename Response, typename Issue>
+absl::Status PsClient::ToAllShards(const char* method, const Request& request,
+                                   std::vector<Response>* responses,
+                                   Issue issue,
+                                   std::function<absl::Status(int)> on_ok,
+                                   const RetryPolicy& policy) {
+  const int n = num_shards();
+  responses->assign(n, Response());
+  std::vector<FanOut::Call> calls;
+  for (int s = 0; s < n; ++s) {
+    FanOut::Call call;
+    call.shard = s;
+    call.start = [this, s, &request, responses, issue](grpc::ClientContext* ctx,
+                                                       FanOut::Done done) {
+      (*responses)[s].Clear();
+      issue(shards_[s]->stub.get(), ctx, &request, &(*responses)[s],
+            [done = std::move(done)](grpc::Status st) {
+              done(FromGrpcStatus(st));
+            });
+    };
+    if (on_ok) call.on_ok = [s, on_ok] { return on_ok(s); };
+    calls.push_back(std::move(call));
+  }
+  FanOut fanout(Env(), method, policy);
+  fanout.Start(std::move(calls));
+  return fanout.Wait();
+}
+
+}  // namespace asyncps
+
+#endif  // ASYNCPS_CLIENT_PS_CLIENT_INTERNAL_H_
