@@ -92,6 +92,9 @@ struct RowsQuery {
   std::string table;
   absl::Span<const uint64_t> ids;
   float* out = nullptr;
+  // Read only (TableIds.peek): rows that do not exist are answered with
+  // their initial values and not created.
+  bool peek = false;
 };
 
 // One table's row gradients to push: grads holds ids.size() x dim floats,

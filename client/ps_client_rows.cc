@@ -239,7 +239,9 @@ std::unique_ptr<PsClient::PendingRowsPull> PsClient::StartPullRows(
       RowsPullShard& ps = *shards[home];
       if (entry[home] < 0) {
         entry[home] = ps.request.rows_size();
-        ps.request.add_rows()->set_table(query.table);
+        TableIds* rows = ps.request.add_rows();
+        rows->set_table(query.table);
+        rows->set_peek(query.peek);
         ps.queries.push_back(q.get());
         ps.uniques.emplace_back();
       }

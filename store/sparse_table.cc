@@ -245,23 +245,33 @@ uint64_t SparseTable::CreateMissing(Partition& p, int k,
   return created;
 }
 
-void SparseTable::CopyOut(const Partition& p, int k, const Batch& batch,
-                          int64_t clock, WireDtype dtype, char* out,
-                          uint64_t* versions) const {
+void SparseTable::CopyOut(const Partition& p, int k,
+                          absl::Span<const uint64_t> ids, const Batch& batch,
+                          int64_t clock, bool touch, WireDtype dtype,
+                          char* out, uint64_t* versions) const {
   const size_t row_wire = static_cast<size_t>(dim_) * WireBytes(dtype);
+  std::vector<float> initial;
   for (uint32_t j = batch.begin[k]; j < batch.begin[k + 1]; ++j) {
     const uint32_t pos = batch.order[j];
     const uint32_t row = batch.rows[pos];
-    const float* data = RowData(p, row);
+    const float* data;
+    if (row == Batch::kNoRow) {  // a peek at a row that does not exist
+      initial.resize(dim_);
+      init_.Fill(ids[pos], initial.data());
+      data = initial.data();
+      versions[pos] = 0;
+    } else {
+      data = RowData(p, row);
+      versions[pos] =
+          p.chunks[row >> kChunkShift]->versions[row & (kChunkRows - 1)];
+      if (touch) Touch(p, row, clock);
+    }
     char* dst = out + pos * row_wire;
     if (dtype == WIRE_BF16) {
       EncodeBf16(data, dim_, dst);
     } else {
       std::memcpy(dst, data, row_wire);
     }
-    versions[pos] =
-        p.chunks[row >> kChunkShift]->versions[row & (kChunkRows - 1)];
-    Touch(p, row, clock);
   }
 }
 
@@ -282,14 +292,26 @@ uint64_t SparseTable::Read(absl::Span<const uint64_t> ids, Batch* batch,
     if (missing) {
       absl::MutexLock l(&p.mu);
       created += CreateMissing(p, k, ids, batch, clock);
-      CopyOut(p, k, *batch, clock, dtype, out, versions);
+      CopyOut(p, k, ids, *batch, clock, true, dtype, out, versions);
     } else {
       absl::ReaderMutexLock l(&p.mu);
-      CopyOut(p, k, *batch, clock, dtype, out, versions);
+      CopyOut(p, k, ids, *batch, clock, true, dtype, out, versions);
     }
   }
   CountPull(ids.size());
   return created;
+}
+
+void SparseTable::Peek(absl::Span<const uint64_t> ids, const Batch& batch,
+                       WireDtype dtype, char* out, uint64_t* versions) const {
+  for (int k = 0; k < kPartitions; ++k) {
+    if (batch.begin[k] == batch.begin[k + 1]) continue;
+    const Partition& p = partitions_[k];
+    absl::ReaderMutexLock l(&p.mu);
+    CopyOut(p, k, ids, batch, 0, false, dtype, out, versions);
+  }
+  pulls_.fetch_add(1, std::memory_order_relaxed);
+  rows_pulled_.fetch_add(ids.size(), std::memory_order_relaxed);
 }
 
 SparseTable::PushCounts SparseTable::Apply(

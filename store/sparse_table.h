@@ -122,6 +122,10 @@ class SparseTable {
   // REQUIRES: the caller reserved batch.missing * row_bytes() bytes.
   uint64_t Read(absl::Span<const uint64_t> ids, Batch* batch, int64_t clock,
                 WireDtype dtype, char* out, uint64_t* versions);
+  // The same without creating or marking anything: a missing row is
+  // answered with its initial values and version 0. Needs no reservation.
+  void Peek(absl::Span<const uint64_t> ids, const Batch& batch,
+            WireDtype dtype, char* out, uint64_t* versions) const;
 
   // Applies one push's gradients (grads: ids.size() x dim() floats, all
   // finite; modified in place where duplicates are summed). read_versions
@@ -201,9 +205,11 @@ class SparseTable {
       ABSL_SHARED_LOCKS_REQUIRED(p.mu);
   void Touch(const Partition& p, uint32_t row, int64_t clock) const
       ABSL_SHARED_LOCKS_REQUIRED(p.mu);
-  // Copies the rows of partition `k` of a batch out (see Read).
-  void CopyOut(const Partition& p, int k, const Batch& batch, int64_t clock,
-               WireDtype dtype, char* out, uint64_t* versions) const
+  // Copies the rows of partition `k` of a batch out (see Read), marking
+  // them used at `clock` when `touch`; missing rows get initial values.
+  void CopyOut(const Partition& p, int k, absl::Span<const uint64_t> ids,
+               const Batch& batch, int64_t clock, bool touch, WireDtype dtype,
+               char* out, uint64_t* versions) const
       ABSL_SHARED_LOCKS_REQUIRED(p.mu);
   // Resolves the missing rows of partition `k` of a batch, creating them.
   uint64_t CreateMissing(Partition& p, int k, absl::Span<const uint64_t> ids,
@@ -223,8 +229,10 @@ class SparseTable {
 
   std::unique_ptr<Partition[]> partitions_;
 
-  std::atomic<uint64_t> rows_{0}, created_{0}, evicted_{0}, pulls_{0},
-      pushes_{0}, rows_pulled_{0}, rows_pushed_{0};
+  std::atomic<uint64_t> rows_{0}, created_{0}, evicted_{0}, pushes_{0},
+      rows_pushed_{0};
+  // Counted by (const) peeks too.
+  mutable std::atomic<uint64_t> pulls_{0}, rows_pulled_{0};
 };
 
 }  // namespace asyncps

@@ -229,6 +229,7 @@ absl::Status TableStore::Pull(
   uint64_t missing_bytes = 0, missing_rows = 0;
   for (int k = 0; k < n; ++k) {
     (*tables)[k]->Find(IdSpan(request.rows(k).ids()), &batches[k]);
+    if (request.rows(k).peek()) continue;  // creates nothing
     missing_rows += batches[k].missing;
     missing_bytes += batches[k].missing * (*tables)[k]->row_bytes();
   }
@@ -245,9 +246,14 @@ absl::Status TableStore::Pull(
     const size_t bytes =
         static_cast<size_t>(in.ids_size()) * t->dim() * WireBytes(dtype);
     out->set_payload_bytes(bytes);
-    const uint64_t created =
-        t->Read(IdSpan(in.ids()), &batches[k], clock, dtype, buffer(k, bytes),
-                out->mutable_versions()->mutable_data());
+    char* values = buffer(k, bytes);
+    uint64_t* versions = out->mutable_versions()->mutable_data();
+    if (in.peek()) {
+      t->Peek(IdSpan(in.ids()), batches[k], dtype, values, versions);
+      continue;
+    }
+    const uint64_t created = t->Read(IdSpan(in.ids()), &batches[k], clock,
+                                     dtype, values, versions);
     reservation.Keep(created * t->row_bytes());
   }
   return absl::OkStatus();

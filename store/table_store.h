@@ -98,7 +98,8 @@ class TableStore {
   // repeats and its ids pass SparseTable::CheckIds (INVALID_ARGUMENT).
   absl::Status ValidatePull(const PullRequest& request) const;
 
-  // Reads the rows of request.rows, creating missing ones, into
+  // Reads the rows of request.rows, creating missing ones (unless the
+  // entry is a peek: see TableIds.peek), into
   // response->rows (table, versions, payload_bytes) in the request's
   // order; table k's values go to buffer(k, payload_bytes) in wire type
   // `dtype`. Rows are marked used at `clock`. RESOURCE_EXHAUSTED (and

@@ -13,11 +13,15 @@
 #include <thread>
 #include <cstdio>
 #include <limits>
+#include <optional>
 #include <string>
 
 #include "absl/flags/flag.h"
 #include "absl/random/random.h"
+#include "absl/strings/ascii.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "common/cli.h"
 #include "common/connection_check.h"
 #include "common/identity.h"
@@ -31,7 +35,9 @@
 #include "worker/mlp.h"
 #include "worker/parameter_store.h"
 #include "client/ps_client.h"
+#include "worker/ctr_trainer.h"
 #include "worker/local_store.h"
+#include "worker/row_store.h"
 #include "worker/trainer.h"
 
 ABSL_FLAG(std::string, servers, "",
@@ -100,6 +106,31 @@ ABSL_FLAG(int64_t, final_wait_s, 600,
           "Evaluating worker: wait at most this long for the others to "
           "finish before the final evaluation.");
 ABSL_FLAG(std::string, log_level, "info", "trace, debug, info, warn, error.");
+ABSL_FLAG(std::string, model, "mlp",
+          "mlp: the Fashion-MNIST classifier; ctr: a DLRM-like click model "
+          "(embedding tables on the shards' sparse tables, an MLP on top) "
+          "on a synthetic click log with a known Bayes-optimal AUC. With "
+          "ctr, --hidden, --batch_size, --optimizer, --lr and --epochs "
+          "default to 64,32, 256, adam, 0.001 and 1.");
+ABSL_FLAG(int64_t, ctr_train_examples, 8000000,
+          "ctr: examples in the synthetic click log's train split (shared "
+          "by the workers).");
+ABSL_FLAG(int64_t, ctr_test_examples, 200000,
+          "ctr: examples in the test split (evaluated by worker 0).");
+ABSL_FLAG(std::string, ctr_vocab,
+          "2000000,1000000,500000,200000,50000,10000,1000,100",
+          "ctr: distinct ids of each categorical field (one embedding table "
+          "per field), comma-separated.");
+ABSL_FLAG(double, ctr_zipf, 1.2,
+          "ctr: Zipf exponent of the fields' id popularity.");
+ABSL_FLAG(int, ctr_dense_features, 4, "ctr: dense features per example.");
+ABSL_FLAG(int, embedding_dim, 16, "ctr: embedding dimension of every table.");
+ABSL_FLAG(std::string, table_optimizer, "adagrad",
+          "ctr: optimizer of the embedding rows: sgd, momentum, adagrad or "
+          "adam (lazy: touched rows only).");
+ABSL_FLAG(double, table_lr, 0.1, "ctr: learning rate of the embedding rows.");
+ABSL_FLAG(double, embedding_init, 0.01,
+          "ctr: embedding rows start uniform in [-x, x).");
 
 namespace asyncps {
 namespace {
@@ -217,6 +248,111 @@ absl::StatusOr<TrainerOptions> TrainerOptionsFromFlags() {
   return o;
 }
 
+// An optimizer by name, with the usual hyper-parameters; `flag` names the
+// flag in errors.
+absl::StatusOr<OptimizerSpec> OptimizerByName(const std::string& name,
+                                              double lr, const char* flag) {
+  OptimizerSpec o;
+  if (!(lr > 0) || !std::isfinite(lr)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the learning rate for ", flag, " must be > 0"));
+  }
+  o.set_learning_rate(static_cast<float>(lr));
+  if (name == "sgd") {
+    o.set_type(OPT_SGD);
+  } else if (name == "momentum") {
+    o.set_type(OPT_MOMENTUM);
+    o.set_momentum(static_cast<float>(absl::GetFlag(FLAGS_momentum)));
+  } else if (name == "adam") {
+    o.set_type(OPT_ADAM);
+    o.set_beta1(0.9f);
+    o.set_beta2(0.999f);
+    o.set_epsilon(1e-8f);
+  } else if (name == "adagrad") {
+    o.set_type(OPT_ADAGRAD);
+    o.set_epsilon(1e-8f);
+    o.set_initial_accumulator(0.1f);
+  } else {
+    return absl::InvalidArgumentError(
+        absl::StrCat(flag, " must be sgd, momentum, adagrad or adam, got '",
+                     name, "'"));
+  }
+  return o;
+}
+
+// The CTR model's options from the flags; defaults that differ from the
+// MLP's apply where the flag was not set.
+absl::StatusOr<CtrTrainerOptions> CtrOptionsFromFlags(
+    const TrainerOptions& common, const ParsedCommandLine& cl) {
+  CtrTrainerOptions o;
+  o.worker_id = common.worker_id;
+  o.num_workers = common.num_workers;
+  o.seed = common.seed;
+  o.create = common.create_tensors;
+  o.evaluate = common.evaluate;
+  o.eval_every_steps = common.eval_every_steps;
+  o.log_every_steps = common.log_every_steps;
+  o.pipeline = common.pipeline;
+  o.max_pushes_in_flight = common.max_pushes_in_flight;
+  o.final_wait = common.final_wait;
+  o.max_steps = common.max_steps;
+  o.epochs = cl.IsSet("epochs") ? common.epochs : 1;
+  if (o.max_steps > 0) o.epochs = common.epochs;
+  o.batch_size = cl.IsSet("batch_size") ? common.batch_size : 256;
+  absl::StatusOr<std::vector<int>> hidden = ParseLayerSizes(
+      cl.IsSet("hidden") ? absl::GetFlag(FLAGS_hidden) : "64,32", 1, 1);
+  if (!hidden.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--hidden: ", hidden.status().message()));
+  }
+  o.hidden.assign(hidden->begin() + 1, hidden->end() - 1);
+  absl::StatusOr<OptimizerSpec> dense = OptimizerByName(
+      cl.IsSet("optimizer") ? absl::GetFlag(FLAGS_optimizer) : "adam",
+      cl.IsSet("lr") ? absl::GetFlag(FLAGS_lr) : 0.001, "--optimizer");
+  if (!dense.ok()) return dense.status();
+  o.dense_optimizer = *dense;
+  absl::StatusOr<OptimizerSpec> table =
+      OptimizerByName(absl::GetFlag(FLAGS_table_optimizer),
+                      absl::GetFlag(FLAGS_table_lr), "--table_optimizer");
+  if (!table.ok()) return table.status();
+  o.table_optimizer = *table;
+  o.train_examples = absl::GetFlag(FLAGS_ctr_train_examples);
+  o.test_examples = absl::GetFlag(FLAGS_ctr_test_examples);
+  if (o.train_examples < 1 || o.test_examples < 0) {
+    return absl::InvalidArgumentError(
+        "--ctr_train_examples must be >= 1 and --ctr_test_examples >= 0");
+  }
+  o.embedding_dim = absl::GetFlag(FLAGS_embedding_dim);
+  if (o.embedding_dim < 1 || o.embedding_dim > 4096) {
+    return absl::InvalidArgumentError("--embedding_dim must be in [1, 4096]");
+  }
+  const double init = absl::GetFlag(FLAGS_embedding_init);
+  if (!(init >= 0) || !std::isfinite(init)) {
+    return absl::InvalidArgumentError("--embedding_init must be >= 0");
+  }
+  o.embedding_init = static_cast<float>(init);
+  o.data.seed = common.seed;
+  o.data.vocab.clear();
+  for (absl::string_view part :
+       absl::StrSplit(absl::GetFlag(FLAGS_ctr_vocab), ',')) {
+    int64_t v = 0;
+    if (!absl::SimpleAtoi(absl::StripAsciiWhitespace(part), &v) || v < 1) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--ctr_vocab: \"", part, "\" is not a positive integer"));
+    }
+    o.data.vocab.push_back(v);
+  }
+  o.data.zipf_exponent = absl::GetFlag(FLAGS_ctr_zipf);
+  o.data.dense_features = absl::GetFlag(FLAGS_ctr_dense_features);
+  absl::Status s = ValidateCtrData(o.data);
+  if (!s.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--ctr_vocab/--ctr_zipf/--ctr_dense_features: ",
+                     s.message()));
+  }
+  return o;
+}
+
 // SIGINT / SIGTERM: the first stops training after the current step (the
 // worker leaves the shards and exits 0), a second one exits at once.
 std::atomic<bool> g_stop{false};
@@ -275,7 +411,8 @@ int Main(int argc, char** argv) {
   program.name = "ps_worker";
   program.version = kVersion;
   program.usage =
-      "ps_worker: trains a Fashion-MNIST MLP against an asyncps cluster.\n\n"
+      "ps_worker: trains a Fashion-MNIST MLP (or, with --model=ctr, a click\n"
+      "model with sparse embedding tables) against an asyncps cluster.\n\n"
       "  ps_worker --servers=h:p,h:p --worker_id=0 --num_workers=4\n"
       "  ps_worker --local            # same model and data, no servers\n\n"
       "Exit status: 0 when training finished, 1 when it failed, 2 for bad\n"
@@ -289,6 +426,17 @@ int Main(int argc, char** argv) {
   }
   absl::StatusOr<TrainerOptions> options = TrainerOptionsFromFlags();
   if (!options.ok()) return Fail(std::string(options.status().message()));
+  const std::string model = absl::GetFlag(FLAGS_model);
+  if (model != "mlp" && model != "ctr") {
+    return Fail(absl::StrCat("--model must be mlp or ctr, got '", model, "'"));
+  }
+  std::optional<CtrTrainerOptions> ctr;
+  if (model == "ctr") {
+    absl::StatusOr<CtrTrainerOptions> c =
+        CtrOptionsFromFlags(*options, *parsed.command_line);
+    if (!c.ok()) return Fail(std::string(c.status().message()));
+    ctr = *std::move(c);
+  }
   std::vector<std::string> warnings;
   absl::StatusOr<SecurityOptions> security =
       SecurityOptionsFromFlags(/*server=*/false, &warnings);
@@ -308,7 +456,9 @@ int Main(int argc, char** argv) {
   options->stop = &g_stop;
 
   std::unique_ptr<ParameterStore> store;
+  std::unique_ptr<RowStore> rows;  // ctr only
   if (absl::GetFlag(FLAGS_local)) {
+    if (ctr) rows = MakeLocalRowStore();
     if (!absl::GetFlag(FLAGS_servers).empty()) {
       return Fail("--local and --servers exclude each other");
     }
@@ -352,6 +502,7 @@ int Main(int argc, char** argv) {
                          **logger);
       return 1;
     }
+    if (ctr) rows = MakeRemoteRowStore(client->get());  // store owns client
     store = MakeRemoteStore(*std::move(client));
   }
 
@@ -359,6 +510,18 @@ int Main(int argc, char** argv) {
       MakeBackend(absl::GetFlag(FLAGS_device));
   if (!backend.ok()) {
     return Fail(absl::StrCat("--device: ", backend.status().message()));
+  }
+  if (ctr) {
+    ctr->logger = *logger;
+    ctr->stop = &g_stop;
+    absl::StatusOr<CtrResult> result =
+        TrainCtr(*ctr, store.get(), rows.get(), backend->get());
+    if (!result.ok()) {
+      (*logger)->error("training failed: {}", result.status().ToString());
+      ExplainUnavailable(result.status(), *security, **logger);
+      return 1;
+    }
+    return 0;
   }
   const std::string dir = absl::GetFlag(FLAGS_data_dir);
   absl::StatusOr<Dataset> train = LoadFashionMnist(dir, Split::kTrain);

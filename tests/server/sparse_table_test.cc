@@ -269,6 +269,31 @@ TEST_CASE("pushed rows get exactly the optimizer's update", "[tables]") {
   }
 }
 
+TEST_CASE("a peek reads rows without creating them", "[tables]") {
+  const TableSpec spec = MakeTableSpec("emb", 3, Opt(OPT_SGD, 0.5f));
+  auto store = Store();
+  REQUIRE_OK(CreateTable(store.get(), spec));
+  REQUIRE_OK(PushRows(store.get(), "emb", {1}, {1, 1, 1}).status());
+  PullRequest req;
+  TableIds* t = req.add_rows();
+  t->set_table("emb");
+  t->add_ids(1);
+  t->add_ids(2);
+  t->set_peek(true);
+  PullResponse resp;
+  std::vector<float> out(6);
+  REQUIRE_OK(store->tables().Pull(req, 0, WIRE_F32, &resp, [&](int, size_t n) {
+    REQUIRE(n == out.size() * sizeof(float));
+    return reinterpret_cast<char*>(out.data());
+  }));
+  const std::vector<float> one = InitialRow(spec, 1), two = InitialRow(spec, 2);
+  REQUIRE(out == std::vector<float>{one[0] - 0.5f, one[1] - 0.5f,
+                                    one[2] - 0.5f, two[0], two[1], two[2]});
+  REQUIRE(resp.rows(0).versions(0) == 1);
+  REQUIRE(resp.rows(0).versions(1) == 0);
+  REQUIRE(store->tables().totals().rows == 1);
+}
+
 TEST_CASE("a push of a row never pulled applies to its initial values",
           "[tables]") {
   const TableSpec spec = MakeTableSpec("emb", 3, Opt(OPT_SGD, 0.5f));
