@@ -218,6 +218,40 @@ std::string RenderPrometheus(const StatusResponse& s) {
                "Pushes applied from the worker's current incarnation.",
                [](const WorkerStatus& w) { return absl::StrCat(w.pushes()); });
   }
+  if (s.tables_size() > 0) {
+    auto per_table = [&](absl::string_view name, absl::string_view type,
+                         absl::string_view help, auto value) {
+      e.Family(name, type, help);
+      for (const TableStatus& t : s.tables()) {
+        e.Sample(name, absl::StrCat(value(t)),
+                 absl::StrCat("table=\"", EscapeLabelValue(t.name()), "\""));
+      }
+    };
+    per_table("asyncps_table_rows", "gauge",
+              "Rows of the sparse table held by the shard.",
+              [](const TableStatus& t) { return t.rows(); });
+    per_table("asyncps_table_bytes", "gauge",
+              "Bytes the table's rows count against --max_parameter_bytes.",
+              [](const TableStatus& t) { return t.bytes(); });
+    per_table("asyncps_table_rows_created_total", "counter",
+              "Rows created on first touch.",
+              [](const TableStatus& t) { return t.rows_created(); });
+    per_table("asyncps_table_rows_evicted_total", "counter",
+              "Rows evicted after --row_ttl_steps unused.",
+              [](const TableStatus& t) { return t.rows_evicted(); });
+    per_table("asyncps_table_pulls_total", "counter",
+              "Pulls that read rows of the table.",
+              [](const TableStatus& t) { return t.pulls(); });
+    per_table("asyncps_table_pushes_total", "counter",
+              "Pushes applied to rows of the table.",
+              [](const TableStatus& t) { return t.pushes(); });
+    per_table("asyncps_table_rows_pulled_total", "counter",
+              "Rows read by pulls.",
+              [](const TableStatus& t) { return t.rows_pulled(); });
+    per_table("asyncps_table_rows_pushed_total", "counter",
+              "Distinct rows of applied pushes.",
+              [](const TableStatus& t) { return t.rows_pushed(); });
+  }
   return e.Take();
 }
 
@@ -250,12 +284,12 @@ absl::StatusOr<int> MetricsHttpServer::Start(const std::string& host,
     int yes = 1;
     setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
   });
-  server->Get(
-      "/metrics", [this](const httplib::Request&, httplib::Response& res) {
-        std::string text = RenderPrometheus(source_());
-        if (extra_) text += extra_();
-        res.set_content(std::move(text), kPrometheusContentType);
-      });
+  server->Get("/metrics",
+              [this](const httplib::Request&, httplib::Response& res) {
+                std::string text = RenderPrometheus(source_());
+                if (extra_) text += extra_();
+                res.set_content(std::move(text), kPrometheusContentType);
+              });
   server->Get("/", [](const httplib::Request&, httplib::Response& res) {
     res.set_content("asyncps shard: metrics at /metrics\n", "text/plain");
   });

@@ -6,6 +6,8 @@
 #include <map>
 #include <set>
 
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
@@ -163,6 +165,11 @@ ClusterSummary Summarize(const std::vector<ShardResult>& shards) {
     sum.staleness_p99 = std::max(sum.staleness_p99, h.p99());
     sum.staleness_max = std::max(sum.staleness_max, h.max());
     policies.insert(DescribePolicy(s.policy()));
+    sum.tables = std::max(sum.tables, s.tables_size());
+    for (const TableStatus& t : s.tables()) {
+      sum.table_rows += t.rows();
+      sum.table_bytes += t.bytes();
+    }
     bool live_here = false;
     for (const WorkerStatus& w : s.workers()) live_here |= w.live();
     if (live_here) {
@@ -236,6 +243,35 @@ std::vector<MergedWorker> MergeWorkers(const std::vector<ShardResult>& shards) {
   return out;
 }
 
+double MergedTable::imbalance() const {
+  if (rows == 0 || shards == 0) return 0;
+  return static_cast<double>(max_shard_rows) * shards / rows - 1.0;
+}
+
+std::vector<MergedTable> MergeTables(const std::vector<ShardResult>& shards) {
+  std::map<std::string, MergedTable> merged;
+  for (const ShardResult& r : shards) {
+    if (!r.up) continue;
+    for (const TableStatus& t : r.status.tables()) {
+      MergedTable& m = merged[t.name()];
+      m.name = t.name();
+      m.dim = t.dim();
+      m.optimizer = t.optimizer();
+      m.rows += t.rows();
+      m.bytes += t.bytes();
+      m.rows_created += t.rows_created();
+      m.rows_evicted += t.rows_evicted();
+      m.pulls += t.pulls();
+      m.pushes += t.pushes();
+      m.max_shard_rows = std::max(m.max_shard_rows, t.rows());
+      ++m.shards;
+    }
+  }
+  std::vector<MergedTable> out;
+  for (auto& [name, m] : merged) out.push_back(std::move(m));
+  return out;
+}
+
 std::string RenderText(const std::vector<ShardResult>& shards, bool wide) {
   const ClusterSummary s = Summarize(shards);
   const Counters& c = s.counters;
@@ -250,6 +286,10 @@ std::string RenderText(const std::vector<ShardResult>& shards, bool wide) {
   absl::StrAppend(&out, "  tensors ", s.tensors, "  slices ", s.slices,
                   "  parameters ", s.parameters, " (",
                   HumanBytes(s.parameter_bytes), ")\n");
+  if (s.tables > 0) {
+    absl::StrAppend(&out, "  tables ", s.tables, "  rows ", s.table_rows, " (",
+                    HumanBytes(s.table_bytes), ")\n");
+  }
   absl::StrAppend(&out, "  pushes ", c.pushes(), " (", c.duplicate_pushes(),
                   " duplicate)  pulls ", c.pulls(), "  slice updates ",
                   c.updates_applied(), " applied / ", c.refused_stale(),
@@ -335,6 +375,23 @@ std::string RenderText(const std::vector<ShardResult>& shards, bool wide) {
   }
   absl::StrAppend(&out, table.Render());
 
+  const std::vector<MergedTable> tables = MergeTables(shards);
+  if (!tables.empty()) {
+    TextTable tt({"TABLE", "OPTIMIZER", "DIM", "ROWS", "BYTES", "IMBALANCE",
+                  "CREATED", "EVICTED", "PULLS", "PUSHES"},
+                 /*left_columns=*/2);
+    for (const MergedTable& t : tables) {
+      std::string optimizer = OptimizerType_Name(t.optimizer);
+      if (absl::StartsWith(optimizer, "OPT_")) optimizer = optimizer.substr(4);
+      tt.AddRow({t.name, absl::AsciiStrToLower(optimizer), absl::StrCat(t.dim),
+                 absl::StrCat(t.rows), HumanBytes(t.bytes),
+                 absl::StrFormat("%.1f%%", 100 * t.imbalance()),
+                 absl::StrCat(t.rows_created), absl::StrCat(t.rows_evicted),
+                 absl::StrCat(t.pulls), absl::StrCat(t.pushes)});
+    }
+    absl::StrAppend(&out, "\n", tt.Render());
+  }
+
   const std::vector<MergedWorker> workers = MergeWorkers(shards);
   if (!workers.empty()) {
     TextTable wt({"WORKER", "INCARNATION", "STATE", "CLOCK", "LAG", "HEARTBEAT",
@@ -389,7 +446,10 @@ Doc StatusDoc(const std::vector<ShardResult>& shards) {
       .Set("min_clock", s.any_live ? Doc::Int(s.min_clock) : Doc::Null())
       .Set("max_clock", s.any_live ? Doc::Int(s.max_clock) : Doc::Null())
       .Set("workers", Doc::Int(s.workers))
-      .Set("live_workers", Doc::Int(s.live_workers));
+      .Set("live_workers", Doc::Int(s.live_workers))
+      .Set("tables", Doc::Int(s.tables))
+      .Set("table_rows", Doc::Uint(s.table_rows))
+      .Set("table_bytes", Doc::Uint(s.table_bytes));
 
   Doc workers = Doc::Array();
   for (const MergedWorker& w : MergeWorkers(shards)) {

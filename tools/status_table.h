@@ -45,6 +45,23 @@ struct ClusterSummary {
   int64_t max_clock = 0;  // fastest live worker on any shard
   int workers = 0;        // distinct worker ids
   int live_workers = 0;
+  // Sparse tables: most any shard knows, and their rows and bytes summed.
+  int32_t tables = 0;
+  uint64_t table_rows = 0;
+  uint64_t table_bytes = 0;
+};
+
+// One sparse table as the cluster holds it: each shard's share summed.
+struct MergedTable {
+  std::string name;
+  int32_t dim = 0;
+  OptimizerType optimizer = OPT_SGD;
+  uint64_t rows = 0, bytes = 0, rows_created = 0, rows_evicted = 0, pulls = 0,
+           pushes = 0;
+  int shards = 0;
+  uint64_t max_shard_rows = 0;  // the fullest shard's rows
+  // How far the fullest shard is above an even share: max / mean - 1.
+  double imbalance() const;
 };
 
 // One worker as the cluster sees it. Only the newest incarnation seen on any
@@ -68,6 +85,9 @@ ClusterSummary Summarize(const std::vector<ShardResult>& shards);
 // Sorted by worker id.
 std::vector<MergedWorker> MergeWorkers(const std::vector<ShardResult>& shards);
 
+// Sorted by name.
+std::vector<MergedTable> MergeTables(const std::vector<ShardResult>& shards);
+
 // A human-readable policy, e.g. "SSP slack 3, max_staleness 8,
 // staleness_lr inverse".
 std::string DescribePolicy(const StalenessPolicy& policy);
@@ -78,8 +98,9 @@ std::string DescribePolicy(const StalenessPolicy& policy);
 std::vector<std::string> Problems(const std::vector<ShardResult>& shards);
 
 // The problems (as "WARNING: ..." lines), the cluster summary, a table with
-// one row per shard (DOWN rows carry the error) and a table with one row
-// per worker. `wide` adds columns (bytes, rates, version, checkpoint).
+// one row per shard (DOWN rows carry the error), a table with one row per
+// sparse table (when there are any) and a table with one row per worker. `wide`
+// adds columns (bytes, rates, version, checkpoint).
 std::string RenderText(const std::vector<ShardResult>& shards,
                        bool wide = false);
 

@@ -406,3 +406,53 @@ TEST_CASE("--metrics_host binds the endpoint to another address than --host",
 
 }  // namespace
 }  // namespace asyncps
+
+namespace asyncps {
+namespace {
+
+TEST_CASE("RenderPrometheus has one series per sparse table",
+          "[monitoring][metrics][tables]") {
+  StatusResponse s;
+  s.set_shard_index(1);
+  for (const char* name : {"ctr/emb0", "q\"t"}) {
+    TableStatus* t = s.add_tables();
+    t->set_name(name);
+    t->set_dim(16);
+    t->set_rows(name[0] == 'c' ? 1000 : 5);
+    t->set_bytes(128000);
+    t->set_rows_created(1200);
+    t->set_rows_evicted(200);
+    t->set_pulls(30);
+    t->set_pushes(29);
+    t->set_rows_pulled(60000);
+    t->set_rows_pushed(58000);
+  }
+  const Exposition e = Parse(RenderPrometheus(s));
+  INFO("errors: " << absl::StrJoin(e.errors, "\n"));
+  REQUIRE(e.errors.empty());
+  CHECK(Sample(e, R"(asyncps_table_rows{shard="1",table="ctr/emb0"})") == 1000);
+  CHECK(Sample(e, R"(asyncps_table_rows{shard="1",table="q\"t"})") == 5);
+  CHECK(Sample(e, R"(asyncps_table_bytes{shard="1",table="ctr/emb0"})") ==
+        128000);
+  CHECK(Sample(
+            e,
+            R"(asyncps_table_rows_created_total{shard="1",table="ctr/emb0"})") ==
+        1200);
+  CHECK(Sample(
+            e,
+            R"(asyncps_table_rows_evicted_total{shard="1",table="ctr/emb0"})") ==
+        200);
+  CHECK(Sample(e, R"(asyncps_table_pulls_total{shard="1",table="ctr/emb0"})") ==
+        30);
+  CHECK(Sample(e, R"(asyncps_table_pushes_total{shard="1",table="ctr/emb0"})") ==
+        29);
+  CHECK(Sample(
+            e,
+            R"(asyncps_table_rows_pulled_total{shard="1",table="ctr/emb0"})") ==
+        60000);
+  CHECK(e.types.at("asyncps_table_rows") == "gauge");
+  CHECK(e.types.at("asyncps_table_pushes_total") == "counter");
+}
+
+}  // namespace
+}  // namespace asyncps

@@ -2,6 +2,7 @@
 
 #include "tools/status_table.h"
 
+#include <algorithm>
 #include <catch2/catch.hpp>
 #include <string>
 #include <vector>
@@ -231,6 +232,54 @@ TEST_CASE("RenderJson is one parsable document with escaped strings",
   CHECK(workers[1].struct_value().fields().at("clock").number_value() == 14);
   CHECK(workers[2].struct_value().fields().at("state").string_value() ==
         "left");
+}
+
+TEST_CASE("sparse tables are merged across shards with their imbalance",
+          "[psctl][tables]") {
+  std::vector<ShardResult> shards = {Up(0, 10, 1, -1, {}), Up(1, 20, 2, -1, {})};
+  for (int i = 0; i < 2; ++i) {
+    TableStatus* t = shards[i].status.add_tables();
+    t->set_name("ctr/emb0");
+    t->set_dim(16);
+    t->set_optimizer(OPT_ADAGRAD);
+    t->set_rows(i == 0 ? 1050 : 950);  // the fuller shard: 5% above even
+    t->set_bytes(1000);
+    t->set_rows_created(i == 0 ? 1100 : 1000);
+    t->set_pulls(7);
+    t->set_pushes(6);
+  }
+  const std::vector<MergedTable> tables = MergeTables(shards);
+  REQUIRE(tables.size() == 1);
+  CHECK(tables[0].rows == 2000);
+  CHECK(tables[0].rows_created == 2100);
+  CHECK(tables[0].imbalance() == Approx(0.05));
+  const ClusterSummary sum = Summarize(shards);
+  CHECK(sum.tables == 1);
+  CHECK(sum.table_rows == 2000);
+  CHECK(sum.table_bytes == 2000);
+
+  const std::string text = RenderText(shards);
+  INFO(text);
+  CHECK(absl::StrContains(text, "  tables 1  rows 2000 (2.0 KiB)\n"));
+  std::vector<std::string> lines = absl::StrSplit(text, '\n');
+  auto header = std::find_if(lines.begin(), lines.end(), [](const auto& l) {
+    return absl::StartsWith(l, "TABLE ");
+  });
+  REQUIRE(header != lines.end());
+  const std::vector<std::string> row =
+      absl::StrSplit(*(header + 1), ' ', absl::SkipEmpty());
+  CHECK(row == std::vector<std::string>{"ctr/emb0", "adagrad", "16", "2000",
+                                        "2.0", "KiB", "5.0%", "2100", "0",
+                                        "14", "12"});
+  // No table section without tables.
+  CHECK_FALSE(absl::StrContains(RenderText({Up(0, 1, 1, -1, {})}), "TABLE"));
+
+  Struct doc;
+  REQUIRE(google::protobuf::util::JsonStringToMessage(RenderJson(shards), &doc)
+              .ok());
+  const auto& summary = doc.fields().at("summary").struct_value().fields();
+  CHECK(summary.at("tables").number_value() == 1);
+  CHECK(summary.at("table_rows").number_value() == 2000);
 }
 
 TEST_CASE("JsonQuote escapes quotes, backslashes and control characters",
