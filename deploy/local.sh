@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Runs a local asyncps cluster on loopback: S server shards and W workers
-# training an MLP on Fashion-MNIST, then prints the final test accuracy.
+# training an MLP on Fashion-MNIST, then prints the final test accuracy (or,
+# with --model ctr, a click model with sparse embedding tables on a synthetic
+# click log, then the final test AUC beside the Bayes-optimal one).
 # Installs missing Debian packages and builds first. Leaves no process
 # behind: on Ctrl-C, on any process failing (named, with its last log lines,
 # exit 1), and at the end.
@@ -9,14 +11,18 @@
 #   deploy/local.sh --shards 3 --workers 2 --epochs 5 --hidden 512,256
 #   deploy/local.sh --server-flags "--consistency=ssp --ssp_slack=3" \
 #                   --worker-flags "--optimizer=adam --lr=0.001"
+#   deploy/local.sh --model ctr          # embedding tables, prints the AUC
 #   ASYNCPS_BIN=/opt/asyncps/bin deploy/local.sh   # prebuilt binaries
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 shards=2
 workers=4
+model=mlp
 epochs=20
+epochs_set=0
 hidden="256,128"
+hidden_set=0
 server_flags=""
 worker_flags=""
 logdir=""
@@ -29,7 +35,10 @@ usage() {
 Usage: deploy/local.sh [options]
 
 Runs a local asyncps cluster on loopback: shards and workers training an MLP
-on Fashion-MNIST, then prints the final test accuracy. Installs missing
+on Fashion-MNIST, then prints the final test accuracy; with --model ctr, a
+DLRM-like click model (one sparse embedding table per categorical field, an
+MLP on top) on a synthetic click log with a known ground truth, then
+"final test auc: 0.XXXX (bayes-optimal 0.XXXX)". Installs missing
 Debian packages and builds first (unless ASYNCPS_BIN names prebuilt
 binaries). Stops every process it started: on Ctrl-C, when one fails (named,
 with its last log lines, exit 1), and at the end.
@@ -37,8 +46,11 @@ with its last log lines, exit 1), and at the end.
 options:
   --shards N           server shards (default $shards)
   --workers N          workers (default $workers)
-  --epochs N           epochs per worker over its share (default $epochs)
+  --model mlp|ctr      the model (default $model); ctr trains on the shards'
+                       sparse tables (see ps_worker --help=ctr)
+  --epochs N           epochs per worker over its share (default $epochs; ctr: 1)
   --hidden SIZES       hidden layers, e.g. 256,128; "" = softmax regression
+                       (ctr: default 64,32)
   --server-flags "..." extra ps_server flags (see ps_server --help)
   --worker-flags "..." extra ps_worker flags (see ps_worker --help)
   --straggler ID:MS    make worker ID sleep MS milliseconds every step
@@ -60,8 +72,9 @@ while [ $# -gt 0 ]; do
   case "$1" in
     --shards) shards="$2"; shift 2 ;;
     --workers) workers="$2"; shift 2 ;;
-    --epochs) epochs="$2"; shift 2 ;;
-    --hidden) hidden="$2"; shift 2 ;;
+    --model) model="$2"; shift 2 ;;
+    --epochs) epochs="$2"; epochs_set=1; shift 2 ;;
+    --hidden) hidden="$2"; hidden_set=1; shift 2 ;;
     --server-flags) server_flags="$2"; shift 2 ;;
     --worker-flags) worker_flags="$2"; shift 2 ;;
     --logdir) logdir="$2"; shift 2 ;;
@@ -77,6 +90,16 @@ for v in shards workers epochs; do
     echo "local.sh: --$v must be a positive integer, got '${!v}'" >&2; exit 2
   fi
 done
+case "$model" in
+  mlp) model_flags=(--epochs="$epochs" --hidden="$hidden") ;;
+  ctr)
+    # The CTR model's own defaults, unless given.
+    model_flags=(--model=ctr)
+    [ "$epochs_set" = 1 ] && model_flags+=(--epochs="$epochs")
+    [ "$hidden_set" = 1 ] && model_flags+=(--hidden="$hidden")
+    ;;
+  *) echo "local.sh: --model must be mlp or ctr, got '$model'" >&2; exit 2 ;;
+esac
 
 # The binary `name` in folder $1, flat or in Bazel's layout ($2/name).
 find_bin() {
@@ -176,8 +199,8 @@ for ((w = 0; w < workers; w++)); do
   # One BLAS thread per worker: the workers already share the cores.
   # shellcheck disable=SC2086
   OPENBLAS_NUM_THREADS=1 "$worker_bin" --servers="$servers" --worker_id=$w \
-    --num_workers=$workers --epochs="$epochs" --hidden="$hidden" $worker_flags $extra \
-    > >(tee "$logdir/worker$w.out" | grep --line-buffered -E "^(worker $w|eval|final)") \
+    --num_workers=$workers "${model_flags[@]}" $worker_flags $extra \
+    > >(tee "$logdir/worker$w.out" | grep --line-buffered -E "^(worker $w|eval|final|test split)") \
     2>"$logdir/worker$w.log" &
   pids+=($!); name_of[$!]="worker$w"; worker_pids+=($!)
 done
@@ -203,13 +226,19 @@ while [ "$remaining" -gt 0 ]; do
   pids=("${pids[@]}")
 done
 end_ns=$(date +%s%N)
-acc=$(grep -h '^final test accuracy:' "$logdir"/worker0.out | tail -n 1 | awk '{print $4}')
-# Sum of the workers' "(N examples/s)" and the wall time, with awk (no bc).
+acc=$(grep -h '^final test accuracy:' "$logdir"/worker0.out | tail -n 1 | awk '{print $4}' || true)
+auc=$(grep -h '^final test auc:' "$logdir"/worker0.out | tail -n 1 || true)
+# Sum of the workers' "N examples/s" and the wall time, with awk (no bc).
 rate=$(grep -h ' done: ' "$logdir"/worker*.out |
-  sed -E 's/.*\(([0-9.]+) examples\/s\).*/\1/' |
+  sed -E 's/.* ([0-9.]+) examples\/s.*/\1/' |
   awk '{ s += $1; n++ } END { if (n) printf "%.0f", s }')
 wall=$(awk -v a="$start_ns" -v b="$end_ns" 'BEGIN { printf "%.1f", (b - a) / 1e9 }')
 printf 'cluster of %d shard(s) and %d worker(s): %s s wall, %s examples/s in total\n' \
   "$shards" "$workers" "$wall" "${rate:-?}"
-echo "final test accuracy: ${acc:-unknown}"
-[ -n "$acc" ]
+if [ "$model" = ctr ]; then
+  echo "${auc:-final test auc: unknown}"
+  [ -n "$auc" ]
+else
+  echo "final test accuracy: ${acc:-unknown}"
+  [ -n "$acc" ]
+fi
