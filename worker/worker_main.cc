@@ -248,14 +248,14 @@ absl::StatusOr<TrainerOptions> TrainerOptionsFromFlags() {
   return o;
 }
 
-// An optimizer by name, with the usual hyper-parameters; `flag` names the
-// flag in errors.
+// An optimizer by name, with the usual hyper-parameters; `flag` and
+// `lr_flag` name the flags in errors.
 absl::StatusOr<OptimizerSpec> OptimizerByName(const std::string& name,
-                                              double lr, const char* flag) {
+                                              double lr, const char* flag,
+                                              const char* lr_flag) {
   OptimizerSpec o;
   if (!(lr > 0) || !std::isfinite(lr)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("the learning rate for ", flag, " must be > 0"));
+    return absl::InvalidArgumentError(absl::StrCat(lr_flag, " must be > 0"));
   }
   o.set_learning_rate(static_cast<float>(lr));
   if (name == "sgd") {
@@ -308,12 +308,13 @@ absl::StatusOr<CtrTrainerOptions> CtrOptionsFromFlags(
   o.hidden.assign(hidden->begin() + 1, hidden->end() - 1);
   absl::StatusOr<OptimizerSpec> dense = OptimizerByName(
       cl.IsSet("optimizer") ? absl::GetFlag(FLAGS_optimizer) : "adam",
-      cl.IsSet("lr") ? absl::GetFlag(FLAGS_lr) : 0.001, "--optimizer");
+      cl.IsSet("lr") ? absl::GetFlag(FLAGS_lr) : 0.001, "--optimizer", "--lr");
   if (!dense.ok()) return dense.status();
   o.dense_optimizer = *dense;
   absl::StatusOr<OptimizerSpec> table =
       OptimizerByName(absl::GetFlag(FLAGS_table_optimizer),
-                      absl::GetFlag(FLAGS_table_lr), "--table_optimizer");
+                      absl::GetFlag(FLAGS_table_lr), "--table_optimizer",
+                      "--table_lr");
   if (!table.ok()) return table.status();
   o.table_optimizer = *table;
   o.train_examples = absl::GetFlag(FLAGS_ctr_train_examples);
