@@ -4,8 +4,9 @@
 #   apply_bench.txt       server apply path vs memcpy and bare optimizer loops
 #   push_pull_bench.txt   PsClient push/pull vs raw gRPC, 1 and 2 shards
 #   backend_bench.txt     Mlp examples/s and GEMM TFLOP/s (CPU; CUDA if any)
-# Server logs of push_pull_bench go to OUTDIR/tmp. The three runs are capped
-# at 100 + 140 + 45 s; a run that hits its cap is reported and the script
+#   sparse_bench.txt      sparse rows/s pulled and pushed vs the dense path
+# Server logs of push_pull_bench go to OUTDIR/tmp. The four runs are capped
+# at 100 + 140 + 45 + 150 s; a run that hits its cap is reported and the script
 # goes on. Exits non-zero if the build or any run fails.
 #
 # Usage: tests/bench/run_benchmarks.sh OUTDIR [--skip_build]
@@ -23,7 +24,7 @@ out=$(cd "$out" && pwd)
 
 cd "$(dirname "$0")/../.." || exit 2
 targets=(//tests/bench:apply_bench //tests/bench:push_pull_bench
-         //tests/bench:backend_bench)
+         //tests/bench:backend_bench //tests/bench:sparse_bench)
 if [[ $skip_build -eq 0 ]]; then
   bazel build -c opt "${targets[@]}" || { echo "build failed" >&2; exit 1; }
 fi
@@ -53,4 +54,5 @@ run push_pull_bench 140 "$bin/tests/bench/push_pull_bench" \
     --ps_server="$bin/server/ps_server"
 run backend_bench 45 "$bin/tests/bench/backend_bench" --iters=20 \
     --max_seconds=3
+run sparse_bench 150 "$bin/tests/bench/sparse_bench"
 exit $failed
