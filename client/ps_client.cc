@@ -261,20 +261,7 @@ absl::Status PsClient::Remember(const TensorSpec& spec) {
     ++state->slices_on[state->home[i]];
   }
   absl::MutexLock l(&mu_);
-  auto it = tensors_.find(spec.name());
-  if (it != tensors_.end()) {
-    if (google::protobuf::util::MessageDifferencer::Equals(it->second->spec,
-                                                           spec)) {
-      return absl::OkStatus();
-    }
-    return absl::FailedPreconditionError(
-        absl::StrCat("tensor ", QuoteName(spec.name()),
-                     " changed its spec on the shards: was {",
-                     it->second->spec.ShortDebugString(), "}, now {",
-                     spec.ShortDebugString(), "}"));
-  }
-  tensors_.emplace(spec.name(), std::move(state));
-  return absl::OkStatus();
+  return RememberOnce(&tensors_, std::move(state), "tensor");
 }
 
 const PsClient::TensorState* PsClient::FindTensor(
@@ -324,12 +311,7 @@ absl::Status PsClient::CreateTensors(const std::vector<TensorSpec>& specs) {
   for (const TensorSpec& spec : specs) *request.add_tensors() = spec;
   std::vector<CreateTensorResponse> responses;
   absl::Status status = ToAllShards(
-      "CreateTensor", request, &responses,
-      [](ParameterServer::Stub* stub, grpc::ClientContext* ctx,
-         const CreateTensorRequest* req, CreateTensorResponse* resp,
-         std::function<void(grpc::Status)> done) {
-        stub->async()->CreateTensor(ctx, req, resp, std::move(done));
-      },
+      "CreateTensor", request, &responses, IssueCreateTensor,
       [&specs, &responses](int s) -> absl::Status {
         const CreateTensorResponse& r = responses[s];
         if (r.tensors_size() != static_cast<int>(specs.size())) {
@@ -600,20 +582,29 @@ std::unique_ptr<PsClient::PendingPull> PsClient::StartPull(
   return p;
 }
 
-absl::Status PsClient::ReadPull(const grpc::ByteBuffer& answer,
-                                PullShard* ps) {
-  PullResponse header;
-  FrameReader frame;
-  absl::Status st = frame.Open(answer, &header);
+absl::Status PsClient::OpenPullAnswer(const grpc::ByteBuffer& answer,
+                                      int shard, PullResponse* header,
+                                      FrameReader* frame) {
+  absl::Status st = frame->Open(answer, header);
   if (!st.ok()) return absl::InternalError(st.message());
-  st = FromCallStatus(header.status());
+  st = FromCallStatus(header->status());
   if (!st.ok()) return st;
-  NoteEpoch(ps->shard, header.shard_epoch());
-  const WireDtype dtype = header.wire_dtype();
+  NoteEpoch(shard, header->shard_epoch());
+  const WireDtype dtype = header->wire_dtype();
   if (dtype != WIRE_F32 && dtype != WIRE_BF16) {
     return absl::InternalError(
         absl::StrCat("answered in unknown wire_dtype ", dtype));
   }
+  return absl::OkStatus();
+}
+
+absl::Status PsClient::ReadPull(const grpc::ByteBuffer& answer,
+                                PullShard* ps) {
+  PullResponse header;
+  FrameReader frame;
+  absl::Status st = OpenPullAnswer(answer, ps->shard, &header, &frame);
+  if (!st.ok()) return st;
+  const WireDtype dtype = header.wire_dtype();
   ps->versions.clear();
   absl::flat_hash_map<std::string, std::vector<bool>> seen;
   uint32_t received = 0;
@@ -797,17 +788,8 @@ std::unique_ptr<PsClient::PendingPush> PsClient::StartPush(
   const int n = num_shards();
   const uint64_t seq = next_seq_++;
   const WireDtype dtype = options_.push_dtype;
-  std::vector<PushRequest> headers(n);
+  std::vector<PushRequest> headers = PushHeaders(clock, seq, read.epochs);
   std::vector<std::vector<grpc::Slice>> payloads(n);
-  for (int s = 0; s < n; ++s) {
-    *headers[s].mutable_worker() = MakeWorkerRef(clock);
-    headers[s].set_seq(seq);
-    headers[s].set_request_id(next_request_id_++);
-    headers[s].set_wire_dtype(dtype);
-    if (static_cast<size_t>(s) < read.epochs.size()) {
-      headers[s].set_read_epoch(read.epochs[s]);
-    }
-  }
   // The bytes sent: the caller's floats, or their bfloat16 copy.
   if (dtype == WIRE_BF16) p->bf16_.resize(static_cast<size_t>(total_elems));
   p->borrowed_ = std::make_shared<Borrowed>();
@@ -884,15 +866,7 @@ std::unique_ptr<PsClient::PendingPush> PsClient::StartPush(
       stream->Send(id, raw->frame,
                    [raw, done = std::move(done)](absl::Status st,
                                                  grpc::ByteBuffer* answer) {
-                     if (st.ok()) {
-                       raw->response.Clear();
-                       st = ParseFromByteBuffer(*answer, &raw->response);
-                       if (!st.ok()) {
-                         st = absl::InternalError(st.message());
-                       } else {
-                         st = FromCallStatus(raw->response.status());
-                       }
-                     }
+                     if (st.ok()) st = ReadPushAnswer(*answer, &raw->response);
                      done(st);
                    });
     };
@@ -916,6 +890,34 @@ absl::StatusOr<PushSummary> PsClient::Push(
     read = last_read_;
   }
   return StartPush(clock, grads, read)->Wait();
+}
+
+std::vector<PushRequest> PsClient::PushHeaders(
+    int64_t clock, uint64_t seq, const std::vector<uint64_t>& epochs) {
+  std::vector<PushRequest> headers(num_shards());
+  for (size_t s = 0; s < headers.size(); ++s) {
+    *headers[s].mutable_worker() = MakeWorkerRef(clock);
+    headers[s].set_seq(seq);
+    headers[s].set_request_id(next_request_id_++);
+    headers[s].set_wire_dtype(options_.push_dtype);
+    if (s < epochs.size()) headers[s].set_read_epoch(epochs[s]);
+  }
+  return headers;
+}
+
+absl::Status ReadPushAnswer(const grpc::ByteBuffer& answer,
+                            PushResponse* response) {
+  response->Clear();
+  absl::Status st = ParseFromByteBuffer(answer, response);
+  if (!st.ok()) return absl::InternalError(st.message());
+  return FromCallStatus(response->status());
+}
+
+void IssueCreateTensor(ParameterServer::Stub* stub, grpc::ClientContext* ctx,
+                       const CreateTensorRequest* request,
+                       CreateTensorResponse* response,
+                       std::function<void(grpc::Status)> done) {
+  stub->async()->CreateTensor(ctx, request, response, std::move(done));
 }
 
 // ---------------------------------------------------------------- other

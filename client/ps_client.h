@@ -20,6 +20,7 @@
 #include "absl/types/span.h"
 #include "client/fanout.h"
 #include "common/clock.h"
+#include "common/fast_frame.h"
 #include "common/security.h"
 #include "common/tensor_layout.h"
 #include "proto/asyncps.grpc.pb.h"
@@ -302,6 +303,14 @@ class PsClient {
   // Checks one shard's pull answer and copies its slices into the caller's
   // buffers (on the answer's thread).
   absl::Status ReadPull(const grpc::ByteBuffer& answer, PullShard* ps);
+  // Opens a PullStream answer of `shard`: its header (status, epoch noted,
+  // wire type checked) and a reader for its payload.
+  absl::Status OpenPullAnswer(const grpc::ByteBuffer& answer, int shard,
+                              PullResponse* header, FrameReader* frame);
+  // One push header per shard: worker, clock, seq, request id, wire type
+  // and the epoch `epochs` read from each shard.
+  std::vector<PushRequest> PushHeaders(int64_t clock, uint64_t seq,
+                                       const std::vector<uint64_t>& epochs);
 
   // Const after construction.
   const PsClientOptions options_;

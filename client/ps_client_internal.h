@@ -9,11 +9,16 @@
 #include <string>
 #include <vector>
 
+#include <google/protobuf/util/message_differencer.h>
+
+#include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
 #include "client/data_stream.h"
 #include "client/fanout.h"
 #include "client/ps_client.h"
 #include "common/grpc_status.h"
+#include "common/names.h"
 #include "proto/asyncps.grpc.pb.h"
 
 namespace asyncps {
@@ -29,6 +34,39 @@ struct PsClient::Shard {
 inline absl::Status FromCallStatus(const CallStatus& s) {
   if (s.code() == 0) return absl::OkStatus();
   return absl::Status(static_cast<absl::StatusCode>(s.code()), s.message());
+}
+
+// Parses a PushStream answer into `response` and returns its status.
+absl::Status ReadPushAnswer(const grpc::ByteBuffer& answer,
+                            PushResponse* response);
+
+// Starts one CreateTensor attempt (for ToAllShards).
+void IssueCreateTensor(ParameterServer::Stub* stub, grpc::ClientContext* ctx,
+                       const CreateTensorRequest* request,
+                       CreateTensorResponse* response,
+                       std::function<void(grpc::Status)> done);
+
+// Adds `state` to `known` under its spec's name, unless the name is known:
+// then OK when the spec is the same, FAILED_PRECONDITION (naming `kind`)
+// when the shards changed it. The caller holds the lock guarding `known`.
+template <typename State>
+absl::Status RememberOnce(
+    absl::flat_hash_map<std::string, std::unique_ptr<State>>* known,
+    std::unique_ptr<State> state, absl::string_view kind) {
+  const std::string name = state->spec.name();
+  auto it = known->find(name);
+  if (it == known->end()) {
+    known->emplace(name, std::move(state));
+    return absl::OkStatus();
+  }
+  if (google::protobuf::util::MessageDifferencer::Equals(it->second->spec,
+                                                         state->spec)) {
+    return absl::OkStatus();
+  }
+  return absl::FailedPreconditionError(absl::StrCat(
+      kind, " ", QuoteName(name), " changed its spec on the shards: was {",
+      it->second->spec.ShortDebugString(), "}, now {",
+      state->spec.ShortDebugString(), "}"));
 }
 
 // Unary RPC to every shard through one FanOut (see ps_client.h).

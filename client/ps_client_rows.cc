@@ -92,23 +92,10 @@ FanOut::Call StreamCall(
 // ---------------------------------------------------------------- tables
 
 absl::Status PsClient::RememberTable(const TableSpec& spec) {
-  auto state =
-      std::make_unique<TableState>(TableState{spec, RowTableKey(spec.name())});
+  auto state = std::make_unique<TableState>(
+      TableState{spec, RowTableKey(spec.name())});
   absl::MutexLock l(&mu_);
-  auto it = row_tables_.find(spec.name());
-  if (it != row_tables_.end()) {
-    if (google::protobuf::util::MessageDifferencer::Equals(it->second->spec,
-                                                           spec)) {
-      return absl::OkStatus();
-    }
-    return absl::FailedPreconditionError(
-        absl::StrCat("table ", QuoteName(spec.name()),
-                     " changed its spec on the shards: was {",
-                     it->second->spec.ShortDebugString(), "}, now {",
-                     spec.ShortDebugString(), "}"));
-  }
-  row_tables_.emplace(spec.name(), std::move(state));
-  return absl::OkStatus();
+  return RememberOnce(&row_tables_, std::move(state), "table");
 }
 
 const PsClient::TableState* PsClient::FindTable(const std::string& name) const {
@@ -128,12 +115,7 @@ absl::Status PsClient::CreateTables(const std::vector<TableSpec>& specs) {
   for (const TableSpec& spec : specs) *request.add_tables() = spec;
   std::vector<CreateTensorResponse> responses;
   absl::Status status = ToAllShards(
-      "CreateTensor", request, &responses,
-      [](ParameterServer::Stub* stub, grpc::ClientContext* ctx,
-         const CreateTensorRequest* req, CreateTensorResponse* resp,
-         std::function<void(grpc::Status)> done) {
-        stub->async()->CreateTensor(ctx, req, resp, std::move(done));
-      },
+      "CreateTensor", request, &responses, IssueCreateTensor,
       [&request, &responses](int s) -> absl::Status {
         // Every shard stores the specs as given.
         const auto& got = responses[s].tables();
@@ -282,16 +264,9 @@ absl::Status PsClient::ReadRowsPull(const grpc::ByteBuffer& answer,
                                     RowsPullShard* ps) {
   PullResponse header;
   FrameReader frame;
-  absl::Status st = frame.Open(answer, &header);
-  if (!st.ok()) return absl::InternalError(st.message());
-  st = FromCallStatus(header.status());
+  absl::Status st = OpenPullAnswer(answer, ps->shard, &header, &frame);
   if (!st.ok()) return st;
-  NoteEpoch(ps->shard, header.shard_epoch());
   const WireDtype dtype = header.wire_dtype();
-  if (dtype != WIRE_F32 && dtype != WIRE_BF16) {
-    return absl::InternalError(
-        absl::StrCat("answered in unknown wire_dtype ", dtype));
-  }
   if (header.slices_size() != 0 ||
       header.rows_size() != ps->request.rows_size()) {
     return absl::InternalError(
@@ -376,7 +351,9 @@ std::unique_ptr<PsClient::PendingRowsPush> PsClient::StartPushRows(
   std::unique_ptr<PendingRowsPush> p(new PendingRowsPush());
   const int n = num_shards();
   const WireDtype dtype = options_.push_dtype;
-  std::vector<PushRequest> headers(n);
+  // The sequence number is shared by every shard's push and their retries.
+  std::vector<PushRequest> headers =
+      PushHeaders(clock, next_seq_++, read.epochs);
   std::vector<std::vector<grpc::Slice>> payloads(n);
   std::vector<const TableState*> seen;
   for (const RowsGrad& g : grads) {
@@ -450,22 +427,13 @@ std::unique_ptr<PsClient::PendingRowsPush> PsClient::StartPushRows(
     }
   }
 
-  // Every shard gets a push (so that it sees the clock); the sequence
-  // number is shared by all of them and by their retries.
-  const uint64_t seq = next_seq_++;
+  // Every shard gets a push, so that it sees the clock.
   const uint32_t connection = next_connection_++;
   p->frames_.resize(n);
   p->responses_.resize(n);
   std::vector<FanOut::Call> calls;
   for (int s = 0; s < n; ++s) {
-    PushRequest& h = headers[s];
-    *h.mutable_worker() = MakeWorkerRef(clock);
-    h.set_seq(seq);
-    h.set_request_id(next_request_id_++);
-    h.set_wire_dtype(dtype);
-    if (static_cast<size_t>(s) < read.epochs.size()) {
-      h.set_read_epoch(read.epochs[s]);
-    }
+    const PushRequest& h = headers[s];
     p->frames_[s] = MakeFrame(h, payloads[s]);
     const uint64_t id = h.request_id();
     Shard& shard = *shards_[s];
@@ -475,10 +443,7 @@ std::unique_ptr<PsClient::PendingRowsPush> PsClient::StartPushRows(
         s, shard.pushes[connection % shard.pushes.size()].get(),
         [frame] { return *frame; }, [id] { return id; },
         [response](const grpc::ByteBuffer& answer) {
-          response->Clear();
-          absl::Status st = ParseFromByteBuffer(answer, response);
-          if (!st.ok()) return absl::InternalError(st.message());
-          return FromCallStatus(response->status());
+          return ReadPushAnswer(answer, response);
         }));
   }
   p->fanout_ = std::make_unique<FanOut>(Env(), "PushRows", options_.retry);

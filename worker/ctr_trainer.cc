@@ -79,7 +79,7 @@ class CtrRun {
     if (!s.ok()) return s;
     start_ = o_.clock->Now();
     s = Loop();
-    if (s.ok()) s = DrainPushes();
+    if (s.ok()) s = WaitPushes(0);
     if (!s.ok()) {
       pushes_.clear();
       dense_->Heartbeat(clock_, /*leaving=*/true).IgnoreError();
@@ -108,19 +108,17 @@ class CtrRun {
 
  private:
   absl::Status Setup() {
-    if (o_.logger == nullptr || o_.clock == nullptr) {
-      return absl::InvalidArgumentError(
-          "CtrTrainerOptions.logger and clock are required");
-    }
-    absl::Status s = ValidateCtrData(o_.data);
-    if (!s.ok()) return s;
-    if (o_.batch_size < 1 || o_.epochs < 1 || o_.log_every_steps < 1 ||
+    if (o_.logger == nullptr || o_.clock == nullptr || o_.batch_size < 1 ||
+        o_.epochs < 1 || o_.log_every_steps < 1 ||
         o_.max_pushes_in_flight < 1 || o_.train_examples < 1 ||
         o_.test_examples < 0 || o_.embedding_dim < 1) {
       return absl::InvalidArgumentError(
-          "batch_size, epochs, log_every_steps, max_pushes_in_flight, "
-          "train_examples and embedding_dim must be >= 1");
+          "CtrTrainerOptions: logger and clock are required; batch_size, "
+          "epochs, log_every_steps, max_pushes_in_flight, train_examples and "
+          "embedding_dim must be >= 1");
     }
+    absl::Status s = ValidateCtrData(o_.data);
+    if (!s.ok()) return s;
     absl::StatusOr<Share> share =
         WorkerShare(o_.train_examples, o_.num_workers, o_.worker_id);
     if (!share.ok()) return share.status();
@@ -130,9 +128,10 @@ class CtrRun {
           absl::StrCat("worker ", o_.worker_id, " of ", o_.num_workers,
                        " has no training examples"));
     }
-    steps_per_epoch_ = (share_.size() + o_.batch_size - 1) / o_.batch_size;
-    total_steps_ =
-        o_.max_steps > 0 ? o_.max_steps : steps_per_epoch_ * o_.epochs;
+    const int64_t full = share_.size() / o_.batch_size;
+    steps_per_epoch_ = full + (full * o_.batch_size < share_.size() ? 1 : 0);
+    total_steps_ = o_.max_steps;
+    if (total_steps_ <= 0) total_steps_ = o_.epochs * steps_per_epoch_;
     fields_ = data_.fields();
 
     CtrModelConfig config;
@@ -220,23 +219,27 @@ class CtrRun {
     return absl::OkStatus();
   }
 
-  bool StopRequested() const {
-    return o_.stop != nullptr && o_.stop->load(std::memory_order_relaxed);
+  // Set by a signal handler (TrainerOptions.stop).
+  bool Stopping() const { return o_.stop != nullptr && *o_.stop; }
+
+  // The shuffled example indices of this worker's share in `epoch`.
+  const std::vector<int64_t>& Shuffled(int64_t epoch) {
+    if (shuffled_epoch_ != epoch) {
+      shuffled_ = EpochOrder(share_, o_.seed, o_.worker_id, epoch);
+      shuffled_epoch_ = epoch;
+    }
+    return shuffled_;
   }
 
   // Generates step `step`'s minibatch into `slot` and starts pulling its
   // parameters and rows for clock `for_clock`.
   void StartStep(StepSlot* slot, int64_t step, int64_t for_clock) {
-    const int64_t epoch = step / steps_per_epoch_;
-    if (epoch != order_epoch_) {
-      order_ = EpochOrder(share_, o_.seed, o_.worker_id, epoch);
-      order_epoch_ = epoch;
-    }
+    const std::vector<int64_t>& order = Shuffled(step / steps_per_epoch_);
     const size_t at =
         static_cast<size_t>(step % steps_per_epoch_) * o_.batch_size;
-    const size_t n = std::min<size_t>(o_.batch_size, order_.size() - at);
+    const size_t n = std::min<size_t>(o_.batch_size, order.size() - at);
     slot->step = step;
-    slot->indices.assign(order_.begin() + at, order_.begin() + at + n);
+    slot->indices.assign(order.begin() + at, order.begin() + at + n);
     data_.Generate(CtrSplit::kTrain, slot->indices, &slot->examples);
     std::vector<RowsQuery> queries;
     for (int f = 0; f < fields_; ++f) {
@@ -261,17 +264,15 @@ class CtrRun {
       absl::Status s = slot.dense_pull->Wait();
       if (s.ok()) s = slot.rows_pull->Wait();
       if (!s.ok()) return s;
-      if (StopRequested()) {
-        result_.stopped = true;
-        o_.logger->info("stop requested: stopping after step {}", steps_done_);
+      result_.stopped = Stopping();
+      if (result_.stopped) {
+        o_.logger->info("stopping after step {} as asked", steps_done_);
         return absl::OkStatus();
       }
       const bool ahead = o_.pipeline && steps_done_ + 1 < total_steps_;
       if (ahead) StartStep(&slots_[1 - cur], steps_done_ + 1, clock_ + 1);
-      while (pushes_.size() >= static_cast<size_t>(o_.max_pushes_in_flight)) {
-        s = WaitOldestPush();
-        if (!s.ok()) return s;
-      }
+      s = WaitPushes(o_.max_pushes_in_flight - 1);
+      if (!s.ok()) return s;
       DenseSet& grads = grads_[pushes_made_ % grads_.size()];
       const int batch = static_cast<int>(slot.indices.size());
       absl::StatusOr<double> loss = model_->ComputeGradients(
@@ -312,31 +313,25 @@ class CtrRun {
     return absl::OkStatus();
   }
 
-  absl::Status WaitOldestPush() {
-    StepPush push = std::move(pushes_.front());
-    pushes_.pop_front();
-    absl::StatusOr<PushSummary> d = push.dense->Wait();
-    absl::StatusOr<PushSummary> r = push.rows->Wait();
-    if (!d.ok()) return d.status();
-    if (!r.ok()) return r.status();
-    result_.refused_rows += r->refused_stale + r->refused_restored;
-    result_.rows_created += r->rows_created;
-    return absl::OkStatus();
-  }
-
-  absl::Status DrainPushes() {
-    while (!pushes_.empty()) {
-      absl::Status s = WaitOldestPush();
-      if (!s.ok()) return s;
+  // Waits for the oldest pushes until at most `keep` are in flight.
+  absl::Status WaitPushes(size_t keep) {
+    for (; pushes_.size() > keep; pushes_.pop_front()) {
+      StepPush& push = pushes_.front();
+      absl::StatusOr<PushSummary> d = push.dense->Wait();
+      absl::StatusOr<PushSummary> r = push.rows->Wait();
+      if (!d.ok()) return d.status();
+      if (!r.ok()) return r.status();
+      result_.refused_rows += r->refused_stale + r->refused_restored;
+      result_.rows_created += r->rows_created;
     }
     return absl::OkStatus();
   }
 
   void Progress() {
     const absl::Time now = o_.clock->Now();
-    const absl::Time since =
-        last_progress_ == absl::InfinitePast() ? start_ : last_progress_;
-    const double dt = std::max(absl::ToDoubleSeconds(now - since), 1e-9);
+    if (window_start_ == absl::InfinitePast()) window_start_ = start_;
+    const double dt =
+        std::max(absl::ToDoubleSeconds(now - window_start_), 1e-9);
     std::fprintf(o_.progress,
                  "worker %d step %ld/%ld loss %.4f examples/s %.0f refused "
                  "rows %ld\n",
@@ -346,7 +341,7 @@ class CtrRun {
                  window_steps_ * o_.batch_size / dt,
                  static_cast<long>(result_.refused_rows));
     std::fflush(o_.progress);
-    last_progress_ = now;
+    window_start_ = now;
     window_loss_ = 0;
     window_steps_ = 0;
   }
@@ -404,22 +399,24 @@ class CtrRun {
     return absl::OkStatus();
   }
 
-  // The final model is the one after every worker's last push.
+  // The model to evaluate is the one after every worker's last push: polls
+  // the shards until no worker is live, final_wait at most.
   absl::Status WaitForOthers() {
-    const absl::Time deadline = o_.clock->Now() + o_.final_wait;
-    for (;;) {
-      absl::StatusOr<int> live = dense_->LiveWorkers();
-      if (!live.ok()) return live.status();
-      if (*live == 0) return absl::OkStatus();
-      if (o_.clock->Now() > deadline || StopRequested()) {
-        o_.logger->warn("{} worker(s) still training; evaluating now", *live);
-        return absl::OkStatus();
-      }
-      absl::SleepFor(absl::Milliseconds(200));
+    const absl::Time give_up = o_.clock->Now() + o_.final_wait;
+    absl::StatusOr<int> live = dense_->LiveWorkers();
+    while (live.ok() && *live > 0 && o_.clock->Now() < give_up && !Stopping()) {
+      absl::SleepFor(kPoll);
+      live = dense_->LiveWorkers();
     }
+    if (!live.ok()) return live.status();
+    if (*live > 0) {
+      o_.logger->warn("evaluating while {} worker(s) still train", *live);
+    }
+    return absl::OkStatus();
   }
 
   static constexpr int kEvalChunk = 4096;
+  static constexpr absl::Duration kPoll = absl::Milliseconds(200);
 
   const CtrTrainerOptions& o_;
   ParameterStore* const dense_;
@@ -438,11 +435,11 @@ class CtrRun {
   std::vector<float> emb_grads_;
   std::deque<StepPush> pushes_;
   int64_t pushes_made_ = 0;
-  std::vector<int64_t> order_;
-  int64_t order_epoch_ = -1;
+  std::vector<int64_t> shuffled_;
+  int64_t shuffled_epoch_ = -1;
   CtrExamples test_;
   absl::Time start_;
-  absl::Time last_progress_ = absl::InfinitePast();
+  absl::Time window_start_ = absl::InfinitePast();
   int64_t clock_ = 0;
   int64_t steps_done_ = 0;
   CtrResult result_;

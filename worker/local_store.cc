@@ -9,31 +9,13 @@
 #include "common/payload.h"
 #include "common/tensor_layout.h"
 #include "store/shard_store.h"
+#include "worker/done_pending.h"
 
 namespace asyncps {
 namespace {
 
-class DonePull : public ParameterStore::PendingPull {
- public:
-  DonePull(absl::Status status, ReadSet read)
-      : status_(std::move(status)), read_(std::move(read)) {}
-  absl::Status Wait() override { return status_; }
-  const ReadSet& read() const override { return read_; }
-
- private:
-  const absl::Status status_;
-  const ReadSet read_;
-};
-
-class DonePush : public ParameterStore::PendingPush {
- public:
-  explicit DonePush(absl::StatusOr<PushSummary> result)
-      : result_(std::move(result)) {}
-  absl::StatusOr<PushSummary> Wait() override { return result_; }
-
- private:
-  const absl::StatusOr<PushSummary> result_;
-};
+using DonePull = asyncps::DonePull<ParameterStore::PendingPull, ReadSet>;
+using DonePush = asyncps::DonePush<ParameterStore::PendingPush>;
 
 class LocalStore : public ParameterStore {
  public:

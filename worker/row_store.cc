@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/names.h"
 #include "store/shard_store.h"
+#include "worker/done_pending.h"
 
 namespace asyncps {
 namespace {
@@ -60,27 +61,8 @@ class RemoteRowStore : public RowStore {
   PsClient* const client_;
 };
 
-class DonePull : public RowStore::PendingPull {
- public:
-  DonePull(absl::Status status, RowsReadSet read)
-      : status_(std::move(status)), read_(std::move(read)) {}
-  absl::Status Wait() override { return status_; }
-  const RowsReadSet& read() const override { return read_; }
-
- private:
-  const absl::Status status_;
-  const RowsReadSet read_;
-};
-
-class DonePush : public RowStore::PendingPush {
- public:
-  explicit DonePush(absl::StatusOr<PushSummary> result)
-      : result_(std::move(result)) {}
-  absl::StatusOr<PushSummary> Wait() override { return result_; }
-
- private:
-  const absl::StatusOr<PushSummary> result_;
-};
+using DonePull = asyncps::DonePull<RowStore::PendingPull, RowsReadSet>;
+using DonePush = asyncps::DonePush<RowStore::PendingPush>;
 
 class LocalRowStore : public RowStore {
  public:

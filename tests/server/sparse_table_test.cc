@@ -18,6 +18,7 @@ namespace asyncps {
 namespace {
 
 using testing::CreateTable;
+using testing::IdsOn;
 using testing::MakeTableSpec;
 using testing::PulledRows;
 using testing::PullRows;
@@ -53,16 +54,6 @@ std::unique_ptr<ShardStore> Store(int shard = 0, int shards = 1,
 std::vector<float> InitialRow(const TableSpec& spec, uint64_t id) {
   std::vector<float> out(spec.dim());
   RowInitializer(spec).Fill(id, out.data());
-  return out;
-}
-
-// Ids homed on `shard` of `shards` for `table`, from `start` upwards.
-std::vector<uint64_t> IdsOn(const std::string& table, int shard, int shards,
-                            size_t n, uint64_t start = 1) {
-  std::vector<uint64_t> out;
-  for (uint64_t id = start; out.size() < n; ++id) {
-    if (RowHome(table, id, shards) == shard) out.push_back(id);
-  }
   return out;
 }
 
@@ -287,8 +278,8 @@ TEST_CASE("a peek reads rows without creating them", "[tables]") {
     return reinterpret_cast<char*>(out.data());
   }));
   const std::vector<float> one = InitialRow(spec, 1), two = InitialRow(spec, 2);
-  REQUIRE(out == std::vector<float>{one[0] - 0.5f, one[1] - 0.5f,
-                                    one[2] - 0.5f, two[0], two[1], two[2]});
+  REQUIRE(out == std::vector<float>{one[0] - 0.5f, one[1] - 0.5f, one[2] - 0.5f,
+                                    two[0], two[1], two[2]});
   REQUIRE(resp.rows(0).versions(0) == 1);
   REQUIRE(resp.rows(0).versions(1) == 0);
   REQUIRE(store->tables().totals().rows == 1);

@@ -20,6 +20,7 @@ namespace asyncps {
 namespace {
 
 using testing::CreateTable;
+using testing::IdsOn;
 using testing::MakeTableSpec;
 using testing::PulledRows;
 using testing::PullRows;
@@ -57,15 +58,6 @@ std::string FreshDir(const std::string& stem) {
   const std::string dir = testing::UniqueTmpPath(stem);
   ::mkdir(dir.c_str(), 0755);
   return dir;
-}
-
-std::vector<uint64_t> IdsOn(const std::string& table, int shard, int shards,
-                            size_t n) {
-  std::vector<uint64_t> out;
-  for (uint64_t id = 1; out.size() < n; ++id) {
-    if (RowHome(table, id, shards) == shard) out.push_back(id);
-  }
-  return out;
 }
 
 // Fills two tables (and a dense tensor) on shard 1 of 2 with rows that have

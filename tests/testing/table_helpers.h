@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "common/sharding.h"
 #include "store/shard_store.h"
 
 namespace asyncps {
@@ -28,6 +29,17 @@ inline TableSpec MakeTableSpec(const std::string& name, int dim,
   t.set_seed(seed);
   *t.mutable_optimizer() = optimizer;
   return t;
+}
+
+// The first `n` ids from `start` upwards homed on `shard` of `shards` for
+// `table` (common::RowHome).
+inline std::vector<uint64_t> IdsOn(const std::string& table, int shard,
+                                   int shards, size_t n, uint64_t start = 1) {
+  std::vector<uint64_t> out;
+  for (uint64_t id = start; out.size() < n; ++id) {
+    if (RowHome(table, id, shards) == shard) out.push_back(id);
+  }
+  return out;
 }
 
 inline absl::Status CreateTable(ShardStore* store, const TableSpec& spec) {
