@@ -3,7 +3,7 @@
 
 Each worker process trains the same CNN (two conv layers, two linear
 layers) on its own share of the 60k training images; the parameters and
-the optimizer (momentum SGD by default) live on the ps_server shards.
+the optimizer (Adam by default) live on the ps_server shards.
 Worker 0 waits for the others to finish, evaluates the final parameters on
 the 10k test images and prints ``final test accuracy: 0.XXXX``.
 
@@ -86,12 +86,12 @@ def parse_args(argv):
                    help="train in this process with torch.optim (baseline)")
     p.add_argument("--worker_id", type=int, default=0)
     p.add_argument("--num_workers", type=int, default=1)
-    p.add_argument("--epochs", type=int, default=5,
+    p.add_argument("--epochs", type=int, default=10,
                    help="passes of each worker over its share")
     p.add_argument("--batch_size", type=int, default=64)
-    p.add_argument("--optimizer", default="momentum",
+    p.add_argument("--optimizer", default="adam",
                    choices=["sgd", "momentum", "adam"])
-    p.add_argument("--lr", type=float, default=0.02)
+    p.add_argument("--lr", type=float, default=0.001)
     p.add_argument("--momentum", type=float, default=0.9)
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--train_examples", type=int, default=0,
