@@ -29,8 +29,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/time.h"
-#include "common/net.h"
 #include "common/initializer.h"
+#include "common/net.h"
 #include "common/security.h"
 #include "common/tensor_layout.h"
 #include "common/version.h"
@@ -154,7 +154,8 @@ std::string SpecRepr(const TensorSpec& s) {
   const OptimizerSpec& o = s.optimizer();
   std::string opt = absl::StrCat("optimizer='", EnumName(kOptimizers, o.type()),
                                  "', lr=", o.learning_rate());
-  if (o.type() == OPT_MOMENTUM) absl::StrAppend(&opt, ", momentum=", o.momentum());
+  if (o.type() == OPT_MOMENTUM)
+    absl::StrAppend(&opt, ", momentum=", o.momentum());
   if (o.type() == OPT_ADAM) {
     absl::StrAppend(&opt, ", beta1=", o.beta1(), ", beta2=", o.beta2(),
                     ", epsilon=", o.epsilon());
@@ -180,9 +181,9 @@ py::array CheckArray(const py::handle& obj, const TensorSpec& spec,
   }
   py::array a = py::reinterpret_borrow<py::array>(obj);
   if (!py::isinstance<py::array_t<float>>(a)) {
-    throw py::type_error(absl::StrCat(
-        method, ": tensor '", name, "' must have dtype float32, got ",
-        std::string(py::str(a.dtype()))));
+    throw py::type_error(absl::StrCat(method, ": tensor '", name,
+                                      "' must have dtype float32, got ",
+                                      std::string(py::str(a.dtype()))));
   }
   bool same_shape = a.ndim() == spec.shape_size();
   for (int i = 0; same_shape && i < spec.shape_size(); ++i) {
@@ -190,16 +191,17 @@ py::array CheckArray(const py::handle& obj, const TensorSpec& spec,
   }
   if (!same_shape) {
     std::vector<std::string> got, want;
-    for (py::ssize_t i = 0; i < a.ndim(); ++i) got.push_back(absl::StrCat(a.shape(i)));
+    for (py::ssize_t i = 0; i < a.ndim(); ++i)
+      got.push_back(absl::StrCat(a.shape(i)));
     for (int64_t d : spec.shape()) want.push_back(absl::StrCat(d));
     throw py::value_error(absl::StrCat(
         method, ": tensor '", name, "' has shape (", absl::StrJoin(got, ", "),
         ") but the cluster holds shape (", absl::StrJoin(want, ", "), ")"));
   }
   if (!(a.flags() & py::array::c_style)) {
-    throw py::value_error(absl::StrCat(
-        method, ": tensor '", name,
-        "' is not C-contiguous (use numpy.ascontiguousarray)"));
+    throw py::value_error(
+        absl::StrCat(method, ": tensor '", name,
+                     "' is not C-contiguous (use numpy.ascontiguousarray)"));
   }
   if (writeable && !a.writeable()) {
     throw py::value_error(
@@ -211,7 +213,8 @@ py::array CheckArray(const py::handle& obj, const TensorSpec& spec,
 // The name of every item of a {name: array} dict, checked to be a str.
 std::string KeyName(const py::handle& key, const char* method) {
   if (!py::isinstance<py::str>(key)) {
-    throw py::type_error(absl::StrCat(method, ": tensor names must be str, got ",
+    throw py::type_error(absl::StrCat(method,
+                                      ": tensor names must be str, got ",
                                       std::string(py::repr(key))));
   }
   return key.cast<std::string>();
@@ -219,9 +222,9 @@ std::string KeyName(const py::handle& key, const char* method) {
 
 void CheckDict(const py::handle& obj, const char* method) {
   if (!py::isinstance<py::dict>(obj)) {
-    throw py::type_error(absl::StrCat(method,
-                                      ": expected a dict {name: array}, got ",
-                                      std::string(py::repr(py::type::handle_of(obj)))));
+    throw py::type_error(
+        absl::StrCat(method, ": expected a dict {name: array}, got ",
+                     std::string(py::repr(py::type::handle_of(obj)))));
   }
 }
 
@@ -266,9 +269,9 @@ class Client {
     }
     o.max_attempts = max_attempts;
     if (!(initial_backoff >= 0) || !std::isfinite(initial_backoff)) {
-      throw py::value_error(absl::StrCat(
-          "Client: initial_backoff must be >= 0 seconds, got ",
-          initial_backoff));
+      throw py::value_error(
+          absl::StrCat("Client: initial_backoff must be >= 0 seconds, got ",
+                       initial_backoff));
     }
     o.initial_backoff = absl::Seconds(initial_backoff);
     o.fast_path = fast_path;
@@ -296,9 +299,9 @@ class Client {
       std::vector<std::string> parts;
       for (const py::handle& s : servers) {
         if (!py::isinstance<py::str>(s)) {
-          throw py::type_error(absl::StrCat(
-              "Client: servers must be str addresses, got ",
-              std::string(py::repr(s))));
+          throw py::type_error(
+              absl::StrCat("Client: servers must be str addresses, got ",
+                           std::string(py::repr(s))));
         }
         parts.push_back(s.cast<std::string>());
       }
@@ -314,13 +317,9 @@ class Client {
   }
 
   py::dict Create(const py::object& specs) {
-    std::vector<TensorSpec> list = SpecList(specs);
-    absl::Status s;
-    {
-      py::gil_scoped_release release;
-      std::lock_guard<std::mutex> lock(mu_);
-      s = Live()->CreateTensors(list);
-    }
+    const std::vector<TensorSpec> list = SpecList(specs);
+    const absl::Status s =
+        Call([&](PsClient& client) { return client.CreateTensors(list); });
     if (!s.ok()) ThrowStatus(s);
     return Known(Names(list));
   }
@@ -333,12 +332,9 @@ class Client {
     for (const std::string& name : names) {
       if (name.empty()) throw py::value_error("wait_for: empty tensor name");
     }
-    absl::Status s;
-    {
-      py::gil_scoped_release release;
-      std::lock_guard<std::mutex> lock(mu_);
-      s = Live()->WaitForTensors(names, absl::Seconds(timeout));
-    }
+    const absl::Status s = Call([&](PsClient& client) {
+      return client.WaitForTensors(names, absl::Seconds(timeout));
+    });
     if (!s.ok()) ThrowStatus(s);
     return Known(names);
   }
@@ -367,43 +363,20 @@ class Client {
   }
 
   void PullInto(const py::object& arrays, std::optional<int64_t> clock) {
-    CheckDict(arrays, "pull_into");
-    std::vector<py::array> keep;  // holds the buffers during the RPC
-    std::vector<std::pair<std::string, float*>> outs;
-    for (const auto& [key, value] : py::reinterpret_borrow<py::dict>(arrays)) {
-      const std::string name = KeyName(key, "pull_into");
-      py::array a =
-          CheckArray(value, KnownSpec(name, "pull_into"), true, "pull_into");
-      outs.emplace_back(name, static_cast<float*>(a.mutable_data()));
-      keep.push_back(std::move(a));
-    }
+    Buffers out = CheckedBuffers(arrays, "pull_into", /*writeable=*/true);
     const int64_t c = clock.value_or(clock_);
-    absl::Status s;
-    {
-      py::gil_scoped_release release;
-      std::lock_guard<std::mutex> lock(mu_);
-      s = Live()->Pull(c, outs);
-    }
+    const absl::Status s =
+        Call([&](PsClient& client) { return client.Pull(c, out.pointers); });
     if (!s.ok()) ThrowStatus(s);
   }
 
   PushResult Push(const py::object& grads, std::optional<int64_t> clock) {
-    CheckDict(grads, "push");
-    std::vector<py::array> keep;
-    std::vector<std::pair<std::string, const float*>> ins;
-    for (const auto& [key, value] : py::reinterpret_borrow<py::dict>(grads)) {
-      const std::string name = KeyName(key, "push");
-      py::array a = CheckArray(value, KnownSpec(name, "push"), false, "push");
-      ins.emplace_back(name, static_cast<const float*>(a.data()));
-      keep.push_back(std::move(a));
-    }
+    Buffers in = CheckedBuffers(grads, "push", /*writeable=*/false);
+    std::vector<std::pair<std::string, const float*>> sources(
+        in.pointers.begin(), in.pointers.end());
     const int64_t c = clock.value_or(clock_);
-    absl::StatusOr<PushSummary> summary;
-    {
-      py::gil_scoped_release release;
-      std::lock_guard<std::mutex> lock(mu_);
-      summary = Live()->Push(c, ins);
-    }
+    const absl::StatusOr<PushSummary> summary =
+        Call([&](PsClient& client) { return client.Push(c, sources); });
     if (!summary.ok()) ThrowStatus(summary.status());
     return PushResult{summary->applied, summary->refused_stale,
                       summary->duplicates, summary->max_staleness,
@@ -412,22 +385,14 @@ class Client {
 
   void Heartbeat(std::optional<int64_t> clock, bool leaving) {
     const int64_t c = clock.value_or(clock_);
-    absl::Status s;
-    {
-      py::gil_scoped_release release;
-      std::lock_guard<std::mutex> lock(mu_);
-      s = Live()->Heartbeat(c, leaving);
-    }
+    const absl::Status s =
+        Call([&](PsClient& client) { return client.Heartbeat(c, leaving); });
     if (!s.ok()) ThrowStatus(s);
   }
 
   py::object Status() {
-    absl::StatusOr<std::vector<StatusResponse>> status;
-    {
-      py::gil_scoped_release release;
-      std::lock_guard<std::mutex> lock(mu_);
-      status = Live()->Status();
-    }
+    absl::StatusOr<std::vector<StatusResponse>> status =
+        Call([](PsClient& client) { return client.Status(); });
     if (!status.ok()) ThrowStatus(status.status());
     std::vector<ShardResult> shards;
     for (size_t i = 0; i < status->size(); ++i) {
@@ -481,6 +446,38 @@ class Client {
   const std::vector<std::string>& servers() const { return servers_; }
 
  private:
+  // Checked arrays of a {name: array} dict and their data pointers; `keep`
+  // holds the arrays (and so their buffers) while an RPC uses them.
+  struct Buffers {
+    std::vector<py::array> keep;
+    std::vector<std::pair<std::string, float*>> pointers;
+  };
+
+  Buffers CheckedBuffers(const py::object& arrays, const char* method,
+                         bool writeable) {
+    CheckDict(arrays, method);
+    Buffers b;
+    for (const auto& [key, value] : py::reinterpret_borrow<py::dict>(arrays)) {
+      const std::string name = KeyName(key, method);
+      py::array a =
+          CheckArray(value, KnownSpec(name, method), writeable, method);
+      // Written only by pulls, which checked that the array is writeable.
+      b.pointers.emplace_back(name,
+                              static_cast<float*>(const_cast<void*>(a.data())));
+      b.keep.push_back(std::move(a));
+    }
+    return b;
+  }
+
+  // Runs rpc(client) with the GIL released and mu_ held; returns its
+  // result. Raises ValueError (after taking the GIL back) once closed.
+  template <typename Rpc>
+  auto Call(Rpc rpc) -> decltype(rpc(std::declval<PsClient&>())) {
+    py::gil_scoped_release release;
+    std::lock_guard<std::mutex> lock(mu_);
+    return rpc(*Live());
+  }
+
   // REQUIRES: mu_ held, or only reading options fixed at construction.
   PsClient* Live() const {
     if (client_ == nullptr) throw py::value_error("Client is closed");
@@ -492,9 +489,9 @@ class Client {
     std::lock_guard<std::mutex> lock(mu_);
     const TensorSpec* spec = Live()->FindSpec(name);
     if (spec == nullptr) {
-      throw py::value_error(absl::StrCat(
-          method, ": unknown tensor '", name,
-          "' (create() it or wait_for() it first)"));
+      throw py::value_error(
+          absl::StrCat(method, ": unknown tensor '", name,
+                       "' (create() it or wait_for() it first)"));
     }
     return *spec;  // specs live as long as the client and are not replaced
                    // while a Python call holds the GIL
@@ -536,9 +533,9 @@ class Client {
       for (const auto& [key, value] : py::reinterpret_borrow<py::dict>(specs)) {
         const std::string name = KeyName(key, "create");
         if (!py::isinstance<TensorSpec>(value)) {
-          throw py::type_error(absl::StrCat(
-              "create: the value for '", name, "' must be a TensorSpec, got ",
-              std::string(py::repr(value))));
+          throw py::type_error(absl::StrCat("create: the value for '", name,
+                                            "' must be a TensorSpec, got ",
+                                            std::string(py::repr(value))));
         }
         TensorSpec spec = value.cast<TensorSpec>();
         if (!spec.name().empty() && spec.name() != name) {
@@ -553,9 +550,9 @@ class Client {
                !py::isinstance<py::str>(specs)) {
       for (const py::handle& value : specs) {
         if (!py::isinstance<TensorSpec>(value)) {
-          throw py::type_error(absl::StrCat(
-              "create: expected TensorSpec items, got ",
-              std::string(py::repr(value))));
+          throw py::type_error(
+              absl::StrCat("create: expected TensorSpec items, got ",
+                           std::string(py::repr(value))));
         }
         add(value.cast<TensorSpec>());
       }
@@ -576,7 +573,8 @@ const char kModuleDoc[] = R"doc(Native asyncps client (C++ PsClient).
 
 Use the `asyncps` package, which re-exports everything here.)doc";
 
-const char kClientDoc[] = R"doc(A worker's connection to every shard of an asyncps cluster.
+const char kClientDoc[] =
+    R"doc(A worker's connection to every shard of an asyncps cluster.
 
 Client(servers, worker_id=0, *, incarnation=0, tls_ca='', tls_cert='',
        tls_key='', token_file='', rpc_timeout=60.0, max_attempts=5,
@@ -638,7 +636,8 @@ PYBIND11_MODULE(_native, m) {
         "again; what ps_server and ps_worker do at start. Process-wide; call "
         "once, early.");
 
-  py::class_<TensorSpec>(m, "TensorSpec", R"doc(How a tensor is created on the shards.
+  py::class_<TensorSpec>(m, "TensorSpec",
+                         R"doc(How a tensor is created on the shards.
 
 TensorSpec(shape, *, name='', init='zeros', init_value=0.0, seed=0,
            optimizer='sgd', lr=0.01, momentum=0.9, beta1=0.9,
@@ -666,7 +665,8 @@ again is a no-op, a different one is RpcError ALREADY_EXISTS.)doc")
       .def_property_readonly("shape", &ShapeOf)
       .def_property_readonly("num_elems", &NumElems)
       .def_property_readonly(
-          "init", [](const TensorSpec& s) { return EnumName(kInits, s.init()); })
+          "init",
+          [](const TensorSpec& s) { return EnumName(kInits, s.init()); })
       .def_property_readonly("init_value", &TensorSpec::init_value)
       .def_property_readonly("seed", &TensorSpec::seed)
       .def_property_readonly("optimizer",
@@ -675,15 +675,18 @@ again is a no-op, a different one is RpcError ALREADY_EXISTS.)doc")
                                                s.optimizer().type());
                              })
       .def_property_readonly(
-          "lr", [](const TensorSpec& s) { return s.optimizer().learning_rate(); })
+          "lr",
+          [](const TensorSpec& s) { return s.optimizer().learning_rate(); })
       .def_property_readonly(
-          "momentum", [](const TensorSpec& s) { return s.optimizer().momentum(); })
+          "momentum",
+          [](const TensorSpec& s) { return s.optimizer().momentum(); })
       .def_property_readonly(
           "beta1", [](const TensorSpec& s) { return s.optimizer().beta1(); })
       .def_property_readonly(
           "beta2", [](const TensorSpec& s) { return s.optimizer().beta2(); })
       .def_property_readonly(
-          "epsilon", [](const TensorSpec& s) { return s.optimizer().epsilon(); })
+          "epsilon",
+          [](const TensorSpec& s) { return s.optimizer().epsilon(); })
       .def_property_readonly("slice_elems", &TensorSpec::slice_elems)
       .def("__eq__",
            [](const TensorSpec& a, const py::object& b) {
@@ -696,8 +699,7 @@ again is a no-op, a different one is RpcError ALREADY_EXISTS.)doc")
   py::class_<PushResult>(m, "PushResult",
                          "What the shards did with one push, over all "
                          "slices of all pushed tensors.")
-      .def_readonly("applied", &PushResult::applied,
-                    "slice updates applied")
+      .def_readonly("applied", &PushResult::applied, "slice updates applied")
       .def_readonly("refused_stale", &PushResult::refused_stale,
                     "slice updates refused as too stale (--max_staleness)")
       .def_readonly("duplicates", &PushResult::duplicates,
@@ -725,33 +727,38 @@ again is a no-op, a different one is RpcError ALREADY_EXISTS.)doc")
            py::arg("token_file") = "", py::arg("rpc_timeout") = 60.0,
            py::arg("max_attempts") = 5, py::arg("initial_backoff") = 0.05,
            py::arg("fast_path") = true)
-      .def("create", &Client::Create, py::arg("specs"),
-           R"doc(Creates tensors on every shard: {name: TensorSpec} or a list of named
+      .def(
+          "create", &Client::Create, py::arg("specs"),
+          R"doc(Creates tensors on every shard: {name: TensorSpec} or a list of named
 TensorSpecs. Idempotent (an identical existing tensor is fine; a different
 one raises RpcError ALREADY_EXISTS). Returns {name: TensorSpec} as stored
 (slice_elems resolved).)doc")
-      .def("wait_for", &Client::WaitFor, py::arg("names"),
-           py::arg("timeout") = 60.0,
-           R"doc(Waits until every named tensor exists on every shard (created by another
+      .def(
+          "wait_for", &Client::WaitFor, py::arg("names"),
+          py::arg("timeout") = 60.0,
+          R"doc(Waits until every named tensor exists on every shard (created by another
 worker), for at most `timeout` seconds (RpcError DEADLINE_EXCEEDED naming
 what is missing). Returns {name: TensorSpec}.)doc")
       .def("spec", &Client::Spec, py::arg("name"),
            "The stored TensorSpec of a tensor this client created or waited "
            "for, or None.")
-      .def("pull", &Client::Pull, py::arg("names"),
-           py::arg("clock") = py::none(),
-           R"doc(Pulls the named tensors into new float32 arrays: {name: ndarray}.
+      .def(
+          "pull", &Client::Pull, py::arg("names"),
+          py::arg("clock") = py::none(),
+          R"doc(Pulls the named tensors into new float32 arrays: {name: ndarray}.
 `clock` (default: self.clock) is this worker's clock; under SSP/BSP a shard
 holds the pull until slower workers are within the slack. Records every
 slice's version for the next push.)doc")
-      .def("pull_into", &Client::PullInto, py::arg("arrays"),
-           py::arg("clock") = py::none(),
-           R"doc(Pulls tensors straight into the given arrays ({name: ndarray}, each
+      .def(
+          "pull_into", &Client::PullInto, py::arg("arrays"),
+          py::arg("clock") = py::none(),
+          R"doc(Pulls tensors straight into the given arrays ({name: ndarray}, each
 float32, C-contiguous, writeable, of the tensor's shape), with no extra
 copy. Otherwise as pull(). On error the arrays may be partly written.)doc")
-      .def("push", &Client::Push, py::arg("grads"),
-           py::arg("clock") = py::none(),
-           R"doc(Pushes gradients ({name: ndarray} of the tensors' shapes, float32,
+      .def(
+          "push", &Client::Push, py::arg("grads"),
+          py::arg("clock") = py::none(),
+          R"doc(Pushes gradients ({name: ndarray} of the tensors' shapes, float32,
 C-contiguous), tagged with the versions read by the last pull of each
 tensor and `clock` (default: self.clock). Retries reuse the push's sequence
 number, so each shard applies it exactly once. Returns a PushResult
@@ -768,8 +775,9 @@ number, so each shard applies it exactly once. Returns a PushResult
           py::arg("clock") = py::none(),
           "Tells every shard this worker is done: SSP/BSP stop waiting for "
           "it. A later call rejoins.")
-      .def("status", &Client::Status,
-           R"doc(Every shard's Status as one dict, the document `psctl status --json`
+      .def(
+          "status", &Client::Status,
+          R"doc(Every shard's Status as one dict, the document `psctl status --json`
 prints: {'shards': [{'index', 'address', 'up', 'status': {...}}],
 'summary': {...}, 'workers': [...]}. In 'status', 64-bit integers are
 strings (protobuf's JSON mapping).)doc")
@@ -804,8 +812,8 @@ strings (protobuf's JSON mapping).)doc")
            })
       .def("__repr__", [](Client& c) {
         return absl::StrCat("asyncps.Client(servers=[",
-                            absl::StrJoin(c.servers(), ", "), "], closed=",
-                            c.closed() ? "True" : "False", ")");
+                            absl::StrJoin(c.servers(), ", "),
+                            "], closed=", c.closed() ? "True" : "False", ")");
       });
 }
 

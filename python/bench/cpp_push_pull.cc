@@ -34,8 +34,9 @@ int Run() {
       ParseServerList(absl::GetFlag(FLAGS_servers));
   const std::string op = absl::GetFlag(FLAGS_op);
   if (!servers.ok() || (op != "pull" && op != "push")) {
-    std::fprintf(stderr, "usage: cpp_push_pull --servers=h:p,... "
-                         "--op=pull|push [--tensor=NAME]\n");
+    std::fprintf(stderr,
+                 "usage: cpp_push_pull --servers=h:p,... "
+                 "--op=pull|push [--tensor=NAME]\n");
     return 2;
   }
   PsClientOptions options;
@@ -44,9 +45,9 @@ int Run() {
   absl::StatusOr<std::unique_ptr<PsClient>> client =
       PsClient::Connect(std::move(options));
   const std::string name = absl::GetFlag(FLAGS_tensor);
-  absl::Status s = client.ok() ? (*client)->WaitForTensors({name},
-                                                           absl::Seconds(30))
-                               : client.status();
+  absl::Status s = client.ok()
+                       ? (*client)->WaitForTensors({name}, absl::Seconds(30))
+                       : client.status();
   if (!s.ok()) {
     std::fprintf(stderr, "cpp_push_pull: %s\n", s.ToString().c_str());
     return 1;
@@ -61,7 +62,8 @@ int Run() {
     return c.Push(clock, {{name, buffer.data()}}).status();
   };
   // Untimed: the first pull also records versions for the pushes.
-  for (int i = 0; i < 2 && s.ok(); ++i) s = c.Pull(clock, {{name, buffer.data()}});
+  for (int i = 0; i < 2 && s.ok(); ++i)
+    s = c.Pull(clock, {{name, buffer.data()}});
   for (int i = 0; i < 2 && s.ok(); ++i) s = call();
   using Clock = std::chrono::steady_clock;
   const Clock::time_point start = Clock::now();
@@ -78,10 +80,11 @@ int Run() {
     return 1;
   }
   const double bytes = static_cast<double>(elems) * sizeof(float);
-  std::printf("op=%s impl=cpp bytes=%.0f calls=%lld seconds=%.3f "
-              "mb_per_s=%.1f\n",
-              op.c_str(), bytes, static_cast<long long>(calls), elapsed,
-              bytes * calls / elapsed / 1e6);
+  std::printf(
+      "op=%s impl=cpp bytes=%.0f calls=%lld seconds=%.3f "
+      "mb_per_s=%.1f\n",
+      op.c_str(), bytes, static_cast<long long>(calls), elapsed,
+      bytes * calls / elapsed / 1e6);
   (void)c.Heartbeat(clock, /*leaving=*/true);
   return 0;
 }

@@ -39,6 +39,7 @@ def test_create_pull_push_exact_values_on_two_shards(cluster):
 
         gw = np.arange(30, dtype=np.float32).reshape(5, 6) / 4
         gb = np.full(7, 0.5, np.float32)
+        gb.flags.writeable = False  # pushes only read
         for step in range(3):
             r = c.push({"w": gw, "b": gb}, clock=step)
             assert (r.applied, r.refused_stale, r.duplicates) == (10, 0, 0)
