@@ -230,14 +230,6 @@ void CheckDict(const py::handle& obj, const char* method) {
 
 // ---------------------------------------------------------------- client
 
-struct PushResult {
-  int64_t applied = 0;
-  int64_t refused_stale = 0;
-  int64_t duplicates = 0;
-  uint64_t max_staleness = 0;
-  double mean_staleness = 0;
-};
-
 // The Python Client. Owns one PsClient; a mutex serializes calls from
 // several Python threads (PsClient is thread-compatible). RPCs run with the
 // GIL released and the mutex held; the mutex is never held while waiting
@@ -370,7 +362,7 @@ class Client {
     if (!s.ok()) ThrowStatus(s);
   }
 
-  PushResult Push(const py::object& grads, std::optional<int64_t> clock) {
+  PushSummary Push(const py::object& grads, std::optional<int64_t> clock) {
     Buffers in = CheckedBuffers(grads, "push", /*writeable=*/false);
     std::vector<std::pair<std::string, const float*>> sources(
         in.pointers.begin(), in.pointers.end());
@@ -378,9 +370,7 @@ class Client {
     const absl::StatusOr<PushSummary> summary =
         Call([&](PsClient& client) { return client.Push(c, sources); });
     if (!summary.ok()) ThrowStatus(summary.status());
-    return PushResult{summary->applied, summary->refused_stale,
-                      summary->duplicates, summary->max_staleness,
-                      summary->mean_staleness};
+    return *summary;
   }
 
   void Heartbeat(std::optional<int64_t> clock, bool leaving) {
@@ -696,20 +686,20 @@ again is a no-op, a different one is RpcError ALREADY_EXISTS.)doc")
            })
       .def("__repr__", &SpecRepr);
 
-  py::class_<PushResult>(m, "PushResult",
-                         "What the shards did with one push, over all "
-                         "slices of all pushed tensors.")
-      .def_readonly("applied", &PushResult::applied, "slice updates applied")
-      .def_readonly("refused_stale", &PushResult::refused_stale,
+  py::class_<PushSummary>(m, "PushResult",
+                          "What the shards did with one push, over all "
+                          "slices of all pushed tensors.")
+      .def_readonly("applied", &PushSummary::applied, "slice updates applied")
+      .def_readonly("refused_stale", &PushSummary::refused_stale,
                     "slice updates refused as too stale (--max_staleness)")
-      .def_readonly("duplicates", &PushResult::duplicates,
+      .def_readonly("duplicates", &PushSummary::duplicates,
                     "shards that recognised a retry of a push they had "
                     "already applied (acknowledged, not applied again)")
-      .def_readonly("max_staleness", &PushResult::max_staleness,
+      .def_readonly("max_staleness", &PushSummary::max_staleness,
                     "largest staleness (current - read version) of a slice")
-      .def_readonly("mean_staleness", &PushResult::mean_staleness,
+      .def_readonly("mean_staleness", &PushSummary::mean_staleness,
                     "mean staleness over the slice results")
-      .def("__repr__", [](const PushResult& r) {
+      .def("__repr__", [](const PushSummary& r) {
         return absl::StrCat("PushResult(applied=", r.applied,
                             ", refused_stale=", r.refused_stale,
                             ", duplicates=", r.duplicates,
@@ -786,13 +776,18 @@ strings (protobuf's JSON mapping).)doc")
       .def("close", &Client::Close,
            "Closes the connections (without saying goodbye; see leave()). "
            "Further calls raise ValueError.")
-      .def_property_readonly("closed", &Client::closed)
+      .def_property_readonly("closed", &Client::closed,
+                             "True once close() ran (or the with block "
+                             "ended).")
       .def_property("clock", &Client::clock, &Client::set_clock,
                     "This worker's clock (completed steps), used when a "
                     "call's `clock` is None. The caller advances it.")
       .def_property_readonly("worker_id", &Client::worker_id)
-      .def_property_readonly("incarnation", &Client::incarnation)
-      .def_property_readonly("servers", &Client::servers)
+      .def_property_readonly("incarnation", &Client::incarnation,
+                             "This process's incarnation (chosen at random "
+                             "when 0 was given).")
+      .def_property_readonly("servers", &Client::servers,
+                             "The shard addresses, in shard order.")
       .def("__enter__", [](py::object self) { return self; })
       .def("__exit__",
            [](Client& c, const py::object& type, const py::object&,
@@ -815,6 +810,11 @@ strings (protobuf's JSON mapping).)doc")
                             absl::StrJoin(c.servers(), ", "),
                             "], closed=", c.closed() ? "True" : "False", ")");
       });
+
+  // Shown as asyncps.X (the package re-exports them) in help() and repr().
+  for (const char* name : {"TensorSpec", "PushResult", "Client"}) {
+    m.attr(name).attr("__module__") = "asyncps";
+  }
 }
 
 }  // namespace python
