@@ -16,18 +16,20 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <atomic>
 #include <cmath>
 #include <cstdint>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "common/initializer.h"
 #include "common/net.h"
@@ -230,10 +232,11 @@ void CheckDict(const py::handle& obj, const char* method) {
 
 // ---------------------------------------------------------------- client
 
-// The Python Client. Owns one PsClient; a mutex serializes calls from
-// several Python threads (PsClient is thread-compatible). RPCs run with the
-// GIL released and the mutex held; the mutex is never held while waiting
-// for the GIL, so the two cannot deadlock.
+// The Python Client. Owns one PsClient; mu_ serializes calls from several
+// Python threads (PsClient is thread-compatible). RPCs run with the GIL
+// released and mu_ held; argument checks read a copy of the known specs
+// (known_) instead, so they never wait for another thread's RPC while
+// holding the GIL. Thread-safe.
 class Client {
  public:
   Client(const py::object& servers, int32_t worker_id, uint64_t incarnation,
@@ -279,6 +282,9 @@ class Client {
     absl::StatusOr<std::unique_ptr<PsClient>> client =
         PsClient::Connect(std::move(o));
     CheckOk(client.status(), "Client");
+    worker_id_ = (*client)->worker_id();
+    incarnation_ = (*client)->incarnation();
+    absl::MutexLock lock(&mu_);
     client_ = *std::move(client);
   }
 
@@ -310,8 +316,11 @@ class Client {
 
   py::dict Create(const py::object& specs) {
     const std::vector<TensorSpec> list = SpecList(specs);
-    const absl::Status s =
-        Call([&](PsClient& client) { return client.CreateTensors(list); });
+    const absl::Status s = Call([&](PsClient& client) {
+      absl::Status st = client.CreateTensors(list);
+      if (st.ok()) Learn(client, Names(list));
+      return st;
+    });
     if (!s.ok()) ThrowStatus(s);
     return Known(Names(list));
   }
@@ -325,29 +334,33 @@ class Client {
       if (name.empty()) throw py::value_error("wait_for: empty tensor name");
     }
     const absl::Status s = Call([&](PsClient& client) {
-      return client.WaitForTensors(names, absl::Seconds(timeout));
+      absl::Status st = client.WaitForTensors(names, absl::Seconds(timeout));
+      if (st.ok()) Learn(client, names);
+      return st;
     });
     if (!s.ok()) ThrowStatus(s);
     return Known(names);
   }
 
   std::optional<TensorSpec> Spec(const std::string& name) {
-    std::lock_guard<std::mutex> lock(mu_);
-    const TensorSpec* spec = Live()->FindSpec(name);
-    if (spec == nullptr) return std::nullopt;
-    return *spec;
+    CheckOpen();
+    absl::MutexLock lock(&specs_mu_);
+    auto it = known_.find(name);
+    if (it == known_.end()) return std::nullopt;
+    return *it->second;
   }
 
   py::dict Pull(const std::vector<std::string>& names,
                 std::optional<int64_t> clock) {
     py::dict out;
     for (const std::string& name : names) {
-      const TensorSpec& spec = KnownSpec(name, "pull");
+      const std::shared_ptr<const TensorSpec> spec = KnownSpec(name, "pull");
       if (out.contains(name)) {
         throw py::value_error(
             absl::StrCat("pull: tensor '", name, "' named twice"));
       }
-      std::vector<py::ssize_t> shape(spec.shape().begin(), spec.shape().end());
+      std::vector<py::ssize_t> shape(spec->shape().begin(),
+                                     spec->shape().end());
       out[py::str(name)] = py::array_t<float>(shape);
     }
     PullInto(out, clock);
@@ -398,26 +411,22 @@ class Client {
 
   std::vector<uint64_t> Versions(const std::string& name) {
     KnownSpec(name, "versions");
-    std::lock_guard<std::mutex> lock(mu_);
-    return Live()->PulledVersions(name);
+    return Call([&](PsClient& client) { return client.PulledVersions(name); });
   }
 
   void Close() {
+    closed_ = true;
+    // Waits for a call in flight on another thread; the channels close
+    // with the GIL released as well.
+    py::gil_scoped_release release;
     std::unique_ptr<PsClient> gone;
     {
-      py::gil_scoped_release release;
-      std::lock_guard<std::mutex> lock(mu_);
+      absl::MutexLock lock(&mu_);
       gone = std::move(client_);
     }
-    // Channels close here, with the GIL released as well.
-    py::gil_scoped_release release;
-    gone.reset();
   }
 
-  bool closed() {
-    std::lock_guard<std::mutex> lock(mu_);
-    return client_ == nullptr;
-  }
+  bool closed() const { return closed_; }
   int64_t clock() const { return clock_; }
   void set_clock(int64_t clock) {
     if (clock < 0) {
@@ -425,14 +434,8 @@ class Client {
     }
     clock_ = clock;
   }
-  int32_t worker_id() {
-    std::lock_guard<std::mutex> lock(mu_);
-    return Live()->worker_id();
-  }
-  uint64_t incarnation() {
-    std::lock_guard<std::mutex> lock(mu_);
-    return Live()->incarnation();
-  }
+  int32_t worker_id() const { return worker_id_; }
+  uint64_t incarnation() const { return incarnation_; }
   const std::vector<std::string>& servers() const { return servers_; }
 
  private:
@@ -450,7 +453,7 @@ class Client {
     for (const auto& [key, value] : py::reinterpret_borrow<py::dict>(arrays)) {
       const std::string name = KeyName(key, method);
       py::array a =
-          CheckArray(value, KnownSpec(name, method), writeable, method);
+          CheckArray(value, *KnownSpec(name, method), writeable, method);
       // Written only by pulls, which checked that the array is writeable.
       b.pointers.emplace_back(name,
                               static_cast<float*>(const_cast<void*>(a.data())));
@@ -459,38 +462,54 @@ class Client {
     return b;
   }
 
-  // Runs rpc(client) with the GIL released and mu_ held; returns its
-  // result. Raises ValueError (after taking the GIL back) once closed.
-  template <typename Rpc>
-  auto Call(Rpc rpc) -> decltype(rpc(std::declval<PsClient&>())) {
-    py::gil_scoped_release release;
-    std::lock_guard<std::mutex> lock(mu_);
-    return rpc(*Live());
+  void CheckOpen() const {
+    if (closed_) throw py::value_error("Client is closed");
   }
 
-  // REQUIRES: mu_ held, or only reading options fixed at construction.
-  PsClient* Live() const {
+  // Runs rpc(client) with the GIL released and mu_ held; returns its
+  // result. ValueError once closed.
+  template <typename Rpc>
+  auto Call(Rpc rpc) -> decltype(rpc(std::declval<PsClient&>())) {
+    CheckOpen();
+    py::gil_scoped_release release;
+    absl::MutexLock lock(&mu_);
+    // Closed by another thread while this one waited for mu_. The
+    // exception is a plain C++ object until the GIL is back.
     if (client_ == nullptr) throw py::value_error("Client is closed");
-    return client_.get();
+    return rpc(*client_);
+  }
+
+  // Copies the specs the client now knows for `names` into known_.
+  // Called inside Call (mu_ held, GIL released).
+  void Learn(PsClient& client, const std::vector<std::string>& names) {
+    absl::MutexLock lock(&specs_mu_);
+    for (const std::string& name : names) {
+      if (const TensorSpec* spec = client.FindSpec(name)) {
+        known_[name] = std::make_shared<const TensorSpec>(*spec);
+      }
+    }
   }
 
   // The stored spec of a known tensor; ValueError before any RPC otherwise.
-  const TensorSpec& KnownSpec(const std::string& name, const char* method) {
-    std::lock_guard<std::mutex> lock(mu_);
-    const TensorSpec* spec = Live()->FindSpec(name);
-    if (spec == nullptr) {
+  // Does not wait for a call in flight (mu_), so that a thread holding the
+  // GIL is never held up by another thread's RPC.
+  std::shared_ptr<const TensorSpec> KnownSpec(const std::string& name,
+                                              const char* method) {
+    CheckOpen();
+    absl::MutexLock lock(&specs_mu_);
+    auto it = known_.find(name);
+    if (it == known_.end()) {
       throw py::value_error(
           absl::StrCat(method, ": unknown tensor '", name,
                        "' (create() it or wait_for() it first)"));
     }
-    return *spec;  // specs live as long as the client and are not replaced
-                   // while a Python call holds the GIL
+    return it->second;
   }
 
   py::dict Known(const std::vector<std::string>& names) {
     py::dict out;
     for (const std::string& name : names) {
-      out[py::str(name)] = KnownSpec(name, "create");
+      out[py::str(name)] = *KnownSpec(name, "create");
     }
     return out;
   }
@@ -553,10 +572,21 @@ class Client {
     return list;
   }
 
-  std::mutex mu_;
-  std::unique_ptr<PsClient> client_;  // guarded by mu_; null once closed
-  std::vector<std::string> servers_;  // const after construction
-  int64_t clock_ = 0;                 // only touched with the GIL held
+  // Lock order: mu_ before specs_mu_. Neither is held while waiting for
+  // the GIL; mu_ is only taken with the GIL released.
+  absl::Mutex mu_;  // held during every RPC
+  std::unique_ptr<PsClient> client_ ABSL_GUARDED_BY(mu_);  // null once closed
+  absl::Mutex specs_mu_;
+  absl::flat_hash_map<std::string, std::shared_ptr<const TensorSpec>> known_
+      ABSL_GUARDED_BY(specs_mu_);
+  std::atomic<bool> closed_{false};
+
+  // Const after construction.
+  std::vector<std::string> servers_;
+  int32_t worker_id_ = 0;
+  uint64_t incarnation_ = 0;
+
+  int64_t clock_ = 0;  // only touched with the GIL held
 };
 
 const char kModuleDoc[] = R"doc(Native asyncps client (C++ PsClient).

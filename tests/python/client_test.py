@@ -278,6 +278,10 @@ def test_gil_is_released_while_an_ssp_pull_waits(cluster):
         wait_until(lambda: slow.status()["summary"]["pull_waits"] == 1, 10,
                    "the pull to wait")
         assert t.is_alive() and not result
+        # Argument checks on the waiting client do not wait for its RPC.
+        assert fast.spec("t").shape == (4,)
+        with pytest.raises(ValueError, match="shape"):
+            fast.push({"t": np.zeros(3, np.float32)})
         slow.push({"t": np.ones(4, np.float32)}, clock=0)
         slow.heartbeat(clock=1)
         t.join(30)
