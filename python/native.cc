@@ -635,6 +635,41 @@ heartbeat when their `clock` argument is None; the caller advances it.
 The Client is a context manager: leaving the block says goodbye to the
 shards (leave()) and closes the connections.)doc";
 
+const char kCreateDoc[] =
+    R"doc(Creates tensors on every shard: {name: TensorSpec} or a list of named
+TensorSpecs. Idempotent (an identical existing tensor is fine; a different
+one raises RpcError ALREADY_EXISTS). Returns {name: TensorSpec} as stored
+(slice_elems resolved).)doc";
+
+const char kWaitForDoc[] =
+    R"doc(Waits until every named tensor exists on every shard (created by
+another worker), for at most `timeout` seconds (RpcError DEADLINE_EXCEEDED naming
+what is missing). Returns {name: TensorSpec}.)doc";
+
+const char kPullDoc[] =
+    R"doc(Pulls the named tensors into new float32 arrays: {name: ndarray}.
+`clock` (default: self.clock) is this worker's clock; under SSP/BSP a shard
+holds the pull until slower workers are within the slack. Records every
+slice's version for the next push.)doc";
+
+const char kPullIntoDoc[] =
+    R"doc(Pulls tensors straight into the given arrays ({name: ndarray}, each
+float32, C-contiguous, writeable, of the tensor's shape), with no extra
+copy. Otherwise as pull(). On error the arrays may be partly written.)doc";
+
+const char kPushDoc[] =
+    R"doc(Pushes gradients ({name: ndarray} of the tensors' shapes, float32,
+C-contiguous), tagged with the versions read by the last pull of each
+tensor and `clock` (default: self.clock). Retries reuse the push's sequence
+number, so each shard applies it exactly once. Returns a PushResult
+(applied / refused_stale slice updates, duplicates, staleness).)doc";
+
+const char kStatusDoc[] =
+    R"doc(Every shard's Status as one dict, the document `psctl status --json`
+prints: {'shards': [{'index', 'address', 'up', 'status': {...}}],
+'summary': {...}, 'workers': [...]}. In 'status', 64-bit integers are
+strings (protobuf's JSON mapping).)doc";
+
 }  // namespace
 
 PYBIND11_MODULE(_native, m) {
@@ -747,42 +782,18 @@ again is a no-op, a different one is RpcError ALREADY_EXISTS.)doc")
            py::arg("token_file") = "", py::arg("rpc_timeout") = 60.0,
            py::arg("max_attempts") = 5, py::arg("initial_backoff") = 0.05,
            py::arg("fast_path") = true)
-      .def(
-          "create", &Client::Create, py::arg("specs"),
-          R"doc(Creates tensors on every shard: {name: TensorSpec} or a list of named
-TensorSpecs. Idempotent (an identical existing tensor is fine; a different
-one raises RpcError ALREADY_EXISTS). Returns {name: TensorSpec} as stored
-(slice_elems resolved).)doc")
-      .def(
-          "wait_for", &Client::WaitFor, py::arg("names"),
-          py::arg("timeout") = 60.0,
-          R"doc(Waits until every named tensor exists on every shard (created by another
-worker), for at most `timeout` seconds (RpcError DEADLINE_EXCEEDED naming
-what is missing). Returns {name: TensorSpec}.)doc")
+      .def("create", &Client::Create, py::arg("specs"), kCreateDoc)
+      .def("wait_for", &Client::WaitFor, py::arg("names"),
+           py::arg("timeout") = 60.0, kWaitForDoc)
       .def("spec", &Client::Spec, py::arg("name"),
            "The stored TensorSpec of a tensor this client created or waited "
            "for, or None.")
-      .def(
-          "pull", &Client::Pull, py::arg("names"),
-          py::arg("clock") = py::none(),
-          R"doc(Pulls the named tensors into new float32 arrays: {name: ndarray}.
-`clock` (default: self.clock) is this worker's clock; under SSP/BSP a shard
-holds the pull until slower workers are within the slack. Records every
-slice's version for the next push.)doc")
-      .def(
-          "pull_into", &Client::PullInto, py::arg("arrays"),
-          py::arg("clock") = py::none(),
-          R"doc(Pulls tensors straight into the given arrays ({name: ndarray}, each
-float32, C-contiguous, writeable, of the tensor's shape), with no extra
-copy. Otherwise as pull(). On error the arrays may be partly written.)doc")
-      .def(
-          "push", &Client::Push, py::arg("grads"),
-          py::arg("clock") = py::none(),
-          R"doc(Pushes gradients ({name: ndarray} of the tensors' shapes, float32,
-C-contiguous), tagged with the versions read by the last pull of each
-tensor and `clock` (default: self.clock). Retries reuse the push's sequence
-number, so each shard applies it exactly once. Returns a PushResult
-(applied / refused_stale slice updates, duplicates, staleness).)doc")
+      .def("pull", &Client::Pull, py::arg("names"),
+           py::arg("clock") = py::none(), kPullDoc)
+      .def("pull_into", &Client::PullInto, py::arg("arrays"),
+           py::arg("clock") = py::none(), kPullIntoDoc)
+      .def("push", &Client::Push, py::arg("grads"),
+           py::arg("clock") = py::none(), kPushDoc)
       .def("heartbeat", &Client::Heartbeat, py::arg("clock") = py::none(),
            py::arg("leaving") = false,
            "Renews this worker's lease on every shard and reports `clock` "
@@ -795,12 +806,7 @@ number, so each shard applies it exactly once. Returns a PushResult
           py::arg("clock") = py::none(),
           "Tells every shard this worker is done: SSP/BSP stop waiting for "
           "it. A later call rejoins.")
-      .def(
-          "status", &Client::Status,
-          R"doc(Every shard's Status as one dict, the document `psctl status --json`
-prints: {'shards': [{'index', 'address', 'up', 'status': {...}}],
-'summary': {...}, 'workers': [...]}. In 'status', 64-bit integers are
-strings (protobuf's JSON mapping).)doc")
+      .def("status", &Client::Status, kStatusDoc)
       .def("versions", &Client::Versions, py::arg("name"),
            "Per slice, the version read by the last pull of `name`.")
       .def("close", &Client::Close,
