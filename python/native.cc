@@ -643,8 +643,8 @@ one raises RpcError ALREADY_EXISTS). Returns {name: TensorSpec} as stored
 
 const char kWaitForDoc[] =
     R"doc(Waits until every named tensor exists on every shard (created by
-another worker), for at most `timeout` seconds (RpcError DEADLINE_EXCEEDED naming
-what is missing). Returns {name: TensorSpec}.)doc";
+another worker), for at most `timeout` seconds (RpcError DEADLINE_EXCEEDED
+naming what is missing). Returns {name: TensorSpec}.)doc";
 
 const char kPullDoc[] =
     R"doc(Pulls the named tensors into new float32 arrays: {name: ndarray}.
