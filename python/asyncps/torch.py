@@ -65,6 +65,32 @@ def torch_default_init(name, param, params):
     return "zeros", 0.0
 
 
+def _trainable_parameters(module):
+    """{name: parameter} of the parameters with requires_grad, checked to
+    be float32 contiguous CPU tensors (ValueError naming one that is not)."""
+    params = {n: p for n, p in module.named_parameters() if p.requires_grad}
+    if not params:
+        raise ValueError("Worker: the module has no trainable parameters")
+    for name, p in params.items():
+        if p.dtype != torch.float32:
+            raise ValueError(f"Worker: parameter '{name}' is {p.dtype}; "
+                             "asyncps holds float32")
+        if p.device.type != "cpu":
+            raise ValueError(f"Worker: parameter '{name}' is on {p.device}; "
+                             "only CPU parameters are supported")
+        if not p.is_contiguous():
+            raise ValueError(f"Worker: parameter '{name}' is not contiguous")
+    return params
+
+
+def _plain_asp(policy):
+    """True for a shard policy (Status JSON) of ASP without a staleness
+    bound or learning-rate scaling."""
+    return (policy.get("consistency", "ASP") == "ASP"
+            and int(policy.get("max_staleness", -1)) < 0
+            and policy.get("staleness_lr", "none") in ("", "none"))
+
+
 class Worker:
     """Trains `module` asynchronously through `client` (an asyncps.Client).
 
@@ -102,23 +128,14 @@ class Worker:
                  init="torch", seed=0, prefix="", create=True,
                  wait_timeout=120.0, overlap_pull=False, slice_elems=0):
         if not isinstance(module, torch.nn.Module):
-            raise TypeError(
-                f"Worker: module must be a torch.nn.Module, got {type(module).__name__}")
+            raise TypeError("Worker: module must be a torch.nn.Module, got "
+                            f"{type(module).__name__}")
         if not isinstance(client, asyncps.Client):
-            raise TypeError(
-                f"Worker: client must be an asyncps.Client, got {type(client).__name__}")
+            raise TypeError("Worker: client must be an asyncps.Client, got "
+                            f"{type(client).__name__}")
         self.module = module
         self.client = client
-        params = {n: p for n, p in module.named_parameters() if p.requires_grad}
-        if not params:
-            raise ValueError("Worker: the module has no trainable parameters")
-        for name, p in params.items():
-            if p.dtype != torch.float32:
-                raise ValueError(f"Worker: parameter '{name}' is {p.dtype}; asyncps holds float32")
-            if p.device.type != "cpu":
-                raise ValueError(f"Worker: parameter '{name}' is on {p.device}; only CPU parameters are supported")
-            if not p.is_contiguous():
-                raise ValueError(f"Worker: parameter '{name}' is not contiguous")
+        params = _trainable_parameters(module)
         # (tensor name on the shards, parameter), in named_parameters() order.
         self._params = [(prefix + n, p) for n, p in params.items()]
 
@@ -129,7 +146,8 @@ class Worker:
             elif init == "torch":
                 kind, value = torch_default_init(name, p, params)
             else:
-                kind, value = init, (0.05 if init in ("uniform", "normal") else 0.0)
+                kind = init
+                value = 0.05 if init in ("uniform", "normal") else 0.0
             specs[prefix + name] = asyncps.TensorSpec(
                 tuple(p.shape), init=kind, init_value=value, seed=seed + index,
                 optimizer=optimizer, lr=lr, momentum=momentum, beta1=beta1,
@@ -141,8 +159,8 @@ class Worker:
         for name, p in self._params:
             if tuple(stored[name].shape) != tuple(p.shape):
                 raise ValueError(
-                    f"Worker: parameter '{name}' has shape {tuple(p.shape)} but "
-                    f"the shards hold {tuple(stored[name].shape)}")
+                    f"Worker: parameter '{name}' has shape {tuple(p.shape)} "
+                    f"but the shards hold {tuple(stored[name].shape)}")
         self.specs = stored
 
         status = client.status()
@@ -154,14 +172,11 @@ class Worker:
         self._pending = None  # Future of the overlapped pull, if any
         self._buffers = None  # what the overlapped pull writes into
         if self.overlap_pull:
-            for p in policies:
-                if (p.get("consistency", "ASP") != "ASP"
-                        or int(p.get("max_staleness", -1)) >= 0
-                        or p.get("staleness_lr", "none") not in ("", "none")):
-                    raise ValueError(
-                        "Worker: overlap_pull needs every shard to run ASP "
-                        "without --max_staleness and --staleness_lr (the "
-                        f"shards run {status['summary']['policy']})")
+            if not all(_plain_asp(p) for p in policies):
+                raise ValueError(
+                    "Worker: overlap_pull needs every shard to run ASP "
+                    "without --max_staleness and --staleness_lr (the "
+                    f"shards run {status['summary']['policy']})")
             self._executor = concurrent.futures.ThreadPoolExecutor(
                 max_workers=1, thread_name_prefix="asyncps-pull")
             self._buffers = {n: np.empty(tuple(p.shape), np.float32)

@@ -15,7 +15,8 @@ repetitions. Prints one line per measurement, the medians and the ratio:
 Build first (any config; -c opt for numbers worth quoting):
     bazel build -c opt //server:ps_server //python:asyncps \\
         //python/bench:cpp_push_pull
-    /usr/bin/python3 python/bench/push_pull_bench.py --bin "$(bazel info -c opt bazel-bin)"
+    /usr/bin/python3 python/bench/push_pull_bench.py \\
+        --bin "$(bazel info -c opt bazel-bin)"
 """
 
 import argparse
