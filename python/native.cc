@@ -711,11 +711,11 @@ PYBIND11_MODULE(_native, m) {
   if (rpc_error_type == nullptr) throw py::error_already_set();
   m.attr("RpcError") = py::handle(rpc_error_type);
 
-  m.def("tune_malloc_for_large_messages", &TuneMallocForLargeMessages,
+  m.def("tune_malloc_for_large_messages", &TuneProcess,
         "Keeps large message buffers out of mmap/munmap (glibc mallopt) so "
         "that every large pull or push does not page-fault its memory in "
-        "again; what ps_server and ps_worker do at start. Process-wide; call "
-        "once, early.");
+        "again, and turns off Abseil's lock-cycle detection; what ps_server "
+        "and ps_worker do at start. Process-wide; call once, early.");
 
   py::class_<TensorSpec>(m, "TensorSpec",
                          R"doc(How a tensor is created on the shards.
@@ -790,6 +790,26 @@ again is a no-op, a different one is RpcError ALREADY_EXISTS.)doc")
                     "largest staleness (current - read version) of a slice")
       .def_readonly("mean_staleness", &PushSummary::mean_staleness,
                     "mean staleness over the slice results")
+      .def_readonly("refused_restored", &PushSummary::refused_restored,
+                    "slice updates refused because a shard restarted (and "
+                    "restored its checkpoint) since the pull")
+      .def_property_readonly(
+          "tensors",
+          [](const PushSummary& r) {
+            py::dict out;
+            for (const auto& [name, o] : r.tensors) {
+              py::dict d;
+              d["applied"] = o.applied;
+              d["refused_stale"] = o.refused_stale;
+              d["refused_restored"] = o.refused_restored;
+              d["max_staleness"] = o.max_staleness;
+              d["mean_staleness"] = o.mean_staleness;
+              out[py::str(name)] = d;
+            }
+            return out;
+          },
+          "per pushed tensor: {name: {applied, refused_stale, "
+          "refused_restored, max_staleness, mean_staleness}}")
       .def("__repr__", [](const PushSummary& r) {
         return absl::StrCat("PushResult(applied=", r.applied,
                             ", refused_stale=", r.refused_stale,

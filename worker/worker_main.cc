@@ -313,7 +313,7 @@ int Main(int argc, char** argv) {
   // gRPC's own lines (e.g. its TLS handshake errors) only at debug: the
   // worker reports failures itself.
   RouteGrpcLogs(*logger, spdlog::level::debug);
-  TuneMallocForLargeMessages();
+  TuneProcess();
 
   HandleSignals(*logger);
   options->stop = &g_stop;

@@ -43,6 +43,8 @@ def test_create_pull_push_exact_values_on_two_shards(cluster):
         for step in range(3):
             r = c.push({"w": gw, "b": gb}, clock=step)
             assert (r.applied, r.refused_stale, r.duplicates) == (10, 0, 0)
+            assert r.tensors["w"]["applied"] == 8
+            assert r.tensors["b"]["applied"] == 2
             c.pull_into(got, clock=step + 1)
         # Pulled in place into the arrays returned by the first pull.
         np.testing.assert_array_equal(got["w"], 1.0 - 3 * gw)
