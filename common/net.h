@@ -28,7 +28,7 @@ inline constexpr int kKeepaliveTimeMs = 2000;
 inline constexpr int kKeepaliveTimeoutMs = 3000;
 
 // A channel to `address` with asyncps's message limits, keepalive and quick
-// reconnects (a restarted shard is found within a second). Channels made with
+// reconnects (a restarted shard is found within half a second). Channels made with
 // distinct `connection_id`s use separate TCP connections. `security` picks
 // plain TCP or TLS (ChannelCredentials) and, with a cluster token, adds it to
 // every call through a client interceptor (TokenInterceptorFactory), which,
