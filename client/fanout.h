@@ -26,9 +26,12 @@ struct RetryPolicy {
   // connection is watched by HTTP/2 keepalive (common/net.h).
   absl::Duration attempt_timeout = absl::Minutes(2);
   // Backoff before retry n: initial_backoff * 2^(n-1), capped at max_backoff,
-  // times a random factor in [0.5, 1.5).
+  // times a random factor in [0.5, 1.5). With gRPC's reconnect backoff
+  // capped at 500 ms (common/net.h), a restarted shard is reached again
+  // within about half a second; a shard that stays away costs a few failed
+  // connection attempts per second.
   absl::Duration initial_backoff = absl::Milliseconds(50);
-  absl::Duration max_backoff = absl::Seconds(2);
+  absl::Duration max_backoff = absl::Milliseconds(250);
   // While a shard keeps failing, one log line this often.
   absl::Duration report_every = absl::Seconds(5);
   // Attempts per shard at most; 0 = as many as the deadline allows.

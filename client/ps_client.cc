@@ -7,6 +7,7 @@
 #include <limits>
 
 #include "absl/container/flat_hash_set.h"
+#include "absl/container/node_hash_map.h"
 #include "absl/random/random.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -712,27 +713,47 @@ absl::StatusOr<PushSummary> PsClient::PendingPush::Wait() {
   PushSummary summary;
   uint64_t staleness_sum = 0;
   int64_t results = 0;
+  // Per tensor: the outcome and how many staleness values it summed
+  // (node_hash_map: its entries stay where they are as it grows).
+  absl::node_hash_map<std::string, std::pair<TensorPushOutcome, int64_t>> per;
   for (auto& ps : shards_) {
     ps->frame.Clear();  // our own references to the gradient memory
     if (!s.ok()) continue;
     const PushResponse& r = ps->response;
     if (r.duplicate()) ++summary.duplicates;
+    std::pair<TensorPushOutcome, int64_t>* t = nullptr;
+    const std::string* t_name = nullptr;
     for (const SliceResult& res : r.results()) {
+      if (t_name == nullptr || res.tensor() != *t_name) {
+        t = &per[res.tensor()];
+        t_name = &res.tensor();
+      }
+      TensorPushOutcome& o = t->first;
       switch (res.outcome()) {
         case APPLIED:
           ++summary.applied;
+          ++o.applied;
           break;
         case REFUSED_STALE:
           ++summary.refused_stale;
+          ++o.refused_stale;
           break;
         default:
           ++summary.refused_restored;
+          ++o.refused_restored;
           continue;
       }
       summary.max_staleness = std::max(summary.max_staleness, res.staleness());
+      o.max_staleness = std::max(o.max_staleness, res.staleness());
+      o.mean_staleness += static_cast<double>(res.staleness());
+      ++t->second;
       staleness_sum += res.staleness();
       ++results;
     }
+  }
+  for (auto& [name, entry] : per) {
+    if (entry.second > 0) entry.first.mean_staleness /= entry.second;
+    summary.tensors.emplace(name, entry.first);
   }
   if (borrowed_ != nullptr) {
     // gRPC may still hold slices of a cancelled or failed attempt for a
@@ -777,6 +798,13 @@ std::unique_ptr<PsClient::PendingPush> PsClient::StartPush(
     if (!seen.insert(name).second) {
       p->status_ = absl::InvalidArgumentError(
           absl::StrCat("Push: tensor ", QuoteName(name), " given twice"));
+      return p;
+    }
+    if (!AllFinite(reinterpret_cast<const char*>(buffer),
+                   static_cast<size_t>(t->layout.num_elems()), WIRE_F32)) {
+      p->status_ = absl::InvalidArgumentError(absl::StrCat(
+          "Push: the gradient of tensor ", QuoteName(name),
+          " contains NaN or Inf; nothing was sent"));
       return p;
     }
     states.push_back(t);

@@ -55,6 +55,15 @@ struct PsClientOptions {
   std::shared_ptr<spdlog::logger> logger;
 };
 
+// What the shards did with the slices of one tensor of a push.
+struct TensorPushOutcome {
+  int64_t applied = 0;
+  int64_t refused_stale = 0;
+  int64_t refused_restored = 0;
+  uint64_t max_staleness = 0;
+  double mean_staleness = 0;  // over applied and stale-refused slices
+};
+
 // What the shards did with one push, summed over all slices.
 struct PushSummary {
   int64_t applied = 0;           // slice updates applied
@@ -64,7 +73,10 @@ struct PushSummary {
                                  // retry of a push they had already applied)
   uint64_t max_staleness = 0;    // over the slice results returned
   double mean_staleness = 0;
-  int64_t rows_created = 0;      // sparse rows the push created
+  // The same per tensor (tensors whose shards answered duplicate=true have
+  // no results, so they are missing or partial here).
+  absl::flat_hash_map<std::string, TensorPushOutcome> tensors;
+  int64_t rows_created = 0;  // sparse rows the push created
 };
 
 // Where this worker stands on the shards after Register().
@@ -184,7 +196,9 @@ class PsClient {
 
   // Starts pushing full-tensor gradients, cut into slices, tagged with the
   // versions and epochs of `read` (the pull they were computed from), `clock`
-  // and a fresh sequence number. Every shard gets a push, an empty one if it
+  // and a fresh sequence number. A gradient holding NaN or Inf is refused
+  // here (INVALID_ARGUMENT from Wait, nothing sent), so that no shard applies
+  // part of a push another shard would refuse. Every shard gets a push, an empty one if it
   // holds none of the slices, so that it sees the clock. The gradients are
   // sent from the caller's memory: it stays unchanged until Wait returns
   // (Wait also waits until gRPC has released every reference to it).

@@ -92,8 +92,8 @@ FanOut::Call StreamCall(
 // ---------------------------------------------------------------- tables
 
 absl::Status PsClient::RememberTable(const TableSpec& spec) {
-  auto state = std::make_unique<TableState>(
-      TableState{spec, RowTableKey(spec.name())});
+  auto state =
+      std::make_unique<TableState>(TableState{spec, RowTableKey(spec.name())});
   absl::MutexLock l(&mu_);
   return RememberOnce(&row_tables_, std::move(state), "table");
 }
@@ -376,6 +376,15 @@ std::unique_ptr<PsClient::PendingRowsPush> PsClient::StartPushRows(
     }
     seen.push_back(t);
     if (g.ids.empty()) continue;
+    // A shard would refuse it while the others apply theirs: refused here,
+    // before anything is sent.
+    if (!AllFinite(reinterpret_cast<const char*>(g.grads),
+                   g.ids.size() * t->spec.dim(), WIRE_F32)) {
+      p->status_ = absl::InvalidArgumentError(
+          absl::StrCat("PushRows: the gradient of table ", QuoteName(g.table),
+                       " contains NaN or Inf; nothing was sent"));
+      return p;
+    }
     // Sum the gradients of repeated ids.
     const size_t dim = static_cast<size_t>(t->spec.dim());
     absl::flat_hash_map<uint64_t, uint32_t> index;

@@ -3,6 +3,7 @@
 #include <malloc.h>
 
 #include "absl/strings/numbers.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
@@ -45,11 +46,13 @@ std::shared_ptr<grpc::Channel> MakeChannel(const std::string& address,
   args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, kKeepaliveTimeoutMs);
   args.SetInt(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
   args.SetInt(GRPC_ARG_HTTP2_MAX_PINGS_WITHOUT_DATA, 0);
-  // Reconnect quickly once a restarted shard listens again, instead of
-  // sitting out gRPC's default backoff (up to 120 s).
+  // Reconnect within half a second once a restarted shard listens again,
+  // instead of sitting out gRPC's default backoff (up to 120 s).
   args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
   args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 100);
-  args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
+  args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 500);
+  args.SetInt(GRPC_ARG_HTTP2_STREAM_LOOKAHEAD_BYTES, 16 << 20);
+  args.SetInt(GRPC_ARG_HTTP2_MAX_FRAME_SIZE, 16 << 20);
   // asyncps retries by itself (client/fanout.h), with its own rules.
   args.SetInt(GRPC_ARG_ENABLE_RETRIES, 0);
   absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> creds =
@@ -66,6 +69,11 @@ std::shared_ptr<grpc::Channel> MakeChannel(const std::string& address,
   interceptors.push_back(TokenInterceptorFactory(security.cluster_token));
   return grpc::experimental::CreateCustomChannelWithInterceptors(
       address, channel_creds, args, std::move(interceptors));
+}
+
+void TuneProcess() {
+  TuneMallocForLargeMessages();
+  absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
 }
 
 void TuneMallocForLargeMessages() {

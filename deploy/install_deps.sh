@@ -8,6 +8,8 @@ packages=(
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libabsl-dev libspdlog-dev catch2 libopenblas-dev zlib1g-dev
   libcpp-httplib-dev dataset-fashion-mnist clang openssl python3-yaml
+  # Python package (python/): binding, numpy, PyTorch integration and tests.
+  python3-dev pybind11-dev python3-numpy python3-torch python3-pytest
 )
 
 missing=()

@@ -141,58 +141,12 @@ if [ -n "$straggler" ]; then
   straggler_ms=${BASH_REMATCH[2]}
 fi
 
-[ -n "$logdir" ] || logdir=$(mktemp -d -t asyncps-local.XXXXXX)
-mkdir -p "$logdir"
-declare -A name_of=()
-pids=()
-
-cleanup() {
-  trap - EXIT INT TERM
-  local alive=()
-  for p in "${pids[@]}"; do kill -0 "$p" 2>/dev/null && alive+=("$p"); done
-  if [ ${#alive[@]} -gt 0 ]; then
-    kill -TERM "${alive[@]}" 2>/dev/null || true
-    for _ in $(seq 50); do
-      local any=0
-      for p in "${alive[@]}"; do kill -0 "$p" 2>/dev/null && any=1; done
-      [ "$any" = 0 ] && break
-      sleep 0.1
-    done
-    kill -KILL "${alive[@]}" 2>/dev/null || true
-  fi
-  wait 2>/dev/null || true
-}
-trap cleanup EXIT
-trap 'echo; echo "interrupted; stopping the cluster"; cleanup; exit 130' INT TERM
-
-fail() {  # name, pid, code
-  echo "local.sh: $1 (pid $2) exited with code $3; last lines of $logdir/$1.log:" >&2
-  tail -n 15 "$logdir/$1.log" >&2 || true
-  exit 1
-}
-
-start_ns=$(date +%s%N)
-servers=""
-for ((i = 0; i < shards; i++)); do
-  rm -f "$logdir/shard$i.port"
-  # shellcheck disable=SC2086
-  "$server_bin" --shard_index=$i --num_shards=$shards --host=127.0.0.1 --port=0 \
-    --port_file="$logdir/shard$i.port" $server_flags >"$logdir/shard$i.log" 2>&1 &
-  pids+=($!); name_of[$!]="shard$i"
-done
-for ((i = 0; i < shards; i++)); do
-  for _ in $(seq 300); do
-    [ -s "$logdir/shard$i.port" ] && break
-    pid=${pids[$i]}
-    if ! kill -0 "$pid" 2>/dev/null; then wait "$pid" && rc=0 || rc=$?; fail "shard$i" "$pid" "$rc"; fi
-    sleep 0.1
-  done
-  [ -s "$logdir/shard$i.port" ] || { echo "local.sh: shard$i did not start within 30 s" >&2; exit 1; }
-  servers="${servers:+$servers,}127.0.0.1:$(cat "$logdir/shard$i.port")"
-done
+# shellcheck source=deploy/cluster_lib.sh
+. deploy/cluster_lib.sh
+cluster_init local.sh "$logdir"
+cluster_start_shards "$server_bin" "$shards" "$server_flags"
 echo "cluster: $shards shard(s) at $servers; $workers worker(s); logs in $logdir"
 
-worker_pids=()
 for ((w = 0; w < workers; w++)); do
   extra=""
   [ "$w" = "$straggler_id" ] && extra="--straggler_delay_ms=$straggler_ms"
@@ -200,45 +154,9 @@ for ((w = 0; w < workers; w++)); do
   # shellcheck disable=SC2086
   OPENBLAS_NUM_THREADS=1 "$worker_bin" --servers="$servers" --worker_id=$w \
     --num_workers=$workers "${model_flags[@]}" $worker_flags $extra \
-    > >(tee "$logdir/worker$w.out" | grep --line-buffered -E "^(worker $w|eval|final|test split)") \
+    > >(tee "$logdir/worker$w.out" | grep --line-buffered -E "worker $w |eval epoch|eval step|^final|^test split") \
     2>"$logdir/worker$w.log" &
-  pids+=($!); name_of[$!]="worker$w"; worker_pids+=($!)
+  cluster_track "worker$w" $! worker
 done
-
-# Wait for the workers; stop at the first process that fails.
-remaining=${#worker_pids[@]}
-while [ "$remaining" -gt 0 ]; do
-  set +e
-  wait -n -p done_pid "${pids[@]}"
-  rc=$?
-  set -e
-  name=${name_of[$done_pid]:-unknown}
-  if [ "$rc" != 0 ]; then
-    [ -f "$logdir/$name.out" ] && cat "$logdir/$name.out" >>"$logdir/$name.log"
-    fail "$name" "$done_pid" "$rc"
-  fi
-  case "$name" in
-    shard*) fail "$name" "$done_pid" "$rc (a shard stopped during training)" ;;
-    worker*) remaining=$((remaining - 1)) ;;
-  esac
-  # Drop the finished pid so wait -n does not see it again.
-  for i in "${!pids[@]}"; do [ "${pids[$i]}" = "$done_pid" ] && unset 'pids[i]'; done
-  pids=("${pids[@]}")
-done
-end_ns=$(date +%s%N)
-acc=$(grep -h '^final test accuracy:' "$logdir"/worker0.out | tail -n 1 | awk '{print $4}' || true)
-auc=$(grep -h '^final test auc:' "$logdir"/worker0.out | tail -n 1 || true)
-# Sum of the workers' "N examples/s" and the wall time, with awk (no bc).
-rate=$(grep -h ' done: ' "$logdir"/worker*.out |
-  sed -E 's/.* ([0-9.]+) examples\/s.*/\1/' |
-  awk '{ s += $1; n++ } END { if (n) printf "%.0f", s }')
-wall=$(awk -v a="$start_ns" -v b="$end_ns" 'BEGIN { printf "%.1f", (b - a) / 1e9 }')
-printf 'cluster of %d shard(s) and %d worker(s): %s s wall, %s examples/s in total\n' \
-  "$shards" "$workers" "$wall" "${rate:-?}"
-if [ "$model" = ctr ]; then
-  echo "${auc:-final test auc: unknown}"
-  [ -n "$auc" ]
-else
-  echo "final test accuracy: ${acc:-unknown}"
-  [ -n "$acc" ]
-fi
+cluster_wait_workers
+cluster_report "$shards" "$workers worker(s)"

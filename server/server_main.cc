@@ -323,7 +323,7 @@ int Main(int argc, char** argv) {
   sigaddset(&signals, SIGINT);
   sigaddset(&signals, SIGTERM);
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
-  TuneMallocForLargeMessages();
+  TuneProcess();
 
   auto logger = options->logger;
   const bool restore = options->restore;

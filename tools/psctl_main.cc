@@ -367,6 +367,7 @@ int RunHealth(const Cluster& c, const std::string& service) {
 }
 
 int Main(int argc, char** argv) {
+  TuneProcess();
   ProgramInfo program;
   program.name = "psctl";
   program.version = kVersion;

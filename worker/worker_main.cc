@@ -5,8 +5,8 @@
 //
 // Flags are parsed here into TrainerOptions / PsClientOptions and nowhere
 // else.
-#include <pthread.h>
 #include <signal.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <cmath>
@@ -355,19 +355,37 @@ absl::StatusOr<CtrTrainerOptions> CtrOptionsFromFlags(
 }
 
 // SIGINT / SIGTERM: the first stops training after the current step (the
-// worker leaves the shards and exits 0), a second one exits at once.
+// worker leaves the shards and exits 0), a second one exits at once. A
+// handler rather than sigwait: libraries start threads of their own before
+// main (OpenBLAS does), so the signals cannot be blocked in every thread.
 std::atomic<bool> g_stop{false};
+std::atomic<int> g_signals{0};
+int g_signal_pipe[2] = {-1, -1};
 
-void HandleSignals(sigset_t signals, std::shared_ptr<spdlog::logger> logger) {
-  int sig = 0;
-  sigwait(&signals, &sig);
-  logger->info("received signal {}: stopping after the current step (send it "
-               "again to exit at once)",
-               sig);
+void OnSignal(int sig) {
+  if (g_signals.fetch_add(1) > 0) _exit(128 + sig);
   g_stop.store(true);
-  sigwait(&signals, &sig);
-  std::fprintf(stderr, "ps_worker: second signal %d: exiting now\n", sig);
-  std::_Exit(128 + sig);
+  const char c = static_cast<char>(sig);
+  (void)!write(g_signal_pipe[1], &c, 1);
+}
+
+// Installs OnSignal and logs the first signal from a thread of its own.
+void HandleSignals(std::shared_ptr<spdlog::logger> logger) {
+  if (pipe(g_signal_pipe) != 0) return;
+  struct sigaction action {};
+  action.sa_handler = OnSignal;
+  sigemptyset(&action.sa_mask);
+  sigaction(SIGINT, &action, nullptr);
+  sigaction(SIGTERM, &action, nullptr);
+  std::thread([logger] {
+    char sig = 0;
+    if (read(g_signal_pipe[0], &sig, 1) == 1) {
+      logger->info(
+          "received signal {}: stopping after the current step (send it "
+          "again to exit at once)",
+          static_cast<int>(sig));
+    }
+  }).detach();
 }
 
 // --wire_dtype as (push, pull) types.
@@ -401,13 +419,6 @@ void ExplainUnavailable(const absl::Status& status,
 }
 
 int Main(int argc, char** argv) {
-  // Signals are taken by sigwait on a thread of their own (started below),
-  // never by gRPC's threads: blocked before any thread starts.
-  sigset_t signals;
-  sigemptyset(&signals);
-  sigaddset(&signals, SIGINT);
-  sigaddset(&signals, SIGTERM);
-  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
   ProgramInfo program;
   program.name = "ps_worker";
   program.version = kVersion;
@@ -451,9 +462,9 @@ int Main(int argc, char** argv) {
   // gRPC's own lines (e.g. its TLS handshake errors) only at debug: the
   // worker reports failures itself.
   RouteGrpcLogs(*logger, spdlog::level::debug);
-  TuneMallocForLargeMessages();
+  TuneProcess();
 
-  std::thread(HandleSignals, signals, *logger).detach();
+  HandleSignals(*logger);
   options->stop = &g_stop;
 
   std::unique_ptr<ParameterStore> store;

@@ -2,11 +2,12 @@
 # Builds the benchmarks with -c opt and runs them with bounded time, writing
 # each one's output to OUTDIR:
 #   apply_bench.txt       server apply path vs memcpy and bare optimizer loops
-#   push_pull_bench.txt   PsClient push/pull vs raw gRPC, 1 and 2 shards
+#   push_pull_bench.txt   PsClient push/pull vs a plain TCP ceiling, 1 and 2
+#                         shards, 1 and 2 client processes
 #   backend_bench.txt     Mlp examples/s and GEMM TFLOP/s (CPU; CUDA if any)
 #   sparse_bench.txt      sparse rows/s pulled and pushed vs the dense path
 # Server logs of push_pull_bench go to OUTDIR/tmp. The four runs are capped
-# at 100 + 140 + 45 + 150 s; a run that hits its cap is reported and the script
+# at 100 + 200 + 45 + 150 s; a run that hits its cap is reported and the script
 # goes on. Exits non-zero if the build or any run fails.
 #
 # Usage: tests/bench/run_benchmarks.sh OUTDIR [--skip_build]
@@ -50,8 +51,8 @@ run() {  # run NAME SECONDS ARGS...
 }
 
 run apply_bench 100 "$bin/tests/bench/apply_bench" --min_seconds=0.3
-run push_pull_bench 140 "$bin/tests/bench/push_pull_bench" \
-    --ps_server="$bin/server/ps_server"
+run push_pull_bench 200 "$bin/tests/bench/push_pull_bench" \
+    --ps_server="$bin/server/ps_server" --reps=2 --seconds=1
 run backend_bench 45 "$bin/tests/bench/backend_bench" --iters=20 \
     --max_seconds=3
 run sparse_bench 150 "$bin/tests/bench/sparse_bench"

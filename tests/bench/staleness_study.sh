@@ -54,7 +54,10 @@ command -v gnuplot >/dev/null || {
   echo "installing gnuplot-nox for the plot"
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq gnuplot-nox >/dev/null
 }
-bazel build //server:ps_server //worker:ps_worker 2>&1 | grep -E 'ERROR|error:' && exit 1
+if ! bazel build //server:ps_server //worker:ps_worker >"$out/build.log" 2>&1; then
+  grep -E 'ERROR|error:' "$out/build.log" | head -n 20
+  exit 1
+fi
 
 declare -A flags=(
   [asp]=""
@@ -85,8 +88,8 @@ for p in "${policies[@]}"; do
   read -r refused smean smax < <(grep -h ' done: ' "$out/$p"/worker*.out |
     sed -E 's/.*refused slices ([0-9]+), staleness mean ([0-9.]+) max ([0-9]+).*/\1 \2 \3/' |
     awk '{r += $1; m += $2; if ($3 > x) x = $3; n++} END {printf "%d %.2f %d\n", r, m / n, x}')
-  slow=$(sed -nE 's/.*\(([0-9.]+) examples\/s\).*/\1/p' "$out/$p/worker3.out")
-  fast=$(sed -nE 's/.*\(([0-9.]+) examples\/s\).*/\1/p' "$out/$p/worker1.out")
+  slow=$(sed -nE 's/.* done: .*[ (]([0-9.]+) examples\/s.*/\1/p' "$out/$p/worker3.out")
+  fast=$(sed -nE 's/.* done: .*[ (]([0-9.]+) examples\/s.*/\1/p' "$out/$p/worker1.out")
   echo "$p,$wall,${t85:-never},$final,$refused,$smean,$smax,$slow,$fast" >>"$out/summary.csv"
 done
 

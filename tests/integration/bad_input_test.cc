@@ -141,13 +141,11 @@ TEST_CASE("an oversized request is RESOURCE_EXHAUSTED and changes nothing",
   REQUIRE(values.back() == 1.0f);
 }
 
-TEST_CASE("malformed request bytes are refused; the shard keeps serving",
-          "[bad_input]") {
-  Shard shard = Start({}, 4);
-  grpc::GenericStub generic(MakeChannel(shard.server.address));
-  // Field 3 (grads) announced as 1000 bytes long, followed by 3 bytes.
-  const char garbage[] = {0x1a, static_cast<char>(0xe8), 0x07, 'a', 'b', 'c'};
-  grpc::Slice slice(garbage, sizeof(garbage));
+// Sends `bytes` to `method` through a generic stub; the call's status.
+grpc::Status RawCall(const std::string& address, const std::string& method,
+                     const std::string& bytes) {
+  grpc::GenericStub generic(MakeChannel(address));
+  grpc::Slice slice(bytes.data(), bytes.size());
   grpc::ByteBuffer request(&slice, 1);
   grpc::ByteBuffer response;
   auto ctx = Context();
@@ -155,9 +153,8 @@ TEST_CASE("malformed request bytes are refused; the shard keeps serving",
   std::mutex mu;
   std::condition_variable cv;
   bool done = false;
-  generic.UnaryCall(ctx.get(), "/asyncps.ParameterServer/Push",
-                    grpc::StubOptions(), &request, &response,
-                    [&](grpc::Status s) {
+  generic.UnaryCall(ctx.get(), method, grpc::StubOptions(), &request,
+                    &response, [&](grpc::Status s) {
                       std::lock_guard<std::mutex> l(mu);
                       result = s;
                       done = true;
@@ -165,10 +162,135 @@ TEST_CASE("malformed request bytes are refused; the shard keeps serving",
                     });
   std::unique_lock<std::mutex> l(mu);
   REQUIRE(cv.wait_for(l, std::chrono::seconds(10), [&] { return done; }));
-  REQUIRE_FALSE(result.ok());
+  return result;
+}
+
+Counters GetCounters(Shard& shard) {
+  StatusResponse r;
+  REQUIRE(shard.stub->Status(Context().get(), StatusRequest(), &r).ok());
+  return r.counters();
+}
+
+TEST_CASE("request bytes that do not parse are INVALID_ARGUMENT on every "
+          "method, counted, and change nothing",
+          "[bad_input]") {
+  Shard shard = Start({}, 4);
+  // Field 3 announced as 1000 bytes long, followed by 3 bytes.
+  const std::string garbage("\x1a\xe8\x07" "abc", 6);
+  const std::vector<std::string> methods = {
+      "CreateTensor", "ListTensors", "Heartbeat", "Pull", "Push", "Status",
+      "Checkpoint"};
+  for (const std::string& m : methods) {
+    INFO(m);
+    const grpc::Status s =
+        RawCall(shard.server.address, "/asyncps.ParameterServer/" + m, garbage);
+    CHECK(s.error_code() == grpc::StatusCode::INVALID_ARGUMENT);
+    CHECK(s.error_message().find("does not parse") != std::string::npos);
+  }
+  CHECK(GetCounters(shard).rejected_bad_input() == methods.size());
   auto [values, version] = shard.Read();
   REQUIRE(version == 0);
   REQUIRE(values == std::vector<float>(4, 1.0f));
+}
+
+TEST_CASE("bad names and shapes: overflow, memory cap, non-UTF-8, huge names",
+          "[bad_input]") {
+  // A cap of 64 KiB of parameters on this shard.
+  Shard shard = Start({"--max_parameter_bytes=64K"}, 4);
+  auto create = [&](const TensorSpec& spec) {
+    CreateTensorRequest req;
+    *req.add_tensors() = spec;
+    CreateTensorResponse resp;
+    return shard.stub->CreateTensor(Context().get(), req, &resp);
+  };
+  auto status = [&] {
+    StatusResponse r;
+    REQUIRE(shard.stub->Status(Context().get(), StatusRequest(), &r).ok());
+    return r;
+  };
+  const uint64_t reserved = status().reserved_parameter_bytes();
+  CHECK(status().max_parameter_bytes() == 64 << 10);
+  uint64_t refused = 0;
+
+  SECTION("element counts that overflow int64") {
+    for (const std::vector<int64_t>& shape :
+         {std::vector<int64_t>{INT64_MAX},
+          std::vector<int64_t>{3, 3074457345618258602},
+          std::vector<int64_t>{1 << 20, 1 << 20, 1 << 20, 1 << 20}}) {
+      TensorSpec spec = Spec(1);
+      spec.set_name("huge");
+      spec.clear_shape();
+      for (int64_t d : shape) spec.add_shape(d);
+      spec.set_slice_elems(0);
+      const grpc::Status s = create(spec);
+      INFO(s.error_message());
+      // Either too large to describe, or beyond the memory cap: never a
+      // wrong slice count, never an allocation.
+      CHECK((s.error_code() == grpc::StatusCode::INVALID_ARGUMENT ||
+             s.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED));
+      ++refused;
+    }
+  }
+  SECTION("a tensor beyond the memory cap") {
+    TensorSpec spec = Spec(1);
+    spec.set_name("big");
+    spec.set_shape(0, int64_t{1} << 36);
+    spec.set_slice_elems(0);
+    const grpc::Status s = create(spec);
+    CHECK(s.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED);
+    CHECK(s.error_message().find("--max_parameter_bytes") != std::string::npos);
+    CHECK(s.error_message().find("65536") != std::string::npos);
+    ++refused;
+    // Just under the cap works; then one more does not.
+    TensorSpec fits = Spec(4096);  // 16 KiB of values, SGD
+    fits.set_name("fits");
+    CHECK(create(fits).ok());
+    TensorSpec over = Spec(16384);  // 64 KiB more
+    over.set_name("over");
+    CHECK(create(over).error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED);
+    ++refused;
+  }
+  SECTION("names that are not UTF-8, or control characters") {
+    for (const std::string& name :
+         {std::string("bad\xff\xfename"), std::string("nul\0in", 6),
+          std::string("tab\there")}) {
+      TensorSpec spec = Spec(4);
+      spec.set_name(name);
+      const grpc::Status s = create(spec);
+      CHECK(s.error_code() == grpc::StatusCode::INVALID_ARGUMENT);
+      CHECK(s.error_message().size() < 300);
+      ++refused;
+    }
+    // A pull naming one is refused the same way, before any lookup.
+    PullRequest pull;
+    pull.mutable_worker()->set_worker_id(1);
+    pull.mutable_worker()->set_incarnation(1);
+    pull.add_tensors("bad\xff");
+    PullResponse presp;
+    CHECK(shard.stub->Pull(Context().get(), pull, &presp).error_code() ==
+          grpc::StatusCode::NOT_FOUND);
+    ++refused;
+  }
+  SECTION("a 1 MiB unknown name is quoted short, and the channel goes on") {
+    const std::string name(1 << 20, 'x');
+    PushResponse resp;
+    const grpc::Status s =
+        shard.stub->Push(Context().get(), Push(1, {1, 1, 1, 1}, name), &resp);
+    CHECK(s.error_code() == grpc::StatusCode::NOT_FOUND);
+    CHECK(s.error_message().size() < 300);
+    CHECK(s.error_message().find("(1048576 bytes)") != std::string::npos);
+    ++refused;
+    PushResponse ok;
+    CHECK(shard.stub->Push(Context().get(), Push(2, {1, 1, 1, 1}), &ok).ok());
+    auto [values, version] = shard.Read();
+    CHECK(version == 1);
+    return;
+  }
+  const StatusResponse after = status();
+  CHECK(after.counters().rejected_bad_input() == refused);
+  if (after.tensors() == 1) CHECK(after.reserved_parameter_bytes() == reserved);
+  auto [values, version] = shard.Read();
+  CHECK(version == 0);
 }
 
 TEST_CASE("a conflicting create is ALREADY_EXISTS naming the field",

@@ -1,7 +1,10 @@
 // A worker stand-in for multi-process tests: waits for the named tensors,
-// then `--pushes` times pulls them and pushes a gradient whose every element
-// is `--grad`, and finally says goodbye. Exits 0 when every push was applied
-// in full, 1 otherwise (the reason on stderr).
+// registers (a restarted process of a worker id continues where its
+// predecessor was), then pulls them and pushes a gradient whose every
+// element is `--grad` until the worker id has made `--pushes` pushes, and
+// finally says goodbye. Prints "acked <clock>" once each push is answered.
+// Exits 0 when every push was applied in full (or acknowledged as the
+// duplicate of a push applied before), 1 otherwise (the reason on stderr).
 
 #include <algorithm>
 #include <cstdio>
@@ -72,20 +75,26 @@ absl::Status Run() {
     push_from.emplace_back(names[k], grads[k].data());
   }
 
+  absl::StatusOr<Registration> reg = ps.Register();
+  if (!reg.ok()) return reg.status();
   const int pushes = absl::GetFlag(FLAGS_pushes);
   uint64_t max_staleness = 0;
-  for (int64_t clock = 0; clock < pushes; ++clock) {
+  for (int64_t clock = reg->previous_clock; clock < pushes; ++clock) {
     s = ps.Pull(clock, pull_into);
     if (!s.ok()) return s;
     absl::StatusOr<PushSummary> summary = ps.Push(clock, push_from);
     if (!summary.ok()) return summary.status();
-    if (summary->applied != slices || summary->refused_stale != 0 ||
-        summary->duplicates != 0) {
+    // A shard whose answer was lost answers the retry as a duplicate.
+    if ((summary->applied != slices && summary->duplicates == 0) ||
+        summary->refused_stale != 0 || summary->refused_restored != 0) {
       return absl::InternalError(
           absl::StrCat("push ", clock, ": applied ", summary->applied, " of ",
                        slices, " slices, refused ", summary->refused_stale,
-                       ", duplicates ", summary->duplicates));
+                       " + ", summary->refused_restored, ", duplicates ",
+                       summary->duplicates));
     }
+    std::printf("acked %ld\n", static_cast<long>(clock));
+    std::fflush(stdout);
     max_staleness = std::max(max_staleness, summary->max_staleness);
   }
   s = ps.Heartbeat(pushes, /*leaving=*/true);

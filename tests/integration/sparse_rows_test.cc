@@ -182,6 +182,14 @@ TEST_CASE(
       c->StartPullRows(0, 0, {{"nope", ids, out.data()}})->Wait()));
   REQUIRE(absl::IsInvalidArgument(
       c->StartPushRows(0, {{"sgd", ids, nullptr}}, read)->Wait().status()));
+  // A NaN in any row is refused before anything is sent to any shard.
+  std::vector<float> nan(grads.size(), 1.0f);
+  nan.back() = std::nanf("");
+  const absl::Status refused =
+      c->StartPushRows(0, {{"sgd", ids, nan.data()}}, read)->Wait().status();
+  REQUIRE(absl::IsInvalidArgument(refused));
+  REQUIRE(refused.message().find("nothing was sent") != std::string::npos);
+  REQUIRE(Pull(c.get(), "sgd", ids, 3) == after);
 }
 
 TEST_CASE(

@@ -266,12 +266,12 @@ std::string Subprocess::LogTail(size_t max_bytes) const {
 
 absl::StatusOr<ServerProcess> StartPsServer(
     int shard_index, int num_shards, const std::vector<std::string>& extra_args,
-    absl::Duration timeout) {
+    absl::Duration timeout, int port) {
   const std::string stem =
       UniqueTmpPath(absl::StrCat("ps_server_", shard_index));
   const std::string port_file = stem + ".port";
   std::vector<std::string> args = {
-      "--port=0",
+      absl::StrCat("--port=", port),
       absl::StrCat("--port_file=", port_file),
       absl::StrCat("--shard_index=", shard_index),
       absl::StrCat("--num_shards=", num_shards),

@@ -119,10 +119,12 @@ struct ServerProcess {
 // --port=0 and a fresh --port_file, plus `extra_args` (e.g. "--slice_elems=8"),
 // and waits up to `timeout` for the port file to hold a full line. Fails fast,
 // with the log tail in the message, if the server exits first.
+// `port` > 0 binds that port instead (a shard restarted where its workers
+// look for it).
 absl::StatusOr<ServerProcess> StartPsServer(
     int shard_index, int num_shards,
     const std::vector<std::string>& extra_args = {},
-    absl::Duration timeout = absl::Seconds(30));
+    absl::Duration timeout = absl::Seconds(30), int port = 0);
 
 // Starts `num_shards` shards (see StartPsServer) and returns them in shard
 // order.

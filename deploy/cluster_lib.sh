@@ -1,0 +1,133 @@
+# shellcheck shell=bash
+# Shared by the local launchers (deploy/local.sh, deploy/local_pytorch.sh):
+# start ps_server shards on loopback, track every process started, wait for
+# the workers, stop everything on exit, Ctrl-C or the first failure.
+# Source it, then call cluster_init before starting anything.
+#
+# Globals it sets and uses: launcher (name for messages), logdir, pids,
+# name_of, worker_pids, servers, cluster_start.
+
+# cluster_init NAME LOGDIR: logs go to LOGDIR (a fresh temporary folder when
+# empty); installs the cleanup traps.
+cluster_init() {
+  launcher=$1
+  logdir=$2
+  [ -n "$logdir" ] || logdir=$(mktemp -d -t "asyncps-${launcher%.sh}.XXXXXX")
+  mkdir -p "$logdir"
+  declare -gA name_of=()
+  pids=()
+  worker_pids=()
+  trap cluster_cleanup EXIT
+  trap 'echo; echo "interrupted; stopping the cluster"; cluster_cleanup; exit 130' INT TERM
+  cluster_start=$(date +%s%N)
+}
+
+# Stops every process still running: SIGTERM, SIGKILL after 5 s.
+cluster_cleanup() {
+  trap - EXIT INT TERM
+  local alive=()
+  for p in "${pids[@]}"; do kill -0 "$p" 2>/dev/null && alive+=("$p"); done
+  if [ ${#alive[@]} -gt 0 ]; then
+    kill -TERM "${alive[@]}" 2>/dev/null || true
+    for _ in $(seq 50); do
+      local any=0
+      for p in "${alive[@]}"; do kill -0 "$p" 2>/dev/null && any=1; done
+      [ "$any" = 0 ] && break
+      sleep 0.1
+    done
+    kill -KILL "${alive[@]}" 2>/dev/null || true
+  fi
+  wait 2>/dev/null || true
+}
+
+# cluster_fail NAME PID CODE: names the process, shows its log, exits 1.
+cluster_fail() {
+  echo "$launcher: $1 (pid $2) exited with code $3; last lines of $logdir/$1.log:" >&2
+  tail -n 15 "$logdir/$1.log" >&2 || true
+  exit 1
+}
+
+# cluster_track NAME PID [worker]: remembers a started process.
+cluster_track() {
+  pids+=("$2")
+  name_of[$2]=$1
+  [ "${3:-}" = worker ] && worker_pids+=("$2")
+  return 0
+}
+
+# cluster_start_shards SERVER_BIN SHARDS "EXTRA FLAGS": starts the shards on
+# port 0 and waits (30 s at most) for each to write its port; sets servers
+# to "127.0.0.1:p0,127.0.0.1:p1,...".
+cluster_start_shards() {
+  local bin=$1 shards=$2 flags=$3 i pid rc
+  servers=""
+  for ((i = 0; i < shards; i++)); do
+    rm -f "$logdir/shard$i.port"
+    # shellcheck disable=SC2086
+    "$bin" --shard_index=$i --num_shards="$shards" --host=127.0.0.1 --port=0 \
+      --port_file="$logdir/shard$i.port" $flags >"$logdir/shard$i.log" 2>&1 &
+    cluster_track "shard$i" $!
+  done
+  for ((i = 0; i < shards; i++)); do
+    for _ in $(seq 300); do
+      [ -s "$logdir/shard$i.port" ] && break
+      pid=${pids[$i]}
+      if ! kill -0 "$pid" 2>/dev/null; then
+        wait "$pid" && rc=0 || rc=$?
+        cluster_fail "shard$i" "$pid" "$rc"
+      fi
+      sleep 0.1
+    done
+    [ -s "$logdir/shard$i.port" ] ||
+      { echo "$launcher: shard$i did not start within 30 s" >&2; exit 1; }
+    servers="${servers:+$servers,}127.0.0.1:$(cat "$logdir/shard$i.port")"
+  done
+}
+
+# Waits for every worker; stops at the first process that fails (a shard
+# that stops counts as failed).
+cluster_wait_workers() {
+  local remaining=${#worker_pids[@]} rc name done_pid i
+  while [ "$remaining" -gt 0 ]; do
+    set +e
+    wait -n -p done_pid "${pids[@]}"
+    rc=$?
+    set -e
+    name=${name_of[$done_pid]:-unknown}
+    if [ "$rc" != 0 ]; then
+      [ -f "$logdir/$name.out" ] && cat "$logdir/$name.out" >>"$logdir/$name.log"
+      cluster_fail "$name" "$done_pid" "$rc"
+    fi
+    case "$name" in
+      shard*) cluster_fail "$name" "$done_pid" "$rc (a shard stopped during training)" ;;
+      worker*) remaining=$((remaining - 1)) ;;
+    esac
+    # Drop the finished pid so wait -n does not see it again.
+    for i in "${!pids[@]}"; do [ "${pids[$i]}" = "$done_pid" ] && unset 'pids[i]'; done
+    pids=("${pids[@]}")
+  done
+}
+
+# cluster_report SHARDS "N worker(s)": wall time, summed examples/s of the
+# workers' "done: ... (X examples/s)" lines and worker 0's final accuracy
+# (or its "final test auc: ..." line, for ps_worker --model=ctr); returns 1
+# when there is neither.
+cluster_report() {
+  local end acc auc rate wall
+  end=$(date +%s%N)
+  acc=$(grep -h '^final test accuracy:' "$logdir"/worker0.out | tail -n 1 | awk '{print $4}' || true)
+  auc=$(grep -h '^final test auc:' "$logdir"/worker0.out | tail -n 1 || true)
+  # Sum of the workers' examples/s and the wall time, with awk (no bc).
+  rate=$(grep -h ' done: ' "$logdir"/worker*.out |
+    sed -E 's/.*[ (]([0-9.]+) examples\/s.*/\1/' |
+    awk '{ s += $1; n++ } END { if (n) printf "%.0f", s }')
+  wall=$(awk -v a="$cluster_start" -v b="$end" 'BEGIN { printf "%.1f", (b - a) / 1e9 }')
+  printf 'cluster of %d shard(s) and %s: %s s wall, %s examples/s in total\n' \
+    "$1" "$2" "$wall" "${rate:-?}"
+  if [ -n "$auc" ]; then
+    echo "$auc"
+    return 0
+  fi
+  echo "final test accuracy: ${acc:-unknown}"
+  [ -n "$acc" ]
+}

@@ -1,0 +1,35 @@
+"""asyncps: asynchronous and bounded-staleness SGD on a parameter server.
+
+The client talks to the ``ps_server`` shards of a cluster::
+
+    import numpy as np
+    import asyncps
+
+    with asyncps.Client(["127.0.0.1:7000", "127.0.0.1:7001"], worker_id=0) as c:
+        c.create({"w": asyncps.TensorSpec((784, 10), init="uniform",
+                                          init_value=0.05, lr=0.1)})
+        w = c.pull(["w"])["w"]                  # numpy float32 (784, 10)
+        r = c.push({"w": np.ones_like(w)})      # PushResult
+        c.clock += 1
+
+``asyncps.torch`` trains a ``torch.nn.Module`` asynchronously against the
+shards; ``asyncps.idx`` reads IDX files (MNIST / Fashion-MNIST).
+"""
+
+from asyncps._native import (
+    Client,
+    PushResult,
+    RpcError,
+    TensorSpec,
+    __version__,
+    tune_malloc_for_large_messages,
+)
+
+__all__ = [
+    "Client",
+    "PushResult",
+    "RpcError",
+    "TensorSpec",
+    "__version__",
+    "tune_malloc_for_large_messages",
+]

@@ -1,0 +1,904 @@
+// asyncps._native: the Python binding of the C++ client (client/ps_client.h).
+//
+// This file is the only place where C++ and Python meet: it converts Python
+// arguments into PsClient calls and the results back, validates every array
+// before anything is sent, releases the GIL during every RPC and turns an
+// absl::Status into a Python exception. The pure-Python parts of the package
+// (asyncps/__init__.py, asyncps/torch.py) build on what it exports.
+//
+// Error mapping, in one place (ThrowStatus / the Check* helpers):
+//   - a bad argument found here (type, dtype, shape, layout, unknown tensor,
+//     bad spec or option) raises TypeError or ValueError before any RPC;
+//   - a failed RPC raises asyncps.RpcError, a RuntimeError whose `code` is
+//     the gRPC status code name (e.g. "NOT_FOUND") and `message` its text.
+
+#include <pybind11/numpy.h>
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <atomic>
+#include <cmath>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "common/initializer.h"
+#include "common/net.h"
+#include "common/security.h"
+#include "common/tensor_layout.h"
+#include "common/version.h"
+#include "google/protobuf/util/message_differencer.h"
+#include "proto/asyncps.pb.h"
+#include "store/optimizer.h"
+#include "tools/status_table.h"
+#include "client/ps_client.h"
+
+namespace asyncps {
+namespace python {
+namespace {
+
+namespace py = pybind11;
+
+// Set once when the module is imported; the exception type of failed RPCs.
+PyObject* rpc_error_type = nullptr;
+
+// Raises asyncps.RpcError for a failed RPC. REQUIRES: the GIL is held.
+[[noreturn]] void ThrowStatus(const absl::Status& s) {
+  const std::string code = absl::StatusCodeToString(s.code());
+  py::object type = py::reinterpret_borrow<py::object>(rpc_error_type);
+  py::object error = type(absl::StrCat(code, ": ", s.message()));
+  error.attr("code") = code;
+  error.attr("grpc_code") = static_cast<int>(s.code());
+  error.attr("message") = std::string(s.message());
+  PyErr_SetObject(rpc_error_type, error.ptr());
+  throw py::error_already_set();
+}
+
+// ---------------------------------------------------------------- specs
+
+const std::pair<const char*, Initializer> kInits[] = {
+    {"zeros", INIT_ZEROS},
+    {"constant", INIT_CONSTANT},
+    {"uniform", INIT_UNIFORM},
+    {"normal", INIT_NORMAL},
+    {"glorot_uniform", INIT_GLOROT_UNIFORM},
+};
+const std::pair<const char*, OptimizerType> kOptimizers[] = {
+    {"sgd", OPT_SGD},
+    {"momentum", OPT_MOMENTUM},
+    {"adam", OPT_ADAM},
+};
+
+template <typename Enum, size_t N>
+Enum EnumFromName(const std::pair<const char*, Enum> (&table)[N],
+                  const std::string& name, const char* what) {
+  std::vector<std::string> names;
+  for (const auto& [n, value] : table) {
+    if (name == n) return value;
+    names.push_back(absl::StrCat("'", n, "'"));
+  }
+  throw py::value_error(absl::StrCat(what, " must be one of ",
+                                     absl::StrJoin(names, ", "), ", got '",
+                                     name, "'"));
+}
+
+template <typename Enum, size_t N>
+std::string EnumName(const std::pair<const char*, Enum> (&table)[N],
+                     Enum value) {
+  for (const auto& [n, v] : table) {
+    if (v == value) return n;
+  }
+  return absl::StrCat(static_cast<int>(value));
+}
+
+// Raises ValueError naming `what` when `s` is not OK.
+void CheckOk(const absl::Status& s, const std::string& what) {
+  if (!s.ok()) throw py::value_error(absl::StrCat(what, ": ", s.message()));
+}
+
+TensorSpec MakeSpec(const std::vector<int64_t>& shape, const std::string& name,
+                    const std::string& init, double init_value, uint64_t seed,
+                    const std::string& optimizer, double lr, double momentum,
+                    double beta1, double beta2, double epsilon,
+                    int64_t slice_elems) {
+  TensorSpec spec;
+  spec.set_name(name);
+  for (int64_t d : shape) spec.add_shape(d);
+  spec.set_init(EnumFromName(kInits, init, "init"));
+  spec.set_init_value(static_cast<float>(init_value));
+  spec.set_seed(seed);
+  OptimizerSpec* o = spec.mutable_optimizer();
+  o->set_type(EnumFromName(kOptimizers, optimizer, "optimizer"));
+  o->set_learning_rate(static_cast<float>(lr));
+  if (o->type() == OPT_MOMENTUM) o->set_momentum(static_cast<float>(momentum));
+  if (o->type() == OPT_ADAM) {
+    o->set_beta1(static_cast<float>(beta1));
+    o->set_beta2(static_cast<float>(beta2));
+    o->set_epsilon(static_cast<float>(epsilon));
+  }
+  spec.set_slice_elems(slice_elems);
+  // The checks the shards apply, so that a bad spec never leaves here.
+  CheckOk(TensorLayout::Create(shape, 1).status(), "TensorSpec shape");
+  CheckOk(ValidateInitializer(spec), "TensorSpec");
+  CheckOk(ValidateOptimizer(spec.optimizer()), "TensorSpec");
+  if (slice_elems < 0) {
+    throw py::value_error(absl::StrCat(
+        "TensorSpec: slice_elems must be >= 0 (0 = the shards' default), got ",
+        slice_elems));
+  }
+  return spec;
+}
+
+int64_t NumElems(const TensorSpec& spec) {
+  int64_t n = 1;
+  for (int64_t d : spec.shape()) n *= d;
+  return n;
+}
+
+py::tuple ShapeOf(const TensorSpec& spec) {
+  py::tuple t(spec.shape_size());
+  for (int i = 0; i < spec.shape_size(); ++i) t[i] = spec.shape(i);
+  return t;
+}
+
+std::string SpecRepr(const TensorSpec& s) {
+  std::vector<std::string> dims;
+  for (int64_t d : s.shape()) dims.push_back(absl::StrCat(d));
+  const OptimizerSpec& o = s.optimizer();
+  std::string opt = absl::StrCat("optimizer='", EnumName(kOptimizers, o.type()),
+                                 "', lr=", o.learning_rate());
+  if (o.type() == OPT_MOMENTUM)
+    absl::StrAppend(&opt, ", momentum=", o.momentum());
+  if (o.type() == OPT_ADAM) {
+    absl::StrAppend(&opt, ", beta1=", o.beta1(), ", beta2=", o.beta2(),
+                    ", epsilon=", o.epsilon());
+  }
+  return absl::StrCat("TensorSpec(name='", s.name(), "', shape=(",
+                      absl::StrJoin(dims, ", "), dims.size() == 1 ? ",)" : ")",
+                      ", init='", EnumName(kInits, s.init()),
+                      "', init_value=", s.init_value(), ", seed=", s.seed(),
+                      ", ", opt, ", slice_elems=", s.slice_elems(), ")");
+}
+
+// ---------------------------------------------------------------- arrays
+
+// `obj` as a float32 C-contiguous numpy array holding exactly the elements
+// of `spec` in its shape; TypeError / ValueError naming the tensor if not.
+py::array CheckArray(const py::handle& obj, const TensorSpec& spec,
+                     bool writeable, const char* method) {
+  const std::string& name = spec.name();
+  if (!py::isinstance<py::array>(obj)) {
+    throw py::type_error(absl::StrCat(
+        method, ": tensor '", name, "' must be a numpy.ndarray, got ",
+        std::string(py::str(py::type::handle_of(obj).attr("__name__")))));
+  }
+  py::array a = py::reinterpret_borrow<py::array>(obj);
+  if (!py::isinstance<py::array_t<float>>(a)) {
+    throw py::type_error(absl::StrCat(method, ": tensor '", name,
+                                      "' must have dtype float32, got ",
+                                      std::string(py::str(a.dtype()))));
+  }
+  bool same_shape = a.ndim() == spec.shape_size();
+  for (int i = 0; same_shape && i < spec.shape_size(); ++i) {
+    same_shape = a.shape(i) == spec.shape(i);
+  }
+  if (!same_shape) {
+    std::vector<std::string> got, want;
+    for (py::ssize_t i = 0; i < a.ndim(); ++i)
+      got.push_back(absl::StrCat(a.shape(i)));
+    for (int64_t d : spec.shape()) want.push_back(absl::StrCat(d));
+    throw py::value_error(absl::StrCat(
+        method, ": tensor '", name, "' has shape (", absl::StrJoin(got, ", "),
+        ") but the cluster holds shape (", absl::StrJoin(want, ", "), ")"));
+  }
+  if (!(a.flags() & py::array::c_style)) {
+    throw py::value_error(
+        absl::StrCat(method, ": tensor '", name,
+                     "' is not C-contiguous (use numpy.ascontiguousarray)"));
+  }
+  if (writeable && !a.writeable()) {
+    throw py::value_error(
+        absl::StrCat(method, ": tensor '", name, "' is read-only"));
+  }
+  return a;
+}
+
+// The name of every item of a {name: array} dict, checked to be a str.
+std::string KeyName(const py::handle& key, const char* method) {
+  if (!py::isinstance<py::str>(key)) {
+    throw py::type_error(absl::StrCat(method,
+                                      ": tensor names must be str, got ",
+                                      std::string(py::repr(key))));
+  }
+  return key.cast<std::string>();
+}
+
+void CheckDict(const py::handle& obj, const char* method) {
+  if (!py::isinstance<py::dict>(obj)) {
+    throw py::type_error(
+        absl::StrCat(method, ": expected a dict {name: array}, got ",
+                     std::string(py::repr(py::type::handle_of(obj)))));
+  }
+}
+
+// ---------------------------------------------------------------- client
+
+// The Python Client. Owns one PsClient; mu_ serializes calls from several
+// Python threads (PsClient is thread-compatible). RPCs run with the GIL
+// released and mu_ held; argument checks read a copy of the known specs
+// (known_) instead, so they never wait for another thread's RPC while
+// holding the GIL. Thread-safe.
+class Client {
+ public:
+  Client(const py::object& servers, int32_t worker_id, uint64_t incarnation,
+         const std::string& tls_ca, const std::string& tls_cert,
+         const std::string& tls_key, const std::string& token_file,
+         double rpc_timeout, double call_deadline, int max_attempts,
+         double initial_backoff, int connections_per_shard,
+         const std::string& wire_dtype) {
+    PsClientOptions o;
+    servers_ = ServerList(servers);
+    o.servers = servers_;
+    if (worker_id < 0) {
+      throw py::value_error(
+          absl::StrCat("Client: worker_id must be >= 0, got ", worker_id));
+    }
+    o.worker_id = worker_id;
+    o.incarnation = incarnation;
+    if (!(rpc_timeout > 0) || !std::isfinite(rpc_timeout)) {
+      throw py::value_error(absl::StrCat(
+          "Client: rpc_timeout must be > 0 seconds, got ", rpc_timeout));
+    }
+    o.retry.attempt_timeout = absl::Seconds(rpc_timeout);
+    if (!(call_deadline > 0) || !std::isfinite(call_deadline)) {
+      throw py::value_error(absl::StrCat(
+          "Client: call_deadline must be > 0 seconds, got ", call_deadline));
+    }
+    o.retry.call_deadline = absl::Seconds(call_deadline);
+    if (max_attempts < 0) {
+      throw py::value_error(absl::StrCat(
+          "Client: max_attempts must be >= 0 (0: until the call deadline), "
+          "got ",
+          max_attempts));
+    }
+    o.retry.max_attempts = max_attempts;
+    if (!(initial_backoff >= 0) || !std::isfinite(initial_backoff)) {
+      throw py::value_error(
+          absl::StrCat("Client: initial_backoff must be >= 0 seconds, got ",
+                       initial_backoff));
+    }
+    o.retry.initial_backoff = absl::Seconds(initial_backoff);
+    o.retry.max_backoff = std::max(o.retry.max_backoff, o.retry.initial_backoff);
+    if (connections_per_shard < 1 || connections_per_shard > 16) {
+      throw py::value_error(absl::StrCat(
+          "Client: connections_per_shard must be in [1, 16], got ",
+          connections_per_shard));
+    }
+    o.connections_per_shard = connections_per_shard;
+    if (wire_dtype == "bf16") {
+      o.push_dtype = o.pull_dtype = WIRE_BF16;
+    } else if (wire_dtype != "fp32") {
+      throw py::value_error(absl::StrCat(
+          "Client: wire_dtype must be 'fp32' or 'bf16', got '", wire_dtype,
+          "'"));
+    }
+    SecurityFlagValues flags;
+    flags.tls_ca = tls_ca;
+    flags.tls_cert = tls_cert;
+    flags.tls_key = tls_key;
+    flags.cluster_token_file = token_file;
+    absl::StatusOr<SecurityOptions> security =
+        SecurityOptionsFromFlagValues(flags, /*server=*/false);
+    CheckOk(security.status(), "Client");
+    o.security = *std::move(security);
+    absl::StatusOr<std::unique_ptr<PsClient>> client =
+        PsClient::Connect(std::move(o));
+    CheckOk(client.status(), "Client");
+    worker_id_ = (*client)->worker_id();
+    incarnation_ = (*client)->incarnation();
+    absl::MutexLock lock(&mu_);
+    client_ = *std::move(client);
+  }
+
+  // Accepts "h:p,h:p" or a sequence of "h:p".
+  static std::vector<std::string> ServerList(const py::object& servers) {
+    std::string joined;
+    if (py::isinstance<py::str>(servers)) {
+      joined = servers.cast<std::string>();
+    } else if (py::isinstance<py::sequence>(servers)) {
+      std::vector<std::string> parts;
+      for (const py::handle& s : servers) {
+        if (!py::isinstance<py::str>(s)) {
+          throw py::type_error(
+              absl::StrCat("Client: servers must be str addresses, got ",
+                           std::string(py::repr(s))));
+        }
+        parts.push_back(s.cast<std::string>());
+      }
+      joined = absl::StrJoin(parts, ",");
+    } else {
+      throw py::type_error(
+          "Client: servers must be a list of 'host:port' or one "
+          "'host:port,host:port' string");
+    }
+    absl::StatusOr<std::vector<std::string>> list = ParseServerList(joined);
+    CheckOk(list.status(), "Client: servers");
+    return *std::move(list);
+  }
+
+  py::dict Create(const py::object& specs) {
+    const std::vector<TensorSpec> list = SpecList(specs);
+    const absl::Status s = Call([&](PsClient& client) {
+      absl::Status st = client.CreateTensors(list);
+      if (st.ok()) Learn(client, Names(list));
+      return st;
+    });
+    if (!s.ok()) ThrowStatus(s);
+    return Known(Names(list));
+  }
+
+  py::dict WaitFor(const std::vector<std::string>& names, double timeout) {
+    if (!(timeout >= 0) || !std::isfinite(timeout)) {
+      throw py::value_error(absl::StrCat(
+          "wait_for: timeout must be >= 0 seconds, got ", timeout));
+    }
+    for (const std::string& name : names) {
+      if (name.empty()) throw py::value_error("wait_for: empty tensor name");
+    }
+    const absl::Status s = Call([&](PsClient& client) {
+      absl::Status st = client.WaitForTensors(names, absl::Seconds(timeout));
+      if (st.ok()) Learn(client, names);
+      return st;
+    });
+    if (!s.ok()) ThrowStatus(s);
+    return Known(names);
+  }
+
+  std::optional<TensorSpec> Spec(const std::string& name) {
+    CheckOpen();
+    absl::MutexLock lock(&specs_mu_);
+    auto it = known_.find(name);
+    if (it == known_.end()) return std::nullopt;
+    return *it->second;
+  }
+
+  py::dict Pull(const std::vector<std::string>& names,
+                std::optional<int64_t> clock) {
+    py::dict out;
+    for (const std::string& name : names) {
+      const std::shared_ptr<const TensorSpec> spec = KnownSpec(name, "pull");
+      if (out.contains(name)) {
+        throw py::value_error(
+            absl::StrCat("pull: tensor '", name, "' named twice"));
+      }
+      std::vector<py::ssize_t> shape(spec->shape().begin(),
+                                     spec->shape().end());
+      out[py::str(name)] = py::array_t<float>(shape);
+    }
+    PullInto(out, clock);
+    return out;
+  }
+
+  void PullInto(const py::object& arrays, std::optional<int64_t> clock) {
+    Buffers out = CheckedBuffers(arrays, "pull_into", /*writeable=*/true);
+    const int64_t c = clock.value_or(clock_);
+    const absl::Status s =
+        Call([&](PsClient& client) { return client.Pull(c, out.pointers); });
+    if (!s.ok()) ThrowStatus(s);
+  }
+
+  PushSummary Push(const py::object& grads, std::optional<int64_t> clock) {
+    Buffers in = CheckedBuffers(grads, "push", /*writeable=*/false);
+    std::vector<std::pair<std::string, const float*>> sources(
+        in.pointers.begin(), in.pointers.end());
+    const int64_t c = clock.value_or(clock_);
+    const absl::StatusOr<PushSummary> summary =
+        Call([&](PsClient& client) { return client.Push(c, sources); });
+    if (!summary.ok()) ThrowStatus(summary.status());
+    return *summary;
+  }
+
+  void Heartbeat(std::optional<int64_t> clock, bool leaving) {
+    const int64_t c = clock.value_or(clock_);
+    const absl::Status s =
+        Call([&](PsClient& client) { return client.Heartbeat(c, leaving); });
+    if (!s.ok()) ThrowStatus(s);
+  }
+
+  py::object Status() {
+    absl::StatusOr<std::vector<StatusResponse>> status =
+        Call([](PsClient& client) { return client.Status(); });
+    if (!status.ok()) ThrowStatus(status.status());
+    std::vector<ShardResult> shards;
+    for (size_t i = 0; i < status->size(); ++i) {
+      ShardResult r;
+      r.index = static_cast<int>(i);
+      r.address = servers_[i];
+      r.up = true;
+      r.status = std::move((*status)[i]);
+      shards.push_back(std::move(r));
+    }
+    return py::module_::import("json").attr("loads")(RenderJson(shards));
+  }
+
+  std::vector<uint64_t> Versions(const std::string& name) {
+    KnownSpec(name, "versions");
+    return Call([&](PsClient& client) { return client.PulledVersions(name); });
+  }
+
+  void Close() {
+    closed_ = true;
+    // Waits for a call in flight on another thread; the channels close
+    // with the GIL released as well.
+    py::gil_scoped_release release;
+    std::unique_ptr<PsClient> gone;
+    {
+      absl::MutexLock lock(&mu_);
+      gone = std::move(client_);
+    }
+  }
+
+  bool closed() const { return closed_; }
+  int64_t clock() const { return clock_; }
+  void set_clock(int64_t clock) {
+    if (clock < 0) {
+      throw py::value_error(absl::StrCat("clock must be >= 0, got ", clock));
+    }
+    clock_ = clock;
+  }
+  int32_t worker_id() const { return worker_id_; }
+  uint64_t incarnation() const { return incarnation_; }
+  const std::vector<std::string>& servers() const { return servers_; }
+
+ private:
+  // Checked arrays of a {name: array} dict and their data pointers; `keep`
+  // holds the arrays (and so their buffers) while an RPC uses them.
+  struct Buffers {
+    std::vector<py::array> keep;
+    std::vector<std::pair<std::string, float*>> pointers;
+  };
+
+  Buffers CheckedBuffers(const py::object& arrays, const char* method,
+                         bool writeable) {
+    CheckDict(arrays, method);
+    Buffers b;
+    for (const auto& [key, value] : py::reinterpret_borrow<py::dict>(arrays)) {
+      const std::string name = KeyName(key, method);
+      py::array a =
+          CheckArray(value, *KnownSpec(name, method), writeable, method);
+      // Written only by pulls, which checked that the array is writeable.
+      b.pointers.emplace_back(name,
+                              static_cast<float*>(const_cast<void*>(a.data())));
+      b.keep.push_back(std::move(a));
+    }
+    return b;
+  }
+
+  void CheckOpen() const {
+    if (closed_) throw py::value_error("Client is closed");
+  }
+
+  // Runs rpc(client) with the GIL released and mu_ held; returns its
+  // result. ValueError once closed.
+  template <typename Rpc>
+  auto Call(Rpc rpc) -> decltype(rpc(std::declval<PsClient&>())) {
+    CheckOpen();
+    py::gil_scoped_release release;
+    absl::MutexLock lock(&mu_);
+    // Closed by another thread while this one waited for mu_. The
+    // exception is a plain C++ object until the GIL is back.
+    if (client_ == nullptr) throw py::value_error("Client is closed");
+    return rpc(*client_);
+  }
+
+  // Copies the specs the client now knows for `names` into known_.
+  // Called inside Call (mu_ held, GIL released).
+  void Learn(PsClient& client, const std::vector<std::string>& names) {
+    absl::MutexLock lock(&specs_mu_);
+    for (const std::string& name : names) {
+      if (const TensorSpec* spec = client.FindSpec(name)) {
+        known_[name] = std::make_shared<const TensorSpec>(*spec);
+      }
+    }
+  }
+
+  // The stored spec of a known tensor; ValueError before any RPC otherwise.
+  // Does not wait for a call in flight (mu_), so that a thread holding the
+  // GIL is never held up by another thread's RPC.
+  std::shared_ptr<const TensorSpec> KnownSpec(const std::string& name,
+                                              const char* method) {
+    CheckOpen();
+    absl::MutexLock lock(&specs_mu_);
+    auto it = known_.find(name);
+    if (it == known_.end()) {
+      throw py::value_error(
+          absl::StrCat(method, ": unknown tensor '", name,
+                       "' (create() it or wait_for() it first)"));
+    }
+    return it->second;
+  }
+
+  py::dict Known(const std::vector<std::string>& names) {
+    py::dict out;
+    for (const std::string& name : names) {
+      out[py::str(name)] = *KnownSpec(name, "create");
+    }
+    return out;
+  }
+
+  static std::vector<std::string> Names(const std::vector<TensorSpec>& specs) {
+    std::vector<std::string> names;
+    for (const TensorSpec& s : specs) names.push_back(s.name());
+    return names;
+  }
+
+  // {name: TensorSpec} (the key names the tensor) or [TensorSpec] (each
+  // names itself).
+  static std::vector<TensorSpec> SpecList(const py::object& specs) {
+    std::vector<TensorSpec> list;
+    std::vector<std::string> seen;
+    auto add = [&](TensorSpec spec) {
+      if (spec.name().empty()) {
+        throw py::value_error("create: a TensorSpec has no name");
+      }
+      for (const std::string& n : seen) {
+        if (n == spec.name()) {
+          throw py::value_error(
+              absl::StrCat("create: tensor '", n, "' given twice"));
+        }
+      }
+      seen.push_back(spec.name());
+      list.push_back(std::move(spec));
+    };
+    if (py::isinstance<py::dict>(specs)) {
+      for (const auto& [key, value] : py::reinterpret_borrow<py::dict>(specs)) {
+        const std::string name = KeyName(key, "create");
+        if (!py::isinstance<TensorSpec>(value)) {
+          throw py::type_error(absl::StrCat("create: the value for '", name,
+                                            "' must be a TensorSpec, got ",
+                                            std::string(py::repr(value))));
+        }
+        TensorSpec spec = value.cast<TensorSpec>();
+        if (!spec.name().empty() && spec.name() != name) {
+          throw py::value_error(absl::StrCat("create: key '", name,
+                                             "' holds a TensorSpec named '",
+                                             spec.name(), "'"));
+        }
+        spec.set_name(name);
+        add(std::move(spec));
+      }
+    } else if (py::isinstance<py::sequence>(specs) &&
+               !py::isinstance<py::str>(specs)) {
+      for (const py::handle& value : specs) {
+        if (!py::isinstance<TensorSpec>(value)) {
+          throw py::type_error(
+              absl::StrCat("create: expected TensorSpec items, got ",
+                           std::string(py::repr(value))));
+        }
+        add(value.cast<TensorSpec>());
+      }
+    } else {
+      throw py::type_error(
+          "create: expected {name: TensorSpec} or a list of named TensorSpec");
+    }
+    return list;
+  }
+
+  // Lock order: mu_ before specs_mu_. Neither is held while waiting for
+  // the GIL; mu_ is only taken with the GIL released.
+  absl::Mutex mu_;  // held during every RPC
+  std::unique_ptr<PsClient> client_ ABSL_GUARDED_BY(mu_);  // null once closed
+  absl::Mutex specs_mu_;
+  absl::flat_hash_map<std::string, std::shared_ptr<const TensorSpec>> known_
+      ABSL_GUARDED_BY(specs_mu_);
+  std::atomic<bool> closed_{false};
+
+  // Const after construction.
+  std::vector<std::string> servers_;
+  int32_t worker_id_ = 0;
+  uint64_t incarnation_ = 0;
+
+  int64_t clock_ = 0;  // only touched with the GIL held
+};
+
+const char kModuleDoc[] = R"doc(Native asyncps client (C++ PsClient).
+
+Use the `asyncps` package, which re-exports everything here.)doc";
+
+const char kClientDoc[] =
+    R"doc(A worker's connection to every shard of an asyncps cluster.
+
+Client(servers, worker_id=0, *, incarnation=0, tls_ca='', tls_cert='',
+       tls_key='', token_file='', rpc_timeout=120.0, call_deadline=300.0,
+       max_attempts=0, initial_backoff=0.05, connections_per_shard=2,
+       wire_dtype='fp32')
+
+servers     shard addresses in shard order: ['h:p', 'h:p'] or 'h:p,h:p'.
+            Every worker must list the shards in the same order.
+worker_id   this worker's id (>= 0); SSP/BSP clocks are kept per id.
+incarnation this process's run of the worker (0 = a random one); pushes are
+            de-duplicated per (worker_id, incarnation).
+tls_ca      PEM CA that signs the shards' certificates (turns TLS on).
+tls_cert, tls_key  client certificate and key for mutual TLS.
+token_file  file holding the cluster token (as ps_server
+            --cluster_token_file); sent with every call.
+rpc_timeout deadline of one attempt of a unary RPC (heartbeat, create,
+            status) in seconds.
+call_deadline  every call gives up after this many seconds; meanwhile
+            transient failures (a shard restarting, a lost connection) are
+            retried with jittered exponential backoff starting at
+            initial_backoff seconds, up to max_attempts attempts per shard
+            (0 = as many as the deadline allows). Keep it above the shards'
+            --pull_wait_timeout_ms under SSP/BSP. A retried push carries the
+            same sequence number, so a shard applies it at most once.
+connections_per_shard  TCP connections to each shard for the data streams.
+wire_dtype  'fp32', or 'bf16' to send gradients and receive parameters as
+            bfloat16 (half the bytes; the shards keep float32).
+
+Tensors are dense float32 arrays cut into slices spread over the shards.
+Arrays passed in must be numpy.ndarray, dtype float32, C-contiguous, with
+exactly the tensor's shape (a torch CPU tensor's .numpy() view qualifies);
+anything else raises TypeError or ValueError before anything is sent, as
+does an unknown tensor name. A failed RPC raises asyncps.RpcError, whose
+`code` is the gRPC status code name and `message` the shard's message.
+
+The GIL is released during every RPC, so other Python threads run while a
+call waits (e.g. an SSP pull held back by a slower worker). Calls from
+several threads on one Client are serialized.
+
+`clock` is this worker's clock (completed steps) used by pull, push and
+heartbeat when their `clock` argument is None; the caller advances it.
+
+The Client is a context manager: leaving the block says goodbye to the
+shards (leave()) and closes the connections.)doc";
+
+const char kCreateDoc[] =
+    R"doc(Creates tensors on every shard: {name: TensorSpec} or a list of named
+TensorSpecs. Idempotent (an identical existing tensor is fine; a different
+one raises RpcError ALREADY_EXISTS). Returns {name: TensorSpec} as stored
+(slice_elems resolved).)doc";
+
+const char kWaitForDoc[] =
+    R"doc(Waits until every named tensor exists on every shard (created by
+another worker), for at most `timeout` seconds (RpcError DEADLINE_EXCEEDED
+naming what is missing). Returns {name: TensorSpec}.)doc";
+
+const char kPullDoc[] =
+    R"doc(Pulls the named tensors into new float32 arrays: {name: ndarray}.
+`clock` (default: self.clock) is this worker's clock; under SSP/BSP a shard
+holds the pull until slower workers are within the slack. Records every
+slice's version for the next push.)doc";
+
+const char kPullIntoDoc[] =
+    R"doc(Pulls tensors straight into the given arrays ({name: ndarray}, each
+float32, C-contiguous, writeable, of the tensor's shape), with no extra
+copy. Otherwise as pull(). On error the arrays may be partly written.)doc";
+
+const char kPushDoc[] =
+    R"doc(Pushes gradients ({name: ndarray} of the tensors' shapes, float32,
+C-contiguous), tagged with the versions read by the last pull of each
+tensor and `clock` (default: self.clock). Retries reuse the push's sequence
+number, so each shard applies it exactly once. Returns a PushResult
+(applied / refused_stale slice updates, duplicates, staleness).)doc";
+
+const char kStatusDoc[] =
+    R"doc(Every shard's Status as one dict, the document `psctl status --json`
+prints: {'shards': [{'index', 'address', 'up', 'status': {...}}],
+'summary': {...}, 'workers': [...]}. In 'status', 64-bit integers are
+strings (protobuf's JSON mapping).)doc";
+
+}  // namespace
+
+PYBIND11_MODULE(_native, m) {
+  m.doc() = kModuleDoc;
+  m.attr("__version__") = kVersion;
+
+  rpc_error_type = PyErr_NewExceptionWithDoc(
+      "asyncps.RpcError",
+      "A call to the shards failed. `code`: the gRPC status code name "
+      "(e.g. 'NOT_FOUND', 'UNAVAILABLE'); `grpc_code`: its number; "
+      "`message`: the error message (it names the shard).",
+      PyExc_RuntimeError, nullptr);
+  if (rpc_error_type == nullptr) throw py::error_already_set();
+  m.attr("RpcError") = py::handle(rpc_error_type);
+
+  m.def("tune_malloc_for_large_messages", &TuneProcess,
+        "Keeps large message buffers out of mmap/munmap (glibc mallopt) so "
+        "that every large pull or push does not page-fault its memory in "
+        "again, and turns off Abseil's lock-cycle detection; what ps_server "
+        "and ps_worker do at start. Process-wide; call once, early.");
+
+  py::class_<TensorSpec>(m, "TensorSpec",
+                         R"doc(How a tensor is created on the shards.
+
+TensorSpec(shape, *, name='', init='zeros', init_value=0.0, seed=0,
+           optimizer='sgd', lr=0.01, momentum=0.9, beta1=0.9,
+           beta2=0.999, epsilon=1e-8, slice_elems=0)
+
+shape        dimensions, each > 0.
+init         'zeros', 'constant' (= init_value), 'uniform'
+             (U(-init_value, init_value)), 'normal' (N(0, init_value^2)),
+             'glorot_uniform'; seeded by `seed`.
+optimizer    'sgd', 'momentum' (uses momentum) or 'adam' (beta1, beta2,
+             epsilon), run on the shards with learning rate `lr`.
+slice_elems  elements per slice (0 = the shards' --slice_elems).
+name         optional here; Client.create({name: spec}) names it.
+
+Bad values raise ValueError at once. Creation is idempotent: the same spec
+again is a no-op, a different one is RpcError ALREADY_EXISTS.)doc")
+      .def(py::init(&MakeSpec), py::arg("shape"), py::kw_only(),
+           py::arg("name") = "", py::arg("init") = "zeros",
+           py::arg("init_value") = 0.0, py::arg("seed") = 0,
+           py::arg("optimizer") = "sgd", py::arg("lr") = 0.01,
+           py::arg("momentum") = 0.9, py::arg("beta1") = 0.9,
+           py::arg("beta2") = 0.999, py::arg("epsilon") = 1e-8,
+           py::arg("slice_elems") = 0)
+      .def_property_readonly("name", &TensorSpec::name)
+      .def_property_readonly("shape", &ShapeOf)
+      .def_property_readonly("num_elems", &NumElems)
+      .def_property_readonly(
+          "init",
+          [](const TensorSpec& s) { return EnumName(kInits, s.init()); })
+      .def_property_readonly("init_value", &TensorSpec::init_value)
+      .def_property_readonly("seed", &TensorSpec::seed)
+      .def_property_readonly("optimizer",
+                             [](const TensorSpec& s) {
+                               return EnumName(kOptimizers,
+                                               s.optimizer().type());
+                             })
+      .def_property_readonly(
+          "lr",
+          [](const TensorSpec& s) { return s.optimizer().learning_rate(); })
+      .def_property_readonly(
+          "momentum",
+          [](const TensorSpec& s) { return s.optimizer().momentum(); })
+      .def_property_readonly(
+          "beta1", [](const TensorSpec& s) { return s.optimizer().beta1(); })
+      .def_property_readonly(
+          "beta2", [](const TensorSpec& s) { return s.optimizer().beta2(); })
+      .def_property_readonly(
+          "epsilon",
+          [](const TensorSpec& s) { return s.optimizer().epsilon(); })
+      .def_property_readonly("slice_elems", &TensorSpec::slice_elems)
+      .def("__eq__",
+           [](const TensorSpec& a, const py::object& b) {
+             return py::isinstance<TensorSpec>(b) &&
+                    google::protobuf::util::MessageDifferencer::Equals(
+                        a, b.cast<TensorSpec>());
+           })
+      .def("__repr__", &SpecRepr);
+
+  py::class_<PushSummary>(m, "PushResult",
+                          "What the shards did with one push, over all "
+                          "slices of all pushed tensors.")
+      .def_readonly("applied", &PushSummary::applied, "slice updates applied")
+      .def_readonly("refused_stale", &PushSummary::refused_stale,
+                    "slice updates refused as too stale (--max_staleness)")
+      .def_readonly("duplicates", &PushSummary::duplicates,
+                    "shards that recognised a retry of a push they had "
+                    "already applied (acknowledged, not applied again)")
+      .def_readonly("max_staleness", &PushSummary::max_staleness,
+                    "largest staleness (current - read version) of a slice")
+      .def_readonly("mean_staleness", &PushSummary::mean_staleness,
+                    "mean staleness over the slice results")
+      .def_readonly("refused_restored", &PushSummary::refused_restored,
+                    "slice updates refused because a shard restarted (and "
+                    "restored its checkpoint) since the pull")
+      .def_property_readonly(
+          "tensors",
+          [](const PushSummary& r) {
+            py::dict out;
+            for (const auto& [name, o] : r.tensors) {
+              py::dict d;
+              d["applied"] = o.applied;
+              d["refused_stale"] = o.refused_stale;
+              d["refused_restored"] = o.refused_restored;
+              d["max_staleness"] = o.max_staleness;
+              d["mean_staleness"] = o.mean_staleness;
+              out[py::str(name)] = d;
+            }
+            return out;
+          },
+          "per pushed tensor: {name: {applied, refused_stale, "
+          "refused_restored, max_staleness, mean_staleness}}")
+      .def("__repr__", [](const PushSummary& r) {
+        return absl::StrCat("PushResult(applied=", r.applied,
+                            ", refused_stale=", r.refused_stale,
+                            ", duplicates=", r.duplicates,
+                            ", max_staleness=", r.max_staleness,
+                            ", mean_staleness=", r.mean_staleness, ")");
+      });
+
+  py::class_<Client>(m, "Client", kClientDoc)
+      .def(py::init<const py::object&, int32_t, uint64_t, const std::string&,
+                    const std::string&, const std::string&, const std::string&,
+                    double, double, int, double, int, const std::string&>(),
+           py::arg("servers"), py::arg("worker_id") = 0, py::kw_only(),
+           py::arg("incarnation") = 0, py::arg("tls_ca") = "",
+           py::arg("tls_cert") = "", py::arg("tls_key") = "",
+           py::arg("token_file") = "", py::arg("rpc_timeout") = 120.0,
+           py::arg("call_deadline") = 300.0, py::arg("max_attempts") = 0,
+           py::arg("initial_backoff") = 0.05,
+           py::arg("connections_per_shard") = 2, py::arg("wire_dtype") = "fp32")
+      .def("create", &Client::Create, py::arg("specs"), kCreateDoc)
+      .def("wait_for", &Client::WaitFor, py::arg("names"),
+           py::arg("timeout") = 60.0, kWaitForDoc)
+      .def("spec", &Client::Spec, py::arg("name"),
+           "The stored TensorSpec of a tensor this client created or waited "
+           "for, or None.")
+      .def("pull", &Client::Pull, py::arg("names"),
+           py::arg("clock") = py::none(), kPullDoc)
+      .def("pull_into", &Client::PullInto, py::arg("arrays"),
+           py::arg("clock") = py::none(), kPullIntoDoc)
+      .def("push", &Client::Push, py::arg("grads"),
+           py::arg("clock") = py::none(), kPushDoc)
+      .def("heartbeat", &Client::Heartbeat, py::arg("clock") = py::none(),
+           py::arg("leaving") = false,
+           "Renews this worker's lease on every shard and reports `clock` "
+           "(default: self.clock); leaving=True says goodbye.")
+      .def(
+          "leave",
+          [](Client& c, std::optional<int64_t> clock) {
+            c.Heartbeat(clock, /*leaving=*/true);
+          },
+          py::arg("clock") = py::none(),
+          "Tells every shard this worker is done: SSP/BSP stop waiting for "
+          "it. A later call rejoins.")
+      .def("status", &Client::Status, kStatusDoc)
+      .def("versions", &Client::Versions, py::arg("name"),
+           "Per slice, the version read by the last pull of `name`.")
+      .def("close", &Client::Close,
+           "Closes the connections (without saying goodbye; see leave()). "
+           "Further calls raise ValueError.")
+      .def_property_readonly("closed", &Client::closed,
+                             "True once close() ran (or the with block "
+                             "ended).")
+      .def_property("clock", &Client::clock, &Client::set_clock,
+                    "This worker's clock (completed steps), used when a "
+                    "call's `clock` is None. The caller advances it.")
+      .def_property_readonly("worker_id", &Client::worker_id)
+      .def_property_readonly("incarnation", &Client::incarnation,
+                             "This process's incarnation (chosen at random "
+                             "when 0 was given).")
+      .def_property_readonly("servers", &Client::servers,
+                             "The shard addresses, in shard order.")
+      .def("__enter__", [](py::object self) { return self; })
+      .def("__exit__",
+           [](Client& c, const py::object& type, const py::object&,
+              const py::object&) {
+             if (c.closed()) return false;
+             try {
+               c.Heartbeat(std::nullopt, /*leaving=*/true);
+             } catch (...) {
+               c.Close();
+               // With an exception already on its way out, do not replace
+               // it with this one.
+               if (type.is_none()) throw;
+               return false;
+             }
+             c.Close();
+             return false;
+           })
+      .def("__repr__", [](Client& c) {
+        return absl::StrCat("asyncps.Client(servers=[",
+                            absl::StrJoin(c.servers(), ", "),
+                            "], closed=", c.closed() ? "True" : "False", ")");
+      });
+
+  // Shown as asyncps.X (the package re-exports them) in help() and repr().
+  for (const char* name : {"TensorSpec", "PushResult", "Client"}) {
+    m.attr(name).attr("__module__") = "asyncps";
+  }
+}
+
+}  // namespace python
+}  // namespace asyncps

@@ -1,0 +1,174 @@
+// Exactly-once pushes under faults, with real processes: three pushers send
+// constant gradients to two shards through TCP proxies that lose answers
+// (the shard applied the push, the pusher never hears so and retries), and
+// one pusher is killed with SIGKILL twice and restarted. Every push a
+// pusher saw acknowledged is applied exactly once, and nothing else is: the
+// parameters equal init - sum(gradient x pushes applied) exactly, every
+// slice's version equals the pushes applied, and each pusher's applied
+// count is its acknowledged count (plus at most one unacknowledged push per
+// kill).
+
+#include <signal.h>
+
+#include <catch2/catch.hpp>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "client/ps_client.h"
+#include "common/sharding.h"
+#include "common/tensor_layout.h"
+#include "tests/faults/harness.h"
+#include "tests/testing/require_ok.h"
+#include "tests/testing/tcp_proxy.h"
+
+namespace asyncps {
+namespace {
+
+using testing::RunfilePath;
+using testing::ServerProcess;
+using testing::StartPsCluster;
+using testing::Subprocess;
+using testing::TcpProxy;
+
+// Lines "acked <clock>" in a pusher's log.
+int Acked(const std::string& log) {
+  int n = 0;
+  for (absl::string_view line : absl::StrSplit(log, '\n')) {
+    if (absl::StartsWith(line, "acked ")) ++n;
+  }
+  return n;
+}
+
+TEST_CASE("pushes are applied exactly once through lost answers and killed "
+          "pushers",
+          "[faults][dedup]") {
+  constexpr int kShards = 2;
+  constexpr int kPushers = 3;
+  constexpr int kPushes = 60;
+  constexpr float kInit = 1.0f;
+  absl::StatusOr<std::vector<ServerProcess>> cluster =
+      StartPsCluster(kShards, {"--log_level=warn"});
+  REQUIRE_OK(cluster.status());
+  std::vector<std::unique_ptr<TcpProxy>> proxies;
+  std::vector<std::string> via;
+  for (const ServerProcess& s : *cluster) {
+    absl::StatusOr<std::unique_ptr<TcpProxy>> p = TcpProxy::Start(s.address);
+    REQUIRE_OK(p.status());
+    via.push_back((*p)->address());
+    proxies.push_back(*std::move(p));
+  }
+
+  // 2000 floats in slices of 256 over both shards: a push is a little under
+  // 4 KiB per shard.
+  TensorSpec spec;
+  spec.set_name("w");
+  spec.add_shape(2000);
+  spec.set_init(INIT_CONSTANT);
+  spec.set_init_value(kInit);
+  spec.set_slice_elems(256);
+  spec.mutable_optimizer()->set_learning_rate(1.0f);
+  PsClientOptions o;
+  o.servers = {(*cluster)[0].address, (*cluster)[1].address};
+  o.worker_id = 100;
+  absl::StatusOr<std::unique_ptr<PsClient>> admin = PsClient::Connect(o);
+  REQUIRE_OK(admin.status());
+  REQUIRE_OK((*admin)->CreateTensors({spec}));
+
+  auto start = [&](int w) {
+    absl::StatusOr<std::unique_ptr<Subprocess>> p = Subprocess::Start(
+        RunfilePath("tests/integration/push_client"),
+        {absl::StrCat("--servers=", via[0], ",", via[1]),
+         absl::StrCat("--worker_id=", w), absl::StrCat("--pushes=", kPushes),
+         absl::StrCat("--grad=", w + 1), "--tensors=w", "--log_level=warn"});
+    REQUIRE_OK(p.status());
+    return *std::move(p);
+  };
+  std::vector<std::unique_ptr<Subprocess>> pushers;
+  for (int w = 0; w < kPushers; ++w) pushers.push_back(start(w));
+  std::vector<std::string> logs(kPushers);
+
+  // Answers go missing every now and then, on both shards.
+  for (auto& p : proxies) p->LoseNextAnswers(4, /*min_request_bytes=*/1000);
+  // Pusher 2 is killed twice mid-run and started again.
+  int kills = 0;
+  for (int round = 0; round < 2; ++round) {
+    REQUIRE_OK(testing::WaitForLog(pushers[2].get(),
+                                   absl::StrCat("acked ", 15 * (round + 1)),
+                                   absl::Seconds(60)));
+    REQUIRE_OK(pushers[2]->Signal(SIGKILL));
+    REQUIRE_OK(pushers[2]->Wait(absl::Seconds(10)).status());
+    ++kills;
+    logs[2] += pushers[2]->ReadLog();
+    pushers[2] = start(2);
+  }
+  for (int w = 0; w < kPushers; ++w) {
+    absl::StatusOr<int> code = pushers[w]->Wait(absl::Minutes(2));
+    INFO("pusher " << w << ":\n" << pushers[w]->LogTail());
+    REQUIRE_OK(code.status());
+    REQUIRE(*code == 0);
+    logs[w] += pushers[w]->ReadLog();
+  }
+  int lost = 0;
+  for (auto& p : proxies) lost += p->answers_lost();
+  CHECK(lost > 0);
+
+  // What each shard applied of each pusher. A push is acknowledged once
+  // every shard applied it; a pusher killed mid-push may have reached only
+  // some shards with it (its successor continues after it), so the killed
+  // pusher's count may differ between shards by the kills, never more.
+  absl::StatusOr<std::vector<StatusResponse>> status = (*admin)->Status();
+  REQUIRE_OK(status.status());
+  std::vector<std::vector<int64_t>> applied(kShards,
+                                            std::vector<int64_t>(kPushers));
+  uint64_t duplicates = 0;
+  for (int s = 0; s < kShards; ++s) {
+    for (int w = 0; w < kPushers; ++w) {
+      const WorkerStatus* ws = testing::FindWorker((*status)[s], w);
+      REQUIRE(ws != nullptr);
+      applied[s][w] = static_cast<int64_t>(ws->pushes());
+    }
+    duplicates += (*status)[s].counters().duplicate_pushes();
+  }
+  INFO("answers lost " << lost << ", duplicates acknowledged " << duplicates);
+  for (int w = 0; w < kPushers; ++w) {
+    INFO("pusher " << w);
+    const int acked = Acked(logs[w]);
+    const int killed = w == 2 ? kills : 0;
+    CHECK(acked <= kPushes);
+    CHECK(acked >= kPushes - killed);
+    for (int s = 0; s < kShards; ++s) {
+      CHECK(applied[s][w] <= kPushes);
+      CHECK(applied[s][w] >= kPushes - killed);
+      CHECK(applied[s][w] >= acked);
+    }
+  }
+  // The values and versions of every slice: exactly what its shard applied,
+  // each push once.
+  std::vector<float> values(2000);
+  REQUIRE_OK((*admin)->Pull(0, {{"w", values.data()}}));
+  const std::vector<uint64_t> versions = (*admin)->PulledVersions("w");
+  const TensorLayout layout = *TensorLayout::FromSpec(*(*admin)->FindSpec("w"));
+  REQUIRE(versions.size() == layout.num_slices());
+  for (uint32_t i = 0; i < layout.num_slices(); ++i) {
+    const int home = SliceHome("w", i, kShards);
+    float expected = kInit;
+    int64_t total = 0;
+    for (int w = 0; w < kPushers; ++w) {
+      expected -= static_cast<float>(w + 1) * applied[home][w];
+      total += applied[home][w];
+    }
+    INFO("slice " << i << " on shard " << home);
+    CHECK(versions[i] == static_cast<uint64_t>(total));
+    for (int64_t e = layout.SliceBegin(i);
+         e < layout.SliceBegin(i) + layout.SliceSize(i); ++e) {
+      REQUIRE(values[e] == expected);
+    }
+  }
+  CHECK(kills == 2);
+}
+
+}  // namespace
+}  // namespace asyncps

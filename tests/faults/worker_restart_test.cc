@@ -1,0 +1,254 @@
+// Worker restarts against real shards: a ps_worker killed with SIGKILL and
+// started again with the same --worker_id, ten times in a row, is accepted
+// every time and continues where its predecessor was; the replaced
+// process's calls are refused and change nothing (fencing); under SSP a
+// restarted worker neither waits for nor holds back its peers.
+
+#include <grpcpp/grpcpp.h>
+#include <signal.h>
+
+#include <catch2/catch.hpp>
+#include <memory>
+#include <regex>
+#include <string>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "common/net.h"
+#include "common/payload.h"
+#include "proto/asyncps.grpc.pb.h"
+#include "tests/faults/harness.h"
+#include "tests/testing/require_ok.h"
+
+namespace asyncps {
+namespace {
+
+using testing::FindWorker;
+using testing::ServerList;
+using testing::ServerProcess;
+using testing::ShardStatus;
+using testing::StartPsCluster;
+using testing::StartWorker;
+using testing::Subprocess;
+using testing::WaitForLog;
+
+// The step on the "resuming at step N" line, or -1.
+int64_t ResumedAt(const std::string& log) {
+  std::smatch m;
+  static const std::regex re("resuming at step ([0-9]+)");
+  return std::regex_search(log, m, re) ? std::stoll(m[1]) : -1;
+}
+
+TEST_CASE("a worker killed and restarted 10 times is accepted every time and "
+          "continues where it was",
+          "[faults][restart]") {
+  absl::StatusOr<std::vector<ServerProcess>> cluster = StartPsCluster(2);
+  REQUIRE_OK(cluster.status());
+  const std::vector<std::string> common = {
+      absl::StrCat("--servers=", ServerList(*cluster)), "--num_workers=2",
+      "--hidden=32", "--epochs=2", "--log_every_steps=25"};
+  auto with = [&](std::vector<std::string> extra) {
+    std::vector<std::string> args = common;
+    args.insert(args.end(), extra.begin(), extra.end());
+    return args;
+  };
+  absl::StatusOr<std::unique_ptr<Subprocess>> w0 =
+      StartWorker(with({"--worker_id=0"}));
+  REQUIRE_OK(w0.status());
+
+  int64_t last_resume = 0;
+  constexpr int kRestarts = 10;
+  for (int restart = 0; restart <= kRestarts; ++restart) {
+    absl::StatusOr<std::unique_ptr<Subprocess>> w1 =
+        StartWorker(with({"--worker_id=1"}));
+    REQUIRE_OK(w1.status());
+    INFO("process " << restart << " of worker 1");
+    if (restart == kRestarts) {
+      // The last one runs to the end.
+      absl::StatusOr<int> code = (*w1)->Wait(absl::Minutes(3));
+      INFO((*w1)->LogTail());
+      REQUIRE_OK(code.status());
+      REQUIRE(*code == 0);
+      if (restart > 0) CHECK(ResumedAt((*w1)->ReadLog()) >= last_resume);
+      break;
+    }
+    // Training, past the first progress line, then killed mid-step.
+    REQUIRE_OK(WaitForLog(w1->get(), " step ", absl::Seconds(60)));
+    const std::string log = (*w1)->ReadLog();
+    CHECK_FALSE(absl::StrContains(log, "FAILED_PRECONDITION"));
+    if (restart > 0) {
+      const int64_t resumed = ResumedAt(log);
+      INFO(log);
+      CHECK(resumed > 0);
+      CHECK(resumed >= last_resume);
+      last_resume = resumed;
+    }
+    REQUIRE_OK((*w1)->Signal(SIGKILL));
+    REQUIRE_OK((*w1)->Wait(absl::Seconds(10)).status());
+  }
+
+  absl::StatusOr<int> code0 = (*w0)->Wait(absl::Minutes(3));
+  INFO((*w0)->LogTail());
+  REQUIRE_OK(code0.status());
+  CHECK(*code0 == 0);
+  const double acc = testing::FinalAccuracy((*w0)->ReadLog());
+  CHECK(acc >= 0.75);
+
+  for (const ServerProcess& shard : *cluster) {
+    absl::StatusOr<StatusResponse> st = ShardStatus(shard.address);
+    REQUIRE_OK(st.status());
+    const WorkerStatus* w1 = FindWorker(*st, 1);
+    REQUIRE(w1 != nullptr);
+    CHECK(w1->restarts() == kRestarts);
+    CHECK(w1->left());
+    CHECK(FindWorker(*st, 0)->restarts() == 0);
+    CHECK(st->counters().worker_restarts() == kRestarts);
+    CHECK(st->counters().rejected_bad_input() == 0);
+  }
+}
+
+std::unique_ptr<grpc::ClientContext> Context() {
+  auto ctx = std::make_unique<grpc::ClientContext>();
+  ctx->set_deadline(std::chrono::system_clock::now() +
+                    std::chrono::seconds(10));
+  return ctx;
+}
+
+WorkerRef Ref(uint64_t incarnation, int64_t clock) {
+  WorkerRef r;
+  r.set_worker_id(5);
+  r.set_incarnation(incarnation);
+  r.set_clock(clock);
+  return r;
+}
+
+TEST_CASE("calls of a replaced incarnation are refused and change nothing",
+          "[faults][restart][fencing]") {
+  absl::StatusOr<ServerProcess> shard = testing::StartPsServer(0, 1);
+  REQUIRE_OK(shard.status());
+  auto stub = ParameterServer::NewStub(MakeChannel(shard->address));
+  CreateTensorRequest create;
+  TensorSpec* spec = create.add_tensors();
+  spec->set_name("w");
+  spec->add_shape(4);
+  spec->set_init(INIT_CONSTANT);
+  spec->set_init_value(1.0f);
+  spec->mutable_optimizer()->set_learning_rate(1.0f);
+  CreateTensorResponse created;
+  REQUIRE(stub->CreateTensor(Context().get(), create, &created).ok());
+
+  auto push = [&](uint64_t incarnation, uint64_t seq, PushResponse* out) {
+    PushRequest req;
+    *req.mutable_worker() = Ref(incarnation, 0);
+    req.set_seq(seq);
+    SliceGradient* g = req.add_grads();
+    g->set_tensor("w");
+    g->set_slice(0);
+    const std::vector<float> grad(4, 0.5f);
+    EncodeFloats(grad.data(), grad.size(), g->mutable_grad());
+    return stub->Push(Context().get(), req, out);
+  };
+  auto read = [&](uint64_t* version) {
+    PullRequest req;
+    *req.mutable_worker() = Ref(999, 0);
+    req.mutable_worker()->set_worker_id(6);
+    req.add_tensors("w");
+    PullResponse resp;
+    REQUIRE(stub->Pull(Context().get(), req, &resp).ok());
+    std::vector<float> v(4);
+    DecodeFloats(resp.slices(0).values(), v.data(), v.size());
+    *version = resp.slices(0).version();
+    return v;
+  };
+
+  // The old process (incarnation 2: bigger than its successor's; numbers
+  // carry no order) pushes once.
+  PushResponse r;
+  REQUIRE(push(2, 1, &r).ok());
+  // A new process of worker 5 registers.
+  HeartbeatRequest hb;
+  *hb.mutable_worker() = Ref(1, 0);
+  HeartbeatResponse hr;
+  REQUIRE(stub->Heartbeat(Context().get(), hb, &hr).ok());
+  CHECK(hr.resume_clock() == 1);
+  CHECK(hr.previous_clock() == 1);
+
+  // The zombie's next push, a retry of its first, and a heartbeat: refused.
+  const grpc::Status zombie = push(2, 2, &r);
+  CHECK(zombie.error_code() == grpc::StatusCode::FAILED_PRECONDITION);
+  CHECK(absl::StrContains(zombie.error_message(), "was replaced"));
+  CHECK(push(2, 1, &r).error_code() == grpc::StatusCode::FAILED_PRECONDITION);
+  *hb.mutable_worker() = Ref(2, 7);
+  CHECK(stub->Heartbeat(Context().get(), hb, &hr).error_code() ==
+        grpc::StatusCode::FAILED_PRECONDITION);
+
+  uint64_t version = 0;
+  CHECK(read(&version) == std::vector<float>(4, 0.5f));
+  CHECK(version == 1);
+  absl::StatusOr<StatusResponse> st = ShardStatus(shard->address);
+  REQUIRE_OK(st.status());
+  CHECK(st->counters().fenced_calls() == 3);
+  CHECK(st->counters().updates_applied() == 1);
+  CHECK(st->counters().rejected_bad_input() == 0);
+  const WorkerStatus* w5 = FindWorker(*st, 5);
+  REQUIRE(w5 != nullptr);
+  CHECK(w5->incarnation() == 1);
+  CHECK(w5->clock() == 1);  // the zombie's clock 7 was not taken
+
+  // The new process pushes normally.
+  REQUIRE(push(1, 1, &r).ok());
+  CHECK_FALSE(r.duplicate());
+  CHECK(read(&version) == std::vector<float>(4, 0.0f));
+}
+
+TEST_CASE("under SSP a restarted worker resumes at its peers' clock, so "
+          "nobody waits for it",
+          "[faults][restart][ssp]") {
+  absl::StatusOr<std::vector<ServerProcess>> cluster = StartPsCluster(
+      1, {"--consistency=ssp", "--ssp_slack=2", "--worker_lease_ms=2000",
+          "--pull_wait_timeout_ms=60000"});
+  REQUIRE_OK(cluster.status());
+  const std::string servers = ServerList(*cluster);
+  auto worker = [&](int id, std::vector<std::string> extra) {
+    std::vector<std::string> args = {
+        absl::StrCat("--servers=", servers), absl::StrCat("--worker_id=", id),
+        "--num_workers=2", "--hidden=32", "--log_every_steps=50",
+        "--evaluate=false"};
+    args.insert(args.end(), extra.begin(), extra.end());
+    absl::StatusOr<std::unique_ptr<Subprocess>> p = StartWorker(args);
+    REQUIRE_OK(p.status());
+    return *std::move(p);
+  };
+  std::unique_ptr<Subprocess> w0 = worker(0, {"--steps=600"});
+  std::unique_ptr<Subprocess> w1 = worker(1, {"--steps=600"});
+  REQUIRE_OK(WaitForLog(w1.get(), "step 100/", absl::Seconds(60)));
+  REQUIRE_OK(w1->Signal(SIGKILL));
+  REQUIRE_OK(w1->Wait(absl::Seconds(10)).status());
+  // Worker 0 is held back by the dead one only until its lease expires.
+  REQUIRE_OK(WaitForLog(w0.get(), "step 400/", absl::Seconds(60)));
+  std::unique_ptr<Subprocess> again = worker(1, {"--steps=600"});
+  absl::StatusOr<int> code = again->Wait(absl::Minutes(2));
+  INFO(again->LogTail());
+  REQUIRE_OK(code.status());
+  CHECK(*code == 0);
+  absl::StatusOr<int> code0 = w0->Wait(absl::Minutes(2));
+  INFO(w0->LogTail());
+  REQUIRE_OK(code0.status());
+  CHECK(*code0 == 0);
+  absl::StatusOr<StatusResponse> st = ShardStatus((*cluster)[0].address);
+  REQUIRE_OK(st.status());
+  // The restarted process joined at the slowest live clock (worker 0's,
+  // far ahead of where its predecessor died), so no pull ever waited out
+  // its timeout, and it was evicted only once (the dead process).
+  CHECK(st->counters().pull_wait_timeouts() == 0);
+  CHECK(st->counters().evictions() == 1);
+  const std::string log = again->ReadLog();
+  std::smatch m;
+  static const std::regex re("\\(clock ([0-9]+)\\)");
+  REQUIRE(std::regex_search(log, m, re));
+  CHECK(std::stoll(m[1]) >= 400);
+}
+
+}  // namespace
+}  // namespace asyncps

@@ -1,0 +1,341 @@
+"""asyncps.Client against real ps_server shards (separate processes)."""
+
+import math
+import socket
+import subprocess
+import threading
+
+import numpy as np
+import pytest
+
+import asyncps
+from conftest import addresses, wait_until
+
+
+def constant_sgd(shape, init_value=1.0, slice_elems=4):
+    """Constant init, SGD with lr 1: after pushes g the value is init - sum(g)."""
+    return asyncps.TensorSpec(shape, init="constant", init_value=init_value,
+                              optimizer="sgd", lr=1.0, slice_elems=slice_elems)
+
+
+def connect(shards, worker_id=0, **kwargs):
+    kwargs.setdefault("rpc_timeout", 30.0)
+    return asyncps.Client(addresses(shards), worker_id, **kwargs)
+
+
+def test_create_pull_push_exact_values_on_two_shards(cluster):
+    shards = cluster.start(2)
+    with connect(shards) as c:
+        # 30 elements in 8 slices and 7 in 2: both tensors span both shards.
+        stored = c.create({"w": constant_sgd((5, 6)), "b": constant_sgd((7,))})
+        assert set(stored) == {"w", "b"}
+        assert stored["w"].shape == (5, 6) and stored["w"].slice_elems == 4
+        assert c.spec("w") == stored["w"] and c.spec("nope") is None
+
+        got = c.pull(["w", "b"])
+        assert got["w"].dtype == np.float32 and got["w"].shape == (5, 6)
+        assert np.all(got["w"] == 1.0) and np.all(got["b"] == 1.0)
+        assert c.versions("w") == [0] * 8
+
+        gw = np.arange(30, dtype=np.float32).reshape(5, 6) / 4
+        gb = np.full(7, 0.5, np.float32)
+        gb.flags.writeable = False  # pushes only read
+        for step in range(3):
+            r = c.push({"w": gw, "b": gb}, clock=step)
+            assert (r.applied, r.refused_stale, r.duplicates) == (10, 0, 0)
+            assert r.tensors["w"]["applied"] == 8
+            assert r.tensors["b"]["applied"] == 2
+            c.pull_into(got, clock=step + 1)
+        # Pulled in place into the arrays returned by the first pull.
+        np.testing.assert_array_equal(got["w"], 1.0 - 3 * gw)
+        np.testing.assert_array_equal(got["b"], np.full(7, -0.5, np.float32))
+        assert c.versions("w") == [3] * 8 and c.versions("b") == [3] * 2
+
+        # Pushes of one tensor only; the default clock is client.clock.
+        c.clock = 7
+        c.push({"b": gb})
+        out = {"b": np.zeros(7, np.float32)}
+        c.pull_into(out)
+        np.testing.assert_array_equal(out["b"], np.full(7, -1.0, np.float32))
+
+        status = c.status()
+        assert [s["index"] for s in status["shards"]] == [0, 1]
+        assert all(s["up"] for s in status["shards"])
+        assert [s["address"] for s in status["shards"]] == addresses(shards)
+        summary = status["summary"]
+        assert summary["tensors"] == 2 and summary["slices"] == 10
+        assert summary["pushes"] == 2 * 4  # every push reaches both shards
+        assert summary["updates_applied"] == 3 * 10 + 2
+        assert summary["duplicate_pushes"] == 0
+        (me,) = status["workers"]
+        assert me["worker_id"] == 0 and me["state"] == "live"
+        assert int(me["incarnation"]) == c.incarnation
+        assert me["clock"] == 8  # a push at clock c completes step c
+    # Leaving the with block said goodbye.
+    with connect(shards, worker_id=1) as other:
+        (me,) = [w for w in other.status()["workers"] if w["worker_id"] == 0]
+        assert me["state"] == "left"
+
+
+def test_create_is_idempotent_and_conflicts_raise_already_exists(cluster):
+    shards = cluster.start(1)
+    with connect(shards) as c:
+        c.create({"t": constant_sgd((4,))})
+        c.create([asyncps.TensorSpec((4,), name="t", init="constant",
+                                     init_value=1.0, lr=1.0, slice_elems=4)])
+        with pytest.raises(asyncps.RpcError) as e:
+            c.create({"t": constant_sgd((5,))})
+        assert e.value.code == "ALREADY_EXISTS"
+        assert e.value.grpc_code == 6
+        assert "'t'" in e.value.message and "shard 0" in e.value.message
+        assert str(e.value).startswith("ALREADY_EXISTS: ")
+        assert isinstance(e.value, RuntimeError)
+
+
+def test_wait_for_sees_tensors_created_by_another_worker(cluster):
+    shards = cluster.start(2)
+    with connect(shards, worker_id=0) as creator, \
+            connect(shards, worker_id=1) as other:
+        with pytest.raises(asyncps.RpcError) as e:
+            other.wait_for(["later"], timeout=0.2)
+        assert e.value.code == "DEADLINE_EXCEEDED"
+        assert "'later'" in e.value.message
+        creator.create({"later": constant_sgd((9,), init_value=2.0)})
+        specs = other.wait_for(["later"], timeout=10)
+        assert specs["later"].shape == (9,)
+        np.testing.assert_array_equal(other.pull(["later"])["later"],
+                                      np.full(9, 2.0, np.float32))
+
+
+def test_server_refusal_surfaces_with_its_code(cluster):
+    shards = cluster.start(1)
+    with connect(shards) as c:
+        c.create({"t": constant_sgd((4,))})
+        bad = np.array([0, math.nan, 0, 0], np.float32)
+        with pytest.raises(asyncps.RpcError) as e:
+            c.push({"t": bad})
+        assert e.value.code == "INVALID_ARGUMENT"
+        assert "t" in e.value.message
+        np.testing.assert_array_equal(c.pull(["t"])["t"], np.ones(4, np.float32))
+
+
+def unused_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_unreachable_shard_raises_unavailable_after_retries():
+    c = asyncps.Client([f"127.0.0.1:{unused_port()}"], max_attempts=2,
+                       initial_backoff=0.01, rpc_timeout=5)
+    with pytest.raises(asyncps.RpcError) as e:
+        c.heartbeat()
+    assert e.value.code == "UNAVAILABLE"
+    assert "after 2 attempts" in e.value.message
+    c.close()
+    assert c.closed
+
+
+class LossyProxy:
+    """Forwards TCP connections to a shard. When armed, it swallows the next
+    response the shard starts (an HTTP/2 HEADERS frame on a stream) and
+    closes that connection, as when a connection dies after the shard has
+    applied a push: the client sees UNAVAILABLE and retries."""
+
+    def __init__(self, backend):
+        host, port = backend.rsplit(":", 1)
+        self._backend = (host, int(port))
+        self._listener = socket.create_server(("127.0.0.1", 0))
+        self.address = f"127.0.0.1:{self._listener.getsockname()[1]}"
+        self.armed = threading.Event()
+        self.connections = 0
+        self.dropped = 0
+        self._sockets = []
+        self._threads = []
+        self._start(self._accept)
+
+    def _start(self, target, *args):
+        t = threading.Thread(target=target, args=args, daemon=True)
+        t.start()
+        self._threads.append(t)
+
+    def _accept(self):
+        while True:
+            try:
+                down, _ = self._listener.accept()
+            except OSError:
+                return  # closed
+            up = socket.create_connection(self._backend, timeout=10)
+            up.settimeout(None)
+            self.connections += 1
+            self._sockets += [down, up]
+            self._start(self._pipe, down, up)
+            self._start(self._responses, up, down)
+
+    @staticmethod
+    def _pipe(src, dst):
+        try:
+            while data := src.recv(1 << 16):
+                dst.sendall(data)
+        except OSError:
+            pass
+        for s in (src, dst):
+            with_suppressed(s.shutdown, socket.SHUT_RDWR)
+
+    def _responses(self, up, down):
+        buf = b""
+        try:
+            while data := up.recv(1 << 16):
+                buf += data
+                out = b""
+                while len(buf) >= 9:  # HTTP/2 frame header
+                    length = int.from_bytes(buf[:3], "big")
+                    if len(buf) < 9 + length:
+                        break
+                    frame_type = buf[3]
+                    stream = int.from_bytes(buf[5:9], "big") & 0x7FFFFFFF
+                    if self.armed.is_set() and frame_type == 1 and stream:
+                        self.armed.clear()
+                        self.dropped += 1
+                        down.sendall(out)
+                        raise OSError("dropping the connection")
+                    out += buf[:9 + length]
+                    buf = buf[9 + length:]
+                down.sendall(out)
+        except OSError:
+            pass
+        for s in (up, down):
+            with_suppressed(s.shutdown, socket.SHUT_RDWR)
+
+    def close(self):
+        # shutdown() wakes the thread blocked in accept(); close() alone
+        # would not.
+        with_suppressed(self._listener.shutdown, socket.SHUT_RDWR)
+        self._listener.close()
+        for s in self._sockets:
+            with_suppressed(s.shutdown, socket.SHUT_RDWR)
+            s.close()
+        for t in self._threads:
+            t.join(10)
+
+
+def with_suppressed(f, *args):
+    try:
+        f(*args)
+    except OSError:
+        pass
+
+
+def test_push_retried_after_lost_response_is_applied_once(cluster):
+    (shard,) = cluster.start(1)
+    proxy = LossyProxy(shard.address)
+    try:
+        with asyncps.Client([proxy.address], initial_backoff=0.01,
+                            rpc_timeout=30) as c:
+            c.create({"r": constant_sgd((6,), init_value=0.0)})
+            values = c.pull(["r"])
+            grad = np.full(6, 3.0, np.float32)
+            proxy.armed.set()
+            # The proxy threads forward while the push waits: the GIL is
+            # released during the RPC.
+            r = c.push({"r": grad})
+            assert proxy.dropped == 1 and proxy.connections >= 2
+            assert r.duplicates == 1  # the retry found it already applied
+            c.pull_into(values, clock=1)
+            np.testing.assert_array_equal(values["r"], np.full(6, -3.0, np.float32))
+            assert c.versions("r") == [1, 1]
+
+            r = c.push({"r": grad}, clock=1)  # a fresh push is applied
+            assert (r.applied, r.duplicates) == (2, 0)
+            c.pull_into(values, clock=2)
+            np.testing.assert_array_equal(values["r"], np.full(6, -6.0, np.float32))
+            assert c.status()["summary"]["duplicate_pushes"] == 1
+    finally:
+        proxy.close()
+
+
+def test_gil_is_released_while_an_ssp_pull_waits(cluster):
+    shards = cluster.start(1, ["--consistency=ssp", "--ssp_slack=0",
+                               "--pull_wait_timeout_ms=30000",
+                               "--worker_lease_ms=30000"])
+    with connect(shards, worker_id=0) as fast, \
+            connect(shards, worker_id=1) as slow:
+        fast.create({"t": constant_sgd((4,))})
+        slow.wait_for(["t"])
+        slow.heartbeat(clock=0)
+        fast.pull(["t"], clock=0)
+        result = {}
+
+        def ahead():
+            try:
+                result["t"] = fast.pull(["t"], clock=1)["t"]
+            except Exception as e:  # reported below
+                result["error"] = e
+
+        t = threading.Thread(target=ahead)
+        t.start()
+        # The pull at clock 1 waits for worker 1; meanwhile this thread runs
+        # Python and calls the shard (it would hang if the GIL were held).
+        wait_until(lambda: slow.status()["summary"]["pull_waits"] == 1, 10,
+                   "the pull to wait")
+        assert t.is_alive() and not result
+        # Argument checks on the waiting client do not wait for its RPC.
+        assert fast.spec("t").shape == (4,)
+        with pytest.raises(ValueError, match="shape"):
+            fast.push({"t": np.zeros(3, np.float32)})
+        slow.push({"t": np.ones(4, np.float32)}, clock=0)
+        slow.heartbeat(clock=1)
+        t.join(30)
+        assert not t.is_alive() and "error" not in result
+        # Released after worker 1 reached clock 1: its push is visible.
+        np.testing.assert_array_equal(result["t"], np.zeros(4, np.float32))
+
+
+def openssl(*args, cwd):
+    subprocess.run(["openssl", *args], cwd=cwd, check=True,
+                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                   timeout=60)
+
+
+@pytest.fixture(scope="module")
+def pki(tmp_path_factory):
+    """A throwaway CA, a server certificate for 127.0.0.1 and a token."""
+    d = tmp_path_factory.mktemp("pki")
+    openssl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", "ca.key",
+            "-out", "ca.pem", "-days", "2", "-subj", "/CN=asyncps-test-ca", cwd=d)
+    (d / "server.ext").write_text("subjectAltName=IP:127.0.0.1\n"
+                                  "extendedKeyUsage=serverAuth\n")
+    openssl("req", "-newkey", "rsa:2048", "-nodes", "-keyout", "server.key",
+            "-out", "server.csr", "-subj", "/CN=localhost", cwd=d)
+    openssl("x509", "-req", "-in", "server.csr", "-CA", "ca.pem", "-CAkey",
+            "ca.key", "-CAcreateserial", "-out", "server.pem", "-days", "2",
+            "-extfile", "server.ext", cwd=d)
+    (d / "token").write_text("s3cret-token\n")
+    (d / "wrong_token").write_text("not-the-token\n")
+    return d
+
+
+def test_tls_and_token(cluster, pki):
+    shards = cluster.start(2, [f"--tls_cert={pki / 'server.pem'}",
+                               f"--tls_key={pki / 'server.key'}",
+                               f"--cluster_token_file={pki / 'token'}"])
+    with connect(shards, tls_ca=str(pki / "ca.pem"),
+                 token_file=str(pki / "token")) as c:
+        c.create({"t": constant_sgd((6,))})
+        c.push({"t": np.ones(6, np.float32)})
+        np.testing.assert_array_equal(c.pull(["t"])["t"], np.zeros(6, np.float32))
+
+    with connect(shards, tls_ca=str(pki / "ca.pem"),
+                 token_file=str(pki / "wrong_token"), max_attempts=1) as c:
+        with pytest.raises(asyncps.RpcError) as e:
+            c.status()
+        assert e.value.code == "UNAUTHENTICATED"
+        c.close()  # nothing to say goodbye to
+
+    # Plain TCP to a TLS shard: no handshake, no answer.
+    plain = connect(shards, token_file=str(pki / "token"), max_attempts=1,
+                    rpc_timeout=5)
+    with pytest.raises(asyncps.RpcError) as e:
+        plain.status()
+    assert e.value.code == "UNAVAILABLE"
+    plain.close()
