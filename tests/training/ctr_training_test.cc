@@ -53,10 +53,17 @@ Ended Finish(Subprocess* worker, absl::Duration limit) {
   return e;
 }
 
-TEST_CASE("2 shards + 2 CTR workers reach an AUC far above chance",
-          "[training][ctr]") {
+// Each shard may hold 20 MiB: the run's tables need about 30 MB, so they
+// fit on two shards and not on one.
+constexpr char kCap[] = "--max_parameter_bytes=20M";
+constexpr uint64_t kCapBytes = 20 << 20;
+
+TEST_CASE(
+    "2 shards + 2 CTR workers reach an AUC far above chance, with "
+    "tables larger than one shard may hold",
+    "[training][ctr]") {
   absl::StatusOr<std::vector<testing::ServerProcess>> servers =
-      testing::StartPsCluster(2);
+      testing::StartPsCluster(2, {kCap});
   REQUIRE(servers.ok());
   std::unique_ptr<Subprocess> workers[2];
   for (int w = 0; w < 2; ++w) {
@@ -80,8 +87,10 @@ TEST_CASE("2 shards + 2 CTR workers reach an AUC far above chance",
   REQUIRE(FinalAuc(second.log).first == -1.0);
   REQUIRE(first.log.find("worker 0 done: steps 0..586") != std::string::npos);
 
-  // Every field's table holds rows on both shards, about evenly.
+  // Every field's table holds rows on both shards, about evenly; together
+  // they take more than one shard may hold.
   uint64_t rows[2] = {0, 0};
+  uint64_t reserved = 0;
   for (int s = 0; s < 2; ++s) {
     auto stub = ParameterServer::NewStub(MakeChannel((*servers)[s].address));
     grpc::ClientContext ctx;
@@ -89,6 +98,8 @@ TEST_CASE("2 shards + 2 CTR workers reach an AUC far above chance",
     StatusResponse status;
     REQUIRE(stub->Status(&ctx, StatusRequest(), &status).ok());
     REQUIRE(status.tables_size() == 8);
+    REQUIRE(status.reserved_parameter_bytes() <= kCapBytes);
+    reserved += status.reserved_parameter_bytes();
     for (const TableStatus& t : status.tables()) {
       REQUIRE(t.rows() > 0);
       REQUIRE(t.pushes() > 0);
@@ -97,9 +108,27 @@ TEST_CASE("2 shards + 2 CTR workers reach an AUC far above chance",
   }
   INFO(rows[0] << " and " << rows[1] << " rows");
   REQUIRE(rows[0] + rows[1] > 100000);
+  REQUIRE(reserved > kCapBytes);
   REQUIRE(std::abs(static_cast<double>(rows[0]) - rows[1]) /
               (rows[0] + rows[1]) <
           0.025);
+}
+
+TEST_CASE("the same tables do not fit on one shard: RESOURCE_EXHAUSTED",
+          "[training][ctr][memory]") {
+  absl::StatusOr<std::vector<testing::ServerProcess>> servers =
+      testing::StartPsCluster(1, {kCap});
+  REQUIRE(servers.ok());
+  std::unique_ptr<Subprocess> w =
+      Worker({"--servers=" + testing::ServerList(*servers),
+              "--ctr_train_examples=300000", "--ctr_test_examples=1000",
+              "--device=cpu"});
+  REQUIRE(w != nullptr);
+  const Ended e = Finish(w.get(), absl::Minutes(3));
+  INFO(e.log);
+  REQUIRE(e.rc == 1);
+  REQUIRE(e.log.find("RESOURCE_EXHAUSTED") != std::string::npos);
+  REQUIRE(e.log.find("--max_parameter_bytes") != std::string::npos);
 }
 
 TEST_CASE("--model=ctr --local trains without servers", "[training][ctr]") {
