@@ -6,23 +6,22 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
-#include "absl/synchronization/notification.h"
 #include "common/grpc_status.h"
 
 namespace asyncps {
 
-// One stream (one gRPC call). Keeps itself alive until gRPC is done with it:
-// a hold is taken at the start and released once no write will be started
-// any more, so OnDone cannot come while a write is being started.
+// One stream (one gRPC call), owned by its DataStream, which keeps it until
+// OnDone has run. A hold is taken at the start and released once no write
+// will be started any more, so OnDone cannot come while a write is being
+// started.
 class DataStream::Call
     : public grpc::ClientBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer> {
  public:
-  explicit Call(const IdOf* id_of) : id_of_(id_of) {}
+  explicit Call(DataStream* owner) : owner_(owner) {}
 
-  void Begin(std::shared_ptr<Call> self, grpc::GenericStub* stub,
-             const std::string& method) {
-    self_ = std::move(self);
-    stub->PrepareBidiStreamingCall(&ctx_, method, grpc::StubOptions(), this);
+  void Begin() {
+    owner_->stub_.PrepareBidiStreamingCall(&ctx_, owner_->method_,
+                                           grpc::StubOptions(), this);
     AddHold();
     StartRead(&in_);
     StartCall();
@@ -46,8 +45,6 @@ class DataStream::Call
   }
 
   void Cancel() { ctx_.TryCancel(); }
-
-  void WaitDone() { done_.WaitForNotification(); }
 
   void OnWriteDone(bool ok) override {
     grpc::ByteBuffer* next = nullptr;
@@ -81,7 +78,7 @@ class DataStream::Call
       if (release) RemoveHold();
       return;
     }
-    absl::StatusOr<uint64_t> id = (*id_of_)(in_);
+    absl::StatusOr<uint64_t> id = owner_->id_of_(in_);
     Done done;
     if (id.ok()) {
       absl::MutexLock l(&mu_);
@@ -106,15 +103,14 @@ class DataStream::Call
       pending.swap(pending_);
     }
     for (auto& [id, done] : pending) done(s, nullptr);
-    done_.Notify();
-    self_.reset();  // may delete this
+    owner_->Finished(this);  // may delete this
   }
 
  private:
   // No further requests are taken.
   void End() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { ended_ = true; }
 
-  const IdOf* const id_of_;
+  DataStream* const owner_;
   grpc::ClientContext ctx_;
   grpc::ByteBuffer in_;  // touched only by the one read in flight
   absl::Mutex mu_;
@@ -123,8 +119,6 @@ class DataStream::Call
   bool writing_ ABSL_GUARDED_BY(mu_) = false;
   bool ended_ ABSL_GUARDED_BY(mu_) = false;
   bool released_ ABSL_GUARDED_BY(mu_) = false;
-  absl::Notification done_;
-  std::shared_ptr<Call> self_;  // set by Begin, dropped by OnDone
 };
 
 DataStream::DataStream(std::shared_ptr<grpc::Channel> channel,
@@ -135,34 +129,61 @@ DataStream::DataStream(std::shared_ptr<grpc::Channel> channel,
       stub_(channel_) {}
 
 DataStream::~DataStream() {
-  std::shared_ptr<Call> call;
+  std::vector<std::shared_ptr<Call>> calls;
   {
     absl::MutexLock l(&mu_);
-    call = std::move(call_);
+    current_ = nullptr;
+    calls = calls_;
   }
-  if (call != nullptr) {
-    call->Cancel();
-    call->WaitDone();
+  for (const auto& call : calls) call->Cancel();
+  absl::MutexLock l(&mu_);
+  mu_.Await(absl::Condition(
+      +[](DataStream* s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(s->mu_) {
+        return s->finished_.size() == s->calls_.size();
+      },
+      this));
+  // `calls` and calls_ delete the streams here, on the caller's thread.
+}
+
+void DataStream::Finished(const Call* call) {
+  absl::MutexLock l(&mu_);
+  finished_.insert(call);
+}
+
+std::vector<std::shared_ptr<DataStream::Call>> DataStream::TakeFinished() {
+  std::vector<std::shared_ptr<Call>> out;
+  if (finished_.empty()) return out;
+  for (auto it = calls_.begin(); it != calls_.end();) {
+    if (finished_.erase(it->get()) > 0) {
+      out.push_back(std::move(*it));
+      it = calls_.erase(it);
+    } else {
+      ++it;
+    }
   }
+  return out;
 }
 
 void DataStream::Send(uint64_t id, grpc::ByteBuffer request, Done done) {
   for (;;) {
     std::shared_ptr<Call> call;
+    std::vector<std::shared_ptr<Call>> ended;  // deleted on return
     bool fresh = false;
     {
       absl::MutexLock l(&mu_);
-      if (call_ == nullptr) {
-        call_ = std::make_shared<Call>(&id_of_);
+      ended = TakeFinished();
+      if (current_ == nullptr) {
+        current_ = std::make_shared<Call>(this);
+        calls_.push_back(current_);
         fresh = true;
       }
-      call = call_;
+      call = current_;
     }
-    if (fresh) call->Begin(call, &stub_, method_);
+    if (fresh) call->Begin();
     // A copy: if the stream has just ended, the request goes to the next.
     if (call->Send(id, request, done)) return;
     absl::MutexLock l(&mu_);
-    if (call_ == call) call_ = nullptr;
+    if (current_ == call) current_ = nullptr;
   }
 }
 
@@ -170,7 +191,7 @@ void DataStream::Cancel() {
   std::shared_ptr<Call> call;
   {
     absl::MutexLock l(&mu_);
-    call = std::move(call_);
+    call = std::move(current_);
   }
   if (call != nullptr) call->Cancel();
 }

@@ -8,8 +8,10 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
@@ -24,6 +26,10 @@ namespace asyncps {
 // help (the caller retries what failed).
 //
 // Thread-safe. Answer callbacks run on gRPC's threads and must not block.
+// Streams are deleted only on the caller's threads (in Send and in the
+// destructor), never on gRPC's: deleting one drops its context's channel
+// reference, and the last reference of a channel dropped on one of gRPC's
+// callback threads tears down the queue that thread is serving.
 class DataStream {
  public:
   // Called once per request: OK and the answer (the callback may keep or
@@ -51,12 +57,22 @@ class DataStream {
  private:
   class Call;
 
+  // Called by a stream's OnDone, its last touch of the stream.
+  void Finished(const Call* call);
+  // Takes the streams that have ended out of calls_, to delete them.
+  std::vector<std::shared_ptr<Call>> TakeFinished()
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
   const std::shared_ptr<grpc::Channel> channel_;
   const std::string method_;
   const IdOf id_of_;
   grpc::GenericStub stub_;
   absl::Mutex mu_;
-  std::shared_ptr<Call> call_ ABSL_GUARDED_BY(mu_);  // the current stream
+  std::shared_ptr<Call> current_ ABSL_GUARDED_BY(mu_);
+  // Every stream not yet deleted (the current one, and ended ones whose
+  // OnDone may not have run), and those whose OnDone has run.
+  std::vector<std::shared_ptr<Call>> calls_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_set<const Call*> finished_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace asyncps
