@@ -220,7 +220,9 @@ TEST_CASE("under SSP a restarted worker resumes at its peers' clock, so "
     REQUIRE_OK(p.status());
     return *std::move(p);
   };
-  std::unique_ptr<Subprocess> w0 = worker(0, {"--steps=600"});
+  // Worker 0 runs until it is stopped, so it is certainly live (and ahead)
+  // when the restarted worker registers, however fast the machine.
+  std::unique_ptr<Subprocess> w0 = worker(0, {"--steps=1000000"});
   std::unique_ptr<Subprocess> w1 = worker(1, {"--steps=600"});
   REQUIRE_OK(WaitForLog(w1.get(), "step 100/", absl::Seconds(60)));
   REQUIRE_OK(w1->Signal(SIGKILL));
@@ -232,6 +234,8 @@ TEST_CASE("under SSP a restarted worker resumes at its peers' clock, so "
   INFO(again->LogTail());
   REQUIRE_OK(code.status());
   CHECK(*code == 0);
+  REQUIRE(w0->Running());
+  REQUIRE_OK(w0->Signal(SIGTERM));
   absl::StatusOr<int> code0 = w0->Wait(absl::Minutes(2));
   INFO(w0->LogTail());
   REQUIRE_OK(code0.status());
