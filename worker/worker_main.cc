@@ -96,7 +96,8 @@ ABSL_FLAG(std::string, wire_dtype, "fp32",
           "only). Shards keep float32.");
 ABSL_FLAG(bool, pipeline, true,
           "Overlap communication with computation: pull the next step's "
-          "parameters while this step computes, push while the next runs.");
+          "parameters while this step computes, push while the next runs. "
+          "Always off with --local (nothing to overlap).");
 ABSL_FLAG(int, max_pushes_in_flight, 2,
           "Pushes in flight at most; more wait for the oldest.");
 ABSL_FLAG(int, push_every, 1,
@@ -235,7 +236,7 @@ absl::StatusOr<TrainerOptions> TrainerOptionsFromFlags() {
     return absl::InvalidArgumentError("--final_wait_s must be >= 0");
   }
   o.final_wait = absl::Seconds(final_wait);
-  o.pipeline = absl::GetFlag(FLAGS_pipeline);
+  o.pipeline = absl::GetFlag(FLAGS_pipeline) && !absl::GetFlag(FLAGS_local);
   o.max_pushes_in_flight = absl::GetFlag(FLAGS_max_pushes_in_flight);
   if (o.max_pushes_in_flight < 1 || o.max_pushes_in_flight > 64) {
     return absl::InvalidArgumentError(
