@@ -7,7 +7,8 @@ packages=(
   bazel-bootstrap bazel-rules-java bazel-platforms
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libabsl-dev libspdlog-dev catch2 libopenblas-dev zlib1g-dev
-  libcpp-httplib-dev dataset-fashion-mnist clang openssl python3-yaml
+  libcpp-httplib-dev dataset-fashion-mnist clang clang-format openssl python3-yaml
+  pkgconf
 )
 
 missing=()
