@@ -4,15 +4,19 @@
 
 #include <utility>
 
+#include "absl/strings/str_cat.h"
 #include "common/grpc_status.h"
 #include "common/net.h"
 #include "tests/testing/require_ok.h"
-#include "absl/strings/str_cat.h"
 
 namespace asyncps {
 namespace staleness {
 
 namespace {
+
+// How long the harness waits for an event before it calls the test hung
+// (generous: a loaded machine is slow, not wrong).
+constexpr absl::Duration kEventDeadline = absl::Seconds(60);
 
 void SetDeadline(grpc::ClientContext* ctx, absl::Duration timeout) {
   ctx->set_deadline(absl::ToChronoTime(absl::Now() + timeout));
@@ -149,15 +153,38 @@ void Shard::AwaitPullWaits(uint64_t n) {
         absl::StatusOr<StatusResponse> st = GetStatus(stub.get());
         return st.ok() && st->counters().pull_waits() >= n;
       },
-      absl::Seconds(10), absl::StrCat("pull_waits >= ", n));
+      kEventDeadline, absl::StrCat("pull_waits >= ", n));
   INFO("server log:\n" << server.process->LogTail());
+  REQUIRE_OK(s);
+}
+
+uint32_t Shard::WaitingPulls(int32_t worker_id) {
+  const StatusResponse status = Status();
+  const WorkerStatus* w = FindWorker(status, worker_id);
+  return w == nullptr ? 0 : w->waiting_pulls();
+}
+
+void Shard::AwaitWaitingPulls(int32_t worker_id, uint32_t n) {
+  uint32_t last = 0;
+  const absl::Status s = testing::WaitFor(
+      [&] {
+        absl::StatusOr<StatusResponse> st = GetStatus(stub.get());
+        if (!st.ok()) return false;
+        const WorkerStatus* w = FindWorker(*st, worker_id);
+        last = w == nullptr ? 0 : w->waiting_pulls();
+        return last == n;
+      },
+      kEventDeadline,
+      absl::StrCat("worker ", worker_id, " waiting_pulls == ", n));
+  INFO("last seen " << last << "; server log:\n" << server.process->LogTail());
   REQUIRE_OK(s);
 }
 
 void Shard::Stop() {
   stub.reset();
-  // Without connected clients it stops in milliseconds.
-  absl::StatusOr<int> code = server.process->Kill(absl::Seconds(3));
+  // Without connected clients it stops in milliseconds; the grace only
+  // bounds a hang.
+  absl::StatusOr<int> code = server.process->Kill(absl::Seconds(30));
   INFO("server log:\n" << server.process->LogTail());
   REQUIRE_OK(code.status());
   CHECK(*code == 0);
