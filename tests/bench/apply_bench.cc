@@ -154,7 +154,7 @@ std::pair<int64_t, int64_t> Part(int64_t n, int t, int threads) {
   return {n * t / threads, n * (t + 1) / threads};
 }
 
-// The bare loops: the same arithmetic as server/optimizer.cc over flat
+// The bare loops: the same arithmetic as store/optimizer.cc over flat
 // arrays (compiled with the same -O3).
 struct RawArrays {
   explicit RawArrays(int64_t n)
