@@ -8,6 +8,7 @@
 #include "common/grpc_status.h"
 #include "common/net.h"
 #include "tests/testing/require_ok.h"
+#include "tests/testing/tensor_specs.h"
 
 namespace asyncps {
 namespace staleness {
@@ -26,15 +27,8 @@ void SetDeadline(grpc::ClientContext* ctx, absl::Duration timeout) {
 
 TensorSpec ConstantSgdSpec(const std::string& name, int64_t elems,
                            float init_value, float lr, int64_t slice_elems) {
-  TensorSpec spec;
-  spec.set_name(name);
-  spec.add_shape(elems);
-  spec.set_init(INIT_CONSTANT);
-  spec.set_init_value(init_value);
-  spec.mutable_optimizer()->set_type(OPT_SGD);
-  spec.mutable_optimizer()->set_learning_rate(lr);
-  spec.set_slice_elems(slice_elems);
-  return spec;
+  return testing::ConstantSpec(name, {elems}, init_value, testing::SgdSpec(lr),
+                               slice_elems);
 }
 
 absl::StatusOr<testing::ServerProcess> StartShard(

@@ -15,6 +15,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/match.h"
 #include "tests/testing/require_ok.h"
+#include "tests/testing/tensor_specs.h"
 #include "worker/parameter_store.h"
 
 namespace asyncps {
@@ -24,22 +25,10 @@ namespace {
 // `slice_elems`, trained with `opt`.
 TensorSpec Spec(const std::string& name, int64_t n, int64_t slice_elems,
                 float init, const OptimizerSpec& opt) {
-  TensorSpec s;
-  s.set_name(name);
-  s.add_shape(n);
-  s.set_init(INIT_CONSTANT);
-  s.set_init_value(init);
-  s.set_slice_elems(slice_elems);
-  *s.mutable_optimizer() = opt;
-  return s;
+  return testing::ConstantSpec(name, {n}, init, opt, slice_elems);
 }
 
-OptimizerSpec Sgd(float lr) {
-  OptimizerSpec o;
-  o.set_type(OPT_SGD);
-  o.set_learning_rate(lr);
-  return o;
-}
+using testing::SgdSpec;
 
 std::unique_ptr<ParameterStore> NewStore() {
   absl::StatusOr<std::unique_ptr<ParameterStore>> s = MakeLocalStore();
@@ -71,8 +60,8 @@ absl::StatusOr<PushSummary> PushOne(ParameterStore* store,
 TEST_CASE("pulls hand out the initial values and a read set of version 0",
           "[local_store]") {
   auto store = NewStore();
-  REQUIRE_OK(store->Create(
-      {Spec("w", 10, 4, 1.5f, Sgd(0.5f)), Spec("b", 3, 8, -2.0f, Sgd(0.5f))}));
+  REQUIRE_OK(store->Create({Spec("w", 10, 4, 1.5f, SgdSpec(0.5f)),
+                            Spec("b", 3, 8, -2.0f, SgdSpec(0.5f))}));
   std::vector<float> w(10, 0.0f), b(3, 0.0f);
   auto pull = store->StartPull(0, 0, {{"w", w.data()}, {"b", b.data()}});
   REQUIRE_OK(pull->Wait());
@@ -96,7 +85,7 @@ TEST_CASE("pulls hand out the initial values and a read set of version 0",
 TEST_CASE("SGD: w -= lr * g exactly, every slice's version counts pushes",
           "[local_store]") {
   auto store = NewStore();
-  REQUIRE_OK(store->Create({Spec("w", 10, 4, 1.0f, Sgd(0.5f))}));
+  REQUIRE_OK(store->Create({Spec("w", 10, 4, 1.0f, SgdSpec(0.5f))}));
   Pulled before = PullOne(store.get(), "w", 10);
   std::vector<float> g(10);
   for (int i = 0; i < 10; ++i) g[i] = 0.25f * i;  // exact in binary
@@ -183,7 +172,7 @@ TEST_CASE("Adam: bias-corrected moments by each slice's update count",
 TEST_CASE("staleness is measured from the read set the push names",
           "[local_store]") {
   auto store = NewStore();
-  REQUIRE_OK(store->Create({Spec("w", 6, 2, 0.0f, Sgd(1.0f))}));
+  REQUIRE_OK(store->Create({Spec("w", 6, 2, 0.0f, SgdSpec(1.0f))}));
   const ReadSet old_read = PullOne(store.get(), "w", 6).read;
   const std::vector<float> g(6, 1.0f);
   for (uint64_t k = 0; k < 3; ++k) {
@@ -213,8 +202,8 @@ void ExpectUnchanged(ParameterStore* store, const std::vector<float>& values,
 TEST_CASE("a bad push is refused as a whole and changes nothing",
           "[local_store]") {
   auto store = NewStore();
-  REQUIRE_OK(store->Create(
-      {Spec("w", 6, 2, 1.0f, Sgd(1.0f)), Spec("u", 2, 2, 0.0f, Sgd(1.0f))}));
+  REQUIRE_OK(store->Create({Spec("w", 6, 2, 1.0f, SgdSpec(1.0f)),
+                            Spec("u", 2, 2, 0.0f, SgdSpec(1.0f))}));
   const std::vector<float> ones(6, 1.0f);
   REQUIRE_OK(PushOne(store.get(), "w", ones, ReadSet()).status());
   const std::vector<float> w1(6, 0.0f);
@@ -271,7 +260,7 @@ TEST_CASE("a bad push is refused as a whole and changes nothing",
 TEST_CASE("a bad pull is refused and leaves the buffers alone",
           "[local_store]") {
   auto store = NewStore();
-  REQUIRE_OK(store->Create({Spec("w", 4, 2, 3.0f, Sgd(1.0f))}));
+  REQUIRE_OK(store->Create({Spec("w", 4, 2, 3.0f, SgdSpec(1.0f))}));
   std::vector<float> w(4, -1.0f), x(4, -1.0f);
 
   SECTION("unknown tensor (after a known one)") {
@@ -296,7 +285,7 @@ TEST_CASE("a bad pull is refused and leaves the buffers alone",
 TEST_CASE("Create: idempotent, all-or-nothing, names what differs",
           "[local_store]") {
   auto store = NewStore();
-  const TensorSpec w = Spec("w", 4, 2, 1.0f, Sgd(1.0f));
+  const TensorSpec w = Spec("w", 4, 2, 1.0f, SgdSpec(1.0f));
   REQUIRE_OK(store->Create({w}));
   REQUIRE_OK(PushOne(store.get(), "w", std::vector<float>(4, 1.0f), ReadSet())
                  .status());
@@ -307,13 +296,14 @@ TEST_CASE("Create: idempotent, all-or-nothing, names what differs",
 
   // A different spec under the same name.
   const absl::Status differs =
-      store->Create({Spec("w", 4, 2, 1.0f, Sgd(0.25f))});
+      store->Create({Spec("w", 4, 2, 1.0f, SgdSpec(0.25f))});
   CHECK(absl::IsAlreadyExists(differs));
   CHECK(absl::StrContains(differs.message(), "learning_rate"));
 
   // A batch with one invalid spec creates none of them.
-  const absl::Status bad = store->Create(
-      {Spec("fresh", 2, 2, 0.0f, Sgd(1.0f)), Spec("bad", 2, 2, 0.0f, Sgd(0))});
+  const absl::Status bad =
+      store->Create({Spec("fresh", 2, 2, 0.0f, SgdSpec(1.0f)),
+                     Spec("bad", 2, 2, 0.0f, SgdSpec(0))});
   CHECK(absl::IsInvalidArgument(bad));
   CHECK(absl::StrContains(bad.message(), "learning_rate"));
   CHECK(absl::IsNotFound(store->WaitFor({"fresh"}, absl::ZeroDuration())));
