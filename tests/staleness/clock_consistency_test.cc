@@ -265,9 +265,10 @@ TEST_CASE(
   Buffer a_values(2), b_values(2);
   const Buffer ones(2, 1.0f);
 
-  // B registers at clock 0 and goes silent.
-  const absl::Time b_last_call = absl::Now();
+  // B registers at clock 0; heartbeats keep its lease until A's pull waits
+  // for it (however slow the machine), then B goes silent.
   REQUIRE_OK(PullInto(b.get(), 0, &b_values));
+  KeepAlive b_beats(shard.address(), 1, kIncarnationB, 0);
   // A finishes step 0.
   REQUIRE_OK(PullInto(a.get(), 0, &a_values));
   REQUIRE_OK(PushGrad(a.get(), 0, ones));
@@ -278,12 +279,15 @@ TEST_CASE(
     BackgroundCall pull([&] { return PullInto(a.get(), 1, &a_values); });
     shard.AwaitWaitingPulls(0, 1);
     CHECK_FALSE(pull.done());
+    b_beats.Stop();
+    CHECK(b_beats.failures() == 0);
+    const absl::Time b_last_beat = b_beats.last_beat_started();
     // No one speaks for B: the lease releases A, not before it runs out.
     REQUIRE(pull.WaitDone(kRelease));
     REQUIRE_OK(pull.status());
-    const absl::Duration released_after = pull.finished() - b_last_call;
+    const absl::Duration released_after = pull.finished() - b_last_beat;
     INFO("released " << absl::FormatDuration(released_after)
-                     << " after B's last call");
+                     << " after B's last heartbeat");
     CHECK(released_after >= absl::Milliseconds(1000));
     for (float v : a_values) CHECK(v == -1.0f);
 

@@ -116,6 +116,10 @@ KeepAlive::KeepAlive(const std::string& address, int32_t worker_id,
     : stub_(ParameterServer::NewStub(MakeChannel(address))) {
   thread_ = std::thread([this, worker_id, incarnation, clock, period] {
     for (;;) {
+      {
+        absl::MutexLock l(&mu_);
+        last_beat_started_ = absl::Now();
+      }
       if (RawHeartbeat(stub_.get(), worker_id, incarnation, clock).ok()) {
         ++beats_;
       } else {
@@ -127,12 +131,19 @@ KeepAlive::KeepAlive(const std::string& address, int32_t worker_id,
   });
 }
 
-KeepAlive::~KeepAlive() {
+KeepAlive::~KeepAlive() { Stop(); }
+
+void KeepAlive::Stop() {
   {
     absl::MutexLock l(&mu_);
     stop_ = true;
   }
-  thread_.join();
+  if (thread_.joinable()) thread_.join();
+}
+
+absl::Time KeepAlive::last_beat_started() const {
+  absl::MutexLock l(&mu_);
+  return last_beat_started_;
 }
 
 StatusResponse Shard::Status() {

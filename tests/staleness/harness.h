@@ -104,10 +104,17 @@ class KeepAlive {
   int64_t beats() const { return beats_.load(); }
   int64_t failures() const { return failures_.load(); }
 
+  // Stops the heartbeats (and waits for the thread); idempotent.
+  void Stop();
+  // When the last heartbeat was sent (before its RPC started); the shard
+  // saw the worker no earlier than this. InfinitePast() before the first.
+  absl::Time last_beat_started() const;
+
  private:
   std::unique_ptr<ParameterServer::Stub> stub_;
-  absl::Mutex mu_;
+  mutable absl::Mutex mu_;
   bool stop_ ABSL_GUARDED_BY(mu_) = false;
+  absl::Time last_beat_started_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
   std::atomic<int64_t> beats_{0};
   std::atomic<int64_t> failures_{0};
   std::thread thread_;
