@@ -114,8 +114,8 @@ void FanOut::Run() {
                       : absl::DeadlineExceededError(absl::StrCat(
                             method_, " on ", env_.shard_name(calls_[i].shard),
                             ": no answer within the call deadline of ",
-                            absl::FormatDuration(policy_.call_deadline),
-                            " (", slot.attempts, " attempts; last error: ",
+                            absl::FormatDuration(policy_.call_deadline), " (",
+                            slot.attempts, " attempts; last error: ",
                             slot.last_error.ToString(), ")"));
           if (first_error_.ok()) first_error_ = results_[i];
         }
@@ -156,7 +156,9 @@ void FanOut::Run() {
         }
         if (calls_[i].on_ok && (first_error_.ok() || !stop_on_error_)) {
           absl::Status s = calls_[i].on_ok();
-          if (!s.ok()) Fail(i, absl::Status(s.code(), absl::StrCat(where, ": ", s.message())));
+          if (!s.ok())
+            Fail(i, absl::Status(s.code(),
+                                 absl::StrCat(where, ": ", s.message())));
         }
         continue;
       }
@@ -178,8 +180,8 @@ void FanOut::Run() {
           slot.last_report = t;
           env_.logger->warn("{} failed: {}; retrying for up to {}", where,
                             status.ToString(),
-                            absl::FormatDuration(absl::Trunc(
-                                deadline_ - t, absl::Seconds(1))));
+                            absl::FormatDuration(
+                                absl::Trunc(deadline_ - t, absl::Seconds(1))));
         } else if (t - slot.last_report >= policy_.report_every) {
           slot.last_report = t;
           env_.logger->warn("{}: still failing after {} ({} attempts): {}",
@@ -193,15 +195,15 @@ void FanOut::Run() {
       slot.finished = true;
       --unfinished_;
       if (gave_up && first_error_.ok()) {
-        status = absl::DeadlineExceededError(absl::StrCat(
-            "no answer within the call deadline of ",
-            absl::FormatDuration(policy_.call_deadline), "; last error: ",
-            status.ToString()));
+        status = absl::DeadlineExceededError(
+            absl::StrCat("no answer within the call deadline of ",
+                         absl::FormatDuration(policy_.call_deadline),
+                         "; last error: ", status.ToString()));
       }
       if (slot.attempts > 1) {
-        status = absl::Status(
-            status.code(),
-            absl::StrCat("after ", slot.attempts, " attempts: ", status.message()));
+        status = absl::Status(status.code(),
+                              absl::StrCat("after ", slot.attempts,
+                                           " attempts: ", status.message()));
       }
       if (results_[i].ok()) {
         Fail(i, absl::Status(status.code(),

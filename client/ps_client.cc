@@ -85,8 +85,7 @@ absl::StatusOr<std::unique_ptr<PsClient>> PsClient::Connect(
         absl::StrCat("PsClient: connections_per_shard must be in [1, 16], got ",
                      options.connections_per_shard));
   }
-  if (absl::Status s = ChannelCredentials(options.security).status();
-      !s.ok()) {
+  if (absl::Status s = ChannelCredentials(options.security).status(); !s.ok()) {
     return s;
   }
   if (options.clock == nullptr) options.clock = Clock::Real();
@@ -180,10 +179,10 @@ absl::Status PsClient::WaitForShards(absl::Duration timeout) {
     }
     if (missing.empty()) {
       if (options_.clock->Now() - start > absl::Seconds(1)) {
-        options_.logger->info("all {} shards answer (waited {})", num_shards(),
-                              absl::FormatDuration(absl::Trunc(
-                                  options_.clock->Now() - start,
-                                  absl::Milliseconds(1))));
+        options_.logger->info(
+            "all {} shards answer (waited {})", num_shards(),
+            absl::FormatDuration(absl::Trunc(options_.clock->Now() - start,
+                                             absl::Milliseconds(1))));
       }
       return absl::OkStatus();
     }
@@ -195,11 +194,11 @@ absl::Status PsClient::WaitForShards(absl::Duration timeout) {
     }
     if (now - last_report >= kShardWaitReport) {
       last_report = now;
-      options_.logger->info("waiting for {} of {} shards ({} so far): {}",
-                            missing.size(), num_shards(),
-                            absl::FormatDuration(absl::Trunc(
-                                now - start, absl::Seconds(1))),
-                            absl::StrJoin(missing, ", "));
+      options_.logger->info(
+          "waiting for {} of {} shards ({} so far): {}", missing.size(),
+          num_shards(),
+          absl::FormatDuration(absl::Trunc(now - start, absl::Seconds(1))),
+          absl::StrJoin(missing, ", "));
     }
     absl::SleepFor(std::min(interval, deadline - now));
     interval = std::min(interval * 2, kMaxListPollInterval);
@@ -222,7 +221,8 @@ absl::StatusOr<Registration> PsClient::Register() {
   Registration r;
   for (int i = 0; i < num_shards(); ++i) {
     r.resume_clock = std::max(r.resume_clock, responses[i].resume_clock());
-    r.previous_clock = std::max(r.previous_clock, responses[i].previous_clock());
+    r.previous_clock =
+        std::max(r.previous_clock, responses[i].previous_clock());
     NoteEpoch(i, responses[i].shard_epoch());
   }
   return r;
@@ -251,7 +251,8 @@ void PsClient::NoteEpoch(int shard, uint64_t epoch) {
 absl::Status PsClient::Remember(const TensorSpec& spec) {
   absl::StatusOr<TensorLayout> layout = TensorLayout::FromSpec(spec);
   if (!layout.ok()) {
-    return Annotate(layout.status(), absl::StrCat("tensor ", QuoteName(spec.name())));
+    return Annotate(layout.status(),
+                    absl::StrCat("tensor ", QuoteName(spec.name())));
   }
   const int n = num_shards();
   auto state = std::make_unique<TensorState>(
@@ -280,8 +281,7 @@ const TensorSpec* PsClient::FindSpec(const std::string& name) const {
 std::vector<uint64_t> PsClient::PulledVersions(const std::string& name) const {
   absl::MutexLock l(&mu_);
   auto it = last_read_.versions.find(name);
-  return it == last_read_.versions.end() ? std::vector<uint64_t>()
-                                         : it->second;
+  return it == last_read_.versions.end() ? std::vector<uint64_t>() : it->second;
 }
 
 absl::Status PsClient::CreateTensors(const std::vector<TensorSpec>& specs) {
@@ -294,9 +294,9 @@ absl::Status PsClient::CreateTensors(const std::vector<TensorSpec>& specs) {
           "CreateTensors: tensor ", QuoteName(spec.name()), " given twice"));
     }
     if (spec.slice_elems() < 0) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "CreateTensors: tensor ", QuoteName(spec.name()),
-          ": slice_elems must be >= 0, got ", spec.slice_elems()));
+      return absl::InvalidArgumentError(
+          absl::StrCat("CreateTensors: tensor ", QuoteName(spec.name()),
+                       ": slice_elems must be >= 0, got ", spec.slice_elems()));
     }
     absl::StatusOr<TensorLayout> layout = TensorLayout::Create(
         std::vector<int64_t>(spec.shape().begin(), spec.shape().end()), 1);
@@ -340,11 +340,11 @@ absl::Status PsClient::CreateTensors(const std::vector<TensorSpec>& specs) {
     for (int s = 1; s < n; ++s) {
       const TensorSpec& other = responses[s].tensors(static_cast<int>(k));
       if (other.slice_elems() != first.slice_elems()) {
-        return absl::FailedPreconditionError(absl::StrCat(
-            "tensor ", QuoteName(first.name()), ": ", ShardName(0),
-            " resolved slice_elems=", first.slice_elems(), " but ",
-            ShardName(s), " resolved ", other.slice_elems(),
-            "; start every shard with the same --slice_elems"));
+        return absl::FailedPreconditionError(
+            absl::StrCat("tensor ", QuoteName(first.name()), ": ", ShardName(0),
+                         " resolved slice_elems=", first.slice_elems(), " but ",
+                         ShardName(s), " resolved ", other.slice_elems(),
+                         "; start every shard with the same --slice_elems"));
       }
       if (!google::protobuf::util::MessageDifferencer::Equals(first, other)) {
         return absl::FailedPreconditionError(absl::StrCat(
@@ -370,7 +370,8 @@ absl::Status PsClient::WaitForTensors(const std::vector<std::string>& names,
   std::string last_error;
   // One attempt per shard per round: polling is the retry.
   RetryPolicy round = options_.retry;
-  round.call_deadline = std::max(absl::Seconds(1), std::min(timeout, absl::Seconds(5)));
+  round.call_deadline =
+      std::max(absl::Seconds(1), std::min(timeout, absl::Seconds(5)));
   round.report_every = absl::InfiniteDuration();
   for (;;) {
     std::vector<ListTensorsResponse> responses;
@@ -405,17 +406,16 @@ absl::Status PsClient::WaitForTensors(const std::vector<std::string>& names,
           auto it = tables[s].find(name);
           if ((table && held[s].contains(name)) ||
               (!table && it != tables[s].end() && held[0].contains(name))) {
-            return absl::FailedPreconditionError(
-                absl::StrCat(QuoteName(name), " is a tensor on one of ",
-                             ShardName(0), " and ", ShardName(s),
-                             " and a sparse table on the other"));
+            return absl::FailedPreconditionError(absl::StrCat(
+                QuoteName(name), " is a tensor on one of ", ShardName(0),
+                " and ", ShardName(s), " and a sparse table on the other"));
           }
           if (table && it != tables[s].end() &&
               !google::protobuf::util::MessageDifferencer::Equals(
                   *tables[0][name], *it->second)) {
-            return absl::FailedPreconditionError(absl::StrCat(
-                "table ", QuoteName(name), " differs between ", ShardName(0),
-                " and ", ShardName(s)));
+            return absl::FailedPreconditionError(
+                absl::StrCat("table ", QuoteName(name), " differs between ",
+                             ShardName(0), " and ", ShardName(s)));
           }
         }
       }
@@ -423,7 +423,8 @@ absl::Status PsClient::WaitForTensors(const std::vector<std::string>& names,
       for (const std::string& name : names) {
         for (int s = 0; s < n; ++s) {
           if (!held[s].contains(name) && !tables[s].contains(name)) {
-            absent.push_back(absl::StrCat(QuoteName(name), " on ", ShardName(s)));
+            absent.push_back(
+                absl::StrCat(QuoteName(name), " on ", ShardName(s)));
           }
         }
       }
@@ -440,10 +441,10 @@ absl::Status PsClient::WaitForTensors(const std::vector<std::string>& names,
             if (!google::protobuf::util::MessageDifferencer::Equals(
                     first, *held[s][name])) {
               return absl::FailedPreconditionError(absl::StrCat(
-                  "tensor ", QuoteName(name), " differs between shards: ",
-                  ShardName(0), " holds {", first.ShortDebugString(), "}, ",
-                  ShardName(s), " holds {", held[s][name]->ShortDebugString(),
-                  "}"));
+                  "tensor ", QuoteName(name),
+                  " differs between shards: ", ShardName(0), " holds {",
+                  first.ShortDebugString(), "}, ", ShardName(s), " holds {",
+                  held[s][name]->ShortDebugString(), "}"));
             }
           }
         }
@@ -514,7 +515,8 @@ std::unique_ptr<PsClient::PendingPull> PsClient::StartPull(
   std::unique_ptr<PendingPull> p(new PendingPull());
   const int n = num_shards();
   p->read_.epochs.assign(n, 0);
-  absl::flat_hash_map<std::string, std::pair<const TensorState*, float*>> wanted;
+  absl::flat_hash_map<std::string, std::pair<const TensorState*, float*>>
+      wanted;
   for (const auto& [name, buffer] : outs) {
     const TensorState* t = FindTensor(name);
     if (t == nullptr) {
@@ -566,13 +568,12 @@ std::unique_ptr<PsClient::PendingPull> PsClient::StartPull(
     call.start = [this, raw, stream](grpc::ClientContext*, FanOut::Done done) {
       const uint64_t id = next_request_id_++;
       raw->request.set_request_id(id);
-      stream->Send(
-          id, SerializeToByteBuffer(raw->request),
-          [this, raw, done = std::move(done)](absl::Status st,
-                                              grpc::ByteBuffer* answer) {
-            if (st.ok()) st = ReadPull(*answer, raw);
-            done(st);
-          });
+      stream->Send(id, SerializeToByteBuffer(raw->request),
+                   [this, raw, done = std::move(done)](
+                       absl::Status st, grpc::ByteBuffer* answer) {
+                     if (st.ok()) st = ReadPull(*answer, raw);
+                     done(st);
+                   });
     };
     call.cancel = [stream] { stream->Cancel(); };
     calls.push_back(std::move(call));
@@ -583,8 +584,8 @@ std::unique_ptr<PsClient::PendingPull> PsClient::StartPull(
   return p;
 }
 
-absl::Status PsClient::OpenPullAnswer(const grpc::ByteBuffer& answer,
-                                      int shard, PullResponse* header,
+absl::Status PsClient::OpenPullAnswer(const grpc::ByteBuffer& answer, int shard,
+                                      PullResponse* header,
                                       FrameReader* frame) {
   absl::Status st = frame->Open(answer, header);
   if (!st.ok()) return absl::InternalError(st.message());
@@ -599,8 +600,7 @@ absl::Status PsClient::OpenPullAnswer(const grpc::ByteBuffer& answer,
   return absl::OkStatus();
 }
 
-absl::Status PsClient::ReadPull(const grpc::ByteBuffer& answer,
-                                PullShard* ps) {
+absl::Status PsClient::ReadPull(const grpc::ByteBuffer& answer, PullShard* ps) {
   PullResponse header;
   FrameReader frame;
   absl::Status st = OpenPullAnswer(answer, ps->shard, &header, &frame);
@@ -612,13 +612,12 @@ absl::Status PsClient::ReadPull(const grpc::ByteBuffer& answer,
   for (const SliceData& d : header.slices()) {
     auto it = ps->targets.find(d.tensor());
     if (it == ps->targets.end()) {
-      return absl::InternalError(absl::StrCat(
-          "returned a slice of tensor ", QuoteName(d.tensor()),
-          ", which was not requested"));
+      return absl::InternalError(absl::StrCat("returned a slice of tensor ",
+                                              QuoteName(d.tensor()),
+                                              ", which was not requested"));
     }
     const TensorState& t = *it->second.first;
-    if (d.slice() >= t.layout.num_slices() ||
-        t.home[d.slice()] != ps->shard) {
+    if (d.slice() >= t.layout.num_slices() || t.home[d.slice()] != ps->shard) {
       return absl::InternalError(absl::StrCat(
           "returned slice ", d.slice(), " of tensor ", QuoteName(d.tensor()),
           ", which is not one of its ", t.layout.num_slices(),
@@ -628,9 +627,9 @@ absl::Status PsClient::ReadPull(const grpc::ByteBuffer& answer,
     std::vector<bool>& got = seen[d.tensor()];
     got.resize(t.layout.num_slices(), false);
     if (got[d.slice()]) {
-      return absl::InternalError(absl::StrCat(
-          "returned slice ", d.slice(), " of tensor ", QuoteName(d.tensor()),
-          " twice"));
+      return absl::InternalError(absl::StrCat("returned slice ", d.slice(),
+                                              " of tensor ",
+                                              QuoteName(d.tensor()), " twice"));
     }
     const int64_t elems = t.layout.SliceSize(d.slice());
     const uint64_t bytes = static_cast<uint64_t>(elems) * WireBytes(dtype);
@@ -647,12 +646,12 @@ absl::Status PsClient::ReadPull(const grpc::ByteBuffer& answer,
     ++received;
   }
   if (frame.remaining() != 0) {
-    return absl::InternalError(absl::StrCat(
-        "returned ", frame.remaining(), " bytes beyond its slices"));
+    return absl::InternalError(absl::StrCat("returned ", frame.remaining(),
+                                            " bytes beyond its slices"));
   }
   if (received != ps->slices) {
-    return absl::InternalError(absl::StrCat("returned ", received,
-                                            " slices, expected ", ps->slices));
+    return absl::InternalError(
+        absl::StrCat("returned ", received, " slices, expected ", ps->slices));
   }
   ps->epoch = header.shard_epoch();
   return absl::OkStatus();
@@ -791,8 +790,8 @@ std::unique_ptr<PsClient::PendingPush> PsClient::StartPush(
       return p;
     }
     if (buffer == nullptr) {
-      p->status_ = absl::InvalidArgumentError(
-          absl::StrCat("Push: null gradient buffer for tensor ", QuoteName(name)));
+      p->status_ = absl::InvalidArgumentError(absl::StrCat(
+          "Push: null gradient buffer for tensor ", QuoteName(name)));
       return p;
     }
     if (!seen.insert(name).second) {
@@ -802,9 +801,9 @@ std::unique_ptr<PsClient::PendingPush> PsClient::StartPush(
     }
     if (!AllFinite(reinterpret_cast<const char*>(buffer),
                    static_cast<size_t>(t->layout.num_elems()), WIRE_F32)) {
-      p->status_ = absl::InvalidArgumentError(absl::StrCat(
-          "Push: the gradient of tensor ", QuoteName(name),
-          " contains NaN or Inf; nothing was sent"));
+      p->status_ = absl::InvalidArgumentError(
+          absl::StrCat("Push: the gradient of tensor ", QuoteName(name),
+                       " contains NaN or Inf; nothing was sent"));
       return p;
     }
     states.push_back(t);
@@ -845,8 +844,7 @@ std::unique_ptr<PsClient::PendingPush> PsClient::StartPush(
     auto flush = [&] {
       if (run_bytes == 0) return;
       payloads[run_home].emplace_back(const_cast<char*>(run_begin), run_bytes,
-                                      &Borrowed::Release,
-                                      borrowed);
+                                      &Borrowed::Release, borrowed);
       ++handed_over;
       run_bytes = 0;
     };
@@ -855,9 +853,8 @@ std::unique_ptr<PsClient::PendingPush> PsClient::StartPush(
       SliceGradient* g = headers[home].add_grads();
       g->set_tensor(t.spec.name());
       g->set_slice(i);
-      g->set_read_version(versions != nullptr && i < versions->size()
-                              ? (*versions)[i]
-                              : 0);
+      g->set_read_version(
+          versions != nullptr && i < versions->size() ? (*versions)[i] : 0);
       const size_t bytes =
           static_cast<size_t>(t.layout.SliceSize(i)) * WireBytes(dtype);
       g->set_grad_bytes(bytes);

@@ -1,6 +1,8 @@
 #ifndef ASYNCPS_CLIENT_PS_CLIENT_H_
 #define ASYNCPS_CLIENT_PS_CLIENT_H_
 
+#include <grpcpp/support/byte_buffer.h>
+
 #include <atomic>
 #include <cstdint>
 #include <functional>
@@ -8,8 +10,6 @@
 #include <string>
 #include <utility>
 #include <vector>
-
-#include <grpcpp/support/byte_buffer.h>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
@@ -198,10 +198,10 @@ class PsClient {
   // versions and epochs of `read` (the pull they were computed from), `clock`
   // and a fresh sequence number. A gradient holding NaN or Inf is refused
   // here (INVALID_ARGUMENT from Wait, nothing sent), so that no shard applies
-  // part of a push another shard would refuse. Every shard gets a push, an empty one if it
-  // holds none of the slices, so that it sees the clock. The gradients are
-  // sent from the caller's memory: it stays unchanged until Wait returns
-  // (Wait also waits until gRPC has released every reference to it).
+  // part of a push another shard would refuse. Every shard gets a push, an
+  // empty one if it holds none of the slices, so that it sees the clock. The
+  // gradients are sent from the caller's memory: it stays unchanged until Wait
+  // returns (Wait also waits until gRPC has released every reference to it).
   std::unique_ptr<PendingPush> StartPush(
       int64_t clock,
       const std::vector<std::pair<std::string, const float*>>& grads,
@@ -426,8 +426,8 @@ class PsClient::PendingRowsPush {
   std::unique_ptr<FanOut> fanout_;
   bool waited_ = false;
   absl::StatusOr<PushSummary> result_;
-  std::vector<grpc::ByteBuffer> frames_;    // per shard, sent by every attempt
-  std::vector<PushResponse> responses_;     // per shard
+  std::vector<grpc::ByteBuffer> frames_;  // per shard, sent by every attempt
+  std::vector<PushResponse> responses_;   // per shard
 };
 
 }  // namespace asyncps

@@ -4,12 +4,12 @@
 // Parts of PsClient shared by its source files (ps_client.cc: dense
 // tensors; ps_client_rows.cc: sparse tables). Not for other users.
 
+#include <google/protobuf/util/message_differencer.h>
+
 #include <functional>
 #include <memory>
 #include <string>
 #include <vector>
-
-#include <google/protobuf/util/message_differencer.h>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"

@@ -66,8 +66,8 @@ uint64_t GrpcHandshakeFailures() {
 }
 
 std::shared_ptr<spdlog::logger> NullLogger() {
-  static auto* logger = new std::shared_ptr<spdlog::logger>(
-      std::make_shared<spdlog::logger>(
+  static auto* logger =
+      new std::shared_ptr<spdlog::logger>(std::make_shared<spdlog::logger>(
           "null", std::make_shared<spdlog::sinks::null_sink_mt>()));
   return *logger;
 }

@@ -3,16 +3,17 @@
 #include <malloc.h>
 
 #include "absl/strings/numbers.h"
-#include "absl/synchronization/mutex.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
+#include "absl/synchronization/mutex.h"
 
 namespace asyncps {
 
 absl::StatusOr<std::vector<std::string>> ParseServerList(const std::string& s) {
   std::vector<std::string> out;
-  for (absl::string_view part : absl::StrSplit(s, ',', absl::SkipWhitespace())) {
+  for (absl::string_view part :
+       absl::StrSplit(s, ',', absl::SkipWhitespace())) {
     part = absl::StripAsciiWhitespace(part);
     const size_t colon = part.rfind(':');
     int port = 0;

@@ -1,11 +1,11 @@
 #ifndef ASYNCPS_COMMON_NET_H_
 #define ASYNCPS_COMMON_NET_H_
 
+#include <grpcpp/grpcpp.h>
+
 #include <memory>
 #include <string>
 #include <vector>
-
-#include <grpcpp/grpcpp.h>
 
 #include "absl/status/statusor.h"
 #include "common/security.h"
@@ -28,8 +28,8 @@ inline constexpr int kKeepaliveTimeMs = 2000;
 inline constexpr int kKeepaliveTimeoutMs = 3000;
 
 // A channel to `address` with asyncps's message limits, keepalive and quick
-// reconnects (a restarted shard is found within half a second). Channels made with
-// distinct `connection_id`s use separate TCP connections. `security` picks
+// reconnects (a restarted shard is found within half a second). Channels made
+// with distinct `connection_id`s use separate TCP connections. `security` picks
 // plain TCP or TLS (ChannelCredentials) and, with a cluster token, adds it to
 // every call through a client interceptor (TokenInterceptorFactory), which,
 // unlike gRPC call credentials, also works on plain TCP channels.
@@ -45,12 +45,12 @@ std::shared_ptr<grpc::Channel> MakeChannel(
 // kernel by default). Call once at the start of main().
 void TuneMallocForLargeMessages();
 
-// What asyncps's binaries call first thing in main(): TuneMallocForLargeMessages,
-// and absl::Mutex's lock-cycle detection off. Debian's Abseil records a
-// lock-order graph edge on every lock acquisition (gRPC's locks included),
-// measured at 2-3% of a shard's CPU on the push path; lock order is checked
-// by the clang thread-safety analysis and by the tests, which keep the
-// detection on.
+// What asyncps's binaries call first thing in main():
+// TuneMallocForLargeMessages, and absl::Mutex's lock-cycle detection off.
+// Debian's Abseil records a lock-order graph edge on every lock acquisition
+// (gRPC's locks included), measured at 2-3% of a shard's CPU on the push path;
+// lock order is checked by the clang thread-safety analysis and by the tests,
+// which keep the detection on.
 void TuneProcess();
 
 }  // namespace asyncps

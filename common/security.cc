@@ -41,7 +41,7 @@ absl::string_view SliceView(const grpc_slice& s) {
 // for plain TCP and TLS ports alike. The token itself is consumed, so
 // handlers never see it.
 struct TokenProcessorState {
-  std::string expected;  // "Bearer <token>"
+  std::string expected;                          // "Bearer <token>"
   std::function<void(bool missing)> on_refused;  // may be empty
 };
 

@@ -11,7 +11,8 @@ namespace asyncps {
 absl::StatusOr<TensorLayout> TensorLayout::Create(
     const std::vector<int64_t>& shape, int64_t slice_elems) {
   if (shape.empty()) {
-    return absl::InvalidArgumentError("tensor shape must have at least one dimension");
+    return absl::InvalidArgumentError(
+        "tensor shape must have at least one dimension");
   }
   int64_t n = 1;
   for (int64_t d : shape) {
@@ -34,8 +35,8 @@ absl::StatusOr<TensorLayout> TensorLayout::Create(
   const int64_t slices = n / slice_elems + (n % slice_elems != 0 ? 1 : 0);
   if (slices > std::numeric_limits<uint32_t>::max()) {
     return absl::InvalidArgumentError(
-        absl::StrCat("tensor of ", n, " elements needs ", slices,
-                     " slices of ", slice_elems, "; use larger slices"));
+        absl::StrCat("tensor of ", n, " elements needs ", slices, " slices of ",
+                     slice_elems, "; use larger slices"));
   }
   TensorLayout layout;
   layout.num_elems_ = n;

@@ -7,7 +7,8 @@ packages=(
   bazel-bootstrap bazel-rules-java bazel-platforms
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libabsl-dev libspdlog-dev catch2 libopenblas-dev zlib1g-dev
-  libcpp-httplib-dev dataset-fashion-mnist clang openssl python3-yaml
+  libcpp-httplib-dev dataset-fashion-mnist clang clang-format openssl python3-yaml
+  pkgconf
   # Python package (python/): binding, numpy, PyTorch integration and tests.
   python3-dev pybind11-dev python3-numpy python3-torch python3-pytest
 )

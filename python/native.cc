@@ -31,6 +31,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "client/ps_client.h"
 #include "common/initializer.h"
 #include "common/net.h"
 #include "common/security.h"
@@ -40,7 +41,6 @@
 #include "proto/asyncps.pb.h"
 #include "store/optimizer.h"
 #include "tools/status_table.h"
-#include "client/ps_client.h"
 
 namespace asyncps {
 namespace python {
@@ -277,19 +277,20 @@ class Client {
                        initial_backoff));
     }
     o.retry.initial_backoff = absl::Seconds(initial_backoff);
-    o.retry.max_backoff = std::max(o.retry.max_backoff, o.retry.initial_backoff);
+    o.retry.max_backoff =
+        std::max(o.retry.max_backoff, o.retry.initial_backoff);
     if (connections_per_shard < 1 || connections_per_shard > 16) {
-      throw py::value_error(absl::StrCat(
-          "Client: connections_per_shard must be in [1, 16], got ",
-          connections_per_shard));
+      throw py::value_error(
+          absl::StrCat("Client: connections_per_shard must be in [1, 16], got ",
+                       connections_per_shard));
     }
     o.connections_per_shard = connections_per_shard;
     if (wire_dtype == "bf16") {
       o.push_dtype = o.pull_dtype = WIRE_BF16;
     } else if (wire_dtype != "fp32") {
-      throw py::value_error(absl::StrCat(
-          "Client: wire_dtype must be 'fp32' or 'bf16', got '", wire_dtype,
-          "'"));
+      throw py::value_error(
+          absl::StrCat("Client: wire_dtype must be 'fp32' or 'bf16', got '",
+                       wire_dtype, "'"));
     }
     SecurityFlagValues flags;
     flags.tls_ca = tls_ca;

@@ -27,7 +27,7 @@ namespace asyncps {
 namespace {
 
 constexpr char kMagic[8] = {'A', 'P', 'S', 'C', 'K', 'P', 'T', '\n'};
-constexpr uint32_t kFormatVersion = 3;  // 3: sparse tables
+constexpr uint32_t kFormatVersion = 3;          // 3: sparse tables
 constexpr uint32_t kOldestReadableVersion = 1;  // no worker records
 constexpr size_t kHeaderBytes = sizeof(kMagic) + 4;
 constexpr size_t kLengthBytes = 4;
@@ -222,8 +222,7 @@ class Restorer {
           return Corrupt("a worker record after the tensors");
         }
         if (record.worker().worker_id() < 0 ||
-            record.worker().incarnation() == 0 ||
-            record.worker().clock() < 0) {
+            record.worker().incarnation() == 0 || record.worker().clock() < 0) {
           return Corrupt(absl::StrCat("worker record ", n, " is malformed"));
         }
         workers_.push_back(record.worker());
@@ -295,8 +294,8 @@ class Restorer {
           absl::StrCat("checkpoint ", path_, ": ", s.message()));
     }
     if (!s.ok()) {
-      return Corrupt(absl::StrCat("tensor ", QuoteName(spec.name()), ": ",
-                                  s.message()));
+      return Corrupt(
+          absl::StrCat("tensor ", QuoteName(spec.name()), ": ", s.message()));
     }
     absl::StatusOr<TensorLayout> layout = TensorLayout::FromSpec(spec);
     if (!layout.ok()) {
@@ -316,8 +315,8 @@ class Restorer {
 
   absl::Status AddSlice(const CheckpointSlice& slice) {
     if (!in_tensor_) return Corrupt("a slice record before any tensor");
-    const std::string where =
-        absl::StrCat("slice ", slice.index(), " of tensor ", QuoteName(tensor_));
+    const std::string where = absl::StrCat("slice ", slice.index(),
+                                           " of tensor ", QuoteName(tensor_));
     if (slice.index() < restored_.size() && restored_[slice.index()]) {
       return Corrupt(absl::StrCat(where, " appears twice"));
     }
@@ -344,8 +343,8 @@ class Restorer {
           absl::StrCat("checkpoint ", path_, ": ", s.message()));
     }
     if (!s.ok()) {
-      return Corrupt(absl::StrCat("table ", QuoteName(spec.name()), ": ",
-                                  s.message()));
+      return Corrupt(
+          absl::StrCat("table ", QuoteName(spec.name()), ": ", s.message()));
     }
     table_ = spec.name();
     ++tables_;
@@ -370,10 +369,9 @@ class Restorer {
 
   absl::Status FinishTensor() {
     if (!in_tensor_ || got_ == expected_) return absl::OkStatus();
-    return Corrupt(absl::StrCat("tensor ", QuoteName(tensor_), " has ",
-                                expected_,
-                                " slices on this shard; the file holds ",
-                                got_));
+    return Corrupt(
+        absl::StrCat("tensor ", QuoteName(tensor_), " has ", expected_,
+                     " slices on this shard; the file holds ", got_));
   }
 
   const std::string& path_;
@@ -423,8 +421,7 @@ void CaptureTables(const TableStore& tables, CheckpointImage* image) {
             rows->add_versions(r.version);
             rows->add_touched(r.touched);
             rows->mutable_values()->append(
-                reinterpret_cast<const char*>(r.values),
-                r.dim * sizeof(float));
+                reinterpret_cast<const char*>(r.values), r.dim * sizeof(float));
             rows->mutable_optimizer_state()->append(
                 reinterpret_cast<const char*>(r.state),
                 r.state_floats * sizeof(float));
@@ -541,8 +538,8 @@ absl::StatusOr<CheckpointInfo> WriteCheckpoint(const CheckpointImage& image,
     for (const std::string& record : image.records) {
       if (!s.ok()) break;
       if (record.size() > kMaxRecordBytes) {
-        s = absl::InternalError(absl::StrCat("checkpoint ", path, ": a record of ",
-                                             record.size(),
+        s = absl::InternalError(absl::StrCat("checkpoint ", path,
+                                             ": a record of ", record.size(),
                                              " bytes is too large"));
         break;
       }
@@ -603,10 +600,9 @@ absl::StatusOr<RestoredCheckpoint> RestoreCheckpoint(const std::string& path,
   }
   const uint32_t version = GetU32(buffer.data() + sizeof(kMagic));
   if (version < kOldestReadableVersion || version > kFormatVersion) {
-    return restorer.Corrupt(absl::StrCat("format version ", version,
-                                         " (this build reads ",
-                                         kOldestReadableVersion, " to ",
-                                         kFormatVersion, ")"));
+    return restorer.Corrupt(
+        absl::StrCat("format version ", version, " (this build reads ",
+                     kOldestReadableVersion, " to ", kFormatVersion, ")"));
   }
 
   const uint64_t body_end = in.size() - kTrailerBytes;

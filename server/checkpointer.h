@@ -13,8 +13,8 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
-#include "proto/asyncps.pb.h"
 #include "common/clock.h"
+#include "proto/asyncps.pb.h"
 #include "server/checkpoint.h"
 #include "spdlog/spdlog.h"
 

@@ -47,7 +47,8 @@ class DedupWindow {
 
   int size_;
   uint64_t base_ = 0;
-  std::vector<uint64_t> bits_;  // bit seq % size_ for seqs in (base_, base_ + size_]
+  std::vector<uint64_t>
+      bits_;  // bit seq % size_ for seqs in (base_, base_ + size_]
   absl::flat_hash_set<uint64_t> in_flight_;
 };
 

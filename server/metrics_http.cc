@@ -284,12 +284,12 @@ absl::StatusOr<int> MetricsHttpServer::Start(const std::string& host,
     int yes = 1;
     setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
   });
-  server->Get(
-      "/metrics", [this](const httplib::Request&, httplib::Response& res) {
-        std::string text = RenderPrometheus(source_());
-        if (extra_) text += extra_();
-        res.set_content(std::move(text), kPrometheusContentType);
-      });
+  server->Get("/metrics",
+              [this](const httplib::Request&, httplib::Response& res) {
+                std::string text = RenderPrometheus(source_());
+                if (extra_) text += extra_();
+                res.set_content(std::move(text), kPrometheusContentType);
+              });
   server->Get("/", [](const httplib::Request&, httplib::Response& res) {
     res.set_content("asyncps shard: metrics at /metrics\n", "text/plain");
   });

@@ -14,9 +14,8 @@ namespace asyncps {
 StalenessPolicy PsServer::PolicyOf(const PsServerOptions& options) {
   StalenessPolicy p;
   p.set_consistency(options.workers.consistency);
-  p.set_ssp_slack(options.workers.consistency == SSP
-                      ? options.workers.ssp_slack
-                      : 0);
+  p.set_ssp_slack(options.workers.consistency == SSP ? options.workers.ssp_slack
+                                                     : 0);
   p.set_max_staleness(options.staleness.max_staleness);
   p.set_staleness_lr(options.staleness.inverse_lr ? "inverse" : "none");
   p.set_worker_lease_ms(
@@ -41,9 +40,9 @@ absl::StatusOr<std::unique_ptr<PsServer>> PsServer::Start(
         "max_message_bytes must be >= 1024, got ", options.max_message_bytes));
   }
   if (options.staleness.max_staleness < -1) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "max_staleness must be >= 0, or -1 for unbounded; got ",
-        options.staleness.max_staleness));
+    return absl::InvalidArgumentError(
+        absl::StrCat("max_staleness must be >= 0, or -1 for unbounded; got ",
+                     options.staleness.max_staleness));
   }
   absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> credentials =
       ServerCredentials(options.security);
@@ -92,9 +91,9 @@ absl::StatusOr<std::unique_ptr<PsServer>> PsServer::Start(
             "restored checkpoint {} taken {} ago ({} bytes, {} tensors, {} "
             "slices holding {} slice updates, {} tables, {} rows, {} "
             "workers) in {:.1f} ms; updates acknowledged after it are lost",
-            restored.path(), absl::FormatDuration(absl::Trunc(
-                                 options.clock->Now() - taken,
-                                 absl::Milliseconds(1))),
+            restored.path(),
+            absl::FormatDuration(absl::Trunc(options.clock->Now() - taken,
+                                             absl::Milliseconds(1))),
             restored.bytes(), restored.tensors(), restored.slices(),
             restored.slice_updates(), restored.tables(), restored.rows(),
             restored.workers(), restored.duration_ms());
@@ -174,16 +173,14 @@ absl::StatusOr<std::unique_ptr<PsServer>> PsServer::Start(
   s->server_ = builder.BuildAndStart();
   if (s->server_ == nullptr || s->port_ == 0) {
     s->workers_->Shutdown();
-    return absl::UnavailableError(
-        absl::StrCat("cannot listen on ", listen,
-                     " (address in use or not available?)"));
+    return absl::UnavailableError(absl::StrCat(
+        "cannot listen on ", listen, " (address in use or not available?)"));
   }
   const bool v6 = options.host.find(':') != std::string::npos;
-  const std::string bound = absl::StrCat(v6 ? "[" : "", options.host,
-                                         v6 ? "]" : "", ":", s->port_);
-  s->advertised_ = options.advertise_address.empty()
-                       ? bound
-                       : options.advertise_address;
+  const std::string bound =
+      absl::StrCat(v6 ? "[" : "", options.host, v6 ? "]" : "", ":", s->port_);
+  s->advertised_ =
+      options.advertise_address.empty() ? bound : options.advertise_address;
   s->service_->set_address(s->advertised_);
   s->server_->GetHealthCheckService()->SetServingStatus(true);
   s->server_->GetHealthCheckService()->SetServingStatus(kServiceName, true);
@@ -200,14 +197,15 @@ absl::StatusOr<std::unique_ptr<PsServer>> PsServer::Start(
       "{}, staleness_lr {}, lease {} ms, max_parameter_bytes {}, row_ttl_steps "
       "{}, {}{})",
       options.store.shard_index, options.store.num_shards, bound,
-      s->advertised_ == bound ? ""
-                              : absl::StrCat(", advertised as ", s->advertised_),
+      s->advertised_ == bound
+          ? ""
+          : absl::StrCat(", advertised as ", s->advertised_),
       Consistency_Name(policy.consistency()), policy.ssp_slack(),
       policy.max_staleness(), policy.staleness_lr(), policy.worker_lease_ms(),
       options.store.max_parameter_bytes, options.store.row_ttl_steps,
-      options.security.tls_cert.empty()
-          ? "plain TCP"
-          : options.security.require_client_cert ? "mutual TLS" : "TLS",
+      options.security.tls_cert.empty()      ? "plain TCP"
+      : options.security.require_client_cert ? "mutual TLS"
+                                             : "TLS",
       options.security.cluster_token.empty() ? "" : ", cluster token required");
   return s;
 }
@@ -265,8 +263,8 @@ absl::Status PsServer::Shutdown(absl::Duration grace) {
     final_checkpoint = checkpointer_->WriteNow().status();
   }
   logger_->info("shard stopped in {}",
-                absl::FormatDuration(absl::Trunc(clock_->Now() - start,
-                                                 absl::Milliseconds(1))));
+                absl::FormatDuration(
+                    absl::Trunc(clock_->Now() - start, absl::Milliseconds(1))));
   return final_checkpoint;
 }
 

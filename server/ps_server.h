@@ -1,11 +1,11 @@
 #ifndef ASYNCPS_SERVER_PS_SERVER_H_
 #define ASYNCPS_SERVER_PS_SERVER_H_
 
+#include <grpcpp/grpcpp.h>
+
 #include <memory>
 #include <string>
 #include <thread>
-
-#include <grpcpp/grpcpp.h>
 
 #include "absl/status/statusor.h"
 #include "absl/synchronization/notification.h"
@@ -45,7 +45,7 @@ struct PsServerOptions {
   // TLS / mutual TLS and the cluster token (common/security.h); default =
   // plain TCP, no token. Unreadable files fail Start.
   SecurityOptions security;
-  Clock* clock = Clock::Real();            // not owned
+  Clock* clock = Clock::Real();  // not owned
   // host:port reported in Status and logs (e.g. the name clients dial);
   // empty = the address actually bound, e.g. "0.0.0.0:7000".
   std::string advertise_address;
@@ -66,7 +66,8 @@ class PsServer {
   // serving. A failed restore returns DATA_LOSS (corrupt checkpoint),
   // FAILED_PRECONDITION (another shard's) or RESOURCE_EXHAUSTED (larger than
   // max_parameter_bytes); see RestoreCheckpoint.
-  static absl::StatusOr<std::unique_ptr<PsServer>> Start(PsServerOptions options);
+  static absl::StatusOr<std::unique_ptr<PsServer>> Start(
+      PsServerOptions options);
   ~PsServer();  // Shutdown()
 
   int port() const { return port_; }

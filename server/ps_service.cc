@@ -356,8 +356,8 @@ class PullStreamReactor : public ByteBidiReactor {
     }
     PullResponse header;
     header.set_request_id(request.request_id());
-    header.set_waited_us(absl::ToInt64Microseconds(
-        service_->context().clock->Now() - start));
+    header.set_waited_us(
+        absl::ToInt64Microseconds(service_->context().clock->Now() - start));
     absl::StatusOr<grpc::ByteBuffer> frame =
         service_->CopyPullFrame(request, &header);
     if (!frame.ok()) {
@@ -638,7 +638,8 @@ absl::Status PsService::DoPush(const PushRequest& request,
   }
   // Parameters read from an earlier process of this shard were replaced by
   // a restore: such gradients are refused, whatever their versions say.
-  const bool restored = request.read_epoch() != 0 && request.read_epoch() != c_.epoch;
+  const bool restored =
+      request.read_epoch() != 0 && request.read_epoch() != c_.epoch;
   absl::StatusOr<ShardStore::PreparedPush> prepared =
       c_.store->PreparePush(request, grads, /*allow_future_versions=*/restored);
   // Sparse rows: validated as a whole, then applied (or refused), before
@@ -694,7 +695,6 @@ PsService::PushStream(grpc::CallbackServerContext* /*ctx*/) {
   return new PushStreamReactor(this);
 }
 
-
 grpc::ServerUnaryReactor* PsService::Status(grpc::CallbackServerContext* ctx,
                                             const grpc::ByteBuffer* in,
                                             grpc::ByteBuffer* out) {
@@ -706,9 +706,9 @@ grpc::ServerUnaryReactor* PsService::Status(grpc::CallbackServerContext* ctx,
       });
 }
 
-grpc::ServerUnaryReactor* PsService::Checkpoint(grpc::CallbackServerContext* ctx,
-                                                const grpc::ByteBuffer* in,
-                                                grpc::ByteBuffer* out) {
+grpc::ServerUnaryReactor* PsService::Checkpoint(
+    grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* in,
+    grpc::ByteBuffer* out) {
   CheckpointRequest request;
   absl::Status s = ParseFromByteBuffer(*in, &request);
   if (!s.ok()) {
@@ -779,8 +779,8 @@ void PsService::FillStatus(StatusResponse* r) {
     max_clock = std::max(max_clock, w.clock);
     min_clock = std::min(min_clock, w.clock);
   }
-  r->set_min_clock(min_clock == std::numeric_limits<int64_t>::max() ? 0
-                                                                    : min_clock);
+  r->set_min_clock(
+      min_clock == std::numeric_limits<int64_t>::max() ? 0 : min_clock);
   r->set_max_clock(max_clock);
   for (const WorkerInfo& w : workers) {
     WorkerStatus* ws = r->add_workers();

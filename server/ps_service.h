@@ -1,12 +1,12 @@
 #ifndef ASYNCPS_SERVER_PS_SERVICE_H_
 #define ASYNCPS_SERVER_PS_SERVICE_H_
 
+#include <grpcpp/support/byte_buffer.h>
+
 #include <cstdint>
 #include <functional>
 #include <memory>
 #include <string>
-
-#include <grpcpp/support/byte_buffer.h>
 
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
@@ -57,11 +57,12 @@ using RawParameterServerService =
                     ParameterServer::WithRawCallbackMethod_Push<
                         ParameterServer::WithRawCallbackMethod_Status<
                             ParameterServer::WithRawCallbackMethod_PullStream<
-                                ParameterServer::WithRawCallbackMethod_PushStream<
-                                    ParameterServer::
-                                        WithRawCallbackMethod_Checkpoint<
-                                            ParameterServer::
-                                                Service>>>>>>>>>;
+                                ParameterServer::
+                                    WithRawCallbackMethod_PushStream<
+                                        ParameterServer::
+                                            WithRawCallbackMethod_Checkpoint<
+                                                ParameterServer::
+                                                    Service>>>>>>>>>;
 
 // The ParameterServer gRPC service of one shard, on gRPC's callback API.
 // Handlers validate input, then work on the store and the worker registry;
@@ -130,8 +131,8 @@ class PsService final : public RawParameterServerService {
   // gradient (grads[i] is the payload of request.grads(i), rows[k] of
   // request.rows(k)) and applies the push once per (worker, incarnation,
   // seq); records it.
-  absl::Status DoPush(const PushRequest& request, absl::Span<const Payload> grads,
-                      PushResponse* response,
+  absl::Status DoPush(const PushRequest& request,
+                      absl::Span<const Payload> grads, PushResponse* response,
                       absl::Span<const Payload> rows = {});
 
   // Validates a pull and admits its caller; *target is the clock the

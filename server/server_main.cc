@@ -36,8 +36,9 @@
 #include "server/runtime_metrics.h"
 
 ABSL_FLAG(std::string, host, "0.0.0.0", "Address to listen on.");
-ABSL_FLAG(int, port, 0, "Port to listen on; 0 picks a free one (logged, "
-                        "and written to --port_file).");
+ABSL_FLAG(int, port, 0,
+          "Port to listen on; 0 picks a free one (logged, "
+          "and written to --port_file).");
 ABSL_FLAG(std::string, port_file, "",
           "If set, the bound port is written to this file once serving.");
 ABSL_FLAG(int64_t, max_message_bytes, asyncps::kMaxMessageBytes,
@@ -134,11 +135,20 @@ absl::StatusOr<uint64_t> ParseByteSize(const std::string& text) {
   uint64_t unit = 1;
   if (!digits.empty()) {
     switch (absl::ascii_toupper(digits.back())) {
-      case 'K': unit = uint64_t{1} << 10; break;
-      case 'M': unit = uint64_t{1} << 20; break;
-      case 'G': unit = uint64_t{1} << 30; break;
-      case 'T': unit = uint64_t{1} << 40; break;
-      default: break;
+      case 'K':
+        unit = uint64_t{1} << 10;
+        break;
+      case 'M':
+        unit = uint64_t{1} << 20;
+        break;
+      case 'G':
+        unit = uint64_t{1} << 30;
+        break;
+      case 'T':
+        unit = uint64_t{1} << 40;
+        break;
+      default:
+        break;
     }
     if (unit != 1) digits.remove_suffix(1);
   }
@@ -179,8 +189,8 @@ absl::StatusOr<PsServerOptions> OptionsFromFlags() {
   }
   o.store.num_shards = absl::GetFlag(FLAGS_num_shards);
   if (o.store.num_shards < 1) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--num_shards must be >= 1, got ", o.store.num_shards));
+    return absl::InvalidArgumentError(
+        absl::StrCat("--num_shards must be >= 1, got ", o.store.num_shards));
   }
   absl::StatusOr<int> index = ResolveIndexFlag(
       "shard_index", absl::GetFlag(FLAGS_shard_index),
@@ -188,9 +198,9 @@ absl::StatusOr<PsServerOptions> OptionsFromFlags() {
   if (!index.ok()) return index.status();
   o.store.shard_index = *index;
   if (o.store.shard_index >= o.store.num_shards) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--shard_index must be in [0, --num_shards=",
-                     o.store.num_shards, "), got ", o.store.shard_index));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--shard_index must be in [0, --num_shards=", o.store.num_shards,
+        "), got ", o.store.shard_index));
   }
   o.store.default_slice_elems = absl::GetFlag(FLAGS_slice_elems);
   if (o.store.default_slice_elems < 1 ||
@@ -221,9 +231,9 @@ absl::StatusOr<PsServerOptions> OptionsFromFlags() {
   }
   o.staleness.max_staleness = absl::GetFlag(FLAGS_max_staleness);
   if (o.staleness.max_staleness < -1) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--max_staleness must be >= 0, or -1 for unbounded; got ",
-        o.staleness.max_staleness));
+    return absl::InvalidArgumentError(
+        absl::StrCat("--max_staleness must be >= 0, or -1 for unbounded; got ",
+                     o.staleness.max_staleness));
   }
   const std::string lr = absl::GetFlag(FLAGS_staleness_lr);
   if (lr != "none" && lr != "inverse") {
@@ -252,9 +262,9 @@ absl::StatusOr<PsServerOptions> OptionsFromFlags() {
   o.store.max_parameter_bytes = *cap;
   o.store.row_ttl_steps = absl::GetFlag(FLAGS_row_ttl_steps);
   if (o.store.row_ttl_steps < 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--row_ttl_steps must be >= 0 (0 = never), got ",
-        o.store.row_ttl_steps));
+    return absl::InvalidArgumentError(
+        absl::StrCat("--row_ttl_steps must be >= 0 (0 = never), got ",
+                     o.store.row_ttl_steps));
   }
   o.checkpoint_dir = absl::GetFlag(FLAGS_checkpoint_dir);
   const int64_t every = absl::GetFlag(FLAGS_checkpoint_every_s);
@@ -270,9 +280,8 @@ absl::StatusOr<PsServerOptions> OptionsFromFlags() {
   o.restore = absl::GetFlag(FLAGS_restore);
   const int health_port = absl::GetFlag(FLAGS_health_port);
   if (health_port < -1 || health_port > 65535) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--health_port must be -1 (off) or in [0, 65535], got ",
-                     health_port));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--health_port must be -1 (off) or in [0, 65535], got ", health_port));
   }
   o.advertise_address = absl::GetFlag(FLAGS_advertise_address);
   std::vector<std::string> warnings;
@@ -280,8 +289,9 @@ absl::StatusOr<PsServerOptions> OptionsFromFlags() {
       SecurityOptionsFromFlags(/*server=*/true, &warnings);
   if (!sec.ok()) return sec.status();
   o.security = *std::move(sec);
-  absl::StatusOr<std::shared_ptr<spdlog::logger>> logger = MakeLogger(
-      absl::StrCat("shard", o.store.shard_index), absl::GetFlag(FLAGS_log_level));
+  absl::StatusOr<std::shared_ptr<spdlog::logger>> logger =
+      MakeLogger(absl::StrCat("shard", o.store.shard_index),
+                 absl::GetFlag(FLAGS_log_level));
   if (!logger.ok()) return logger.status();
   o.logger = *logger;
   for (const std::string& w : warnings) o.logger->warn("{}", w);

@@ -41,7 +41,9 @@ void ShardStats::RecordPullWaitTimeout() {
   pull_wait_timeouts_.fetch_add(1, kRelaxed);
 }
 
-void ShardStats::RecordBadInput() { rejected_bad_input_.fetch_add(1, kRelaxed); }
+void ShardStats::RecordBadInput() {
+  rejected_bad_input_.fetch_add(1, kRelaxed);
+}
 
 void ShardStats::RecordPush(uint64_t bytes_in, bool duplicate,
                             const PushResponse& response) {

@@ -140,9 +140,8 @@ absl::StatusOr<WorkerRegistry::Admission> WorkerRegistry::AdmitLocked(
     a.new_incarnation = true;
     if (w->incarnation == 0) {
       w->clock.store(std::max(ref.clock(), floor));
-      options_.logger->info(
-          "worker {} joined (incarnation {}, clock {})", w->id,
-          Hex(ref.incarnation()), w->clock.load());
+      options_.logger->info("worker {} joined (incarnation {}, clock {})",
+                            w->id, Hex(ref.incarnation()), w->clock.load());
     } else {
       a.previous_clock = current;
       w->retired.push_back(w->incarnation);
@@ -158,8 +157,8 @@ absl::StatusOr<WorkerRegistry::Admission> WorkerRegistry::AdmitLocked(
       options_.logger->info(
           "worker {} restarted: incarnation {} replaces {}; resumes at clock "
           "{} (previous incarnation reached {})",
-          w->id, Hex(ref.incarnation()), Hex(w->incarnation),
-          w->clock.load(), current);
+          w->id, Hex(ref.incarnation()), Hex(w->incarnation), w->clock.load(),
+          current);
     }
     w->incarnation = ref.incarnation();
   }
@@ -194,8 +193,7 @@ absl::Status WorkerRegistry::Leave(const WorkerRef& ref) {
     if (!a.ok()) return a.status();
     w->live.store(false);
     w->left = true;
-    options_.logger->info("worker {} left at clock {}", w->id,
-                          w->clock.load());
+    options_.logger->info("worker {} left at clock {}", w->id, w->clock.load());
   }
   ReleaseWaiters();
   return absl::OkStatus();
@@ -234,8 +232,8 @@ absl::StatusOr<WorkerRegistry::PushClaim> WorkerRegistry::BeginPush(
       // The same push is being applied by another call: wait for it (or for
       // this incarnation to be replaced), then look again.
       const uint64_t incarnation = w->incarnation;
-      auto settled = [w, seq, incarnation]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(
-                         w->mu) {
+      auto settled = [w, seq,
+                      incarnation]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(w->mu) {
         return w->incarnation != incarnation ||
                w->dedup.Check(seq) != DedupWindow::State::kInFlight;
       };
@@ -355,10 +353,8 @@ void WorkerRegistry::ReleaseWaiters() {
 void WorkerRegistry::RunCallbacks(Ready ready, bool on_executor) {
   for (auto& [done, status] : ready) {
     if (on_executor && options_.executor != nullptr) {
-      options_.executor->Run(
-          [done = std::move(done), status = std::move(status)]() {
-            done(status);
-          });
+      options_.executor->Run([done = std::move(done),
+                              status = std::move(status)]() { done(status); });
     } else {
       done(status);
     }
@@ -411,9 +407,9 @@ void WorkerRegistry::BackgroundLoop() {
                  absl::Milliseconds(250));
   for (;;) {
     {
-      const absl::Duration wait = num_waiters_.load() == 0
-                                      ? period
-                                      : std::min(period, absl::Milliseconds(10));
+      const absl::Duration wait =
+          num_waiters_.load() == 0 ? period
+                                   : std::min(period, absl::Milliseconds(10));
       absl::MutexLock l(&thread_mu_);
       thread_mu_.AwaitWithTimeout(absl::Condition(&stop_thread_), wait);
       if (stop_thread_) return;

@@ -246,8 +246,7 @@ class WorkerRegistry {
   // only when this is nonzero.
   std::atomic<int64_t> num_waiters_{0};
 
-  std::atomic<uint64_t> evictions_{0}, fenced_{0}, restarts_{0},
-      cancelled_{0};
+  std::atomic<uint64_t> evictions_{0}, fenced_{0}, restarts_{0}, cancelled_{0};
 
   absl::Mutex thread_mu_;
   bool stop_thread_ ABSL_GUARDED_BY(thread_mu_) = false;

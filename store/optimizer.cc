@@ -91,9 +91,8 @@ struct AdagradRule {
 
 // Adam's bias corrections 1 / (1 - beta^t) for update t (1-based).
 float BiasCorrection(float beta, uint64_t step) {
-  return static_cast<float>(
-      1.0 / (1.0 - std::pow(static_cast<double>(beta),
-                            static_cast<double>(step))));
+  return static_cast<float>(1.0 / (1.0 - std::pow(static_cast<double>(beta),
+                                                  static_cast<double>(step))));
 }
 
 // w -= lr * g
@@ -151,14 +150,14 @@ class Adam : public SliceOptimizer {
              uint64_t step) override {
     const double t = static_cast<double>(step);
     AdamRule rule{w,
-           m_.data(),
-           v_.data(),
-           lr_ * lr_scale,
-           b1_,
-           b2_,
-           eps_,
-           static_cast<float>(1.0 / (1.0 - std::pow(b1_, t))),
-           static_cast<float>(1.0 / (1.0 - std::pow(b2_, t)))};
+                  m_.data(),
+                  v_.data(),
+                  lr_ * lr_scale,
+                  b1_,
+                  b2_,
+                  eps_,
+                  static_cast<float>(1.0 / (1.0 - std::pow(b1_, t))),
+                  static_cast<float>(1.0 / (1.0 - std::pow(b2_, t)))};
     ForEachRun(g, rule);
   }
   size_t state_bytes() const override {
@@ -307,8 +306,13 @@ void RowUpdater::Apply(float* w, float* state, const float* g, float lr_scale,
       return;
     }
     case OPT_ADAM: {
-      AdamRule rule{w,      state, state + n,
-                    lr,     beta1_, beta2_, epsilon_,
+      AdamRule rule{w,
+                    state,
+                    state + n,
+                    lr,
+                    beta1_,
+                    beta2_,
+                    epsilon_,
                     BiasCorrection(beta1_, step),
                     BiasCorrection(beta2_, step)};
       rule.Run<WIRE_F32>(0, bytes, n);

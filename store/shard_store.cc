@@ -127,9 +127,12 @@ bool TensorBytes(const TensorSpec& spec, const TensorLayout& layout,
   const uint32_t last = layout.num_slices() - 1;
   const uint64_t local_slices = LocalSliceCount(
       spec.name(), layout.num_slices(), shard_index, num_shards);
-  uint64_t local_elems = local_slices * static_cast<uint64_t>(layout.slice_elems());
-  if (local_slices > 0 && SliceHome(spec.name(), last, num_shards) == shard_index) {
-    local_elems -= static_cast<uint64_t>(layout.slice_elems() - layout.SliceSize(last));
+  uint64_t local_elems =
+      local_slices * static_cast<uint64_t>(layout.slice_elems());
+  if (local_slices > 0 &&
+      SliceHome(spec.name(), last, num_shards) == shard_index) {
+    local_elems -=
+        static_cast<uint64_t>(layout.slice_elems() - layout.SliceSize(last));
   }
   const uint64_t floats_per_elem = 1 + OptimizerBuffers(spec.optimizer());
   uint64_t values, slices, table;
@@ -223,11 +226,11 @@ absl::StatusOr<std::unique_ptr<ShardStore::Tensor>> ShardStore::MakeTensor(
     absl::MutexLock l(&mu_);
     const uint64_t cap = options_.max_parameter_bytes;
     if (cap > 0 && (bytes > cap || reserved_bytes_ > cap - bytes)) {
-      return absl::ResourceExhaustedError(absl::StrCat(
-          "tensor ", QuoteName(spec.name()), " needs ", bytes,
-          " bytes on shard ", options_.shard_index, ", which holds ",
-          reserved_bytes_, " of its ", cap,
-          " (--max_parameter_bytes); nothing was created"));
+      return absl::ResourceExhaustedError(
+          absl::StrCat("tensor ", QuoteName(spec.name()), " needs ", bytes,
+                       " bytes on shard ", options_.shard_index,
+                       ", which holds ", reserved_bytes_, " of its ", cap,
+                       " (--max_parameter_bytes); nothing was created"));
     }
     reserved_bytes_ += bytes;
   }
@@ -335,10 +338,8 @@ absl::StatusOr<CreateTensorResponse> ShardStore::CreateTensors(
     }
   }
   absl::Status table_check = tables_->CheckStaged(
-      *tables, [this](const std::string& name)
-                   ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-                     return FindTensor(name) != nullptr;
-                   });
+      *tables, [this](const std::string& name) ABSL_EXCLUSIVE_LOCKS_REQUIRED(
+                   mu_) { return FindTensor(name) != nullptr; });
   if (!table_check.ok()) {
     for (const auto& f : fresh) reserved_bytes_ -= f->reserved_bytes;
     return table_check;
@@ -379,15 +380,15 @@ absl::Status ShardStore::Pull(const PullRequest& request,
 
 absl::Status ShardStore::Pull(const PullRequest& request,
                               PullResponse* response) const {
-  return Pull(request, [response](const std::string& tensor, uint32_t slice,
-                                  uint64_t version,
-                                  absl::Span<const float> values) {
-    SliceData* out = response->add_slices();
-    out->set_tensor(tensor);
-    out->set_slice(slice);
-    out->set_version(version);
-    EncodeFloats(values.data(), values.size(), out->mutable_values());
-  });
+  return Pull(
+      request, [response](const std::string& tensor, uint32_t slice,
+                          uint64_t version, absl::Span<const float> values) {
+        SliceData* out = response->add_slices();
+        out->set_tensor(tensor);
+        out->set_slice(slice);
+        out->set_version(version);
+        EncodeFloats(values.data(), values.size(), out->mutable_values());
+      });
 }
 
 absl::Status ShardStore::PullInto(const PullRequest& request,
@@ -437,11 +438,11 @@ absl::StatusOr<ShardStore::Slice*> ShardStore::FindSlice(
   }
   Slice* slice = t->slices[g.slice()].get();
   if (slice == nullptr) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "slice ", g.slice(), " of tensor ", QuoteName(g.tensor()),
-        " lives on shard ",
-        SliceHome(g.tensor(), g.slice(), options_.num_shards), ", not ",
-        options_.shard_index));
+    return absl::InvalidArgumentError(
+        absl::StrCat("slice ", g.slice(), " of tensor ", QuoteName(g.tensor()),
+                     " lives on shard ",
+                     SliceHome(g.tensor(), g.slice(), options_.num_shards),
+                     ", not ", options_.shard_index));
   }
   return slice;
 }
@@ -466,13 +467,14 @@ absl::StatusOr<ShardStore::PreparedPush> ShardStore::PreparePush(
   for (int k = 0; k < request.grads_size(); ++k) {
     const SliceGradient& g = request.grads(k);
     const Payload& payload = grads[k];
-    if (t == nullptr || g.tensor() != t->spec.name()) t = FindTensor(g.tensor());
+    if (t == nullptr || g.tensor() != t->spec.name())
+      t = FindTensor(g.tensor());
     absl::StatusOr<Slice*> slice = FindSlice(t, g);
     if (!slice.ok()) return slice.status();
     if (!seen.insert(*slice).second) {
       return absl::InvalidArgumentError(
-          absl::StrCat("slice ", g.slice(), " of tensor ", QuoteName(g.tensor()),
-                       " appears twice in one push"));
+          absl::StrCat("slice ", g.slice(), " of tensor ",
+                       QuoteName(g.tensor()), " appears twice in one push"));
     }
     const uint64_t expected =
         static_cast<uint64_t>((*slice)->size()) * WireBytes(payload.dtype());
@@ -491,9 +493,9 @@ absl::StatusOr<ShardStore::PreparedPush> ShardStore::PreparePush(
           " is newer than the slice (version ", version, ")"));
     }
     if (!AllFinite(payload)) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("slice ", g.slice(), " of tensor ", QuoteName(g.tensor()),
-                       ": gradient contains NaN or Inf"));
+      return absl::InvalidArgumentError(absl::StrCat(
+          "slice ", g.slice(), " of tensor ", QuoteName(g.tensor()),
+          ": gradient contains NaN or Inf"));
     }
     out.slices_.push_back(*slice);
   }
@@ -599,22 +601,22 @@ absl::Status ShardStore::RestoreSlice(
   }
   const size_t bytes = slice->size() * sizeof(float);
   if (values.size() != bytes) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("slice ", index, " of tensor ", QuoteName(tensor),
-                     " holds ", bytes, " bytes of values; got ", values.size()));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "slice ", index, " of tensor ", QuoteName(tensor), " holds ", bytes,
+        " bytes of values; got ", values.size()));
   }
   if (optimizer_state.size() != static_cast<size_t>(buffers)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "slice ", index, " of tensor ", QuoteName(tensor),
-        ": its optimizer keeps ", buffers, " state buffers; got ",
-        optimizer_state.size()));
+    return absl::InvalidArgumentError(
+        absl::StrCat("slice ", index, " of tensor ", QuoteName(tensor),
+                     ": its optimizer keeps ", buffers, " state buffers; got ",
+                     optimizer_state.size()));
   }
   for (size_t i = 0; i < optimizer_state.size(); ++i) {
     if (optimizer_state[i].size() != bytes) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "slice ", index, " of tensor ", QuoteName(tensor),
-          ": optimizer state ", i, " must hold ", bytes, " bytes; got ",
-          optimizer_state[i].size()));
+      return absl::InvalidArgumentError(
+          absl::StrCat("slice ", index, " of tensor ", QuoteName(tensor),
+                       ": optimizer state ", i, " must hold ", bytes,
+                       " bytes; got ", optimizer_state[i].size()));
     }
   }
   slice->Import(version, values, optimizer_state);

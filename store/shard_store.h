@@ -89,9 +89,9 @@ class ShardStore {
   // Receives one slice of a pull: tensor name, slice index, version and
   // values. Called under the slice's lock (the values are only valid during
   // the call), so it must copy and return without blocking.
-  using SliceSink = absl::FunctionRef<void(const std::string& tensor,
-                                           uint32_t slice, uint64_t version,
-                                           absl::Span<const float> values)>;
+  using SliceSink =
+      absl::FunctionRef<void(const std::string& tensor, uint32_t slice,
+                             uint64_t version, absl::Span<const float> values)>;
 
   // Hands every local slice of the requested tensors to `sink`, tensor by
   // tensor in request order, slices in index order. NOT_FOUND (and nothing
@@ -168,9 +168,10 @@ class ShardStore {
   // little-endian float32 bytes. INVALID_ARGUMENT (naming the slice) unless
   // the tensor exists, the slice lives here, and the values and the state
   // buffers (as many as the tensor's optimizer keeps) have the slice's size.
-  absl::Status RestoreSlice(absl::string_view tensor, uint32_t index,
-                            uint64_t version, absl::string_view values,
-                            absl::Span<const absl::string_view> optimizer_state);
+  absl::Status RestoreSlice(
+      absl::string_view tensor, uint32_t index, uint64_t version,
+      absl::string_view values,
+      absl::Span<const absl::string_view> optimizer_state);
 
  private:
   class Slice;

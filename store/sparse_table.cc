@@ -247,8 +247,8 @@ uint64_t SparseTable::CreateMissing(Partition& p, int k,
 
 void SparseTable::CopyOut(const Partition& p, int k,
                           absl::Span<const uint64_t> ids, const Batch& batch,
-                          int64_t clock, bool touch, WireDtype dtype,
-                          char* out, uint64_t* versions) const {
+                          int64_t clock, bool touch, WireDtype dtype, char* out,
+                          uint64_t* versions) const {
   const size_t row_wire = static_cast<size_t>(dim_) * WireBytes(dtype);
   std::vector<float> initial;
   for (uint32_t j = batch.begin[k]; j < batch.begin[k + 1]; ++j) {

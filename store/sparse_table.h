@@ -124,8 +124,8 @@ class SparseTable {
                 WireDtype dtype, char* out, uint64_t* versions);
   // The same without creating or marking anything: a missing row is
   // answered with its initial values and version 0. Needs no reservation.
-  void Peek(absl::Span<const uint64_t> ids, const Batch& batch,
-            WireDtype dtype, char* out, uint64_t* versions) const;
+  void Peek(absl::Span<const uint64_t> ids, const Batch& batch, WireDtype dtype,
+            char* out, uint64_t* versions) const;
 
   // Applies one push's gradients (grads: ids.size() x dim() floats, all
   // finite; modified in place where duplicates are summed). read_versions

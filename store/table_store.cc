@@ -252,8 +252,8 @@ absl::Status TableStore::Pull(
       t->Peek(IdSpan(in.ids()), batches[k], dtype, values, versions);
       continue;
     }
-    const uint64_t created = t->Read(IdSpan(in.ids()), &batches[k], clock,
-                                     dtype, values, versions);
+    const uint64_t created =
+        t->Read(IdSpan(in.ids()), &batches[k], clock, dtype, values, versions);
     reservation.Keep(created * t->row_bytes());
   }
   return absl::OkStatus();

@@ -1,10 +1,12 @@
 #include "tools/shard_query.h"
 
+#include <functional>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "absl/synchronization/blocking_counter.h"
+#include "client/fanout.h"
 #include "common/grpc_status.h"
+#include "common/logging.h"
 #include "common/net.h"
 #include "proto/grpc_health_v1.grpc.pb.h"
 
@@ -12,33 +14,92 @@ namespace asyncps {
 
 namespace {
 
-// Issues `call(stub, ctx, request, response, done)` on every shard at once
-// and waits for all of them; each call has its own deadline, so the wait is
-// bounded by `timeout` (plus scheduling).
-template <typename Request, typename Response, typename Stub, typename Call>
-std::vector<std::pair<grpc::Status, Response>> FanOut(
-    const std::vector<std::unique_ptr<Stub>>& stubs, absl::Duration timeout,
-    Call call) {
-  const size_t n = stubs.size();
-  std::vector<grpc::ClientContext> contexts(n);
-  std::vector<Request> requests(n);
-  std::vector<std::pair<grpc::Status, Response>> results(n);
-  absl::BlockingCounter pending(static_cast<int>(n));
-  const auto deadline = absl::ToChronoTime(absl::Now() + timeout);
-  for (size_t i = 0; i < n; ++i) {
-    contexts[i].set_deadline(deadline);
-    call(stubs[i].get(), &contexts[i], &requests[i], &results[i].second,
-         [&results, &pending, i](grpc::Status s) {
-           results[i].first = std::move(s);
-           pending.DecrementCount();
-         });
+// A second attempt catches calls that die with their connection (a shard
+// restarting, a connection dropped); a shard that is down fails both
+// attempts at once (its channel is in backoff), so psctl still answers
+// promptly.
+constexpr int kAttempts = 2;
+
+// One shard's answer: the final outcome and, when it failed, the error of
+// its last attempt (what psctl shows, without the engine's annotations).
+template <typename Response>
+struct Answer {
+  absl::Status status;
+  std::string error;  // "CODE: message" when !status.ok()
+  Response response;
+};
+
+// Starts one RPC attempt: issue(shard, ctx, response, done).
+template <typename Response>
+using Issue =
+    std::function<void(int shard, grpc::ClientContext* ctx, Response* response,
+                       std::function<void(grpc::Status)> done)>;
+
+// Runs `issue` on every shard at once through a FanOut that lets every shard
+// run to its own end, and waits for all of them. Every call, retries
+// included, ends within `timeout`.
+template <typename Response>
+std::vector<Answer<Response>> Ask(const char* method,
+                                  const std::vector<std::string>& addresses,
+                                  absl::Duration timeout,
+                                  const Issue<Response>& issue) {
+  const int n = static_cast<int>(addresses.size());
+  std::vector<Answer<Response>> answers(n);
+  // Errors of the last attempt, written by attempts on gRPC's threads
+  // before they report done (FanOut's lock orders them before WaitAll's
+  // return).
+  std::vector<absl::Status> last(n);
+  std::vector<FanOut::Call> calls;
+  for (int s = 0; s < n; ++s) {
+    FanOut::Call call;
+    call.shard = s;
+    call.start = [s, &answers, &last, &issue](grpc::ClientContext* ctx,
+                                              FanOut::Done done) {
+      answers[s].response.Clear();
+      issue(s, ctx, &answers[s].response,
+            [s, &last, done = std::move(done)](grpc::Status st) {
+              last[s] = FromGrpcStatus(st);
+              done(last[s]);
+            });
+    };
+    calls.push_back(std::move(call));
   }
-  pending.Wait();
-  return results;
+  FanOutEnv env;
+  env.logger = NullLogger();  // psctl reports failures itself
+  env.shard_name = [&addresses](int shard) {
+    return absl::StrCat("shard ", shard, " (", addresses[shard], ")");
+  };
+  RetryPolicy policy;
+  policy.call_deadline = timeout;
+  policy.attempt_timeout = timeout;
+  policy.initial_backoff = absl::Milliseconds(100);
+  policy.max_backoff = absl::Milliseconds(100);
+  policy.report_every = absl::InfiniteDuration();
+  policy.max_attempts = kAttempts;
+  FanOut fanout(std::move(env), method, policy, /*stop_on_error=*/false);
+  fanout.Start(std::move(calls));
+  const std::vector<absl::Status> results = fanout.WaitAll();
+  for (int s = 0; s < n; ++s) {
+    answers[s].status = results[s];
+    if (!results[s].ok()) {
+      answers[s].error = (last[s].ok() ? results[s] : last[s]).ToString();
+    }
+  }
+  return answers;
 }
 
-std::string ErrorText(const grpc::Status& s) {
-  return FromGrpcStatus(s).ToString();
+// One result per shard, in address order: index and address, then the
+// answer's part through set(result, answer).
+template <typename Result, typename Response, typename Set>
+std::vector<Result> Collect(const std::vector<std::string>& addresses,
+                            std::vector<Answer<Response>>& answers, Set set) {
+  std::vector<Result> out(addresses.size());
+  for (size_t i = 0; i < out.size(); ++i) {
+    out[i].index = static_cast<int>(i);
+    out[i].address = addresses[i];
+    set(out[i], answers[i]);
+  }
+  return out;
 }
 
 }  // namespace
@@ -55,69 +116,64 @@ ShardQuery::ShardQuery(std::vector<std::string> addresses,
 ShardQuery::~ShardQuery() = default;
 
 std::vector<ShardResult> ShardQuery::Status(absl::Duration timeout) {
-  auto answers = FanOut<StatusRequest, StatusResponse>(
-      stubs_, timeout,
-      [](ParameterServer::Stub* stub, grpc::ClientContext* ctx,
-         const StatusRequest* req, StatusResponse* resp,
-         std::function<void(grpc::Status)> done) {
-        stub->async()->Status(ctx, req, resp, std::move(done));
+  const StatusRequest request;
+  auto answers = Ask<StatusResponse>(
+      "Status", addresses_, timeout,
+      [this, &request](int s, grpc::ClientContext* ctx, StatusResponse* resp,
+                       std::function<void(grpc::Status)> done) {
+        stubs_[s]->async()->Status(ctx, &request, resp, std::move(done));
       });
-  std::vector<ShardResult> out(addresses_.size());
-  for (size_t i = 0; i < out.size(); ++i) {
-    out[i].index = static_cast<int>(i);
-    out[i].address = addresses_[i];
-    out[i].up = answers[i].first.ok();
-    if (out[i].up) {
-      out[i].status = std::move(answers[i].second);
-    } else {
-      out[i].error = ErrorText(answers[i].first);
-    }
-  }
-  return out;
+  return Collect<ShardResult>(addresses_, answers,
+                              [](ShardResult& r, Answer<StatusResponse>& a) {
+                                r.up = a.status.ok();
+                                if (r.up) {
+                                  r.status = std::move(a.response);
+                                } else {
+                                  r.error = a.error;
+                                }
+                              });
 }
 
 std::vector<TensorListResult> ShardQuery::ListTensors(absl::Duration timeout) {
-  auto answers = FanOut<ListTensorsRequest, ListTensorsResponse>(
-      stubs_, timeout,
-      [](ParameterServer::Stub* stub, grpc::ClientContext* ctx,
-         const ListTensorsRequest* req, ListTensorsResponse* resp,
-         std::function<void(grpc::Status)> done) {
-        stub->async()->ListTensors(ctx, req, resp, std::move(done));
+  const ListTensorsRequest request;
+  auto answers = Ask<ListTensorsResponse>(
+      "ListTensors", addresses_, timeout,
+      [this, &request](int s, grpc::ClientContext* ctx,
+                       ListTensorsResponse* resp,
+                       std::function<void(grpc::Status)> done) {
+        stubs_[s]->async()->ListTensors(ctx, &request, resp, std::move(done));
       });
-  std::vector<TensorListResult> out(addresses_.size());
-  for (size_t i = 0; i < out.size(); ++i) {
-    out[i].index = static_cast<int>(i);
-    out[i].address = addresses_[i];
-    out[i].up = answers[i].first.ok();
-    if (out[i].up) {
-      out[i].tensors = std::move(answers[i].second);
-    } else {
-      out[i].error = ErrorText(answers[i].first);
-    }
-  }
-  return out;
+  return Collect<TensorListResult>(
+      addresses_, answers,
+      [](TensorListResult& r, Answer<ListTensorsResponse>& a) {
+        r.up = a.status.ok();
+        if (r.up) {
+          r.tensors = std::move(a.response);
+        } else {
+          r.error = a.error;
+        }
+      });
 }
 
 std::vector<CheckpointResult> ShardQuery::Checkpoint(absl::Duration timeout) {
-  auto answers = FanOut<CheckpointRequest, CheckpointResponse>(
-      stubs_, timeout,
-      [](ParameterServer::Stub* stub, grpc::ClientContext* ctx,
-         const CheckpointRequest* req, CheckpointResponse* resp,
-         std::function<void(grpc::Status)> done) {
-        stub->async()->Checkpoint(ctx, req, resp, std::move(done));
+  const CheckpointRequest request;
+  auto answers = Ask<CheckpointResponse>(
+      "Checkpoint", addresses_, timeout,
+      [this, &request](int s, grpc::ClientContext* ctx,
+                       CheckpointResponse* resp,
+                       std::function<void(grpc::Status)> done) {
+        stubs_[s]->async()->Checkpoint(ctx, &request, resp, std::move(done));
       });
-  std::vector<CheckpointResult> out(addresses_.size());
-  for (size_t i = 0; i < out.size(); ++i) {
-    out[i].index = static_cast<int>(i);
-    out[i].address = addresses_[i];
-    out[i].ok = answers[i].first.ok();
-    if (out[i].ok) {
-      out[i].checkpoint = std::move(*answers[i].second.mutable_checkpoint());
-    } else {
-      out[i].error = ErrorText(answers[i].first);
-    }
-  }
-  return out;
+  return Collect<CheckpointResult>(
+      addresses_, answers,
+      [](CheckpointResult& r, Answer<CheckpointResponse>& a) {
+        r.ok = a.status.ok();
+        if (r.ok) {
+          r.checkpoint = std::move(*a.response.mutable_checkpoint());
+        } else {
+          r.error = a.error;
+        }
+      });
 }
 
 std::vector<HealthResult> ShardQuery::Health(absl::Duration timeout,
@@ -128,27 +184,25 @@ std::vector<HealthResult> ShardQuery::Health(absl::Duration timeout,
   for (const auto& channel : channels_) {
     stubs.push_back(grpc::health::v1::Health::NewStub(channel));
   }
-  auto answers = FanOut<HealthCheckRequest, HealthCheckResponse>(
-      stubs, timeout,
-      [&service](grpc::health::v1::Health::Stub* stub, grpc::ClientContext* ctx,
-                 HealthCheckRequest* req, HealthCheckResponse* resp,
-                 std::function<void(grpc::Status)> done) {
-        req->set_service(service);
-        stub->async()->Check(ctx, req, resp, std::move(done));
+  HealthCheckRequest request;
+  request.set_service(service);
+  auto answers = Ask<HealthCheckResponse>(
+      "Check", addresses_, timeout,
+      [&stubs, &request](int s, grpc::ClientContext* ctx,
+                         HealthCheckResponse* resp,
+                         std::function<void(grpc::Status)> done) {
+        stubs[s]->async()->Check(ctx, &request, resp, std::move(done));
       });
-  std::vector<HealthResult> out(addresses_.size());
-  for (size_t i = 0; i < out.size(); ++i) {
-    out[i].index = static_cast<int>(i);
-    out[i].address = addresses_[i];
-    out[i].answered = answers[i].first.ok();
-    if (out[i].answered) {
-      out[i].status =
-          HealthCheckResponse::ServingStatus_Name(answers[i].second.status());
-    } else {
-      out[i].error = ErrorText(answers[i].first);
-    }
-  }
-  return out;
+  return Collect<HealthResult>(
+      addresses_, answers, [](HealthResult& r, Answer<HealthCheckResponse>& a) {
+        r.answered = a.status.ok();
+        if (r.answered) {
+          r.status =
+              HealthCheckResponse::ServingStatus_Name(a.response.status());
+        } else {
+          r.error = a.error;
+        }
+      });
 }
 
 }  // namespace asyncps

@@ -39,9 +39,12 @@ struct HealthResult {
   std::string error;   // when !answered: "CODE: message"
 };
 
-// Asks every shard of a cluster, concurrently, with a deadline on each call.
-// A shard that does not answer in time (or at all) is reported down with
-// the gRPC error; nothing here fails as a whole.
+// Asks every shard of a cluster, concurrently, through the retry engine of
+// the client (client/fanout.h): each shard is tried again once, shortly
+// after, when its attempt fails in a way a retry can cure (UNAVAILABLE: a
+// connection lost mid-call, a shard restarting), and every call ends within
+// its timeout. A shard that does not answer in time (or at all) is reported
+// down with its last gRPC error; nothing here fails as a whole.
 //
 // Thread-compatible: one caller at a time. Channels are opened once and
 // reused across calls (psctl --watch).

@@ -37,7 +37,8 @@ class LocalStore : public ParameterStore {
                        absl::Duration) override {
     for (const std::string& n : names) {
       if (!layouts_.contains(n)) {
-        return absl::NotFoundError(absl::StrCat("unknown tensor ", QuoteName(n)));
+        return absl::NotFoundError(
+            absl::StrCat("unknown tensor ", QuoteName(n)));
       }
     }
     return absl::OkStatus();
@@ -56,7 +57,8 @@ class LocalStore : public ParameterStore {
       auto it = layouts_.find(name);
       if (it == layouts_.end()) {
         return std::make_unique<DonePull>(
-            absl::NotFoundError(absl::StrCat("unknown tensor ", QuoteName(name))),
+            absl::NotFoundError(
+                absl::StrCat("unknown tensor ", QuoteName(name))),
             ReadSet());
       }
       if (out == nullptr || !dest.emplace(name, out).second) {
@@ -86,9 +88,9 @@ class LocalStore : public ParameterStore {
     for (const auto& [name, g] : grads) {
       auto it = layouts_.find(name);
       if (it == layouts_.end() || g == nullptr) {
-        return std::make_unique<DonePush>(absl::InvalidArgumentError(
-            absl::StrCat("Push: unknown tensor or null gradient: ",
-                         QuoteName(name))));
+        return std::make_unique<DonePush>(
+            absl::InvalidArgumentError(absl::StrCat(
+                "Push: unknown tensor or null gradient: ", QuoteName(name))));
       }
       const TensorLayout& layout = it->second;
       auto versions = read.versions.find(name);

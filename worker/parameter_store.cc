@@ -51,8 +51,7 @@ class RemoteStore : public ParameterStore {
       int64_t clock,
       const std::vector<std::pair<std::string, const float*>>& grads,
       const ReadSet& read) override {
-    return std::make_unique<RemotePush>(
-        client_->StartPush(clock, grads, read));
+    return std::make_unique<RemotePush>(client_->StartPush(clock, grads, read));
   }
   absl::Status Heartbeat(int64_t clock, bool leaving) override {
     return client_->Heartbeat(clock, leaving);

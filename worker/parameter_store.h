@@ -63,7 +63,8 @@ class ParameterStore {
 };
 
 // The cluster, through a PsClient.
-std::unique_ptr<ParameterStore> MakeRemoteStore(std::unique_ptr<PsClient> client);
+std::unique_ptr<ParameterStore> MakeRemoteStore(
+    std::unique_ptr<PsClient> client);
 
 }  // namespace asyncps
 

@@ -149,9 +149,9 @@ class Run {
     if (!share.ok()) return share.status();
     share_ = *share;
     if (share_.size() == 0) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "worker ", o_.worker_id, " of ", o_.num_workers,
-          " has no training examples"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("worker ", o_.worker_id, " of ", o_.num_workers,
+                       " has no training examples"));
     }
     steps_per_epoch_ = (share_.size() + o_.batch_size - 1) / o_.batch_size;
     total_steps_ =
@@ -196,11 +196,9 @@ class Run {
       o_.logger->info(
           "resuming at step {} of {} (clock {}): an earlier process of worker "
           "{} reached clock {}",
-          steps_done_, total_steps_, clock_, o_.worker_id,
-          reg->previous_clock);
+          steps_done_, total_steps_, clock_, o_.worker_id, reg->previous_clock);
     } else if (clock_ > 0) {
-      o_.logger->info("joining at clock {}, the slowest live worker's",
-                      clock_);
+      o_.logger->info("joining at clock {}, the slowest live worker's", clock_);
     }
     if (o_.evaluate && !o_.eval_csv.empty()) {
       csv_.open(o_.eval_csv, std::ios::trunc);
@@ -232,7 +230,8 @@ class Run {
       order_ = EpochOrder(share_, o_.seed, o_.worker_id, epoch);
       order_epoch_ = epoch;
     }
-    const size_t at = static_cast<size_t>(step % steps_per_epoch_) * o_.batch_size;
+    const size_t at =
+        static_cast<size_t>(step % steps_per_epoch_) * o_.batch_size;
     const int batch =
         static_cast<int>(std::min<size_t>(o_.batch_size, order_.size() - at));
     for (int i = 0; i < batch; ++i) {
@@ -278,8 +277,7 @@ class Run {
         const bool last = j + 1 == round;
         if (last && o_.pipeline && steps_done_ + 1 < total_steps_) {
           // The next round's parameters, read while this step computes.
-          pull = store_->StartPull(clock_, clock_ + 1,
-                                   params_[1 - cur]->named);
+          pull = store_->StartPull(clock_, clock_ + 1, params_[1 - cur]->named);
         }
         const int batch = Batch(steps_done_, x.data(), y.data());
         s = ComputeStep(params, grads, j, round, x.data(), y.data(), batch);
@@ -313,8 +311,8 @@ class Run {
                            int64_t round, const float* x, const int32_t* y,
                            int batch) {
     TensorSet& out = o_.push_every == 1 ? grads : *step_grads_;
-    absl::StatusOr<SoftmaxXentResult> r = mlp_->ComputeGradients(
-        params.ptrs, x, y, batch, out.mutable_ptrs);
+    absl::StatusOr<SoftmaxXentResult> r =
+        mlp_->ComputeGradients(params.ptrs, x, y, batch, out.mutable_ptrs);
     if (!r.ok()) return r.status();
     window_loss_ += r->mean_loss;
     window_correct_ += r->correct;
@@ -340,9 +338,8 @@ class Run {
     if (o_.straggler_delay > absl::ZeroDuration()) {
       absl::SleepFor(o_.straggler_delay);
     }
-    if (o_.delay_spike_prob > 0 &&
-        std::uniform_real_distribution<double>(0, 1)(spike_rng_) <
-            o_.delay_spike_prob) {
+    if (o_.delay_spike_prob > 0 && std::uniform_real_distribution<double>(0, 1)(
+                                       spike_rng_) < o_.delay_spike_prob) {
       absl::SleepFor(o_.delay_spike);
     }
   }
@@ -359,8 +356,10 @@ class Run {
     staleness_count_ += n;
     window_staleness_sum_ += push->mean_staleness * n;
     window_staleness_count_ += n;
-    result_.max_staleness = std::max(result_.max_staleness, push->max_staleness);
-    window_max_staleness_ = std::max(window_max_staleness_, push->max_staleness);
+    result_.max_staleness =
+        std::max(result_.max_staleness, push->max_staleness);
+    window_max_staleness_ =
+        std::max(window_max_staleness_, push->max_staleness);
     return absl::OkStatus();
   }
 
@@ -406,8 +405,9 @@ class Run {
         static_cast<double>(window_correct_) /
             std::max<int64_t>(window_examples_, 1),
         window_examples_ / dt,
-        window_staleness_count_ ? window_staleness_sum_ / window_staleness_count_
-                                : 0.0,
+        window_staleness_count_
+            ? window_staleness_sum_ / window_staleness_count_
+            : 0.0,
         static_cast<unsigned long>(window_max_staleness_),
         static_cast<long>(result_.refused_slices),
         FormatEta(rate > 0 ? left / rate : -1).c_str());

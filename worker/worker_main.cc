@@ -10,11 +10,11 @@
 
 #include <atomic>
 #include <cmath>
-#include <thread>
 #include <cstdio>
 #include <limits>
 #include <optional>
 #include <string>
+#include <thread>
 
 #include "absl/flags/flag.h"
 #include "absl/random/random.h"
@@ -22,6 +22,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "client/ps_client.h"
 #include "common/cli.h"
 #include "common/connection_check.h"
 #include "common/identity.h"
@@ -31,12 +32,11 @@
 #include "common/security_flags.h"
 #include "common/version.h"
 #include "kernels/backend.h"
+#include "worker/ctr_trainer.h"
 #include "worker/idx_reader.h"
+#include "worker/local_store.h"
 #include "worker/mlp.h"
 #include "worker/parameter_store.h"
-#include "client/ps_client.h"
-#include "worker/ctr_trainer.h"
-#include "worker/local_store.h"
 #include "worker/row_store.h"
 #include "worker/trainer.h"
 
@@ -143,20 +143,21 @@ int Fail(const std::string& message) {
 
 absl::StatusOr<TrainerOptions> TrainerOptionsFromFlags() {
   TrainerOptions o;
-  o.num_workers = absl::GetFlag(FLAGS_local) ? 1 : absl::GetFlag(FLAGS_num_workers);
-  absl::StatusOr<int> worker_id = ResolveIndexFlag(
-      "worker_id", absl::GetFlag(FLAGS_worker_id),
-      AutoIndexSource::kJobCompletionIndex, std::nullopt,
-      ProcessEnvironment("JOB_COMPLETION_INDEX"));
+  o.num_workers =
+      absl::GetFlag(FLAGS_local) ? 1 : absl::GetFlag(FLAGS_num_workers);
+  absl::StatusOr<int> worker_id =
+      ResolveIndexFlag("worker_id", absl::GetFlag(FLAGS_worker_id),
+                       AutoIndexSource::kJobCompletionIndex, std::nullopt,
+                       ProcessEnvironment("JOB_COMPLETION_INDEX"));
   if (!worker_id.ok()) return worker_id.status();
   o.worker_id = absl::GetFlag(FLAGS_local) ? 0 : *worker_id;
   if (o.num_workers < 1) {
     return absl::InvalidArgumentError("--num_workers must be >= 1");
   }
   if (o.worker_id < 0 || o.worker_id >= o.num_workers) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--worker_id must be in [0, --num_workers=", o.num_workers, "), got ",
-        o.worker_id));
+    return absl::InvalidArgumentError(
+        absl::StrCat("--worker_id must be in [0, --num_workers=", o.num_workers,
+                     "), got ", o.worker_id));
   }
   absl::StatusOr<std::vector<int>> layers = ParseLayerSizes(
       absl::GetFlag(FLAGS_hidden), 28 * 28, kFashionMnistClasses);
@@ -172,7 +173,8 @@ absl::StatusOr<TrainerOptions> TrainerOptionsFromFlags() {
   o.epochs = absl::GetFlag(FLAGS_epochs);
   if (o.epochs < 1) return absl::InvalidArgumentError("--epochs must be >= 1");
   o.max_steps = absl::GetFlag(FLAGS_steps);
-  if (o.max_steps < 0) return absl::InvalidArgumentError("--steps must be >= 0");
+  if (o.max_steps < 0)
+    return absl::InvalidArgumentError("--steps must be >= 0");
   if (o.max_steps > 0) o.epochs = std::numeric_limits<int64_t>::max();
   const std::string opt = absl::GetFlag(FLAGS_optimizer);
   const double lr = absl::GetFlag(FLAGS_lr);
@@ -206,8 +208,7 @@ absl::StatusOr<TrainerOptions> TrainerOptionsFromFlags() {
   } else if (eval == "true" || eval == "false") {
     o.evaluate = eval == "true";
   } else {
-    return absl::InvalidArgumentError(
-        "--evaluate must be auto, true or false");
+    return absl::InvalidArgumentError("--evaluate must be auto, true or false");
   }
   o.eval_every_steps = absl::GetFlag(FLAGS_eval_every_steps);
   o.log_every_steps = absl::GetFlag(FLAGS_log_every_steps);
@@ -274,9 +275,8 @@ absl::StatusOr<OptimizerSpec> OptimizerByName(const std::string& name,
     o.set_epsilon(1e-8f);
     o.set_initial_accumulator(0.1f);
   } else {
-    return absl::InvalidArgumentError(
-        absl::StrCat(flag, " must be sgd, momentum, adagrad or adam, got '",
-                     name, "'"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        flag, " must be sgd, momentum, adagrad or adam, got '", name, "'"));
   }
   return o;
 }
@@ -312,10 +312,9 @@ absl::StatusOr<CtrTrainerOptions> CtrOptionsFromFlags(
       cl.IsSet("lr") ? absl::GetFlag(FLAGS_lr) : 0.001, "--optimizer", "--lr");
   if (!dense.ok()) return dense.status();
   o.dense_optimizer = *dense;
-  absl::StatusOr<OptimizerSpec> table =
-      OptimizerByName(absl::GetFlag(FLAGS_table_optimizer),
-                      absl::GetFlag(FLAGS_table_lr), "--table_optimizer",
-                      "--table_lr");
+  absl::StatusOr<OptimizerSpec> table = OptimizerByName(
+      absl::GetFlag(FLAGS_table_optimizer), absl::GetFlag(FLAGS_table_lr),
+      "--table_optimizer", "--table_lr");
   if (!table.ok()) return table.status();
   o.table_optimizer = *table;
   o.train_examples = absl::GetFlag(FLAGS_ctr_train_examples);
@@ -348,9 +347,8 @@ absl::StatusOr<CtrTrainerOptions> CtrOptionsFromFlags(
   o.data.dense_features = absl::GetFlag(FLAGS_ctr_dense_features);
   absl::Status s = ValidateCtrData(o.data);
   if (!s.ok()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--ctr_vocab/--ctr_zipf/--ctr_dense_features: ",
-                     s.message()));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--ctr_vocab/--ctr_zipf/--ctr_dense_features: ", s.message()));
   }
   return o;
 }
@@ -507,8 +505,7 @@ int Main(int argc, char** argv) {
     absl::StatusOr<std::unique_ptr<PsClient>> client =
         PsClient::Connect(std::move(c));
     if (!client.ok()) return Fail(client.status().ToString());
-    absl::Status up =
-        (*client)->WaitForShards(absl::Seconds(wait_for_shards));
+    absl::Status up = (*client)->WaitForShards(absl::Seconds(wait_for_shards));
     if (!up.ok()) {
       (*logger)->error("{}", up.ToString());
       ExplainUnavailable(absl::UnavailableError(up.message()), *security,

@@ -14,8 +14,8 @@
 #include "absl/flags/parse.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/time.h"
-#include "common/net.h"
 #include "client/ps_client.h"
+#include "common/net.h"
 
 ABSL_FLAG(std::string, servers, "", "shard addresses h:p,h:p");
 ABSL_FLAG(std::string, tensor, "bench", "name of the existing tensor");

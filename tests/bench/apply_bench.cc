@@ -42,8 +42,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
-#include "common/payload.h"
 #include "common/net.h"
+#include "common/payload.h"
 #include "proto/asyncps.pb.h"
 #include "store/shard_store.h"
 
@@ -154,7 +154,7 @@ std::pair<int64_t, int64_t> Part(int64_t n, int t, int threads) {
   return {n * t / threads, n * (t + 1) / threads};
 }
 
-// The bare loops: the same arithmetic as server/optimizer.cc over flat
+// The bare loops: the same arithmetic as store/optimizer.cc over flat
 // arrays (compiled with the same -O3).
 struct RawArrays {
   explicit RawArrays(int64_t n)
@@ -338,8 +338,7 @@ int Main() {
         const auto [b, e] = Part(static_cast<int64_t>(pushes.size()), t, n);
         for (int64_t k = b; k < e; ++k) {
           const Clock::time_point v0 = Clock::now();
-          const std::vector<Payload> grads =
-              ShardStore::PayloadsOf(pushes[k]);
+          const std::vector<Payload> grads = ShardStore::PayloadsOf(pushes[k]);
           absl::StatusOr<ShardStore::PreparedPush> prepared =
               store->PreparePush(pushes[k], grads);
           if (t == 0) validate_s += Seconds(v0, Clock::now());

@@ -34,8 +34,8 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "server/checkpoint.h"
-#include "tests/testing/store_helpers.h"
 #include "store/shard_store.h"
+#include "tests/testing/store_helpers.h"
 
 ABSL_FLAG(std::string, dir, "",
           "Directory for the files ($TEST_TMPDIR or "
@@ -118,7 +118,8 @@ void Run(const std::string& name, const std::string& opt,
   uint64_t bytes = 0;
   int32_t slices = 0;
   for (int r = 0; r < reps; ++r) {
-    absl::StatusOr<CheckpointInfo> info = testing::WriteStoreCheckpoint(*store, dir);
+    absl::StatusOr<CheckpointInfo> info =
+        testing::WriteStoreCheckpoint(*store, dir);
     if (!info.ok()) {
       std::fprintf(stderr, "%s\n", info.status().ToString().c_str());
       std::exit(1);

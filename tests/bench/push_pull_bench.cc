@@ -314,8 +314,8 @@ int ClientMain() {
           pulls.pop_front();
           moved += bytes;
         }
-        pulls.push_back((*client)->StartPull(
-            0, 0, {{name, bufs[k % inflight].data()}}));
+        pulls.push_back(
+            (*client)->StartPull(0, 0, {{name, bufs[k % inflight].data()}}));
       }
     }
     for (auto& p : pushes) {
@@ -380,7 +380,8 @@ absl::StatusOr<Figure> RunClients(const std::string& impl,
   std::vector<std::string> addresses;
   for (const Server& s : servers) addresses.push_back(s.address);
   double server_cpu0 = 0;
-  for (const Server& s : servers) server_cpu0 += ProcessCpuSeconds(s.process->pid());
+  for (const Server& s : servers)
+    server_cpu0 += ProcessCpuSeconds(s.process->pid());
   std::vector<std::unique_ptr<testing::Subprocess>> procs;
   for (int c = 0; c < clients; ++c) {
     absl::StatusOr<std::unique_ptr<testing::Subprocess>> p =
@@ -407,8 +408,8 @@ absl::StatusOr<Figure> RunClients(const std::string& impl,
     const size_t at = log.rfind("bytes=");
     double b = 0, s = 0, c = 0;
     if (at == std::string::npos ||
-        std::sscanf(log.c_str() + at, "bytes=%lf seconds=%lf cpu_s=%lf", &b,
-                    &s, &c) != 3) {
+        std::sscanf(log.c_str() + at, "bytes=%lf seconds=%lf cpu_s=%lf", &b, &s,
+                    &c) != 3) {
       return absl::InternalError(absl::StrCat("no result line:\n", log));
     }
     moved += b;
@@ -416,7 +417,8 @@ absl::StatusOr<Figure> RunClients(const std::string& impl,
     client_cpu += c;
   }
   double server_cpu = -server_cpu0;
-  for (const Server& s : servers) server_cpu += ProcessCpuSeconds(s.process->pid());
+  for (const Server& s : servers)
+    server_cpu += ProcessCpuSeconds(s.process->pid());
   const double gb = moved / 1e9;
   return Figure{moved / 1e6 / seconds, client_cpu / gb, server_cpu / gb};
 }
@@ -437,9 +439,9 @@ absl::Status RunShards(int shards) {
   if (ps_server.empty()) ps_server = testing::RunfilePath("server/ps_server");
   std::vector<Server> ps, tcp;
   for (int i = 0; i < shards; ++i) {
-    std::vector<std::string> args = {
-        absl::StrCat("--shard_index=", i), absl::StrCat("--num_shards=", shards),
-        "--port=0", "--log_level=warn"};
+    std::vector<std::string> args = {absl::StrCat("--shard_index=", i),
+                                     absl::StrCat("--num_shards=", shards),
+                                     "--port=0", "--log_level=warn"};
     for (absl::string_view a : absl::StrSplit(absl::GetFlag(FLAGS_server_args),
                                               ',', absl::SkipEmpty())) {
       args.emplace_back(a);
@@ -488,12 +490,12 @@ absl::Status RunShards(int shards) {
            absl::StrSplit(absl::GetFlag(FLAGS_ops), ',', absl::SkipEmpty())) {
         std::vector<Figure> a, t;
         for (int r = 0; r < absl::GetFlag(FLAGS_reps); ++r) {
-          absl::StatusOr<Figure> fa = RunClients(
-              "asyncps", ps, std::string(op), bytes, clients, &next_worker);
+          absl::StatusOr<Figure> fa = RunClients("asyncps", ps, std::string(op),
+                                                 bytes, clients, &next_worker);
           if (!fa.ok()) return fa.status();
           a.push_back(*fa);
-          absl::StatusOr<Figure> ft = RunClients(
-              "tcp", tcp, std::string(op), bytes, clients, &next_worker);
+          absl::StatusOr<Figure> ft = RunClients("tcp", tcp, std::string(op),
+                                                 bytes, clients, &next_worker);
           if (!ft.ok()) return ft.status();
           t.push_back(*ft);
         }

@@ -1,12 +1,12 @@
+#include "common/sharding.h"
+
 #include <algorithm>
+#include <catch2/catch.hpp>
 #include <cstdio>
 #include <map>
 #include <string>
 #include <vector>
 
-#include <catch2/catch.hpp>
-
-#include "common/sharding.h"
 #include "common/tensor_layout.h"
 
 namespace asyncps {
@@ -19,7 +19,7 @@ struct NamedShape {
 
 // The 784-256-128-10 MLP the training issue uses.
 std::vector<NamedShape> MlpTensors() {
-  return {{"fc0/w", {784, 256}}, {"fc0/b", {256}}, {"fc1/w", {256, 128}},
+  return {{"fc0/w", {784, 256}}, {"fc0/b", {256}},     {"fc1/w", {256, 128}},
           {"fc1/b", {128}},      {"fc2/w", {128, 10}}, {"fc2/b", {10}}};
 }
 
@@ -69,7 +69,8 @@ TEST_CASE("layout covers every element exactly once", "[sharding]") {
         ++seen[layout->SliceBegin(s) + i];
       }
     }
-    REQUIRE(std::all_of(seen.begin(), seen.end(), [](int n) { return n == 1; }));
+    REQUIRE(
+        std::all_of(seen.begin(), seen.end(), [](int n) { return n == 1; }));
   }
 }
 
@@ -87,6 +88,21 @@ TEST_CASE("layout rejects bad shapes and slice sizes", "[sharding]") {
               .code() == absl::StatusCode::kInvalidArgument);
 }
 
+// The most elements round-robin placement can put on one shard: tensor t
+// of k_t slices gives every shard at most ceil(k_t / shards) slices (and
+// never more than its own size).
+int64_t RoundRobinBound(const std::vector<NamedShape>& model,
+                        int64_t slice_elems, int shards) {
+  int64_t bound = 0;
+  for (const NamedShape& t : model) {
+    auto layout = TensorLayout::Create(t.shape, slice_elems);
+    REQUIRE(layout.ok());
+    const int64_t per_shard = (layout->num_slices() + shards - 1) / shards;
+    bound += std::min(layout->num_elems(), per_shard * slice_elems);
+  }
+  return bound;
+}
+
 TEST_CASE("MLP elements are balanced over 2, 3 and 4 shards", "[sharding]") {
   const auto model = MlpTensors();
   int64_t total = 0;
@@ -95,26 +111,40 @@ TEST_CASE("MLP elements are balanced over 2, 3 and 4 shards", "[sharding]") {
   }
   REQUIRE(total == 784 * 256 + 256 + 256 * 128 + 128 + 128 * 10 + 10);
   for (int shards : {2, 3, 4}) {
-    for (int64_t slice_elems : {65536, 16384, 8192}) {
+    for (int64_t slice_elems : {65536, 16384, 8192, 4096}) {
       const std::vector<int64_t> load = ShardLoads(model, slice_elems, shards);
-      const double ratio =
-          static_cast<double>(*std::max_element(load.begin(), load.end())) /
-          (static_cast<double>(total) / shards);
-      std::printf("MLP 784-256-128-10, slice %ld, %d shards: max/mean %.4f\n",
-                  static_cast<long>(slice_elems), shards, ratio);
+      int64_t sum = 0;
+      for (int64_t l : load) sum += l;
+      const int64_t max = *std::max_element(load.begin(), load.end());
+      const int64_t bound = RoundRobinBound(model, slice_elems, shards);
+      const double mean = static_cast<double>(total) / shards;
+      const double ratio = max / mean;
+      std::printf(
+          "MLP 784-256-128-10, slice %ld, %d shards: max/mean %.4f "
+          "(round-robin bound %.4f)\n",
+          static_cast<long>(slice_elems), shards, ratio, bound / mean);
+      INFO("slice " << slice_elems << ", " << shards << " shards");
+      CHECK(sum == total);  // every element has exactly one home
+      // No shard holds more than round-robin allows, whatever the hash.
+      CHECK(max <= bound);
+      // LocalSliceCount is the closed form of counting SliceHome.
+      for (const NamedShape& t : model) {
+        auto layout = TensorLayout::Create(t.shape, slice_elems);
+        for (int shard = 0; shard < shards; ++shard) {
+          uint32_t counted = 0;
+          for (uint32_t s = 0; s < layout->num_slices(); ++s) {
+            if (SliceHome(t.name, s, shards) == shard) ++counted;
+          }
+          CHECK(LocalSliceCount(t.name, layout->num_slices(), shard, shards) ==
+                counted);
+        }
+      }
+      // What this placement achieves (a change to the hash or to the
+      // placement shows here): within 6% of the mean with slices of 8192 or
+      // less, within 30% with larger ones (whole slices of 64k elements over
+      // 6 tensors).
+      CHECK(ratio < (slice_elems <= 8192 ? 1.06 : 1.3));
     }
-    const std::vector<int64_t> load = ShardLoads(model, 4096, shards);
-    int64_t sum = 0;
-    for (int64_t l : load) sum += l;
-    REQUIRE(sum == total);  // every element has exactly one home
-    const double mean = static_cast<double>(total) / shards;
-    const double ratio =
-        static_cast<double>(*std::max_element(load.begin(), load.end())) / mean;
-    std::printf("MLP 784-256-128-10, slice 4096, %d shards: max/mean %.4f\n",
-                shards, ratio);
-    // Slices of 4096 over ~235k elements: imbalance is at most about one
-    // slice per tensor, a few percent.
-    REQUIRE(ratio < 1.06);
   }
 }
 

@@ -42,9 +42,10 @@ int Acked(const std::string& log) {
   return n;
 }
 
-TEST_CASE("pushes are applied exactly once through lost answers and killed "
-          "pushers",
-          "[faults][dedup]") {
+TEST_CASE(
+    "pushes are applied exactly once through lost answers and killed "
+    "pushers",
+    "[faults][dedup]") {
   constexpr int kShards = 2;
   constexpr int kPushers = 3;
   constexpr int kPushes = 60;

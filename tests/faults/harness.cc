@@ -6,9 +6,9 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/match.h"
-#include "absl/synchronization/mutex.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "common/grpc_status.h"
 #include "common/net.h"
@@ -42,11 +42,9 @@ absl::Status WaitForLog(Subprocess* process, absl::string_view needle,
                        needle, "':\n", process->LogTail()));
     }
     if (absl::Now() > deadline) {
-      return absl::DeadlineExceededError(
-          absl::StrCat("no '", needle, "' in the log of ",
-                       process->command_line(), " after ",
-                       absl::FormatDuration(timeout), ":\n",
-                       process->LogTail()));
+      return absl::DeadlineExceededError(absl::StrCat(
+          "no '", needle, "' in the log of ", process->command_line(),
+          " after ", absl::FormatDuration(timeout), ":\n", process->LogTail()));
     }
     absl::SleepFor(absl::Milliseconds(20));
   }
@@ -56,8 +54,9 @@ absl::StatusOr<StatusResponse> ShardStatus(const std::string& address) {
   // One channel per address for the whole test: polling opens no new
   // connections.
   static absl::Mutex mu;
-  static auto* stubs = new absl::flat_hash_map<
-      std::string, std::shared_ptr<ParameterServer::Stub>>();
+  static auto* stubs =
+      new absl::flat_hash_map<std::string,
+                              std::shared_ptr<ParameterServer::Stub>>();
   std::shared_ptr<ParameterServer::Stub> stub;
   {
     absl::MutexLock l(&mu);

@@ -39,10 +39,12 @@ using testing::WaitForLog;
 std::unique_ptr<Subprocess> Worker(const std::string& servers, int id,
                                    std::vector<std::string> extra,
                                    int num_workers = 2) {
-  std::vector<std::string> args = {
-      absl::StrCat("--servers=", servers), absl::StrCat("--worker_id=", id),
-      absl::StrCat("--num_workers=", num_workers), "--hidden=32",
-      "--log_every_steps=20", "--evaluate=false"};
+  std::vector<std::string> args = {absl::StrCat("--servers=", servers),
+                                   absl::StrCat("--worker_id=", id),
+                                   absl::StrCat("--num_workers=", num_workers),
+                                   "--hidden=32",
+                                   "--log_every_steps=20",
+                                   "--evaluate=false"};
   args.insert(args.end(), extra.begin(), extra.end());
   absl::StatusOr<std::unique_ptr<Subprocess>> p = StartWorker(args);
   REQUIRE_OK(p.status());
@@ -62,9 +64,10 @@ void WaitForStatus(const std::string& address,
   }
 }
 
-TEST_CASE("a worker that dies while its SSP pull waits holds its peers back "
-          "for one lease, not the wait timeout",
-          "[faults][ssp]") {
+TEST_CASE(
+    "a worker that dies while its SSP pull waits holds its peers back "
+    "for one lease, not the wait timeout",
+    "[faults][ssp]") {
   absl::StatusOr<std::vector<ServerProcess>> cluster = StartPsCluster(
       1, {"--consistency=ssp", "--ssp_slack=1", "--worker_lease_ms=3000",
           "--pull_wait_timeout_ms=600000"});
@@ -107,9 +110,10 @@ TEST_CASE("a worker that dies while its SSP pull waits holds its peers back "
   CHECK(FindWorker(*st, 1)->clock() > dead->clock() + 1);
 }
 
-TEST_CASE("ps_worker stops after the current step on SIGTERM and leaves; a "
-          "second signal exits at once",
-          "[faults][signals]") {
+TEST_CASE(
+    "ps_worker stops after the current step on SIGTERM and leaves; a "
+    "second signal exits at once",
+    "[faults][signals]") {
   absl::StatusOr<ServerProcess> shard =
       StartPsServer(0, 1,
                     {"--consistency=bsp", "--pull_wait_timeout_ms=600000",
@@ -155,9 +159,10 @@ TEST_CASE("ps_worker stops after the current step on SIGTERM and leaves; a "
   CHECK(*code == 128 + SIGTERM);
 }
 
-TEST_CASE("ps_server stops promptly with clients connected and writes its "
-          "final checkpoint",
-          "[faults][signals]") {
+TEST_CASE(
+    "ps_server stops promptly with clients connected and writes its "
+    "final checkpoint",
+    "[faults][signals]") {
   const std::string dir = testing::UniqueTmpPath("ckpt");
   absl::StatusOr<ServerProcess> shard =
       StartPsServer(0, 1, {absl::StrCat("--checkpoint_dir=", dir)});
@@ -206,15 +211,17 @@ int FreePort() {
 TEST_CASE("a worker started before its shards waits for them, naming them",
           "[faults][start_order]") {
   const int p0 = FreePort(), p1 = FreePort();
-  const std::string list =
-      absl::StrCat("127.0.0.1:", p0, ",127.0.0.1:", p1);
-  std::vector<std::string> args = {
-      absl::StrCat("--servers=", list), "--worker_id=0", "--num_workers=1",
-      "--hidden=32", "--steps=100", "--log_every_steps=50"};
+  const std::string list = absl::StrCat("127.0.0.1:", p0, ",127.0.0.1:", p1);
+  std::vector<std::string> args = {absl::StrCat("--servers=", list),
+                                   "--worker_id=0",
+                                   "--num_workers=1",
+                                   "--hidden=32",
+                                   "--steps=100",
+                                   "--log_every_steps=50"};
   absl::StatusOr<std::unique_ptr<Subprocess>> w = StartWorker(args);
   REQUIRE_OK(w.status());
-  REQUIRE_OK(WaitForLog(w->get(), "waiting for 2 of 2 shards",
-                        absl::Seconds(30)));
+  REQUIRE_OK(
+      WaitForLog(w->get(), "waiting for 2 of 2 shards", absl::Seconds(30)));
   absl::StatusOr<ServerProcess> s0 =
       StartPsServer(0, 2, {}, absl::Seconds(30), p0);
   REQUIRE_OK(s0.status());

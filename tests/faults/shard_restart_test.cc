@@ -35,9 +35,11 @@ constexpr int kWorkers = 2;
 
 std::vector<std::string> WorkerArgs(const std::string& servers, int id,
                                     int epochs = 3) {
-  return {absl::StrCat("--servers=", servers), absl::StrCat("--worker_id=", id),
+  return {absl::StrCat("--servers=", servers),
+          absl::StrCat("--worker_id=", id),
           absl::StrCat("--num_workers=", kWorkers),
-          absl::StrCat("--epochs=", epochs), "--log_every_steps=100",
+          absl::StrCat("--epochs=", epochs),
+          "--log_every_steps=100",
           "--seed=7"};
 }
 
@@ -77,9 +79,10 @@ std::vector<std::unique_ptr<Subprocess>> StartWorkers(const std::string& list) {
   return workers;
 }
 
-TEST_CASE("a shard killed with SIGKILL and restarted from its checkpoint is "
-          "survived without help",
-          "[faults][shard_restart]") {
+TEST_CASE(
+    "a shard killed with SIGKILL and restarted from its checkpoint is "
+    "survived without help",
+    "[faults][shard_restart]") {
   // The undisturbed run of the same length.
   double undisturbed;
   {
@@ -126,9 +129,10 @@ TEST_CASE("a shard killed with SIGKILL and restarted from its checkpoint is "
   CHECK(st->counters().rejected_bad_input() == 0);
 }
 
-TEST_CASE("a 5 s network cut stalls training, which then goes on with every "
-          "step applied exactly once",
-          "[faults][network]") {
+TEST_CASE(
+    "a 5 s network cut stalls training, which then goes on with every "
+    "step applied exactly once",
+    "[faults][network]") {
   std::vector<ServerProcess> shards = StartShards({"--worker_lease_ms=20000"});
   // The workers reach shard 1 through a proxy that holds all traffic for
   // 5 s mid-run (connections stay open, nothing moves).

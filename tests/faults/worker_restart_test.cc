@@ -40,9 +40,10 @@ int64_t ResumedAt(const std::string& log) {
   return std::regex_search(log, m, re) ? std::stoll(m[1]) : -1;
 }
 
-TEST_CASE("a worker killed and restarted 10 times is accepted every time and "
-          "continues where it was",
-          "[faults][restart]") {
+TEST_CASE(
+    "a worker killed and restarted 10 times is accepted every time and "
+    "continues where it was",
+    "[faults][restart]") {
   absl::StatusOr<std::vector<ServerProcess>> cluster = StartPsCluster(2);
   REQUIRE_OK(cluster.status());
   const std::vector<std::string> common = {
@@ -202,19 +203,22 @@ TEST_CASE("calls of a replaced incarnation are refused and change nothing",
   CHECK(read(&version) == std::vector<float>(4, 0.0f));
 }
 
-TEST_CASE("under SSP a restarted worker resumes at its peers' clock, so "
-          "nobody waits for it",
-          "[faults][restart][ssp]") {
+TEST_CASE(
+    "under SSP a restarted worker resumes at its peers' clock, so "
+    "nobody waits for it",
+    "[faults][restart][ssp]") {
   absl::StatusOr<std::vector<ServerProcess>> cluster = StartPsCluster(
       1, {"--consistency=ssp", "--ssp_slack=2", "--worker_lease_ms=2000",
           "--pull_wait_timeout_ms=60000"});
   REQUIRE_OK(cluster.status());
   const std::string servers = ServerList(*cluster);
   auto worker = [&](int id, std::vector<std::string> extra) {
-    std::vector<std::string> args = {
-        absl::StrCat("--servers=", servers), absl::StrCat("--worker_id=", id),
-        "--num_workers=2", "--hidden=32", "--log_every_steps=50",
-        "--evaluate=false"};
+    std::vector<std::string> args = {absl::StrCat("--servers=", servers),
+                                     absl::StrCat("--worker_id=", id),
+                                     "--num_workers=2",
+                                     "--hidden=32",
+                                     "--log_every_steps=50",
+                                     "--evaluate=false"};
     args.insert(args.end(), extra.begin(), extra.end());
     absl::StatusOr<std::unique_ptr<Subprocess>> p = StartWorker(args);
     REQUIRE_OK(p.status());

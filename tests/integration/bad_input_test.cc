@@ -1,18 +1,17 @@
 // Bad input over the wire, against a real ps_server process: every case gets
 // the documented gRPC status, nothing is applied, and the shard keeps serving.
+#include <grpcpp/generic/generic_stub.h>
+#include <grpcpp/grpcpp.h>
+
+#include <catch2/catch.hpp>
 #include <cmath>
 #include <condition_variable>
 #include <mutex>
 #include <string>
 #include <vector>
 
-#include <grpcpp/generic/generic_stub.h>
-#include <grpcpp/grpcpp.h>
-
-#include <catch2/catch.hpp>
-
-#include "common/payload.h"
 #include "common/net.h"
+#include "common/payload.h"
 #include "proto/asyncps.grpc.pb.h"
 #include "tests/testing/subprocess.h"
 
@@ -23,7 +22,8 @@ using testing::StartPsServer;
 
 std::unique_ptr<grpc::ClientContext> Context() {
   auto ctx = std::make_unique<grpc::ClientContext>();
-  ctx->set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+  ctx->set_deadline(std::chrono::system_clock::now() +
+                    std::chrono::seconds(10));
   return ctx;
 }
 
@@ -39,8 +39,8 @@ TensorSpec Spec(int64_t n) {
   return s;
 }
 
-PushRequest Push(uint64_t seq, std::vector<float> g, const std::string& tensor = "w",
-                 uint32_t slice = 0) {
+PushRequest Push(uint64_t seq, std::vector<float> g,
+                 const std::string& tensor = "w", uint32_t slice = 0) {
   PushRequest req;
   req.mutable_worker()->set_worker_id(0);
   req.mutable_worker()->set_incarnation(1);
@@ -153,8 +153,8 @@ grpc::Status RawCall(const std::string& address, const std::string& method,
   std::mutex mu;
   std::condition_variable cv;
   bool done = false;
-  generic.UnaryCall(ctx.get(), method, grpc::StubOptions(), &request,
-                    &response, [&](grpc::Status s) {
+  generic.UnaryCall(ctx.get(), method, grpc::StubOptions(), &request, &response,
+                    [&](grpc::Status s) {
                       std::lock_guard<std::mutex> l(mu);
                       result = s;
                       done = true;
@@ -171,15 +171,19 @@ Counters GetCounters(Shard& shard) {
   return r.counters();
 }
 
-TEST_CASE("request bytes that do not parse are INVALID_ARGUMENT on every "
-          "method, counted, and change nothing",
-          "[bad_input]") {
+TEST_CASE(
+    "request bytes that do not parse are INVALID_ARGUMENT on every "
+    "method, counted, and change nothing",
+    "[bad_input]") {
   Shard shard = Start({}, 4);
   // Field 3 announced as 1000 bytes long, followed by 3 bytes.
-  const std::string garbage("\x1a\xe8\x07" "abc", 6);
+  const std::string garbage(
+      "\x1a\xe8\x07"
+      "abc",
+      6);
   const std::vector<std::string> methods = {
-      "CreateTensor", "ListTensors", "Heartbeat", "Pull", "Push", "Status",
-      "Checkpoint"};
+      "CreateTensor", "ListTensors", "Heartbeat", "Pull",
+      "Push",         "Status",      "Checkpoint"};
   for (const std::string& m : methods) {
     INFO(m);
     const grpc::Status s =

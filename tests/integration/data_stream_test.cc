@@ -5,6 +5,8 @@
 // pull does not hold up the stream, bfloat16 on the wire rounds exactly as
 // documented, and a sequence of pushes and pulls gives bit-identical
 // parameters and versions on the streams and the protobuf RPCs.
+#include "client/data_stream.h"
+
 #include <grpcpp/grpcpp.h>
 
 #include <catch2/catch.hpp>
@@ -14,7 +16,6 @@
 #include <vector>
 
 #include "absl/synchronization/notification.h"
-#include "client/data_stream.h"
 #include "client/ps_client.h"
 #include "common/fast_frame.h"
 #include "common/net.h"
@@ -103,8 +104,8 @@ struct Shard {
     REQUIRE(header.slices(0).values().empty());
     REQUIRE(header.slices(0).payload_bytes() == kElems * WireBytes(dtype));
     std::vector<float> v(kElems);
-    REQUIRE_OK(reader.DecodeNext(header.slices(0).payload_bytes(), dtype,
-                                 v.data()));
+    REQUIRE_OK(
+        reader.DecodeNext(header.slices(0).payload_bytes(), dtype, v.data()));
     REQUIRE(reader.remaining() == 0);
     return {v, header.slices(0).version()};
   }
@@ -182,9 +183,10 @@ std::string Floats(const std::vector<float>& v) {
   return out;
 }
 
-TEST_CASE("malformed PushStream frames are INVALID_ARGUMENT, change nothing, "
-          "and the stream goes on",
-          "[stream][bad_input]") {
+TEST_CASE(
+    "malformed PushStream frames are INVALID_ARGUMENT, change nothing, "
+    "and the stream goes on",
+    "[stream][bad_input]") {
   Shard shard = StartOne();
   const std::string good = Floats(std::vector<float>(kElems, 0.5f));
   std::vector<float> with_nan(kElems, 0.5f);
@@ -211,8 +213,8 @@ TEST_CASE("malformed PushStream frames are INVALID_ARGUMENT, change nothing, "
        FrameBytes(Header(1, n - 4, 12), good.substr(4)), 12},
       {"grad_bytes not a multiple of 4",
        FrameBytes(Header(1, n - 2, 13), good.substr(2)), 13},
-      {"payload beyond grad_bytes",
-       FrameBytes(Header(1, n, 14), good + "xxxx"), 14},
+      {"payload beyond grad_bytes", FrameBytes(Header(1, n, 14), good + "xxxx"),
+       14},
       {"gradient inside the header", FrameBytes(in_grad, ""), 10},
       {"NaN split across slices",
        FrameBytes(Header(1, n, 15), Floats(with_nan)), 15},
@@ -222,7 +224,8 @@ TEST_CASE("malformed PushStream frames are INVALID_ARGUMENT, change nothing, "
   for (const Case& c : cases) {
     INFO(c.what);
     const PushResponse r = shard.PushFrame(c.id, Sliced(c.bytes, 3));
-    CHECK(r.status().code() == static_cast<int>(absl::StatusCode::kInvalidArgument));
+    CHECK(r.status().code() ==
+          static_cast<int>(absl::StatusCode::kInvalidArgument));
     CHECK_FALSE(r.status().message().empty());
     CHECK(r.results_size() == 0);
   }
@@ -256,9 +259,10 @@ TEST_CASE("a garbage pull on the stream is answered and the stream goes on",
   CHECK(version == 0);
 }
 
-TEST_CASE("a frame in many slices applies like one piece; retries and "
-          "out-of-order pushes are each applied once",
-          "[stream][dedup]") {
+TEST_CASE(
+    "a frame in many slices applies like one piece; retries and "
+    "out-of-order pushes are each applied once",
+    "[stream][dedup]") {
   Shard shard = StartOne();
   std::vector<float> g(kElems);
   for (int64_t i = 0; i < kElems; ++i) g[i] = 0.25f * static_cast<float>(i);
@@ -290,9 +294,10 @@ TEST_CASE("a frame in many slices applies like one piece; retries and "
   CHECK(c.updates_applied() == 4);
 }
 
-TEST_CASE("bfloat16 on the wire: gradients and pulled values round as "
-          "documented",
-          "[stream][bf16]") {
+TEST_CASE(
+    "bfloat16 on the wire: gradients and pulled values round as "
+    "documented",
+    "[stream][bf16]") {
   Shard shard = StartOne();
   // 1/3 is not a bfloat16: it travels as its nearest bfloat16.
   std::vector<float> g(kElems, 1.0f / 3.0f);
@@ -314,9 +319,9 @@ TEST_CASE("bfloat16 on the wire: gradients and pulled values round as "
 
 TEST_CASE("a pull that waits does not hold up the next one on its stream",
           "[stream][ssp]") {
-  auto server = StartPsServer(
-      0, 1, {"--log_level=warn", "--consistency=bsp",
-             "--pull_wait_timeout_ms=20000"});
+  auto server = StartPsServer(0, 1,
+                              {"--log_level=warn", "--consistency=bsp",
+                               "--pull_wait_timeout_ms=20000"});
   REQUIRE_OK(server.status());
   PsClientOptions o;
   o.servers = {server->address};
@@ -335,7 +340,8 @@ TEST_CASE("a pull that waits does not hold up the next one on its stream",
   auto ready = (*client)->StartPull(0, 0, {{"w", b.data()}});
   REQUIRE_OK(ready->Wait());  // answered while the first one waits
   std::vector<float> grad(4, 1.0f);
-  REQUIRE_OK((*client)->StartPush(0, {{"w", grad.data()}}, ready->read())
+  REQUIRE_OK((*client)
+                 ->StartPush(0, {{"w", grad.data()}}, ready->read())
                  ->Wait()
                  .status());
   REQUIRE_OK(waiting->Wait());
@@ -396,7 +402,8 @@ class ProtoWorker {
       }
     }
   }
-  void Pull(int64_t clock, const std::vector<std::pair<std::string, float*>>& outs) {
+  void Pull(int64_t clock,
+            const std::vector<std::pair<std::string, float*>>& outs) {
     for (size_t s = 0; s < stubs_.size(); ++s) {
       PullRequest req;
       *req.mutable_worker() = Ref(clock);
@@ -416,8 +423,9 @@ class ProtoWorker {
       }
     }
   }
-  PushSummary Push(int64_t clock,
-                   const std::vector<std::pair<std::string, const float*>>& grads) {
+  PushSummary Push(
+      int64_t clock,
+      const std::vector<std::pair<std::string, const float*>>& grads) {
     ++seq_;
     PushSummary summary;
     for (size_t s = 0; s < stubs_.size(); ++s) {
@@ -434,7 +442,8 @@ class ProtoWorker {
           SliceGradient* sg = req.add_grads();
           sg->set_tensor(name);
           sg->set_slice(i);
-          sg->set_read_version(versions_[name].empty() ? 0 : versions_[name][i]);
+          sg->set_read_version(versions_[name].empty() ? 0
+                                                       : versions_[name][i]);
           EncodeFloats(g + l.SliceBegin(i), l.SliceSize(i), sg->mutable_grad());
         }
       }
@@ -512,7 +521,8 @@ Trace RunSequence(Worker& worker) {
 // PsClient in the shape RunSequence wants.
 struct StreamWorker {
   std::unique_ptr<PsClient> client;
-  void Pull(int64_t clock, const std::vector<std::pair<std::string, float*>>& outs) {
+  void Pull(int64_t clock,
+            const std::vector<std::pair<std::string, float*>>& outs) {
     REQUIRE_OK(client->Pull(clock, outs));
   }
   PushSummary Push(int64_t clock,

@@ -18,10 +18,10 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/time.h"
+#include "client/ps_client.h"
 #include "common/logging.h"
 #include "common/net.h"
 #include "common/tensor_layout.h"
-#include "client/ps_client.h"
 
 ABSL_FLAG(std::string, servers, "", "Shard addresses, host:port,...");
 ABSL_FLAG(int, worker_id, 0, "This worker's id.");
@@ -87,11 +87,10 @@ absl::Status Run() {
     // A shard whose answer was lost answers the retry as a duplicate.
     if ((summary->applied != slices && summary->duplicates == 0) ||
         summary->refused_stale != 0 || summary->refused_restored != 0) {
-      return absl::InternalError(
-          absl::StrCat("push ", clock, ": applied ", summary->applied, " of ",
-                       slices, " slices, refused ", summary->refused_stale,
-                       " + ", summary->refused_restored, ", duplicates ",
-                       summary->duplicates));
+      return absl::InternalError(absl::StrCat(
+          "push ", clock, ": applied ", summary->applied, " of ", slices,
+          " slices, refused ", summary->refused_stale, " + ",
+          summary->refused_restored, ", duplicates ", summary->duplicates));
     }
     std::printf("acked %ld\n", static_cast<long>(clock));
     std::fflush(stdout);

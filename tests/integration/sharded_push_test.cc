@@ -17,6 +17,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "client/ps_client.h"
 #include "common/net.h"
 #include "common/sharding.h"
 #include "common/tensor_layout.h"
@@ -25,7 +26,6 @@
 #include "tests/testing/require_ok.h"
 #include "tests/testing/subprocess.h"
 #include "tests/testing/tcp_proxy.h"
-#include "client/ps_client.h"
 
 namespace asyncps {
 namespace {

@@ -434,18 +434,21 @@ TEST_CASE("RenderPrometheus has one series per sparse table",
   CHECK(Sample(e, R"(asyncps_table_rows{shard="1",table="q\"t"})") == 5);
   CHECK(Sample(e, R"(asyncps_table_bytes{shard="1",table="ctr/emb0"})") ==
         128000);
-  CHECK(Sample(
-            e,
-            R"(asyncps_table_rows_created_total{shard="1",table="ctr/emb0"})") ==
-        1200);
-  CHECK(Sample(
-            e,
-            R"(asyncps_table_rows_evicted_total{shard="1",table="ctr/emb0"})") ==
-        200);
+  CHECK(
+      Sample(
+          e,
+          R"(asyncps_table_rows_created_total{shard="1",table="ctr/emb0"})") ==
+      1200);
+  CHECK(
+      Sample(
+          e,
+          R"(asyncps_table_rows_evicted_total{shard="1",table="ctr/emb0"})") ==
+      200);
   CHECK(Sample(e, R"(asyncps_table_pulls_total{shard="1",table="ctr/emb0"})") ==
         30);
-  CHECK(Sample(e, R"(asyncps_table_pushes_total{shard="1",table="ctr/emb0"})") ==
-        29);
+  CHECK(
+      Sample(e, R"(asyncps_table_pushes_total{shard="1",table="ctr/emb0"})") ==
+      29);
   CHECK(Sample(
             e,
             R"(asyncps_table_rows_pulled_total{shard="1",table="ctr/emb0"})") ==

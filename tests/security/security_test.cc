@@ -18,12 +18,12 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
+#include "client/ps_client.h"
 #include "common/net.h"
 #include "proto/asyncps.grpc.pb.h"
 #include "proto/grpc_health_v1.grpc.pb.h"
 #include "tests/testing/require_ok.h"
 #include "tests/testing/subprocess.h"
-#include "client/ps_client.h"
 
 namespace asyncps {
 namespace {

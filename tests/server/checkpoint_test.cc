@@ -4,7 +4,6 @@
 // ignored, and a checkpoint taken during pushes holds consistent slices.
 
 #include "server/checkpoint.h"
-#include "tests/testing/store_helpers.h"
 
 #include <sys/stat.h>
 
@@ -26,6 +25,7 @@
 #include "common/payload.h"
 #include "store/shard_store.h"
 #include "tests/testing/require_ok.h"
+#include "tests/testing/store_helpers.h"
 
 namespace asyncps {
 namespace {
@@ -147,7 +147,8 @@ Saved TrainAndSave(int rounds = 3) {
   CreateAll(s.store.get());
   for (int r = 0; r < rounds; ++r) PushRound(s.store.get(), r);
   s.dir = FreshDir("ckpt");
-  absl::StatusOr<CheckpointInfo> info = testing::WriteStoreCheckpoint(*s.store, s.dir, "t");
+  absl::StatusOr<CheckpointInfo> info =
+      testing::WriteStoreCheckpoint(*s.store, s.dir, "t");
   REQUIRE_OK(info.status());
   s.path = info->path();
   REQUIRE(s.path == CheckpointPath(s.dir, kShard, kShards));
@@ -219,11 +220,13 @@ TEST_CASE("restore continues SGD, momentum and Adam bit for bit",
 TEST_CASE("an empty store round-trips", "[checkpoint]") {
   std::unique_ptr<ShardStore> store = Store();
   const std::string dir = FreshDir("empty");
-  absl::StatusOr<CheckpointInfo> info = testing::WriteStoreCheckpoint(*store, dir);
+  absl::StatusOr<CheckpointInfo> info =
+      testing::WriteStoreCheckpoint(*store, dir);
   REQUIRE_OK(info.status());
   CHECK(info->tensors() == 0);
   std::unique_ptr<ShardStore> restored = Store();
-  REQUIRE_OK(testing::RestoreStoreCheckpoint(info->path(), restored.get()).status());
+  REQUIRE_OK(
+      testing::RestoreStoreCheckpoint(info->path(), restored.get()).status());
   CHECK(restored->Size().tensors == 0);
 }
 
@@ -236,7 +239,8 @@ TEST_CASE("every corrupt byte is DATA_LOSS naming the file", "[checkpoint]") {
     corrupt[at] = static_cast<char>(corrupt[at] ^ 0x20);
     WriteFile(bad, corrupt);
     std::unique_ptr<ShardStore> store = Store();
-    const absl::Status s = testing::RestoreStoreCheckpoint(bad, store.get()).status();
+    const absl::Status s =
+        testing::RestoreStoreCheckpoint(bad, store.get()).status();
     INFO("byte " << at << " of " << good.size() << ": " << s.ToString());
     REQUIRE(absl::IsDataLoss(s));
     REQUIRE(absl::StrContains(s.message(), bad));
@@ -250,7 +254,8 @@ TEST_CASE("every truncation is DATA_LOSS", "[checkpoint]") {
   for (size_t len = 0; len < good.size(); ++len) {
     WriteFile(cut, good.substr(0, len));
     std::unique_ptr<ShardStore> store = Store();
-    const absl::Status s = testing::RestoreStoreCheckpoint(cut, store.get()).status();
+    const absl::Status s =
+        testing::RestoreStoreCheckpoint(cut, store.get()).status();
     INFO("length " << len << " of " << good.size() << ": " << s.ToString());
     REQUIRE(absl::IsDataLoss(s));
     REQUIRE(absl::StrContains(s.message(), cut));
@@ -258,7 +263,8 @@ TEST_CASE("every truncation is DATA_LOSS", "[checkpoint]") {
   // Extra bytes at the end are corruption too.
   WriteFile(cut, good + "x");
   std::unique_ptr<ShardStore> store = Store();
-  CHECK(absl::IsDataLoss(testing::RestoreStoreCheckpoint(cut, store.get()).status()));
+  CHECK(absl::IsDataLoss(
+      testing::RestoreStoreCheckpoint(cut, store.get()).status()));
 }
 
 TEST_CASE("another shard's checkpoint is FAILED_PRECONDITION", "[checkpoint]") {
@@ -266,7 +272,8 @@ TEST_CASE("another shard's checkpoint is FAILED_PRECONDITION", "[checkpoint]") {
   for (const auto& [shard, shards] :
        std::vector<std::pair<int, int>>{{0, 2}, {1, 3}, {0, 1}}) {
     std::unique_ptr<ShardStore> store = Store(shard, shards);
-    const absl::Status s = testing::RestoreStoreCheckpoint(saved.path, store.get()).status();
+    const absl::Status s =
+        testing::RestoreStoreCheckpoint(saved.path, store.get()).status();
     INFO(s.ToString());
     CHECK(absl::IsFailedPrecondition(s));
     CHECK(absl::StrContains(s.message(), saved.path));
@@ -281,7 +288,8 @@ TEST_CASE("restore needs an empty store and an existing file", "[checkpoint]") {
       testing::RestoreStoreCheckpoint(saved.path, saved.store.get()).status()));
   std::unique_ptr<ShardStore> store = Store();
   const absl::Status s =
-      testing::RestoreStoreCheckpoint(saved.dir + "/missing.ckpt", store.get()).status();
+      testing::RestoreStoreCheckpoint(saved.dir + "/missing.ckpt", store.get())
+          .status();
   CHECK(absl::IsNotFound(s));
   CHECK(absl::StrContains(s.message(), "missing.ckpt"));
 }
@@ -301,7 +309,8 @@ TEST_CASE("a leftover .tmp from an interrupted write changes nothing",
   WriteFile(tmp, partial.substr(0, partial.size() / 2));
 
   std::unique_ptr<ShardStore> restored = Store();
-  REQUIRE_OK(testing::RestoreStoreCheckpoint(saved.path, restored.get()).status());
+  REQUIRE_OK(
+      testing::RestoreStoreCheckpoint(saved.path, restored.get()).status());
   CHECK(Take(restored.get()) == at_checkpoint);
 
   // The next write replaces the .tmp and leaves none behind.
@@ -317,7 +326,8 @@ TEST_CASE("a write that fails leaves the previous checkpoint", "[checkpoint]") {
   std::unique_ptr<ShardStore> store = Store();
   CreateAll(store.get());
   const absl::Status s =
-      testing::WriteStoreCheckpoint(*store, "/nonexistent-asyncps-dir/x").status();
+      testing::WriteStoreCheckpoint(*store, "/nonexistent-asyncps-dir/x")
+          .status();
   CHECK(!s.ok());
   CHECK(absl::StrContains(s.message(), "/nonexistent-asyncps-dir/x"));
 }
@@ -359,7 +369,8 @@ TEST_CASE("a checkpoint taken during pushes holds consistent slices",
   const std::string dir = FreshDir("fuzzy");
   std::vector<std::string> paths;
   for (int i = 0; i < 5; ++i) {
-    absl::StatusOr<CheckpointInfo> info = testing::WriteStoreCheckpoint(*store, dir);
+    absl::StatusOr<CheckpointInfo> info =
+        testing::WriteStoreCheckpoint(*store, dir);
     REQUIRE_OK(info.status());
     const std::string copy = absl::StrCat(dir, "/copy-", i);
     WriteFile(copy, ReadFile(info->path()));

@@ -1,6 +1,6 @@
-#include <catch2/catch.hpp>
-
 #include "server/shard_stats.h"
+
+#include <catch2/catch.hpp>
 
 namespace asyncps {
 namespace {
@@ -41,9 +41,10 @@ TEST_CASE("staleness percentiles use the nearest rank", "[stats]") {
 
 TEST_CASE("large staleness lands in power-of-two buckets", "[stats]") {
   ShardStats stats;
-  stats.RecordPush(0, false,
-                   Push({Result(REFUSED_STALE, 40), Result(APPLIED, 3, 0.25f),
-                         Result(APPLIED, 1u << 20), Result(REFUSED_RESTORED, 0)}));
+  stats.RecordPush(
+      0, false,
+      Push({Result(REFUSED_STALE, 40), Result(APPLIED, 3, 0.25f),
+            Result(APPLIED, 1u << 20), Result(REFUSED_RESTORED, 0)}));
   Counters c;
   StalenessHistogram h;
   Rates r;

@@ -1,12 +1,12 @@
+#include "store/shard_store.h"
+
+#include <catch2/catch.hpp>
 #include <cmath>
 #include <string>
 #include <vector>
 
-#include <catch2/catch.hpp>
-
 #include "common/payload.h"
 #include "common/sharding.h"
-#include "store/shard_store.h"
 #include "tests/testing/store_helpers.h"
 
 namespace asyncps {
@@ -125,11 +125,10 @@ TEST_CASE("Adam matches hand-computed values", "[optimizer]") {
   REQUIRE(w[1] == Approx(0.1f).epsilon(1e-5));
   // Step 2 with g = (1, -0.5):
   //  m0 = 0.9*0.2 + 0.1*1 = 0.28, mhat = 0.28/0.19 = 1.4736842
-  //  v0 = 0.999*0.004 + 0.001*1 = 0.004996, vhat = 0.004996/0.001999 = 2.4992496
-  //  w0 = -0.1 - 0.1 * 1.4736842 / 1.5808983 = -0.1932182
-  //  m1 = 0.9*-0.05 + 0.1*-0.5 = -0.095, mhat = -0.5
-  //  v1 = 0.999*0.00025 + 0.001*0.25 = 0.00049975, vhat = 0.25
-  //  w1 = 0.1 + 0.1 * 0.5 / 0.5 = 0.2
+  //  v0 = 0.999*0.004 + 0.001*1 = 0.004996, vhat = 0.004996/0.001999
+  //  = 2.4992496 w0 = -0.1 - 0.1 * 1.4736842 / 1.5808983 = -0.1932182 m1 =
+  //  0.9*-0.05 + 0.1*-0.5 = -0.095, mhat = -0.5 v1 = 0.999*0.00025 + 0.001*0.25
+  //  = 0.00049975, vhat = 0.25 w1 = 0.1 + 0.1 * 0.5 / 0.5 = 0.2
   REQUIRE(Push(store.get(), {Grad("w", 0, {1, -0.5}, 1)}, &r).ok());
   w = Values(store.get(), "w");
   REQUIRE(w[0] == Approx(-0.1932182f).epsilon(1e-5));
@@ -232,20 +231,34 @@ TEST_CASE("bad pushes are refused and change nothing", "[store][bad_input]") {
     absl::StatusCode code;
     const char* needle;
   } cases[] = {
-      {"unknown tensor", {Grad("w", 0, {1, 1, 1, 1}), Grad("nope", 0, {1})},
-       absl::StatusCode::kNotFound, "nope"},
-      {"short slice", {Grad("w", 0, {1, 1, 1, 1}), Grad("w", 1, {1})},
-       absl::StatusCode::kInvalidArgument, "holds 2 values"},
-      {"slice out of range", {Grad("w", 2, {1, 1})},
-       absl::StatusCode::kInvalidArgument, "does not exist"},
-      {"NaN", {Grad("w", 0, {1, 1, 1, 1}), Grad("w", 1, {1, nan})},
-       absl::StatusCode::kInvalidArgument, "NaN"},
-      {"Inf", {Grad("w", 1, {inf, 1})}, absl::StatusCode::kInvalidArgument,
+      {"unknown tensor",
+       {Grad("w", 0, {1, 1, 1, 1}), Grad("nope", 0, {1})},
+       absl::StatusCode::kNotFound,
+       "nope"},
+      {"short slice",
+       {Grad("w", 0, {1, 1, 1, 1}), Grad("w", 1, {1})},
+       absl::StatusCode::kInvalidArgument,
+       "holds 2 values"},
+      {"slice out of range",
+       {Grad("w", 2, {1, 1})},
+       absl::StatusCode::kInvalidArgument,
+       "does not exist"},
+      {"NaN",
+       {Grad("w", 0, {1, 1, 1, 1}), Grad("w", 1, {1, nan})},
+       absl::StatusCode::kInvalidArgument,
+       "NaN"},
+      {"Inf",
+       {Grad("w", 1, {inf, 1})},
+       absl::StatusCode::kInvalidArgument,
        "NaN or Inf"},
-      {"slice twice", {Grad("w", 1, {1, 1}), Grad("w", 1, {1, 1})},
-       absl::StatusCode::kInvalidArgument, "twice"},
-      {"future version", {Grad("w", 1, {1, 1}, 5)},
-       absl::StatusCode::kInvalidArgument, "newer"},
+      {"slice twice",
+       {Grad("w", 1, {1, 1}), Grad("w", 1, {1, 1})},
+       absl::StatusCode::kInvalidArgument,
+       "twice"},
+      {"future version",
+       {Grad("w", 1, {1, 1}, 5)},
+       absl::StatusCode::kInvalidArgument,
+       "newer"},
   };
   for (auto& c : cases) {
     SECTION(c.what) {
@@ -316,7 +329,8 @@ TEST_CASE("inverse staleness scaling applies lr / (1 + staleness)",
   StalenessRule rule;
   rule.inverse_lr = true;
   PushResponse resp;
-  REQUIRE(Push(store.get(), {Grad("w", 0, {8, 4, -8, 0}, 0)}, &resp, rule).ok());
+  REQUIRE(
+      Push(store.get(), {Grad("w", 0, {8, 4, -8, 0}, 0)}, &resp, rule).ok());
   REQUIRE(resp.results(0).staleness() == 3);
   REQUIRE(resp.results(0).lr_scale() == Approx(0.25f));
   // applied = lr / (1 + 3) * g = 0.125 * g

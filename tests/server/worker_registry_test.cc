@@ -2,18 +2,18 @@
 // resume clocks, leases, consistency waits and their cancellation, push
 // de-duplication over a window, checkpoint export/import.
 
+#include "server/worker_registry.h"
+
 #include <atomic>
+#include <catch2/catch.hpp>
 #include <memory>
 #include <random>
 #include <thread>
 #include <vector>
 
-#include <catch2/catch.hpp>
-
 #include "absl/synchronization/notification.h"
 #include "common/logging.h"
 #include "server/dedup_window.h"
-#include "server/worker_registry.h"
 #include "tests/testing/fake_clock.h"
 #include "tests/testing/require_ok.h"
 
@@ -91,8 +91,7 @@ TEST_CASE("SSP: a pull waits while a worker is more than slack behind",
   REQUIRE(at_slack.done);
 }
 
-TEST_CASE("BSP: no worker may start clock c+1 before all finished c",
-          "[bsp]") {
+TEST_CASE("BSP: no worker may start clock c+1 before all finished c", "[bsp]") {
   Fixture f(BSP);
   f.Admit(0, 0);
   f.Admit(1, 0);
@@ -155,14 +154,16 @@ TEST_CASE("an expired lease evicts the worker and releases waiters",
   REQUIRE(again.status.code() == absl::StatusCode::kUnavailable);
 }
 
-TEST_CASE("a worker waiting in a pull keeps its lease while its caller is "
-          "there",
-          "[lease]") {
+TEST_CASE(
+    "a worker waiting in a pull keeps its lease while its caller is "
+    "there",
+    "[lease]") {
   Fixture f(BSP);
   f.Admit(1, 0);
   f.Admit(0, 1);
   Outcome pull;
-  const WorkerRegistry::WaitId id = f.registry->WhenReady(0, 1, pull.Callback());
+  const WorkerRegistry::WaitId id =
+      f.registry->WhenReady(0, 1, pull.Callback());
   REQUIRE(id != 0);
   for (int i = 0; i < 4; ++i) {  // 8 s > the 5 s lease; worker 1 heartbeats
     f.clock.Advance(absl::Seconds(2));
@@ -242,8 +243,9 @@ TEST_CASE("a new incarnation replaces the old one whatever their values",
   // changes (the live incarnation stays).
   absl::Status zombie = f.registry->Admit(Ref(3, 99, replaced.back())).status();
   REQUIRE(zombie.code() == absl::StatusCode::kFailedPrecondition);
-  REQUIRE(f.registry->BeginPush(Ref(3, 99, replaced.back()), 1).status().code() ==
-          absl::StatusCode::kFailedPrecondition);
+  REQUIRE(
+      f.registry->BeginPush(Ref(3, 99, replaced.back()), 1).status().code() ==
+      absl::StatusCode::kFailedPrecondition);
   REQUIRE(f.registry->Leave(Ref(3, 99, replaced.back())).code() ==
           absl::StatusCode::kFailedPrecondition);
   REQUIRE(f.registry->Workers()[0].incarnation == current);
@@ -251,17 +253,17 @@ TEST_CASE("a new incarnation replaces the old one whatever their values",
   REQUIRE(f.registry->counters().fenced_calls == 3);
 }
 
-TEST_CASE("a restarted worker resumes at the larger of its predecessor's and "
-          "the slowest live clock",
-          "[identity][ssp]") {
+TEST_CASE(
+    "a restarted worker resumes at the larger of its predecessor's and "
+    "the slowest live clock",
+    "[identity][ssp]") {
   Fixture f(SSP, 3);
   f.Admit(0, 40);
   f.Admit(1, 50);
   f.Admit(2, 45);
   // Worker 1 restarts (clock 0 in the new process): its predecessor reached
   // 50, so it goes on from 50.
-  absl::StatusOr<WorkerRegistry::Admission> a =
-      f.registry->Admit(Ref(1, 0, 2));
+  absl::StatusOr<WorkerRegistry::Admission> a = f.registry->Admit(Ref(1, 0, 2));
   REQUIRE_OK(a.status());
   REQUIRE(a->clock == 50);
   REQUIRE(a->previous_clock == 50);
@@ -299,9 +301,10 @@ TEST_CASE("malformed worker refs are INVALID_ARGUMENT", "[identity]") {
   REQUIRE(f.registry->Workers().empty());
 }
 
-TEST_CASE("pushes are applied once per (worker, incarnation, seq), in any "
-          "order",
-          "[dedup]") {
+TEST_CASE(
+    "pushes are applied once per (worker, incarnation, seq), in any "
+    "order",
+    "[dedup]") {
   Fixture f(ASP);
   auto claim = [&](int id, uint64_t inc, uint64_t seq) {
     absl::StatusOr<WorkerRegistry::PushClaim> c =

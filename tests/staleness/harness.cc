@@ -4,15 +4,20 @@
 
 #include <utility>
 
+#include "absl/strings/str_cat.h"
 #include "common/grpc_status.h"
 #include "common/net.h"
 #include "tests/testing/require_ok.h"
-#include "absl/strings/str_cat.h"
+#include "tests/testing/tensor_specs.h"
 
 namespace asyncps {
 namespace staleness {
 
 namespace {
+
+// How long the harness waits for an event before it calls the test hung
+// (generous: a loaded machine is slow, not wrong).
+constexpr absl::Duration kEventDeadline = absl::Seconds(60);
 
 void SetDeadline(grpc::ClientContext* ctx, absl::Duration timeout) {
   ctx->set_deadline(absl::ToChronoTime(absl::Now() + timeout));
@@ -22,15 +27,8 @@ void SetDeadline(grpc::ClientContext* ctx, absl::Duration timeout) {
 
 TensorSpec ConstantSgdSpec(const std::string& name, int64_t elems,
                            float init_value, float lr, int64_t slice_elems) {
-  TensorSpec spec;
-  spec.set_name(name);
-  spec.add_shape(elems);
-  spec.set_init(INIT_CONSTANT);
-  spec.set_init_value(init_value);
-  spec.mutable_optimizer()->set_type(OPT_SGD);
-  spec.mutable_optimizer()->set_learning_rate(lr);
-  spec.set_slice_elems(slice_elems);
-  return spec;
+  return testing::ConstantSpec(name, {elems}, init_value, testing::SgdSpec(lr),
+                               slice_elems);
 }
 
 absl::StatusOr<testing::ServerProcess> StartShard(
@@ -118,6 +116,10 @@ KeepAlive::KeepAlive(const std::string& address, int32_t worker_id,
     : stub_(ParameterServer::NewStub(MakeChannel(address))) {
   thread_ = std::thread([this, worker_id, incarnation, clock, period] {
     for (;;) {
+      {
+        absl::MutexLock l(&mu_);
+        last_beat_started_ = absl::Now();
+      }
       if (RawHeartbeat(stub_.get(), worker_id, incarnation, clock).ok()) {
         ++beats_;
       } else {
@@ -129,12 +131,19 @@ KeepAlive::KeepAlive(const std::string& address, int32_t worker_id,
   });
 }
 
-KeepAlive::~KeepAlive() {
+KeepAlive::~KeepAlive() { Stop(); }
+
+void KeepAlive::Stop() {
   {
     absl::MutexLock l(&mu_);
     stop_ = true;
   }
-  thread_.join();
+  if (thread_.joinable()) thread_.join();
+}
+
+absl::Time KeepAlive::last_beat_started() const {
+  absl::MutexLock l(&mu_);
+  return last_beat_started_;
 }
 
 StatusResponse Shard::Status() {
@@ -149,15 +158,38 @@ void Shard::AwaitPullWaits(uint64_t n) {
         absl::StatusOr<StatusResponse> st = GetStatus(stub.get());
         return st.ok() && st->counters().pull_waits() >= n;
       },
-      absl::Seconds(10), absl::StrCat("pull_waits >= ", n));
+      kEventDeadline, absl::StrCat("pull_waits >= ", n));
   INFO("server log:\n" << server.process->LogTail());
+  REQUIRE_OK(s);
+}
+
+uint32_t Shard::WaitingPulls(int32_t worker_id) {
+  const StatusResponse status = Status();
+  const WorkerStatus* w = FindWorker(status, worker_id);
+  return w == nullptr ? 0 : w->waiting_pulls();
+}
+
+void Shard::AwaitWaitingPulls(int32_t worker_id, uint32_t n) {
+  uint32_t last = 0;
+  const absl::Status s = testing::WaitFor(
+      [&] {
+        absl::StatusOr<StatusResponse> st = GetStatus(stub.get());
+        if (!st.ok()) return false;
+        const WorkerStatus* w = FindWorker(*st, worker_id);
+        last = w == nullptr ? 0 : w->waiting_pulls();
+        return last == n;
+      },
+      kEventDeadline,
+      absl::StrCat("worker ", worker_id, " waiting_pulls == ", n));
+  INFO("last seen " << last << "; server log:\n" << server.process->LogTail());
   REQUIRE_OK(s);
 }
 
 void Shard::Stop() {
   stub.reset();
-  // Without connected clients it stops in milliseconds.
-  absl::StatusOr<int> code = server.process->Kill(absl::Seconds(3));
+  // Without connected clients it stops in milliseconds; the grace only
+  // bounds a hang.
+  absl::StatusOr<int> code = server.process->Kill(absl::Seconds(30));
   INFO("server log:\n" << server.process->LogTail());
   REQUIRE_OK(code.status());
   CHECK(*code == 0);

@@ -4,7 +4,9 @@
 // Shared pieces of the staleness tests: a one-shard ps_server started with a
 // staleness policy, simulated workers (one PsClient each), raw stubs for what
 // PsClient does not expose, and calls that run on their own thread so a test
-// can watch a blocking pull with deadlines.
+// can watch a blocking pull. Whether a pull waits is read from the shard's
+// Status, never inferred from time passing; every wait has a deadline that
+// only bounds a hang (no timing assertions).
 //
 // Assertions (Catch2) are made only on the test's main thread; background
 // threads record statuses and times for the main thread to check.
@@ -21,10 +23,10 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "client/ps_client.h"
 #include "proto/asyncps.grpc.pb.h"
 #include "proto/asyncps.pb.h"
 #include "tests/testing/subprocess.h"
-#include "client/ps_client.h"
 
 namespace asyncps {
 namespace staleness {
@@ -102,10 +104,17 @@ class KeepAlive {
   int64_t beats() const { return beats_.load(); }
   int64_t failures() const { return failures_.load(); }
 
+  // Stops the heartbeats (and waits for the thread); idempotent.
+  void Stop();
+  // When the last heartbeat was sent (before its RPC started); the shard
+  // saw the worker no earlier than this. InfinitePast() before the first.
+  absl::Time last_beat_started() const;
+
  private:
   std::unique_ptr<ParameterServer::Stub> stub_;
-  absl::Mutex mu_;
+  mutable absl::Mutex mu_;
   bool stop_ ABSL_GUARDED_BY(mu_) = false;
+  absl::Time last_beat_started_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
   std::atomic<int64_t> beats_{0};
   std::atomic<int64_t> failures_{0};
   std::thread thread_;
@@ -123,6 +132,15 @@ struct Shard {
 
   // Waits until the shard has counted `n` pulls that had to wait.
   void AwaitPullWaits(uint64_t n);
+
+  // The pulls of `worker_id` the shard holds waiting on the consistency
+  // model now (WorkerStatus.waiting_pulls; 0 for an unknown worker). A
+  // shard decides whether a clock change releases a waiting pull before it
+  // answers the call that changed the clock, so after that call returned
+  // this says whether the pull still waits: no time window involved.
+  uint32_t WaitingPulls(int32_t worker_id);
+  // Waits until WaitingPulls(worker_id) == n.
+  void AwaitWaitingPulls(int32_t worker_id, uint32_t n);
 
   // Ends the shard by PID (SIGTERM, then SIGKILL) and checks that it shut
   // down cleanly (exit 0 within the grace, not SIGKILLed). REQUIRES: every

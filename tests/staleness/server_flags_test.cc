@@ -13,8 +13,8 @@
 #include "common/net.h"
 #include "proto/asyncps.grpc.pb.h"
 #include "proto/asyncps.pb.h"
-#include "tests/testing/require_ok.h"
 #include "tests/staleness/harness.h"
+#include "tests/testing/require_ok.h"
 #include "tests/testing/subprocess.h"
 
 namespace asyncps {

@@ -17,13 +17,13 @@
 
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "client/ps_client.h"
 #include "common/net.h"
 #include "proto/asyncps.grpc.pb.h"
 #include "proto/asyncps.pb.h"
-#include "tests/testing/require_ok.h"
 #include "tests/staleness/harness.h"
+#include "tests/testing/require_ok.h"
 #include "tests/testing/subprocess.h"
-#include "client/ps_client.h"
 
 namespace asyncps {
 namespace staleness {

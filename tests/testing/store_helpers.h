@@ -29,8 +29,8 @@ inline absl::Status ApplyPush(ShardStore* store, const PushRequest& request,
 inline absl::StatusOr<CheckpointInfo> WriteStoreCheckpoint(
     const ShardStore& store, const std::string& dir,
     const std::string& build_version = "") {
-  return WriteCheckpoint(CaptureCheckpoint(store, {}, absl::Now(), build_version),
-                         dir);
+  return WriteCheckpoint(
+      CaptureCheckpoint(store, {}, absl::Now(), build_version), dir);
 }
 
 // Restores a checkpoint into `store`, returning its info.

@@ -137,9 +137,11 @@ class TcpProxy::Impl {
         (void)!read(wake_[0], drain, sizeof(drain));
       }
       if (held) continue;
+      // Only the pairs polled above have entries in fds (Accept adds one).
+      const size_t polled = pairs_.size();
       if (fds[1].revents & POLLIN) Accept();
       bool cut = false;
-      for (size_t i = 0; i < pairs_.size() && !cut; ++i) {
+      for (size_t i = 0; i < polled && !cut; ++i) {
         Pair& p = pairs_[i];
         const short from_client = fds[2 + 2 * i].revents;
         const short from_backend = fds[3 + 2 * i].revents;

@@ -236,7 +236,8 @@ TEST_CASE("RenderJson is one parsable document with escaped strings",
 
 TEST_CASE("sparse tables are merged across shards with their imbalance",
           "[psctl][tables]") {
-  std::vector<ShardResult> shards = {Up(0, 10, 1, -1, {}), Up(1, 20, 2, -1, {})};
+  std::vector<ShardResult> shards = {Up(0, 10, 1, -1, {}),
+                                     Up(1, 20, 2, -1, {})};
   for (int i = 0; i < 2; ++i) {
     TableStatus* t = shards[i].status.add_tables();
     t->set_name("ctr/emb0");
@@ -269,8 +270,8 @@ TEST_CASE("sparse tables are merged across shards with their imbalance",
   const std::vector<std::string> row =
       absl::StrSplit(*(header + 1), ' ', absl::SkipEmpty());
   CHECK(row == std::vector<std::string>{"ctr/emb0", "adagrad", "16", "2000",
-                                        "2.0", "KiB", "5.0%", "2100", "0",
-                                        "14", "12"});
+                                        "2.0", "KiB", "5.0%", "2100", "0", "14",
+                                        "12"});
   // No table section without tables.
   CHECK_FALSE(absl::StrContains(RenderText({Up(0, 1, 1, -1, {})}), "TABLE"));
 

@@ -3,11 +3,10 @@
 // accuracy the evaluating worker reports (pipelined workers reach 0.79-0.83
 // after one epoch, depending on the machine's load, and 0.83-0.85 after two).
 // Also the --local baseline and the worker's flag validation.
+#include <catch2/catch.hpp>
 #include <regex>
 #include <string>
 #include <vector>
-
-#include <catch2/catch.hpp>
 
 #include "absl/strings/str_cat.h"
 #include "tests/testing/subprocess.h"

@@ -459,8 +459,7 @@ TEST_CASE("training fails with the backend's error", "[mlp][errors]") {
       absl::InternalError("Gemm: cublasSgemm: CUBLAS_STATUS_EXECUTION_FAILED"));
   absl::StatusOr<std::unique_ptr<ParameterStore>> store = MakeLocalStore();
   REQUIRE(store.ok());
-  absl::StatusOr<TrainResult> r =
-      Train(o, data, data, store->get(), &backend);
+  absl::StatusOr<TrainResult> r = Train(o, data, data, store->get(), &backend);
   std::fclose(progress);
   INFO(r.status().ToString());
   CHECK(backend.calls() == 11);

@@ -1,0 +1,41 @@
+#ifndef ASYNCPS_TESTS_TESTING_TENSOR_SPECS_H_
+#define ASYNCPS_TESTS_TESTING_TENSOR_SPECS_H_
+
+// Tensor and optimizer specs that tests build over and over.
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "proto/asyncps.pb.h"
+
+namespace asyncps {
+namespace testing {
+
+inline OptimizerSpec SgdSpec(float learning_rate) {
+  OptimizerSpec o;
+  o.set_type(OPT_SGD);
+  o.set_learning_rate(learning_rate);
+  return o;
+}
+
+// A tensor of `shape` whose every element starts at `init_value`, cut into
+// slices of `slice_elems`, trained with `optimizer`.
+inline TensorSpec ConstantSpec(const std::string& name,
+                               const std::vector<int64_t>& shape,
+                               float init_value, const OptimizerSpec& optimizer,
+                               int64_t slice_elems) {
+  TensorSpec s;
+  s.set_name(name);
+  for (int64_t d : shape) s.add_shape(d);
+  s.set_init(INIT_CONSTANT);
+  s.set_init_value(init_value);
+  *s.mutable_optimizer() = optimizer;
+  s.set_slice_elems(slice_elems);
+  return s;
+}
+
+}  // namespace testing
+}  // namespace asyncps
+
+#endif  // ASYNCPS_TESTS_TESTING_TENSOR_SPECS_H_
