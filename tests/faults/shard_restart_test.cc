@@ -133,7 +133,11 @@ TEST_CASE(
     "a 5 s network cut stalls training, which then goes on with every "
     "step applied exactly once",
     "[faults][network]") {
-  std::vector<ServerProcess> shards = StartShards({"--worker_lease_ms=20000"});
+  // The lease only bounds the stall: a worker silent for a minute after a
+  // 5 s cut has hung. (With a 20 s lease, both workers were evicted once in
+  // about 15 runs of the whole suite on 2 loaded cores; not reproduced in 12
+  // runs of this test under load. The shard log is shown if it happens.)
+  std::vector<ServerProcess> shards = StartShards({"--worker_lease_ms=60000"});
   // The workers reach shard 1 through a proxy that holds all traffic for
   // 5 s mid-run (connections stay open, nothing moves).
   absl::StatusOr<std::unique_ptr<testing::TcpProxy>> proxy =
@@ -177,6 +181,7 @@ TEST_CASE(
       REQUIRE(ws != nullptr);
       CHECK(ws->pushes() == static_cast<uint64_t>(kSteps));
     }
+    INFO(s.process->LogTail());
     CHECK(st->counters().evictions() == 0);
   }
 }
