@@ -13,10 +13,10 @@
 // summary, one row per shard (a shard that does not answer is a DOWN row with
 // the error) and one row per worker merged across shards; a shard in the
 // wrong place of --servers is named in a WARNING line. `tensors` lists the
-// tensors the shards hold. `checkpoint` makes every shard write its
-// checkpoint (ps_server --checkpoint_dir), all at once, and prints one row
-// per shard: the file, its size and how long the write took. `health` asks
-// the standard health service (usable as a Kubernetes exec probe).
+// tensors and sparse tables the shards hold. `checkpoint` makes every shard
+// write its checkpoint (ps_server --checkpoint_dir), all at once, and prints
+// one row per shard: the file, its size and how long the write took. `health`
+// asks the standard health service (usable as a Kubernetes exec probe).
 //
 // A shard that cannot be reached is probed once more to name the cause
 // (common/connection_check.h): nothing listening, TLS against plain TCP,
@@ -191,18 +191,76 @@ Doc ShardRow(int index, const std::string& address, bool ok,
   return row;
 }
 
+// A spec (TensorSpec or TableSpec) as first seen, the shards listing it and
+// whether any shard's spec differs.
+template <typename Spec>
+struct Seen {
+  Spec spec;
+  int shards = 0;
+  bool mismatch = false;
+};
+
+template <typename Spec>
+void Note(const Spec& spec, std::map<std::string, Seen<Spec>>* seen) {
+  auto [it, fresh] = seen->try_emplace(spec.name());
+  if (fresh) {
+    it->second.spec = spec;
+  } else if (!google::protobuf::util::MessageDifferencer::Equals(
+                 it->second.spec, spec)) {
+    it->second.mismatch = true;
+  }
+  ++it->second.shards;
+}
+
+template <typename Spec>
+Doc SeenRows(const std::map<std::string, Seen<Spec>>& seen) {
+  Doc rows = Doc::Array();
+  for (const auto& [name, s] : seen) {
+    Doc row = Doc::Object();
+    row.Set("spec", DocFromMessage(s.spec))
+        .Set("shards", Doc::Int(s.shards))
+        .Set("consistent", Doc::Bool(!s.mismatch));
+    rows.Add(std::move(row));
+  }
+  return rows;
+}
+
+// The columns tensors and tables share: init, optimizer, and (wide) the
+// init value, seed, learning rate and momentum.
+std::vector<std::string> SpecColumns(Initializer init, float init_value,
+                                     uint64_t seed, const OptimizerSpec& opt,
+                                     bool wide, int shards, int up,
+                                     bool mismatch,
+                                     std::vector<std::string> middle) {
+  std::vector<std::string> row = {
+      ShortEnumName(Initializer_Name(init), "INIT_"),
+      ShortEnumName(OptimizerType_Name(opt.type()), "OPT_")};
+  for (std::string& m : middle) row.push_back(std::move(m));
+  row.push_back(absl::StrCat(shards, "/", up, mismatch ? " MISMATCH" : ""));
+  if (wide) {
+    row.push_back(absl::StrFormat("%g", init_value));
+    row.push_back(absl::StrCat(seed));
+    row.push_back(absl::StrFormat("%g", opt.learning_rate()));
+    row.push_back(absl::StrFormat("%g", opt.momentum()));
+  }
+  return row;
+}
+
+std::vector<std::string> Header(std::vector<std::string> columns, bool wide) {
+  if (wide) {
+    for (const char* h : {"INIT_VALUE", "SEED", "LR", "MOMENTUM"}) {
+      columns.push_back(h);
+    }
+  }
+  return columns;
+}
+
 int RunTensors(const Cluster& c) {
   std::vector<TensorListResult> results = c.query->ListTensors(c.timeout);
   int code = 0;
   int up = 0;
-  // name -> (spec as first seen, shards listing it, whether any shard's
-  // spec differs).
-  struct Seen {
-    TensorSpec spec;
-    int shards = 0;
-    bool mismatch = false;
-  };
-  std::map<std::string, Seen> tensors;
+  std::map<std::string, Seen<TensorSpec>> tensors;
+  std::map<std::string, Seen<TableSpec>> tables;
   for (TensorListResult& r : results) {
     if (!r.up) {
       code = kExitDown;
@@ -210,32 +268,18 @@ int RunTensors(const Cluster& c) {
       continue;
     }
     ++up;
-    for (const TensorSpec& spec : r.tensors.tensors()) {
-      auto [it, fresh] = tensors.try_emplace(spec.name());
-      if (fresh) {
-        it->second.spec = spec;
-      } else if (!google::protobuf::util::MessageDifferencer::Equals(
-                     it->second.spec, spec)) {
-        it->second.mismatch = true;
-      }
-      ++it->second.shards;
-    }
+    for (const TensorSpec& spec : r.tensors.tensors()) Note(spec, &tensors);
+    for (const TableSpec& spec : r.tensors.tables()) Note(spec, &tables);
   }
   if (c.format == Format::kJson || c.format == Format::kYaml) {
     Doc shards = Doc::Array();
     for (const TensorListResult& r : results) {
       shards.Add(ShardRow(r.index, r.address, r.up, r.error));
     }
-    Doc rows = Doc::Array();
-    for (const auto& [name, seen] : tensors) {
-      Doc row = Doc::Object();
-      row.Set("spec", DocFromMessage(seen.spec))
-          .Set("shards", Doc::Int(seen.shards))
-          .Set("consistent", Doc::Bool(!seen.mismatch));
-      rows.Add(std::move(row));
-    }
     Doc doc = Doc::Object();
-    doc.Set("shards", std::move(shards)).Set("tensors", std::move(rows));
+    doc.Set("shards", std::move(shards))
+        .Set("tensors", SeenRows(tensors))
+        .Set("tables", SeenRows(tables));
     Print(Render(doc, c.format));
     return code;
   }
@@ -248,35 +292,41 @@ int RunTensors(const Cluster& c) {
   }
   const bool wide = c.format == Format::kWide;
   // Words left-aligned, numbers right-aligned.
-  std::vector<std::string> header = {
-      "NAME", "SHAPE", "INIT", "OPTIMIZER", "ELEMS", "SLICE_ELEMS", "SHARDS"};
-  if (wide) {
-    for (const char* h : {"INIT_VALUE", "SEED", "LR", "MOMENTUM"}) {
-      header.push_back(h);
-    }
-  }
-  TextTable table(std::move(header), /*left_columns=*/4);
+  TextTable table(Header({"NAME", "SHAPE", "INIT", "OPTIMIZER", "ELEMS",
+                          "SLICE_ELEMS", "SHARDS"},
+                         wide),
+                  /*left_columns=*/4);
   for (const auto& [name, seen] : tensors) {
     int64_t elems = 1;
     for (int64_t d : seen.spec.shape()) elems *= d;
-    const OptimizerSpec& opt = seen.spec.optimizer();
-    std::vector<std::string> row = {
-        name,
-        Shape(seen.spec),
-        ShortEnumName(Initializer_Name(seen.spec.init()), "INIT_"),
-        ShortEnumName(OptimizerType_Name(opt.type()), "OPT_"),
-        absl::StrCat(elems),
-        absl::StrCat(seen.spec.slice_elems()),
-        absl::StrCat(seen.shards, "/", up, seen.mismatch ? " MISMATCH" : "")};
-    if (wide) {
-      row.push_back(absl::StrFormat("%g", seen.spec.init_value()));
-      row.push_back(absl::StrCat(seen.spec.seed()));
-      row.push_back(absl::StrFormat("%g", opt.learning_rate()));
-      row.push_back(absl::StrFormat("%g", opt.momentum()));
+    std::vector<std::string> row = {name, Shape(seen.spec)};
+    for (std::string& col : SpecColumns(
+             seen.spec.init(), seen.spec.init_value(), seen.spec.seed(),
+             seen.spec.optimizer(), wide, seen.shards, up, seen.mismatch,
+             {absl::StrCat(elems), absl::StrCat(seen.spec.slice_elems())})) {
+      row.push_back(std::move(col));
     }
     table.AddRow(std::move(row));
   }
   absl::StrAppend(&out, table.Render());
+  // Sparse tables: rows live on the shard their id hashes to, so every
+  // shard lists every table.
+  if (!tables.empty()) {
+    TextTable rows(
+        Header({"TABLE", "INIT", "OPTIMIZER", "DIM", "SHARDS"}, wide),
+        /*left_columns=*/3);
+    for (const auto& [name, seen] : tables) {
+      std::vector<std::string> row = {name};
+      for (std::string& col : SpecColumns(
+               seen.spec.init(), seen.spec.init_value(), seen.spec.seed(),
+               seen.spec.optimizer(), wide, seen.shards, up, seen.mismatch,
+               {absl::StrCat(seen.spec.dim())})) {
+        row.push_back(std::move(col));
+      }
+      rows.AddRow(std::move(row));
+    }
+    absl::StrAppend(&out, "\n", rows.Render());
+  }
   Print(out);
   return code;
 }

@@ -37,6 +37,13 @@ class ShardRpc {
     return Call(&ParameterServer::Stub::CreateTensor, req, &resp);
   }
 
+  grpc::Status CreateTable(const TableSpec& spec) {
+    CreateTensorRequest req;
+    *req.add_tables() = spec;
+    CreateTensorResponse resp;
+    return Call(&ParameterServer::Stub::CreateTensor, req, &resp);
+  }
+
   grpc::Status Pull(int32_t worker, uint64_t incarnation, int64_t clock,
                     const std::string& tensor, PullResponse* resp) {
     PullRequest req;

@@ -225,6 +225,60 @@ TEST_CASE(
   CHECK(row.size() <= header.size() + 1);
 }
 
+TEST_CASE("psctl tensors lists sparse tables beside the tensors",
+          "[psctl][process]") {
+  std::vector<ServerProcess> cluster = StartTwoShards();
+  const std::string servers = testing::ServerList(cluster);
+  TableSpec table;
+  table.set_name("emb");
+  table.set_dim(16);
+  table.set_init(INIT_CONSTANT);
+  table.set_init_value(0.25f);
+  table.mutable_optimizer()->set_type(OPT_ADAGRAD);
+  table.mutable_optimizer()->set_learning_rate(0.05f);
+  table.mutable_optimizer()->set_epsilon(1e-8f);
+  for (const ServerProcess& s : cluster) {
+    const grpc::Status st = ShardRpc(s.address).CreateTable(table);
+    INFO(st.error_message());
+    REQUIRE(st.ok());
+  }
+
+  const Run text = Psctl({"tensors", "-o", "wide", "--servers=" + servers});
+  INFO(text.out << text.err);
+  CHECK(text.code == 0);
+  const std::vector<std::string> lines =
+      absl::StrSplit(text.out, '\n', absl::SkipEmpty());
+  // "2/2 shards answered", the tensors' header and row, the tables' header
+  // and row.
+  REQUIRE(lines.size() == 5);
+  const std::string& header = lines[3];
+  const std::string& row = lines[4];
+  REQUIRE(absl::StartsWith(header, "TABLE"));
+  CHECK(absl::StartsWith(row, "emb "));
+  CHECK(row.substr(header.find("INIT"), 8) == "constant");
+  CHECK(row.substr(header.find("OPTIMIZER"), 7) == "adagrad");
+  CHECK(absl::StrContains(row, "2/2"));
+  // Numbers end where their header ends.
+  const auto number_under = [&](const std::string& column, size_t width) {
+    return row.substr(header.find(column) + column.size() - width, width);
+  };
+  CHECK(number_under("DIM", 2) == "16");
+  CHECK(number_under("INIT_VALUE", 4) == "0.25");
+  CHECK(number_under("LR", 4) == "0.05");
+
+  const Run json = Psctl({"tensors", "-o", "json", "--servers=" + servers});
+  CHECK(json.code == 0);
+  Struct doc;
+  REQUIRE(google::protobuf::util::JsonStringToMessage(json.out, &doc).ok());
+  const auto& tables = doc.fields().at("tables").list_value().values();
+  REQUIRE(tables.size() == 1);
+  const auto& t = tables[0].struct_value().fields();
+  CHECK(t.at("shards").number_value() == 2);
+  CHECK(t.at("consistent").bool_value());
+  CHECK(t.at("spec").struct_value().fields().at("dim").number_value() == 16);
+  CHECK(doc.fields().at("tensors").list_value().values().size() == 1);
+}
+
 TEST_CASE("psctl names shards listed out of order and exits 1",
           "[psctl][process]") {
   std::vector<ServerProcess> cluster = StartTwoShards();
