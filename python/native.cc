@@ -34,12 +34,14 @@
 #include "client/ps_client.h"
 #include "common/initializer.h"
 #include "common/net.h"
+#include "common/row_initializer.h"
 #include "common/security.h"
 #include "common/tensor_layout.h"
 #include "common/version.h"
 #include "google/protobuf/util/message_differencer.h"
 #include "proto/asyncps.pb.h"
 #include "store/optimizer.h"
+#include "store/sparse_table.h"
 #include "tools/status_table.h"
 
 namespace asyncps {
@@ -76,6 +78,7 @@ const std::pair<const char*, OptimizerType> kOptimizers[] = {
     {"sgd", OPT_SGD},
     {"momentum", OPT_MOMENTUM},
     {"adam", OPT_ADAM},
+    {"adagrad", OPT_ADAGRAD},
 };
 
 template <typename Enum, size_t N>
@@ -105,26 +108,41 @@ void CheckOk(const absl::Status& s, const std::string& what) {
   if (!s.ok()) throw py::value_error(absl::StrCat(what, ": ", s.message()));
 }
 
+// The optimizer fields of a TensorSpec or TableSpec, only those its type
+// uses.
+OptimizerSpec MakeOptimizer(const std::string& optimizer, double lr,
+                            double momentum, double beta1, double beta2,
+                            double epsilon, double initial_accumulator) {
+  OptimizerSpec o;
+  o.set_type(EnumFromName(kOptimizers, optimizer, "optimizer"));
+  o.set_learning_rate(static_cast<float>(lr));
+  if (o.type() == OPT_MOMENTUM) o.set_momentum(static_cast<float>(momentum));
+  if (o.type() == OPT_ADAM) {
+    o.set_beta1(static_cast<float>(beta1));
+    o.set_beta2(static_cast<float>(beta2));
+  }
+  if (o.type() == OPT_ADAM || o.type() == OPT_ADAGRAD) {
+    o.set_epsilon(static_cast<float>(epsilon));
+  }
+  if (o.type() == OPT_ADAGRAD) {
+    o.set_initial_accumulator(static_cast<float>(initial_accumulator));
+  }
+  return o;
+}
+
 TensorSpec MakeSpec(const std::vector<int64_t>& shape, const std::string& name,
                     const std::string& init, double init_value, uint64_t seed,
                     const std::string& optimizer, double lr, double momentum,
                     double beta1, double beta2, double epsilon,
-                    int64_t slice_elems) {
+                    double initial_accumulator, int64_t slice_elems) {
   TensorSpec spec;
   spec.set_name(name);
   for (int64_t d : shape) spec.add_shape(d);
   spec.set_init(EnumFromName(kInits, init, "init"));
   spec.set_init_value(static_cast<float>(init_value));
   spec.set_seed(seed);
-  OptimizerSpec* o = spec.mutable_optimizer();
-  o->set_type(EnumFromName(kOptimizers, optimizer, "optimizer"));
-  o->set_learning_rate(static_cast<float>(lr));
-  if (o->type() == OPT_MOMENTUM) o->set_momentum(static_cast<float>(momentum));
-  if (o->type() == OPT_ADAM) {
-    o->set_beta1(static_cast<float>(beta1));
-    o->set_beta2(static_cast<float>(beta2));
-    o->set_epsilon(static_cast<float>(epsilon));
-  }
+  *spec.mutable_optimizer() = MakeOptimizer(
+      optimizer, lr, momentum, beta1, beta2, epsilon, initial_accumulator);
   spec.set_slice_elems(slice_elems);
   // The checks the shards apply, so that a bad spec never leaves here.
   CheckOk(TensorLayout::Create(shape, 1).status(), "TensorSpec shape");
@@ -136,6 +154,53 @@ TensorSpec MakeSpec(const std::vector<int64_t>& shape, const std::string& name,
         slice_elems));
   }
   return spec;
+}
+
+TableSpec MakeTableSpec(int32_t dim, const std::string& name,
+                        const std::string& init, double init_value,
+                        uint64_t seed, const std::string& optimizer, double lr,
+                        double momentum, double beta1, double beta2,
+                        double epsilon, double initial_accumulator) {
+  TableSpec spec;
+  spec.set_name(name);
+  spec.set_dim(dim);
+  spec.set_init(EnumFromName(kInits, init, "init"));
+  spec.set_init_value(static_cast<float>(init_value));
+  spec.set_seed(seed);
+  *spec.mutable_optimizer() = MakeOptimizer(
+      optimizer, lr, momentum, beta1, beta2, epsilon, initial_accumulator);
+  // The checks the shards apply (the name is checked there).
+  if (dim < 1 || dim > kMaxTableDim) {
+    throw py::value_error(absl::StrCat("TableSpec: dim must be in [1, ",
+                                       kMaxTableDim, "], got ", dim));
+  }
+  CheckOk(ValidateRowInitializer(spec), "TableSpec");
+  CheckOk(ValidateOptimizer(spec.optimizer()), "TableSpec");
+  return spec;
+}
+
+// The optimizer part of a spec's repr.
+std::string OptimizerRepr(const OptimizerSpec& o) {
+  std::string opt = absl::StrCat("optimizer='", EnumName(kOptimizers, o.type()),
+                                 "', lr=", o.learning_rate());
+  if (o.type() == OPT_MOMENTUM)
+    absl::StrAppend(&opt, ", momentum=", o.momentum());
+  if (o.type() == OPT_ADAM) {
+    absl::StrAppend(&opt, ", beta1=", o.beta1(), ", beta2=", o.beta2(),
+                    ", epsilon=", o.epsilon());
+  }
+  if (o.type() == OPT_ADAGRAD) {
+    absl::StrAppend(&opt, ", epsilon=", o.epsilon(),
+                    ", initial_accumulator=", o.initial_accumulator());
+  }
+  return opt;
+}
+
+std::string TableRepr(const TableSpec& s) {
+  return absl::StrCat("TableSpec(name='", s.name(), "', dim=", s.dim(),
+                      ", init='", EnumName(kInits, s.init()),
+                      "', init_value=", s.init_value(), ", seed=", s.seed(),
+                      ", ", OptimizerRepr(s.optimizer()), ")");
 }
 
 int64_t NumElems(const TensorSpec& spec) {
@@ -153,15 +218,7 @@ py::tuple ShapeOf(const TensorSpec& spec) {
 std::string SpecRepr(const TensorSpec& s) {
   std::vector<std::string> dims;
   for (int64_t d : s.shape()) dims.push_back(absl::StrCat(d));
-  const OptimizerSpec& o = s.optimizer();
-  std::string opt = absl::StrCat("optimizer='", EnumName(kOptimizers, o.type()),
-                                 "', lr=", o.learning_rate());
-  if (o.type() == OPT_MOMENTUM)
-    absl::StrAppend(&opt, ", momentum=", o.momentum());
-  if (o.type() == OPT_ADAM) {
-    absl::StrAppend(&opt, ", beta1=", o.beta1(), ", beta2=", o.beta2(),
-                    ", epsilon=", o.epsilon());
-  }
+  const std::string opt = OptimizerRepr(s.optimizer());
   return absl::StrCat("TensorSpec(name='", s.name(), "', shape=(",
                       absl::StrJoin(dims, ", "), dims.size() == 1 ? ",)" : ")",
                       ", init='", EnumName(kInits, s.init()),
@@ -337,7 +394,8 @@ class Client {
   }
 
   py::dict Create(const py::object& specs) {
-    const std::vector<TensorSpec> list = SpecList(specs);
+    const std::vector<TensorSpec> list =
+        SpecList<TensorSpec>(specs, "create", "TensorSpec");
     const absl::Status s = Call([&](PsClient& client) {
       absl::Status st = client.CreateTensors(list);
       if (st.ok()) Learn(client, Names(list));
@@ -404,6 +462,92 @@ class Client {
     const int64_t c = clock.value_or(clock_);
     const absl::StatusOr<PushSummary> summary =
         Call([&](PsClient& client) { return client.Push(c, sources); });
+    if (!summary.ok()) ThrowStatus(summary.status());
+    return *summary;
+  }
+
+  py::dict CreateTables(const py::object& specs) {
+    const std::vector<TableSpec> list =
+        SpecList<TableSpec>(specs, "create_tables", "TableSpec");
+    const absl::Status s = Call([&](PsClient& client) {
+      absl::Status st = client.CreateTables(list);
+      if (st.ok()) Learn(client, Names(list));
+      return st;
+    });
+    if (!s.ok()) ThrowStatus(s);
+    return Known(Names(list));
+  }
+
+  // {table: ids} -> {table: float32 array (len(ids), dim)}. Remembers what
+  // was read (row versions, shard epochs) for push_rows.
+  py::dict PullRows(const py::object& ids, std::optional<int64_t> clock) {
+    CheckDict(ids, "pull_rows");
+    std::vector<py::array_t<uint64_t>> keep;
+    std::vector<RowsQuery> queries;
+    py::dict out;
+    for (const auto& [key, value] : py::reinterpret_borrow<py::dict>(ids)) {
+      const std::string name = KeyName(key, "pull_rows");
+      const std::shared_ptr<const TableSpec> spec =
+          KnownTable(name, "pull_rows");
+      keep.push_back(CheckIds(value, name, "pull_rows"));
+      const py::ssize_t n = keep.back().shape(0);
+      py::array_t<float> rows({n, static_cast<py::ssize_t>(spec->dim())});
+      RowsQuery q;
+      q.table = name;
+      q.ids = absl::MakeConstSpan(keep.back().data(), n);
+      q.out = rows.mutable_data();
+      queries.push_back(std::move(q));
+      out[py::str(name)] = std::move(rows);
+    }
+    const int64_t c = clock.value_or(clock_);
+    const absl::Status s = Call([&](PsClient& client) {
+      std::unique_ptr<PsClient::PendingRowsPull> pull =
+          client.StartPullRows(c, c, queries);
+      absl::Status st = pull->Wait();
+      if (st.ok()) Remember(pull->read());
+      return st;
+    });
+    if (!s.ok()) ThrowStatus(s);
+    return out;
+  }
+
+  // {table: (ids, grads)} with grads float32 (len(ids), dim), computed from
+  // the rows the last pull_rows read.
+  PushSummary PushRows(const py::object& grads, std::optional<int64_t> clock) {
+    CheckDict(grads, "push_rows");
+    std::vector<py::array> keep;
+    std::vector<RowsGrad> list;
+    for (const auto& [key, value] : py::reinterpret_borrow<py::dict>(grads)) {
+      const std::string name = KeyName(key, "push_rows");
+      const std::shared_ptr<const TableSpec> spec =
+          KnownTable(name, "push_rows");
+      if (!py::isinstance<py::tuple>(value) || py::len(value) != 2) {
+        throw py::type_error(
+            absl::StrCat("push_rows: the value for table '", name,
+                         "' must be a tuple (ids, grads), got ",
+                         std::string(py::repr(py::type::handle_of(value)))));
+      }
+      const py::tuple pair = py::reinterpret_borrow<py::tuple>(value);
+      py::array_t<uint64_t> ids = CheckIds(pair[0], name, "push_rows");
+      py::array g = CheckRowGrads(pair[1], name, ids.shape(0), spec->dim());
+      RowsGrad rg;
+      rg.table = name;
+      rg.ids = absl::MakeConstSpan(ids.data(), ids.shape(0));
+      rg.grads = static_cast<const float*>(g.data());
+      list.push_back(std::move(rg));
+      keep.push_back(std::move(ids));
+      keep.push_back(std::move(g));
+    }
+    const int64_t c = clock.value_or(clock_);
+    const absl::StatusOr<PushSummary> summary =
+        Call([&](PsClient& client) -> absl::StatusOr<PushSummary> {
+          RowsReadSet read;
+          {
+            absl::MutexLock lock(&rows_mu_);
+            read = rows_read_;
+          }
+          return client.StartPushRows(c, list, read)->Wait();
+        });
     if (!summary.ok()) ThrowStatus(summary.status());
     return *summary;
   }
@@ -509,6 +653,9 @@ class Client {
       if (const TensorSpec* spec = client.FindSpec(name)) {
         known_[name] = std::make_shared<const TensorSpec>(*spec);
       }
+      if (const TableSpec* spec = client.FindTableSpec(name)) {
+        known_tables_[name] = std::make_shared<const TableSpec>(*spec);
+      }
     }
   }
 
@@ -528,33 +675,127 @@ class Client {
     return it->second;
   }
 
+  // The stored spec of a known sparse table; ValueError otherwise.
+  std::shared_ptr<const TableSpec> KnownTable(const std::string& name,
+                                              const char* method) {
+    CheckOpen();
+    absl::MutexLock lock(&specs_mu_);
+    auto it = known_tables_.find(name);
+    if (it == known_tables_.end()) {
+      throw py::value_error(
+          absl::StrCat(method, ": unknown table '", name,
+                       "' (create_tables() it or wait_for() it first)"));
+    }
+    return it->second;
+  }
+
+  // {name: TensorSpec or TableSpec} of known names.
   py::dict Known(const std::vector<std::string>& names) {
     py::dict out;
     for (const std::string& name : names) {
+      {
+        absl::MutexLock lock(&specs_mu_);
+        auto it = known_tables_.find(name);
+        if (it != known_tables_.end()) {
+          out[py::str(name)] = *it->second;
+          continue;
+        }
+      }
       out[py::str(name)] = *KnownSpec(name, "create");
     }
     return out;
   }
 
-  static std::vector<std::string> Names(const std::vector<TensorSpec>& specs) {
+  template <typename Spec>
+  static std::vector<std::string> Names(const std::vector<Spec>& specs) {
     std::vector<std::string> names;
-    for (const TensorSpec& s : specs) names.push_back(s.name());
+    for (const Spec& s : specs) names.push_back(s.name());
     return names;
   }
 
-  // {name: TensorSpec} (the key names the tensor) or [TensorSpec] (each
-  // names itself).
-  static std::vector<TensorSpec> SpecList(const py::object& specs) {
-    std::vector<TensorSpec> list;
+  // Merges what a rows pull read into rows_read_: its tables replace those
+  // of earlier pulls, its shard epochs those it read.
+  void Remember(const RowsReadSet& read) {
+    absl::MutexLock lock(&rows_mu_);
+    for (const auto& [table, versions] : read.tables) {
+      rows_read_.tables[table] = versions;
+    }
+    rows_read_.epochs.resize(
+        std::max(rows_read_.epochs.size(), read.epochs.size()), 0);
+    for (size_t i = 0; i < read.epochs.size(); ++i) {
+      if (read.epochs[i] != 0) rows_read_.epochs[i] = read.epochs[i];
+    }
+  }
+
+  // Row ids: a 1-D sequence or array of non-negative integers, as uint64.
+  static py::array_t<uint64_t> CheckIds(const py::handle& obj,
+                                        const std::string& table,
+                                        const char* method) {
+    py::array a = py::module_::import("numpy").attr("asarray")(obj);
+    if (a.ndim() != 1) {
+      throw py::value_error(absl::StrCat(method, ": ids of table '", table,
+                                         "' must be 1-D, got ", a.ndim(),
+                                         " dimensions"));
+    }
+    const char kind = a.dtype().kind();
+    if (a.size() > 0 && kind != 'i' && kind != 'u') {
+      throw py::type_error(absl::StrCat(method, ": ids of table '", table,
+                                        "' must be integers, got dtype ",
+                                        std::string(py::str(a.dtype()))));
+    }
+    if (kind == 'i' && a.size() > 0 && a.attr("min")().cast<int64_t>() < 0) {
+      throw py::value_error(
+          absl::StrCat(method, ": ids of table '", table, "' must be >= 0"));
+    }
+    return py::array_t<uint64_t, py::array::c_style | py::array::forcecast>(a);
+  }
+
+  // Row gradients: float32, C-contiguous, shape (n, dim); not converted.
+  static py::array CheckRowGrads(const py::handle& obj,
+                                 const std::string& table, py::ssize_t n,
+                                 int32_t dim) {
+    if (!py::isinstance<py::array>(obj)) {
+      throw py::type_error(
+          absl::StrCat("push_rows: gradients of table '", table,
+                       "' must be a numpy array, got ",
+                       std::string(py::repr(py::type::handle_of(obj)))));
+    }
+    py::array a = py::reinterpret_borrow<py::array>(obj);
+    if (!a.dtype().is(py::dtype::of<float>()) ||
+        !(a.flags() & py::array::c_style)) {
+      throw py::type_error(
+          absl::StrCat("push_rows: gradients of table '", table,
+                       "' must be C-contiguous float32, got dtype ",
+                       std::string(py::str(a.dtype()))));
+    }
+    if (a.ndim() != 2 || a.shape(0) != n || a.shape(1) != dim) {
+      std::vector<std::string> dims;
+      for (py::ssize_t i = 0; i < a.ndim(); ++i) {
+        dims.push_back(absl::StrCat(a.shape(i)));
+      }
+      throw py::value_error(absl::StrCat(
+          "push_rows: gradients of table '", table, "' must have shape (", n,
+          ", ", dim, "), got (", absl::StrJoin(dims, ", "), ")"));
+    }
+    return a;
+  }
+
+  // {name: Spec} (the key names it) or [Spec] (each names itself);
+  // `method` and `type` (the Python class name) for messages.
+  template <typename Spec>
+  static std::vector<Spec> SpecList(const py::object& specs, const char* method,
+                                    const char* type) {
+    std::vector<Spec> list;
     std::vector<std::string> seen;
-    auto add = [&](TensorSpec spec) {
+    auto add = [&](Spec spec) {
       if (spec.name().empty()) {
-        throw py::value_error("create: a TensorSpec has no name");
+        throw py::value_error(
+            absl::StrCat(method, ": a ", type, " has no name"));
       }
       for (const std::string& n : seen) {
         if (n == spec.name()) {
           throw py::value_error(
-              absl::StrCat("create: tensor '", n, "' given twice"));
+              absl::StrCat(method, ": '", n, "' given twice"));
         }
       }
       seen.push_back(spec.name());
@@ -562,16 +803,16 @@ class Client {
     };
     if (py::isinstance<py::dict>(specs)) {
       for (const auto& [key, value] : py::reinterpret_borrow<py::dict>(specs)) {
-        const std::string name = KeyName(key, "create");
-        if (!py::isinstance<TensorSpec>(value)) {
-          throw py::type_error(absl::StrCat("create: the value for '", name,
-                                            "' must be a TensorSpec, got ",
+        const std::string name = KeyName(key, method);
+        if (!py::isinstance<Spec>(value)) {
+          throw py::type_error(absl::StrCat(method, ": the value for '", name,
+                                            "' must be a ", type, ", got ",
                                             std::string(py::repr(value))));
         }
-        TensorSpec spec = value.cast<TensorSpec>();
+        Spec spec = value.template cast<Spec>();
         if (!spec.name().empty() && spec.name() != name) {
-          throw py::value_error(absl::StrCat("create: key '", name,
-                                             "' holds a TensorSpec named '",
+          throw py::value_error(absl::StrCat(method, ": key '", name,
+                                             "' holds a ", type, " named '",
                                              spec.name(), "'"));
         }
         spec.set_name(name);
@@ -580,16 +821,16 @@ class Client {
     } else if (py::isinstance<py::sequence>(specs) &&
                !py::isinstance<py::str>(specs)) {
       for (const py::handle& value : specs) {
-        if (!py::isinstance<TensorSpec>(value)) {
-          throw py::type_error(
-              absl::StrCat("create: expected TensorSpec items, got ",
-                           std::string(py::repr(value))));
+        if (!py::isinstance<Spec>(value)) {
+          throw py::type_error(absl::StrCat(method, ": expected ", type,
+                                            " items, got ",
+                                            std::string(py::repr(value))));
         }
-        add(value.cast<TensorSpec>());
+        add(value.template cast<Spec>());
       }
     } else {
-      throw py::type_error(
-          "create: expected {name: TensorSpec} or a list of named TensorSpec");
+      throw py::type_error(absl::StrCat(method, ": expected {name: ", type,
+                                        "} or a list of named ", type));
     }
     return list;
   }
@@ -601,6 +842,11 @@ class Client {
   absl::Mutex specs_mu_;
   absl::flat_hash_map<std::string, std::shared_ptr<const TensorSpec>> known_
       ABSL_GUARDED_BY(specs_mu_);
+  absl::flat_hash_map<std::string, std::shared_ptr<const TableSpec>>
+      known_tables_ ABSL_GUARDED_BY(specs_mu_);
+  // What the rows pulls read, for push_rows. Taken inside Call (mu_ held).
+  absl::Mutex rows_mu_;
+  RowsReadSet rows_read_ ABSL_GUARDED_BY(rows_mu_);
   std::atomic<bool> closed_{false};
 
   // Const after construction.
@@ -723,14 +969,16 @@ PYBIND11_MODULE(_native, m) {
 
 TensorSpec(shape, *, name='', init='zeros', init_value=0.0, seed=0,
            optimizer='sgd', lr=0.01, momentum=0.9, beta1=0.9,
-           beta2=0.999, epsilon=1e-8, slice_elems=0)
+           beta2=0.999, epsilon=1e-8, initial_accumulator=0.1,
+           slice_elems=0)
 
 shape        dimensions, each > 0.
 init         'zeros', 'constant' (= init_value), 'uniform'
              (U(-init_value, init_value)), 'normal' (N(0, init_value^2)),
              'glorot_uniform'; seeded by `seed`.
-optimizer    'sgd', 'momentum' (uses momentum) or 'adam' (beta1, beta2,
-             epsilon), run on the shards with learning rate `lr`.
+optimizer    'sgd', 'momentum' (uses momentum), 'adam' (beta1, beta2,
+             epsilon) or 'adagrad' (epsilon, initial_accumulator), run on
+             the shards with learning rate `lr`.
 slice_elems  elements per slice (0 = the shards' --slice_elems).
 name         optional here; Client.create({name: spec}) names it.
 
@@ -742,7 +990,7 @@ again is a no-op, a different one is RpcError ALREADY_EXISTS.)doc")
            py::arg("optimizer") = "sgd", py::arg("lr") = 0.01,
            py::arg("momentum") = 0.9, py::arg("beta1") = 0.9,
            py::arg("beta2") = 0.999, py::arg("epsilon") = 1e-8,
-           py::arg("slice_elems") = 0)
+           py::arg("initial_accumulator") = 0.1, py::arg("slice_elems") = 0)
       .def_property_readonly("name", &TensorSpec::name)
       .def_property_readonly("shape", &ShapeOf)
       .def_property_readonly("num_elems", &NumElems)
@@ -777,6 +1025,52 @@ again is a no-op, a different one is RpcError ALREADY_EXISTS.)doc")
                         a, b.cast<TensorSpec>());
            })
       .def("__repr__", &SpecRepr);
+
+  py::class_<TableSpec>(
+      m, "TableSpec",
+      R"doc(How a sparse embedding table is created on the shards.
+
+TableSpec(dim, *, name='', init='zeros', init_value=0.0, seed=0,
+          optimizer='sgd', lr=0.01, momentum=0.9, beta1=0.9, beta2=0.999,
+          epsilon=1e-8, initial_accumulator=0.1)
+
+dim          floats per row, 1..65536. Rows are created on first touch
+             (a pull or push of their id) on the shard the id hashes to.
+init         'zeros', 'constant', 'uniform' or 'normal' (as TensorSpec;
+             no 'glorot_uniform': a table has no fan-in).
+optimizer    as TensorSpec, applied per row to the rows a push touches
+             ('adam' is lazy: moments per row).
+name         optional here; Client.create_tables({name: spec}) names it.
+
+Bad values raise ValueError at once.)doc")
+      .def(py::init(&MakeTableSpec), py::arg("dim"), py::kw_only(),
+           py::arg("name") = "", py::arg("init") = "zeros",
+           py::arg("init_value") = 0.0, py::arg("seed") = 0,
+           py::arg("optimizer") = "sgd", py::arg("lr") = 0.01,
+           py::arg("momentum") = 0.9, py::arg("beta1") = 0.9,
+           py::arg("beta2") = 0.999, py::arg("epsilon") = 1e-8,
+           py::arg("initial_accumulator") = 0.1)
+      .def_property_readonly("name", &TableSpec::name)
+      .def_property_readonly("dim", &TableSpec::dim)
+      .def_property_readonly(
+          "init", [](const TableSpec& s) { return EnumName(kInits, s.init()); })
+      .def_property_readonly("init_value", &TableSpec::init_value)
+      .def_property_readonly("seed", &TableSpec::seed)
+      .def_property_readonly("optimizer",
+                             [](const TableSpec& s) {
+                               return EnumName(kOptimizers,
+                                               s.optimizer().type());
+                             })
+      .def_property_readonly(
+          "lr",
+          [](const TableSpec& s) { return s.optimizer().learning_rate(); })
+      .def("__eq__",
+           [](const TableSpec& a, const py::object& b) {
+             return py::isinstance<TableSpec>(b) &&
+                    google::protobuf::util::MessageDifferencer::Equals(
+                        a, b.cast<TableSpec>());
+           })
+      .def("__repr__", &TableRepr);
 
   py::class_<PushSummary>(m, "PushResult",
                           "What the shards did with one push, over all "
@@ -842,6 +1136,22 @@ again is a no-op, a different one is RpcError ALREADY_EXISTS.)doc")
            py::arg("clock") = py::none(), kPullIntoDoc)
       .def("push", &Client::Push, py::arg("grads"),
            py::arg("clock") = py::none(), kPushDoc)
+      .def("create_tables", &Client::CreateTables, py::arg("specs"),
+           "Creates sparse tables on every shard ({name: TableSpec} or a "
+           "list of named TableSpec; idempotent) and returns {name: "
+           "TableSpec} as stored. wait_for() also waits for tables.")
+      .def("pull_rows", &Client::PullRows, py::arg("ids"),
+           py::arg("clock") = py::none(),
+           "{table: ids} -> {table: float32 array (len(ids), dim)}: the rows "
+           "of those ids (created with their initial values on first touch), "
+           "one request per shard for all tables. Repeated ids get the same "
+           "row. Waits as pull() does under SSP/BSP.")
+      .def("push_rows", &Client::PushRows, py::arg("grads"),
+           py::arg("clock") = py::none(),
+           "{table: (ids, grads)}, grads float32 (len(ids), dim): pushes row "
+           "gradients computed from what the last pull_rows read (repeated "
+           "ids are summed). Returns a PushResult; NaN/Inf or bad shapes "
+           "raise before anything is sent.")
       .def("heartbeat", &Client::Heartbeat, py::arg("clock") = py::none(),
            py::arg("leaving") = false,
            "Renews this worker's lease on every shard and reports `clock` "
@@ -896,7 +1206,7 @@ again is a no-op, a different one is RpcError ALREADY_EXISTS.)doc")
       });
 
   // Shown as asyncps.X (the package re-exports them) in help() and repr().
-  for (const char* name : {"TensorSpec", "PushResult", "Client"}) {
+  for (const char* name : {"TensorSpec", "TableSpec", "PushResult", "Client"}) {
     m.attr(name).attr("__module__") = "asyncps";
   }
 }

@@ -11,6 +11,10 @@ The client talks to the ``ps_server`` shards of a cluster::
         w = c.pull(["w"])["w"]                  # numpy float32 (784, 10)
         r = c.push({"w": np.ones_like(w)})      # PushResult
         c.clock += 1
+        # Sparse tables: rows created on first touch, sharded by id.
+        c.create_tables({"emb": asyncps.TableSpec(16, optimizer="adagrad")})
+        rows = c.pull_rows({"emb": [3, 70001, 3]})["emb"]   # (3, 16)
+        c.push_rows({"emb": ([3, 70001, 3], np.ones_like(rows))})
 
 ``asyncps.torch`` trains a ``torch.nn.Module`` asynchronously against the
 shards; ``asyncps.idx`` reads IDX files (MNIST / Fashion-MNIST).
@@ -20,6 +24,7 @@ from asyncps._native import (
     Client,
     PushResult,
     RpcError,
+    TableSpec,
     TensorSpec,
     __version__,
     tune_malloc_for_large_messages,
@@ -29,6 +34,7 @@ __all__ = [
     "Client",
     "PushResult",
     "RpcError",
+    "TableSpec",
     "TensorSpec",
     "__version__",
     "tune_malloc_for_large_messages",
