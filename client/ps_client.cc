@@ -29,6 +29,14 @@ namespace {
 constexpr absl::Duration kMaxListPollInterval = absl::Seconds(1);
 constexpr absl::Duration kShardWaitReport = absl::Seconds(5);
 
+// Starts one Heartbeat attempt (for ToAllShards).
+void IssueHeartbeat(ParameterServer::Stub* stub, grpc::ClientContext* ctx,
+                    const HeartbeatRequest* request,
+                    HeartbeatResponse* response,
+                    std::function<void(grpc::Status)> done) {
+  stub->async()->Heartbeat(ctx, request, response, std::move(done));
+}
+
 absl::Status Annotate(const absl::Status& s, absl::string_view prefix) {
   return absl::Status(s.code(), absl::StrCat(prefix, ": ", s.message()));
 }
@@ -209,14 +217,8 @@ absl::StatusOr<Registration> PsClient::Register() {
   HeartbeatRequest request;
   *request.mutable_worker() = MakeWorkerRef(0);
   std::vector<HeartbeatResponse> responses;
-  absl::Status s = ToAllShards(
-      "Heartbeat", request, &responses,
-      [](ParameterServer::Stub* stub, grpc::ClientContext* ctx,
-         const HeartbeatRequest* req, HeartbeatResponse* resp,
-         std::function<void(grpc::Status)> done) {
-        stub->async()->Heartbeat(ctx, req, resp, std::move(done));
-      },
-      nullptr, options_.retry);
+  absl::Status s = ToAllShards("Heartbeat", request, &responses, IssueHeartbeat,
+                               nullptr, options_.retry);
   if (!s.ok()) return s;
   Registration r;
   for (int i = 0; i < num_shards(); ++i) {
@@ -952,14 +954,8 @@ absl::Status PsClient::Heartbeat(int64_t clock, bool leaving) {
   *request.mutable_worker() = MakeWorkerRef(clock);
   request.set_leaving(leaving);
   std::vector<HeartbeatResponse> responses;
-  return ToAllShards(
-      "Heartbeat", request, &responses,
-      [](ParameterServer::Stub* stub, grpc::ClientContext* ctx,
-         const HeartbeatRequest* req, HeartbeatResponse* resp,
-         std::function<void(grpc::Status)> done) {
-        stub->async()->Heartbeat(ctx, req, resp, std::move(done));
-      },
-      nullptr, options_.retry);
+  return ToAllShards("Heartbeat", request, &responses, IssueHeartbeat, nullptr,
+                     options_.retry);
 }
 
 absl::StatusOr<std::vector<StatusResponse>> PsClient::Status() {
