@@ -5,10 +5,7 @@
 // signal; ps_server stops promptly with clients still connected, writing its
 // final checkpoint; a worker started before its shards waits for them.
 
-#include <netinet/in.h>
 #include <signal.h>
-#include <sys/socket.h>
-#include <unistd.h>
 
 #include <catch2/catch.hpp>
 #include <memory>
@@ -194,24 +191,14 @@ TEST_CASE(
   REQUIRE(std::regex_search(log, m, re));
 }
 
-// A port nobody listens on: bound, read back, released.
-int FreePort() {
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  REQUIRE(fd >= 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  REQUIRE(bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0);
-  socklen_t len = sizeof(addr);
-  REQUIRE(getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0);
-  close(fd);
-  return ntohs(addr.sin_port);
-}
-
 TEST_CASE("a worker started before its shards waits for them, naming them",
           "[faults][start_order]") {
-  const int p0 = FreePort(), p1 = FreePort();
-  const std::string list = absl::StrCat("127.0.0.1:", p0, ",127.0.0.1:", p1);
+  absl::StatusOr<std::string> a0 = testing::UnusedLoopbackAddress();
+  absl::StatusOr<std::string> a1 = testing::UnusedLoopbackAddress();
+  REQUIRE_OK(a0.status());
+  REQUIRE_OK(a1.status());
+  const int p0 = testing::PortOf(*a0), p1 = testing::PortOf(*a1);
+  const std::string list = absl::StrCat(*a0, ",", *a1);
   std::vector<std::string> args = {absl::StrCat("--servers=", list),
                                    "--worker_id=0",
                                    "--num_workers=1",

@@ -2,9 +2,6 @@
 // by push_client processes and by raw stubs.
 
 #include <grpcpp/grpcpp.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
-#include <unistd.h>
 
 #include <atomic>
 #include <catch2/catch.hpp>
@@ -315,24 +312,12 @@ TEST_CASE("pushes retried after lost answers are applied once",
         static_cast<uint64_t>(duplicates));
 }
 
-// A port nobody listens on: bound, read back, released.
-int UnusedPort() {
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  REQUIRE(fd >= 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  REQUIRE(bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0);
-  socklen_t len = sizeof(addr);
-  REQUIRE(getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0);
-  close(fd);
-  return ntohs(addr.sin_port);
-}
-
 TEST_CASE("an unreachable shard fails after the configured attempts",
           "[integration][client]") {
   PsClientOptions options;
-  const std::string address = absl::StrCat("127.0.0.1:", UnusedPort());
+  absl::StatusOr<std::string> unused = testing::UnusedLoopbackAddress();
+  REQUIRE_OK(unused.status());
+  const std::string address = *unused;
   options.servers = {address};
   options.retry.max_attempts = 3;
   options.retry.initial_backoff = absl::Milliseconds(10);

@@ -1,8 +1,11 @@
 #include "tests/testing/subprocess.h"
 
+#include <arpa/inet.h>
 #include <fcntl.h>
+#include <netinet/in.h>
 #include <signal.h>
 #include <sys/prctl.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -335,6 +338,25 @@ std::string ServerList(const std::vector<ServerProcess>& servers) {
   std::vector<std::string> addresses;
   for (const ServerProcess& s : servers) addresses.push_back(s.address);
   return absl::StrJoin(addresses, ",");
+}
+
+absl::StatusOr<std::string> UnusedLoopbackAddress() {
+  const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return absl::InternalError(absl::StrCat("socket: ", errno));
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof(addr);
+  const bool ok =
+      bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0 &&
+      getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0;
+  const int err = errno;
+  close(fd);
+  if (!ok) {
+    return absl::InternalError(
+        absl::StrCat("binding a loopback port: ", std::strerror(err)));
+  }
+  return absl::StrCat("127.0.0.1:", ntohs(addr.sin_port));
 }
 
 }  // namespace testing

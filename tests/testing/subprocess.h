@@ -33,6 +33,10 @@ std::string TestTmpDir();
 // every call within the process.
 std::string UniqueTmpPath(absl::string_view stem);
 
+// "127.0.0.1:<port>" where nothing listens: a loopback port bound, read back
+// and released (for clients of a shard that is not there, or not yet).
+absl::StatusOr<std::string> UnusedLoopbackAddress();
+
 // Polls `condition` every `poll` until it returns true (OK) or `timeout`
 // passes (DEADLINE_EXCEEDED naming `what`). The condition is called at least
 // once.

@@ -1,10 +1,7 @@
 // The psctl binary against real ps_server shards and an address where
 // nothing listens.
 
-#include <netinet/in.h>
 #include <signal.h>
-#include <sys/socket.h>
-#include <unistd.h>
 
 #include <catch2/catch.hpp>
 #include <fstream>
@@ -30,21 +27,6 @@ using google::protobuf::Struct;
 using testing::ServerProcess;
 using testing::ShardRpc;
 using testing::Subprocess;
-
-// A loopback address where nothing listens: a port bound, then released.
-std::string DeadAddress() {
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  REQUIRE(fd >= 0);
-  sockaddr_in addr = {};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  addr.sin_port = 0;
-  REQUIRE(bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0);
-  socklen_t len = sizeof(addr);
-  REQUIRE(getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0);
-  close(fd);
-  return absl::StrCat("127.0.0.1:", ntohs(addr.sin_port));
-}
 
 std::string ReadFile(const std::string& path) {
   std::ifstream in(path);
@@ -99,7 +81,9 @@ std::vector<ServerProcess> StartTwoShards() {
 TEST_CASE("psctl status --json: live shards in full, a dead one DOWN, exit 1",
           "[psctl][process]") {
   std::vector<ServerProcess> cluster = StartTwoShards();
-  const std::string dead = DeadAddress();
+  const absl::StatusOr<std::string> unused = testing::UnusedLoopbackAddress();
+  REQUIRE(unused.ok());
+  const std::string dead = *unused;
   const Run run = Psctl({"status",
                          absl::StrCat("--servers=", cluster[0].address, ",",
                                       cluster[1].address, ",", dead),
