@@ -345,13 +345,15 @@ std::string SelfExe() {
   return n > 0 ? std::string(buf, n) : std::string();
 }
 
-absl::StatusOr<Server> StartTcpServer() {
-  const std::string base = testing::UniqueTmpPath("tcp_server");
+// Starts `binary` with `args` plus --port_file and waits for the port it
+// bound (at most 30 s).
+absl::StatusOr<Server> StartWithPortFile(const std::string& binary,
+                                         std::vector<std::string> args,
+                                         const std::string& what) {
+  const std::string base = testing::UniqueTmpPath(what);
+  args.push_back(absl::StrCat("--port_file=", base, ".port"));
   absl::StatusOr<std::unique_ptr<testing::Subprocess>> p =
-      testing::Subprocess::Start(
-          SelfExe(),
-          {"--role=tcp_server", absl::StrCat("--port_file=", base, ".port")},
-          base + ".log");
+      testing::Subprocess::Start(binary, args, base + ".log");
   if (!p.ok()) return p.status();
   int port = 0;
   absl::Status s = testing::WaitFor(
@@ -361,9 +363,13 @@ absl::StatusOr<Server> StartTcpServer() {
         return std::getline(in, line) &&
                absl::SimpleAtoi(absl::StripAsciiWhitespace(line), &port);
       },
-      absl::Seconds(30), "tcp_server port file");
+      absl::Seconds(30), absl::StrCat(what, " port file"));
   if (!s.ok()) return s;
   return Server{*std::move(p), absl::StrCat("127.0.0.1:", port)};
+}
+
+absl::StatusOr<Server> StartTcpServer() {
+  return StartWithPortFile(SelfExe(), {"--role=tcp_server"}, "tcp_server");
 }
 
 struct Figure {
@@ -446,22 +452,10 @@ absl::Status RunShards(int shards) {
                                               ',', absl::SkipEmpty())) {
       args.emplace_back(a);
     }
-    const std::string base = testing::UniqueTmpPath("ps_server");
-    args.push_back(absl::StrCat("--port_file=", base, ".port"));
-    absl::StatusOr<std::unique_ptr<testing::Subprocess>> p =
-        testing::Subprocess::Start(ps_server, args, base + ".log");
-    if (!p.ok()) return p.status();
-    int port = 0;
-    absl::Status s = testing::WaitFor(
-        [&] {
-          std::ifstream in(base + ".port");
-          std::string line;
-          return std::getline(in, line) &&
-                 absl::SimpleAtoi(absl::StripAsciiWhitespace(line), &port);
-        },
-        absl::Seconds(30), "ps_server port file");
-    if (!s.ok()) return s;
-    ps.push_back(Server{*std::move(p), absl::StrCat("127.0.0.1:", port)});
+    absl::StatusOr<Server> server =
+        StartWithPortFile(ps_server, std::move(args), "ps_server");
+    if (!server.ok()) return server.status();
+    ps.push_back(*std::move(server));
     absl::StatusOr<Server> t = StartTcpServer();
     if (!t.ok()) return t.status();
     tcp.push_back(*std::move(t));
