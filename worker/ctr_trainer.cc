@@ -119,19 +119,13 @@ class CtrRun {
     }
     absl::Status s = ValidateCtrData(o_.data);
     if (!s.ok()) return s;
-    absl::StatusOr<Share> share =
-        WorkerShare(o_.train_examples, o_.num_workers, o_.worker_id);
-    if (!share.ok()) return share.status();
-    share_ = *share;
-    if (share_.size() == 0) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("worker ", o_.worker_id, " of ", o_.num_workers,
-                       " has no training examples"));
-    }
-    const int64_t full = share_.size() / o_.batch_size;
-    steps_per_epoch_ = full + (full * o_.batch_size < share_.size() ? 1 : 0);
-    total_steps_ = o_.max_steps;
-    if (total_steps_ <= 0) total_steps_ = o_.epochs * steps_per_epoch_;
+    absl::StatusOr<TrainingPlan> plan =
+        PlanTraining(o_.train_examples, o_.num_workers, o_.worker_id,
+                     o_.batch_size, o_.epochs, o_.max_steps);
+    if (!plan.ok()) return plan.status();
+    share_ = plan->share;
+    steps_per_epoch_ = plan->steps_per_epoch;
+    total_steps_ = plan->total_steps;
     fields_ = data_.fields();
 
     CtrModelConfig config;

@@ -52,6 +52,27 @@ absl::StatusOr<Share> WorkerShare(int64_t n, int num_workers, int worker) {
   return s;
 }
 
+absl::StatusOr<TrainingPlan> PlanTraining(int64_t n, int num_workers,
+                                          int worker, int64_t batch_size,
+                                          int64_t epochs, int64_t max_steps) {
+  if (batch_size < 1 || epochs < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("batch size and epochs must be >= 1, got ", batch_size,
+                     " and ", epochs));
+  }
+  absl::StatusOr<Share> share = WorkerShare(n, num_workers, worker);
+  if (!share.ok()) return share.status();
+  if (share->size() == 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "worker ", worker, " of ", num_workers, " has no training examples"));
+  }
+  TrainingPlan plan;
+  plan.share = *share;
+  plan.steps_per_epoch = (share->size() + batch_size - 1) / batch_size;
+  plan.total_steps = max_steps > 0 ? max_steps : epochs * plan.steps_per_epoch;
+  return plan;
+}
+
 std::vector<int64_t> EpochOrder(const Share& share, uint64_t seed, int worker,
                                 int64_t epoch) {
   std::vector<int64_t> order;

@@ -22,6 +22,20 @@ struct Share {
 // 0 <= worker < num_workers. A pure function.
 absl::StatusOr<Share> WorkerShare(int64_t n, int num_workers, int worker);
 
+// What one worker trains: its share of n examples and its steps of
+// `batch_size` (the last batch of an epoch may be short).
+struct TrainingPlan {
+  Share share;
+  int64_t steps_per_epoch = 0;
+  int64_t total_steps = 0;  // max_steps if > 0, else epochs x steps_per_epoch
+};
+
+// WorkerShare's checks, plus INVALID_ARGUMENT for an empty share or
+// batch_size / epochs < 1.
+absl::StatusOr<TrainingPlan> PlanTraining(int64_t n, int num_workers,
+                                          int worker, int64_t batch_size,
+                                          int64_t epochs, int64_t max_steps);
+
 // The indices of `share` in a shuffled order for one epoch. The order is a
 // pure function of (share, seed, worker, epoch) and is the same on every
 // platform: a Fisher-Yates shuffle driven by std::mt19937_64 (fully

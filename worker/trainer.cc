@@ -144,18 +144,13 @@ class Run {
           "data has ", train_.dim, " features; the model's input is ",
           o_.layer_sizes.front()));
     }
-    absl::StatusOr<Share> share =
-        WorkerShare(train_.n, o_.num_workers, o_.worker_id);
-    if (!share.ok()) return share.status();
-    share_ = *share;
-    if (share_.size() == 0) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("worker ", o_.worker_id, " of ", o_.num_workers,
-                       " has no training examples"));
-    }
-    steps_per_epoch_ = (share_.size() + o_.batch_size - 1) / o_.batch_size;
-    total_steps_ =
-        o_.max_steps > 0 ? o_.max_steps : steps_per_epoch_ * o_.epochs;
+    absl::StatusOr<TrainingPlan> plan =
+        PlanTraining(train_.n, o_.num_workers, o_.worker_id, o_.batch_size,
+                     o_.epochs, o_.max_steps);
+    if (!plan.ok()) return plan.status();
+    share_ = plan->share;
+    steps_per_epoch_ = plan->steps_per_epoch;
+    total_steps_ = plan->total_steps;
     absl::StatusOr<std::unique_ptr<Mlp>> mlp =
         Mlp::Create(o_.layer_sizes, o_.batch_size, backend_);
     if (!mlp.ok()) return mlp.status();

@@ -46,6 +46,28 @@ TEST_CASE("worker shares reject invalid arguments", "[partition]") {
   CHECK(absl::IsInvalidArgument(WorkerShare(-1, 3, 0).status()));
 }
 
+TEST_CASE("a training plan: share, steps per epoch and in all", "[partition]") {
+  // 1000 examples over 3 workers: 334, 333, 333; batches of 64.
+  absl::StatusOr<TrainingPlan> p = PlanTraining(1000, 3, 0, 64, 5, 0);
+  REQUIRE(p.ok());
+  CHECK(p->share.begin == 0);
+  CHECK(p->share.end == 334);
+  CHECK(p->steps_per_epoch == 6);  // 5 full batches and one of 14
+  CHECK(p->total_steps == 30);
+  p = PlanTraining(1000, 3, 2, 333, 5, 0);
+  REQUIRE(p.ok());
+  CHECK(p->share.begin == 667);
+  CHECK(p->steps_per_epoch == 1);  // exactly one full batch
+  p = PlanTraining(1000, 3, 1, 64, 5, 7);
+  REQUIRE(p.ok());
+  CHECK(p->total_steps == 7);  // max_steps wins
+  // 2 examples over 3 workers: worker 2 has none.
+  CHECK(absl::IsInvalidArgument(PlanTraining(2, 3, 2, 64, 1, 0).status()));
+  CHECK(absl::IsInvalidArgument(PlanTraining(1000, 3, 0, 0, 1, 0).status()));
+  CHECK(absl::IsInvalidArgument(PlanTraining(1000, 3, 0, 64, 0, 0).status()));
+  CHECK(absl::IsInvalidArgument(PlanTraining(1000, 3, 3, 64, 1, 0).status()));
+}
+
 TEST_CASE("an epoch order is a permutation of the share", "[partition]") {
   auto share = WorkerShare(60000, 7, 3);
   REQUIRE(share.ok());
