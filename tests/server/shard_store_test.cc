@@ -8,27 +8,18 @@
 #include "common/payload.h"
 #include "common/sharding.h"
 #include "tests/testing/store_helpers.h"
+#include "tests/testing/tensor_specs.h"
 
 namespace asyncps {
 namespace {
 
-TensorSpec Spec(const std::string& name, std::vector<int64_t> shape,
-                float init_value, OptimizerSpec opt, int64_t slice_elems = 4) {
-  TensorSpec s;
-  s.set_name(name);
-  for (int64_t d : shape) s.add_shape(d);
-  s.set_init(INIT_CONSTANT);
-  s.set_init_value(init_value);
-  *s.mutable_optimizer() = opt;
-  s.set_slice_elems(slice_elems);
-  return s;
-}
+using testing::SgdSpec;
 
-OptimizerSpec Sgd(float lr) {
-  OptimizerSpec o;
-  o.set_type(OPT_SGD);
-  o.set_learning_rate(lr);
-  return o;
+// A constant tensor in slices of 4 unless said otherwise.
+TensorSpec Spec(const std::string& name, std::vector<int64_t> shape,
+                float init_value, const OptimizerSpec& opt,
+                int64_t slice_elems = 4) {
+  return testing::ConstantSpec(name, shape, init_value, opt, slice_elems);
 }
 
 std::unique_ptr<ShardStore> SingleShard() {
@@ -81,7 +72,7 @@ absl::Status Push(ShardStore* store, std::vector<SliceGradient> grads,
 
 TEST_CASE("SGD applies w -= lr * g exactly", "[optimizer]") {
   auto store = SingleShard();
-  Create(store.get(), Spec("w", {3}, 1.0f, Sgd(0.5f)));
+  Create(store.get(), Spec("w", {3}, 1.0f, SgdSpec(0.5f)));
   PushResponse r;
   REQUIRE(Push(store.get(), {Grad("w", 0, {1, 2, -4})}, &r).ok());
   REQUIRE(Push(store.get(), {Grad("w", 0, {1, 0, 0}, 1)}, &r).ok());
@@ -93,7 +84,7 @@ TEST_CASE("SGD applies w -= lr * g exactly", "[optimizer]") {
 
 TEST_CASE("momentum matches hand-computed values", "[optimizer]") {
   auto store = SingleShard();
-  OptimizerSpec o = Sgd(0.1f);
+  OptimizerSpec o = SgdSpec(0.1f);
   o.set_type(OPT_MOMENTUM);
   o.set_momentum(0.9f);
   Create(store.get(), Spec("w", {1}, 1.0f, o));
@@ -110,7 +101,7 @@ TEST_CASE("momentum matches hand-computed values", "[optimizer]") {
 
 TEST_CASE("Adam matches hand-computed values", "[optimizer]") {
   auto store = SingleShard();
-  OptimizerSpec o = Sgd(0.1f);
+  OptimizerSpec o = SgdSpec(0.1f);
   o.set_type(OPT_ADAM);
   o.set_beta1(0.9f);
   o.set_beta2(0.999f);
@@ -138,17 +129,17 @@ TEST_CASE("Adam matches hand-computed values", "[optimizer]") {
 TEST_CASE("optimizer hyper-parameters are validated", "[optimizer]") {
   auto store = SingleShard();
   CreateTensorRequest req;
-  *req.add_tensors() = Spec("w", {2}, 0, Sgd(0));
+  *req.add_tensors() = Spec("w", {2}, 0, SgdSpec(0));
   auto r = store->CreateTensors(req);
   REQUIRE(r.status().code() == absl::StatusCode::kInvalidArgument);
   REQUIRE(r.status().message().find("learning_rate") != std::string::npos);
-  OptimizerSpec m = Sgd(0.1f);
+  OptimizerSpec m = SgdSpec(0.1f);
   m.set_type(OPT_MOMENTUM);
   m.set_momentum(1.0f);
   *req.mutable_tensors(0) = Spec("w", {2}, 0, m);
   r = store->CreateTensors(req);
   REQUIRE(r.status().message().find("momentum") != std::string::npos);
-  OptimizerSpec a = Sgd(0.1f);
+  OptimizerSpec a = SgdSpec(0.1f);
   a.set_type(OPT_ADAM);
   a.set_beta1(0.9f);
   a.set_beta2(0.999f);
@@ -161,7 +152,7 @@ TEST_CASE("optimizer hyper-parameters are validated", "[optimizer]") {
 TEST_CASE("create is idempotent and conflicts name the field", "[store]") {
   auto store = SingleShard();
   CreateTensorRequest req;
-  *req.add_tensors() = Spec("w", {10}, 1.0f, Sgd(0.1f));
+  *req.add_tensors() = Spec("w", {10}, 1.0f, SgdSpec(0.1f));
   auto first = store->CreateTensors(req);
   REQUIRE(first.ok());
   REQUIRE(first->created() == 1);
@@ -179,7 +170,7 @@ TEST_CASE("create resolves the default slice size", "[store]") {
   o.default_slice_elems = 3;
   auto store = ShardStore::Create(o).value();
   CreateTensorRequest req;
-  *req.add_tensors() = Spec("w", {10}, 0, Sgd(0.1f), /*slice_elems=*/0);
+  *req.add_tensors() = Spec("w", {10}, 0, SgdSpec(0.1f), /*slice_elems=*/0);
   auto r = store->CreateTensors(req);
   REQUIRE(r.ok());
   REQUIRE(r->tensors(0).slice_elems() == 3);
@@ -189,11 +180,11 @@ TEST_CASE("create resolves the default slice size", "[store]") {
 TEST_CASE("a create with one bad spec creates nothing", "[store][bad_input]") {
   auto store = SingleShard();
   CreateTensorRequest req;
-  *req.add_tensors() = Spec("good", {4}, 0, Sgd(0.1f));
-  *req.add_tensors() = Spec("bad", {4, 0}, 0, Sgd(0.1f));
+  *req.add_tensors() = Spec("good", {4}, 0, SgdSpec(0.1f));
+  *req.add_tensors() = Spec("bad", {4, 0}, 0, SgdSpec(0.1f));
   REQUIRE(store->CreateTensors(req).status().code() ==
           absl::StatusCode::kInvalidArgument);
-  *req.mutable_tensors(1) = Spec("good", {4}, 0, Sgd(0.1f));
+  *req.mutable_tensors(1) = Spec("good", {4}, 0, SgdSpec(0.1f));
   REQUIRE(store->CreateTensors(req).status().code() ==
           absl::StatusCode::kInvalidArgument);  // duplicate name
   REQUIRE(store->Size().tensors == 0);
@@ -206,7 +197,7 @@ TEST_CASE("a shard holds only the slices whose home it is", "[store]") {
   for (int shard = 0; shard < 3; ++shard) {
     o.shard_index = shard;
     auto store = ShardStore::Create(o).value();
-    Create(store.get(), Spec("big", {100}, 0, Sgd(1), 7));
+    Create(store.get(), Spec("big", {100}, 0, SgdSpec(1), 7));
     PullRequest req;
     req.add_tensors("big");
     PullResponse resp;
@@ -221,7 +212,7 @@ TEST_CASE("a shard holds only the slices whose home it is", "[store]") {
 
 TEST_CASE("bad pushes are refused and change nothing", "[store][bad_input]") {
   auto store = SingleShard();
-  Create(store.get(), Spec("w", {6}, 1.0f, Sgd(1)));  // slices of 4 and 2
+  Create(store.get(), Spec("w", {6}, 1.0f, SgdSpec(1)));  // slices of 4 and 2
   PushResponse r;
   const float nan = std::nanf("");
   const float inf = INFINITY;
@@ -289,7 +280,7 @@ TEST_CASE("pull of an unknown tensor is NOT_FOUND", "[store][bad_input]") {
 
 TEST_CASE("push staler than the bound is refused per slice", "[staleness]") {
   auto store = SingleShard();
-  Create(store.get(), Spec("w", {8}, 0.0f, Sgd(1)));  // two slices of 4
+  Create(store.get(), Spec("w", {8}, 0.0f, SgdSpec(1)));  // two slices of 4
   PushResponse r;
   // Advance slice 0 to version 3.
   for (uint64_t v = 0; v < 3; ++v) {
@@ -321,7 +312,7 @@ TEST_CASE("push staler than the bound is refused per slice", "[staleness]") {
 TEST_CASE("inverse staleness scaling applies lr / (1 + staleness)",
           "[staleness]") {
   auto store = SingleShard();
-  Create(store.get(), Spec("w", {4}, 0.0f, Sgd(0.5f)));
+  Create(store.get(), Spec("w", {4}, 0.0f, SgdSpec(0.5f)));
   PushResponse r;
   for (uint64_t v = 0; v < 3; ++v) {
     REQUIRE(Push(store.get(), {Grad("w", 0, {0, 0, 0, 0}, v)}, &r).ok());
