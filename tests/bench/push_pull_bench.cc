@@ -1,11 +1,17 @@
 // push_pull_bench: push and pull throughput of asyncps (PsClient against
-// real ps_server processes on loopback) next to the ceiling measured in the
-// same run: a plain TCP socket server and client written here, moving the
-// same bytes with the same SGD apply (w -= lr * g) on the server, one
-// connection per client and server, one request at a time.
+// real ps_server processes on loopback) next to two ceilings measured in the
+// same run:
+//   tcp   a plain TCP socket server and client written here, moving the same
+//         bytes with the same SGD apply (w -= lr * g) on the server, one
+//         connection per client and server, one request at a time;
+//   grpc  gRPC streams of raw ByteBuffers in asyncps's shape (callback
+//         reactors, --inflight calls, --connections per server) with the
+//         same apply and nothing else (grpc_ceiling.h).
+// asyncps / grpc is what asyncps's own code costs; grpc / tcp is gRPC's.
 //
 // For each shard count (--shards) the bench starts that many ps_server
-// processes and as many TCP servers (this binary, --role=tcp_server). For
+// processes and as many TCP and gRPC ceiling servers (this binary,
+// --role=tcp_server and --role=grpc_server). For
 // each payload size (--sizes, bytes of float32 per call, split evenly over
 // the shards) and client count (--clients: separate client processes, this
 // binary with --role=client, all at once), it measures, alternating in every
@@ -17,15 +23,19 @@
 //                 a buffer, applies w -= lr * g and answers one byte;
 //   asyncps pull  PsClient::StartPull of the whole tensor into the caller's
 //                 buffers, --inflight pulls in flight;
-//   tcp pull      the same bytes from each TCP server into a caller buffer.
-// MB/s counts payload bytes (1e6) moved per second by all clients together.
+//   tcp pull      the same bytes from each TCP server into a caller buffer;
+//   grpc push/pull  the same over the gRPC ceiling.
+// The clients of one measurement start their timed loops together (after
+// connecting); MB/s counts payload bytes (1e6) moved by all clients
+// together over the time from the first client's start to the last one's end.
 // CPU seconds per GB moved are the clients' (summed) and the servers'.
 // Every figure is the median of --reps runs of --seconds each.
 //
 // Output, one line per measurement, then the ratio:
 //   shards=1 clients=1 bytes=1048576 op=push impl=asyncps mb_per_s=1234.5
 //     client_cpu_s_per_gb=0.41 server_cpu_s_per_gb=0.38
-//   shards=1 clients=1 bytes=1048576 op=push ratio_asyncps_over_tcp=0.87
+//   shards=1 clients=1 bytes=1048576 op=push ratio_asyncps_over_tcp=0.57
+//     ratio_asyncps_over_grpc=0.91 ratio_grpc_over_tcp=0.63
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -59,10 +69,12 @@
 #include "common/logging.h"
 #include "common/net.h"
 #include "common/port_file.h"
+#include "tests/bench/grpc_ceiling.h"
 #include "tests/testing/subprocess.h"
 
 ABSL_FLAG(std::string, role, "bench",
-          "bench; tcp_server and client are the processes it starts");
+          "bench; tcp_server, grpc_server and client are the processes it "
+          "starts");
 ABSL_FLAG(std::string, port_file, "", "tcp_server: bound port goes here");
 ABSL_FLAG(std::string, ps_server, "",
           "ps_server binary; empty = server/ps_server from the runfiles");
@@ -78,19 +90,22 @@ ABSL_FLAG(double, seconds, 1.5, "length of one timed run");
 ABSL_FLAG(int, inflight, 2, "asyncps: calls in flight per client");
 ABSL_FLAG(int, connections, 2, "asyncps: connections per shard");
 // --role=client
-ABSL_FLAG(std::string, impl, "asyncps", "client: asyncps or tcp");
+ABSL_FLAG(std::string, impl, "asyncps", "client: asyncps, tcp or grpc");
 ABSL_FLAG(std::string, servers, "", "client: addresses, comma-separated");
 ABSL_FLAG(std::string, op, "push", "client: push or pull");
 ABSL_FLAG(int64_t, bytes, 1 << 20, "client: payload bytes per call");
 ABSL_FLAG(int, worker_id, 0, "client: worker id");
+ABSL_FLAG(int64_t, start_at_ns, 0,
+          "client: steady-clock time (ns) at which the timed loop starts");
 
 namespace asyncps {
 namespace {
 
 using Clock = std::chrono::steady_clock;
 
-double Since(Clock::time_point t) {
-  return std::chrono::duration<double>(Clock::now() - t).count();
+// Seconds on the steady clock, which all processes of a host share.
+double SteadySeconds(Clock::time_point t) {
+  return std::chrono::duration<double>(t.time_since_epoch()).count();
 }
 
 double SelfCpuSeconds() {
@@ -229,35 +244,50 @@ int Connect(const std::string& address) {
 
 // ------------------------------------------------------------ client
 
-// Runs one client's timed loop; prints "bytes=<moved> seconds=<s>
-// cpu_s=<c>".
+// Waits for the common start (--start_at_ns) and returns the time the
+// timed loop starts.
+Clock::time_point AwaitStart() {
+  const Clock::time_point at{
+      std::chrono::nanoseconds(absl::GetFlag(FLAGS_start_at_ns))};
+  std::this_thread::sleep_until(at);
+  return std::max(at, Clock::now());
+}
+
+// Runs one client's timed loop of --seconds from the common start; prints
+// "bytes=<moved> start=<s> end=<s> cpu_s=<c>" (steady-clock seconds).
 int ClientMain() {
   TuneProcess();
   const std::vector<std::string> servers =
       absl::StrSplit(absl::GetFlag(FLAGS_servers), ',', absl::SkipEmpty());
   const int64_t bytes = absl::GetFlag(FLAGS_bytes);
   const bool push = absl::GetFlag(FLAGS_op) == "push";
-  const double seconds = absl::GetFlag(FLAGS_seconds);
+  const auto length = std::chrono::duration_cast<Clock::duration>(
+      std::chrono::duration<double>(absl::GetFlag(FLAGS_seconds)));
   const size_t n = static_cast<size_t>(bytes) / sizeof(float);
+  const std::string impl = absl::GetFlag(FLAGS_impl);
   int64_t moved = 0;
   double cpu0 = 0;
   Clock::time_point start;
 
-  if (absl::GetFlag(FLAGS_impl) == "tcp") {
+  if (impl == "tcp") {
     // One thread per server, each moving its share of every call.
     const size_t k = servers.size();
+    std::vector<int> fds;
+    for (const std::string& address : servers) {
+      fds.push_back(Connect(address));
+      if (fds.back() < 0) return 1;
+    }
     std::vector<int64_t> per(k, 0);
     std::vector<std::thread> threads;
+    start = AwaitStart();
     cpu0 = SelfCpuSeconds();
-    start = Clock::now();
     for (size_t s = 0; s < k; ++s) {
       threads.emplace_back([&, s] {
-        const int fd = Connect(servers[s]);
-        if (fd < 0) return;
+        const int fd = fds[s];
         const size_t share = n / k + (s < n % k ? 1 : 0);
         std::vector<float> buf(share, 0.001f);
         TcpHeader h{push ? 1u : 2u, 0, share * sizeof(float)};
-        while (Since(start) < seconds) {
+        while (Clock::now() < start + length) {
           if (!WriteAll(fd, &h, sizeof(h))) break;
           if (push) {
             char ack;
@@ -274,6 +304,22 @@ int ClientMain() {
     }
     for (std::thread& t : threads) t.join();
     for (int64_t m : per) moved += m;
+  } else if (impl == "grpc") {
+    bench::GrpcCeilingLoad load;
+    load.servers = servers;
+    load.push = push;
+    load.bytes = bytes;
+    load.inflight = absl::GetFlag(FLAGS_inflight);
+    load.connections = absl::GetFlag(FLAGS_connections);
+    start = AwaitStart();
+    cpu0 = SelfCpuSeconds();
+    absl::StatusOr<int64_t> m =
+        bench::RunGrpcCeilingClient(load, start + length);
+    if (!m.ok()) {
+      std::fprintf(stderr, "grpc client: %s\n", m.status().ToString().c_str());
+      return 1;
+    }
+    moved = *m;
   } else {
     PsClientOptions o;
     o.servers = servers;
@@ -297,9 +343,9 @@ int ClientMain() {
     const ReadSet read = first->read();
     std::deque<std::unique_ptr<PsClient::PendingPush>> pushes;
     std::deque<std::unique_ptr<PsClient::PendingPull>> pulls;
+    start = AwaitStart();
     cpu0 = SelfCpuSeconds();
-    start = Clock::now();
-    for (int64_t k = 0; Since(start) < seconds; ++k) {
+    for (int64_t k = 0; Clock::now() < start + length; ++k) {
       if (push) {
         if (pushes.size() >= static_cast<size_t>(inflight)) {
           if (!pushes.front()->Wait().ok()) return 1;
@@ -327,8 +373,9 @@ int ClientMain() {
       moved += bytes;
     }
   }
-  std::printf("bytes=%ld seconds=%.4f cpu_s=%.4f\n", static_cast<long>(moved),
-              Since(start), SelfCpuSeconds() - cpu0);
+  std::printf("bytes=%ld start=%.6f end=%.6f cpu_s=%.4f\n",
+              static_cast<long>(moved), SteadySeconds(start),
+              SteadySeconds(Clock::now()), SelfCpuSeconds() - cpu0);
   return 0;
 }
 
@@ -368,8 +415,9 @@ absl::StatusOr<Server> StartWithPortFile(const std::string& binary,
   return Server{*std::move(p), absl::StrCat("127.0.0.1:", port)};
 }
 
-absl::StatusOr<Server> StartTcpServer() {
-  return StartWithPortFile(SelfExe(), {"--role=tcp_server"}, "tcp_server");
+// A TCP or gRPC ceiling server: this binary with --role=<role>.
+absl::StatusOr<Server> StartCeilingServer(const std::string& role) {
+  return StartWithPortFile(SelfExe(), {absl::StrCat("--role=", role)}, role);
 }
 
 struct Figure {
@@ -388,6 +436,12 @@ absl::StatusOr<Figure> RunClients(const std::string& impl,
   double server_cpu0 = 0;
   for (const Server& s : servers)
     server_cpu0 += ProcessCpuSeconds(s.process->pid());
+  // Time enough for every client to connect (and asyncps's to find the
+  // tensor) before the common start.
+  const int64_t start_at_ns =
+      std::chrono::duration_cast<std::chrono::nanoseconds>(
+          (Clock::now() + std::chrono::milliseconds(1500)).time_since_epoch())
+          .count();
   std::vector<std::unique_ptr<testing::Subprocess>> procs;
   for (int c = 0; c < clients; ++c) {
     absl::StatusOr<std::unique_ptr<testing::Subprocess>> p =
@@ -397,13 +451,14 @@ absl::StatusOr<Figure> RunClients(const std::string& impl,
              absl::StrCat("--servers=", absl::StrJoin(addresses, ",")),
              absl::StrCat("--op=", op), absl::StrCat("--bytes=", bytes),
              absl::StrCat("--worker_id=", (*next_worker)++),
+             absl::StrCat("--start_at_ns=", start_at_ns),
              absl::StrCat("--seconds=", absl::GetFlag(FLAGS_seconds)),
              absl::StrCat("--inflight=", absl::GetFlag(FLAGS_inflight)),
              absl::StrCat("--connections=", absl::GetFlag(FLAGS_connections))});
     if (!p.ok()) return p.status();
     procs.push_back(*std::move(p));
   }
-  double moved = 0, seconds = 0, client_cpu = 0;
+  double moved = 0, first_start = 0, last_end = 0, client_cpu = 0;
   for (auto& p : procs) {
     absl::StatusOr<int> code = p->Wait(absl::Seconds(120));
     if (!code.ok() || *code != 0) {
@@ -412,21 +467,23 @@ absl::StatusOr<Figure> RunClients(const std::string& impl,
     }
     const std::string log = p->ReadLog();
     const size_t at = log.rfind("bytes=");
-    double b = 0, s = 0, c = 0;
+    double b = 0, start = 0, end = 0, c = 0;
     if (at == std::string::npos ||
-        std::sscanf(log.c_str() + at, "bytes=%lf seconds=%lf cpu_s=%lf", &b, &s,
-                    &c) != 3) {
+        std::sscanf(log.c_str() + at, "bytes=%lf start=%lf end=%lf cpu_s=%lf",
+                    &b, &start, &end, &c) != 4) {
       return absl::InternalError(absl::StrCat("no result line:\n", log));
     }
     moved += b;
-    seconds = std::max(seconds, s);
+    first_start = first_start == 0 ? start : std::min(first_start, start);
+    last_end = std::max(last_end, end);
     client_cpu += c;
   }
   double server_cpu = -server_cpu0;
   for (const Server& s : servers)
     server_cpu += ProcessCpuSeconds(s.process->pid());
   const double gb = moved / 1e9;
-  return Figure{moved / 1e6 / seconds, client_cpu / gb, server_cpu / gb};
+  return Figure{moved / 1e6 / (last_end - first_start), client_cpu / gb,
+                server_cpu / gb};
 }
 
 Figure Median(std::vector<Figure> v) {
@@ -443,7 +500,7 @@ Figure Median(std::vector<Figure> v) {
 absl::Status RunShards(int shards) {
   std::string ps_server = absl::GetFlag(FLAGS_ps_server);
   if (ps_server.empty()) ps_server = testing::RunfilePath("server/ps_server");
-  std::vector<Server> ps, tcp;
+  std::vector<Server> ps, tcp, grpc;
   for (int i = 0; i < shards; ++i) {
     std::vector<std::string> args = {absl::StrCat("--shard_index=", i),
                                      absl::StrCat("--num_shards=", shards),
@@ -456,9 +513,12 @@ absl::Status RunShards(int shards) {
         StartWithPortFile(ps_server, std::move(args), "ps_server");
     if (!server.ok()) return server.status();
     ps.push_back(*std::move(server));
-    absl::StatusOr<Server> t = StartTcpServer();
+    absl::StatusOr<Server> t = StartCeilingServer("tcp_server");
     if (!t.ok()) return t.status();
     tcp.push_back(*std::move(t));
+    absl::StatusOr<Server> g = StartCeilingServer("grpc_server");
+    if (!g.ok()) return g.status();
+    grpc.push_back(*std::move(g));
   }
   // One SGD tensor per size on the shards.
   PsClientOptions o;
@@ -482,31 +542,36 @@ absl::Status RunShards(int shards) {
     for (int64_t clients : Ints(absl::GetFlag(FLAGS_clients))) {
       for (absl::string_view op :
            absl::StrSplit(absl::GetFlag(FLAGS_ops), ',', absl::SkipEmpty())) {
-        std::vector<Figure> a, t;
+        // Alternating in every repetition: asyncps, tcp, grpc.
+        const std::pair<const char*, const std::vector<Server>*> impls[] = {
+            {"asyncps", &ps}, {"tcp", &tcp}, {"grpc", &grpc}};
+        std::vector<Figure> runs[3];
         for (int r = 0; r < absl::GetFlag(FLAGS_reps); ++r) {
-          absl::StatusOr<Figure> fa = RunClients("asyncps", ps, std::string(op),
-                                                 bytes, clients, &next_worker);
-          if (!fa.ok()) return fa.status();
-          a.push_back(*fa);
-          absl::StatusOr<Figure> ft = RunClients("tcp", tcp, std::string(op),
-                                                 bytes, clients, &next_worker);
-          if (!ft.ok()) return ft.status();
-          t.push_back(*ft);
+          for (int i = 0; i < 3; ++i) {
+            absl::StatusOr<Figure> f =
+                RunClients(impls[i].first, *impls[i].second, std::string(op),
+                           bytes, clients, &next_worker);
+            if (!f.ok()) return f.status();
+            runs[i].push_back(*f);
+          }
         }
-        const Figure ma = Median(a), mt = Median(t);
         const std::string what =
             absl::StrCat("shards=", shards, " clients=", clients,
                          " bytes=", bytes, " op=", op);
-        for (const auto& [impl, f] :
-             {std::make_pair("asyncps", ma), std::make_pair("tcp", mt)}) {
+        double mb[3];
+        for (int i = 0; i < 3; ++i) {
+          const Figure f = Median(runs[i]);
+          mb[i] = f.mb_per_s;
           std::printf(
               "%s impl=%s mb_per_s=%.1f client_cpu_s_per_gb=%.3f "
               "server_cpu_s_per_gb=%.3f\n",
-              what.c_str(), impl, f.mb_per_s, f.client_cpu_s_per_gb,
+              what.c_str(), impls[i].first, f.mb_per_s, f.client_cpu_s_per_gb,
               f.server_cpu_s_per_gb);
         }
-        std::printf("%s ratio_asyncps_over_tcp=%.3f\n", what.c_str(),
-                    ma.mb_per_s / mt.mb_per_s);
+        std::printf(
+            "%s ratio_asyncps_over_tcp=%.3f ratio_asyncps_over_grpc=%.3f "
+            "ratio_grpc_over_tcp=%.3f\n",
+            what.c_str(), mb[0] / mb[1], mb[0] / mb[2], mb[2] / mb[1]);
         std::fflush(stdout);
       }
     }
@@ -538,6 +603,10 @@ int main(int argc, char** argv) {
   absl::ParseCommandLine(argc, argv);
   const std::string role = absl::GetFlag(FLAGS_role);
   if (role == "tcp_server") return asyncps::TcpServerMain();
+  if (role == "grpc_server") {
+    return asyncps::bench::GrpcCeilingServerMain(
+        absl::GetFlag(FLAGS_port_file));
+  }
   if (role == "client") return asyncps::ClientMain();
   return asyncps::BenchMain();
 }

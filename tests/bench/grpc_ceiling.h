@@ -1,0 +1,47 @@
+#ifndef ASYNCPS_TESTS_BENCH_GRPC_CEILING_H_
+#define ASYNCPS_TESTS_BENCH_GRPC_CEILING_H_
+
+// The gRPC ceiling of push_pull_bench: what gRPC itself moves in the shape
+// asyncps's data path uses (one bidirectional stream of raw ByteBuffers per
+// connection, callback reactors on both ends, several requests in flight,
+// several connections per server) with the same SGD apply on the server and
+// nothing else: no protobuf, no validation, no versions, no de-dup, no
+// locks. asyncps's distance to it is asyncps's own cost; its distance to the
+// TCP ceiling is gRPC's.
+//
+// Wire: a request is a 16-byte header {id, op (1 push, 2 pull), payload
+// bytes} followed, for a push, by the payload; the answer is the id,
+// followed for a pull by the payload.
+
+#include <chrono>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+
+namespace asyncps {
+namespace bench {
+
+// Serves the ceiling on 127.0.0.1 (a free port, written to `port_file`).
+// Each stream keeps its own parameters, like the TCP ceiling's connections.
+// Returns only on failure (1).
+int GrpcCeilingServerMain(const std::string& port_file);
+
+struct GrpcCeilingLoad {
+  std::vector<std::string> servers;  // host:port
+  bool push = true;
+  int64_t bytes = 0;  // per call, split evenly over the servers
+  int inflight = 2;   // calls in flight
+  int connections = 2;  // per server
+};
+
+// Moves calls of `load` until `until` and returns the payload bytes of the
+// calls answered.
+absl::StatusOr<int64_t> RunGrpcCeilingClient(
+    const GrpcCeilingLoad& load, std::chrono::steady_clock::time_point until);
+
+}  // namespace bench
+}  // namespace asyncps
+
+#endif  // ASYNCPS_TESTS_BENCH_GRPC_CEILING_H_
