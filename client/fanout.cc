@@ -9,6 +9,11 @@
 
 namespace asyncps {
 
+namespace {
+// How often a stoppable call looks at its stop flag.
+constexpr absl::Duration kStopPoll = absl::Milliseconds(100);
+}  // namespace
+
 bool IsRetriable(const absl::Status& s) {
   return absl::IsUnavailable(s) || absl::IsDeadlineExceeded(s) ||
          absl::IsCancelled(s);
@@ -26,6 +31,8 @@ struct FanOut::Slot {
   int attempts = 0;
   bool in_flight = false;
   bool finished = false;
+  absl::Time attempt_start = absl::InfinitePast();  // of the one in flight
+  absl::Time last_wait_report = absl::InfinitePast();
   absl::Time next_start = absl::InfinitePast();
   absl::Time first_failure = absl::InfiniteFuture();
   absl::Time last_report = absl::InfinitePast();
@@ -62,6 +69,7 @@ void FanOut::StartAttempt(int i) {
   Slot& slot = slots_[i];
   ++slot.attempts;
   slot.in_flight = true;
+  slot.attempt_start = env_.clock->Now();
   slot.ctx = std::make_unique<grpc::ClientContext>();
   slot.ctx->set_deadline(absl::ToChronoTime(
       std::min(absl::Now() + policy_.attempt_timeout,
@@ -92,6 +100,11 @@ void FanOut::Run() {
   bool gave_up = false;  // the deadline passed, or the owner abandoned us
   while (unfinished_ > 0) {
     const absl::Time now = env_.clock->Now();
+    if (!gave_up && policy_.stop != nullptr && policy_.stop->load() &&
+        first_error_.ok()) {
+      first_error_ = absl::CancelledError(
+          absl::StrCat(method_, ": stopped (the process was asked to stop)"));
+    }
     if (!gave_up && (now >= deadline_ || absl::IsCancelled(first_error_))) {
       gave_up = true;
       for (size_t k = 0; k < slots_.size(); ++k) {
@@ -101,8 +114,29 @@ void FanOut::Run() {
       }
     }
     absl::Time wake = gave_up ? absl::InfiniteFuture() : deadline_;
+    if (!gave_up && policy_.stop != nullptr) {
+      wake = std::min(wake, now + kStopPoll);
+    }
     for (size_t i = 0; i < slots_.size(); ++i) {
       Slot& slot = slots_[i];
+      if (!gave_up && slot.in_flight) {
+        // A long wait says what it waits for.
+        const absl::Time due =
+            std::max(slot.attempt_start, slot.last_wait_report) +
+            policy_.report_every;
+        if (now >= due) {
+          slot.last_wait_report = now;
+          env_.logger->info(
+              "{} on {}: no answer yet after {}, waiting up to {} more",
+              method_, env_.shard_name(calls_[i].shard),
+              absl::FormatDuration(
+                  absl::Trunc(now - slot.attempt_start, absl::Seconds(1))),
+              absl::FormatDuration(
+                  absl::Trunc(deadline_ - now, absl::Seconds(1))));
+        } else {
+          wake = std::min(wake, due);
+        }
+      }
       if (slot.finished || slot.in_flight) continue;
       const bool stopped = stop_on_error_ && !first_error_.ok();
       if (gave_up || stopped) {

@@ -3,6 +3,7 @@
 
 #include <grpcpp/grpcpp.h>
 
+#include <atomic>
 #include <functional>
 #include <memory>
 #include <string>
@@ -36,6 +37,11 @@ struct RetryPolicy {
   absl::Duration report_every = absl::Seconds(5);
   // Attempts per shard at most; 0 = as many as the deadline allows.
   int max_attempts = 0;
+  // When set, the call gives up (CANCELLED, "stopped") within about 100 ms
+  // of *stop turning true: for waits a signal must be able to end (pulls
+  // that wait for slower workers, waiting for shards or tensors), not for
+  // pushes, which a stopping worker drains. Not owned.
+  const std::atomic<bool>* stop = nullptr;
 };
 
 // True for the failures a call retries: the shard is out of reach, restarting
@@ -56,6 +62,10 @@ struct FanOutEnv {
 // retriable, until it succeeds, fails for good, or the call's deadline
 // passes. The one retry engine of asyncps: PsClient's unary RPCs and stream
 // requests, and psctl's queries, all run through it.
+//
+// A call that waits long says so: one info line per report_every while an
+// attempt has been in flight that long without an answer (e.g. a pull held
+// back by slower workers under SSP/BSP), so no wait is silent.
 //
 // Thread-compatible: one thread starts and waits; attempts complete on any
 // thread. Everything but recording completions (retries, on_ok) happens on

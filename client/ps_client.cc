@@ -14,6 +14,7 @@
 #include "absl/synchronization/notification.h"
 #include "client/data_stream.h"
 #include "client/ps_client_internal.h"
+#include "common/connection_check.h"
 #include "common/fast_frame.h"
 #include "common/grpc_status.h"
 #include "common/logging.h"
@@ -143,7 +144,21 @@ WorkerRef PsClient::MakeWorkerRef(int64_t clock) const {
   ref.set_worker_id(options_.worker_id);
   ref.set_incarnation(options_.incarnation);
   ref.set_clock(clock);
+  ref.set_trained(trained_.load(std::memory_order_relaxed));
   return ref;
+}
+
+RetryPolicy PsClient::WaitPolicy() const {
+  RetryPolicy p = options_.retry;
+  p.stop = options_.stop;
+  return p;
+}
+
+void PsClient::ReportTrained(int64_t steps) {
+  int64_t now = trained_.load(std::memory_order_relaxed);
+  while (steps > now && !trained_.compare_exchange_weak(
+                            now, steps, std::memory_order_relaxed)) {
+  }
 }
 
 absl::Status PsClient::WaitForShards(absl::Duration timeout) {
@@ -151,12 +166,16 @@ absl::Status PsClient::WaitForShards(absl::Duration timeout) {
   const absl::Time deadline = start + timeout;
   // Short rounds, each one attempt per shard, so that the log names who is
   // still missing every few seconds.
-  RetryPolicy round = options_.retry;
+  RetryPolicy round = WaitPolicy();
   round.call_deadline = absl::Seconds(2);
   round.attempt_timeout = absl::Seconds(2);
   round.report_every = absl::InfiniteDuration();
   absl::Time last_report = start;
   absl::Duration interval = options_.retry.initial_backoff;
+  // Per shard: why it cannot be reached, when a probe connection named a
+  // cause (common/connection_check.h).
+  std::vector<std::string> causes(num_shards());
+  bool diagnosed = false;
   for (;;) {
     const ListTensorsRequest request;
     std::vector<ListTensorsResponse> responses(num_shards());
@@ -179,9 +198,22 @@ absl::Status PsClient::WaitForShards(absl::Duration timeout) {
     FanOut fanout(env, "ListTensors", round, /*stop_on_error=*/false);
     fanout.Start(std::move(calls));
     const std::vector<absl::Status> results = fanout.WaitAll();
+    if (options_.stop != nullptr && options_.stop->load()) {
+      return absl::CancelledError(
+          "stopped while waiting for the shards (the process was asked to "
+          "stop)");
+    }
     std::vector<std::string> missing;
     for (int s = 0; s < num_shards(); ++s) {
-      if (results[s].ok()) continue;
+      if (results[s].ok()) {
+        if (responses[s].run_id() != options_.run_id) {
+          return absl::FailedPreconditionError(absl::StrCat(
+              ShardName(s), " belongs to run '", responses[s].run_id(),
+              "', this worker to run '", options_.run_id,
+              "': start shards and workers with the same --run_id"));
+        }
+        continue;
+      }
       if (!IsRetriable(results[s])) return results[s];
       missing.push_back(ShardName(s));
     }
@@ -195,18 +227,41 @@ absl::Status PsClient::WaitForShards(absl::Duration timeout) {
       return absl::OkStatus();
     }
     const absl::Time now = options_.clock->Now();
+    const bool report = now - last_report >= kShardWaitReport;
+    if (!diagnosed || report) {
+      // A shard that listens but cannot be talked to (TLS on one side only,
+      // a certificate refused) is named at once, not after the wait.
+      diagnosed = true;
+      for (int s = 0; s < num_shards(); ++s) {
+        if (results[s].ok()) continue;
+        bool reached = false;
+        const std::string cause = DiagnoseConnection(
+            shards_[s]->address, options_.security, absl::Seconds(1), &reached);
+        if (reached && !cause.empty() && cause != causes[s]) {
+          options_.logger->error("{}: {}", ShardName(s), cause);
+        }
+        causes[s] = cause;
+      }
+    }
     if (now >= deadline) {
+      std::vector<std::string> named;
+      for (int s = 0; s < num_shards(); ++s) {
+        if (results[s].ok()) continue;
+        named.push_back(causes[s].empty()
+                            ? ShardName(s)
+                            : absl::StrCat(ShardName(s), ": ", causes[s]));
+      }
       return absl::DeadlineExceededError(absl::StrCat(
           "shards not reachable after ", absl::FormatDuration(timeout), ": ",
-          absl::StrJoin(missing, ", ")));
+          absl::StrJoin(named, "; ")));
     }
-    if (now - last_report >= kShardWaitReport) {
+    if (report) {
       last_report = now;
       options_.logger->info(
-          "waiting for {} of {} shards ({} so far): {}", missing.size(),
+          "waiting for {} of {} shards ({} of {}): {}", missing.size(),
           num_shards(),
           absl::FormatDuration(absl::Trunc(now - start, absl::Seconds(1))),
-          absl::StrJoin(missing, ", "));
+          absl::FormatDuration(timeout), absl::StrJoin(missing, ", "));
     }
     absl::SleepFor(std::min(interval, deadline - now));
     interval = std::min(interval * 2, kMaxListPollInterval);
@@ -216,15 +271,17 @@ absl::Status PsClient::WaitForShards(absl::Duration timeout) {
 absl::StatusOr<Registration> PsClient::Register() {
   HeartbeatRequest request;
   *request.mutable_worker() = MakeWorkerRef(0);
+  request.set_run_id(options_.run_id);
   std::vector<HeartbeatResponse> responses;
   absl::Status s = ToAllShards("Heartbeat", request, &responses, IssueHeartbeat,
-                               nullptr, options_.retry);
+                               nullptr, WaitPolicy());
   if (!s.ok()) return s;
   Registration r;
   for (int i = 0; i < num_shards(); ++i) {
     r.resume_clock = std::max(r.resume_clock, responses[i].resume_clock());
     r.previous_clock =
         std::max(r.previous_clock, responses[i].previous_clock());
+    r.trained = std::max(r.trained, responses[i].trained());
     NoteEpoch(i, responses[i].shard_epoch());
   }
   return r;
@@ -370,8 +427,10 @@ absl::Status PsClient::WaitForTensors(const std::vector<std::string>& names,
   absl::Duration interval = options_.retry.initial_backoff;
   std::string missing = "no shard answered";
   std::string last_error;
+  const absl::Time start = options_.clock->Now();
+  absl::Time last_report = start;
   // One attempt per shard per round: polling is the retry.
-  RetryPolicy round = options_.retry;
+  RetryPolicy round = WaitPolicy();
   round.call_deadline =
       std::max(absl::Seconds(1), std::min(timeout, absl::Seconds(5)));
   round.report_every = absl::InfiniteDuration();
@@ -461,12 +520,24 @@ absl::Status PsClient::WaitForTensors(const std::vector<std::string>& names,
     } else {
       last_error = absl::StrCat("; last error: ", status.message());
     }
+    if (options_.stop != nullptr && options_.stop->load()) {
+      return absl::CancelledError(
+          "stopped while waiting for tensors (the process was asked to "
+          "stop)");
+    }
     const absl::Time now = options_.clock->Now();
     if (now >= deadline) {
       return absl::DeadlineExceededError(absl::StrCat(
           "tensors [", absl::StrJoin(names, ", "),
           "] not on every shard after ", absl::FormatDuration(timeout), "; ",
           missing, last_error));
+    }
+    if (now - last_report >= kShardWaitReport) {
+      last_report = now;
+      options_.logger->info(
+          "waiting for the tensors another worker creates ({} of {}); {}{}",
+          absl::FormatDuration(absl::Trunc(now - start, absl::Seconds(1))),
+          absl::FormatDuration(timeout), missing, last_error);
     }
     absl::SleepFor(std::min(interval, deadline - now));
     interval = std::min(interval * 2, kMaxListPollInterval);
@@ -581,7 +652,7 @@ std::unique_ptr<PsClient::PendingPull> PsClient::StartPull(
     calls.push_back(std::move(call));
     p->shards_.push_back(std::move(ps));
   }
-  p->fanout_ = std::make_unique<FanOut>(Env(), "Pull", options_.retry);
+  p->fanout_ = std::make_unique<FanOut>(Env(), "Pull", WaitPolicy());
   p->fanout_->Start(std::move(calls));
   return p;
 }
@@ -953,6 +1024,7 @@ absl::Status PsClient::Heartbeat(int64_t clock, bool leaving) {
   HeartbeatRequest request;
   *request.mutable_worker() = MakeWorkerRef(clock);
   request.set_leaving(leaving);
+  request.set_run_id(options_.run_id);
   std::vector<HeartbeatResponse> responses;
   return ToAllShards("Heartbeat", request, &responses, IssueHeartbeat, nullptr,
                      options_.retry);

@@ -50,6 +50,15 @@ struct PsClientOptions {
   // TLS and the cluster token for every shard (common/security.h); default
   // = plain TCP, no token.
   SecurityOptions security;
+  // The run this worker belongs to: sent with every heartbeat; shards of
+  // another run (ps_server --run_id) refuse the worker, and WaitForShards
+  // fails at once on one (FAILED_PRECONDITION naming it).
+  std::string run_id;
+  // When set, every wait ends within about 100 ms of *stop turning true,
+  // with CANCELLED: WaitForShards, WaitForTensors, Register and pulls (also
+  // those held back by slower workers). Pushes and leaving are not cut
+  // short: a stopping worker drains them. Not owned.
+  const std::atomic<bool>* stop = nullptr;
   Clock* clock = Clock::Real();  // not owned
   // nullptr = discard log messages.
   std::shared_ptr<spdlog::logger> logger;
@@ -85,9 +94,13 @@ struct Registration {
   // process of a known worker id resumes where its predecessor was, and no
   // worker starts behind the slowest live one).
   int64_t resume_clock = 0;
-  // The clock the previous process of this worker id reached (0 when none):
-  // the steps this role has completed, for the data position.
+  // The clock the previous process of this worker id reached (0 when none).
   int64_t previous_clock = 0;
+  // The worker id's data position: the largest any shard recorded
+  // (ReportTrained of this or an earlier process): the steps of its share
+  // every shard acknowledged. A restarted worker continues its share here,
+  // whatever clock it resumes at.
+  int64_t trained = 0;
 };
 
 // What one pull read: every slice's version, and every shard's epoch. A
@@ -252,6 +265,11 @@ class PsClient {
   // says goodbye (the shards stop waiting for this worker).
   absl::Status Heartbeat(int64_t clock, bool leaving = false);
 
+  // Sets the data position every later call reports (WorkerRef.trained):
+  // the steps of this worker's share whose pushes every shard has
+  // acknowledged. Only moves forward. Thread-safe.
+  void ReportTrained(int64_t steps);
+
   // Each shard's status, in shard order.
   absl::StatusOr<std::vector<StatusResponse>> Status();
 
@@ -310,6 +328,8 @@ class PsClient {
   absl::Status ReadRowsPull(const grpc::ByteBuffer& answer, RowsPullShard* ps);
   const TensorState* FindTensor(const std::string& name) const;
   WorkerRef MakeWorkerRef(int64_t clock) const;
+  // options_.retry, ended by options_.stop (for waits).
+  RetryPolicy WaitPolicy() const;
   FanOutEnv Env() const;
   // Notes a shard's epoch from an answer; logs once when it changed (the
   // shard restarted, and restored older parameters).
@@ -340,6 +360,7 @@ class PsClient {
   ReadSet last_read_ ABSL_GUARDED_BY(mu_);  // of the last synchronous Pull
   std::vector<uint64_t> epochs_ ABSL_GUARDED_BY(mu_);  // per shard, last seen
 
+  std::atomic<int64_t> trained_{0};  // ReportTrained
   std::atomic<uint64_t> next_seq_{1};
   std::atomic<uint64_t> next_request_id_{1};
   std::atomic<uint32_t> next_connection_{0};

@@ -255,7 +255,7 @@ std::unique_ptr<PsClient::PendingRowsPull> PsClient::StartPullRows(
     p->shards_.push_back(std::move(ps));
   }
   if (calls.empty()) return p;
-  p->fanout_ = std::make_unique<FanOut>(Env(), "PullRows", options_.retry);
+  p->fanout_ = std::make_unique<FanOut>(Env(), "PullRows", WaitPolicy());
   p->fanout_->Start(std::move(calls));
   return p;
 }

@@ -317,8 +317,9 @@ class NoSigpipe {
 
 std::string DiagnoseConnection(const std::string& address,
                                const SecurityOptions& security,
-                               absl::Duration timeout) {
+                               absl::Duration timeout, bool* reached) {
   NoSigpipe no_sigpipe;
+  if (reached != nullptr) *reached = false;
   const std::optional<HostPort> hp = SplitAddress(address);
   if (!hp.has_value()) return "";
   {
@@ -326,6 +327,7 @@ std::string DiagnoseConnection(const std::string& address,
     std::string error;
     if (!s.Connect(*hp, timeout, &error)) return error;
   }
+  if (reached != nullptr) *reached = true;
   const bool client_tls = HasTlsSettings(security);
   const TlsProbe tls = ProbeTls(*hp, security, timeout);
   if (!tls.setup_error.empty()) return tls.setup_error;

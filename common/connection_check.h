@@ -25,10 +25,13 @@ namespace asyncps {
 
 // The cause, as one sentence naming the side that wants what, or "" when
 // the probe connection works (the failure lies elsewhere) or shows nothing
-// specific. Blocks up to about 3 * `timeout`. Thread-safe.
+// specific. Blocks up to about 3 * `timeout`. `reached` (if not null) tells
+// whether a TCP connection was made: false means the cause is that nothing
+// listens there (yet), true that the two sides disagree. Thread-safe.
 std::string DiagnoseConnection(const std::string& address,
                                const SecurityOptions& security,
-                               absl::Duration timeout = absl::Seconds(2));
+                               absl::Duration timeout = absl::Seconds(2),
+                               bool* reached = nullptr);
 
 // A problem with this side's own certificate files that needs no
 // connection to see: a --tls_cert that has expired or is not yet valid.

@@ -2,6 +2,7 @@
 
 #include <cstdint>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 
@@ -67,6 +68,26 @@ absl::Status CheckName(absl::string_view what, absl::string_view name) {
       return absl::InvalidArgumentError(absl::StrCat(
           what, " contains a control character: ", QuoteName(name)));
     }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckRunId(absl::string_view run_id) {
+  if (run_id.size() > kMaxRunIdBytes) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "a run id is at most ", kMaxRunIdBytes, " bytes, got ", run_id.size()));
+  }
+  for (char c : run_id) {
+    if (!absl::ascii_isalnum(static_cast<unsigned char>(c)) &&
+        absl::string_view("._:@/+-").find(c) == absl::string_view::npos) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("a run id holds letters, digits and ._:@/+- only; got ",
+                       QuoteName(run_id)));
+    }
+  }
+  if (run_id == "any") {
+    return absl::InvalidArgumentError(
+        "'any' is reserved (ps_server --adopt_run=any), not a run id");
   }
   return absl::OkStatus();
 }

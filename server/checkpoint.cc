@@ -1,13 +1,6 @@
 #include "server/checkpoint.h"
 
-#include <fcntl.h>
-#include <sys/stat.h>
-#include <unistd.h>
-#include <zlib.h>
-
-#include <cerrno>
 #include <cstdint>
-#include <cstring>
 #include <string>
 #include <utility>
 #include <vector>
@@ -22,123 +15,16 @@
 #include "common/sharding.h"
 #include "common/tensor_layout.h"
 #include "proto/checkpoint.pb.h"
+#include "server/record_file.h"
 
 namespace asyncps {
 namespace {
 
-constexpr char kMagic[8] = {'A', 'P', 'S', 'C', 'K', 'P', 'T', '\n'};
-constexpr uint32_t kFormatVersion = 3;          // 3: sparse tables
-constexpr uint32_t kOldestReadableVersion = 1;  // no worker records
-constexpr size_t kHeaderBytes = sizeof(kMagic) + 4;
+// 3: sparse tables; 2: worker records; 1: tensors only.
+constexpr uint32_t kFormatVersion = 3;
 constexpr size_t kLengthBytes = 4;
-constexpr size_t kTrailerBytes = 4;
-// Larger than any record the writer makes: a slice holds at most
-// ShardStoreOptions::max_slice_elems (16 Mi) floats, 3 x 64 MiB with Adam.
-constexpr uint32_t kMaxRecordBytes = 1u << 30;
 // Rows of a sparse table per record.
 constexpr int kRowsPerRecord = 4096;
-// Small records are gathered into writes of about this size.
-constexpr size_t kWriteBufferBytes = 1 << 20;
-
-void PutU32(uint32_t v, char* out) {
-  for (int i = 0; i < 4; ++i) out[i] = static_cast<char>((v >> (8 * i)) & 0xff);
-}
-
-uint32_t GetU32(const char* in) {
-  uint32_t v = 0;
-  for (int i = 0; i < 4; ++i) {
-    v |= static_cast<uint32_t>(static_cast<unsigned char>(in[i])) << (8 * i);
-  }
-  return v;
-}
-
-uint32_t Crc32(uint32_t crc, absl::string_view data) {
-  return static_cast<uint32_t>(
-      crc32_z(crc, reinterpret_cast<const Bytef*>(data.data()), data.size()));
-}
-
-absl::Status IoError(int err, absl::string_view what, absl::string_view path) {
-  return absl::ErrnoToStatus(err, absl::StrCat(what, " ", path));
-}
-
-// A file being written: buffered appends, the CRC of everything appended
-// since the header, fsync. Closes (without syncing) on destruction.
-class OutFile {
- public:
-  OutFile(int fd, std::string path) : fd_(fd), path_(std::move(path)) {}
-  OutFile(const OutFile&) = delete;
-  OutFile& operator=(const OutFile&) = delete;
-  ~OutFile() {
-    if (fd_ >= 0) ::close(fd_);
-  }
-
-  // Appends bytes; `checksummed` ones count towards crc().
-  absl::Status Append(absl::string_view data, bool checksummed = true) {
-    if (checksummed) crc_ = Crc32(crc_, data);
-    bytes_ += data.size();
-    if (buffer_.size() + data.size() <= kWriteBufferBytes) {
-      buffer_.append(data.data(), data.size());
-      return absl::OkStatus();
-    }
-    absl::Status s = Flush();
-    if (!s.ok()) return s;
-    if (data.size() < kWriteBufferBytes) {
-      buffer_.append(data.data(), data.size());
-      return absl::OkStatus();
-    }
-    return WriteAll(data);
-  }
-
-  absl::Status Flush() {
-    absl::Status s = WriteAll(buffer_);
-    buffer_.clear();
-    return s;
-  }
-
-  // Flushes, fsyncs and closes.
-  absl::Status SyncAndClose() {
-    absl::Status s = Flush();
-    if (!s.ok()) return s;
-    if (::fsync(fd_) != 0) return IoError(errno, "fsync", path_);
-    const int fd = fd_;
-    fd_ = -1;
-    if (::close(fd) != 0) return IoError(errno, "close", path_);
-    return absl::OkStatus();
-  }
-
-  uint32_t crc() const { return crc_; }
-  uint64_t bytes() const { return bytes_; }
-
- private:
-  absl::Status WriteAll(absl::string_view data) {
-    while (!data.empty()) {
-      const ssize_t n = ::write(fd_, data.data(), data.size());
-      if (n < 0) {
-        if (errno == EINTR) continue;
-        return IoError(errno, "write", path_);
-      }
-      data.remove_prefix(static_cast<size_t>(n));
-    }
-    return absl::OkStatus();
-  }
-
-  int fd_;
-  const std::string path_;
-  std::string buffer_;
-  uint32_t crc_ = 0;
-  uint64_t bytes_ = 0;
-};
-
-// fsync of a directory, so that a rename in it is durable.
-absl::Status SyncDir(const std::string& dir) {
-  const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (fd < 0) return IoError(errno, "open directory", dir);
-  const int rc = ::fsync(fd);
-  const int err = errno;
-  ::close(fd);
-  if (rc != 0) return IoError(err, "fsync directory", dir);
-  return absl::OkStatus();
-}
 
 // Appends one serialized record to an image, counting its bytes.
 void AddRecord(const CheckpointRecord& record, CheckpointImage* image) {
@@ -147,51 +33,6 @@ void AddRecord(const CheckpointRecord& record, CheckpointImage* image) {
   record.SerializeToString(&bytes);
   image->body_bytes += kLengthBytes + bytes.size();
 }
-
-// A file being read front to back, with the CRC of what was read since the
-// header.
-class InFile {
- public:
-  InFile(int fd, std::string path, uint64_t size)
-      : fd_(fd), path_(std::move(path)), size_(size) {}
-  InFile(const InFile&) = delete;
-  InFile& operator=(const InFile&) = delete;
-  ~InFile() { ::close(fd_); }
-
-  // Reads exactly n bytes into *out; the file's size was checked by the
-  // caller, so a short read means the file changed under us.
-  absl::Status Read(size_t n, std::string* out, bool checksummed = true) {
-    out->resize(n);
-    size_t done = 0;
-    while (done < n) {
-      const ssize_t r = ::read(fd_, &(*out)[done], n - done);
-      if (r < 0) {
-        if (errno == EINTR) continue;
-        return IoError(errno, "read", path_);
-      }
-      if (r == 0) {
-        return absl::DataLossError(absl::StrCat(
-            "checkpoint ", path_, ": file ended at byte ", pos_ + done,
-            " while reading (shrunk while being read?)"));
-      }
-      done += static_cast<size_t>(r);
-    }
-    pos_ += n;
-    if (checksummed) crc_ = Crc32(crc_, *out);
-    return absl::OkStatus();
-  }
-
-  uint64_t pos() const { return pos_; }
-  uint64_t size() const { return size_; }
-  uint32_t crc() const { return crc_; }
-
- private:
-  const int fd_;
-  const std::string path_;
-  const uint64_t size_;
-  uint64_t pos_ = 0;
-  uint32_t crc_ = 0;
-};
 
 // Restores records into the store and checks that they form a complete
 // checkpoint of the store's shard.
@@ -443,10 +284,15 @@ std::string CheckpointPath(absl::string_view dir, int shard_index,
   return absl::StrCat(dir, dir.back() == '/' ? "" : "/", file);
 }
 
+const RecordFileFormat kCheckpointFormat = {
+    /*magic=*/absl::string_view("APSCKPT\n", 8), /*version=*/kFormatVersion,
+    /*oldest_readable=*/1, /*what=*/"checkpoint"};
+
 CheckpointImage CaptureCheckpoint(const ShardStore& store,
                                   const std::vector<CheckpointWorker>& workers,
                                   absl::Time now,
-                                  absl::string_view build_version) {
+                                  absl::string_view build_version,
+                                  absl::string_view run_id) {
   CheckpointImage image;
   image.shard_index = store.options().shard_index;
   image.num_shards = store.options().num_shards;
@@ -457,6 +303,7 @@ CheckpointImage CaptureCheckpoint(const ShardStore& store,
   identity->set_num_shards(image.num_shards);
   identity->set_unix_time_ms(absl::ToUnixMillis(now));
   identity->set_build_version(std::string(build_version));
+  identity->set_run_id(std::string(run_id));
   AddRecord(record, &image);
   for (const CheckpointWorker& w : workers) {
     *record.mutable_worker() = w;
@@ -513,7 +360,6 @@ absl::StatusOr<CheckpointInfo> WriteCheckpoint(const CheckpointImage& image,
   const absl::Time start = clock->Now();
   const std::string path =
       CheckpointPath(dir, image.shard_index, image.num_shards);
-  const std::string tmp = path + ".tmp";
   CheckpointInfo info;
   info.set_path(path);
   info.set_unix_time_ms(absl::ToUnixMillis(image.taken));
@@ -524,47 +370,10 @@ absl::StatusOr<CheckpointInfo> WriteCheckpoint(const CheckpointImage& image,
   info.set_tables(image.tables);
   info.set_rows(static_cast<uint64_t>(image.rows));
   info.set_pause_ms(absl::ToDoubleMilliseconds(image.pause));
-
-  const int fd =
-      ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) return IoError(errno, "create", tmp);
-  absl::Status s;
-  {
-    OutFile out(fd, tmp);
-    char header[kHeaderBytes];
-    std::memcpy(header, kMagic, sizeof(kMagic));
-    PutU32(kFormatVersion, header + sizeof(kMagic));
-    s = out.Append(absl::string_view(header, sizeof(header)), false);
-    for (const std::string& record : image.records) {
-      if (!s.ok()) break;
-      if (record.size() > kMaxRecordBytes) {
-        s = absl::InternalError(absl::StrCat("checkpoint ", path,
-                                             ": a record of ", record.size(),
-                                             " bytes is too large"));
-        break;
-      }
-      char length[kLengthBytes];
-      PutU32(static_cast<uint32_t>(record.size()), length);
-      s = out.Append(absl::string_view(length, sizeof(length)));
-      if (s.ok()) s = out.Append(record);
-    }
-    if (s.ok()) {
-      char trailer[kTrailerBytes];
-      PutU32(out.crc(), trailer);
-      s = out.Append(absl::string_view(trailer, sizeof(trailer)), false);
-    }
-    if (s.ok()) s = out.SyncAndClose();
-    info.set_bytes(out.bytes());
-  }
-  if (s.ok() && ::rename(tmp.c_str(), path.c_str()) != 0) {
-    s = IoError(errno, absl::StrCat("rename ", tmp, " to"), path);
-  }
-  if (!s.ok()) {
-    ::unlink(tmp.c_str());
-    return s;
-  }
-  s = SyncDir(dir.empty() ? std::string(".") : std::string(dir));
-  if (!s.ok()) return s;
+  absl::StatusOr<uint64_t> bytes =
+      WriteRecordFile(path, kCheckpointFormat, image.records);
+  if (!bytes.ok()) return bytes.status();
+  info.set_bytes(*bytes);
   info.set_duration_ms(absl::ToDoubleMilliseconds(clock->Now() - start));
   return info;
 }
@@ -577,76 +386,27 @@ absl::StatusOr<RestoredCheckpoint> RestoreCheckpoint(const std::string& path,
         absl::StrCat("cannot restore checkpoint ", path,
                      " into a shard holding tensors or tables"));
   }
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return IoError(errno, "open checkpoint", path);
-  struct stat st;
-  if (::fstat(fd, &st) != 0) {
-    const int err = errno;
-    ::close(fd);
-    return IoError(err, "stat checkpoint", path);
-  }
-  InFile in(fd, path, static_cast<uint64_t>(st.st_size));
   Restorer restorer(path, store);
-  if (in.size() < kHeaderBytes + kTrailerBytes) {
-    return restorer.Corrupt(absl::StrCat("only ", in.size(),
-                                         " bytes (truncated or not a "
-                                         "checkpoint)"));
-  }
-  std::string buffer;
-  absl::Status s = in.Read(kHeaderBytes, &buffer, false);
-  if (!s.ok()) return s;
-  if (std::memcmp(buffer.data(), kMagic, sizeof(kMagic)) != 0) {
-    return restorer.Corrupt("bad magic (not an asyncps checkpoint)");
-  }
-  const uint32_t version = GetU32(buffer.data() + sizeof(kMagic));
-  if (version < kOldestReadableVersion || version > kFormatVersion) {
-    return restorer.Corrupt(
-        absl::StrCat("format version ", version, " (this build reads ",
-                     kOldestReadableVersion, " to ", kFormatVersion, ")"));
-  }
-
-  const uint64_t body_end = in.size() - kTrailerBytes;
   CheckpointRecord record;
-  for (int64_t n = 0; in.pos() < body_end; ++n) {
-    const uint64_t offset = in.pos();
-    if (body_end - offset < kLengthBytes) {
-      return restorer.Corrupt(absl::StrCat("record ", n, " at byte ", offset,
-                                           " is cut off (truncated?)"));
-    }
-    s = in.Read(kLengthBytes, &buffer);
-    if (!s.ok()) return s;
-    const uint32_t length = GetU32(buffer.data());
-    if (length > kMaxRecordBytes || length > body_end - in.pos()) {
-      return restorer.Corrupt(
-          absl::StrCat("record ", n, " at byte ", offset, " claims ", length,
-                       " bytes; ", body_end - in.pos(),
-                       " remain before the checksum (truncated or corrupt)"));
-    }
-    s = in.Read(length, &buffer);
-    if (!s.ok()) return s;
-    if (!record.ParseFromString(buffer)) {
-      return restorer.Corrupt(
-          absl::StrCat("record ", n, " at byte ", offset, " does not parse"));
-    }
-    s = restorer.Apply(record, n);
-    if (!s.ok()) return s;
-  }
-  const uint32_t computed = in.crc();
-  s = in.Read(kTrailerBytes, &buffer, false);
-  if (!s.ok()) return s;
-  const uint32_t stored = GetU32(buffer.data());
-  if (stored != computed) {
-    return restorer.Corrupt(absl::StrFormat(
-        "checksum mismatch (stored %08x, computed %08x)", stored, computed));
-  }
-  s = restorer.Finish();
+  absl::StatusOr<RecordFileInfo> file = ReadRecordFile(
+      path, kCheckpointFormat, [&](absl::string_view bytes, int64_t n) {
+        if (!record.ParseFromArray(bytes.data(),
+                                   static_cast<int>(bytes.size()))) {
+          return restorer.Corrupt(
+              absl::StrCat("record ", n, " does not parse"));
+        }
+        return restorer.Apply(record, n);
+      });
+  if (!file.ok()) return file.status();
+  absl::Status s = restorer.Finish();
   if (!s.ok()) return s;
 
   RestoredCheckpoint out;
+  out.identity = restorer.identity();
   CheckpointInfo& info = out.info;
   info.set_path(path);
   info.set_unix_time_ms(restorer.identity().unix_time_ms());
-  info.set_bytes(in.size());
+  info.set_bytes(file->bytes);
   info.set_tensors(restorer.tensors());
   info.set_slices(static_cast<int32_t>(restorer.slices()));
   info.set_slice_updates(restorer.slice_updates());
@@ -656,6 +416,18 @@ absl::StatusOr<RestoredCheckpoint> RestoreCheckpoint(const std::string& path,
   info.set_workers(static_cast<int32_t>(out.workers.size()));
   info.set_duration_ms(absl::ToDoubleMilliseconds(absl::Now() - start));
   return out;
+}
+
+absl::StatusOr<CheckpointIdentity> ReadCheckpointIdentity(
+    const std::string& path) {
+  absl::StatusOr<std::string> first = ReadFirstRecord(path, kCheckpointFormat);
+  if (!first.ok()) return first.status();
+  CheckpointRecord record;
+  if (!record.ParseFromString(*first) || !record.has_identity()) {
+    return absl::DataLossError(absl::StrCat(
+        "checkpoint ", path, ": the first record is not the shard identity"));
+  }
+  return record.identity();
 }
 
 }  // namespace asyncps

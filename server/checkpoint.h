@@ -11,7 +11,9 @@
 // de-duplication window) and the shard's identity (shard_index,
 // num_shards), in one file per shard: <dir>/shard-<i>-of-<n>.ckpt. The
 // layout (header, length-prefixed protobuf records, CRC-32 trailer) is
-// described in proto/checkpoint.proto.
+// described in proto/checkpoint.proto; the container (header, records,
+// CRC-32, atomic write) in server/record_file.h. A checkpoint also names the
+// run it belongs to (ps_server --run_id).
 //
 // Consistency: the shard captures the image while no push is being applied
 // (server/push_gate.h), so it is one cut: the pushes the worker records
@@ -20,10 +22,9 @@
 // duplicate, not applied again. The capture copies (serializes) the state
 // in memory, then pushes go on while the image is written.
 //
-// Atomicity: the writer fills <file>.tmp, fsyncs it, renames it over <file>
-// and fsyncs the directory, so after a crash at any point <file> is either
-// the previous complete checkpoint or the new one. A leftover .tmp is never
-// read; the next write replaces it.
+// Atomicity: as every record file's (server/record_file.h): after a crash
+// at any point <file> is either the previous complete checkpoint or the new
+// one.
 
 #include <string>
 #include <vector>
@@ -34,6 +35,7 @@
 #include "common/clock.h"
 #include "proto/asyncps.pb.h"
 #include "proto/checkpoint.pb.h"
+#include "server/record_file.h"
 #include "store/shard_store.h"
 
 namespace asyncps {
@@ -59,14 +61,18 @@ struct CheckpointImage {
 std::string CheckpointPath(absl::string_view dir, int shard_index,
                            int num_shards);
 
+// The record file format of checkpoints (magic "APSCKPT\n", versions 1-3).
+extern const RecordFileFormat kCheckpointFormat;
+
 // Serializes the store's tensors and slices (each slice under its own lock)
-// and the worker records into an image taken at `now`. A consistent cut
-// only if no push is applied meanwhile: the caller holds the shard's push
-// gate closed.
+// and the worker records into an image taken at `now`, of run `run_id`. A
+// consistent cut only if no push is applied meanwhile: the caller holds the
+// shard's push gate closed.
 CheckpointImage CaptureCheckpoint(const ShardStore& store,
                                   const std::vector<CheckpointWorker>& workers,
                                   absl::Time now,
-                                  absl::string_view build_version = "");
+                                  absl::string_view build_version = "",
+                                  absl::string_view run_id = "");
 
 // Writes `image` to CheckpointPath(dir, ...) atomically, as described above.
 // Returns what was written: path, capture time, bytes, duration (write
@@ -80,6 +86,7 @@ absl::StatusOr<CheckpointInfo> WriteCheckpoint(const CheckpointImage& image,
 // What a restore loaded besides the store's slices.
 struct RestoredCheckpoint {
   CheckpointInfo info;  // path, capture time, bytes, restore duration, counts
+  CheckpointIdentity identity;            // whose state it is (shard, run)
   std::vector<CheckpointWorker> workers;  // for WorkerRegistry::Import
 };
 
@@ -97,6 +104,12 @@ struct RestoredCheckpoint {
 // On error the store may hold part of the checkpoint and must be discarded.
 absl::StatusOr<RestoredCheckpoint> RestoreCheckpoint(const std::string& path,
                                                      ShardStore* store);
+
+// The identity record of the checkpoint at `path`, read without the rest
+// of the file (no checksum: RestoreCheckpoint still validates the file).
+// Errors as RestoreCheckpoint's NOT_FOUND and DATA_LOSS.
+absl::StatusOr<CheckpointIdentity> ReadCheckpointIdentity(
+    const std::string& path);
 
 }  // namespace asyncps
 

@@ -8,6 +8,7 @@
 #include "common/net.h"
 #include "common/version.h"
 #include "server/checkpoint.h"
+#include "server/checkpoint_dir.h"
 
 namespace asyncps {
 
@@ -72,39 +73,29 @@ absl::StatusOr<std::unique_ptr<PsServer>> PsServer::Start(
   s->workers_ = *std::move(workers);
 
   CheckpointInfo restored;
+  s->run_id_ = options.run_id;
   if (!options.checkpoint_dir.empty()) {
-    const std::string path =
-        CheckpointPath(options.checkpoint_dir, options.store.shard_index,
-                       options.store.num_shards);
-    if (options.restore) {
-      absl::StatusOr<RestoredCheckpoint> r =
-          RestoreCheckpoint(path, s->store_.get());
-      if (r.ok()) {
-        absl::Status imported = s->workers_->Import(r->workers);
-        if (!imported.ok()) {
-          return absl::DataLossError(
-              absl::StrCat("checkpoint ", path, ": ", imported.message()));
-        }
-        restored = r->info;
-        const absl::Time taken = absl::FromUnixMillis(restored.unix_time_ms());
-        s->logger_->info(
-            "restored checkpoint {} taken {} ago ({} bytes, {} tensors, {} "
-            "slices holding {} slice updates, {} tables, {} rows, {} "
-            "workers) in {:.1f} ms; updates acknowledged after it are lost",
-            restored.path(),
-            absl::FormatDuration(absl::Trunc(options.clock->Now() - taken,
-                                             absl::Milliseconds(1))),
-            restored.bytes(), restored.tensors(), restored.slices(),
-            restored.slice_updates(), restored.tables(), restored.rows(),
-            restored.workers(), restored.duration_ms());
-      } else if (absl::IsNotFound(r.status())) {
-        s->logger_->info("no checkpoint at {}; starting empty", path);
-      } else {
-        return r.status();
-      }
-    } else {
-      s->logger_->info("not restoring {} (restore off)", path);
-    }
+    absl::Status checked =
+        CheckCheckpointDir({options.checkpoint_dir, options.store.shard_index,
+                            options.store.num_shards, options.run_id,
+                            options.adopt_run, options.restore});
+    if (!checked.ok()) return checked;
+    absl::StatusOr<CheckpointInfo> r = s->Restore(options);
+    if (!r.ok()) return r.status();
+    restored = *r;
+    CheckpointIdentity identity;
+    identity.set_shard_index(options.store.shard_index);
+    identity.set_num_shards(options.store.num_shards);
+    identity.set_build_version(kVersion);
+    identity.set_run_id(options.run_id);
+    s->specs_ = std::make_unique<SpecJournal>(
+        SpecFilePath(options.checkpoint_dir, options.store.shard_index,
+                     options.store.num_shards),
+        identity, s->store_.get());
+    // What the checkpoint held is durable already; this writes the spec
+    // file where there is none yet (or one of an adopted run).
+    absl::Status synced = s->specs_->Sync();
+    if (!synced.ok()) return synced;
     CheckpointerOptions c;
     c.dir = options.checkpoint_dir;
     c.every = options.checkpoint_every;
@@ -154,6 +145,8 @@ absl::StatusOr<std::unique_ptr<PsServer>> PsServer::Start(
   context.stats = &s->stats_;
   context.gate = &s->gate_;
   context.checkpointer = s->checkpointer_.get();
+  context.specs = s->specs_.get();
+  context.run_id = options.run_id;
   context.clock = options.clock;
   context.logger = options.logger;
   s->service_ = std::make_unique<PsService>(std::move(context));
@@ -210,6 +203,73 @@ absl::StatusOr<std::unique_ptr<PsServer>> PsServer::Start(
   return s;
 }
 
+absl::StatusOr<CheckpointInfo> PsServer::Restore(
+    const PsServerOptions& options) {
+  const std::string path =
+      CheckpointPath(options.checkpoint_dir, options.store.shard_index,
+                     options.store.num_shards);
+  if (!options.restore) {
+    logger_->info(
+        "not restoring {} (restore off; the next checkpoint and "
+        "spec file replace the files)",
+        path);
+    return CheckpointInfo();
+  }
+  CheckpointInfo restored;
+  absl::StatusOr<RestoredCheckpoint> r = RestoreCheckpoint(path, store_.get());
+  if (r.ok()) {
+    const bool adopted = r->identity.run_id() != options.run_id;
+    if (adopted) {
+      logger_->warn(
+          "adopting checkpoint {} of run '{}' as run '{}': its parameters, "
+          "optimizer state and versions are kept, its {} worker record(s) "
+          "dropped",
+          path, r->identity.run_id(), options.run_id, r->workers.size());
+    } else {
+      absl::Status imported = workers_->Import(r->workers);
+      if (!imported.ok()) {
+        return absl::DataLossError(
+            absl::StrCat("checkpoint ", path, ": ", imported.message()));
+      }
+    }
+    restored = r->info;
+    const absl::Time taken = absl::FromUnixMillis(restored.unix_time_ms());
+    logger_->info(
+        "restored checkpoint {} taken {} ago ({} bytes, {} tensors, {} "
+        "slices holding {} slice updates, {} tables, {} rows, {} workers) in "
+        "{:.1f} ms; updates acknowledged after it are lost",
+        restored.path(),
+        absl::FormatDuration(
+            absl::Trunc(clock_->Now() - taken, absl::Milliseconds(1))),
+        restored.bytes(), restored.tensors(), restored.slices(),
+        restored.slice_updates(), restored.tables(), restored.rows(),
+        adopted ? 0 : restored.workers(), restored.duration_ms());
+  } else if (absl::IsNotFound(r.status())) {
+    logger_->info("no checkpoint at {}", path);
+  } else {
+    return r.status();
+  }
+  const std::string spec_path =
+      SpecFilePath(options.checkpoint_dir, options.store.shard_index,
+                   options.store.num_shards);
+  absl::StatusOr<SpecFileContents> specs = ReadSpecFile(spec_path);
+  if (absl::IsNotFound(specs.status())) {
+    if (!r.ok()) logger_->info("no spec file either; starting empty");
+    return restored;
+  }
+  if (!specs.ok()) return specs.status();
+  absl::StatusOr<int> created = ApplySpecFile(*specs, spec_path, store_.get());
+  if (!created.ok()) return created.status();
+  if (*created > 0) {
+    logger_->warn(
+        "created {} tensor(s)/table(s) from {} with their initial values: "
+        "they were created after the last checkpoint{}, so their updates "
+        "before this restart are lost",
+        *created, spec_path, r.ok() ? "" : " (there is none)");
+  }
+  return restored;
+}
+
 std::string PsServer::address() const {
   const bool any = host_.empty() || host_ == "0.0.0.0" || host_ == "::";
   return absl::StrCat(any ? "127.0.0.1" : host_, ":", port_);
@@ -220,7 +280,7 @@ CheckpointImage PsServer::Capture() {
   PushGate::Closed closed(&gate_);
   const absl::Time held = clock_->Now();
   CheckpointImage image =
-      CaptureCheckpoint(*store_, workers_->Export(), held, kVersion);
+      CaptureCheckpoint(*store_, workers_->Export(), held, kVersion, run_id_);
   image.pause = clock_->Now() - start;
   return image;
 }

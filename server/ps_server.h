@@ -20,6 +20,7 @@
 #include "server/reflection_v1.h"
 #include "server/runtime_metrics.h"
 #include "server/shard_stats.h"
+#include "server/spec_file.h"
 #include "server/worker_registry.h"
 #include "spdlog/spdlog.h"
 #include "store/shard_store.h"
@@ -39,9 +40,16 @@ struct PsServerOptions {
   // checkpoint_every (0 = never periodically) and at Shutdown.
   std::string checkpoint_dir;
   absl::Duration checkpoint_every = absl::ZeroDuration();
-  // Load this shard's checkpoint from checkpoint_dir before serving when
-  // there is one; a checkpoint that cannot be restored fails Start.
+  // Load this shard's checkpoint (and spec file) from checkpoint_dir before
+  // serving when there is one; one that cannot be restored fails Start.
   bool restore = true;
+  // The run this shard belongs to: stored in its checkpoints and spec file,
+  // reported in Status, and required of workers' heartbeats.
+  std::string run_id;
+  // Restore the files of this other run (kAdoptAnyRun: of any run) as this
+  // run's start: parameters, optimizer state and versions are kept, the
+  // other run's worker records are dropped. "" = only this run's files.
+  std::string adopt_run;
   // TLS / mutual TLS and the cluster token (common/security.h); default =
   // plain TCP, no token. Unreadable files fail Start.
   SecurityOptions security;
@@ -62,8 +70,10 @@ struct PsServerOptions {
 // Thread-safe.
 class PsServer {
  public:
-  // Validates options, restores the checkpoint (if any), binds and starts
-  // serving. A failed restore returns DATA_LOSS (corrupt checkpoint),
+  // Validates options, checks the checkpoint directory (CheckCheckpointDir:
+  // FAILED_PRECONDITION for files of another shard count or run), restores
+  // the checkpoint and then the spec file (if any), binds and starts
+  // serving. A failed restore returns DATA_LOSS (corrupt file),
   // FAILED_PRECONDITION (another shard's) or RESOURCE_EXHAUSTED (larger than
   // max_parameter_bytes); see RestoreCheckpoint.
   static absl::StatusOr<std::unique_ptr<PsServer>> Start(
@@ -96,6 +106,10 @@ class PsServer {
 
  private:
   PsServer() = default;
+  // Restores the checkpoint of options.checkpoint_dir (adopting another
+  // run's: parameters only), then the spec file; returns what was restored
+  // (empty when nothing).
+  absl::StatusOr<CheckpointInfo> Restore(const PsServerOptions& options);
   // Holds pushes back and serializes the state (the checkpointer's capture).
   CheckpointImage Capture();
   // Evicts sparse rows unused for --row_ttl_steps steps of the fastest live
@@ -113,6 +127,8 @@ class PsServer {
   ShardStats stats_;
   PushGate gate_;
   std::unique_ptr<Checkpointer> checkpointer_;  // null when off
+  std::unique_ptr<SpecJournal> specs_;          // null when off
+  std::string run_id_;
   std::unique_ptr<PsService> service_;
   std::unique_ptr<ReflectionV1Service> reflection_v1_;
   std::unique_ptr<grpc::Server> server_;

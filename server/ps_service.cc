@@ -425,6 +425,22 @@ grpc::ServerUnaryReactor* PsService::CreateTensor(
         if (response->created() > 0) {
           c_.logger->info("created {} tensor(s)", response->created());
         }
+        // Durable before the answer: a shard restarted from now on has
+        // these tensors (server/spec_file.h). Also when this call created
+        // nothing, so that a retry after a failed write writes again.
+        if (c_.specs != nullptr) {
+          absl::Status durable = c_.specs->Sync();
+          if (!durable.ok()) {
+            c_.logger->error("cannot make created tensors durable: {}",
+                             durable.ToString());
+            return absl::Status(
+                durable.code(),
+                absl::StrCat("the tensors exist on this shard but could not "
+                             "be made durable (a restart would lose them; "
+                             "retry once fixed): ",
+                             durable.message()));
+          }
+        }
         return absl::OkStatus();
       });
 }
@@ -441,6 +457,7 @@ grpc::ServerUnaryReactor* PsService::ListTensors(
         for (TableSpec& spec : c_.store->tables().List()) {
           *response->add_tables() = std::move(spec);
         }
+        response->set_run_id(c_.run_id);
         return absl::OkStatus();
       });
 }
@@ -451,6 +468,14 @@ grpc::ServerUnaryReactor* PsService::Heartbeat(grpc::CallbackServerContext* ctx,
   return ServeUnary<HeartbeatRequest, HeartbeatResponse>(
       c_.stats, ctx, in, out,
       [this](const HeartbeatRequest& request, HeartbeatResponse* response) {
+        response->set_run_id(c_.run_id);
+        if (request.run_id() != c_.run_id) {
+          return absl::FailedPreconditionError(absl::StrCat(
+              "shard ", c_.shard_index, " belongs to run '", c_.run_id,
+              "' and worker ", request.worker().worker_id(), " to run '",
+              request.run_id(),
+              "': start shards and workers with the same --run_id"));
+        }
         if (request.leaving()) {
           const absl::Status s = c_.workers->Leave(request.worker());
           if (absl::IsInvalidArgument(s)) c_.stats->RecordBadInput();
@@ -462,6 +487,7 @@ grpc::ServerUnaryReactor* PsService::Heartbeat(grpc::CallbackServerContext* ctx,
           if (!a.ok()) return a.status();
           response->set_resume_clock(a->clock);
           response->set_previous_clock(a->previous_clock);
+          response->set_trained(a->trained);
         }
         int live = 0;
         for (const WorkerInfo& w : c_.workers->Workers()) live += w.live;
@@ -622,6 +648,22 @@ absl::Status PsService::DoPush(const PushRequest& request,
                                absl::Span<const Payload> rows) {
   const WorkerRef& ref = request.worker();
   PushGate::Pass pass(c_.gate, ref.worker_id());
+  if (!c_.workers->IsCurrent(ref)) {
+    // A caller the registry does not know (yet): the push is checked as far
+    // as it can be without it before the caller is registered, so that a
+    // refused push registers nobody. (Known callers skip this: a retried
+    // duplicate is recognised before its payload is looked at.)
+    absl::Status s =
+        c_.store->PreparePush(request, grads, /*allow_future_versions=*/true)
+            .status();
+    if (s.ok()) s = c_.store->tables().CheckPush(request, rows);
+    if (!s.ok()) {
+      c_.stats->RecordBadInput();
+      c_.logger->debug("push from unregistered worker {} refused: {}",
+                       ref.worker_id(), s.ToString());
+      return s;
+    }
+  }
   // Who is calling, and was this push applied before? Both before the
   // payload is looked at.
   absl::StatusOr<WorkerRegistry::PushClaim> claim =
@@ -754,6 +796,7 @@ void PsService::FillStatus(StatusResponse* r) {
     *r->add_tables() = std::move(t);
   }
   r->set_shard_epoch(c_.epoch);
+  r->set_run_id(c_.run_id);
   c_.stats->Snapshot(r->mutable_counters(), r->mutable_staleness(),
                      r->mutable_rates());
   const RegistryCounters rc = c_.workers->counters();
@@ -794,6 +837,7 @@ void PsService::FillStatus(StatusResponse* r) {
     ws->set_left(w.left);
     ws->set_restarts(w.restarts);
     ws->set_waiting_pulls(w.waiting_pulls);
+    ws->set_trained(w.trained);
   }
 }
 

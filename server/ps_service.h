@@ -18,6 +18,7 @@
 #include "server/checkpointer.h"
 #include "server/push_gate.h"
 #include "server/shard_stats.h"
+#include "server/spec_file.h"
 #include "server/worker_registry.h"
 #include "spdlog/spdlog.h"
 #include "store/shard_store.h"
@@ -41,6 +42,10 @@ struct ServiceContext {
   ShardStats* stats = nullptr;
   PushGate* gate = nullptr;
   Checkpointer* checkpointer = nullptr;  // null when checkpoints are off
+  // Makes created tensors durable before CreateTensor answers; null when
+  // checkpoints are off.
+  SpecJournal* specs = nullptr;
+  std::string run_id;  // the shard's run; heartbeats of other runs refused
   Clock* clock = Clock::Real();
   std::shared_ptr<spdlog::logger> logger;
 };

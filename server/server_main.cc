@@ -9,8 +9,9 @@
 // a final checkpoint).
 //
 // Exit status: 0 after a clean shutdown, 1 when the checkpoint could not be
-// restored at start or the final one could not be written, 2 for bad flags
-// or a start failure.
+// restored at start or the final one could not be written, 2 for bad flags,
+// a checkpoint directory holding another shard count's or another run's
+// files, or another start failure.
 #include <signal.h>
 #include <unistd.h>
 
@@ -25,11 +26,14 @@
 #include "common/cli.h"
 #include "common/identity.h"
 #include "common/logging.h"
+#include "common/memory_limit.h"
+#include "common/names.h"
 #include "common/net.h"
 #include "common/port_file.h"
 #include "common/security.h"
 #include "common/security_flags.h"
 #include "common/version.h"
+#include "server/checkpoint_dir.h"
 #include "server/health_listener.h"
 #include "server/metrics_http.h"
 #include "server/ps_server.h"
@@ -95,8 +99,9 @@ ABSL_FLAG(std::string, max_parameter_bytes, "auto",
           "checked before anything is allocated: a CreateTensor, or a pull or "
           "push creating rows, beyond it is RESOURCE_EXHAUSTED. A byte "
           "count (suffixes K, M, G, T: powers of 1024), or auto = 40% of the "
-          "machine's physical memory (a checkpoint needs about as much again "
-          "while it is captured).");
+          "memory this process may use: the machine's physical memory, or its "
+          "cgroup's memory limit (container, pod, job) when lower (a "
+          "checkpoint needs about as much again while it is captured).");
 ABSL_FLAG(int64_t, row_ttl_steps, 0,
           "Evict sparse table rows not pulled or pushed for this many steps "
           "(clock ticks of the fastest live worker); an evicted row comes "
@@ -114,23 +119,27 @@ ABSL_FLAG(bool, restore, true,
           "serving when one exists; one that cannot be restored (corrupt, "
           "another shard's) stops the start. false = start empty (the next "
           "checkpoint replaces the file).");
+ABSL_FLAG(std::string, run_id, "",
+          "The run this shard belongs to (letters, digits, ._:@/+-; at most "
+          "128). Stored in its checkpoints and spec file; the shard restores "
+          "only files of its own run (see --adopt_run) and refuses workers "
+          "of another --run_id.");
+ABSL_FLAG(std::string, adopt_run, "",
+          "With --checkpoint_dir: also restore the files of this other run "
+          "(any: of any run) as the start of this run: parameters, optimizer "
+          "state and versions are kept, the other run's worker records are "
+          "dropped (its workers' progress does not carry over).");
 ABSL_FLAG(std::string, log_level, "info",
           "trace, debug, info, warn, error or off.");
 
 namespace asyncps {
 namespace {
 
-// "auto" (40% of physical memory), or a byte count with an optional K/M/G/T
-// suffix (powers of 1024). Must be > 0.
+// --max_parameter_bytes=auto: this share of the memory the process may use.
+constexpr uint64_t kAutoCapPercent = 40;
+
+// A byte count with an optional K/M/G/T suffix (powers of 1024), > 0.
 absl::StatusOr<uint64_t> ParseByteSize(const std::string& text) {
-  if (text == "auto") {
-    const long pages = sysconf(_SC_PHYS_PAGES);
-    const long page = sysconf(_SC_PAGE_SIZE);
-    if (pages <= 0 || page <= 0) {
-      return absl::InternalError("cannot read the machine's memory size");
-    }
-    return static_cast<uint64_t>(pages) * static_cast<uint64_t>(page) / 10 * 4;
-  }
   absl::string_view digits = text;
   uint64_t unit = 1;
   if (!digits.empty()) {
@@ -155,8 +164,8 @@ absl::StatusOr<uint64_t> ParseByteSize(const std::string& text) {
   uint64_t n = 0, bytes = 0;
   if (!absl::SimpleAtoi(digits, &n) || n == 0 ||
       __builtin_mul_overflow(n, unit, &bytes)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "must be auto or a positive byte count such as 8G, got '", text, "'"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("not a positive byte count: '", text, "'"));
   }
   return bytes;
 }
@@ -253,13 +262,33 @@ absl::StatusOr<PsServerOptions> OptionsFromFlags() {
         absl::StrCat("--pull_wait_timeout_ms must be >= 1, got ", wait));
   }
   o.workers.pull_wait_timeout = absl::Milliseconds(wait);
-  absl::StatusOr<uint64_t> cap =
-      ParseByteSize(absl::GetFlag(FLAGS_max_parameter_bytes));
-  if (!cap.ok()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--max_parameter_bytes: ", cap.status().message()));
+  const std::string cap_flag = absl::GetFlag(FLAGS_max_parameter_bytes);
+  std::string cap_source;
+  if (cap_flag == "auto") {
+    absl::StatusOr<MemoryLimit> memory = ReadMemoryLimit();
+    if (!memory.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--max_parameter_bytes=auto: ", memory.status().message(),
+          "; give a byte count such as 8G"));
+    }
+    o.store.max_parameter_bytes = memory->effective() / 100 * kAutoCapPercent;
+    cap_source =
+        memory->cgroup_bytes.has_value()
+            ? absl::StrCat(kAutoCapPercent, "% of the memory limit ",
+                           *memory->cgroup_bytes, " bytes of ",
+                           memory->cgroup_file)
+            : absl::StrCat(kAutoCapPercent, "% of the physical memory ",
+                           memory->physical_bytes, " bytes");
+  } else {
+    absl::StatusOr<uint64_t> cap = ParseByteSize(cap_flag);
+    if (!cap.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--max_parameter_bytes: must be auto or a positive byte count such "
+          "as 8G, got '",
+          cap_flag, "'"));
+    }
+    o.store.max_parameter_bytes = *cap;
   }
-  o.store.max_parameter_bytes = *cap;
   o.store.row_ttl_steps = absl::GetFlag(FLAGS_row_ttl_steps);
   if (o.store.row_ttl_steps < 0) {
     return absl::InvalidArgumentError(
@@ -278,6 +307,20 @@ absl::StatusOr<PsServerOptions> OptionsFromFlags() {
   }
   o.checkpoint_every = absl::Seconds(every);
   o.restore = absl::GetFlag(FLAGS_restore);
+  o.run_id = absl::GetFlag(FLAGS_run_id);
+  if (absl::Status r = CheckRunId(o.run_id); !r.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("--run_id: ", r.message()));
+  }
+  o.adopt_run = absl::GetFlag(FLAGS_adopt_run);
+  if (o.adopt_run != kAdoptAnyRun) {
+    if (absl::Status r = CheckRunId(o.adopt_run); !r.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--adopt_run: ", r.message()));
+    }
+  }
+  if (!o.adopt_run.empty() && o.checkpoint_dir.empty()) {
+    return absl::InvalidArgumentError("--adopt_run needs --checkpoint_dir");
+  }
   const int health_port = absl::GetFlag(FLAGS_health_port);
   if (health_port < -1 || health_port > 65535) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -295,6 +338,10 @@ absl::StatusOr<PsServerOptions> OptionsFromFlags() {
   if (!logger.ok()) return logger.status();
   o.logger = *logger;
   for (const std::string& w : warnings) o.logger->warn("{}", w);
+  if (!cap_source.empty()) {
+    o.logger->info("--max_parameter_bytes=auto: {} bytes ({})",
+                   o.store.max_parameter_bytes, cap_source);
+  }
   return o;
 }
 
@@ -308,7 +355,8 @@ int Main(int argc, char** argv) {
       "[--consistency=ssp ...]\n\n"
       "Exit status: 0 after a clean shutdown (SIGINT/SIGTERM), 1 when the\n"
       "checkpoint cannot be restored or the final one written, 2 for bad\n"
-      "flags or a start failure.";
+      "flags, a --checkpoint_dir holding files of another shard count or\n"
+      "run, or another start failure.";
   const ParseResult parsed = ParseProgramCommandLine(argc, argv, program);
   if (!parsed.command_line.has_value()) return parsed.exit_code;
   if (!parsed.command_line->positional.empty()) {
@@ -337,6 +385,15 @@ int Main(int argc, char** argv) {
 
   auto logger = options->logger;
   const bool restore = options->restore;
+  // Files this shard must not use are a configuration error (exit 2),
+  // before anything is read.
+  if (absl::Status dir = CheckCheckpointDir(
+          {options->checkpoint_dir, options->store.shard_index,
+           options->store.num_shards, options->run_id, options->adopt_run,
+           options->restore});
+      !dir.ok()) {
+    return Fail(std::string(dir.message()));
+  }
   absl::StatusOr<std::unique_ptr<PsServer>> server =
       PsServer::Start(*std::move(options));
   if (!server.ok()) {

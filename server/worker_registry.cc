@@ -18,12 +18,13 @@ std::string Hex(uint64_t incarnation) {
 }
 
 absl::Status CheckRef(const WorkerRef& ref) {
-  if (ref.worker_id() < 0 || ref.incarnation() == 0 || ref.clock() < 0) {
+  if (ref.worker_id() < 0 || ref.incarnation() == 0 || ref.clock() < 0 ||
+      ref.trained() < 0) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "worker ref needs worker_id >= 0, incarnation != 0, clock >= 0; got "
-        "id ",
+        "worker ref needs worker_id >= 0, incarnation != 0, clock >= 0, "
+        "trained >= 0; got id ",
         ref.worker_id(), ", incarnation ", ref.incarnation(), ", clock ",
-        ref.clock()));
+        ref.clock(), ", trained ", ref.trained()));
   }
   return absl::OkStatus();
 }
@@ -165,8 +166,22 @@ absl::StatusOr<WorkerRegistry::Admission> WorkerRegistry::AdmitLocked(
   w->live.store(true);
   w->left = false;
   w->last_seen_ns.store(absl::ToUnixNanos(options_.clock->Now()));
+  w->trained = std::max(w->trained, ref.trained());
   a.clock = w->clock.load();
+  a.trained = w->trained;
   return a;
+}
+
+bool WorkerRegistry::IsCurrent(const WorkerRef& ref) const {
+  Worker* w = nullptr;
+  {
+    absl::ReaderMutexLock l(&map_mu_);
+    auto it = workers_.find(ref.worker_id());
+    if (it == workers_.end()) return false;
+    w = it->second.get();
+  }
+  absl::MutexLock l(&w->mu);
+  return w->incarnation != 0 && w->incarnation == ref.incarnation();
 }
 
 absl::StatusOr<WorkerRegistry::Admission> WorkerRegistry::Admit(
@@ -457,6 +472,7 @@ std::vector<WorkerInfo> WorkerRegistry::Workers() const {
     info.left = w->left;
     info.restarts = w->restarts;
     info.waiting_pulls = static_cast<uint32_t>(std::max(0, w->waiting.load()));
+    info.trained = w->trained;
     out.push_back(info);
   }
   return out;
@@ -489,6 +505,7 @@ std::vector<CheckpointWorker> WorkerRegistry::Export() const {
     r.set_pushes(w->pushes);
     r.set_restarts(w->restarts);
     r.set_left(w->left);
+    r.set_trained(w->trained);
     r.set_dedup_base(w->dedup.base());
     for (uint64_t seq : w->dedup.AppliedAboveBase()) r.add_dedup_applied(seq);
     out.push_back(std::move(r));
@@ -499,7 +516,8 @@ std::vector<CheckpointWorker> WorkerRegistry::Export() const {
 absl::Status WorkerRegistry::Import(
     const std::vector<CheckpointWorker>& records) {
   for (const CheckpointWorker& r : records) {
-    if (r.worker_id() < 0 || r.incarnation() == 0 || r.clock() < 0) {
+    if (r.worker_id() < 0 || r.incarnation() == 0 || r.clock() < 0 ||
+        r.trained() < 0) {
       return absl::InvalidArgumentError(
           absl::StrCat("worker record of id ", r.worker_id(), " incarnation ",
                        r.incarnation(), " clock ", r.clock(), " is malformed"));
@@ -516,6 +534,7 @@ absl::Status WorkerRegistry::Import(
     w->clock.store(r.clock());
     w->pushes = r.pushes();
     w->restarts = r.restarts();
+    w->trained = r.trained();
     w->left = r.left();
     w->dedup.Import(r.dedup_base(),
                     std::vector<uint64_t>(r.dedup_applied().begin(),

@@ -59,6 +59,7 @@ struct WorkerInfo {
   bool left = false;
   uint32_t restarts = 0;
   uint32_t waiting_pulls = 0;
+  int64_t trained = 0;  // data position (WorkerRef.trained)
 };
 
 struct RegistryCounters {
@@ -84,6 +85,12 @@ struct RegistryCounters {
 // Incarnations are opaque: never compared by size. A new incarnation's clock
 // starts at the largest of its own, its predecessor's and the slowest other
 // live worker's, so that it neither holds its peers back nor runs ahead.
+//
+// Data position. Apart from its clock, a worker id has a data position: the
+// steps of its share whose pushes every shard acknowledged, as its processes
+// report it (WorkerRef.trained). The registry keeps the largest reported for
+// the id, across incarnations, and tells every caller (Admission.trained):
+// a restarted process continues its share there, whatever clock it joins at.
 //
 // Liveness. A worker silent longer than its lease, or that said it is
 // leaving, is not live and holds nobody back; any later call makes it live
@@ -111,6 +118,7 @@ class WorkerRegistry {
     DedupWindow dedup ABSL_GUARDED_BY(mu);
     uint64_t pushes ABSL_GUARDED_BY(mu) = 0;
     uint32_t restarts ABSL_GUARDED_BY(mu) = 0;
+    int64_t trained ABSL_GUARDED_BY(mu) = 0;  // data position, monotonic
     bool left ABSL_GUARDED_BY(mu) = false;
     bool fenced_logged ABSL_GUARDED_BY(mu) = false;
     // Written under mu, read without it (the slowest-clock computation and
@@ -129,6 +137,9 @@ class WorkerRegistry {
   struct Admission {
     int64_t clock = 0;           // the worker's clock after the call
     int64_t previous_clock = 0;  // its predecessor's (0 when none)
+    // The worker id's data position after the call (the largest any of its
+    // incarnations reported).
+    int64_t trained = 0;
     bool new_incarnation = false;
   };
 
@@ -155,11 +166,17 @@ class WorkerRegistry {
   // Identifies the caller of a heartbeat or pull: INVALID_ARGUMENT for a
   // malformed ref, FAILED_PRECONDITION for a replaced incarnation. Registers
   // a new worker id or incarnation, renews the lease, moves the clock
-  // forward to ref.clock.
+  // forward to ref.clock and the data position to ref.trained.
   absl::StatusOr<Admission> Admit(const WorkerRef& ref);
 
   // The worker is done: it stops counting for the slowest clock.
   absl::Status Leave(const WorkerRef& ref);
+
+  // True when `ref` names the current incarnation of a known worker id:
+  // its calls need no registration. A request from anyone else is validated
+  // before the registry admits its caller, so that a refused request
+  // registers nobody.
+  bool IsCurrent(const WorkerRef& ref) const;
 
   // Admits the caller of a push (as Admit) and claims its sequence number:
   // a duplicate() claim for a push applied before; otherwise the caller

@@ -153,7 +153,7 @@ ShardStore::ShardStore(const ShardStoreOptions& options) : options_(options) {
   t.num_shards = options.num_shards;
   t.row_ttl_steps = options.row_ttl_steps;
   t.reserve = [this](uint64_t bytes, const std::string& what) {
-    return ReserveBytes(bytes, what);
+    return ReserveBytes(bytes, absl::StrCat(what, " need"));
   };
   t.release = [this](uint64_t bytes) { Unreserve(bytes); };
   tables_ = std::make_unique<TableStore>(std::move(t));
@@ -214,26 +214,19 @@ const ShardStore::Tensor* ShardStore::FindTensor(absl::string_view name) const {
   return it == tensors_.end() ? nullptr : it->second.get();
 }
 
-absl::StatusOr<std::unique_ptr<ShardStore::Tensor>> ShardStore::MakeTensor(
-    const TensorSpec& spec, bool initialize) {
+uint64_t ShardStore::BytesOf(const TensorSpec& spec) const {
   const TensorLayout layout = *TensorLayout::FromSpec(spec);
   uint64_t bytes = 0;
   if (!TensorBytes(spec, layout, options_.shard_index, options_.num_shards,
                    &bytes)) {
     bytes = ~uint64_t{0};
   }
-  {
-    absl::MutexLock l(&mu_);
-    const uint64_t cap = options_.max_parameter_bytes;
-    if (cap > 0 && (bytes > cap || reserved_bytes_ > cap - bytes)) {
-      return absl::ResourceExhaustedError(
-          absl::StrCat("tensor ", QuoteName(spec.name()), " needs ", bytes,
-                       " bytes on shard ", options_.shard_index,
-                       ", which holds ", reserved_bytes_, " of its ", cap,
-                       " (--max_parameter_bytes); nothing was created"));
-    }
-    reserved_bytes_ += bytes;
-  }
+  return bytes;
+}
+
+std::unique_ptr<ShardStore::Tensor> ShardStore::BuildTensor(
+    const TensorSpec& spec, bool initialize, uint64_t bytes) const {
+  const TensorLayout layout = *TensorLayout::FromSpec(spec);
   auto t = std::make_unique<Tensor>(
       Tensor{spec, layout, OptimizerBuffers(spec.optimizer()), {}, bytes});
   t->slices.resize(layout.num_slices());
@@ -255,10 +248,10 @@ absl::Status ShardStore::ReserveBytes(uint64_t bytes, const std::string& what) {
   absl::MutexLock l(&mu_);
   const uint64_t cap = options_.max_parameter_bytes;
   if (cap > 0 && (bytes > cap || reserved_bytes_ > cap - bytes)) {
-    return absl::ResourceExhaustedError(absl::StrCat(
-        what, " need ", bytes, " bytes on shard ", options_.shard_index,
-        ", which holds ", reserved_bytes_, " of its ", cap,
-        " (--max_parameter_bytes); nothing was created"));
+    return absl::ResourceExhaustedError(
+        absl::StrCat(what, " ", bytes, " bytes on shard ", options_.shard_index,
+                     ", which holds ", reserved_bytes_, " of its ", cap,
+                     " (--max_parameter_bytes); nothing was created"));
   }
   reserved_bytes_ += bytes;
   return absl::OkStatus();
@@ -277,6 +270,16 @@ absl::StatusOr<CreateTensorResponse> ShardStore::CreateTensors(
           "tensor ", QuoteName(spec->name()), " appears twice in one request"));
     }
     specs.push_back(*std::move(spec));
+  }
+
+  // Tensors and tables share one namespace, also within a request.
+  for (const TableSpec& table : request.tables()) {
+    if (names.contains(table.name())) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          QuoteName(table.name()),
+          " is both a tensor and a sparse table in this request (they share "
+          "one namespace)"));
+    }
   }
 
   std::vector<const TensorSpec*> missing;
@@ -302,16 +305,27 @@ absl::StatusOr<CreateTensorResponse> ShardStore::CreateTensors(
   // error below).
   absl::StatusOr<TableStore::Staged> tables = tables_->Stage(request.tables());
   if (!tables.ok()) return tables.status();
-  // Reserve and build every missing tensor; give all back if one fails.
-  std::vector<std::unique_ptr<Tensor>> fresh;
+  // The whole request is sized and reserved before any tensor is built.
+  std::vector<uint64_t> bytes;
+  uint64_t total = 0;
   for (const TensorSpec* spec : missing) {
-    absl::StatusOr<std::unique_ptr<Tensor>> t =
-        MakeTensor(*spec, /*initialize=*/true);
-    if (!t.ok()) {
-      for (const auto& f : fresh) Unreserve(f->reserved_bytes);
-      return t.status();
+    bytes.push_back(BytesOf(*spec));
+    if (__builtin_add_overflow(total, bytes.back(), &total)) {
+      total = ~uint64_t{0};
     }
-    fresh.push_back(*std::move(t));
+  }
+  if (!missing.empty()) {
+    const std::string what =
+        missing.size() == 1
+            ? absl::StrCat("tensor ", QuoteName(missing[0]->name()), " needs")
+            : absl::StrCat("the ", missing.size(),
+                           " new tensors of this request need");
+    absl::Status reserved = ReserveBytes(total, what);
+    if (!reserved.ok()) return reserved;
+  }
+  std::vector<std::unique_ptr<Tensor>> fresh;
+  for (size_t i = 0; i < missing.size(); ++i) {
+    fresh.push_back(BuildTensor(*missing[i], /*initialize=*/true, bytes[i]));
   }
 
   CreateTensorResponse response;
@@ -567,16 +581,18 @@ absl::Status ShardStore::RestoreTensor(const TensorSpec& in) {
           absl::StrCat("tensor ", QuoteName(spec->name()), " exists already"));
     }
   }
-  absl::StatusOr<std::unique_ptr<Tensor>> t =
-      MakeTensor(*spec, /*initialize=*/false);
-  if (!t.ok()) return t.status();
+  const uint64_t bytes = BytesOf(*spec);
+  absl::Status reserved = ReserveBytes(
+      bytes, absl::StrCat("tensor ", QuoteName(spec->name()), " needs"));
+  if (!reserved.ok()) return reserved;
+  std::unique_ptr<Tensor> t = BuildTensor(*spec, /*initialize=*/false, bytes);
   absl::MutexLock l(&mu_);
   if (FindTensor(spec->name()) != nullptr) {
-    reserved_bytes_ -= (*t)->reserved_bytes;
+    reserved_bytes_ -= bytes;
     return absl::FailedPreconditionError(
         absl::StrCat("tensor ", QuoteName(spec->name()), " exists already"));
   }
-  tensors_.emplace(spec->name(), *std::move(t));
+  tensors_.emplace(spec->name(), std::move(t));
   return absl::OkStatus();
 }
 

@@ -179,13 +179,17 @@ class ShardStore {
 
   explicit ShardStore(const ShardStoreOptions& options);
   absl::StatusOr<TensorSpec> Resolve(const TensorSpec& spec) const;
-  // Builds a tensor with its local slices (initialized unless restoring),
-  // after reserving its bytes; RESOURCE_EXHAUSTED when they do not fit.
-  absl::StatusOr<std::unique_ptr<Tensor>> MakeTensor(const TensorSpec& spec,
-                                                     bool initialize);
+  // The bytes a tensor takes on this shard (values, optimizer state,
+  // bookkeeping); ~0 when that overflows.
+  uint64_t BytesOf(const TensorSpec& spec) const;
+  // Builds a tensor with its local slices (initialized unless restoring)
+  // whose `bytes` the caller reserved.
+  std::unique_ptr<Tensor> BuildTensor(const TensorSpec& spec, bool initialize,
+                                      uint64_t bytes) const;
   void Unreserve(uint64_t bytes);
-  // Reserves bytes of the sparse tables against max_parameter_bytes.
-  absl::Status ReserveBytes(uint64_t bytes, const std::string& what);
+  // Reserves bytes against max_parameter_bytes; RESOURCE_EXHAUSTED
+  // "<what_needs> <bytes> bytes on shard ..." when they do not fit.
+  absl::Status ReserveBytes(uint64_t bytes, const std::string& what_needs);
   // Validates the pull; hands slices out only when sink is not null.
   absl::Status PullInto(const PullRequest& request,
                         const SliceSink* sink) const;

@@ -266,20 +266,20 @@ std::vector<Payload> TableStore::PayloadsOf(const PushRequest& request) {
   return out;
 }
 
-absl::Status TableStore::Push(const PushRequest& request,
-                              absl::Span<const Payload> grads, PushMode mode,
-                              const StalenessRule& rule,
-                              PushResponse* response) {
+absl::Status TableStore::DecodePush(
+    const PushRequest& request, absl::Span<const Payload> grads,
+    std::vector<SparseTable*>* tables,
+    std::vector<std::vector<float>>* decoded) const {
   const int n = request.rows_size();
   if (grads.size() != static_cast<size_t>(n)) {
     return absl::InternalError(absl::StrCat(
         "push has ", n, " row gradients but ", grads.size(), " payloads"));
   }
   if (n == 0) return absl::OkStatus();
-  absl::StatusOr<std::vector<SparseTable*>> tables = Resolve(request.rows());
-  if (!tables.ok()) return tables.status();
-  // Sizes and values, then (under the eviction lock) versions and memory.
-  std::vector<std::vector<float>> decoded(n);
+  absl::StatusOr<std::vector<SparseTable*>> resolved = Resolve(request.rows());
+  if (!resolved.ok()) return resolved.status();
+  *tables = *std::move(resolved);
+  decoded->resize(n);
   for (int k = 0; k < n; ++k) {
     const RowsGradient& g = request.rows(k);
     const SparseTable& t = *(*tables)[k];
@@ -296,13 +296,33 @@ absl::Status TableStore::Push(const PushRequest& request,
           g.ids_size(), " ids need ", expected, " bytes of gradient as ",
           WireDtype_Name(grads[k].dtype()), "; got ", grads[k].size()));
     }
-    decoded[k].resize(values);
-    DecodePayload(grads[k], decoded[k].data());
-    if (!AllFiniteFloats(decoded[k].data(), values)) {
+    (*decoded)[k].resize(values);
+    DecodePayload(grads[k], (*decoded)[k].data());
+    if (!AllFiniteFloats((*decoded)[k].data(), values)) {
       return absl::InvalidArgumentError(absl::StrCat(
           "table ", QuoteName(g.table()), ": gradient contains NaN or Inf"));
     }
   }
+  return absl::OkStatus();
+}
+
+absl::Status TableStore::CheckPush(const PushRequest& request,
+                                   absl::Span<const Payload> grads) const {
+  std::vector<SparseTable*> tables;
+  std::vector<std::vector<float>> decoded;
+  return DecodePush(request, grads, &tables, &decoded);
+}
+
+absl::Status TableStore::Push(const PushRequest& request,
+                              absl::Span<const Payload> grads, PushMode mode,
+                              const StalenessRule& rule,
+                              PushResponse* response) {
+  const int n = request.rows_size();
+  // Sizes and values, then (under the eviction lock) versions and memory.
+  std::vector<SparseTable*> tables;
+  std::vector<std::vector<float>> decoded;
+  absl::Status checked = DecodePush(request, grads, &tables, &decoded);
+  if (!checked.ok() || n == 0) return checked;
 
   absl::ReaderMutexLock evict(&evict_mu_);
   // Read versions from the future are bad input where rows cannot have
@@ -314,7 +334,7 @@ absl::Status TableStore::Push(const PushRequest& request,
   uint64_t missing_bytes = 0, missing_rows = 0;
   for (int k = 0; k < n; ++k) {
     const RowsGradient& g = request.rows(k);
-    SparseTable* t = (*tables)[k];
+    SparseTable* t = tables[k];
     const bool future = check_future && g.read_versions_size() > 0;
     if (future) versions.assign(g.ids_size(), 0);
     t->Find(IdSpan(g.ids()), &batches[k], future ? versions.data() : nullptr);
@@ -344,13 +364,13 @@ absl::Status TableStore::Push(const PushRequest& request,
   }
 
   Reservation reservation(options_);
-  absl::Status s = reservation.Take(
-      missing_bytes, NewRowsWhat(missing_rows, *tables, batches));
+  absl::Status s = reservation.Take(missing_bytes,
+                                    NewRowsWhat(missing_rows, tables, batches));
   if (!s.ok()) return s;
   const int64_t clock = request.worker().clock();
   for (int k = 0; k < n; ++k) {
     const RowsGradient& g = request.rows(k);
-    SparseTable* t = (*tables)[k];
+    SparseTable* t = tables[k];
     const SparseTable::PushCounts c =
         t->Apply(IdSpan(g.ids()), &batches[k], IdSpan(g.read_versions()),
                  decoded[k].data(), rule, clock);

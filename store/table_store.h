@@ -120,6 +120,11 @@ class TableStore {
                     PushMode mode, const StalenessRule& rule,
                     PushResponse* response);
 
+  // The checks of Push that need no row: known tables, ids, read_versions
+  // count, payload sizes, finite values. Changes nothing.
+  absl::Status CheckPush(const PushRequest& request,
+                         absl::Span<const Payload> grads) const;
+
   // The payloads of a protobuf push: float32 views of RowsGradient.grad.
   static std::vector<Payload> PayloadsOf(const PushRequest& request);
 
@@ -169,6 +174,12 @@ class TableStore {
   absl::StatusOr<std::vector<SparseTable*>> Resolve(
       const google::protobuf::RepeatedPtrField<Entry>& entries) const;
   uint64_t TableBytes(const SparseTable& t) const;
+  // Resolves the tables of request.rows and decodes their gradients into
+  // float32, checking them as CheckPush says.
+  absl::Status DecodePush(const PushRequest& request,
+                          absl::Span<const Payload> grads,
+                          std::vector<SparseTable*>* tables,
+                          std::vector<std::vector<float>>* decoded) const;
 
   const TableStoreOptions options_;
 

@@ -4,6 +4,7 @@
 //   psctl tensors    --servers=h:p,h:p [-o table|wide|json|yaml]
 //   psctl checkpoint --servers=h:p,h:p [-o table|json|yaml] [--timeout=60s]
 //   psctl health     --servers=h:p,h:p [--service=NAME] [-o ...]
+//   psctl reshard    --from=DIR --to=NEW_DIR --shards=M [-o table|json|yaml]
 // --servers may come from ASYNCPS_SERVERS (as every flag from
 // ASYNCPS_<FLAG>). Against a secured cluster add --tls_ca (and
 // --tls_cert/--tls_key for mutual TLS) and --cluster_token_file, as for
@@ -17,6 +18,8 @@
 // write its checkpoint (ps_server --checkpoint_dir), all at once, and prints
 // one row per shard: the file, its size and how long the write took. `health`
 // asks the standard health service (usable as a Kubernetes exec probe).
+// `reshard` works on files, not on shards: it rewrites the checkpoints of a
+// stopped cluster of N shards into those of M shards (server/reshard.h).
 //
 // A shard that cannot be reached is probed once more to name the cause
 // (common/connection_check.h): nothing listening, TLS against plain TCP,
@@ -52,6 +55,7 @@
 #include "common/security_flags.h"
 #include "common/version.h"
 #include "google/protobuf/util/message_differencer.h"
+#include "server/reshard.h"
 #include "tools/doc.h"
 #include "tools/shard_query.h"
 #include "tools/status_table.h"
@@ -67,6 +71,12 @@ ABSL_FLAG(absl::Duration, watch, absl::ZeroDuration(),
           "print once.");
 ABSL_FLAG(absl::Duration, timeout, absl::Seconds(3),
           "Deadline of each call to a shard (checkpoint: 60s unless given).");
+ABSL_FLAG(std::string, from, "",
+          "reshard only: the checkpoint directory of the stopped cluster.");
+ABSL_FLAG(std::string, to, "",
+          "reshard only: the new directory for the resharded files (must not "
+          "hold shard files).");
+ABSL_FLAG(int, shards, 0, "reshard only: the new shard count.");
 ABSL_FLAG(std::string, service, "",
           "health only: the service to ask about; empty = the server as a "
           "whole (asyncps.ParameterServer works as well).");
@@ -84,10 +94,12 @@ constexpr char kUsage[] =
     "  psctl tensors    --servers=h:p,h:p [-o table|wide|json|yaml]\n"
     "  psctl checkpoint --servers=h:p,h:p [-o table|json|yaml] "
     "[--timeout=60s]\n"
-    "  psctl health     --servers=h:p,h:p [--service=NAME]\n\n"
+    "  psctl health     --servers=h:p,h:p [--service=NAME]\n"
+    "  psctl reshard    --from=DIR --to=NEW_DIR --shards=M\n\n"
     "--servers may also come from ASYNCPS_SERVERS.\n"
     "Exit status: 0 every shard answered (checkpoint: wrote one; health:\n"
-    "SERVING) and sits at its place in --servers, 1 otherwise, 2 bad usage.";
+    "SERVING; reshard: the files were written) and sits at its place in\n"
+    "--servers, 1 otherwise, 2 bad usage.";
 
 constexpr absl::Duration kCheckpointTimeout = absl::Seconds(60);
 
@@ -416,6 +428,44 @@ int RunHealth(const Cluster& c, const std::string& service) {
   return code;
 }
 
+int RunReshard(Format format) {
+  const std::string from = absl::GetFlag(FLAGS_from);
+  const std::string to = absl::GetFlag(FLAGS_to);
+  const int shards = absl::GetFlag(FLAGS_shards);
+  if (from.empty() || to.empty() || shards < 1) {
+    return UsageError("reshard needs --from, --to and --shards >= 1");
+  }
+  absl::StatusOr<ReshardReport> r = Reshard(from, to, shards);
+  if (!r.ok()) {
+    std::fprintf(stderr, "psctl: reshard: %s\n", r.status().ToString().c_str());
+    return absl::IsInvalidArgument(r.status()) ? kExitUsage : kExitDown;
+  }
+  if (format == Format::kJson || format == Format::kYaml) {
+    Doc files = Doc::Array();
+    for (const std::string& f : r->written) files.Add(Doc::String(f));
+    Doc doc = Doc::Object();
+    doc.Set("run_id", Doc::String(r->run_id))
+        .Set("from_shards", Doc::Int(r->from_shards))
+        .Set("to_shards", Doc::Int(r->to_shards))
+        .Set("tensors", Doc::Int(r->tensors))
+        .Set("tables", Doc::Int(r->tables))
+        .Set("slices", Doc::Int(r->slices))
+        .Set("rows", Doc::Int(r->rows))
+        .Set("workers", Doc::Int(r->workers))
+        .Set("written", std::move(files));
+    Print(Render(doc, format));
+    return 0;
+  }
+  Print(absl::StrCat(
+      "resharded run '", r->run_id, "' from ", r->from_shards, " to ",
+      r->to_shards, " shards: ", r->tensors, " tensors (", r->slices,
+      " slices), ", r->tables, " tables (", r->rows, " rows), ", r->workers,
+      " worker records\n", absl::StrJoin(r->written, "\n"), "\nstart the ",
+      r->to_shards, " shards with --num_shards=", r->to_shards,
+      " --checkpoint_dir=", to, " (and the same --run_id)\n"));
+  return 0;
+}
+
 int Main(int argc, char** argv) {
   TuneProcess();
   ProgramInfo program;
@@ -434,29 +484,27 @@ int Main(int argc, char** argv) {
   const ParsedCommandLine& cl = *parsed.command_line;
   if (cl.positional.size() != 1) {
     return UsageError(absl::StrCat(
-        "expected one command (status, tensors, checkpoint or health), got ",
+        "expected one command (status, tensors, checkpoint, health or "
+        "reshard), got ",
         cl.positional.size(), " (see psctl --help)"));
   }
   const std::string command = cl.positional[0];
   if (command != "status" && command != "tensors" && command != "checkpoint" &&
-      command != "health") {
-    return UsageError(
-        absl::StrCat("unknown command '", command,
-                     "' (expected status, tensors, checkpoint or health)"));
+      command != "health" && command != "reshard") {
+    return UsageError(absl::StrCat(
+        "unknown command '", command,
+        "' (expected status, tensors, checkpoint, health or reshard)"));
+  }
+  for (const char* flag : {"from", "to", "shards"}) {
+    if (cl.IsSet(flag) && command != "reshard") {
+      return UsageError(
+          absl::StrCat("--", flag, " applies only to the reshard command"));
+    }
   }
   // gRPC's own log lines (e.g. its TLS handshake errors) would come before
   // psctl's explanation; psctl says what failed itself.
   RouteGrpcLogs(nullptr, spdlog::level::off);
 
-  const std::string servers_flag = absl::GetFlag(FLAGS_servers);
-  if (servers_flag.empty()) {
-    return UsageError("--servers (or ASYNCPS_SERVERS) is required");
-  }
-  absl::StatusOr<std::vector<std::string>> servers =
-      ParseServerList(servers_flag);
-  if (!servers.ok()) {
-    return UsageError(absl::StrCat("--servers: ", servers.status().message()));
-  }
   Format format = Format::kTable;
   const std::string output = absl::GetFlag(FLAGS_output);
   if (output == "table") {
@@ -476,6 +524,21 @@ int Main(int argc, char** argv) {
       return UsageError("--json contradicts --output=" + output);
     }
     format = Format::kJson;
+  }
+  if (command == "reshard") {
+    if (format == Format::kWide) {
+      return UsageError("reshard prints table, json or yaml");
+    }
+    return RunReshard(format);
+  }
+  const std::string servers_flag = absl::GetFlag(FLAGS_servers);
+  if (servers_flag.empty()) {
+    return UsageError("--servers (or ASYNCPS_SERVERS) is required");
+  }
+  absl::StatusOr<std::vector<std::string>> servers =
+      ParseServerList(servers_flag);
+  if (!servers.ok()) {
+    return UsageError(absl::StrCat("--servers: ", servers.status().message()));
   }
   const absl::Duration timeout = command == "checkpoint" && !cl.IsSet("timeout")
                                      ? kCheckpointTimeout

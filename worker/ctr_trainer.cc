@@ -62,10 +62,11 @@ struct StepSlot {
   std::unique_ptr<RowStore::PendingPull> rows_pull;
 };
 
-// The pushes of one step.
+// The pushes of one step, and the data position once both are answered.
 struct StepPush {
   std::unique_ptr<ParameterStore::PendingPush> dense;
   std::unique_ptr<RowStore::PendingPush> rows;
+  int64_t steps_after = 0;
 };
 
 class CtrRun {
@@ -77,6 +78,12 @@ class CtrRun {
   absl::StatusOr<CtrResult> Go() {
     absl::Status s = Setup();
     if (!s.ok()) return s;
+    result_.total_steps = total_steps_;
+    if (result_.already_trained) {
+      s = dense_->Heartbeat(clock_, /*leaving=*/true);
+      if (!s.ok()) return s;
+      return result_;
+    }
     start_ = o_.clock->Now();
     s = Loop();
     if (s.ok()) s = WaitPushes(0);
@@ -185,11 +192,23 @@ class CtrRun {
     absl::StatusOr<Registration> reg = dense_->Register();
     if (!reg.ok()) return reg.status();
     clock_ = reg->resume_clock;
-    steps_done_ = std::min(total_steps_, reg->previous_clock);
+    // The data position, not the clock, says where the share continues.
+    steps_done_ = std::min(total_steps_, reg->trained);
     result_.first_step = steps_done_;
-    if (reg->previous_clock > 0) {
-      o_.logger->info("resuming at step {} of {} (clock {})", steps_done_,
-                      total_steps_, clock_);
+    if (reg->trained >= total_steps_) {
+      result_.already_trained = true;
+      o_.logger->warn(
+          "nothing to train: an earlier process of worker {} trained its "
+          "whole share ({} of {} steps) in this run",
+          o_.worker_id, reg->trained, total_steps_);
+      return absl::OkStatus();
+    }
+    if (reg->trained > 0 || reg->previous_clock > 0) {
+      o_.logger->info(
+          "resuming at step {} of {} at clock {}: an earlier process of "
+          "worker {} trained {} steps (its clock reached {})",
+          steps_done_, total_steps_, clock_, o_.worker_id, reg->trained,
+          reg->previous_clock);
     }
     if (o_.evaluate && o_.test_examples > 0) {
       test_ = data_.Generate(CtrSplit::kTest, 0, o_.test_examples);
@@ -257,7 +276,8 @@ class CtrRun {
       StepSlot& slot = slots_[cur];
       absl::Status s = slot.dense_pull->Wait();
       if (s.ok()) s = slot.rows_pull->Wait();
-      if (!s.ok()) return s;
+      // A stop ends a pull that waits (e.g. for slower workers) at once.
+      if (!s.ok() && !(Stopping() && absl::IsCancelled(s))) return s;
       result_.stopped = Stopping();
       if (result_.stopped) {
         o_.logger->info("stopping after step {} as asked", steps_done_);
@@ -286,6 +306,7 @@ class CtrRun {
                             static_cast<size_t>(f) * batch * o_.embedding_dim});
       }
       push.rows = rows_->StartPushRows(clock_, rows, slot.rows_pull->read());
+      push.steps_after = steps_done_ + 1;
       pushes_.push_back(std::move(push));
       ++pushes_made_;
       ++clock_;
@@ -315,6 +336,8 @@ class CtrRun {
       absl::StatusOr<PushSummary> r = push.rows->Wait();
       if (!d.ok()) return d.status();
       if (!r.ok()) return r.status();
+      // In order: every step up to this one is acknowledged everywhere.
+      dense_->ReportTrained(push.steps_after);
       result_.refused_rows += r->refused_stale + r->refused_restored;
       result_.rows_created += r->rows_created;
     }
@@ -396,9 +419,21 @@ class CtrRun {
   // The model to evaluate is the one after every worker's last push: polls
   // the shards until no worker is live, final_wait at most.
   absl::Status WaitForOthers() {
-    const absl::Time give_up = o_.clock->Now() + o_.final_wait;
+    const absl::Time start = o_.clock->Now();
+    const absl::Time give_up = start + o_.final_wait;
+    absl::Time last_report = start;
     absl::StatusOr<int> live = dense_->LiveWorkers();
     while (live.ok() && *live > 0 && o_.clock->Now() < give_up && !Stopping()) {
+      if (o_.clock->Now() - last_report >= kWaitReport) {
+        last_report = o_.clock->Now();
+        o_.logger->info(
+            "final evaluation waits for {} worker(s) still training ({} of "
+            "{})",
+            *live,
+            absl::FormatDuration(
+                absl::Trunc(last_report - start, absl::Seconds(1))),
+            absl::FormatDuration(o_.final_wait));
+      }
       absl::SleepFor(kPoll);
       live = dense_->LiveWorkers();
     }
@@ -411,6 +446,7 @@ class CtrRun {
 
   static constexpr int kEvalChunk = 4096;
   static constexpr absl::Duration kPoll = absl::Milliseconds(200);
+  static constexpr absl::Duration kWaitReport = absl::Seconds(10);
 
   const CtrTrainerOptions& o_;
   ParameterStore* const dense_;

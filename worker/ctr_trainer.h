@@ -71,6 +71,10 @@ struct CtrResult {
   double test_logloss = 0;
   double bayes_logloss = 0;
   bool stopped = false;
+  // As TrainResult::already_trained: an earlier process of this worker id
+  // trained the whole share; nothing was trained.
+  bool already_trained = false;
+  int64_t total_steps = 0;
 };
 
 // Trains the CTR model with asynchronous SGD: every step pulls the MLP's
@@ -78,7 +82,8 @@ struct CtrResult {
 // computes the gradients on `backend` and pushes both, tagged with what it
 // read and the worker's clock. The evaluating worker waits for the others,
 // then prints "final test auc: 0.XXXX (bayes-optimal 0.XXXX)" for the
-// test split, whose rows it reads without creating them.
+// test split, whose rows it reads without creating them. The data position
+// is tracked and resumed as Train (worker/trainer.h) does.
 //
 // `dense`, `rows` and `backend` are not owned.
 absl::StatusOr<CtrResult> TrainCtr(const CtrTrainerOptions& options,

@@ -125,6 +125,7 @@ class LocalStore : public ParameterStore {
   }
 
   absl::Status Heartbeat(int64_t, bool) override { return absl::OkStatus(); }
+  void ReportTrained(int64_t) override {}
   absl::StatusOr<int> LiveWorkers() override { return 0; }
 
  private:

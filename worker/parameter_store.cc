@@ -56,6 +56,7 @@ class RemoteStore : public ParameterStore {
   absl::Status Heartbeat(int64_t clock, bool leaving) override {
     return client_->Heartbeat(clock, leaving);
   }
+  void ReportTrained(int64_t steps) override { client_->ReportTrained(steps); }
   absl::StatusOr<int> LiveWorkers() override {
     absl::StatusOr<std::vector<StatusResponse>> status = client_->Status();
     if (!status.ok()) return status.status();

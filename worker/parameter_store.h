@@ -57,6 +57,10 @@ class ParameterStore {
       const ReadSet& read) = 0;
   // Renews the lease / says goodbye; a no-op locally.
   virtual absl::Status Heartbeat(int64_t clock, bool leaving) = 0;
+  // The data position every later call reports: steps of this worker's
+  // share whose pushes were all acknowledged (PsClient::ReportTrained); a
+  // no-op locally.
+  virtual void ReportTrained(int64_t steps) = 0;
   // Number of workers still training (0 locally once done); the final
   // evaluation waits for this to reach 0.
   virtual absl::StatusOr<int> LiveWorkers() = 0;

@@ -88,10 +88,18 @@ class Run {
   absl::StatusOr<TrainResult> Go() {
     absl::Status s = Setup();
     if (!s.ok()) return s;
+    result_.total_steps = total_steps_;
+    if (result_.already_trained) {
+      // Nothing to push; the shards stop counting this process.
+      s = store_->Heartbeat(clock_, /*leaving=*/true);
+      if (!s.ok()) return s;
+      return result_;
+    }
     start_ = o_.clock->Now();
     s = Loop();
     if (!s.ok()) return Abort(s);
-    // Every push this worker made is answered before it leaves.
+    // Every push this worker made is answered before it leaves, which
+    // reports the final data position.
     s = DrainPushes();
     if (!s.ok()) return Abort(s);
     result_.wall_s = absl::ToDoubleSeconds(o_.clock->Now() - start_);
@@ -185,15 +193,29 @@ class Run {
     absl::StatusOr<Registration> reg = store_->Register();
     if (!reg.ok()) return reg.status();
     clock_ = reg->resume_clock;
-    steps_done_ = std::min(total_steps_, reg->previous_clock * o_.push_every);
+    // The data position, not the clock, says where the share continues.
+    steps_done_ = std::min(total_steps_, reg->trained);
+    trained_ = steps_done_;
     result_.first_step = steps_done_;
-    if (reg->previous_clock > 0) {
+    if (reg->trained >= total_steps_) {
+      result_.already_trained = true;
+      o_.logger->warn(
+          "nothing to train: an earlier process of worker {} trained its "
+          "whole share ({} of {} steps) in this run",
+          o_.worker_id, reg->trained, total_steps_);
+      return absl::OkStatus();
+    }
+    if (reg->trained > 0 || reg->previous_clock > 0) {
       o_.logger->info(
-          "resuming at step {} of {} (clock {}): an earlier process of worker "
-          "{} reached clock {}",
-          steps_done_, total_steps_, clock_, o_.worker_id, reg->previous_clock);
+          "resuming at step {} of {} at clock {}: an earlier process of "
+          "worker {} trained {} steps (its clock reached {})",
+          steps_done_, total_steps_, clock_, o_.worker_id, reg->trained,
+          reg->previous_clock);
     } else if (clock_ > 0) {
-      o_.logger->info("joining at clock {}, the slowest live worker's", clock_);
+      o_.logger->info(
+          "joining at clock {}, the slowest live worker's; training the "
+          "share from step 0",
+          clock_);
     }
     if (o_.evaluate && !o_.eval_csv.empty()) {
       csv_.open(o_.eval_csv, std::ios::trunc);
@@ -250,7 +272,8 @@ class Run {
     }
     while (steps_done_ < total_steps_) {
       absl::Status s = pull->Wait();
-      if (!s.ok()) return s;
+      // A stop ends a pull that waits (e.g. for slower workers) at once.
+      if (!s.ok() && !(StopRequested() && absl::IsCancelled(s))) return s;
       const ReadSet read = pull->read();
       pull.reset();
       if (StopRequested()) {
@@ -287,7 +310,8 @@ class Run {
           if (!s.ok()) return s;
         }
       }
-      pushes_.push_back(store_->StartPush(clock_, grads.named_const, read));
+      pushes_.push_back(
+          {store_->StartPush(clock_, grads.named_const, read), steps_done_});
       ++pushes_made_;
       ++clock_;
       if (pull != nullptr) {
@@ -340,9 +364,14 @@ class Run {
   }
 
   absl::Status WaitOldestPush() {
-    absl::StatusOr<PushSummary> push = pushes_.front()->Wait();
+    absl::StatusOr<PushSummary> push = pushes_.front().push->Wait();
+    const int64_t steps = pushes_.front().steps_after;
     pushes_.pop_front();
     if (!push.ok()) return push.status();
+    // Pushes are waited for in order: every step up to this push's last is
+    // acknowledged by every shard.
+    trained_ = steps;
+    store_->ReportTrained(trained_);
     const int64_t refused = push->refused_stale + push->refused_restored;
     result_.applied_slices += push->applied;
     result_.refused_slices += refused;
@@ -448,11 +477,23 @@ class Run {
 
   // The final model is the one after every worker's last push.
   absl::Status WaitForOthers() {
-    const absl::Time deadline = o_.clock->Now() + o_.final_wait;
+    const absl::Time start = o_.clock->Now();
+    const absl::Time deadline = start + o_.final_wait;
+    absl::Time last_report = start;
     for (;;) {
       absl::StatusOr<int> live = store_->LiveWorkers();
       if (!live.ok()) return live.status();
       if (*live == 0) return absl::OkStatus();
+      if (o_.clock->Now() - last_report >= kWaitReport) {
+        last_report = o_.clock->Now();
+        o_.logger->info(
+            "final evaluation waits for {} worker(s) still training ({} of "
+            "{})",
+            *live,
+            absl::FormatDuration(
+                absl::Trunc(last_report - start, absl::Seconds(1))),
+            absl::FormatDuration(o_.final_wait));
+      }
       if (o_.clock->Now() > deadline) {
         o_.logger->warn("{} worker(s) still training after {}; evaluating now",
                         *live, absl::FormatDuration(o_.final_wait));
@@ -462,6 +503,9 @@ class Run {
       absl::SleepFor(absl::Milliseconds(200));
     }
   }
+
+  // A long wait says so this often.
+  static constexpr absl::Duration kWaitReport = absl::Seconds(10);
 
   const TrainerOptions& o_;
   const Dataset& train_;
@@ -478,7 +522,12 @@ class Run {
   // pushing every few steps.
   std::vector<std::unique_ptr<TensorSet>> params_, grads_;
   std::unique_ptr<TensorSet> step_grads_;
-  std::deque<std::unique_ptr<ParameterStore::PendingPush>> pushes_;
+  // A push in flight and the data position once it is acknowledged.
+  struct InFlight {
+    std::unique_ptr<ParameterStore::PendingPush> push;
+    int64_t steps_after = 0;
+  };
+  std::deque<InFlight> pushes_;
   int64_t pushes_made_ = 0;
   std::vector<int64_t> order_;
   int64_t order_epoch_ = -1;
@@ -487,7 +536,8 @@ class Run {
   absl::Time start_;
   absl::Time last_progress_ = absl::InfinitePast();
   int64_t clock_ = 0;
-  int64_t steps_done_ = 0;
+  int64_t steps_done_ = 0;  // steps computed (their pushes may be in flight)
+  int64_t trained_ = 0;     // steps whose pushes every shard acknowledged
   TrainResult result_;
   double staleness_sum_ = 0;
   int64_t staleness_count_ = 0;

@@ -30,6 +30,7 @@ struct TrainerOptions {
   uint64_t seed = 1;  // initial weights and shuffling
   // The creating worker creates the tensors; the others wait for them.
   bool create_tensors = true;
+  // How long the others wait for them (saying so every few seconds).
   absl::Duration wait_for_tensors = absl::Minutes(2);
   // Overlap communication with computation: the pull for the next step is
   // in flight while this step computes (it may then miss this worker's own
@@ -83,6 +84,11 @@ struct TrainResult {
   double final_accuracy = -1;  // -1 when this worker does not evaluate
   double final_loss = 0;
   bool stopped = false;  // by options.stop, before the last step
+  // An earlier process of this worker id trained the whole share already
+  // (the shards' data position): nothing was trained; not an error, but
+  // not a success either (a rerun of a finished run).
+  bool already_trained = false;
+  int64_t total_steps = 0;  // of this worker's share
 };
 
 // The parameter tensors of the model: glorot-uniform weights, zero biases,
@@ -95,10 +101,13 @@ std::vector<TensorSpec> ModelSpecs(const std::vector<int>& layer_sizes,
 // computes the gradient of one minibatch of this worker's share of `train`
 // on `backend`, and pushes it with the versions read and the worker's clock
 // (pipelined as TrainerOptions says). Slices refused as too stale are
-// dropped (the next step pulls fresh parameters). A process that replaces
-// an earlier one of its worker id continues where that one was (the
-// store's Registration). Prints a progress line every log_every_steps and,
-// when evaluating, "final test accuracy: 0.XXXX" at the end.
+// dropped (the next step pulls fresh parameters). The data position (steps
+// of the share whose pushes every shard acknowledged) is reported to the
+// shards as it advances; a process that replaces an earlier one of its
+// worker id continues its share at the position the shards recorded
+// (Registration.trained), whatever clock it joins at. Prints a progress
+// line every log_every_steps and, when evaluating, "final test accuracy:
+// 0.XXXX" at the end.
 //
 // `store` and `backend` are not owned.
 absl::StatusOr<TrainResult> Train(const TrainerOptions& options,

@@ -27,6 +27,7 @@
 #include "common/connection_check.h"
 #include "common/identity.h"
 #include "common/logging.h"
+#include "common/names.h"
 #include "common/net.h"
 #include "common/security.h"
 #include "common/security_flags.h"
@@ -109,6 +110,12 @@ ABSL_FLAG(int, max_pushes_in_flight, 2,
 ABSL_FLAG(int, push_every, 1,
           "Compute this many steps locally (plain SGD on a local copy), then "
           "push the summed gradient once.");
+ABSL_FLAG(int64_t, wait_for_tensors_s, 600,
+          "Workers other than 0: wait this long for the tensors worker 0 "
+          "creates, saying what is missing every few seconds.");
+ABSL_FLAG(std::string, run_id, "",
+          "The run this worker belongs to; must be the shards' --run_id "
+          "(else exit 2).");
 ABSL_FLAG(int64_t, final_wait_s, 600,
           "Evaluating worker: wait at most this long for the others to "
           "finish before the final evaluation.");
@@ -243,6 +250,11 @@ absl::StatusOr<TrainerOptions> TrainerOptionsFromFlags() {
     return absl::InvalidArgumentError("--final_wait_s must be >= 0");
   }
   o.final_wait = absl::Seconds(final_wait);
+  const int64_t wait_for_tensors = absl::GetFlag(FLAGS_wait_for_tensors_s);
+  if (wait_for_tensors < 0) {
+    return absl::InvalidArgumentError("--wait_for_tensors_s must be >= 0");
+  }
+  o.wait_for_tensors = absl::Seconds(wait_for_tensors);
   o.pipeline = absl::GetFlag(FLAGS_pipeline) && !absl::GetFlag(FLAGS_local);
   o.max_pushes_in_flight = absl::GetFlag(FLAGS_max_pushes_in_flight);
   if (o.max_pushes_in_flight < 1 || o.max_pushes_in_flight > 64) {
@@ -302,6 +314,7 @@ absl::StatusOr<CtrTrainerOptions> CtrOptionsFromFlags(
   o.pipeline = common.pipeline;
   o.max_pushes_in_flight = common.max_pushes_in_flight;
   o.final_wait = common.final_wait;
+  o.wait_for_tables = common.wait_for_tensors;
   o.max_steps = common.max_steps;
   o.epochs = cl.IsSet("epochs") ? common.epochs : 1;
   if (o.max_steps > 0) o.epochs = common.epochs;
@@ -359,16 +372,20 @@ absl::StatusOr<CtrTrainerOptions> CtrOptionsFromFlags(
   return o;
 }
 
-// SIGINT / SIGTERM: the first stops training after the current step (the
-// worker leaves the shards and exits 0), a second one exits at once. A
-// handler rather than sigwait: libraries start threads of their own before
-// main (OpenBLAS does), so the signals cannot be blocked in every thread.
+// SIGINT / SIGTERM: the first stops training after the current step (or
+// ends any wait at once); the worker drains its pushes, leaves the shards
+// and exits 128 + the signal (143 for SIGTERM): stopped early, its share not
+// trained. A second signal exits at once. A handler rather than sigwait:
+// libraries start threads of their own before main (OpenBLAS does), so the
+// signals cannot be blocked in every thread.
 std::atomic<bool> g_stop{false};
 std::atomic<int> g_signals{0};
+std::atomic<int> g_first_signal{0};
 int g_signal_pipe[2] = {-1, -1};
 
 void OnSignal(int sig) {
   if (g_signals.fetch_add(1) > 0) _exit(128 + sig);
+  g_first_signal.store(sig);
   g_stop.store(true);
   const char c = static_cast<char>(sig);
   (void)!write(g_signal_pipe[1], &c, 1);
@@ -386,11 +403,54 @@ void HandleSignals(std::shared_ptr<spdlog::logger> logger) {
     char sig = 0;
     if (read(g_signal_pipe[0], &sig, 1) == 1) {
       logger->info(
-          "received signal {}: stopping after the current step (send it "
-          "again to exit at once)",
+          "received signal {}: stopping after the current step, then "
+          "draining pushes and leaving (send it again to exit at once)",
           static_cast<int>(sig));
     }
   }).detach();
+}
+
+// Exit status of a worker stopped early by a signal: 128 + the signal.
+int StoppedExitCode() { return 128 + g_first_signal.load(); }
+
+// The exit statuses (also in --help and README).
+constexpr int kExitFailed = 1;
+constexpr int kExitConfig = 2;
+constexpr int kExitAlreadyTrained = 3;
+
+// The exit status after training ended: `stopped` by a signal, or the
+// share `already_trained` by an earlier process.
+int OutcomeExitCode(bool stopped, bool already_trained, int64_t total_steps,
+                    int worker_id, spdlog::logger& logger) {
+  if (stopped) {
+    logger.warn(
+        "stopped early by signal {}: the share is not fully trained "
+        "(exit {}); a restarted worker {} continues it",
+        g_first_signal.load(), StoppedExitCode(), worker_id);
+    return StoppedExitCode();
+  }
+  if (already_trained) {
+    logger.error(
+        "worker {} of this run already trained its share ({} steps) in an "
+        "earlier process: nothing to do (exit {}). To train again, start a "
+        "new run: another --run_id for shards and workers, or shards without "
+        "this run's checkpoints",
+        worker_id, total_steps, kExitAlreadyTrained);
+    return kExitAlreadyTrained;
+  }
+  return 0;
+}
+
+// The exit status of a failed run: stopped (a wait ended by a signal) or
+// failure.
+int FailureExitCode(const absl::Status& status, spdlog::logger& logger) {
+  if (g_stop.load() && absl::IsCancelled(status)) {
+    logger.warn("stopped by signal {} before training finished (exit {})",
+                g_first_signal.load(), StoppedExitCode());
+    return StoppedExitCode();
+  }
+  logger.error("training failed: {}", status.ToString());
+  return kExitFailed;
 }
 
 // --wire_dtype as (push, pull) types.
@@ -432,8 +492,12 @@ int Main(int argc, char** argv) {
       "model with sparse embedding tables) against an asyncps cluster.\n\n"
       "  ps_worker --servers=h:p,h:p --worker_id=0 --num_workers=4\n"
       "  ps_worker --local            # same model and data, no servers\n\n"
-      "Exit status: 0 when training finished, 1 when it failed, 2 for bad\n"
-      "flags or a start failure.";
+      "Exit status: 0 when this worker's share is trained; 1 when training\n"
+      "failed; 2 for bad flags, a start failure or shards of another\n"
+      "--run_id; 3 when an earlier process of this worker id already\n"
+      "trained the share in this run (nothing to do: start a new run to\n"
+      "train again); 128 + the signal (143 for SIGTERM, 130 for SIGINT) when\n"
+      "a signal stopped it early, after it drained its pushes and left.";
   const ParseResult parsed = ParseProgramCommandLine(argc, argv, program);
   if (!parsed.command_line.has_value()) return parsed.exit_code;
   if (!parsed.command_line->positional.empty()) {
@@ -491,6 +555,11 @@ int Main(int argc, char** argv) {
     PsClientOptions c;
     c.servers = *servers;
     c.worker_id = options->worker_id;
+    c.run_id = absl::GetFlag(FLAGS_run_id);
+    if (absl::Status r = CheckRunId(c.run_id); !r.ok()) {
+      return Fail(absl::StrCat("--run_id: ", r.message()));
+    }
+    c.stop = &g_stop;
     const int64_t timeout = absl::GetFlag(FLAGS_rpc_timeout_ms);
     if (timeout < 1) return Fail("--rpc_timeout_ms must be >= 1");
     c.retry.attempt_timeout = absl::Milliseconds(timeout);
@@ -513,10 +582,15 @@ int Main(int argc, char** argv) {
     if (!client.ok()) return Fail(client.status().ToString());
     absl::Status up = (*client)->WaitForShards(absl::Seconds(wait_for_shards));
     if (!up.ok()) {
-      (*logger)->error("{}", up.ToString());
-      ExplainUnavailable(absl::UnavailableError(up.message()), *security,
-                         **logger);
-      return 1;
+      if (absl::IsFailedPrecondition(up)) {  // shards of another run
+        (*logger)->error("{}", up.ToString());
+        return kExitConfig;
+      }
+      if (absl::IsDeadlineExceeded(up)) {
+        (*logger)->error("{}", up.ToString());
+        return kExitFailed;
+      }
+      return FailureExitCode(up, **logger);
     }
     if (ctr) rows = MakeRemoteRowStore(client->get());  // store owns client
     store = MakeRemoteStore(*std::move(client));
@@ -533,11 +607,14 @@ int Main(int argc, char** argv) {
     absl::StatusOr<CtrResult> result =
         TrainCtr(*ctr, store.get(), rows.get(), backend->get());
     if (!result.ok()) {
-      (*logger)->error("training failed: {}", result.status().ToString());
-      ExplainUnavailable(result.status(), *security, **logger);
-      return 1;
+      const int code = FailureExitCode(result.status(), **logger);
+      if (code == kExitFailed) {
+        ExplainUnavailable(result.status(), *security, **logger);
+      }
+      return code;
     }
-    return 0;
+    return OutcomeExitCode(result->stopped, result->already_trained,
+                           result->total_steps, options->worker_id, **logger);
   }
   const std::string dir = absl::GetFlag(FLAGS_data_dir);
   absl::StatusOr<Dataset> train = LoadFashionMnist(dir, Split::kTrain);
@@ -548,15 +625,18 @@ int Main(int argc, char** argv) {
   absl::StatusOr<TrainResult> result =
       Train(*options, *train, *test, store.get(), backend->get());
   if (!result.ok()) {
-    (*logger)->error("training failed: {}", result.status().ToString());
-    ExplainUnavailable(result.status(), *security, **logger);
-    return 1;
+    const int code = FailureExitCode(result.status(), **logger);
+    if (code == kExitFailed) {
+      ExplainUnavailable(result.status(), *security, **logger);
+    }
+    return code;
   }
   if (result->stopped) {
-    (*logger)->info("stopped on request after {} steps; left the shards",
-                    result->first_step + result->steps);
+    (*logger)->info("stopped on request after step {} of {}; left the shards",
+                    result->first_step + result->steps, result->total_steps);
   }
-  return 0;
+  return OutcomeExitCode(result->stopped, result->already_trained,
+                         result->total_steps, options->worker_id, **logger);
 }
 
 }  // namespace

@@ -1,9 +1,11 @@
 // Liveness with real processes: a worker that dies while its SSP pull waits
 // stops holding its peers back after one lease (its wait is dropped when its
 // connection closes), not after the pull wait timeout; ps_worker stops
-// cleanly on SIGTERM (leaves the shards, exits 0) and at once on a second
-// signal; ps_server stops promptly with clients still connected, writing its
-// final checkpoint; a worker started before its shards waits for them.
+// cleanly on SIGTERM (drains its pushes, leaves the shards, exits 143: its
+// share is not trained), also out of a pull that waits on BSP, and at once
+// on a second signal; ps_server stops promptly with clients still
+// connected, writing its final checkpoint; a worker started before its
+// shards waits for them, and a signal ends that wait.
 
 #include <signal.h>
 
@@ -108,8 +110,8 @@ TEST_CASE(
 }
 
 TEST_CASE(
-    "ps_worker stops after the current step on SIGTERM and leaves; a "
-    "second signal exits at once",
+    "ps_worker stops on SIGTERM, drains, leaves and exits 143, also out of a "
+    "BSP wait; a second signal exits at once",
     "[faults][signals]") {
   absl::StatusOr<ServerProcess> shard =
       StartPsServer(0, 1,
@@ -124,16 +126,18 @@ TEST_CASE(
     absl::StatusOr<int> code = w->Wait(absl::Seconds(30));
     INFO(w->LogTail());
     REQUIRE_OK(code.status());
-    CHECK(*code == 0);
+    CHECK(*code == 128 + SIGTERM);
     CHECK(absl::StrContains(w->ReadLog(), "stopped early"));
     absl::StatusOr<StatusResponse> st = ShardStatus(shard->address);
     REQUIRE_OK(st.status());
     const WorkerStatus* ws = FindWorker(*st, 0);
     REQUIRE(ws != nullptr);
     CHECK(ws->left());
+    // Every step it trained was acknowledged and recorded before it left.
+    CHECK(ws->trained() == static_cast<int64_t>(ws->pushes()));
   }
   // A worker stuck in a BSP pull (worker 7 is registered and never moves):
-  // the first signal cannot end the step, the second exits at once.
+  // the signal ends the wait at once; the worker leaves and exits 143.
   PsClientOptions o;
   o.servers = {shard->address};
   o.worker_id = 7;
@@ -147,13 +151,34 @@ TEST_CASE(
     return w != nullptr && w->waiting_pulls() > 0;
   });
   REQUIRE_OK(stuck->Signal(SIGTERM));
-  REQUIRE_OK(WaitForLog(stuck.get(), "send it again to exit at once",
-                        absl::Seconds(10)));
-  CHECK(stuck->Running());
-  REQUIRE_OK(stuck->Signal(SIGTERM));
-  absl::StatusOr<int> code = stuck->Wait(absl::Seconds(10));
+  absl::StatusOr<int> code = stuck->Wait(absl::Seconds(20));
+  INFO(stuck->LogTail());
   REQUIRE_OK(code.status());
   CHECK(*code == 128 + SIGTERM);
+  CHECK(absl::StrContains(stuck->ReadLog(), "stopped early"));
+  WaitForStatus(shard->address, [](const StatusResponse& st) {
+    const WorkerStatus* w = FindWorker(st, 1);
+    return w != nullptr && w->left() && w->waiting_pulls() == 0;
+  });
+
+  // A worker whose shard is frozen (SIGSTOP) cannot drain its pushes or
+  // leave: the first signal cannot end that, a second one exits at once.
+  absl::StatusOr<ServerProcess> frozen = StartPsServer(0, 1);
+  REQUIRE_OK(frozen.status());
+  std::unique_ptr<Subprocess> draining =
+      Worker(frozen->address, 0, {"--steps=1000000"}, /*num_workers=*/1);
+  REQUIRE_OK(WaitForLog(draining.get(), " step ", absl::Seconds(60)));
+  REQUIRE_OK(frozen->process->Signal(SIGSTOP));
+  REQUIRE_OK(draining->Signal(SIGTERM));
+  REQUIRE_OK(WaitForLog(draining.get(), "send it again to exit at once",
+                        absl::Seconds(10)));
+  absl::SleepFor(absl::Milliseconds(500));
+  CHECK(draining->Running());
+  REQUIRE_OK(draining->Signal(SIGINT));
+  absl::StatusOr<int> drained = draining->Wait(absl::Seconds(10));
+  REQUIRE_OK(frozen->process->Signal(SIGCONT));
+  REQUIRE_OK(drained.status());
+  CHECK(*drained == 128 + SIGINT);
 }
 
 TEST_CASE(

@@ -1,8 +1,10 @@
 // Worker restarts against real shards: a ps_worker killed with SIGKILL and
 // started again with the same --worker_id, ten times in a row, is accepted
-// every time and continues where its predecessor was; the replaced
+// every time and trains exactly the rest of its share (no step skipped,
+// repeats bounded by the pushes in flight at each kill); the replaced
 // process's calls are refused and change nothing (fencing); under SSP a
-// restarted worker neither waits for nor holds back its peers.
+// restarted worker neither waits for nor holds back its peers, and its data
+// position stays apart from the clock it joins at.
 
 #include <grpcpp/grpcpp.h>
 #include <signal.h>
@@ -38,6 +40,29 @@ int64_t ResumedAt(const std::string& log) {
   std::smatch m;
   static const std::regex re("resuming at step ([0-9]+)");
   return std::regex_search(log, m, re) ? std::stoll(m[1]) : -1;
+}
+
+// Steps worker 1 may repeat per kill: the pushes it had in flight
+// (--max_pushes_in_flight=2) and the one acknowledged after it last told
+// the shards its data position.
+constexpr int64_t kRepeatsPerKill = 3;
+
+// Every step of worker `id`'s share reached every shard, none skipped:
+// with a push per step, each shard applied `total` pushes of the role plus
+// at most kRepeatsPerKill per kill, and records the whole share as trained.
+void CheckShareCovered(const std::vector<ServerProcess>& cluster, int id,
+                       int64_t total, int kills) {
+  for (const ServerProcess& shard : cluster) {
+    absl::StatusOr<StatusResponse> st = ShardStatus(shard.address);
+    REQUIRE_OK(st.status());
+    const WorkerStatus* w = FindWorker(*st, id);
+    REQUIRE(w != nullptr);
+    INFO("worker " << id << " on " << shard.address << ": " << w->pushes()
+                   << " pushes applied, " << total << " steps in its share");
+    CHECK(w->trained() == total);
+    CHECK(static_cast<int64_t>(w->pushes()) >= total);
+    CHECK(static_cast<int64_t>(w->pushes()) <= total + kRepeatsPerKill * kills);
+  }
 }
 
 TEST_CASE(
@@ -107,6 +132,8 @@ TEST_CASE(
     CHECK(st->counters().worker_restarts() == kRestarts);
     CHECK(st->counters().rejected_bad_input() == 0);
   }
+  // 30000 examples of 60000, batches of 64, 2 epochs.
+  CheckShareCovered(*cluster, 1, 2 * ((30000 + 63) / 64), kRestarts);
 }
 
 std::unique_ptr<grpc::ClientContext> Context() {
@@ -233,29 +260,45 @@ TEST_CASE(
   REQUIRE_OK(w1->Wait(absl::Seconds(10)).status());
   // Worker 0 is held back by the dead one only until its lease expires.
   REQUIRE_OK(WaitForLog(w0.get(), "step 400/", absl::Seconds(60)));
+  // The second process joins at worker 0's clock, far ahead of the steps
+  // worker 1 trained: its clock runs ahead of its data position.
+  std::unique_ptr<Subprocess> w1b = worker(1, {"--steps=600"});
+  REQUIRE_OK(WaitForLog(w1b.get(), "step 200/", absl::Seconds(60)));
+  const std::string log_b = w1b->ReadLog();
+  REQUIRE_OK(w1b->Signal(SIGKILL));
+  REQUIRE_OK(w1b->Wait(absl::Seconds(10)).status());
+  const int64_t resumed_b = ResumedAt(log_b);
+  INFO(log_b);
+  CHECK(resumed_b >= 100);
+  std::smatch m;
+  static const std::regex re("at clock ([0-9]+)");
+  REQUIRE(std::regex_search(log_b, m, re));
+  const int64_t joined_clock = std::stoll(m[1]);
+  CHECK(joined_clock >= 400);
+  // The third process continues where the second one's acknowledged steps
+  // end, not at the second one's clock (which would skip 200+ steps).
   std::unique_ptr<Subprocess> again = worker(1, {"--steps=600"});
   absl::StatusOr<int> code = again->Wait(absl::Minutes(2));
   INFO(again->LogTail());
   REQUIRE_OK(code.status());
   CHECK(*code == 0);
+  const int64_t resumed = ResumedAt(again->ReadLog());
+  CHECK(resumed >= 200 - kRepeatsPerKill);
+  CHECK(resumed < joined_clock);
   REQUIRE(w0->Running());
   REQUIRE_OK(w0->Signal(SIGTERM));
   absl::StatusOr<int> code0 = w0->Wait(absl::Minutes(2));
   INFO(w0->LogTail());
   REQUIRE_OK(code0.status());
-  CHECK(*code0 == 0);
+  CHECK(*code0 == 128 + SIGTERM);  // stopped early: its share not trained
   absl::StatusOr<StatusResponse> st = ShardStatus((*cluster)[0].address);
   REQUIRE_OK(st.status());
-  // The restarted process joined at the slowest live clock (worker 0's,
-  // far ahead of where its predecessor died), so no pull ever waited out
-  // its timeout, and it was evicted only once (the dead process).
+  // The restarted processes joined at the slowest live clock (worker 0's,
+  // far ahead of where their predecessors died), so no pull ever waited
+  // out its timeout, and only the dead processes were evicted.
   CHECK(st->counters().pull_wait_timeouts() == 0);
-  CHECK(st->counters().evictions() == 1);
-  const std::string log = again->ReadLog();
-  std::smatch m;
-  static const std::regex re("\\(clock ([0-9]+)\\)");
-  REQUIRE(std::regex_search(log, m, re));
-  CHECK(std::stoll(m[1]) >= 400);
+  CHECK(st->counters().evictions() <= 2);
+  CheckShareCovered(*cluster, 1, 600, /*kills=*/2);
 }
 
 }  // namespace

@@ -1,0 +1,52 @@
+#ifndef ASYNCPS_SERVER_CHECKPOINT_DIR_H_
+#define ASYNCPS_SERVER_CHECKPOINT_DIR_H_
+
+// Which files of a checkpoint directory a shard may use, decided before it
+// reads any of them: a shard restores only its own run's state, of its own
+// shard count.
+
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+
+namespace asyncps {
+
+// One shard file of a checkpoint directory: shard-<i>-of-<n>.ckpt (a
+// checkpoint) or .specs (a spec file).
+struct ShardFile {
+  std::string path;
+  int shard_index = 0;
+  int num_shards = 0;
+  bool spec_file = false;  // .specs rather than .ckpt
+};
+
+// The shard files in `dir`, sorted by name (leftover .tmp files and other
+// names are not listed). An absent directory holds none.
+absl::StatusOr<std::vector<ShardFile>> ListShardFiles(const std::string& dir);
+
+// CheckpointDirUse::adopt_run that accepts the files of any run.
+inline constexpr char kAdoptAnyRun[] = "any";
+
+struct CheckpointDirUse {
+  std::string dir;
+  int shard_index = 0;
+  int num_shards = 1;
+  std::string run_id;  // this shard's run
+  // Also accept this run's files ("" = none, kAdoptAnyRun = any run's).
+  std::string adopt_run;
+  bool restore = true;  // files are read (false: only overwritten)
+};
+
+// FAILED_PRECONDITION, naming the files, when `use.dir` holds files of
+// another shard count (whatever `restore` says: they would be restored by a
+// later start with that count, or mixed into a reshard), or when restoring
+// and this shard's checkpoint or spec file belongs to a run other than
+// use.run_id and use.adopt_run. DATA_LOSS for a file whose identity cannot
+// be read; other errors of listing the directory.
+absl::Status CheckCheckpointDir(const CheckpointDirUse& use);
+
+}  // namespace asyncps
+
+#endif  // ASYNCPS_SERVER_CHECKPOINT_DIR_H_

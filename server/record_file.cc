@@ -1,0 +1,336 @@
+#include "server/record_file.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <zlib.h>
+
+#include <cerrno>
+#include <cstring>
+#include <memory>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+
+namespace asyncps {
+namespace {
+
+constexpr size_t kMagicBytes = 8;
+constexpr size_t kHeaderBytes = kMagicBytes + 4;
+constexpr size_t kLengthBytes = 4;
+constexpr size_t kTrailerBytes = 4;
+// Small records are gathered into writes of about this size.
+constexpr size_t kWriteBufferBytes = 1 << 20;
+
+void PutU32(uint32_t v, char* out) {
+  for (int i = 0; i < 4; ++i) out[i] = static_cast<char>((v >> (8 * i)) & 0xff);
+}
+
+uint32_t GetU32(const char* in) {
+  uint32_t v = 0;
+  for (int i = 0; i < 4; ++i) {
+    v |= static_cast<uint32_t>(static_cast<unsigned char>(in[i])) << (8 * i);
+  }
+  return v;
+}
+
+uint32_t Crc32(uint32_t crc, absl::string_view data) {
+  return static_cast<uint32_t>(
+      crc32_z(crc, reinterpret_cast<const Bytef*>(data.data()), data.size()));
+}
+
+absl::Status IoError(int err, absl::string_view what, absl::string_view path) {
+  return absl::ErrnoToStatus(err, absl::StrCat(what, " ", path));
+}
+
+// A file being written: buffered appends, the CRC of everything appended
+// since the header, fsync. Closes (without syncing) on destruction.
+class OutFile {
+ public:
+  OutFile(int fd, std::string path) : fd_(fd), path_(std::move(path)) {}
+  OutFile(const OutFile&) = delete;
+  OutFile& operator=(const OutFile&) = delete;
+  ~OutFile() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+
+  // Appends bytes; `checksummed` ones count towards crc().
+  absl::Status Append(absl::string_view data, bool checksummed = true) {
+    if (checksummed) crc_ = Crc32(crc_, data);
+    bytes_ += data.size();
+    if (buffer_.size() + data.size() <= kWriteBufferBytes) {
+      buffer_.append(data.data(), data.size());
+      return absl::OkStatus();
+    }
+    absl::Status s = Flush();
+    if (!s.ok()) return s;
+    if (data.size() < kWriteBufferBytes) {
+      buffer_.append(data.data(), data.size());
+      return absl::OkStatus();
+    }
+    return WriteAll(data);
+  }
+
+  absl::Status Flush() {
+    absl::Status s = WriteAll(buffer_);
+    buffer_.clear();
+    return s;
+  }
+
+  // Flushes, fsyncs and closes.
+  absl::Status SyncAndClose() {
+    absl::Status s = Flush();
+    if (!s.ok()) return s;
+    if (::fsync(fd_) != 0) return IoError(errno, "fsync", path_);
+    const int fd = fd_;
+    fd_ = -1;
+    if (::close(fd) != 0) return IoError(errno, "close", path_);
+    return absl::OkStatus();
+  }
+
+  uint32_t crc() const { return crc_; }
+  uint64_t bytes() const { return bytes_; }
+
+ private:
+  absl::Status WriteAll(absl::string_view data) {
+    while (!data.empty()) {
+      const ssize_t n = ::write(fd_, data.data(), data.size());
+      if (n < 0) {
+        if (errno == EINTR) continue;
+        return IoError(errno, "write", path_);
+      }
+      data.remove_prefix(static_cast<size_t>(n));
+    }
+    return absl::OkStatus();
+  }
+
+  int fd_;
+  const std::string path_;
+  std::string buffer_;
+  uint32_t crc_ = 0;
+  uint64_t bytes_ = 0;
+};
+
+// A file being read front to back, with the CRC of what was read since the
+// header.
+class InFile {
+ public:
+  InFile(int fd, std::string path, uint64_t size, absl::string_view what)
+      : fd_(fd), path_(std::move(path)), size_(size), what_(what) {}
+  InFile(const InFile&) = delete;
+  InFile& operator=(const InFile&) = delete;
+  ~InFile() { ::close(fd_); }
+
+  // Reads exactly n bytes into *out; the file's size was checked by the
+  // caller, so a short read means the file changed under us.
+  absl::Status Read(size_t n, std::string* out, bool checksummed = true) {
+    out->resize(n);
+    size_t done = 0;
+    while (done < n) {
+      const ssize_t r = ::read(fd_, &(*out)[done], n - done);
+      if (r < 0) {
+        if (errno == EINTR) continue;
+        return IoError(errno, "read", path_);
+      }
+      if (r == 0) {
+        return Corrupt(absl::StrCat("file ended at byte ", pos_ + done,
+                                    " while reading (shrunk while being "
+                                    "read?)"));
+      }
+      done += static_cast<size_t>(r);
+    }
+    pos_ += n;
+    if (checksummed) crc_ = Crc32(crc_, *out);
+    return absl::OkStatus();
+  }
+
+  absl::Status Corrupt(absl::string_view why) const {
+    return absl::DataLossError(absl::StrCat(what_, " ", path_, ": ", why));
+  }
+
+  uint64_t pos() const { return pos_; }
+  uint64_t size() const { return size_; }
+  uint32_t crc() const { return crc_; }
+
+ private:
+  const int fd_;
+  const std::string path_;
+  const uint64_t size_;
+  const absl::string_view what_;
+  uint64_t pos_ = 0;
+  uint32_t crc_ = 0;
+};
+
+// Opens `path` and checks its header; `in` reads on from the first record.
+absl::StatusOr<std::unique_ptr<InFile>> OpenChecked(
+    const std::string& path, const RecordFileFormat& format,
+    uint32_t* version) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return IoError(errno, absl::StrCat("open ", format.what), path);
+  struct stat st;
+  if (::fstat(fd, &st) != 0) {
+    const int err = errno;
+    ::close(fd);
+    return IoError(err, absl::StrCat("stat ", format.what), path);
+  }
+  auto in = std::make_unique<InFile>(
+      fd, path, static_cast<uint64_t>(st.st_size), format.what);
+  if (in->size() < kHeaderBytes + kTrailerBytes) {
+    return in->Corrupt(absl::StrCat(
+        "only ", in->size(), " bytes (truncated or not a ", format.what, ")"));
+  }
+  std::string buffer;
+  absl::Status s = in->Read(kHeaderBytes, &buffer, false);
+  if (!s.ok()) return s;
+  if (format.magic.size() != kMagicBytes ||
+      std::memcmp(buffer.data(), format.magic.data(), kMagicBytes) != 0) {
+    return in->Corrupt(
+        absl::StrCat("bad magic (not an asyncps ", format.what, ")"));
+  }
+  *version = GetU32(buffer.data() + kMagicBytes);
+  if (*version < format.oldest_readable || *version > format.version) {
+    return in->Corrupt(
+        absl::StrCat("format version ", *version, " (this build reads ",
+                     format.oldest_readable, " to ", format.version, ")"));
+  }
+  return in;
+}
+
+// Reads the next record of `in` into *record; `body_end` is where the
+// trailer starts.
+absl::Status NextRecord(InFile& in, uint64_t body_end, int64_t n,
+                        std::string* record) {
+  const uint64_t offset = in.pos();
+  if (body_end - offset < kLengthBytes) {
+    return in.Corrupt(absl::StrCat("record ", n, " at byte ", offset,
+                                   " is cut off (truncated?)"));
+  }
+  absl::Status s = in.Read(kLengthBytes, record);
+  if (!s.ok()) return s;
+  const uint32_t length = GetU32(record->data());
+  if (length > kMaxRecordBytes || length > body_end - in.pos()) {
+    return in.Corrupt(
+        absl::StrCat("record ", n, " at byte ", offset, " claims ", length,
+                     " bytes; ", body_end - in.pos(),
+                     " remain before the checksum (truncated or corrupt)"));
+  }
+  return in.Read(length, record);
+}
+
+}  // namespace
+
+std::string DirOf(const std::string& path) {
+  const size_t slash = path.rfind('/');
+  if (slash == std::string::npos) return ".";
+  if (slash == 0) return "/";
+  return path.substr(0, slash);
+}
+
+absl::Status SyncDir(const std::string& dir) {
+  const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) return IoError(errno, "open directory", dir);
+  const int rc = ::fsync(fd);
+  const int err = errno;
+  ::close(fd);
+  if (rc != 0) return IoError(err, "fsync directory", dir);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<uint64_t> WriteRecordFile(
+    const std::string& path, const RecordFileFormat& format,
+    const std::vector<std::string>& records) {
+  if (format.magic.size() != kMagicBytes) {
+    return absl::InternalError(
+        absl::StrCat("bad record file magic for ", format.what));
+  }
+  const std::string tmp = path + ".tmp";
+  const int fd =
+      ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) return IoError(errno, "create", tmp);
+  absl::Status s;
+  uint64_t bytes = 0;
+  {
+    OutFile out(fd, tmp);
+    char header[kHeaderBytes];
+    std::memcpy(header, format.magic.data(), kMagicBytes);
+    PutU32(format.version, header + kMagicBytes);
+    s = out.Append(absl::string_view(header, sizeof(header)), false);
+    for (const std::string& record : records) {
+      if (!s.ok()) break;
+      if (record.size() > kMaxRecordBytes) {
+        s = absl::InternalError(absl::StrCat(format.what, " ", path,
+                                             ": a record of ", record.size(),
+                                             " bytes is too large"));
+        break;
+      }
+      char length[kLengthBytes];
+      PutU32(static_cast<uint32_t>(record.size()), length);
+      s = out.Append(absl::string_view(length, sizeof(length)));
+      if (s.ok()) s = out.Append(record);
+    }
+    if (s.ok()) {
+      char trailer[kTrailerBytes];
+      PutU32(out.crc(), trailer);
+      s = out.Append(absl::string_view(trailer, sizeof(trailer)), false);
+    }
+    if (s.ok()) s = out.SyncAndClose();
+    bytes = out.bytes();
+  }
+  if (s.ok() && ::rename(tmp.c_str(), path.c_str()) != 0) {
+    s = IoError(errno, absl::StrCat("rename ", tmp, " to"), path);
+  }
+  if (!s.ok()) {
+    ::unlink(tmp.c_str());
+    return s;
+  }
+  s = SyncDir(DirOf(path));
+  if (!s.ok()) return s;
+  return bytes;
+}
+
+absl::StatusOr<RecordFileInfo> ReadRecordFile(
+    const std::string& path, const RecordFileFormat& format,
+    absl::FunctionRef<absl::Status(absl::string_view record, int64_t n)>
+        visit) {
+  RecordFileInfo info;
+  absl::StatusOr<std::unique_ptr<InFile>> opened =
+      OpenChecked(path, format, &info.version);
+  if (!opened.ok()) return opened.status();
+  InFile& in = **opened;
+  info.bytes = in.size();
+  const uint64_t body_end = in.size() - kTrailerBytes;
+  std::string record;
+  for (int64_t n = 0; in.pos() < body_end; ++n) {
+    absl::Status s = NextRecord(in, body_end, n, &record);
+    if (!s.ok()) return s;
+    s = visit(record, n);
+    if (!s.ok()) return s;
+  }
+  const uint32_t computed = in.crc();
+  absl::Status s = in.Read(kTrailerBytes, &record, false);
+  if (!s.ok()) return s;
+  const uint32_t stored = GetU32(record.data());
+  if (stored != computed) {
+    return in.Corrupt(absl::StrFormat(
+        "checksum mismatch (stored %08x, computed %08x)", stored, computed));
+  }
+  return info;
+}
+
+absl::StatusOr<std::string> ReadFirstRecord(const std::string& path,
+                                            const RecordFileFormat& format) {
+  uint32_t version = 0;
+  absl::StatusOr<std::unique_ptr<InFile>> opened =
+      OpenChecked(path, format, &version);
+  if (!opened.ok()) return opened.status();
+  InFile& in = **opened;
+  const uint64_t body_end = in.size() - kTrailerBytes;
+  if (in.pos() >= body_end) return in.Corrupt("no records");
+  std::string record;
+  absl::Status s = NextRecord(in, body_end, 0, &record);
+  if (!s.ok()) return s;
+  return record;
+}
+
+}  // namespace asyncps

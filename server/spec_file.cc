@@ -1,0 +1,161 @@
+#include "server/spec_file.h"
+
+#include <google/protobuf/util/message_differencer.h>
+
+#include <utility>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/time/clock.h"
+#include "common/names.h"
+
+namespace asyncps {
+
+const RecordFileFormat kSpecFileFormat = {
+    /*magic=*/absl::string_view("APSSPEC\n", 8), /*version=*/1,
+    /*oldest_readable=*/1, /*what=*/"spec file"};
+
+std::string SpecFilePath(absl::string_view dir, int shard_index,
+                         int num_shards) {
+  const std::string file =
+      absl::StrFormat("shard-%d-of-%d.specs", shard_index, num_shards);
+  if (dir.empty()) return file;
+  return absl::StrCat(dir, dir.back() == '/' ? "" : "/", file);
+}
+
+absl::Status WriteSpecFile(const std::string& path,
+                           const SpecFileContents& contents) {
+  std::vector<std::string> records;
+  CheckpointRecord record;
+  *record.mutable_identity() = contents.identity;
+  records.push_back(record.SerializeAsString());
+  for (const TensorSpec& spec : contents.tensors) {
+    *record.mutable_tensor() = spec;
+    records.push_back(record.SerializeAsString());
+  }
+  for (const TableSpec& spec : contents.tables) {
+    *record.mutable_table() = spec;
+    records.push_back(record.SerializeAsString());
+  }
+  CheckpointEnd* end = record.mutable_end();
+  end->set_tensors(static_cast<int32_t>(contents.tensors.size()));
+  end->set_tables(static_cast<int32_t>(contents.tables.size()));
+  records.push_back(record.SerializeAsString());
+  return WriteRecordFile(path, kSpecFileFormat, records).status();
+}
+
+absl::StatusOr<SpecFileContents> ReadSpecFile(const std::string& path) {
+  SpecFileContents out;
+  bool ended = false;
+  CheckpointRecord record;
+  auto corrupt = [&path](absl::string_view why) {
+    return absl::DataLossError(absl::StrCat("spec file ", path, ": ", why));
+  };
+  absl::StatusOr<RecordFileInfo> file = ReadRecordFile(
+      path, kSpecFileFormat,
+      [&](absl::string_view bytes, int64_t n) -> absl::Status {
+        if (!record.ParseFromArray(bytes.data(),
+                                   static_cast<int>(bytes.size()))) {
+          return corrupt(absl::StrCat("record ", n, " does not parse"));
+        }
+        if (ended) return corrupt("records follow the end record");
+        if ((n == 0) != record.has_identity()) {
+          return corrupt("the identity must be the first record, once");
+        }
+        switch (record.record_case()) {
+          case CheckpointRecord::kIdentity:
+            out.identity = record.identity();
+            return absl::OkStatus();
+          case CheckpointRecord::kTensor:
+            out.tensors.push_back(record.tensor());
+            return absl::OkStatus();
+          case CheckpointRecord::kTable:
+            out.tables.push_back(record.table());
+            return absl::OkStatus();
+          case CheckpointRecord::kEnd:
+            ended = true;
+            if (record.end().tensors() !=
+                    static_cast<int32_t>(out.tensors.size()) ||
+                record.end().tables() !=
+                    static_cast<int32_t>(out.tables.size())) {
+              return corrupt("the end record's counts do not match");
+            }
+            return absl::OkStatus();
+          default:
+            return corrupt(absl::StrCat("record ", n,
+                                        " is of a kind a spec "
+                                        "file does not hold"));
+        }
+      });
+  if (!file.ok()) return file.status();
+  if (!ended) return corrupt("no end record (truncated?)");
+  return out;
+}
+
+absl::StatusOr<int> ApplySpecFile(const SpecFileContents& specs,
+                                  const std::string& path, ShardStore* store) {
+  absl::flat_hash_map<std::string, TensorSpec> tensors;
+  for (TensorSpec& t : store->ListTensors()) {
+    std::string name = t.name();
+    tensors.emplace(std::move(name), std::move(t));
+  }
+  absl::flat_hash_map<std::string, TableSpec> tables;
+  for (TableSpec& t : store->tables().List()) {
+    std::string name = t.name();
+    tables.emplace(std::move(name), std::move(t));
+  }
+  CreateTensorRequest missing;
+  auto differs = [&path](absl::string_view kind, const std::string& name) {
+    return absl::DataLossError(absl::StrCat(
+        "spec file ", path, ": ", kind, " ", QuoteName(name),
+        " has another spec than the checkpoint's (files of two runs mixed?)"));
+  };
+  for (const TensorSpec& spec : specs.tensors) {
+    auto it = tensors.find(spec.name());
+    if (it == tensors.end()) {
+      *missing.add_tensors() = spec;
+    } else if (!google::protobuf::util::MessageDifferencer::Equals(it->second,
+                                                                   spec)) {
+      return differs("tensor", spec.name());
+    }
+  }
+  for (const TableSpec& spec : specs.tables) {
+    auto it = tables.find(spec.name());
+    if (it == tables.end()) {
+      *missing.add_tables() = spec;
+    } else if (!google::protobuf::util::MessageDifferencer::Equals(it->second,
+                                                                   spec)) {
+      return differs("table", spec.name());
+    }
+  }
+  if (missing.tensors_size() == 0 && missing.tables_size() == 0) return 0;
+  absl::StatusOr<CreateTensorResponse> created = store->CreateTensors(missing);
+  if (!created.ok()) {
+    return absl::Status(
+        created.status().code(),
+        absl::StrCat("spec file ", path, ": ", created.status().message()));
+  }
+  return created->created();
+}
+
+SpecJournal::SpecJournal(std::string path, CheckpointIdentity identity,
+                         const ShardStore* store)
+    : path_(std::move(path)), identity_(std::move(identity)), store_(store) {}
+
+absl::Status SpecJournal::Sync() {
+  absl::MutexLock l(&mu_);
+  SpecFileContents contents;
+  contents.tensors = store_->ListTensors();
+  contents.tables = store_->tables().List();
+  const size_t held = contents.tensors.size() + contents.tables.size();
+  if (held == durable_) return absl::OkStatus();
+  contents.identity = identity_;
+  contents.identity.set_unix_time_ms(absl::ToUnixMillis(absl::Now()));
+  absl::Status s = WriteSpecFile(path_, contents);
+  if (!s.ok()) return s;
+  durable_ = held;
+  return absl::OkStatus();
+}
+
+}  // namespace asyncps

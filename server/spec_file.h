@@ -1,0 +1,87 @@
+#ifndef ASYNCPS_SERVER_SPEC_FILE_H_
+#define ASYNCPS_SERVER_SPEC_FILE_H_
+
+// The spec file of a shard: the specs of every tensor and sparse table it
+// holds, made durable before CreateTensor answers, so that tensors survive
+// a shard restart at any time, also one before the first checkpoint.
+//
+// <dir>/shard-<i>-of-<n>.specs is a record file (server/record_file.h,
+// magic "APSSPEC\n", format 1) of CheckpointRecords: the identity (shard,
+// shard count, run), then one `tensor` or `table` record per spec, then an
+// `end` record with their counts. A restarting shard restores its
+// checkpoint, then creates, with their initial values, the tensors and
+// tables the spec file holds and the checkpoint does not (those created
+// after it): exactly the state of a shard whose updates since the
+// checkpoint were lost, which is the documented loss bound of a restart.
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/synchronization/mutex.h"
+#include "proto/asyncps.pb.h"
+#include "proto/checkpoint.pb.h"
+#include "server/record_file.h"
+#include "store/shard_store.h"
+
+namespace asyncps {
+
+extern const RecordFileFormat kSpecFileFormat;
+
+// "<dir>/shard-<shard_index>-of-<num_shards>.specs".
+std::string SpecFilePath(absl::string_view dir, int shard_index,
+                         int num_shards);
+
+struct SpecFileContents {
+  CheckpointIdentity identity;
+  std::vector<TensorSpec> tensors;
+  std::vector<TableSpec> tables;
+};
+
+// Writes `contents` to `path` atomically.
+absl::Status WriteSpecFile(const std::string& path,
+                           const SpecFileContents& contents);
+
+// Reads and validates a spec file: NOT_FOUND when there is none, DATA_LOSS
+// when it is corrupt (naming the file).
+absl::StatusOr<SpecFileContents> ReadSpecFile(const std::string& path);
+
+// Creates in `store` the tensors and tables of `specs` it does not hold
+// (with their initial values) and checks that those it holds have the same
+// spec (DATA_LOSS naming the file and the tensor otherwise). Returns how
+// many it created. `path` is for messages.
+absl::StatusOr<int> ApplySpecFile(const SpecFileContents& specs,
+                                  const std::string& path, ShardStore* store);
+
+// Keeps a shard's spec file up to date with its store. Thread-safe.
+class SpecJournal {
+ public:
+  // `identity` names the shard and its run (unix_time_ms is set at every
+  // write). `store` is not owned and must outlive the journal.
+  SpecJournal(std::string path, CheckpointIdentity identity,
+              const ShardStore* store);
+
+  // Makes every spec the store holds durable: rewrites the file when the
+  // store holds specs the file does not (specs are only ever added), and
+  // returns once it is on disk. Errors name the file; a later call tries
+  // again.
+  absl::Status Sync();
+
+  const std::string& path() const { return path_; }
+
+ private:
+  const std::string path_;
+  const CheckpointIdentity identity_;
+  const ShardStore* const store_;
+  absl::Mutex mu_;                           // serializes writers
+  size_t durable_ ABSL_GUARDED_BY(mu_) = 0;  // specs in the file
+};
+
+}  // namespace asyncps
+
+#endif  // ASYNCPS_SERVER_SPEC_FILE_H_
