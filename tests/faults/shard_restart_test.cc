@@ -1,7 +1,9 @@
 // Shard restarts and network cuts during real training: a shard killed
 // with SIGKILL and started again with the same flags (from its checkpoint)
 // is found again by every worker, which carry on without help and end
-// within 0.02 test accuracy of an undisturbed run; a 5 s network cut
+// within 0.02 test accuracy of an undisturbed run; one killed before its
+// first checkpoint comes back with the tensors of its spec file (initial
+// values) and training goes on; a 5 s network cut
 // between the workers and a shard stalls training, which then continues
 // with every step applied exactly once.
 
@@ -127,6 +129,46 @@ TEST_CASE(
   REQUIRE_OK(st.status());
   CHECK(st->restored_from().workers() == kWorkers);
   CHECK(st->counters().rejected_bad_input() == 0);
+}
+
+TEST_CASE(
+    "a shard killed before its first checkpoint comes back with its tensors "
+    "and training goes on",
+    "[faults][shard_restart]") {
+  const std::string dir = testing::UniqueTmpPath("early");
+  // No periodic checkpoints: only the spec file is on disk at the kill.
+  const std::vector<std::string> args = {absl::StrCat("--checkpoint_dir=", dir),
+                                         "--run_id=early-kill"};
+  std::vector<ServerProcess> shards = StartShards(args);
+  const std::string list = List({shards[0].address, shards[1].address});
+  std::vector<std::unique_ptr<Subprocess>> workers;
+  for (int w = 0; w < kWorkers; ++w) {
+    std::vector<std::string> a = WorkerArgs(list, w, /*epochs=*/2);
+    a.push_back("--run_id=early-kill");
+    absl::StatusOr<std::unique_ptr<Subprocess>> p = StartWorker(a);
+    REQUIRE_OK(p.status());
+    workers.push_back(*std::move(p));
+  }
+  REQUIRE_OK(WaitForLog(workers[0].get(), "step 100/", absl::Minutes(2)));
+  const int port = testing::PortOf(shards[1].address);
+  REQUIRE_OK(shards[1].process->Signal(SIGKILL));
+  REQUIRE_OK(shards[1].process->Wait(absl::Seconds(10)).status());
+  absl::StatusOr<ServerProcess> back =
+      StartPsServer(1, kShards, args, absl::Seconds(30), port);
+  REQUIRE_OK(back.status());
+  shards[1] = *std::move(back);
+
+  const double acc = Finish(workers);
+  CHECK(acc >= 0.8);
+  const std::string shard_log = shards[1].process->ReadLog();
+  INFO(shard_log);
+  CHECK(absl::StrContains(shard_log, "no checkpoint at"));
+  CHECK(absl::StrContains(shard_log, "created 6 tensor(s)/table(s) from"));
+  for (auto& w : workers) {
+    const std::string log = w->ReadLog();
+    CHECK(absl::StrContains(log, "restarted (epoch"));
+    CHECK_FALSE(absl::StrContains(log, "NOT_FOUND"));
+  }
 }
 
 TEST_CASE(
