@@ -170,6 +170,7 @@ absl::Status PsClient::WaitForShards(absl::Duration timeout) {
   round.call_deadline = absl::Seconds(2);
   round.attempt_timeout = absl::Seconds(2);
   round.report_every = absl::InfiniteDuration();
+  round.max_attempts = 1;  // this loop retries, and diagnoses in between
   absl::Time last_report = start;
   absl::Duration interval = options_.retry.initial_backoff;
   // Per shard: why it cannot be reached, when a probe connection named a

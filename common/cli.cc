@@ -1,8 +1,12 @@
 #include "common/cli.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
+#include <iterator>
 #include <utility>
 
 #include "absl/flags/commandlineflag.h"
@@ -12,6 +16,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
 
 namespace asyncps {
 namespace {
@@ -52,7 +57,9 @@ size_t Distance(absl::string_view a, absl::string_view b) {
   return row[b.size()];
 }
 
-std::string Suggestion(absl::string_view name) {
+// The program's flag closest to `name` when it is close enough to be a
+// typo of it, else nullptr.
+const absl::CommandLineFlag* ClosestFlag(absl::string_view name) {
   const absl::CommandLineFlag* best = nullptr;
   size_t best_distance = 0;
   for (const absl::CommandLineFlag* f : SortedFlags(false)) {
@@ -63,8 +70,50 @@ std::string Suggestion(absl::string_view name) {
     }
   }
   const size_t limit = std::max<size_t>(2, name.size() / 3);
-  if (best == nullptr || best_distance > limit) return "";
+  return best != nullptr && best_distance <= limit ? best : nullptr;
+}
+
+std::string Suggestion(absl::string_view name) {
+  const absl::CommandLineFlag* best = ClosestFlag(name);
+  if (best == nullptr) return "";
   return absl::StrCat(" (did you mean --", best->Name(), "?)");
+}
+
+// Settings of asyncps's launch scripts (deploy/, tests/), read by the
+// scripts and not by the binaries: never warned about.
+constexpr absl::string_view kScriptSettings[] = {
+    "ADDRESS",      "BASE_PORT",   "BIN",          "BUNDLE_GLIBC",
+    "EPOCHS",       "EXAMPLES",    "GPU_OPTIONAL", "PEAK_TFLOPS",
+    "REQUIRE_CUDA", "RUN_DIR",     "SERVER_FLAGS", "SHARDS",
+    "START_TIMEOUT", "STOP_TIMEOUT", "UNPACK_WITH", "WORKER_FLAGS",
+    "WORKERS"};
+
+// One warning per ASYNCPS_* variable among `names` that sets no flag of
+// this program, naming the flag it is closest to.
+std::vector<std::string> UnknownVariableWarnings(
+    const ProgramInfo& program, const std::vector<std::string>& names) {
+  std::vector<std::string> warnings;
+  for (const std::string& variable : names) {
+    absl::string_view rest = variable;
+    if (!absl::ConsumePrefix(&rest, kEnvPrefix) || rest.empty()) continue;
+    if (std::find(std::begin(kScriptSettings), std::end(kScriptSettings),
+                  rest) != std::end(kScriptSettings)) {
+      continue;
+    }
+    const std::string flag = absl::AsciiStrToLower(rest);
+    const absl::CommandLineFlag* f = absl::FindCommandLineFlag(flag);
+    if (f != nullptr && !IsAbslFlag(*f)) continue;
+    const absl::CommandLineFlag* close = ClosestFlag(flag);
+    warnings.push_back(absl::StrCat(
+        "environment variable ", variable, " sets no flag of ", program.name,
+        " and is ignored",
+        close != nullptr
+            ? absl::StrCat(" (did you mean ", FlagEnvironmentVariable(
+                                                  close->Name()),
+                           ", --", close->Name(), "?)")
+            : ""));
+  }
+  return warnings;
 }
 
 // Word-wraps `text` to 80 columns, every line indented by `indent`.
@@ -206,6 +255,15 @@ std::optional<std::string> ProcessEnvironment(const char* name) {
   return std::string(value);
 }
 
+std::vector<std::string> ProcessEnvironmentNames() {
+  std::vector<std::string> names;
+  for (char** e = environ; e != nullptr && *e != nullptr; ++e) {
+    const char* eq = std::strchr(*e, '=');
+    names.emplace_back(*e, eq == nullptr ? std::strlen(*e) : eq - *e);
+  }
+  return names;
+}
+
 std::string HelpText(const ProgramInfo& program, absl::string_view filter,
                      bool all) {
   std::string out = absl::StrCat(program.usage, "\n");
@@ -254,7 +312,8 @@ std::string HelpText(const ProgramInfo& program, absl::string_view filter,
 
 ParseResult ParseProgramCommandLine(int argc, char** argv,
                                     const ProgramInfo& program,
-                                    EnvironmentLookup env) {
+                                    EnvironmentLookup env,
+                                    EnvironmentNames names) {
   ParseResult result;
   absl::StatusOr<Scan> scan = ScanArguments(argc, argv, program);
   if (!scan.ok()) {
@@ -310,6 +369,7 @@ ParseResult ParseProgramCommandLine(int argc, char** argv,
     parsed.set_by[std::string(a.flag->Name())] = a.source;
   }
   parsed.positional = std::move(scan->positional);
+  parsed.warnings = UnknownVariableWarnings(program, names());
   result.command_line = std::move(parsed);
   return result;
 }

@@ -15,8 +15,11 @@
 //     ASYNCPS_<FLAG_NAME> (the name upper-cased, e.g. ASYNCPS_SHARD_INDEX
 //     for --shard_index). A flag given on the command line wins; an empty
 //     variable counts as unset; a bad value exits 2 naming the variable.
-//     Variables with the prefix that name no flag of this program are
-//     ignored (scripts use the prefix for their own settings).
+//     A variable with the prefix that names no flag of this program (a
+//     typo such as ASYNCPS_SSP_SLAK) is ignored with a warning naming the
+//     closest flag (ParsedCommandLine::warnings, for the program to log);
+//     the settings asyncps's launch scripts read themselves (ASYNCPS_BIN,
+//     ASYNCPS_SHARDS, ...) are not warned about.
 //
 // absl 20220623's ParseCommandLine exits 1 on such errors and its --help
 // lists only flags defined in a file named after the binary, so this parser
@@ -57,6 +60,9 @@ struct ParsedCommandLine {
   // Every flag that was set, by its name, and where its value came from:
   // "--name" or "ASYNCPS_NAME".
   std::map<std::string, std::string> set_by;
+  // One line per ASYNCPS_* variable that sets no flag (to be logged as a
+  // warning at start).
+  std::vector<std::string> warnings;
 
   bool IsSet(absl::string_view flag) const {
     return set_by.count(std::string(flag)) > 0;
@@ -69,6 +75,9 @@ std::string FlagEnvironmentVariable(absl::string_view flag);
 // A source of environment variables (getenv by default), for tests.
 using EnvironmentLookup = std::optional<std::string> (*)(const char* name);
 std::optional<std::string> ProcessEnvironment(const char* name);
+// The names of the environment's variables (environ by default), for tests.
+using EnvironmentNames = std::vector<std::string> (*)();
+std::vector<std::string> ProcessEnvironmentNames();
 
 // The result of parsing: either a command line to run with, or the exit
 // status of a program that is done (help or version printed to stdout, or an
@@ -82,7 +91,8 @@ struct ParseResult {
 // the flags. Prints help, version and errors itself (see above).
 ParseResult ParseProgramCommandLine(
     int argc, char** argv, const ProgramInfo& program,
-    EnvironmentLookup env = &ProcessEnvironment);
+    EnvironmentLookup env = &ProcessEnvironment,
+    EnvironmentNames names = &ProcessEnvironmentNames);
 
 // The help text --help prints (`filter` non-empty: only flags whose name
 // contains it; `all`: absl's own flags too).

@@ -6,8 +6,12 @@
 #include <cstring>
 #include <utility>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
 #include "spdlog/sinks/null_sink.h"
 #include "spdlog/sinks/stdout_sinks.h"
 
@@ -37,19 +41,55 @@ std::shared_ptr<spdlog::logger>* grpc_logger = nullptr;
 spdlog::level::level_enum grpc_error_level = spdlog::level::err;
 std::atomic<uint64_t> handshake_failures{0};
 
+// Handshake lines come once per refused connection, as fast as anyone
+// connects: the first is logged at once, then at most one line per
+// interval, with the count of those held back.
+constexpr absl::Duration kHandshakeLogInterval = absl::Seconds(10);
+absl::Mutex handshake_log_mu;
+absl::Time handshake_logged ABSL_GUARDED_BY(handshake_log_mu) =
+    absl::InfinitePast();
+uint64_t handshake_held ABSL_GUARDED_BY(handshake_log_mu) = 0;
+
+bool IsHandshakeLine(const char* file, const char* message) {
+  return absl::StrContains(message, "Handshake failed") ||
+         absl::StrContains(file, "ssl_transport_security") ||
+         absl::StrContains(file, "security_handshaker");
+}
+
 void LogGrpcLine(gpr_log_func_args* args) {
-  if (args->severity == GPR_LOG_SEVERITY_ERROR &&
-      absl::StrContains(args->message, "Handshake failed")) {
+  const char* file = args->file == nullptr ? "" : args->file;
+  const bool error = args->severity == GPR_LOG_SEVERITY_ERROR;
+  if (error && absl::StrContains(args->message, "Handshake failed")) {
     handshake_failures.fetch_add(1, std::memory_order_relaxed);
   }
   if (grpc_logger == nullptr || *grpc_logger == nullptr) return;
-  const char* file = args->file == nullptr ? "" : args->file;
   const char* slash = std::strrchr(file, '/');
+  const char* base = slash == nullptr ? file : slash + 1;
+  if (error && IsHandshakeLine(file, args->message)) {
+    uint64_t held = 0;
+    {
+      absl::MutexLock l(&handshake_log_mu);
+      const absl::Time now = absl::Now();
+      if (now - handshake_logged < kHandshakeLogInterval) {
+        ++handshake_held;
+        return;
+      }
+      handshake_logged = now;
+      held = handshake_held;
+      handshake_held = 0;
+    }
+    (*grpc_logger)
+        ->log(grpc_error_level,
+              "grpc: {}:{} {}{}", base, args->line, args->message,
+              held == 0 ? std::string()
+                        : absl::StrCat(" (and ", held,
+                                       " more TLS handshake line(s) in the "
+                                       "last interval, not shown)"));
+    return;
+  }
   (*grpc_logger)
-      ->log(args->severity == GPR_LOG_SEVERITY_ERROR ? grpc_error_level
-                                                     : spdlog::level::debug,
-            "grpc: {}:{} {}", slash == nullptr ? file : slash + 1, args->line,
-            args->message);
+      ->log(error ? grpc_error_level : spdlog::level::debug, "grpc: {}:{} {}",
+            base, args->line, args->message);
 }
 
 }  // namespace

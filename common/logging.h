@@ -21,7 +21,9 @@ std::shared_ptr<spdlog::logger> NullLogger();
 
 // Sends the gRPC library's own log lines (which it otherwise prints to
 // stderr in its own format) to `logger`, prefixed "grpc:": its errors at
-// `error_level`, everything else at debug. A null logger discards them.
+// `error_level`, everything else at debug; lines about failed TLS
+// handshakes (one per refused connection) at most once per 10 s, with the
+// count of those held back. A null logger discards them.
 // Process-wide (gRPC has one log sink); call once from main() before the
 // first channel or server. The logger must live until the process ends.
 void RouteGrpcLogs(std::shared_ptr<spdlog::logger> logger,

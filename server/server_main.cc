@@ -366,6 +366,9 @@ int Main(int argc, char** argv) {
   }
   absl::StatusOr<PsServerOptions> options = OptionsFromFlags();
   if (!options.ok()) return Fail(std::string(options.status().message()));
+  for (const std::string& w : parsed.command_line->warnings) {
+    options->logger->warn("{}", w);
+  }
   // gRPC's own lines (e.g. a refused TLS handshake) go through our logger.
   RouteGrpcLogs(options->logger, spdlog::level::warn);
   RpcMetrics rpc_metrics;

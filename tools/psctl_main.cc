@@ -482,6 +482,9 @@ int Main(int argc, char** argv) {
   const ParseResult parsed = ParseProgramCommandLine(argc, argv, program);
   if (!parsed.command_line.has_value()) return parsed.exit_code;
   const ParsedCommandLine& cl = *parsed.command_line;
+  for (const std::string& w : cl.warnings) {
+    std::fprintf(stderr, "psctl: warning: %s\n", w.c_str());
+  }
   if (cl.positional.size() != 1) {
     return UsageError(absl::StrCat(
         "expected one command (status, tensors, checkpoint, health or "

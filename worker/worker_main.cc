@@ -528,6 +528,9 @@ int Main(int argc, char** argv) {
   if (!logger.ok()) return Fail(std::string(logger.status().message()));
   options->logger = *logger;
   for (const std::string& w : warnings) (*logger)->warn("{}", w);
+  for (const std::string& w : parsed.command_line->warnings) {
+    (*logger)->warn("{}", w);
+  }
   // gRPC's own lines (e.g. its TLS handshake errors) only at debug: the
   // worker reports failures itself.
   RouteGrpcLogs(*logger, spdlog::level::debug);

@@ -28,6 +28,12 @@ std::optional<std::string> FakeEnv(const char* name) {
   return it->second;
 }
 
+std::vector<std::string> FakeNames() {
+  std::vector<std::string> names;
+  for (const auto& [name, value] : *fake_env) names.push_back(name);
+  return names;
+}
+
 void ResetFlags() {
   absl::SetFlag(&FLAGS_cli_port, 7000);
   absl::SetFlag(&FLAGS_cli_name, "default");
@@ -45,7 +51,7 @@ ParseResult Parse(std::vector<std::string> args) {
   program.usage = "prog: a test program.";
   program.short_aliases = {{"n", "cli_name"}};
   return ParseProgramCommandLine(static_cast<int>(argv.size()), argv.data(),
-                                 program, &FakeEnv);
+                                 program, &FakeEnv, &FakeNames);
 }
 
 TEST_CASE("flags in every syntax set their values; positionals are kept",
@@ -149,6 +155,35 @@ TEST_CASE("ASYNCPS_<FLAG> sets a flag; the command line wins", "[cli]") {
   REQUIRE(r.command_line.has_value());
   CHECK(absl::GetFlag(FLAGS_cli_port) == 7000);
   CHECK_FALSE(r.command_line->IsSet("cli_port"));
+}
+
+}  // namespace
+}  // namespace asyncps
+
+namespace asyncps {
+namespace {
+
+TEST_CASE(
+    "ASYNCPS_ variables that set no flag are warned about, naming the "
+    "closest flag; the launch scripts' own settings are not",
+    "[cli]") {
+  ResetFlags();
+  (*fake_env)["ASYNCPS_CLI_PORTT"] = "8";
+  (*fake_env)["ASYNCPS_SOMETHING_ELSE"] = "1";
+  (*fake_env)["ASYNCPS_BIN"] = "/opt/asyncps";
+  (*fake_env)["ASYNCPS_SHARDS"] = "2";
+  (*fake_env)["ASYNCPS_CLI_NAME"] = "ok";
+  (*fake_env)["OTHER_VARIABLE"] = "x";
+  ParseResult r = Parse({});
+  REQUIRE(r.command_line.has_value());
+  CHECK(absl::GetFlag(FLAGS_cli_name) == "ok");
+  CHECK(absl::GetFlag(FLAGS_cli_port) == 7000);  // the typo set nothing
+  const std::vector<std::string>& w = r.command_line->warnings;
+  REQUIRE(w.size() == 2);
+  CHECK(absl::StrContains(w[0], "ASYNCPS_CLI_PORTT sets no flag of prog"));
+  CHECK(absl::StrContains(w[0], "did you mean ASYNCPS_CLI_PORT, --cli_port?"));
+  CHECK(absl::StrContains(w[1], "ASYNCPS_SOMETHING_ELSE"));
+  CHECK_FALSE(absl::StrContains(w[1], "did you mean"));
 }
 
 }  // namespace

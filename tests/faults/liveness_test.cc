@@ -247,5 +247,38 @@ TEST_CASE("a worker started before its shards waits for them, naming them",
   CHECK(testing::FinalAccuracy((*w)->ReadLog()) > 0.5);
 }
 
+TEST_CASE(
+    "every wait says what it waits for, and a signal ends it at once "
+    "(exit 143)",
+    "[faults][signals][waits]") {
+  // Waiting for the tensors worker 0 creates (there is no worker 0).
+  absl::StatusOr<ServerProcess> shard = StartPsServer(0, 1);
+  REQUIRE_OK(shard.status());
+  std::unique_ptr<Subprocess> w1 =
+      Worker(shard->address, 1, {"--wait_for_tensors_s=600"});
+  REQUIRE_OK(WaitForLog(w1.get(),
+                        "waiting for the tensors another worker creates",
+                        absl::Seconds(30)));
+  CHECK(absl::StrContains(w1->ReadLog(), "'fc0/w' on shard 0"));
+  REQUIRE_OK(w1->Signal(SIGTERM));
+  absl::StatusOr<int> code = w1->Wait(absl::Seconds(10));
+  INFO(w1->LogTail());
+  REQUIRE_OK(code.status());
+  CHECK(*code == 128 + SIGTERM);
+
+  // Waiting for a shard that is not there.
+  absl::StatusOr<std::string> nobody = testing::UnusedLoopbackAddress();
+  REQUIRE_OK(nobody.status());
+  std::unique_ptr<Subprocess> early =
+      Worker(*nobody, 0, {"--wait_for_shards_s=600"}, /*num_workers=*/1);
+  REQUIRE_OK(WaitForLog(early.get(), "waiting for 1 of 1 shards",
+                        absl::Seconds(30)));
+  REQUIRE_OK(early->Signal(SIGTERM));
+  code = early->Wait(absl::Seconds(10));
+  INFO(early->LogTail());
+  REQUIRE_OK(code.status());
+  CHECK(*code == 128 + SIGTERM);
+}
+
 }  // namespace
 }  // namespace asyncps

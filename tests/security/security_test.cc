@@ -453,6 +453,55 @@ TEST_CASE("TLS failures name their cause, without gRPC's own handshake lines",
 }
 
 TEST_CASE(
+    "ps_worker names a TLS disagreement while it waits for its shards, not "
+    "after the wait",
+    "[security][tls][worker]") {
+  const Pki& pki = TestPki();
+  ServerProcess tls = StartShard(
+      {"--tls_cert=" + pki.server_cert, "--tls_key=" + pki.server_key});
+  absl::StatusOr<std::unique_ptr<Subprocess>> w = Subprocess::Start(
+      testing::RunfilePath("worker/ps_worker"),
+      {"--servers=" + tls.address, "--wait_for_shards_s=600",
+       "--log_level=warn", "--steps=1"});
+  REQUIRE_OK(w.status());
+  const absl::Status said = testing::WaitFor(
+      [&] {
+        return absl::StrContains((*w)->ReadLog(),
+                                 "the shard speaks TLS but this client "
+                                 "connects in plain TCP");
+      },
+      absl::Seconds(30), "the worker's TLS diagnosis");
+  INFO((*w)->LogTail());
+  REQUIRE_OK(said);
+  CHECK((*w)->Running());  // said during the 600 s wait
+  REQUIRE_OK((*w)->Signal(SIGTERM));
+  absl::StatusOr<int> code = (*w)->Wait(absl::Seconds(10));
+  REQUIRE_OK(code.status());
+  CHECK(*code == 128 + SIGTERM);
+}
+
+TEST_CASE(
+    "failed TLS handshakes are counted and logged at a limited rate",
+    "[security][tls][log]") {
+  const Pki& pki = TestPki();
+  ServerProcess tls = StartShard(
+      {"--tls_cert=" + pki.server_cert, "--tls_key=" + pki.server_key});
+  constexpr int kAttempts = 30;
+  for (int i = 0; i < kAttempts; ++i) {
+    CHECK_FALSE(CallHealth(tls.address, {}).ok());  // plain TCP: refused
+  }
+  const std::string log = tls.process->ReadLog();
+  INFO(log);
+  size_t lines = 0;
+  for (size_t at = log.find("grpc: "); at != std::string::npos;
+       at = log.find("grpc: ", at + 1)) {
+    ++lines;
+  }
+  CHECK(lines >= 1);
+  CHECK(lines <= 2);
+}
+
+TEST_CASE(
     "mutual TLS: the plain-TCP health listener answers probes without a "
     "certificate",
     "[security][mtls][health]") {
