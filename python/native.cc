@@ -33,6 +33,7 @@
 #include "absl/time/time.h"
 #include "client/ps_client.h"
 #include "common/initializer.h"
+#include "common/names.h"
 #include "common/net.h"
 #include "common/row_initializer.h"
 #include "common/security.h"
@@ -301,7 +302,7 @@ class Client {
          const std::string& tls_key, const std::string& token_file,
          double rpc_timeout, double call_deadline, int max_attempts,
          double initial_backoff, int connections_per_shard,
-         const std::string& wire_dtype) {
+         const std::string& wire_dtype, const std::string& run_id) {
     PsClientOptions o;
     servers_ = ServerList(servers);
     o.servers = servers_;
@@ -311,6 +312,10 @@ class Client {
     }
     o.worker_id = worker_id;
     o.incarnation = incarnation;
+    if (absl::Status r = CheckRunId(run_id); !r.ok()) {
+      throw py::value_error(absl::StrCat("Client: run_id: ", r.message()));
+    }
+    o.run_id = run_id;
     if (!(rpc_timeout > 0) || !std::isfinite(rpc_timeout)) {
       throw py::value_error(absl::StrCat(
           "Client: rpc_timeout must be > 0 seconds, got ", rpc_timeout));
@@ -867,7 +872,7 @@ const char kClientDoc[] =
 Client(servers, worker_id=0, *, incarnation=0, tls_ca='', tls_cert='',
        tls_key='', token_file='', rpc_timeout=120.0, call_deadline=300.0,
        max_attempts=0, initial_backoff=0.05, connections_per_shard=2,
-       wire_dtype='fp32')
+       wire_dtype='fp32', run_id='')
 
 servers     shard addresses in shard order: ['h:p', 'h:p'] or 'h:p,h:p'.
             Every worker must list the shards in the same order.
@@ -890,6 +895,8 @@ call_deadline  every call gives up after this many seconds; meanwhile
 connections_per_shard  TCP connections to each shard for the data streams.
 wire_dtype  'fp32', or 'bf16' to send gradients and receive parameters as
             bfloat16 (half the bytes; the shards keep float32).
+run_id      the run this worker belongs to (ps_server --run_id); shards of
+            another run refuse its heartbeats (RpcError FAILED_PRECONDITION).
 
 Tensors are dense float32 arrays cut into slices spread over the shards.
 Arrays passed in must be numpy.ndarray, dtype float32, C-contiguous, with
@@ -1116,14 +1123,16 @@ Bad values raise ValueError at once.)doc")
   py::class_<Client>(m, "Client", kClientDoc)
       .def(py::init<const py::object&, int32_t, uint64_t, const std::string&,
                     const std::string&, const std::string&, const std::string&,
-                    double, double, int, double, int, const std::string&>(),
+                    double, double, int, double, int, const std::string&,
+                    const std::string&>(),
            py::arg("servers"), py::arg("worker_id") = 0, py::kw_only(),
            py::arg("incarnation") = 0, py::arg("tls_ca") = "",
            py::arg("tls_cert") = "", py::arg("tls_key") = "",
            py::arg("token_file") = "", py::arg("rpc_timeout") = 120.0,
            py::arg("call_deadline") = 300.0, py::arg("max_attempts") = 0,
            py::arg("initial_backoff") = 0.05,
-           py::arg("connections_per_shard") = 2, py::arg("wire_dtype") = "fp32")
+           py::arg("connections_per_shard") = 2, py::arg("wire_dtype") = "fp32",
+           py::arg("run_id") = "")
       .def("create", &Client::Create, py::arg("specs"), kCreateDoc)
       .def("wait_for", &Client::WaitFor, py::arg("names"),
            py::arg("timeout") = 60.0, kWaitForDoc)

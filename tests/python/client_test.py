@@ -119,6 +119,19 @@ def test_server_refusal_surfaces_with_its_code(cluster):
         np.testing.assert_array_equal(c.pull(["t"])["t"], np.ones(4, np.float32))
 
 
+def test_run_id_must_match_the_shards(cluster):
+    shards = cluster.start(1, args=["--run_id=run-a"])
+    with connect(shards, run_id="run-a") as c:
+        c.heartbeat()
+    other = connect(shards, worker_id=1, run_id="run-b")
+    with pytest.raises(asyncps.RpcError) as e:
+        other.heartbeat()
+    assert e.value.code == "FAILED_PRECONDITION"
+    assert "run 'run-a'" in e.value.message
+    with pytest.raises(ValueError, match="run_id"):
+        connect(shards, run_id="has space")
+
+
 def unused_port():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
