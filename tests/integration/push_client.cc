@@ -1,8 +1,10 @@
 // A worker stand-in for multi-process tests: waits for the named tensors,
-// registers (a restarted process of a worker id continues where its
-// predecessor was), then pulls them and pushes a gradient whose every
-// element is `--grad` until the worker id has made `--pushes` pushes, and
-// finally says goodbye. Prints "acked <clock>" once each push is answered.
+// registers (a restarted process of a worker id continues at the data
+// position its predecessors reached, whatever clock it resumes at), then
+// pulls them and pushes a gradient whose every element is `--grad` until
+// the worker id has trained `--pushes` steps (one push each), and finally
+// says goodbye. Prints "acked <step>" once each step's push is answered,
+// and reports the data position with its next call.
 // Exits 0 when every push was applied in full (or acknowledged as the
 // duplicate of a push applied before), 1 otherwise (the reason on stderr).
 
@@ -79,7 +81,8 @@ absl::Status Run() {
   if (!reg.ok()) return reg.status();
   const int pushes = absl::GetFlag(FLAGS_pushes);
   uint64_t max_staleness = 0;
-  for (int64_t clock = reg->previous_clock; clock < pushes; ++clock) {
+  int64_t clock = reg->resume_clock;
+  for (int64_t step = reg->trained; step < pushes; ++step, ++clock) {
     s = ps.Pull(clock, pull_into);
     if (!s.ok()) return s;
     absl::StatusOr<PushSummary> summary = ps.Push(clock, push_from);
@@ -88,15 +91,16 @@ absl::Status Run() {
     if ((summary->applied != slices && summary->duplicates == 0) ||
         summary->refused_stale != 0 || summary->refused_restored != 0) {
       return absl::InternalError(absl::StrCat(
-          "push ", clock, ": applied ", summary->applied, " of ", slices,
-          " slices, refused ", summary->refused_stale, " + ",
+          "push of step ", step, ": applied ", summary->applied, " of ",
+          slices, " slices, refused ", summary->refused_stale, " + ",
           summary->refused_restored, ", duplicates ", summary->duplicates));
     }
-    std::printf("acked %ld\n", static_cast<long>(clock));
+    ps.ReportTrained(step + 1);
+    std::printf("acked %ld\n", static_cast<long>(step));
     std::fflush(stdout);
     max_staleness = std::max(max_staleness, summary->max_staleness);
   }
-  s = ps.Heartbeat(pushes, /*leaving=*/true);
+  s = ps.Heartbeat(clock, /*leaving=*/true);
   if (!s.ok()) return s;
   (*logger)->info("worker {}: {} pushes of {} slices applied, max staleness {}",
                   ps.worker_id(), pushes, slices, max_staleness);
