@@ -104,6 +104,16 @@ std::vector<std::string> Problems(const std::vector<ShardResult>& shards) {
           " but --servers lists ", shards.size(), " address(es)"));
     }
   }
+  std::set<std::string> runs;
+  for (const ShardResult& r : shards) {
+    if (r.up) runs.insert(r.status.run_id());
+  }
+  if (runs.size() > 1) {
+    out.push_back(absl::StrCat("the shards belong to different runs (",
+                               absl::StrJoin(runs, ", "),
+                               "): workers of one run are refused by the "
+                               "others"));
+  }
   return out;
 }
 
@@ -145,7 +155,7 @@ std::string DescribePolicy(const StalenessPolicy& p) {
 
 ClusterSummary Summarize(const std::vector<ShardResult>& shards) {
   ClusterSummary sum;
-  std::set<std::string> policies;
+  std::set<std::string> policies, runs;
   bool any_clock = false;
   for (const ShardResult& r : shards) {
     if (!r.up) {
@@ -165,6 +175,7 @@ ClusterSummary Summarize(const std::vector<ShardResult>& shards) {
     sum.staleness_p99 = std::max(sum.staleness_p99, h.p99());
     sum.staleness_max = std::max(sum.staleness_max, h.max());
     policies.insert(DescribePolicy(s.policy()));
+    runs.insert(s.run_id());
     sum.tables = std::max(sum.tables, s.tables_size());
     for (const TableStatus& t : s.tables()) {
       sum.table_rows += t.rows();
@@ -182,6 +193,11 @@ ClusterSummary Summarize(const std::vector<ShardResult>& shards) {
   }
   sum.any_live = any_clock;
   sum.parameters = sum.parameter_bytes / sizeof(float);
+  if (runs.size() == 1) {
+    sum.run_id = *runs.begin();
+  } else if (runs.size() > 1) {
+    sum.run_id = absl::StrCat("mixed: ", absl::StrJoin(runs, " | "));
+  }
   if (policies.size() == 1) {
     sum.policy = *policies.begin();
   } else if (policies.size() > 1) {
@@ -214,9 +230,11 @@ std::vector<MergedWorker> MergeWorkers(const std::vector<ShardResult>& shards) {
         m.worker_id = w.worker_id();
         m.incarnation = w.incarnation();
         m.clock = w.clock();
+        m.trained = w.trained();
         m.heartbeat_age_ms = w.last_heartbeat_age_ms();
       } else {
         m.clock = std::max(m.clock, w.clock());
+        m.trained = std::max(m.trained, w.trained());
         m.heartbeat_age_ms =
             std::min(m.heartbeat_age_ms, w.last_heartbeat_age_ms());
       }
@@ -282,7 +300,8 @@ std::string RenderText(const std::vector<ShardResult>& shards, bool wide) {
   absl::StrAppend(
       &out, "cluster: ", s.shards_up, "/", shards.size(), " shards up",
       s.shards_down > 0 ? absl::StrCat(" (", s.shards_down, " DOWN)") : "",
-      s.policy.empty() ? "" : absl::StrCat("   policy: ", s.policy), "\n");
+      s.policy.empty() ? "" : absl::StrCat("   policy: ", s.policy),
+      s.run_id.empty() ? "" : absl::StrCat("   run: ", s.run_id), "\n");
   absl::StrAppend(&out, "  tensors ", s.tensors, "  slices ", s.slices,
                   "  parameters ", s.parameters, " (",
                   HumanBytes(s.parameter_bytes), ")\n");
@@ -394,13 +413,14 @@ std::string RenderText(const std::vector<ShardResult>& shards, bool wide) {
 
   const std::vector<MergedWorker> workers = MergeWorkers(shards);
   if (!workers.empty()) {
-    TextTable wt({"WORKER", "INCARNATION", "STATE", "CLOCK", "LAG", "HEARTBEAT",
-                  "PUSHES", "SHARDS"},
+    TextTable wt({"WORKER", "INCARNATION", "STATE", "CLOCK", "LAG", "TRAINED",
+                  "HEARTBEAT", "PUSHES", "SHARDS"},
                  /*left_columns=*/3);
     for (const MergedWorker& w : workers) {
       // Decimal, as in the shards' logs and the JSON output.
       wt.AddRow({absl::StrCat(w.worker_id), absl::StrCat(w.incarnation),
                  w.state(), absl::StrCat(w.clock), absl::StrCat(w.lag),
+                 absl::StrCat(w.trained),
                  absl::StrCat(HumanDuration(w.heartbeat_age_ms), " ago"),
                  absl::StrCat(w.pushes), absl::StrCat(w.shards)});
     }
@@ -443,6 +463,7 @@ Doc StatusDoc(const std::vector<ShardResult>& shards) {
       .Set("staleness_p99", Doc::Uint(s.staleness_p99))
       .Set("staleness_max", Doc::Uint(s.staleness_max))
       .Set("policy", Doc::String(s.policy))
+      .Set("run_id", Doc::String(s.run_id))
       .Set("min_clock", s.any_live ? Doc::Int(s.min_clock) : Doc::Null())
       .Set("max_clock", s.any_live ? Doc::Int(s.max_clock) : Doc::Null())
       .Set("workers", Doc::Int(s.workers))
@@ -459,6 +480,7 @@ Doc StatusDoc(const std::vector<ShardResult>& shards) {
         .Set("state", Doc::String(w.state()))
         .Set("clock", Doc::Int(w.clock))
         .Set("lag", Doc::Int(w.lag))
+        .Set("trained", Doc::Int(w.trained))
         .Set("heartbeat_age_ms", Doc::Int(w.heartbeat_age_ms))
         .Set("pushes", Doc::Uint(w.pushes))
         .Set("shards", Doc::Int(w.shards));

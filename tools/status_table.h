@@ -40,6 +40,8 @@ struct ClusterSummary {
   // "ASP, max_staleness -1, staleness_lr none", or "mixed: a | b" when the
   // shards disagree; "" when none answered.
   std::string policy;
+  // The shards' run (ps_server --run_id); "mixed: a | b" when they differ.
+  std::string run_id;
   bool any_live = false;  // some shard has a live worker; else no clocks
   int64_t min_clock = 0;  // slowest live worker on any shard
   int64_t max_clock = 0;  // fastest live worker on any shard
@@ -70,6 +72,9 @@ struct MergedWorker {
   int32_t worker_id = 0;
   uint64_t incarnation = 0;
   int64_t clock = 0;             // the highest any shard has seen
+  // Data position: steps of its share every shard acknowledged (the
+  // highest any shard recorded; WorkerRef.trained).
+  int64_t trained = 0;
   int64_t lag = 0;               // fastest live clock - clock; 0 when not live
   int64_t heartbeat_age_ms = 0;  // since the most recent contact with any shard
   uint64_t pushes = 0;           // push RPCs, summed over shards

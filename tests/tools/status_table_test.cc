@@ -145,6 +145,29 @@ TEST_CASE("MergeWorkers keeps the newest incarnation and merges its records",
   CHECK(w[2].lag == 0);
 }
 
+TEST_CASE("the run and each worker's data position are shown; runs that "
+          "differ are a warning",
+          "[psctl]") {
+  std::vector<ShardResult> shards = Cluster();  // shard 2 is down
+  shards[0].status.set_run_id("job-7");
+  shards[1].status.set_run_id("job-7");
+  shards[1].status.mutable_workers(1)->set_trained(11);  // worker 2
+  shards[0].status.mutable_workers(1)->set_trained(10);
+  CHECK(Summarize(shards).run_id == "job-7");
+  CHECK(Problems(shards).empty());
+  const std::vector<MergedWorker> w = MergeWorkers(shards);
+  REQUIRE(w.size() == 3);
+  CHECK(w[1].trained == 11);  // the furthest any shard recorded
+  const std::string text = RenderText(shards, /*wide=*/false);
+  CHECK(absl::StrContains(text, "run: job-7"));
+  CHECK(absl::StrContains(text, "TRAINED"));
+  shards[1].status.set_run_id("job-8");
+  const std::vector<std::string> problems = Problems(shards);
+  REQUIRE(problems.size() == 1);
+  CHECK(absl::StrContains(problems[0], "different runs (job-7, job-8)"));
+  CHECK(Summarize(shards).run_id == "mixed: job-7 | job-8");
+}
+
 TEST_CASE(
     "RenderText: summary, aligned shard rows, DOWN row with the error, "
     "worker rows",
