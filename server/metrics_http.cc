@@ -150,6 +150,15 @@ std::string RenderPrometheus(const StatusResponse& s) {
         absl::StrCat(s.slices()));
   gauge("asyncps_parameters_bytes", "Bytes of parameters held by the shard.",
         absl::StrCat(s.parameter_bytes()));
+  gauge("asyncps_max_parameter_bytes",
+        "The shard's memory cap for tensors and table rows "
+        "(--max_parameter_bytes; auto: 40% of the memory it may use, its "
+        "cgroup's limit when lower).",
+        absl::StrCat(s.max_parameter_bytes()));
+  gauge("asyncps_reserved_parameter_bytes",
+        "Bytes of the cap taken by tensors and table rows (values, optimizer "
+        "state, bookkeeping).",
+        absl::StrCat(s.reserved_parameter_bytes()));
   gauge("asyncps_min_clock", "Clock of the slowest live worker.",
         absl::StrCat(s.min_clock()));
   gauge("asyncps_max_clock", "Clock of the fastest live worker.",
@@ -200,6 +209,10 @@ std::string RenderPrometheus(const StatusResponse& s) {
     per_worker("asyncps_worker_clock", "gauge",
                "Steps the worker has completed, as this shard last heard.",
                [](const WorkerStatus& w) { return absl::StrCat(w.clock()); });
+    per_worker("asyncps_worker_trained", "gauge",
+               "The worker's data position: steps of its share whose pushes "
+               "every shard acknowledged.",
+               [](const WorkerStatus& w) { return absl::StrCat(w.trained()); });
     per_worker("asyncps_worker_lag", "gauge",
                "Fastest live worker's clock minus this worker's (0 when not "
                "live).",

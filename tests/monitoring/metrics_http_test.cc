@@ -155,7 +155,10 @@ StatusResponse HandBuiltStatus() {
     w->set_live(id == 7);
     w->set_last_heartbeat_age_ms(1500);
     w->set_pushes(id);
+    w->set_trained(id == 7 ? 40 : 32);
   }
+  s.set_max_parameter_bytes(1 << 20);
+  s.set_reserved_parameter_bytes(4096);
   return s;
 }
 
@@ -181,6 +184,9 @@ TEST_CASE("RenderPrometheus writes valid text format with every metric",
   CHECK(Sample(e, R"(asyncps_pull_waits_total{shard="3"})") == 6);
   CHECK(Sample(e, R"(asyncps_uptime_seconds{shard="3"})") == Approx(12.345));
   CHECK(Sample(e, R"(asyncps_parameters_bytes{shard="3"})") == 80);
+  CHECK(Sample(e, R"(asyncps_max_parameter_bytes{shard="3"})") == 1 << 20);
+  CHECK(Sample(e, R"(asyncps_reserved_parameter_bytes{shard="3"})") == 4096);
+  CHECK(Sample(e, R"(asyncps_worker_trained{shard="3",worker="7"})") == 40);
   CHECK(Sample(e, R"(asyncps_tensors{shard="3"})") == 2);
   CHECK(Sample(e, R"(asyncps_slices{shard="3"})") == 5);
   CHECK(Sample(e, R"(asyncps_max_staleness_bound{shard="3"})") == 8);
