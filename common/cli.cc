@@ -82,10 +82,10 @@ std::string Suggestion(absl::string_view name) {
 // Settings of asyncps's launch scripts (deploy/, tests/), read by the
 // scripts and not by the binaries: never warned about.
 constexpr absl::string_view kScriptSettings[] = {
-    "ADDRESS",      "BASE_PORT",   "BIN",          "BUNDLE_GLIBC",
-    "EPOCHS",       "EXAMPLES",    "GPU_OPTIONAL", "PEAK_TFLOPS",
-    "REQUIRE_CUDA", "RUN_DIR",     "SERVER_FLAGS", "SHARDS",
-    "START_TIMEOUT", "STOP_TIMEOUT", "UNPACK_WITH", "WORKER_FLAGS",
+    "ADDRESS",       "BASE_PORT",    "BIN",          "BUNDLE_GLIBC",
+    "EPOCHS",        "EXAMPLES",     "GPU_OPTIONAL", "PEAK_TFLOPS",
+    "REQUIRE_CUDA",  "RUN_DIR",      "SERVER_FLAGS", "SHARDS",
+    "START_TIMEOUT", "STOP_TIMEOUT", "UNPACK_WITH",  "WORKER_FLAGS",
     "WORKERS"};
 
 // One warning per ASYNCPS_* variable among `names` that sets no flag of
@@ -96,6 +96,9 @@ std::vector<std::string> UnknownVariableWarnings(
   for (const std::string& variable : names) {
     absl::string_view rest = variable;
     if (!absl::ConsumePrefix(&rest, kEnvPrefix) || rest.empty()) continue;
+    // The scripts hand their own values to the processes they start as
+    // ASYNCPS_<NAME>_ (a trailing underscore), apart from the flags.
+    if (absl::EndsWith(rest, "_")) continue;
     if (std::find(std::begin(kScriptSettings), std::end(kScriptSettings),
                   rest) != std::end(kScriptSettings)) {
       continue;
@@ -107,11 +110,10 @@ std::vector<std::string> UnknownVariableWarnings(
     warnings.push_back(absl::StrCat(
         "environment variable ", variable, " sets no flag of ", program.name,
         " and is ignored",
-        close != nullptr
-            ? absl::StrCat(" (did you mean ", FlagEnvironmentVariable(
-                                                  close->Name()),
-                           ", --", close->Name(), "?)")
-            : ""));
+        close != nullptr ? absl::StrCat(" (did you mean ",
+                                        FlagEnvironmentVariable(close->Name()),
+                                        ", --", close->Name(), "?)")
+                         : ""));
   }
   return warnings;
 }

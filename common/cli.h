@@ -19,7 +19,9 @@
 //     typo such as ASYNCPS_SSP_SLAK) is ignored with a warning naming the
 //     closest flag (ParsedCommandLine::warnings, for the program to log);
 //     the settings asyncps's launch scripts read themselves (ASYNCPS_BIN,
-//     ASYNCPS_SHARDS, ...) are not warned about.
+//     ASYNCPS_SHARDS, ...) and the values they hand to the processes they
+//     start (names ending in '_', e.g. ASYNCPS_SERVERS_) are not warned
+//     about.
 //
 // absl 20220623's ParseCommandLine exits 1 on such errors and its --help
 // lists only flags defined in a file named after the binary, so this parser

@@ -79,8 +79,8 @@ void LogGrpcLine(gpr_log_func_args* args) {
       handshake_held = 0;
     }
     (*grpc_logger)
-        ->log(grpc_error_level,
-              "grpc: {}:{} {}{}", base, args->line, args->message,
+        ->log(grpc_error_level, "grpc: {}:{} {}{}", base, args->line,
+              args->message,
               held == 0 ? std::string()
                         : absl::StrCat(" (and ", held,
                                        " more TLS handshake line(s) in the "

@@ -71,7 +71,7 @@ struct MergedTable {
 struct MergedWorker {
   int32_t worker_id = 0;
   uint64_t incarnation = 0;
-  int64_t clock = 0;             // the highest any shard has seen
+  int64_t clock = 0;  // the highest any shard has seen
   // Data position: steps of its share every shard acknowledged (the
   // highest any shard recorded; WorkerRef.trained).
   int64_t trained = 0;

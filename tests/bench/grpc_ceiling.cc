@@ -268,8 +268,8 @@ absl::StatusOr<int64_t> RunGrpcCeilingClient(
 
   std::mutex mu;
   std::condition_variable cv;
-  int outstanding = 0;  // calls in flight, guarded by mu
-  int64_t moved = 0;    // guarded by mu
+  int outstanding = 0;   // calls in flight, guarded by mu
+  int64_t moved = 0;     // guarded by mu
   absl::Status failure;  // guarded by mu
   uint64_t next_id = 0;
   for (uint64_t call = 0;; ++call) {

@@ -31,8 +31,8 @@ int GrpcCeilingServerMain(const std::string& port_file);
 struct GrpcCeilingLoad {
   std::vector<std::string> servers;  // host:port
   bool push = true;
-  int64_t bytes = 0;  // per call, split evenly over the servers
-  int inflight = 2;   // calls in flight
+  int64_t bytes = 0;    // per call, split evenly over the servers
+  int inflight = 2;     // calls in flight
   int connections = 2;  // per server
 };
 

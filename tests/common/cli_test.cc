@@ -172,6 +172,7 @@ TEST_CASE(
   (*fake_env)["ASYNCPS_SOMETHING_ELSE"] = "1";
   (*fake_env)["ASYNCPS_BIN"] = "/opt/asyncps";
   (*fake_env)["ASYNCPS_SHARDS"] = "2";
+  (*fake_env)["ASYNCPS_SERVERS_"] = "h:1";  // a script's hand-over
   (*fake_env)["ASYNCPS_CLI_NAME"] = "ok";
   (*fake_env)["OTHER_VARIABLE"] = "x";
   ParseResult r = Parse({});

@@ -26,8 +26,8 @@ struct FakeTree {
   explicit FakeTree(const std::string& stem) {
     static int counter = 0;
     const char* tmp = std::getenv("TEST_TMPDIR");
-    root = absl::StrCat(tmp != nullptr ? tmp : "/tmp", "/", stem, "-",
-                        ++counter);
+    root =
+        absl::StrCat(tmp != nullptr ? tmp : "/tmp", "/", stem, "-", ++counter);
     ::mkdir(root.c_str(), 0755);
   }
   void Write(const std::string& path, const std::string& text) {

@@ -45,8 +45,7 @@ std::vector<int64_t> AckedSteps(const std::string& log) {
   std::vector<int64_t> steps;
   for (absl::string_view line : absl::StrSplit(log, '\n')) {
     int64_t step;
-    if (absl::ConsumePrefix(&line, "acked ") &&
-        absl::SimpleAtoi(line, &step)) {
+    if (absl::ConsumePrefix(&line, "acked ") && absl::SimpleAtoi(line, &step)) {
       steps.push_back(step);
     }
   }

@@ -121,7 +121,7 @@ TEST_CASE(
   {
     std::unique_ptr<Subprocess> w =
         Worker(shard->address, 0, {"--steps=1000000"}, /*num_workers=*/1);
-    REQUIRE_OK(WaitForLog(w.get(), " step ", absl::Seconds(60)));
+    REQUIRE_OK(WaitForLog(w.get(), "train_acc", absl::Seconds(60)));
     REQUIRE_OK(w->Signal(SIGTERM));
     absl::StatusOr<int> code = w->Wait(absl::Seconds(30));
     INFO(w->LogTail());
@@ -167,7 +167,7 @@ TEST_CASE(
   REQUIRE_OK(frozen.status());
   std::unique_ptr<Subprocess> draining =
       Worker(frozen->address, 0, {"--steps=1000000"}, /*num_workers=*/1);
-  REQUIRE_OK(WaitForLog(draining.get(), " step ", absl::Seconds(60)));
+  REQUIRE_OK(WaitForLog(draining.get(), "train_acc", absl::Seconds(60)));
   REQUIRE_OK(frozen->process->Signal(SIGSTOP));
   REQUIRE_OK(draining->Signal(SIGTERM));
   REQUIRE_OK(WaitForLog(draining.get(), "send it again to exit at once",
@@ -271,8 +271,8 @@ TEST_CASE(
   REQUIRE_OK(nobody.status());
   std::unique_ptr<Subprocess> early =
       Worker(*nobody, 0, {"--wait_for_shards_s=600"}, /*num_workers=*/1);
-  REQUIRE_OK(WaitForLog(early.get(), "waiting for 1 of 1 shards",
-                        absl::Seconds(30)));
+  REQUIRE_OK(
+      WaitForLog(early.get(), "waiting for 1 of 1 shards", absl::Seconds(30)));
   REQUIRE_OK(early->Signal(SIGTERM));
   code = early->Wait(absl::Seconds(10));
   INFO(early->LogTail());

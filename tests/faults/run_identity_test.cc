@@ -46,13 +46,11 @@ std::vector<std::string> ShardArgs(const std::string& dir,
 
 std::unique_ptr<Subprocess> Worker(const std::string& servers, int id,
                                    const std::string& run, int epochs) {
-  absl::StatusOr<std::unique_ptr<Subprocess>> p =
-      StartWorker({absl::StrCat("--servers=", servers),
-                   absl::StrCat("--worker_id=", id),
-                   absl::StrCat("--num_workers=", kWorkers),
-                   absl::StrCat("--run_id=", run),
-                   absl::StrCat("--epochs=", epochs), "--hidden=32",
-                   "--log_every_steps=200", "--seed=3"});
+  absl::StatusOr<std::unique_ptr<Subprocess>> p = StartWorker(
+      {absl::StrCat("--servers=", servers), absl::StrCat("--worker_id=", id),
+       absl::StrCat("--num_workers=", kWorkers), absl::StrCat("--run_id=", run),
+       absl::StrCat("--epochs=", epochs), "--hidden=32",
+       "--log_every_steps=200", "--seed=3"});
   REQUIRE_OK(p.status());
   return *std::move(p);
 }
@@ -92,8 +90,8 @@ std::pair<int, std::string> RefusedShard(int index, int shards,
                                   absl::StrCat("--shard_index=", index),
                                   absl::StrCat("--num_shards=", shards)};
   all.insert(all.end(), args.begin(), args.end());
-  absl::StatusOr<std::unique_ptr<Subprocess>> p = Subprocess::Start(
-      testing::RunfilePath("server/ps_server"), all);
+  absl::StatusOr<std::unique_ptr<Subprocess>> p =
+      Subprocess::Start(testing::RunfilePath("server/ps_server"), all);
   REQUIRE_OK(p.status());
   absl::StatusOr<int> code = (*p)->Wait(absl::Seconds(30));
   REQUIRE_OK(code.status());
@@ -172,9 +170,9 @@ TEST_CASE(
       INFO(w->LogTail());
       REQUIRE_OK(code.status());
       CHECK(*code == 0);
-      CHECK(absl::StrContains(w->ReadLog(),
-                              absl::StrCat("resuming at step ", kEpochSteps,
-                                           " of ", 2 * kEpochSteps)));
+      CHECK(absl::StrContains(
+          w->ReadLog(), absl::StrCat("resuming at step ", kEpochSteps, " of ",
+                                     2 * kEpochSteps)));
     }
     CHECK(FinalAccuracy(workers[0]->ReadLog()) >= 0.8);
   }
@@ -231,8 +229,7 @@ TEST_CASE(
     CHECK(absl::StrContains(log, "psctl reshard"));
   }
 
-  auto reshard = [](const std::string& from, const std::string& to,
-                    int count) {
+  auto reshard = [](const std::string& from, const std::string& to, int count) {
     absl::StatusOr<std::unique_ptr<Subprocess>> p = Subprocess::Start(
         testing::RunfilePath("tools/psctl"),
         {"reshard", absl::StrCat("--from=", from), absl::StrCat("--to=", to),

@@ -99,8 +99,9 @@ TEST_CASE(
       if (restart > 0) CHECK(ResumedAt((*w1)->ReadLog()) >= last_resume);
       break;
     }
-    // Training, past the first progress line, then killed mid-step.
-    REQUIRE_OK(WaitForLog(w1->get(), " step ", absl::Seconds(60)));
+    // Training, past its first progress line (25 steps or more after it
+    // resumed), then killed mid-step.
+    REQUIRE_OK(WaitForLog(w1->get(), "train_acc", absl::Seconds(60)));
     const std::string log = (*w1)->ReadLog();
     CHECK_FALSE(absl::StrContains(log, "FAILED_PRECONDITION"));
     if (restart > 0) {

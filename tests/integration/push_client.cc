@@ -91,8 +91,8 @@ absl::Status Run() {
     if ((summary->applied != slices && summary->duplicates == 0) ||
         summary->refused_stale != 0 || summary->refused_restored != 0) {
       return absl::InternalError(absl::StrCat(
-          "push of step ", step, ": applied ", summary->applied, " of ",
-          slices, " slices, refused ", summary->refused_stale, " + ",
+          "push of step ", step, ": applied ", summary->applied, " of ", slices,
+          " slices, refused ", summary->refused_stale, " + ",
           summary->refused_restored, ", duplicates ", summary->duplicates));
     }
     ps.ReportTrained(step + 1);

@@ -8,12 +8,11 @@
 
 #include <grpcpp/generic/generic_stub.h>
 #include <grpcpp/grpcpp.h>
+#include <sys/stat.h>
 
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <condition_variable>
-#include <sys/stat.h>
-
 #include <fstream>
 #include <mutex>
 #include <string>
@@ -234,9 +233,8 @@ TEST_CASE(
   const int64_t first = Rss(pid);
   for (int round = 1; round < kRounds; ++round) Flood(connections, 8 * kMiB);
   const int64_t last = Rss(pid);
-  INFO("RSS " << start / kMiB << " MiB, after the first round "
-              << first / kMiB << " MiB, after " << kRounds << ": "
-              << last / kMiB << " MiB");
+  INFO("RSS " << start / kMiB << " MiB, after the first round " << first / kMiB
+              << " MiB, after " << kRounds << ": " << last / kMiB << " MiB");
   // The stated bound (README, "Security"): a call refused for its token
   // brings in at most its stream's initial flow-control window (64 KiB),
   // however often the connection was used before; with gRPC's BDP probe on

@@ -459,10 +459,10 @@ TEST_CASE(
   const Pki& pki = TestPki();
   ServerProcess tls = StartShard(
       {"--tls_cert=" + pki.server_cert, "--tls_key=" + pki.server_key});
-  absl::StatusOr<std::unique_ptr<Subprocess>> w = Subprocess::Start(
-      testing::RunfilePath("worker/ps_worker"),
-      {"--servers=" + tls.address, "--wait_for_shards_s=600",
-       "--log_level=warn", "--steps=1"});
+  absl::StatusOr<std::unique_ptr<Subprocess>> w =
+      Subprocess::Start(testing::RunfilePath("worker/ps_worker"),
+                        {"--servers=" + tls.address, "--wait_for_shards_s=600",
+                         "--log_level=warn", "--steps=1"});
   REQUIRE_OK(w.status());
   const absl::Status said = testing::WaitFor(
       [&] {
@@ -480,9 +480,8 @@ TEST_CASE(
   CHECK(*code == 128 + SIGTERM);
 }
 
-TEST_CASE(
-    "failed TLS handshakes are counted and logged at a limited rate",
-    "[security][tls][log]") {
+TEST_CASE("failed TLS handshakes are counted and logged at a limited rate",
+          "[security][tls][log]") {
   const Pki& pki = TestPki();
   ServerProcess tls = StartShard(
       {"--tls_cert=" + pki.server_cert, "--tls_key=" + pki.server_key});

@@ -134,7 +134,8 @@ std::string WriteTwoShards() {
     }
     const std::vector<uint64_t> ids = testing::IdsOn("emb", shard, 2, 50);
     std::vector<float> grads(ids.size() * 4);
-    for (size_t i = 0; i < grads.size(); ++i) grads[i] = 0.01f * (i % 7) - 0.03f;
+    for (size_t i = 0; i < grads.size(); ++i)
+      grads[i] = 0.01f * (i % 7) - 0.03f;
     REQUIRE_OK(testing::PushRows(store.get(), "emb", ids, grads, {},
                                  StalenessRule(), /*clock=*/4)
                    .status());
@@ -225,19 +226,20 @@ Model Load(const std::string& dir, int shards) {
         },
         [&](const SparseTable::RowView& r) {
           CHECK(RowHome(table, r.id, shards) == shard);
-          m.rows.emplace(std::make_pair(table, r.id),
-                         std::make_tuple(r.version, r.touched,
-                                         Floats(r.values, r.dim),
-                                         Floats(r.state, r.state_floats)));
+          m.rows.emplace(
+              std::make_pair(table, r.id),
+              std::make_tuple(r.version, r.touched, Floats(r.values, r.dim),
+                              Floats(r.state, r.state_floats)));
           return absl::OkStatus();
         }));
   }
   return m;
 }
 
-TEST_CASE("reshard 2 -> 3 -> 1 keeps every value, version and state bit for "
-          "bit",
-          "[reshard]") {
+TEST_CASE(
+    "reshard 2 -> 3 -> 1 keeps every value, version and state bit for "
+    "bit",
+    "[reshard]") {
   const std::string two = WriteTwoShards();
   const Model before = Load(two, 2);
   REQUIRE(before.slices.size() > 20);

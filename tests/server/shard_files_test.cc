@@ -157,9 +157,9 @@ TEST_CASE("a shard uses only files of its shard count and run",
   CHECK(CheckCheckpointDir({dir, 0, 2, "r1", "", true}).ok());
   CHECK(CheckCheckpointDir({dir + "/absent", 0, 2, "r1", "", true}).ok());
   std::unique_ptr<ShardStore> store = Store(1, 2);
-  REQUIRE_OK(WriteCheckpoint(
-                 CaptureCheckpoint(*store, {}, absl::Now(), "", "r1"), dir)
-                 .status());
+  REQUIRE_OK(
+      WriteCheckpoint(CaptureCheckpoint(*store, {}, absl::Now(), "", "r1"), dir)
+          .status());
   SpecFileContents specs;
   specs.identity = Identity(1, 2, "r1");
   REQUIRE_OK(WriteSpecFile(SpecFilePath(dir, 1, 2), specs));

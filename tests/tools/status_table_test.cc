@@ -145,9 +145,10 @@ TEST_CASE("MergeWorkers keeps the newest incarnation and merges its records",
   CHECK(w[2].lag == 0);
 }
 
-TEST_CASE("the run and each worker's data position are shown; runs that "
-          "differ are a warning",
-          "[psctl]") {
+TEST_CASE(
+    "the run and each worker's data position are shown; runs that "
+    "differ are a warning",
+    "[psctl]") {
   std::vector<ShardResult> shards = Cluster();  // shard 2 is down
   shards[0].status.set_run_id("job-7");
   shards[1].status.set_run_id("job-7");
