@@ -24,12 +24,15 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "client/ps_client.h"
 #include "common/net.h"
 #include "proto/asyncps.grpc.pb.h"
 #include "proto/asyncps.pb.h"
+#include "spdlog/sinks/ringbuffer_sink.h"
+#include "spdlog/spdlog.h"
 #include "tests/staleness/harness.h"
 #include "tests/testing/require_ok.h"
 #include "tests/testing/subprocess.h"
@@ -211,6 +214,50 @@ TEST_CASE("BSP: three workers move in lock-step", "[bsp]") {
   }
   runs.clear();
   workers.clear();
+  shard.Stop();
+}
+
+TEST_CASE("a pull held back says what it waits for, and a stop ends it at once",
+          "[bsp][waits]") {
+  Shard shard =
+      StartOneShard({"--consistency=bsp", "--pull_wait_timeout_ms=60000"});
+  const TensorSpec spec = ConstantSgdSpec("w", 2, 0.0f, 1.0f, 2);
+  // Worker 1 stays live at clock 0, so a pull for clock 1 waits.
+  std::unique_ptr<PsClient> idle = Worker(shard, 1, 11, spec);
+  REQUIRE_OK(idle->Heartbeat(0));
+  KeepAlive alive(shard.address(), 1, 11, 0);
+
+  // The client's log lines (the sink locks; the test reads through it).
+  auto log = std::make_shared<spdlog::sinks::ringbuffer_sink_mt>(1000);
+  auto logged = [&log] { return absl::StrJoin(log->last_formatted(), ""); };
+  std::atomic<bool> stop{false};
+  PsClientOptions o;
+  o.servers = {shard.address()};
+  o.worker_id = 2;
+  o.retry.report_every = absl::Milliseconds(100);
+  o.stop = &stop;
+  o.logger = std::make_shared<spdlog::logger>("w2", log);
+  absl::StatusOr<std::unique_ptr<PsClient>> waiting = PsClient::Connect(o);
+  REQUIRE_OK(waiting.status());
+  REQUIRE_OK((*waiting)->CreateTensors({spec}));
+  Buffer values(2);
+  BackgroundCall pull([&] { return PullInto(waiting->get(), 1, &values); });
+  shard.AwaitWaitingPulls(2, 1);
+  REQUIRE_OK(testing::WaitFor(
+      [&] { return absl::StrContains(logged(), "no answer yet after"); },
+      absl::Seconds(20), "the waiting pull's log line"));
+  CHECK(absl::StrContains(logged(), "Pull on shard 0"));
+  CHECK_FALSE(pull.done());
+  stop = true;
+  REQUIRE(pull.WaitDone(absl::Seconds(10)));
+  INFO(pull.status().ToString());
+  CHECK(absl::IsCancelled(pull.status()));
+  CHECK(absl::StrContains(pull.status().message(), "stopped"));
+  // The shard dropped the wait (the stream was cancelled).
+  shard.AwaitWaitingPulls(2, 0);
+  alive.Stop();
+  waiting->reset();
+  idle.reset();
   shard.Stop();
 }
 
