@@ -29,6 +29,7 @@ namespace {
 
 constexpr absl::Duration kMaxListPollInterval = absl::Seconds(1);
 constexpr absl::Duration kShardWaitReport = absl::Seconds(5);
+constexpr int kShardsProbedPerRound = 4;
 
 // Starts one Heartbeat attempt (for ToAllShards).
 void IssueHeartbeat(ParameterServer::Stub* stub, grpc::ClientContext* ctx,
@@ -231,10 +232,14 @@ absl::Status PsClient::WaitForShards(absl::Duration timeout) {
     const bool report = now - last_report >= kShardWaitReport;
     if (!diagnosed || report) {
       // A shard that listens but cannot be talked to (TLS on one side only,
-      // a certificate refused) is named at once, not after the wait.
+      // a certificate refused) is named at once, not after the wait. A
+      // probe may take seconds (an unreachable host), so only the first
+      // few missing shards are probed per round.
       diagnosed = true;
-      for (int s = 0; s < num_shards(); ++s) {
+      int probed = 0;
+      for (int s = 0; s < num_shards() && probed < kShardsProbedPerRound; ++s) {
         if (results[s].ok()) continue;
+        ++probed;
         bool reached = false;
         const std::string cause = DiagnoseConnection(
             shards_[s]->address, options_.security, absl::Seconds(1), &reached);

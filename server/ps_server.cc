@@ -106,6 +106,12 @@ absl::StatusOr<std::unique_ptr<PsServer>> PsServer::Start(
         Checkpointer::Start(std::move(c));
     if (!checkpointer.ok()) return checkpointer.status();
     s->checkpointer_ = *std::move(checkpointer);
+    if (s->adopted_) {
+      // The directory holds this run's state from now on: a restart without
+      // --adopt_run restores it as this run's.
+      absl::StatusOr<CheckpointInfo> written = s->checkpointer_->WriteNow();
+      if (!written.ok()) return written.status();
+    }
   }
 
   grpc::EnableDefaultHealthCheckService(true);
@@ -230,6 +236,7 @@ absl::StatusOr<CheckpointInfo> PsServer::Restore(
   absl::StatusOr<RestoredCheckpoint> r = RestoreCheckpoint(path, store_.get());
   if (r.ok()) {
     const bool adopted = r->identity.run_id() != options.run_id;
+    adopted_ = adopted;
     if (adopted) {
       logger_->warn(
           "adopting checkpoint {} of run '{}' as run '{}': its parameters, "

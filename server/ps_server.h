@@ -129,6 +129,7 @@ class PsServer {
   std::unique_ptr<Checkpointer> checkpointer_;  // null when off
   std::unique_ptr<SpecJournal> specs_;          // null when off
   std::string run_id_;
+  bool adopted_ = false;  // restored another run's checkpoint (--adopt_run)
   std::unique_ptr<PsService> service_;
   std::unique_ptr<ReflectionV1Service> reflection_v1_;
   std::unique_ptr<grpc::Server> server_;

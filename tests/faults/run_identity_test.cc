@@ -19,6 +19,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "client/ps_client.h"
+#include "server/checkpoint_dir.h"
 #include "tests/faults/harness.h"
 #include "tests/testing/require_ok.h"
 
@@ -193,6 +194,11 @@ TEST_CASE(
   REQUIRE_OK(shards.status());
   CHECK(absl::StrContains((*shards)[0].process->ReadLog(),
                           "adopting checkpoint"));
+  // The adopting shards wrote their checkpoints as r2 at once: the
+  // directory is r2's without --adopt_run from now on.
+  for (int i = 0; i < 2; ++i) {
+    REQUIRE_OK(CheckCheckpointDir({dir, i, 2, "r2", "", true}));
+  }
   std::vector<std::unique_ptr<Subprocess>> workers;
   for (int w = 0; w < kWorkers; ++w) {
     workers.push_back(Worker(ServerList(*shards), w, "r2", 1));
