@@ -7,7 +7,6 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "common/names.h"
@@ -278,10 +277,7 @@ void CaptureTables(const TableStore& tables, CheckpointImage* image) {
 
 std::string CheckpointPath(absl::string_view dir, int shard_index,
                            int num_shards) {
-  const std::string file =
-      absl::StrFormat("shard-%d-of-%d.ckpt", shard_index, num_shards);
-  if (dir.empty()) return file;
-  return absl::StrCat(dir, dir.back() == '/' ? "" : "/", file);
+  return ShardFilePath(dir, shard_index, num_shards, "ckpt");
 }
 
 const RecordFileFormat kCheckpointFormat = {

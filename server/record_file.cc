@@ -227,6 +227,14 @@ std::string DirOf(const std::string& path) {
   return path.substr(0, slash);
 }
 
+std::string ShardFilePath(absl::string_view dir, int shard_index,
+                          int num_shards, absl::string_view extension) {
+  const std::string file =
+      absl::StrFormat("shard-%d-of-%d.%s", shard_index, num_shards, extension);
+  if (dir.empty()) return file;
+  return absl::StrCat(dir, dir.back() == '/' ? "" : "/", file);
+}
+
 absl::Status SyncDir(const std::string& dir) {
   const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (fd < 0) return IoError(errno, "open directory", dir);

@@ -80,6 +80,11 @@ absl::Status SyncDir(const std::string& dir);
 // The directory part of `path` ("." when there is none).
 std::string DirOf(const std::string& path);
 
+// "<dir>/shard-<shard_index>-of-<num_shards>.<extension>": where a shard
+// keeps a record file of its own (checkpoint, spec file).
+std::string ShardFilePath(absl::string_view dir, int shard_index,
+                          int num_shards, absl::string_view extension);
+
 }  // namespace asyncps
 
 #endif  // ASYNCPS_SERVER_RECORD_FILE_H_

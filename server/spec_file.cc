@@ -6,7 +6,6 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
 #include "common/names.h"
 
@@ -18,10 +17,7 @@ const RecordFileFormat kSpecFileFormat = {
 
 std::string SpecFilePath(absl::string_view dir, int shard_index,
                          int num_shards) {
-  const std::string file =
-      absl::StrFormat("shard-%d-of-%d.specs", shard_index, num_shards);
-  if (dir.empty()) return file;
-  return absl::StrCat(dir, dir.back() == '/' ? "" : "/", file);
+  return ShardFilePath(dir, shard_index, num_shards, "specs");
 }
 
 absl::Status WriteSpecFile(const std::string& path,

@@ -106,7 +106,9 @@ class CtrRun {
         result_.examples_per_s, static_cast<long>(result_.refused_rows));
     std::fflush(o_.progress);
     if (o_.evaluate && !result_.stopped) {
-      s = WaitForOthers();
+      // The model evaluated is the one after every worker's last push.
+      s = WaitForOtherWorkers(dense_, o_.final_wait, o_.clock, o_.stop,
+                              *o_.logger);
       if (s.ok()) s = Evaluate(/*final=*/true);
       if (!s.ok()) return s;
     }
@@ -193,23 +195,11 @@ class CtrRun {
     if (!reg.ok()) return reg.status();
     clock_ = reg->resume_clock;
     // The data position, not the clock, says where the share continues.
-    steps_done_ = std::min(total_steps_, reg->trained);
-    result_.first_step = steps_done_;
-    if (reg->trained >= total_steps_) {
-      result_.already_trained = true;
-      o_.logger->warn(
-          "nothing to train: an earlier process of worker {} trained its "
-          "whole share ({} of {} steps) in this run",
-          o_.worker_id, reg->trained, total_steps_);
-      return absl::OkStatus();
-    }
-    if (reg->trained > 0 || reg->previous_clock > 0) {
-      o_.logger->info(
-          "resuming at step {} of {} at clock {}: an earlier process of "
-          "worker {} trained {} steps (its clock reached {})",
-          steps_done_, total_steps_, clock_, o_.worker_id, reg->trained,
-          reg->previous_clock);
-    }
+    const ShareStart start =
+        StartShare(*reg, total_steps_, o_.worker_id, *o_.logger);
+    steps_done_ = result_.first_step = start.step;
+    result_.already_trained = start.already_trained;
+    if (start.already_trained) return absl::OkStatus();
     if (o_.evaluate && o_.test_examples > 0) {
       test_ = data_.Generate(CtrSplit::kTest, 0, o_.test_examples);
       result_.bayes_auc = Auc(test_.probability, test_.labels);
@@ -416,37 +406,7 @@ class CtrRun {
     return absl::OkStatus();
   }
 
-  // The model to evaluate is the one after every worker's last push: polls
-  // the shards until no worker is live, final_wait at most.
-  absl::Status WaitForOthers() {
-    const absl::Time start = o_.clock->Now();
-    const absl::Time give_up = start + o_.final_wait;
-    absl::Time last_report = start;
-    absl::StatusOr<int> live = dense_->LiveWorkers();
-    while (live.ok() && *live > 0 && o_.clock->Now() < give_up && !Stopping()) {
-      if (o_.clock->Now() - last_report >= kWaitReport) {
-        last_report = o_.clock->Now();
-        o_.logger->info(
-            "final evaluation waits for {} worker(s) still training ({} of "
-            "{})",
-            *live,
-            absl::FormatDuration(
-                absl::Trunc(last_report - start, absl::Seconds(1))),
-            absl::FormatDuration(o_.final_wait));
-      }
-      absl::SleepFor(kPoll);
-      live = dense_->LiveWorkers();
-    }
-    if (!live.ok()) return live.status();
-    if (*live > 0) {
-      o_.logger->warn("evaluating while {} worker(s) still train", *live);
-    }
-    return absl::OkStatus();
-  }
-
   static constexpr int kEvalChunk = 4096;
-  static constexpr absl::Duration kPoll = absl::Milliseconds(200);
-  static constexpr absl::Duration kWaitReport = absl::Seconds(10);
 
   const CtrTrainerOptions& o_;
   ParameterStore* const dense_;

@@ -80,4 +80,60 @@ std::unique_ptr<ParameterStore> MakeRemoteStore(
   return std::make_unique<RemoteStore>(std::move(client));
 }
 
+ShareStart StartShare(const Registration& reg, int64_t total_steps,
+                      int worker_id, spdlog::logger& logger) {
+  ShareStart start;
+  start.step = std::min(total_steps, reg.trained);
+  if (reg.trained >= total_steps) {
+    start.already_trained = true;
+    logger.warn(
+        "nothing to train: an earlier process of worker {} trained its "
+        "whole share ({} of {} steps) in this run",
+        worker_id, reg.trained, total_steps);
+  } else if (reg.trained > 0 || reg.previous_clock > 0) {
+    logger.info(
+        "resuming at step {} of {} at clock {}: an earlier process of "
+        "worker {} trained {} steps (its clock reached {})",
+        start.step, total_steps, reg.resume_clock, worker_id, reg.trained,
+        reg.previous_clock);
+  } else if (reg.resume_clock > 0) {
+    logger.info(
+        "joining at clock {}, the slowest live worker's; training the share "
+        "from step 0",
+        reg.resume_clock);
+  }
+  return start;
+}
+
+absl::Status WaitForOtherWorkers(ParameterStore* store, absl::Duration timeout,
+                                 Clock* clock, const std::atomic<bool>* stop,
+                                 spdlog::logger& logger) {
+  constexpr absl::Duration kPoll = absl::Milliseconds(200);
+  constexpr absl::Duration kReport = absl::Seconds(10);
+  const absl::Time start = clock->Now();
+  absl::Time last_report = start;
+  for (;;) {
+    absl::StatusOr<int> live = store->LiveWorkers();
+    if (!live.ok()) return live.status();
+    if (*live == 0 || (stop != nullptr && stop->load())) {
+      return absl::OkStatus();
+    }
+    const absl::Time now = clock->Now();
+    if (now - start > timeout) {
+      logger.warn("{} worker(s) still training after {}; evaluating now", *live,
+                  absl::FormatDuration(timeout));
+      return absl::OkStatus();
+    }
+    if (now - last_report >= kReport) {
+      last_report = now;
+      logger.info(
+          "final evaluation waits for {} worker(s) still training ({} of {})",
+          *live,
+          absl::FormatDuration(absl::Trunc(now - start, absl::Seconds(1))),
+          absl::FormatDuration(timeout));
+    }
+    absl::SleepFor(kPoll);
+  }
+}
+
 }  // namespace asyncps

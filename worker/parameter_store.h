@@ -1,6 +1,7 @@
 #ifndef ASYNCPS_WORKER_PARAMETER_STORE_H_
 #define ASYNCPS_WORKER_PARAMETER_STORE_H_
 
+#include <atomic>
 #include <memory>
 #include <string>
 #include <utility>
@@ -9,7 +10,9 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "client/ps_client.h"
+#include "common/clock.h"
 #include "proto/asyncps.pb.h"
+#include "spdlog/spdlog.h"
 
 namespace asyncps {
 
@@ -69,6 +72,27 @@ class ParameterStore {
 // The cluster, through a PsClient.
 std::unique_ptr<ParameterStore> MakeRemoteStore(
     std::unique_ptr<PsClient> client);
+
+// Where a worker's share continues after Register(): at the data position
+// the shards recorded (Registration::trained), clamped to the share's
+// `total_steps`, whatever clock it resumes at; `already_trained` when that
+// is the whole share (an earlier process of the worker id finished it).
+struct ShareStart {
+  int64_t step = 0;
+  bool already_trained = false;
+};
+
+// The ShareStart of `reg`; logs a resume (or a join at a later clock) at
+// info and an already trained share at warn.
+ShareStart StartShare(const Registration& reg, int64_t total_steps,
+                      int worker_id, spdlog::logger& logger);
+
+// Before the final evaluation: polls store->LiveWorkers() until no worker
+// is live, `timeout` passed (then a warning, and OK: evaluate anyway) or
+// *stop (if not null) turned true; says every 10 s how many it waits for.
+absl::Status WaitForOtherWorkers(ParameterStore* store, absl::Duration timeout,
+                                 Clock* clock, const std::atomic<bool>* stop,
+                                 spdlog::logger& logger);
 
 }  // namespace asyncps
 

@@ -121,7 +121,9 @@ class Run {
         static_cast<unsigned long>(result_.max_staleness));
     std::fflush(o_.progress);
     if (o_.evaluate && !result_.stopped) {
-      s = WaitForOthers();
+      // The final model is the one after every worker's last push.
+      s = WaitForOtherWorkers(store_, o_.final_wait, o_.clock, o_.stop,
+                              *o_.logger);
       if (!s.ok()) return s;
       std::unique_ptr<ParameterStore::PendingPull> last =
           store_->StartPull(clock_, clock_, params_[0]->named);
@@ -194,29 +196,11 @@ class Run {
     if (!reg.ok()) return reg.status();
     clock_ = reg->resume_clock;
     // The data position, not the clock, says where the share continues.
-    steps_done_ = std::min(total_steps_, reg->trained);
-    trained_ = steps_done_;
-    result_.first_step = steps_done_;
-    if (reg->trained >= total_steps_) {
-      result_.already_trained = true;
-      o_.logger->warn(
-          "nothing to train: an earlier process of worker {} trained its "
-          "whole share ({} of {} steps) in this run",
-          o_.worker_id, reg->trained, total_steps_);
-      return absl::OkStatus();
-    }
-    if (reg->trained > 0 || reg->previous_clock > 0) {
-      o_.logger->info(
-          "resuming at step {} of {} at clock {}: an earlier process of "
-          "worker {} trained {} steps (its clock reached {})",
-          steps_done_, total_steps_, clock_, o_.worker_id, reg->trained,
-          reg->previous_clock);
-    } else if (clock_ > 0) {
-      o_.logger->info(
-          "joining at clock {}, the slowest live worker's; training the "
-          "share from step 0",
-          clock_);
-    }
+    const ShareStart start =
+        StartShare(*reg, total_steps_, o_.worker_id, *o_.logger);
+    steps_done_ = trained_ = result_.first_step = start.step;
+    result_.already_trained = start.already_trained;
+    if (start.already_trained) return absl::OkStatus();
     if (o_.evaluate && !o_.eval_csv.empty()) {
       csv_.open(o_.eval_csv, std::ios::trunc);
       if (!csv_) {
@@ -474,38 +458,6 @@ class Run {
     }
     return absl::OkStatus();
   }
-
-  // The final model is the one after every worker's last push.
-  absl::Status WaitForOthers() {
-    const absl::Time start = o_.clock->Now();
-    const absl::Time deadline = start + o_.final_wait;
-    absl::Time last_report = start;
-    for (;;) {
-      absl::StatusOr<int> live = store_->LiveWorkers();
-      if (!live.ok()) return live.status();
-      if (*live == 0) return absl::OkStatus();
-      if (o_.clock->Now() - last_report >= kWaitReport) {
-        last_report = o_.clock->Now();
-        o_.logger->info(
-            "final evaluation waits for {} worker(s) still training ({} of "
-            "{})",
-            *live,
-            absl::FormatDuration(
-                absl::Trunc(last_report - start, absl::Seconds(1))),
-            absl::FormatDuration(o_.final_wait));
-      }
-      if (o_.clock->Now() > deadline) {
-        o_.logger->warn("{} worker(s) still training after {}; evaluating now",
-                        *live, absl::FormatDuration(o_.final_wait));
-        return absl::OkStatus();
-      }
-      if (StopRequested()) return absl::OkStatus();
-      absl::SleepFor(absl::Milliseconds(200));
-    }
-  }
-
-  // A long wait says so this often.
-  static constexpr absl::Duration kWaitReport = absl::Seconds(10);
 
   const TrainerOptions& o_;
   const Dataset& train_;

@@ -14,6 +14,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "tests/testing/require_ok.h"
+#include "tests/testing/subprocess.h"
 
 namespace asyncps {
 namespace {
@@ -23,13 +24,8 @@ constexpr uint64_t kGiB = uint64_t{1} << 30;
 // A fake root with the files given (path relative to the root -> content).
 struct FakeTree {
   std::string root;
-  explicit FakeTree(const std::string& stem) {
-    static int counter = 0;
-    const char* tmp = std::getenv("TEST_TMPDIR");
-    root =
-        absl::StrCat(tmp != nullptr ? tmp : "/tmp", "/", stem, "-", ++counter);
-    ::mkdir(root.c_str(), 0755);
-  }
+  explicit FakeTree(const std::string& stem)
+      : root(testing::MakeTmpDir(stem)) {}
   void Write(const std::string& path, const std::string& text) {
     size_t at = 0;
     while ((at = path.find('/', at + 1)) != std::string::npos) {

@@ -26,22 +26,13 @@
 #include "store/shard_store.h"
 #include "tests/testing/require_ok.h"
 #include "tests/testing/store_helpers.h"
+#include "tests/testing/subprocess.h"
 
 namespace asyncps {
 namespace {
 
 constexpr int kShards = 2;
 constexpr int kShard = 1;
-
-// A fresh directory under the test's scratch space.
-std::string FreshDir(const std::string& stem) {
-  static int counter = 0;
-  const char* tmp = std::getenv("TEST_TMPDIR");
-  const std::string dir =
-      absl::StrCat(tmp != nullptr ? tmp : "/tmp", "/", stem, "-", ++counter);
-  ::mkdir(dir.c_str(), 0755);
-  return dir;
-}
 
 std::string ReadFile(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
@@ -146,7 +137,7 @@ Saved TrainAndSave(int rounds = 3) {
   s.store = Store();
   CreateAll(s.store.get());
   for (int r = 0; r < rounds; ++r) PushRound(s.store.get(), r);
-  s.dir = FreshDir("ckpt");
+  s.dir = testing::MakeTmpDir("ckpt");
   absl::StatusOr<CheckpointInfo> info =
       testing::WriteStoreCheckpoint(*s.store, s.dir, "t");
   REQUIRE_OK(info.status());
@@ -219,7 +210,7 @@ TEST_CASE("restore continues SGD, momentum and Adam bit for bit",
 
 TEST_CASE("an empty store round-trips", "[checkpoint]") {
   std::unique_ptr<ShardStore> store = Store();
-  const std::string dir = FreshDir("empty");
+  const std::string dir = testing::MakeTmpDir("empty");
   absl::StatusOr<CheckpointInfo> info =
       testing::WriteStoreCheckpoint(*store, dir);
   REQUIRE_OK(info.status());
@@ -300,7 +291,7 @@ TEST_CASE("a leftover .tmp from an interrupted write changes nothing",
   const Snapshot at_checkpoint = Take(saved.store.get());
   // A newer write that died halfway: its .tmp holds part of a checkpoint.
   PushRound(saved.store.get(), 3);
-  const std::string newer_dir = FreshDir("newer");
+  const std::string newer_dir = testing::MakeTmpDir("newer");
   absl::StatusOr<CheckpointInfo> newer =
       testing::WriteStoreCheckpoint(*saved.store, newer_dir);
   REQUIRE_OK(newer.status());
@@ -366,7 +357,7 @@ TEST_CASE("a checkpoint taken during pushes holds consistent slices",
           .IgnoreError();
     }
   });
-  const std::string dir = FreshDir("fuzzy");
+  const std::string dir = testing::MakeTmpDir("fuzzy");
   std::vector<std::string> paths;
   for (int i = 0; i < 5; ++i) {
     absl::StatusOr<CheckpointInfo> info =

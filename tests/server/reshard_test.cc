@@ -28,21 +28,13 @@
 #include "store/shard_store.h"
 #include "tests/testing/require_ok.h"
 #include "tests/testing/store_helpers.h"
+#include "tests/testing/subprocess.h"
 #include "tests/testing/table_helpers.h"
 
 namespace asyncps {
 namespace {
 
 constexpr char kRun[] = "run-7";
-
-std::string FreshDir(const std::string& stem) {
-  static int counter = 0;
-  const char* tmp = std::getenv("TEST_TMPDIR");
-  const std::string dir =
-      absl::StrCat(tmp != nullptr ? tmp : "/tmp", "/", stem, "-", ++counter);
-  ::mkdir(dir.c_str(), 0755);
-  return dir;
-}
 
 OptimizerSpec Optimizer(OptimizerType type) {
   OptimizerSpec o;
@@ -119,7 +111,7 @@ CheckpointWorker Worker(int32_t id, uint64_t incarnation, int64_t clock,
 // Two trained shards' checkpoints and spec files; the spec files also hold
 // a tensor created after the checkpoints ("late").
 std::string WriteTwoShards() {
-  const std::string dir = FreshDir("two");
+  const std::string dir = testing::MakeTmpDir("two");
   for (int shard = 0; shard < 2; ++shard) {
     ShardStoreOptions o;
     o.shard_index = shard;
@@ -246,7 +238,7 @@ TEST_CASE(
   REQUIRE(before.rows.size() == 100);
   CHECK(before.slices.count({"late", 0}) == 1);
 
-  const std::string three = FreshDir("three");
+  const std::string three = testing::MakeTmpDir("three");
   absl::StatusOr<ReshardReport> r = Reshard(two, three + "/nested", 3);
   REQUIRE_OK(r.status());
   CHECK(r->run_id == kRun);
@@ -258,7 +250,7 @@ TEST_CASE(
   CHECK(r->written.size() == 6);
   const Model mid = Load(three + "/nested", 3);
 
-  const std::string one = FreshDir("one");
+  const std::string one = testing::MakeTmpDir("one");
   REQUIRE_OK(Reshard(three + "/nested", one, 1).status());
   const Model after = Load(one, 1);
 
@@ -299,14 +291,16 @@ TEST_CASE("reshard refuses incomplete, mixed or occupied directories",
     stray.identity.set_num_shards(3);
     stray.identity.set_run_id(kRun);
     REQUIRE_OK(WriteSpecFile(SpecFilePath(mixed, 2, 3), stray));
-    absl::StatusOr<ReshardReport> r = Reshard(mixed, FreshDir("out"), 4);
+    absl::StatusOr<ReshardReport> r =
+        Reshard(mixed, testing::MakeTmpDir("out"), 4);
     CHECK(absl::IsFailedPrecondition(r.status()));
     CHECK(absl::StrContains(r.status().message(), "shard-2-of-3.specs"));
   }
   SECTION("a shard's files missing") {
     REQUIRE(std::remove(CheckpointPath(two, 1, 2).c_str()) == 0);
     REQUIRE(std::remove(SpecFilePath(two, 1, 2).c_str()) == 0);
-    absl::StatusOr<ReshardReport> r = Reshard(two, FreshDir("out"), 4);
+    absl::StatusOr<ReshardReport> r =
+        Reshard(two, testing::MakeTmpDir("out"), 4);
     CHECK(absl::IsFailedPrecondition(r.status()));
     CHECK(absl::StrContains(r.status().message(), "shard 1 of 2"));
   }
@@ -317,7 +311,8 @@ TEST_CASE("reshard refuses incomplete, mixed or occupied directories",
     other.identity.set_run_id("run-8");
     other.tensors = Tensors();
     REQUIRE_OK(WriteSpecFile(SpecFilePath(two, 1, 2), other));
-    absl::StatusOr<ReshardReport> r = Reshard(two, FreshDir("out"), 4);
+    absl::StatusOr<ReshardReport> r =
+        Reshard(two, testing::MakeTmpDir("out"), 4);
     CHECK(absl::IsFailedPrecondition(r.status()));
     CHECK(absl::StrContains(r.status().message(), "run-8"));
   }
@@ -328,7 +323,8 @@ TEST_CASE("reshard refuses incomplete, mixed or occupied directories",
   }
   SECTION("bad arguments") {
     CHECK(absl::IsInvalidArgument(Reshard(two, two, 3).status()));
-    CHECK(absl::IsInvalidArgument(Reshard(two, FreshDir("out"), 0).status()));
+    CHECK(absl::IsInvalidArgument(
+        Reshard(two, testing::MakeTmpDir("out"), 0).status()));
   }
 }
 

@@ -24,20 +24,12 @@
 #include "store/shard_store.h"
 #include "tests/testing/require_ok.h"
 #include "tests/testing/store_helpers.h"
+#include "tests/testing/subprocess.h"
 #include "tests/testing/table_helpers.h"
 #include "tests/testing/tensor_specs.h"
 
 namespace asyncps {
 namespace {
-
-std::string FreshDir(const std::string& stem) {
-  static int counter = 0;
-  const char* tmp = std::getenv("TEST_TMPDIR");
-  const std::string dir =
-      absl::StrCat(tmp != nullptr ? tmp : "/tmp", "/", stem, "-", ++counter);
-  ::mkdir(dir.c_str(), 0755);
-  return dir;
-}
 
 std::unique_ptr<ShardStore> Store(int shard = 0, int shards = 2) {
   ShardStoreOptions o;
@@ -73,7 +65,7 @@ std::vector<float> Values(ShardStore* store, const std::string& tensor) {
 
 TEST_CASE("a spec file round-trips and re-creates what a checkpoint lacks",
           "[spec_file]") {
-  const std::string dir = FreshDir("specs");
+  const std::string dir = testing::MakeTmpDir("specs");
   const std::string path = SpecFilePath(dir, 0, 2);
   CHECK(absl::EndsWith(path, "/shard-0-of-2.specs"));
   SpecFileContents written;
@@ -126,7 +118,7 @@ TEST_CASE("a spec file round-trips and re-creates what a checkpoint lacks",
 
 TEST_CASE("the journal writes the spec file only when specs were added",
           "[spec_file]") {
-  const std::string dir = FreshDir("journal");
+  const std::string dir = testing::MakeTmpDir("journal");
   std::unique_ptr<ShardStore> store = Store();
   SpecJournal journal(SpecFilePath(dir, 0, 2), Identity(0, 2, "r2"),
                       store.get());
@@ -153,7 +145,7 @@ TEST_CASE("the journal writes the spec file only when specs were added",
 
 TEST_CASE("a shard uses only files of its shard count and run",
           "[checkpoint_dir]") {
-  const std::string dir = FreshDir("dir");
+  const std::string dir = testing::MakeTmpDir("dir");
   CHECK(CheckCheckpointDir({dir, 0, 2, "r1", "", true}).ok());
   CHECK(CheckCheckpointDir({dir + "/absent", 0, 2, "r1", "", true}).ok());
   std::unique_ptr<ShardStore> store = Store(1, 2);

@@ -6,6 +6,7 @@
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -67,6 +68,12 @@ std::string UniqueTmpPath(absl::string_view stem) {
   static std::atomic<int> counter{0};
   return absl::StrCat(TestTmpDir(), "/", stem, ".", getpid(), ".",
                       counter.fetch_add(1));
+}
+
+std::string MakeTmpDir(absl::string_view stem) {
+  const std::string dir = UniqueTmpPath(stem);
+  ::mkdir(dir.c_str(), 0755);
+  return dir;
 }
 
 absl::Status WaitFor(const std::function<bool()>& condition,

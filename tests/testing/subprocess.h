@@ -33,6 +33,9 @@ std::string TestTmpDir();
 // every call within the process.
 std::string UniqueTmpPath(absl::string_view stem);
 
+// A new, empty directory at UniqueTmpPath(stem).
+std::string MakeTmpDir(absl::string_view stem);
+
 // "127.0.0.1:<port>" where nothing listens: a loopback port bound, read back
 // and released (for clients of a shard that is not there, or not yet).
 absl::StatusOr<std::string> UnusedLoopbackAddress();
