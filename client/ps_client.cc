@@ -349,7 +349,9 @@ std::vector<uint64_t> PsClient::PulledVersions(const std::string& name) const {
   return it == last_read_.versions.end() ? std::vector<uint64_t>() : it->second;
 }
 
-absl::Status PsClient::CreateTensors(const std::vector<TensorSpec>& specs) {
+absl::Status PsClient::CreateTensors(
+    const std::vector<TensorSpec>& specs,
+    const std::vector<std::pair<std::string, const float*>>& values) {
   absl::flat_hash_set<std::string> names;
   for (const TensorSpec& spec : specs) {
     absl::Status s = CheckName("CreateTensors: tensor name", spec.name());
@@ -375,6 +377,40 @@ absl::Status PsClient::CreateTensors(const std::vector<TensorSpec>& specs) {
   const int n = num_shards();
   CreateTensorRequest request;
   for (const TensorSpec& spec : specs) *request.add_tensors() = spec;
+  absl::flat_hash_set<std::string> given;
+  for (const auto& [name, data] : values) {
+    const TensorSpec* spec = nullptr;
+    for (const TensorSpec& t : specs) {
+      if (t.name() == name) spec = &t;
+    }
+    if (spec == nullptr || spec->init() != INIT_VALUES || data == nullptr ||
+        !given.insert(name).second) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "CreateTensors: values given for ", QuoteName(name),
+          ", which is not a tensor of this call with init INIT_VALUES (or "
+          "given twice, or null)"));
+    }
+    const int64_t elems =
+        TensorLayout::Create(
+            std::vector<int64_t>(spec->shape().begin(), spec->shape().end()), 1)
+            ->num_elems();
+    if (!AllFinite(reinterpret_cast<const char*>(data),
+                   static_cast<size_t>(elems), WIRE_F32)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("CreateTensors: the values of tensor ", QuoteName(name),
+                       " contain NaN or Inf; nothing was sent"));
+    }
+    TensorValues* v = request.add_values();
+    v->set_tensor(name);
+    EncodeFloats(data, static_cast<size_t>(elems), v->mutable_values());
+  }
+  for (const TensorSpec& spec : specs) {
+    if (spec.init() == INIT_VALUES && !given.contains(spec.name())) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("CreateTensors: tensor ", QuoteName(spec.name()),
+                       " has init INIT_VALUES but no values were given"));
+    }
+  }
   std::vector<CreateTensorResponse> responses;
   absl::Status status = ToAllShards(
       "CreateTensor", request, &responses, IssueCreateTensor,

@@ -186,8 +186,14 @@ class PsClient {
 
   // Creates `specs` on every shard (idempotent: identical existing tensors are
   // fine, conflicting ones are ALREADY_EXISTS), checks that all shards
-  // resolved the same slice_elems, and remembers the layouts.
-  absl::Status CreateTensors(const std::vector<TensorSpec>& specs);
+  // resolved the same slice_elems, and remembers the layouts. `values`
+  // gives the values of every spec with init INIT_VALUES (name -> all its
+  // elements, row-major; read during the call); the first creation's values
+  // win. A missing or extra entry, or NaN/Inf, is INVALID_ARGUMENT with
+  // nothing sent.
+  absl::Status CreateTensors(
+      const std::vector<TensorSpec>& specs,
+      const std::vector<std::pair<std::string, const float*>>& values = {});
 
   // For workers other than the creator: polls ListTensors on all shards until
   // every named tensor (or sparse table) exists everywhere with the same

@@ -5,6 +5,7 @@
 
 #include "absl/random/random.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "common/net.h"
 #include "common/version.h"
 #include "server/checkpoint.h"
@@ -276,8 +277,17 @@ absl::StatusOr<CheckpointInfo> PsServer::Restore(
     return restored;
   }
   if (!specs.ok()) return specs.status();
-  absl::StatusOr<int> created = ApplySpecFile(*specs, spec_path, store_.get());
+  std::vector<std::string> without_values;
+  absl::StatusOr<int> created =
+      ApplySpecFile(*specs, spec_path, store_.get(), &without_values);
   if (!created.ok()) return created.status();
+  if (!without_values.empty()) {
+    logger_->error(
+        "{} tensor(s) of {} were created with their values (INIT_VALUES) but "
+        "no checkpoint holds them (their CreateTensor failed): {}; they are "
+        "absent until created again",
+        without_values.size(), spec_path, absl::StrJoin(without_values, ", "));
+  }
   if (*created > 0) {
     logger_->warn(
         "created {} tensor(s)/table(s) from {} with their initial values: "

@@ -407,42 +407,85 @@ grpc::ServerUnaryReactor* ServeUnary(ShardStats* stats,
   return Finish(ctx, s);
 }
 
+absl::StatusOr<CreateTensorResponse> PsService::DoCreate(
+    const CreateTensorRequest& request, bool* needs_checkpoint) {
+  absl::StatusOr<CreateTensorResponse> r = c_.store->CreateTensors(request);
+  if (!r.ok()) {
+    c_.stats->RecordBadInput();
+    c_.logger->debug("CreateTensor refused: {}", r.status().ToString());
+    return r.status();
+  }
+  if (r->created() > 0) {
+    c_.logger->info("created {} tensor(s)", r->created());
+  }
+  // Durable before the answer: a shard restarted from now on has these
+  // tensors (server/spec_file.h). Also when this call created nothing, so
+  // that a retry after a failed write writes again.
+  if (c_.specs != nullptr) {
+    absl::Status durable = c_.specs->Sync();
+    if (!durable.ok()) {
+      c_.logger->error("cannot make created tensors durable: {}",
+                       durable.ToString());
+      return absl::Status(
+          durable.code(),
+          absl::StrCat("the tensors exist on this shard but could not be made "
+                       "durable (a restart would lose them; retry once "
+                       "fixed): ",
+                       durable.message()));
+    }
+  }
+  // Values given at creation are not in the spec file: a checkpoint holds
+  // them before the answer (and again on a retry until one has).
+  bool values = false;
+  for (const TensorSpec& t : request.tensors()) {
+    values = values || t.init() == INIT_VALUES;
+  }
+  if (values && r->created() > 0) values_created_.fetch_add(1);
+  *needs_checkpoint = values && c_.checkpointer != nullptr &&
+                      values_saved_.load() < values_created_.load();
+  return r;
+}
+
 grpc::ServerUnaryReactor* PsService::CreateTensor(
     grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* in,
     grpc::ByteBuffer* out) {
-  return ServeUnary<CreateTensorRequest, CreateTensorResponse>(
-      c_.stats, ctx, in, out,
-      [this](const CreateTensorRequest& request,
-             CreateTensorResponse* response) {
-        absl::StatusOr<CreateTensorResponse> r =
-            c_.store->CreateTensors(request);
-        if (!r.ok()) {
-          c_.stats->RecordBadInput();
-          c_.logger->debug("CreateTensor refused: {}", r.status().ToString());
-          return r.status();
-        }
-        *response = *std::move(r);
-        if (response->created() > 0) {
-          c_.logger->info("created {} tensor(s)", response->created());
-        }
-        // Durable before the answer: a shard restarted from now on has
-        // these tensors (server/spec_file.h). Also when this call created
-        // nothing, so that a retry after a failed write writes again.
-        if (c_.specs != nullptr) {
-          absl::Status durable = c_.specs->Sync();
-          if (!durable.ok()) {
-            c_.logger->error("cannot make created tensors durable: {}",
-                             durable.ToString());
-            return absl::Status(
-                durable.code(),
-                absl::StrCat("the tensors exist on this shard but could not "
-                             "be made durable (a restart would lose them; "
-                             "retry once fixed): ",
-                             durable.message()));
-          }
-        }
-        return absl::OkStatus();
-      });
+  CreateTensorRequest request;
+  absl::Status s = ParseFromByteBuffer(*in, &request);
+  if (!s.ok()) {
+    c_.stats->RecordBadInput();
+    return Finish(ctx, s);
+  }
+  bool needs_checkpoint = false;
+  absl::StatusOr<CreateTensorResponse> r = DoCreate(request, &needs_checkpoint);
+  if (!r.ok()) return Finish(ctx, r.status());
+  if (!needs_checkpoint) {
+    *out = SerializeToByteBuffer(*r);
+    return Finish(ctx, absl::OkStatus());
+  }
+  grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
+  const uint64_t generation = values_created_.load();
+  c_.checkpointer->Request([this, reactor, out, generation,
+                            response = *std::move(r)](
+                               const absl::StatusOr<CheckpointInfo>& info) {
+    if (!info.ok()) {
+      c_.logger->error("cannot make the values of created tensors durable: {}",
+                       info.status().ToString());
+      reactor->Finish(ToGrpcStatus(absl::Status(
+          info.status().code(),
+          absl::StrCat("the tensors exist on this shard but their values "
+                       "could not be checkpointed (a restart would lose "
+                       "them; retry once fixed): ",
+                       info.status().message()))));
+      return;
+    }
+    uint64_t saved = values_saved_.load();
+    while (saved < generation &&
+           !values_saved_.compare_exchange_weak(saved, generation)) {
+    }
+    *out = SerializeToByteBuffer(response);
+    reactor->Finish(grpc::Status::OK);
+  });
+  return reactor;
 }
 
 grpc::ServerUnaryReactor* PsService::ListTensors(

@@ -3,6 +3,7 @@
 
 #include <grpcpp/support/byte_buffer.h>
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -140,6 +141,13 @@ class PsService final : public RawParameterServerService {
                       absl::Span<const Payload> grads, PushResponse* response,
                       absl::Span<const Payload> rows = {});
 
+  // Creates the requested tensors and tables and makes their specs durable
+  // (the spec file); *needs_checkpoint says that the request carried
+  // INIT_VALUES tensors whose values no checkpoint holds yet: the answer
+  // waits for one.
+  absl::StatusOr<CreateTensorResponse> DoCreate(
+      const CreateTensorRequest& request, bool* needs_checkpoint);
+
   // Validates a pull and admits its caller; *target is the clock the
   // consistency model waits for.
   absl::Status BeginPull(const PullRequest& request, int64_t* target);
@@ -160,6 +168,10 @@ class PsService final : public RawParameterServerService {
  private:
   const ServiceContext c_;
   const absl::Time start_time_;
+  // Creations of INIT_VALUES tensors so far, and how many of them the
+  // checkpoints written since hold.
+  std::atomic<uint64_t> values_created_{0};
+  std::atomic<uint64_t> values_saved_{0};
   absl::Mutex mu_;
   std::string address_ ABSL_GUARDED_BY(mu_);
 };

@@ -90,7 +90,8 @@ absl::StatusOr<SpecFileContents> ReadSpecFile(const std::string& path) {
 }
 
 absl::StatusOr<int> ApplySpecFile(const SpecFileContents& specs,
-                                  const std::string& path, ShardStore* store) {
+                                  const std::string& path, ShardStore* store,
+                                  std::vector<std::string>* without_values) {
   absl::flat_hash_map<std::string, TensorSpec> tensors;
   for (TensorSpec& t : store->ListTensors()) {
     std::string name = t.name();
@@ -110,6 +111,11 @@ absl::StatusOr<int> ApplySpecFile(const SpecFileContents& specs,
   for (const TensorSpec& spec : specs.tensors) {
     auto it = tensors.find(spec.name());
     if (it == tensors.end()) {
+      if (spec.init() == INIT_VALUES) {
+        // Its values were only ever in a checkpoint; none holds it.
+        if (without_values != nullptr) without_values->push_back(spec.name());
+        continue;
+      }
       *missing.add_tensors() = spec;
     } else if (!google::protobuf::util::MessageDifferencer::Equals(it->second,
                                                                    spec)) {

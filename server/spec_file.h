@@ -54,9 +54,13 @@ absl::StatusOr<SpecFileContents> ReadSpecFile(const std::string& path);
 // Creates in `store` the tensors and tables of `specs` it does not hold
 // (with their initial values) and checks that those it holds have the same
 // spec (DATA_LOSS naming the file and the tensor otherwise). Returns how
-// many it created. `path` is for messages.
-absl::StatusOr<int> ApplySpecFile(const SpecFileContents& specs,
-                                  const std::string& path, ShardStore* store);
+// many it created. A tensor created with INIT_VALUES cannot be created from
+// its spec alone (its values are only in checkpoints): when the store lacks
+// one, its name goes to `without_values` (if not null) instead. `path` is
+// for messages.
+absl::StatusOr<int> ApplySpecFile(
+    const SpecFileContents& specs, const std::string& path, ShardStore* store,
+    std::vector<std::string>* without_values = nullptr);
 
 // Keeps a shard's spec file up to date with its store. Thread-safe.
 class SpecJournal {

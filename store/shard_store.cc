@@ -4,6 +4,7 @@
 #include <cstring>
 #include <utility>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "common/initializer.h"
@@ -17,14 +18,21 @@ namespace asyncps {
 // One slice of a tensor held by this shard.
 class ShardStore::Slice {
  public:
-  // `initialize` false leaves the values at zero (a restore fills them).
+  // `initialize` false leaves the values at zero (a restore fills them);
+  // otherwise they come from `given` (the whole tensor's values, for
+  // INIT_VALUES) or the spec's initializer.
   Slice(const TensorSpec& spec, const TensorLayout& layout, uint32_t index,
-        bool initialize)
+        bool initialize, const float* given)
       : index_(index),
         size_(layout.SliceSize(index)),
         values_(size_),
         optimizer_(SliceOptimizer::Create(spec.optimizer(), size_)) {
-    if (initialize) InitializeSlice(spec, layout, index, values_.data());
+    if (!initialize) return;
+    if (given != nullptr) {
+      std::copy_n(given + layout.SliceBegin(index), size_, values_.data());
+    } else {
+      InitializeSlice(spec, layout, index, values_.data());
+    }
   }
 
   uint32_t index() const { return index_; }
@@ -225,7 +233,8 @@ uint64_t ShardStore::BytesOf(const TensorSpec& spec) const {
 }
 
 std::unique_ptr<ShardStore::Tensor> ShardStore::BuildTensor(
-    const TensorSpec& spec, bool initialize, uint64_t bytes) const {
+    const TensorSpec& spec, bool initialize, uint64_t bytes,
+    const float* given) const {
   const TensorLayout layout = *TensorLayout::FromSpec(spec);
   auto t = std::make_unique<Tensor>(
       Tensor{spec, layout, OptimizerBuffers(spec.optimizer()), {}, bytes});
@@ -233,7 +242,8 @@ std::unique_ptr<ShardStore::Tensor> ShardStore::BuildTensor(
   for (uint32_t i = 0; i < layout.num_slices(); ++i) {
     if (SliceHome(spec.name(), i, options_.num_shards) ==
         options_.shard_index) {
-      t->slices[i] = std::make_unique<Slice>(spec, layout, i, initialize);
+      t->slices[i] =
+          std::make_unique<Slice>(spec, layout, i, initialize, given);
     }
   }
   return t;
@@ -270,6 +280,45 @@ absl::StatusOr<CreateTensorResponse> ShardStore::CreateTensors(
           "tensor ", QuoteName(spec->name()), " appears twice in one request"));
     }
     specs.push_back(*std::move(spec));
+  }
+
+  // The values of the INIT_VALUES tensors: one entry each, the right
+  // length, finite; none for other tensors.
+  absl::flat_hash_map<std::string, std::vector<float>> given;
+  for (const TensorValues& v : request.values()) {
+    const TensorSpec* spec = nullptr;
+    for (const TensorSpec& t : specs) {
+      if (t.name() == v.tensor()) spec = &t;
+    }
+    if (spec == nullptr || spec->init() != INIT_VALUES) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "values given for ", QuoteName(v.tensor()),
+          ", which is not a tensor of this request with init INIT_VALUES"));
+    }
+    const int64_t n = TensorLayout::FromSpec(*spec)->num_elems();
+    if (v.values().size() != static_cast<uint64_t>(n) * sizeof(float)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "tensor ", QuoteName(v.tensor()), " has ", n, " elements; ",
+          v.values().size(), " bytes of values given (want ", n * 4, ")"));
+    }
+    if (!AllFinite(v.values().data(), static_cast<size_t>(n), WIRE_F32)) {
+      return absl::InvalidArgumentError(absl::StrCat("the values of tensor ",
+                                                     QuoteName(v.tensor()),
+                                                     " contain NaN or Inf"));
+    }
+    std::vector<float> values(static_cast<size_t>(n));
+    DecodeFloats(v.values(), values.data(), values.size());
+    if (!given.emplace(v.tensor(), std::move(values)).second) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "values given twice for tensor ", QuoteName(v.tensor())));
+    }
+  }
+  for (const TensorSpec& spec : specs) {
+    if (spec.init() == INIT_VALUES && !given.contains(spec.name())) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "tensor ", QuoteName(spec.name()),
+          " has init INIT_VALUES but the request carries no values for it"));
+    }
   }
 
   // Tensors and tables share one namespace, also within a request.
@@ -325,7 +374,10 @@ absl::StatusOr<CreateTensorResponse> ShardStore::CreateTensors(
   }
   std::vector<std::unique_ptr<Tensor>> fresh;
   for (size_t i = 0; i < missing.size(); ++i) {
-    fresh.push_back(BuildTensor(*missing[i], /*initialize=*/true, bytes[i]));
+    auto it = given.find(missing[i]->name());
+    fresh.push_back(
+        BuildTensor(*missing[i], /*initialize=*/true, bytes[i],
+                    it == given.end() ? nullptr : it->second.data()));
   }
 
   CreateTensorResponse response;
@@ -585,7 +637,8 @@ absl::Status ShardStore::RestoreTensor(const TensorSpec& in) {
   absl::Status reserved = ReserveBytes(
       bytes, absl::StrCat("tensor ", QuoteName(spec->name()), " needs"));
   if (!reserved.ok()) return reserved;
-  std::unique_ptr<Tensor> t = BuildTensor(*spec, /*initialize=*/false, bytes);
+  std::unique_ptr<Tensor> t =
+      BuildTensor(*spec, /*initialize=*/false, bytes, nullptr);
   absl::MutexLock l(&mu_);
   if (FindTensor(spec->name()) != nullptr) {
     reserved_bytes_ -= bytes;

@@ -70,7 +70,9 @@ class ShardStore {
       const ShardStoreOptions& options);
   ~ShardStore();
 
-  // Creates the requested tensors and tables that do not exist yet.
+  // Creates the requested tensors and tables that do not exist yet, those
+  // with INIT_VALUES from the request's values (checked: one entry per such
+  // tensor, its length, finite; ignored for a tensor that exists).
   // All-or-nothing: every spec is validated (and compared with an existing
   // tensor or table of the same name: identical = no-op, different =
   // ALREADY_EXISTS naming the field; tensors and tables share one
@@ -182,10 +184,11 @@ class ShardStore {
   // The bytes a tensor takes on this shard (values, optimizer state,
   // bookkeeping); ~0 when that overflows.
   uint64_t BytesOf(const TensorSpec& spec) const;
-  // Builds a tensor with its local slices (initialized unless restoring)
-  // whose `bytes` the caller reserved.
+  // Builds a tensor with its local slices (initialized unless restoring:
+  // from `given`, the whole tensor's values, when not null) whose `bytes`
+  // the caller reserved.
   std::unique_ptr<Tensor> BuildTensor(const TensorSpec& spec, bool initialize,
-                                      uint64_t bytes) const;
+                                      uint64_t bytes, const float* given) const;
   void Unreserve(uint64_t bytes);
   // Reserves bytes against max_parameter_bytes; RESOURCE_EXHAUSTED
   // "<what_needs> <bytes> bytes on shard ..." when they do not fit.

@@ -46,12 +46,6 @@ std::unique_ptr<grpc::ClientContext> Context() {
   return ctx;
 }
 
-std::string FreshDir(const std::string& stem) {
-  const std::string dir = testing::UniqueTmpPath(stem);
-  ::mkdir(dir.c_str(), 0755);
-  return dir;
-}
-
 std::string ReadFile(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   std::stringstream ss;
@@ -209,7 +203,7 @@ std::pair<int, std::string> StartFailing(int index,
 
 TEST_CASE("a shard killed with SIGKILL restarts from its last checkpoint",
           "[checkpoint][integration]") {
-  const std::string dir = FreshDir("ckpt-kill");
+  const std::string dir = testing::MakeTmpDir("ckpt-kill");
   const std::vector<std::string> args = {
       absl::StrCat("--checkpoint_dir=", dir)};
   std::vector<Shard> shards;
@@ -284,9 +278,59 @@ TEST_CASE("a shard killed with SIGKILL restarts from its last checkpoint",
   for (const auto& [key, slice] : shards[0].Take()) CHECK(slice.first == 4);
 }
 
+TEST_CASE(
+    "values given at creation (INIT_VALUES) survive a SIGKILL right after "
+    "the creation answered",
+    "[checkpoint][integration]") {
+  const std::string dir = testing::MakeTmpDir("ckpt-values");
+  const std::vector<std::string> args = {
+      absl::StrCat("--checkpoint_dir=", dir)};
+  Shard shard = StartShard(0, args);
+  TensorSpec spec;
+  spec.set_name("given");
+  spec.add_shape(300);
+  spec.set_init(INIT_VALUES);
+  spec.set_slice_elems(64);
+  spec.mutable_optimizer()->set_learning_rate(0.5f);
+  std::vector<float> given(300);
+  for (int i = 0; i < 300; ++i) given[i] = std::sin(0.1f * i) + 2.0f;
+  CreateTensorRequest req;
+  *req.add_tensors() = spec;
+  TensorValues* v = req.add_values();
+  v->set_tensor("given");
+  EncodeFloats(given.data(), given.size(), v->mutable_values());
+  CreateTensorResponse resp;
+  REQUIRE(shard.stub->CreateTensor(Context().get(), req, &resp).ok());
+  // Answered: a checkpoint holds the values (no --checkpoint_every_s).
+  const int port = std::stoi(
+      shard.server.address.substr(shard.server.address.rfind(':') + 1));
+  REQUIRE_OK(shard.server.process->Signal(SIGKILL));
+  REQUIRE_OK(shard.server.process->Wait(absl::Seconds(10)).status());
+  absl::StatusOr<ServerProcess> back =
+      StartPsServer(0, kShards, args, absl::Seconds(30), port);
+  REQUIRE_OK(back.status());
+  shard.server = *std::move(back);
+  shard.stub = ParameterServer::NewStub(MakeChannel(shard.server.address));
+  PullRequest pull;
+  pull.mutable_worker()->set_worker_id(3);
+  pull.mutable_worker()->set_incarnation(9);
+  pull.add_tensors("given");
+  PullResponse pulled;
+  REQUIRE(shard.stub->Pull(Context().get(), pull, &pulled).ok());
+  REQUIRE(pulled.slices_size() > 0);
+  for (const SliceData& d : pulled.slices()) {
+    std::vector<float> values(d.values().size() / sizeof(float));
+    DecodeFloats(d.values(), values.data(), values.size());
+    for (size_t i = 0; i < values.size(); ++i) {
+      INFO("slice " << d.slice() << " element " << i);
+      CHECK(values[i] == given[d.slice() * 64 + i]);
+    }
+  }
+}
+
 TEST_CASE("SIGTERM writes a final checkpoint that the restart restores",
           "[checkpoint][integration]") {
-  const std::string dir = FreshDir("ckpt-term");
+  const std::string dir = testing::MakeTmpDir("ckpt-term");
   const std::vector<std::string> args = {
       absl::StrCat("--checkpoint_dir=", dir)};
   Shard shard = StartShard(0, args);
@@ -308,7 +352,7 @@ TEST_CASE("SIGTERM writes a final checkpoint that the restart restores",
 
 TEST_CASE("a corrupt or foreign checkpoint stops the start, naming the file",
           "[checkpoint][integration]") {
-  const std::string dir = FreshDir("ckpt-bad");
+  const std::string dir = testing::MakeTmpDir("ckpt-bad");
   const std::vector<std::string> args = {
       absl::StrCat("--checkpoint_dir=", dir)};
   {
@@ -374,7 +418,7 @@ TEST_CASE("Checkpoint RPC: off without a directory, periodic with one",
     CHECK(code == 1);
     CHECK(absl::StrContains(out, "FAILED"));
   }
-  const std::string dir = FreshDir("ckpt-every");
+  const std::string dir = testing::MakeTmpDir("ckpt-every");
   Shard shard = StartShard(
       0, {absl::StrCat("--checkpoint_dir=", dir), "--checkpoint_every_s=1"});
   CreateTensors(shard);

@@ -165,6 +165,58 @@ TEST_CASE("create is idempotent and conflicts name the field", "[store]") {
   REQUIRE(conflict.status().message().find("shape") != std::string::npos);
 }
 
+TEST_CASE(
+    "INIT_VALUES: the request's values, checked; the first creation's win",
+    "[store]") {
+  auto store = SingleShard();
+  TensorSpec spec = Spec("w", {2, 5}, 0, SgdSpec(0.5f));
+  spec.set_init(INIT_VALUES);
+  spec.set_init_value(0);
+  std::vector<float> given(10);
+  for (int i = 0; i < 10; ++i) given[i] = 0.25f * static_cast<float>(i) - 1.0f;
+  auto request = [&](const std::vector<float>& values) {
+    CreateTensorRequest req;
+    *req.add_tensors() = spec;
+    TensorValues* v = req.add_values();
+    v->set_tensor("w");
+    EncodeFloats(values.data(), values.size(), v->mutable_values());
+    return req;
+  };
+  // Refused, creating nothing: no values, the wrong length, NaN, values for
+  // a tensor of another init.
+  CreateTensorRequest none;
+  *none.add_tensors() = spec;
+  std::vector<float> nan = given;
+  nan[3] = std::nanf("");
+  CreateTensorRequest other = request(given);
+  *other.mutable_tensors(0) = Spec("w", {2, 5}, 0, SgdSpec(0.5f));
+  for (const CreateTensorRequest& bad :
+       {none, request(std::vector<float>(9)), request(nan), other}) {
+    INFO(bad.ShortDebugString().substr(0, 200));
+    CHECK(store->CreateTensors(bad).status().code() ==
+          absl::StatusCode::kInvalidArgument);
+  }
+  REQUIRE(store->Size().tensors == 0);
+
+  REQUIRE(store->CreateTensors(request(given)).ok());
+  CHECK(Values(store.get(), "w") == given);
+  // A second creator with other values: nothing changes.
+  auto again = store->CreateTensors(request(std::vector<float>(10, 7.0f)));
+  REQUIRE(again.ok());
+  CHECK(again->created() == 0);
+  CHECK(Values(store.get(), "w") == given);
+  // Trained as any other tensor.
+  PushResponse resp;
+  REQUIRE(Push(store.get(),
+               {Grad("w", 0, {2, 2, 2, 2}), Grad("w", 1, {2, 2, 2, 2}),
+                Grad("w", 2, {2, 2})},
+               &resp)
+              .ok());
+  std::vector<float> expected = given;
+  for (float& v : expected) v -= 1.0f;
+  CHECK(Values(store.get(), "w") == expected);
+}
+
 TEST_CASE("create resolves the default slice size", "[store]") {
   ShardStoreOptions o;
   o.default_slice_elems = 3;
