@@ -74,6 +74,7 @@ const std::pair<const char*, Initializer> kInits[] = {
     {"uniform", INIT_UNIFORM},
     {"normal", INIT_NORMAL},
     {"glorot_uniform", INIT_GLOROT_UNIFORM},
+    {"values", INIT_VALUES},
 };
 const std::pair<const char*, OptimizerType> kOptimizers[] = {
     {"sgd", OPT_SGD},
@@ -398,11 +399,45 @@ class Client {
     return *std::move(list);
   }
 
-  py::dict Create(const py::object& specs) {
+  py::dict Create(const py::object& specs, const py::object& values) {
     const std::vector<TensorSpec> list =
         SpecList<TensorSpec>(specs, "create", "TensorSpec");
+    // The arrays of the init='values' tensors, checked against their specs
+    // (kept alive, and read, during the call).
+    std::vector<py::array> arrays;
+    std::vector<std::pair<std::string, const float*>> given;
+    if (!values.is_none()) {
+      if (!py::isinstance<py::dict>(values)) {
+        throw py::type_error("create: values must be a dict {name: array}");
+      }
+      for (const auto& [key, array] : values.cast<py::dict>()) {
+        const std::string name = py::str(key);
+        const TensorSpec* spec = nullptr;
+        for (const TensorSpec& t : list) {
+          if (t.name() == name) spec = &t;
+        }
+        if (spec == nullptr || spec->init() != INIT_VALUES) {
+          throw py::value_error(absl::StrCat(
+              "create: values given for '", name,
+              "', which is not a TensorSpec of this call with init='values'"));
+        }
+        arrays.push_back(CheckArray(array, *spec, /*writeable=*/false,
+                                    "create"));
+        given.emplace_back(name,
+                           static_cast<const float*>(arrays.back().data()));
+      }
+    }
+    for (const TensorSpec& t : list) {
+      bool found = false;
+      for (const auto& [name, data] : given) found = found || name == t.name();
+      if (t.init() == INIT_VALUES && !found) {
+        throw py::value_error(absl::StrCat("create: TensorSpec '", t.name(),
+                                           "' has init='values' but values= "
+                                           "holds no array for it"));
+      }
+    }
     const absl::Status s = Call([&](PsClient& client) {
-      absl::Status st = client.CreateTensors(list);
+      absl::Status st = client.CreateTensors(list, given);
       if (st.ok()) Learn(client, Names(list));
       return st;
     });
@@ -919,7 +954,13 @@ const char kCreateDoc[] =
     R"doc(Creates tensors on every shard: {name: TensorSpec} or a list of named
 TensorSpecs. Idempotent (an identical existing tensor is fine; a different
 one raises RpcError ALREADY_EXISTS). Returns {name: TensorSpec} as stored
-(slice_elems resolved).)doc";
+(slice_elems resolved).
+
+values: {name: float32 array} for every TensorSpec with init='values' (and
+none other): the tensor starts with these values (e.g. a pretrained
+model's). The first creation's values win; a later creation of the same
+spec keeps them (pull to get them). NaN/Inf or a wrong shape raise before
+anything is sent.)doc";
 
 const char kWaitForDoc[] =
     R"doc(Waits until every named tensor exists on every shard (created by
@@ -982,7 +1023,8 @@ TensorSpec(shape, *, name='', init='zeros', init_value=0.0, seed=0,
 shape        dimensions, each > 0.
 init         'zeros', 'constant' (= init_value), 'uniform'
              (U(-init_value, init_value)), 'normal' (N(0, init_value^2)),
-             'glorot_uniform'; seeded by `seed`.
+             'glorot_uniform'; seeded by `seed`. 'values': the values
+             Client.create(..., values=) passes (a module's own).
 optimizer    'sgd', 'momentum' (uses momentum), 'adam' (beta1, beta2,
              epsilon) or 'adagrad' (epsilon, initial_accumulator), run on
              the shards with learning rate `lr`.
@@ -1133,7 +1175,8 @@ Bad values raise ValueError at once.)doc")
            py::arg("initial_backoff") = 0.05,
            py::arg("connections_per_shard") = 2, py::arg("wire_dtype") = "fp32",
            py::arg("run_id") = "")
-      .def("create", &Client::Create, py::arg("specs"), kCreateDoc)
+      .def("create", &Client::Create, py::arg("specs"),
+           py::arg("values") = py::none(), kCreateDoc)
       .def("wait_for", &Client::WaitFor, py::arg("names"),
            py::arg("timeout") = 60.0, kWaitForDoc)
       .def("spec", &Client::Spec, py::arg("name"),

@@ -26,15 +26,21 @@ policy: under SSP/BSP the pull waits for slower workers; with
 (counted in :attr:`Worker.stats`). Leaving the ``with`` block says goodbye
 to the shards (also on an exception), so nobody waits for this worker.
 
-Parameters must be float32 CPU tensors; buffers (e.g. BatchNorm running
-statistics) stay local to each worker; parameters with
-``requires_grad=False`` are not shared.
+Parameters must be float32 CPU tensors (0-d ones too: a scalar is a
+1-element tensor on the shards); they start from the module's own values
+(``init='module'``: the values of the worker that creates the tensors
+first, e.g. a pretrained model's) unless another ``init`` is chosen.
+Buffers (e.g. BatchNorm running statistics) stay local to each worker
+(``buffers='local'``; a module with buffers and no ``buffers=`` argument
+gets a warning saying so); parameters with ``requires_grad=False`` are not
+shared.
 """
 
 import concurrent.futures
 import contextlib
 import math
 import threading
+import warnings
 
 import numpy as np
 import torch
@@ -91,21 +97,40 @@ def _plain_asp(policy):
             and policy.get("staleness_lr", "none") in ("", "none"))
 
 
+def _shard_shape(p):
+    """The shape a parameter has on the shards: its own, (1,) for a 0-d
+    one (a tensor needs a dimension)."""
+    return tuple(p.shape) if p.dim() > 0 else (1,)
+
+
+def _shard_view(t, shape):
+    """`t` (a parameter or gradient) as a float32 numpy array of its shard
+    shape, sharing its memory."""
+    return t.detach().reshape(shape).numpy()
+
+
 class Worker:
     """Trains `module` asynchronously through `client` (an asyncps.Client).
 
     Worker(module, client, *, optimizer='sgd', lr=0.01, momentum=0.9,
-           beta1=0.9, beta2=0.999, epsilon=1e-8, init='torch', seed=0,
+           beta1=0.9, beta2=0.999, epsilon=1e-8, init='module', seed=0,
            prefix='', create=True, wait_timeout=120.0, overlap_pull=False,
-           slice_elems=0)
+           slice_elems=0, buffers=None)
 
     optimizer, lr, momentum, beta1, beta2, epsilon
         the optimizer the shards run for every parameter (see TensorSpec).
-    init  'torch' (torch_default_init: PyTorch's Linear/Conv defaults), one
-          of TensorSpec's init names (with init_value 0.05 for the random
-          ones), or a function (name, param, params) -> (init, init_value).
-          The shards draw the values (seeded by `seed` + parameter index),
-          so every worker starts from the same parameters.
+    init  'module' (the default): the tensors start from the module's
+          current values, sent with the creation; the first worker to
+          create a tensor sets them, every other worker then pulls those
+          (so all start alike, from a pretrained or custom-initialized
+          module as it is). Or 'torch' (torch_default_init: PyTorch's
+          Linear/Conv defaults drawn on the shards), one of TensorSpec's
+          init names (with init_value 0.05 for the random ones), or a
+          function (name, param, params) -> (init, init_value); those are
+          drawn on the shards (seeded by `seed` + parameter index).
+    buffers  'local': buffers (BatchNorm running statistics and the like)
+          stay each worker's own; None (default) says so with a warning
+          when the module has any.
     prefix  prepended to every parameter name on the shards.
     create  True: create the tensors (idempotent, so every worker may; a
           worker configured differently gets RpcError ALREADY_EXISTS).
@@ -125,23 +150,41 @@ class Worker:
 
     def __init__(self, module, client, *, optimizer="sgd", lr=0.01,
                  momentum=0.9, beta1=0.9, beta2=0.999, epsilon=1e-8,
-                 init="torch", seed=0, prefix="", create=True,
-                 wait_timeout=120.0, overlap_pull=False, slice_elems=0):
+                 init="module", seed=0, prefix="", create=True,
+                 wait_timeout=120.0, overlap_pull=False, slice_elems=0,
+                 buffers=None):
         if not isinstance(module, torch.nn.Module):
             raise TypeError("Worker: module must be a torch.nn.Module, got "
                             f"{type(module).__name__}")
         if not isinstance(client, asyncps.Client):
             raise TypeError("Worker: client must be an asyncps.Client, got "
                             f"{type(client).__name__}")
+        if buffers not in (None, "local"):
+            raise ValueError("Worker: buffers must be 'local' (or None), got "
+                             f"{buffers!r}")
+        held = [n for n, _ in module.named_buffers()]
+        if held and buffers is None:
+            warnings.warn(
+                f"Worker: the module's {len(held)} buffer(s) ({held[0]}, ...) "
+                "stay local to each worker (e.g. BatchNorm running "
+                "statistics): a model pulled from the shards has none of "
+                "them; pass buffers='local' to say that this is intended",
+                stacklevel=2)
         self.module = module
         self.client = client
         params = _trainable_parameters(module)
-        # (tensor name on the shards, parameter), in named_parameters() order.
-        self._params = [(prefix + n, p) for n, p in params.items()]
+        # (tensor name on the shards, parameter, its shard shape), in
+        # named_parameters() order.
+        self._params = [(prefix + n, p, _shard_shape(p))
+                        for n, p in params.items()]
 
         specs = {}
+        values = {}
         for index, (name, p) in enumerate(params.items()):
-            if callable(init):
+            if init == "module":
+                kind, value = "values", 0.0
+                values[prefix + name] = _shard_view(p, _shard_shape(p))
+            elif callable(init):
                 kind, value = init(name, p, params)
             elif init == "torch":
                 kind, value = torch_default_init(name, p, params)
@@ -149,15 +192,16 @@ class Worker:
                 kind = init
                 value = 0.05 if init in ("uniform", "normal") else 0.0
             specs[prefix + name] = asyncps.TensorSpec(
-                tuple(p.shape), init=kind, init_value=value, seed=seed + index,
-                optimizer=optimizer, lr=lr, momentum=momentum, beta1=beta1,
-                beta2=beta2, epsilon=epsilon, slice_elems=slice_elems)
+                _shard_shape(p), init=kind, init_value=value,
+                seed=seed + index, optimizer=optimizer, lr=lr,
+                momentum=momentum, beta1=beta1, beta2=beta2, epsilon=epsilon,
+                slice_elems=slice_elems)
         if create:
-            stored = client.create(specs)
+            stored = client.create(specs, values=values or None)
         else:
             stored = client.wait_for(list(specs), timeout=wait_timeout)
-        for name, p in self._params:
-            if tuple(stored[name].shape) != tuple(p.shape):
+        for name, p, shape in self._params:
+            if tuple(stored[name].shape) != shape:
                 raise ValueError(
                     f"Worker: parameter '{name}' has shape {tuple(p.shape)} "
                     f"but the shards hold {tuple(stored[name].shape)}")
@@ -179,8 +223,8 @@ class Worker:
                     f"shards run {status['summary']['policy']})")
             self._executor = concurrent.futures.ThreadPoolExecutor(
                 max_workers=1, thread_name_prefix="asyncps-pull")
-            self._buffers = {n: np.empty(tuple(p.shape), np.float32)
-                             for n, p in self._params}
+            self._buffers = {n: np.empty(shape, np.float32)
+                             for n, _, shape in self._params}
 
         self.stats = {"steps": 0, "applied": 0, "refused_stale": 0,
                       "duplicates": 0, "max_staleness": 0,
@@ -192,19 +236,20 @@ class Worker:
 
     def pull(self):
         """Pulls every parameter into the module, in place, at client.clock."""
-        self.client.pull_into({n: p.detach().numpy() for n, p in self._params})
+        self.client.pull_into(
+            {n: _shard_view(p, shape) for n, p, shape in self._params})
 
     def push(self):
         """Pushes p.grad of every parameter that has one; a PushResult."""
         grads = {}
-        for name, p in self._params:
+        for name, p, shape in self._params:
             g = p.grad
             if g is None:
                 continue
             g = g.detach()
             if not g.is_contiguous():
                 g = g.contiguous()
-            grads[name] = g.numpy()
+            grads[name] = _shard_view(g, shape)
         result = self.client.push(grads)
         self._account(result)
         return result
@@ -221,11 +266,12 @@ class Worker:
             pending, self._pending = self._pending, None
             pending.result()
             with torch.no_grad():
-                for name, p in self._params:
-                    p.copy_(torch.from_numpy(self._buffers[name]))
+                for name, p, _ in self._params:
+                    p.copy_(torch.from_numpy(self._buffers[name]).reshape(
+                        p.shape))
         else:
             self.pull()
-        for _, p in self._params:
+        for _, p, _ in self._params:
             if p.grad is not None:
                 p.grad.zero_()
         if self.overlap_pull:

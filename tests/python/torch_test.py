@@ -72,7 +72,7 @@ def test_torch_default_init_matches_pytorch_bounds(cluster):
     shards = cluster.start(1)
     model = nn.Sequential(nn.Conv2d(2, 8, 3), nn.Flatten(), nn.Linear(8, 400))
     with connect(shards) as client:
-        worker = asyncps.torch.Worker(model, client, seed=5)
+        worker = asyncps.torch.Worker(model, client, init="torch", seed=5)
         worker.pull()
         for name, bound in [("0.weight", 1 / 18 ** 0.5), ("0.bias", 1 / 18 ** 0.5),
                             ("2.weight", 1 / 8 ** 0.5), ("2.bias", 1 / 8 ** 0.5)]:
@@ -82,6 +82,63 @@ def test_torch_default_init_matches_pytorch_bounds(cluster):
             assert p.abs().max().item() <= bound
             assert p.abs().max().item() > bound / 2  # really drawn
         worker.leave()
+
+
+class Scaled(nn.Module):
+    """A linear layer with custom initial values and a 0-d parameter."""
+
+    def __init__(self, pattern):
+        super().__init__()
+        self.fc = nn.Linear(3, 2)
+        with torch.no_grad():
+            self.fc.weight.copy_(torch.arange(6.0).reshape(2, 3) * pattern)
+            self.fc.bias.fill_(-pattern)
+        self.temperature = nn.Parameter(torch.tensor(0.07))
+
+    def forward(self, x):
+        return self.fc(x) / self.temperature
+
+
+def test_the_module_own_values_are_kept_scalars_included(cluster):
+    shards = cluster.start(2, ["--slice_elems=2"])
+    first, second = Scaled(0.25), Scaled(-3.0)
+    expected = {n: p.detach().clone() for n, p in first.named_parameters()}
+    with connect(shards, 0) as c0, connect(shards, 1) as c1:
+        w0 = asyncps.torch.Worker(first, c0, optimizer="sgd", lr=0.01)
+        # The second worker's module differs; the first creation's values
+        # win, and its first pull brings them.
+        w1 = asyncps.torch.Worker(second, c1, optimizer="sgd", lr=0.01)
+        assert w0.specs["temperature"].shape == (1,)
+        assert w0.specs["fc.weight"].init == "values"
+        w1.pull()
+        for name, p in second.named_parameters():
+            assert torch.equal(p, expected[name]), name  # bit for bit
+        assert second.temperature.shape == ()
+        assert second.temperature.item() == pytest.approx(0.07)
+        # Steps train the scalar like any parameter: its gradient pushed.
+        w0.step(sum_closure(first))
+        assert first.temperature.grad is not None
+        assert w0.stats["applied"] > 0
+        t = c0.pull(["temperature"])["temperature"]
+        assert t.shape == (1,)
+        assert t[0] != pytest.approx(0.07, abs=1e-9)
+        w0.leave()
+        w1.leave()
+
+
+def test_buffers_stay_local_with_a_warning_unless_said(cluster):
+    shards = cluster.start(1)
+    with connect(shards) as client:
+        with pytest.warns(UserWarning, match="buffer"):
+            asyncps.torch.Worker(nn.BatchNorm1d(3), client, prefix="a/")
+        import warnings as w
+        with w.catch_warnings():
+            w.simplefilter("error")
+            asyncps.torch.Worker(nn.BatchNorm1d(3), client, prefix="b/",
+                                 buffers="local")
+        with pytest.raises(ValueError, match="buffers"):
+            asyncps.torch.Worker(nn.BatchNorm1d(3), client, prefix="c/",
+                                 buffers="average")
 
 
 def test_shapes_are_checked_against_the_shards(cluster):
