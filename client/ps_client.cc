@@ -155,6 +155,10 @@ RetryPolicy PsClient::WaitPolicy() const {
   return p;
 }
 
+RetryPolicy PsClient::CallPolicy() const {
+  return options_.stop_ends_pushes ? WaitPolicy() : options_.retry;
+}
+
 void PsClient::ReportTrained(int64_t steps) {
   int64_t now = trained_.load(std::memory_order_relaxed);
   while (steps > now && !trained_.compare_exchange_weak(
@@ -433,7 +437,7 @@ absl::Status PsClient::CreateTensors(
         }
         return absl::OkStatus();
       },
-      options_.retry);
+      CallPolicy());
   if (!status.ok()) return status;
 
   for (size_t k = 0; k < specs.size(); ++k) {
@@ -1016,7 +1020,7 @@ std::unique_ptr<PsClient::PendingPush> PsClient::StartPush(
   }
   // The frames hold the only references to the payload slices now.
   payloads.clear();
-  p->fanout_ = std::make_unique<FanOut>(Env(), "Push", options_.retry);
+  p->fanout_ = std::make_unique<FanOut>(Env(), "Push", CallPolicy());
   p->fanout_->Start(std::move(calls));
   return p;
 }
@@ -1069,7 +1073,7 @@ absl::Status PsClient::Heartbeat(int64_t clock, bool leaving) {
   request.set_run_id(options_.run_id);
   std::vector<HeartbeatResponse> responses;
   return ToAllShards("Heartbeat", request, &responses, IssueHeartbeat, nullptr,
-                     options_.retry);
+                     CallPolicy());
 }
 
 absl::StatusOr<std::vector<StatusResponse>> PsClient::Status() {
@@ -1082,7 +1086,7 @@ absl::StatusOr<std::vector<StatusResponse>> PsClient::Status() {
          std::function<void(grpc::Status)> done) {
         stub->async()->Status(ctx, req, resp, std::move(done));
       },
-      nullptr, options_.retry);
+      nullptr, CallPolicy());
   if (!status.ok()) return status;
   return responses;
 }

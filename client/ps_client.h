@@ -59,6 +59,9 @@ struct PsClientOptions {
   // those held back by slower workers). Pushes and leaving are not cut
   // short: a stopping worker drains them. Not owned.
   const std::atomic<bool>* stop = nullptr;
+  // Also pushes (and leaving) end with `stop`: for a client whose stop means
+  // "abandon", not "drain" (the Python binding's Ctrl-C).
+  bool stop_ends_pushes = false;
   Clock* clock = Clock::Real();  // not owned
   // nullptr = discard log messages.
   std::shared_ptr<spdlog::logger> logger;
@@ -336,6 +339,9 @@ class PsClient {
   WorkerRef MakeWorkerRef(int64_t clock) const;
   // options_.retry, ended by options_.stop (for waits).
   RetryPolicy WaitPolicy() const;
+  // The policy of every other call: WaitPolicy() when stop_ends_pushes,
+  // else options_.retry.
+  RetryPolicy CallPolicy() const;
   FanOutEnv Env() const;
   // Notes a shard's epoch from an answer; logs once when it changed (the
   // shard restarted, and restored older parameters).

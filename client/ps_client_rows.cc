@@ -131,7 +131,7 @@ absl::Status PsClient::CreateTables(const std::vector<TableSpec>& specs) {
         }
         return absl::OkStatus();
       },
-      options_.retry);
+      CallPolicy());
   if (!status.ok()) return status;
   for (const TableSpec& spec : specs) {
     absl::Status s = RememberTable(spec);
@@ -455,7 +455,7 @@ std::unique_ptr<PsClient::PendingRowsPush> PsClient::StartPushRows(
           return ReadPushAnswer(answer, response);
         }));
   }
-  p->fanout_ = std::make_unique<FanOut>(Env(), "PushRows", options_.retry);
+  p->fanout_ = std::make_unique<FanOut>(Env(), "PushRows", CallPolicy());
   p->fanout_->Start(std::move(calls));
   return p;
 }

@@ -19,6 +19,7 @@
 #include <atomic>
 #include <cmath>
 #include <cstdint>
+#include <exception>
 #include <memory>
 #include <optional>
 #include <string>
@@ -27,11 +28,13 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "client/ps_client.h"
+#include "common/executor.h"
 #include "common/initializer.h"
 #include "common/names.h"
 #include "common/net.h"
@@ -296,17 +299,23 @@ void CheckDict(const py::handle& obj, const char* method) {
 // released and mu_ held; argument checks read a copy of the known specs
 // (known_) instead, so they never wait for another thread's RPC while
 // holding the GIL. Thread-safe.
+// Python's main thread (threading.main_thread().ident), where signal
+// handlers run; set when the module is imported.
+unsigned long main_thread = 0;
+
 class Client {
  public:
-  Client(const py::object& servers, int32_t worker_id, uint64_t incarnation,
-         const std::string& tls_ca, const std::string& tls_cert,
-         const std::string& tls_key, const std::string& token_file,
-         double rpc_timeout, double call_deadline, int max_attempts,
-         double initial_backoff, int connections_per_shard,
-         const std::string& wire_dtype, const std::string& run_id) {
+  Client(const py::object& servers, const py::object& worker_id_arg,
+         uint64_t incarnation, const std::string& tls_ca,
+         const std::string& tls_cert, const std::string& tls_key,
+         const std::string& token_file, double rpc_timeout,
+         double call_deadline, int max_attempts, double initial_backoff,
+         int connections_per_shard, const std::string& wire_dtype,
+         const std::string& run_id) {
     PsClientOptions o;
     servers_ = ServerList(servers);
     o.servers = servers_;
+    const int32_t worker_id = WorkerIdOf(worker_id_arg);
     if (worker_id < 0) {
       throw py::value_error(
           absl::StrCat("Client: worker_id must be >= 0, got ", worker_id));
@@ -317,6 +326,8 @@ class Client {
       throw py::value_error(absl::StrCat("Client: run_id: ", r.message()));
     }
     o.run_id = run_id;
+    o.stop = &stop_;
+    o.stop_ends_pushes = true;  // Ctrl-C ends a Python call, pushes too
     if (!(rpc_timeout > 0) || !std::isfinite(rpc_timeout)) {
       throw py::value_error(absl::StrCat(
           "Client: rpc_timeout must be > 0 seconds, got ", rpc_timeout));
@@ -373,6 +384,30 @@ class Client {
     client_ = *std::move(client);
   }
 
+  // The worker id: the argument, or (None) torchrun's RANK; 0 only when
+  // no WORLD_SIZE says several processes run (two processes that both
+  // default to 0 would fence each other).
+  static int32_t WorkerIdOf(const py::object& arg) {
+    if (!arg.is_none()) return arg.cast<int32_t>();
+    const char* rank = std::getenv("RANK");
+    const char* world = std::getenv("WORLD_SIZE");
+    int32_t id = 0, size = 1;
+    if (rank != nullptr && *rank != '\0') {
+      if (!absl::SimpleAtoi(rank, &id)) {
+        throw py::value_error(
+            absl::StrCat("Client: RANK='", rank, "' is not an integer"));
+      }
+      return id;
+    }
+    if (world != nullptr && absl::SimpleAtoi(world, &size) && size > 1) {
+      throw py::value_error(absl::StrCat(
+          "Client: WORLD_SIZE=", size,
+          " but no RANK and no worker_id: give each process its worker_id "
+          "(or run under torchrun, which sets RANK)"));
+    }
+    return 0;
+  }
+
   // Accepts "h:p,h:p" or a sequence of "h:p".
   static std::vector<std::string> ServerList(const py::object& servers) {
     std::string joined;
@@ -421,8 +456,8 @@ class Client {
               "create: values given for '", name,
               "', which is not a TensorSpec of this call with init='values'"));
         }
-        arrays.push_back(CheckArray(array, *spec, /*writeable=*/false,
-                                    "create"));
+        arrays.push_back(
+            CheckArray(array, *spec, /*writeable=*/false, "create"));
         given.emplace_back(name,
                            static_cast<const float*>(arrays.back().data()));
       }
@@ -674,15 +709,67 @@ class Client {
 
   // Runs rpc(client) with the GIL released and mu_ held; returns its
   // result. ValueError once closed.
+  //
+  // On Python's main thread the RPC runs on caller_ while this thread
+  // looks for signals every 50 ms: a Ctrl-C (any Python signal handler
+  // that raises) stops the call (the client's stop flag ends its waits and
+  // retries within about 100 ms, cancelling what is on the wire) and its
+  // exception, e.g. KeyboardInterrupt, is raised here.
   template <typename Rpc>
   auto Call(Rpc rpc) -> decltype(rpc(std::declval<PsClient&>())) {
+    using Result = decltype(rpc(std::declval<PsClient&>()));
     CheckOpen();
-    py::gil_scoped_release release;
-    absl::MutexLock lock(&mu_);
-    // Closed by another thread while this one waited for mu_. The
-    // exception is a plain C++ object until the GIL is back.
-    if (client_ == nullptr) throw py::value_error("Client is closed");
-    return rpc(*client_);
+    auto run = [this, &rpc]() -> Result {
+      absl::MutexLock lock(&mu_);
+      // Closed by another thread while this one waited for mu_. The
+      // exception is a plain C++ object until the GIL is back.
+      if (client_ == nullptr) throw py::value_error("Client is closed");
+      return rpc(*client_);
+    };
+    if (PyThread_get_thread_ident() != main_thread) {
+      py::gil_scoped_release release;
+      return run();
+    }
+    std::optional<Result> result;
+    std::exception_ptr failure;
+    absl::Mutex done_mu;
+    bool done = false;
+    bool interrupted = false;
+    {
+      py::gil_scoped_release release;
+      caller_.Run([&] {
+        try {
+          result.emplace(run());
+        } catch (...) {
+          failure = std::current_exception();
+        }
+        absl::MutexLock l(&done_mu);
+        done = true;
+      });
+      for (;;) {
+        {
+          absl::MutexLock l(&done_mu);
+          if (done_mu.AwaitWithTimeout(absl::Condition(&done),
+                                       absl::Milliseconds(50))) {
+            break;
+          }
+        }
+        py::gil_scoped_acquire acquire;
+        if (PyErr_CheckSignals() != 0) {
+          interrupted = true;
+          break;
+        }
+      }
+      if (interrupted) {
+        stop_.store(true);
+        absl::MutexLock l(&done_mu);
+        done_mu.Await(absl::Condition(&done));
+        stop_.store(false);
+      }
+    }
+    if (interrupted) throw py::error_already_set();  // the handler's error
+    if (failure) std::rethrow_exception(failure);
+    return *std::move(result);
   }
 
   // Copies the specs the client now knows for `names` into known_.
@@ -877,8 +964,14 @@ class Client {
 
   // Lock order: mu_ before specs_mu_. Neither is held while waiting for
   // the GIL; mu_ is only taken with the GIL released.
+  // Set while a call of the main thread is being stopped by a signal;
+  // the PsClient's stop flag (PsClientOptions::stop), so declared first.
+  std::atomic<bool> stop_{false};
   absl::Mutex mu_;  // held during every RPC
   std::unique_ptr<PsClient> client_ ABSL_GUARDED_BY(mu_);  // null once closed
+  // Runs the main thread's RPCs, so that the main thread can watch for
+  // signals meanwhile (Call).
+  Executor caller_{1};
   absl::Mutex specs_mu_;
   absl::flat_hash_map<std::string, std::shared_ptr<const TensorSpec>> known_
       ABSL_GUARDED_BY(specs_mu_);
@@ -904,7 +997,7 @@ Use the `asyncps` package, which re-exports everything here.)doc";
 const char kClientDoc[] =
     R"doc(A worker's connection to every shard of an asyncps cluster.
 
-Client(servers, worker_id=0, *, incarnation=0, tls_ca='', tls_cert='',
+Client(servers, worker_id=None, *, incarnation=0, tls_ca='', tls_cert='',
        tls_key='', token_file='', rpc_timeout=120.0, call_deadline=300.0,
        max_attempts=0, initial_backoff=0.05, connections_per_shard=2,
        wire_dtype='fp32', run_id='')
@@ -912,6 +1005,9 @@ Client(servers, worker_id=0, *, incarnation=0, tls_ca='', tls_cert='',
 servers     shard addresses in shard order: ['h:p', 'h:p'] or 'h:p,h:p'.
             Every worker must list the shards in the same order.
 worker_id   this worker's id (>= 0); SSP/BSP clocks are kept per id.
+            None: torchrun's RANK environment variable, else 0 unless
+            WORLD_SIZE > 1 (then ValueError: two processes defaulting to
+            the same id would fence each other).
 incarnation this process's run of the worker (0 = a random one); pushes are
             de-duplicated per (worker_id, incarnation).
 tls_ca      PEM CA that signs the shards' certificates (turns TLS on).
@@ -995,6 +1091,10 @@ strings (protobuf's JSON mapping).)doc";
 
 PYBIND11_MODULE(_native, m) {
   m.doc() = kModuleDoc;
+  main_thread = py::module_::import("threading")
+                    .attr("main_thread")()
+                    .attr("ident")
+                    .cast<unsigned long>();
   m.attr("__version__") = kVersion;
 
   rpc_error_type = PyErr_NewExceptionWithDoc(
@@ -1163,11 +1263,11 @@ Bad values raise ValueError at once.)doc")
       });
 
   py::class_<Client>(m, "Client", kClientDoc)
-      .def(py::init<const py::object&, int32_t, uint64_t, const std::string&,
+      .def(py::init<const py::object&, const py::object&, uint64_t,
                     const std::string&, const std::string&, const std::string&,
-                    double, double, int, double, int, const std::string&,
-                    const std::string&>(),
-           py::arg("servers"), py::arg("worker_id") = 0, py::kw_only(),
+                    const std::string&, double, double, int, double, int,
+                    const std::string&, const std::string&>(),
+           py::arg("servers"), py::arg("worker_id") = py::none(), py::kw_only(),
            py::arg("incarnation") = 0, py::arg("tls_ca") = "",
            py::arg("tls_cert") = "", py::arg("tls_key") = "",
            py::arg("token_file") = "", py::arg("rpc_timeout") = 120.0,

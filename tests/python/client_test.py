@@ -119,6 +119,19 @@ def test_server_refusal_surfaces_with_its_code(cluster):
         np.testing.assert_array_equal(c.pull(["t"])["t"], np.ones(4, np.float32))
 
 
+def test_worker_id_from_torchrun_rank(cluster, monkeypatch):
+    shards = cluster.start(1)
+    monkeypatch.setenv("RANK", "3")
+    monkeypatch.setenv("WORLD_SIZE", "4")
+    assert asyncps.Client(addresses(shards)).worker_id == 3
+    assert asyncps.Client(addresses(shards), 1).worker_id == 1  # explicit
+    monkeypatch.delenv("RANK")
+    with pytest.raises(ValueError, match="WORLD_SIZE=4 but no RANK"):
+        asyncps.Client(addresses(shards))
+    monkeypatch.delenv("WORLD_SIZE")
+    assert asyncps.Client(addresses(shards)).worker_id == 0
+
+
 def test_run_id_must_match_the_shards(cluster):
     shards = cluster.start(1, args=["--run_id=run-a"])
     with connect(shards, run_id="run-a") as c:
