@@ -36,6 +36,7 @@
 #include "client/ps_client.h"
 #include "common/executor.h"
 #include "common/initializer.h"
+#include "common/logging.h"
 #include "common/names.h"
 #include "common/net.h"
 #include "common/row_initializer.h"
@@ -327,6 +328,11 @@ class Client {
     }
     o.run_id = run_id;
     o.stop = &stop_;
+    // Warnings (a shard that cannot be reached, while retries go on; a
+    // shard that restarted) on stderr, as they happen.
+    absl::StatusOr<std::shared_ptr<spdlog::logger>> logger =
+        MakeLogger("asyncps", "warn");
+    if (logger.ok()) o.logger = *std::move(logger);
     o.stop_ends_pushes = true;  // Ctrl-C ends a Python call, pushes too
     if (!(rpc_timeout > 0) || !std::isfinite(rpc_timeout)) {
       throw py::value_error(absl::StrCat(

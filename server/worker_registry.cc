@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 
 namespace asyncps {
 
@@ -107,6 +108,23 @@ int64_t WorkerRegistry::MinLiveClockExcept(const Worker* except) const {
 
 int64_t WorkerRegistry::MinLiveClock() const {
   return MinLiveClockExcept(nullptr);
+}
+
+std::string WorkerRegistry::LiveWorkersBelow(int64_t clock) const {
+  constexpr int kNamed = 8;
+  std::vector<std::string> named;
+  int behind = 0;
+  absl::ReaderMutexLock l(&map_mu_);
+  for (const auto& [id, w] : workers_) {
+    if (!w->live.load() || w->clock.load() >= clock) continue;
+    if (++behind <= kNamed) {
+      named.push_back(
+          absl::StrCat("worker ", id, " at clock ", w->clock.load()));
+    }
+  }
+  std::sort(named.begin(), named.end());
+  if (behind > kNamed) named.push_back(absl::StrCat(behind - kNamed, " more"));
+  return named.empty() ? "none" : absl::StrJoin(named, ", ");
 }
 
 absl::StatusOr<WorkerRegistry::Admission> WorkerRegistry::AdmitLocked(
@@ -343,8 +361,8 @@ void WorkerRegistry::CollectReadyLocked(Ready* ready) {
           std::move(waiter.done),
           absl::DeadlineExceededError(absl::StrCat(
               "pull waited ", absl::FormatDuration(options_.pull_wait_timeout),
-              " for the slowest live worker to reach clock ", waiter.required,
-              " (it is at ", min_clock, ")")));
+              " for every live worker to reach clock ", waiter.required,
+              "; behind: ", LiveWorkersBelow(waiter.required))));
     } else {
       ++it;
       continue;

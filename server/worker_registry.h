@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -241,6 +242,9 @@ class WorkerRegistry {
   absl::StatusOr<Admission> AdmitLocked(Worker* w, const WorkerRef& ref)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(w->mu);
   int64_t MinLiveClockExcept(const Worker* except) const;
+  // "worker 3 at clock 5, worker 7 at clock 6" for the live workers below
+  // `clock` (the first few), for a timed-out wait's message.
+  std::string LiveWorkersBelow(int64_t clock) const;
   // Releases the waits that may go ahead or timed out (cheap when none
   // waits).
   void ReleaseWaiters();

@@ -151,13 +151,16 @@ def unused_port():
         return s.getsockname()[1]
 
 
-def test_unreachable_shard_raises_unavailable_after_retries():
+def test_unreachable_shard_raises_unavailable_after_retries(capfd):
     c = asyncps.Client([f"127.0.0.1:{unused_port()}"], max_attempts=2,
                        initial_backoff=0.01, rpc_timeout=5)
     with pytest.raises(asyncps.RpcError) as e:
         c.heartbeat()
     assert e.value.code == "UNAVAILABLE"
     assert "after 2 attempts" in e.value.message
+    # The first failure was said on stderr while the retries went on.
+    err = capfd.readouterr().err
+    assert "Heartbeat on shard 0" in err and "retrying for up to" in err
     c.close()
     assert c.closed
 

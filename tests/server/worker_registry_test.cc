@@ -217,6 +217,8 @@ TEST_CASE("a wait past its deadline fails with DEADLINE_EXCEEDED", "[ssp]") {
   f.registry->Tick();
   REQUIRE(pull.done);
   REQUIRE(pull.status.code() == absl::StatusCode::kDeadlineExceeded);
+  CHECK(pull.status.message().find("behind: worker 1 at clock 0") !=
+        std::string::npos);
 }
 
 TEST_CASE("a new incarnation replaces the old one whatever their values",

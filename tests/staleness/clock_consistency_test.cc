@@ -391,7 +391,7 @@ TEST_CASE(
 
 TEST_CASE(
     "a pull that waits past --pull_wait_timeout_ms fails with "
-    "DEADLINE_EXCEEDED naming the clocks",
+    "DEADLINE_EXCEEDED naming the workers it waited for",
     "[ssp][timeout]") {
   Shard shard = StartOneShard(
       {"--consistency=ssp", "--ssp_slack=0", "--pull_wait_timeout_ms=500"});
@@ -420,7 +420,7 @@ TEST_CASE(
   INFO(s.error_message() << " after " << absl::FormatDuration(elapsed));
   CHECK(s.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED);
   CHECK(absl::StrContains(s.error_message(), "reach clock 1"));
-  CHECK(absl::StrContains(s.error_message(), "(it is at 0)"));
+  CHECK(absl::StrContains(s.error_message(), "behind: worker 1 at clock 0"));
   CHECK(elapsed >= absl::Milliseconds(500));
 
   const StatusResponse status = shard.Status();
