@@ -295,8 +295,9 @@ void CheckDict(const py::handle& obj, const char* method) {
 
 // ---------------------------------------------------------------- client
 
-// The Python Client. Owns one PsClient; mu_ serializes calls from several
-// Python threads (PsClient is thread-compatible). RPCs run with the GIL
+// The Python Client. Owns one PsClient (thread-safe); calls from several
+// Python threads run concurrently, mu_ (shared) keeps Close from pulling the
+// client away under them. RPCs run with the GIL
 // released and mu_ held; argument checks read a copy of the known specs
 // (known_) instead, so they never wait for another thread's RPC while
 // holding the GIL. Thread-safe.
@@ -726,7 +727,9 @@ class Client {
     using Result = decltype(rpc(std::declval<PsClient&>()));
     CheckOpen();
     auto run = [this, &rpc]() -> Result {
-      absl::MutexLock lock(&mu_);
+      // Shared: calls of several threads run together (PsClient is
+      // thread-safe); Close takes it exclusively.
+      absl::ReaderMutexLock lock(&mu_);
       // Closed by another thread while this one waited for mu_. The
       // exception is a plain C++ object until the GIL is back.
       if (client_ == nullptr) throw py::value_error("Client is closed");
@@ -973,7 +976,7 @@ class Client {
   // Set while a call of the main thread is being stopped by a signal;
   // the PsClient's stop flag (PsClientOptions::stop), so declared first.
   std::atomic<bool> stop_{false};
-  absl::Mutex mu_;  // held during every RPC
+  absl::Mutex mu_;  // held shared during every RPC, exclusive by Close
   std::unique_ptr<PsClient> client_ ABSL_GUARDED_BY(mu_);  // null once closed
   // Runs the main thread's RPCs, so that the main thread can watch for
   // signals meanwhile (Call).
@@ -1043,8 +1046,9 @@ does an unknown tensor name. A failed RPC raises asyncps.RpcError, whose
 `code` is the gRPC status code name and `message` the shard's message.
 
 The GIL is released during every RPC, so other Python threads run while a
-call waits (e.g. an SSP pull held back by a slower worker). Calls from
-several threads on one Client are serialized.
+call waits (e.g. an SSP pull held back by a slower worker), and calls from
+several threads on one Client run concurrently (a pull and a push in flight
+together). A push is tagged with what the most recent pull read.
 
 `clock` is this worker's clock (completed steps) used by pull, push and
 heartbeat when their `clock` argument is None; the caller advances it.

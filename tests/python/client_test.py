@@ -119,6 +119,31 @@ def test_server_refusal_surfaces_with_its_code(cluster):
         np.testing.assert_array_equal(c.pull(["t"])["t"], np.ones(4, np.float32))
 
 
+def test_calls_of_two_threads_on_one_client_run_together(cluster):
+    shards = cluster.start(1, ["--consistency=bsp",
+                               "--pull_wait_timeout_ms=60000"])
+    with connect(shards, 0) as c, connect(shards, 1) as other:
+        c.create({"t": constant_sgd((4,))})
+        other.heartbeat(clock=0)  # live at 0: c's pull for clock 1 waits
+        c.heartbeat(clock=0)
+        held = {}
+        thread = threading.Thread(
+            target=lambda: held.update(c.pull(["t"], clock=1)))
+        thread.start()
+        wait_until(lambda: any(
+            w.get("waiting_pulls", 0) > 0
+            for shard in other.status()["shards"]
+            for w in shard["status"].get("workers", [])), 30, "the held pull")
+        # The same client answers other calls meanwhile.
+        c.heartbeat(clock=0)
+        np.testing.assert_array_equal(c.spec("t").shape, (4,))
+        assert thread.is_alive()
+        other.heartbeat(clock=1)  # releases the pull
+        thread.join(30)
+        assert not thread.is_alive()
+        np.testing.assert_array_equal(held["t"], np.ones(4, np.float32))
+
+
 def test_worker_id_from_torchrun_rank(cluster, monkeypatch):
     shards = cluster.start(1)
     monkeypatch.setenv("RANK", "3")
