@@ -234,14 +234,44 @@ std::string SpecRepr(const TensorSpec& s) {
 
 // ---------------------------------------------------------------- arrays
 
-// `obj` as a float32 C-contiguous numpy array holding exactly the elements
-// of `spec` in its shape; TypeError / ValueError naming the tensor if not.
-py::array CheckArray(const py::handle& obj, const TensorSpec& spec,
+// `obj` itself when it is a numpy array; a CPU torch.Tensor's memory as a
+// numpy array (no copy: writes reach the tensor); anything else as it is
+// (the caller's check names it). TypeError for a tensor on another device.
+py::object ArrayView(const py::handle& obj, const std::string& what) {
+  if (py::isinstance<py::array>(obj)) {
+    return py::reinterpret_borrow<py::object>(obj);
+  }
+  const py::handle type = py::type::handle_of(obj);
+  const std::string module = py::str(type.attr("__module__"));
+  if (module.rfind("torch", 0) != 0 || !py::hasattr(obj, "detach")) {
+    return py::reinterpret_borrow<py::object>(obj);
+  }
+  const std::string device = py::str(obj.attr("device").attr("type"));
+  if (device != "cpu") {
+    throw py::type_error(absl::StrCat(what, " is a torch tensor on ", device,
+                                      "; asyncps takes CPU memory"));
+  }
+  return obj.attr("detach")().attr("numpy")();
+}
+
+// True when every value of a float32 array is finite.
+bool AllFiniteArray(const py::array& a) {
+  return AllFinite(static_cast<const char*>(a.data()),
+                   static_cast<size_t>(a.size()), WIRE_F32);
+}
+
+// `obj` (a numpy array or CPU torch tensor) as a float32 C-contiguous numpy
+// array holding exactly the elements of `spec` in its shape; TypeError /
+// ValueError naming the tensor if not.
+py::array CheckArray(const py::handle& original, const TensorSpec& spec,
                      bool writeable, const char* method) {
   const std::string& name = spec.name();
+  const py::object obj =
+      ArrayView(original, absl::StrCat(method, ": tensor '", name, "'"));
   if (!py::isinstance<py::array>(obj)) {
     throw py::type_error(absl::StrCat(
-        method, ": tensor '", name, "' must be a numpy.ndarray, got ",
+        method, ": tensor '", name,
+        "' must be a numpy.ndarray or a CPU torch.Tensor, got ",
         std::string(py::str(py::type::handle_of(obj).attr("__name__")))));
   }
   py::array a = py::reinterpret_borrow<py::array>(obj);
@@ -273,6 +303,27 @@ py::array CheckArray(const py::handle& obj, const TensorSpec& spec,
         absl::StrCat(method, ": tensor '", name, "' is read-only"));
   }
   return a;
+}
+
+// Tensor names: a str (one name) or a sequence of str; TypeError naming
+// `method` otherwise.
+std::vector<std::string> NameList(const py::object& names, const char* method) {
+  if (py::isinstance<py::str>(names)) return {names.cast<std::string>()};
+  std::vector<std::string> out;
+  if (!py::isinstance<py::sequence>(names)) {
+    throw py::type_error(absl::StrCat(
+        method, ": names must be a str or a list of str, got ",
+        std::string(py::str(py::type::handle_of(names).attr("__name__")))));
+  }
+  for (const py::handle& n : names) {
+    if (!py::isinstance<py::str>(n)) {
+      throw py::type_error(absl::StrCat(method,
+                                        ": tensor names must be str, got ",
+                                        std::string(py::repr(n))));
+    }
+    out.push_back(n.cast<std::string>());
+  }
+  return out;
 }
 
 // The name of every item of a {name: array} dict, checked to be a str.
@@ -487,7 +538,8 @@ class Client {
     return Known(Names(list));
   }
 
-  py::dict WaitFor(const std::vector<std::string>& names, double timeout) {
+  py::dict WaitFor(const py::object& names_arg, double timeout) {
+    const std::vector<std::string> names = NameList(names_arg, "wait_for");
     if (!(timeout >= 0) || !std::isfinite(timeout)) {
       throw py::value_error(absl::StrCat(
           "wait_for: timeout must be >= 0 seconds, got ", timeout));
@@ -512,8 +564,8 @@ class Client {
     return *it->second;
   }
 
-  py::dict Pull(const std::vector<std::string>& names,
-                std::optional<int64_t> clock) {
+  py::dict Pull(const py::object& names_arg, std::optional<int64_t> clock) {
+    const std::vector<std::string> names = NameList(names_arg, "pull");
     py::dict out;
     for (const std::string& name : names) {
       const std::shared_ptr<const TensorSpec> spec = KnownSpec(name, "pull");
@@ -539,6 +591,13 @@ class Client {
 
   PushSummary Push(const py::object& grads, std::optional<int64_t> clock) {
     Buffers in = CheckedBuffers(grads, "push", /*writeable=*/false);
+    for (size_t i = 0; i < in.keep.size(); ++i) {
+      if (!AllFiniteArray(in.keep[i])) {
+        throw py::value_error(
+            absl::StrCat("push: the gradient of tensor '", in.pointers[i].first,
+                         "' contains NaN or Inf; nothing was sent"));
+      }
+    }
     std::vector<std::pair<std::string, const float*>> sources(
         in.pointers.begin(), in.pointers.end());
     const int64_t c = clock.value_or(clock_);
@@ -612,6 +671,11 @@ class Client {
       const py::tuple pair = py::reinterpret_borrow<py::tuple>(value);
       py::array_t<uint64_t> ids = CheckIds(pair[0], name, "push_rows");
       py::array g = CheckRowGrads(pair[1], name, ids.shape(0), spec->dim());
+      if (!AllFiniteArray(g)) {
+        throw py::value_error(
+            absl::StrCat("push_rows: the gradients of table '", name,
+                         "' contain NaN or Inf; nothing was sent"));
+      }
       RowsGrad rg;
       rg.table = name;
       rg.ids = absl::MakeConstSpan(ids.data(), ids.shape(0));
@@ -887,13 +951,15 @@ class Client {
   }
 
   // Row gradients: float32, C-contiguous, shape (n, dim); not converted.
-  static py::array CheckRowGrads(const py::handle& obj,
+  static py::array CheckRowGrads(const py::handle& original,
                                  const std::string& table, py::ssize_t n,
                                  int32_t dim) {
+    const py::object obj = ArrayView(
+        original, absl::StrCat("push_rows: gradients of table '", table, "'"));
     if (!py::isinstance<py::array>(obj)) {
       throw py::type_error(
           absl::StrCat("push_rows: gradients of table '", table,
-                       "' must be a numpy array, got ",
+                       "' must be a numpy array or a CPU torch.Tensor, got ",
                        std::string(py::repr(py::type::handle_of(obj)))));
     }
     py::array a = py::reinterpret_borrow<py::array>(obj);

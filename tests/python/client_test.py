@@ -107,16 +107,32 @@ def test_wait_for_sees_tensors_created_by_another_worker(cluster):
                                       np.full(9, 2.0, np.float32))
 
 
-def test_server_refusal_surfaces_with_its_code(cluster):
+def test_refusals_surface_with_their_code_and_torch_tensors_work(cluster):
+    import torch
     shards = cluster.start(1)
     with connect(shards) as c:
         c.create({"t": constant_sgd((4,))})
+        # Checked here, nothing sent: a ValueError naming the tensor.
         bad = np.array([0, math.nan, 0, 0], np.float32)
-        with pytest.raises(asyncps.RpcError) as e:
+        with pytest.raises(ValueError, match="tensor 't'.*NaN"):
             c.push({"t": bad})
-        assert e.value.code == "INVALID_ARGUMENT"
-        assert "t" in e.value.message
+        with pytest.raises(ValueError, match="tensor 't'.*NaN"):
+            c.push({"t": torch.tensor([0.0, math.inf, 0.0, 0.0])})
+        # Refused by the shards: RpcError with the gRPC code.
+        with pytest.raises(asyncps.RpcError) as e:
+            c.create({"t": constant_sgd((4,), init_value=2.0)})
+        assert e.value.code == "ALREADY_EXISTS"
+        assert "'t'" in e.value.message
         np.testing.assert_array_equal(c.pull(["t"])["t"], np.ones(4, np.float32))
+        # CPU torch tensors wherever arrays go: pulled into in place, pushed.
+        w = torch.zeros(4)
+        c.pull_into({"t": w})
+        assert torch.equal(w, torch.ones(4))
+        c.push({"t": torch.full((4,), 0.5)})
+        c.pull_into({"t": w})
+        assert torch.equal(w, torch.full((4,), 0.5))
+        # A single name is taken for a list of one.
+        np.testing.assert_array_equal(c.pull("t")["t"], w.numpy())
 
 
 def test_calls_of_two_threads_on_one_client_run_together(cluster):
