@@ -12,6 +12,7 @@
 #include "common/sharding.h"
 #include "google/protobuf/util/message_differencer.h"
 #include "store/optimizer.h"
+#include "store/spec_diff.h"
 
 namespace asyncps {
 
@@ -340,13 +341,11 @@ absl::StatusOr<CreateTensorResponse> ShardStore::CreateTensors(
         missing.push_back(&spec);
         continue;
       }
-      std::string diff;
-      google::protobuf::util::MessageDifferencer differ;
-      differ.ReportDifferencesToString(&diff);
-      if (!differ.Compare(existing->spec, spec)) {
+      const std::string diff = SpecDifferences(existing->spec, spec);
+      if (!diff.empty()) {
         return absl::AlreadyExistsError(
             absl::StrCat("tensor ", QuoteName(spec.name()),
-                         " exists with a different spec: ", diff));
+                         " exists with another spec: ", diff));
       }
     }
   }

@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/names.h"
 #include "google/protobuf/util/message_differencer.h"
+#include "store/spec_diff.h"
 
 namespace asyncps {
 
@@ -115,13 +116,11 @@ absl::StatusOr<TableStore::Staged> TableStore::Stage(
     staged.specs_.push_back(spec);
     const SparseTable* existing = Find(spec.name());
     if (existing != nullptr) {
-      std::string diff;
-      google::protobuf::util::MessageDifferencer differ;
-      differ.ReportDifferencesToString(&diff);
-      if (!differ.Compare(existing->spec(), spec)) {
+      const std::string diff = SpecDifferences(existing->spec(), spec);
+      if (!diff.empty()) {
         return absl::AlreadyExistsError(
             absl::StrCat("table ", QuoteName(spec.name()),
-                         " exists with a different spec: ", diff));
+                         " exists with another spec: ", diff));
       }
       continue;
     }

@@ -160,9 +160,13 @@ TEST_CASE("create is idempotent and conflicts name the field", "[store]") {
   REQUIRE(again.ok());
   REQUIRE(again->created() == 0);
   req.mutable_tensors(0)->set_shape(0, 11);
+  req.mutable_tensors(0)->mutable_optimizer()->set_learning_rate(0.5f);
   auto conflict = store->CreateTensors(req);
   REQUIRE(conflict.status().code() == absl::StatusCode::kAlreadyExists);
-  REQUIRE(conflict.status().message().find("shape") != std::string::npos);
+  // Every differing field, in words.
+  CHECK(std::string(conflict.status().message()) ==
+        "tensor 'w' exists with another spec: shape is [10] on the shard, "
+        "[11] asked; optimizer.learning_rate is 0.1 on the shard, 0.5 asked");
 }
 
 TEST_CASE(
