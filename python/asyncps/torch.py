@@ -197,14 +197,20 @@ class Worker:
                 momentum=momentum, beta1=beta1, beta2=beta2, epsilon=epsilon,
                 slice_elems=slice_elems)
         if create:
-            stored = client.create(specs, values=values or None)
+            try:
+                stored = client.create(specs, values=values or None)
+            except asyncps.RpcError as e:
+                if e.code != "ALREADY_EXISTS":
+                    raise
+                # Another spec is held: a parameter of another shape is
+                # this module's mistake, named as such; other differences
+                # (optimizer, init) stay the shards' ALREADY_EXISTS.
+                held = client.wait_for(list(specs), timeout=0)
+                self._check_shapes(held)
+                raise
         else:
             stored = client.wait_for(list(specs), timeout=wait_timeout)
-        for name, p, shape in self._params:
-            if tuple(stored[name].shape) != shape:
-                raise ValueError(
-                    f"Worker: parameter '{name}' has shape {tuple(p.shape)} "
-                    f"but the shards hold {tuple(stored[name].shape)}")
+        self._check_shapes(stored)
         self.specs = stored
 
         status = client.status()
@@ -231,6 +237,16 @@ class Worker:
                       "mean_staleness": 0.0}
         self._staleness_sum = 0.0
         self._closed = False
+
+    def _check_shapes(self, held):
+        """ValueError naming a parameter whose shape the shards' spec (in
+        `held`, {name: TensorSpec}) does not have."""
+        for name, p, shape in self._params:
+            spec = held.get(name)
+            if spec is not None and tuple(spec.shape) != shape:
+                raise ValueError(
+                    f"Worker: parameter '{name}' has shape {tuple(p.shape)} "
+                    f"but the shards hold {tuple(spec.shape)}")
 
     # ------------------------------------------------------------ steps
 

@@ -148,9 +148,17 @@ def test_shapes_are_checked_against_the_shards(cluster):
                        "fc.bias": asyncps.TensorSpec((2,), lr=0.01)})
         with pytest.raises(ValueError, match=r"'fc.weight' has shape \(2, 3\)"):
             asyncps.torch.Worker(Tiny(), client, create=False, init="zeros")
-        with pytest.raises(asyncps.RpcError) as e:
+        # Created here too: the same shape error, not the shards' refusal.
+        with pytest.raises(ValueError, match=r"'fc.weight' has shape \(2, 3\)"):
             asyncps.torch.Worker(Tiny(), client, init="zeros")
+        # Same shapes, another optimizer: the shards' ALREADY_EXISTS, in words.
+        client.create({"o/fc.weight": asyncps.TensorSpec((2, 3), lr=0.5),
+                       "o/fc.bias": asyncps.TensorSpec((2,), lr=0.5)})
+        with pytest.raises(asyncps.RpcError) as e:
+            asyncps.torch.Worker(Tiny(), client, init="zeros", lr=0.01,
+                                 prefix="o/")
         assert e.value.code == "ALREADY_EXISTS"
+        assert "learning_rate is 0.5 on the shard, 0.01 asked" in e.value.message
         with pytest.raises(ValueError, match="float32"):
             asyncps.torch.Worker(Tiny().double(), client, prefix="d/")
         with pytest.raises(TypeError, match="asyncps.Client"):
