@@ -1165,6 +1165,29 @@ strings (protobuf's JSON mapping).)doc";
 
 }  // namespace
 
+// The optimizer fields of a TensorSpec or TableSpec class as read-only
+// properties, the same on both.
+template <typename Spec>
+void AddOptimizerProperties(py::class_<Spec>& c) {
+  c.def_property_readonly("optimizer",
+                          [](const Spec& s) {
+                            return EnumName(kOptimizers, s.optimizer().type());
+                          })
+      .def_property_readonly(
+          "lr", [](const Spec& s) { return s.optimizer().learning_rate(); })
+      .def_property_readonly(
+          "momentum", [](const Spec& s) { return s.optimizer().momentum(); })
+      .def_property_readonly(
+          "beta1", [](const Spec& s) { return s.optimizer().beta1(); })
+      .def_property_readonly(
+          "beta2", [](const Spec& s) { return s.optimizer().beta2(); })
+      .def_property_readonly(
+          "epsilon", [](const Spec& s) { return s.optimizer().epsilon(); })
+      .def_property_readonly("initial_accumulator", [](const Spec& s) {
+        return s.optimizer().initial_accumulator();
+      });
+}
+
 PYBIND11_MODULE(_native, m) {
   m.doc() = kModuleDoc;
   main_thread = py::module_::import("threading")
@@ -1188,8 +1211,9 @@ PYBIND11_MODULE(_native, m) {
         "again, and turns off Abseil's lock-cycle detection; what ps_server "
         "and ps_worker do at start. Process-wide; call once, early.");
 
-  py::class_<TensorSpec>(m, "TensorSpec",
-                         R"doc(How a tensor is created on the shards.
+  py::class_<TensorSpec> tensor_spec(
+      m, "TensorSpec",
+      R"doc(How a tensor is created on the shards.
 
 TensorSpec(shape, *, name='', init='zeros', init_value=0.0, seed=0,
            optimizer='sgd', lr=0.01, momentum=0.9, beta1=0.9,
@@ -1208,7 +1232,8 @@ slice_elems  elements per slice (0 = the shards' --slice_elems).
 name         optional here; Client.create({name: spec}) names it.
 
 Bad values raise ValueError at once. Creation is idempotent: the same spec
-again is a no-op, a different one is RpcError ALREADY_EXISTS.)doc")
+again is a no-op, a different one is RpcError ALREADY_EXISTS.)doc");
+  tensor_spec
       .def(py::init(&MakeSpec), py::arg("shape"), py::kw_only(),
            py::arg("name") = "", py::arg("init") = "zeros",
            py::arg("init_value") = 0.0, py::arg("seed") = 0,
@@ -1224,24 +1249,6 @@ again is a no-op, a different one is RpcError ALREADY_EXISTS.)doc")
           [](const TensorSpec& s) { return EnumName(kInits, s.init()); })
       .def_property_readonly("init_value", &TensorSpec::init_value)
       .def_property_readonly("seed", &TensorSpec::seed)
-      .def_property_readonly("optimizer",
-                             [](const TensorSpec& s) {
-                               return EnumName(kOptimizers,
-                                               s.optimizer().type());
-                             })
-      .def_property_readonly(
-          "lr",
-          [](const TensorSpec& s) { return s.optimizer().learning_rate(); })
-      .def_property_readonly(
-          "momentum",
-          [](const TensorSpec& s) { return s.optimizer().momentum(); })
-      .def_property_readonly(
-          "beta1", [](const TensorSpec& s) { return s.optimizer().beta1(); })
-      .def_property_readonly(
-          "beta2", [](const TensorSpec& s) { return s.optimizer().beta2(); })
-      .def_property_readonly(
-          "epsilon",
-          [](const TensorSpec& s) { return s.optimizer().epsilon(); })
       .def_property_readonly("slice_elems", &TensorSpec::slice_elems)
       .def("__eq__",
            [](const TensorSpec& a, const py::object& b) {
@@ -1250,8 +1257,9 @@ again is a no-op, a different one is RpcError ALREADY_EXISTS.)doc")
                         a, b.cast<TensorSpec>());
            })
       .def("__repr__", &SpecRepr);
+  AddOptimizerProperties<TensorSpec>(tensor_spec);
 
-  py::class_<TableSpec>(
+  py::class_<TableSpec> table_spec(
       m, "TableSpec",
       R"doc(How a sparse embedding table is created on the shards.
 
@@ -1267,7 +1275,8 @@ optimizer    as TensorSpec, applied per row to the rows a push touches
              ('adam' is lazy: moments per row).
 name         optional here; Client.create_tables({name: spec}) names it.
 
-Bad values raise ValueError at once.)doc")
+Bad values raise ValueError at once.)doc");
+  table_spec
       .def(py::init(&MakeTableSpec), py::arg("dim"), py::kw_only(),
            py::arg("name") = "", py::arg("init") = "zeros",
            py::arg("init_value") = 0.0, py::arg("seed") = 0,
@@ -1281,14 +1290,6 @@ Bad values raise ValueError at once.)doc")
           "init", [](const TableSpec& s) { return EnumName(kInits, s.init()); })
       .def_property_readonly("init_value", &TableSpec::init_value)
       .def_property_readonly("seed", &TableSpec::seed)
-      .def_property_readonly("optimizer",
-                             [](const TableSpec& s) {
-                               return EnumName(kOptimizers,
-                                               s.optimizer().type());
-                             })
-      .def_property_readonly(
-          "lr",
-          [](const TableSpec& s) { return s.optimizer().learning_rate(); })
       .def("__eq__",
            [](const TableSpec& a, const py::object& b) {
              return py::isinstance<TableSpec>(b) &&
@@ -1296,6 +1297,7 @@ Bad values raise ValueError at once.)doc")
                         a, b.cast<TableSpec>());
            })
       .def("__repr__", &TableRepr);
+  AddOptimizerProperties<TableSpec>(table_spec);
 
   py::class_<PushSummary>(m, "PushResult",
                           "What the shards did with one push, over all "

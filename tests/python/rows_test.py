@@ -133,3 +133,10 @@ def test_table_spec_checks():
         asyncps.TableSpec(4, optimizer="adagrad", epsilon=0.0)
     s = asyncps.TableSpec(8, optimizer="adagrad")
     assert s.dim == 8 and s.optimizer == "adagrad" and "TableSpec(" in repr(s)
+    # The optimizer attributes of a TensorSpec, on a TableSpec too.
+    t = asyncps.TensorSpec((2,), optimizer="adagrad")
+    for field in ("lr", "momentum", "beta1", "beta2", "epsilon",
+                  "initial_accumulator"):
+        assert getattr(s, field) == getattr(t, field), field
+    with pytest.raises(ValueError):
+        asyncps.TableSpec(4, init="values")
