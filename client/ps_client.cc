@@ -1076,6 +1076,35 @@ absl::Status PsClient::Heartbeat(int64_t clock, bool leaving) {
                      CallPolicy());
 }
 
+absl::StatusOr<ListTensorsResponse> PsClient::ListTensors() {
+  const ListTensorsRequest request;
+  std::vector<ListTensorsResponse> responses;
+  absl::Status status = ToAllShards(
+      "ListTensors", request, &responses,
+      [](ParameterServer::Stub* stub, grpc::ClientContext* ctx,
+         const ListTensorsRequest* req, ListTensorsResponse* resp,
+         std::function<void(grpc::Status)> done) {
+        stub->async()->ListTensors(ctx, req, resp, std::move(done));
+      },
+      nullptr, CallPolicy());
+  if (!status.ok()) return status;
+  // What every shard holds.
+  absl::flat_hash_map<std::string, int> tensors, tables;
+  for (const ListTensorsResponse& r : responses) {
+    for (const TensorSpec& t : r.tensors()) ++tensors[t.name()];
+    for (const TableSpec& t : r.tables()) ++tables[t.name()];
+  }
+  ListTensorsResponse out;
+  out.set_run_id(responses[0].run_id());
+  for (const TensorSpec& t : responses[0].tensors()) {
+    if (tensors[t.name()] == num_shards()) *out.add_tensors() = t;
+  }
+  for (const TableSpec& t : responses[0].tables()) {
+    if (tables[t.name()] == num_shards()) *out.add_tables() = t;
+  }
+  return out;
+}
+
 absl::StatusOr<std::vector<StatusResponse>> PsClient::Status() {
   const StatusRequest request;
   std::vector<StatusResponse> responses;

@@ -282,6 +282,11 @@ class PsClient {
   // Each shard's status, in shard order.
   absl::StatusOr<std::vector<StatusResponse>> Status();
 
+  // The tensors and tables the cluster holds (every shard holds every
+  // spec; a spec some shard lacks is left out, as it is still being
+  // created).
+  absl::StatusOr<ListTensorsResponse> ListTensors();
+
   int num_shards() const { return static_cast<int>(shards_.size()); }
   int32_t worker_id() const { return options_.worker_id; }
   uint64_t incarnation() const { return options_.incarnation; }

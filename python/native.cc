@@ -556,6 +556,20 @@ class Client {
     return Known(names);
   }
 
+  py::tuple ListTensors() {
+    std::vector<ListTensorsResponse> all;
+    const absl::Status s = Call([&](PsClient& client) {
+      absl::StatusOr<ListTensorsResponse> r = client.ListTensors();
+      if (r.ok()) all.push_back(*std::move(r));
+      return r.status();
+    });
+    if (!s.ok()) ThrowStatus(s);
+    py::dict tensors, tables;
+    for (const TensorSpec& t : all[0].tensors()) tensors[py::str(t.name())] = t;
+    for (const TableSpec& t : all[0].tables()) tables[py::str(t.name())] = t;
+    return py::make_tuple(tensors, tables);
+  }
+
   std::optional<TensorSpec> Spec(const std::string& name) {
     CheckOpen();
     absl::MutexLock lock(&specs_mu_);
@@ -621,7 +635,8 @@ class Client {
 
   // {table: ids} -> {table: float32 array (len(ids), dim)}. Remembers what
   // was read (row versions, shard epochs) for push_rows.
-  py::dict PullRows(const py::object& ids, std::optional<int64_t> clock) {
+  py::dict PullRows(const py::object& ids, std::optional<int64_t> clock,
+                    bool peek) {
     CheckDict(ids, "pull_rows");
     std::vector<py::array_t<uint64_t>> keep;
     std::vector<RowsQuery> queries;
@@ -637,6 +652,7 @@ class Client {
       q.table = name;
       q.ids = absl::MakeConstSpan(keep.back().data(), n);
       q.out = rows.mutable_data();
+      q.peek = peek;
       queries.push_back(std::move(q));
       out[py::str(name)] = std::move(rows);
     }
@@ -645,7 +661,7 @@ class Client {
       std::unique_ptr<PsClient::PendingRowsPull> pull =
           client.StartPullRows(c, c, queries);
       absl::Status st = pull->Wait();
-      if (st.ok()) Remember(pull->read());
+      if (st.ok() && !peek) Remember(pull->read());
       return st;
     });
     if (!s.ok()) ThrowStatus(s);
@@ -1371,11 +1387,16 @@ Bad values raise ValueError at once.)doc");
            "list of named TableSpec; idempotent) and returns {name: "
            "TableSpec} as stored. wait_for() also waits for tables.")
       .def("pull_rows", &Client::PullRows, py::arg("ids"),
-           py::arg("clock") = py::none(),
+           py::arg("clock") = py::none(), py::arg("peek") = false,
            "{table: ids} -> {table: float32 array (len(ids), dim)}: the rows "
            "of those ids (created with their initial values on first touch), "
            "one request per shard for all tables. Repeated ids get the same "
-           "row. Waits as pull() does under SSP/BSP.")
+           "row. Waits as pull() does under SSP/BSP. peek=True reads without "
+           "creating or marking rows (evaluation): an id never trained gets "
+           "its initial values, and nothing is remembered for push_rows.")
+      .def("list_tensors", &Client::ListTensors,
+           "(tensors, tables): every TensorSpec and TableSpec the shards "
+           "hold, by name ({name: spec} each).")
       .def("push_rows", &Client::PushRows, py::arg("grads"),
            py::arg("clock") = py::none(),
            "{table: (ids, grads)}, grads float32 (len(ids), dim): pushes row "

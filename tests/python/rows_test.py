@@ -122,6 +122,31 @@ def test_rows_bad_input_is_refused_and_changes_nothing(cluster):
                                       np.full(3, 0.5, np.float32))
 
 
+def test_peek_reads_without_creating_and_list_tensors(cluster):
+    shards = cluster.start(2)
+    with connect(shards) as c:
+        c.create_tables({"emb": constant_sgd(2, init_value=3.0)})
+        c.create({"w": asyncps.TensorSpec((5,), init="constant",
+                                            init_value=2.0)})
+        peeked = c.pull_rows({"emb": [10, 11, 12]}, peek=True)["emb"]
+        np.testing.assert_array_equal(peeked, np.full((3, 2), 3.0, np.float32))
+        # Peeking created no row.
+        assert sum(table_rows(c.status(), "emb")) == 0
+        # A trained row is peeked as trained.
+        c.pull_rows({"emb": [10]})
+        c.push_rows({"emb": ([10], np.ones((1, 2), np.float32))})
+        c.clock = 1
+        np.testing.assert_array_equal(
+            c.pull_rows({"emb": [10, 11]}, peek=True)["emb"],
+            np.array([[2.0, 2.0], [3.0, 3.0]], np.float32))
+        assert sum(table_rows(c.status(), "emb")) == 1
+
+        tensors, tables = c.list_tensors()
+        assert list(tensors) == ["w"] and list(tables) == ["emb"]
+        assert tensors["w"].shape == (5,) and tensors["w"].init == "constant"
+        assert tables["emb"].dim == 2 and tables["emb"].init_value == 3.0
+
+
 def test_table_spec_checks():
     with pytest.raises(ValueError, match="dim"):
         asyncps.TableSpec(0)
