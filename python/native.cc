@@ -1433,23 +1433,27 @@ Bad values raise ValueError at once.)doc");
                              "when 0 was given).")
       .def_property_readonly("servers", &Client::servers,
                              "The shard addresses, in shard order.")
-      .def("__enter__", [](py::object self) { return self; })
-      .def("__exit__",
-           [](Client& c, const py::object& type, const py::object&,
-              const py::object&) {
-             if (c.closed()) return false;
-             try {
-               c.Heartbeat(std::nullopt, /*leaving=*/true);
-             } catch (...) {
-               c.Close();
-               // With an exception already on its way out, do not replace
-               // it with this one.
-               if (type.is_none()) throw;
-               return false;
-             }
-             c.Close();
-             return false;
-           })
+      .def(
+          "__enter__", [](Client& c) -> Client& { return c; },
+          py::return_value_policy::reference)
+      .def(
+          "__exit__",
+          [](Client& c, const py::object& type, const py::object&,
+             const py::object&) {
+            if (c.closed()) return false;
+            try {
+              c.Heartbeat(std::nullopt, /*leaving=*/true);
+            } catch (...) {
+              c.Close();
+              // With an exception already on its way out, do not replace
+              // it with this one.
+              if (type.is_none()) throw;
+              return false;
+            }
+            c.Close();
+            return false;
+          },
+          py::arg("exc_type"), py::arg("exc_value"), py::arg("traceback"))
       .def("__repr__", [](Client& c) {
         return absl::StrCat("asyncps.Client(servers=[",
                             absl::StrJoin(c.servers(), ", "),

@@ -17,10 +17,16 @@ The client talks to the ``ps_server`` shards of a cluster::
         c.push_rows({"emb": ([3, 70001, 3], np.ones_like(rows))})
 
 ``asyncps.torch`` trains a ``torch.nn.Module`` asynchronously against the
-shards; ``asyncps.idx`` reads IDX files (MNIST / Fashion-MNIST).
+shards; ``asyncps.idx`` reads IDX files (MNIST / Fashion-MNIST);
+``asyncps.cluster`` starts local shards (``python3 -m asyncps.cluster``).
 """
 
-from asyncps._native import (
+from asyncps import _native, _signatures
+
+# inspect.signature()/help() see real signatures; classes are asyncps.X.
+_signatures.expose(_native, __name__)
+
+from asyncps._native import (  # noqa: E402 (after expose)
     Client,
     PushResult,
     RpcError,

@@ -14,7 +14,6 @@ import sys
 import textwrap
 import time
 
-import pytest
 
 from conftest import addresses, wait_until
 
