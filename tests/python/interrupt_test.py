@@ -14,7 +14,6 @@ import sys
 import textwrap
 import time
 
-
 from conftest import addresses, wait_until
 
 SCRIPT = textwrap.dedent("""
