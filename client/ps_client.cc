@@ -1105,6 +1105,34 @@ absl::StatusOr<ListTensorsResponse> PsClient::ListTensors() {
   return out;
 }
 
+absl::StatusOr<std::vector<LearningRate>> PsClient::SetLearningRates(
+    const std::vector<LearningRate>& rates) {
+  SetLearningRateRequest request;
+  for (const LearningRate& r : rates) *request.add_rates() = r;
+  std::vector<SetLearningRateResponse> responses;
+  absl::Status status = ToAllShards(
+      "SetLearningRate", request, &responses,
+      [](ParameterServer::Stub* stub, grpc::ClientContext* ctx,
+         const SetLearningRateRequest* req, SetLearningRateResponse* resp,
+         std::function<void(grpc::Status)> done) {
+        stub->async()->SetLearningRate(ctx, req, resp, std::move(done));
+      },
+      nullptr, CallPolicy());
+  if (!status.ok()) return status;
+  std::vector<LearningRate> out = rates;
+  for (const SetLearningRateResponse& r : responses) {
+    if (r.rates_size() != static_cast<int>(out.size())) {
+      return absl::InternalError(
+          absl::StrCat("a shard answered SetLearningRate with ", r.rates_size(),
+                       " rates for ", out.size(), " asked"));
+    }
+    for (size_t i = 0; i < out.size(); ++i) {
+      if (r.rates(i).step() > out[i].step()) out[i] = r.rates(i);
+    }
+  }
+  return out;
+}
+
 absl::StatusOr<std::vector<StatusResponse>> PsClient::Status() {
   const StatusRequest request;
   std::vector<StatusResponse> responses;

@@ -287,6 +287,13 @@ class PsClient {
   // created).
   absl::StatusOr<ListTensorsResponse> ListTensors();
 
+  // Sets learning rates on every shard (SetLearningRateRequest's rules: a
+  // step above the shards' applies, the same step and rate is a no-op, the
+  // same step with another rate is ALREADY_EXISTS). Returns the rates in
+  // effect, in request order (the highest step any shard reports).
+  absl::StatusOr<std::vector<LearningRate>> SetLearningRates(
+      const std::vector<LearningRate>& rates);
+
   int num_shards() const { return static_cast<int>(shards_.size()); }
   int32_t worker_id() const { return options_.worker_id; }
   uint64_t incarnation() const { return options_.incarnation; }

@@ -442,24 +442,42 @@ class Client {
     client_ = *std::move(client);
   }
 
-  // The worker id: the argument, or (None) torchrun's RANK; 0 only when
-  // no WORLD_SIZE says several processes run (two processes that both
-  // default to 0 would fence each other).
+  // An integer environment variable; nullopt when unset or empty,
+  // ValueError naming it when not an integer >= 0.
+  static std::optional<int32_t> EnvInt(const char* name) {
+    const char* text = std::getenv(name);
+    if (text == nullptr || *text == '\0') return std::nullopt;
+    int32_t value = 0;
+    if (!absl::SimpleAtoi(text, &value) || value < 0) {
+      throw py::value_error(absl::StrCat("Client: ", name, "='", text,
+                                         "' is not an integer >= 0"));
+    }
+    return value;
+  }
+
+  // The worker id: the argument, or (None) torchrun's RANK, or its
+  // GROUP_RANK * LOCAL_WORLD_SIZE + LOCAL_RANK, or LOCAL_RANK on one node;
+  // 0 only when no WORLD_SIZE says several processes run (two processes
+  // that both default to 0 would fence each other).
   static int32_t WorkerIdOf(const py::object& arg) {
     if (!arg.is_none()) return arg.cast<int32_t>();
-    const char* rank = std::getenv("RANK");
-    const char* world = std::getenv("WORLD_SIZE");
-    int32_t id = 0, size = 1;
-    if (rank != nullptr && *rank != '\0') {
-      if (!absl::SimpleAtoi(rank, &id)) {
-        throw py::value_error(
-            absl::StrCat("Client: RANK='", rank, "' is not an integer"));
+    if (std::optional<int32_t> rank = EnvInt("RANK")) return *rank;
+    const std::optional<int32_t> world = EnvInt("WORLD_SIZE");
+    if (std::optional<int32_t> local = EnvInt("LOCAL_RANK")) {
+      const std::optional<int32_t> group = EnvInt("GROUP_RANK");
+      const std::optional<int32_t> per_node = EnvInt("LOCAL_WORLD_SIZE");
+      if (group && per_node) return *group * *per_node + *local;
+      if (!world || *world <= 1 || (per_node && *world == *per_node)) {
+        return *local;
       }
-      return id;
-    }
-    if (world != nullptr && absl::SimpleAtoi(world, &size) && size > 1) {
       throw py::value_error(absl::StrCat(
-          "Client: WORLD_SIZE=", size,
+          "Client: LOCAL_RANK=", *local, " with WORLD_SIZE=", *world,
+          " but no RANK, GROUP_RANK or LOCAL_WORLD_SIZE to tell the nodes "
+          "apart: give each process its worker_id"));
+    }
+    if (world && *world > 1) {
+      throw py::value_error(absl::StrCat(
+          "Client: WORLD_SIZE=", *world,
           " but no RANK and no worker_id: give each process its worker_id "
           "(or run under torchrun, which sets RANK)"));
     }
@@ -568,6 +586,43 @@ class Client {
     for (const TensorSpec& t : all[0].tensors()) tensors[py::str(t.name())] = t;
     for (const TableSpec& t : all[0].tables()) tables[py::str(t.name())] = t;
     return py::make_tuple(tensors, tables);
+  }
+
+  py::dict SetLr(const py::dict& rates, int64_t step) {
+    if (step < 1) {
+      throw py::value_error(
+          absl::StrCat("set_lr: step must be >= 1, got ", step));
+    }
+    if (rates.empty()) throw py::value_error("set_lr: no rates given");
+    std::vector<LearningRate> asked;
+    for (const auto& [key, value] : rates) {
+      if (!py::isinstance<py::str>(key)) {
+        throw py::type_error("set_lr: names must be str");
+      }
+      LearningRate rate;
+      rate.set_name(key.cast<std::string>());
+      const double lr = value.cast<double>();
+      if (!(lr > 0) || !std::isfinite(lr)) {
+        throw py::value_error(absl::StrCat("set_lr: the rate of '", rate.name(),
+                                           "' must be > 0, got ", lr));
+      }
+      rate.set_learning_rate(static_cast<float>(lr));
+      rate.set_step(step);
+      asked.push_back(std::move(rate));
+    }
+    std::vector<LearningRate> now;
+    const absl::Status s = Call([&](PsClient& client) {
+      absl::StatusOr<std::vector<LearningRate>> r =
+          client.SetLearningRates(asked);
+      if (r.ok()) now = *std::move(r);
+      return r.status();
+    });
+    if (!s.ok()) ThrowStatus(s);
+    py::dict out;
+    for (const LearningRate& r : now) {
+      out[py::str(r.name())] = py::make_tuple(r.learning_rate(), r.step());
+    }
+    return out;
   }
 
   std::optional<TensorSpec> Spec(const std::string& name) {
@@ -1096,9 +1151,10 @@ Client(servers, worker_id=None, *, incarnation=0, tls_ca='', tls_cert='',
 servers     shard addresses in shard order: ['h:p', 'h:p'] or 'h:p,h:p'.
             Every worker must list the shards in the same order.
 worker_id   this worker's id (>= 0); SSP/BSP clocks are kept per id.
-            None: torchrun's RANK environment variable, else 0 unless
-            WORLD_SIZE > 1 (then ValueError: two processes defaulting to
-            the same id would fence each other).
+            None: torchrun's RANK environment variable, else GROUP_RANK *
+            LOCAL_WORLD_SIZE + LOCAL_RANK, else LOCAL_RANK on one node,
+            else 0 unless WORLD_SIZE > 1 (then ValueError: two processes
+            defaulting to the same id would fence each other).
 incarnation this process's run of the worker (0 = a random one); pushes are
             de-duplicated per (worker_id, incarnation).
 tls_ca      PEM CA that signs the shards' certificates (turns TLS on).
@@ -1199,9 +1255,19 @@ void AddOptimizerProperties(py::class_<Spec>& c) {
           "beta2", [](const Spec& s) { return s.optimizer().beta2(); })
       .def_property_readonly(
           "epsilon", [](const Spec& s) { return s.optimizer().epsilon(); })
-      .def_property_readonly("initial_accumulator", [](const Spec& s) {
-        return s.optimizer().initial_accumulator();
-      });
+      .def_property_readonly(
+          "initial_accumulator",
+          [](const Spec& s) { return s.optimizer().initial_accumulator(); })
+      .def_property_readonly(
+          "scheduled_lr",
+          [](const Spec& s) { return s.optimizer().scheduled_learning_rate(); },
+          "The rate in effect from schedule_step on (Client.set_lr); 0.0 "
+          "when no schedule step was applied. Set in what list_tensors() "
+          "returns.")
+      .def_property_readonly(
+          "schedule_step",
+          [](const Spec& s) { return s.optimizer().schedule_step(); },
+          "The schedule step of scheduled_lr; 0 when none.");
 }
 
 PYBIND11_MODULE(_native, m) {
@@ -1394,6 +1460,16 @@ Bad values raise ValueError at once.)doc");
            "row. Waits as pull() does under SSP/BSP. peek=True reads without "
            "creating or marking rows (evaluation): an id never trained gets "
            "its initial values, and nothing is remembered for push_rows.")
+      .def("set_lr", &Client::SetLr, py::arg("rates"), py::arg("step"),
+           "{name: learning rate}, step -> {name: (rate, step) in effect}: "
+           "changes the learning rate of tensors and tables on every shard "
+           "from schedule step `step` (>= 1: an epoch number, or the clock "
+           "a schedule changed at). A step above the shards' applies; the "
+           "same step and rate changes nothing (every worker may ask); the "
+           "same step with another rate raises RpcError ALREADY_EXISTS "
+           "(workers disagree); a lower step changes nothing and the answer "
+           "shows the later rate in effect. Kept in checkpoints and the spec "
+           "file; listed in status() and list_tensors().")
       .def("list_tensors", &Client::ListTensors,
            "(tensors, tables): every TensorSpec and TableSpec the shards "
            "hold, by name ({name: spec} each).")

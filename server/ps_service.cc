@@ -505,6 +505,47 @@ grpc::ServerUnaryReactor* PsService::ListTensors(
       });
 }
 
+grpc::ServerUnaryReactor* PsService::SetLearningRate(
+    grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* in,
+    grpc::ByteBuffer* out) {
+  return ServeUnary<SetLearningRateRequest, SetLearningRateResponse>(
+      c_.stats, ctx, in, out,
+      [this](const SetLearningRateRequest& request,
+             SetLearningRateResponse* response) {
+        bool changed = false;
+        absl::StatusOr<SetLearningRateResponse> r =
+            c_.store->SetLearningRates(request, &changed);
+        if (!r.ok()) {
+          c_.stats->RecordBadInput();
+          return r.status();
+        }
+        if (changed) {
+          for (const LearningRate& rate : r->rates()) {
+            c_.logger->info("learning rate of {} is {} from schedule step {}",
+                            QuoteName(rate.name()), rate.learning_rate(),
+                            rate.step());
+          }
+        }
+        // Also when nothing changed, so that a retry after a failed write
+        // writes again.
+        if (c_.specs != nullptr) {
+          absl::Status durable = c_.specs->Sync();
+          if (!durable.ok()) {
+            c_.logger->error("cannot make learning rates durable: {}",
+                             durable.ToString());
+            return absl::Status(
+                durable.code(),
+                absl::StrCat("the learning rates apply on this shard but could "
+                             "not be made durable (a restart would lose them; "
+                             "retry once fixed): ",
+                             durable.message()));
+          }
+        }
+        *response = *std::move(r);
+        return absl::OkStatus();
+      });
+}
+
 grpc::ServerUnaryReactor* PsService::Heartbeat(grpc::CallbackServerContext* ctx,
                                                const grpc::ByteBuffer* in,
                                                grpc::ByteBuffer* out) {
@@ -840,6 +881,9 @@ void PsService::FillStatus(StatusResponse* r) {
   }
   r->set_shard_epoch(c_.epoch);
   r->set_run_id(c_.run_id);
+  for (LearningRate& rate : c_.store->LearningRates()) {
+    *r->add_learning_rates() = std::move(rate);
+  }
   c_.stats->Snapshot(r->mutable_counters(), r->mutable_staleness(),
                      r->mutable_rates());
   const RegistryCounters rc = c_.workers->counters();

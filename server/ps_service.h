@@ -58,17 +58,18 @@ struct ServiceContext {
 using RawParameterServerService =
     ParameterServer::WithRawCallbackMethod_CreateTensor<
         ParameterServer::WithRawCallbackMethod_ListTensors<
-            ParameterServer::WithRawCallbackMethod_Heartbeat<
-                ParameterServer::WithRawCallbackMethod_Pull<
-                    ParameterServer::WithRawCallbackMethod_Push<
-                        ParameterServer::WithRawCallbackMethod_Status<
-                            ParameterServer::WithRawCallbackMethod_PullStream<
-                                ParameterServer::
-                                    WithRawCallbackMethod_PushStream<
-                                        ParameterServer::
-                                            WithRawCallbackMethod_Checkpoint<
-                                                ParameterServer::
-                                                    Service>>>>>>>>>;
+            ParameterServer::WithRawCallbackMethod_SetLearningRate<
+                ParameterServer::WithRawCallbackMethod_Heartbeat<
+                    ParameterServer::WithRawCallbackMethod_Pull<
+                        ParameterServer::WithRawCallbackMethod_Push<
+                            ParameterServer::WithRawCallbackMethod_Status<
+                                ParameterServer::WithRawCallbackMethod_PullStream<
+                                    ParameterServer::
+                                        WithRawCallbackMethod_PushStream<
+                                            ParameterServer::
+                                                WithRawCallbackMethod_Checkpoint<
+                                                    ParameterServer::
+                                                        Service>>>>>>>>>>;
 
 // The ParameterServer gRPC service of one shard, on gRPC's callback API.
 // Handlers validate input, then work on the store and the worker registry;
@@ -100,6 +101,10 @@ class PsService final : public RawParameterServerService {
   grpc::ServerUnaryReactor* ListTensors(grpc::CallbackServerContext* ctx,
                                         const grpc::ByteBuffer* request,
                                         grpc::ByteBuffer* response) override;
+  // Answers once the spec file (when checkpoints are on) holds the rates.
+  grpc::ServerUnaryReactor* SetLearningRate(
+      grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* request,
+      grpc::ByteBuffer* response) override;
   grpc::ServerUnaryReactor* Heartbeat(grpc::CallbackServerContext* ctx,
                                       const grpc::ByteBuffer* request,
                                       grpc::ByteBuffer* response) override;

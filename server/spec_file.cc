@@ -5,9 +5,11 @@
 #include <utility>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "common/names.h"
+#include "store/lr_schedule.h"
 
 namespace asyncps {
 
@@ -103,42 +105,78 @@ absl::StatusOr<int> ApplySpecFile(const SpecFileContents& specs,
     tables.emplace(std::move(name), std::move(t));
   }
   CreateTensorRequest missing;
+  // Schedules are compared apart: the file may hold a later schedule step
+  // than the checkpoint (applied below), never a different created spec.
+  auto created_spec = [](auto spec) {
+    ClearSchedule(spec.mutable_optimizer());
+    return spec;
+  };
+  std::vector<LearningRate> rates;
+  absl::flat_hash_set<std::string> skipped;  // INIT_VALUES, no values
+  auto add_schedule = [&rates](const auto& listed) {
+    LearningRate rate;
+    if (ScheduleOf(listed.name(), listed.optimizer(), &rate)) {
+      rates.push_back(std::move(rate));
+    }
+  };
   auto differs = [&path](absl::string_view kind, const std::string& name) {
     return absl::DataLossError(absl::StrCat(
         "spec file ", path, ": ", kind, " ", QuoteName(name),
         " has another spec than the checkpoint's (files of two runs mixed?)"));
   };
-  for (const TensorSpec& spec : specs.tensors) {
+  for (const TensorSpec& listed : specs.tensors) {
+    add_schedule(listed);
+    const TensorSpec spec = created_spec(listed);
     auto it = tensors.find(spec.name());
     if (it == tensors.end()) {
       if (spec.init() == INIT_VALUES) {
         // Its values were only ever in a checkpoint; none holds it.
         if (without_values != nullptr) without_values->push_back(spec.name());
+        skipped.insert(spec.name());
         continue;
       }
       *missing.add_tensors() = spec;
-    } else if (!google::protobuf::util::MessageDifferencer::Equals(it->second,
-                                                                   spec)) {
+    } else if (!google::protobuf::util::MessageDifferencer::Equals(
+                   created_spec(it->second), spec)) {
       return differs("tensor", spec.name());
     }
   }
-  for (const TableSpec& spec : specs.tables) {
+  for (const TableSpec& listed : specs.tables) {
+    add_schedule(listed);
+    const TableSpec spec = created_spec(listed);
     auto it = tables.find(spec.name());
     if (it == tables.end()) {
       *missing.add_tables() = spec;
-    } else if (!google::protobuf::util::MessageDifferencer::Equals(it->second,
-                                                                   spec)) {
+    } else if (!google::protobuf::util::MessageDifferencer::Equals(
+                   created_spec(it->second), spec)) {
       return differs("table", spec.name());
     }
   }
-  if (missing.tensors_size() == 0 && missing.tables_size() == 0) return 0;
-  absl::StatusOr<CreateTensorResponse> created = store->CreateTensors(missing);
-  if (!created.ok()) {
-    return absl::Status(
-        created.status().code(),
-        absl::StrCat("spec file ", path, ": ", created.status().message()));
+  int created = 0;
+  if (missing.tensors_size() > 0 || missing.tables_size() > 0) {
+    absl::StatusOr<CreateTensorResponse> r = store->CreateTensors(missing);
+    if (!r.ok()) {
+      return absl::Status(
+          r.status().code(),
+          absl::StrCat("spec file ", path, ": ", r.status().message()));
+    }
+    created = r->created();
   }
-  return created->created();
+  // The schedules, of the tensors the store now holds (not those left
+  // without values).
+  SetLearningRateRequest schedule;
+  for (LearningRate& rate : rates) {
+    if (skipped.contains(rate.name())) continue;
+    *schedule.add_rates() = std::move(rate);
+  }
+  bool changed = false;
+  absl::StatusOr<SetLearningRateResponse> applied =
+      store->SetLearningRates(schedule, &changed);
+  if (!applied.ok()) {
+    return absl::DataLossError(
+        absl::StrCat("spec file ", path, ": ", applied.status().message()));
+  }
+  return created;
 }
 
 SpecJournal::SpecJournal(std::string path, CheckpointIdentity identity,
@@ -150,7 +188,16 @@ absl::Status SpecJournal::Sync() {
   SpecFileContents contents;
   contents.tensors = store_->ListTensors();
   contents.tables = store_->tables().List();
-  const size_t held = contents.tensors.size() + contents.tables.size();
+  // Specs are only ever added and schedules only ever advance, so the
+  // count of specs and the sum of schedule steps change whenever the
+  // store holds something the file does not.
+  uint64_t held = contents.tensors.size() + contents.tables.size();
+  for (const TensorSpec& t : contents.tensors) {
+    held += static_cast<uint64_t>(t.optimizer().schedule_step());
+  }
+  for (const TableSpec& t : contents.tables) {
+    held += static_cast<uint64_t>(t.optimizer().schedule_step());
+  }
   if (held == durable_) return absl::OkStatus();
   contents.identity = identity_;
   contents.identity.set_unix_time_ms(absl::ToUnixMillis(absl::Now()));

@@ -52,12 +52,13 @@ absl::Status WriteSpecFile(const std::string& path,
 absl::StatusOr<SpecFileContents> ReadSpecFile(const std::string& path);
 
 // Creates in `store` the tensors and tables of `specs` it does not hold
-// (with their initial values) and checks that those it holds have the same
-// spec (DATA_LOSS naming the file and the tensor otherwise). Returns how
-// many it created. A tensor created with INIT_VALUES cannot be created from
-// its spec alone (its values are only in checkpoints): when the store lacks
-// one, its name goes to `without_values` (if not null) instead. `path` is
-// for messages.
+// (with their initial values), checks that those it holds have the same
+// created spec (DATA_LOSS naming the file and the tensor otherwise), and
+// applies the file's schedules (a later step than the checkpoint's wins).
+// Returns how many it created. A tensor created with INIT_VALUES cannot be
+// created from its spec alone (its values are only in checkpoints): when the
+// store lacks one, its name goes to `without_values` (if not null) instead.
+// `path` is for messages.
 absl::StatusOr<int> ApplySpecFile(
     const SpecFileContents& specs, const std::string& path, ShardStore* store,
     std::vector<std::string>* without_values = nullptr);
@@ -70,10 +71,10 @@ class SpecJournal {
   SpecJournal(std::string path, CheckpointIdentity identity,
               const ShardStore* store);
 
-  // Makes every spec the store holds durable: rewrites the file when the
-  // store holds specs the file does not (specs are only ever added), and
-  // returns once it is on disk. Errors name the file; a later call tries
-  // again.
+  // Makes every spec the store holds durable, with its schedule: rewrites
+  // the file when the store holds specs or schedule steps the file does
+  // not, and returns once it is on disk. Errors name the file; a later call
+  // tries again.
   absl::Status Sync();
 
   const std::string& path() const { return path_; }
@@ -82,8 +83,9 @@ class SpecJournal {
   const std::string path_;
   const CheckpointIdentity identity_;
   const ShardStore* const store_;
-  absl::Mutex mu_;                           // serializes writers
-  size_t durable_ ABSL_GUARDED_BY(mu_) = 0;  // specs in the file
+  absl::Mutex mu_;  // serializes writers
+  // Specs plus the sum of their schedule steps, as in the file.
+  uint64_t durable_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
 }  // namespace asyncps

@@ -204,6 +204,11 @@ class Adagrad : public SliceOptimizer {
 }  // namespace
 
 absl::Status ValidateOptimizer(const OptimizerSpec& spec) {
+  if (spec.schedule_step() != 0 || spec.scheduled_learning_rate() != 0) {
+    return absl::InvalidArgumentError(
+        "optimizer.schedule_step and optimizer.scheduled_learning_rate are "
+        "set by SetLearningRate, not at creation");
+  }
   if (!std::isfinite(spec.learning_rate()) || spec.learning_rate() <= 0) {
     return absl::InvalidArgumentError(absl::StrCat(
         "optimizer.learning_rate must be > 0, got ", spec.learning_rate()));

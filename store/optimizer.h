@@ -15,7 +15,8 @@ namespace asyncps {
 
 // Checks hyper-parameters: learning_rate > 0; momentum, beta1, beta2 in
 // [0, 1); epsilon > 0 for Adam and Adagrad; initial_accumulator >= 0 for
-// Adagrad. The message names the field.
+// Adagrad; no schedule (store/lr_schedule.h: a created spec has none). The
+// message names the field.
 absl::Status ValidateOptimizer(const OptimizerSpec& spec);
 
 // Optimizer state buffers a slice of this optimizer keeps, each as long as

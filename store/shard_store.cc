@@ -11,6 +11,7 @@
 #include "common/names.h"
 #include "common/sharding.h"
 #include "google/protobuf/util/message_differencer.h"
+#include "store/lr_schedule.h"
 #include "store/optimizer.h"
 #include "store/spec_diff.h"
 
@@ -50,9 +51,10 @@ class ShardStore::Slice {
     sink(tensor, index_, version_, absl::MakeConstSpan(values_));
   }
 
-  // Applies g unless staler than the rule allows; fills `result`.
+  // Applies g unless staler than the rule allows, with the learning rate
+  // scaled by the rule and by `lr_factor` (the schedule's); fills `result`.
   void Apply(const Payload& g, uint64_t read_version, const StalenessRule& rule,
-             SliceResult* result) {
+             float lr_factor, SliceResult* result) {
     absl::MutexLock l(&mu_);
     // A read version from the future (allowed only for pushes refused as
     // read before a restore) never gets here; see PreparePush.
@@ -68,7 +70,7 @@ class ShardStore::Slice {
     const float scale =
         rule.inverse_lr ? 1.0f / (1.0f + static_cast<float>(staleness)) : 1.0f;
     ++version_;
-    optimizer_->Apply(values_.data(), g, scale, version_);
+    optimizer_->Apply(values_.data(), g, scale * lr_factor, version_);
     result->set_outcome(APPLIED);
     result->set_new_version(version_);
     result->set_lr_scale(scale);
@@ -114,12 +116,20 @@ class ShardStore::Slice {
 };
 
 struct ShardStore::Tensor {
-  TensorSpec spec;
+  TensorSpec spec;  // as created: no schedule
   TensorLayout layout;
   int optimizer_buffers = 0;
   // Local slices by slice index; null where another shard is the home.
   std::vector<std::unique_ptr<Slice>> slices;
   uint64_t reserved_bytes = 0;  // counted against max_parameter_bytes
+  std::unique_ptr<LrSchedule> schedule;
+
+  // The spec with its schedule, as listed, checkpointed and journaled.
+  TensorSpec Listed() const {
+    TensorSpec out = spec;
+    schedule->Annotate(out.mutable_optimizer());
+    return out;
+  }
 };
 
 namespace {
@@ -238,7 +248,12 @@ std::unique_ptr<ShardStore::Tensor> ShardStore::BuildTensor(
     const float* given) const {
   const TensorLayout layout = *TensorLayout::FromSpec(spec);
   auto t = std::make_unique<Tensor>(
-      Tensor{spec, layout, OptimizerBuffers(spec.optimizer()), {}, bytes});
+      Tensor{spec,
+             layout,
+             OptimizerBuffers(spec.optimizer()),
+             {},
+             bytes,
+             std::make_unique<LrSchedule>(spec.optimizer())});
   t->slices.resize(layout.num_slices());
   for (uint32_t i = 0; i < layout.num_slices(); ++i) {
     if (SliceHome(spec.name(), i, options_.num_shards) ==
@@ -430,7 +445,60 @@ std::vector<TensorSpec> ShardStore::ListTensors() const {
   absl::ReaderMutexLock l(&mu_);
   std::vector<TensorSpec> out;
   out.reserve(tensors_.size());
-  for (const auto& [name, t] : tensors_) out.push_back(t->spec);
+  for (const auto& [name, t] : tensors_) out.push_back(t->Listed());
+  return out;
+}
+
+absl::StatusOr<SetLearningRateResponse> ShardStore::SetLearningRates(
+    const SetLearningRateRequest& request, bool* changed) {
+  *changed = false;
+  // One writer at a time, so that what is checked is what is applied.
+  absl::MutexLock writer(&schedule_mu_);
+  std::vector<LrSchedule*> schedules;
+  absl::flat_hash_set<absl::string_view> seen;
+  for (const LearningRate& rate : request.rates()) {
+    LrSchedule* schedule = nullptr;
+    {
+      absl::ReaderMutexLock l(&mu_);
+      const Tensor* t = FindTensor(rate.name());
+      if (t != nullptr) schedule = t->schedule.get();
+    }
+    if (schedule == nullptr) schedule = tables_->FindSchedule(rate.name());
+    if (schedule == nullptr) {
+      return absl::NotFoundError(
+          absl::StrCat("unknown tensor or table ", QuoteName(rate.name())));
+    }
+    if (!seen.insert(rate.name()).second) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          QuoteName(rate.name()), " appears twice in one request"));
+    }
+    absl::Status s = schedule->Check(rate.name(), rate);
+    if (!s.ok()) return s;
+    schedules.push_back(schedule);
+  }
+  SetLearningRateResponse response;
+  for (int i = 0; i < request.rates_size(); ++i) {
+    *changed = schedules[i]->Apply(request.rates(i)) || *changed;
+    LearningRate* now = response.add_rates();
+    now->set_name(request.rates(i).name());
+    schedules[i]->Current(now);
+  }
+  return response;
+}
+
+std::vector<LearningRate> ShardStore::LearningRates() const {
+  std::vector<LearningRate> out;
+  LearningRate rate;
+  for (const TensorSpec& t : ListTensors()) {
+    if (ScheduleOf(t.name(), t.optimizer(), &rate)) out.push_back(rate);
+  }
+  for (const TableSpec& t : tables_->List()) {
+    if (ScheduleOf(t.name(), t.optimizer(), &rate)) out.push_back(rate);
+  }
+  std::sort(out.begin(), out.end(),
+            [](const LearningRate& a, const LearningRate& b) {
+              return a.name() < b.name();
+            });
   return out;
 }
 
@@ -522,6 +590,7 @@ absl::StatusOr<ShardStore::PreparedPush> ShardStore::PreparePush(
   }
   PreparedPush out;
   out.slices_.reserve(request.grads_size());
+  out.schedules_.reserve(request.grads_size());
   absl::ReaderMutexLock l(&mu_);
   // Slices are unique objects, so repeated slices are found by pointer.
   absl::flat_hash_set<const Slice*> seen;
@@ -563,6 +632,7 @@ absl::StatusOr<ShardStore::PreparedPush> ShardStore::PreparePush(
           ": gradient contains NaN or Inf"));
     }
     out.slices_.push_back(*slice);
+    out.schedules_.push_back(t->schedule.get());
   }
   return out;
 }
@@ -577,7 +647,8 @@ void ShardStore::ApplyPush(const PushRequest& request,
     SliceResult* result = response->add_results();
     result->set_tensor(g.tensor());
     result->set_slice(g.slice());
-    push.slices_[i]->Apply(grads[i], g.read_version(), rule, result);
+    push.slices_[i]->Apply(grads[i], g.read_version(), rule,
+                           push.schedules_[i]->factor(), result);
   }
 }
 
@@ -611,7 +682,7 @@ absl::Status ShardStore::Export(
               return a->spec.name() < b->spec.name();
             });
   for (const Tensor* t : tensors) {
-    absl::Status s = tensor(t->spec);
+    absl::Status s = tensor(t->Listed());
     if (!s.ok()) return s;
     for (const auto& local : t->slices) {
       if (local == nullptr) continue;
@@ -622,9 +693,17 @@ absl::Status ShardStore::Export(
   return absl::OkStatus();
 }
 
-absl::Status ShardStore::RestoreTensor(const TensorSpec& in) {
+absl::Status ShardStore::RestoreTensor(const TensorSpec& listed) {
+  LearningRate rate;
+  const bool scheduled = ScheduleOf(listed.name(), listed.optimizer(), &rate);
+  TensorSpec in = listed;
+  ClearSchedule(in.mutable_optimizer());
   absl::StatusOr<TensorSpec> spec = Resolve(in);
   if (!spec.ok()) return spec.status();
+  if (scheduled) {
+    absl::Status s = LrSchedule(spec->optimizer()).Check(spec->name(), rate);
+    if (!s.ok()) return s;
+  }
   {
     absl::ReaderMutexLock l(&mu_);
     if (FindTensor(spec->name()) != nullptr) {
@@ -638,6 +717,7 @@ absl::Status ShardStore::RestoreTensor(const TensorSpec& in) {
   if (!reserved.ok()) return reserved;
   std::unique_ptr<Tensor> t =
       BuildTensor(*spec, /*initialize=*/false, bytes, nullptr);
+  if (scheduled) t->schedule->Apply(rate);
   absl::MutexLock l(&mu_);
   if (FindTensor(spec->name()) != nullptr) {
     reserved_bytes_ -= bytes;

@@ -16,6 +16,7 @@
 #include "common/payload.h"
 #include "common/tensor_layout.h"
 #include "proto/asyncps.pb.h"
+#include "store/lr_schedule.h"
 #include "store/staleness_rule.h"
 #include "store/table_store.h"
 
@@ -82,7 +83,19 @@ class ShardStore {
   absl::StatusOr<CreateTensorResponse> CreateTensors(
       const CreateTensorRequest& request);
 
+  // Every tensor's spec with its schedule (store/lr_schedule.h), in no
+  // particular order.
   std::vector<TensorSpec> ListTensors() const;
+
+  // Changes learning rates of tensors and tables by the rules of
+  // SetLearningRateRequest (all-or-nothing); the answer holds the rate in
+  // effect for each name, in request order. *changed says whether any
+  // schedule step was applied (the journal must then be written).
+  absl::StatusOr<SetLearningRateResponse> SetLearningRates(
+      const SetLearningRateRequest& request, bool* changed);
+
+  // The tensors and tables whose rate a schedule changed, by name.
+  std::vector<LearningRate> LearningRates() const;
 
   // OK when every named tensor exists and none repeats (the checks Pull
   // makes), so a pull can be refused before it waits for other workers.
@@ -150,7 +163,8 @@ class ShardStore {
     std::vector<absl::Span<const float>> optimizer_state;
   };
 
-  // Calls tensor(spec) and then slice(view) for each of its local slices in
+  // Calls tensor(spec) (with its schedule) and then slice(view) for each of
+  // its local slices in
   // index order, for every tensor in name order; stops at the first error
   // either returns. Each slice is read under its own lock (slice() must copy
   // and return without blocking), so every slice is internally consistent;
@@ -163,7 +177,8 @@ class ShardStore {
   // Adds a tensor whose local slices are then filled by RestoreSlice: the
   // spec is validated (and counted against max_parameter_bytes) like
   // CreateTensors does, but slices start at zero with version 0 instead of
-  // being initialized. FAILED_PRECONDITION if a tensor of that name exists.
+  // being initialized; the schedule it carries (as Export gives it) is
+  // restored. FAILED_PRECONDITION if a tensor of that name exists.
   absl::Status RestoreTensor(const TensorSpec& spec);
 
   // Sets a local slice's version, values and optimizer state from
@@ -204,6 +219,8 @@ class ShardStore {
 
   const ShardStoreOptions options_;
 
+  // Serializes SetLearningRates. Locked before mu_.
+  absl::Mutex schedule_mu_;
   mutable absl::Mutex mu_;
   // Tensors are never removed, so Tensor and Slice pointers stay valid for
   // the life of the store.
@@ -225,6 +242,7 @@ class ShardStore::PreparedPush {
  private:
   friend class ShardStore;
   std::vector<Slice*> slices_;
+  std::vector<const LrSchedule*> schedules_;  // of each slice's tensor
 };
 
 }  // namespace asyncps

@@ -62,6 +62,7 @@ SparseTable::SparseTable(const TableSpec& spec, int shard_index, int num_shards)
       table_key_(RowTableKey(spec.name())),
       init_(spec),
       updater_(spec.optimizer(), spec.dim()),
+      schedule_(spec.optimizer()),
       stride_(static_cast<size_t>(dim_) + updater_.state_floats()),
       row_bytes_(stride_ * sizeof(float) + kRowOverheadBytes),
       partitions_(new Partition[kPartitions]) {
@@ -314,11 +315,18 @@ void SparseTable::Peek(absl::Span<const uint64_t> ids, const Batch& batch,
   rows_pulled_.fetch_add(ids.size(), std::memory_order_relaxed);
 }
 
+TableSpec SparseTable::Listed() const {
+  TableSpec out = spec_;
+  schedule_.Annotate(out.mutable_optimizer());
+  return out;
+}
+
 SparseTable::PushCounts SparseTable::Apply(
     absl::Span<const uint64_t> ids, Batch* batch,
     absl::Span<const uint64_t> read_versions, float* grads,
     const StalenessRule& rule, int64_t clock) {
   PushCounts counts;
+  const float lr_factor = schedule_.factor();
   // The oldest read version of each distinct row (duplicates take the
   // minimum), kept per position of its first occurrence.
   std::vector<uint64_t> read(ids.size(), 0);
@@ -384,7 +392,7 @@ SparseTable::PushCounts SparseTable::Apply(
       float* data = RowData(p, row);
       ++version;
       updater_.Apply(data, data + dim_, grads + static_cast<size_t>(pos) * dim_,
-                     scale, version);
+                     scale * lr_factor, version);
       ++counts.applied;
       counts.scaled += scale < 1.0f;
     }

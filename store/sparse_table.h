@@ -15,6 +15,7 @@
 #include "absl/types/span.h"
 #include "common/row_initializer.h"
 #include "proto/asyncps.pb.h"
+#include "store/lr_schedule.h"
 #include "store/optimizer.h"
 #include "store/staleness_rule.h"
 
@@ -98,7 +99,12 @@ class SparseTable {
   SparseTable(const SparseTable&) = delete;
   SparseTable& operator=(const SparseTable&) = delete;
 
+  // The spec as created (no schedule; see Listed()).
   const TableSpec& spec() const { return spec_; }
+  // The spec with its schedule, as listed, checkpointed and journaled.
+  TableSpec Listed() const;
+  LrSchedule& schedule() { return schedule_; }
+  const LrSchedule& schedule() const { return schedule_; }
   int dim() const { return dim_; }
   int state_floats() const { return updater_.state_floats(); }
   // What one row counts against --max_parameter_bytes.
@@ -224,6 +230,7 @@ class SparseTable {
   const uint64_t table_key_;  // common::RowTableKey(name)
   const RowInitializer init_;
   const RowUpdater updater_;
+  LrSchedule schedule_;
   const size_t stride_;  // floats per row: values, then state
   const uint64_t row_bytes_;
 

@@ -181,9 +181,14 @@ std::vector<SparseTable*> TableStore::Sorted() const {
   return out;
 }
 
+LrSchedule* TableStore::FindSchedule(absl::string_view name) {
+  SparseTable* t = FindMutable(name);
+  return t == nullptr ? nullptr : &t->schedule();
+}
+
 std::vector<TableSpec> TableStore::List() const {
   std::vector<TableSpec> out;
-  for (const SparseTable* t : Sorted()) out.push_back(t->spec());
+  for (const SparseTable* t : Sorted()) out.push_back(t->Listed());
   return out;
 }
 
@@ -412,7 +417,7 @@ absl::Status TableStore::Export(
     absl::FunctionRef<absl::Status(const SparseTable::RowView&)> row) const {
   absl::ReaderMutexLock evict(&evict_mu_);
   for (const SparseTable* t : Sorted()) {
-    absl::Status s = table(t->spec());
+    absl::Status s = table(t->Listed());
     if (!s.ok()) return s;
     s = t->Export(row);
     if (!s.ok()) return s;
@@ -420,7 +425,11 @@ absl::Status TableStore::Export(
   return absl::OkStatus();
 }
 
-absl::Status TableStore::RestoreTable(const TableSpec& spec) {
+absl::Status TableStore::RestoreTable(const TableSpec& listed) {
+  LearningRate rate;
+  const bool scheduled = ScheduleOf(listed.name(), listed.optimizer(), &rate);
+  TableSpec spec = listed;
+  ClearSchedule(spec.mutable_optimizer());
   absl::Status s = SparseTable::ValidateSpec(spec);
   if (!s.ok()) return s;
   if (Contains(spec.name())) {
@@ -430,10 +439,18 @@ absl::Status TableStore::RestoreTable(const TableSpec& spec) {
   s = options_.reserve(SparseTable::kTableOverheadBytes,
                        absl::StrCat("table ", QuoteName(spec.name())));
   if (!s.ok()) return s;
+  auto table = std::make_unique<SparseTable>(spec, options_.shard_index,
+                                             options_.num_shards);
+  if (scheduled) {
+    s = table->schedule().Check(spec.name(), rate);
+    if (!s.ok()) {
+      options_.release(SparseTable::kTableOverheadBytes);
+      return s;
+    }
+    table->schedule().Apply(rate);
+  }
   absl::MutexLock l(&mu_);
-  tables_.emplace(spec.name(),
-                  std::make_unique<SparseTable>(spec, options_.shard_index,
-                                                options_.num_shards));
+  tables_.emplace(spec.name(), std::move(table));
   return absl::OkStatus();
 }
 

@@ -88,9 +88,12 @@ class TableStore {
   int Commit(Staged* staged);
 
   bool Contains(absl::string_view name) const;
-  std::vector<TableSpec> List() const;  // name order
+  // Name order, each spec with its schedule (SparseTable::Listed).
+  std::vector<TableSpec> List() const;
   // The table, or nullptr. Tables are never removed.
   const SparseTable* Find(absl::string_view name) const;
+  // The table's learning-rate schedule, or nullptr.
+  LrSchedule* FindSchedule(absl::string_view name);
 
   // ---- Rows.
 
@@ -135,16 +138,17 @@ class TableStore {
 
   // ---- Checkpoints.
 
-  // Calls table(spec), then row(view) for each of its rows, for every table
-  // in name order; stops at the first error. Each row is read under its
-  // partition's lock; no row is evicted meanwhile. A consistent cut only if
-  // no push applies meanwhile (the caller's business).
+  // Calls table(spec) (with its schedule), then row(view) for each of its
+  // rows, for every table in name order; stops at the first error. Each row is
+  // read under its partition's lock; no row is evicted meanwhile. A consistent
+  // cut only if no push applies meanwhile (the caller's business).
   absl::Status Export(
       absl::FunctionRef<absl::Status(const TableSpec&)> table,
       absl::FunctionRef<absl::Status(const SparseTable::RowView&)> row) const;
 
   // Adds a table whose rows RestoreRows then fills (validated, counted in
-  // the budget); FAILED_PRECONDITION if it or a tensor of that name exists.
+  // the budget), with the schedule `spec` carries; FAILED_PRECONDITION if
+  // it or a tensor of that name exists.
   absl::Status RestoreTable(const TableSpec& spec);
   // Adds rows of a restored table: ids, versions and touched of equal
   // length, values ids x dim float32 and state ids x state floats.

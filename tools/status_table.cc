@@ -114,6 +114,41 @@ std::vector<std::string> Problems(const std::vector<ShardResult>& shards) {
                                "): workers of one run are refused by the "
                                "others"));
   }
+  // A schedule step some up shard lacks (a SetLearningRate that failed
+  // there and was not retried).
+  for (const LearningRate& latest : MergeLearningRates(shards)) {
+    std::vector<std::string> behind;
+    for (const ShardResult& r : shards) {
+      if (!r.up) continue;
+      int64_t step = 0;
+      for (const LearningRate& l : r.status.learning_rates()) {
+        if (l.name() == latest.name()) step = l.step();
+      }
+      if (step != latest.step()) behind.push_back(absl::StrCat(r.index));
+    }
+    if (!behind.empty()) {
+      out.push_back(
+          absl::StrCat("the learning rate of ", latest.name(), " is ",
+                       latest.learning_rate(), " from schedule step ",
+                       latest.step(), " on some shards but not on shard(s) ",
+                       absl::StrJoin(behind, ", "), ": set it again"));
+    }
+  }
+  return out;
+}
+
+std::vector<LearningRate> MergeLearningRates(
+    const std::vector<ShardResult>& shards) {
+  std::map<std::string, LearningRate> latest;
+  for (const ShardResult& r : shards) {
+    if (!r.up) continue;
+    for (const LearningRate& l : r.status.learning_rates()) {
+      auto [it, added] = latest.emplace(l.name(), l);
+      if (!added && l.step() > it->second.step()) it->second = l;
+    }
+  }
+  std::vector<LearningRate> out;
+  for (auto& [name, l] : latest) out.push_back(std::move(l));
   return out;
 }
 
@@ -328,6 +363,16 @@ std::string RenderText(const std::vector<ShardResult>& shards, bool wide) {
                  : std::string("- (no live worker)"),
       "  evictions ", c.evictions(), "  pull waits ", c.pull_waits(), " (",
       c.pull_wait_timeouts(), " timed out)\n");
+  const std::vector<LearningRate> rates = MergeLearningRates(shards);
+  if (!rates.empty()) {
+    std::vector<std::string> parts;
+    for (const LearningRate& l : rates) {
+      parts.push_back(absl::StrCat(l.name(), " ", l.learning_rate(), " (step ",
+                                   l.step(), ")"));
+    }
+    absl::StrAppend(&out, "  learning rates: ", absl::StrJoin(parts, ", "),
+                    "\n");
+  }
   if (c.checkpoints_written() + c.checkpoints_failed() > 0) {
     absl::StrAppend(&out, "  checkpoints ", c.checkpoints_written(),
                     " written / ", c.checkpoints_failed(),
@@ -471,6 +516,11 @@ Doc StatusDoc(const std::vector<ShardResult>& shards) {
       .Set("tables", Doc::Int(s.tables))
       .Set("table_rows", Doc::Uint(s.table_rows))
       .Set("table_bytes", Doc::Uint(s.table_bytes));
+  Doc rates = Doc::Object();
+  for (const LearningRate& l : MergeLearningRates(shards)) {
+    rates.Set(l.name(), DocFromMessage(l));
+  }
+  summary.Set("learning_rates", std::move(rates));
 
   Doc workers = Doc::Array();
   for (const MergedWorker& w : MergeWorkers(shards)) {

@@ -93,6 +93,11 @@ std::vector<MergedWorker> MergeWorkers(const std::vector<ShardResult>& shards);
 // Sorted by name.
 std::vector<MergedTable> MergeTables(const std::vector<ShardResult>& shards);
 
+// The learning rates schedules set (StatusResponse.learning_rates), the
+// latest step any up shard reports for each name, sorted by name.
+std::vector<LearningRate> MergeLearningRates(
+    const std::vector<ShardResult>& shards);
+
 // A human-readable policy, e.g. "SSP slack 3, max_staleness 8,
 // staleness_lr inverse".
 std::string DescribePolicy(const StalenessPolicy& policy);

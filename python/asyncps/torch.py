@@ -115,10 +115,18 @@ class Worker:
     Worker(module, client, *, optimizer='sgd', lr=0.01, momentum=0.9,
            beta1=0.9, beta2=0.999, epsilon=1e-8, init='module', seed=0,
            prefix='', create=True, wait_timeout=120.0, overlap_pull=False,
-           slice_elems=0, buffers=None)
+           slice_elems=0, buffers=None, lr_schedule=None)
 
     optimizer, lr, momentum, beta1, beta2, epsilon
         the optimizer the shards run for every parameter (see TensorSpec).
+    lr_schedule  a function clock -> learning rate, called before every
+          step with client.clock (the steps this worker completed); when
+          its value changes, the new rate is set on the shards for every
+          parameter from schedule step clock + 1 (Client.set_lr: workers
+          running the same schedule agree; a worker behind changes
+          nothing). Each change costs one call to every shard, so a
+          schedule that changes at epoch boundaries costs nothing per
+          step. Or call set_lr() yourself.
     init  'module' (the default): the tensors start from the module's
           current values, sent with the creation; the first worker to
           create a tensor sets them, every other worker then pulls those
@@ -152,13 +160,16 @@ class Worker:
                  momentum=0.9, beta1=0.9, beta2=0.999, epsilon=1e-8,
                  init="module", seed=0, prefix="", create=True,
                  wait_timeout=120.0, overlap_pull=False, slice_elems=0,
-                 buffers=None):
+                 buffers=None, lr_schedule=None):
         if not isinstance(module, torch.nn.Module):
             raise TypeError("Worker: module must be a torch.nn.Module, got "
                             f"{type(module).__name__}")
         if not isinstance(client, asyncps.Client):
             raise TypeError("Worker: client must be an asyncps.Client, got "
                             f"{type(client).__name__}")
+        if lr_schedule is not None and not callable(lr_schedule):
+            raise TypeError("Worker: lr_schedule must be a function clock "
+                            f"-> rate, got {type(lr_schedule).__name__}")
         if buffers not in (None, "local"):
             raise ValueError("Worker: buffers must be 'local' (or None), got "
                              f"{buffers!r}")
@@ -237,6 +248,8 @@ class Worker:
                       "mean_staleness": 0.0}
         self._staleness_sum = 0.0
         self._closed = False
+        self._lr_schedule = lr_schedule
+        self._lr = float(lr)  # the rate last set (or created)
 
     def _check_shapes(self, held):
         """ValueError naming a parameter whose shape the shards' spec (in
@@ -247,6 +260,24 @@ class Worker:
                 raise ValueError(
                     f"Worker: parameter '{name}' has shape {tuple(p.shape)} "
                     f"but the shards hold {tuple(spec.shape)}")
+
+    # ------------------------------------------------------------ rates
+
+    def set_lr(self, lr, *, step):
+        """Sets the learning rate of every parameter on the shards from
+        schedule step `step` (>= 1, e.g. the epoch number); see
+        Client.set_lr. Returns the rate in effect (a later step another
+        worker set wins)."""
+        self._check_open()
+        now = self.client.set_lr({n: lr for n, _, _ in self._params},
+                                 step=step)
+        self._lr = float(lr)
+        return max(now.values(), key=lambda rate_step: rate_step[1])[0]
+
+    def _follow_schedule(self):
+        lr = float(self._lr_schedule(self.client.clock))
+        if lr != self._lr:
+            self.set_lr(lr, step=self.client.clock + 1)
 
     # ------------------------------------------------------------ steps
 
@@ -278,6 +309,8 @@ class Worker:
         gradients and advances client.clock.
         """
         self._check_open()
+        if self._lr_schedule is not None:
+            self._follow_schedule()
         if self._pending is not None:
             pending, self._pending = self._pending, None
             pending.result()

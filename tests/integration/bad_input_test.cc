@@ -182,8 +182,8 @@ TEST_CASE(
       "abc",
       6);
   const std::vector<std::string> methods = {
-      "CreateTensor", "ListTensors", "Heartbeat", "Pull",
-      "Push",         "Status",      "Checkpoint"};
+      "CreateTensor", "ListTensors", "SetLearningRate", "Heartbeat",
+      "Pull",         "Push",        "Status",          "Checkpoint"};
   for (const std::string& m : methods) {
     INFO(m);
     const grpc::Status s =

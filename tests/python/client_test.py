@@ -169,8 +169,74 @@ def test_worker_id_from_torchrun_rank(cluster, monkeypatch):
     monkeypatch.delenv("RANK")
     with pytest.raises(ValueError, match="WORLD_SIZE=4 but no RANK"):
         asyncps.Client(addresses(shards))
-    monkeypatch.delenv("WORLD_SIZE")
+    # torchrun's per-node variables without RANK.
+    monkeypatch.setenv("LOCAL_RANK", "1")
+    monkeypatch.setenv("GROUP_RANK", "1")
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "2")
+    assert asyncps.Client(addresses(shards)).worker_id == 3
+    monkeypatch.delenv("GROUP_RANK")
+    monkeypatch.delenv("LOCAL_WORLD_SIZE")
+    with pytest.raises(ValueError, match="LOCAL_RANK=1 with WORLD_SIZE=4"):
+        asyncps.Client(addresses(shards))
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "4")  # one node
+    assert asyncps.Client(addresses(shards)).worker_id == 1
+    monkeypatch.setenv("LOCAL_RANK", "x")
+    with pytest.raises(ValueError, match="LOCAL_RANK='x'"):
+        asyncps.Client(addresses(shards))
+    for name in ("LOCAL_RANK", "LOCAL_WORLD_SIZE", "WORLD_SIZE"):
+        monkeypatch.delenv(name)
     assert asyncps.Client(addresses(shards)).worker_id == 0
+
+
+def test_set_lr_changes_the_rate_on_every_shard(cluster, tmp_path):
+    ckpt = tmp_path / "ckpt"
+    shards = cluster.start(2, args=[f"--checkpoint_dir={ckpt}"])
+    spec = asyncps.TensorSpec((8,), init="constant", init_value=1.0,
+                              optimizer="sgd", lr=0.5, slice_elems=4)
+    with connect(shards, worker_id=0) as a, connect(shards,
+                                                    worker_id=1) as b:
+        a.create({"w": spec})
+        b.create({"w": spec})
+        a.push({"w": np.ones(8, np.float32)})
+        np.testing.assert_array_equal(a.pull("w")["w"], np.full(8, 0.5))
+        # Both workers reach the epoch boundary; whoever asks first wins,
+        # the other's identical request changes nothing.
+        assert a.set_lr({"w": 0.125}, step=1) == {"w": (0.125, 1)}
+        assert b.set_lr({"w": 0.125}, step=1) == {"w": (0.125, 1)}
+        a.push({"w": np.ones(8, np.float32)})
+        np.testing.assert_array_equal(a.pull("w")["w"], np.full(8, 0.375))
+        # Disagreeing on the same step is an error; an older step is not.
+        with pytest.raises(asyncps.RpcError) as e:
+            b.set_lr({"w": 0.25}, step=1)
+        assert e.value.code == "ALREADY_EXISTS"
+        assert "0.125 on the shard, 0.25 asked" in e.value.message
+        assert a.set_lr({"w": 0.0625}, step=2) == {"w": (0.0625, 2)}
+        assert b.set_lr({"w": 0.9}, step=1) == {"w": (0.0625, 2)}
+        # Bad input raises before anything is sent.
+        with pytest.raises(ValueError, match="step must be >= 1"):
+            a.set_lr({"w": 0.1}, step=0)
+        with pytest.raises(ValueError, match="must be > 0"):
+            a.set_lr({"w": float("nan")}, step=3)
+        with pytest.raises(asyncps.RpcError) as e:
+            a.set_lr({"nope": 0.1}, step=3)
+        assert e.value.code == "NOT_FOUND"
+        # Listed with the created rate and the one in effect.
+        tensors, _ = a.list_tensors()
+        assert tensors["w"].lr == 0.5
+        assert (tensors["w"].scheduled_lr, tensors["w"].schedule_step) == (
+            0.0625, 2)
+        status = a.status()
+        assert status["summary"]["learning_rates"]["w"]["step"] == 2
+        # A worker re-creating with the created spec still matches it.
+        a.create({"w": spec})
+    # A restarted cluster keeps the schedule (spec file and checkpoint).
+    for s in shards:
+        s.stop()
+    shards = cluster.start(2, args=[f"--checkpoint_dir={ckpt}"])
+    with connect(shards, worker_id=0) as c:
+        tensors, _ = c.list_tensors()
+        assert tensors["w"].scheduled_lr == 0.0625
+        assert tensors["w"].schedule_step == 2
 
 
 def test_run_id_must_match_the_shards(cluster):

@@ -68,6 +68,43 @@ def test_step_pulls_in_place_pushes_grads_and_advances_the_clock(cluster):
         assert me["state"] == "left" and me["clock"] == 2
 
 
+def test_lr_schedule_sets_the_rate_when_it_changes(cluster):
+    shards = cluster.start(2, ["--slice_elems=2"])
+    model = Tiny()
+    calls = []
+
+    def schedule(clock):
+        calls.append(clock)
+        return 0.5 if clock < 2 else 0.25  # halved from the third step
+
+    with connect(shards) as client:
+        with asyncps.torch.Worker(model, client, optimizer="sgd", lr=0.5,
+                                  init="constant",
+                                  lr_schedule=schedule) as worker:
+            for _ in range(3):
+                worker.step(sum_closure(model))
+            assert calls == [0, 1, 2]
+            # Two steps at 0.5, one at 0.25: W = -(0.5 + 0.5 + 0.25).
+            values = client.pull(["fc.weight"])["fc.weight"]
+            np.testing.assert_array_equal(values,
+                                          np.full((2, 3), -1.25, np.float32))
+            tensors, _ = client.list_tensors()
+            assert tensors["fc.bias"].scheduled_lr == 0.25
+            assert tensors["fc.bias"].schedule_step == 3  # clock 2 + 1
+            # A worker that lags behind (clock 1 here) changes nothing.
+            other = Tiny()
+            with connect(shards, worker_id=1) as c1:
+                c1.clock = 1
+                w1 = asyncps.torch.Worker(other, c1, optimizer="sgd", lr=0.5,
+                                          init="constant")
+                assert w1.set_lr(0.125, step=2) == 0.25
+                w1.leave()
+            # set_lr by hand, e.g. at an epoch boundary.
+            assert worker.set_lr(0.125, step=10) == 0.125
+    with pytest.raises(TypeError, match="lr_schedule"):
+        asyncps.torch.Worker(Tiny(), connect(shards), lr_schedule=0.1)
+
+
 def test_torch_default_init_matches_pytorch_bounds(cluster):
     shards = cluster.start(1)
     model = nn.Sequential(nn.Conv2d(2, 8, 3), nn.Flatten(), nn.Linear(8, 400))

@@ -307,6 +307,47 @@ TEST_CASE("sparse tables are merged across shards with their imbalance",
   CHECK(summary.at("table_rows").number_value() == 2000);
 }
 
+TEST_CASE("learning rates: the latest step, and a shard that missed one",
+          "[psctl]") {
+  auto rate = [](const std::string& name, float lr, int64_t step) {
+    LearningRate l;
+    l.set_name(name);
+    l.set_learning_rate(lr);
+    l.set_step(step);
+    return l;
+  };
+  std::vector<ShardResult> shards = {Up(0, 1, 0, -1, {}), Up(1, 1, 0, -1, {}),
+                                     Up(2, 1, 0, -1, {})};
+  for (ShardResult& r : shards) {
+    *r.status.add_learning_rates() = rate("emb", 0.5f, 1);
+    *r.status.add_learning_rates() = rate("w", 0.25f, r.index == 1 ? 2 : 3);
+  }
+  const std::vector<LearningRate> merged = MergeLearningRates(shards);
+  REQUIRE(merged.size() == 2);
+  CHECK(merged[0].name() == "emb");
+  CHECK(merged[1].step() == 3);
+  CHECK(merged[1].learning_rate() == 0.25f);
+  const std::vector<std::string> problems = Problems(shards);
+  REQUIRE(problems.size() == 1);
+  CHECK(absl::StrContains(problems[0], "learning rate of w"));
+  CHECK(absl::StrContains(problems[0], "not on shard(s) 1"));
+  const std::string text = RenderText(shards, false);
+  CHECK(absl::StrContains(text,
+                          "learning rates: emb 0.5 (step 1), w 0.25 (step 3)"));
+  Struct doc;
+  REQUIRE(google::protobuf::util::JsonStringToMessage(RenderJson(shards), &doc)
+              .ok());
+  const Value& w = doc.fields()
+                       .at("summary")
+                       .struct_value()
+                       .fields()
+                       .at("learning_rates")
+                       .struct_value()
+                       .fields()
+                       .at("w");
+  CHECK(w.struct_value().fields().at("step").number_value() == 3);
+}
+
 TEST_CASE("JsonQuote escapes quotes, backslashes and control characters",
           "[psctl]") {
   CHECK(JsonQuote("a\"b\\c\n\t\x01") == "\"a\\\"b\\\\c\\n\\t\\u0001\"");
