@@ -46,6 +46,7 @@ import numpy as np
 import torch
 
 import asyncps
+from asyncps._torch_tables import SparseEmbeddings
 
 __all__ = ["Worker", "torch_default_init"]
 
@@ -71,11 +72,13 @@ def torch_default_init(name, param, params):
     return "zeros", 0.0
 
 
-def _trainable_parameters(module):
-    """{name: parameter} of the parameters with requires_grad, checked to
-    be float32 contiguous CPU tensors (ValueError naming one that is not)."""
-    params = {n: p for n, p in module.named_parameters() if p.requires_grad}
-    if not params:
+def _trainable_parameters(module, exclude=()):
+    """{name: parameter} of the parameters with requires_grad (but those
+    whose id() is in `exclude`), checked to be float32 contiguous CPU
+    tensors (ValueError naming one that is not)."""
+    params = {n: p for n, p in module.named_parameters()
+              if p.requires_grad and id(p) not in exclude}
+    if not params and not exclude:
         raise ValueError("Worker: the module has no trainable parameters")
     for name, p in params.items():
         if p.dtype != torch.float32:
@@ -115,7 +118,8 @@ class Worker:
     Worker(module, client, *, optimizer='sgd', lr=0.01, momentum=0.9,
            beta1=0.9, beta2=0.999, epsilon=1e-8, init='module', seed=0,
            prefix='', create=True, wait_timeout=120.0, overlap_pull=False,
-           slice_elems=0, buffers=None, lr_schedule=None)
+           slice_elems=0, buffers=None, lr_schedule=None,
+           table_init=None)
 
     optimizer, lr, momentum, beta1, beta2, epsilon
         the optimizer the shards run for every parameter (see TensorSpec).
@@ -136,6 +140,17 @@ class Worker:
           init names (with init_value 0.05 for the random ones), or a
           function (name, param, params) -> (init, init_value); those are
           drawn on the shards (seeded by `seed` + parameter index).
+    table_init  (init, init_value) of the sparse tables that layers built
+          with ``sparse=True`` (nn.Embedding, nn.EmbeddingBag) become:
+          their rows are created on the shards on first use, so the
+          module's own values are not uploaded; None (default) is
+          ('normal', 1.0), PyTorch's N(0, 1), with a warning under
+          init='module' saying so. Each forward pass of such a layer pulls
+          the rows of its ids into the layer's weight (peek, creating
+          nothing, in eval mode or under no_grad); step() pushes the rows
+          of its sparse gradient (counted in stats: rows_pulled,
+          rows_pushed, rows_applied, rows_refused_stale). padding_idx
+          stays zero and is never sent; max_norm is refused.
     buffers  'local': buffers (BatchNorm running statistics and the like)
           stay each worker's own; None (default) says so with a warning
           when the module has any.
@@ -160,7 +175,7 @@ class Worker:
                  momentum=0.9, beta1=0.9, beta2=0.999, epsilon=1e-8,
                  init="module", seed=0, prefix="", create=True,
                  wait_timeout=120.0, overlap_pull=False, slice_elems=0,
-                 buffers=None, lr_schedule=None):
+                 buffers=None, lr_schedule=None, table_init=None):
         if not isinstance(module, torch.nn.Module):
             raise TypeError("Worker: module must be a torch.nn.Module, got "
                             f"{type(module).__name__}")
@@ -183,12 +198,16 @@ class Worker:
                 stacklevel=2)
         self.module = module
         self.client = client
-        params = _trainable_parameters(module)
+        self._tables = SparseEmbeddings(module, prefix)
+        sparse = self._tables.weights()
+        params = _trainable_parameters(module, exclude=sparse)
         # (tensor name on the shards, parameter, its shard shape), in
         # named_parameters() order.
         self._params = [(prefix + n, p, _shard_shape(p))
                         for n, p in params.items()]
 
+        optimizer_args = dict(optimizer=optimizer, lr=lr, momentum=momentum,
+                              beta1=beta1, beta2=beta2, epsilon=epsilon)
         specs = {}
         values = {}
         for index, (name, p) in enumerate(params.items()):
@@ -204,10 +223,23 @@ class Worker:
                 value = 0.05 if init in ("uniform", "normal") else 0.0
             specs[prefix + name] = asyncps.TensorSpec(
                 _shard_shape(p), init=kind, init_value=value,
-                seed=seed + index, optimizer=optimizer, lr=lr,
-                momentum=momentum, beta1=beta1, beta2=beta2, epsilon=epsilon,
-                slice_elems=slice_elems)
-        if create:
+                seed=seed + index, slice_elems=slice_elems, **optimizer_args)
+        if self._tables and table_init is None and init == "module":
+            names = [layer.table for layer in self._tables.layers]
+            warnings.warn(
+                f"Worker: sparse embedding(s) {', '.join(names)} become "
+                "sparse tables whose rows the shards create on first use "
+                "from N(0, 1) (PyTorch's default), not from the module's "
+                "values; pass table_init=('normal', 1.0) (or another "
+                "(init, init_value)) to say that this is intended",
+                stacklevel=2)
+        table_specs = self._tables.specs(table_init or ("normal", 1.0),
+                                         **optimizer_args)
+        if create and table_specs:
+            client.create_tables(table_specs)
+        if not specs:
+            stored = {}
+        elif create:
             try:
                 stored = client.create(specs, values=values or None)
             except asyncps.RpcError as e:
@@ -223,6 +255,17 @@ class Worker:
             stored = client.wait_for(list(specs), timeout=wait_timeout)
         self._check_shapes(stored)
         self.specs = stored
+        if table_specs:
+            self.tables = client.wait_for(list(table_specs),
+                                          timeout=0 if create else wait_timeout)
+            for name, spec in self.tables.items():
+                if spec.dim != table_specs[name].dim:
+                    raise ValueError(
+                        f"Worker: sparse embedding '{name}' has dim "
+                        f"{table_specs[name].dim} but the shards' table has "
+                        f"{spec.dim}")
+        else:
+            self.tables = {}
 
         status = client.status()
         policies = [s["status"]["policy"] for s in status["shards"]]
@@ -246,6 +289,10 @@ class Worker:
         self.stats = {"steps": 0, "applied": 0, "refused_stale": 0,
                       "duplicates": 0, "max_staleness": 0,
                       "mean_staleness": 0.0}
+        if self._tables:
+            self.stats.update(rows_pulled=0, rows_pushed=0, rows_applied=0,
+                              rows_refused_stale=0)
+            self._tables.attach(client, self.stats)
         self._staleness_sum = 0.0
         self._closed = False
         self._lr_schedule = lr_schedule
@@ -264,13 +311,13 @@ class Worker:
     # ------------------------------------------------------------ rates
 
     def set_lr(self, lr, *, step):
-        """Sets the learning rate of every parameter on the shards from
-        schedule step `step` (>= 1, e.g. the epoch number); see
-        Client.set_lr. Returns the rate in effect (a later step another
+        """Sets the learning rate of every parameter and sparse table on
+        the shards from schedule step `step` (>= 1, e.g. the epoch number);
+        see Client.set_lr. Returns the rate in effect (a later step another
         worker set wins)."""
         self._check_open()
-        now = self.client.set_lr({n: lr for n, _, _ in self._params},
-                                 step=step)
+        names = [n for n, _, _ in self._params] + list(self.tables)
+        now = self.client.set_lr({n: lr for n in names}, step=step)
         self._lr = float(lr)
         return max(now.values(), key=lambda rate_step: rate_step[1])[0]
 
@@ -282,7 +329,10 @@ class Worker:
     # ------------------------------------------------------------ steps
 
     def pull(self):
-        """Pulls every parameter into the module, in place, at client.clock."""
+        """Pulls every parameter into the module, in place, at client.clock
+        (sparse embeddings pull their rows in their forward pass)."""
+        if not self._params:
+            return
         self.client.pull_into(
             {n: _shard_view(p, shape) for n, p, shape in self._params})
 
@@ -323,11 +373,13 @@ class Worker:
         for _, p, _ in self._params:
             if p.grad is not None:
                 p.grad.zero_()
+        self._tables.begin_step()
         if self.overlap_pull:
             self._pending = self._executor.submit(
                 self.client.pull_into, self._buffers, self.client.clock)
         loss = closure()
         self.push()
+        self._tables.push()
         self.client.clock += 1
         self.stats["steps"] += 1
         return loss
@@ -381,6 +433,7 @@ class Worker:
         if self._closed:
             return
         self._closed = True
+        self._tables.detach()
         if self._pending is not None:
             pending, self._pending = self._pending, None
             with contextlib.suppress(Exception):
