@@ -46,6 +46,7 @@ import numpy as np
 import torch
 
 import asyncps
+from asyncps._torch_buffers import SharedBuffers
 from asyncps._torch_tables import SparseEmbeddings
 
 __all__ = ["Worker", "torch_default_init"]
@@ -118,8 +119,8 @@ class Worker:
     Worker(module, client, *, optimizer='sgd', lr=0.01, momentum=0.9,
            beta1=0.9, beta2=0.999, epsilon=1e-8, init='module', seed=0,
            prefix='', create=True, wait_timeout=120.0, overlap_pull=False,
-           slice_elems=0, buffers=None, lr_schedule=None,
-           table_init=None)
+           slice_elems=0, buffers=None, buffer_every=10, buffer_mix=0.5,
+           lr_schedule=None, table_init=None)
 
     optimizer, lr, momentum, beta1, beta2, epsilon
         the optimizer the shards run for every parameter (see TensorSpec).
@@ -152,8 +153,14 @@ class Worker:
           rows_pushed, rows_applied, rows_refused_stale). padding_idx
           stays zero and is never sent; max_norm is refused.
     buffers  'local': buffers (BatchNorm running statistics and the like)
-          stay each worker's own; None (default) says so with a warning
-          when the module has any.
+          stay each worker's own; 'average': every float32 buffer has a
+          shared copy on the shards (created from the module's values),
+          and every `buffer_every` steps a worker moves it `buffer_mix`
+          of the way towards its own buffer and takes the result, so the
+          copies become a running mix of all workers' statistics (what
+          state_dict() returns); integer buffers stay local. None
+          (default) keeps them local with a warning when the module has
+          any.
     prefix  prepended to every parameter name on the shards.
     create  True: create the tensors (idempotent, so every worker may; a
           worker configured differently gets RpcError ALREADY_EXISTS).
@@ -175,7 +182,8 @@ class Worker:
                  momentum=0.9, beta1=0.9, beta2=0.999, epsilon=1e-8,
                  init="module", seed=0, prefix="", create=True,
                  wait_timeout=120.0, overlap_pull=False, slice_elems=0,
-                 buffers=None, lr_schedule=None, table_init=None):
+                 buffers=None, buffer_every=10, buffer_mix=0.5,
+                 lr_schedule=None, table_init=None):
         if not isinstance(module, torch.nn.Module):
             raise TypeError("Worker: module must be a torch.nn.Module, got "
                             f"{type(module).__name__}")
@@ -185,20 +193,25 @@ class Worker:
         if lr_schedule is not None and not callable(lr_schedule):
             raise TypeError("Worker: lr_schedule must be a function clock "
                             f"-> rate, got {type(lr_schedule).__name__}")
-        if buffers not in (None, "local"):
-            raise ValueError("Worker: buffers must be 'local' (or None), got "
-                             f"{buffers!r}")
+        if buffers not in (None, "local", "average"):
+            raise ValueError("Worker: buffers must be 'local' or 'average' "
+                             f"(or None), got {buffers!r}")
         held = [n for n, _ in module.named_buffers()]
         if held and buffers is None:
             warnings.warn(
                 f"Worker: the module's {len(held)} buffer(s) ({held[0]}, ...) "
                 "stay local to each worker (e.g. BatchNorm running "
                 "statistics): a model pulled from the shards has none of "
-                "them; pass buffers='local' to say that this is intended",
+                "them; pass buffers='local' to say that this is intended, "
+                "or buffers='average' to share them through the shards",
                 stacklevel=2)
         self.module = module
         self.client = client
+        self._prefix = prefix
         self._tables = SparseEmbeddings(module, prefix)
+        self._shared = (SharedBuffers(module, prefix, buffer_every,
+                                      buffer_mix)
+                        if buffers == "average" else None)
         sparse = self._tables.weights()
         params = _trainable_parameters(module, exclude=sparse)
         # (tensor name on the shards, parameter, its shard shape), in
@@ -237,6 +250,10 @@ class Worker:
                                          **optimizer_args)
         if create and table_specs:
             client.create_tables(table_specs)
+        if self._shared is not None:
+            buffer_specs, buffer_values = self._shared.specs()
+            specs.update(buffer_specs)
+            values.update(buffer_values)
         if not specs:
             stored = {}
         elif create:
@@ -274,7 +291,7 @@ class Worker:
         self.overlap_pull = bool(overlap_pull)
         self._executor = None
         self._pending = None  # Future of the overlapped pull, if any
-        self._buffers = None  # what the overlapped pull writes into
+        self._overlap = None  # what the overlapped pull writes into
         if self.overlap_pull:
             if not all(_plain_asp(p) for p in policies):
                 raise ValueError(
@@ -283,7 +300,7 @@ class Worker:
                     f"shards run {status['summary']['policy']})")
             self._executor = concurrent.futures.ThreadPoolExecutor(
                 max_workers=1, thread_name_prefix="asyncps-pull")
-            self._buffers = {n: np.empty(shape, np.float32)
+            self._overlap = {n: np.empty(shape, np.float32)
                              for n, _, shape in self._params}
 
         self.stats = {"steps": 0, "applied": 0, "refused_stale": 0,
@@ -366,7 +383,7 @@ class Worker:
             pending.result()
             with torch.no_grad():
                 for name, p, _ in self._params:
-                    p.copy_(torch.from_numpy(self._buffers[name]).reshape(
+                    p.copy_(torch.from_numpy(self._overlap[name]).reshape(
                         p.shape))
         else:
             self.pull()
@@ -376,10 +393,12 @@ class Worker:
         self._tables.begin_step()
         if self.overlap_pull:
             self._pending = self._executor.submit(
-                self.client.pull_into, self._buffers, self.client.clock)
+                self.client.pull_into, self._overlap, self.client.clock)
         loss = closure()
         self.push()
         self._tables.push()
+        if self._shared is not None and self._shared.due(self.client.clock):
+            self._shared.sync(self.client)
         self.client.clock += 1
         self.stats["steps"] += 1
         return loss
@@ -393,6 +412,44 @@ class Worker:
         self._staleness_sum += r.mean_staleness * (r.applied + r.refused_stale)
         n = s["applied"] + s["refused_stale"]
         s["mean_staleness"] = self._staleness_sum / n if n else 0.0
+
+    # ------------------------------------------------------------ the model
+
+    def state_dict(self):
+        """The module's state dict with the shards' values, as copies (the
+        module is not changed): parameters pulled; sparse embedding
+        weights read whole (peek: rows never trained have their initial
+        values, nothing is created); with buffers='average' the shared
+        buffers, other buffers this worker's own. What a process that
+        saves or evaluates the trained model wants:
+        ``torch.save(worker.state_dict(), path)``; to start a new run from
+        it, load it into the module before creating the Worker (init
+        'module' uploads it)."""
+        self._check_open()
+        out = {k: v.detach().clone()
+               for k, v in self.module.state_dict().items()}
+        cut = len(self._prefix)
+        names = [n for n, _, _ in self._params]
+        if self._shared is not None:
+            names += self._shared.names()
+        if names:
+            pulled = self.client.pull(names)
+            for name in names:
+                key = name[cut:]
+                out[key] = torch.from_numpy(pulled[name]).reshape(
+                    out[key].shape)
+        for layer in self._tables.layers:
+            m = layer.module
+            rows = np.empty((m.num_embeddings, m.embedding_dim), np.float32)
+            for start in range(0, m.num_embeddings, 65536):
+                ids = np.arange(start, min(m.num_embeddings, start + 65536))
+                rows[start:start + len(ids)] = self.client.pull_rows(
+                    {layer.table: ids}, peek=True)[layer.table]
+            padding = getattr(m, "padding_idx", None)
+            if padding is not None:
+                rows[padding] = 0
+            out[layer.table[cut:]] = torch.from_numpy(rows)
+        return out
 
     # ------------------------------------------------------------ liveness
 

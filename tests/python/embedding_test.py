@@ -99,6 +99,18 @@ def test_sparse_embedding_trains_rows_exactly(cluster):
                 model.emb.weight[500].detach().numpy(),
                 client.pull_rows({"emb.weight": [500]},
                                  peek=True)["emb.weight"][0])
+            # state_dict(): the whole table, read without creating rows.
+            sd = worker.state_dict()
+            assert sd["emb.weight"].shape == (1000, 4)
+            np.testing.assert_array_equal(
+                sd["emb.weight"][[3, 7, 11, 999]].numpy(),
+                client.pull_rows({"emb.weight": [3, 7, 11, 999]},
+                                 peek=True)["emb.weight"])
+            assert torch.equal(sd["emb.weight"][0], torch.zeros(4))
+            assert table_rows(client, "emb.weight") == 3
+            assert torch.equal(sd["out.weight"],
+                               torch.from_numpy(client.pull("out.weight")[
+                                   "out.weight"]))
 
 
 def test_embedding_bag_and_a_second_worker(cluster):

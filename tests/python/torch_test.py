@@ -175,7 +175,70 @@ def test_buffers_stay_local_with_a_warning_unless_said(cluster):
                                  buffers="local")
         with pytest.raises(ValueError, match="buffers"):
             asyncps.torch.Worker(nn.BatchNorm1d(3), client, prefix="c/",
-                                 buffers="average")
+                                 buffers="global")
+        with pytest.raises(ValueError, match="buffer_every"):
+            asyncps.torch.Worker(nn.BatchNorm1d(3), client, prefix="c/",
+                                 buffers="average", buffer_every=0)
+
+
+def test_buffers_averaged_through_the_shards_and_state_dict(cluster):
+    shards = cluster.start(2)
+
+    def model():
+        torch.manual_seed(0)
+        return nn.Sequential(nn.Linear(3, 3), nn.BatchNorm1d(3))
+
+    def run_step(worker, x):
+        seen = {}
+
+        def closure():
+            loss = worker.module(x).sum()
+            # The worker's own running mean after this batch, before sync.
+            seen["mean"] = worker.module[1].running_mean.clone()
+            loss.backward()
+            return loss
+        worker.step(closure)
+        return seen["mean"]
+
+    with connect(shards, 0) as c0, connect(shards, 1) as c1:
+        w0 = asyncps.torch.Worker(model(), c0, lr=0.1, buffers="average",
+                                  buffer_every=1, buffer_mix=0.5)
+        w1 = asyncps.torch.Worker(model(), c1, lr=0.1, buffers="average",
+                                  buffer_every=1, buffer_mix=0.5)
+        with w0, w1:
+            assert "1.running_mean" in w0.specs
+            assert "1.num_batches_tracked" not in w0.specs  # int: local
+            shared = c0.pull("1.running_mean")["1.running_mean"].copy()
+            assert np.all(shared == 0)  # the module's own initial values
+            own = run_step(w0, torch.randn(8, 3) + 5)
+            expected = (shared + own.numpy()) / 2  # moved halfway, taken
+            np.testing.assert_allclose(
+                c0.pull("1.running_mean")["1.running_mean"], expected,
+                rtol=1e-6)
+            np.testing.assert_allclose(w0.module[1].running_mean.numpy(),
+                                       expected, rtol=1e-6)
+            own = run_step(w1, torch.randn(8, 3) - 5)
+            expected = (expected + own.numpy()) / 2
+            np.testing.assert_allclose(
+                c1.pull("1.running_mean")["1.running_mean"], expected,
+                rtol=1e-6)
+            # state_dict(): the shards' parameters and shared buffers, the
+            # same from either worker; the module is not touched.
+            sd0, sd1 = w0.state_dict(), w1.state_dict()
+            assert set(sd0) == set(w0.module.state_dict())
+            for key in ("0.weight", "0.bias", "1.weight", "1.running_mean",
+                        "1.running_var"):
+                assert torch.equal(sd0[key], sd1[key]), key
+            np.testing.assert_allclose(sd0["1.running_mean"].numpy(),
+                                       expected, rtol=1e-6)
+            np.testing.assert_array_equal(
+                sd0["0.weight"].numpy(), c0.pull("0.weight")["0.weight"])
+            assert not torch.equal(w0.module[1].running_mean,
+                                   sd0["1.running_mean"])
+            # Loading it into a fresh module gives the shards' model.
+            fresh = model()
+            fresh.load_state_dict(sd0)
+            assert torch.equal(fresh[0].weight, sd0["0.weight"])
 
 
 def test_shapes_are_checked_against_the_shards(cluster):
