@@ -2,8 +2,8 @@
 
 Each float32 buffer (BatchNorm's running mean and variance, for instance)
 gets a shared copy on the shards, created from the module's values and
-updated by plain SGD with learning rate 1: every `every` steps a worker
-pulls the shared copy s, pushes ``mix * (s - b)`` for its own buffer b
+updated by plain SGD with learning rate 1: every `every` steps (and when
+it leaves) a worker pulls the shared copy s, pushes ``mix * (s - b)`` for its own buffer b
 (moving s that far towards b) and takes ``s - mix * (s - b)`` as its
 buffer. The shared copies become a running mix of every worker's
 statistics, and a process that reads the model from the shards

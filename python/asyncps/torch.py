@@ -498,6 +498,9 @@ class Worker:
         if self._executor is not None:
             self._executor.shutdown(wait=True)
         if not self.client.closed:
+            if self._shared is not None and self.stats["steps"] > 0:
+                # The shared buffers get this worker's latest statistics.
+                self._shared.sync(self.client)
             self.client.leave()
 
     def _check_open(self):

@@ -49,6 +49,22 @@ class Cnn(nn.Module):
         return self.fc2(F.relu(self.fc1(x.flatten(1))))
 
 
+class Mlp(nn.Module):
+    """linear 784-128 - relu - linear 128-10 (about 100k parameters: a model
+    whose step is dominated by the pull and the push)."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc1 = nn.Linear(28 * 28, 128)
+        self.fc2 = nn.Linear(128, 10)
+
+    def forward(self, x):
+        return self.fc2(F.relu(self.fc1(x.flatten(1))))
+
+
+MODELS = {"cnn": Cnn, "mlp": Mlp}
+
+
 def as_input(images):
     """uint8 (N, 28, 28) -> float32 (N, 1, 28, 28) in [0, 1]."""
     return torch.from_numpy(images).unsqueeze(1).float().div_(255.0)
@@ -86,6 +102,8 @@ def parse_args(argv):
                    help="train in this process with torch.optim (baseline)")
     p.add_argument("--worker_id", type=int, default=0)
     p.add_argument("--num_workers", type=int, default=1)
+    p.add_argument("--model", choices=sorted(MODELS), default="cnn",
+                   help="cnn: two conv + two linear layers; mlp: 784-128-10")
     p.add_argument("--epochs", type=int, default=10,
                    help="passes of each worker over its share")
     p.add_argument("--batch_size", type=int, default=64)
@@ -146,7 +164,7 @@ def train_local(args, out=sys.stdout):
     """Single-process baseline: same model, data and batches, torch.optim."""
     train_x, train_y, test_x, test_y = load(args)
     torch.manual_seed(args.seed)
-    model = Cnn()
+    model = MODELS[args.model]()
     if args.optimizer == "adam":
         opt = torch.optim.Adam(model.parameters(), lr=args.lr)
     else:
@@ -195,7 +213,7 @@ def train_worker(args, out=sys.stdout):
     """One asynchronous worker; worker 0 returns the final test accuracy."""
     train_x, train_y, test_x, test_y = load(args)
     torch.manual_seed(args.seed)
-    model = Cnn()
+    model = MODELS[args.model]()
     mine = share(len(train_x), args.num_workers, args.worker_id, args.seed)
     rng = np.random.default_rng(args.seed * 1000 + args.worker_id)
     with asyncps.Client(args.servers.split(","), worker_id=args.worker_id,
