@@ -407,6 +407,22 @@ grpc::ServerUnaryReactor* ServeUnary(ShardStats* stats,
   return Finish(ctx, s);
 }
 
+absl::Status PsService::SyncSpecs(absl::string_view what) {
+  // Also when the call changed nothing, so that a retry after a failed
+  // write writes again.
+  if (c_.specs == nullptr) return absl::OkStatus();
+  absl::Status durable = c_.specs->Sync();
+  if (durable.ok()) return durable;
+  c_.logger->error("cannot write the spec file ({} on this shard): {}",
+                   std::string(what), durable.ToString());
+  return absl::Status(
+      durable.code(),
+      absl::StrCat(what,
+                   " on this shard but could not be made durable (a restart "
+                   "would lose them; retry once fixed): ",
+                   durable.message()));
+}
+
 absl::StatusOr<CreateTensorResponse> PsService::DoCreate(
     const CreateTensorRequest& request, bool* needs_checkpoint) {
   absl::StatusOr<CreateTensorResponse> r = c_.store->CreateTensors(request);
@@ -419,21 +435,9 @@ absl::StatusOr<CreateTensorResponse> PsService::DoCreate(
     c_.logger->info("created {} tensor(s)", r->created());
   }
   // Durable before the answer: a shard restarted from now on has these
-  // tensors (server/spec_file.h). Also when this call created nothing, so
-  // that a retry after a failed write writes again.
-  if (c_.specs != nullptr) {
-    absl::Status durable = c_.specs->Sync();
-    if (!durable.ok()) {
-      c_.logger->error("cannot make created tensors durable: {}",
-                       durable.ToString());
-      return absl::Status(
-          durable.code(),
-          absl::StrCat("the tensors exist on this shard but could not be made "
-                       "durable (a restart would lose them; retry once "
-                       "fixed): ",
-                       durable.message()));
-    }
-  }
+  // tensors (server/spec_file.h).
+  absl::Status durable = SyncSpecs("the tensors exist");
+  if (!durable.ok()) return durable;
   // Values given at creation are not in the spec file: a checkpoint holds
   // them before the answer (and again on a retry until one has).
   bool values = false;
@@ -526,21 +530,8 @@ grpc::ServerUnaryReactor* PsService::SetLearningRate(
                             rate.step());
           }
         }
-        // Also when nothing changed, so that a retry after a failed write
-        // writes again.
-        if (c_.specs != nullptr) {
-          absl::Status durable = c_.specs->Sync();
-          if (!durable.ok()) {
-            c_.logger->error("cannot make learning rates durable: {}",
-                             durable.ToString());
-            return absl::Status(
-                durable.code(),
-                absl::StrCat("the learning rates apply on this shard but could "
-                             "not be made durable (a restart would lose them; "
-                             "retry once fixed): ",
-                             durable.message()));
-          }
-        }
+        absl::Status durable = SyncSpecs("the learning rates apply");
+        if (!durable.ok()) return durable;
         *response = *std::move(r);
         return absl::OkStatus();
       });

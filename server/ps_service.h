@@ -150,6 +150,10 @@ class PsService final : public RawParameterServerService {
   // (the spec file); *needs_checkpoint says that the request carried
   // INIT_VALUES tensors whose values no checkpoint holds yet: the answer
   // waits for one.
+  // Makes the store's specs and schedules durable in the spec file (when
+  // checkpoints are on); the error names `what` ("the tensors exist") as
+  // what holds on this shard although a restart would lose it.
+  absl::Status SyncSpecs(absl::string_view what);
   absl::StatusOr<CreateTensorResponse> DoCreate(
       const CreateTensorRequest& request, bool* needs_checkpoint);
 
