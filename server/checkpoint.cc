@@ -374,9 +374,13 @@ absl::StatusOr<CheckpointInfo> WriteCheckpoint(const CheckpointImage& image,
   return info;
 }
 
-absl::StatusOr<RestoredCheckpoint> RestoreCheckpoint(const std::string& path,
-                                                     ShardStore* store) {
+absl::StatusOr<RestoredCheckpoint> RestoreCheckpoint(
+    const std::string& path, ShardStore* store,
+    const std::function<void(uint64_t bytes_read)>& progress,
+    absl::Duration progress_every) {
   const absl::Time start = absl::Now();
+  absl::Time next_report = start + progress_every;
+  uint64_t bytes_read = 0;
   if (store->Size().tensors != 0 || store->tables().totals().tables != 0) {
     return absl::FailedPreconditionError(
         absl::StrCat("cannot restore checkpoint ", path,
@@ -386,6 +390,11 @@ absl::StatusOr<RestoredCheckpoint> RestoreCheckpoint(const std::string& path,
   CheckpointRecord record;
   absl::StatusOr<RecordFileInfo> file = ReadRecordFile(
       path, kCheckpointFormat, [&](absl::string_view bytes, int64_t n) {
+        bytes_read += bytes.size() + sizeof(uint32_t);  // record and length
+        if (progress && absl::Now() >= next_report) {
+          progress(bytes_read);
+          next_report = absl::Now() + progress_every;
+        }
         if (!record.ParseFromArray(bytes.data(),
                                    static_cast<int>(bytes.size()))) {
           return restorer.Corrupt(

@@ -26,6 +26,7 @@
 // at any point <file> is either the previous complete checkpoint or the new
 // one.
 
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -102,8 +103,12 @@ struct RestoredCheckpoint {
 //                        or a store that is not empty;
 //   RESOURCE_EXHAUSTED   the tensors exceed the store's max_parameter_bytes.
 // On error the store may hold part of the checkpoint and must be discarded.
-absl::StatusOr<RestoredCheckpoint> RestoreCheckpoint(const std::string& path,
-                                                     ShardStore* store);
+// `progress` (if set) is called about every `progress_every` while the file
+// is read, with the bytes read so far (a large restore can take minutes).
+absl::StatusOr<RestoredCheckpoint> RestoreCheckpoint(
+    const std::string& path, ShardStore* store,
+    const std::function<void(uint64_t bytes_read)>& progress = nullptr,
+    absl::Duration progress_every = absl::Seconds(5));
 
 // The identity record of the checkpoint at `path`, read without the rest
 // of the file (no checksum: RestoreCheckpoint still validates the file).

@@ -10,7 +10,8 @@
 namespace asyncps {
 
 absl::StatusOr<std::unique_ptr<HealthListener>> HealthListener::Start(
-    const std::string& host, int port, std::vector<std::string> services) {
+    const std::string& host, int port, std::vector<std::string> services,
+    bool serving) {
   if (port < 0 || port > 65535) {
     return absl::InvalidArgumentError(
         absl::StrCat("health port must be in [0, 65535], got ", port));
@@ -31,7 +32,7 @@ absl::StatusOr<std::unique_ptr<HealthListener>> HealthListener::Start(
         absl::StrCat("cannot listen for health checks on ", listen,
                      " (address in use or not available?)"));
   }
-  h->SetServing(true);
+  h->SetServing(serving);
   return h;
 }
 

@@ -21,11 +21,12 @@ namespace asyncps {
 // calls are answered on gRPC's threads.
 class HealthListener {
  public:
-  // Binds host:port (0 = a free port) and answers SERVING for "" and every
-  // name in `services` until SetServing(false). UNAVAILABLE when the address
-  // cannot be bound.
+  // Binds host:port (0 = a free port) and answers `serving` (SERVING or
+  // NOT_SERVING) for "" and every name in `services` until SetServing.
+  // UNAVAILABLE when the address cannot be bound.
   static absl::StatusOr<std::unique_ptr<HealthListener>> Start(
-      const std::string& host, int port, std::vector<std::string> services);
+      const std::string& host, int port, std::vector<std::string> services,
+      bool serving = true);
   ~HealthListener();  // Stop()
 
   int port() const { return port_; }

@@ -3,6 +3,9 @@
 #include <grpcpp/ext/proto_server_reflection_plugin.h>
 #include <grpcpp/health_check_service_interface.h>
 
+#include <filesystem>
+#include <system_error>
+
 #include "absl/random/random.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -234,7 +237,16 @@ absl::StatusOr<CheckpointInfo> PsServer::Restore(
     return CheckpointInfo();
   }
   CheckpointInfo restored;
-  absl::StatusOr<RestoredCheckpoint> r = RestoreCheckpoint(path, store_.get());
+  std::error_code size_error;
+  const uintmax_t size = std::filesystem::file_size(path, size_error);
+  if (!size_error) {
+    logger_->info("restoring checkpoint {} ({} bytes)", path, size);
+  }
+  absl::StatusOr<RestoredCheckpoint> r =
+      RestoreCheckpoint(path, store_.get(), [this, &path, size](uint64_t read) {
+        logger_->info("restoring {}: {} of {} bytes read ({:.0f}%)", path, read,
+                      size, size > 0 ? 100.0 * read / size : 100.0);
+      });
   if (r.ok()) {
     const bool adopted = r->identity.run_id() != options.run_id;
     adopted_ = adopted;

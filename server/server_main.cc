@@ -70,7 +70,9 @@ ABSL_FLAG(int, health_port, -1,
           "Also serve grpc.health.v1.Health alone on this port of --host, "
           "plain TCP without token, for probes that cannot do TLS (e.g. "
           "Kubernetes gRPC probes); -1 = off, 0 picks a free one (written to "
-          "--health_port_file).");
+          "--health_port_file). Up before the checkpoint is restored: "
+          "NOT_SERVING until the shard serves (a startup probe waits for "
+          "the restore), NOT_SERVING again once it stops.");
 ABSL_FLAG(std::string, health_port_file, "",
           "If set, the bound health port is written to this file (before "
           "--port_file).");
@@ -397,6 +399,27 @@ int Main(int argc, char** argv) {
       !dir.ok()) {
     return Fail(std::string(dir.message()));
   }
+  // The health listener starts before the restore and answers NOT_SERVING
+  // until the shard serves, so that a probe sees a shard that is restoring
+  // (a startup probe can wait for it) rather than nothing at all.
+  std::unique_ptr<HealthListener> health;
+  const int health_port = absl::GetFlag(FLAGS_health_port);
+  if (health_port >= 0) {
+    absl::StatusOr<std::unique_ptr<HealthListener>> h =
+        HealthListener::Start(absl::GetFlag(FLAGS_host), health_port,
+                              {PsServer::kServiceName}, /*serving=*/false);
+    if (!h.ok()) return Fail("--health_port: " + h.status().ToString());
+    health = *std::move(h);
+    logger->info(
+        "health checks (plain TCP) on port {}: NOT_SERVING until the shard "
+        "has restored and serves",
+        health->port());
+    const std::string health_file = absl::GetFlag(FLAGS_health_port_file);
+    if (!health_file.empty() &&
+        !WritePortFile(health_file, health->port()).ok()) {
+      return Fail("cannot write --health_port_file " + health_file);
+    }
+  }
   absl::StatusOr<std::unique_ptr<PsServer>> server =
       PsServer::Start(*std::move(options));
   if (!server.ok()) {
@@ -413,22 +436,8 @@ int Main(int argc, char** argv) {
     return Fail(s.ToString());
   }
 
-  // The health listener and the metrics endpoint start after the gRPC
-  // server and stop before it.
-  std::unique_ptr<HealthListener> health;
-  const int health_port = absl::GetFlag(FLAGS_health_port);
-  if (health_port >= 0) {
-    absl::StatusOr<std::unique_ptr<HealthListener>> h = HealthListener::Start(
-        absl::GetFlag(FLAGS_host), health_port, {PsServer::kServiceName});
-    if (!h.ok()) return Fail("--health_port: " + h.status().ToString());
-    health = *std::move(h);
-    logger->info("health checks (plain TCP) on port {}", health->port());
-    const std::string health_file = absl::GetFlag(FLAGS_health_port_file);
-    if (!health_file.empty() &&
-        !WritePortFile(health_file, health->port()).ok()) {
-      return Fail("cannot write --health_port_file " + health_file);
-    }
-  }
+  if (health != nullptr) health->SetServing(true);
+  // The metrics endpoint starts after the gRPC server and stops before it.
   const std::string shard_label =
       absl::StrCat("shard=\"", (*server)->GetStatus().shard_index(), "\"");
   MetricsHttpServer metrics(

@@ -37,6 +37,31 @@ def flags_of(help_path):
     return flags
 
 
+def check_pod(what, pod, ctr, binary):
+    """What both pod templates must have (Pod Security "restricted", the
+    image's entrypoint, Guaranteed resources)."""
+    if ctr.get("command"):
+        problem("%s container sets command %r, replacing the image's "
+                "entrypoint (tini): use args" % (what, ctr["command"]))
+    if ctr.get("args") != [binary]:
+        problem("%s container runs %r, not %s" % (what, ctr.get("args"), binary))
+    sc = pod.get("securityContext", {})
+    if sc.get("seccompProfile", {}).get("type") != "RuntimeDefault":
+        problem("%s pods have no seccompProfile RuntimeDefault" % what)
+    if pod.get("automountServiceAccountToken") is not False:
+        problem("%s pods mount a service account token" % what)
+    if pod.get("enableServiceLinks") is not False:
+        problem("%s pods get Service link variables (ASYNCPS_* clashes)" % what)
+    csc = ctr.get("securityContext", {})
+    if csc.get("allowPrivilegeEscalation") is not False or \
+            csc.get("capabilities", {}).get("drop") != ["ALL"]:
+        problem("%s container may escalate or keeps capabilities" % what)
+    res = ctr.get("resources", {})
+    if not res.get("limits") or res.get("limits") != res.get("requests"):
+        problem("%s resources: limits %r != requests %r (not Guaranteed)" %
+                (what, res.get("limits"), res.get("requests")))
+
+
 def env_var_flag(name):
     return name[len("ASYNCPS_"):].lower()
 
@@ -79,8 +104,7 @@ def main():
     # Shard container environment.
     pod = sts["spec"]["template"]["spec"]
     (ctr,) = pod["containers"]
-    if ctr.get("command") != ["ps_server"]:
-        problem("shard container runs %r, not ps_server" % ctr.get("command"))
+    check_pod("shard", pod, ctr, "ps_server")
     cm_refs = [e["configMapRef"]["name"] for e in ctr.get("envFrom", [])]
     if cm["metadata"]["name"] not in cm_refs:
         problem("shards do not read the ConfigMap %s" % cm["metadata"]["name"])
@@ -107,7 +131,7 @@ def main():
     metrics_port = int(shard_env.get("ASYNCPS_METRICS_PORT", -1))
     if ports.get("grpc") != grpc_port:
         problem("containerPort grpc %s != ASYNCPS_PORT %d" % (ports.get("grpc"), grpc_port))
-    for probe in ("readinessProbe", "livenessProbe"):
+    for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
         p = ctr.get(probe, {}).get("grpc")
         if not p:
             problem("shard has no gRPC %s" % probe)
@@ -133,14 +157,57 @@ def main():
     if svc_ports.get("grpc") != grpc_port:
         problem("Service port grpc %s != %d" % (svc_ports.get("grpc"), grpc_port))
 
+    # Disruption budget and network policy of the shards.
+    for kind in ("PodDisruptionBudget", "NetworkPolicy"):
+        objs = by_kind.get(kind, [])
+        if len(objs) != 1:
+            problem("expected one %s, found %d" % (kind, len(objs)))
+            continue
+        spec = objs[0]["spec"]
+        sel = (spec.get("selector") or spec.get("podSelector") or {}).get(
+            "matchLabels", {})
+        if not sel or any(labels.get(k) != v for k, v in sel.items()):
+            problem("the %s does not select the shard pods" % kind)
+    for policy in by_kind.get("NetworkPolicy", []):
+        allowed = {}
+        for rule in policy["spec"].get("ingress", []):
+            for port in rule.get("ports", []):
+                allowed.setdefault(port["port"], []).extend(rule.get("from", []))
+        part_of = labels.get("app.kubernetes.io/part-of")
+        for port in (grpc_port, health_port):
+            peers = allowed.get(port, [])
+            if not any(p.get("podSelector", {}).get("matchLabels", {}).get(
+                    "app.kubernetes.io/part-of") == part_of for p in peers):
+                problem("the NetworkPolicy does not let this deployment's "
+                        "pods reach port %d" % port)
+        peers = allowed.get(metrics_port, [])
+        if not peers or any("namespaceSelector" not in p for p in peers):
+            problem("metrics port %d is not kept to the monitoring namespace"
+                    % metrics_port)
+
     # Workers.
     jspec = job["spec"]
     if jspec.get("completionMode") != "Indexed":
         problem("the worker Job is not Indexed")
     wpod = jspec["template"]["spec"]
     (wctr,) = wpod["containers"]
-    if wctr.get("command") != ["ps_worker"]:
-        problem("worker container runs %r, not ps_worker" % wctr.get("command"))
+    check_pod("worker", wpod, wctr, "ps_worker")
+    if wpod.get("restartPolicy") != "Never":
+        problem("worker pods restart in place (restartPolicy %r): "
+                "podFailurePolicy needs Never" % wpod.get("restartPolicy"))
+    if not jspec.get("backoffLimitPerIndex"):
+        problem("the worker Job has no backoffLimitPerIndex")
+    rules = jspec.get("podFailurePolicy", {}).get("rules", [])
+    if not any(r.get("action") == "FailJob" and
+               r.get("onExitCodes", {}).get("operator") == "In" and
+               2 in r["onExitCodes"].get("values", []) for r in rules):
+        problem("exit code 2 (configuration) does not fail the Job at once")
+    if not any(r.get("action") == "Ignore" and
+               any(c.get("type") == "DisruptionTarget"
+                   for c in r.get("onPodConditions", [])) for r in rules):
+        problem("disruptions count as worker failures")
+    if wpod.get("securityContext", {}).get("fsGroup") is None:
+        problem("worker pods have no fsGroup (a 0440 token Secret is unreadable)")
     worker_env = {e["name"]: e["value"] for e in wctr.get("env", []) if "value" in e}
     for name in worker_env:
         if name.startswith("ASYNCPS_") and env_var_flag(name) not in worker_flags:

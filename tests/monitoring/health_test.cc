@@ -4,6 +4,7 @@
 #include <grpcpp/grpcpp.h>
 
 #include <catch2/catch.hpp>
+#include <csignal>
 #include <fstream>
 #include <memory>
 #include <set>
@@ -138,6 +139,81 @@ TEST_CASE(
   REQUIRE(server->process->Kill(absl::Seconds(10)).ok());
   HealthCheckResponse after;
   CHECK_FALSE(Check(stub.get(), "", &after).ok());
+}
+
+TEST_CASE(
+    "--health_port answers NOT_SERVING while the shard restores a large "
+    "checkpoint, then SERVING",
+    "[monitoring][health]") {
+  const std::string dir = testing::MakeTmpDir("health_restore");
+  {
+    // A shard with a 192 MiB tensor writes its final checkpoint on SIGTERM.
+    absl::StatusOr<ServerProcess> first = testing::StartPsServer(
+        0, 1, {"--log_level=warn", "--checkpoint_dir=" + dir});
+    REQUIRE(first.ok());
+    auto ps = ParameterServer::NewStub(MakeChannel(first->address));
+    grpc::ClientContext ctx;
+    ctx.set_deadline(absl::ToChronoTime(absl::Now() + kDeadline));
+    CreateTensorRequest create;
+    TensorSpec* t = create.add_tensors();
+    t->set_name("big");
+    t->add_shape(48 << 20);
+    t->set_init(INIT_CONSTANT);
+    t->set_init_value(0.5f);
+    t->mutable_optimizer()->set_learning_rate(0.1f);
+    CreateTensorResponse created;
+    REQUIRE(ps->CreateTensor(&ctx, create, &created).ok());
+    REQUIRE(first->process->Signal(SIGTERM).ok());
+    absl::StatusOr<int> exit = first->process->Wait(absl::Seconds(60));
+    REQUIRE(exit.ok());
+    REQUIRE(*exit == 0);
+  }
+  const std::string health_file = testing::UniqueTmpPath("health_port");
+  const std::string port_file = testing::UniqueTmpPath("port");
+  absl::StatusOr<std::unique_ptr<testing::Subprocess>> shard =
+      testing::Subprocess::Start(
+          testing::RunfilePath("server/ps_server"),
+          {"--log_level=info", "--port=0", "--port_file=" + port_file,
+           "--checkpoint_dir=" + dir, "--health_port=0",
+           "--health_port_file=" + health_file});
+  REQUIRE(shard.ok());
+  INFO("server log:\n" << (*shard)->LogTail());
+  REQUIRE(testing::WaitFor(
+              [&] {
+                std::ifstream in(health_file);
+                std::string line;
+                return std::getline(in, line) && !in.eof();
+              },
+              absl::Seconds(30), "the health port file")
+              .ok());
+  auto stub = Health::NewStub(
+      MakeChannel(absl::StrCat("127.0.0.1:", ReadPort(health_file))));
+  // Polled until SERVING: NOT_SERVING comes first (the restore), and the
+  // shard's own port is announced only once it serves.
+  int not_serving = 0;
+  bool port_before_serving = false;
+  REQUIRE(testing::WaitFor(
+              [&] {
+                HealthCheckResponse resp;
+                if (!Check(stub.get(), "", &resp).ok()) return false;
+                if (resp.status() == HealthCheckResponse::SERVING) return true;
+                ++not_serving;
+                port_before_serving |= ReadPort(port_file) > 0;
+                return false;
+              },
+              absl::Seconds(120), "SERVING after the restore",
+              absl::Milliseconds(1))
+              .ok());
+  CHECK(not_serving > 0);
+  CHECK_FALSE(port_before_serving);
+  HealthCheckResponse resp;
+  REQUIRE(Check(stub.get(), "asyncps.ParameterServer", &resp).ok());
+  CHECK(resp.status() == HealthCheckResponse::SERVING);
+  const std::string log = (*shard)->ReadLog();
+  CHECK(log.find("NOT_SERVING until the shard has restored") !=
+        std::string::npos);
+  CHECK(log.find("restoring checkpoint") != std::string::npos);
+  CHECK(log.find("restored checkpoint") != std::string::npos);
 }
 
 TEST_CASE("server reflection v1 lists the services and serves descriptors",
