@@ -16,8 +16,14 @@
 #      `psctl status` with every shard up, and stops its shards with SIGTERM;
 #   2. a job whose workers fail (bad flag) ends non-zero, names the failure and
 #      still stops its shards;
-#   3. no ps_server/ps_worker of these jobs, and no daemon of this cluster, is
+#   3. a job signalled as before its time limit (scancel --signal=TERM
+#      --batch, what --signal=B:TERM@120 sends) stops cleanly, requeues
+#      itself, and its second start restores the shards' checkpoints and
+#      finishes training with exit 0;
+#   4. no ps_server/ps_worker of these jobs, and no daemon of this cluster, is
 #      left afterwards.
+# Every job script runs with bash 4.4's `wait` (no -p option; BASH_ENV
+# defines a `wait` that refuses it), as on EL8 and Ubuntu 20.04.
 # Ends with `N passed, N failed`; exits non-zero on any failure.
 #
 # Environment: ASYNCPS_BIN=DIR uses binaries already built there (flat or
@@ -244,14 +250,25 @@ if [ "$state" != idle ]; then
 fi
 echo "slurm cluster up (slurmctld :$ctld_port, slurmd :$slurmd_port, $cpus CPUs)"
 
+# bash < 5.1: `wait` has no -p option (the job scripts source this).
+cat >"$tmp/etc/bash44.sh" <<'EOF'
+wait() {
+  local a
+  for a in "$@"; do
+    [ "$a" = -p ] && { echo "bash: wait: -p: invalid option (bash 4.4)" >&2; return 2; }
+  done
+  builtin wait "$@"
+}
+EOF
+
 submit() {  # output prefix, extra env (ASSIGN=... ,...) -> sets job_id, job_rc, job_out
   local prefix=$1 env=$2
   job_id=""
   job_out=""
   (cd "$tmp/submit" && env "$job_tag" timeout 240 sbatch --wait --parsable --time=4 \
      --output="$tmp/submit/$prefix-%j.out" \
-     --export="ALL,ASYNCPS_BIN=$tmp/bin,$env" "$repo/deploy/slurm/asyncps.sbatch" \
-     >"$tmp/log/$prefix.sbatch" 2>&1)
+     --export="ALL,ASYNCPS_BIN=$tmp/bin,BASH_ENV=$tmp/etc/bash44.sh,$env" \
+     "$repo/deploy/slurm/asyncps.sbatch" >"$tmp/log/$prefix.sbatch" 2>&1)
   job_rc=$?
   job_id=$(grep -oE '^[0-9]+' "$tmp/log/$prefix.sbatch" | head -n 1)
   [ -n "$job_id" ] && job_out=$tmp/submit/$prefix-$job_id.out
@@ -306,7 +323,49 @@ check "failing job: the output names the worker error" \
 check "failing job: shards stopped with SIGTERM" shards_stopped_cleanly
 check "failing job: no ps_server/ps_worker left" none_left
 
-# --- 3. the cluster goes away -----------------------------------------------
+# --- 3. a job signalled before its time limit requeues itself ---------------
+# sbatch --wait in the background; SIGTERM to the batch shell once the
+# workers train; --wait returns when the requeued job has finished.
+# 6 epochs: the workers are still training when the signal comes.
+submit requeue "ASYNCPS_SHARDS=2,ASYNCPS_WORKERS=2,ASYNCPS_EPOCHS=6" &
+submit_pid=$!
+signalled=""
+for _ in $(seq 600); do
+  out=$(find "$tmp/submit" -maxdepth 1 -name 'requeue-*.out' | head -n 1)
+  if [ -n "$out" ] && grep -q "epoch 1/6 step 200/" "$out"; then
+    id=${out##*-}
+    id=${id%.out}
+    timeout 10 scancel --signal=TERM --batch "$id" && signalled=$id
+    break
+  fi
+  sleep 0.2
+done
+wait "$submit_pid"
+job_id=${signalled:-none}
+job_out=$tmp/submit/requeue-$job_id.out
+[ -f "$job_out" ] && sed 's/^/  | /' "$job_out"
+check "requeue: the batch shell was signalled while the workers trained" test -n "$signalled"
+check "requeue: the job requeued itself after a clean stop" \
+  grep -q "requeueing job $job_id" "$job_out"
+check "requeue: the first start stopped before the workers finished" \
+  test "$(grep -c "final test accuracy" "$job_out")" = 1
+check "requeue: the second start ended with exit 0" test "$(job_field ExitCode)" = 0:0
+check "requeue: scontrol shows COMPLETED after one restart" \
+  test "$(job_field JobState) $(job_field Restarts)" = "COMPLETED 1"
+restored_both() {  # both shards restored a checkpoint at the second start
+  local i
+  for i in 0 1; do
+    grep -q "restored checkpoint" "$tmp/submit/asyncps-$job_id/shard$i.log" ||
+      { echo "shard $i restored nothing"; return 1; }
+  done
+}
+check "requeue: the second start restored both shards' checkpoints" restored_both
+acc=$(sed -n 's/^final test accuracy: \([0-9.]*\)$/\1/p' "$job_out" 2>/dev/null | tail -n 1)
+check "requeue: the second start reached the accuracy floor" \
+  awk -v a="${acc:-0}" 'BEGIN { exit !(a >= 0.78) }'
+check "requeue: no ps_server/ps_worker left" none_left
+
+# --- 4. the cluster goes away -----------------------------------------------
 timeout 10 scancel --partition=asyncps 2>/dev/null
 stop_pid "$slurmd_pid" 10
 stop_pid "$ctld_pid" 10
