@@ -499,10 +499,18 @@ int Main(int argc, char** argv) {
         "' (expected status, tensors, checkpoint, health or reshard)"));
   }
   for (const char* flag : {"from", "to", "shards"}) {
-    if (cl.IsSet(flag) && command != "reshard") {
+    if (!cl.IsSet(flag) || command == "reshard") continue;
+    const std::string& by = cl.set_by.at(flag);
+    if (by.rfind("--", 0) == 0) {
       return UsageError(
           absl::StrCat("--", flag, " applies only to the reshard command"));
     }
+    // An environment variable (ASYNCPS_SHARDS is also the Slurm script's
+    // shard count) does not make another command fail.
+    std::fprintf(stderr,
+                 "psctl: warning: %s sets --%s, which only the reshard "
+                 "command uses; ignored\n",
+                 by.c_str(), flag);
   }
   // gRPC's own log lines (e.g. its TLS handshake errors) would come before
   // psctl's explanation; psctl says what failed itself.

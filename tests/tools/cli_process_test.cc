@@ -123,6 +123,19 @@ TEST_CASE("unknown and mistyped flags exit 2 naming the flag",
     CHECK(bad.code == 2);
     CHECK(absl::StrContains(bad.err, "--tls_require_client_cert"));
   }
+  // A reshard-only flag: an error on the command line of another command,
+  // a warning when it comes from the environment (ASYNCPS_SHARDS is also
+  // the Slurm script's setting).
+  const Run shards_flag = RunBinary("tools/psctl", {"health", "--shards=3"});
+  CHECK(shards_flag.code == 2);
+  CHECK(absl::StrContains(shards_flag.err,
+                          "--shards applies only to the reshard command"));
+  const Run shards_env = RunBinary(
+      "tools/psctl", {"health", "--servers=127.0.0.1:1", "--timeout=1s"},
+      {"ASYNCPS_SHARDS=3"});
+  INFO(shards_env.err);
+  CHECK(shards_env.code != 2);
+  CHECK(absl::StrContains(shards_env.err, "ASYNCPS_SHARDS sets --shards"));
   const Run typo = RunBinary("server/ps_server", {"--shard_idx=1"});
   CHECK(absl::StrContains(typo.err, "did you mean --shard_index?"));
   const Run stray = RunBinary("server/ps_server", {"extra"});
