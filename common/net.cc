@@ -2,19 +2,42 @@
 
 #include <malloc.h>
 
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_replace.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "absl/synchronization/mutex.h"
 
 namespace asyncps {
 
-absl::StatusOr<std::vector<std::string>> ParseServerList(const std::string& s) {
-  std::vector<std::string> out;
+absl::StatusOr<std::vector<std::string>> ParseServerList(const std::string& s,
+                                                         int num_shards) {
+  if (num_shards < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the shard count must be >= 0, got ", num_shards));
+  }
+  // Patterns first: "{i}" entries expand to one address per shard.
+  std::vector<std::string> entries;
   for (absl::string_view part :
        absl::StrSplit(s, ',', absl::SkipWhitespace())) {
     part = absl::StripAsciiWhitespace(part);
+    if (!absl::StrContains(part, "{i}")) {
+      entries.emplace_back(part);
+      continue;
+    }
+    if (num_shards == 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "server address '", part,
+          "' has {i}, which needs the shard count (--num_shards)"));
+    }
+    for (int i = 0; i < num_shards; ++i) {
+      entries.push_back(absl::StrReplaceAll(part, {{"{i}", absl::StrCat(i)}}));
+    }
+  }
+  std::vector<std::string> out;
+  for (absl::string_view part : entries) {
     const size_t colon = part.rfind(':');
     int port = 0;
     if (colon == absl::string_view::npos || colon == 0 ||
@@ -27,6 +50,11 @@ absl::StatusOr<std::vector<std::string>> ParseServerList(const std::string& s) {
   }
   if (out.empty()) {
     return absl::InvalidArgumentError("server list is empty");
+  }
+  if (num_shards > 0 && out.size() != static_cast<size_t>(num_shards)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the server list has ", out.size(),
+        " address(es) but the shard count (--num_shards) is ", num_shards));
   }
   return out;
 }

@@ -14,7 +14,12 @@ namespace asyncps {
 
 // Splits "host:port,host:port" into addresses; each must have a non-empty
 // host and a port in [1, 65535]. Names the offending entry on error.
-absl::StatusOr<std::vector<std::string>> ParseServerList(const std::string& s);
+// An entry with "{i}" stands for `num_shards` addresses, "{i}" replaced by
+// 0 .. num_shards-1 (Kubernetes names: "job-shard-0-{i}.job:7000"); it
+// needs num_shards > 0. A num_shards > 0 must equal the number of
+// addresses (the list and the shard count are checked against each other).
+absl::StatusOr<std::vector<std::string>> ParseServerList(const std::string& s,
+                                                         int num_shards = 0);
 
 // Largest message either side accepts. Large tensors exceed gRPC's 4 MiB
 // default; requests larger than this are refused by gRPC itself with

@@ -61,7 +61,12 @@
 #include "tools/status_table.h"
 
 ABSL_FLAG(std::string, servers, "",
-          "Comma-separated host:port of every shard, in shard order.");
+          "Comma-separated host:port of every shard, in shard order; an "
+          "address with {i} stands for --num_shards addresses, {i} = 0 .. "
+          "num_shards-1.");
+ABSL_FLAG(int, num_shards, 0,
+          "The shard count: needed by an address with {i} in --servers; when "
+          "> 0, --servers must list exactly this many shards.");
 ABSL_FLAG(std::string, output, "table",
           "Output format (also -o): table, wide (more columns), json or "
           "yaml.");
@@ -547,7 +552,7 @@ int Main(int argc, char** argv) {
     return UsageError("--servers (or ASYNCPS_SERVERS) is required");
   }
   absl::StatusOr<std::vector<std::string>> servers =
-      ParseServerList(servers_flag);
+      ParseServerList(servers_flag, absl::GetFlag(FLAGS_num_shards));
   if (!servers.ok()) {
     return UsageError(absl::StrCat("--servers: ", servers.status().message()));
   }

@@ -43,7 +43,12 @@
 
 ABSL_FLAG(std::string, servers, "",
           "Shard addresses host:port,... in shard order (required unless "
-          "--local).");
+          "--local). An address with {i} stands for --num_shards addresses, "
+          "{i} = 0 .. num_shards-1 (asyncps-shard-0-{i}.asyncps:7000).");
+ABSL_FLAG(int, num_shards, 0,
+          "The shard count: needed by an address with {i} in --servers; "
+          "when > 0, --servers must list exactly this many shards. 0 = as "
+          "many as --servers lists.");
 ABSL_FLAG(bool, local, false,
           "Train in-process without servers (the single-worker baseline).");
 ABSL_FLAG(std::string, worker_id, "0",
@@ -474,8 +479,8 @@ void ExplainUnavailable(const absl::Status& status,
                         const SecurityOptions& security,
                         spdlog::logger& logger) {
   if (!absl::IsUnavailable(status) || absl::GetFlag(FLAGS_local)) return;
-  absl::StatusOr<std::vector<std::string>> servers =
-      ParseServerList(absl::GetFlag(FLAGS_servers));
+  absl::StatusOr<std::vector<std::string>> servers = ParseServerList(
+      absl::GetFlag(FLAGS_servers), absl::GetFlag(FLAGS_num_shards));
   if (!servers.ok()) return;
   for (const std::string& address : *servers) {
     const std::string cause = DiagnoseConnection(address, security);
@@ -550,8 +555,8 @@ int Main(int argc, char** argv) {
     if (!local.ok()) return Fail(local.status().ToString());
     store = *std::move(local);
   } else {
-    absl::StatusOr<std::vector<std::string>> servers =
-        ParseServerList(absl::GetFlag(FLAGS_servers));
+    absl::StatusOr<std::vector<std::string>> servers = ParseServerList(
+        absl::GetFlag(FLAGS_servers), absl::GetFlag(FLAGS_num_shards));
     if (!servers.ok()) {
       return Fail(absl::StrCat("--servers: ", servers.status().message()));
     }
