@@ -2,6 +2,7 @@
 """Offline consistency checks of the rendered Kubernetes manifests.
 
   check_k8s_manifests.py RENDERED.yaml SERVER_HELP WORKER_HELP OUTDIR
+  check_k8s_manifests.py --jobset RENDERED.yaml SERVER_HELP WORKER_HELP
 
 RENDERED.yaml is `kubectl kustomize deploy/k8s`; SERVER_HELP and WORKER_HELP
 are `ps_server --help` and `ps_worker --help`. Checks what a cluster would
@@ -60,6 +61,151 @@ def check_pod(what, pod, ctr, binary):
     if not res.get("limits") or res.get("limits") != res.get("requests"):
         problem("%s resources: limits %r != requests %r (not Guaranteed)" %
                 (what, res.get("limits"), res.get("requests")))
+
+
+def check_worker_job(jspec):
+    """The worker Job's retries by ps_worker's exit codes."""
+    wpod = jspec["template"]["spec"]
+    if wpod.get("restartPolicy") != "Never":
+        problem("worker pods restart in place (restartPolicy %r): "
+                "podFailurePolicy needs Never" % wpod.get("restartPolicy"))
+    if not jspec.get("backoffLimitPerIndex"):
+        problem("the worker Job has no backoffLimitPerIndex")
+    rules = jspec.get("podFailurePolicy", {}).get("rules", [])
+    if not any(r.get("action") == "FailJob" and
+               r.get("onExitCodes", {}).get("operator") == "In" and
+               2 in r["onExitCodes"].get("values", []) for r in rules):
+        problem("exit code 2 (configuration) does not fail the Job at once")
+    if not any(r.get("action") == "Ignore" and
+               any(c.get("type") == "DisruptionTarget"
+                   for c in r.get("onPodConditions", [])) for r in rules):
+        problem("disruptions count as worker failures")
+    if wpod.get("securityContext", {}).get("fsGroup") is None:
+        problem("worker pods have no fsGroup (a 0440 token Secret is unreadable)")
+
+
+def env_of(ctr, configmaps):
+    """A container's variables: its envFrom ConfigMaps (which must exist),
+    then its own values, $(VAR) references expanded (fieldRef variables
+    stay as they are)."""
+    env = {}
+    for ref in ctr.get("envFrom", []):
+        name = ref["configMapRef"]["name"]
+        if name not in configmaps:
+            problem("a container reads ConfigMap %s, which is not rendered" % name)
+            continue
+        env.update(configmaps[name]["data"])
+    for e in ctr.get("env", []):
+        if "value" in e:
+            env[e["name"]] = re.sub(
+                r"\$\(([A-Za-z_][A-Za-z0-9_]*)\)",
+                lambda m: env.get(m.group(1), m.group(0)), e["value"])
+        else:
+            env[e["name"]] = "$(%s)" % e["name"]
+    return env
+
+
+def check_flags(env, flags, binary):
+    for name in env:
+        if name.startswith("ASYNCPS_") and env_var_flag(name) not in flags:
+            problem("%s reaches %s, which has no flag --%s" %
+                    (name, binary, env_var_flag(name)))
+
+
+def main_jobset(rendered, server_help, worker_help):
+    """deploy/k8s/jobset: one JobSet whose counts, run id and shard list
+    come from one ConfigMap."""
+    docs = [d for d in yaml.safe_load_all(open(rendered)) if d]
+    jobsets = [d for d in docs if d["kind"] == "JobSet"]
+    if len(jobsets) != 1:
+        problem("expected one JobSet, found %d" % len(jobsets))
+        return 1
+    js = jobsets[0]
+    if js["apiVersion"] != "jobset.x-k8s.io/v1alpha2":
+        problem("JobSet apiVersion %s" % js["apiVersion"])
+    configmaps = {d["metadata"]["name"]: d for d in docs if d["kind"] == "ConfigMap"}
+    claims = {d["metadata"]["name"] for d in docs
+              if d["kind"] == "PersistentVolumeClaim"}
+    spec = js["spec"]
+    jobs = {r["name"]: r for r in spec["replicatedJobs"]}
+    if set(jobs) != {"shard", "worker"}:
+        problem("replicated jobs %s, want shard and worker" % sorted(jobs))
+        return 1
+    if not spec.get("network", {}).get("enableDNSHostnames"):
+        problem("pods get no DNS names (network.enableDNSHostnames)")
+    sp = spec.get("successPolicy", {})
+    if sp.get("operator") != "All" or sp.get("targetReplicatedJobs") != ["worker"]:
+        problem("the JobSet does not end when every worker has: %r" % sp)
+    rules = spec.get("failurePolicy", {}).get("rules", [])
+    if not any(r.get("action") == "FailJobSet" and
+               "PodFailurePolicy" in r.get("onJobFailureReasons", []) and
+               "worker" in r.get("targetReplicatedJobs", ["worker"])
+               for r in rules):
+        problem("a worker's configuration error (exit 2) does not fail the run")
+    shard_job = jobs["shard"]["template"]["spec"]
+    worker_job = jobs["worker"]["template"]["spec"]
+    check_worker_job(worker_job)
+    shard_pod = shard_job["template"]["spec"]
+    worker_pod = worker_job["template"]["spec"]
+    (sctr,) = shard_pod["containers"]
+    (wctr,) = worker_pod["containers"]
+    check_pod("shard", shard_pod, sctr, "ps_server")
+    check_pod("worker", worker_pod, wctr, "ps_worker")
+    for v in shard_pod.get("volumes", []):
+        claim = v.get("persistentVolumeClaim", {}).get("claimName")
+        if claim and claim not in claims:
+            problem("shards mount claim %s, which is not rendered" % claim)
+    senv = env_of(sctr, configmaps)
+    wenv = env_of(wctr, configmaps)
+    check_flags(senv, flags_of(server_help), "ps_server")
+    check_flags(wenv, flags_of(worker_help), "ps_worker")
+    # Counts written once: the Jobs and both processes agree.
+    shards = shard_job.get("completions")
+    workers = worker_job.get("completions")
+    if shard_job.get("parallelism") != shards or shard_job.get("completionMode") != "Indexed":
+        problem("the shard Job is not Indexed with parallelism = completions")
+    if worker_job.get("parallelism") != workers or worker_job.get("completionMode") != "Indexed":
+        problem("the worker Job is not Indexed with parallelism = completions")
+    for who, env in (("shards", senv), ("workers", wenv)):
+        if str(env.get("ASYNCPS_NUM_SHARDS")) != str(shards):
+            problem("%s get ASYNCPS_NUM_SHARDS=%s, the shard Job runs %s" %
+                    (who, env.get("ASYNCPS_NUM_SHARDS"), shards))
+    if str(wenv.get("ASYNCPS_NUM_WORKERS")) != str(workers):
+        problem("workers get ASYNCPS_NUM_WORKERS=%s, the worker Job runs %s" %
+                (wenv.get("ASYNCPS_NUM_WORKERS"), workers))
+    if senv.get("ASYNCPS_SHARD_INDEX") != "auto" or wenv.get("ASYNCPS_WORKER_ID") != "auto":
+        problem("shards or workers do not take their index from the pod")
+    # One run id: both processes and the instance label of every object.
+    run = wenv.get("ASYNCPS_RUN_ID")
+    if not run or senv.get("ASYNCPS_RUN_ID") != run:
+        problem("run ids differ: shards %r, workers %r" %
+                (senv.get("ASYNCPS_RUN_ID"), run))
+    for what, meta in (("JobSet", js["metadata"]),
+                       ("shard pods", shard_job["template"]["metadata"]),
+                       ("worker pods", worker_job["template"]["metadata"])):
+        if meta.get("labels", {}).get("app.kubernetes.io/instance") != run:
+            problem("%s are not labelled with the run (instance=%r)" % (what, run))
+    # The shard list the workers build is the shards' DNS names.
+    name = js["metadata"]["name"]
+    sub = spec.get("network", {}).get("subdomain") or name
+    pattern = wenv.get("ASYNCPS_SERVERS", "").replace("$(JOBSET_NAME)", name)
+    label = next((e["valueFrom"]["fieldRef"]["fieldPath"] for e in wctr["env"]
+                  if e["name"] == "JOBSET_NAME"), "")
+    if label != "metadata.labels['jobset.sigs.k8s.io/jobset-name']":
+        problem("JOBSET_NAME is not the pod's jobset-name label: %r" % label)
+    derived = [pattern.replace("{i}", str(i)) for i in range(int(shards or 0))]
+    want = ["%s-shard-0-%d.%s:%s" % (name, i, sub, senv.get("ASYNCPS_PORT"))
+            for i in range(int(shards or 0))]
+    if derived != want or "{i}" not in pattern:
+        problem("workers would dial %r, the shards are %r" % (derived, want))
+    for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
+        port = sctr.get(probe, {}).get("grpc", {}).get("port")
+        if str(port) != str(senv.get("ASYNCPS_HEALTH_PORT")):
+            problem("shard %s dials %s, the health listener is on %s" %
+                    (probe, port, senv.get("ASYNCPS_HEALTH_PORT")))
+    print("jobset: %d shard(s) at %s, %d worker(s), run %s" %
+          (int(shards or 0), ",".join(derived), int(workers or 0), run))
+    return 1 if problems else 0
 
 
 def env_var_flag(name):
@@ -192,22 +338,7 @@ def main():
     wpod = jspec["template"]["spec"]
     (wctr,) = wpod["containers"]
     check_pod("worker", wpod, wctr, "ps_worker")
-    if wpod.get("restartPolicy") != "Never":
-        problem("worker pods restart in place (restartPolicy %r): "
-                "podFailurePolicy needs Never" % wpod.get("restartPolicy"))
-    if not jspec.get("backoffLimitPerIndex"):
-        problem("the worker Job has no backoffLimitPerIndex")
-    rules = jspec.get("podFailurePolicy", {}).get("rules", [])
-    if not any(r.get("action") == "FailJob" and
-               r.get("onExitCodes", {}).get("operator") == "In" and
-               2 in r["onExitCodes"].get("values", []) for r in rules):
-        problem("exit code 2 (configuration) does not fail the Job at once")
-    if not any(r.get("action") == "Ignore" and
-               any(c.get("type") == "DisruptionTarget"
-                   for c in r.get("onPodConditions", [])) for r in rules):
-        problem("disruptions count as worker failures")
-    if wpod.get("securityContext", {}).get("fsGroup") is None:
-        problem("worker pods have no fsGroup (a 0440 token Secret is unreadable)")
+    check_worker_job(jspec)
     worker_env = {e["name"]: e["value"] for e in wctr.get("env", []) if "value" in e}
     for name in worker_env:
         if name.startswith("ASYNCPS_") and env_var_flag(name) not in worker_flags:
@@ -253,4 +384,6 @@ def main():
 
 
 if __name__ == "__main__":
+    if sys.argv[1] == "--jobset":
+        sys.exit(main_jobset(*sys.argv[2:5]))
     sys.exit(main())
