@@ -1,17 +1,35 @@
 #!/usr/bin/env bash
 # Installs the Debian 12 packages asyncps builds and runs with, if missing.
 # Idempotent and quiet when everything is present. Needs root (or sudo).
+#
+#   deploy/install_deps.sh            # everything: build, tests, Python, tools
+#   deploy/install_deps.sh --build    # only what building ps_server,
+#                                     # ps_worker and psctl needs (the
+#                                     # container image's build stage)
 set -euo pipefail
 
+build_only=0
+case "${1:-}" in
+  "") ;;
+  --build) build_only=1 ;;
+  *) echo "install_deps.sh: unknown option '$1' (--build or nothing)" >&2; exit 2 ;;
+esac
+
+# The three binaries.
 packages=(
   bazel-bootstrap bazel-rules-java bazel-platforms
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libabsl-dev libspdlog-dev catch2 libopenblas-dev zlib1g-dev
-  libcpp-httplib-dev dataset-fashion-mnist clang clang-format openssl python3-yaml
-  pkgconf
-  # Python package (python/): binding, numpy, PyTorch integration and tests.
-  python3-dev pybind11-dev python3-numpy python3-torch python3-pytest
+  libcpp-httplib-dev pkgconf
 )
+if [ "$build_only" = 0 ]; then
+  packages+=(
+    # Tests, lint, the demo data and the manifest checks.
+    dataset-fashion-mnist clang clang-format openssl python3-yaml
+    # Python package (python/): binding, numpy, PyTorch integration and tests.
+    python3-dev pybind11-dev python3-numpy python3-torch python3-pytest
+  )
+fi
 
 missing=()
 for p in "${packages[@]}"; do
@@ -22,7 +40,9 @@ done
 # kubectl for the offline manifest checks (tests/deploy): Debian's
 # kubernetes-client (8 MB download) unless some kubectl is already there
 # (another package may own /usr/bin/kubectl).
-command -v kubectl >/dev/null 2>&1 || missing+=(kubernetes-client)
+if [ "$build_only" = 0 ]; then
+  command -v kubectl >/dev/null 2>&1 || missing+=(kubernetes-client)
+fi
 [ ${#missing[@]} -eq 0 ] && exit 0
 
 sudo=""
