@@ -1,6 +1,7 @@
 #include "server/metrics_http.h"
 
 #include <httplib.h>
+#include <netinet/in.h>
 #include <sys/socket.h>
 
 #include <cstdint>
@@ -296,6 +297,9 @@ absl::StatusOr<int> MetricsHttpServer::Start(const std::string& host,
   server->set_socket_options([](socket_t sock) {
     int yes = 1;
     setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
+    // An IPv6 socket on "::" takes IPv4 too (fails harmlessly on IPv4).
+    int no = 0;
+    setsockopt(sock, IPPROTO_IPV6, IPV6_V6ONLY, &no, sizeof(no));
   });
   server->Get("/metrics",
               [this](const httplib::Request&, httplib::Response& res) {

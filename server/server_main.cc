@@ -57,8 +57,10 @@ ABSL_FLAG(int, metrics_port, -1,
           "--metrics_host; -1 = off, 0 picks a free one (logged, and written "
           "to --metrics_port_file).");
 ABSL_FLAG(std::string, metrics_host, "",
-          "Address the Prometheus endpoint listens on; empty = --host. The "
-          "endpoint is plain HTTP without the token: keep it private.");
+          "Address the Prometheus endpoint listens on; empty = --host (with "
+          "the default --host=0.0.0.0: '::', IPv6 and IPv4, where the kernel "
+          "has IPv6). The endpoint is plain HTTP without the token: keep it "
+          "private.");
 ABSL_FLAG(std::string, metrics_port_file, "",
           "If set, the bound metrics port is written to this file; it is "
           "written before --port_file.");
@@ -460,7 +462,20 @@ int Main(int argc, char** argv) {
   if (metrics_port >= 0) {
     std::string metrics_host = absl::GetFlag(FLAGS_metrics_host);
     if (metrics_host.empty()) metrics_host = absl::GetFlag(FLAGS_host);
-    absl::StatusOr<int> bound = metrics.Start(metrics_host, metrics_port);
+    absl::StatusOr<int> bound;
+    if (absl::GetFlag(FLAGS_metrics_host).empty() &&
+        metrics_host == "0.0.0.0") {
+      // Every address: dual-stack "::" where the kernel has IPv6 (so that
+      // IPv6-only clusters can scrape), IPv4 only where it has not.
+      bound = metrics.Start("::", metrics_port);
+      if (bound.ok()) {
+        metrics_host = "[::]";
+      } else {
+        bound = metrics.Start(metrics_host, metrics_port);
+      }
+    } else {
+      bound = metrics.Start(metrics_host, metrics_port);
+    }
     if (!bound.ok()) {
       return Fail("--metrics_port: " + bound.status().ToString());
     }

@@ -63,6 +63,33 @@ mkdir -p "$tmp/env"
 python3 "$runfiles/tests/deploy/check_k8s_manifests.py" "$tmp/rendered.yaml" \
   "$tmp/server.help" "$tmp/worker.help" "$tmp/env" || fail "manifest checks"
 
+# The PodMonitor (deploy/k8s/monitoring) scrapes the port the shards name
+# "metrics", on the pods the shard StatefulSet makes.
+if kubectl kustomize "$tmp/k8s/monitoring" >"$tmp/monitoring.yaml" 2>"$tmp/kustomize.err"; then
+  python3 - "$tmp/monitoring.yaml" "$tmp/rendered.yaml" <<'PY' || fail "PodMonitor checks"
+import sys, yaml
+(pm,) = [d for d in yaml.safe_load_all(open(sys.argv[1])) if d]
+sts = [d for d in yaml.safe_load_all(open(sys.argv[2]))
+       if d and d["kind"] == "StatefulSet"][0]
+tpl = sts["spec"]["template"]
+labels = tpl["metadata"]["labels"]
+sel = pm["spec"]["selector"]["matchLabels"]
+ports = {p["name"] for c in tpl["spec"]["containers"] for p in c["ports"]}
+bad = []
+if any(labels.get(k) != v for k, v in sel.items()):
+    bad.append("the PodMonitor does not select the shard pods")
+for e in pm["spec"]["podMetricsEndpoints"]:
+    if e["port"] not in ports:
+        bad.append("the PodMonitor scrapes port %r, the shards name %s" % (e["port"], sorted(ports)))
+for b in bad:
+    print("PROBLEM: " + b)
+sys.exit(1 if bad else 0)
+PY
+else
+  cat "$tmp/kustomize.err"
+  fail "kubectl kustomize deploy/k8s/monitoring"
+fi
+
 # The JobSet variant (deploy/k8s/jobset): rendered, then its policies,
 # counts, run id and derived shard list checked (a JobSet needs its CRD, so
 # kubectl cannot decode it offline).

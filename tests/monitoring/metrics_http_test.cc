@@ -388,6 +388,41 @@ TEST_CASE("a ps_server's /metrics agrees with its Status RPC",
   CHECK_FALSE(after.Get("/metrics"));
 }
 
+TEST_CASE(
+    "with the default --host the endpoint answers on IPv4 and, where the "
+    "kernel has it, IPv6",
+    "[monitoring][metrics][process]") {
+  const std::string port_file = testing::UniqueTmpPath("metrics_port");
+  absl::StatusOr<ServerProcess> server = testing::StartPsServer(
+      0, 1,
+      {"--metrics_port=0", absl::StrCat("--metrics_port_file=", port_file),
+       "--log_level=info"});
+  REQUIRE(server.ok());
+  INFO("server log:\n" << server->process->LogTail());
+  const int metrics_port = ReadPortFile(port_file);
+  REQUIRE(metrics_port > 0);
+  httplib::Client v4("127.0.0.1", metrics_port);
+  v4.set_connection_timeout(5);
+  httplib::Result res = v4.Get("/metrics");
+  REQUIRE(res);
+  CHECK(res->status == 200);
+  const int probe = socket(AF_INET6, SOCK_STREAM, 0);
+  if (probe < 0) {
+    WARN("no IPv6 here: the IPv6 half is not checked");
+    CHECK(absl::StrContains(server->process->ReadLog(),
+                            "Prometheus metrics on http://0.0.0.0:"));
+    return;
+  }
+  close(probe);
+  CHECK(absl::StrContains(server->process->ReadLog(),
+                          "Prometheus metrics on http://[::]:"));
+  httplib::Client v6("::1", metrics_port);
+  v6.set_connection_timeout(5);
+  res = v6.Get("/metrics");
+  REQUIRE(res);
+  CHECK(res->status == 200);
+}
+
 TEST_CASE("--metrics_host binds the endpoint to another address than --host",
           "[monitoring][metrics][process]") {
   const std::string port_file = testing::UniqueTmpPath("metrics_port");
