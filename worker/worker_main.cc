@@ -106,6 +106,10 @@ ABSL_FLAG(std::string, wire_dtype, "fp32",
           "Type of values on the wire: fp32, bf16 (gradients and pulled "
           "parameters), bf16_push (gradients only) or bf16_pull (parameters "
           "only). Shards keep float32.");
+ABSL_FLAG(bool, already_trained_ok, false,
+          "A share an earlier process of this run trained is exit 0 (said in "
+          "the log) instead of 3: for launchers that restart a whole job, "
+          "such as a requeued Slurm job, where some workers had finished.");
 ABSL_FLAG(bool, pipeline, true,
           "Overlap communication with computation: pull the next step's "
           "parameters while this step computes, push while the next runs. "
@@ -433,6 +437,13 @@ int OutcomeExitCode(bool stopped, bool already_trained, int64_t total_steps,
         "(exit {}); a restarted worker {} continues it",
         g_first_signal.load(), StoppedExitCode(), worker_id);
     return StoppedExitCode();
+  }
+  if (already_trained && absl::GetFlag(FLAGS_already_trained_ok)) {
+    logger.warn(
+        "worker {} of this run already trained its share ({} steps) in an "
+        "earlier process: nothing to do (exit 0: --already_trained_ok)",
+        worker_id, total_steps);
+    return 0;
   }
   if (already_trained) {
     logger.error(

@@ -46,12 +46,18 @@ std::vector<std::string> ShardArgs(const std::string& dir,
 }
 
 std::unique_ptr<Subprocess> Worker(const std::string& servers, int id,
-                                   const std::string& run, int epochs) {
-  absl::StatusOr<std::unique_ptr<Subprocess>> p = StartWorker(
-      {absl::StrCat("--servers=", servers), absl::StrCat("--worker_id=", id),
-       absl::StrCat("--num_workers=", kWorkers), absl::StrCat("--run_id=", run),
-       absl::StrCat("--epochs=", epochs), "--hidden=32",
-       "--log_every_steps=200", "--seed=3"});
+                                   const std::string& run, int epochs,
+                                   std::vector<std::string> extra = {}) {
+  std::vector<std::string> args = {absl::StrCat("--servers=", servers),
+                                   absl::StrCat("--worker_id=", id),
+                                   absl::StrCat("--num_workers=", kWorkers),
+                                   absl::StrCat("--run_id=", run),
+                                   absl::StrCat("--epochs=", epochs),
+                                   "--hidden=32",
+                                   "--log_every_steps=200",
+                                   "--seed=3"};
+  args.insert(args.end(), extra.begin(), extra.end());
+  absl::StatusOr<std::unique_ptr<Subprocess>> p = StartWorker(args);
   REQUIRE_OK(p.status());
   return *std::move(p);
 }
@@ -170,6 +176,16 @@ TEST_CASE(
     REQUIRE_OK(code.status());
     CHECK(*code == 3);
     CHECK(absl::StrContains(w->ReadLog(), "already trained its share"));
+  }
+  // A launcher that restarts a whole job says so: then exit 0, said.
+  {
+    std::unique_ptr<Subprocess> w =
+        Worker(again, 1, "r1", 1, {"--already_trained_ok"});
+    absl::StatusOr<int> code = w->Wait(absl::Minutes(1));
+    INFO(w->LogTail());
+    REQUIRE_OK(code.status());
+    CHECK(*code == 0);
+    CHECK(absl::StrContains(w->ReadLog(), "exit 0: --already_trained_ok"));
   }
   // A worker of another run is refused before it touches anything.
   {
