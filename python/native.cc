@@ -601,6 +601,12 @@ class Client {
       }
       LearningRate rate;
       rate.set_name(key.cast<std::string>());
+      if (!py::isinstance<py::float_>(value) &&
+          !py::isinstance<py::int_>(value)) {
+        throw py::type_error(absl::StrCat(
+            "set_lr: the rate of '", rate.name(), "' must be a number, got ",
+            std::string(py::repr(py::type::handle_of(value)))));
+      }
       const double lr = value.cast<double>();
       if (!(lr > 0) || !std::isfinite(lr)) {
         throw py::value_error(absl::StrCat("set_lr: the rate of '", rate.name(),

@@ -217,6 +217,8 @@ def test_set_lr_changes_the_rate_on_every_shard(cluster, tmp_path):
             a.set_lr({"w": 0.1}, step=0)
         with pytest.raises(ValueError, match="must be > 0"):
             a.set_lr({"w": float("nan")}, step=3)
+        with pytest.raises(TypeError, match="must be a number"):
+            a.set_lr({"w": "fast"}, step=3)
         with pytest.raises(asyncps.RpcError) as e:
             a.set_lr({"nope": 0.1}, step=3)
         assert e.value.code == "NOT_FOUND"
