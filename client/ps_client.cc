@@ -140,6 +140,22 @@ FanOutEnv PsClient::Env() const {
   return env;
 }
 
+void PsClient::SetPullCaller(int64_t clock, int64_t for_clock,
+                             PullRequest* request) const {
+  if (options_.reader) {
+    request->set_read_only(true);
+    return;
+  }
+  *request->mutable_worker() = MakeWorkerRef(clock);
+  request->set_for_clock(for_clock);
+}
+
+absl::Status PsClient::CheckNotReader(const char* what) const {
+  if (!options_.reader) return absl::OkStatus();
+  return absl::FailedPreconditionError(
+      absl::StrCat(what, ": a reader client only reads"));
+}
+
 WorkerRef PsClient::MakeWorkerRef(int64_t clock) const {
   WorkerRef ref;
   ref.set_worker_id(options_.worker_id);
@@ -279,6 +295,7 @@ absl::Status PsClient::WaitForShards(absl::Duration timeout) {
 }
 
 absl::StatusOr<Registration> PsClient::Register() {
+  if (absl::Status s = CheckNotReader("Register"); !s.ok()) return s;
   HeartbeatRequest request;
   *request.mutable_worker() = MakeWorkerRef(0);
   request.set_run_id(options_.run_id);
@@ -676,8 +693,7 @@ std::unique_ptr<PsClient::PendingPull> PsClient::StartPull(
       ps->slices += target.first->slices_on[s];
     }
     if (ps->request.tensors_size() == 0) continue;
-    *ps->request.mutable_worker() = MakeWorkerRef(clock);
-    ps->request.set_for_clock(for_clock);
+    SetPullCaller(clock, for_clock, &ps->request);
     ps->request.set_wire_dtype(options_.pull_dtype);
     PullShard* raw = ps.get();
     DataStream* stream =
@@ -897,6 +913,8 @@ std::unique_ptr<PsClient::PendingPush> PsClient::StartPush(
     const std::vector<std::pair<std::string, const float*>>& grads,
     const ReadSet& read) {
   std::unique_ptr<PendingPush> p(new PendingPush());
+  p->status_ = CheckNotReader("Push");
+  if (!p->status_.ok()) return p;
   std::vector<const TensorState*> states;
   absl::flat_hash_set<std::string> seen;
   int64_t total_elems = 0;
@@ -1067,6 +1085,7 @@ void IssueCreateTensor(ParameterServer::Stub* stub, grpc::ClientContext* ctx,
 // ---------------------------------------------------------------- other
 
 absl::Status PsClient::Heartbeat(int64_t clock, bool leaving) {
+  if (absl::Status s = CheckNotReader("Heartbeat"); !s.ok()) return s;
   HeartbeatRequest request;
   *request.mutable_worker() = MakeWorkerRef(clock);
   request.set_leaving(leaving);

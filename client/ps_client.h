@@ -63,6 +63,11 @@ struct PsClientOptions {
   // "abandon", not "drain" (the Python binding's Ctrl-C).
   bool stop_ends_pushes = false;
   Clock* clock = Clock::Real();  // not owned
+  // A reader (ps_serve): its pulls are read_only (PullRequest.read_only:
+  // answered at once, registering nobody and creating no row; row queries
+  // must peek), and it cannot register, heartbeat or push
+  // (FAILED_PRECONDITION). worker_id and incarnation are unused.
+  bool reader = false;
   // nullptr = discard log messages.
   std::shared_ptr<spdlog::logger> logger;
 };
@@ -349,6 +354,12 @@ class PsClient {
   absl::Status ReadRowsPull(const grpc::ByteBuffer& answer, RowsPullShard* ps);
   const TensorState* FindTensor(const std::string& name) const;
   WorkerRef MakeWorkerRef(int64_t clock) const;
+  // Names the caller of a pull: this worker at `clock` for `for_clock`, or
+  // for a reader, nobody (read_only).
+  void SetPullCaller(int64_t clock, int64_t for_clock,
+                     PullRequest* request) const;
+  // FAILED_PRECONDITION naming `what` for a reader, else OK.
+  absl::Status CheckNotReader(const char* what) const;
   // options_.retry, ended by options_.stop (for waits).
   RetryPolicy WaitPolicy() const;
   // The policy of every other call: WaitPolicy() when stop_ends_pushes,

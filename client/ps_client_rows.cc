@@ -193,6 +193,12 @@ std::unique_ptr<PsClient::PendingRowsPull> PsClient::StartPullRows(
           "PullRows: null buffer for table ", QuoteName(query.table)));
       return p;
     }
+    if (options_.reader && !query.peek) {
+      p->status_ = absl::InvalidArgumentError(
+          absl::StrCat("PullRows: a reader creates no rows; peek at table ",
+                       QuoteName(query.table)));
+      return p;
+    }
     for (const auto& q : p->queries_) {
       if (q->name == query.table) {
         p->status_ = absl::InvalidArgumentError(absl::StrCat(
@@ -237,8 +243,7 @@ std::unique_ptr<PsClient::PendingRowsPull> PsClient::StartPullRows(
   std::vector<FanOut::Call> calls;
   for (auto& ps : shards) {
     if (ps == nullptr) continue;
-    *ps->request.mutable_worker() = MakeWorkerRef(clock);
-    ps->request.set_for_clock(for_clock);
+    SetPullCaller(clock, for_clock, &ps->request);
     ps->request.set_wire_dtype(options_.pull_dtype);
     RowsPullShard* raw = ps.get();
     Shard& shard = *shards_[raw->shard];
@@ -349,6 +354,8 @@ std::unique_ptr<PsClient::PendingRowsPush> PsClient::StartPushRows(
     int64_t clock, const std::vector<RowsGrad>& grads,
     const RowsReadSet& read) {
   std::unique_ptr<PendingRowsPush> p(new PendingRowsPush());
+  p->status_ = CheckNotReader("PushRows");
+  if (!p->status_.ok()) return p;
   const int n = num_shards();
   const WireDtype dtype = options_.push_dtype;
   // The sequence number is shared by every shard's push and their retries.

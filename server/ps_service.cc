@@ -37,6 +37,22 @@ int64_t RowsClock(const PullRequest& request) {
   return std::max(request.worker().clock(), request.for_clock());
 }
 
+absl::Status CheckReadOnlyPull(const PullRequest& request) {
+  if (request.has_worker() || request.for_clock() != 0) {
+    return absl::InvalidArgumentError(
+        "a read_only pull names no worker and no for_clock: it reads what the "
+        "shard holds and registers nobody");
+  }
+  for (const TableIds& t : request.rows()) {
+    if (!t.peek()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("a read_only pull creates no rows: set peek on table ",
+                       QuoteName(t.table())));
+    }
+  }
+  return absl::OkStatus();
+}
+
 void SetCallStatus(const absl::Status& s, CallStatus* out) {
   out->set_code(static_cast<int32_t>(s.code()));
   out->set_message(std::string(s.message()));
@@ -317,8 +333,8 @@ class PullStreamReactor : public ByteBidiReactor {
     }
     writer_.AddPending();
     const absl::Time start = service_->context().clock->Now();
-    const WorkerRegistry::WaitId id = service_->context().workers->WhenReady(
-        request->worker().worker_id(), target,
+    const WorkerRegistry::WaitId id = service_->WhenReady(
+        *request, target,
         [this, request, wait, key, start](absl::Status status) {
           wait->Ended();
           Answer(*request, status, start);
@@ -589,6 +605,12 @@ absl::Status PsService::BeginPull(const PullRequest& request, int64_t* target) {
     c_.stats->RecordBadInput();
     return s;
   }
+  if (request.read_only()) {
+    s = CheckReadOnlyPull(request);
+    if (!s.ok()) c_.stats->RecordBadInput();
+    *target = 0;
+    return s;
+  }
   absl::StatusOr<WorkerRegistry::Admission> a =
       c_.workers->Admit(request.worker());
   if (!a.ok()) {
@@ -597,6 +619,17 @@ absl::Status PsService::BeginPull(const PullRequest& request, int64_t* target) {
   }
   *target = std::max(a->clock, request.for_clock());
   return absl::OkStatus();
+}
+
+WorkerRegistry::WaitId PsService::WhenReady(const PullRequest& request,
+                                            int64_t target,
+                                            WorkerRegistry::Callback done) {
+  if (request.read_only()) {
+    done(absl::OkStatus());
+    return 0;
+  }
+  return c_.workers->WhenReady(request.worker().worker_id(), target,
+                               std::move(done));
 }
 
 void PsService::NoteWaitEnd(const PullRequest& request,
@@ -698,8 +731,8 @@ grpc::ServerUnaryReactor* PsService::Pull(grpc::CallbackServerContext* ctx,
   const absl::Time start = c_.clock->Now();
   // The callback may run inline or later on another thread (a push or
   // heartbeat that lets the pull through, the timer, or a cancellation).
-  const WorkerRegistry::WaitId id = c_.workers->WhenReady(
-      request->worker().worker_id(), target,
+  const WorkerRegistry::WaitId id = WhenReady(
+      *request, target,
       [this, reactor, request, wait, start, out](absl::Status status) {
         wait->Ended();
         NoteWaitEnd(*request, status);

@@ -157,9 +157,13 @@ class PsService final : public RawParameterServerService {
   absl::StatusOr<CreateTensorResponse> DoCreate(
       const CreateTensorRequest& request, bool* needs_checkpoint);
 
-  // Validates a pull and admits its caller; *target is the clock the
-  // consistency model waits for.
+  // Validates a pull and admits its caller (a read_only pull admits
+  // nobody); *target is the clock the consistency model waits for.
   absl::Status BeginPull(const PullRequest& request, int64_t* target);
+  // Calls `done` once the pull may be answered: at once for a read_only
+  // pull, else as WorkerRegistry::WhenReady for its worker and `target`.
+  WorkerRegistry::WaitId WhenReady(const PullRequest& request, int64_t target,
+                                   WorkerRegistry::Callback done);
 
   // Copies the pulled slices and rows into a PullResponse (values in
   // `bytes`); rows that do not exist yet are created.
