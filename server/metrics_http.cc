@@ -270,85 +270,28 @@ std::string RenderPrometheus(const StatusResponse& s) {
 }
 
 MetricsHttpServer::MetricsHttpServer(StatusSource source, TextSource extra)
-    : source_(std::move(source)), extra_(std::move(extra)) {}
+    : source_(std::move(source)),
+      extra_(std::move(extra)),
+      // Scrapes are rare and small: two handler threads.
+      listener_("metrics", 2, [this](httplib::Server* server) {
+        server->Get("/metrics",
+                    [this](const httplib::Request&, httplib::Response& res) {
+                      std::string text = RenderPrometheus(source_());
+                      if (extra_) text += extra_();
+                      res.set_content(std::move(text), kPrometheusContentType);
+                    });
+        server->Get("/", [](const httplib::Request&, httplib::Response& res) {
+          res.set_content("asyncps shard: metrics at /metrics\n", "text/plain");
+        });
+      }) {}
 
 MetricsHttpServer::~MetricsHttpServer() { Stop(); }
 
 absl::StatusOr<int> MetricsHttpServer::Start(const std::string& host,
                                              int port) {
-  if (port < 0 || port > 65535) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("metrics port must be in [0, 65535], got ", port));
-  }
-  absl::MutexLock l(&mu_);
-  if (server_ != nullptr) {
-    return absl::FailedPreconditionError("metrics server already started");
-  }
-  auto server = std::make_unique<httplib::Server>();
-  // Scrapes are rare and small: two handler threads, and idle keep-alive
-  // connections do not delay Stop() for long.
-  server->new_task_queue = [] { return new httplib::ThreadPool(2); };
-  server->set_keep_alive_timeout(1);
-  server->set_read_timeout(5);
-  server->set_write_timeout(5);
-  // httplib's default also sets SO_REUSEPORT, which would let a leftover
-  // process share the port and answer half the scrapes; keep only
-  // SO_REUSEADDR (fast restart after TIME_WAIT).
-  server->set_socket_options([](socket_t sock) {
-    int yes = 1;
-    setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
-    // An IPv6 socket on "::" takes IPv4 too (fails harmlessly on IPv4).
-    int no = 0;
-    setsockopt(sock, IPPROTO_IPV6, IPV6_V6ONLY, &no, sizeof(no));
-  });
-  server->Get("/metrics",
-              [this](const httplib::Request&, httplib::Response& res) {
-                std::string text = RenderPrometheus(source_());
-                if (extra_) text += extra_();
-                res.set_content(std::move(text), kPrometheusContentType);
-              });
-  server->Get("/", [](const httplib::Request&, httplib::Response& res) {
-    res.set_content("asyncps shard: metrics at /metrics\n", "text/plain");
-  });
-
-  int bound = port;
-  if (port == 0) {
-    bound = server->bind_to_any_port(host);
-    if (bound <= 0) bound = -1;
-  } else if (!server->bind_to_port(host, port)) {
-    bound = -1;
-  }
-  if (bound < 0) {
-    return absl::UnavailableError(
-        absl::StrCat("cannot listen for metrics on ", host, ":", port,
-                     " (address in use or not available?)"));
-  }
-  httplib::Server* raw = server.get();
-  thread_ = std::thread([raw] { raw->listen_after_bind(); });
-  // stop() is a no-op until the loop runs, so Stop() could miss a server
-  // still starting up; wait (bounded) for the loop before returning.
-  const absl::Time deadline = absl::Now() + absl::Seconds(10);
-  while (!raw->is_running() && absl::Now() < deadline) {
-    absl::SleepFor(absl::Milliseconds(1));
-  }
-  server_ = std::move(server);
-  if (!server_->is_running()) {
-    // Stop() still cleans up once the loop has come up.
-    return absl::UnavailableError("metrics server did not start serving");
-  }
-  return bound;
+  return listener_.Start(host, port);
 }
 
-void MetricsHttpServer::Stop() {
-  std::unique_ptr<httplib::Server> server;
-  std::thread thread;
-  {
-    absl::MutexLock l(&mu_);
-    server = std::move(server_);
-    thread = std::move(thread_);
-  }
-  if (server != nullptr) server->stop();
-  if (thread.joinable()) thread.join();
-}
+void MetricsHttpServer::Stop() { listener_.Stop(); }
 
 }  // namespace asyncps

@@ -9,11 +9,8 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "common/http_listener.h"
 #include "proto/asyncps.pb.h"
-
-namespace httplib {
-class Server;
-}  // namespace httplib
 
 namespace asyncps {
 
@@ -57,9 +54,7 @@ class MetricsHttpServer {
  private:
   const StatusSource source_;
   const TextSource extra_;
-  absl::Mutex mu_;
-  std::unique_ptr<httplib::Server> server_ ABSL_GUARDED_BY(mu_);
-  std::thread thread_ ABSL_GUARDED_BY(mu_);
+  HttpListener listener_;
 };
 
 }  // namespace asyncps

@@ -19,6 +19,7 @@
 #include "common/version.h"
 #include "server/checkpoint.h"
 #include "server/checkpoint_dir.h"
+#include "server/shard_set.h"
 #include "server/spec_file.h"
 #include "store/shard_store.h"
 
@@ -118,29 +119,9 @@ absl::StatusOr<ReshardReport> Reshard(const std::string& from_dir,
     return absl::InvalidArgumentError(
         "reshard needs a source directory and another, new target directory");
   }
-  absl::StatusOr<std::vector<ShardFile>> files = ListShardFiles(from_dir);
-  if (!files.ok()) return files.status();
-  if (files->empty()) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("no shard checkpoints or spec files in ", from_dir));
-  }
-  const int n = (*files)[0].num_shards;
-  std::vector<std::string> ckpt(n), specs(n);
-  for (const ShardFile& f : *files) {
-    if (f.num_shards != n) {
-      return absl::FailedPreconditionError(
-          absl::StrCat(from_dir, " mixes files of ", n, " and ", f.num_shards,
-                       " shards (", f.path, "): reshard one consistent set"));
-    }
-    (f.spec_file ? specs : ckpt)[f.shard_index] = f.path;
-  }
-  for (int i = 0; i < n; ++i) {
-    if (ckpt[i].empty() && specs[i].empty()) {
-      return absl::FailedPreconditionError(
-          absl::StrCat(from_dir, " has no checkpoint or spec file of shard ", i,
-                       " of ", n, ": every shard's files are needed"));
-    }
-  }
+  absl::StatusOr<ShardFileSet> set = FindShardFileSet(from_dir);
+  if (!set.ok()) return set.status();
+  const int n = set->num_shards;
   absl::StatusOr<std::vector<ShardFile>> existing = ListShardFiles(to_dir);
   if (!existing.ok()) return existing.status();
   if (!existing->empty()) {
@@ -178,28 +159,15 @@ absl::StatusOr<ReshardReport> Reshard(const std::string& from_dir,
   absl::flat_hash_map<std::string, int64_t> copied;
 
   for (int i = 0; i < n; ++i) {
-    ShardStoreOptions o;
-    o.shard_index = i;
-    o.num_shards = n;
-    absl::StatusOr<std::unique_ptr<ShardStore>> made = ShardStore::Create(o);
-    if (!made.ok()) return made.status();
-    ShardStore& old = **made;
-    if (!ckpt[i].empty()) {
-      absl::StatusOr<RestoredCheckpoint> r = RestoreCheckpoint(ckpt[i], &old);
-      if (!r.ok()) return r.status();
-      absl::Status s = same_run(r->identity.run_id(), ckpt[i]);
-      if (!s.ok()) return s;
-      for (CheckpointWorker& w : r->workers) {
-        workers[w.worker_id()].push_back(std::move(w));
-      }
-    }
-    if (!specs[i].empty()) {
-      absl::StatusOr<SpecFileContents> c = ReadSpecFile(specs[i]);
-      if (!c.ok()) return c.status();
-      absl::Status s = same_run(c->identity.run_id(), specs[i]);
-      if (!s.ok()) return s;
-      absl::StatusOr<int> created = ApplySpecFile(*c, specs[i], &old);
-      if (!created.ok()) return created.status();
+    absl::StatusOr<RestoredShard> restored = RestoreShard(*set, i);
+    if (!restored.ok()) return restored.status();
+    ShardStore& old = *restored->store;
+    absl::Status same = same_run(restored->run_id, set->checkpoints[i].empty()
+                                                       ? set->spec_files[i]
+                                                       : set->checkpoints[i]);
+    if (!same.ok()) return same;
+    for (CheckpointWorker& w : restored->workers) {
+      workers[w.worker_id()].push_back(std::move(w));
     }
     std::vector<TensorSpec> held = old.ListTensors();
     std::sort(held.begin(), held.end(),

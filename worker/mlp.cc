@@ -1,6 +1,7 @@
 #include "worker/mlp.h"
 
 #include <algorithm>
+#include <cmath>
 #include <utility>
 
 #include "absl/memory/memory.h"
@@ -258,6 +259,49 @@ absl::StatusOr<SoftmaxXentResult> Mlp::Evaluate(
   }
   total.mean_loss = loss_sum / static_cast<double>(n);
   return total;
+}
+
+absl::Status Mlp::LoadParams(const std::vector<const float*>& params) {
+  params_loaded_ = false;
+  absl::Status s = CheckParams(params);
+  if (s.ok()) s = UploadParams(params);
+  if (!s.ok()) return s;
+  params_loaded_ = true;
+  return absl::OkStatus();
+}
+
+absl::Status Mlp::Predict(const float* x, int batch, float* probs) {
+  if (batch < 1 || batch > max_batch_) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "Mlp::Predict batch must be in [1, ", max_batch_, "], got ", batch));
+  }
+  if (x == nullptr || probs == nullptr) {
+    return absl::InvalidArgumentError(
+        "Mlp::Predict inputs or outputs are null");
+  }
+  if (!params_loaded_) {
+    return absl::FailedPreconditionError(
+        "Mlp::Predict before LoadParams: no parameters on the backend");
+  }
+  absl::StatusOr<float*> logits = Forward(x, batch);
+  if (!logits.ok()) return logits.status();
+  const int classes = num_classes();
+  absl::Status s = backend_->CopyToHost(probs, *logits,
+                                        static_cast<size_t>(batch) * classes);
+  if (!s.ok()) return Annotate(s, "Mlp logits download");
+  for (int r = 0; r < batch; ++r) {
+    float* row = probs + static_cast<int64_t>(r) * classes;
+    const float top = *std::max_element(row, row + classes);
+    double sum = 0;
+    for (int c = 0; c < classes; ++c) {
+      row[c] = std::exp(row[c] - top);
+      sum += row[c];
+    }
+    for (int c = 0; c < classes; ++c) {
+      row[c] = static_cast<float>(row[c] / sum);
+    }
+  }
+  return absl::OkStatus();
 }
 
 absl::StatusOr<std::vector<int>> ParseLayerSizes(absl::string_view hidden,

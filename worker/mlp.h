@@ -75,6 +75,15 @@ class Mlp {
       const std::vector<const float*>& params, const float* x,
       const int32_t* labels, int64_t n);
 
+  // Inference (ps_serve): LoadParams copies the parameters to the backend
+  // once; Predict then writes the class probabilities (softmax of the
+  // logits) of `batch` rows of x, batch x num_classes() floats, into host
+  // memory `probs`, with the parameters last loaded. INVALID_ARGUMENT for a
+  // batch outside [1, max_batch()], null pointers or wrong vector sizes;
+  // FAILED_PRECONDITION from Predict before any LoadParams.
+  absl::Status LoadParams(const std::vector<const float*>& params);
+  absl::Status Predict(const float* x, int batch, float* probs);
+
  private:
   Mlp(std::vector<int> layer_sizes, int max_batch, Backend* backend);
 
@@ -101,6 +110,7 @@ class Mlp {
   std::vector<DeviceBuffer> grad_bufs_;    // one per params_ entry
   std::vector<DeviceBuffer> activations_;  // [0] input, [l] layer l output
   std::vector<DeviceBuffer> deltas_;       // [l] d loss / d activations_[l]
+  bool params_loaded_ = false;  // by LoadParams (Predict's parameters)
 };
 
 // Layer sizes from a hidden-layer list: "256,128" with input 784 and 10

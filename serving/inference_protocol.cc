@@ -1,0 +1,396 @@
+#include "serving/inference_protocol.h"
+
+#include <cmath>
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/time/clock.h"
+#include "google/protobuf/struct.pb.h"
+#include "google/protobuf/util/json_util.h"
+
+namespace asyncps {
+namespace {
+
+using google::protobuf::ListValue;
+using google::protobuf::Struct;
+using google::protobuf::Value;
+using inference::InferParameter;
+using inference::ModelInferRequest;
+using inference::ModelInferResponse;
+using inference::ModelMetadataResponse;
+
+absl::Status Invalid(const ModelSignature& model, const std::string& what) {
+  return absl::InvalidArgumentError(
+      absl::StrCat(what, " (model '", model.name, "' takes one FP32 input '",
+                   model.input_name, "' of shape [rows, ", model.input_dim,
+                   "], 1 to ", model.max_rows, " rows)"));
+}
+
+absl::StatusOr<absl::Duration> TimeoutParameter(
+    const google::protobuf::Map<std::string, InferParameter>& parameters) {
+  auto it = parameters.find("timeout_ms");
+  if (it == parameters.end()) return absl::InfiniteDuration();
+  const InferParameter& p = it->second;
+  double ms = -1;
+  if (p.parameter_choice_case() == InferParameter::kInt64Param) {
+    ms = static_cast<double>(p.int64_param());
+  } else if (p.parameter_choice_case() == InferParameter::kUint64Param) {
+    ms = static_cast<double>(p.uint64_param());
+  } else if (p.parameter_choice_case() == InferParameter::kDoubleParam) {
+    ms = p.double_param();
+  }
+  if (!(ms > 0) || !std::isfinite(ms)) {
+    return absl::InvalidArgumentError(
+        "parameter timeout_ms must be a number of milliseconds > 0");
+  }
+  return absl::Milliseconds(ms);
+}
+
+}  // namespace
+
+absl::Status CheckModel(const ModelSignature& model, const std::string& name,
+                        const std::string& version) {
+  if (name != model.name || (!version.empty() && version != model.version)) {
+    return absl::NotFoundError(absl::StrCat(
+        "no model '", name, "'", version.empty() ? "" : " version " + version,
+        ": this server serves '", model.name, "' version ", model.version));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<DecodedRequest> DecodeInferRequest(
+    const ModelSignature& model, const ModelInferRequest& request) {
+  absl::Status s =
+      CheckModel(model, request.model_name(), request.model_version());
+  if (!s.ok()) return s;
+  if (request.inputs_size() != 1) {
+    return Invalid(model, absl::StrCat("the request has ",
+                                       request.inputs_size(), " inputs"));
+  }
+  const ModelInferRequest::InferInputTensor& in = request.inputs(0);
+  if (in.name() != model.input_name) {
+    return Invalid(model, absl::StrCat("unknown input '", in.name(), "'"));
+  }
+  if (in.datatype() != "FP32") {
+    return Invalid(model, absl::StrCat("input datatype '", in.datatype(), "'"));
+  }
+  int64_t rows = 0;
+  if (in.shape_size() == 1 && in.shape(0) == model.input_dim) {
+    rows = 1;
+  } else if (in.shape_size() == 2 && in.shape(1) == model.input_dim) {
+    rows = in.shape(0);
+  } else {
+    return Invalid(model, absl::StrCat("input shape [",
+                                       absl::StrJoin(in.shape(), ", "), "]"));
+  }
+  if (rows < 1 || rows > model.max_rows) {
+    return Invalid(model, absl::StrCat(rows, " rows"));
+  }
+  for (const auto& out : request.outputs()) {
+    if (out.name() != model.output_name) {
+      return Invalid(
+          model, absl::StrCat("unknown output '", out.name(),
+                              "'; the output is '", model.output_name, "'"));
+    }
+  }
+  DecodedRequest d;
+  d.rows = static_cast<int>(rows);
+  const size_t n = static_cast<size_t>(rows) * model.input_dim;
+  const bool raw = request.raw_input_contents_size() > 0;
+  if (raw && in.has_contents()) {
+    return Invalid(model, "both raw_input_contents and contents are set");
+  }
+  if (raw) {
+    if (request.raw_input_contents_size() != 1 ||
+        request.raw_input_contents(0).size() != n * sizeof(float)) {
+      return Invalid(model, absl::StrCat("raw_input_contents of ",
+                                         request.raw_input_contents(0).size(),
+                                         " bytes for ", n, " FP32 values"));
+    }
+    d.x.resize(n);
+    std::memcpy(d.x.data(), request.raw_input_contents(0).data(),
+                n * sizeof(float));
+    d.raw_output = true;
+  } else {
+    const auto& v = in.contents().fp32_contents();
+    if (static_cast<size_t>(v.size()) != n) {
+      return Invalid(model, absl::StrCat(v.size(), " fp32_contents values for ",
+                                         n, " (the shape's)"));
+    }
+    d.x.assign(v.begin(), v.end());
+  }
+  for (size_t i = 0; i < n; ++i) {
+    if (!std::isfinite(d.x[i])) {
+      return Invalid(model,
+                     absl::StrCat("value ", i % model.input_dim, " of row ",
+                                  i / model.input_dim, " is not finite"));
+    }
+  }
+  absl::StatusOr<absl::Duration> timeout =
+      TimeoutParameter(request.parameters());
+  if (!timeout.ok()) return timeout.status();
+  d.timeout = *timeout;
+  return d;
+}
+
+void EncodeInferResponse(const ModelSignature& model,
+                         const ModelInferRequest& request,
+                         const InferResult& result, bool raw,
+                         ModelInferResponse* response) {
+  response->set_model_name(model.name);
+  response->set_model_version(model.version);
+  response->set_id(request.id());
+  auto& params = *response->mutable_parameters();
+  params["snapshot_id"].set_int64_param(
+      static_cast<int64_t>(result.snapshot->id));
+  params["snapshot_version"].set_int64_param(
+      static_cast<int64_t>(result.snapshot->version_sum));
+  params["snapshot_age_ms"].set_int64_param(
+      absl::ToInt64Milliseconds(absl::Now() - result.snapshot->taken));
+  params["batch_rows"].set_int64_param(result.batch_rows);
+  ModelInferResponse::InferOutputTensor* out = response->add_outputs();
+  out->set_name(model.output_name);
+  out->set_datatype("FP32");
+  out->add_shape(static_cast<int64_t>(result.out.size() / model.output_dim));
+  out->add_shape(model.output_dim);
+  if (raw) {
+    response->add_raw_output_contents(
+        reinterpret_cast<const char*>(result.out.data()),
+        result.out.size() * sizeof(float));
+  } else {
+    out->mutable_contents()->mutable_fp32_contents()->Add(result.out.begin(),
+                                                          result.out.end());
+  }
+}
+
+ModelMetadataResponse ModelMetadata(const ModelSignature& model) {
+  ModelMetadataResponse m;
+  m.set_name(model.name);
+  m.add_versions(model.version);
+  m.set_platform(model.platform);
+  auto* in = m.add_inputs();
+  in->set_name(model.input_name);
+  in->set_datatype("FP32");
+  in->add_shape(-1);
+  in->add_shape(model.input_dim);
+  auto* out = m.add_outputs();
+  out->set_name(model.output_name);
+  out->set_datatype("FP32");
+  out->add_shape(-1);
+  out->add_shape(model.output_dim);
+  return m;
+}
+
+// ---------------------------------------------------------------- REST
+
+namespace {
+
+absl::Status FlattenNumbers(const Value& v,
+                            google::protobuf::RepeatedField<float>* out) {
+  if (v.kind_case() == Value::kNumberValue) {
+    out->Add(static_cast<float>(v.number_value()));
+    return absl::OkStatus();
+  }
+  if (v.kind_case() == Value::kListValue) {
+    for (const Value& e : v.list_value().values()) {
+      absl::Status s = FlattenNumbers(e, out);
+      if (!s.ok()) return s;
+    }
+    return absl::OkStatus();
+  }
+  return absl::InvalidArgumentError("input data must hold only numbers");
+}
+
+absl::Status ParameterFromJson(const Value& v, InferParameter* p) {
+  switch (v.kind_case()) {
+    case Value::kBoolValue:
+      p->set_bool_param(v.bool_value());
+      return absl::OkStatus();
+    case Value::kStringValue:
+      p->set_string_param(v.string_value());
+      return absl::OkStatus();
+    case Value::kNumberValue:
+      if (v.number_value() == std::floor(v.number_value()) &&
+          std::fabs(v.number_value()) < 9e15) {
+        p->set_int64_param(static_cast<int64_t>(v.number_value()));
+      } else {
+        p->set_double_param(v.number_value());
+      }
+      return absl::OkStatus();
+    default:
+      return absl::InvalidArgumentError(
+          "a parameter must be a boolean, a number or a string");
+  }
+}
+
+absl::StatusOr<std::string> StringField(const Struct& s, const char* name) {
+  auto it = s.fields().find(name);
+  if (it == s.fields().end()) return std::string();
+  if (it->second.kind_case() != Value::kStringValue) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("'", name, "' must be a string"));
+  }
+  return it->second.string_value();
+}
+
+Value NumberValue(double d) {
+  Value v;
+  v.set_number_value(d);
+  return v;
+}
+
+Value StringValue(const std::string& s) {
+  Value v;
+  v.set_string_value(s);
+  return v;
+}
+
+std::string ToJson(const google::protobuf::Message& m) {
+  std::string out;
+  // Cannot fail for the Struct messages built here.
+  (void)google::protobuf::util::MessageToJsonString(m, &out);
+  return out;
+}
+
+}  // namespace
+
+absl::StatusOr<ModelInferRequest> InferRequestFromJson(
+    const std::string& json, const std::string& model_name) {
+  Struct body;
+  if (!google::protobuf::util::JsonStringToMessage(json, &body).ok()) {
+    return absl::InvalidArgumentError(
+        "the body is not a JSON object (expected {\"inputs\": [...]})");
+  }
+  ModelInferRequest request;
+  request.set_model_name(model_name);
+  absl::StatusOr<std::string> id = StringField(body, "id");
+  if (!id.ok()) return id.status();
+  request.set_id(*id);
+  auto params = body.fields().find("parameters");
+  if (params != body.fields().end()) {
+    if (params->second.kind_case() != Value::kStructValue) {
+      return absl::InvalidArgumentError("'parameters' must be an object");
+    }
+    for (const auto& [key, value] : params->second.struct_value().fields()) {
+      absl::Status s =
+          ParameterFromJson(value, &(*request.mutable_parameters())[key]);
+      if (!s.ok()) return s;
+    }
+  }
+  auto inputs = body.fields().find("inputs");
+  if (inputs == body.fields().end() ||
+      inputs->second.kind_case() != Value::kListValue) {
+    return absl::InvalidArgumentError("'inputs' must be a list");
+  }
+  for (const Value& v : inputs->second.list_value().values()) {
+    if (v.kind_case() != Value::kStructValue) {
+      return absl::InvalidArgumentError("every input must be an object");
+    }
+    const Struct& t = v.struct_value();
+    auto* in = request.add_inputs();
+    absl::StatusOr<std::string> name = StringField(t, "name");
+    absl::StatusOr<std::string> datatype = StringField(t, "datatype");
+    if (!name.ok()) return name.status();
+    if (!datatype.ok()) return datatype.status();
+    in->set_name(*name);
+    in->set_datatype(*datatype);
+    auto shape = t.fields().find("shape");
+    if (shape == t.fields().end() ||
+        shape->second.kind_case() != Value::kListValue) {
+      return absl::InvalidArgumentError("an input's 'shape' must be a list");
+    }
+    for (const Value& d : shape->second.list_value().values()) {
+      if (d.kind_case() != Value::kNumberValue ||
+          d.number_value() != std::floor(d.number_value()) ||
+          std::fabs(d.number_value()) > 1e15) {
+        return absl::InvalidArgumentError("shape entries must be integers");
+      }
+      in->add_shape(static_cast<int64_t>(d.number_value()));
+    }
+    auto data = t.fields().find("data");
+    if (data == t.fields().end()) {
+      return absl::InvalidArgumentError("an input needs 'data'");
+    }
+    absl::Status s = FlattenNumbers(
+        data->second, in->mutable_contents()->mutable_fp32_contents());
+    if (!s.ok()) return s;
+  }
+  auto outputs = body.fields().find("outputs");
+  if (outputs != body.fields().end()) {
+    if (outputs->second.kind_case() != Value::kListValue) {
+      return absl::InvalidArgumentError("'outputs' must be a list");
+    }
+    for (const Value& v : outputs->second.list_value().values()) {
+      if (v.kind_case() != Value::kStructValue) {
+        return absl::InvalidArgumentError("every output must be an object");
+      }
+      absl::StatusOr<std::string> name = StringField(v.struct_value(), "name");
+      if (!name.ok()) return name.status();
+      request.add_outputs()->set_name(*name);
+    }
+  }
+  return request;
+}
+
+std::string InferResponseToJson(const ModelInferResponse& response) {
+  Struct body;
+  auto& f = *body.mutable_fields();
+  f["model_name"] = StringValue(response.model_name());
+  f["model_version"] = StringValue(response.model_version());
+  if (!response.id().empty()) f["id"] = StringValue(response.id());
+  Struct params;
+  for (const auto& [key, p] : response.parameters()) {
+    (*params.mutable_fields())[key] =
+        NumberValue(static_cast<double>(p.int64_param()));
+  }
+  *f["parameters"].mutable_struct_value() = params;
+  ListValue* outputs = f["outputs"].mutable_list_value();
+  for (const auto& out : response.outputs()) {
+    Struct o;
+    auto& of = *o.mutable_fields();
+    of["name"] = StringValue(out.name());
+    of["datatype"] = StringValue(out.datatype());
+    ListValue* shape = of["shape"].mutable_list_value();
+    for (int64_t d : out.shape()) *shape->add_values() = NumberValue(d);
+    ListValue* data = of["data"].mutable_list_value();
+    for (float v : out.contents().fp32_contents()) {
+      *data->add_values() = NumberValue(v);
+    }
+    *outputs->add_values()->mutable_struct_value() = o;
+  }
+  return ToJson(body);
+}
+
+std::string ModelMetadataToJson(const ModelMetadataResponse& m) {
+  Struct body;
+  auto& f = *body.mutable_fields();
+  f["name"] = StringValue(m.name());
+  f["platform"] = StringValue(m.platform());
+  ListValue* versions = f["versions"].mutable_list_value();
+  for (const std::string& v : m.versions())
+    *versions->add_values() = StringValue(v);
+  auto tensors = [](const auto& list, ListValue* out) {
+    for (const auto& t : list) {
+      Struct o;
+      auto& of = *o.mutable_fields();
+      of["name"] = StringValue(t.name());
+      of["datatype"] = StringValue(t.datatype());
+      ListValue* shape = of["shape"].mutable_list_value();
+      for (int64_t d : t.shape()) *shape->add_values() = NumberValue(d);
+      *out->add_values()->mutable_struct_value() = o;
+    }
+  };
+  tensors(m.inputs(), f["inputs"].mutable_list_value());
+  tensors(m.outputs(), f["outputs"].mutable_list_value());
+  return ToJson(body);
+}
+
+std::string ErrorJson(const absl::Status& status) {
+  Struct body;
+  (*body.mutable_fields())["error"] =
+      StringValue(std::string(status.message()));
+  return ToJson(body);
+}
+
+}  // namespace asyncps

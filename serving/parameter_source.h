@@ -1,0 +1,52 @@
+#ifndef ASYNCPS_SERVING_PARAMETER_SOURCE_H_
+#define ASYNCPS_SERVING_PARAMETER_SOURCE_H_
+
+// Where ps_serve's parameters come from: the live shards of a training
+// cluster, read without changing anything there (PsClientOptions::reader),
+// or the checkpoint directory of a finished run.
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "client/ps_client.h"
+#include "proto/asyncps.pb.h"
+
+namespace asyncps {
+
+class ParameterSource {
+ public:
+  virtual ~ParameterSource() = default;
+
+  // The dense tensors the source holds (slice_elems resolved).
+  virtual absl::StatusOr<std::vector<TensorSpec>> ListTensors() = 0;
+
+  // Reads the full tensors named in `outs` into the caller's buffers (each
+  // the tensor's num_elems floats); versions[i] receives the updates applied
+  // to outs[i]'s tensor (the sum over its slices). Errors of the source
+  // (UNAVAILABLE for shards that cannot be reached) leave the buffers
+  // unspecified.
+  virtual absl::Status Read(
+      const std::vector<std::pair<std::string, float*>>& outs,
+      std::vector<uint64_t>* versions) = 0;
+
+  // "shards a:1,b:2" or "checkpoint DIR (run R)", for logs and status.
+  virtual std::string Describe() const = 0;
+};
+
+// The live shards: `options.reader` is forced on, so reads register no
+// worker and move no clock. Does not contact the shards.
+absl::StatusOr<std::unique_ptr<ParameterSource>> MakeShardSource(
+    PsClientOptions options);
+
+// The shard files of a checkpoint directory (shard_set.h), restored into
+// memory once, here; errors of restoring them.
+absl::StatusOr<std::unique_ptr<ParameterSource>> MakeCheckpointSource(
+    const std::string& dir);
+
+}  // namespace asyncps
+
+#endif  // ASYNCPS_SERVING_PARAMETER_SOURCE_H_

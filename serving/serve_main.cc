@@ -1,0 +1,361 @@
+// ps_serve: answers inference requests for the model an asyncps cluster
+// trains, with dynamic batching, over the Open Inference Protocol (KServe
+// v2) on gRPC and REST/JSON.
+//
+//   ps_serve --servers=h:p,h:p --port=8001 --http_port=8000
+//   ps_serve --checkpoint_dir=/ckpt --port=8001
+//
+// Parameters come from the live shards (read without registering, every
+// --refresh_s, into a second copy swapped in atomically) or from a
+// checkpoint directory. SIGINT and SIGTERM stop it: queued requests are
+// answered UNAVAILABLE, then it exits 0.
+//
+// Exit status: 0 after a clean stop; 1 when the parameters could not be
+// read at start; 2 for bad flags or another start failure.
+#include <grpcpp/grpcpp.h>
+#include <signal.h>
+
+#include <cstdio>
+#include <memory>
+#include <string>
+
+#include "absl/flags/flag.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/time/clock.h"
+#include "common/cli.h"
+#include "common/logging.h"
+#include "common/net.h"
+#include "common/port_file.h"
+#include "common/security.h"
+#include "common/security_flags.h"
+#include "common/version.h"
+#include "serving/batcher.h"
+#include "serving/inference_handler.h"
+#include "serving/kserve_service.h"
+#include "serving/parameter_source.h"
+#include "serving/rest_endpoint.h"
+#include "serving/served_mlp.h"
+#include "serving/serving_status.h"
+#include "serving/snapshot.h"
+
+ABSL_FLAG(std::string, servers, "",
+          "Comma-separated shard addresses in shard order (serve the live "
+          "model while it trains); an address with {i} stands for "
+          "--num_shards addresses. Excludes --checkpoint_dir.");
+ABSL_FLAG(int, num_shards, 0, "Shard count for a {i} pattern in --servers.");
+ABSL_FLAG(std::string, checkpoint_dir, "",
+          "Serve the parameters of this checkpoint directory (a finished "
+          "run; no shards needed). Excludes --servers.");
+ABSL_FLAG(std::string, model, "mlp",
+          "The model ps_worker trains: mlp (Fashion-MNIST classifier).");
+ABSL_FLAG(std::string, model_name, "",
+          "Name clients use for the model; default = --model.");
+ABSL_FLAG(double, refresh_s, 1.0,
+          "Seconds between parameter snapshots read from the shards (0 = "
+          "read once).");
+ABSL_FLAG(std::string, host, "0.0.0.0", "Address to listen on.");
+ABSL_FLAG(int, port, 0,
+          "gRPC port (inference.GRPCInferenceService); 0 picks a free one "
+          "(logged, and written to --port_file).");
+ABSL_FLAG(std::string, port_file, "",
+          "If set, the bound gRPC port is written here once serving.");
+ABSL_FLAG(int, http_port, -1,
+          "REST/JSON port (/v2/..., /metrics, /status); -1 = off, 0 picks a "
+          "free one (written to --http_port_file).");
+ABSL_FLAG(std::string, http_port_file, "",
+          "If set, the bound HTTP port is written here (before --port_file).");
+ABSL_FLAG(int, http_threads, 8, "Threads answering REST requests.");
+ABSL_FLAG(int, max_batch_size, 64,
+          "Most rows computed together; also the most rows of one request.");
+ABSL_FLAG(std::string, batch_timeout_us, "auto",
+          "How long a batch waits for more requests: microseconds, or auto "
+          "(chosen from the measured arrival rate and batch compute time).");
+ABSL_FLAG(double, latency_slo_ms, 0,
+          "With --batch_timeout_us=auto: keep the p99 latency under this "
+          "while load allows (0 = minimise the mean only).");
+ABSL_FLAG(int, max_queue, 1024,
+          "Requests that may wait for a batch; beyond it RESOURCE_EXHAUSTED "
+          "(HTTP 429) at once.");
+ABSL_FLAG(int, batch_threads, 1,
+          "Threads computing batches, each with its own model instance.");
+ABSL_FLAG(std::string, device, "cpu", "Compute backend: cpu, cuda or auto.");
+ABSL_FLAG(int64_t, max_request_bytes, 64 << 20,
+          "Largest gRPC request accepted; larger ones get "
+          "RESOURCE_EXHAUSTED before they are read.");
+ABSL_FLAG(int64_t, rpc_timeout_ms, 5000,
+          "Deadline of one snapshot read from the shards.");
+ABSL_FLAG(double, wait_s, 60,
+          "How long to wait at start for the shards and the model's tensors "
+          "(a training cluster that is still starting).");
+ABSL_FLAG(std::string, log_level, "info", "trace, debug, info, warn, error.");
+
+namespace asyncps {
+namespace {
+
+int Fail(const std::string& message) {
+  std::fprintf(stderr, "ps_serve: %s\n", message.c_str());
+  return 2;
+}
+
+struct Flags {
+  BatcherOptions batcher;
+  absl::Duration refresh;
+};
+
+absl::StatusOr<Flags> FlagsFromCommandLine() {
+  Flags f;
+  BatcherOptions& b = f.batcher;
+  b.max_batch_rows = absl::GetFlag(FLAGS_max_batch_size);
+  if (b.max_batch_rows < 1 || b.max_batch_rows > 65536) {
+    return absl::InvalidArgumentError("--max_batch_size must be in [1, 65536]");
+  }
+  b.max_queue = absl::GetFlag(FLAGS_max_queue);
+  if (b.max_queue < 1) {
+    return absl::InvalidArgumentError("--max_queue must be >= 1");
+  }
+  b.threads = absl::GetFlag(FLAGS_batch_threads);
+  if (b.threads < 1 || b.threads > 256) {
+    return absl::InvalidArgumentError("--batch_threads must be in [1, 256]");
+  }
+  const std::string timeout = absl::GetFlag(FLAGS_batch_timeout_us);
+  int64_t us = 0;
+  if (timeout == "auto") {
+    b.auto_timeout = true;
+  } else if (absl::SimpleAtoi(timeout, &us) && us >= 0 && us <= 10000000) {
+    b.timeout = absl::Microseconds(us);
+  } else {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--batch_timeout_us must be auto or microseconds in [0, 10000000], "
+        "got '",
+        timeout, "'"));
+  }
+  const double slo = absl::GetFlag(FLAGS_latency_slo_ms);
+  if (!(slo >= 0) || slo > 3.6e6) {
+    return absl::InvalidArgumentError("--latency_slo_ms must be >= 0");
+  }
+  if (slo > 0 && !b.auto_timeout) {
+    return absl::InvalidArgumentError(
+        "--latency_slo_ms needs --batch_timeout_us=auto");
+  }
+  b.latency_objective = absl::Milliseconds(slo);
+  const double refresh = absl::GetFlag(FLAGS_refresh_s);
+  if (!(refresh >= 0) || refresh > 86400) {
+    return absl::InvalidArgumentError("--refresh_s must be in [0, 86400]");
+  }
+  f.refresh = absl::Seconds(refresh);
+  if (absl::GetFlag(FLAGS_http_threads) < 1 ||
+      absl::GetFlag(FLAGS_http_threads) > 1024) {
+    return absl::InvalidArgumentError("--http_threads must be in [1, 1024]");
+  }
+  const int64_t max_request = absl::GetFlag(FLAGS_max_request_bytes);
+  if (max_request < 1024 || max_request > (int64_t{1} << 30)) {
+    return absl::InvalidArgumentError(
+        "--max_request_bytes must be in [1024, 2^30]");
+  }
+  if (absl::GetFlag(FLAGS_rpc_timeout_ms) < 1) {
+    return absl::InvalidArgumentError("--rpc_timeout_ms must be >= 1");
+  }
+  return f;
+}
+
+absl::StatusOr<std::unique_ptr<ParameterSource>> SourceFromFlags(
+    std::shared_ptr<spdlog::logger> logger) {
+  const std::string servers = absl::GetFlag(FLAGS_servers);
+  const std::string dir = absl::GetFlag(FLAGS_checkpoint_dir);
+  if (servers.empty() == dir.empty()) {
+    return absl::InvalidArgumentError(
+        "give exactly one of --servers (live shards) and --checkpoint_dir");
+  }
+  if (!dir.empty()) return MakeCheckpointSource(dir);
+  absl::StatusOr<std::vector<std::string>> list =
+      ParseServerList(servers, absl::GetFlag(FLAGS_num_shards));
+  if (!list.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--servers: ", list.status().message()));
+  }
+  std::vector<std::string> warnings;
+  absl::StatusOr<SecurityOptions> security =
+      SecurityOptionsFromFlags(/*server=*/false, &warnings);
+  if (!security.ok()) return security.status();
+  for (const std::string& w : warnings) logger->warn("{}", w);
+  PsClientOptions c;
+  c.servers = *list;
+  c.security = *security;
+  c.logger = logger;
+  c.connections_per_shard = 1;
+  c.retry.attempt_timeout =
+      absl::Milliseconds(absl::GetFlag(FLAGS_rpc_timeout_ms));
+  c.retry.call_deadline = c.retry.attempt_timeout;
+  return MakeShardSource(std::move(c));
+}
+
+int Main(int argc, char** argv) {
+  ProgramInfo program;
+  program.name = "ps_serve";
+  program.version = kVersion;
+  program.usage =
+      "ps_serve: answers inference requests (KServe v2 over gRPC and\n"
+      "REST) for the model an asyncps cluster trains, with dynamic\n"
+      "batching, from the live shards or a checkpoint directory.\n\n"
+      "  ps_serve --servers=h:p,h:p --port=8001 --http_port=8000\n"
+      "  ps_serve --checkpoint_dir=DIR --port=8001\n\n"
+      "Exit status: 0 after SIGINT/SIGTERM; 1 when the parameters could not\n"
+      "be read at start; 2 for bad flags or another start failure.";
+  const ParseResult parsed = ParseProgramCommandLine(argc, argv, program);
+  if (!parsed.command_line.has_value()) return parsed.exit_code;
+  if (!parsed.command_line->positional.empty()) {
+    return Fail(absl::StrCat("unexpected argument '",
+                             parsed.command_line->positional[0],
+                             "' (ps_serve takes only flags)"));
+  }
+  absl::StatusOr<Flags> flags = FlagsFromCommandLine();
+  if (!flags.ok()) return Fail(std::string(flags.status().message()));
+  if (absl::GetFlag(FLAGS_model) != "mlp") {
+    return Fail(absl::StrCat("--model must be mlp, got '",
+                             absl::GetFlag(FLAGS_model), "'"));
+  }
+  absl::StatusOr<std::shared_ptr<spdlog::logger>> logger =
+      MakeLogger("serve", absl::GetFlag(FLAGS_log_level));
+  if (!logger.ok()) return Fail(std::string(logger.status().message()));
+  for (const std::string& w : parsed.command_line->warnings) {
+    (*logger)->warn("{}", w);
+  }
+  RouteGrpcLogs(*logger, spdlog::level::debug);
+
+  // Every thread started from here on inherits the blocked signals; the
+  // main thread takes them with sigwait.
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGINT);
+  sigaddset(&signals, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+
+  absl::StatusOr<std::unique_ptr<ParameterSource>> source =
+      SourceFromFlags(*logger);
+  if (!source.ok()) {
+    if (absl::IsInvalidArgument(source.status())) {
+      return Fail(std::string(source.status().message()));
+    }
+    (*logger)->error("cannot read parameters: {}", source.status().ToString());
+    return 1;
+  }
+  // The shards may still be starting, and the first worker creating the
+  // tensors.
+  const absl::Time wait_until =
+      absl::Now() + absl::Seconds(absl::GetFlag(FLAGS_wait_s));
+  absl::StatusOr<std::vector<int>> layers;
+  for (;;) {
+    absl::StatusOr<std::vector<TensorSpec>> specs = (*source)->ListTensors();
+    layers = specs.ok() ? MlpLayersFromSpecs(*specs)
+                        : absl::StatusOr<std::vector<int>>(specs.status());
+    if (layers.ok() || absl::Now() >= wait_until) break;
+    struct timespec zero {};
+    if (sigtimedwait(&signals, nullptr, &zero) > 0) return 0;
+    absl::SleepFor(absl::Milliseconds(200));
+  }
+  if (!layers.ok()) {
+    (*logger)->error("cannot read the model from {}: {}", (*source)->Describe(),
+                     layers.status().ToString());
+    return 1;
+  }
+  std::vector<std::string> names;
+  for (size_t l = 0; l + 1 < layers->size(); ++l) {
+    names.push_back(absl::StrCat("fc", l, "/w"));
+    names.push_back(absl::StrCat("fc", l, "/b"));
+  }
+  SnapshotKeeper snapshots(source->get(), names, flags->refresh, *logger);
+  if (absl::Status s = snapshots.Refresh(); !s.ok()) {
+    (*logger)->error("cannot read the first snapshot: {}", s.ToString());
+    return 1;
+  }
+
+  ModelSignature model;
+  model.name = absl::GetFlag(FLAGS_model_name).empty()
+                   ? absl::GetFlag(FLAGS_model)
+                   : absl::GetFlag(FLAGS_model_name);
+  model.version = "1";
+  model.platform = "asyncps_mlp";
+  model.input_name = "input";
+  model.input_dim = layers->front();
+  model.output_name = "probabilities";
+  model.output_dim = layers->back();
+  model.max_rows = flags->batcher.max_batch_rows;
+  flags->batcher.input_dim = model.input_dim;
+  flags->batcher.output_dim = model.output_dim;
+
+  ServingMetrics metrics;
+  const std::string device = absl::GetFlag(FLAGS_device);
+  absl::StatusOr<std::unique_ptr<Batcher>> batcher = Batcher::Create(
+      flags->batcher,
+      [&]() -> absl::StatusOr<std::unique_ptr<BatchRunner>> {
+        absl::StatusOr<std::unique_ptr<MlpRunner>> r =
+            MlpRunner::Create(*layers, flags->batcher.max_batch_rows, device);
+        if (!r.ok()) return r.status();
+        return std::unique_ptr<BatchRunner>(*std::move(r));
+      },
+      &snapshots, &metrics);
+  if (!batcher.ok()) return Fail(batcher.status().ToString());
+  InferenceHandler handler(model, batcher->get(), &snapshots, &metrics);
+  ServingStatus status(&handler, batcher->get(), &snapshots, source->get());
+
+  KServeService service(&handler, kVersion);
+  grpc::ServerBuilder builder;
+  const std::string host = absl::GetFlag(FLAGS_host);
+  int port = 0;
+  builder.AddListeningPort(absl::StrCat(host, ":", absl::GetFlag(FLAGS_port)),
+                           grpc::InsecureServerCredentials(), &port);
+  builder.SetMaxReceiveMessageSize(
+      static_cast<int>(absl::GetFlag(FLAGS_max_request_bytes)));
+  builder.RegisterService(&service);
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  if (server == nullptr || port == 0) {
+    return Fail(absl::StrCat("cannot listen on ", host, ":",
+                             absl::GetFlag(FLAGS_port)));
+  }
+
+  std::unique_ptr<RestEndpoint> rest;
+  if (absl::GetFlag(FLAGS_http_port) >= 0) {
+    rest = std::make_unique<RestEndpoint>(
+        &handler, kVersion, absl::GetFlag(FLAGS_http_threads),
+        [&] { return status.Metrics(); }, [&] { return status.Line(); });
+    absl::StatusOr<int> http =
+        rest->Start(host, absl::GetFlag(FLAGS_http_port));
+    if (!http.ok()) return Fail(http.status().ToString());
+    (*logger)->info("REST on {}:{}", host, *http);
+    if (!absl::GetFlag(FLAGS_http_port_file).empty()) {
+      absl::Status s =
+          WritePortFile(absl::GetFlag(FLAGS_http_port_file), *http);
+      if (!s.ok()) return Fail(s.ToString());
+    }
+  }
+  snapshots.Start();
+  (*logger)->info(
+      "serving model '{}' ({} -> {}, layers {}) from {} on {}:{}; batches of "
+      "up to {} rows, timeout {}, {} batch thread(s) on {}",
+      model.name, model.input_dim, model.output_dim, layers->size() - 1,
+      (*source)->Describe(), host, port, flags->batcher.max_batch_rows,
+      flags->batcher.auto_timeout
+          ? std::string("auto")
+          : absl::FormatDuration(flags->batcher.timeout),
+      flags->batcher.threads, device);
+  if (!absl::GetFlag(FLAGS_port_file).empty()) {
+    absl::Status s = WritePortFile(absl::GetFlag(FLAGS_port_file), port);
+    if (!s.ok()) return Fail(s.ToString());
+  }
+
+  int sig = 0;
+  sigwait(&signals, &sig);
+  (*logger)->info("signal {}: stopping; {}", sig, status.Line());
+  snapshots.Stop();
+  (*batcher)->Stop();
+  server->Shutdown(absl::ToChronoTime(absl::Now() + absl::Seconds(5)));
+  if (rest != nullptr) rest->Stop();
+  return 0;
+}
+
+}  // namespace
+}  // namespace asyncps
+
+int main(int argc, char** argv) { return asyncps::Main(argc, argv); }
