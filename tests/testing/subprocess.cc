@@ -291,6 +291,18 @@ absl::StatusOr<ServerProcess> StartPsServer(
       Subprocess::Start(RunfilePath("server/ps_server"), args, stem + ".log");
   if (!proc.ok()) return proc.status();
 
+  absl::StatusOr<int> bound = WaitForPortFile(
+      port_file, proc->get(), timeout, absl::StrCat("shard ", shard_index));
+  if (!bound.ok()) return bound.status();
+  ServerProcess server;
+  server.process = *std::move(proc);
+  server.address = absl::StrCat("127.0.0.1:", *bound);
+  return server;
+}
+
+absl::StatusOr<int> WaitForPortFile(const std::string& port_file,
+                                    Subprocess* process, absl::Duration timeout,
+                                    absl::string_view what) {
   const absl::Time deadline = absl::Now() + timeout;
   while (true) {
     std::ifstream in(port_file);
@@ -302,27 +314,23 @@ absl::StatusOr<ServerProcess> StartPsServer(
       if (!absl::SimpleAtoi(
               absl::StripAsciiWhitespace(content.substr(0, newline)), &port) ||
           port <= 0 || port > 65535) {
-        return absl::InternalError(
-            absl::StrCat("shard ", shard_index, ": port file ", port_file,
-                         " holds no port: '", content, "'"));
+        return absl::InternalError(absl::StrCat(
+            what, ": port file ", port_file, " holds no port: '", content, "'"));
       }
-      ServerProcess server;
-      server.process = *std::move(proc);
-      server.address = absl::StrCat("127.0.0.1:", port);
-      return server;
+      return port;
     }
-    if (!(*proc)->Running()) {
-      absl::StatusOr<int> code = (*proc)->Wait(absl::ZeroDuration());
+    if (!process->Running()) {
+      absl::StatusOr<int> code = process->Wait(absl::ZeroDuration());
       return absl::InternalError(
-          absl::StrCat("shard ", shard_index, " (", (*proc)->command_line(),
+          absl::StrCat(what, " (", process->command_line(),
                        ") exited with status ", code.ok() ? *code : -1,
-                       " before writing its port; log:\n", (*proc)->LogTail()));
+                       " before writing its port; log:\n", process->LogTail()));
     }
     if (absl::Now() >= deadline) {
       return absl::DeadlineExceededError(absl::StrCat(
-          "shard ", shard_index, " (", (*proc)->command_line(),
-          ") wrote no port to ", port_file, " within ",
-          absl::FormatDuration(timeout), "; log:\n", (*proc)->LogTail()));
+          what, " (", process->command_line(), ") wrote no port to ",
+          port_file, " within ", absl::FormatDuration(timeout), "; log:\n",
+          process->LogTail()));
     }
     absl::SleepFor(absl::Milliseconds(10));
   }

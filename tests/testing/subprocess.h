@@ -117,6 +117,13 @@ class Subprocess {
 };
 
 // A running `ps_server` shard and the address it listens on.
+// Waits up to `timeout` for `process` to write a port (one full line) to
+// `port_file` and returns it. Fails fast, with the log tail in the message,
+// if the process exits first; `what` names it in errors ("shard 0").
+absl::StatusOr<int> WaitForPortFile(const std::string& port_file,
+                                    Subprocess* process, absl::Duration timeout,
+                                    absl::string_view what);
+
 struct ServerProcess {
   std::unique_ptr<Subprocess> process;
   std::string address;  // "127.0.0.1:<port>"
