@@ -14,8 +14,7 @@ void Feed(BatchPolicy* policy, double fixed_us, double per_row_us,
           double gap_us) {
   for (int i = 0; i < 200; ++i) {
     const int rows = 1 + i % 32;
-    policy->RecordBatch(rows,
-                        absl::Microseconds(fixed_us + per_row_us * rows));
+    policy->RecordBatch(rows, absl::Microseconds(fixed_us + per_row_us * rows));
   }
   absl::Time t = absl::UnixEpoch();
   for (int i = 0; i < 400; ++i) {
@@ -26,8 +25,7 @@ void Feed(BatchPolicy* policy, double fixed_us, double per_row_us,
 
 TEST_CASE("the latency model", "[batch_policy]") {
   // No load: the request waits T and computes one row.
-  BatchPolicy::Prediction idle =
-      BatchPolicy::Predict(100, 0, 500, 10, 64, 1);
+  BatchPolicy::Prediction idle = BatchPolicy::Predict(100, 0, 500, 10, 64, 1);
   REQUIRE(idle.stable);
   REQUIRE(idle.mean_us == Approx(100 + 510));
   // 1000 rows/s at 510 us a row is over half the thread: queueing.

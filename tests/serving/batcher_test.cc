@@ -245,8 +245,7 @@ TEST_CASE("bad requests, a missing snapshot and a stop are answered alone",
   REQUIRE_OK(b.status());
   Answers unavailable(1);
   (*b)->Submit(Rows(1, 0), 1, absl::InfiniteFuture(), unavailable.Slot(0));
-  REQUIRE(unavailable.Get(0).status().code() ==
-          absl::StatusCode::kUnavailable);
+  REQUIRE(unavailable.Get(0).status().code() == absl::StatusCode::kUnavailable);
 }
 
 TEST_CASE("no answer mixes two snapshots", "[batcher]") {

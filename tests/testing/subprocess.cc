@@ -314,8 +314,9 @@ absl::StatusOr<int> WaitForPortFile(const std::string& port_file,
       if (!absl::SimpleAtoi(
               absl::StripAsciiWhitespace(content.substr(0, newline)), &port) ||
           port <= 0 || port > 65535) {
-        return absl::InternalError(absl::StrCat(
-            what, ": port file ", port_file, " holds no port: '", content, "'"));
+        return absl::InternalError(absl::StrCat(what, ": port file ", port_file,
+                                                " holds no port: '", content,
+                                                "'"));
       }
       return port;
     }
@@ -328,8 +329,8 @@ absl::StatusOr<int> WaitForPortFile(const std::string& port_file,
     }
     if (absl::Now() >= deadline) {
       return absl::DeadlineExceededError(absl::StrCat(
-          what, " (", process->command_line(), ") wrote no port to ",
-          port_file, " within ", absl::FormatDuration(timeout), "; log:\n",
+          what, " (", process->command_line(), ") wrote no port to ", port_file,
+          " within ", absl::FormatDuration(timeout), "; log:\n",
           process->LogTail()));
     }
     absl::SleepFor(absl::Milliseconds(10));
