@@ -26,6 +26,8 @@ if [ "$build_only" = 0 ]; then
   packages+=(
     # Tests, lint, the demo data and the manifest checks.
     dataset-fashion-mnist clang clang-format openssl python3-yaml
+    # The plots of the studies (tests/bench).
+    gnuplot-nox
     # Python package (python/): binding, numpy, PyTorch integration and tests.
     python3-dev pybind11-dev python3-numpy python3-torch python3-pytest
   )

@@ -1,0 +1,223 @@
+#!/usr/bin/env bash
+# The serving study: how the batch wait trades latency for throughput.
+# ps_serve serves the Fashion-MNIST MLP (784-256-128-10, trained here for one
+# epoch into a checkpoint) and tests/bench/serve_load drives it with open-loop
+# Poisson load (many connections, a fixed request count, a deadline per
+# request) under these policies:
+#   none     --max_batch_size=1 (every request computed alone)
+#   t50 t200 t1000 t5000   --batch_timeout_us=N (max_batch_size 64)
+#   auto     --batch_timeout_us=auto
+# First each policy's saturation throughput (load far above capacity), then
+# every policy at 10%..120% of the highest saturation rate measured.
+#
+# Writes OUTDIR/study.csv (one row per policy and rate), OUTDIR/summary.csv
+# (saturation per policy), OUTDIR/auto_vs_fixed.csv (per rate: the best
+# fixed wait's mean latency, auto's, their ratio, and which fixed waits are
+# within 10% of the best), OUTDIR/latency.png (mean and p99 latency against
+# the offered rate, one curve per policy; needs gnuplot) and the logs, and
+# prints the figures.
+#
+#   tests/bench/serving_study.sh OUTDIR [--tiny]
+#
+# --tiny: few requests per point (seconds, for the test of this script).
+# ASYNCPS_BIN=DIR uses prebuilt binaries (flat or in Bazel's layout) instead
+# of building them. A benchmark, not a test: numbers depend on the machine
+# and its load; load generator and server share its cores.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+
+out=${1:?usage: serving_study.sh OUTDIR [--tiny]}
+shift
+tiny=0
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --tiny) tiny=1; shift ;;
+    *) echo "serving_study.sh: unknown option '$1'" >&2; exit 2 ;;
+  esac
+done
+mkdir -p "$out"
+out=$(cd "$out" && pwd)
+
+find_bin() {  # dir, package, name
+  if [ -x "$1/$3" ]; then echo "$1/$3"; else echo "$1/$2/$3"; fi
+}
+if [ -n "${ASYNCPS_BIN:-}" ]; then
+  bin=$ASYNCPS_BIN
+else
+  deploy/install_deps.sh
+  if ! bazel build -c opt //server:ps_server //worker:ps_worker \
+      //serving:ps_serve //tests/bench:serve_load >"$out/build.log" 2>&1; then
+    grep -E 'ERROR|error:' "$out/build.log" | head -n 20
+    exit 1
+  fi
+  bin=$(bazel info -c opt bazel-bin 2>/dev/null)
+fi
+server_bin=$(find_bin "$bin" server ps_server)
+worker_bin=$(find_bin "$bin" worker ps_worker)
+serve_bin=$(find_bin "$bin" serving ps_serve)
+load_bin=$(find_bin "$bin" tests/bench serve_load)
+for b in "$server_bin" "$worker_bin" "$serve_bin" "$load_bin"; do
+  [ -x "$b" ] || { echo "serving_study.sh: $b not found" >&2; exit 1; }
+done
+export OPENBLAS_NUM_THREADS=1
+
+pids=()
+cleanup() {
+  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
+  for p in "${pids[@]}"; do wait "$p" 2>/dev/null || true; done
+}
+trap cleanup EXIT
+
+# Waits (10 s at most) for process $1 to write a port to file $2.
+await_port() {
+  for _ in $(seq 100); do
+    [ -s "$2" ] && return 0
+    kill -0 "$1" 2>/dev/null || break
+    sleep 0.1
+  done
+  echo "serving_study.sh: no port in $2" >&2
+  return 1
+}
+
+# The model: one shard, one worker, one epoch (--tiny: a few steps).
+ckpt="$out/checkpoint"
+rm -rf "$ckpt" "$out/shard.port"
+"$server_bin" --port=0 --port_file="$out/shard.port" --checkpoint_dir="$ckpt" \
+  >"$out/shard.log" 2>&1 &
+shard=$!
+pids+=("$shard")
+await_port "$shard" "$out/shard.port"
+train_flags=(--epochs=1)
+[ "$tiny" = 1 ] && train_flags=(--epochs=1 --steps=20)
+if ! "$worker_bin" --servers="127.0.0.1:$(cat "$out/shard.port")" \
+    "${train_flags[@]}" >"$out/worker.log" 2>&1; then
+  echo "serving_study.sh: training failed; see $out/worker.log" >&2
+  exit 1
+fi
+kill -TERM "$shard"
+wait "$shard" || { echo "serving_study.sh: the shard failed to stop" >&2; exit 1; }
+pids=()
+echo "model: $(grep -m1 'final test accuracy' "$out/worker.log")"
+
+policies=(none t50 t200 t1000 t5000 auto)
+policy_flags() {
+  case "$1" in
+    none) echo "--max_batch_size=1 --batch_timeout_us=0" ;;
+    auto) echo "--max_batch_size=64 --batch_timeout_us=auto" ;;
+    t*) echo "--max_batch_size=64 --batch_timeout_us=${1#t}" ;;
+  esac
+}
+
+serve_pid=""
+start_serve() {
+  rm -f "$out/serve.port"
+  # shellcheck disable=SC2046
+  "$serve_bin" --checkpoint_dir="$ckpt" --host=127.0.0.1 --port=0 \
+    --port_file="$out/serve.port" --max_queue=4096 $(policy_flags "$1") \
+    >>"$out/serve_$1.log" 2>&1 &
+  serve_pid=$!
+  pids+=("$serve_pid")
+  await_port "$serve_pid" "$out/serve.port"
+}
+stop_serve() {
+  kill -TERM "$serve_pid"
+  wait "$serve_pid" || { echo "serving_study.sh: ps_serve failed to stop" >&2; exit 1; }
+  pids=()
+}
+
+# load RATE REQUESTS: one CSV row of serve_load.
+load() {
+  "$load_bin" --target="127.0.0.1:$(cat "$out/serve.port")" --rate="$1" \
+    --requests="$2" --connections=16 --deadline_ms=5000 --seed=7 \
+    2>>"$out/load.log"
+}
+
+if [ "$tiny" = 1 ]; then sat_requests=300; seconds=0.25; min_requests=40
+else sat_requests=12000; seconds=2; min_requests=300; fi
+
+echo "policy,saturation_rps,mean_batch_rows" >"$out/summary.csv"
+best_sat=0
+for p in "${policies[@]}"; do
+  start_serve "$p"
+  row=$(load 200000 "$sat_requests")
+  stop_serve
+  sat=$(echo "$row" | cut -d, -f2)
+  batch=$(echo "$row" | cut -d, -f10)
+  echo "$p,$sat,$batch" >>"$out/summary.csv"
+  best_sat=$(awk -v a="$best_sat" -v b="$sat" 'BEGIN { print (b > a ? b : a) }')
+done
+
+fractions=(0.1 0.2 0.4 0.6 0.8 0.9 1.0 1.2)
+echo "policy,fraction,target_rps,achieved_rps,sent,ok,refused,failed,mean_ms,p50_ms,p99_ms,mean_batch_rows" \
+  >"$out/study.csv"
+for p in "${policies[@]}"; do
+  start_serve "$p"
+  for f in "${fractions[@]}"; do
+    rate=$(awk -v s="$best_sat" -v f="$f" 'BEGIN { printf "%.1f", s * f }')
+    n=$(awk -v r="$rate" -v t="$seconds" -v m="$min_requests" \
+      'BEGIN { n = int(r * t); print (n < m ? m : n) }')
+    echo "$p,$f,$(load "$rate" "$n")" >>"$out/study.csv"
+  done
+  stop_serve
+done
+
+# auto against the best fixed wait at every rate, and which fixed waits
+# come within 10% of the best anywhere.
+awk -F, '
+  NR > 1 { mean[$1, $2] = $9; ok[$1, $2] = $6; sent[$1, $2] = $5; f[$2] = 1 }
+  END {
+    print "fraction,best_fixed,best_fixed_mean_ms,auto_mean_ms,auto_over_best,fixed_within_10pct"
+    n = split("t50 t200 t1000 t5000", fixed, " ")
+    for (fr in f) {
+      best = ""; bm = 0
+      for (i = 1; i <= n; i++) {
+        p = fixed[i]
+        if (ok[p, fr] < sent[p, fr]) continue  # refused some: not a contender
+        if (best == "" || mean[p, fr] < bm) { best = p; bm = mean[p, fr] }
+      }
+      within = ""
+      for (i = 1; i <= n; i++) {
+        p = fixed[i]
+        if (best != "" && ok[p, fr] == sent[p, fr] && mean[p, fr] <= 1.1 * bm) within = within " " p
+      }
+      ratio = (best == "" || bm == 0) ? "" : sprintf("%.3f", mean["auto", fr] / bm)
+      printf "%s,%s,%s,%s,%s,%s\n", fr, best, bm, mean["auto", fr], ratio, substr(within, 2)
+    }
+  }' "$out/study.csv" | { read -r header; echo "$header"; sort -t, -k1,1g; } \
+  >"$out/auto_vs_fixed.csv"
+
+if command -v gnuplot >/dev/null; then
+  {
+    echo 'set datafile separator ","'
+    echo 'set terminal pngcairo size 1200,520 font "sans,10" noenhanced'
+    echo "set output \"$out/latency.png\""
+    echo 'set multiplot layout 1,2'
+    echo 'set logscale y'
+    echo 'set xlabel "offered rate (requests/s)"'
+    echo 'set key left top'
+    for stat in mean p99; do
+      col=9; [ "$stat" = p99 ] && col=11
+      echo "set ylabel \"$stat latency (ms)\""
+      echo "set title \"$stat latency against offered rate\""
+      plot="plot"
+      for p in "${policies[@]}"; do
+        plot+=" \"< grep '^$p,' $out/study.csv\" using 3:$col with linespoints title \"$p\","
+      done
+      echo "${plot%,}"
+    done
+    echo 'unset multiplot'
+  } >"$out/latency.gp"
+  gnuplot "$out/latency.gp"
+else
+  echo "gnuplot not installed: no latency.png (apt-get install gnuplot-nox)"
+fi
+
+none_sat=$(awk -F, '$1 == "none" { print $2 }' "$out/summary.csv")
+echo "saturation throughput (requests/s, mean batch rows):"
+awk -F, -v none="$none_sat" 'NR > 1 {
+  printf "  %-6s %9.0f  %6.2f rows  %5.2fx no batching\n", $1, $2, $3, (none > 0 ? $2 / none : 0) }' \
+  "$out/summary.csv"
+echo "auto against the best fixed wait (mean latency; fixed waits within 10% of the best):"
+awk -F, 'NR > 1 { printf "  %4.0f%% of saturation: best %-5s %8s ms, auto %8s ms (%sx); within 10%%: %s\n",
+  $1 * 100, $2, $3, $4, $5, ($6 == "" ? "-" : $6) }' "$out/auto_vs_fixed.csv"
+echo "wrote $out/study.csv, $out/summary.csv, $out/auto_vs_fixed.csv$([ -f "$out/latency.png" ] && echo ", $out/latency.png")"
