@@ -12,6 +12,7 @@
 #   deploy/local.sh --server-flags "--consistency=ssp --ssp_slack=3" \
 #                   --worker-flags "--optimizer=adam --lr=0.001"
 #   deploy/local.sh --model ctr          # embedding tables, prints the AUC
+#   deploy/local.sh --serve              # also serve the model as it trains
 #   ASYNCPS_BIN=/opt/asyncps/bin deploy/local.sh   # prebuilt binaries
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -28,6 +29,7 @@ worker_flags=""
 logdir=""
 straggler=""
 build=1
+serve=0
 bazel_flags=()
 
 usage() {
@@ -54,6 +56,11 @@ options:
   --server-flags "..." extra ps_server flags (see ps_server --help)
   --worker-flags "..." extra ps_worker flags (see ps_worker --help)
   --straggler ID:MS    make worker ID sleep MS milliseconds every step
+  --serve              also start ps_serve on the shards (KServe v2: gRPC and
+                       REST, ports in the log folder) and a client that
+                       classifies the test set through it every few seconds,
+                       then prints "served test accuracy: ..." of the final
+                       model (mlp only)
   --logdir DIR         keep logs here (default: a fresh temporary folder)
   --cuda               build and run the CUDA build (bazel --config=cuda)
   --no-build           use the binaries already built (bazel-bin)
@@ -80,6 +87,7 @@ while [ $# -gt 0 ]; do
     --logdir) logdir="$2"; shift 2 ;;
     --straggler) straggler="$2"; shift 2 ;;
     --no-build) build=0; shift ;;
+    --serve) serve=1; shift ;;
     --cuda) bazel_flags=(--config=cuda); shift ;;
     -h|--help) usage; exit 0 ;;
     *) echo "local.sh: unknown option '$1' (see --help)" >&2; exit 2 ;;
@@ -112,8 +120,9 @@ elif [ "$build" = 1 ]; then
   deploy/install_deps.sh
   echo "building ps_server and ps_worker ..."
   build_log=$(mktemp)
-  if ! bazel build "${bazel_flags[@]}" //server:ps_server //worker:ps_worker \
-      >"$build_log" 2>&1; then
+  targets=(//server:ps_server //worker:ps_worker)
+  [ "$serve" = 1 ] && targets+=(//serving:ps_serve //serving:ps_serve_eval)
+  if ! bazel build "${bazel_flags[@]}" "${targets[@]}" >"$build_log" 2>&1; then
     grep -E 'ERROR|error:' "$build_log" >&2 || tail -n 20 "$build_log" >&2
     rm -f "$build_log"
     echo "local.sh: build failed; nothing started" >&2
@@ -130,6 +139,15 @@ worker_bin=$(find_bin "$bin" worker ps_worker)
   echo "local.sh: no ps_server/ps_worker in $bin (set ASYNCPS_BIN, or run without --no-build)" >&2
   exit 1
 }
+if [ "$serve" = 1 ]; then
+  [ "$model" = mlp ] || { echo "local.sh: --serve serves the mlp model only" >&2; exit 2; }
+  serve_bin=$(find_bin "$bin" serving ps_serve)
+  eval_bin=$(find_bin "$bin" serving ps_serve_eval)
+  [ -x "$serve_bin" ] && [ -x "$eval_bin" ] || {
+    echo "local.sh: no ps_serve/ps_serve_eval in $bin" >&2
+    exit 1
+  }
+fi
 
 straggler_id=-1
 straggler_ms=0
@@ -147,6 +165,15 @@ cluster_init local.sh "$logdir"
 cluster_start_shards "$server_bin" "$shards" "$server_flags"
 echo "cluster: $shards shard(s) at $servers; $workers worker(s); logs in $logdir"
 
+if [ "$serve" = 1 ]; then
+  rm -f "$logdir/serve.port" "$logdir/serve.http_port" "$logdir/trained"
+  OPENBLAS_NUM_THREADS=1 "$serve_bin" --servers="$servers" --host=127.0.0.1 \
+    --port=0 --port_file="$logdir/serve.port" --http_port=0 \
+    --http_port_file="$logdir/serve.http_port" --refresh_s=1 \
+    >"$logdir/serve.log" 2>&1 &
+  cluster_track serve $!
+fi
+
 for ((w = 0; w < workers; w++)); do
   extra=""
   [ "$w" = "$straggler_id" ] && extra="--straggler_delay_ms=$straggler_ms"
@@ -158,5 +185,27 @@ for ((w = 0; w < workers; w++)); do
     2>"$logdir/worker$w.log" &
   cluster_track "worker$w" $! worker
 done
+if [ "$serve" = 1 ]; then
+  # The client waits for ps_serve's port (written once the model exists),
+  # classifies every 5 s while training, and once $logdir/trained appears
+  # makes the final pass with a snapshot read after training ended.
+  (
+    for _ in $(seq 1200); do [ -s "$logdir/serve.port" ] && break; sleep 0.1; done
+    [ -s "$logdir/serve.port" ] || { echo "ps_serve wrote no port" >&2; exit 1; }
+    echo "serving: gRPC 127.0.0.1:$(cat "$logdir/serve.port"), REST http://127.0.0.1:$(cat "$logdir/serve.http_port")/v2/models/mlp"
+    exec "$eval_bin" --target="127.0.0.1:$(cat "$logdir/serve.port")" \
+      --every_s=5 --final_after="$logdir/trained"
+  ) > >(tee "$logdir/serve_eval.out") 2>"$logdir/serve_eval.log" &
+  eval_pid=$!
+  cluster_track serve_eval "$eval_pid"
+fi
 cluster_wait_workers
+if [ "$serve" = 1 ]; then
+  touch "$logdir/trained"
+  set +e
+  wait "$eval_pid"
+  rc=$?
+  set -e
+  [ "$rc" = 0 ] || cluster_fail serve_eval "$eval_pid" "$rc"
+fi
 cluster_report "$shards" "$workers worker(s)"

@@ -18,7 +18,8 @@ The client talks to the ``ps_server`` shards of a cluster::
 
 ``asyncps.torch`` trains a ``torch.nn.Module`` asynchronously against the
 shards; ``asyncps.idx`` reads IDX files (MNIST / Fashion-MNIST);
-``asyncps.cluster`` starts local shards (``python3 -m asyncps.cluster``).
+``asyncps.cluster`` starts local shards (``python3 -m asyncps.cluster``);
+``asyncps.serving`` is a client of ``ps_serve`` (inference, KServe v2 REST).
 """
 
 from asyncps import _native, _signatures

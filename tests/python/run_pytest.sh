@@ -6,6 +6,7 @@ set -euo pipefail
 runfiles="${TEST_SRCDIR:?run through bazel test}/asyncps"
 export PYTHONPATH="$runfiles/python/site:$runfiles/tests/python"
 export ASYNCPS_PS_SERVER="$runfiles/server/ps_server"
+export ASYNCPS_PS_SERVE="$runfiles/serving/ps_serve"
 export ASYNCPS_EXAMPLES="$runfiles/python/examples"
 export PYTHONDONTWRITEBYTECODE=1
 # One torch thread per process: the CI machine has 2 cores.
