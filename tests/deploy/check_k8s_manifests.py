@@ -3,6 +3,7 @@
 
   check_k8s_manifests.py RENDERED.yaml SERVER_HELP WORKER_HELP OUTDIR
   check_k8s_manifests.py --jobset RENDERED.yaml SERVER_HELP WORKER_HELP
+  check_k8s_manifests.py --serving RENDERED.yaml SERVE_HELP BASE_RENDERED.yaml
 
 RENDERED.yaml is `kubectl kustomize deploy/k8s`; SERVER_HELP and WORKER_HELP
 are `ps_server --help` and `ps_worker --help`. Checks what a cluster would
@@ -208,6 +209,85 @@ def main_jobset(rendered, server_help, worker_help):
     return 1 if problems else 0
 
 
+def main_serving(rendered, serve_help, base_rendered):
+    """deploy/k8s/serving: ps_serve's Deployment reads the shards of the
+    base deployment, its probes, Service and autoscaler agree with it."""
+    docs = [d for d in yaml.safe_load_all(open(rendered)) if d]
+    by_kind = {}
+    for d in docs:
+        by_kind.setdefault(d["kind"], []).append(d)
+    for kind in ("Deployment", "Service", "HorizontalPodAutoscaler"):
+        if len(by_kind.get(kind, [])) != 1:
+            problem("expected one %s, found %d" % (kind, len(by_kind.get(kind, []))))
+    if problems:
+        return 1
+    dep = by_kind["Deployment"][0]
+    svc = by_kind["Service"][0]
+    hpa = by_kind["HorizontalPodAutoscaler"][0]
+    pod = dep["spec"]["template"]["spec"]
+    (ctr,) = pod["containers"]
+    check_pod("serving", pod, ctr, "ps_serve")
+    env = env_of(ctr, {})
+    check_flags(env, flags_of(serve_help), "ps_serve")
+    base = [d for d in yaml.safe_load_all(open(base_rendered)) if d]
+    (sts,) = [d for d in base if d["kind"] == "StatefulSet"]
+    (shard_svc,) = [d for d in base if d["kind"] == "Service"]
+    shards = sts["spec"]["replicas"]
+    shard_port = next(p["port"] for p in shard_svc["spec"]["ports"]
+                      if p["name"] == "grpc")
+    pattern = env.get("ASYNCPS_SERVERS", "")
+    derived = [pattern.replace("{i}", str(i))
+               for i in range(int(env.get("ASYNCPS_NUM_SHARDS", 0)))]
+    want = ["%s-%d.%s:%d" % (sts["metadata"]["name"], i,
+                             shard_svc["metadata"]["name"], shard_port)
+            for i in range(shards)]
+    if derived != want:
+        problem("ps_serve would read %r, the shards are %r" % (derived, want))
+    # The shards' NetworkPolicy admits pods of the deployment (part-of).
+    policy_peers = [p.get("podSelector", {}).get("matchLabels", {})
+                    for d in base if d["kind"] == "NetworkPolicy"
+                    for r in d["spec"].get("ingress", []) for p in r.get("from", [])]
+    labels = dep["spec"]["template"]["metadata"]["labels"]
+    if not any(m and all(labels.get(k) == v for k, v in m.items())
+               for m in policy_peers):
+        problem("the shards' NetworkPolicy does not admit the serving pods")
+    for k, v in dep["spec"]["selector"]["matchLabels"].items():
+        if labels.get(k) != v:
+            problem("Deployment selector %s=%s does not match its pods" % (k, v))
+    for k, v in svc["spec"]["selector"].items():
+        if labels.get(k) != v:
+            problem("Service selector %s=%s does not match the serving pods" % (k, v))
+    ports = {p["name"]: p["containerPort"] for p in ctr["ports"]}
+    if ports.get("grpc") != int(env.get("ASYNCPS_PORT", -1)) or \
+            ports.get("http") != int(env.get("ASYNCPS_HTTP_PORT", -1)):
+        problem("container ports %r differ from ASYNCPS_PORT / ASYNCPS_HTTP_PORT" % ports)
+    for p in svc["spec"]["ports"]:
+        if p.get("targetPort") not in ports:
+            problem("Service port %s targets %r, not a container port" %
+                    (p["name"], p.get("targetPort")))
+    for probe, path in (("startupProbe", "/v2/health/ready"),
+                        ("readinessProbe", "/v2/health/ready"),
+                        ("livenessProbe", "/v2/health/live")):
+        get = ctr.get(probe, {}).get("httpGet", {})
+        if get.get("path") != path or get.get("port") not in ("http", ports.get("http")):
+            problem("serving %s is %r, want GET %s on the http port" % (probe, get, path))
+    ann = dep["spec"]["template"]["metadata"].get("annotations", {})
+    if str(ann.get("prometheus.io/port")) != str(ports.get("http")):
+        problem("prometheus.io/port %s is not the http port" % ann.get("prometheus.io/port"))
+    ref = hpa["spec"]["scaleTargetRef"]
+    if ref.get("kind") != "Deployment" or ref.get("name") != dep["metadata"]["name"]:
+        problem("the autoscaler scales %r, not the serving Deployment" % ref)
+    if not any(m.get("resource", {}).get("name") == "cpu"
+               for m in hpa["spec"].get("metrics", [])):
+        problem("the autoscaler does not scale on CPU")
+    if not ctr.get("resources", {}).get("requests", {}).get("cpu"):
+        problem("serving pods request no CPU (the autoscaler's utilization base)")
+    print("serving: reads %s; gRPC %s, REST %s; %s..%s replicas" %
+          (",".join(derived), ports.get("grpc"), ports.get("http"),
+           hpa["spec"].get("minReplicas"), hpa["spec"].get("maxReplicas")))
+    return 1 if problems else 0
+
+
 def env_var_flag(name):
     return name[len("ASYNCPS_"):].lower()
 
@@ -386,4 +466,6 @@ def main():
 if __name__ == "__main__":
     if sys.argv[1] == "--jobset":
         sys.exit(main_jobset(*sys.argv[2:5]))
+    if sys.argv[1] == "--serving":
+        sys.exit(main_serving(*sys.argv[2:5]))
     sys.exit(main())

@@ -11,6 +11,9 @@
 #      --jobset): success and failure policies, counts and run id written
 #      once and agreeing everywhere, the workers' derived shard list equal
 #      to the shards' DNS names; a mutated copy (success policy Any) fails;
+#   3c. deploy/k8s/serving rendered and checked (--serving): ps_serve
+#      reads the shards of the base deployment, probes, Service and
+#      autoscaler agree; a mutated copy (3 shards) fails;
 #   4. the identity mapping, with the real binaries in the environment a pod
 #      gets (HOSTNAME=asyncps-shard-<i>, JOB_COMPLETION_INDEX, ConfigMap and
 #      container variables): shards 0 and 1 report their index and
@@ -111,6 +114,31 @@ elif grep -q 'unknown field "replacements"' "$tmp/kustomize.err"; then
 else
   cat "$tmp/kustomize.err"
   fail "kubectl kustomize deploy/k8s/jobset"
+fi
+
+# Serving (deploy/k8s/serving): ps_serve reads the base deployment's shards,
+# its env names its flags, probes, Service and autoscaler agree; the
+# Deployment decodes offline. A mutated copy (one shard too many) fails.
+if kubectl kustomize "$tmp/k8s/serving" >"$tmp/serving.yaml" 2>"$tmp/kustomize.err"; then
+  "$B/serving/ps_serve" --help >"$tmp/serve.help" || fail "ps_serve --help"
+  python3 "$runfiles/tests/deploy/check_k8s_manifests.py" --serving \
+    "$tmp/serving.yaml" "$tmp/serve.help" "$tmp/rendered.yaml" ||
+    fail "serving checks"
+  python3 - "$tmp/serving.yaml" "$tmp/serving-workload.yaml" <<'PY'
+import sys, yaml
+docs = [d for d in yaml.safe_load_all(open(sys.argv[1])) if d and d["kind"] == "Deployment"]
+yaml.safe_dump_all(docs, open(sys.argv[2], "w"))
+PY
+  kubectl set env --local --list -f "$tmp/serving-workload.yaml" >"$tmp/serve-env.txt" 2>&1 ||
+    { cat "$tmp/serve-env.txt"; fail "kubectl decodes the serving Deployment"; }
+  sed 's/^          value: "2"$/          value: "3"/' "$tmp/serving.yaml" >"$tmp/serving-3.yaml"
+  if python3 "$runfiles/tests/deploy/check_k8s_manifests.py" --serving \
+      "$tmp/serving-3.yaml" "$tmp/serve.help" "$tmp/rendered.yaml" >/dev/null; then
+    fail "a serving Deployment reading 3 of 2 shards passes the checks"
+  fi
+else
+  cat "$tmp/kustomize.err"
+  fail "kubectl kustomize deploy/k8s/serving"
 fi
 [ "$failed" = 0 ] || exit 1
 
