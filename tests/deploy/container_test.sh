@@ -123,7 +123,7 @@ if [ "${run_flags[*]}" = none ]; then
       -- --isolation=chroot --pull-never
   echo "build: $(($(date +%s) - t0)) s"
   ctr=$(buildah from "$image" 2>/dev/null) && root=$(buildah mount "$ctr")
-  for b in ps_server ps_worker psctl; do
+  for b in ps_server ps_worker psctl ps_serve ps_serve_eval; do
     check "$b --version inside the image (chroot)" \
       chroot --userspec=10001:10001 "$root" /usr/local/bin/$b --version
   done
@@ -150,7 +150,7 @@ in_image() { pod run --rm --network=host "${run_flags[@]}" "$image" "$@"; }
 check "runs as uid 10001 (asyncps)" test "$(in_image id -u)" = 10001
 check "no compiler, bazel or -dev package in the final stage" \
   test "$(in_image sh -c 'command -v gcc cc c++ bazel; dpkg -l | grep -c -- "-dev[: ]"' | tr -d '\n')" = 0
-for b in ps_server ps_worker psctl; do
+for b in ps_server ps_worker psctl ps_serve ps_serve_eval; do
   check "$b --version in the image" test -n "$(in_image $b --version)"
 done
 
