@@ -12,13 +12,15 @@ namespace asyncps {
 absl::StatusOr<std::unique_ptr<Batcher>> Batcher::Create(
     const BatcherOptions& options, const RunnerFactory& factory,
     const SnapshotKeeper* snapshots, ServingMetrics* metrics) {
-  if (options.input_dim < 1 || options.output_dim < 1 ||
+  if (options.input_dim < 0 || options.ids_per_row < 0 ||
+      options.input_dim + options.ids_per_row < 1 || options.output_dim < 1 ||
       options.max_batch_rows < 1 || options.max_queue < 1 ||
       options.threads < 1 || options.timeout < absl::ZeroDuration() ||
       options.latency_objective < absl::ZeroDuration()) {
     return absl::InvalidArgumentError(
-        "batcher: dimensions, max_batch_rows, max_queue and threads must be "
-        ">= 1, timeout and latency objective >= 0");
+        "batcher: a row needs features or ids, an output, and "
+        "max_batch_rows, max_queue and threads must be >= 1, timeout and "
+        "latency objective >= 0");
   }
   std::unique_ptr<Batcher> b(new Batcher(options, snapshots, metrics));
   for (int i = 0; i < options.threads; ++i) {
@@ -56,14 +58,15 @@ Batcher::Batcher(const BatcherOptions& options, const SnapshotKeeper* snapshots,
 
 Batcher::~Batcher() { Stop(); }
 
-void Batcher::Submit(std::vector<float> x, int rows, absl::Time deadline,
-                     Done done) {
+void Batcher::Submit(std::vector<float> x, std::vector<uint64_t> ids, int rows,
+                     absl::Time deadline, Done done) {
   if (rows < 1 || rows > options_.max_batch_rows ||
-      x.size() != static_cast<size_t>(rows) * options_.input_dim) {
-    done(absl::InvalidArgumentError(
-        absl::StrCat("a request holds 1 to ", options_.max_batch_rows,
-                     " rows of ", options_.input_dim, " values; got ", rows,
-                     " rows, ", x.size(), " values")));
+      x.size() != static_cast<size_t>(rows) * options_.input_dim ||
+      ids.size() != static_cast<size_t>(rows) * options_.ids_per_row) {
+    done(absl::InvalidArgumentError(absl::StrCat(
+        "a request holds 1 to ", options_.max_batch_rows, " rows of ",
+        options_.input_dim, " values and ", options_.ids_per_row, " ids; got ",
+        rows, " rows, ", x.size(), " values, ", ids.size(), " ids")));
     return;
   }
   if (snapshots_->Current() == nullptr) {
@@ -82,8 +85,8 @@ void Batcher::Submit(std::vector<float> x, int rows, absl::Time deadline,
           absl::StrCat("the batch queue is full (", options_.max_queue,
                        " requests wait): retry later"));
     } else {
-      queue_.push_back(
-          Request{std::move(x), rows, now, deadline, std::move(done)});
+      queue_.push_back(Request{std::move(x), std::move(ids), rows, now,
+                               deadline, std::move(done)});
       queued_rows_ += rows;
     }
   }
@@ -158,14 +161,21 @@ void Batcher::RunBatch(BatchRunner* runner, std::vector<Request> batch) {
   if (live.empty()) return;
   std::shared_ptr<const Snapshot> snapshot = snapshots_->Current();
   std::vector<float> x;
+  std::vector<uint64_t> ids;
   const float* in = live[0].x.data();
+  const uint64_t* in_ids = live[0].ids.data();
   if (live.size() > 1) {
     x.reserve(static_cast<size_t>(rows) * options_.input_dim);
-    for (const Request& r : live) x.insert(x.end(), r.x.begin(), r.x.end());
+    ids.reserve(static_cast<size_t>(rows) * options_.ids_per_row);
+    for (const Request& r : live) {
+      x.insert(x.end(), r.x.begin(), r.x.end());
+      ids.insert(ids.end(), r.ids.begin(), r.ids.end());
+    }
     in = x.data();
+    in_ids = ids.data();
   }
   std::vector<float> out(static_cast<size_t>(rows) * options_.output_dim);
-  const absl::Status s = runner->Run(*snapshot, in, rows, out.data());
+  const absl::Status s = runner->Run(*snapshot, in, in_ids, rows, out.data());
   const absl::Duration compute = absl::Now() - start;
   metrics_->RecordBatch(rows, compute);
   policy_.RecordBatch(rows, compute);

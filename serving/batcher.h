@@ -31,10 +31,11 @@ namespace asyncps {
 class BatchRunner {
  public:
   virtual ~BatchRunner() = default;
-  // Computes `rows` rows of x (rows x input width) with `snapshot`'s
-  // parameters into out (rows x output width).
-  virtual absl::Status Run(const Snapshot& snapshot, const float* x, int rows,
-                           float* out) = 0;
+  // Computes `rows` rows with `snapshot`'s parameters into out (rows x
+  // output width): x holds rows x input width features, ids rows x
+  // ids_per_row categorical ids (none for a model without them).
+  virtual absl::Status Run(const Snapshot& snapshot, const float* x,
+                           const uint64_t* ids, int rows, float* out) = 0;
 };
 
 // The answer to one request.
@@ -45,7 +46,8 @@ struct InferResult {
 };
 
 struct BatcherOptions {
-  int input_dim = 0;
+  int input_dim = 0;    // features per row
+  int ids_per_row = 0;  // categorical ids per row (0: none)
   int output_dim = 0;
   int max_batch_rows = 64;  // >= 1; also the largest request
   int max_queue = 1024;     // requests waiting; more: RESOURCE_EXHAUSTED
@@ -72,13 +74,19 @@ class Batcher {
   Batcher(const Batcher&) = delete;
   Batcher& operator=(const Batcher&) = delete;
 
-  // Queues `rows` rows (x holds rows x input_dim floats, already
-  // validated). `done` is called exactly once, on a batch thread or inline:
-  // with the result, or INVALID_ARGUMENT (rows outside [1, max_batch_rows]
-  // or a wrong x size), RESOURCE_EXHAUSTED (max_queue requests already
-  // wait), UNAVAILABLE (no snapshot yet, or stopping), DEADLINE_EXCEEDED
-  // (`deadline` passed before its batch started), or the runner's error.
-  void Submit(std::vector<float> x, int rows, absl::Time deadline, Done done);
+  // Queues `rows` rows (x holds rows x input_dim floats, ids rows x
+  // ids_per_row ids, already validated). `done` is called exactly once, on
+  // a batch thread or inline: with the result, or INVALID_ARGUMENT (rows
+  // outside [1, max_batch_rows] or wrong x or ids sizes),
+  // RESOURCE_EXHAUSTED (max_queue requests already wait), UNAVAILABLE (no
+  // snapshot yet, or stopping), DEADLINE_EXCEEDED (`deadline` passed before
+  // its batch started), or the runner's error.
+  void Submit(std::vector<float> x, std::vector<uint64_t> ids, int rows,
+              absl::Time deadline, Done done);
+  // For models without ids.
+  void Submit(std::vector<float> x, int rows, absl::Time deadline, Done done) {
+    Submit(std::move(x), {}, rows, deadline, std::move(done));
+  }
 
   // Answers every queued request UNAVAILABLE and joins the threads.
   // Idempotent.
@@ -90,6 +98,7 @@ class Batcher {
  private:
   struct Request {
     std::vector<float> x;
+    std::vector<uint64_t> ids;
     int rows = 0;
     absl::Time arrived;
     absl::Time deadline;

@@ -5,6 +5,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "common/names.h"
+#include "common/sharding.h"
 #include "common/tensor_layout.h"
 #include "server/shard_set.h"
 #include "serving/parameter_source.h"
@@ -17,8 +18,52 @@ class CheckpointSource : public ParameterSource {
   CheckpointSource(std::vector<RestoredShard> shards, std::string description)
       : shards_(std::move(shards)), description_(std::move(description)) {}
 
-  absl::StatusOr<std::vector<TensorSpec>> ListTensors() override {
-    return shards_[0].store->ListTensors();
+  absl::StatusOr<ListTensorsResponse> List() override {
+    ListTensorsResponse list;
+    for (TensorSpec& t : shards_[0].store->ListTensors()) {
+      *list.add_tensors() = std::move(t);
+    }
+    for (TableSpec& t : shards_[0].store->tables().List()) {
+      *list.add_tables() = std::move(t);
+    }
+    list.set_run_id(shards_[0].run_id);
+    return list;
+  }
+
+  absl::Status ReadRows(const std::string& table,
+                        absl::Span<const uint64_t> ids, float* out) override {
+    const int n = static_cast<int>(shards_.size());
+    // Each id to its home shard, remembering its positions.
+    std::vector<PullRequest> requests(n);
+    std::vector<std::vector<size_t>> positions(n);
+    for (size_t i = 0; i < ids.size(); ++i) {
+      const int home = RowHome(table, ids[i], n);
+      if (requests[home].rows_size() == 0) {
+        TableIds* t = requests[home].add_rows();
+        t->set_table(table);
+        t->set_peek(true);
+      }
+      requests[home].mutable_rows(0)->add_ids(ids[i]);
+      positions[home].push_back(i);
+    }
+    for (int s = 0; s < n; ++s) {
+      if (positions[s].empty()) continue;
+      PullResponse response;
+      std::string values;
+      absl::Status st = shards_[s].store->tables().Pull(
+          requests[s], 0, WIRE_F32, &response, [&](int, size_t bytes) {
+            values.resize(bytes);
+            return &values[0];
+          });
+      if (!st.ok()) return st;
+      const size_t dim = values.size() / sizeof(float) / positions[s].size();
+      const float* v = reinterpret_cast<const float*>(values.data());
+      for (size_t k = 0; k < positions[s].size(); ++k) {
+        std::memcpy(out + positions[s][k] * dim, v + k * dim,
+                    dim * sizeof(float));
+      }
+    }
+    return absl::OkStatus();
   }
 
   absl::Status Read(const std::vector<std::pair<std::string, float*>>& outs,

@@ -19,7 +19,7 @@ void InferenceHandler::Infer(const inference::ModelInferRequest& request,
   deadline = std::min(deadline, arrived + decoded->timeout);
   const bool raw = decoded->raw_output;
   batcher_->Submit(
-      std::move(decoded->x), decoded->rows, deadline,
+      std::move(decoded->x), std::move(decoded->ids), decoded->rows, deadline,
       [this, &request, raw, arrived,
        done = std::move(done)](absl::StatusOr<InferResult> result) {
         if (!result.ok()) {

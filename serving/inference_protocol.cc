@@ -20,11 +20,38 @@ using inference::ModelInferRequest;
 using inference::ModelInferResponse;
 using inference::ModelMetadataResponse;
 
+std::string Expected(const ModelSignature& model) {
+  std::string inputs;
+  if (model.input_dim > 0) {
+    absl::StrAppend(&inputs, "FP32 '", model.input_name, "' [rows, ",
+                    model.input_dim, "]");
+  }
+  if (model.ids_per_row > 0) {
+    absl::StrAppend(&inputs, inputs.empty() ? "" : " and ", "INT64 '",
+                    model.ids_name, "' [rows, ", model.ids_per_row, "]");
+  }
+  return absl::StrCat("model '", model.name, "' takes ", inputs, ", 1 to ",
+                      model.max_rows, " rows");
+}
+
 absl::Status Invalid(const ModelSignature& model, const std::string& what) {
   return absl::InvalidArgumentError(
-      absl::StrCat(what, " (model '", model.name, "' takes one FP32 input '",
-                   model.input_name, "' of shape [rows, ", model.input_dim,
-                   "], 1 to ", model.max_rows, " rows)"));
+      absl::StrCat(what, " (", Expected(model), ")"));
+}
+
+// The rows of one input of shape [rows, width] (or [width] for one row).
+absl::StatusOr<int64_t> Rows(const ModelSignature& model,
+                             const ModelInferRequest::InferInputTensor& in,
+                             int width) {
+  if (in.shape_size() == 1 && in.shape(0) == width) return 1;
+  if (in.shape_size() == 2 && in.shape(1) == width) {
+    if (in.shape(0) < 1 || in.shape(0) > model.max_rows) {
+      return Invalid(model, absl::StrCat(in.shape(0), " rows"));
+    }
+    return in.shape(0);
+  }
+  return Invalid(model, absl::StrCat("input '", in.name(), "' shape [",
+                                     absl::StrJoin(in.shape(), ", "), "]"));
 }
 
 absl::StatusOr<absl::Duration> TimeoutParameter(
@@ -64,28 +91,16 @@ absl::StatusOr<DecodedRequest> DecodeInferRequest(
   absl::Status s =
       CheckModel(model, request.model_name(), request.model_version());
   if (!s.ok()) return s;
-  if (request.inputs_size() != 1) {
+  const int want = (model.input_dim > 0) + (model.ids_per_row > 0);
+  if (request.inputs_size() != want) {
     return Invalid(model, absl::StrCat("the request has ",
                                        request.inputs_size(), " inputs"));
   }
-  const ModelInferRequest::InferInputTensor& in = request.inputs(0);
-  if (in.name() != model.input_name) {
-    return Invalid(model, absl::StrCat("unknown input '", in.name(), "'"));
-  }
-  if (in.datatype() != "FP32") {
-    return Invalid(model, absl::StrCat("input datatype '", in.datatype(), "'"));
-  }
-  int64_t rows = 0;
-  if (in.shape_size() == 1 && in.shape(0) == model.input_dim) {
-    rows = 1;
-  } else if (in.shape_size() == 2 && in.shape(1) == model.input_dim) {
-    rows = in.shape(0);
-  } else {
-    return Invalid(model, absl::StrCat("input shape [",
-                                       absl::StrJoin(in.shape(), ", "), "]"));
-  }
-  if (rows < 1 || rows > model.max_rows) {
-    return Invalid(model, absl::StrCat(rows, " rows"));
+  const bool raw = request.raw_input_contents_size() > 0;
+  if (raw && request.raw_input_contents_size() != request.inputs_size()) {
+    return Invalid(model, absl::StrCat(request.raw_input_contents_size(),
+                                       " raw_input_contents for ",
+                                       request.inputs_size(), " inputs"));
   }
   for (const auto& out : request.outputs()) {
     if (out.name() != model.output_name) {
@@ -95,38 +110,95 @@ absl::StatusOr<DecodedRequest> DecodeInferRequest(
     }
   }
   DecodedRequest d;
-  d.rows = static_cast<int>(rows);
-  const size_t n = static_cast<size_t>(rows) * model.input_dim;
-  const bool raw = request.raw_input_contents_size() > 0;
-  if (raw && in.has_contents()) {
-    return Invalid(model, "both raw_input_contents and contents are set");
-  }
-  if (raw) {
-    if (request.raw_input_contents_size() != 1 ||
-        request.raw_input_contents(0).size() != n * sizeof(float)) {
-      return Invalid(model, absl::StrCat("raw_input_contents of ",
-                                         request.raw_input_contents(0).size(),
-                                         " bytes for ", n, " FP32 values"));
+  d.raw_output = raw;
+  int64_t rows = -1;
+  bool have_features = false, have_ids = false;
+  for (int k = 0; k < request.inputs_size(); ++k) {
+    const ModelInferRequest::InferInputTensor& in = request.inputs(k);
+    if (raw && in.has_contents()) {
+      return Invalid(model, "both raw_input_contents and contents are set");
     }
-    d.x.resize(n);
-    std::memcpy(d.x.data(), request.raw_input_contents(0).data(),
-                n * sizeof(float));
-    d.raw_output = true;
-  } else {
-    const auto& v = in.contents().fp32_contents();
-    if (static_cast<size_t>(v.size()) != n) {
-      return Invalid(model, absl::StrCat(v.size(), " fp32_contents values for ",
-                                         n, " (the shape's)"));
+    const bool features = model.input_dim > 0 && in.name() == model.input_name;
+    const bool ids = model.ids_per_row > 0 && in.name() == model.ids_name;
+    if ((!features && !ids) || (features && have_features) ||
+        (ids && have_ids)) {
+      return Invalid(model, absl::StrCat("unexpected input '", in.name(), "'"));
     }
-    d.x.assign(v.begin(), v.end());
-  }
-  for (size_t i = 0; i < n; ++i) {
-    if (!std::isfinite(d.x[i])) {
+    const int width = features ? model.input_dim : model.ids_per_row;
+    absl::StatusOr<int64_t> n = Rows(model, in, width);
+    if (!n.ok()) return n.status();
+    if (rows >= 0 && *n != rows) {
       return Invalid(model,
-                     absl::StrCat("value ", i % model.input_dim, " of row ",
-                                  i / model.input_dim, " is not finite"));
+                     absl::StrCat("inputs of ", rows, " and ", *n, " rows"));
+    }
+    rows = *n;
+    const size_t count = static_cast<size_t>(*n) * width;
+    if (features) {
+      have_features = true;
+      if (in.datatype() != "FP32") {
+        return Invalid(model, absl::StrCat("input '", in.name(), "' datatype '",
+                                           in.datatype(), "'"));
+      }
+      if (raw) {
+        if (request.raw_input_contents(k).size() != count * sizeof(float)) {
+          return Invalid(model,
+                         absl::StrCat("raw_input_contents of ",
+                                      request.raw_input_contents(k).size(),
+                                      " bytes for ", count, " FP32 values"));
+        }
+        d.x.resize(count);
+        std::memcpy(d.x.data(), request.raw_input_contents(k).data(),
+                    count * sizeof(float));
+      } else {
+        const auto& v = in.contents().fp32_contents();
+        if (static_cast<size_t>(v.size()) != count) {
+          return Invalid(
+              model, absl::StrCat(v.size(), " fp32_contents values for ", count,
+                                  " (the shape's)"));
+        }
+        d.x.assign(v.begin(), v.end());
+      }
+      for (size_t i = 0; i < count; ++i) {
+        if (!std::isfinite(d.x[i])) {
+          return Invalid(model, absl::StrCat("value ", i % width, " of row ",
+                                             i / width, " is not finite"));
+        }
+      }
+    } else {
+      have_ids = true;
+      const bool u64 = in.datatype() == "UINT64";
+      if (in.datatype() != "INT64" && !u64) {
+        return Invalid(model, absl::StrCat("input '", in.name(), "' datatype '",
+                                           in.datatype(), "'"));
+      }
+      if (raw) {
+        if (request.raw_input_contents(k).size() != count * sizeof(uint64_t)) {
+          return Invalid(model,
+                         absl::StrCat("raw_input_contents of ",
+                                      request.raw_input_contents(k).size(),
+                                      " bytes for ", count, " 64-bit ids"));
+        }
+        d.ids.resize(count);
+        std::memcpy(d.ids.data(), request.raw_input_contents(k).data(),
+                    count * sizeof(uint64_t));
+      } else if (u64) {
+        const auto& v = in.contents().uint64_contents();
+        if (static_cast<size_t>(v.size()) != count) {
+          return Invalid(model, absl::StrCat(v.size(), " uint64_contents for ",
+                                             count, " ids"));
+        }
+        d.ids.assign(v.begin(), v.end());
+      } else {
+        const auto& v = in.contents().int64_contents();
+        if (static_cast<size_t>(v.size()) != count) {
+          return Invalid(model, absl::StrCat(v.size(), " int64_contents for ",
+                                             count, " ids"));
+        }
+        d.ids.assign(v.begin(), v.end());
+      }
     }
   }
+  d.rows = static_cast<int>(rows);
   absl::StatusOr<absl::Duration> timeout =
       TimeoutParameter(request.parameters());
   if (!timeout.ok()) return timeout.status();
@@ -169,11 +241,20 @@ ModelMetadataResponse ModelMetadata(const ModelSignature& model) {
   m.set_name(model.name);
   m.add_versions(model.version);
   m.set_platform(model.platform);
-  auto* in = m.add_inputs();
-  in->set_name(model.input_name);
-  in->set_datatype("FP32");
-  in->add_shape(-1);
-  in->add_shape(model.input_dim);
+  if (model.input_dim > 0) {
+    auto* in = m.add_inputs();
+    in->set_name(model.input_name);
+    in->set_datatype("FP32");
+    in->add_shape(-1);
+    in->add_shape(model.input_dim);
+  }
+  if (model.ids_per_row > 0) {
+    auto* ids = m.add_inputs();
+    ids->set_name(model.ids_name);
+    ids->set_datatype("INT64");
+    ids->add_shape(-1);
+    ids->add_shape(model.ids_per_row);
+  }
   auto* out = m.add_outputs();
   out->set_name(model.output_name);
   out->set_datatype("FP32");
@@ -187,9 +268,9 @@ ModelMetadataResponse ModelMetadata(const ModelSignature& model) {
 namespace {
 
 absl::Status FlattenNumbers(const Value& v,
-                            google::protobuf::RepeatedField<float>* out) {
+                            google::protobuf::RepeatedField<double>* out) {
   if (v.kind_case() == Value::kNumberValue) {
-    out->Add(static_cast<float>(v.number_value()));
+    out->Add(v.number_value());
     return absl::OkStatus();
   }
   if (v.kind_case() == Value::kListValue) {
@@ -312,9 +393,30 @@ absl::StatusOr<ModelInferRequest> InferRequestFromJson(
     if (data == t.fields().end()) {
       return absl::InvalidArgumentError("an input needs 'data'");
     }
-    absl::Status s = FlattenNumbers(
-        data->second, in->mutable_contents()->mutable_fp32_contents());
+    google::protobuf::RepeatedField<double> numbers;
+    absl::Status s = FlattenNumbers(data->second, &numbers);
     if (!s.ok()) return s;
+    if (*datatype == "INT64" || *datatype == "UINT64") {
+      // JSON numbers are doubles: ids up to 2^53 pass exactly.
+      for (double v : numbers) {
+        if (v != std::floor(v) || std::fabs(v) > 9007199254740992.0) {
+          return absl::InvalidArgumentError(
+              "INT64 data must be integers of magnitude up to 2^53 (use "
+              "the gRPC form for larger ids)");
+        }
+        if (*datatype == "INT64") {
+          in->mutable_contents()->add_int64_contents(static_cast<int64_t>(v));
+        } else if (v < 0) {
+          return absl::InvalidArgumentError("UINT64 data must be >= 0");
+        } else {
+          in->mutable_contents()->add_uint64_contents(static_cast<uint64_t>(v));
+        }
+      }
+    } else {
+      for (double v : numbers) {
+        in->mutable_contents()->add_fp32_contents(static_cast<float>(v));
+      }
+    }
   }
   auto outputs = body.fields().find("outputs");
   if (outputs != body.fields().end()) {

@@ -22,8 +22,10 @@ struct ModelSignature {
   std::string name;        // "mlp"
   std::string version;     // "1"
   std::string platform;    // "asyncps_mlp"
-  std::string input_name;  // "input": FP32 [-1, input_dim]
+  std::string input_name;  // "input": FP32 [-1, input_dim] (0: none)
   int input_dim = 0;
+  std::string ids_name;  // "ids": INT64 [-1, ids_per_row] (0: none)
+  int ids_per_row = 0;
   std::string output_name;  // "probabilities": FP32 [-1, output_dim]
   int output_dim = 0;
   int max_rows = 0;  // rows one request may hold
@@ -31,7 +33,8 @@ struct ModelSignature {
 
 // A checked request, ready for Batcher::Submit.
 struct DecodedRequest {
-  std::vector<float> x;  // rows x input_dim
+  std::vector<float> x;       // rows x input_dim
+  std::vector<uint64_t> ids;  // rows x ids_per_row
   int rows = 0;
   bool raw_output = false;  // the input came as raw_input_contents
   // The request's "timeout_ms" parameter, when given (> 0).
@@ -39,10 +42,12 @@ struct DecodedRequest {
 };
 
 // NOT_FOUND for another model or version; INVALID_ARGUMENT (saying what is
-// expected) for anything else that is not exactly one FP32 input of shape
-// [rows, input_dim] (or [input_dim]) with 1 <= rows <= max_rows, its values
-// in contents.fp32_contents or raw_input_contents (not both), all finite,
-// and outputs that name only the model's output.
+// expected) for anything else than the model's inputs, each once, by name:
+// the FP32 features [rows, input_dim] (or [input_dim] for one row) and the
+// INT64 (or UINT64) ids [rows, ids_per_row], of equal rows in [1,
+// max_rows], values in contents or raw_input_contents (one entry per input
+// in order; not both), features finite, and outputs that name only the
+// model's output.
 absl::StatusOr<DecodedRequest> DecodeInferRequest(
     const ModelSignature& model, const inference::ModelInferRequest& request);
 
@@ -63,8 +68,9 @@ absl::Status CheckModel(const ModelSignature& model, const std::string& name,
 
 // REST form. A JSON inference request ({"id", "parameters", "inputs":
 // [{"name", "shape", "datatype", "data"}], "outputs"}; data flat or nested
-// row-major) as a ModelInferRequest; INVALID_ARGUMENT for malformed JSON
-// or fields of the wrong type.
+// row-major; INT64/UINT64 data integers up to 2^53) as a
+// ModelInferRequest; INVALID_ARGUMENT for malformed JSON or fields of the
+// wrong type.
 absl::StatusOr<inference::ModelInferRequest> InferRequestFromJson(
     const std::string& json, const std::string& model_name);
 std::string InferResponseToJson(const inference::ModelInferResponse& response);

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/types/span.h"
 #include "client/ps_client.h"
 #include "proto/asyncps.pb.h"
 
@@ -21,8 +22,9 @@ class ParameterSource {
  public:
   virtual ~ParameterSource() = default;
 
-  // The dense tensors the source holds (slice_elems resolved).
-  virtual absl::StatusOr<std::vector<TensorSpec>> ListTensors() = 0;
+  // The dense tensors (slice_elems resolved) and sparse tables the source
+  // holds.
+  virtual absl::StatusOr<ListTensorsResponse> List() = 0;
 
   // Reads the full tensors named in `outs` into the caller's buffers (each
   // the tensor's num_elems floats); versions[i] receives the updates applied
@@ -32,6 +34,13 @@ class ParameterSource {
   virtual absl::Status Read(
       const std::vector<std::pair<std::string, float*>>& outs,
       std::vector<uint64_t>* versions) = 0;
+
+  // Reads rows `ids` of sparse table `table` (repeats allowed) into out,
+  // ids.size() x the table's dim floats in order, creating none: a row that
+  // does not exist reads as its initial values (TableIds.peek). NOT_FOUND
+  // for an unknown table; errors of the source.
+  virtual absl::Status ReadRows(const std::string& table,
+                                absl::Span<const uint64_t> ids, float* out) = 0;
 
   // "shards a:1,b:2" or "checkpoint DIR (run R)", for logs and status.
   virtual std::string Describe() const = 0;

@@ -36,7 +36,8 @@
 #include "serving/kserve_service.h"
 #include "serving/parameter_source.h"
 #include "serving/rest_endpoint.h"
-#include "serving/served_mlp.h"
+#include "serving/row_cache.h"
+#include "serving/served_model.h"
 #include "serving/serving_status.h"
 #include "serving/snapshot.h"
 
@@ -49,7 +50,11 @@ ABSL_FLAG(std::string, checkpoint_dir, "",
           "Serve the parameters of this checkpoint directory (a finished "
           "run; no shards needed). Excludes --servers.");
 ABSL_FLAG(std::string, model, "mlp",
-          "The model ps_worker trains: mlp (Fashion-MNIST classifier).");
+          "The model ps_worker trains: mlp (Fashion-MNIST classifier) or ctr "
+          "(the click model with embedding tables).");
+ABSL_FLAG(int64_t, row_cache_rows, 100000,
+          "ctr: embedding rows per table kept in the hot-row cache (refreshed "
+          "with every snapshot).");
 ABSL_FLAG(std::string, model_name, "",
           "Name clients use for the model; default = --model.");
 ABSL_FLAG(double, refresh_s, 1.0,
@@ -212,9 +217,13 @@ int Main(int argc, char** argv) {
   }
   absl::StatusOr<Flags> flags = FlagsFromCommandLine();
   if (!flags.ok()) return Fail(std::string(flags.status().message()));
-  if (absl::GetFlag(FLAGS_model) != "mlp") {
-    return Fail(absl::StrCat("--model must be mlp, got '",
+  if (absl::GetFlag(FLAGS_model) != "mlp" &&
+      absl::GetFlag(FLAGS_model) != "ctr") {
+    return Fail(absl::StrCat("--model must be mlp or ctr, got '",
                              absl::GetFlag(FLAGS_model), "'"));
+  }
+  if (absl::GetFlag(FLAGS_row_cache_rows) < 1) {
+    return Fail("--row_cache_rows must be >= 1");
   }
   absl::StatusOr<std::shared_ptr<spdlog::logger>> logger =
       MakeLogger("serve", absl::GetFlag(FLAGS_log_level));
@@ -245,57 +254,44 @@ int Main(int argc, char** argv) {
   // tensors.
   const absl::Time wait_until =
       absl::Now() + absl::Seconds(absl::GetFlag(FLAGS_wait_s));
-  absl::StatusOr<std::vector<int>> layers;
+  const std::string device = absl::GetFlag(FLAGS_device);
+  RowCache rows(source->get(), absl::GetFlag(FLAGS_row_cache_rows));
+  absl::StatusOr<ServedModel> served;
   for (;;) {
-    absl::StatusOr<std::vector<TensorSpec>> specs = (*source)->ListTensors();
-    layers = specs.ok() ? MlpLayersFromSpecs(*specs)
-                        : absl::StatusOr<std::vector<int>>(specs.status());
-    if (layers.ok() || absl::Now() >= wait_until) break;
+    absl::StatusOr<ListTensorsResponse> specs = (*source)->List();
+    served = specs.ok() ? DescribeServedModel(
+                              absl::GetFlag(FLAGS_model), *specs,
+                              flags->batcher.max_batch_rows, device, &rows)
+                        : absl::StatusOr<ServedModel>(specs.status());
+    if (served.ok() || absl::Now() >= wait_until) break;
     struct timespec zero {};
     if (sigtimedwait(&signals, nullptr, &zero) > 0) return 0;
     absl::SleepFor(absl::Milliseconds(200));
   }
-  if (!layers.ok()) {
+  if (!served.ok()) {
     (*logger)->error("cannot read the model from {}: {}", (*source)->Describe(),
-                     layers.status().ToString());
+                     served.status().ToString());
     return 1;
   }
-  std::vector<std::string> names;
-  for (size_t l = 0; l + 1 < layers->size(); ++l) {
-    names.push_back(absl::StrCat("fc", l, "/w"));
-    names.push_back(absl::StrCat("fc", l, "/b"));
-  }
-  SnapshotKeeper snapshots(source->get(), names, flags->refresh, *logger);
+  SnapshotKeeper snapshots(source->get(), served->tensors, flags->refresh,
+                           *logger);
   if (absl::Status s = snapshots.Refresh(); !s.ok()) {
     (*logger)->error("cannot read the first snapshot: {}", s.ToString());
     return 1;
   }
 
-  ModelSignature model;
+  ModelSignature model = served->signature;
   model.name = absl::GetFlag(FLAGS_model_name).empty()
                    ? absl::GetFlag(FLAGS_model)
                    : absl::GetFlag(FLAGS_model_name);
-  model.version = "1";
-  model.platform = "asyncps_mlp";
-  model.input_name = "input";
-  model.input_dim = layers->front();
-  model.output_name = "probabilities";
-  model.output_dim = layers->back();
   model.max_rows = flags->batcher.max_batch_rows;
   flags->batcher.input_dim = model.input_dim;
+  flags->batcher.ids_per_row = model.ids_per_row;
   flags->batcher.output_dim = model.output_dim;
 
   ServingMetrics metrics;
-  const std::string device = absl::GetFlag(FLAGS_device);
-  absl::StatusOr<std::unique_ptr<Batcher>> batcher = Batcher::Create(
-      flags->batcher,
-      [&]() -> absl::StatusOr<std::unique_ptr<BatchRunner>> {
-        absl::StatusOr<std::unique_ptr<MlpRunner>> r =
-            MlpRunner::Create(*layers, flags->batcher.max_batch_rows, device);
-        if (!r.ok()) return r.status();
-        return std::unique_ptr<BatchRunner>(*std::move(r));
-      },
-      &snapshots, &metrics);
+  absl::StatusOr<std::unique_ptr<Batcher>> batcher =
+      Batcher::Create(flags->batcher, served->runners, &snapshots, &metrics);
   if (!batcher.ok()) return Fail(batcher.status().ToString());
   InferenceHandler handler(model, batcher->get(), &snapshots, &metrics);
   ServingStatus status(&handler, batcher->get(), &snapshots, source->get());
@@ -332,10 +328,10 @@ int Main(int argc, char** argv) {
   }
   snapshots.Start();
   (*logger)->info(
-      "serving model '{}' ({} -> {}, layers {}) from {} on {}:{}; batches of "
-      "up to {} rows, timeout {}, {} batch thread(s) on {}",
-      model.name, model.input_dim, model.output_dim, layers->size() - 1,
-      (*source)->Describe(), host, port, flags->batcher.max_batch_rows,
+      "serving model '{}' ({}) from {} on {}:{}; batches of up to {} rows, "
+      "timeout {}, {} batch thread(s) on {}",
+      model.name, served->summary, (*source)->Describe(), host, port,
+      flags->batcher.max_batch_rows,
       flags->batcher.auto_timeout
           ? std::string("auto")
           : absl::FormatDuration(flags->batcher.timeout),

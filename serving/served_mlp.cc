@@ -52,8 +52,8 @@ absl::StatusOr<std::unique_ptr<MlpRunner>> MlpRunner::Create(
       new MlpRunner(*std::move(backend), *std::move(mlp)));
 }
 
-absl::Status MlpRunner::Run(const Snapshot& snapshot, const float* x, int rows,
-                            float* out) {
+absl::Status MlpRunner::Run(const Snapshot& snapshot, const float* x,
+                            const uint64_t* /*ids*/, int rows, float* out) {
   if (loaded_ != snapshot.id) {
     std::vector<const float*> params;
     for (const std::vector<float>& v : snapshot.values)

@@ -31,8 +31,8 @@ class MlpRunner : public BatchRunner {
       const std::vector<int>& layer_sizes, int max_batch,
       const std::string& device);
 
-  absl::Status Run(const Snapshot& snapshot, const float* x, int rows,
-                   float* out) override;
+  absl::Status Run(const Snapshot& snapshot, const float* x,
+                   const uint64_t* ids, int rows, float* out) override;
 
  private:
   MlpRunner(std::unique_ptr<Backend> backend, std::unique_ptr<Mlp> mlp)

@@ -14,11 +14,22 @@ class ShardSource : public ParameterSource {
   ShardSource(std::unique_ptr<PsClient> client, std::string description)
       : client_(std::move(client)), description_(std::move(description)) {}
 
-  absl::StatusOr<std::vector<TensorSpec>> ListTensors() override {
-    absl::StatusOr<ListTensorsResponse> list = client_->ListTensors();
-    if (!list.ok()) return list.status();
-    return std::vector<TensorSpec>(list->tensors().begin(),
-                                   list->tensors().end());
+  absl::StatusOr<ListTensorsResponse> List() override {
+    return client_->ListTensors();
+  }
+
+  absl::Status ReadRows(const std::string& table,
+                        absl::Span<const uint64_t> ids, float* out) override {
+    if (client_->FindTableSpec(table) == nullptr) {
+      absl::Status s = client_->WaitForTensors({table}, absl::Seconds(10));
+      if (!s.ok()) return s;
+    }
+    RowsQuery query;
+    query.table = table;
+    query.ids = ids;
+    query.out = out;
+    query.peek = true;
+    return client_->StartPullRows(0, 0, {query})->Wait();
   }
 
   absl::Status Read(const std::vector<std::pair<std::string, float*>>& outs,

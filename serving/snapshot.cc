@@ -22,12 +22,12 @@ SnapshotKeeper::~SnapshotKeeper() { Stop(); }
 
 absl::Status SnapshotKeeper::Refresh() {
   absl::MutexLock read(&read_mu_);
-  absl::StatusOr<std::vector<TensorSpec>> specs = source_->ListTensors();
+  absl::StatusOr<ListTensorsResponse> specs = source_->List();
   absl::Status s = specs.status();
   auto next = std::make_shared<Snapshot>();
   if (s.ok()) {
     absl::flat_hash_map<std::string, int64_t> elems;
-    for (const TensorSpec& spec : *specs) {
+    for (const TensorSpec& spec : specs->tensors()) {
       int64_t n = 1;
       for (int64_t d : spec.shape()) n *= d;
       elems[spec.name()] = n;

@@ -20,12 +20,17 @@ namespace testing {
 
 class ScalarSource : public ParameterSource {
  public:
-  absl::StatusOr<std::vector<TensorSpec>> ListTensors() override {
+  absl::StatusOr<ListTensorsResponse> List() override {
     if (down.load()) return absl::UnavailableError("source down");
-    TensorSpec spec;
-    spec.set_name("v");
-    spec.add_shape(1);
-    return std::vector<TensorSpec>{spec};
+    ListTensorsResponse list;
+    TensorSpec* spec = list.add_tensors();
+    spec->set_name("v");
+    spec->add_shape(1);
+    return list;
+  }
+  absl::Status ReadRows(const std::string& table, absl::Span<const uint64_t>,
+                        float*) override {
+    return absl::NotFoundError("no table " + table);
   }
   absl::Status Read(const std::vector<std::pair<std::string, float*>>& outs,
                     std::vector<uint64_t>* versions) override {
@@ -46,8 +51,8 @@ class ScalarRunner : public BatchRunner {
   // `gate` (if set) holds every Run until notified.
   explicit ScalarRunner(absl::Notification* gate = nullptr) : gate_(gate) {}
 
-  absl::Status Run(const Snapshot& snapshot, const float* x, int rows,
-                   float* out) override {
+  absl::Status Run(const Snapshot& snapshot, const float* x,
+                   const uint64_t* /*ids*/, int rows, float* out) override {
     if (gate_ != nullptr) gate_->WaitForNotification();
     const float v = snapshot.values[0][0];
     for (int r = 0; r < rows; ++r) {
