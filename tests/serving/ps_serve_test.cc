@@ -28,6 +28,7 @@
 #include "proto/grpc_predict_v2.grpc.pb.h"
 #include "tests/testing/require_ok.h"
 #include "tests/testing/subprocess.h"
+#include "worker/ctr_model.h"
 #include "worker/mlp.h"
 
 namespace asyncps {
@@ -504,6 +505,181 @@ TEST_CASE(
   auto line = offline_http.Get("/status");
   REQUIRE(line);
   REQUIRE(absl::StrContains(line->body, "from checkpoint " + dir));
+}
+
+// The click model: dense weights and embedding tables on the shards, rows
+// read per batch without creating any, from live shards and a checkpoint.
+TEST_CASE("ps_serve serves the click model's embedding rows and weights",
+          "[serving]") {
+  const std::string dir = testing::MakeTmpDir("serve_ctr");
+  auto cluster = StartPsCluster(2, {"--checkpoint_dir=" + dir});
+  REQUIRE_OK(cluster.status());
+  auto worker = Connect(*cluster);
+  REQUIRE_OK(worker->WaitForShards(absl::Seconds(30)));
+  REQUIRE_OK(worker->Register().status());
+  CtrModelConfig config;
+  config.fields = 2;
+  config.dense_features = 2;
+  config.embedding_dim = 3;
+  config.hidden = {4};
+  std::unique_ptr<Backend> backend = MakeCpuBackend();
+  auto model = CtrModel::Create(config, 16, backend.get());
+  REQUIRE_OK(model.status());
+  OptimizerSpec sgd;
+  sgd.set_type(OPT_SGD);
+  sgd.set_learning_rate(1.0f);
+  REQUIRE_OK(worker->CreateTensors(CtrDenseSpecs(**model, sgd, 5)));
+  std::vector<TableSpec> tables;
+  for (int f = 0; f < config.fields; ++f) {
+    TableSpec t;
+    t.set_name(CtrTableName(f));
+    t.set_dim(config.embedding_dim);
+    t.set_init(INIT_UNIFORM);
+    t.set_init_value(0.5f);
+    t.set_seed(f + 1);
+    *t.mutable_optimizer() = sgd;
+    tables.push_back(t);
+  }
+  REQUIRE_OK(worker->CreateTables(tables));
+  // Rows 7 and 9 of field 0 and row 7 of field 1 are trained once.
+  const std::vector<uint64_t> trained0 = {7, 9}, trained1 = {7};
+  const std::vector<float> g0(6, 0.25f), g1(3, -0.5f);
+  std::vector<float> scratch(6);
+  auto pulled = worker->StartPullRows(
+      0, 0, {{CtrTableName(0), trained0, scratch.data()}});
+  REQUIRE_OK(pulled->Wait());
+  auto pulled1 = worker->StartPullRows(
+      0, 0, {{CtrTableName(1), trained1, scratch.data()}});
+  REQUIRE_OK(pulled1->Wait());
+  RowsReadSet read = pulled->read();
+  read.tables[CtrTableName(1)] = pulled1->read().tables.at(CtrTableName(1));
+  REQUIRE_OK(worker
+                 ->StartPushRows(0,
+                                 {{CtrTableName(0), trained0, g0.data()},
+                                  {CtrTableName(1), trained1, g1.data()}},
+                                 read)
+                 ->Wait()
+                 .status());
+
+  // Three rows: trained ids and ids never seen (initial values).
+  const std::vector<uint64_t> ids = {7, 7, 9, 1234, 5555, 7};  // rows x fields
+  const std::vector<float> dense = {0.5f, -1.0f, 2.0f, 0.25f, -0.3f, 0.8f};
+  auto expected = [&]() {
+    std::vector<std::vector<float>> params;
+    std::vector<std::pair<std::string, float*>> outs;
+    const std::vector<std::string> names = {"ctr/fc0/w", "ctr/fc0/b",
+                                            "ctr/fc1/w", "ctr/fc1/b"};
+    for (const ParamInfo& p : (*model)->params()) {
+      params.emplace_back(p.num_elements());
+    }
+    for (size_t i = 0; i < names.size(); ++i) {
+      REQUIRE(names[i] == (*model)->params()[i].name);
+      outs.emplace_back(names[i], params[i].data());
+    }
+    REQUIRE_OK(worker->Pull(1, outs));
+    std::vector<float> emb(2 * 3 * 3);
+    for (int f = 0; f < 2; ++f) {
+      const std::vector<uint64_t> col = {ids[f], ids[2 + f], ids[4 + f]};
+      auto p = worker->StartPullRows(
+          1, 1, {{CtrTableName(f), col, emb.data() + f * 9, /*peek=*/true}});
+      REQUIRE_OK(p->Wait());
+    }
+    std::vector<const float*> ptrs;
+    for (const auto& v : params) ptrs.push_back(v.data());
+    std::vector<float> prob(3);
+    REQUIRE_OK(
+        (*model)->Predict(ptrs, emb.data(), dense.data(), 3, prob.data()));
+    return prob;
+  }();
+  auto request = [&]() {
+    ModelInferRequest r;
+    r.set_model_name("ctr");
+    auto* d = r.add_inputs();
+    d->set_name("dense");
+    d->set_datatype("FP32");
+    d->add_shape(3);
+    d->add_shape(2);
+    d->mutable_contents()->mutable_fp32_contents()->Add(dense.begin(),
+                                                        dense.end());
+    auto* i = r.add_inputs();
+    i->set_name("ids");
+    i->set_datatype("INT64");
+    i->add_shape(3);
+    i->add_shape(2);
+    for (uint64_t id : ids) i->mutable_contents()->add_int64_contents(id);
+    return r;
+  };
+  auto rows_held = [&]() {
+    absl::StatusOr<std::vector<StatusResponse>> st = worker->Status();
+    REQUIRE_OK(st.status());
+    uint64_t n = 0;
+    for (const StatusResponse& s : *st) {
+      for (const TableStatus& t : s.tables()) n += t.rows();
+    }
+    return n;
+  };
+  const uint64_t before = rows_held();
+  REQUIRE(before == 3);
+
+  {
+    ServeProcess serve = StartServe(
+        {"--servers=" + testing::ServerList(*cluster), "--model=ctr"});
+    inference::ModelMetadataRequest meta_request;
+    meta_request.set_name("ctr");
+    inference::ModelMetadataResponse meta;
+    REQUIRE(
+        serve.stub->ModelMetadata(Context().get(), meta_request, &meta).ok());
+    REQUIRE(meta.inputs_size() == 2);
+    REQUIRE(meta.inputs(0).name() == "dense");
+    REQUIRE(meta.inputs(1).name() == "ids");
+    REQUIRE(meta.inputs(1).datatype() == "INT64");
+    REQUIRE(meta.outputs(0).name() == "click_probability");
+    ModelInferResponse response;
+    REQUIRE(Infer(serve, request(), &response).ok());
+    RequireNear(std::vector<float>(
+                    response.outputs(0).contents().fp32_contents().begin(),
+                    response.outputs(0).contents().fp32_contents().end()),
+                expected);
+    // Twice: the second answer comes from the hot-row cache.
+    ModelInferResponse again;
+    REQUIRE(Infer(serve, request(), &again).ok());
+    REQUIRE(again.outputs(0).contents().fp32_contents(1) ==
+            response.outputs(0).contents().fp32_contents(1));
+    REQUIRE(rows_held() == before);  // nothing created by serving
+
+    ModelInferRequest bad = request();
+    bad.mutable_inputs()->RemoveLast();
+    REQUIRE(Infer(serve, bad, &response).error_code() ==
+            grpc::INVALID_ARGUMENT);
+    bad = request();
+    bad.mutable_inputs(1)->set_datatype("FP32");
+    REQUIRE(Infer(serve, bad, &response).error_code() ==
+            grpc::INVALID_ARGUMENT);
+    bad = request();
+    bad.mutable_inputs(1)->set_shape(0, 2);
+    REQUIRE(Infer(serve, bad, &response).error_code() ==
+            grpc::INVALID_ARGUMENT);
+
+    httplib::Client http("127.0.0.1", serve.http_port);
+    auto rest = http.Post(
+        "/v2/models/ctr/infer",
+        R"({"inputs":[{"name":"ids","datatype":"INT64","shape":[3,2],"data":[[7,7],[9,1234],[5555,7]]},)"
+        R"({"name":"dense","datatype":"FP32","shape":[3,2],"data":[0.5,-1,2,0.25,-0.3,0.8]}]})",
+        "application/json");
+    REQUIRE(rest);
+    REQUIRE(rest->status == 200);
+    REQUIRE(absl::StrContains(rest->body, "\"click_probability\""));
+  }
+
+  // From the checkpoint, with no shards.
+  cluster->clear();
+  ServeProcess offline = StartServe({"--checkpoint_dir=" + dir, "--model=ctr"});
+  ModelInferResponse from_checkpoint;
+  REQUIRE(Infer(offline, request(), &from_checkpoint).ok());
+  RequireNear(std::vector<float>(
+                  from_checkpoint.outputs(0).contents().fp32_contents().begin(),
+                  from_checkpoint.outputs(0).contents().fp32_contents().end()),
+              expected);
 }
 
 }  // namespace
