@@ -370,6 +370,12 @@ ParseResult ParseProgramCommandLine(int argc, char** argv,
     }
     parsed.set_by[std::string(a.flag->Name())] = a.source;
   }
+  if (program.flags_only && !scan->positional.empty()) {
+    result.exit_code = Error(
+        program, absl::StrCat("unexpected argument '", scan->positional[0],
+                              "' (", program.name, " takes only flags)"));
+    return result;
+  }
   parsed.positional = std::move(scan->positional);
   parsed.warnings = UnknownVariableWarnings(program, names());
   result.command_line = std::move(parsed);

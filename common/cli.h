@@ -53,6 +53,8 @@ struct ProgramInfo {
   std::string usage;
   // Single-letter aliases of long flags, e.g. {"o", "output"}.
   std::map<std::string, std::string> short_aliases;
+  // A non-flag argument is an error (exit 2, "unexpected argument").
+  bool flags_only = false;
 };
 
 // The outcome of a successful parse.

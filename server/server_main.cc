@@ -353,6 +353,7 @@ int Main(int argc, char** argv) {
   ProgramInfo program;
   program.name = "ps_server";
   program.version = kVersion;
+  program.flags_only = true;
   program.usage =
       "ps_server: one shard of an asyncps parameter-server cluster.\n\n"
       "  ps_server --shard_index=0 --num_shards=2 --port=7000 "
@@ -363,11 +364,6 @@ int Main(int argc, char** argv) {
       "run, or another start failure.";
   const ParseResult parsed = ParseProgramCommandLine(argc, argv, program);
   if (!parsed.command_line.has_value()) return parsed.exit_code;
-  if (!parsed.command_line->positional.empty()) {
-    return Fail(absl::StrCat("unexpected argument '",
-                             parsed.command_line->positional[0],
-                             "' (ps_server takes only flags)"));
-  }
   absl::StatusOr<PsServerOptions> options = OptionsFromFlags();
   if (!options.ok()) return Fail(std::string(options.status().message()));
   for (const std::string& w : parsed.command_line->warnings) {

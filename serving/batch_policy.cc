@@ -7,8 +7,9 @@
 namespace asyncps {
 namespace {
 
-constexpr double kArrivalWeight = 0.02;  // of a new gap in the average
-constexpr double kFitDecay = 0.98;       // of older batches per new one
+constexpr absl::Duration kRateWindow = absl::Milliseconds(100);
+constexpr double kRateWeight = 0.3;  // of a new window's rate
+constexpr double kFitDecay = 0.98;   // of older batches per new one
 constexpr int kCandidates = 40;
 constexpr double kMinCandidateUs = 20;
 constexpr double kMaxCandidateUs = 50000;
@@ -25,14 +26,19 @@ BatchPolicy::BatchPolicy(const BatchPolicyOptions& options)
 void BatchPolicy::RecordArrival(absl::Time now, int rows) {
   if (!options_.automatic) return;
   absl::MutexLock l(&mu_);
-  if (last_arrival_ != absl::InfinitePast()) {
-    const double gap =
-        std::max(0.0, absl::ToDoubleMicroseconds(now - last_arrival_));
-    gap_us_ = gap_us_ == 0 ? gap : gap_us_ + kArrivalWeight * (gap - gap_us_);
-    rows_ += kArrivalWeight * (rows - rows_);
-  }
-  last_arrival_ = now;
-  if (++updates_ % 16 == 0) Recompute();
+  if (window_start_ == absl::InfinitePast()) window_start_ = now;
+  window_rows_ += rows;
+  const absl::Duration elapsed = now - window_start_;
+  if (elapsed < kRateWindow) return;
+  // Rows per second over the window (robust to bursts, which per-request
+  // gaps are not), smoothed over windows.
+  const double rate = window_rows_ / absl::ToDoubleSeconds(elapsed);
+  rows_per_s_ = rows_per_s_ == 0
+                    ? rate
+                    : rows_per_s_ + kRateWeight * (rate - rows_per_s_);
+  window_start_ = now;
+  window_rows_ = 0;
+  Recompute();
 }
 
 void BatchPolicy::RecordBatch(int rows, absl::Duration compute) {
@@ -51,17 +57,35 @@ BatchPolicy::Prediction BatchPolicy::Predict(double t_us, double rows_per_s,
                                              double fixed_us, double per_row_us,
                                              int max_batch_rows, int threads) {
   Prediction p;
-  const double rate_us = rows_per_s / 1e6;  // rows per microsecond
-  const double b = std::min<double>(max_batch_rows, 1 + rate_us * t_us);
+  const double rate = rows_per_s / 1e6;  // rows per microsecond
+  const double k = std::max(1, threads);
+  const double cap = max_batch_rows;
+  const double window_rows = std::min(cap, 1 + rate * t_us);
+  // The batch size where the rows that gather while a request waits (the
+  // window, then its queueing) fill its batch; found by damped iteration.
+  double b = window_rows;
+  for (int i = 0; i < 60; ++i) {
+    const double c = fixed_us + per_row_us * b;
+    const double rho = rate * c / (b * k);
+    double target = cap;
+    if (rho < 1) {
+      const double q = rho / (2 * (1 - rho)) * c;
+      target = std::min(cap, 1 + rate * (t_us + q));
+    }
+    b = 0.5 * b + 0.5 * std::max(window_rows, target);
+  }
   const double c = fixed_us + per_row_us * b;
-  const double rho = rate_us * c / (b * std::max(1, threads));
-  const double window =
-      (t_us + rate_us * t_us * t_us / 2) / (1 + rate_us * t_us);
+  const double rho = rate * c / (b * k);
+  p.rows = b;
   if (rho >= 1) {
     p.mean_us = p.p99_us = std::numeric_limits<double>::infinity();
     return p;
   }
   const double q = rho / (2 * (1 - rho)) * c;
+  // A request that finds the threads idle waits for the window: the first
+  // of a batch all of it, the later ones half on average.
+  const double window =
+      (1 - rho) * t_us * (1 + rate * t_us / 2) / (1 + rate * t_us);
   p.stable = true;
   p.mean_us = window + q + c;
   p.p99_us = t_us + c + 4.6 * q;
@@ -77,7 +101,7 @@ void BatchPolicy::Recompute() {
   } else if (n_ > 0) {
     e.per_row_us = sc_ / std::max(sb_, 1.0);  // all cost per row: no waiting
   }
-  e.rows_per_s = gap_us_ > 0 ? rows_ * 1e6 / gap_us_ : 0;
+  e.rows_per_s = rows_per_s_;
   double best_t = 0;
   if (e.rows_per_s > 0 && e.fixed_us > 0) {
     const double slo_us =
@@ -107,8 +131,9 @@ void BatchPolicy::Recompute() {
     } else if (std::isfinite(any_p99)) {
       best_t = any_t;
     } else {
-      // Overloaded at every wait: full batches as fast as they fill.
-      best_t = (options_.max_batch_rows - 1) * 1e6 / e.rows_per_s;
+      // Overloaded at every wait: the queue fills every batch anyway, and
+      // waiting would only add to it.
+      best_t = 0;
     }
   }
   e.timeout = absl::Microseconds(std::min(best_t, kMaxCandidateUs));

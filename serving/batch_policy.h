@@ -4,17 +4,22 @@
 // How long a batch waits for more requests before it runs.
 //
 // Fixed: the operator's --batch_timeout_us. Auto: chosen continuously from
-// two measurements, the arrival rate (rows per second, a moving average of
-// the gaps between requests) and the batch compute time as a function of
+// two measurements, the arrival rate (rows per second over 100 ms windows,
+// smoothed) and the batch compute time as a function of
 // the batch size, c(b) = a + s * b (a least-squares fit over recent
 // batches, older ones decaying). For a candidate wait T the policy
 // predicts, with k batch threads and batches of at most B rows:
 //
-//   rows per batch   b(T) = min(B, 1 + rate * T)
+//   rows per batch   b(T): the rows that gather while a request waits,
+//                    b = min(B, 1 + rate * (T + q)), at least
+//                    min(B, 1 + rate * T) (solved by iteration: a busy
+//                    thread lets larger batches form, which cost less per
+//                    row, which shortens the queue)
 //   utilization      rho  = rate * c(b) / (b * k)
-//   window wait      w    = (T + rate * T * T / 2) / (1 + rate * T)
-//                           (the first row waits T, later ones T / 2)
 //   queueing         q    = rho / (2 (1 - rho)) * c(b)   (M/D/1)
+//   window wait      w    = (1 - rho) (T + rate T^2 / 2) / (1 + rate T)
+//                           (a request that finds the threads idle: the
+//                           first row waits T, later ones T / 2)
 //   mean latency     L(T) = w + q + c(b)        (infinite when rho >= 1)
 //
 // and picks the candidate (0, and 40 steps from 20 us to 50 ms) with the
@@ -70,6 +75,7 @@ class BatchPolicy {
     double mean_us = 0;
     double p99_us = 0;
     bool stable = false;  // rho < 1
+    double rows = 0;      // the batch size b(T)
   };
   static Prediction Predict(double t_us, double rows_per_s, double fixed_us,
                             double per_row_us, int max_batch_rows, int threads);
@@ -79,14 +85,13 @@ class BatchPolicy {
 
   const BatchPolicyOptions options_;
   mutable absl::Mutex mu_;
-  absl::Time last_arrival_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
-  double gap_us_ ABSL_GUARDED_BY(mu_) = 0;  // moving average
-  double rows_ ABSL_GUARDED_BY(mu_) = 1;    // per request, moving average
+  absl::Time window_start_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
+  int64_t window_rows_ ABSL_GUARDED_BY(mu_) = 0;  // arrived in the window
+  double rows_per_s_ ABSL_GUARDED_BY(mu_) = 0;    // smoothed
   // Decayed sums of the fit c = a + s * b.
   double n_ ABSL_GUARDED_BY(mu_) = 0, sb_ ABSL_GUARDED_BY(mu_) = 0,
             sbb_ ABSL_GUARDED_BY(mu_) = 0, sc_ ABSL_GUARDED_BY(mu_) = 0,
             sbc_ ABSL_GUARDED_BY(mu_) = 0;
-  uint64_t updates_ ABSL_GUARDED_BY(mu_) = 0;
   Estimate estimate_ ABSL_GUARDED_BY(mu_);
 };
 

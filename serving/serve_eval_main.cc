@@ -124,6 +124,7 @@ int Main(int argc, char** argv) {
   ProgramInfo program;
   program.name = "ps_serve_eval";
   program.version = kVersion;
+  program.flags_only = true;
   program.usage =
       "ps_serve_eval: classifies the Fashion-MNIST test set through a\n"
       "serving process and prints the served accuracy.\n\n"

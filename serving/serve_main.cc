@@ -200,6 +200,7 @@ int Main(int argc, char** argv) {
   ProgramInfo program;
   program.name = "ps_serve";
   program.version = kVersion;
+  program.flags_only = true;
   program.usage =
       "ps_serve: answers inference requests (KServe v2 over gRPC and\n"
       "REST) for the model an asyncps cluster trains, with dynamic\n"
@@ -210,11 +211,6 @@ int Main(int argc, char** argv) {
       "be read at start; 2 for bad flags or another start failure.";
   const ParseResult parsed = ParseProgramCommandLine(argc, argv, program);
   if (!parsed.command_line.has_value()) return parsed.exit_code;
-  if (!parsed.command_line->positional.empty()) {
-    return Fail(absl::StrCat("unexpected argument '",
-                             parsed.command_line->positional[0],
-                             "' (ps_serve takes only flags)"));
-  }
   absl::StatusOr<Flags> flags = FlagsFromCommandLine();
   if (!flags.ok()) return Fail(std::string(flags.status().message()));
   if (absl::GetFlag(FLAGS_model) != "mlp" &&

@@ -34,9 +34,18 @@ std::string ServingStatus::Metrics() const {
         static_cast<double>(snapshots_->refresh_failures()));
   Gauge(&out, "asyncps_serve_queue_requests", "gauge",
         "Requests waiting for a batch.", batcher_->queued());
+  const BatchPolicy::Estimate e = batcher_->policy().Current();
   Gauge(&out, "asyncps_serve_batch_timeout_seconds", "gauge",
         "The batch wait in effect (chosen by the policy when auto).",
-        absl::ToDoubleSeconds(batcher_->policy().Timeout()));
+        absl::ToDoubleSeconds(e.timeout));
+  Gauge(&out, "asyncps_serve_arrival_rows_per_second", "gauge",
+        "Measured arrival rate (auto policy).", e.rows_per_s);
+  Gauge(&out, "asyncps_serve_batch_fixed_seconds", "gauge",
+        "Fitted fixed cost of a batch, a in a + s * rows (auto policy).",
+        e.fixed_us / 1e6);
+  Gauge(&out, "asyncps_serve_batch_row_seconds", "gauge",
+        "Fitted cost per row of a batch, s in a + s * rows (auto policy).",
+        e.per_row_us / 1e6);
   return out;
 }
 

@@ -503,6 +503,7 @@ int Main(int argc, char** argv) {
   ProgramInfo program;
   program.name = "ps_worker";
   program.version = kVersion;
+  program.flags_only = true;
   program.usage =
       "ps_worker: trains a Fashion-MNIST MLP (or, with --model=ctr, a click\n"
       "model with sparse embedding tables) against an asyncps cluster.\n\n"
@@ -516,11 +517,6 @@ int Main(int argc, char** argv) {
       "a signal stopped it early, after it drained its pushes and left.";
   const ParseResult parsed = ParseProgramCommandLine(argc, argv, program);
   if (!parsed.command_line.has_value()) return parsed.exit_code;
-  if (!parsed.command_line->positional.empty()) {
-    return Fail(absl::StrCat("unexpected argument '",
-                             parsed.command_line->positional[0],
-                             "' (ps_worker takes only flags)"));
-  }
   absl::StatusOr<TrainerOptions> options = TrainerOptionsFromFlags();
   if (!options.ok()) return Fail(std::string(options.status().message()));
   const std::string model = absl::GetFlag(FLAGS_model);

@@ -9,7 +9,7 @@ namespace asyncps {
 namespace {
 
 // Feeds `policy` batches costing fixed_us + per_row_us * rows for sizes
-// 1..32, and requests of one row every gap_us.
+// 1..32, and requests of one row every gap_us for 2 s.
 void Feed(BatchPolicy* policy, double fixed_us, double per_row_us,
           double gap_us) {
   for (int i = 0; i < 200; ++i) {
@@ -17,7 +17,7 @@ void Feed(BatchPolicy* policy, double fixed_us, double per_row_us,
     policy->RecordBatch(rows, absl::Microseconds(fixed_us + per_row_us * rows));
   }
   absl::Time t = absl::UnixEpoch();
-  for (int i = 0; i < 400; ++i) {
+  for (int i = 0; i < 2e6 / gap_us; ++i) {
     t += absl::Microseconds(gap_us);
     policy->RecordArrival(t, 1);
   }
@@ -32,11 +32,20 @@ TEST_CASE("the latency model", "[batch_policy]") {
   BatchPolicy::Prediction busy = BatchPolicy::Predict(0, 1000, 500, 10, 64, 1);
   REQUIRE(busy.stable);
   REQUIRE(busy.mean_us > 510);
-  // 4000 rows/s one by one cannot keep up; batches of ~5 can.
-  REQUIRE(!BatchPolicy::Predict(0, 4000, 500, 10, 64, 1).stable);
-  REQUIRE(BatchPolicy::Predict(1000, 4000, 500, 10, 64, 1).stable);
-  // Two threads carry twice the load.
-  REQUIRE(BatchPolicy::Predict(0, 2500, 500, 10, 64, 2).stable);
+  // 4000 rows/s at 510 us one by one would not keep up; the rows that
+  // gather while the thread is busy form batches that do.
+  BatchPolicy::Prediction greedy =
+      BatchPolicy::Predict(0, 4000, 500, 10, 64, 1);
+  REQUIRE(greedy.stable);
+  REQUIRE(greedy.rows > 2.5);
+  REQUIRE(greedy.mean_us > busy.mean_us);
+  // Rows costing 300 us each: 4000 rows/s exceed one thread at any batch
+  // size and any wait; two threads carry 6000 rows/s.
+  for (double t : {0.0, 1000.0, 50000.0}) {
+    REQUIRE(!BatchPolicy::Predict(t, 4000, 0, 300, 64, 1).stable);
+  }
+  REQUIRE(BatchPolicy::Predict(0, 6000, 0, 300, 64, 2).stable);
+  REQUIRE(!BatchPolicy::Predict(0, 6000, 0, 300, 64, 1).stable);
 }
 
 TEST_CASE("a fixed wait is the operator's", "[batch_policy]") {
@@ -92,13 +101,21 @@ TEST_CASE("auto keeps the predicted p99 within the objective",
   BatchPolicyOptions o;
   o.automatic = true;
   o.max_batch_rows = 64;
-  o.latency_objective = absl::Milliseconds(8);
-  BatchPolicy policy(o);
-  Feed(&policy, 1000, 5, 200);
-  const double t = absl::ToDoubleMicroseconds(policy.Timeout());
+  BatchPolicy free(o);
+  Feed(&free, 1000, 5, 200);
+  const double t_free = absl::ToDoubleMicroseconds(free.Timeout());
+  const auto unbound = BatchPolicy::Predict(t_free, 5000, 1000, 5, 64, 1);
+  // An objective the mean-optimal wait misses, and longer waits meet.
+  o.latency_objective = absl::Microseconds(4900);
+  REQUIRE(unbound.p99_us > 4900);
+  BatchPolicy bound(o);
+  Feed(&bound, 1000, 5, 200);
+  const double t = absl::ToDoubleMicroseconds(bound.Timeout());
   const auto chosen = BatchPolicy::Predict(t, 5000, 1000, 5, 64, 1);
   REQUIRE(chosen.stable);
-  REQUIRE(chosen.p99_us <= 8000);
+  REQUIRE(chosen.p99_us <= 4900);
+  REQUIRE(t > t_free);
+  REQUIRE(chosen.mean_us >= unbound.mean_us);
 }
 
 }  // namespace

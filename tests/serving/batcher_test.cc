@@ -90,6 +90,15 @@ struct Fixture {
   std::unique_ptr<Batcher> batcher;
 };
 
+// Waits until a batch thread took every queued request.
+void AwaitTaken(Batcher* batcher) {
+  const absl::Time until = absl::Now() + absl::Seconds(10);
+  while (batcher->queued() != 0 && absl::Now() < until) {
+    absl::SleepFor(absl::Milliseconds(1));
+  }
+  REQUIRE(batcher->queued() == 0);
+}
+
 std::vector<float> Rows(int n, float base) {
   std::vector<float> x;
   for (int i = 0; i < n; ++i) {
@@ -154,11 +163,7 @@ TEST_CASE("a full queue refuses at once and its batch-mates are answered",
   Answers answers(4);
   f.batcher->Submit(Rows(1, 0), 1, absl::InfiniteFuture(), answers.Slot(0));
   // The batch thread takes request 0 and blocks in Run.
-  const absl::Time until = absl::Now() + absl::Seconds(10);
-  while (f.batcher->queued() != 0 && absl::Now() < until) {
-    absl::SleepFor(absl::Milliseconds(1));
-  }
-  REQUIRE(f.batcher->queued() == 0);
+  AwaitTaken(f.batcher.get());
   f.batcher->Submit(Rows(1, 1), 1, absl::InfiniteFuture(), answers.Slot(1));
   f.batcher->Submit(Rows(1, 2), 1, absl::InfiniteFuture(), answers.Slot(2));
   f.batcher->Submit(Rows(1, 3), 1, absl::InfiniteFuture(), answers.Slot(3));
@@ -181,10 +186,7 @@ TEST_CASE("an expired request is answered DEADLINE_EXCEEDED, never computed",
   Fixture f(o, &gate);
   Answers answers(3);
   f.batcher->Submit(Rows(2, 0), 2, absl::InfiniteFuture(), answers.Slot(0));
-  const absl::Time until = absl::Now() + absl::Seconds(10);
-  while (f.batcher->queued() != 0 && absl::Now() < until) {
-    absl::SleepFor(absl::Milliseconds(1));
-  }
+  AwaitTaken(f.batcher.get());
   f.batcher->Submit(Rows(5, 1), 5, absl::Now() + absl::Milliseconds(20),
                     answers.Slot(1));
   f.batcher->Submit(Rows(3, 2), 3, absl::InfiniteFuture(), answers.Slot(2));
@@ -214,10 +216,7 @@ TEST_CASE("bad requests, a missing snapshot and a stop are answered alone",
   REQUIRE(answers.Get(1).status().code() == absl::StatusCode::kInvalidArgument);
   REQUIRE(answers.Get(2).status().code() == absl::StatusCode::kInvalidArgument);
   REQUIRE(answers.Get(3).status().code() == absl::StatusCode::kInvalidArgument);
-  const absl::Time until = absl::Now() + absl::Seconds(10);
-  while (f.batcher->queued() != 0 && absl::Now() < until) {
-    absl::SleepFor(absl::Milliseconds(1));
-  }
+  AwaitTaken(f.batcher.get());
   f.batcher->Submit(Rows(1, 9), 1, absl::InfiniteFuture(), answers.Slot(4));
   std::thread release([&] {
     absl::SleepFor(absl::Milliseconds(50));

@@ -9,10 +9,12 @@
 #include <httplib.h>
 #include <signal.h>
 
+#include <atomic>
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <cstring>
 #include <memory>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -505,6 +507,61 @@ TEST_CASE(
   auto line = offline_http.Get("/status");
   REQUIRE(line);
   REQUIRE(absl::StrContains(line->body, "from checkpoint " + dir));
+}
+
+TEST_CASE(
+    "answers streaming while the parameters change name the snapshot "
+    "they were computed with",
+    "[serving]") {
+  auto cluster = StartPsCluster(2);
+  REQUIRE_OK(cluster.status());
+  std::vector<std::vector<float>> values;
+  auto worker = CreateModel(*cluster, &values);
+  ServeProcess serve =
+      StartServe({"--servers=" + testing::ServerList(*cluster),
+                  "--refresh_s=0.01", "--batch_timeout_us=300"});
+  // Push k moves every value by -0.1 * k in total: a snapshot whose version
+  // is 7k (all 7 slices at k pushes) holds exactly initial - 0.1 k.
+  constexpr int64_t kSlices = 7;
+  constexpr int kPushes = 12;
+  std::vector<std::vector<std::vector<float>>> after(kPushes + 1);
+  after[0] = values;
+  std::atomic<bool> pushing{true};
+  std::thread pusher([&] {
+    for (int k = 1; k <= kPushes; ++k) {
+      PushAll(worker.get(), k - 1, 0.1f, &values);
+      after[k] = values;
+      absl::SleepFor(absl::Milliseconds(40));
+    }
+    pushing = false;
+  });
+  const std::vector<float> x = Features(2, 7.0f);
+  std::vector<std::pair<int64_t, std::vector<float>>> answers;
+  while (pushing.load()) {
+    std::vector<std::thread> callers;
+    std::vector<ModelInferResponse> got(4);
+    std::vector<grpc::Status> st(4);
+    for (int c = 0; c < 4; ++c) {
+      callers.emplace_back(
+          [&, c] { st[c] = Infer(serve, Request(x, 2), &got[c]); });
+    }
+    for (std::thread& t : callers) t.join();
+    for (int c = 0; c < 4; ++c) {
+      REQUIRE(st[c].ok());
+      answers.emplace_back(SnapshotVersion(got[c]), Output(got[c]));
+    }
+  }
+  pusher.join();
+  int checked = 0;
+  std::set<int64_t> versions;
+  for (const auto& [version, out] : answers) {
+    versions.insert(version);
+    if (version % kSlices != 0) continue;  // read while a push landed
+    RequireNear(out, Expected(after[version / kSlices], x, 2));
+    ++checked;
+  }
+  REQUIRE(versions.size() >= 3);  // the parameters did change meanwhile
+  REQUIRE(checked >= 10);
 }
 
 // The click model: dense weights and embedding tables on the shards, rows
