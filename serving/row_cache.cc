@@ -76,7 +76,8 @@ absl::Status RowCache::Lookup(uint64_t snapshot_id, const std::string& table,
       if (!s.ok()) return s;
       continue;
     }
-    std::memcpy(out + i * dim, t.values.data() + it->second * size_t{dim},
+    std::memcpy(out + i * dim,
+                t.values.data() + it->second * static_cast<size_t>(dim),
                 dim * sizeof(float));
     t.used[it->second] = true;
   }
