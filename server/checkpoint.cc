@@ -352,7 +352,7 @@ CheckpointImage CaptureCheckpoint(const ShardStore& store,
 
 absl::StatusOr<CheckpointInfo> WriteCheckpoint(const CheckpointImage& image,
                                                absl::string_view dir,
-                                               Clock* clock) {
+                                               Clock* clock, FileSystem* fs) {
   const absl::Time start = clock->Now();
   const std::string path =
       CheckpointPath(dir, image.shard_index, image.num_shards);
@@ -367,7 +367,7 @@ absl::StatusOr<CheckpointInfo> WriteCheckpoint(const CheckpointImage& image,
   info.set_rows(static_cast<uint64_t>(image.rows));
   info.set_pause_ms(absl::ToDoubleMilliseconds(image.pause));
   absl::StatusOr<uint64_t> bytes =
-      WriteRecordFile(path, kCheckpointFormat, image.records);
+      WriteRecordFile(path, kCheckpointFormat, image.records, fs);
   if (!bytes.ok()) return bytes.status();
   info.set_bytes(*bytes);
   info.set_duration_ms(absl::ToDoubleMilliseconds(clock->Now() - start));

@@ -36,6 +36,7 @@
 #include "common/clock.h"
 #include "proto/asyncps.pb.h"
 #include "proto/checkpoint.pb.h"
+#include "server/file_system.h"
 #include "server/record_file.h"
 #include "store/shard_store.h"
 
@@ -75,14 +76,16 @@ CheckpointImage CaptureCheckpoint(const ShardStore& store,
                                   absl::string_view build_version = "",
                                   absl::string_view run_id = "");
 
-// Writes `image` to CheckpointPath(dir, ...) atomically, as described above.
+// Writes `image` to CheckpointPath(dir, ...) atomically, as described above,
+// through `fs` (nullptr = FileSystem::Default(); tests inject faults).
 // Returns what was written: path, capture time, bytes, duration (write
 // only), tensors, slices, workers, slice updates. On error (naming the file)
 // the previous checkpoint is untouched and the .tmp is removed. Concurrent
 // writers to the same `dir` and shard must be serialized by the caller.
 absl::StatusOr<CheckpointInfo> WriteCheckpoint(const CheckpointImage& image,
                                                absl::string_view dir,
-                                               Clock* clock = Clock::Real());
+                                               Clock* clock = Clock::Real(),
+                                               FileSystem* fs = nullptr);
 
 // What a restore loaded besides the store's slices.
 struct RestoredCheckpoint {

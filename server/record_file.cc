@@ -45,15 +45,12 @@ absl::Status IoError(int err, absl::string_view what, absl::string_view path) {
 }
 
 // A file being written: buffered appends, the CRC of everything appended
-// since the header, fsync. Closes (without syncing) on destruction.
+// since the header.
 class OutFile {
  public:
-  OutFile(int fd, std::string path) : fd_(fd), path_(std::move(path)) {}
+  explicit OutFile(WritableFile* file) : file_(file) {}
   OutFile(const OutFile&) = delete;
   OutFile& operator=(const OutFile&) = delete;
-  ~OutFile() {
-    if (fd_ >= 0) ::close(fd_);
-  }
 
   // Appends bytes; `checksummed` ones count towards crc().
   absl::Status Append(absl::string_view data, bool checksummed = true) {
@@ -69,11 +66,12 @@ class OutFile {
       buffer_.append(data.data(), data.size());
       return absl::OkStatus();
     }
-    return WriteAll(data);
+    return file_->Append(data);
   }
 
   absl::Status Flush() {
-    absl::Status s = WriteAll(buffer_);
+    absl::Status s =
+        buffer_.empty() ? absl::OkStatus() : file_->Append(buffer_);
     buffer_.clear();
     return s;
   }
@@ -81,32 +79,16 @@ class OutFile {
   // Flushes, fsyncs and closes.
   absl::Status SyncAndClose() {
     absl::Status s = Flush();
-    if (!s.ok()) return s;
-    if (::fsync(fd_) != 0) return IoError(errno, "fsync", path_);
-    const int fd = fd_;
-    fd_ = -1;
-    if (::close(fd) != 0) return IoError(errno, "close", path_);
-    return absl::OkStatus();
+    if (s.ok()) s = file_->Sync();
+    if (s.ok()) s = file_->Close();
+    return s;
   }
 
   uint32_t crc() const { return crc_; }
   uint64_t bytes() const { return bytes_; }
 
  private:
-  absl::Status WriteAll(absl::string_view data) {
-    while (!data.empty()) {
-      const ssize_t n = ::write(fd_, data.data(), data.size());
-      if (n < 0) {
-        if (errno == EINTR) continue;
-        return IoError(errno, "write", path_);
-      }
-      data.remove_prefix(static_cast<size_t>(n));
-    }
-    return absl::OkStatus();
-  }
-
-  int fd_;
-  const std::string path_;
+  WritableFile* const file_;
   std::string buffer_;
   uint32_t crc_ = 0;
   uint64_t bytes_ = 0;
@@ -235,31 +217,21 @@ std::string ShardFilePath(absl::string_view dir, int shard_index,
   return absl::StrCat(dir, dir.back() == '/' ? "" : "/", file);
 }
 
-absl::Status SyncDir(const std::string& dir) {
-  const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (fd < 0) return IoError(errno, "open directory", dir);
-  const int rc = ::fsync(fd);
-  const int err = errno;
-  ::close(fd);
-  if (rc != 0) return IoError(err, "fsync directory", dir);
-  return absl::OkStatus();
-}
-
 absl::StatusOr<uint64_t> WriteRecordFile(
     const std::string& path, const RecordFileFormat& format,
-    const std::vector<std::string>& records) {
+    const std::vector<std::string>& records, FileSystem* fs) {
   if (format.magic.size() != kMagicBytes) {
     return absl::InternalError(
         absl::StrCat("bad record file magic for ", format.what));
   }
+  if (fs == nullptr) fs = FileSystem::Default();
   const std::string tmp = path + ".tmp";
-  const int fd =
-      ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) return IoError(errno, "create", tmp);
+  absl::StatusOr<std::unique_ptr<WritableFile>> file = fs->NewWritableFile(tmp);
+  if (!file.ok()) return file.status();
   absl::Status s;
   uint64_t bytes = 0;
   {
-    OutFile out(fd, tmp);
+    OutFile out(file->get());
     char header[kHeaderBytes];
     std::memcpy(header, format.magic.data(), kMagicBytes);
     PutU32(format.version, header + kMagicBytes);
@@ -285,14 +257,13 @@ absl::StatusOr<uint64_t> WriteRecordFile(
     if (s.ok()) s = out.SyncAndClose();
     bytes = out.bytes();
   }
-  if (s.ok() && ::rename(tmp.c_str(), path.c_str()) != 0) {
-    s = IoError(errno, absl::StrCat("rename ", tmp, " to"), path);
-  }
+  file->reset();  // closed (without syncing) if the write failed
+  if (s.ok()) s = fs->Rename(tmp, path);
   if (!s.ok()) {
-    ::unlink(tmp.c_str());
+    fs->Remove(tmp).IgnoreError();  // best effort; a .tmp is never read
     return s;
   }
-  s = SyncDir(DirOf(path));
+  s = fs->SyncDir(DirOf(path));
   if (!s.ok()) return s;
   return bytes;
 }

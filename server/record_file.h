@@ -23,6 +23,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "server/file_system.h"
 
 namespace asyncps {
 
@@ -41,13 +42,16 @@ struct RecordFileFormat {
 // floats, 3 x 64 MiB with Adam); a longer one is corruption.
 inline constexpr uint32_t kMaxRecordBytes = 1u << 30;
 
-// Writes `records` to `path` atomically as described above. Returns the
-// bytes written. On error (naming the file) the previous file is untouched
-// and the .tmp removed. Concurrent writers of one path must be serialized by
-// the caller.
+// Writes `records` to `path` atomically as described above, through `fs`
+// (nullptr = FileSystem::Default()). Returns the bytes written. On error
+// (naming the file) the previous file is untouched and the .tmp removed
+// (best effort: a .tmp is never read). An error of the final directory
+// sync comes after the rename: the new file is in place then, but its
+// durability is not known. Concurrent writers of one path must be
+// serialized by the caller.
 absl::StatusOr<uint64_t> WriteRecordFile(
     const std::string& path, const RecordFileFormat& format,
-    const std::vector<std::string>& records);
+    const std::vector<std::string>& records, FileSystem* fs = nullptr);
 
 // What ReadRecordFile saw besides the records.
 struct RecordFileInfo {
@@ -73,9 +77,6 @@ absl::StatusOr<RecordFileInfo> ReadRecordFile(
 // at a file's identity; a full read still has to validate the file.
 absl::StatusOr<std::string> ReadFirstRecord(const std::string& path,
                                             const RecordFileFormat& format);
-
-// fsync of a directory, so that a rename or unlink in it is durable.
-absl::Status SyncDir(const std::string& dir);
 
 // The directory part of `path` ("." when there is none).
 std::string DirOf(const std::string& path);
