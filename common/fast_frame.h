@@ -38,13 +38,6 @@ inline constexpr char kPushStreamMethod[] =
 grpc::ByteBuffer MakeFrame(const google::protobuf::MessageLite& header,
                            const std::vector<grpc::Slice>& payload);
 
-// A slice that refers to `bytes` without copying or owning them: the bytes
-// must stay valid and unchanged until gRPC has released the slice, which
-// for a message being sent is when the write (or the call) completes.
-inline grpc::Slice BorrowedSlice(const void* bytes, size_t n) {
-  return grpc::Slice(bytes, n, grpc::Slice::STATIC_SLICE);
-}
-
 // A plain protobuf message in a ByteBuffer (one slice), and back.
 grpc::ByteBuffer SerializeToByteBuffer(
     const google::protobuf::MessageLite& message);

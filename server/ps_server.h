@@ -84,9 +84,6 @@ class PsServer {
   // host:port as a client on this machine would dial it.
   std::string address() const;
   uint64_t epoch() const { return epoch_; }
-  // host:port as reported in Status and logs (advertise_address, or the
-  // bound address).
-  const std::string& advertised_address() const { return advertised_; }
 
   // The gRPC service name the health service also reports for.
   static constexpr char kServiceName[] = "asyncps.ParameterServer";

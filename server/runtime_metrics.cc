@@ -187,15 +187,6 @@ void RpcMetrics::Handled(absl::string_view method, absl::string_view type,
   Find(method, type)->Handled(code, absl::ToChronoNanoseconds(elapsed));
 }
 
-uint64_t RpcMetrics::HandledCount(absl::string_view method,
-                                  grpc::StatusCode code) const {
-  absl::ReaderMutexLock l(&mu_);
-  auto it = methods_.find(method);
-  const int c = static_cast<int>(code);
-  if (it == methods_.end() || c < 0 || c >= kNumCodes) return 0;
-  return it->second->handled[c].load(std::memory_order_relaxed);
-}
-
 void RpcMetrics::AppendPrometheus(absl::string_view labels,
                                   std::string* out) const {
   std::vector<const Method*> methods;

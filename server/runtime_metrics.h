@@ -58,9 +58,6 @@ class RpcMetrics {
   // sample carries `labels` (already formatted, e.g. `shard="0"`) first.
   void AppendPrometheus(absl::string_view labels, std::string* out) const;
 
-  // For tests: calls handled of `method` with `code` (0 if never seen).
-  uint64_t HandledCount(absl::string_view method, grpc::StatusCode code) const;
-
   // One method's numbers (defined in the .cc; used by the interceptor).
   struct Method;
 
