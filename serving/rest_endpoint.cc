@@ -40,15 +40,18 @@ int HttpStatusOf(const absl::Status& status) {
 
 RestEndpoint::RestEndpoint(InferenceHandler* handler,
                            std::string server_version, int threads,
-                           TextSource metrics, TextSource status)
+                           size_t max_body_bytes, TextSource metrics,
+                           TextSource status)
     : handler_(handler),
       version_(std::move(server_version)),
+      max_body_bytes_(max_body_bytes),
       metrics_(std::move(metrics)),
       status_(std::move(status)),
       listener_("REST", threads,
                 [this](httplib::Server* server) { Routes(server); }) {}
 
 void RestEndpoint::Routes(httplib::Server* server) {
+  server->set_payload_max_length(max_body_bytes_);
   server->Get("/v2/health/live",
               [](const httplib::Request&, httplib::Response& res) {
                 res.set_content("{\"live\":true}", kJson);

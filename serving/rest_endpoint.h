@@ -29,8 +29,11 @@ class RestEndpoint {
 
   // Not owned; must outlive the endpoint. `metrics` renders /metrics,
   // `status` /status. `threads` handle requests (each waits for its batch).
+  // A request body over `max_body_bytes` is refused (413) before it is
+  // read.
   RestEndpoint(InferenceHandler* handler, std::string server_version,
-               int threads, TextSource metrics, TextSource status);
+               int threads, size_t max_body_bytes, TextSource metrics,
+               TextSource status);
 
   absl::StatusOr<int> Start(const std::string& host, int port) {
     return listener_.Start(host, port);
@@ -42,6 +45,7 @@ class RestEndpoint {
 
   InferenceHandler* const handler_;
   const std::string version_;
+  const size_t max_body_bytes_;
   const TextSource metrics_;
   const TextSource status_;
   HttpListener listener_;

@@ -87,8 +87,8 @@ ABSL_FLAG(int, batch_threads, 1,
           "Threads computing batches, each with its own model instance.");
 ABSL_FLAG(std::string, device, "cpu", "Compute backend: cpu, cuda or auto.");
 ABSL_FLAG(int64_t, max_request_bytes, 64 << 20,
-          "Largest gRPC request accepted; larger ones get "
-          "RESOURCE_EXHAUSTED before they are read.");
+          "Largest request accepted: a larger gRPC request gets "
+          "RESOURCE_EXHAUSTED, a larger REST body 413, before it is read.");
 ABSL_FLAG(int64_t, rpc_timeout_ms, 5000,
           "Deadline of one snapshot read from the shards.");
 ABSL_FLAG(double, wait_s, 60,
@@ -311,6 +311,7 @@ int Main(int argc, char** argv) {
   if (absl::GetFlag(FLAGS_http_port) >= 0) {
     rest = std::make_unique<RestEndpoint>(
         &handler, kVersion, absl::GetFlag(FLAGS_http_threads),
+        static_cast<size_t>(absl::GetFlag(FLAGS_max_request_bytes)),
         [&] { return status.Metrics(); }, [&] { return status.Line(); });
     absl::StatusOr<int> http =
         rest->Start(host, absl::GetFlag(FLAGS_http_port));

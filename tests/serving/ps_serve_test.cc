@@ -401,6 +401,11 @@ TEST_CASE("ps_serve answers every KServe v2 RPC, over gRPC and REST",
   REQUIRE(malformed);
   REQUIRE(malformed->status == 400);
   REQUIRE(absl::StrContains(malformed->body, "\"error\""));
+  // A body over --max_request_bytes (65536) is refused before it is read.
+  auto huge = http.Post("/v2/models/mlp/infer", std::string(100000, ' '),
+                        "application/json");
+  REQUIRE(huge);
+  REQUIRE(huge->status == 413);
   auto unknown = http.Post("/v2/models/resnet/infer", body, "application/json");
   REQUIRE(unknown);
   REQUIRE(unknown->status == 404);
