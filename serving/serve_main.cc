@@ -228,6 +228,9 @@ int Main(int argc, char** argv) {
     (*logger)->warn("{}", w);
   }
   RouteGrpcLogs(*logger, spdlog::level::debug);
+  // No Abseil deadlock detection (it costs every gRPC call a lock-graph
+  // update), malloc tuned for large messages.
+  TuneProcess();
 
   // Every thread started from here on inherits the blocked signals; the
   // main thread takes them with sigwait.
