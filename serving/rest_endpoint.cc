@@ -90,7 +90,11 @@ void RestEndpoint::Routes(httplib::Server* server) {
                [this](const httplib::Request& req, httplib::Response& res) {
                  absl::StatusOr<inference::ModelInferRequest> request =
                      InferRequestFromJson(req.body, req.matches[1]);
-                 if (!request.ok()) return SendError(request.status(), res);
+                 if (!request.ok()) {
+                   handler_->metrics()->RecordRequest(request.status(),
+                                                      absl::ZeroDuration());
+                   return SendError(request.status(), res);
+                 }
                  request->set_model_version(req.matches[2]);
                  absl::Notification answered;
                  absl::StatusOr<inference::ModelInferResponse> answer;

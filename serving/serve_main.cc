@@ -59,7 +59,7 @@ ABSL_FLAG(std::string, model_name, "",
           "Name clients use for the model; default = --model.");
 ABSL_FLAG(double, refresh_s, 1.0,
           "Seconds between parameter snapshots read from the shards (0 = "
-          "read once).");
+          "read once; a --checkpoint_dir is read once).");
 ABSL_FLAG(std::string, host, "0.0.0.0", "Address to listen on.");
 ABSL_FLAG(int, port, 0,
           "gRPC port (inference.GRPCInferenceService); 0 picks a free one "
@@ -149,7 +149,10 @@ absl::StatusOr<Flags> FlagsFromCommandLine() {
   if (!(refresh >= 0) || refresh > 86400) {
     return absl::InvalidArgumentError("--refresh_s must be in [0, 86400]");
   }
-  f.refresh = absl::Seconds(refresh);
+  // A checkpoint does not change: read once.
+  f.refresh = absl::GetFlag(FLAGS_checkpoint_dir).empty()
+                  ? absl::Seconds(refresh)
+                  : absl::ZeroDuration();
   if (absl::GetFlag(FLAGS_http_threads) < 1 ||
       absl::GetFlag(FLAGS_http_threads) > 1024) {
     return absl::InvalidArgumentError("--http_threads must be in [1, 1024]");

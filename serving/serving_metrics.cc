@@ -42,6 +42,13 @@ uint64_t Histogram::count() const {
   return n;
 }
 
+double Histogram::Mean() const {
+  absl::MutexLock l(&mu_);
+  uint64_t n = 0;
+  for (uint64_t c : counts_) n += c;
+  return n == 0 ? 0 : sum_ / n;
+}
+
 double Histogram::Quantile(double q) const {
   absl::MutexLock l(&mu_);
   uint64_t total = 0;

@@ -26,6 +26,8 @@ class Histogram {
   // `name`_bucket{le=...}, _sum and _count lines, after HELP and TYPE.
   std::string Render(const std::string& name, const std::string& help) const;
   uint64_t count() const;
+  // The mean of the recorded values (0 when empty).
+  double Mean() const;
   // The value below which `q` of the recorded values fall, interpolated
   // within a bucket (0 when empty).
   double Quantile(double q) const;

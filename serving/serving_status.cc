@@ -73,8 +73,8 @@ std::string ServingStatus::Line() const {
       "; latency p50 ",
       absl::StrFormat("%.2f", m.latency().Quantile(0.5) * 1e3), " ms p99 ",
       absl::StrFormat("%.2f", m.latency().Quantile(0.99) * 1e3),
-      " ms; mean batch ", absl::StrFormat("%.1f", m.batch_rows().Quantile(0.5)),
-      " rows (median)");
+      " ms; mean batch ", absl::StrFormat("%.1f", m.batch_rows().Mean()),
+      " rows");
   return line;
 }
 
