@@ -212,6 +212,14 @@ int Main(int argc, char** argv) {
       "  ps_serve --checkpoint_dir=DIR --port=8001\n\n"
       "Exit status: 0 after SIGINT/SIGTERM; 1 when the parameters could not\n"
       "be read at start; 2 for bad flags or another start failure.";
+  // Every thread started from here on (gRPC's too) inherits the blocked
+  // signals; the main thread takes them with sigwait.
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGINT);
+  sigaddset(&signals, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+
   const ParseResult parsed = ParseProgramCommandLine(argc, argv, program);
   if (!parsed.command_line.has_value()) return parsed.exit_code;
   absl::StatusOr<Flags> flags = FlagsFromCommandLine();
@@ -234,14 +242,6 @@ int Main(int argc, char** argv) {
   // No Abseil deadlock detection (it costs every gRPC call a lock-graph
   // update), malloc tuned for large messages.
   TuneProcess();
-
-  // Every thread started from here on inherits the blocked signals; the
-  // main thread takes them with sigwait.
-  sigset_t signals;
-  sigemptyset(&signals);
-  sigaddset(&signals, SIGINT);
-  sigaddset(&signals, SIGTERM);
-  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
 
   absl::StatusOr<std::unique_ptr<ParameterSource>> source =
       SourceFromFlags(*logger);

@@ -120,16 +120,25 @@ start_serve() {
   await_port "$serve_pid" "$out/serve.port"
 }
 stop_serve() {
-  kill -TERM "$serve_pid"
+  if ! kill -TERM "$serve_pid" 2>/dev/null; then
+    wait "$serve_pid" && rc=0 || rc=$?
+    echo "serving_study.sh: ps_serve ($1) exited early with status $rc; its log:" >&2
+    tail -n 20 "$out/serve_$1.log" >&2
+    exit 1
+  fi
   wait "$serve_pid" || { echo "serving_study.sh: ps_serve failed to stop" >&2; exit 1; }
   pids=()
 }
 
 # load RATE REQUESTS: one CSV row of serve_load.
 load() {
-  "$load_bin" --target="127.0.0.1:$(cat "$out/serve.port")" --rate="$1" \
-    --requests="$2" --connections=16 --deadline_ms=5000 --seed=7 \
-    2>>"$out/load.log"
+  if ! "$load_bin" --target="127.0.0.1:$(cat "$out/serve.port")" --rate="$1" \
+      --requests="$2" --connections=16 --deadline_ms=5000 --seed=7 \
+      2>>"$out/load.log"; then
+    echo "serving_study.sh: serve_load failed; its log:" >&2
+    tail -n 20 "$out/load.log" >&2
+    return 1
+  fi
 }
 
 if [ "$tiny" = 1 ]; then sat_requests=300; seconds=0.25; min_requests=40
@@ -139,8 +148,8 @@ echo "policy,saturation_rps,mean_batch_rows" >"$out/summary.csv"
 best_sat=0
 for p in "${policies[@]}"; do
   start_serve "$p"
-  row=$(load 200000 "$sat_requests")
-  stop_serve
+  row=$(load 200000 "$sat_requests") || exit 1
+  stop_serve "$p"
   sat=$(echo "$row" | cut -d, -f2)
   batch=$(echo "$row" | cut -d, -f10)
   echo "$p,$sat,$batch" >>"$out/summary.csv"
@@ -156,9 +165,10 @@ for p in "${policies[@]}"; do
     rate=$(awk -v s="$best_sat" -v f="$f" 'BEGIN { printf "%.1f", s * f }')
     n=$(awk -v r="$rate" -v t="$seconds" -v m="$min_requests" \
       'BEGIN { n = int(r * t); print (n < m ? m : n) }')
-    echo "$p,$f,$(load "$rate" "$n")" >>"$out/study.csv"
+    row=$(load "$rate" "$n") || exit 1
+    echo "$p,$f,$row" >>"$out/study.csv"
   done
-  stop_serve
+  stop_serve "$p"
 done
 
 # auto against the best fixed wait at every rate, and which fixed waits
