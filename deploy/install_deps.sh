@@ -42,14 +42,33 @@ done
 # kubectl for the offline manifest checks (tests/deploy): Debian's
 # kubernetes-client (8 MB download) unless some kubectl is already there
 # (another package may own /usr/bin/kubectl).
+# node and npm for the strict schema check of the manifests, unless some
+# node is already there.
 if [ "$build_only" = 0 ]; then
   command -v kubectl >/dev/null 2>&1 || missing+=(kubernetes-client)
+  command -v node >/dev/null 2>&1 && command -v npm >/dev/null 2>&1 || missing+=(nodejs npm)
 fi
-[ ${#missing[@]} -eq 0 ] && exit 0
 
 sudo=""
 if [ "$(id -u)" != 0 ]; then sudo="sudo"; fi
-echo "installing: ${missing[*]}"
-export DEBIAN_FRONTEND=noninteractive
-$sudo apt-get update -qq
-$sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "installing: ${missing[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  $sudo apt-get update -qq
+  $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+# The OpenAPI schemas tests/deploy/k8s_schema_test checks the manifests
+# against (npm packages, versions locked in tests/deploy/k8s_schemas), in
+# one system folder; reinstalled only when the lock file changes.
+if [ "$build_only" = 0 ]; then
+  src="$(cd "$(dirname "$0")/../tests/deploy/k8s_schemas" && pwd)"
+  dst=/usr/local/lib/asyncps/k8s-schemas
+  if ! cmp -s "$src/package-lock.json" "$dst/package-lock.json" ||
+      [ ! -d "$dst/node_modules/kubernetes-models" ]; then
+    echo "installing: the Kubernetes schema packages into $dst"
+    $sudo mkdir -p "$dst"
+    $sudo cp "$src/package.json" "$src/package-lock.json" "$dst/"
+    $sudo npm ci --prefix "$dst" --no-audit --no-fund --loglevel=error >/dev/null
+  fi
+fi

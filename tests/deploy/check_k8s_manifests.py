@@ -419,7 +419,17 @@ def main():
     (wctr,) = wpod["containers"]
     check_pod("worker", wpod, wctr, "ps_worker")
     check_worker_job(jspec)
-    worker_env = {e["name"]: e["value"] for e in wctr.get("env", []) if "value" in e}
+    worker_env = {}
+    for e in wctr.get("env", []):
+        if "value" in e:
+            worker_env[e["name"]] = e["value"]
+            continue
+        ref = e.get("valueFrom", {}).get("configMapKeyRef", {})
+        if ref.get("name") != cm["metadata"]["name"] or ref.get("key") not in cm["data"]:
+            problem("worker variable %s reads %r, not a key of ConfigMap %s" %
+                    (e["name"], ref, cm["metadata"]["name"]))
+            continue
+        worker_env[e["name"]] = cm["data"][ref["key"]]
     for name in worker_env:
         if name.startswith("ASYNCPS_") and env_var_flag(name) not in worker_flags:
             problem("%s reaches ps_worker, which has no flag --%s" %
@@ -430,12 +440,15 @@ def main():
                 (jspec.get("completions"), jspec.get("parallelism"), n))
     if worker_env.get("ASYNCPS_WORKER_ID") != "auto":
         problem("workers do not take their id from JOB_COMPLETION_INDEX")
-    want = ",".join("%s-%d.%s:%d" % (sts["metadata"]["name"], i,
-                                     svc["metadata"]["name"], grpc_port)
-                    for i in range(replicas))
-    if worker_env.get("ASYNCPS_SERVERS") != want:
-        problem("ASYNCPS_SERVERS=%r, the shards are %r" %
-                (worker_env.get("ASYNCPS_SERVERS"), want))
+    # The shard list the workers derive ({i} over ASYNCPS_NUM_SHARDS) is the
+    # shards' DNS names.
+    want = ["%s-%d.%s:%d" % (sts["metadata"]["name"], i, svc["metadata"]["name"],
+                             grpc_port) for i in range(replicas)]
+    pattern = worker_env.get("ASYNCPS_SERVERS", "")
+    derived = [pattern.replace("{i}", str(i))
+               for i in range(int(worker_env.get("ASYNCPS_NUM_SHARDS", 0)))]
+    if derived != want or "{i}" not in pattern:
+        problem("workers would dial %r, the shards are %r" % (derived, want))
     if not wpod.get("securityContext", {}).get("runAsNonRoot"):
         problem("worker pods may run as root")
 
