@@ -117,19 +117,9 @@ double SelfCpuSeconds() {
 
 // CPU seconds (user + system) of another process so far.
 double ProcessCpuSeconds(pid_t pid) {
-  std::ifstream in(absl::StrCat("/proc/", pid, "/stat"));
-  std::string line;
-  std::getline(in, line);
-  const size_t close = line.rfind(')');
-  if (close == std::string::npos) return 0;
-  std::vector<std::string> f =
-      absl::StrSplit(line.substr(close + 2), ' ', absl::SkipEmpty());
-  double utime = 0, stime = 0;
-  if (f.size() < 13 || !absl::SimpleAtod(f[11], &utime) ||
-      !absl::SimpleAtod(f[12], &stime)) {
-    return 0;
-  }
-  return (utime + stime) / static_cast<double>(sysconf(_SC_CLK_TCK));
+  absl::StatusOr<testing::ProcessResources> r =
+      testing::ReadProcessResources(pid);
+  return r.ok() ? r->cpu_seconds : 0;
 }
 
 std::vector<int64_t> Ints(const std::string& csv) {

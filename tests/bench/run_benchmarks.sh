@@ -6,8 +6,10 @@
 #                         shards, 1 and 2 client processes
 #   backend_bench.txt     Mlp examples/s and GEMM TFLOP/s (CPU; CUDA if any)
 #   sparse_bench.txt      sparse rows/s pulled and pushed vs the dense path
-# Server logs of push_pull_bench go to OUTDIR/tmp. The four runs are capped
-# at 100 + 200 + 45 + 150 s; a run that hits its cap is reported and the script
+#   scale_bench.txt       latency, shard memory and threads as simulated
+#                         workers grow 4 -> 256 (ASP, SSP), same total load
+# Server logs of push_pull_bench go to OUTDIR/tmp. The five runs are capped
+# at 100 + 200 + 45 + 150 + 300 s; a run that hits its cap is reported and the script
 # goes on. Exits non-zero if the build or any run fails.
 #
 # Usage: tests/bench/run_benchmarks.sh OUTDIR [--skip_build]
@@ -25,7 +27,8 @@ out=$(cd "$out" && pwd)
 
 cd "$(dirname "$0")/../.." || exit 2
 targets=(//tests/bench:apply_bench //tests/bench:push_pull_bench
-         //tests/bench:backend_bench //tests/bench:sparse_bench)
+         //tests/bench:backend_bench //tests/bench:sparse_bench
+         //tests/bench:scale_bench)
 if [[ $skip_build -eq 0 ]]; then
   bazel build -c opt "${targets[@]}" || { echo "build failed" >&2; exit 1; }
 fi
@@ -56,4 +59,5 @@ run push_pull_bench 200 "$bin/tests/bench/push_pull_bench" \
 run backend_bench 45 "$bin/tests/bench/backend_bench" --iters=20 \
     --max_seconds=3
 run sparse_bench 150 "$bin/tests/bench/sparse_bench"
+run scale_bench 300 "$bin/tests/bench/scale_bench"
 exit $failed

@@ -42,18 +42,11 @@ std::unique_ptr<grpc::ClientContext> Context() {
   return ctx;
 }
 
-// The resident memory of a process, in bytes (from /proc/<pid>/status).
+// The resident memory of a process, in bytes (-1 when it is gone).
 int64_t Rss(pid_t pid) {
-  std::ifstream in(absl::StrCat("/proc/", pid, "/status"));
-  std::string key;
-  while (in >> key) {
-    if (key == "VmRSS:") {
-      int64_t kb = 0;
-      in >> kb;
-      return kb * 1024;
-    }
-  }
-  return -1;
+  absl::StatusOr<testing::ProcessResources> r =
+      testing::ReadProcessResources(pid);
+  return r.ok() ? r->rss_bytes : -1;
 }
 
 TensorSpec Dense(const std::string& name, int64_t n) {

@@ -22,6 +22,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 
 namespace asyncps {
@@ -373,6 +374,41 @@ absl::StatusOr<std::string> UnusedLoopbackAddress() {
         absl::StrCat("binding a loopback port: ", std::strerror(err)));
   }
   return absl::StrCat("127.0.0.1:", ntohs(addr.sin_port));
+}
+
+absl::StatusOr<ProcessResources> ReadProcessResources(pid_t pid) {
+  ProcessResources r;
+  std::ifstream status(absl::StrCat("/proc/", pid, "/status"));
+  std::string key;
+  bool rss = false, threads = false;
+  while (status >> key) {
+    if (key == "VmRSS:") {
+      int64_t kb = 0;
+      rss = static_cast<bool>(status >> kb);
+      r.rss_bytes = kb * 1024;
+    } else if (key == "Threads:") {
+      threads = static_cast<bool>(status >> r.threads);
+    }
+  }
+  // /proc/<pid>/stat: fields 14 and 15 (utime, stime, in clock ticks) count
+  // from the one after the parenthesised command name, which may hold
+  // spaces.
+  std::ifstream stat(absl::StrCat("/proc/", pid, "/stat"));
+  std::string line;
+  std::getline(stat, line);
+  const size_t close = line.rfind(')');
+  double utime = 0, stime = 0;
+  std::vector<std::string> f;
+  if (close != std::string::npos && close + 2 <= line.size()) {
+    f = absl::StrSplit(line.substr(close + 2), ' ', absl::SkipEmpty());
+  }
+  if (!rss || !threads || f.size() < 13 || !absl::SimpleAtod(f[11], &utime) ||
+      !absl::SimpleAtod(f[12], &stime)) {
+    return absl::NotFoundError(
+        absl::StrCat("cannot read /proc/", pid, " (process gone?)"));
+  }
+  r.cpu_seconds = (utime + stime) / static_cast<double>(sysconf(_SC_CLK_TCK));
+  return r;
 }
 
 }  // namespace testing

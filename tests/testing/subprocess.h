@@ -8,6 +8,7 @@
 
 #include <sys/types.h>
 
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <string>
@@ -148,6 +149,17 @@ absl::StatusOr<std::vector<ServerProcess>> StartPsCluster(
 
 // "addr0,addr1,..." for --servers flags.
 std::string ServerList(const std::vector<ServerProcess>& servers);
+
+// What a running process holds and has used, from /proc/<pid>/status and
+// /proc/<pid>/stat.
+struct ProcessResources {
+  int64_t rss_bytes = 0;   // VmRSS
+  int threads = 0;         // Threads
+  double cpu_seconds = 0;  // user + system time so far
+};
+
+// NOT_FOUND when the process is gone (or /proc cannot be read).
+absl::StatusOr<ProcessResources> ReadProcessResources(pid_t pid);
 
 }  // namespace testing
 }  // namespace asyncps
