@@ -11,6 +11,7 @@
 #include "common/fast_frame.h"
 #include "common/grpc_status.h"
 #include "common/names.h"
+#include "server/push_transaction.h"
 
 namespace asyncps {
 
@@ -754,68 +755,16 @@ absl::Status PsService::DoPush(const PushRequest& request,
                                absl::Span<const Payload> grads,
                                PushResponse* response,
                                absl::Span<const Payload> rows) {
-  const WorkerRef& ref = request.worker();
-  PushGate::Pass pass(c_.gate, ref.worker_id());
-  if (!c_.workers->IsCurrent(ref)) {
-    // A caller the registry does not know (yet): the push is checked as far
-    // as it can be without it before the caller is registered, so that a
-    // refused push registers nobody. (Known callers skip this: a retried
-    // duplicate is recognised before its payload is looked at.)
-    absl::Status s =
-        c_.store->PreparePush(request, grads, /*allow_future_versions=*/true)
-            .status();
-    if (s.ok()) s = c_.store->tables().CheckPush(request, rows);
-    if (!s.ok()) {
-      c_.stats->RecordBadInput();
-      c_.logger->debug("push from unregistered worker {} refused: {}",
-                       ref.worker_id(), s.ToString());
-      return s;
-    }
-  }
-  // Who is calling, and was this push applied before? Both before the
-  // payload is looked at.
-  absl::StatusOr<WorkerRegistry::PushClaim> claim =
-      c_.workers->BeginPush(ref, request.seq());
-  if (!claim.ok()) {
-    if (absl::IsInvalidArgument(claim.status())) c_.stats->RecordBadInput();
-    return claim.status();
-  }
+  PushTransaction push(c_, request);
+  absl::Status s = push.Prepare(grads, rows);
+  if (!s.ok()) return s;
   const uint64_t bytes = PayloadBytes(grads) + PayloadBytes(rows);
-  if (claim->duplicate()) {
+  if (push.duplicate()) {
     response->set_duplicate(true);
-    c_.stats->RecordPush(bytes, /*duplicate=*/true, *response);
-    return absl::OkStatus();
-  }
-  // Parameters read from an earlier process of this shard were replaced by
-  // a restore: such gradients are refused, whatever their versions say.
-  const bool restored =
-      request.read_epoch() != 0 && request.read_epoch() != c_.epoch;
-  absl::StatusOr<ShardStore::PreparedPush> prepared =
-      c_.store->PreparePush(request, grads, /*allow_future_versions=*/restored);
-  // Sparse rows: validated as a whole, then applied (or refused), before
-  // the slices are; a bad row refuses the whole push.
-  absl::Status s = prepared.status();
-  if (s.ok()) {
-    s = c_.store->tables().Push(request, rows,
-                                restored ? TableStore::PushMode::kRefuseRestored
-                                         : TableStore::PushMode::kApply,
-                                c_.rule, response);
-  }
-  if (!s.ok()) {
-    c_.workers->FinishPush(&*claim, /*applied=*/false);
-    if (!absl::IsResourceExhausted(s)) c_.stats->RecordBadInput();
-    c_.logger->debug("push from worker {} refused: {}", ref.worker_id(),
-                     s.ToString());
-    return s;
-  }
-  if (restored) {
-    c_.store->RefusePush(request, *prepared, REFUSED_RESTORED, response);
   } else {
-    c_.store->ApplyPush(request, grads, *prepared, c_.rule, response);
+    push.Commit(response);
   }
-  // Settled either way: a retry of a refused push gets the same answer.
-  c_.workers->FinishPush(&*claim, /*applied=*/true);
-  c_.stats->RecordPush(bytes, /*duplicate=*/false, *response);
+  c_.stats->RecordPush(bytes, push.duplicate(), *response);
   return absl::OkStatus();
 }
 

@@ -582,13 +582,53 @@ absl::StatusOr<ShardStore::Slice*> ShardStore::FindSlice(
 
 absl::StatusOr<ShardStore::PreparedPush> ShardStore::PreparePush(
     const PushRequest& request, absl::Span<const Payload> grads,
-    bool allow_future_versions) const {
+    absl::Span<const Payload> rows, PushMode mode) {
+  absl::StatusOr<PreparedPush> out = PrepareSlices(request, grads, mode);
+  if (!out.ok()) return out;
+  // Rows after slices: a bad slice is reported before any row is looked at.
+  absl::StatusOr<TableStore::PreparedRows> prepared_rows =
+      tables_->PreparePush(request, rows, mode);
+  if (!prepared_rows.ok()) return prepared_rows.status();
+  out->rows_ = *std::move(prepared_rows);
+  return out;
+}
+
+void ShardStore::CommitPush(PreparedPush* push, const StalenessRule& rule,
+                            PushResponse* response) {
+  if (push->request_ == nullptr) return;  // committed before
+  const PushRequest& request = *push->request_;
+  push->request_ = nullptr;
+  tables_->CommitPush(&push->rows_, rule, response);
+  response->mutable_results()->Reserve(request.grads_size());
+  for (int i = 0; i < request.grads_size(); ++i) {
+    const SliceGradient& g = request.grads(i);
+    SliceResult* result = response->add_results();
+    result->set_tensor(g.tensor());
+    result->set_slice(g.slice());
+    if (push->mode_ == PushMode::kRefuseRestored) {
+      result->set_outcome(REFUSED_RESTORED);
+      result->set_new_version(push->slices_[i]->version());
+      result->set_lr_scale(0);
+    } else {
+      push->slices_[i]->Apply(push->grads_[i], g.read_version(), rule,
+                              push->schedules_[i]->factor(), result);
+    }
+  }
+}
+
+absl::StatusOr<ShardStore::PreparedPush> ShardStore::PrepareSlices(
+    const PushRequest& request, absl::Span<const Payload> grads,
+    PushMode mode) const {
   if (grads.size() != static_cast<size_t>(request.grads_size())) {
     return absl::InternalError(absl::StrCat("push has ", request.grads_size(),
                                             " gradients but ", grads.size(),
                                             " payloads"));
   }
+  const bool allow_future_versions = mode == PushMode::kRefuseRestored;
   PreparedPush out;
+  out.request_ = &request;
+  out.grads_ = grads;
+  out.mode_ = mode;
   out.slices_.reserve(request.grads_size());
   out.schedules_.reserve(request.grads_size());
   absl::ReaderMutexLock l(&mu_);
@@ -635,35 +675,6 @@ absl::StatusOr<ShardStore::PreparedPush> ShardStore::PreparePush(
     out.schedules_.push_back(t->schedule.get());
   }
   return out;
-}
-
-void ShardStore::ApplyPush(const PushRequest& request,
-                           absl::Span<const Payload> grads,
-                           const PreparedPush& push, const StalenessRule& rule,
-                           PushResponse* response) {
-  response->mutable_results()->Reserve(request.grads_size());
-  for (int i = 0; i < request.grads_size(); ++i) {
-    const SliceGradient& g = request.grads(i);
-    SliceResult* result = response->add_results();
-    result->set_tensor(g.tensor());
-    result->set_slice(g.slice());
-    push.slices_[i]->Apply(grads[i], g.read_version(), rule,
-                           push.schedules_[i]->factor(), result);
-  }
-}
-
-void ShardStore::RefusePush(const PushRequest& request,
-                            const PreparedPush& push, SliceOutcome outcome,
-                            PushResponse* response) const {
-  for (int i = 0; i < request.grads_size(); ++i) {
-    const SliceGradient& g = request.grads(i);
-    SliceResult* result = response->add_results();
-    result->set_tensor(g.tensor());
-    result->set_slice(g.slice());
-    result->set_outcome(outcome);
-    result->set_new_version(push.slices_[i]->version());
-    result->set_lr_scale(0);
-  }
 }
 
 absl::Status ShardStore::Export(

@@ -115,30 +115,37 @@ class ShardStore {
   // The same, copying each slice into `response` (SliceData.values).
   absl::Status Pull(const PullRequest& request, PullResponse* response) const;
 
+  // A push in two phases, slices and rows together: PreparePush checks
+  // all of it and takes what applying needs (the slices, the rows, the new
+  // rows' memory); CommitPush then applies it and cannot fail. A prepared
+  // push that is dropped uncommitted changed nothing. The caller holds the
+  // checkpoint gate across both (server/push_transaction.h does).
+
   // Checks a push without changing anything: known tensors, slice indices
   // that exist and live on this shard, no slice twice, payload lengths equal
   // to the slice sizes in the payload's wire type, read versions not in the
-  // future (unless `allow_future_versions`: parameters read from a shard
-  // process whose state was since replaced), all values finite. grads[i] is
-  // the payload of request.grads(i) (the fast path carries it outside the
-  // message). REQUIRES: grads.size() == request.grads_size().
-  absl::StatusOr<PreparedPush> PreparePush(
-      const PushRequest& request, absl::Span<const Payload> grads,
-      bool allow_future_versions = false) const;
+  // future (unless kRefuseRestored: parameters read from a shard process
+  // whose state was since replaced), all values finite; then the rows as
+  // TableStore::PreparePush (which also reserves the new rows' memory:
+  // RESOURCE_EXHAUSTED). grads[i] is the payload of request.grads(i), rows[k]
+  // of request.rows(k) (the fast path carries them outside the message).
+  // The result refers to `request` and the payloads, which must outlive it.
+  // REQUIRES: grads.size() == request.grads_size(), rows.size() ==
+  // request.rows_size().
+  absl::StatusOr<PreparedPush> PreparePush(const PushRequest& request,
+                                           absl::Span<const Payload> grads,
+                                           absl::Span<const Payload> rows,
+                                           PushMode mode);
 
-  // Applies a prepared push slice by slice under each slice's lock: a slice
-  // whose staleness exceeds the rule is refused, the others are applied
-  // (with the learning rate scaled if the rule says so) and their versions
-  // bumped. One SliceResult per gradient, in order, is appended to response.
-  // REQUIRES: `push` was prepared from (request, grads).
-  void ApplyPush(const PushRequest& request, absl::Span<const Payload> grads,
-                 const PreparedPush& push, const StalenessRule& rule,
-                 PushResponse* response);
-
-  // Applies nothing: appends one SliceResult per gradient with `outcome`
-  // and each slice's current version. REQUIRES: as ApplyPush.
-  void RefusePush(const PushRequest& request, const PreparedPush& push,
-                  SliceOutcome outcome, PushResponse* response) const;
+  // kApply: applies the rows, then the slices one by one under each
+  // slice's lock: a slice whose staleness exceeds the rule is refused, the
+  // others are applied (with the learning rate scaled if the rule says so)
+  // and their versions bumped. kRefuseRestored: applies nothing and
+  // answers every slice and row REFUSED_RESTORED. Appends one SliceResult
+  // per gradient, in order, and one RowsResult per table. A prepared push
+  // is committed at most once.
+  void CommitPush(PreparedPush* push, const StalenessRule& rule,
+                  PushResponse* response);
 
   // The payloads of a protobuf push: float32 views of each SliceGradient.grad.
   static std::vector<Payload> PayloadsOf(const PushRequest& request);
@@ -216,6 +223,10 @@ class ShardStore {
   // The slice of a push gradient, or why it is not one of this shard's.
   absl::StatusOr<Slice*> FindSlice(const Tensor* t,
                                    const SliceGradient& g) const;
+  // The slices part of PreparePush (its rows_ left empty).
+  absl::StatusOr<PreparedPush> PrepareSlices(const PushRequest& request,
+                                             absl::Span<const Payload> grads,
+                                             PushMode mode) const;
 
   const ShardStoreOptions options_;
 
@@ -233,16 +244,20 @@ class ShardStore {
   std::unique_ptr<TableStore> tables_;
 };
 
-// The slices a push touches, in request order, as checked by PreparePush.
-// Opaque outside the store; valid for the life of the store.
+// A push checked by PreparePush: the slices it touches, in request order,
+// and its prepared rows. Opaque outside the store. Move-only.
 class ShardStore::PreparedPush {
  public:
   size_t size() const { return slices_.size(); }
 
  private:
   friend class ShardStore;
+  const PushRequest* request_ = nullptr;  // null once committed
+  absl::Span<const Payload> grads_;
+  PushMode mode_ = PushMode::kApply;
   std::vector<Slice*> slices_;
   std::vector<const LrSchedule*> schedules_;  // of each slice's tensor
+  TableStore::PreparedRows rows_;
 };
 
 }  // namespace asyncps

@@ -310,38 +310,65 @@ absl::Status TableStore::DecodePush(
   return absl::OkStatus();
 }
 
-absl::Status TableStore::CheckPush(const PushRequest& request,
-                                   absl::Span<const Payload> grads) const {
-  std::vector<SparseTable*> tables;
-  std::vector<std::vector<float>> decoded;
-  return DecodePush(request, grads, &tables, &decoded);
+TableStore::PreparedRows::PreparedRows(PreparedRows&& other) noexcept {
+  *this = std::move(other);
 }
 
-absl::Status TableStore::Push(const PushRequest& request,
-                              absl::Span<const Payload> grads, PushMode mode,
-                              const StalenessRule& rule,
-                              PushResponse* response) {
-  const int n = request.rows_size();
-  // Sizes and values, then (under the eviction lock) versions and memory.
-  std::vector<SparseTable*> tables;
-  std::vector<std::vector<float>> decoded;
-  absl::Status checked = DecodePush(request, grads, &tables, &decoded);
-  if (!checked.ok() || n == 0) return checked;
+TableStore::PreparedRows& TableStore::PreparedRows::operator=(
+    PreparedRows&& other) noexcept {
+  if (this == &other) return *this;
+  Release();
+  store_ = other.store_;
+  request_ = other.request_;
+  mode_ = other.mode_;
+  evict_mu_ = std::exchange(other.evict_mu_, nullptr);
+  tables_ = std::move(other.tables_);
+  decoded_ = std::move(other.decoded_);
+  batches_ = std::move(other.batches_);
+  reserved_ = std::exchange(other.reserved_, 0);
+  return *this;
+}
 
-  absl::ReaderMutexLock evict(&evict_mu_);
+TableStore::PreparedRows::~PreparedRows() { Release(); }
+
+void TableStore::PreparedRows::Release() ABSL_NO_THREAD_SAFETY_ANALYSIS {
+  if (reserved_ > 0) store_->options_.release(reserved_);
+  reserved_ = 0;
+  if (evict_mu_ != nullptr) evict_mu_->ReaderUnlock();
+  evict_mu_ = nullptr;
+}
+
+absl::StatusOr<TableStore::PreparedRows> TableStore::PreparePush(
+    const PushRequest& request, absl::Span<const Payload> grads,
+    PushMode mode) ABSL_NO_THREAD_SAFETY_ANALYSIS {
+  const int n = request.rows_size();
+  PreparedRows out;
+  // Sizes and values, then (under the eviction lock) versions and memory.
+  absl::Status checked =
+      DecodePush(request, grads, &out.tables_, &out.decoded_);
+  if (!checked.ok()) return checked;
+  if (n == 0) return out;
+  out.store_ = this;
+  out.request_ = &request;
+  out.mode_ = mode;
+  // Held by `out` from here on: released when it is committed or dropped,
+  // also on the error returns below.
+  evict_mu_.ReaderLock();
+  out.evict_mu_ = &evict_mu_;
   // Read versions from the future are bad input where rows cannot have
   // been evicted since they were read.
   const bool check_future =
       mode == PushMode::kApply && options_.row_ttl_steps == 0;
-  std::vector<SparseTable::Batch> batches(n);
+  out.batches_.resize(n);
   std::vector<uint64_t> versions;
   uint64_t missing_bytes = 0, missing_rows = 0;
   for (int k = 0; k < n; ++k) {
     const RowsGradient& g = request.rows(k);
-    SparseTable* t = tables[k];
+    SparseTable* t = out.tables_[k];
     const bool future = check_future && g.read_versions_size() > 0;
     if (future) versions.assign(g.ids_size(), 0);
-    t->Find(IdSpan(g.ids()), &batches[k], future ? versions.data() : nullptr);
+    t->Find(IdSpan(g.ids()), &out.batches_[k],
+            future ? versions.data() : nullptr);
     if (future) {
       for (int i = 0; i < g.ids_size(); ++i) {
         if (g.read_versions(i) > versions[i]) {
@@ -352,35 +379,39 @@ absl::Status TableStore::Push(const PushRequest& request,
         }
       }
     }
-    missing_rows += batches[k].missing;
-    missing_bytes += batches[k].missing * t->row_bytes();
+    missing_rows += out.batches_[k].missing;
+    missing_bytes += out.batches_[k].missing * t->row_bytes();
   }
-
-  if (mode == PushMode::kRefuseRestored) {
-    for (int k = 0; k < n; ++k) {
-      const RowsGradient& g = request.rows(k);
-      RowsResult* r = response->add_row_results();
-      r->set_table(g.table());
-      absl::flat_hash_set<uint64_t> distinct(g.ids().begin(), g.ids().end());
-      r->set_refused_restored(distinct.size());
-    }
-    return absl::OkStatus();
+  if (mode == PushMode::kApply && missing_bytes > 0) {
+    absl::Status s = options_.reserve(
+        missing_bytes, NewRowsWhat(missing_rows, out.tables_, out.batches_));
+    if (!s.ok()) return s;
+    out.reserved_ = missing_bytes;
   }
+  return out;
+}
 
-  Reservation reservation(options_);
-  absl::Status s = reservation.Take(missing_bytes,
-                                    NewRowsWhat(missing_rows, tables, batches));
-  if (!s.ok()) return s;
-  const int64_t clock = request.worker().clock();
+void TableStore::CommitPush(PreparedRows* rows, const StalenessRule& rule,
+                            PushResponse* response) {
+  if (rows->request_ == nullptr) return;  // no rows, or committed
+  const PushRequest& request = *rows->request_;
+  rows->request_ = nullptr;
+  const int n = request.rows_size();
   for (int k = 0; k < n; ++k) {
     const RowsGradient& g = request.rows(k);
-    SparseTable* t = tables[k];
-    const SparseTable::PushCounts c =
-        t->Apply(IdSpan(g.ids()), &batches[k], IdSpan(g.read_versions()),
-                 decoded[k].data(), rule, clock);
-    reservation.Keep(c.created * t->row_bytes());
     RowsResult* r = response->add_row_results();
     r->set_table(g.table());
+    if (rows->mode_ == PushMode::kRefuseRestored) {
+      absl::flat_hash_set<uint64_t> distinct(g.ids().begin(), g.ids().end());
+      r->set_refused_restored(distinct.size());
+      continue;
+    }
+    SparseTable* t = rows->tables_[k];
+    const SparseTable::PushCounts c =
+        t->Apply(IdSpan(g.ids()), &rows->batches_[k], IdSpan(g.read_versions()),
+                 rows->decoded_[k].data(), rule, request.worker().clock());
+    // The created rows' bytes now belong to them.
+    rows->reserved_ -= std::min(rows->reserved_, c.created * t->row_bytes());
     r->set_applied(c.applied);
     r->set_refused_stale(c.refused_stale);
     r->set_refused_restored(c.refused_restored);
@@ -389,7 +420,7 @@ absl::Status TableStore::Push(const PushRequest& request,
     r->set_scaled(c.scaled);
     r->set_rows_created(c.created);
   }
-  return absl::OkStatus();
+  rows->Release();
 }
 
 uint64_t TableStore::EvictIdle(int64_t clock) {

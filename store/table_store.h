@@ -38,6 +38,15 @@ struct TableStoreOptions {
   std::function<void(uint64_t bytes)> release;
 };
 
+// How a push's slices and rows are applied.
+enum class PushMode {
+  kApply,
+  // Validated (read versions may be from the future), then every slice and
+  // row refused as REFUSED_RESTORED: the push was read before the shard
+  // restarted.
+  kRefuseRestored,
+};
+
 // The sparse embedding tables of one shard (store/sparse_table.h) and the
 // rows parts of pull and push requests (proto/asyncps.proto, "rows"): the
 // same all-or-nothing validation as dense slices, rows created on first
@@ -54,14 +63,8 @@ class TableStore {
   // Gives the bytes back unless committed. Move-only.
   class Staged;
 
-  // How a push is applied.
-  enum class PushMode {
-    kApply,
-    // Validated (read versions may be from the future), then every row
-    // refused as REFUSED_RESTORED: the push was read before the shard
-    // restarted.
-    kRefuseRestored,
-  };
+  // A validated rows push, ready to commit (see PreparePush).
+  class PreparedRows;
 
   explicit TableStore(TableStoreOptions options);
   ~TableStore();
@@ -111,22 +114,30 @@ class TableStore {
                     PullResponse* response,
                     absl::FunctionRef<char*(int k, size_t bytes)> buffer);
 
+  // ---- Row pushes, in two phases (ShardStore::PreparePush and CommitPush
+  // run them together with the push's dense slices).
+
   // Validates request.rows (grads[k] is the payload of request.rows(k)) as
   // a whole: known tables (NOT_FOUND), no table twice, ids (see CheckIds),
   // read_versions empty or one per id, payload size ids x dim in its wire
   // type, finite values, read versions not newer than the rows (unless
-  // kRefuseRestored, or rows may be evicted), the new rows' memory
-  // (RESOURCE_EXHAUSTED). Nothing changes unless all passes; then applies
-  // (or refuses) the rows and appends one RowsResult per table.
-  // REQUIRES: grads.size() == request.rows_size().
-  absl::Status Push(const PushRequest& request, absl::Span<const Payload> grads,
-                    PushMode mode, const StalenessRule& rule,
-                    PushResponse* response);
+  // kRefuseRestored, or rows may be evicted), and, unless kRefuseRestored,
+  // reserves the memory of the rows the push will create
+  // (RESOURCE_EXHAUSTED when they do not fit). Changes nothing else. The
+  // result holds the shared eviction lock, so the rows it found stay
+  // where they are until it is committed or destroyed; it refers to
+  // `request`, which must outlive it. REQUIRES: grads.size() ==
+  // request.rows_size().
+  absl::StatusOr<PreparedRows> PreparePush(const PushRequest& request,
+                                           absl::Span<const Payload> grads,
+                                           PushMode mode);
 
-  // The checks of Push that need no row: known tables, ids, read_versions
-  // count, payload sizes, finite values. Changes nothing.
-  absl::Status CheckPush(const PushRequest& request,
-                         absl::Span<const Payload> grads) const;
+  // Applies the prepared rows (kApply: rows created, stale ones refused by
+  // `rule`) or refuses every one (kRefuseRestored), appends one RowsResult
+  // per table, and lets go of the eviction lock and of the memory not
+  // used. Cannot fail. A PreparedRows is committed at most once.
+  void CommitPush(PreparedRows* rows, const StalenessRule& rule,
+                  PushResponse* response);
 
   // The payloads of a protobuf push: float32 views of RowsGradient.grad.
   static std::vector<Payload> PayloadsOf(const PushRequest& request);
@@ -213,6 +224,33 @@ class TableStore::Staged {
   std::vector<TableSpec> specs_;
   std::vector<std::unique_ptr<SparseTable>> fresh_;
   uint64_t reserved_ = 0;  // bytes of fresh_, given back unless committed
+};
+
+class TableStore::PreparedRows {
+ public:
+  // A push without rows: nothing to apply, no lock held.
+  PreparedRows() = default;
+  PreparedRows(PreparedRows&& other) noexcept;
+  PreparedRows& operator=(PreparedRows&& other) noexcept;
+  // Uncommitted: nothing was changed; the reserved memory goes back.
+  ~PreparedRows();
+
+  bool empty() const { return tables_.empty(); }
+
+ private:
+  friend class TableStore;
+  // Lets go of the eviction lock and of the reserved bytes still unused.
+  void Release();
+
+  TableStore* store_ = nullptr;
+  const PushRequest* request_ = nullptr;
+  PushMode mode_ = PushMode::kApply;
+  // Held shared while set: the rows in batches_ stay valid.
+  absl::Mutex* evict_mu_ = nullptr;
+  std::vector<SparseTable*> tables_;         // of request_->rows(k)
+  std::vector<std::vector<float>> decoded_;  // float32 gradients
+  std::vector<SparseTable::Batch> batches_;  // the rows found
+  uint64_t reserved_ = 0;  // bytes of the rows to create, not yet used
 };
 
 }  // namespace asyncps

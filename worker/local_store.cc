@@ -107,10 +107,10 @@ class LocalStore : public ParameterStore {
       }
     }
     absl::StatusOr<ShardStore::PreparedPush> prepared =
-        store_->PreparePush(req, payloads);
+        store_->PreparePush(req, payloads, /*rows=*/{}, PushMode::kApply);
     if (!prepared.ok()) return std::make_unique<DonePush>(prepared.status());
     PushResponse resp;
-    store_->ApplyPush(req, payloads, *prepared, StalenessRule{}, &resp);
+    store_->CommitPush(&*prepared, StalenessRule{}, &resp);
     PushSummary summary;
     uint64_t sum = 0;
     for (const SliceResult& r : resp.results()) {

@@ -142,11 +142,12 @@ class LocalRowStore : public RowStore {
       r->set_grad(std::string(reinterpret_cast<const char*>(g.grads),
                               g.ids.size() * table->dim() * sizeof(float)));
     }
+    const std::vector<Payload> rows = TableStore::PayloadsOf(req);
+    absl::StatusOr<ShardStore::PreparedPush> prepared =
+        store_->PreparePush(req, /*grads=*/{}, rows, PushMode::kApply);
+    if (!prepared.ok()) return std::make_unique<DonePush>(prepared.status());
     PushResponse resp;
-    absl::Status s = store_->tables().Push(req, TableStore::PayloadsOf(req),
-                                           TableStore::PushMode::kApply,
-                                           StalenessRule(), &resp);
-    if (!s.ok()) return std::make_unique<DonePush>(s);
+    store_->CommitPush(&*prepared, StalenessRule(), &resp);
     PushSummary summary;
     for (const RowsResult& r : resp.row_results()) {
       summary.applied += r.applied();

@@ -340,14 +340,15 @@ int Main() {
           const Clock::time_point v0 = Clock::now();
           const std::vector<Payload> grads = ShardStore::PayloadsOf(pushes[k]);
           absl::StatusOr<ShardStore::PreparedPush> prepared =
-              store->PreparePush(pushes[k], grads);
+              store->PreparePush(pushes[k], grads, /*rows=*/{},
+                                 PushMode::kApply);
           if (t == 0) validate_s += Seconds(v0, Clock::now());
           if (!prepared.ok()) {
             failed = true;
             return;
           }
           PushResponse response;
-          store->ApplyPush(pushes[k], grads, *prepared, rule, &response);
+          store->CommitPush(&*prepared, rule, &response);
         }
       };
       for (int threads : thread_counts) {

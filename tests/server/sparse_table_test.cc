@@ -12,6 +12,7 @@
 #include "common/sharding.h"
 #include "store/shard_store.h"
 #include "tests/testing/require_ok.h"
+#include "tests/testing/store_helpers.h"
 #include "tests/testing/table_helpers.h"
 
 namespace asyncps {
@@ -436,9 +437,8 @@ TEST_CASE("bad row input is refused and changes nothing",
       g->set_grad(std::string(16, '\0'));
     }
     PushResponse resp;
-    REQUIRE(absl::IsInvalidArgument(store->tables().Push(
-        req, TableStore::PayloadsOf(req), TableStore::PushMode::kApply,
-        StalenessRule(), &resp)));
+    REQUIRE(absl::IsInvalidArgument(
+        testing::ApplyPush(store.get(), req, StalenessRule(), &resp)));
   }
   // Pulls: unknown table, no ids, another shard's row.
   REQUIRE(absl::IsNotFound(PullRows(store.get(), "nope", ids).status()));
@@ -487,7 +487,7 @@ TEST_CASE("rows staler than the bound are refused; inverse scaling",
   // A push read before a restart is refused whole, and may name versions
   // the rows do not have.
   r = PushRows(store.get(), "emb", {1, 1, 2}, {1.0f, 1.0f, 1.0f}, {99, 99, 0},
-               StalenessRule(), 0, TableStore::PushMode::kRefuseRestored);
+               StalenessRule(), 0, PushMode::kRefuseRestored);
   REQUIRE_OK(r.status());
   REQUIRE(r->refused_restored() == 2);
   REQUIRE(PullRows(store.get(), "emb", {1})->versions[0] == 4);

@@ -13,15 +13,17 @@
 namespace asyncps {
 namespace testing {
 
-// Prepares and applies a protobuf push (payloads in SliceGradient.grad).
+// Prepares and commits a protobuf push (payloads in SliceGradient.grad and
+// RowsGradient.grad).
 inline absl::Status ApplyPush(ShardStore* store, const PushRequest& request,
-                              const StalenessRule& rule,
-                              PushResponse* response) {
+                              const StalenessRule& rule, PushResponse* response,
+                              PushMode mode = PushMode::kApply) {
   const std::vector<Payload> grads = ShardStore::PayloadsOf(request);
+  const std::vector<Payload> rows = TableStore::PayloadsOf(request);
   absl::StatusOr<ShardStore::PreparedPush> prepared =
-      store->PreparePush(request, grads);
+      store->PreparePush(request, grads, rows, mode);
   if (!prepared.ok()) return prepared.status();
-  store->ApplyPush(request, grads, *prepared, rule, response);
+  store->CommitPush(&*prepared, rule, response);
   return absl::OkStatus();
 }
 

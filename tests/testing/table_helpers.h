@@ -13,6 +13,7 @@
 #include "absl/status/statusor.h"
 #include "common/sharding.h"
 #include "store/shard_store.h"
+#include "tests/testing/store_helpers.h"
 
 namespace asyncps {
 namespace testing {
@@ -86,7 +87,7 @@ inline absl::StatusOr<RowsResult> PushRows(
     const std::vector<uint64_t>& ids, const std::vector<float>& grads,
     const std::vector<uint64_t>& read_versions = {},
     const StalenessRule& rule = StalenessRule(), int64_t clock = 0,
-    TableStore::PushMode mode = TableStore::PushMode::kApply) {
+    PushMode mode = PushMode::kApply) {
   PushRequest req;
   req.mutable_worker()->set_clock(clock);
   RowsGradient* g = req.add_rows();
@@ -96,8 +97,7 @@ inline absl::StatusOr<RowsResult> PushRows(
   g->set_grad(std::string(reinterpret_cast<const char*>(grads.data()),
                           grads.size() * sizeof(float)));
   PushResponse resp;
-  absl::Status s =
-      store->tables().Push(req, TableStore::PayloadsOf(req), mode, rule, &resp);
+  absl::Status s = ApplyPush(store, req, rule, &resp, mode);
   if (!s.ok()) return s;
   return resp.row_results(0);
 }

@@ -1,0 +1,86 @@
+#include "server/push_transaction.h"
+
+#include <utility>
+
+#include "absl/status/statusor.h"
+
+namespace asyncps {
+
+PushTransaction::PushTransaction(const ServiceContext& context,
+                                 const PushRequest& request)
+    : c_(context),
+      request_(request),
+      pass_(context.gate, request.worker().worker_id()) {}
+
+PushTransaction::~PushTransaction() {
+  // Dropped before Commit: the prepared push (if any) goes back untouched
+  // (its rows' memory and the eviction lock first, so that a retry waiting
+  // for this seq finds them free), then the seq may be tried again.
+  prepared_.reset();
+  if (claim_.has_value() && !committed_) {
+    c_.workers->FinishPush(&*claim_, /*applied=*/false);
+  }
+}
+
+absl::Status PushTransaction::Prepare(absl::Span<const Payload> grads,
+                                      absl::Span<const Payload> rows) {
+  const WorkerRef& ref = request_.worker();
+  if (!c_.workers->IsCurrent(ref)) {
+    // A caller the registry does not know (yet): the push is checked as far
+    // as it can be without it before the caller is registered, so that a
+    // refused push registers nobody. (Known callers skip this: a retried
+    // duplicate is recognised before its payload is looked at.) Checked as
+    // a restored push would be: read versions may be from the future, no
+    // memory is reserved.
+    absl::Status s =
+        c_.store->PreparePush(request_, grads, rows, PushMode::kRefuseRestored)
+            .status();
+    if (!s.ok()) {
+      c_.stats->RecordBadInput();
+      c_.logger->debug("push from unregistered worker {} refused: {}",
+                       ref.worker_id(), s.ToString());
+      return s;
+    }
+  }
+  // Who is calling, and was this push applied before? Both before the
+  // payload is looked at.
+  absl::StatusOr<WorkerRegistry::PushClaim> claim =
+      c_.workers->BeginPush(ref, request_.seq());
+  if (!claim.ok()) {
+    if (absl::IsInvalidArgument(claim.status())) c_.stats->RecordBadInput();
+    return claim.status();
+  }
+  claim_ = *std::move(claim);
+  if (claim_->duplicate()) return absl::OkStatus();
+  // Parameters read from an earlier process of this shard were replaced by
+  // a restore: such gradients are refused, whatever their versions say.
+  const bool restored =
+      request_.read_epoch() != 0 && request_.read_epoch() != c_.epoch;
+  absl::StatusOr<ShardStore::PreparedPush> prepared = c_.store->PreparePush(
+      request_, grads, rows,
+      restored ? PushMode::kRefuseRestored : PushMode::kApply);
+  if (!prepared.ok()) {
+    if (!absl::IsResourceExhausted(prepared.status()))
+      c_.stats->RecordBadInput();
+    c_.logger->debug("push from worker {} refused: {}", ref.worker_id(),
+                     prepared.status().ToString());
+    return prepared.status();
+  }
+  prepared_ = *std::move(prepared);
+  return absl::OkStatus();
+}
+
+bool PushTransaction::duplicate() const {
+  return claim_.has_value() && claim_->duplicate();
+}
+
+void PushTransaction::Commit(PushResponse* response) {
+  if (committed_ || !prepared_.has_value()) return;
+  committed_ = true;
+  c_.store->CommitPush(&*prepared_, c_.rule, response);
+  // Settled either way (applied or refused as restored): a retry gets the
+  // same answer.
+  c_.workers->FinishPush(&*claim_, /*applied=*/true);
+}
+
+}  // namespace asyncps

@@ -1,0 +1,80 @@
+#ifndef ASYNCPS_SERVER_PUSH_TRANSACTION_H_
+#define ASYNCPS_SERVER_PUSH_TRANSACTION_H_
+
+#include <optional>
+
+#include "absl/status/status.h"
+#include "absl/types/span.h"
+#include "common/payload.h"
+#include "proto/asyncps.pb.h"
+#include "server/push_gate.h"
+#include "server/service_context.h"
+#include "server/worker_registry.h"
+#include "store/shard_store.h"
+
+namespace asyncps {
+
+// One push on a shard, from its first check to its effect, as a type that
+// keeps the push's safety rules:
+//   - at most one apply per (worker, incarnation, seq): the sequence number
+//     is claimed before the payload is looked at, and a retry that comes
+//     while its original is being applied waits for it, then is a
+//     duplicate;
+//   - checkpoints see whole pushes: the checkpoint gate is held from the
+//     first check until the push is committed or dropped;
+//   - nothing can fail after anything was applied: every check (slices,
+//     rows, the new rows' memory) happens in Prepare, and Commit cannot
+//     fail;
+//   - a push that fails before Commit leaves nothing applied, and its seq
+//     is given back (a retry may try again).
+//
+//   PushTransaction push(context, request);       // takes the gate
+//   absl::Status s = push.Prepare(grads, rows);  // claims the seq, checks
+//   if (!s.ok()) return s;                        // dropped: nothing applied
+//   if (!push.duplicate()) push.Commit(response); // applies, settles the seq
+//
+// Bad input is counted (ShardStats::RecordBadInput) and logged by Prepare.
+// Thread-compatible; one per push, on the calling thread.
+class PushTransaction {
+ public:
+  // Holds the checkpoint gate until destroyed. `context` and `request`
+  // must outlive the transaction.
+  PushTransaction(const ServiceContext& context, const PushRequest& request);
+  // Not committed: gives the claimed seq back (nothing was applied).
+  ~PushTransaction();
+  PushTransaction(const PushTransaction&) = delete;
+  PushTransaction& operator=(const PushTransaction&) = delete;
+
+  // grads[i] is the payload of request.grads(i), rows[k] of
+  // request.rows(k); they must outlive the transaction. A caller the
+  // registry does not know is checked first, so that a refused push
+  // registers nobody; then the caller is admitted and the seq claimed
+  // (FAILED_PRECONDITION for a replaced incarnation, INVALID_ARGUMENT for
+  // seq 0); a duplicate is ready at once (nothing to check); otherwise the
+  // whole push is prepared (ShardStore::PreparePush: NOT_FOUND,
+  // INVALID_ARGUMENT, RESOURCE_EXHAUSTED). Called once.
+  absl::Status Prepare(absl::Span<const Payload> grads,
+                       absl::Span<const Payload> rows);
+
+  // After Prepare returned OK: the push was applied before; acknowledge it,
+  // apply nothing.
+  bool duplicate() const;
+
+  // After Prepare returned OK on a push that is not a duplicate: applies it
+  // (or, when it was read from an earlier process of this shard, refuses
+  // every slice and row as REFUSED_RESTORED), fills `response`, settles the
+  // seq and moves the worker's clock. Cannot fail. Called once.
+  void Commit(PushResponse* response);
+
+ private:
+  const ServiceContext& c_;
+  const PushRequest& request_;
+  PushGate::Pass pass_;
+  std::optional<WorkerRegistry::PushClaim> claim_;
+  std::optional<ShardStore::PreparedPush> prepared_;
+  bool committed_ = false;
+};
+
+}  // namespace asyncps
+
+#endif  // ASYNCPS_SERVER_PUSH_TRANSACTION_H_

@@ -1,0 +1,48 @@
+#ifndef ASYNCPS_SERVER_SERVICE_CONTEXT_H_
+#define ASYNCPS_SERVER_SERVICE_CONTEXT_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "common/clock.h"
+#include "proto/asyncps.pb.h"
+#include "server/checkpointer.h"
+#include "server/push_gate.h"
+#include "server/shard_stats.h"
+#include "server/spec_file.h"
+#include "server/worker_registry.h"
+#include "spdlog/spdlog.h"
+#include "store/shard_store.h"
+#include "store/staleness_rule.h"
+
+namespace asyncps {
+
+// What the service works on and reports about itself. Pointers are not
+// owned and must outlive the service.
+struct ServiceContext {
+  int shard_index = 0;
+  int num_shards = 1;
+  std::string build_version;
+  StalenessPolicy policy;
+  StalenessRule rule;
+  uint64_t max_parameter_bytes = 0;  // for Status
+  // This process's epoch (see PullResponse.shard_epoch); nonzero.
+  uint64_t epoch = 1;
+  CheckpointInfo restored_from;  // empty when none
+  ShardStore* store = nullptr;
+  WorkerRegistry* workers = nullptr;
+  ShardStats* stats = nullptr;
+  PushGate* gate = nullptr;
+  Checkpointer* checkpointer = nullptr;  // null when checkpoints are off
+  // Makes created tensors durable before CreateTensor answers; null when
+  // checkpoints are off.
+  SpecJournal* specs = nullptr;
+  std::string run_id;  // the shard's run; heartbeats of other runs refused
+  Clock* clock = Clock::Real();
+  std::shared_ptr<spdlog::logger> logger;
+};
+
+}  // namespace asyncps
+
+#endif  // ASYNCPS_SERVER_SERVICE_CONTEXT_H_
