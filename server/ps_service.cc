@@ -7,6 +7,7 @@
 #include <utility>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/functional/function_ref.h"
 #include "absl/strings/str_cat.h"
 #include "common/fast_frame.h"
 #include "common/grpc_status.h"
@@ -59,6 +60,30 @@ void SetCallStatus(const absl::Status& s, CallStatus* out) {
   out->set_message(std::string(s.message()));
 }
 
+// One payload per gradient message (SliceGradient or RowsGradient) of a
+// PushStream frame, read from `reader` in order: out[i] gets
+// gradients(i).grad_bytes() bytes of `dtype`. `in_message` is the error for
+// a gradient carried in its message instead, `what(g)` names g in errors.
+template <typename Gradient>
+absl::Status ReadPayloads(
+    const google::protobuf::RepeatedPtrField<Gradient>& gradients,
+    WireDtype dtype, absl::string_view in_message,
+    absl::FunctionRef<std::string(const Gradient&)> what, FrameReader* reader,
+    std::vector<Payload>* out) {
+  out->resize(gradients.size());
+  for (int i = 0; i < gradients.size(); ++i) {
+    const Gradient& g = gradients.Get(i);
+    (*out)[i].set_dtype(dtype);
+    absl::Status s = g.grad().empty() ? reader->Next(g.grad_bytes(), &(*out)[i])
+                                      : absl::InvalidArgumentError(in_message);
+    if (!s.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          what(g), " (grad_bytes ", g.grad_bytes(), "): ", s.message()));
+    }
+  }
+  return absl::OkStatus();
+}
+
 // The gradients of a PushStream frame, after its header: grads[i] gets
 // request.grads(i).grad_bytes() bytes, then rows[k] gets
 // request.rows(k).grad_bytes(); nothing may be left over.
@@ -69,38 +94,25 @@ absl::Status ReadFrameGradients(const PushRequest& request, FrameReader* reader,
     return absl::InvalidArgumentError(
         absl::StrCat("unknown wire_dtype ", request.wire_dtype()));
   }
-  grads->resize(request.grads_size());
-  for (int i = 0; i < request.grads_size(); ++i) {
-    const SliceGradient& g = request.grads(i);
-    (*grads)[i].set_dtype(request.wire_dtype());
-    absl::Status s =
-        g.grad().empty()
-            ? reader->Next(g.grad_bytes(), &(*grads)[i])
-            : absl::InvalidArgumentError(
-                  "PushStream carries gradients after the header, not in "
-                  "SliceGradient.grad");
-    if (!s.ok()) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "slice ", g.slice(), " of tensor ", QuoteName(g.tensor()),
-          " (grad_bytes ", g.grad_bytes(), "): ", s.message()));
-    }
-  }
-  rows->resize(request.rows_size());
-  for (int k = 0; k < request.rows_size(); ++k) {
-    const RowsGradient& g = request.rows(k);
-    (*rows)[k].set_dtype(request.wire_dtype());
-    absl::Status s =
-        g.grad().empty()
-            ? reader->Next(g.grad_bytes(), &(*rows)[k])
-            : absl::InvalidArgumentError(
-                  "PushStream carries row gradients after the header, not in "
-                  "RowsGradient.grad");
-    if (!s.ok()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("rows of table ", QuoteName(g.table()), " (grad_bytes ",
-                       g.grad_bytes(), "): ", s.message()));
-    }
-  }
+  absl::Status s = ReadPayloads<SliceGradient>(
+      request.grads(), request.wire_dtype(),
+      "PushStream carries gradients after the header, not in "
+      "SliceGradient.grad",
+      [](const SliceGradient& g) {
+        return absl::StrCat("slice ", g.slice(), " of tensor ",
+                            QuoteName(g.tensor()));
+      },
+      reader, grads);
+  if (!s.ok()) return s;
+  s = ReadPayloads<RowsGradient>(
+      request.rows(), request.wire_dtype(),
+      "PushStream carries row gradients after the header, not in "
+      "RowsGradient.grad",
+      [](const RowsGradient& g) {
+        return absl::StrCat("rows of table ", QuoteName(g.table()));
+      },
+      reader, rows);
+  if (!s.ok()) return s;
   if (reader->remaining() != 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("frame: ", reader->remaining(),
