@@ -625,16 +625,10 @@ struct PsClient::PullShard {
   uint64_t epoch = 0;
 };
 
-PsClient::PendingPull::~PendingPull() {
-  if (!waited_) Wait().IgnoreError();
-}
+PsClient::PendingPull::~PendingPull() = default;
 
-absl::Status PsClient::PendingPull::Wait() {
-  if (waited_) return status_;
-  waited_ = true;
-  if (!status_.ok() || fanout_ == nullptr) return status_;
-  status_ = fanout_->Wait();
-  if (!status_.ok()) return status_;
+absl::Status PsClient::PendingPull::Finish(absl::Status s) {
+  if (!s.ok()) return s;
   for (const auto& ps : shards_) {
     read_.epochs[ps->shard] = ps->epoch;
     for (const auto& [name, list] : ps->versions) {
@@ -642,7 +636,7 @@ absl::Status PsClient::PendingPull::Wait() {
       for (const auto& [slice, version] : list) v[slice] = version;
     }
   }
-  return status_;
+  return s;
 }
 
 std::unique_ptr<PsClient::PendingPull> PsClient::StartPull(
@@ -656,29 +650,34 @@ std::unique_ptr<PsClient::PendingPull> PsClient::StartPull(
   for (const auto& [name, buffer] : outs) {
     const TensorState* t = FindTensor(name);
     if (t == nullptr) {
-      p->status_ = absl::NotFoundError(
+      p->call_.Fail(absl::NotFoundError(
           absl::StrCat("Pull: unknown tensor ", QuoteName(name),
-                       " (create it or wait for it before pulling)"));
+                       " (create it or wait for it before pulling)")));
       return p;
     }
     if (buffer == nullptr) {
-      p->status_ = absl::InvalidArgumentError(
-          absl::StrCat("Pull: null buffer for tensor ", QuoteName(name)));
+      p->call_.Fail(absl::InvalidArgumentError(
+          absl::StrCat("Pull: null buffer for tensor ", QuoteName(name))));
       return p;
     }
     if (!wanted.try_emplace(name, t, buffer).second) {
-      p->status_ = absl::InvalidArgumentError(
-          absl::StrCat("Pull: tensor ", QuoteName(name), " requested twice"));
+      p->call_.Fail(absl::InvalidArgumentError(
+          absl::StrCat("Pull: tensor ", QuoteName(name), " requested twice")));
       return p;
     }
     p->read_.versions[name].assign(t->layout.num_slices(), 0);
   }
   if (for_clock < clock) {
-    p->status_ = absl::InvalidArgumentError(absl::StrCat(
-        "Pull: for_clock ", for_clock, " is behind the clock ", clock));
+    p->call_.Fail(absl::InvalidArgumentError(absl::StrCat(
+        "Pull: for_clock ", for_clock, " is behind the clock ", clock)));
     return p;
   }
-  if (outs.empty()) return p;
+  PendingPull* raw_pull = p.get();
+  auto finish = [raw_pull](absl::Status s) { return raw_pull->Finish(s); };
+  if (outs.empty()) {
+    p->call_.Start(nullptr, finish);
+    return p;
+  }
 
   const uint32_t connection = next_connection_++;
   std::vector<FanOut::Call> calls;
@@ -714,8 +713,9 @@ std::unique_ptr<PsClient::PendingPull> PsClient::StartPull(
     calls.push_back(std::move(call));
     p->shards_.push_back(std::move(ps));
   }
-  p->fanout_ = std::make_unique<FanOut>(Env(), "Pull", WaitPolicy());
-  p->fanout_->Start(std::move(calls));
+  auto fanout = std::make_unique<FanOut>(Env(), "Pull", WaitPolicy());
+  fanout->Start(std::move(calls));
+  p->call_.Start(std::move(fanout), finish);
   return p;
 }
 
@@ -832,18 +832,9 @@ struct PsClient::Borrowed {
   }
 };
 
-PsClient::PendingPush::~PendingPush() {
-  if (!waited_) Wait().IgnoreError();
-}
+PsClient::PendingPush::~PendingPush() = default;
 
-absl::StatusOr<PushSummary> PsClient::PendingPush::Wait() {
-  if (waited_) return result_;
-  waited_ = true;
-  if (!status_.ok()) {
-    result_ = status_;
-    return result_;
-  }
-  absl::Status s = fanout_ != nullptr ? fanout_->Wait() : absl::OkStatus();
+absl::StatusOr<PushSummary> PsClient::PendingPush::Finish(absl::Status s) {
   PushSummary summary;
   uint64_t staleness_sum = 0;
   int64_t results = 0;
@@ -896,16 +887,12 @@ absl::StatusOr<PushSummary> PsClient::PendingPush::Wait() {
     borrowed_->mu.Await(
         absl::Condition(&Borrowed::AllReleased, borrowed_.get()));
   }
-  if (!s.ok()) {
-    result_ = s;
-    return result_;
-  }
+  if (!s.ok()) return s;
   if (results > 0) {
     summary.mean_staleness =
         static_cast<double>(staleness_sum) / static_cast<double>(results);
   }
-  result_ = summary;
-  return result_;
+  return summary;
 }
 
 std::unique_ptr<PsClient::PendingPush> PsClient::StartPush(
@@ -913,34 +900,36 @@ std::unique_ptr<PsClient::PendingPush> PsClient::StartPush(
     const std::vector<std::pair<std::string, const float*>>& grads,
     const ReadSet& read) {
   std::unique_ptr<PendingPush> p(new PendingPush());
-  p->status_ = CheckNotReader("Push");
-  if (!p->status_.ok()) return p;
+  if (absl::Status s = CheckNotReader("Push"); !s.ok()) {
+    p->call_.Fail(s);
+    return p;
+  }
   std::vector<const TensorState*> states;
   absl::flat_hash_set<std::string> seen;
   int64_t total_elems = 0;
   for (const auto& [name, buffer] : grads) {
     const TensorState* t = FindTensor(name);
     if (t == nullptr) {
-      p->status_ = absl::NotFoundError(
+      p->call_.Fail(absl::NotFoundError(
           absl::StrCat("Push: unknown tensor ", QuoteName(name),
-                       " (create it or wait for it before pushing)"));
+                       " (create it or wait for it before pushing)")));
       return p;
     }
     if (buffer == nullptr) {
-      p->status_ = absl::InvalidArgumentError(absl::StrCat(
-          "Push: null gradient buffer for tensor ", QuoteName(name)));
+      p->call_.Fail(absl::InvalidArgumentError(absl::StrCat(
+          "Push: null gradient buffer for tensor ", QuoteName(name))));
       return p;
     }
     if (!seen.insert(name).second) {
-      p->status_ = absl::InvalidArgumentError(
-          absl::StrCat("Push: tensor ", QuoteName(name), " given twice"));
+      p->call_.Fail(absl::InvalidArgumentError(
+          absl::StrCat("Push: tensor ", QuoteName(name), " given twice")));
       return p;
     }
     if (!AllFinite(reinterpret_cast<const char*>(buffer),
                    static_cast<size_t>(t->layout.num_elems()), WIRE_F32)) {
-      p->status_ = absl::InvalidArgumentError(
+      p->call_.Fail(absl::InvalidArgumentError(
           absl::StrCat("Push: the gradient of tensor ", QuoteName(name),
-                       " contains NaN or Inf; nothing was sent"));
+                       " contains NaN or Inf; nothing was sent")));
       return p;
     }
     states.push_back(t);
@@ -1038,8 +1027,11 @@ std::unique_ptr<PsClient::PendingPush> PsClient::StartPush(
   }
   // The frames hold the only references to the payload slices now.
   payloads.clear();
-  p->fanout_ = std::make_unique<FanOut>(Env(), "Push", CallPolicy());
-  p->fanout_->Start(std::move(calls));
+  auto fanout = std::make_unique<FanOut>(Env(), "Push", CallPolicy());
+  fanout->Start(std::move(calls));
+  PendingPush* raw_call = p.get();
+  p->call_.Start(std::move(fanout),
+                 [raw_call](absl::Status s) { return raw_call->Finish(s); });
   return p;
 }
 

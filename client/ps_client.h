@@ -19,6 +19,7 @@
 #include "absl/time/time.h"
 #include "absl/types/span.h"
 #include "client/fanout.h"
+#include "client/pending_call.h"
 #include "common/clock.h"
 #include "common/fast_frame.h"
 #include "common/security.h"
@@ -405,44 +406,43 @@ class PsClient {
 // failed); the destructor waits too.
 class PsClient::PendingPull {
  public:
-  ~PendingPull();
+  ~PendingPull();  // waits
   // OK once every buffer holds the tensors' values.
-  absl::Status Wait();
+  absl::Status Wait() { return call_.Wait(); }
   // What was read (valid after Wait returned OK).
   const ReadSet& read() const { return read_; }
 
  private:
   friend class PsClient;
   PendingPull() = default;
+  // The read set (after every attempt ended OK).
+  absl::Status Finish(absl::Status s);
 
-  absl::Status status_;  // an argument error, found before sending
-  std::unique_ptr<FanOut> fanout_;
   ReadSet read_;
-  bool waited_ = false;
   // Per shard: the request sent and where the answer goes; owned here
   // because attempts refer to them.
   std::vector<std::unique_ptr<PullShard>> shards_;
+  PendingCall<absl::Status> call_;  // last: destroyed (and waited) first
 };
 
 // A push in flight. Wait() returns when every shard answered (or the call
 // failed) and gRPC released the gradient memory; the destructor waits too.
 class PsClient::PendingPush {
  public:
-  ~PendingPush();
-  absl::StatusOr<PushSummary> Wait();
+  ~PendingPush();  // waits
+  absl::StatusOr<PushSummary> Wait() { return call_.Wait(); }
 
  private:
   friend class PsClient;
   PendingPush() = default;
+  // The summary of the shards' answers (after every attempt ended with `s`).
+  absl::StatusOr<PushSummary> Finish(absl::Status s);
 
-  absl::Status status_;  // an argument error, found before sending
-  std::unique_ptr<FanOut> fanout_;
-  bool waited_ = false;
-  absl::StatusOr<PushSummary> result_;
   std::vector<std::unique_ptr<PushShard>> shards_;
   // References gRPC holds to the gradient memory (slices not yet released).
   std::shared_ptr<Borrowed> borrowed_;
   std::vector<uint16_t> bf16_;  // the gradients as bfloat16, when asked
+  PendingCall<absl::StatusOr<PushSummary>> call_;  // last: waited first
 };
 
 // A rows pull in flight. Wait() returns when every shard answered (or the
@@ -451,39 +451,37 @@ class PsClient::PendingRowsPull {
  public:
   ~PendingRowsPull();
   // OK once every `out` holds its rows.
-  absl::Status Wait();
+  absl::Status Wait() { return call_.Wait(); }
   // What was read (valid after Wait returned OK).
   const RowsReadSet& read() const { return read_; }
 
  private:
   friend class PsClient;
   PendingRowsPull();
+  // Repeated ids' rows and the read set (after every attempt ended OK).
+  absl::Status Finish(absl::Status s);
 
-  absl::Status status_;
-  std::unique_ptr<FanOut> fanout_;
   RowsReadSet read_;
-  bool waited_ = false;
   std::vector<std::unique_ptr<RowsQueryState>> queries_;
   std::vector<std::unique_ptr<RowsPullShard>> shards_;
+  PendingCall<absl::Status> call_;  // last: destroyed (and waited) first
 };
 
 // A rows push in flight. Wait() returns when every shard answered (or the
 // call failed); the destructor waits too.
 class PsClient::PendingRowsPush {
  public:
-  ~PendingRowsPush();
-  absl::StatusOr<PushSummary> Wait();
+  absl::StatusOr<PushSummary> Wait() { return call_.Wait(); }
 
  private:
   friend class PsClient;
   PendingRowsPush() = default;
+  // The summary of the shards' answers (after every attempt ended with `s`).
+  absl::StatusOr<PushSummary> Finish(absl::Status s);
 
-  absl::Status status_;
-  std::unique_ptr<FanOut> fanout_;
-  bool waited_ = false;
-  absl::StatusOr<PushSummary> result_;
   std::vector<grpc::ByteBuffer> frames_;  // per shard, sent by every attempt
   std::vector<PushResponse> responses_;   // per shard
+  PendingCall<absl::StatusOr<PushSummary>> call_;  // last: waited first
 };
 
 }  // namespace asyncps

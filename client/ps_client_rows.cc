@@ -144,16 +144,10 @@ absl::Status PsClient::CreateTables(const std::vector<TableSpec>& specs) {
 
 PsClient::PendingRowsPull::PendingRowsPull() = default;
 
-PsClient::PendingRowsPull::~PendingRowsPull() {
-  if (!waited_) Wait().IgnoreError();
-}
+PsClient::PendingRowsPull::~PendingRowsPull() = default;
 
-absl::Status PsClient::PendingRowsPull::Wait() {
-  if (waited_) return status_;
-  waited_ = true;
-  if (!status_.ok()) return status_;
-  if (fanout_ != nullptr) status_ = fanout_->Wait();
-  if (!status_.ok()) return status_;
+absl::Status PsClient::PendingRowsPull::Finish(absl::Status s) {
+  if (!s.ok()) return s;
   for (const auto& ps : shards_) read_.epochs[ps->shard] = ps->epoch;
   for (const auto& q : queries_) {
     // Repeated ids get the row their first position received.
@@ -166,7 +160,7 @@ absl::Status PsClient::PendingRowsPull::Wait() {
     }
     read_.tables[q->name] = q->read;
   }
-  return status_;
+  return s;
 }
 
 std::unique_ptr<PsClient::PendingRowsPull> PsClient::StartPullRows(
@@ -175,34 +169,34 @@ std::unique_ptr<PsClient::PendingRowsPull> PsClient::StartPullRows(
   const int n = num_shards();
   p->read_.epochs.assign(n, 0);
   if (for_clock < clock) {
-    p->status_ = absl::InvalidArgumentError(absl::StrCat(
-        "PullRows: for_clock ", for_clock, " is behind the clock ", clock));
+    p->call_.Fail(absl::InvalidArgumentError(absl::StrCat(
+        "PullRows: for_clock ", for_clock, " is behind the clock ", clock)));
     return p;
   }
   std::vector<std::unique_ptr<RowsPullShard>> shards(n);
   for (const RowsQuery& query : queries) {
     const TableState* t = FindTable(query.table);
     if (t == nullptr) {
-      p->status_ = absl::NotFoundError(
+      p->call_.Fail(absl::NotFoundError(
           absl::StrCat("PullRows: unknown table ", QuoteName(query.table),
-                       " (create it or wait for it before pulling)"));
+                       " (create it or wait for it before pulling)")));
       return p;
     }
     if (query.out == nullptr) {
-      p->status_ = absl::InvalidArgumentError(absl::StrCat(
-          "PullRows: null buffer for table ", QuoteName(query.table)));
+      p->call_.Fail(absl::InvalidArgumentError(absl::StrCat(
+          "PullRows: null buffer for table ", QuoteName(query.table))));
       return p;
     }
     if (options_.reader && !query.peek) {
-      p->status_ = absl::InvalidArgumentError(
+      p->call_.Fail(absl::InvalidArgumentError(
           absl::StrCat("PullRows: a reader creates no rows; peek at table ",
-                       QuoteName(query.table)));
+                       QuoteName(query.table))));
       return p;
     }
     for (const auto& q : p->queries_) {
       if (q->name == query.table) {
-        p->status_ = absl::InvalidArgumentError(absl::StrCat(
-            "PullRows: table ", QuoteName(query.table), " requested twice"));
+        p->call_.Fail(absl::InvalidArgumentError(absl::StrCat(
+            "PullRows: table ", QuoteName(query.table), " requested twice")));
         return p;
       }
     }
@@ -259,9 +253,14 @@ std::unique_ptr<PsClient::PendingRowsPull> PsClient::StartPullRows(
         }));
     p->shards_.push_back(std::move(ps));
   }
-  if (calls.empty()) return p;
-  p->fanout_ = std::make_unique<FanOut>(Env(), "PullRows", WaitPolicy());
-  p->fanout_->Start(std::move(calls));
+  std::unique_ptr<FanOut> fanout;  // none: no rows to pull
+  if (!calls.empty()) {
+    fanout = std::make_unique<FanOut>(Env(), "PullRows", WaitPolicy());
+    fanout->Start(std::move(calls));
+  }
+  PendingRowsPull* raw_call = p.get();
+  p->call_.Start(std::move(fanout),
+                 [raw_call](absl::Status s) { return raw_call->Finish(s); });
   return p;
 }
 
@@ -310,23 +309,9 @@ absl::Status PsClient::ReadRowsPull(const grpc::ByteBuffer& answer,
 
 // ---------------------------------------------------------------- push
 
-PsClient::PendingRowsPush::~PendingRowsPush() {
-  if (!waited_) Wait().IgnoreError();
-}
-
-absl::StatusOr<PushSummary> PsClient::PendingRowsPush::Wait() {
-  if (waited_) return result_;
-  waited_ = true;
-  if (!status_.ok()) {
-    result_ = status_;
-    return result_;
-  }
-  const absl::Status s = fanout_->Wait();
+absl::StatusOr<PushSummary> PsClient::PendingRowsPush::Finish(absl::Status s) {
   frames_.clear();
-  if (!s.ok()) {
-    result_ = s;
-    return result_;
-  }
+  if (!s.ok()) return s;
   PushSummary summary;
   uint64_t staleness_sum = 0;
   for (const PushResponse& r : responses_) {
@@ -346,16 +331,17 @@ absl::StatusOr<PushSummary> PsClient::PendingRowsPush::Wait() {
     summary.mean_staleness =
         static_cast<double>(staleness_sum) / static_cast<double>(counted);
   }
-  result_ = summary;
-  return result_;
+  return summary;
 }
 
 std::unique_ptr<PsClient::PendingRowsPush> PsClient::StartPushRows(
     int64_t clock, const std::vector<RowsGrad>& grads,
     const RowsReadSet& read) {
   std::unique_ptr<PendingRowsPush> p(new PendingRowsPush());
-  p->status_ = CheckNotReader("PushRows");
-  if (!p->status_.ok()) return p;
+  if (absl::Status s = CheckNotReader("PushRows"); !s.ok()) {
+    p->call_.Fail(s);
+    return p;
+  }
   const int n = num_shards();
   const WireDtype dtype = options_.push_dtype;
   // The sequence number is shared by every shard's push and their retries.
@@ -366,19 +352,19 @@ std::unique_ptr<PsClient::PendingRowsPush> PsClient::StartPushRows(
   for (const RowsGrad& g : grads) {
     const TableState* t = FindTable(g.table);
     if (t == nullptr) {
-      p->status_ = absl::NotFoundError(
+      p->call_.Fail(absl::NotFoundError(
           absl::StrCat("PushRows: unknown table ", QuoteName(g.table),
-                       " (create it or wait for it before pushing)"));
+                       " (create it or wait for it before pushing)")));
       return p;
     }
     if (g.grads == nullptr) {
-      p->status_ = absl::InvalidArgumentError(absl::StrCat(
-          "PushRows: null gradient buffer for table ", QuoteName(g.table)));
+      p->call_.Fail(absl::InvalidArgumentError(absl::StrCat(
+          "PushRows: null gradient buffer for table ", QuoteName(g.table))));
       return p;
     }
     if (std::find(seen.begin(), seen.end(), t) != seen.end()) {
-      p->status_ = absl::InvalidArgumentError(
-          absl::StrCat("PushRows: table ", QuoteName(g.table), " given twice"));
+      p->call_.Fail(absl::InvalidArgumentError(absl::StrCat(
+          "PushRows: table ", QuoteName(g.table), " given twice")));
       return p;
     }
     seen.push_back(t);
@@ -387,9 +373,9 @@ std::unique_ptr<PsClient::PendingRowsPush> PsClient::StartPushRows(
     // before anything is sent.
     if (!AllFinite(reinterpret_cast<const char*>(g.grads),
                    g.ids.size() * t->spec.dim(), WIRE_F32)) {
-      p->status_ = absl::InvalidArgumentError(
+      p->call_.Fail(absl::InvalidArgumentError(
           absl::StrCat("PushRows: the gradient of table ", QuoteName(g.table),
-                       " contains NaN or Inf; nothing was sent"));
+                       " contains NaN or Inf; nothing was sent")));
       return p;
     }
     // Sum the gradients of repeated ids.
@@ -462,8 +448,11 @@ std::unique_ptr<PsClient::PendingRowsPush> PsClient::StartPushRows(
           return ReadPushAnswer(answer, response);
         }));
   }
-  p->fanout_ = std::make_unique<FanOut>(Env(), "PushRows", CallPolicy());
-  p->fanout_->Start(std::move(calls));
+  auto fanout = std::make_unique<FanOut>(Env(), "PushRows", CallPolicy());
+  fanout->Start(std::move(calls));
+  PendingRowsPush* raw_call = p.get();
+  p->call_.Start(std::move(fanout),
+                 [raw_call](absl::Status s) { return raw_call->Finish(s); });
   return p;
 }
 

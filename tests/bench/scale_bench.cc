@@ -9,8 +9,12 @@
 // with the compute replaced by a sleep: pull the tensor for its clock,
 // "compute", push the gradient, next clock. The aggregate load is the same
 // for every W (--steps_per_s steps per second over all workers): each
-// worker's compute takes W / steps_per_s seconds on average, uniformly
-// spread by +-(--jitter), so that workers drift apart as real ones do.
+// worker starts a step every P seconds, P drawn per step with mean
+// W / steps_per_s, uniformly spread by +-(--jitter) so that workers drift
+// apart as real ones do: pull, compute (a sleep) until P/2 into the step,
+// push, then idle until the step's P is over (a pull or push slower than
+// that stretches the step). The workers start at random points of their
+// first step (steady state, not a burst of W simultaneous first steps).
 //
 // Measured per run (after --warmup_s, for --seconds):
 //   steps_per_s, mb_per_s    achieved aggregate steps and payload (pull +
@@ -216,7 +220,7 @@ absl::StatusOr<RunResult> RunOne(const std::string& policy, int workers) {
   result.connected = *connected;
 
   // Register each, then run the loop.
-  const double mean_compute_s =
+  const double mean_period_s =
       static_cast<double>(workers) / absl::GetFlag(FLAGS_steps_per_s);
   const double jitter = std::clamp(absl::GetFlag(FLAGS_jitter), 0.0, 1.0);
   // Set by this thread before `go` is notified.
@@ -242,8 +246,8 @@ absl::StatusOr<RunResult> RunOne(const std::string& policy, int workers) {
       int64_t clock = reg->resume_clock;
       std::vector<float> params(elems), grad(elems, 1e-4f);
       std::mt19937_64 rng(w + 1);
-      std::uniform_real_distribution<double> compute(
-          mean_compute_s * (1 - jitter), mean_compute_s * (1 + jitter));
+      std::uniform_real_distribution<double> draw_period(
+          mean_period_s * (1 - jitter), mean_period_s * (1 + jitter));
       auto step = [&]() -> absl::Status {
         const auto t0 = SteadyClock::now();
         std::unique_ptr<PsClient::PendingPull> pull =
@@ -251,14 +255,16 @@ absl::StatusOr<RunResult> RunOne(const std::string& policy, int workers) {
         absl::Status s = pull->Wait();
         if (!s.ok()) return s;
         const auto t1 = SteadyClock::now();
-        std::this_thread::sleep_for(
-            std::chrono::duration<double>(compute(rng)));
+        const auto period = std::chrono::duration_cast<SteadyClock::duration>(
+            std::chrono::duration<double>(draw_period(rng)));
+        std::this_thread::sleep_until(t0 + period / 2);
         const auto t2 = SteadyClock::now();
         absl::StatusOr<PushSummary> push =
             c->StartPush(clock, {{"w", grad.data()}}, pull->read())->Wait();
         if (!push.ok()) return push.status();
         const auto t3 = SteadyClock::now();
         ++clock;
+        std::this_thread::sleep_until(t0 + period);
         if (t3 >= window_begin && t3 < window_end) {
           rec.pull_ms.push_back(
               std::chrono::duration<double, std::milli>(t1 - t0).count());
@@ -274,7 +280,7 @@ absl::StatusOr<RunResult> RunOne(const std::string& policy, int workers) {
       // compute time instead of all starting at once (the warm-up covers
       // the first steps).
       std::this_thread::sleep_for(std::chrono::duration<double>(
-          std::uniform_real_distribution<double>(0, mean_compute_s)(rng)));
+          std::uniform_real_distribution<double>(0, mean_period_s)(rng)));
       while (!failed && SteadyClock::now() < window_end) {
         absl::Status s = step();
         if (!s.ok()) return fail(s);
@@ -369,7 +375,8 @@ int Main() {
   }
   std::printf(
       "# %d shards, %.0f steps/s in all, %lld floats pulled and pushed per "
-      "step, compute mean = W / steps_per_s, jitter %.2f, %.0f s measured\n",
+      "step, step period mean = W / steps_per_s, jitter %.2f, %.0f s "
+      "measured\n",
       absl::GetFlag(FLAGS_shards), absl::GetFlag(FLAGS_steps_per_s),
       static_cast<long long>(absl::GetFlag(FLAGS_elems)),
       absl::GetFlag(FLAGS_jitter), absl::GetFlag(FLAGS_seconds));
