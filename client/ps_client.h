@@ -112,14 +112,6 @@ struct Registration {
   int64_t trained = 0;
 };
 
-// What one pull read: every slice's version, and every shard's epoch. A
-// push names the read its gradients were computed from, so that shards
-// measure staleness from it and refuse gradients read before they restarted.
-struct ReadSet {
-  absl::flat_hash_map<std::string, std::vector<uint64_t>> versions;
-  std::vector<uint64_t> epochs;  // per shard; 0 = not read
-};
-
 // One table's rows to pull: `out` receives ids.size() x dim floats, row i
 // for ids[i] (duplicates included). The ids and `out` must stay valid and
 // untouched until the pull's Wait returns.
@@ -141,16 +133,20 @@ struct RowsGrad {
   const float* grads = nullptr;
 };
 
-// What a rows pull read: per table, the version of every distinct id, and
-// every shard's epoch. A rows push names it, so that shards measure each
-// row's staleness from it (an id it does not hold counts as read at
-// version 0).
-struct RowsReadSet {
+// What a pull read, tensors and rows alike: every tensor slice's version,
+// per table the version of every distinct row id, and every shard's epoch.
+// A push names the read its gradients were computed from, so that shards
+// measure staleness from it (a row id it does not hold counts as read at
+// version 0) and refuse gradients read before they restarted.
+struct ReadSet {
   struct Table {
     absl::flat_hash_map<uint64_t, uint32_t> index;  // id -> versions index
     std::vector<uint64_t> versions;
   };
-  // Immutable once read, shared between copies.
+  // Tensor name -> version of each slice.
+  absl::flat_hash_map<std::string, std::vector<uint64_t>> versions;
+  // Table name -> its rows' versions; immutable once read, shared between
+  // copies.
   absl::flat_hash_map<std::string, std::shared_ptr<const Table>> tables;
   std::vector<uint64_t> epochs;  // per shard; 0 = not read
   uint64_t VersionOf(const std::string& table, uint64_t id) const;
@@ -273,8 +269,7 @@ class PsClient {
   // gets a push, an empty one if none of the rows live there, so that it
   // sees the clock. The gradients are copied before this returns.
   std::unique_ptr<PendingRowsPush> StartPushRows(
-      int64_t clock, const std::vector<RowsGrad>& grads,
-      const RowsReadSet& read);
+      int64_t clock, const std::vector<RowsGrad>& grads, const ReadSet& read);
 
   // Renews this worker's lease on every shard and reports `clock`; `leaving`
   // says goodbye (the shards stop waiting for this worker).
@@ -453,7 +448,7 @@ class PsClient::PendingRowsPull {
   // OK once every `out` holds its rows.
   absl::Status Wait() { return call_.Wait(); }
   // What was read (valid after Wait returned OK).
-  const RowsReadSet& read() const { return read_; }
+  const ReadSet& read() const { return read_; }
 
  private:
   friend class PsClient;
@@ -461,7 +456,7 @@ class PsClient::PendingRowsPull {
   // Repeated ids' rows and the read set (after every attempt ended OK).
   absl::Status Finish(absl::Status s);
 
-  RowsReadSet read_;
+  ReadSet read_;
   std::vector<std::unique_ptr<RowsQueryState>> queries_;
   std::vector<std::unique_ptr<RowsPullShard>> shards_;
   PendingCall<absl::Status> call_;  // last: destroyed (and waited) first

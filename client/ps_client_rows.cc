@@ -17,7 +17,7 @@
 
 namespace asyncps {
 
-uint64_t RowsReadSet::VersionOf(const std::string& table, uint64_t id) const {
+uint64_t ReadSet::VersionOf(const std::string& table, uint64_t id) const {
   auto it = tables.find(table);
   if (it == tables.end()) return 0;
   auto at = it->second->index.find(id);
@@ -33,7 +33,7 @@ struct PsClient::RowsQueryState {
   float* out = nullptr;
   std::vector<uint32_t> unique_of;  // per position: its distinct id's index
   std::vector<uint32_t> first;      // per distinct id: its first position
-  std::shared_ptr<RowsReadSet::Table> read;  // id -> index, and versions
+  std::shared_ptr<ReadSet::Table> read;  // id -> index, and versions
 };
 
 // One shard's part of a rows pull.
@@ -205,7 +205,7 @@ std::unique_ptr<PsClient::PendingRowsPull> PsClient::StartPullRows(
     q->dim = t->spec.dim();
     q->ids = query.ids;
     q->out = query.out;
-    q->read = std::make_shared<RowsReadSet::Table>();
+    q->read = std::make_shared<ReadSet::Table>();
     Distinct(query.ids, &q->read->index, &q->unique_of, &q->first);
     q->read->versions.assign(q->first.size(), 0);
     // Each distinct id to its home shard, in order of first appearance.
@@ -335,8 +335,7 @@ absl::StatusOr<PushSummary> PsClient::PendingRowsPush::Finish(absl::Status s) {
 }
 
 std::unique_ptr<PsClient::PendingRowsPush> PsClient::StartPushRows(
-    int64_t clock, const std::vector<RowsGrad>& grads,
-    const RowsReadSet& read) {
+    int64_t clock, const std::vector<RowsGrad>& grads, const ReadSet& read) {
   std::unique_ptr<PendingRowsPush> p(new PendingRowsPush());
   if (absl::Status s = CheckNotReader("PushRows"); !s.ok()) {
     p->call_.Fail(s);
@@ -396,7 +395,7 @@ std::unique_ptr<PsClient::PendingRowsPush> PsClient::StartPushRows(
       on[RowHomeOf(t->key, g.ids[first[u]], n)].push_back(u);
     }
     auto read_table = read.tables.find(g.table);
-    const RowsReadSet::Table* versions =
+    const ReadSet::Table* versions =
         read_table == read.tables.end() ? nullptr : read_table->second.get();
     for (int s = 0; s < n; ++s) {
       if (on[s].empty()) continue;

@@ -764,7 +764,7 @@ class Client {
     const int64_t c = clock.value_or(clock_);
     const absl::StatusOr<PushSummary> summary =
         Call([&](PsClient& client) -> absl::StatusOr<PushSummary> {
-          RowsReadSet read;
+          ReadSet read;
           {
             absl::MutexLock lock(&rows_mu_);
             read = rows_read_;
@@ -992,7 +992,7 @@ class Client {
 
   // Merges what a rows pull read into rows_read_: its tables replace those
   // of earlier pulls, its shard epochs those it read.
-  void Remember(const RowsReadSet& read) {
+  void Remember(const ReadSet& read) {
     absl::MutexLock lock(&rows_mu_);
     for (const auto& [table, versions] : read.tables) {
       rows_read_.tables[table] = versions;
@@ -1131,7 +1131,7 @@ class Client {
       known_tables_ ABSL_GUARDED_BY(specs_mu_);
   // What the rows pulls read, for push_rows. Taken inside Call (mu_ held).
   absl::Mutex rows_mu_;
-  RowsReadSet rows_read_ ABSL_GUARDED_BY(rows_mu_);
+  ReadSet rows_read_ ABSL_GUARDED_BY(rows_mu_);
   std::atomic<bool> closed_{false};
 
   // Const after construction.

@@ -17,7 +17,7 @@ class RemotePull : public RowStore::PendingPull {
   explicit RemotePull(std::unique_ptr<PsClient::PendingRowsPull> p)
       : p_(std::move(p)) {}
   absl::Status Wait() override { return p_->Wait(); }
-  const RowsReadSet& read() const override { return p_->read(); }
+  const ReadSet& read() const override { return p_->read(); }
 
  private:
   std::unique_ptr<PsClient::PendingRowsPull> p_;
@@ -52,7 +52,7 @@ class RemoteRowStore : public RowStore {
   }
   std::unique_ptr<PendingPush> StartPushRows(int64_t clock,
                                              const std::vector<RowsGrad>& grads,
-                                             const RowsReadSet& read) override {
+                                             const ReadSet& read) override {
     return std::make_unique<RemotePush>(
         client_->StartPushRows(clock, grads, read));
   }
@@ -61,7 +61,7 @@ class RemoteRowStore : public RowStore {
   PsClient* const client_;
 };
 
-using DonePull = asyncps::DonePull<RowStore::PendingPull, RowsReadSet>;
+using DonePull = asyncps::DonePull<RowStore::PendingPull, ReadSet>;
 using DonePush = asyncps::DonePush<RowStore::PendingPush>;
 
 class LocalRowStore : public RowStore {
@@ -105,10 +105,10 @@ class LocalRowStore : public RowStore {
     absl::Status s = store_->tables().Pull(
         req, std::max(clock, for_clock), WIRE_F32, &resp,
         [&outs](int k, size_t) { return reinterpret_cast<char*>(outs[k]); });
-    RowsReadSet read;
+    ReadSet read;
     if (s.ok()) {
       for (int k = 0; k < resp.rows_size(); ++k) {
-        auto table = std::make_shared<RowsReadSet::Table>();
+        auto table = std::make_shared<ReadSet::Table>();
         const TableIds& asked = req.rows(k);
         for (int i = 0; i < asked.ids_size(); ++i) {
           const auto [it, fresh] = table->index.try_emplace(
@@ -123,7 +123,7 @@ class LocalRowStore : public RowStore {
 
   std::unique_ptr<PendingPush> StartPushRows(int64_t clock,
                                              const std::vector<RowsGrad>& grads,
-                                             const RowsReadSet& read) override {
+                                             const ReadSet& read) override {
     PushRequest req;
     req.mutable_worker()->set_clock(clock);
     for (const RowsGrad& g : grads) {

@@ -27,7 +27,7 @@ class RowStore {
     virtual ~PendingPull() = default;
     virtual absl::Status Wait() = 0;
     // What was read; valid after Wait returned OK.
-    virtual const RowsReadSet& read() const = 0;
+    virtual const ReadSet& read() const = 0;
   };
   class PendingPush {
    public:
@@ -47,7 +47,7 @@ class RowStore {
       const std::vector<RowsQuery>& queries) = 0;
   virtual std::unique_ptr<PendingPush> StartPushRows(
       int64_t clock, const std::vector<RowsGrad>& grads,
-      const RowsReadSet& read) = 0;
+      const ReadSet& read) = 0;
 };
 
 // The cluster through `client`, which is not owned and must outlive the

@@ -145,7 +145,7 @@ int Run(int shards) {
     distinct /= ids.size();
     std::vector<float> rows(static_cast<size_t>(batch) * dim);
     std::vector<float> grads(rows.size(), 1.0f);
-    RowsReadSet read;
+    ReadSet read;
     for (const auto& b : ids) {
       auto p = c.StartPullRows(0, 0, {{"bench/emb", b, rows.data()}});
       if (!p->Wait().ok()) return 1;

@@ -72,7 +72,7 @@ std::vector<std::string> Addresses(const std::vector<ServerProcess>& cluster) {
 
 std::vector<float> Pull(PsClient* c, const std::string& table,
                         const std::vector<uint64_t>& ids, int dim,
-                        RowsReadSet* read = nullptr) {
+                        ReadSet* read = nullptr) {
   std::vector<float> out(ids.size() * dim, -99.0f);
   auto p = c->StartPullRows(0, 0, {{table, ids, out.data()}});
   REQUIRE_OK(p->Wait());
@@ -115,7 +115,7 @@ TEST_CASE(
   ids.push_back(5);
   ids.push_back(0);
   ids.push_back(5);
-  RowsReadSet read;
+  ReadSet read;
   const std::vector<float> before = Pull(c.get(), "sgd", ids, 3, &read);
   for (size_t i = 0; i < ids.size(); ++i) {
     const std::vector<float> init = Initial(sgd, ids[i]);
@@ -132,7 +132,7 @@ TEST_CASE(
   REQUIRE(summary->applied == 302);  // distinct ids
   REQUIRE(summary->refused_stale == 0);
   REQUIRE(summary->rows_created == 0);
-  RowsReadSet after_read;
+  ReadSet after_read;
   const std::vector<float> after = Pull(c.get(), "sgd", ids, 3, &after_read);
   for (size_t i = 0; i < ids.size(); ++i) {
     float sum = 0;
@@ -315,7 +315,7 @@ TEST_CASE("rows come back identical after a shard restarts",
     auto c = Connect({shard->address}, 0);
     REQUIRE_OK(c->WaitForShards(absl::Seconds(30)));
     REQUIRE_OK(c->CreateTables({ada}));
-    RowsReadSet read;
+    ReadSet read;
     Pull(c.get(), "ada", {1, 2, 3}, 4, &read);
     std::vector<float> g(12, 0.5f);
     REQUIRE_OK(c->StartPushRows(0, {{"ada", {1, 2, 3}, g.data()}}, read)
@@ -330,7 +330,7 @@ TEST_CASE("rows come back identical after a shard restarts",
   auto c = Connect({shard->address}, 0);
   REQUIRE_OK(c->WaitForShards(absl::Seconds(30)));
   REQUIRE_OK(c->WaitForTensors({"ada"}, absl::Seconds(30)));
-  RowsReadSet read;
+  ReadSet read;
   const std::vector<float> again = Pull(c.get(), "ada", ids, 4, &read);
   REQUIRE(std::vector<float>(again.begin(), again.begin() + 12) == trained);
   REQUIRE(read.VersionOf("ada", 1) == 1);

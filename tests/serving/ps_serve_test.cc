@@ -617,7 +617,7 @@ TEST_CASE("ps_serve serves the click model's embedding rows and weights",
   auto pulled1 = worker->StartPullRows(
       0, 0, {{CtrTableName(1), trained1, scratch.data()}});
   REQUIRE_OK(pulled1->Wait());
-  RowsReadSet read = pulled->read();
+  ReadSet read = pulled->read();
   read.tables[CtrTableName(1)] = pulled1->read().tables.at(CtrTableName(1));
   REQUIRE_OK(worker
                  ->StartPushRows(0,
