@@ -25,6 +25,8 @@
 //                            workers;
 //   ssp_wait_share           of the shards' pulls, the share that had to
 //                            wait for slower workers (Status counters);
+//   shard_cpu_us_per_step    CPU time of all shards (user + system) per
+//                            worker step (its pull and its push);
 //   shard RSS and threads    per shard: before any worker connects, with W
 //                            workers connected (channels up, nothing
 //                            registered), with W workers registered (no
@@ -104,6 +106,7 @@ double Percentile(std::vector<double> v, double q) {
 struct ShardResources {
   double rss_mib = 0;
   int threads = 0;
+  double cpu_s = 0;  // summed over shards
 };
 
 absl::StatusOr<ShardResources> Measure(
@@ -115,6 +118,7 @@ absl::StatusOr<ShardResources> Measure(
     if (!r.ok()) return r.status();
     total.rss_mib += static_cast<double>(r->rss_bytes) / (1 << 20);
     total.threads += r->threads;
+    total.cpu_s += r->cpu_seconds;
   }
   total.rss_mib /= static_cast<double>(shards.size());
   total.threads /= static_cast<int>(shards.size());
@@ -144,6 +148,7 @@ struct RunResult {
   double pull_p50_ms = 0, pull_p99_ms = 0;
   double push_p50_ms = 0, push_p99_ms = 0;
   double wait_share = 0;
+  double shard_cpu_us_per_step = 0;  // all shards, per worker step
   ShardResources before, connected, registered, peak;
   double rss_per_connection_kib = 0;
   double rss_per_worker_kib = 0;
@@ -318,6 +323,7 @@ absl::StatusOr<RunResult> RunOne(const std::string& policy, int workers) {
   if (!observer.ok()) return observer.status();
   std::this_thread::sleep_until(window_begin);
   absl::StatusOr<PullCounts> c0 = Counts(observer->get());
+  absl::StatusOr<ShardResources> cpu0 = Measure(*shards);
   while (SteadyClock::now() < window_end && !failed) {
     absl::StatusOr<ShardResources> r = Measure(*shards);
     if (r.ok()) {
@@ -327,6 +333,7 @@ absl::StatusOr<RunResult> RunOne(const std::string& policy, int workers) {
     std::this_thread::sleep_for(std::chrono::milliseconds(200));
   }
   absl::StatusOr<PullCounts> c1 = Counts(observer->get());
+  absl::StatusOr<ShardResources> cpu1 = Measure(*shards);
   for (std::thread& t : threads) t.join();
   {
     absl::MutexLock l(&error_mu);
@@ -354,6 +361,10 @@ absl::StatusOr<RunResult> RunOne(const std::string& policy, int workers) {
   result.push_p50_ms = Percentile(pushes, 0.5);
   result.push_p99_ms = Percentile(pushes, 0.99);
   const uint64_t dp = c1->pulls - c0->pulls;
+  if (cpu0.ok() && cpu1.ok() && steps > 0) {
+    result.shard_cpu_us_per_step =
+        (cpu1->cpu_s - cpu0->cpu_s) * 1e6 / static_cast<double>(steps);
+  }
   result.wait_share =
       dp ? static_cast<double>(c1->waits - c0->waits) / static_cast<double>(dp)
          : 0;
@@ -398,16 +409,18 @@ int Main() {
       std::printf(
           "policy=%s workers=%lld steps_per_s=%.1f mb_per_s=%.1f "
           "pull_p50_ms=%.2f pull_p99_ms=%.2f push_p50_ms=%.2f "
-          "push_p99_ms=%.2f ssp_wait_share=%.3f shard_rss_mib=%.1f/%.1f/%.1f/"
+          "push_p99_ms=%.2f ssp_wait_share=%.3f shard_cpu_us_per_step=%.0f "
+          "shard_rss_mib=%.1f/%.1f/%.1f/"
           "%.1f (before/connected/registered/peak) shard_threads=%d/%d/%d/%d "
           "rss_per_connection_kib=%.1f rss_per_worker_kib=%.1f "
           "threads_per_connection=%.3f\n",
           std::string(policy).c_str(), static_cast<long long>(w),
           r->steps_per_s, r->mb_per_s, r->pull_p50_ms, r->pull_p99_ms,
-          r->push_p50_ms, r->push_p99_ms, r->wait_share, r->before.rss_mib,
-          r->connected.rss_mib, r->registered.rss_mib, r->peak.rss_mib,
-          r->before.threads, r->connected.threads, r->registered.threads,
-          r->peak.threads, r->rss_per_connection_kib, r->rss_per_worker_kib,
+          r->push_p50_ms, r->push_p99_ms, r->wait_share,
+          r->shard_cpu_us_per_step, r->before.rss_mib, r->connected.rss_mib,
+          r->registered.rss_mib, r->peak.rss_mib, r->before.threads,
+          r->connected.threads, r->registered.threads, r->peak.threads,
+          r->rss_per_connection_kib, r->rss_per_worker_kib,
           r->threads_per_connection);
       std::fflush(stdout);
     }
