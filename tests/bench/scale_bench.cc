@@ -77,7 +77,7 @@ ABSL_FLAG(double, steps_per_s, 200,
 ABSL_FLAG(int64_t, elems, 65536,
           "float32 elements of the tensor each step pulls and pushes");
 ABSL_FLAG(double, jitter, 0.5,
-          "compute time uniform in [1-jitter, 1+jitter] x its mean");
+          "step period uniform in [1-jitter, 1+jitter] x its mean");
 ABSL_FLAG(double, warmup_s, 3, "seconds of load before measuring");
 ABSL_FLAG(double, seconds, 10, "seconds measured per run");
 
