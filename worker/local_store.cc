@@ -9,13 +9,10 @@
 #include "common/payload.h"
 #include "common/tensor_layout.h"
 #include "store/shard_store.h"
-#include "worker/done_pending.h"
+#include "worker/store_calls.h"
 
 namespace asyncps {
 namespace {
-
-using DonePull = asyncps::DonePull<ParameterStore::PendingPull, ReadSet>;
-using DonePush = asyncps::DonePush<ParameterStore::PendingPush>;
 
 class LocalStore : public ParameterStore {
  public:

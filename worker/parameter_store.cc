@@ -5,27 +5,6 @@
 namespace asyncps {
 namespace {
 
-class RemotePull : public ParameterStore::PendingPull {
- public:
-  explicit RemotePull(std::unique_ptr<PsClient::PendingPull> p)
-      : p_(std::move(p)) {}
-  absl::Status Wait() override { return p_->Wait(); }
-  const ReadSet& read() const override { return p_->read(); }
-
- private:
-  std::unique_ptr<PsClient::PendingPull> p_;
-};
-
-class RemotePush : public ParameterStore::PendingPush {
- public:
-  explicit RemotePush(std::unique_ptr<PsClient::PendingPush> p)
-      : p_(std::move(p)) {}
-  absl::StatusOr<PushSummary> Wait() override { return p_->Wait(); }
-
- private:
-  std::unique_ptr<PsClient::PendingPush> p_;
-};
-
 class RemoteStore : public ParameterStore {
  public:
   explicit RemoteStore(std::unique_ptr<PsClient> client)
@@ -44,14 +23,15 @@ class RemoteStore : public ParameterStore {
   std::unique_ptr<PendingPull> StartPull(
       int64_t clock, int64_t for_clock,
       const std::vector<std::pair<std::string, float*>>& outs) override {
-    return std::make_unique<RemotePull>(
+    return std::make_unique<RemotePull<PsClient::PendingPull>>(
         client_->StartPull(clock, for_clock, outs));
   }
   std::unique_ptr<PendingPush> StartPush(
       int64_t clock,
       const std::vector<std::pair<std::string, const float*>>& grads,
       const ReadSet& read) override {
-    return std::make_unique<RemotePush>(client_->StartPush(clock, grads, read));
+    return std::make_unique<RemotePush<PsClient::PendingPush>>(
+        client_->StartPush(clock, grads, read));
   }
   absl::Status Heartbeat(int64_t clock, bool leaving) override {
     return client_->Heartbeat(clock, leaving);

@@ -13,6 +13,7 @@
 #include "common/clock.h"
 #include "proto/asyncps.pb.h"
 #include "spdlog/spdlog.h"
+#include "worker/store_calls.h"
 
 namespace asyncps {
 
@@ -25,20 +26,9 @@ namespace asyncps {
 // Thread-compatible: one training loop drives it.
 class ParameterStore {
  public:
-  // A pull or push in flight; Wait() returns its outcome (again on later
-  // calls). Destroying one waits for it.
-  class PendingPull {
-   public:
-    virtual ~PendingPull() = default;
-    virtual absl::Status Wait() = 0;
-    // What was read; valid after Wait returned OK.
-    virtual const ReadSet& read() const = 0;
-  };
-  class PendingPush {
-   public:
-    virtual ~PendingPush() = default;
-    virtual absl::StatusOr<PushSummary> Wait() = 0;
-  };
+  // A pull or push in flight (worker/store_calls.h).
+  using PendingPull = StorePull;
+  using PendingPush = StorePush;
 
   virtual ~ParameterStore() = default;
 

@@ -7,31 +7,10 @@
 #include "absl/strings/str_cat.h"
 #include "common/names.h"
 #include "store/shard_store.h"
-#include "worker/done_pending.h"
+#include "worker/store_calls.h"
 
 namespace asyncps {
 namespace {
-
-class RemotePull : public RowStore::PendingPull {
- public:
-  explicit RemotePull(std::unique_ptr<PsClient::PendingRowsPull> p)
-      : p_(std::move(p)) {}
-  absl::Status Wait() override { return p_->Wait(); }
-  const ReadSet& read() const override { return p_->read(); }
-
- private:
-  std::unique_ptr<PsClient::PendingRowsPull> p_;
-};
-
-class RemotePush : public RowStore::PendingPush {
- public:
-  explicit RemotePush(std::unique_ptr<PsClient::PendingRowsPush> p)
-      : p_(std::move(p)) {}
-  absl::StatusOr<PushSummary> Wait() override { return p_->Wait(); }
-
- private:
-  std::unique_ptr<PsClient::PendingRowsPush> p_;
-};
 
 class RemoteRowStore : public RowStore {
  public:
@@ -47,22 +26,19 @@ class RemoteRowStore : public RowStore {
   std::unique_ptr<PendingPull> StartPullRows(
       int64_t clock, int64_t for_clock,
       const std::vector<RowsQuery>& queries) override {
-    return std::make_unique<RemotePull>(
+    return std::make_unique<RemotePull<PsClient::PendingRowsPull>>(
         client_->StartPullRows(clock, for_clock, queries));
   }
   std::unique_ptr<PendingPush> StartPushRows(int64_t clock,
                                              const std::vector<RowsGrad>& grads,
                                              const ReadSet& read) override {
-    return std::make_unique<RemotePush>(
+    return std::make_unique<RemotePush<PsClient::PendingRowsPush>>(
         client_->StartPushRows(clock, grads, read));
   }
 
  private:
   PsClient* const client_;
 };
-
-using DonePull = asyncps::DonePull<RowStore::PendingPull, ReadSet>;
-using DonePush = asyncps::DonePush<RowStore::PendingPush>;
 
 class LocalRowStore : public RowStore {
  public:

@@ -9,6 +9,7 @@
 #include "absl/time/time.h"
 #include "client/ps_client.h"
 #include "proto/asyncps.pb.h"
+#include "worker/store_calls.h"
 
 namespace asyncps {
 
@@ -22,18 +23,9 @@ namespace asyncps {
 // Thread-compatible: one training loop drives it.
 class RowStore {
  public:
-  class PendingPull {
-   public:
-    virtual ~PendingPull() = default;
-    virtual absl::Status Wait() = 0;
-    // What was read; valid after Wait returned OK.
-    virtual const ReadSet& read() const = 0;
-  };
-  class PendingPush {
-   public:
-    virtual ~PendingPush() = default;
-    virtual absl::StatusOr<PushSummary> Wait() = 0;
-  };
+  // A pull or push in flight (worker/store_calls.h).
+  using PendingPull = StorePull;
+  using PendingPush = StorePush;
 
   virtual ~RowStore() = default;
 

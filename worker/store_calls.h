@@ -1,0 +1,85 @@
+#ifndef ASYNCPS_WORKER_STORE_CALLS_H_
+#define ASYNCPS_WORKER_STORE_CALLS_H_
+
+// The pulls and pushes in flight of a worker's stores (ParameterStore for
+// dense tensors, RowStore for table rows; on the cluster or in this
+// process), as one pair of interfaces, and their implementations: over a
+// PsClient call, or already done (the in-process stores run a call to
+// completion when it starts).
+
+#include <memory>
+#include <utility>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "client/ps_client.h"
+
+namespace asyncps {
+
+// A pull in flight; Wait() returns its outcome (again on later calls).
+// Destroying one waits for it.
+class StorePull {
+ public:
+  virtual ~StorePull() = default;
+  virtual absl::Status Wait() = 0;
+  // What was read; valid after Wait returned OK.
+  virtual const ReadSet& read() const = 0;
+};
+
+// A push in flight; as StorePull.
+class StorePush {
+ public:
+  virtual ~StorePush() = default;
+  virtual absl::StatusOr<PushSummary> Wait() = 0;
+};
+
+// A PsClient pull (PendingPull or PendingRowsPull).
+template <typename ClientPull>
+class RemotePull : public StorePull {
+ public:
+  explicit RemotePull(std::unique_ptr<ClientPull> p) : p_(std::move(p)) {}
+  absl::Status Wait() override { return p_->Wait(); }
+  const ReadSet& read() const override { return p_->read(); }
+
+ private:
+  std::unique_ptr<ClientPull> p_;
+};
+
+// A PsClient push (PendingPush or PendingRowsPush).
+template <typename ClientPush>
+class RemotePush : public StorePush {
+ public:
+  explicit RemotePush(std::unique_ptr<ClientPush> p) : p_(std::move(p)) {}
+  absl::StatusOr<PushSummary> Wait() override { return p_->Wait(); }
+
+ private:
+  std::unique_ptr<ClientPush> p_;
+};
+
+// A finished pull.
+class DonePull : public StorePull {
+ public:
+  DonePull(absl::Status status, ReadSet read)
+      : status_(std::move(status)), read_(std::move(read)) {}
+  absl::Status Wait() override { return status_; }
+  const ReadSet& read() const override { return read_; }
+
+ private:
+  const absl::Status status_;
+  const ReadSet read_;
+};
+
+// A finished push.
+class DonePush : public StorePush {
+ public:
+  explicit DonePush(absl::StatusOr<PushSummary> result)
+      : result_(std::move(result)) {}
+  absl::StatusOr<PushSummary> Wait() override { return result_; }
+
+ private:
+  const absl::StatusOr<PushSummary> result_;
+};
+
+}  // namespace asyncps
+
+#endif  // ASYNCPS_WORKER_STORE_CALLS_H_
