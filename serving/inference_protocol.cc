@@ -39,6 +39,21 @@ absl::Status Invalid(const ModelSignature& model, const std::string& what) {
       absl::StrCat(what, " (", Expected(model), ")"));
 }
 
+// raw_input_contents `bytes` as `count` values of T into *out; `what`
+// names the values in the error ("FP32 values").
+template <typename T>
+absl::Status CopyRaw(const ModelSignature& model, const std::string& bytes,
+                     size_t count, absl::string_view what,
+                     std::vector<T>* out) {
+  if (bytes.size() != count * sizeof(T)) {
+    return Invalid(model, absl::StrCat("raw_input_contents of ", bytes.size(),
+                                       " bytes for ", count, " ", what));
+  }
+  out->resize(count);
+  std::memcpy(out->data(), bytes.data(), count * sizeof(T));
+  return absl::OkStatus();
+}
+
 // The rows of one input of shape [rows, width] (or [width] for one row).
 absl::StatusOr<int64_t> Rows(const ModelSignature& model,
                              const ModelInferRequest::InferInputTensor& in,
@@ -140,15 +155,9 @@ absl::StatusOr<DecodedRequest> DecodeInferRequest(
                                            in.datatype(), "'"));
       }
       if (raw) {
-        if (request.raw_input_contents(k).size() != count * sizeof(float)) {
-          return Invalid(model,
-                         absl::StrCat("raw_input_contents of ",
-                                      request.raw_input_contents(k).size(),
-                                      " bytes for ", count, " FP32 values"));
-        }
-        d.x.resize(count);
-        std::memcpy(d.x.data(), request.raw_input_contents(k).data(),
-                    count * sizeof(float));
+        absl::Status s = CopyRaw(model, request.raw_input_contents(k), count,
+                                 "FP32 values", &d.x);
+        if (!s.ok()) return s;
       } else {
         const auto& v = in.contents().fp32_contents();
         if (static_cast<size_t>(v.size()) != count) {
@@ -172,15 +181,9 @@ absl::StatusOr<DecodedRequest> DecodeInferRequest(
                                            in.datatype(), "'"));
       }
       if (raw) {
-        if (request.raw_input_contents(k).size() != count * sizeof(uint64_t)) {
-          return Invalid(model,
-                         absl::StrCat("raw_input_contents of ",
-                                      request.raw_input_contents(k).size(),
-                                      " bytes for ", count, " 64-bit ids"));
-        }
-        d.ids.resize(count);
-        std::memcpy(d.ids.data(), request.raw_input_contents(k).data(),
-                    count * sizeof(uint64_t));
+        absl::Status s = CopyRaw(model, request.raw_input_contents(k), count,
+                                 "64-bit ids", &d.ids);
+        if (!s.ok()) return s;
       } else if (u64) {
         const auto& v = in.contents().uint64_contents();
         if (static_cast<size_t>(v.size()) != count) {
