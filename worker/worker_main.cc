@@ -223,7 +223,7 @@ absl::StatusOr<TrainerOptions> TrainerOptionsFromFlags() {
         "--optimizer must be sgd, momentum or adam, got '", opt, "'"));
   }
   o.seed = static_cast<uint64_t>(absl::GetFlag(FLAGS_seed));
-  o.create_tensors = o.worker_id == 0;
+  o.create = o.worker_id == 0;
   const std::string eval = absl::GetFlag(FLAGS_evaluate);
   if (eval == "auto") {
     o.evaluate = o.worker_id == 0;
@@ -313,18 +313,10 @@ absl::StatusOr<OptimizerSpec> OptimizerByName(const std::string& name,
 absl::StatusOr<CtrTrainerOptions> CtrOptionsFromFlags(
     const TrainerOptions& common, const ParsedCommandLine& cl) {
   CtrTrainerOptions o;
-  o.worker_id = common.worker_id;
-  o.num_workers = common.num_workers;
-  o.seed = common.seed;
-  o.create = common.create_tensors;
-  o.evaluate = common.evaluate;
-  o.eval_every_steps = common.eval_every_steps;
-  o.log_every_steps = common.log_every_steps;
-  o.pipeline = common.pipeline;
-  o.max_pushes_in_flight = common.max_pushes_in_flight;
-  o.final_wait = common.final_wait;
-  o.wait_for_tables = common.wait_for_tensors;
-  o.max_steps = common.max_steps;
+  static_cast<LoopOptions&>(o) = common;  // what every loop shares
+  // Between evaluations: none unless asked (the MLP's once per epoch is
+  // the whole run here).
+  if (o.eval_every_steps == 0) o.eval_every_steps = -1;
   o.epochs = cl.IsSet("epochs") ? common.epochs : 1;
   if (o.max_steps > 0) o.epochs = common.epochs;
   o.batch_size = cl.IsSet("batch_size") ? common.batch_size : 256;

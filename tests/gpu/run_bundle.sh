@@ -439,7 +439,7 @@ cluster() {
   acc=$(sed -n 's/^final test accuracy: //p' "$dir/worker0.log" | tail -n1)
   # Aggregate examples/s: all workers' examples over the slowest one's time.
   read -r examples wall < <(cat "$dir"/worker*.log |
-    sed -n 's/.*done: [0-9]* steps, \([0-9]*\) examples in \([0-9.]*\) s .*/\1 \2/p' |
+    sed -n 's/.* done: steps [0-9]*\.\.[0-9]* (\([0-9]*\) examples) in \([0-9.]*\) s,.*/\1 \2/p' |
     awk '{e += $1; if ($2 > w) w = $2} END {printf "%d %.1f\n", e, w}')
   rate=$(awk -v e="$examples" -v w="$wall" \
     'BEGIN { printf "%.0f", (w > 0) ? e / w : 0 }')
