@@ -119,8 +119,8 @@ class Worker:
     Worker(module, client, *, optimizer='sgd', lr=0.01, momentum=0.9,
            beta1=0.9, beta2=0.999, epsilon=1e-8, init='module', seed=0,
            prefix='', create=True, wait_timeout=120.0, overlap_pull=False,
-           slice_elems=0, buffers=None, buffer_every=10, buffer_mix=0.5,
-           lr_schedule=None, table_init=None)
+           overlap_push=False, slice_elems=0, buffers=None, buffer_every=10,
+           buffer_mix=0.5, lr_schedule=None, table_init=None)
 
     optimizer, lr, momentum, beta1, beta2, epsilon
         the optimizer the shards run for every parameter (see TensorSpec).
@@ -172,6 +172,16 @@ class Worker:
           the versions of that overlapped pull, so the shards' staleness
           accounting does not hold; therefore only allowed when every shard
           runs ASP without --max_staleness and --staleness_lr.
+    overlap_push
+          send each step's gradients in a background thread while the
+          next step runs (at most one push in flight: a step waits for the
+          previous push before it starts its own). The push keeps the
+          gradient tensors it sends (p.grad becomes None; backward
+          allocates the next). stats count a push once it is answered; a
+          failed push raises in the next step() (after its closure, before
+          its own push: its gradients stay in p.grad, the clock does not
+          advance) or in leave(), which waits for the last one: no
+          gradient is dropped unseen. Allowed as overlap_pull (plain ASP).
 
     Shapes are checked against the shards' specs (ValueError naming the
     parameter). A step must take less than the shards' --worker_lease_ms;
@@ -181,8 +191,8 @@ class Worker:
     def __init__(self, module, client, *, optimizer="sgd", lr=0.01,
                  momentum=0.9, beta1=0.9, beta2=0.999, epsilon=1e-8,
                  init="module", seed=0, prefix="", create=True,
-                 wait_timeout=120.0, overlap_pull=False, slice_elems=0,
-                 buffers=None, buffer_every=10, buffer_mix=0.5,
+                 wait_timeout=120.0, overlap_pull=False, overlap_push=False,
+                 slice_elems=0, buffers=None, buffer_every=10, buffer_mix=0.5,
                  lr_schedule=None, table_init=None):
         if not isinstance(module, torch.nn.Module):
             raise TypeError("Worker: module must be a torch.nn.Module, got "
@@ -289,17 +299,22 @@ class Worker:
         lease_ms = min(int(p.get("worker_lease_ms", 10000)) for p in policies)
         self._lease_s = max(lease_ms / 1000.0, 0.01)
         self.overlap_pull = bool(overlap_pull)
+        self.overlap_push = bool(overlap_push)
         self._executor = None
         self._pending = None  # Future of the overlapped pull, if any
         self._overlap = None  # what the overlapped pull writes into
-        if self.overlap_pull:
-            if not all(_plain_asp(p) for p in policies):
+        self._pushing = None  # Future of the overlapped push, if any
+        for flag in ("overlap_pull", "overlap_push"):
+            if getattr(self, flag) and not all(_plain_asp(p)
+                                               for p in policies):
                 raise ValueError(
-                    "Worker: overlap_pull needs every shard to run ASP "
+                    f"Worker: {flag} needs every shard to run ASP "
                     "without --max_staleness and --staleness_lr (the "
                     f"shards run {status['summary']['policy']})")
+        if self.overlap_pull or self.overlap_push:
             self._executor = concurrent.futures.ThreadPoolExecutor(
-                max_workers=1, thread_name_prefix="asyncps-pull")
+                max_workers=2, thread_name_prefix="asyncps-overlap")
+        if self.overlap_pull:
             self._overlap = {n: np.empty(shape, np.float32)
                              for n, _, shape in self._params}
 
@@ -355,6 +370,13 @@ class Worker:
 
     def push(self):
         """Pushes p.grad of every parameter that has one; a PushResult."""
+        result = self.client.push(self._gradients())
+        self._account(result)
+        return result
+
+    def _gradients(self):
+        """{name: p.grad as a contiguous float32 array of its shard shape}
+        for every parameter that has a gradient."""
         grads = {}
         for name, p, shape in self._params:
             g = p.grad
@@ -364,9 +386,23 @@ class Worker:
             if not g.is_contiguous():
                 g = g.contiguous()
             grads[name] = _shard_view(g, shape)
-        result = self.client.push(grads)
-        self._account(result)
-        return result
+        return grads
+
+    def _start_push(self):
+        """overlap_push: hands this step's gradients to a background push
+        (as of client.clock) and lets backward allocate the next ones."""
+        grads = self._gradients()
+        for _, p, _ in self._params:
+            p.grad = None
+        self._pushing = self._executor.submit(self.client.push, grads,
+                                              self.client.clock)
+
+    def _finish_push(self):
+        """Waits for the overlapped push in flight, if any, and counts it;
+        its error is raised here."""
+        if self._pushing is not None:
+            pushing, self._pushing = self._pushing, None
+            self._account(pushing.result())
 
     def step(self, closure):
         """One training step; returns what `closure` returns.
@@ -395,7 +431,11 @@ class Worker:
             self._pending = self._executor.submit(
                 self.client.pull_into, self._overlap, self.client.clock)
         loss = closure()
-        self.push()
+        if self.overlap_push:
+            self._finish_push()
+            self._start_push()
+        else:
+            self.push()
         self._tables.push()
         if self._shared is not None and self._shared.due(self.client.clock):
             self._shared.sync(self.client)
@@ -426,6 +466,7 @@ class Worker:
         it, load it into the module before creating the Worker (init
         'module' uploads it)."""
         self._check_open()
+        self._finish_push()  # the values include this worker's last step
         out = {k: v.detach().clone()
                for k, v in self.module.state_dict().items()}
         cut = len(self._prefix)
@@ -485,7 +526,8 @@ class Worker:
             raise errors[0]
 
     def leave(self):
-        """Finishes: waits for an overlapped pull and says goodbye to the
+        """Finishes: waits for an overlapped pull and the overlapped push
+        (whose error it raises, after leaving) and says goodbye to the
         shards (SSP/BSP stop waiting for this worker)."""
         if self._closed:
             return
@@ -495,6 +537,11 @@ class Worker:
             pending, self._pending = self._pending, None
             with contextlib.suppress(Exception):
                 pending.result()
+        push_error = None
+        try:
+            self._finish_push()
+        except Exception as e:  # raised once the worker has left
+            push_error = e
         if self._executor is not None:
             self._executor.shutdown(wait=True)
         if not self.client.closed:
@@ -502,6 +549,8 @@ class Worker:
                 # The shared buffers get this worker's latest statistics.
                 self._shared.sync(self.client)
             self.client.leave()
+        if push_error is not None:
+            raise push_error
 
     def _check_open(self):
         if self._closed:

@@ -7,15 +7,17 @@
 # epoch over the first --examples training images; the setups run one after
 # the other, --rounds times (the machine's load drifts, so every round has
 # all of them), and the median examples/s of each is printed with its ratio
-# to the 1-thread loop, and the final test accuracy. Logs go to OUTDIR.
+# to the 1-thread loop, and the final test accuracy. --overlap adds, for
+# each worker count, a run whose workers overlap their pulls and pushes
+# with computation (Worker overlap_pull and overlap_push). Logs go to OUTDIR.
 #
 # Build first: bazel build //server:ps_server //python:asyncps
 # Usage: python/bench/torch_throughput.sh OUTDIR [--rounds N] [--examples N]
-#            [--model cnn|mlp] [--workers "1 2 4"]
+#            [--model cnn|mlp] [--workers "1 2 4"] [--overlap]
 set -euo pipefail
 if [[ $# -lt 1 || "$1" == -* ]]; then
   echo "usage: $0 OUTDIR [--rounds N] [--examples N] [--model cnn|mlp]" \
-    "[--workers \"1 2\"]" >&2
+    "[--workers \"1 2\"] [--overlap]" >&2
   exit 2
 fi
 out=$(mkdir -p "$1" && cd "$1" && pwd)
@@ -24,12 +26,14 @@ rounds=3
 examples=20000
 model=cnn
 workers="1 2"
+overlap=0
 while [ $# -gt 0 ]; do
   case "$1" in
     --rounds) rounds="$2"; shift 2 ;;
     --examples) examples="$2"; shift 2 ;;
     --model) model="$2"; shift 2 ;;
     --workers) workers="$2"; shift 2 ;;
+    --overlap) overlap=1; shift ;;
     *) echo "torch_throughput.sh: unknown option '$1'" >&2; exit 2 ;;
   esac
 done
@@ -60,6 +64,11 @@ for ((r = 0; r < rounds; r++)); do
   for w in $workers; do
     run "asyncps_${w}workers" "$r" --shards 2 --workers "$w" \
       --worker-flags "$data" --logdir "$out/asyncps_${w}workers.$r"
+    if [ "$overlap" = 1 ]; then
+      run "asyncps_${w}workers_overlap" "$r" --shards 2 --workers "$w" \
+        --worker-flags "$data --overlap_pull --overlap_push" \
+        --logdir "$out/asyncps_${w}workers_overlap.$r"
+    fi
   done
 done | tee "$out/runs.txt"
 /usr/bin/python3 - "$out/runs.txt" <<'PY'

@@ -122,6 +122,9 @@ def parse_args(argv):
     p.add_argument("--overlap_pull", action="store_true",
                    help="pull the next parameters during the current step "
                         "(ASP shards only)")
+    p.add_argument("--overlap_push", action="store_true",
+                   help="push a step's gradients during the next step "
+                        "(ASP shards only)")
     p.add_argument("--log_every", type=int, default=200,
                    help="steps between progress lines (0 = none)")
     p.add_argument("--wait_timeout", type=float, default=900.0,
@@ -223,7 +226,7 @@ def train_worker(args, out=sys.stdout):
         worker = asyncps.torch.Worker(
             model, client, optimizer=args.optimizer, lr=args.lr,
             momentum=args.momentum, seed=args.seed,
-            overlap_pull=args.overlap_pull)
+            overlap_pull=args.overlap_pull, overlap_push=args.overlap_push)
         w = args.worker_id
         start, examples, window_loss, window = time.time(), 0, 0.0, 0
         with worker:

@@ -19,6 +19,7 @@
 #include "client/data_stream.h"
 #include "common/net.h"
 #include "common/port_file.h"
+#include "tests/bench/ceiling_model.h"
 
 namespace asyncps {
 namespace bench {
@@ -98,7 +99,7 @@ size_t ApplySgd(const std::vector<grpc::Slice>& slices, size_t skip, float* w,
 // each in order.
 class Stream : public grpc::ServerGenericBidiReactor {
  public:
-  Stream() { StartRead(&in_); }
+  explicit Stream(CeilingModel* model) : model_(model) { StartRead(&in_); }
 
   void OnReadDone(bool ok) override {
     if (!ok) {
@@ -114,17 +115,17 @@ class Stream : public grpc::ServerGenericBidiReactor {
       return;
     }
     const size_t n = h.bytes / sizeof(float);
-    if (w_.size() < n) w_.resize(n, 0.0f);
+    float* w = model_->Next(n, &own_);
     grpc::ByteBuffer answer;
     if (h.op == kPush) {
-      ApplySgd(slices, sizeof(h), w_.data(), n);
+      ApplySgd(slices, sizeof(h), w, n);
       grpc::Slice id(&h.id, sizeof(h.id));
       answer = grpc::ByteBuffer(&id, 1);
     } else {
       grpc::Slice out(sizeof(h.id) + n * sizeof(float));
       char* p = const_cast<char*>(reinterpret_cast<const char*>(out.begin()));
       std::memcpy(p, &h.id, sizeof(h.id));
-      std::memcpy(p + sizeof(h.id), w_.data(), n * sizeof(float));
+      std::memcpy(p + sizeof(h.id), w, n * sizeof(float));
       answer = grpc::ByteBuffer(&out, 1);
     }
     Write(std::move(answer));
@@ -175,8 +176,9 @@ class Stream : public grpc::ServerGenericBidiReactor {
     }
   }
 
-  grpc::ByteBuffer in_;   // touched only by the one read in flight
-  std::vector<float> w_;  // this stream's parameters, touched by reads only
+  CeilingModel* const model_;
+  grpc::ByteBuffer in_;     // touched only by the one read in flight
+  std::vector<float> own_;  // this stream's parameters, touched by reads only
   absl::Mutex mu_;
   std::deque<grpc::ByteBuffer> writes_ ABSL_GUARDED_BY(mu_);
   bool writing_ ABSL_GUARDED_BY(mu_) = false;
@@ -186,10 +188,15 @@ class Stream : public grpc::ServerGenericBidiReactor {
 };
 
 class Service : public grpc::CallbackGenericService {
+ public:
+  explicit Service(size_t model_floats) : model_(model_floats) {}
   grpc::ServerGenericBidiReactor* CreateReactor(
       grpc::GenericCallbackServerContext*) override {
-    return new Stream();
+    return new Stream(&model_);
   }
+
+ private:
+  CeilingModel model_;
 };
 
 absl::StatusOr<uint64_t> AnswerId(const grpc::ByteBuffer& answer) {
@@ -224,9 +231,9 @@ void CopyPayload(const grpc::ByteBuffer& answer, char* out, size_t n) {
 
 }  // namespace
 
-int GrpcCeilingServerMain(const std::string& port_file) {
+int GrpcCeilingServerMain(const std::string& port_file, int64_t model_bytes) {
   TuneProcess();  // as ps_server does
-  Service service;
+  Service service(static_cast<size_t>(model_bytes) / sizeof(float));
   grpc::ServerBuilder builder;
   int port = 0;
   builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(),

@@ -23,10 +23,10 @@
 namespace asyncps {
 namespace bench {
 
-// Serves the ceiling on 127.0.0.1 (a free port, written to `port_file`).
-// Each stream keeps its own parameters, like the TCP ceiling's connections.
-// Returns only on failure (1).
-int GrpcCeilingServerMain(const std::string& port_file);
+// Serves the ceiling on 127.0.0.1 (a free port, written to `port_file`),
+// on a model of `model_bytes` shared by all streams, or (0) each stream's
+// own parameters (ceiling_model.h). Returns only on failure (1).
+int GrpcCeilingServerMain(const std::string& port_file, int64_t model_bytes);
 
 struct GrpcCeilingLoad {
   std::vector<std::string> servers;  // host:port

@@ -29,6 +29,14 @@
 // connecting); MB/s counts payload bytes (1e6) moved by all clients
 // together over the time from the first client's start to the last one's end.
 // CPU seconds per GB moved are the clients' (summed) and the servers'.
+//
+// Every implementation works on a model of --model_bytes per payload size
+// (default 64 MiB): asyncps's shards hold it as payload-sized tensors, each
+// ceiling server its share as one vector all its connections use, and each
+// call addresses the next part in turn, so that parameters come from
+// memory, not cache, as on a shard of a real model. --model_bytes=0 gives
+// each connection one payload-sized vector (tensor) that stays in cache:
+// the most generous ceiling.
 // Every figure is the median of --reps runs of --seconds each.
 //
 // Output, one line per measurement, then the ratio:
@@ -69,6 +77,7 @@
 #include "common/logging.h"
 #include "common/net.h"
 #include "common/port_file.h"
+#include "tests/bench/ceiling_model.h"
 #include "tests/bench/grpc_ceiling.h"
 #include "tests/testing/subprocess.h"
 
@@ -89,6 +98,13 @@ ABSL_FLAG(int, reps, 3, "timed runs per figure (median reported)");
 ABSL_FLAG(double, seconds, 1.5, "length of one timed run");
 ABSL_FLAG(int, inflight, 2, "asyncps: calls in flight per client");
 ABSL_FLAG(int, connections, 2, "asyncps: connections per shard");
+ABSL_FLAG(int64_t, model_bytes, int64_t{64} << 20,
+          "the model every implementation works on, per payload size: "
+          "asyncps holds it as payload-sized tensors, the ceiling servers "
+          "as one vector shared by their connections, and each call "
+          "addresses the next payload-sized part in turn (out of cache, as "
+          "a real model); 0 = one payload-sized tensor or vector per "
+          "connection (in cache: the most generous ceiling)");
 // --role=client
 ABSL_FLAG(std::string, impl, "asyncps", "client: asyncps, tcp or grpc");
 ABSL_FLAG(std::string, servers, "", "client: addresses, comma-separated");
@@ -131,6 +147,18 @@ std::vector<int64_t> Ints(const std::string& csv) {
   return out;
 }
 
+// The tensors asyncps holds for calls of `bytes`: --model_bytes of them
+// (at least one), each one call's payload.
+std::vector<std::string> ModelParts(int64_t bytes) {
+  const int64_t parts =
+      std::max<int64_t>(1, absl::GetFlag(FLAGS_model_bytes) / bytes);
+  std::vector<std::string> names;
+  for (int64_t i = 0; i < parts; ++i) {
+    names.push_back(absl::StrCat("t", bytes, "_", i));
+  }
+  return names;
+}
+
 // ------------------------------------------------------------ TCP ceiling
 
 // The wire of the TCP ceiling: a 16-byte header {op (1 push, 2 pull), 0,
@@ -164,24 +192,24 @@ bool WriteAll(int fd, const void* buf, size_t n) {
   return true;
 }
 
-// One connection: its own parameters, so that connections never wait for
-// each other (the most generous ceiling).
-void ServeTcp(int fd) {
-  std::vector<float> w, g;
+// The model part a connection's call works on: of the model the server
+// holds, or the connection's own (ceiling_model.h).
+void ServeTcp(int fd, bench::CeilingModel* model) {
+  std::vector<float> own, g;
   TcpHeader h;
   while (ReadAll(fd, &h, sizeof(h))) {
     const size_t n = h.bytes / sizeof(float);
-    if (w.size() < n) w.resize(n, 0.0f);
+    float* w = model->Next(n, &own);
     if (h.op == 1) {
       if (g.size() < n) g.resize(n);
       if (!ReadAll(fd, g.data(), h.bytes)) break;
-      float* __restrict wp = w.data();
+      float* __restrict wp = w;
       const float* __restrict gp = g.data();
       const float lr = 1e-6f;
       for (size_t i = 0; i < n; ++i) wp[i] -= lr * gp[i];
       const char ack = 1;
       if (!WriteAll(fd, &ack, 1)) break;
-    } else if (!WriteAll(fd, w.data(), h.bytes)) {
+    } else if (!WriteAll(fd, w, h.bytes)) {
       break;
     }
   }
@@ -190,6 +218,8 @@ void ServeTcp(int fd) {
 
 int TcpServerMain() {
   TuneProcess();
+  static bench::CeilingModel model(
+      static_cast<size_t>(absl::GetFlag(FLAGS_model_bytes)) / sizeof(float));
   const int fd = socket(AF_INET, SOCK_STREAM, 0);
   sockaddr_in addr{};
   addr.sin_family = AF_INET;
@@ -210,7 +240,7 @@ int TcpServerMain() {
     if (c < 0) continue;
     const int one = 1;
     setsockopt(c, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-    std::thread(ServeTcp, c).detach();
+    std::thread(ServeTcp, c, &model).detach();
   }
 }
 
@@ -317,25 +347,37 @@ int ClientMain() {
     o.connections_per_shard = absl::GetFlag(FLAGS_connections);
     absl::StatusOr<std::unique_ptr<PsClient>> client =
         PsClient::Connect(std::move(o));
-    const std::string name = absl::StrCat("t", bytes);
+    const std::vector<std::string> parts = ModelParts(bytes);
     if (!client.ok() ||
-        !(*client)->WaitForTensors({name}, absl::Seconds(30)).ok()) {
-      std::fprintf(stderr, "client: cannot reach the tensor %s\n",
-                   name.c_str());
+        !(*client)->WaitForTensors(parts, absl::Seconds(30)).ok()) {
+      std::fprintf(stderr, "client: cannot reach the tensors t%ld_*\n",
+                   static_cast<long>(bytes));
       return 1;
     }
     const int inflight = std::max(1, absl::GetFlag(FLAGS_inflight));
     std::vector<std::vector<float>> bufs(inflight,
                                          std::vector<float>(n, 0.001f));
+    // Every part's versions, for the pushes to name what they read.
+    std::vector<float> model(parts.size() * n);
+    std::vector<std::pair<std::string, float*>> outs;
+    for (size_t i = 0; i < parts.size(); ++i) {
+      outs.emplace_back(parts[i], model.data() + i * n);
+    }
     std::unique_ptr<PsClient::PendingPull> first =
-        (*client)->StartPull(0, 0, {{name, bufs[0].data()}});
+        (*client)->StartPull(0, 0, outs);
     if (!first->Wait().ok()) return 1;
     const ReadSet read = first->read();
+    model = std::vector<float>();
     std::deque<std::unique_ptr<PsClient::PendingPush>> pushes;
     std::deque<std::unique_ptr<PsClient::PendingPull>> pulls;
     start = AwaitStart();
     cpu0 = SelfCpuSeconds();
+    // Each client starts at its own part, as the ceilings' shared counter
+    // spreads concurrent calls.
+    const size_t offset =
+        static_cast<size_t>(absl::GetFlag(FLAGS_worker_id)) * 7919;
     for (int64_t k = 0; Clock::now() < start + length; ++k) {
+      const std::string& name = parts[(offset + k) % parts.size()];
       if (push) {
         if (pushes.size() >= static_cast<size_t>(inflight)) {
           if (!pushes.front()->Wait().ok()) return 1;
@@ -406,8 +448,15 @@ absl::StatusOr<Server> StartWithPortFile(const std::string& binary,
 }
 
 // A TCP or gRPC ceiling server: this binary with --role=<role>.
-absl::StatusOr<Server> StartCeilingServer(const std::string& role) {
-  return StartWithPortFile(SelfExe(), {absl::StrCat("--role=", role)}, role);
+// It holds its part of the model: --model_bytes / `shards`, as a shard
+// holds its slices of the model's tensors.
+absl::StatusOr<Server> StartCeilingServer(const std::string& role, int shards) {
+  return StartWithPortFile(
+      SelfExe(),
+      {absl::StrCat("--role=", role),
+       absl::StrCat("--model_bytes=",
+                    absl::GetFlag(FLAGS_model_bytes) / shards)},
+      role);
 }
 
 struct Figure {
@@ -444,7 +493,8 @@ absl::StatusOr<Figure> RunClients(const std::string& impl,
              absl::StrCat("--start_at_ns=", start_at_ns),
              absl::StrCat("--seconds=", absl::GetFlag(FLAGS_seconds)),
              absl::StrCat("--inflight=", absl::GetFlag(FLAGS_inflight)),
-             absl::StrCat("--connections=", absl::GetFlag(FLAGS_connections))});
+             absl::StrCat("--connections=", absl::GetFlag(FLAGS_connections)),
+             absl::StrCat("--model_bytes=", absl::GetFlag(FLAGS_model_bytes))});
     if (!p.ok()) return p.status();
     procs.push_back(*std::move(p));
   }
@@ -503,14 +553,14 @@ absl::Status RunShards(int shards) {
         StartWithPortFile(ps_server, std::move(args), "ps_server");
     if (!server.ok()) return server.status();
     ps.push_back(*std::move(server));
-    absl::StatusOr<Server> t = StartCeilingServer("tcp_server");
+    absl::StatusOr<Server> t = StartCeilingServer("tcp_server", shards);
     if (!t.ok()) return t.status();
     tcp.push_back(*std::move(t));
-    absl::StatusOr<Server> g = StartCeilingServer("grpc_server");
+    absl::StatusOr<Server> g = StartCeilingServer("grpc_server", shards);
     if (!g.ok()) return g.status();
     grpc.push_back(*std::move(g));
   }
-  // One SGD tensor per size on the shards.
+  // The model of each size on the shards: SGD tensors of one payload each.
   PsClientOptions o;
   for (const Server& s : ps) o.servers.push_back(s.address);
   o.worker_id = 1000;
@@ -518,11 +568,13 @@ absl::Status RunShards(int shards) {
   if (!admin.ok()) return admin.status();
   std::vector<TensorSpec> specs;
   for (int64_t bytes : Ints(absl::GetFlag(FLAGS_sizes))) {
-    TensorSpec t;
-    t.set_name(absl::StrCat("t", bytes));
-    t.add_shape(bytes / 4);
-    t.mutable_optimizer()->set_learning_rate(1e-6f);
-    specs.push_back(t);
+    for (const std::string& name : ModelParts(bytes)) {
+      TensorSpec t;
+      t.set_name(name);
+      t.add_shape(bytes / 4);
+      t.mutable_optimizer()->set_learning_rate(1e-6f);
+      specs.push_back(t);
+    }
   }
   absl::Status s = (*admin)->CreateTensors(specs);
   if (!s.ok()) return s;
@@ -572,9 +624,10 @@ absl::Status RunShards(int shards) {
 int BenchMain() {
   std::printf(
       "push_pull_bench reps=%d seconds=%.1f inflight=%d connections=%d "
-      "server_args='%s'\n",
+      "model_bytes=%ld server_args='%s'\n",
       absl::GetFlag(FLAGS_reps), absl::GetFlag(FLAGS_seconds),
       absl::GetFlag(FLAGS_inflight), absl::GetFlag(FLAGS_connections),
+      static_cast<long>(absl::GetFlag(FLAGS_model_bytes)),
       absl::GetFlag(FLAGS_server_args).c_str());
   for (int64_t shards : Ints(absl::GetFlag(FLAGS_shards))) {
     absl::Status s = RunShards(static_cast<int>(shards));
@@ -595,7 +648,7 @@ int main(int argc, char** argv) {
   if (role == "tcp_server") return asyncps::TcpServerMain();
   if (role == "grpc_server") {
     return asyncps::bench::GrpcCeilingServerMain(
-        absl::GetFlag(FLAGS_port_file));
+        absl::GetFlag(FLAGS_port_file), absl::GetFlag(FLAGS_model_bytes));
   }
   if (role == "client") return asyncps::ClientMain();
   return asyncps::BenchMain();

@@ -2,14 +2,14 @@
 # Builds the benchmarks with -c opt and runs them with bounded time, writing
 # each one's output to OUTDIR:
 #   apply_bench.txt       server apply path vs memcpy and bare optimizer loops
-#   push_pull_bench.txt   PsClient push/pull vs a plain TCP ceiling, 1 and 2
-#                         shards, 1 and 2 client processes
+#   push_pull_bench.txt   PsClient push/pull vs TCP and gRPC ceilings on a
+#                         64 MiB model, 1 and 2 shards, 1 and 2 clients
 #   backend_bench.txt     Mlp examples/s and GEMM TFLOP/s (CPU; CUDA if any)
 #   sparse_bench.txt      sparse rows/s pulled and pushed vs the dense path
 #   scale_bench.txt       latency, shard memory and threads as simulated
 #                         workers grow 4 -> 256 (ASP, SSP), same total load
 # Server logs of push_pull_bench go to OUTDIR/tmp. The five runs are capped
-# at 100 + 200 + 45 + 150 + 300 s; a run that hits its cap is reported and the script
+# at 100 + 300 + 45 + 150 + 300 s; a run that hits its cap is reported and the script
 # goes on. Exits non-zero if the build or any run fails.
 #
 # Usage: tests/bench/run_benchmarks.sh OUTDIR [--skip_build]
@@ -54,7 +54,7 @@ run() {  # run NAME SECONDS ARGS...
 }
 
 run apply_bench 100 "$bin/tests/bench/apply_bench" --min_seconds=0.3
-run push_pull_bench 200 "$bin/tests/bench/push_pull_bench" \
+run push_pull_bench 300 "$bin/tests/bench/push_pull_bench" \
     --ps_server="$bin/server/ps_server" --reps=2 --seconds=1
 run backend_bench 45 "$bin/tests/bench/backend_bench" --iters=20 \
     --max_seconds=3

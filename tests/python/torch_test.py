@@ -358,6 +358,72 @@ def test_overlapped_pull_trains_under_asp_only(cluster):
             asyncps.torch.Worker(Tiny(), client, overlap_pull=True)
 
 
+def test_overlapped_push_applies_every_step_and_raises_its_failure(cluster):
+    shards = cluster.start(2)
+    torch.manual_seed(0)
+    x = torch.randn(256, 3)
+    target = x @ torch.tensor([[1.0, -2.0], [0.5, 0.0], [-1.0, 3.0]]) + 0.25
+    model = Tiny()
+
+    def closure():
+        loss = ((model(x) - target) ** 2).mean()
+        loss.backward()
+        return loss
+
+    with connect(shards) as client:
+        worker = asyncps.torch.Worker(model, client, optimizer="momentum",
+                                      lr=0.05, overlap_pull=True,
+                                      overlap_push=True)
+        losses = [worker.step(closure).item() for _ in range(150)]
+        # The last push is in flight until leave() (or state_dict()).
+        assert worker.stats["applied"] + worker.stats["refused_stale"] < (
+            150 * len(worker.specs))
+        trained = worker.state_dict()
+        worker.leave()
+        # Every step's push was answered and applied: each slice's version
+        # counts 150 updates.
+        assert worker.stats["steps"] == 150 == client.clock
+        assert worker.stats["applied"] == 150 * sum(
+            len(client.versions(n)) for n in worker.specs)
+        for name in worker.specs:
+            assert all(v == 150 for v in client.versions(name))
+        assert losses[-1] < losses[0] / 100
+        for key, value in model.state_dict().items():
+            assert trained[key].shape == value.shape
+
+    # A push that fails in the background (a NaN gradient, refused before
+    # anything is sent) is raised by the next step, or by leave().
+    def nan_closure():
+        loss = ((model(x) - target) ** 2).mean() * float("nan")
+        loss.backward()
+        return loss
+
+    shards = cluster.start(1)
+    model = Tiny()
+    with connect(shards, worker_id=1) as client:
+        worker = asyncps.torch.Worker(model, client, overlap_push=True)
+        worker.step(closure)
+        assert model.fc.weight.grad is None  # handed to the push
+        assert model.fc.bias.grad is None
+        worker.step(nan_closure)  # its push fails in the background
+        # The next step raises it before sending its own gradients (which
+        # stay in p.grad) or advancing the clock.
+        with pytest.raises(ValueError, match="NaN or Inf; nothing was sent"):
+            worker.step(closure)
+        assert client.clock == 2
+        assert model.fc.weight.grad is not None
+        assert model.fc.bias.grad is not None
+        # Only the first step's push reached the shard.
+        client.pull(list(worker.specs))
+        for name in worker.specs:
+            assert all(v == 1 for v in client.versions(name))
+        worker.step(nan_closure)
+        with pytest.raises(ValueError, match="NaN or Inf; nothing was sent"):
+            worker.leave()
+        with pytest.raises(ValueError, match="Worker has left"):
+            worker.step(closure)
+
+
 def test_short_fashion_mnist_run_reaches_accuracy_floor(cluster, tmp_path):
     """The example itself: 2 shards, 2 worker processes, 1 epoch over the
     first 12000 training images, evaluated on the first 2000 test images."""

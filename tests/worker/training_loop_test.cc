@@ -42,6 +42,12 @@ class Recorder {
     }
     return at;
   }
+  // The first number of each event named `what`, in order.
+  std::vector<int64_t> FirstOf(const std::string& what) const {
+    std::vector<int64_t> a;
+    for (size_t i : Find(what)) a.push_back(events[i].a);
+    return a;
+  }
   std::vector<Event> events;
 };
 
@@ -302,9 +308,7 @@ TEST_CASE("rounds of push_every steps push once each, without pipelining",
     CHECK(ev[pushes[k]].c == k);
     if (k > 0) CHECK(reads[k] > pushes[k - 1]);
   }
-  std::vector<int64_t> positions;
-  for (size_t i : f.rec.Find("trained")) positions.push_back(ev[i].a);
-  CHECK(positions == std::vector<int64_t>{3, 6, 9, 10});
+  CHECK(f.rec.FirstOf("trained") == std::vector<int64_t>{3, 6, 9, 10});
 }
 
 TEST_CASE("a restarted worker continues its share at the data position",
@@ -323,9 +327,7 @@ TEST_CASE("a restarted worker continues its share at the data position",
   const std::vector<size_t> pushes = f.rec.Find("push");
   REQUIRE(pushes.size() == 4);
   CHECK(ev[pushes[0]].c == 9);  // at the clock it resumed at
-  std::vector<int64_t> positions;
-  for (size_t i : f.rec.Find("trained")) positions.push_back(ev[i].a);
-  CHECK(positions == std::vector<int64_t>{7, 8, 9, 10});
+  CHECK(f.rec.FirstOf("trained") == std::vector<int64_t>{7, 8, 9, 10});
 }
 
 TEST_CASE("a share already trained trains nothing and leaves",
@@ -359,11 +361,7 @@ TEST_CASE("a stop ends after the current round; pushes finish; no final eval",
   CHECK(f.model.trained == f.Expected(0, 4));
   CHECK(f.rec.Find("push").size() == 4);
   CHECK(f.rec.Find("wait_push").size() == 4);
-  std::vector<int64_t> positions;
-  for (size_t i : f.rec.Find("trained")) {
-    positions.push_back(f.rec.events[i].a);
-  }
-  CHECK(positions == std::vector<int64_t>{1, 2, 3, 4});
+  CHECK(f.rec.FirstOf("trained") == std::vector<int64_t>{1, 2, 3, 4});
   CHECK(f.rec.Find("final_eval").empty());
   CHECK(f.rec.Find("leave").size() == 1);
 }
@@ -377,9 +375,7 @@ TEST_CASE("a failed push ends the run with its error, after leaving",
   CHECK(absl::IsUnavailable(r.status()));
   CHECK(r.status().message() == "shard 1 is gone");
   // Only the acknowledged step counts as trained.
-  const std::vector<size_t> trained = f.rec.Find("trained");
-  REQUIRE(trained.size() == 1);
-  CHECK(f.rec.events[trained[0]].a == 1);
+  CHECK(f.rec.FirstOf("trained") == std::vector<int64_t>{1});
   REQUIRE(f.rec.Find("drop").size() == 1);
   REQUIRE(f.rec.Find("leave").size() == 1);
   CHECK(f.rec.Find("drop")[0] < f.rec.Find("leave")[0]);
