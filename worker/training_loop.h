@@ -38,8 +38,9 @@ struct LoopOptions {
   bool pipeline = true;
   // Pushes in flight at most (>= 1); more wait for the oldest.
   int max_pushes_in_flight = 1;
-  // Evaluate on the test set every this many steps (0: as the model says)
-  // and at the end. Usually worker 0 only.
+  // Evaluate on the test set every this many steps (0: once per epoch of
+  // this worker's share; < 0: never during training) and at the end.
+  // Usually worker 0 only.
   bool evaluate = true;
   int64_t eval_every_steps = 0;
   int64_t log_every_steps = 100;

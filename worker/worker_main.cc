@@ -77,7 +77,8 @@ ABSL_FLAG(std::string, device, "auto",
 ABSL_FLAG(std::string, evaluate, "auto",
           "Evaluate on the test set: auto (worker 0 only), true or false.");
 ABSL_FLAG(int64_t, eval_every_steps, 0,
-          "Evaluate every this many steps; 0 = once per epoch.");
+          "Evaluate every this many steps; 0 = once per epoch (mlp), at the "
+          "end only (ctr).");
 ABSL_FLAG(int64_t, log_every_steps, 100, "Progress line interval in steps.");
 ABSL_FLAG(int64_t, delay_spike_ms, 0,
           "With --delay_spike_prob: sleep this long on a random share of the "

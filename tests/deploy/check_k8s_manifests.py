@@ -4,6 +4,7 @@
   check_k8s_manifests.py RENDERED.yaml SERVER_HELP WORKER_HELP OUTDIR
   check_k8s_manifests.py --jobset RENDERED.yaml SERVER_HELP WORKER_HELP
   check_k8s_manifests.py --serving RENDERED.yaml SERVE_HELP BASE_RENDERED.yaml
+  check_k8s_manifests.py --jobset-serving RENDERED.yaml SERVE_HELP
 
 RENDERED.yaml is `kubectl kustomize deploy/k8s`; SERVER_HELP and WORKER_HELP
 are `ps_server --help` and `ps_worker --help`. Checks what a cluster would
@@ -209,16 +210,19 @@ def main_jobset(rendered, server_help, worker_help):
     return 1 if problems else 0
 
 
-def main_serving(rendered, serve_help, base_rendered):
-    """deploy/k8s/serving: ps_serve's Deployment reads the shards of the
-    base deployment, its probes, Service and autoscaler agree with it."""
-    docs = [d for d in yaml.safe_load_all(open(rendered)) if d]
+def check_serving(docs, serve_help, policy_docs, want):
+    """ps_serve's Deployment in `docs` reads the shards at addresses `want`
+    (host:port, shard order); its env names its flags; the NetworkPolicy of
+    `policy_docs` admits it; probes, Service and autoscaler agree with it."""
     by_kind = {}
     for d in docs:
         by_kind.setdefault(d["kind"], []).append(d)
     for kind in ("Deployment", "Service", "HorizontalPodAutoscaler"):
-        if len(by_kind.get(kind, [])) != 1:
-            problem("expected one %s, found %d" % (kind, len(by_kind.get(kind, []))))
+        found = [d for d in by_kind.get(kind, [])
+                 if d["metadata"]["name"].endswith("asyncps-serve")]
+        if len(found) != 1:
+            problem("expected one %s asyncps-serve, found %d" % (kind, len(found)))
+        by_kind[kind] = found
     if problems:
         return 1
     dep = by_kind["Deployment"][0]
@@ -229,23 +233,14 @@ def main_serving(rendered, serve_help, base_rendered):
     check_pod("serving", pod, ctr, "ps_serve")
     env = env_of(ctr, {})
     check_flags(env, flags_of(serve_help), "ps_serve")
-    base = [d for d in yaml.safe_load_all(open(base_rendered)) if d]
-    (sts,) = [d for d in base if d["kind"] == "StatefulSet"]
-    (shard_svc,) = [d for d in base if d["kind"] == "Service"]
-    shards = sts["spec"]["replicas"]
-    shard_port = next(p["port"] for p in shard_svc["spec"]["ports"]
-                      if p["name"] == "grpc")
     pattern = env.get("ASYNCPS_SERVERS", "")
     derived = [pattern.replace("{i}", str(i))
                for i in range(int(env.get("ASYNCPS_NUM_SHARDS", 0)))]
-    want = ["%s-%d.%s:%d" % (sts["metadata"]["name"], i,
-                             shard_svc["metadata"]["name"], shard_port)
-            for i in range(shards)]
     if derived != want:
         problem("ps_serve would read %r, the shards are %r" % (derived, want))
     # The shards' NetworkPolicy admits pods of the deployment (part-of).
     policy_peers = [p.get("podSelector", {}).get("matchLabels", {})
-                    for d in base if d["kind"] == "NetworkPolicy"
+                    for d in policy_docs if d["kind"] == "NetworkPolicy"
                     for r in d["spec"].get("ingress", []) for p in r.get("from", [])]
     labels = dep["spec"]["template"]["metadata"]["labels"]
     if not any(m and all(labels.get(k) == v for k, v in m.items())
@@ -286,6 +281,43 @@ def main_serving(rendered, serve_help, base_rendered):
           (",".join(derived), ports.get("grpc"), ports.get("http"),
            hpa["spec"].get("minReplicas"), hpa["spec"].get("maxReplicas")))
     return 1 if problems else 0
+
+
+def main_serving(rendered, serve_help, base_rendered):
+    """deploy/k8s/serving: ps_serve reads the shards of the base deployment
+    (its StatefulSet's pods through their Service)."""
+    docs = [d for d in yaml.safe_load_all(open(rendered)) if d]
+    base = [d for d in yaml.safe_load_all(open(base_rendered)) if d]
+    (sts,) = [d for d in base if d["kind"] == "StatefulSet"]
+    (shard_svc,) = [d for d in base if d["kind"] == "Service"]
+    shard_port = next(p["port"] for p in shard_svc["spec"]["ports"]
+                      if p["name"] == "grpc")
+    want = ["%s-%d.%s:%d" % (sts["metadata"]["name"], i,
+                             shard_svc["metadata"]["name"], shard_port)
+            for i in range(sts["spec"]["replicas"])]
+    return check_serving(docs, serve_help, base, want)
+
+
+def main_jobset_serving(rendered, serve_help):
+    """deploy/k8s/jobset-serving: ps_serve reads the shards of the JobSet
+    rendered beside it (its name, its shard Job's count, the shards' port),
+    as the JobSet's workers do."""
+    docs = [d for d in yaml.safe_load_all(open(rendered)) if d]
+    jobsets = [d for d in docs if d["kind"] == "JobSet"]
+    if len(jobsets) != 1:
+        problem("expected one JobSet, found %d" % len(jobsets))
+        return 1
+    js = jobsets[0]
+    name = js["metadata"]["name"]
+    sub = js["spec"].get("network", {}).get("subdomain") or name
+    configmaps = {d["metadata"]["name"]: d for d in docs if d["kind"] == "ConfigMap"}
+    (shard,) = [r for r in js["spec"]["replicatedJobs"] if r["name"] == "shard"]
+    shard_job = shard["template"]["spec"]
+    (sctr,) = shard_job["template"]["spec"]["containers"]
+    port = env_of(sctr, configmaps).get("ASYNCPS_PORT")
+    want = ["%s-shard-0-%d.%s:%s" % (name, i, sub, port)
+            for i in range(int(shard_job.get("completions") or 0))]
+    return check_serving(docs, serve_help, docs, want)
 
 
 def env_var_flag(name):
@@ -481,4 +513,6 @@ if __name__ == "__main__":
         sys.exit(main_jobset(*sys.argv[2:5]))
     if sys.argv[1] == "--serving":
         sys.exit(main_serving(*sys.argv[2:5]))
+    if sys.argv[1] == "--jobset-serving":
+        sys.exit(main_jobset_serving(*sys.argv[2:4]))
     sys.exit(main())

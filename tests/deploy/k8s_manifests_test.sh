@@ -14,6 +14,8 @@
 #   3c. deploy/k8s/serving rendered and checked (--serving): ps_serve
 #      reads the shards of the base deployment, probes, Service and
 #      autoscaler agree; a mutated copy (3 shards) fails;
+#   3d. deploy/k8s/jobset-serving (--jobset-serving): the same ps_serve
+#      reads the JobSet's shards; a mutated copy (3 shards) fails;
 #   4. the identity mapping, with the real binaries in the environment a pod
 #      gets (HOSTNAME=asyncps-shard-<i>, JOB_COMPLETION_INDEX, ConfigMap and
 #      container variables): shards 0 and 1 report their index and
@@ -43,6 +45,12 @@ kubectl version --client 2>/dev/null | head -n 1
 # kustomize does not follow the runfiles' symlinks: render a real copy.
 rm -rf "$tmp/k8s"
 cp -rL "$runfiles/deploy/k8s" "$tmp/k8s"
+# kubectl 1.20's kustomize v2 has no replacements, which the JobSet
+# layouts need (README: kubectl >= 1.21).
+kustomize_lacks_replacements() {
+  ! kubectl kustomize "$tmp/k8s/jobset" >/dev/null 2>"$tmp/v2.err" &&
+    grep -q 'unknown field "replacements"' "$tmp/v2.err"
+}
 if ! kubectl kustomize "$tmp/k8s" >"$tmp/rendered.yaml" 2>"$tmp/kustomize.err"; then
   cat "$tmp/kustomize.err"
   echo "FAIL: kubectl kustomize deploy/k8s"
@@ -139,6 +147,30 @@ PY
 else
   cat "$tmp/kustomize.err"
   fail "kubectl kustomize deploy/k8s/serving"
+fi
+
+# The JobSet with serving beside it (deploy/k8s/jobset-serving): ps_serve
+# reads the JobSet's shards (its name and shard count, copied by
+# replacements). A mutated copy (one shard too many) fails.
+if kubectl kustomize "$tmp/k8s/jobset-serving" >"$tmp/jobset-serving.yaml" \
+    2>"$tmp/kustomize.err"; then
+  [ -s "$tmp/serve.help" ] || "$B/serving/ps_serve" --help >"$tmp/serve.help" ||
+    fail "ps_serve --help"
+  python3 "$runfiles/tests/deploy/check_k8s_manifests.py" --jobset-serving \
+    "$tmp/jobset-serving.yaml" "$tmp/serve.help" || fail "JobSet serving checks"
+  sed 's/^          value: "2"$/          value: "3"/' "$tmp/jobset-serving.yaml" \
+    >"$tmp/jobset-serving-3.yaml"
+  if python3 "$runfiles/tests/deploy/check_k8s_manifests.py" --jobset-serving \
+      "$tmp/jobset-serving-3.yaml" "$tmp/serve.help" >/dev/null; then
+    fail "a JobSet's serving Deployment reading 3 of 2 shards passes the checks"
+  fi
+elif kustomize_lacks_replacements; then
+  # As for the JobSet: kustomize v2 (kubectl 1.20) cannot render it.
+  echo "jobset-serving: NOT CHECKED: $(kubectl version --client 2>/dev/null | head -n 1)" \
+    "has no kustomize replacements"
+else
+  cat "$tmp/kustomize.err"
+  fail "kubectl kustomize deploy/k8s/jobset-serving"
 fi
 [ "$failed" = 0 ] || exit 1
 
