@@ -114,15 +114,22 @@ def check_flags(env, flags, binary):
                     (name, binary, env_var_flag(name)))
 
 
-def main_jobset(rendered, server_help, worker_help):
-    """deploy/k8s/jobset: one JobSet whose counts, run id and shard list
-    come from one ConfigMap."""
+def load_with_jobset(rendered):
+    """The rendered objects and their one JobSet (None, said, if not one)."""
     docs = [d for d in yaml.safe_load_all(open(rendered)) if d]
     jobsets = [d for d in docs if d["kind"] == "JobSet"]
     if len(jobsets) != 1:
         problem("expected one JobSet, found %d" % len(jobsets))
+        return docs, None
+    return docs, jobsets[0]
+
+
+def main_jobset(rendered, server_help, worker_help):
+    """deploy/k8s/jobset: one JobSet whose counts, run id and shard list
+    come from one ConfigMap."""
+    docs, js = load_with_jobset(rendered)
+    if js is None:
         return 1
-    js = jobsets[0]
     if js["apiVersion"] != "jobset.x-k8s.io/v1alpha2":
         problem("JobSet apiVersion %s" % js["apiVersion"])
     configmaps = {d["metadata"]["name"]: d for d in docs if d["kind"] == "ConfigMap"}
@@ -302,12 +309,9 @@ def main_jobset_serving(rendered, serve_help):
     """deploy/k8s/jobset-serving: ps_serve reads the shards of the JobSet
     rendered beside it (its name, its shard Job's count, the shards' port),
     as the JobSet's workers do."""
-    docs = [d for d in yaml.safe_load_all(open(rendered)) if d]
-    jobsets = [d for d in docs if d["kind"] == "JobSet"]
-    if len(jobsets) != 1:
-        problem("expected one JobSet, found %d" % len(jobsets))
+    docs, js = load_with_jobset(rendered)
+    if js is None:
         return 1
-    js = jobsets[0]
     name = js["metadata"]["name"]
     sub = js["spec"].get("network", {}).get("subdomain") or name
     configmaps = {d["metadata"]["name"]: d for d in docs if d["kind"] == "ConfigMap"}

@@ -331,11 +331,17 @@ def test_ssp_fast_worker_waits_for_slow_one(cluster):
         fast.leave()
 
 
-def test_overlapped_pull_trains_under_asp_only(cluster):
-    shards = cluster.start(2)
+def regression_data():
+    """256 inputs of 3 features and their targets under a fixed linear map
+    (seeded): what the overlap tests train Tiny on."""
     torch.manual_seed(0)
     x = torch.randn(256, 3)
-    target = x @ torch.tensor([[1.0, -2.0], [0.5, 0.0], [-1.0, 3.0]]) + 0.25
+    return x, x @ torch.tensor([[1.0, -2.0], [0.5, 0.0], [-1.0, 3.0]]) + 0.25
+
+
+def test_overlapped_pull_trains_under_asp_only(cluster):
+    shards = cluster.start(2)
+    x, target = regression_data()
     model = Tiny()
     with connect(shards) as client:
         with asyncps.torch.Worker(model, client, optimizer="momentum", lr=0.05,
@@ -360,9 +366,7 @@ def test_overlapped_pull_trains_under_asp_only(cluster):
 
 def test_overlapped_push_applies_every_step_and_raises_its_failure(cluster):
     shards = cluster.start(2)
-    torch.manual_seed(0)
-    x = torch.randn(256, 3)
-    target = x @ torch.tensor([[1.0, -2.0], [0.5, 0.0], [-1.0, 3.0]]) + 0.25
+    x, target = regression_data()
     model = Tiny()
 
     def closure():
