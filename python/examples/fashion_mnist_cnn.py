@@ -122,6 +122,9 @@ def parse_args(argv):
     p.add_argument("--overlap_pull", action="store_true",
                    help="pull the next parameters during the current step "
                         "(ASP shards only)")
+    p.add_argument("--wire_dtype", choices=("fp32", "bf16"), default="fp32",
+                   help="what pulls and pushes carry on the wire (bf16: half "
+                        "the bytes, values rounded)")
     p.add_argument("--overlap_push", action="store_true",
                    help="push a step's gradients during the next step "
                         "(ASP shards only)")
@@ -222,7 +225,8 @@ def train_worker(args, out=sys.stdout):
     with asyncps.Client(args.servers.split(","), worker_id=args.worker_id,
                         tls_ca=args.tls_ca, tls_cert=args.tls_cert,
                         tls_key=args.tls_key,
-                        token_file=args.token_file) as client:
+                        token_file=args.token_file,
+                        wire_dtype=args.wire_dtype) as client:
         worker = asyncps.torch.Worker(
             model, client, optimizer=args.optimizer, lr=args.lr,
             momentum=args.momentum, seed=args.seed,
