@@ -1,9 +1,16 @@
 // ParameterSource of a checkpoint directory (parameter_source.h).
+#include <sys/stat.h>
+
+#include <cerrno>
 #include <cstring>
+#include <memory>
+#include <tuple>
 #include <utility>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
 #include "common/names.h"
 #include "common/sharding.h"
 #include "common/tensor_layout.h"
@@ -13,26 +20,90 @@
 namespace asyncps {
 namespace {
 
+// A checkpoint directory's shards as restored once.
+struct RestoredSet {
+  std::vector<RestoredShard> shards;
+  std::string description;
+};
+
+// What identifies a file's content without reading it: a rename (how
+// checkpoints and spec files are replaced) gives a new inode.
+using FileStamp = std::tuple<std::string, ino_t, off_t, int64_t>;
+
+absl::StatusOr<std::vector<FileStamp>> Stamps(const ShardFileSet& set) {
+  std::vector<FileStamp> stamps;
+  for (const std::vector<std::string>* files :
+       {&set.checkpoints, &set.spec_files}) {
+    for (const std::string& path : *files) {
+      if (path.empty()) continue;
+      struct stat st;
+      if (::stat(path.c_str(), &st) != 0) {
+        return absl::UnavailableError(
+            absl::StrCat("stat ", path, ": ", std::strerror(errno)));
+      }
+      stamps.emplace_back(
+          path, st.st_ino, st.st_size,
+          int64_t{st.st_mtim.tv_sec} * 1000000000 + st.st_mtim.tv_nsec);
+    }
+  }
+  return stamps;
+}
+
+// Every shard of `set`, restored; one run.
+absl::StatusOr<std::shared_ptr<const RestoredSet>> RestoreSet(
+    const ShardFileSet& set) {
+  auto restored = std::make_shared<RestoredSet>();
+  std::vector<RestoredShard>& shards = restored->shards;
+  for (int i = 0; i < set.num_shards; ++i) {
+    absl::StatusOr<RestoredShard> shard = RestoreShard(set, i);
+    if (!shard.ok()) return shard.status();
+    if (i > 0 && shard->run_id != shards[0].run_id) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          set.dir, " holds shard files of runs '", shards[0].run_id, "' and '",
+          shard->run_id, "': serve one run"));
+    }
+    shards.push_back(*std::move(shard));
+  }
+  restored->description =
+      absl::StrCat("checkpoint ", set.dir, " (", set.num_shards,
+                   " shards, run '", shards[0].run_id, "')");
+  return std::shared_ptr<const RestoredSet>(std::move(restored));
+}
+
+// Follows the directory: List (the first call of every snapshot refresh)
+// restores the shard files again when any of them changed (a shard wrote a
+// newer checkpoint), so that a server reading the checkpoints of a run in
+// progress serves its newer parameters; Read and ReadRows use what List
+// last loaded. A failed reload keeps the previous set (and is the
+// refresh's error). Holds two copies of the model while reloading.
 class CheckpointSource : public ParameterSource {
  public:
-  CheckpointSource(std::vector<RestoredShard> shards, std::string description)
-      : shards_(std::move(shards)), description_(std::move(description)) {}
+  CheckpointSource(std::string dir, std::vector<FileStamp> stamps,
+                   std::shared_ptr<const RestoredSet> loaded)
+      : dir_(std::move(dir)),
+        stamps_(std::move(stamps)),
+        loaded_(std::move(loaded)) {}
 
   absl::StatusOr<ListTensorsResponse> List() override {
+    absl::StatusOr<std::shared_ptr<const RestoredSet>> set = Follow();
+    if (!set.ok()) return set.status();
+    const std::vector<RestoredShard>& shards = (*set)->shards;
     ListTensorsResponse list;
-    for (TensorSpec& t : shards_[0].store->ListTensors()) {
+    for (TensorSpec& t : shards[0].store->ListTensors()) {
       *list.add_tensors() = std::move(t);
     }
-    for (TableSpec& t : shards_[0].store->tables().List()) {
+    for (TableSpec& t : shards[0].store->tables().List()) {
       *list.add_tables() = std::move(t);
     }
-    list.set_run_id(shards_[0].run_id);
+    list.set_run_id(shards[0].run_id);
     return list;
   }
 
   absl::Status ReadRows(const std::string& table,
                         absl::Span<const uint64_t> ids, float* out) override {
-    const int n = static_cast<int>(shards_.size());
+    const std::shared_ptr<const RestoredSet> set = Loaded();
+    const std::vector<RestoredShard>& shards = set->shards;
+    const int n = static_cast<int>(shards.size());
     // Each id to its home shard, remembering its positions.
     std::vector<PullRequest> requests(n);
     std::vector<std::vector<size_t>> positions(n);
@@ -50,7 +121,7 @@ class CheckpointSource : public ParameterSource {
       if (positions[s].empty()) continue;
       PullResponse response;
       std::string values;
-      absl::Status st = shards_[s].store->tables().Pull(
+      absl::Status st = shards[s].store->tables().Pull(
           requests[s], 0, WIRE_F32, &response, [&](int, size_t bytes) {
             values.resize(bytes);
             return &values[0];
@@ -68,8 +139,10 @@ class CheckpointSource : public ParameterSource {
 
   absl::Status Read(const std::vector<std::pair<std::string, float*>>& outs,
                     std::vector<uint64_t>* versions) override {
+    const std::shared_ptr<const RestoredSet> set = Loaded();
+    const std::vector<RestoredShard>& shards = set->shards;
     absl::flat_hash_map<std::string, std::pair<float*, int64_t>> targets;
-    for (const TensorSpec& spec : shards_[0].store->ListTensors()) {
+    for (const TensorSpec& spec : shards[0].store->ListTensors()) {
       absl::StatusOr<TensorLayout> layout = TensorLayout::FromSpec(spec);
       if (!layout.ok()) return layout.status();
       targets[spec.name()] = {nullptr, layout->slice_elems()};
@@ -85,7 +158,7 @@ class CheckpointSource : public ParameterSource {
       request.add_tensors(name);
     }
     absl::flat_hash_map<std::string, uint64_t> version_of;
-    for (const RestoredShard& shard : shards_) {
+    for (const RestoredShard& shard : shards) {
       absl::Status s = shard.store->Pull(
           request, [&](const std::string& tensor, uint32_t slice,
                        uint64_t version, absl::Span<const float> values) {
@@ -101,36 +174,51 @@ class CheckpointSource : public ParameterSource {
     return absl::OkStatus();
   }
 
-  std::string Describe() const override { return description_; }
+  std::string Describe() const override { return Loaded()->description; }
 
  private:
-  // Read only after construction (ShardStore::Pull is thread-safe).
-  const std::vector<RestoredShard> shards_;
-  const std::string description_;
+  std::shared_ptr<const RestoredSet> Loaded() const {
+    absl::MutexLock l(&mu_);
+    return loaded_;
+  }
+
+  // The set to serve: restored again if the directory's files changed.
+  absl::StatusOr<std::shared_ptr<const RestoredSet>> Follow() {
+    absl::StatusOr<ShardFileSet> files = FindShardFileSet(dir_);
+    if (!files.ok()) return files.status();
+    absl::StatusOr<std::vector<FileStamp>> stamps = Stamps(*files);
+    if (!stamps.ok()) return stamps.status();
+    {
+      absl::MutexLock l(&mu_);
+      if (*stamps == stamps_) return loaded_;
+    }
+    absl::StatusOr<std::shared_ptr<const RestoredSet>> set = RestoreSet(*files);
+    if (!set.ok()) return set.status();
+    absl::MutexLock l(&mu_);
+    stamps_ = *std::move(stamps);
+    loaded_ = *set;
+    return *std::move(set);
+  }
+
+  const std::string dir_;
+  mutable absl::Mutex mu_;
+  std::vector<FileStamp> stamps_ ABSL_GUARDED_BY(mu_);
+  // Read only once loaded (ShardStore::Pull is thread-safe).
+  std::shared_ptr<const RestoredSet> loaded_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<ParameterSource>> MakeCheckpointSource(
     const std::string& dir) {
-  absl::StatusOr<ShardFileSet> set = FindShardFileSet(dir);
+  absl::StatusOr<ShardFileSet> files = FindShardFileSet(dir);
+  if (!files.ok()) return files.status();
+  absl::StatusOr<std::vector<FileStamp>> stamps = Stamps(*files);
+  if (!stamps.ok()) return stamps.status();
+  absl::StatusOr<std::shared_ptr<const RestoredSet>> set = RestoreSet(*files);
   if (!set.ok()) return set.status();
-  std::vector<RestoredShard> shards;
-  for (int i = 0; i < set->num_shards; ++i) {
-    absl::StatusOr<RestoredShard> shard = RestoreShard(*set, i);
-    if (!shard.ok()) return shard.status();
-    if (i > 0 && shard->run_id != shards[0].run_id) {
-      return absl::FailedPreconditionError(
-          absl::StrCat(dir, " holds shard files of runs '", shards[0].run_id,
-                       "' and '", shard->run_id, "': serve one run"));
-    }
-    shards.push_back(*std::move(shard));
-  }
-  const std::string description =
-      absl::StrCat("checkpoint ", dir, " (", set->num_shards, " shards, run '",
-                   shards[0].run_id, "')");
   return std::unique_ptr<ParameterSource>(
-      new CheckpointSource(std::move(shards), description));
+      new CheckpointSource(dir, *std::move(stamps), *std::move(set)));
 }
 
 }  // namespace asyncps

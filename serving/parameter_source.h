@@ -52,7 +52,9 @@ absl::StatusOr<std::unique_ptr<ParameterSource>> MakeShardSource(
     PsClientOptions options);
 
 // The shard files of a checkpoint directory (shard_set.h), restored into
-// memory once, here; errors of restoring them.
+// memory here (errors of restoring them), and again by a later List() when
+// any of them changed (a run in progress wrote a newer checkpoint; a failed
+// reload is List's error and keeps what was loaded).
 absl::StatusOr<std::unique_ptr<ParameterSource>> MakeCheckpointSource(
     const std::string& dir);
 

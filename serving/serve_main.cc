@@ -7,8 +7,8 @@
 //
 // Parameters come from the live shards (read without registering, every
 // --refresh_s, into a second copy swapped in atomically) or from a
-// checkpoint directory. SIGINT and SIGTERM stop it: queued requests are
-// answered UNAVAILABLE, then it exits 0.
+// checkpoint directory (restored again when its files change). SIGINT and
+// SIGTERM stop it: queued requests are answered UNAVAILABLE, then it exits 0.
 //
 // Exit status: 0 after a clean stop; 1 when the parameters could not be
 // read at start; 2 for bad flags or another start failure.
@@ -47,8 +47,9 @@ ABSL_FLAG(std::string, servers, "",
           "--num_shards addresses. Excludes --checkpoint_dir.");
 ABSL_FLAG(int, num_shards, 0, "Shard count for a {i} pattern in --servers.");
 ABSL_FLAG(std::string, checkpoint_dir, "",
-          "Serve the parameters of this checkpoint directory (a finished "
-          "run; no shards needed). Excludes --servers.");
+          "Serve the parameters of this checkpoint directory (no shards "
+          "needed; re-read every --refresh_s when a shard wrote a newer "
+          "checkpoint). Excludes --servers.");
 ABSL_FLAG(std::string, model, "mlp",
           "The model ps_worker trains: mlp (Fashion-MNIST classifier) or ctr "
           "(the click model with embedding tables).");
@@ -58,8 +59,8 @@ ABSL_FLAG(int64_t, row_cache_rows, 100000,
 ABSL_FLAG(std::string, model_name, "",
           "Name clients use for the model; default = --model.");
 ABSL_FLAG(double, refresh_s, 1.0,
-          "Seconds between parameter snapshots read from the shards (0 = "
-          "read once; a --checkpoint_dir is read once).");
+          "Seconds between parameter snapshots read from the shards, or "
+          "checks of --checkpoint_dir for newer files (0 = read once).");
 ABSL_FLAG(std::string, host, "0.0.0.0", "Address to listen on.");
 ABSL_FLAG(int, port, 0,
           "gRPC port (inference.GRPCInferenceService); 0 picks a free one "
@@ -149,10 +150,7 @@ absl::StatusOr<Flags> FlagsFromCommandLine() {
   if (!(refresh >= 0) || refresh > 86400) {
     return absl::InvalidArgumentError("--refresh_s must be in [0, 86400]");
   }
-  // A checkpoint does not change: read once.
-  f.refresh = absl::GetFlag(FLAGS_checkpoint_dir).empty()
-                  ? absl::Seconds(refresh)
-                  : absl::ZeroDuration();
+  f.refresh = absl::Seconds(refresh);
   if (absl::GetFlag(FLAGS_http_threads) < 1 ||
       absl::GetFlag(FLAGS_http_threads) > 1024) {
     return absl::InvalidArgumentError("--http_threads must be in [1, 1024]");

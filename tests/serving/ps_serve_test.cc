@@ -518,6 +518,40 @@ TEST_CASE(
   REQUIRE(absl::StrContains(line->body, "from checkpoint " + dir));
 }
 
+TEST_CASE("ps_serve follows the checkpoints of a run in progress",
+          "[serving]") {
+  const std::string dir = testing::MakeTmpDir("serve_follow");
+  auto cluster =
+      StartPsCluster(2, {"--checkpoint_dir=" + dir, "--checkpoint_every_s=1"});
+  REQUIRE_OK(cluster.status());
+  std::vector<std::vector<float>> values;
+  auto worker = CreateModel(*cluster, &values);
+  const std::vector<std::vector<float>> initial = values;
+  // Only the spec files so far (created, never pushed): initial values.
+  ServeProcess serve =
+      StartServe({"--checkpoint_dir=" + dir, "--refresh_s=0.1"});
+  const std::vector<float> x = Features(2, 2.0f);
+  ModelInferResponse first;
+  REQUIRE(Infer(serve, Request(x, 2), &first).ok());
+  RequireNear(Output(first), Expected(initial, x, 2));
+  constexpr int64_t kSlices = 7;  // as above
+
+  // Each push reaches the server once the shards checkpointed it.
+  PushAll(worker.get(), 0, 0.25f, &values);
+  ModelInferResponse r = AwaitVersion(serve, x, kSlices);
+  REQUIRE(SnapshotVersion(r) == kSlices);
+  RequireNear(Output(r), Expected(values, x, 2));
+  PushAll(worker.get(), 1, -0.5f, &values);
+  r = AwaitVersion(serve, x, 2 * kSlices);
+  REQUIRE(SnapshotVersion(r) == 2 * kSlices);
+  RequireNear(Output(r), Expected(values, x, 2));
+  httplib::Client http("127.0.0.1", serve.http_port);
+  auto metrics = http.Get("/metrics");
+  REQUIRE(metrics);
+  CHECK(absl::StrContains(metrics->body,
+                          "asyncps_serve_refresh_failures_total 0\n"));
+}
+
 TEST_CASE(
     "answers streaming while the parameters change name the snapshot "
     "they were computed with",
