@@ -34,9 +34,9 @@ struct Snapshot {
 };
 
 // Keeps the current snapshot of tensors `names` and refreshes it every
-// `refresh` (0 = read once). A failed refresh
-// keeps the last snapshot (its age grows) and is counted and logged; the
-// next refresh tries again. Thread-safe.
+// `refresh` (0 = read once). A failed refresh keeps the last snapshot (its
+// age grows) and is counted and logged; the next refresh tries again.
+// Thread-safe.
 class SnapshotKeeper {
  public:
   SnapshotKeeper(ParameterSource* source, std::vector<std::string> names,
