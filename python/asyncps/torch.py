@@ -399,10 +399,17 @@ class Worker:
 
     def _finish_push(self):
         """Waits for the overlapped push in flight, if any, and counts it;
-        its error is raised here."""
-        if self._pushing is not None:
-            pushing, self._pushing = self._pushing, None
-            self._account(pushing.result())
+        its error is raised here. Interrupted (Ctrl-C), the push stays in
+        flight, for leave() to wait for."""
+        if self._pushing is None:
+            return
+        pushing = self._pushing
+        try:
+            result = pushing.result()
+        finally:
+            if pushing.done():
+                self._pushing = None
+        self._account(result)
 
     def step(self, closure):
         """One training step; returns what `closure` returns.
