@@ -10,6 +10,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/synchronization/mutex.h"
 #include "common/names.h"
 #include "common/sharding.h"
@@ -68,6 +69,36 @@ absl::StatusOr<std::shared_ptr<const RestoredSet>> RestoreSet(
       absl::StrCat("checkpoint ", set.dir, " (", set.num_shards,
                    " shards, run '", shards[0].run_id, "')");
   return std::shared_ptr<const RestoredSet>(std::move(restored));
+}
+
+// OK when every tensor and table `before` holds has the same shape (dim) in
+// `after`: what the served model and its row buffers were built for.
+absl::Status SameShapes(const RestoredSet& before, const RestoredSet& after) {
+  absl::flat_hash_map<std::string, std::string> shapes;
+  for (const TensorSpec& t : after.shards[0].store->ListTensors()) {
+    shapes[t.name()] = absl::StrJoin(t.shape(), "x");
+  }
+  for (const TableSpec& t : after.shards[0].store->tables().List()) {
+    shapes[t.name()] = absl::StrCat("rows of ", t.dim());
+  }
+  auto check = [&](const std::string& name,
+                   const std::string& shape) -> absl::Status {
+    auto it = shapes.find(name);
+    if (it != shapes.end() && it->second == shape) return absl::OkStatus();
+    return absl::FailedPreconditionError(
+        absl::StrCat(after.description, ": ", QuoteName(name), " is now ",
+                     it == shapes.end() ? "gone" : it->second, ", was ", shape,
+                     " (another run?): restart ps_serve to serve it"));
+  };
+  for (const TensorSpec& t : before.shards[0].store->ListTensors()) {
+    absl::Status s = check(t.name(), absl::StrJoin(t.shape(), "x"));
+    if (!s.ok()) return s;
+  }
+  for (const TableSpec& t : before.shards[0].store->tables().List()) {
+    absl::Status s = check(t.name(), absl::StrCat("rows of ", t.dim()));
+    if (!s.ok()) return s;
+  }
+  return absl::OkStatus();
 }
 
 // Follows the directory: List (the first call of every snapshot refresh)
@@ -194,6 +225,8 @@ class CheckpointSource : public ParameterSource {
     }
     absl::StatusOr<std::shared_ptr<const RestoredSet>> set = RestoreSet(*files);
     if (!set.ok()) return set.status();
+    absl::Status same = SameShapes(*Loaded(), **set);
+    if (!same.ok()) return same;
     absl::MutexLock l(&mu_);
     stamps_ = *std::move(stamps);
     loaded_ = *set;

@@ -42,6 +42,14 @@ absl::Status SnapshotKeeper::Refresh() {
             source_->Describe(), " holds no tensor ", QuoteName(names_[i])));
         break;
       }
+      if (!sizes_.empty() && sizes_[i] != it->second) {
+        s = absl::FailedPreconditionError(absl::StrCat(
+            source_->Describe(), " now holds ", it->second, " elements of ",
+            QuoteName(names_[i]), ", the served model ", sizes_[i],
+            " (another run or a re-created tensor): restart ps_serve to "
+            "serve it"));
+        break;
+      }
       next->values[i].resize(it->second);
       outs.emplace_back(names_[i], next->values[i].data());
     }
@@ -58,6 +66,11 @@ absl::Status SnapshotKeeper::Refresh() {
     }
     last_error_ = s.ToString();
     return s;
+  }
+  if (sizes_.empty()) {
+    for (const std::vector<float>& v : next->values) {
+      sizes_.push_back(static_cast<int64_t>(v.size()));
+    }
   }
   next->id = next_id_++;
   next->taken = absl::Now();

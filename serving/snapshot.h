@@ -35,7 +35,10 @@ struct Snapshot {
 
 // Keeps the current snapshot of tensors `names` and refreshes it every
 // `refresh` (0 = read once). A failed refresh keeps the last snapshot (its
-// age grows) and is counted and logged; the next refresh tries again.
+// age grows) and is counted and logged; the next refresh tries again. The
+// tensors keep the sizes of the first snapshot (the served model is built
+// for them): a source whose tensor changed size (another run's files, a
+// re-created tensor) fails the refresh with FAILED_PRECONDITION naming it.
 // Thread-safe.
 class SnapshotKeeper {
  public:
@@ -71,6 +74,8 @@ class SnapshotKeeper {
   std::shared_ptr<const Snapshot> current_ ABSL_GUARDED_BY(mu_);
   std::string last_error_ ABSL_GUARDED_BY(mu_);
   uint64_t next_id_ ABSL_GUARDED_BY(read_mu_) = 1;
+  // Elements of names_[i], fixed by the first snapshot (empty before).
+  std::vector<int64_t> sizes_ ABSL_GUARDED_BY(read_mu_);
   std::atomic<uint64_t> failures_{0};
   absl::Notification stop_;
   std::thread thread_;

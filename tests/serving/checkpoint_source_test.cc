@@ -1,0 +1,122 @@
+// The checkpoint-directory ParameterSource (serving/parameter_source.h)
+// over real checkpoint files: it serves what they hold, restores them again
+// when a newer checkpoint replaces them, and refuses a newer one whose
+// tensors or tables changed shape (keeping what it serves).
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "catch2/catch.hpp"
+#include "common/payload.h"
+#include "serving/parameter_source.h"
+#include "store/shard_store.h"
+#include "tests/testing/require_ok.h"
+#include "tests/testing/store_helpers.h"
+#include "tests/testing/subprocess.h"
+
+namespace asyncps {
+namespace {
+
+// One shard of one holding "w" (zeros, SGD at rate 1) of `elems` and table
+// "t" of `dim`.
+std::unique_ptr<ShardStore> Shard(int64_t elems, int dim) {
+  ShardStoreOptions o;
+  o.shard_index = 0;
+  o.num_shards = 1;
+  o.default_slice_elems = 8;
+  std::unique_ptr<ShardStore> store = ShardStore::Create(o).value();
+  CreateTensorRequest req;
+  TensorSpec* w = req.add_tensors();
+  w->set_name("w");
+  w->add_shape(elems);
+  w->set_init(INIT_ZEROS);
+  w->mutable_optimizer()->set_type(OPT_SGD);
+  w->mutable_optimizer()->set_learning_rate(1.0f);
+  TableSpec* t = req.add_tables();
+  t->set_name("t");
+  t->set_dim(dim);
+  t->mutable_optimizer()->set_type(OPT_SGD);
+  t->mutable_optimizer()->set_learning_rate(1.0f);
+  REQUIRE_OK(store->CreateTensors(req).status());
+  return store;
+}
+
+// Pushes gradient `g` to every element of "w" (one slice).
+void Push(ShardStore* store, int64_t elems, float g) {
+  PushRequest req;
+  SliceGradient* s = req.add_grads();
+  s->set_tensor("w");
+  s->set_slice(0);
+  const std::vector<float> grad(elems, g);
+  EncodeFloats(grad.data(), grad.size(), s->mutable_grad());
+  PushResponse resp;
+  REQUIRE_OK(testing::ApplyPush(store, req, StalenessRule{}, &resp));
+}
+
+// "w" as the source serves it now, and its version.
+std::vector<float> Served(ParameterSource* source, uint64_t* version) {
+  absl::StatusOr<ListTensorsResponse> list = source->List();
+  REQUIRE_OK(list.status());
+  REQUIRE(list->tensors_size() == 1);
+  std::vector<float> w(list->tensors(0).shape(0));
+  std::vector<uint64_t> versions;
+  REQUIRE_OK(source->Read({{"w", w.data()}}, &versions));
+  *version = versions.at(0);
+  return w;
+}
+
+TEST_CASE("a checkpoint directory is followed as newer checkpoints come",
+          "[serving][checkpoint]") {
+  const std::string dir = testing::MakeTmpDir("follow");
+  std::unique_ptr<ShardStore> store = Shard(4, 2);
+  REQUIRE_OK(testing::WriteStoreCheckpoint(*store, dir).status());
+  absl::StatusOr<std::unique_ptr<ParameterSource>> source =
+      MakeCheckpointSource(dir);
+  REQUIRE_OK(source.status());
+  uint64_t version = 9;
+  CHECK(Served(source->get(), &version) == std::vector<float>(4, 0.0f));
+  CHECK(version == 0);
+
+  // A newer checkpoint replaces the file: served at the next List.
+  Push(store.get(), 4, 0.5f);
+  REQUIRE_OK(testing::WriteStoreCheckpoint(*store, dir).status());
+  CHECK(Served(source->get(), &version) == std::vector<float>(4, -0.5f));
+  CHECK(version == 1);
+  Push(store.get(), 4, 0.25f);
+  REQUIRE_OK(testing::WriteStoreCheckpoint(*store, dir).status());
+  CHECK(Served(source->get(), &version) == std::vector<float>(4, -0.75f));
+  CHECK(version == 2);
+
+  // Another run's files with "w" of 5 elements: refused, naming it; what
+  // was loaded is still served.
+  std::unique_ptr<ShardStore> other = Shard(5, 2);
+  REQUIRE_OK(testing::WriteStoreCheckpoint(*other, dir).status());
+  absl::StatusOr<ListTensorsResponse> list = (*source)->List();
+  INFO(list.status().ToString());
+  CHECK(absl::IsFailedPrecondition(list.status()));
+  CHECK(list.status().message().find("'w' is now 5, was 4") !=
+        std::string::npos);
+  std::vector<float> w(4);
+  std::vector<uint64_t> versions;
+  REQUIRE_OK((*source)->Read({{"w", w.data()}}, &versions));
+  CHECK(w == std::vector<float>(4, -0.75f));
+
+  // Rows of another dim: refused too.
+  std::unique_ptr<ShardStore> wider = Shard(4, 3);
+  REQUIRE_OK(testing::WriteStoreCheckpoint(*wider, dir).status());
+  list = (*source)->List();
+  INFO(list.status().ToString());
+  CHECK(absl::IsFailedPrecondition(list.status()));
+  CHECK(list.status().message().find("'t' is now rows of 3, was rows of 2") !=
+        std::string::npos);
+
+  // The same shapes again: followed.
+  Push(store.get(), 4, 0.25f);
+  REQUIRE_OK(testing::WriteStoreCheckpoint(*store, dir).status());
+  CHECK(Served(source->get(), &version) == std::vector<float>(4, -1.0f));
+  CHECK(version == 3);
+}
+
+}  // namespace
+}  // namespace asyncps
