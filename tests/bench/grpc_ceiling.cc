@@ -10,6 +10,7 @@
 #include <deque>
 #include <memory>
 #include <mutex>
+#include <thread>
 #include <utility>
 
 #include "absl/base/thread_annotations.h"
@@ -255,7 +256,10 @@ int GrpcCeilingServerMain(const std::string& port_file, int64_t model_bytes) {
 }
 
 absl::StatusOr<int64_t> RunGrpcCeilingClient(
-    const GrpcCeilingLoad& load, std::chrono::steady_clock::time_point until) {
+    const GrpcCeilingLoad& load, std::chrono::steady_clock::time_point start,
+    std::chrono::steady_clock::time_point until,
+    const std::function<void(std::chrono::steady_clock::time_point)>&
+        on_start) {
   const size_t k = load.servers.size();
   const size_t floats = static_cast<size_t>(load.bytes) / sizeof(float);
   const int slots = std::max(1, load.inflight);
@@ -265,13 +269,22 @@ absl::StatusOr<int64_t> RunGrpcCeilingClient(
       slots, std::vector<std::vector<float>>(k));
   for (size_t s = 0; s < k; ++s) {
     for (int c = 0; c < std::max(1, load.connections); ++c) {
-      streams[s].push_back(std::make_unique<DataStream>(
-          MakeChannel(load.servers[s], c), kMethod, &AnswerId));
+      std::shared_ptr<grpc::Channel> channel = MakeChannel(load.servers[s], c);
+      if (!channel->WaitForConnected(std::chrono::system_clock::now() +
+                                     std::chrono::seconds(30))) {
+        return absl::UnavailableError(
+            absl::StrCat("no connection to ", load.servers[s], " within 30 s"));
+      }
+      streams[s].push_back(
+          std::make_unique<DataStream>(channel, kMethod, &AnswerId));
     }
     for (auto& slot : bufs) {
       slot[s].assign(floats / k + (s < floats % k ? 1 : 0), 0.001f);
     }
   }
+
+  std::this_thread::sleep_until(start);
+  on_start(std::max(start, std::chrono::steady_clock::now()));
 
   std::mutex mu;
   std::condition_variable cv;

@@ -15,6 +15,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -36,10 +37,14 @@ struct GrpcCeilingLoad {
   int connections = 2;  // per server
 };
 
-// Moves calls of `load` until `until` and returns the payload bytes of the
-// calls answered.
+// Connects to every server (each channel ready, at most 30 s), waits for
+// `start` (as the asyncps client, which connects before it), calls
+// `on_start` with the time the timed loop begins, then moves calls of
+// `load` until `until`; returns the payload bytes of the calls answered.
 absl::StatusOr<int64_t> RunGrpcCeilingClient(
-    const GrpcCeilingLoad& load, std::chrono::steady_clock::time_point until);
+    const GrpcCeilingLoad& load, std::chrono::steady_clock::time_point start,
+    std::chrono::steady_clock::time_point until,
+    const std::function<void(std::chrono::steady_clock::time_point)>& on_start);
 
 }  // namespace bench
 }  // namespace asyncps

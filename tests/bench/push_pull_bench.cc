@@ -331,10 +331,13 @@ int ClientMain() {
     load.bytes = bytes;
     load.inflight = absl::GetFlag(FLAGS_inflight);
     load.connections = absl::GetFlag(FLAGS_connections);
-    start = AwaitStart();
-    cpu0 = SelfCpuSeconds();
-    absl::StatusOr<int64_t> m =
-        bench::RunGrpcCeilingClient(load, start + length);
+    const Clock::time_point at{
+        std::chrono::nanoseconds(absl::GetFlag(FLAGS_start_at_ns))};
+    absl::StatusOr<int64_t> m = bench::RunGrpcCeilingClient(
+        load, at, at + length, [&](Clock::time_point began) {
+          start = began;
+          cpu0 = SelfCpuSeconds();
+        });
     if (!m.ok()) {
       std::fprintf(stderr, "grpc client: %s\n", m.status().ToString().c_str());
       return 1;
