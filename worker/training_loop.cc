@@ -7,7 +7,9 @@
 #include "absl/strings/str_format.h"
 
 namespace asyncps {
+namespace {
 
+// "3m07s", "1h02m", "42s"; "?" for a negative or huge count of seconds.
 std::string FormatEta(double seconds) {
   if (!(seconds >= 0) || seconds > 1e7) return "?";
   const int64_t s = static_cast<int64_t>(seconds + 0.5);
@@ -15,8 +17,6 @@ std::string FormatEta(double seconds) {
   if (s >= 60) return absl::StrFormat("%dm%02ds", s / 60, s % 60);
   return absl::StrFormat("%ds", s);
 }
-
-namespace {
 
 class Loop {
  public:

@@ -105,8 +105,9 @@ class TrainingModel {
   virtual absl::Status Begin(const TrainingPlan& plan) = 0;
 
   // Starts reading the parameters of the round that begins with `step`
-  // (whose examples are `examples`) into read set `set`, as `clock` and
-  // waiting (SSP/BSP) until clock `for_clock` may be read.
+  // (whose examples are `examples`, valid during the call) into read set
+  // `set`, as `clock` and waiting (SSP/BSP) until clock `for_clock` may be
+  // read.
   virtual void StartRead(int set, int64_t step,
                          absl::Span<const int64_t> examples, int64_t clock,
                          int64_t for_clock) = 0;
@@ -154,9 +155,6 @@ absl::StatusOr<LoopResult> RunTrainingLoop(const LoopOptions& options,
                                            int64_t num_examples, int push_every,
                                            ParameterStore* store,
                                            TrainingModel* model);
-
-// "3m07s", "1h02m", "42s"; "?" for a negative or huge count of seconds.
-std::string FormatEta(double seconds);
 
 }  // namespace asyncps
 
