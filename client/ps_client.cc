@@ -899,8 +899,23 @@ std::unique_ptr<PsClient::PendingPush> PsClient::StartPush(
     int64_t clock,
     const std::vector<std::pair<std::string, const float*>>& grads,
     const ReadSet& read) {
+  return StartSend(/*assign=*/false, clock, grads, read);
+}
+
+std::unique_ptr<PsClient::PendingPush> PsClient::StartAssign(
+    int64_t clock,
+    const std::vector<std::pair<std::string, const float*>>& values) {
+  return StartSend(/*assign=*/true, clock, values, ReadSet());
+}
+
+std::unique_ptr<PsClient::PendingPush> PsClient::StartSend(
+    bool assign, int64_t clock,
+    const std::vector<std::pair<std::string, const float*>>& grads,
+    const ReadSet& read) {
   std::unique_ptr<PendingPush> p(new PendingPush());
-  if (absl::Status s = CheckNotReader("Push"); !s.ok()) {
+  const char* what = assign ? "Assign" : "Push";
+  const char* payload = assign ? "values" : "gradient";
+  if (absl::Status s = CheckNotReader(what); !s.ok()) {
     p->call_.Fail(s);
     return p;
   }
@@ -911,24 +926,24 @@ std::unique_ptr<PsClient::PendingPush> PsClient::StartPush(
     const TensorState* t = FindTensor(name);
     if (t == nullptr) {
       p->call_.Fail(absl::NotFoundError(
-          absl::StrCat("Push: unknown tensor ", QuoteName(name),
-                       " (create it or wait for it before pushing)")));
+          absl::StrCat(what, ": unknown tensor ", QuoteName(name),
+                       " (create it or wait for it first)")));
       return p;
     }
     if (buffer == nullptr) {
       p->call_.Fail(absl::InvalidArgumentError(absl::StrCat(
-          "Push: null gradient buffer for tensor ", QuoteName(name))));
+          what, ": null ", payload, " buffer for tensor ", QuoteName(name))));
       return p;
     }
     if (!seen.insert(name).second) {
       p->call_.Fail(absl::InvalidArgumentError(
-          absl::StrCat("Push: tensor ", QuoteName(name), " given twice")));
+          absl::StrCat(what, ": tensor ", QuoteName(name), " given twice")));
       return p;
     }
     if (!AllFinite(reinterpret_cast<const char*>(buffer),
                    static_cast<size_t>(t->layout.num_elems()), WIRE_F32)) {
       p->call_.Fail(absl::InvalidArgumentError(
-          absl::StrCat("Push: the gradient of tensor ", QuoteName(name),
+          absl::StrCat(what, ": the ", payload, " of tensor ", QuoteName(name),
                        " contains NaN or Inf; nothing was sent")));
       return p;
     }
@@ -940,8 +955,13 @@ std::unique_ptr<PsClient::PendingPush> PsClient::StartPush(
   // number is shared by all of them and by their retries.
   const int n = num_shards();
   const uint64_t seq = next_seq_++;
-  const WireDtype dtype = options_.push_dtype;
+  // Values are assigned exactly as given, whatever the gradients' wire type.
+  const WireDtype dtype = assign ? WIRE_F32 : options_.push_dtype;
   std::vector<PushRequest> headers = PushHeaders(clock, seq, read.epochs);
+  for (PushRequest& header : headers) {
+    header.set_wire_dtype(dtype);
+    header.set_assign(assign);
+  }
   std::vector<std::vector<grpc::Slice>> payloads(n);
   // The bytes sent: the caller's floats, or their bfloat16 copy.
   if (dtype == WIRE_BF16) p->bf16_.resize(static_cast<size_t>(total_elems));

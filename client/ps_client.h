@@ -231,6 +231,18 @@ class PsClient {
       const std::vector<std::pair<std::string, const float*>>& grads,
       const ReadSet& read);
 
+  // Starts assigning values to whole tensors (PushRequest.assign: each
+  // slice's values are replaced, its version advances, the optimizer's
+  // state is kept), with `clock` and a fresh sequence number, so a retry is
+  // applied at most once. Checked as StartPush checks gradients (NaN or
+  // Inf: INVALID_ARGUMENT with nothing sent); always sent as float32, from
+  // the caller's memory, which stays unchanged until Wait returns. Every
+  // shard is asked (each assigns its slices all-or-nothing); an error from
+  // Wait may leave some shards assigned: assigning again is harmless.
+  std::unique_ptr<PendingPush> StartAssign(
+      int64_t clock,
+      const std::vector<std::pair<std::string, const float*>>& values);
+
   // Synchronous forms: Pull(clock, outs) = StartPull(clock, clock,
   // outs)->Wait(), remembering what it read; Push pushes gradients computed
   // from the last Pull.
@@ -372,6 +384,11 @@ class PsClient {
   // wire type checked) and a reader for its payload.
   absl::Status OpenPullAnswer(const grpc::ByteBuffer& answer, int shard,
                               PullResponse* header, FrameReader* frame);
+  // StartPush (assign false) or StartAssign.
+  std::unique_ptr<PendingPush> StartSend(
+      bool assign, int64_t clock,
+      const std::vector<std::pair<std::string, const float*>>& grads,
+      const ReadSet& read);
   // One push header per shard: worker, clock, seq, request id, wire type
   // and the epoch `epochs` read from each shard.
   std::vector<PushRequest> PushHeaders(int64_t clock, uint64_t seq,

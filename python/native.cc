@@ -665,21 +665,11 @@ class Client {
   }
 
   PushSummary Push(const py::object& grads, std::optional<int64_t> clock) {
-    Buffers in = CheckedBuffers(grads, "push", /*writeable=*/false);
-    for (size_t i = 0; i < in.keep.size(); ++i) {
-      if (!AllFiniteArray(in.keep[i])) {
-        throw py::value_error(
-            absl::StrCat("push: the gradient of tensor '", in.pointers[i].first,
-                         "' contains NaN or Inf; nothing was sent"));
-      }
-    }
-    std::vector<std::pair<std::string, const float*>> sources(
-        in.pointers.begin(), in.pointers.end());
-    const int64_t c = clock.value_or(clock_);
-    const absl::StatusOr<PushSummary> summary =
-        Call([&](PsClient& client) { return client.Push(c, sources); });
-    if (!summary.ok()) ThrowStatus(summary.status());
-    return *summary;
+    return Send(grads, clock, /*assign=*/false);
+  }
+
+  PushSummary Assign(const py::object& values, std::optional<int64_t> clock) {
+    return Send(values, clock, /*assign=*/true);
   }
 
   py::dict CreateTables(const py::object& specs) {
@@ -834,6 +824,32 @@ class Client {
     std::vector<py::array> keep;
     std::vector<std::pair<std::string, float*>> pointers;
   };
+
+  // Push (gradients) or Assign (values): checked whole before anything is
+  // sent.
+  PushSummary Send(const py::object& arrays, std::optional<int64_t> clock,
+                   bool assign) {
+    const char* method = assign ? "assign" : "push";
+    Buffers in = CheckedBuffers(arrays, method, /*writeable=*/false);
+    for (size_t i = 0; i < in.keep.size(); ++i) {
+      if (!AllFiniteArray(in.keep[i])) {
+        throw py::value_error(
+            absl::StrCat(method, ": the ", assign ? "values" : "gradient",
+                         " of tensor '", in.pointers[i].first, "' contain",
+                         assign ? "" : "s", " NaN or Inf; nothing was sent"));
+      }
+    }
+    std::vector<std::pair<std::string, const float*>> sources(
+        in.pointers.begin(), in.pointers.end());
+    const int64_t c = clock.value_or(clock_);
+    const absl::StatusOr<PushSummary> summary =
+        Call([&](PsClient& client) -> absl::StatusOr<PushSummary> {
+          if (assign) return client.StartAssign(c, sources)->Wait();
+          return client.Push(c, sources);
+        });
+    if (!summary.ok()) ThrowStatus(summary.status());
+    return *summary;
+  }
 
   Buffers CheckedBuffers(const py::object& arrays, const char* method,
                          bool writeable) {
@@ -1235,6 +1251,15 @@ tensor and `clock` (default: self.clock). Retries reuse the push's sequence
 number, so each shard applies it exactly once. Returns a PushResult
 (applied / refused_stale slice updates, duplicates, staleness).)doc";
 
+const char kAssignDoc[] =
+    R"doc(Replaces the values of whole tensors on the shards ({name: ndarray}
+of the tensors' shapes, float32, C-contiguous, finite), e.g. to load a saved
+model into a run: each slice takes the values as given (no optimizer step;
+the optimizer's state is kept) and its version advances by one, so pushes
+computed from the older values count it as staleness. Exactly once like a
+push (one sequence number, kept by retries); each shard assigns its slices
+all-or-nothing. Returns a PushResult (applied = slices assigned).)doc";
+
 const char kStatusDoc[] =
     R"doc(Every shard's Status as one dict, the document `psctl status --json`
 prints: {'shards': [{'index', 'address', 'up', 'status': {...}}],
@@ -1454,6 +1479,8 @@ Bad values raise ValueError at once.)doc");
            py::arg("clock") = py::none(), kPullIntoDoc)
       .def("push", &Client::Push, py::arg("grads"),
            py::arg("clock") = py::none(), kPushDoc)
+      .def("assign", &Client::Assign, py::arg("values"),
+           py::arg("clock") = py::none(), kAssignDoc)
       .def("create_tables", &Client::CreateTables, py::arg("specs"),
            "Creates sparse tables on every shard ({name: TableSpec} or a "
            "list of named TableSpec; idempotent) and returns {name: "

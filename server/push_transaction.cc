@@ -53,9 +53,10 @@ absl::Status PushTransaction::Prepare(absl::Span<const Payload> grads,
   claim_ = *std::move(claim);
   if (claim_->duplicate()) return absl::OkStatus();
   // Parameters read from an earlier process of this shard were replaced by
-  // a restore: such gradients are refused, whatever their versions say.
-  const bool restored =
-      request_.read_epoch() != 0 && request_.read_epoch() != c_.epoch;
+  // a restore: such gradients are refused, whatever their versions say (an
+  // assign was read from nothing).
+  const bool restored = !request_.assign() && request_.read_epoch() != 0 &&
+                        request_.read_epoch() != c_.epoch;
   absl::StatusOr<ShardStore::PreparedPush> prepared = c_.store->PreparePush(
       request_, grads, rows,
       restored ? PushMode::kRefuseRestored : PushMode::kApply);

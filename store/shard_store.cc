@@ -76,6 +76,17 @@ class ShardStore::Slice {
     result->set_lr_scale(scale);
   }
 
+  // Replaces the values with `values` (PushRequest.assign: the optimizer's
+  // state is kept) and bumps the version; fills `result`.
+  void Assign(const Payload& values, SliceResult* result) {
+    absl::MutexLock l(&mu_);
+    DecodePayload(values, values_.data());
+    ++version_;
+    result->set_outcome(APPLIED);
+    result->set_new_version(version_);
+    result->set_lr_scale(1);
+  }
+
   // Hands the whole state to visit under the lock.
   absl::Status Read(
       absl::FunctionRef<absl::Status(const SliceView&)> visit) const {
@@ -583,6 +594,10 @@ absl::StatusOr<ShardStore::Slice*> ShardStore::FindSlice(
 absl::StatusOr<ShardStore::PreparedPush> ShardStore::PreparePush(
     const PushRequest& request, absl::Span<const Payload> grads,
     absl::Span<const Payload> rows, PushMode mode) {
+  if (request.assign() && request.rows_size() > 0) {
+    return absl::InvalidArgumentError(
+        "an assign carries dense slices only; rows cannot be assigned");
+  }
   absl::StatusOr<PreparedPush> out = PrepareSlices(request, grads, mode);
   if (!out.ok()) return out;
   // Rows after slices: a bad slice is reported before any row is looked at.
@@ -609,6 +624,8 @@ void ShardStore::CommitPush(PreparedPush* push, const StalenessRule& rule,
       result->set_outcome(REFUSED_RESTORED);
       result->set_new_version(push->slices_[i]->version());
       result->set_lr_scale(0);
+    } else if (request.assign()) {
+      push->slices_[i]->Assign(push->grads_[i], result);
     } else {
       push->slices_[i]->Apply(push->grads_[i], g.read_version(), rule,
                               push->schedules_[i]->factor(), result);
@@ -624,7 +641,9 @@ absl::StatusOr<ShardStore::PreparedPush> ShardStore::PrepareSlices(
                                             " gradients but ", grads.size(),
                                             " payloads"));
   }
-  const bool allow_future_versions = mode == PushMode::kRefuseRestored;
+  // An assign's read versions are not looked at.
+  const bool allow_future_versions =
+      mode == PushMode::kRefuseRestored || request.assign();
   PreparedPush out;
   out.request_ = &request;
   out.grads_ = grads;
@@ -668,8 +687,9 @@ absl::StatusOr<ShardStore::PreparedPush> ShardStore::PrepareSlices(
     }
     if (!AllFinite(payload)) {
       return absl::InvalidArgumentError(absl::StrCat(
-          "slice ", g.slice(), " of tensor ", QuoteName(g.tensor()),
-          ": gradient contains NaN or Inf"));
+          "slice ", g.slice(), " of tensor ", QuoteName(g.tensor()), ": ",
+          request.assign() ? "values contain" : "gradient contains",
+          " NaN or Inf"));
     }
     out.slices_.push_back(*slice);
     out.schedules_.push_back(t->schedule.get());

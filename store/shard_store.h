@@ -125,7 +125,8 @@ class ShardStore {
   // that exist and live on this shard, no slice twice, payload lengths equal
   // to the slice sizes in the payload's wire type, read versions not in the
   // future (unless kRefuseRestored: parameters read from a shard process
-  // whose state was since replaced), all values finite; then the rows as
+  // whose state was since replaced, or an assign, whose read versions mean
+  // nothing), all values finite; no rows in an assign; then the rows as
   // TableStore::PreparePush (which also reserves the new rows' memory:
   // RESOURCE_EXHAUSTED). grads[i] is the payload of request.grads(i), rows[k]
   // of request.rows(k) (the fast path carries them outside the message).
@@ -140,10 +141,11 @@ class ShardStore {
   // kApply: applies the rows, then the slices one by one under each
   // slice's lock: a slice whose staleness exceeds the rule is refused, the
   // others are applied (with the learning rate scaled if the rule says so)
-  // and their versions bumped. kRefuseRestored: applies nothing and
-  // answers every slice and row REFUSED_RESTORED. Appends one SliceResult
-  // per gradient, in order, and one RowsResult per table. A prepared push
-  // is committed at most once.
+  // and their versions bumped; an assign (PushRequest.assign) replaces each
+  // slice's values instead and bumps its version. kRefuseRestored: applies
+  // nothing and answers every slice and row REFUSED_RESTORED. Appends one
+  // SliceResult per gradient, in order, and one RowsResult per table. A
+  // prepared push is committed at most once.
   void CommitPush(PreparedPush* push, const StalenessRule& rule,
                   PushResponse* response);
 

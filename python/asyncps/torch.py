@@ -36,6 +36,7 @@ gets a warning saying so); parameters with ``requires_grad=False`` are not
 shared.
 """
 
+import collections.abc
 import concurrent.futures
 import contextlib
 import math
@@ -498,6 +499,77 @@ class Worker:
                 rows[padding] = 0
             out[layer.table[cut:]] = torch.from_numpy(rows)
         return out
+
+    def load_state_dict(self, state_dict, strict=True):
+        """Loads `state_dict` into the module and into the live shards, as
+        ``module.load_state_dict`` would into a module: every parameter
+        (and with buffers='average' every shared buffer) is assigned on the
+        shards (Client.assign: exactly once, versions advance by one, the
+        shards' optimizer state is kept as a PyTorch optimizer's is), so
+        every worker's next pull gets these values; other buffers are this
+        worker's own and loaded into the module only.
+
+        Checked whole before anything changes: with `strict`, missing and
+        unexpected keys raise RuntimeError listing them (as PyTorch does);
+        a value of another shape, or holding NaN or Inf, raises ValueError
+        naming its key. Sparse embedding weights cannot be assigned (rows
+        are created on first use): ValueError naming them; load them into
+        the module before creating the Worker and pass table_init instead.
+        Returns PyTorch's (missing_keys, unexpected_keys)."""
+        self._check_open()
+        if not isinstance(state_dict, collections.abc.Mapping):
+            raise TypeError("load_state_dict: expected a mapping (a state "
+                            f"dict), got {type(state_dict).__name__}")
+        own = self.module.state_dict()
+        missing = [k for k in own if k not in state_dict]
+        unexpected = [k for k in state_dict if k not in own]
+        if strict and (missing or unexpected):
+            raise RuntimeError(
+                "load_state_dict: error(s) loading the state dict into "
+                f"{type(self.module).__name__}: missing keys {missing}, "
+                f"unexpected keys {unexpected}; nothing was loaded")
+        cut = len(self._prefix)
+        tables = [layer.table[cut:] for layer in self._tables.layers
+                  if layer.table[cut:] in state_dict]
+        if tables:
+            raise ValueError(
+                f"load_state_dict: sparse embedding weight(s) {tables} "
+                "cannot be assigned on the shards (their rows are created "
+                "on first use); load them into the module before creating "
+                "the Worker (with table_init) or leave them out; nothing "
+                "was loaded")
+        shapes = {name: shape for name, _, shape in self._params}
+        if self._shared is not None:
+            shapes.update((name, tuple(b.shape) if b.dim() > 0 else (1,))
+                          for name, b, _ in self._shared.buffers)
+        values = {}
+        for name, shape in shapes.items():
+            key = name[cut:]
+            if key not in state_dict:
+                continue
+            value = torch.as_tensor(state_dict[key]).detach()
+            if tuple(value.shape) != tuple(own[key].shape):
+                raise ValueError(
+                    f"load_state_dict: '{key}' has shape "
+                    f"{tuple(value.shape)} but the module's is "
+                    f"{tuple(own[key].shape)}; nothing was loaded")
+            value = value.to(device="cpu", dtype=torch.float32)
+            if not bool(torch.isfinite(value).all()):
+                raise ValueError(
+                    f"load_state_dict: '{key}' contains NaN or Inf; nothing "
+                    "was loaded")
+            values[name] = np.ascontiguousarray(
+                value.numpy().reshape(shape))
+        # The shards' values before anything local: an overlapped push in
+        # flight lands first, an overlapped pull (of the values before the
+        # load) is dropped so that the next step pulls the loaded ones.
+        self._finish_push()
+        if self._pending is not None:
+            pending, self._pending = self._pending, None
+            pending.result()
+        if values:
+            self.client.assign(values)
+        return self.module.load_state_dict(state_dict, strict=strict)
 
     # ------------------------------------------------------------ liveness
 

@@ -111,6 +111,9 @@ def test_bad_arrays_raise_before_sending(client):
         with pytest.raises(error) as e:
             client.pull_into({"t": array})
         assert words in str(e.value), repr(array)
+        with pytest.raises(error) as e:
+            client.assign({"t": array})
+        assert words in str(e.value) and "'t'" in str(e.value), repr(array)
 
 
 def test_bad_calls_raise_before_sending(client):
@@ -120,6 +123,10 @@ def test_bad_calls_raise_before_sending(client):
     cases = [
         (lambda: client.pull_into({"t": read_only}), ValueError, "read-only"),
         (lambda: client.push({"u": good}), ValueError, "unknown tensor 'u'"),
+        (lambda: client.assign({"u": good}), ValueError, "unknown tensor 'u'"),
+        (lambda: client.assign({"t": np.full((2, 3), np.nan, np.float32)}),
+         ValueError, "values of tensor 't' contain NaN or Inf; nothing was"),
+        (lambda: client.assign([good]), TypeError, "dict"),
         (lambda: client.pull_into({"u": good}), ValueError, "unknown tensor"),
         (lambda: client.pull(["u"]), ValueError, "unknown tensor 'u'"),
         (lambda: client.pull(["t", "t"]), ValueError, "twice"),

@@ -1,6 +1,7 @@
 """asyncps.torch against real ps_server shards."""
 
 import os
+import re
 import subprocess
 import sys
 import threading
@@ -161,6 +162,75 @@ def test_the_module_own_values_are_kept_scalars_included(cluster):
         assert t[0] != pytest.approx(0.07, abs=1e-9)
         w0.leave()
         w1.leave()
+
+
+def test_load_state_dict_assigns_the_live_shards_for_every_worker(cluster):
+    shards = cluster.start(2, ["--slice_elems=2"])
+    saved = Scaled(5.0).state_dict()
+    saved["temperature"] = torch.tensor(0.5)
+    with connect(shards, 0) as c0, connect(shards, 1) as c1:
+        w0 = asyncps.torch.Worker(Scaled(0.25), c0, optimizer="momentum",
+                                  lr=0.01, overlap_pull=True)
+        w1 = asyncps.torch.Worker(Scaled(-3.0), c1, optimizer="momentum",
+                                  lr=0.01)
+        with w0, w1:
+            for _ in range(3):
+                w0.step(sum_closure(w0.module))
+            names = list(w0.specs)
+            before = {n: v.copy() for n, v in c1.pull(names).items()}
+            versions = {n: list(c1.versions(n)) for n in names}
+
+            # Refused whole, before anything is sent: the shards and the
+            # module keep their values.
+            module_before = {k: v.clone()
+                             for k, v in w0.module.state_dict().items()}
+            bad = [
+                ({k: v for k, v in saved.items() if k != "fc.bias"},
+                 RuntimeError, "missing keys ['fc.bias']"),
+                (dict(saved, extra=torch.zeros(1)), RuntimeError,
+                 "unexpected keys ['extra']"),
+                (dict(saved, **{"fc.weight": torch.zeros(3, 2)}), ValueError,
+                 "'fc.weight' has shape (3, 2)"),
+                (dict(saved, temperature=torch.tensor(float("nan"))),
+                 ValueError, "'temperature' contains NaN"),
+                ([1, 2], TypeError, "mapping"),
+            ]
+            for state, error, words in bad:
+                with pytest.raises(error, match=re.escape(words)):
+                    w0.load_state_dict(state)
+            for n, v in c1.pull(names).items():
+                np.testing.assert_array_equal(v, before[n])
+                assert list(c1.versions(n)) == versions[n], n
+            for k, v in w0.module.state_dict().items():
+                assert torch.equal(v, module_before[k]), k
+
+            result = w0.load_state_dict(saved)
+            assert result.missing_keys == [] and result.unexpected_keys == []
+            # The module holds them, and every worker's next pull brings
+            # them bit for bit, with one more version per slice.
+            for k, v in w0.module.state_dict().items():
+                assert torch.equal(v, saved[k]), k
+            w1.pull()
+            for k, v in w1.module.state_dict().items():
+                assert torch.equal(v, saved[k]), k
+            for n in names:
+                assert list(c1.versions(n)) == [v + 1 for v in versions[n]], n
+            # The overlapped pull started before the load was dropped: the
+            # next step computes on the loaded values.
+            seen = {}
+
+            def closure():
+                seen["weight"] = w0.module.fc.weight.detach().clone()
+                return sum_closure(w0.module)()
+            w0.step(closure)
+            assert torch.equal(seen["weight"], saved["fc.weight"])
+            assert w0.stats["applied"] > 0
+            # strict=False loads what is given and reports the rest.
+            partial = {"fc.bias": torch.tensor([7.0, 8.0])}
+            result = w1.load_state_dict(partial, strict=False)
+            assert "fc.weight" in result.missing_keys
+            np.testing.assert_array_equal(c0.pull("fc.bias")["fc.bias"],
+                                          np.array([7.0, 8.0], np.float32))
 
 
 def test_buffers_stay_local_with_a_warning_unless_said(cluster):

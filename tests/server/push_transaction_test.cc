@@ -220,6 +220,48 @@ TEST_CASE("a push read before a restart is refused whole and settled") {
   REQUIRE(duplicate);
 }
 
+TEST_CASE("an assign is applied once, whatever epoch it names") {
+  Shard shard;
+  Register(&shard);
+  PushRequest req = MakePush(5);
+  req.set_assign(true);
+  req.set_read_epoch(kEpoch + 1);  // ignored: an assign was read from nothing
+  req.clear_rows();
+  const std::vector<float> values = {2, 3, 4, 5};
+  EncodeFloats(values.data(), values.size(),
+               req.mutable_grads(0)->mutable_grad());
+  PushResponse resp;
+  REQUIRE_OK(Run(&shard, req, &resp));
+  REQUIRE(resp.results(0).outcome() == APPLIED);
+  REQUIRE(shard.W() == values);
+  // A push in between, then the assign's retry: a duplicate, so the push
+  // is not overwritten.
+  PushRequest push = MakePush(6);
+  push.clear_rows();
+  REQUIRE_OK(Run(&shard, push, &resp));
+  const std::vector<float> pushed = {1.5f, 2.5f, 3.5f, 4.5f};
+  REQUIRE(shard.W() == pushed);
+  bool duplicate = false;
+  PushResponse again;
+  REQUIRE_OK(Run(&shard, req, &again, true, &duplicate));
+  REQUIRE(duplicate);
+  REQUIRE(shard.W() == pushed);
+
+  SECTION("rows cannot be assigned; nothing is applied, the seq is free") {
+    PushRequest rows = MakePush(7);
+    rows.set_assign(true);
+    const absl::Status s = Run(&shard, rows, &resp);
+    REQUIRE(s.code() == absl::StatusCode::kInvalidArgument);
+    REQUIRE(s.message().find("rows cannot be assigned") != std::string::npos);
+    REQUIRE(shard.W() == pushed);
+    REQUIRE(shard.store->Size().table_rows == 0);
+    rows.clear_rows();
+    REQUIRE_OK(Run(&shard, rows, &resp, true, &duplicate));
+    REQUIRE_FALSE(duplicate);
+    REQUIRE(shard.W() == std::vector<float>(4, 0.5f));
+  }
+}
+
 TEST_CASE("an unregistered caller's bad push registers nobody") {
   Shard shard;
   PushResponse resp;

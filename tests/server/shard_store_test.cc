@@ -325,6 +325,62 @@ TEST_CASE("bad pushes are refused and change nothing", "[store][bad_input]") {
           absl::StatusCode::kInvalidArgument);
 }
 
+absl::Status Assign(ShardStore* store, std::vector<SliceGradient> values,
+                    PushResponse* resp, StalenessRule rule = {}) {
+  PushRequest req;
+  req.set_assign(true);
+  for (auto& v : values) *req.add_grads() = v;
+  return testing::ApplyPush(store, req, rule, resp);
+}
+
+TEST_CASE("an assign replaces values, bumps versions and keeps momentum",
+          "[store]") {
+  auto store = SingleShard();
+  OptimizerSpec o = SgdSpec(0.1f);
+  o.set_type(OPT_MOMENTUM);
+  o.set_momentum(0.9f);
+  Create(store.get(), Spec("w", {6}, 1.0f, o));  // slices of 4 and 2
+  PushResponse r;
+  // v = 1 everywhere, w = 0.9.
+  REQUIRE(
+      Push(store.get(), {Grad("w", 0, {1, 1, 1, 1}), Grad("w", 1, {1, 1})}, &r)
+          .ok());
+  // Read versions are not looked at (5 is from the future), nor is the
+  // staleness bound: values as given, one version more each.
+  StalenessRule strict;
+  strict.max_staleness = 0;
+  PushResponse assigned;
+  REQUIRE(Assign(store.get(),
+                 {Grad("w", 0, {2, 3, 4, 5}, 5), Grad("w", 1, {6, 7})},
+                 &assigned, strict)
+              .ok());
+  std::vector<uint64_t> versions;
+  REQUIRE(Values(store.get(), "w", &versions) ==
+          std::vector<float>{2, 3, 4, 5, 6, 7});
+  REQUIRE(versions == std::vector<uint64_t>{2, 2});
+  REQUIRE(assigned.results_size() == 2);
+  REQUIRE(assigned.results(0).outcome() == APPLIED);
+  REQUIRE(assigned.results(0).new_version() == 2);
+  REQUIRE(assigned.results(1).lr_scale() == 1.0f);
+  // The velocity survived the assign: v = 0.9 + 1 = 1.9, w = 2 - 0.19.
+  REQUIRE(Push(store.get(), {Grad("w", 0, {1, 1, 1, 1}, 2)}, &r).ok());
+  REQUIRE(Values(store.get(), "w")[0] == Approx(1.81f).epsilon(1e-6));
+
+  SECTION("bad values change nothing") {
+    const float nan = std::nanf("");
+    absl::Status s = Assign(
+        store.get(), {Grad("w", 0, {0, 0, 0, 0}), Grad("w", 1, {nan, 0})}, &r);
+    REQUIRE(s.code() == absl::StatusCode::kInvalidArgument);
+    REQUIRE(s.message().find("values contain NaN or Inf") != std::string::npos);
+    s = Assign(store.get(), {Grad("w", 1, {1, 2, 3})}, &r);
+    REQUIRE(s.code() == absl::StatusCode::kInvalidArgument);
+    REQUIRE(s.message().find("holds 2 values") != std::string::npos);
+    versions.clear();
+    REQUIRE(Values(store.get(), "w", &versions)[4] == 6.0f);
+    REQUIRE(versions == std::vector<uint64_t>{3, 2});
+  }
+}
+
 TEST_CASE("pull of an unknown tensor is NOT_FOUND", "[store][bad_input]") {
   auto store = SingleShard();
   PullRequest req;
