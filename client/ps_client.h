@@ -283,6 +283,14 @@ class PsClient {
   std::unique_ptr<PendingRowsPush> StartPushRows(
       int64_t clock, const std::vector<RowsGrad>& grads, const ReadSet& read);
 
+  // Starts assigning rows of known tables (PushRequest.assign: each row's
+  // values replaced, missing rows created with them, versions advanced,
+  // optimizer state kept), exactly once like a push. An id given twice in
+  // a table is INVALID_ARGUMENT with nothing sent; always float32. The
+  // values are copied before this returns.
+  std::unique_ptr<PendingRowsPush> StartAssignRows(
+      int64_t clock, const std::vector<RowsGrad>& values);
+
   // Renews this worker's lease on every shard and reports `clock`; `leaving`
   // says goodbye (the shards stop waiting for this worker).
   absl::Status Heartbeat(int64_t clock, bool leaving = false);
@@ -384,6 +392,10 @@ class PsClient {
   // wire type checked) and a reader for its payload.
   absl::Status OpenPullAnswer(const grpc::ByteBuffer& answer, int shard,
                               PullResponse* header, FrameReader* frame);
+  // StartPushRows (assign false) or StartAssignRows.
+  std::unique_ptr<PendingRowsPush> StartSendRows(
+      bool assign, int64_t clock, const std::vector<RowsGrad>& grads,
+      const ReadSet& read);
   // StartPush (assign false) or StartAssign.
   std::unique_ptr<PendingPush> StartSend(
       bool assign, int64_t clock,

@@ -336,34 +336,52 @@ absl::StatusOr<PushSummary> PsClient::PendingRowsPush::Finish(absl::Status s) {
 
 std::unique_ptr<PsClient::PendingRowsPush> PsClient::StartPushRows(
     int64_t clock, const std::vector<RowsGrad>& grads, const ReadSet& read) {
+  return StartSendRows(/*assign=*/false, clock, grads, read);
+}
+
+std::unique_ptr<PsClient::PendingRowsPush> PsClient::StartAssignRows(
+    int64_t clock, const std::vector<RowsGrad>& values) {
+  return StartSendRows(/*assign=*/true, clock, values, ReadSet());
+}
+
+std::unique_ptr<PsClient::PendingRowsPush> PsClient::StartSendRows(
+    bool assign, int64_t clock, const std::vector<RowsGrad>& grads,
+    const ReadSet& read) {
   std::unique_ptr<PendingRowsPush> p(new PendingRowsPush());
-  if (absl::Status s = CheckNotReader("PushRows"); !s.ok()) {
+  const char* what = assign ? "AssignRows" : "PushRows";
+  const char* payload = assign ? "values" : "gradient";
+  if (absl::Status s = CheckNotReader(what); !s.ok()) {
     p->call_.Fail(s);
     return p;
   }
   const int n = num_shards();
-  const WireDtype dtype = options_.push_dtype;
+  // Values are assigned exactly as given, whatever the gradients' wire type.
+  const WireDtype dtype = assign ? WIRE_F32 : options_.push_dtype;
   // The sequence number is shared by every shard's push and their retries.
   std::vector<PushRequest> headers =
       PushHeaders(clock, next_seq_++, read.epochs);
+  for (PushRequest& header : headers) {
+    header.set_wire_dtype(dtype);
+    header.set_assign(assign);
+  }
   std::vector<std::vector<grpc::Slice>> payloads(n);
   std::vector<const TableState*> seen;
   for (const RowsGrad& g : grads) {
     const TableState* t = FindTable(g.table);
     if (t == nullptr) {
       p->call_.Fail(absl::NotFoundError(
-          absl::StrCat("PushRows: unknown table ", QuoteName(g.table),
-                       " (create it or wait for it before pushing)")));
+          absl::StrCat(what, ": unknown table ", QuoteName(g.table),
+                       " (create it or wait for it first)")));
       return p;
     }
     if (g.grads == nullptr) {
       p->call_.Fail(absl::InvalidArgumentError(absl::StrCat(
-          "PushRows: null gradient buffer for table ", QuoteName(g.table))));
+          what, ": null ", payload, " buffer for table ", QuoteName(g.table))));
       return p;
     }
     if (std::find(seen.begin(), seen.end(), t) != seen.end()) {
-      p->call_.Fail(absl::InvalidArgumentError(absl::StrCat(
-          "PushRows: table ", QuoteName(g.table), " given twice")));
+      p->call_.Fail(absl::InvalidArgumentError(
+          absl::StrCat(what, ": table ", QuoteName(g.table), " given twice")));
       return p;
     }
     seen.push_back(t);
@@ -372,17 +390,27 @@ std::unique_ptr<PsClient::PendingRowsPush> PsClient::StartPushRows(
     // before anything is sent.
     if (!AllFinite(reinterpret_cast<const char*>(g.grads),
                    g.ids.size() * t->spec.dim(), WIRE_F32)) {
-      p->call_.Fail(absl::InvalidArgumentError(
-          absl::StrCat("PushRows: the gradient of table ", QuoteName(g.table),
-                       " contains NaN or Inf; nothing was sent")));
+      p->call_.Fail(absl::InvalidArgumentError(absl::StrCat(
+          what, ": the ", payload, " of table ", QuoteName(g.table),
+          " contains NaN or Inf; nothing was sent")));
       return p;
     }
-    // Sum the gradients of repeated ids.
+    // Sum the gradients of repeated ids (an assign has none).
     const size_t dim = static_cast<size_t>(t->spec.dim());
     absl::flat_hash_map<uint64_t, uint32_t> index;
     std::vector<uint32_t> unique_of;
     std::vector<uint32_t> first;
     Distinct(g.ids, &index, &unique_of, &first);
+    if (assign && first.size() != g.ids.size()) {
+      for (size_t i = 0; i < g.ids.size(); ++i) {
+        if (first[unique_of[i]] != i) {
+          p->call_.Fail(absl::InvalidArgumentError(absl::StrCat(
+              what, ": row ", g.ids[i], " of table ", QuoteName(g.table),
+              " given twice; nothing was sent")));
+          return p;
+        }
+      }
+    }
     std::vector<float> sums(first.size() * dim, 0.0f);
     for (size_t i = 0; i < g.ids.size(); ++i) {
       float* into = sums.data() + unique_of[i] * dim;
@@ -447,7 +475,7 @@ std::unique_ptr<PsClient::PendingRowsPush> PsClient::StartPushRows(
           return ReadPushAnswer(answer, response);
         }));
   }
-  auto fanout = std::make_unique<FanOut>(Env(), "PushRows", CallPolicy());
+  auto fanout = std::make_unique<FanOut>(Env(), what, CallPolicy());
   fanout->Start(std::move(calls));
   PendingRowsPush* raw_call = p.get();
   p->call_.Start(std::move(fanout),

@@ -27,6 +27,7 @@
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/status/status.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -722,26 +723,52 @@ class Client {
   // {table: (ids, grads)} with grads float32 (len(ids), dim), computed from
   // the rows the last pull_rows read.
   PushSummary PushRows(const py::object& grads, std::optional<int64_t> clock) {
-    CheckDict(grads, "push_rows");
+    return SendRows(grads, clock, /*assign=*/false);
+  }
+
+  PushSummary AssignRows(const py::object& values,
+                         std::optional<int64_t> clock) {
+    return SendRows(values, clock, /*assign=*/true);
+  }
+
+  // PushRows (gradients) or AssignRows (values): checked whole before
+  // anything is sent.
+  PushSummary SendRows(const py::object& grads, std::optional<int64_t> clock,
+                       bool assign) {
+    const char* method = assign ? "assign_rows" : "push_rows";
+    const char* what = assign ? "values" : "gradients";
+    CheckDict(grads, method);
     std::vector<py::array> keep;
     std::vector<RowsGrad> list;
     for (const auto& [key, value] : py::reinterpret_borrow<py::dict>(grads)) {
-      const std::string name = KeyName(key, "push_rows");
-      const std::shared_ptr<const TableSpec> spec =
-          KnownTable(name, "push_rows");
+      const std::string name = KeyName(key, method);
+      const std::shared_ptr<const TableSpec> spec = KnownTable(name, method);
       if (!py::isinstance<py::tuple>(value) || py::len(value) != 2) {
         throw py::type_error(
-            absl::StrCat("push_rows: the value for table '", name,
-                         "' must be a tuple (ids, grads), got ",
+            absl::StrCat(method, ": the value for table '", name,
+                         "' must be a tuple (ids, ", what, "), got ",
                          std::string(py::repr(py::type::handle_of(value)))));
       }
       const py::tuple pair = py::reinterpret_borrow<py::tuple>(value);
-      py::array_t<uint64_t> ids = CheckIds(pair[0], name, "push_rows");
-      py::array g = CheckRowGrads(pair[1], name, ids.shape(0), spec->dim());
+      py::array_t<uint64_t> ids = CheckIds(pair[0], name, method);
+      py::array g =
+          CheckRowGrads(pair[1], name, ids.shape(0), spec->dim(), method, what);
+      if (assign) {
+        absl::flat_hash_set<uint64_t> distinct;
+        distinct.reserve(ids.shape(0));
+        for (py::ssize_t i = 0; i < ids.shape(0); ++i) {
+          if (!distinct.insert(ids.data()[i]).second) {
+            throw py::value_error(
+                absl::StrCat(method, ": row ", ids.data()[i], " of table '",
+                             name, "' given twice; nothing was sent"));
+          }
+        }
+      }
       if (!AllFiniteArray(g)) {
-        throw py::value_error(
-            absl::StrCat("push_rows: the gradients of table '", name,
-                         "' contain NaN or Inf; nothing was sent"));
+        throw py::value_error(absl::StrCat(method, ": the ", what,
+                                           " of table '", name,
+                                           "' contain NaN or Inf; nothing "
+                                           "was sent"));
       }
       RowsGrad rg;
       rg.table = name;
@@ -754,6 +781,7 @@ class Client {
     const int64_t c = clock.value_or(clock_);
     const absl::StatusOr<PushSummary> summary =
         Call([&](PsClient& client) -> absl::StatusOr<PushSummary> {
+          if (assign) return client.StartAssignRows(c, list)->Wait();
           ReadSet read;
           {
             absl::MutexLock lock(&rows_mu_);
@@ -1043,34 +1071,36 @@ class Client {
     return py::array_t<uint64_t, py::array::c_style | py::array::forcecast>(a);
   }
 
-  // Row gradients: float32, C-contiguous, shape (n, dim); not converted.
+  // Row gradients (or values): float32, C-contiguous, shape (n, dim); not
+  // converted.
   static py::array CheckRowGrads(const py::handle& original,
                                  const std::string& table, py::ssize_t n,
-                                 int32_t dim) {
-    const py::object obj = ArrayView(
-        original, absl::StrCat("push_rows: gradients of table '", table, "'"));
+                                 int32_t dim, const char* method,
+                                 const char* what) {
+    const std::string whose =
+        absl::StrCat(method, ": ", what, " of table '", table, "'");
+    const py::object obj = ArrayView(original, whose);
     if (!py::isinstance<py::array>(obj)) {
-      throw py::type_error(
-          absl::StrCat("push_rows: gradients of table '", table,
-                       "' must be a numpy array or a CPU torch.Tensor, got ",
-                       std::string(py::repr(py::type::handle_of(obj)))));
+      throw py::type_error(absl::StrCat(
+          whose, " must be a numpy array or a CPU torch.Tensor, got ",
+          std::string(py::repr(py::type::handle_of(obj)))));
     }
     py::array a = py::reinterpret_borrow<py::array>(obj);
     if (!a.dtype().is(py::dtype::of<float>()) ||
         !(a.flags() & py::array::c_style)) {
-      throw py::type_error(
-          absl::StrCat("push_rows: gradients of table '", table,
-                       "' must be C-contiguous float32, got dtype ",
-                       std::string(py::str(a.dtype()))));
+      throw py::type_error(absl::StrCat(whose,
+                                        " must be C-contiguous float32, got "
+                                        "dtype ",
+                                        std::string(py::str(a.dtype()))));
     }
     if (a.ndim() != 2 || a.shape(0) != n || a.shape(1) != dim) {
       std::vector<std::string> dims;
       for (py::ssize_t i = 0; i < a.ndim(); ++i) {
         dims.push_back(absl::StrCat(a.shape(i)));
       }
-      throw py::value_error(absl::StrCat(
-          "push_rows: gradients of table '", table, "' must have shape (", n,
-          ", ", dim, "), got (", absl::StrJoin(dims, ", "), ")"));
+      throw py::value_error(absl::StrCat(whose, " must have shape (", n, ", ",
+                                         dim, "), got (",
+                                         absl::StrJoin(dims, ", "), ")"));
     }
     return a;
   }
@@ -1512,6 +1542,14 @@ Bad values raise ValueError at once.)doc");
            "gradients computed from what the last pull_rows read (repeated "
            "ids are summed). Returns a PushResult; NaN/Inf or bad shapes "
            "raise before anything is sent.")
+      .def("assign_rows", &Client::AssignRows, py::arg("values"),
+           py::arg("clock") = py::none(),
+           "{table: (ids, values)}, values float32 (len(ids), dim): replaces "
+           "those rows on the shards (created with these values where they "
+           "do not exist; no optimizer step, one version more each), exactly "
+           "once like a push. An id twice in a table, NaN/Inf or bad shapes "
+           "raise before anything is sent. Returns a PushResult (applied = "
+           "rows assigned).")
       .def("heartbeat", &Client::Heartbeat, py::arg("clock") = py::none(),
            py::arg("leaving") = false,
            "Renews this worker's lease on every shard and reports `clock` "

@@ -594,10 +594,6 @@ absl::StatusOr<ShardStore::Slice*> ShardStore::FindSlice(
 absl::StatusOr<ShardStore::PreparedPush> ShardStore::PreparePush(
     const PushRequest& request, absl::Span<const Payload> grads,
     absl::Span<const Payload> rows, PushMode mode) {
-  if (request.assign() && request.rows_size() > 0) {
-    return absl::InvalidArgumentError(
-        "an assign carries dense slices only; rows cannot be assigned");
-  }
   absl::StatusOr<PreparedPush> out = PrepareSlices(request, grads, mode);
   if (!out.ok()) return out;
   // Rows after slices: a bad slice is reported before any row is looked at.

@@ -126,7 +126,7 @@ class ShardStore {
   // to the slice sizes in the payload's wire type, read versions not in the
   // future (unless kRefuseRestored: parameters read from a shard process
   // whose state was since replaced, or an assign, whose read versions mean
-  // nothing), all values finite; no rows in an assign; then the rows as
+  // nothing), all values finite; then the rows as
   // TableStore::PreparePush (which also reserves the new rows' memory:
   // RESOURCE_EXHAUSTED). grads[i] is the payload of request.grads(i), rows[k]
   // of request.rows(k) (the fast path carries them outside the message).

@@ -315,6 +315,31 @@ void SparseTable::Peek(absl::Span<const uint64_t> ids, const Batch& batch,
   rows_pulled_.fetch_add(ids.size(), std::memory_order_relaxed);
 }
 
+SparseTable::PushCounts SparseTable::Assign(absl::Span<const uint64_t> ids,
+                                            Batch* batch, const float* values,
+                                            int64_t clock) {
+  PushCounts counts;
+  for (int k = 0; k < kPartitions; ++k) {
+    const uint32_t begin = batch->begin[k], end = batch->begin[k + 1];
+    if (begin == end) continue;
+    Partition& p = partitions_[k];
+    absl::MutexLock l(&p.mu);
+    counts.created += CreateMissing(p, k, ids, batch, clock);
+    for (uint32_t j = begin; j < end; ++j) {
+      const uint32_t pos = batch->order[j];
+      const uint32_t row = batch->rows[pos];
+      Touch(p, row, clock);
+      std::copy_n(values + static_cast<size_t>(pos) * dim_, dim_,
+                  RowData(p, row));
+      ++p.chunks[row >> kChunkShift]->versions[row & (kChunkRows - 1)];
+      ++counts.applied;
+    }
+  }
+  pushes_.fetch_add(1, std::memory_order_relaxed);
+  rows_pushed_.fetch_add(counts.applied, std::memory_order_relaxed);
+  return counts;
+}
+
 TableSpec SparseTable::Listed() const {
   TableSpec out = spec_;
   schedule_.Annotate(out.mutable_optimizer());

@@ -147,6 +147,15 @@ class SparseTable {
                    absl::Span<const uint64_t> read_versions, float* grads,
                    const StalenessRule& rule, int64_t clock);
 
+  // Replaces the values of the rows of `ids` (all distinct) by `values`
+  // (ids.size() x dim() floats, finite), creating the missing ones; each
+  // row's optimizer state is kept (a new row's starts as usual) and its
+  // version goes up by one. Marks every row used at `clock`. Returns the
+  // counts (applied = rows assigned).
+  // REQUIRES: as Read.
+  PushCounts Assign(absl::Span<const uint64_t> ids, Batch* batch,
+                    const float* values, int64_t clock);
+
   // Removes the rows last used before `clock` and returns how many.
   // REQUIRES: no request is between Find and Read / Apply on this table.
   uint64_t EvictBefore(int64_t clock);

@@ -304,7 +304,22 @@ absl::Status TableStore::DecodePush(
     DecodePayload(grads[k], (*decoded)[k].data());
     if (!AllFiniteFloats((*decoded)[k].data(), values)) {
       return absl::InvalidArgumentError(absl::StrCat(
-          "table ", QuoteName(g.table()), ": gradient contains NaN or Inf"));
+          "table ", QuoteName(g.table()), ": ",
+          request.assign() ? "values contain" : "gradient contains",
+          " NaN or Inf"));
+    }
+    if (request.assign()) {
+      // One value per row: a repeated id would make the result depend on
+      // the order the rows are written in.
+      absl::flat_hash_set<uint64_t> ids;
+      ids.reserve(g.ids_size());
+      for (uint64_t id : g.ids()) {
+        if (!ids.insert(id).second) {
+          return absl::InvalidArgumentError(
+              absl::StrCat("row ", id, " of table ", QuoteName(g.table()),
+                           " appears twice in one assign"));
+        }
+      }
     }
   }
   return absl::OkStatus();
@@ -357,8 +372,9 @@ absl::StatusOr<TableStore::PreparedRows> TableStore::PreparePush(
   out.evict_mu_ = &evict_mu_;
   // Read versions from the future are bad input where rows cannot have
   // been evicted since they were read.
-  const bool check_future =
-      mode == PushMode::kApply && options_.row_ttl_steps == 0;
+  // (An assign's read versions are not looked at.)
+  const bool check_future = mode == PushMode::kApply &&
+                            options_.row_ttl_steps == 0 && !request.assign();
   out.batches_.resize(n);
   std::vector<uint64_t> versions;
   uint64_t missing_bytes = 0, missing_rows = 0;
@@ -408,8 +424,12 @@ void TableStore::CommitPush(PreparedRows* rows, const StalenessRule& rule,
     }
     SparseTable* t = rows->tables_[k];
     const SparseTable::PushCounts c =
-        t->Apply(IdSpan(g.ids()), &rows->batches_[k], IdSpan(g.read_versions()),
-                 rows->decoded_[k].data(), rule, request.worker().clock());
+        request.assign()
+            ? t->Assign(IdSpan(g.ids()), &rows->batches_[k],
+                        rows->decoded_[k].data(), request.worker().clock())
+            : t->Apply(IdSpan(g.ids()), &rows->batches_[k],
+                       IdSpan(g.read_versions()), rows->decoded_[k].data(),
+                       rule, request.worker().clock());
     // The created rows' bytes now belong to them.
     rows->reserved_ -= std::min(rows->reserved_, c.created * t->row_bytes());
     r->set_applied(c.applied);

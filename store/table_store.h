@@ -121,7 +121,8 @@ class TableStore {
   // a whole: known tables (NOT_FOUND), no table twice, ids (see CheckIds),
   // read_versions empty or one per id, payload size ids x dim in its wire
   // type, finite values, read versions not newer than the rows (unless
-  // kRefuseRestored, or rows may be evicted), and, unless kRefuseRestored,
+  // kRefuseRestored, or rows may be evicted, or an assign), no id twice in
+  // an assign (PushRequest.assign), and, unless kRefuseRestored,
   // reserves the memory of the rows the push will create
   // (RESOURCE_EXHAUSTED when they do not fit). Changes nothing else. The
   // result holds the shared eviction lock, so the rows it found stay
@@ -133,7 +134,8 @@ class TableStore {
                                            PushMode mode);
 
   // Applies the prepared rows (kApply: rows created, stale ones refused by
-  // `rule`) or refuses every one (kRefuseRestored), appends one RowsResult
+  // `rule`; an assign replaces their values, SparseTable::Assign) or
+  // refuses every one (kRefuseRestored), appends one RowsResult
   // per table, and lets go of the eviction lock and of the memory not
   // used. Cannot fail. A PreparedRows is committed at most once.
   void CommitPush(PreparedRows* rows, const StalenessRule& rule,

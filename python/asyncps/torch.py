@@ -507,14 +507,15 @@ class Worker:
         shards (Client.assign: exactly once, versions advance by one, the
         shards' optimizer state is kept as a PyTorch optimizer's is), so
         every worker's next pull gets these values; other buffers are this
-        worker's own and loaded into the module only.
+        worker's own and loaded into the module only. A sparse embedding's
+        weight is assigned row by row (Client.assign_rows, every row but
+        padding_idx, 65536 rows per call; rows are created on the shards
+        where they did not exist).
 
         Checked whole before anything changes: with `strict`, missing and
         unexpected keys raise RuntimeError listing them (as PyTorch does);
         a value of another shape, or holding NaN or Inf, raises ValueError
-        naming its key. Sparse embedding weights cannot be assigned (rows
-        are created on first use): ValueError naming them; load them into
-        the module before creating the Worker and pass table_init instead.
+        naming its key.
         Returns PyTorch's (missing_keys, unexpected_keys)."""
         self._check_open()
         if not isinstance(state_dict, collections.abc.Mapping):
@@ -529,19 +530,12 @@ class Worker:
                 f"{type(self.module).__name__}: missing keys {missing}, "
                 f"unexpected keys {unexpected}; nothing was loaded")
         cut = len(self._prefix)
-        tables = [layer.table[cut:] for layer in self._tables.layers
-                  if layer.table[cut:] in state_dict]
-        if tables:
-            raise ValueError(
-                f"load_state_dict: sparse embedding weight(s) {tables} "
-                "cannot be assigned on the shards (their rows are created "
-                "on first use); load them into the module before creating "
-                "the Worker (with table_init) or leave them out; nothing "
-                "was loaded")
         shapes = {name: shape for name, _, shape in self._params}
         if self._shared is not None:
             shapes.update((name, tuple(b.shape) if b.dim() > 0 else (1,))
                           for name, b, _ in self._shared.buffers)
+        shapes.update((layer.table, tuple(layer.module.weight.shape))
+                      for layer in self._tables.layers)
         values = {}
         for name, shape in shapes.items():
             key = name[cut:]
@@ -567,6 +561,18 @@ class Worker:
         if self._pending is not None:
             pending, self._pending = self._pending, None
             pending.result()
+        rows = {layer.table: layer.module for layer in self._tables.layers
+                if layer.table in values}
+        for table, m in rows.items():
+            weight = values.pop(table)
+            ids = np.arange(m.num_embeddings, dtype=np.uint64)
+            padding = getattr(m, "padding_idx", None)
+            if padding is not None:  # stays zero, never sent
+                ids = np.delete(ids, padding)
+            for start in range(0, len(ids), 65536):
+                chunk = ids[start:start + 65536]
+                self.client.assign_rows(
+                    {table: (chunk, np.ascontiguousarray(weight[chunk]))})
         if values:
             self.client.assign(values)
         return self.module.load_state_dict(state_dict, strict=strict)

@@ -113,6 +113,53 @@ def test_sparse_embedding_trains_rows_exactly(cluster):
                                    "out.weight"]))
 
 
+def test_load_state_dict_assigns_every_row_of_a_sparse_embedding(cluster):
+    shards = cluster.start(2)
+    saved = Bag(num=70000, padding_idx=0).state_dict()  # > one 65536-row call
+    with connect(shards, 0) as c0, connect(shards, 1) as c1:
+        w0 = asyncps.torch.Worker(Bag(num=70000, padding_idx=0), c0, lr=0.5,
+                                  table_init=("uniform", 0.1))
+        w1 = asyncps.torch.Worker(Bag(num=70000, padding_idx=0), c1, lr=0.5,
+                                  table_init=("uniform", 0.1), create=False)
+        with w0, w1:
+            ids = torch.tensor([[3, 7, 0], [69999, 11, 0]])
+            w0.step(closure_of(w0.module, ids))
+            w0.load_state_dict(saved)
+            # Every row but padding is on the shards with the saved values
+            # (created where it was not), one version more than before.
+            assert table_rows(c0, "emb.weight") == 69999
+            probe = [1, 3, 7, 11, 65535, 65536, 69999]
+            rows = c1.pull_rows({"emb.weight": probe}, peek=True)["emb.weight"]
+            np.testing.assert_array_equal(rows,
+                                          saved["emb.weight"][probe].numpy())
+            seen = {}
+
+            def closure():
+                loss = w1.module(ids)
+                seen["rows"] = w1.module.emb.weight[[3, 69999]].detach().clone()
+                loss.backward()
+                return loss
+
+            w1.step(closure)
+            assert torch.equal(seen["rows"], saved["emb.weight"][[3, 69999]])
+            assert torch.equal(w1.module.out.weight, saved["out.weight"])
+            # Client-level: an id twice is refused before anything is sent.
+            with pytest.raises(ValueError, match="given twice; nothing"):
+                c0.assign_rows({"emb.weight": (
+                    np.array([5, 5], np.uint64), np.zeros((2, 4), np.float32))})
+            with pytest.raises(ValueError, match="values of table 'emb.weight' "
+                               "contain NaN"):
+                c0.assign_rows({"emb.weight": (
+                    np.array([5], np.uint64),
+                    np.full((1, 4), np.nan, np.float32))})
+            r = c0.assign_rows({"emb.weight": (
+                np.array([5, 6], np.uint64), np.ones((2, 4), np.float32))})
+            assert r.applied == 2
+            np.testing.assert_array_equal(
+                c1.pull_rows({"emb.weight": [5, 6]}, peek=True)["emb.weight"],
+                np.ones((2, 4), np.float32))
+
+
 def test_embedding_bag_and_a_second_worker(cluster):
     shards = cluster.start(2)
     ids = torch.tensor([[1, 2], [2, 3]])

@@ -247,18 +247,41 @@ TEST_CASE("an assign is applied once, whatever epoch it names") {
   REQUIRE(duplicate);
   REQUIRE(shard.W() == pushed);
 
-  SECTION("rows cannot be assigned; nothing is applied, the seq is free") {
-    PushRequest rows = MakePush(7);
+  SECTION(
+      "rows are assigned, created where missing; a repeated id is refused") {
+    PushRequest rows = MakePush(7, 9.0f);  // rows 1 and 2 of "emb" := 9
     rows.set_assign(true);
+    rows.mutable_rows(0)->add_ids(1);  // row 1 twice
+    const std::vector<float> three(6, 9.0f);
+    EncodeFloats(three.data(), three.size(),
+                 rows.mutable_rows(0)->mutable_grad());
     const absl::Status s = Run(&shard, rows, &resp);
     REQUIRE(s.code() == absl::StatusCode::kInvalidArgument);
-    REQUIRE(s.message().find("rows cannot be assigned") != std::string::npos);
+    REQUIRE(s.message().find("row 1 of table 'emb' appears twice") !=
+            std::string::npos);
     REQUIRE(shard.W() == pushed);
     REQUIRE(shard.store->Size().table_rows == 0);
-    rows.clear_rows();
-    REQUIRE_OK(Run(&shard, rows, &resp, true, &duplicate));
+    // The seq was given back: the corrected assign may use it.
+    rows = MakePush(7, 9.0f);
+    rows.set_assign(true);
+    PushResponse assigned;
+    REQUIRE_OK(Run(&shard, rows, &assigned, true, &duplicate));
     REQUIRE_FALSE(duplicate);
     REQUIRE(shard.W() == std::vector<float>(4, 0.5f));
+    REQUIRE(assigned.row_results(0).applied() == 2);
+    REQUIRE(assigned.row_results(0).rows_created() == 2);
+    const testing::PulledRows got =
+        *testing::PullRows(shard.store.get(), "emb", {1, 2});
+    REQUIRE(got.values == std::vector<float>(4, 9.0f));
+    REQUIRE(got.versions == std::vector<uint64_t>{1, 1});
+    // Rows that exist: replaced, one version more.
+    rows = MakePush(8, 3.0f);
+    rows.set_assign(true);
+    REQUIRE_OK(Run(&shard, rows, &assigned));
+    const testing::PulledRows again =
+        *testing::PullRows(shard.store.get(), "emb", {2, 1});
+    REQUIRE(again.values == std::vector<float>(4, 3.0f));
+    REQUIRE(again.versions == std::vector<uint64_t>{2, 2});
   }
 }
 
