@@ -276,6 +276,7 @@ class PushStreamReactor : public ByteBidiReactor {
       return;
     }
     PushResponse answer;
+    bool needs_checkpoint = false;
     {
       // The gradients stay in gRPC's receive buffers; the reader holds them
       // until the push is applied.
@@ -285,7 +286,7 @@ class PushStreamReactor : public ByteBidiReactor {
       absl::Status s = reader.Open(request_, &header);
       if (s.ok()) s = ReadFrameGradients(header, &reader, &grads, &rows);
       if (s.ok()) {
-        s = service_->DoPush(header, grads, &answer, rows);
+        s = service_->DoPush(header, grads, &answer, rows, &needs_checkpoint);
       } else {
         service_->context().stats->RecordBadInput();
       }
@@ -296,7 +297,22 @@ class PushStreamReactor : public ByteBidiReactor {
       }
     }
     request_.Clear();
-    writer_.Write(SerializeToByteBuffer(answer));
+    if (needs_checkpoint) {
+      // An assign: answered once a checkpoint holds it; the stream goes on.
+      writer_.AddPending();
+      service_->WhenValuesDurable(
+          "the assign was applied",
+          [this, answer = std::move(answer)](absl::Status s) mutable {
+            if (!s.ok()) {
+              answer.clear_results();
+              SetCallStatus(s, answer.mutable_status());
+            }
+            writer_.Write(SerializeToByteBuffer(answer));
+            writer_.EndPending();
+          });
+    } else {
+      writer_.Write(SerializeToByteBuffer(answer));
+    }
     StartRead(&request_);
   }
   void OnWriteDone(bool ok) override { writer_.WriteDone(ok); }
@@ -479,6 +495,31 @@ absl::StatusOr<CreateTensorResponse> PsService::DoCreate(
   return r;
 }
 
+void PsService::WhenValuesDurable(absl::string_view what,
+                                  std::function<void(absl::Status)> done) {
+  const uint64_t generation = values_created_.load();
+  c_.checkpointer->Request(
+      [this, what = std::string(what), generation,
+       done = std::move(done)](const absl::StatusOr<CheckpointInfo>& info) {
+        if (!info.ok()) {
+          c_.logger->error("cannot make given values durable ({}): {}", what,
+                           info.status().ToString());
+          done(absl::Status(
+              info.status().code(),
+              absl::StrCat(what,
+                           " on this shard but could not be checkpointed (a "
+                           "restart would lose it; retry once fixed): ",
+                           info.status().message())));
+          return;
+        }
+        uint64_t saved = values_saved_.load();
+        while (saved < generation &&
+               !values_saved_.compare_exchange_weak(saved, generation)) {
+        }
+        done(absl::OkStatus());
+      });
+}
+
 grpc::ServerUnaryReactor* PsService::CreateTensor(
     grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* in,
     grpc::ByteBuffer* out) {
@@ -496,28 +537,11 @@ grpc::ServerUnaryReactor* PsService::CreateTensor(
     return Finish(ctx, absl::OkStatus());
   }
   grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
-  const uint64_t generation = values_created_.load();
-  c_.checkpointer->Request([this, reactor, out, generation,
-                            response = *std::move(r)](
-                               const absl::StatusOr<CheckpointInfo>& info) {
-    if (!info.ok()) {
-      c_.logger->error("cannot make the values of created tensors durable: {}",
-                       info.status().ToString());
-      reactor->Finish(ToGrpcStatus(absl::Status(
-          info.status().code(),
-          absl::StrCat("the tensors exist on this shard but their values "
-                       "could not be checkpointed (a restart would lose "
-                       "them; retry once fixed): ",
-                       info.status().message()))));
-      return;
-    }
-    uint64_t saved = values_saved_.load();
-    while (saved < generation &&
-           !values_saved_.compare_exchange_weak(saved, generation)) {
-    }
-    *out = SerializeToByteBuffer(response);
-    reactor->Finish(grpc::Status::OK);
-  });
+  WhenValuesDurable("the tensors exist with their values",
+                    [reactor, out, response = *std::move(r)](absl::Status s) {
+                      if (s.ok()) *out = SerializeToByteBuffer(response);
+                      reactor->Finish(ToGrpcStatus(s));
+                    });
   return reactor;
 }
 
@@ -766,7 +790,9 @@ grpc::ServerUnaryReactor* PsService::Pull(grpc::CallbackServerContext* ctx,
 absl::Status PsService::DoPush(const PushRequest& request,
                                absl::Span<const Payload> grads,
                                PushResponse* response,
-                               absl::Span<const Payload> rows) {
+                               absl::Span<const Payload> rows,
+                               bool* needs_checkpoint) {
+  *needs_checkpoint = false;
   PushTransaction push(c_, request);
   absl::Status s = push.Prepare(grads, rows);
   if (!s.ok()) return s;
@@ -775,25 +801,46 @@ absl::Status PsService::DoPush(const PushRequest& request,
     response->set_duplicate(true);
   } else {
     push.Commit(response);
+    if (request.assign()) values_created_.fetch_add(1);
   }
   c_.stats->RecordPush(bytes, push.duplicate(), *response);
+  // Assigned values are kept by checkpoints only: durable before the
+  // answer (and again for a retry until a checkpoint holds them), so that
+  // a shard restarted later never goes back to the values before an
+  // acknowledged assign.
+  *needs_checkpoint = request.assign() && c_.checkpointer != nullptr &&
+                      values_saved_.load() < values_created_.load();
   return absl::OkStatus();
 }
 
 grpc::ServerUnaryReactor* PsService::Push(grpc::CallbackServerContext* ctx,
                                           const grpc::ByteBuffer* in,
                                           grpc::ByteBuffer* out) {
-  return ServeUnary<PushRequest, PushResponse>(
-      c_.stats, ctx, in, out,
-      [this](const PushRequest& request, PushResponse* response) {
-        if (request.wire_dtype() != WIRE_F32) {
-          c_.stats->RecordBadInput();
-          return absl::InvalidArgumentError(
-              "Push carries float32; wire_dtype is for PushStream");
-        }
-        return DoPush(request, ShardStore::PayloadsOf(request), response,
-                      TableStore::PayloadsOf(request));
-      });
+  PushRequest request;
+  absl::Status s = ParseFromByteBuffer(*in, &request);
+  if (s.ok() && request.wire_dtype() != WIRE_F32) {
+    s = absl::InvalidArgumentError(
+        "Push carries float32; wire_dtype is for PushStream");
+  }
+  if (!s.ok()) {
+    c_.stats->RecordBadInput();
+    return Finish(ctx, s);
+  }
+  PushResponse response;
+  bool needs_checkpoint = false;
+  s = DoPush(request, ShardStore::PayloadsOf(request), &response,
+             TableStore::PayloadsOf(request), &needs_checkpoint);
+  if (!s.ok() || !needs_checkpoint) {
+    if (s.ok()) *out = SerializeToByteBuffer(response);
+    return Finish(ctx, s);
+  }
+  grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
+  WhenValuesDurable("the assign was applied",
+                    [reactor, out, response](absl::Status st) {
+                      if (st.ok()) *out = SerializeToByteBuffer(response);
+                      reactor->Finish(ToGrpcStatus(st));
+                    });
+  return reactor;
 }
 
 grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>*

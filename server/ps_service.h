@@ -112,10 +112,19 @@ class PsService final : public RawParameterServerService {
   // Identifies the caller (fencing), claims the push's seq, validates every
   // gradient (grads[i] is the payload of request.grads(i), rows[k] of
   // request.rows(k)) and applies the push once per (worker, incarnation,
-  // seq); records it.
+  // seq); records it. *needs_checkpoint says that the push was an assign
+  // (or its retry) whose values no checkpoint holds yet: the answer waits
+  // for one (WhenValuesDurable), as a creation with values does.
   absl::Status DoPush(const PushRequest& request,
                       absl::Span<const Payload> grads, PushResponse* response,
-                      absl::Span<const Payload> rows = {});
+                      absl::Span<const Payload> rows, bool* needs_checkpoint);
+
+  // Writes a checkpoint and calls done(OK) once it holds every value given
+  // so far (by creations with values and assigns), or done(error) saying
+  // that `what` holds on this shard but a restart would lose it. Only
+  // when checkpoints are on.
+  void WhenValuesDurable(absl::string_view what,
+                         std::function<void(absl::Status)> done);
 
   // Creates the requested tensors and tables and makes their specs durable
   // (the spec file); *needs_checkpoint says that the request carried
@@ -152,8 +161,8 @@ class PsService final : public RawParameterServerService {
  private:
   const ServiceContext c_;
   const absl::Time start_time_;
-  // Creations of INIT_VALUES tensors so far, and how many of them the
-  // checkpoints written since hold.
+  // Creations of INIT_VALUES tensors and assigns so far, and how many of
+  // them the checkpoints written since hold.
   std::atomic<uint64_t> values_created_{0};
   std::atomic<uint64_t> values_saved_{0};
   absl::Mutex mu_;

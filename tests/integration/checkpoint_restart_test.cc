@@ -328,6 +328,73 @@ TEST_CASE(
   }
 }
 
+TEST_CASE("an assign survives a SIGKILL right after it was answered",
+          "[checkpoint][integration]") {
+  const std::string dir = testing::MakeTmpDir("ckpt-assign");
+  const std::vector<std::string> args = {
+      absl::StrCat("--checkpoint_dir=", dir)};
+  Shard shard = StartShard(0, args);
+  TensorSpec spec;
+  spec.set_name("loaded");
+  spec.add_shape(300);
+  spec.set_init(INIT_CONSTANT);
+  spec.set_init_value(0.25f);
+  spec.set_slice_elems(64);
+  spec.mutable_optimizer()->set_learning_rate(0.5f);
+  CreateTensorRequest create;
+  *create.add_tensors() = spec;
+  CreateTensorResponse created;
+  REQUIRE(shard.stub->CreateTensor(Context().get(), create, &created).ok());
+  // The slices this shard holds, from a pull; each is assigned its values.
+  PullRequest pull;
+  *pull.mutable_worker() = shard.Ref();
+  pull.add_tensors("loaded");
+  PullResponse before;
+  REQUIRE(shard.stub->Pull(Context().get(), pull, &before).ok());
+  REQUIRE(before.slices_size() > 0);
+  std::vector<float> given(300);
+  for (int i = 0; i < 300; ++i) given[i] = std::cos(0.05f * i) - 3.0f;
+  PushRequest assign;
+  *assign.mutable_worker() = shard.Ref();
+  assign.set_seq(1);
+  assign.set_assign(true);
+  for (const SliceData& d : before.slices()) {
+    SliceGradient* g = assign.add_grads();
+    g->set_tensor("loaded");
+    g->set_slice(d.slice());
+    EncodeFloats(given.data() + d.slice() * 64,
+                 d.values().size() / sizeof(float), g->mutable_grad());
+  }
+  PushResponse answered;
+  REQUIRE(shard.stub->Push(Context().get(), assign, &answered).ok());
+  REQUIRE(answered.results_size() == before.slices_size());
+  // Answered: a checkpoint holds the assigned values (no
+  // --checkpoint_every_s), so a restart does not go back to 0.25.
+  const int port = std::stoi(
+      shard.server.address.substr(shard.server.address.rfind(':') + 1));
+  REQUIRE_OK(shard.server.process->Signal(SIGKILL));
+  REQUIRE_OK(shard.server.process->Wait(absl::Seconds(10)).status());
+  absl::StatusOr<ServerProcess> back =
+      StartPsServer(0, kShards, args, absl::Seconds(30), port);
+  REQUIRE_OK(back.status());
+  shard.server = *std::move(back);
+  shard.stub = ParameterServer::NewStub(MakeChannel(shard.server.address));
+  shard.incarnation = 2;
+  *pull.mutable_worker() = shard.Ref();
+  PullResponse after;
+  REQUIRE(shard.stub->Pull(Context().get(), pull, &after).ok());
+  REQUIRE(after.slices_size() == before.slices_size());
+  for (const SliceData& d : after.slices()) {
+    CHECK(d.version() == 1);
+    std::vector<float> values(d.values().size() / sizeof(float));
+    DecodeFloats(d.values(), values.data(), values.size());
+    for (size_t i = 0; i < values.size(); ++i) {
+      INFO("slice " << d.slice() << " element " << i);
+      CHECK(values[i] == given[d.slice() * 64 + i]);
+    }
+  }
+}
+
 TEST_CASE("SIGTERM writes a final checkpoint that the restart restores",
           "[checkpoint][integration]") {
   const std::string dir = testing::MakeTmpDir("ckpt-term");

@@ -241,6 +241,37 @@ def test_set_lr_changes_the_rate_on_every_shard(cluster, tmp_path):
         assert tensors["w"].schedule_step == 2
 
 
+def test_an_answered_assign_survives_sigkill_of_every_shard(cluster, tmp_path):
+    ckpt = tmp_path / "ckpt"
+    args = [f"--checkpoint_dir={ckpt}"]  # no periodic checkpoints
+    shards = cluster.start(2, args=args)
+    spec = asyncps.TensorSpec((10,), init="constant", init_value=1.0,
+                              optimizer="momentum", lr=0.5, slice_elems=3)
+    table = asyncps.TableSpec(dim=2, init="constant", init_value=0.0)
+    given = np.linspace(-2.0, 2.0, 10).astype(np.float32)
+    rows = np.arange(8, dtype=np.float32).reshape(4, 2)
+    with connect(shards) as c:
+        c.create({"w": spec})
+        c.create_tables({"emb": table})
+        r = c.assign({"w": given})
+        assert r.applied == 4  # slices of 3, 3, 3, 1
+        assert c.assign_rows({"emb": ([1, 20, 300, 4000], rows)}).applied == 4
+        versions = c.pull("w") and list(c.versions("w"))
+        assert versions == [1, 1, 1, 1]
+    # Answered, so a checkpoint of every shard holds them: killed with
+    # SIGKILL (no final checkpoint) and restarted, the shards keep them.
+    for s in shards:
+        s.proc.kill()
+        s.proc.wait(timeout=10)
+    shards = cluster.start(2, args=args)
+    with connect(shards, worker_id=1) as c:
+        c.wait_for(["w", "emb"], timeout=30)
+        np.testing.assert_array_equal(c.pull("w")["w"], given)
+        assert list(c.versions("w")) == [1, 1, 1, 1]
+        np.testing.assert_array_equal(
+            c.pull_rows({"emb": [1, 20, 300, 4000]}, peek=True)["emb"], rows)
+
+
 def test_run_id_must_match_the_shards(cluster):
     shards = cluster.start(1, args=["--run_id=run-a"])
     with connect(shards, run_id="run-a") as c:
