@@ -315,26 +315,38 @@ void SparseTable::Peek(absl::Span<const uint64_t> ids, const Batch& batch,
   rows_pulled_.fetch_add(ids.size(), std::memory_order_relaxed);
 }
 
-SparseTable::PushCounts SparseTable::Assign(absl::Span<const uint64_t> ids,
-                                            Batch* batch, const float* values,
-                                            int64_t clock) {
-  PushCounts counts;
+template <typename Visit>
+void SparseTable::ForEachPartitionCreating(absl::Span<const uint64_t> ids,
+                                           Batch* batch, int64_t clock,
+                                           uint64_t* created, Visit visit) {
   for (int k = 0; k < kPartitions; ++k) {
     const uint32_t begin = batch->begin[k], end = batch->begin[k + 1];
     if (begin == end) continue;
     Partition& p = partitions_[k];
     absl::MutexLock l(&p.mu);
-    counts.created += CreateMissing(p, k, ids, batch, clock);
-    for (uint32_t j = begin; j < end; ++j) {
-      const uint32_t pos = batch->order[j];
-      const uint32_t row = batch->rows[pos];
-      Touch(p, row, clock);
-      std::copy_n(values + static_cast<size_t>(pos) * dim_, dim_,
-                  RowData(p, row));
-      ++p.chunks[row >> kChunkShift]->versions[row & (kChunkRows - 1)];
-      ++counts.applied;
-    }
+    *created += CreateMissing(p, k, ids, batch, clock);
+    visit(p, begin, end);
   }
+}
+
+SparseTable::PushCounts SparseTable::Assign(absl::Span<const uint64_t> ids,
+                                            Batch* batch, const float* values,
+                                            int64_t clock) {
+  PushCounts counts;
+  ForEachPartitionCreating(
+      ids, batch, clock, &counts.created,
+      [&](Partition& p, uint32_t begin, uint32_t end) {
+        p.mu.AssertHeld();  // by ForEachPartitionCreating
+        for (uint32_t j = begin; j < end; ++j) {
+          const uint32_t pos = batch->order[j];
+          const uint32_t row = batch->rows[pos];
+          Touch(p, row, clock);
+          std::copy_n(values + static_cast<size_t>(pos) * dim_, dim_,
+                      RowData(p, row));
+          ++p.chunks[row >> kChunkShift]->versions[row & (kChunkRows - 1)];
+          ++counts.applied;
+        }
+      });
   pushes_.fetch_add(1, std::memory_order_relaxed);
   rows_pushed_.fetch_add(counts.applied, std::memory_order_relaxed);
   return counts;
@@ -359,69 +371,68 @@ SparseTable::PushCounts SparseTable::Apply(
     std::copy(read_versions.begin(), read_versions.end(), read.begin());
   }
   constexpr uint32_t kMerged = Batch::kNoRow - 1;
-  for (int k = 0; k < kPartitions; ++k) {
-    const uint32_t begin = batch->begin[k], end = batch->begin[k + 1];
-    if (begin == end) continue;
-    Partition& p = partitions_[k];
-    absl::MutexLock l(&p.mu);
-    counts.created += CreateMissing(p, k, ids, batch, clock);
-    // Duplicates: the first position of a row collects the others'
-    // gradients. Tags name (this request, first position).
-    if (++p.serial == 0) {
-      for (auto& c : p.chunks)
-        std::fill(std::begin(c->tags), std::end(c->tags), 0);
-      p.serial = 1;
-    }
-    const uint64_t serial = static_cast<uint64_t>(p.serial) << 32;
-    for (uint32_t j = begin; j < end; ++j) {
-      const uint32_t pos = batch->order[j];
-      const uint32_t row = batch->rows[pos];
-      uint64_t& tag =
-          p.chunks[row >> kChunkShift]->tags[row & (kChunkRows - 1)];
-      if ((tag & ~uint64_t{0xffffffff}) != serial) {
-        tag = serial | pos;
-        continue;
-      }
-      const uint32_t first = static_cast<uint32_t>(tag);
-      float* into = grads + static_cast<size_t>(first) * dim_;
-      const float* from = grads + static_cast<size_t>(pos) * dim_;
-      for (int d = 0; d < dim_; ++d) into[d] += from[d];
-      read[first] = std::min(read[first], read[pos]);
-      batch->rows[pos] = kMerged;
-    }
-    for (uint32_t j = begin; j < end; ++j) {
-      const uint32_t pos = batch->order[j];
-      const uint32_t row = batch->rows[pos];
-      if (row == kMerged) continue;
-      Chunk& c = *p.chunks[row >> kChunkShift];
-      const uint32_t at = row & (kChunkRows - 1);
-      c.touched[at].store(
-          std::max(c.touched[at].load(std::memory_order_relaxed), clock),
-          std::memory_order_relaxed);
-      uint64_t& version = c.versions[at];
-      if (read[pos] > version) {
-        ++counts.refused_restored;
-        continue;
-      }
-      const uint64_t staleness = version - read[pos];
-      counts.staleness_sum += staleness;
-      counts.max_staleness = std::max(counts.max_staleness, staleness);
-      if (rule.max_staleness >= 0 &&
-          staleness > static_cast<uint64_t>(rule.max_staleness)) {
-        ++counts.refused_stale;
-        continue;
-      }
-      const float scale = rule.inverse_lr
-                              ? 1.0f / (1.0f + static_cast<float>(staleness))
+  ForEachPartitionCreating(
+      ids, batch, clock, &counts.created,
+      [&](Partition& p, uint32_t begin, uint32_t end) {
+        p.mu.AssertHeld();  // by ForEachPartitionCreating
+        // Duplicates: the first position of a row collects the others'
+        // gradients. Tags name (this request, first position).
+        if (++p.serial == 0) {
+          for (auto& c : p.chunks)
+            std::fill(std::begin(c->tags), std::end(c->tags), 0);
+          p.serial = 1;
+        }
+        const uint64_t serial = static_cast<uint64_t>(p.serial) << 32;
+        for (uint32_t j = begin; j < end; ++j) {
+          const uint32_t pos = batch->order[j];
+          const uint32_t row = batch->rows[pos];
+          uint64_t& tag =
+              p.chunks[row >> kChunkShift]->tags[row & (kChunkRows - 1)];
+          if ((tag & ~uint64_t{0xffffffff}) != serial) {
+            tag = serial | pos;
+            continue;
+          }
+          const uint32_t first = static_cast<uint32_t>(tag);
+          float* into = grads + static_cast<size_t>(first) * dim_;
+          const float* from = grads + static_cast<size_t>(pos) * dim_;
+          for (int d = 0; d < dim_; ++d) into[d] += from[d];
+          read[first] = std::min(read[first], read[pos]);
+          batch->rows[pos] = kMerged;
+        }
+        for (uint32_t j = begin; j < end; ++j) {
+          const uint32_t pos = batch->order[j];
+          const uint32_t row = batch->rows[pos];
+          if (row == kMerged) continue;
+          Chunk& c = *p.chunks[row >> kChunkShift];
+          const uint32_t at = row & (kChunkRows - 1);
+          c.touched[at].store(
+              std::max(c.touched[at].load(std::memory_order_relaxed), clock),
+              std::memory_order_relaxed);
+          uint64_t& version = c.versions[at];
+          if (read[pos] > version) {
+            ++counts.refused_restored;
+            continue;
+          }
+          const uint64_t staleness = version - read[pos];
+          counts.staleness_sum += staleness;
+          counts.max_staleness = std::max(counts.max_staleness, staleness);
+          if (rule.max_staleness >= 0 &&
+              staleness > static_cast<uint64_t>(rule.max_staleness)) {
+            ++counts.refused_stale;
+            continue;
+          }
+          const float scale =
+              rule.inverse_lr ? 1.0f / (1.0f + static_cast<float>(staleness))
                               : 1.0f;
-      float* data = RowData(p, row);
-      ++version;
-      updater_.Apply(data, data + dim_, grads + static_cast<size_t>(pos) * dim_,
-                     scale * lr_factor, version);
-      ++counts.applied;
-      counts.scaled += scale < 1.0f;
-    }
-  }
+          float* data = RowData(p, row);
+          ++version;
+          updater_.Apply(data, data + dim_,
+                         grads + static_cast<size_t>(pos) * dim_,
+                         scale * lr_factor, version);
+          ++counts.applied;
+          counts.scaled += scale < 1.0f;
+        }
+      });
   pushes_.fetch_add(1, std::memory_order_relaxed);
   rows_pushed_.fetch_add(
       counts.applied + counts.refused_stale + counts.refused_restored,

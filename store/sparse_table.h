@@ -230,6 +230,13 @@ class SparseTable {
   uint64_t CreateMissing(Partition& p, int k, absl::Span<const uint64_t> ids,
                          Batch* batch, int64_t clock)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(p.mu);
+  // Calls visit(p, begin, end) for every partition p that rows of `batch`
+  // fall in (its positions are batch->order[begin, end)), under p's
+  // exclusive lock, once its missing rows were created (counted in
+  // *created). Apply and Assign.
+  template <typename Visit>
+  void ForEachPartitionCreating(absl::Span<const uint64_t> ids, Batch* batch,
+                                int64_t clock, uint64_t* created, Visit visit);
 
   // Const after construction.
   const TableSpec spec_;

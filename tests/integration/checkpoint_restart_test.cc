@@ -8,6 +8,7 @@
 #include <signal.h>
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <catch2/catch.hpp>
 #include <chrono>
 #include <cmath>
@@ -278,121 +279,110 @@ TEST_CASE("a shard killed with SIGKILL restarts from its last checkpoint",
   for (const auto& [key, slice] : shards[0].Take()) CHECK(slice.first == 4);
 }
 
+// A 300-element tensor in slices of 64 (SGD, lr 0.5) with init `init`.
+TensorSpec Spec300(const std::string& name, Initializer init) {
+  TensorSpec spec;
+  spec.set_name(name);
+  spec.add_shape(300);
+  spec.set_init(init);
+  spec.set_init_value(0.25f);
+  spec.set_slice_elems(64);
+  spec.mutable_optimizer()->set_learning_rate(0.5f);
+  return spec;
+}
+
+// SIGKILL (no final checkpoint), then a restart on the same port.
+void KillAndRestart(Shard& shard, const std::vector<std::string>& args) {
+  const int port = std::stoi(
+      shard.server.address.substr(shard.server.address.rfind(':') + 1));
+  REQUIRE_OK(shard.server.process->Signal(SIGKILL));
+  REQUIRE_OK(shard.server.process->Wait(absl::Seconds(10)).status());
+  absl::StatusOr<ServerProcess> back =
+      StartPsServer(0, kShards, args, absl::Seconds(30), port);
+  REQUIRE_OK(back.status());
+  shard.server = *std::move(back);
+  shard.stub = ParameterServer::NewStub(MakeChannel(shard.server.address));
+  ++shard.incarnation;
+}
+
+// Pulls Spec300 tensor `name` and checks its slices against `expected`
+// (all 300 values) and `version`; returns the slices the shard holds.
+std::vector<uint32_t> CheckPulled(Shard& shard, const std::string& name,
+                                  const std::vector<float>& expected,
+                                  uint64_t version) {
+  PullRequest pull;
+  *pull.mutable_worker() = shard.Ref();
+  pull.add_tensors(name);
+  PullResponse pulled;
+  REQUIRE(shard.stub->Pull(Context().get(), pull, &pulled).ok());
+  REQUIRE(pulled.slices_size() > 0);
+  std::vector<uint32_t> held;
+  for (const SliceData& d : pulled.slices()) {
+    held.push_back(d.slice());
+    CHECK(d.version() == version);
+    std::vector<float> values(d.values().size() / sizeof(float));
+    DecodeFloats(d.values(), values.data(), values.size());
+    for (size_t i = 0; i < values.size(); ++i) {
+      INFO("slice " << d.slice() << " element " << i);
+      CHECK(values[i] == expected[d.slice() * 64 + i]);
+    }
+  }
+  return held;
+}
+
 TEST_CASE(
     "values given at creation (INIT_VALUES) survive a SIGKILL right after "
     "the creation answered",
     "[checkpoint][integration]") {
-  const std::string dir = testing::MakeTmpDir("ckpt-values");
   const std::vector<std::string> args = {
-      absl::StrCat("--checkpoint_dir=", dir)};
+      absl::StrCat("--checkpoint_dir=", testing::MakeTmpDir("ckpt-values"))};
   Shard shard = StartShard(0, args);
-  TensorSpec spec;
-  spec.set_name("given");
-  spec.add_shape(300);
-  spec.set_init(INIT_VALUES);
-  spec.set_slice_elems(64);
-  spec.mutable_optimizer()->set_learning_rate(0.5f);
   std::vector<float> given(300);
   for (int i = 0; i < 300; ++i) given[i] = std::sin(0.1f * i) + 2.0f;
   CreateTensorRequest req;
-  *req.add_tensors() = spec;
+  *req.add_tensors() = Spec300("given", INIT_VALUES);
   TensorValues* v = req.add_values();
   v->set_tensor("given");
   EncodeFloats(given.data(), given.size(), v->mutable_values());
   CreateTensorResponse resp;
   REQUIRE(shard.stub->CreateTensor(Context().get(), req, &resp).ok());
   // Answered: a checkpoint holds the values (no --checkpoint_every_s).
-  const int port = std::stoi(
-      shard.server.address.substr(shard.server.address.rfind(':') + 1));
-  REQUIRE_OK(shard.server.process->Signal(SIGKILL));
-  REQUIRE_OK(shard.server.process->Wait(absl::Seconds(10)).status());
-  absl::StatusOr<ServerProcess> back =
-      StartPsServer(0, kShards, args, absl::Seconds(30), port);
-  REQUIRE_OK(back.status());
-  shard.server = *std::move(back);
-  shard.stub = ParameterServer::NewStub(MakeChannel(shard.server.address));
-  PullRequest pull;
-  pull.mutable_worker()->set_worker_id(3);
-  pull.mutable_worker()->set_incarnation(9);
-  pull.add_tensors("given");
-  PullResponse pulled;
-  REQUIRE(shard.stub->Pull(Context().get(), pull, &pulled).ok());
-  REQUIRE(pulled.slices_size() > 0);
-  for (const SliceData& d : pulled.slices()) {
-    std::vector<float> values(d.values().size() / sizeof(float));
-    DecodeFloats(d.values(), values.data(), values.size());
-    for (size_t i = 0; i < values.size(); ++i) {
-      INFO("slice " << d.slice() << " element " << i);
-      CHECK(values[i] == given[d.slice() * 64 + i]);
-    }
-  }
+  KillAndRestart(shard, args);
+  CheckPulled(shard, "given", given, 0);
 }
 
 TEST_CASE("an assign survives a SIGKILL right after it was answered",
           "[checkpoint][integration]") {
-  const std::string dir = testing::MakeTmpDir("ckpt-assign");
   const std::vector<std::string> args = {
-      absl::StrCat("--checkpoint_dir=", dir)};
+      absl::StrCat("--checkpoint_dir=", testing::MakeTmpDir("ckpt-assign"))};
   Shard shard = StartShard(0, args);
-  TensorSpec spec;
-  spec.set_name("loaded");
-  spec.add_shape(300);
-  spec.set_init(INIT_CONSTANT);
-  spec.set_init_value(0.25f);
-  spec.set_slice_elems(64);
-  spec.mutable_optimizer()->set_learning_rate(0.5f);
   CreateTensorRequest create;
-  *create.add_tensors() = spec;
+  *create.add_tensors() = Spec300("loaded", INIT_CONSTANT);
   CreateTensorResponse created;
   REQUIRE(shard.stub->CreateTensor(Context().get(), create, &created).ok());
-  // The slices this shard holds, from a pull; each is assigned its values.
-  PullRequest pull;
-  *pull.mutable_worker() = shard.Ref();
-  pull.add_tensors("loaded");
-  PullResponse before;
-  REQUIRE(shard.stub->Pull(Context().get(), pull, &before).ok());
-  REQUIRE(before.slices_size() > 0);
+  // Every slice this shard holds (a pull says which) is assigned.
+  const std::vector<uint32_t> held =
+      CheckPulled(shard, "loaded", std::vector<float>(300, 0.25f), 0);
   std::vector<float> given(300);
   for (int i = 0; i < 300; ++i) given[i] = std::cos(0.05f * i) - 3.0f;
   PushRequest assign;
   *assign.mutable_worker() = shard.Ref();
   assign.set_seq(1);
   assign.set_assign(true);
-  for (const SliceData& d : before.slices()) {
+  for (uint32_t slice : held) {
     SliceGradient* g = assign.add_grads();
     g->set_tensor("loaded");
-    g->set_slice(d.slice());
-    EncodeFloats(given.data() + d.slice() * 64,
-                 d.values().size() / sizeof(float), g->mutable_grad());
+    g->set_slice(slice);
+    const size_t n = std::min<size_t>(64, 300 - slice * 64);
+    EncodeFloats(given.data() + slice * 64, n, g->mutable_grad());
   }
   PushResponse answered;
   REQUIRE(shard.stub->Push(Context().get(), assign, &answered).ok());
-  REQUIRE(answered.results_size() == before.slices_size());
+  REQUIRE(answered.results_size() == static_cast<int>(held.size()));
   // Answered: a checkpoint holds the assigned values (no
-  // --checkpoint_every_s), so a restart does not go back to 0.25.
-  const int port = std::stoi(
-      shard.server.address.substr(shard.server.address.rfind(':') + 1));
-  REQUIRE_OK(shard.server.process->Signal(SIGKILL));
-  REQUIRE_OK(shard.server.process->Wait(absl::Seconds(10)).status());
-  absl::StatusOr<ServerProcess> back =
-      StartPsServer(0, kShards, args, absl::Seconds(30), port);
-  REQUIRE_OK(back.status());
-  shard.server = *std::move(back);
-  shard.stub = ParameterServer::NewStub(MakeChannel(shard.server.address));
-  shard.incarnation = 2;
-  *pull.mutable_worker() = shard.Ref();
-  PullResponse after;
-  REQUIRE(shard.stub->Pull(Context().get(), pull, &after).ok());
-  REQUIRE(after.slices_size() == before.slices_size());
-  for (const SliceData& d : after.slices()) {
-    CHECK(d.version() == 1);
-    std::vector<float> values(d.values().size() / sizeof(float));
-    DecodeFloats(d.values(), values.data(), values.size());
-    for (size_t i = 0; i < values.size(); ++i) {
-      INFO("slice " << d.slice() << " element " << i);
-      CHECK(values[i] == given[d.slice() * 64 + i]);
-    }
-  }
+  // --checkpoint_every_s), so the restart does not go back to 0.25.
+  KillAndRestart(shard, args);
+  REQUIRE(CheckPulled(shard, "loaded", given, 1) == held);
 }
 
 TEST_CASE("SIGTERM writes a final checkpoint that the restart restores",
