@@ -311,6 +311,33 @@ def test_buffers_averaged_through_the_shards_and_state_dict(cluster):
             assert torch.equal(fresh[0].weight, sd0["0.weight"])
 
 
+def test_load_state_dict_assigns_shared_buffers_and_keeps_local_ones(cluster):
+    shards = cluster.start(2)
+
+    def model():
+        torch.manual_seed(0)
+        return nn.Sequential(nn.Linear(3, 3), nn.BatchNorm1d(3))
+
+    saved = model().state_dict()
+    saved["1.running_mean"] = torch.tensor([1.0, -2.0, 3.0])
+    saved["1.num_batches_tracked"] = torch.tensor(7)
+    with connect(shards, 0) as c0, connect(shards, 1) as c1:
+        w0 = asyncps.torch.Worker(model(), c0, lr=0.1, buffers="average")
+        w1 = asyncps.torch.Worker(model(), c1, lr=0.1, buffers="average")
+        with w0, w1:
+            w0.load_state_dict(saved)
+            # The float buffers' shared copies are assigned; the integer
+            # one is this worker's own, loaded into its module only.
+            np.testing.assert_array_equal(
+                c1.pull("1.running_mean")["1.running_mean"],
+                np.array([1.0, -2.0, 3.0], np.float32))
+            assert w0.module[1].num_batches_tracked.item() == 7
+            assert w1.module[1].num_batches_tracked.item() == 0
+            sd = w1.state_dict()
+            assert torch.equal(sd["1.running_mean"], saved["1.running_mean"])
+            assert torch.equal(sd["0.weight"], saved["0.weight"])
+
+
 def test_shapes_are_checked_against_the_shards(cluster):
     shards = cluster.start(1)
     with connect(shards) as client:
