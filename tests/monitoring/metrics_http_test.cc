@@ -14,6 +14,7 @@
 #include <cstdlib>
 #include <ctime>
 #include <fstream>
+#include <iterator>
 #include <map>
 #include <regex>
 #include <set>
@@ -277,6 +278,24 @@ TEST_CASE("MetricsHttpServer serves /metrics on a free port and stops",
   CHECK_FALSE(after.Get("/metrics"));
 }
 
+// User + system CPU seconds of process `pid` (/proc/PID/stat, fields 14
+// and 15 after the command name; proc(5)), or -1 if unreadable.
+double ProcessCpuSeconds(pid_t pid) {
+  std::ifstream in(absl::StrCat("/proc/", pid, "/stat"));
+  std::string stat((std::istreambuf_iterator<char>(in)),
+                   std::istreambuf_iterator<char>());
+  const size_t paren = stat.rfind(')');
+  if (paren == std::string::npos) return -1;
+  const std::vector<std::string> f =
+      absl::StrSplit(stat.substr(paren + 2), ' ');
+  double utime = 0, stime = 0;
+  if (f.size() < 13 || !absl::SimpleAtod(f[11], &utime) ||
+      !absl::SimpleAtod(f[12], &stime)) {
+    return -1;
+  }
+  return (utime + stime) / static_cast<double>(sysconf(_SC_CLK_TCK));
+}
+
 int ReadPortFile(const std::string& path) {
   std::ifstream in(path);
   int port = 0;
@@ -314,7 +333,12 @@ TEST_CASE("a ps_server's /metrics agrees with its Status RPC",
   httplib::Client client("127.0.0.1", metrics_port);
   client.set_connection_timeout(5);
   client.set_read_timeout(5);
+  // The process's CPU time as the kernel counts it, just before and after
+  // the scrape: the metric lies between (a run this short may still be
+  // under one clock tick, so it may be 0).
+  const double cpu_before = ProcessCpuSeconds(server->process->pid());
   httplib::Result res = client.Get("/metrics");
+  const double cpu_after = ProcessCpuSeconds(server->process->pid());
   REQUIRE(res);
   REQUIRE(res->status == 200);
   INFO(res->body);
@@ -367,7 +391,9 @@ TEST_CASE("a ps_server's /metrics agrees with its Status RPC",
   CHECK(Sample(e, "grpc_server_handling_seconds_sum{" + push_labels + "}") > 0);
   CHECK(e.types.at("grpc_server_handling_seconds") == "histogram");
   // Process metrics, as Prometheus client libraries name them.
-  CHECK(total("process_cpu_seconds_total") > 0);
+  REQUIRE(cpu_before >= 0);
+  CHECK(total("process_cpu_seconds_total") >= cpu_before);
+  CHECK(total("process_cpu_seconds_total") <= cpu_after);
   CHECK(total("process_resident_memory_bytes") > 1e6);
   CHECK(total("process_open_fds") > 2);
   CHECK(total("process_max_fds") >= total("process_open_fds"));
