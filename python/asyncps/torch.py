@@ -50,6 +50,10 @@ import asyncps
 from asyncps._torch_buffers import SharedBuffers
 from asyncps._torch_tables import SparseEmbeddings
 
+# Rows per pull_rows / assign_rows call when a whole table is read or
+# written (state_dict, load_state_dict).
+_ROWS_PER_CALL = 65536
+
 __all__ = ["Worker", "torch_default_init"]
 
 
@@ -490,8 +494,9 @@ class Worker:
         for layer in self._tables.layers:
             m = layer.module
             rows = np.empty((m.num_embeddings, m.embedding_dim), np.float32)
-            for start in range(0, m.num_embeddings, 65536):
-                ids = np.arange(start, min(m.num_embeddings, start + 65536))
+            for start in range(0, m.num_embeddings, _ROWS_PER_CALL):
+                ids = np.arange(start,
+                                min(m.num_embeddings, start + _ROWS_PER_CALL))
                 rows[start:start + len(ids)] = self.client.pull_rows(
                     {layer.table: ids}, peek=True)[layer.table]
             padding = getattr(m, "padding_idx", None)
@@ -529,6 +534,16 @@ class Worker:
                 "load_state_dict: error(s) loading the state dict into "
                 f"{type(self.module).__name__}: missing keys {missing}, "
                 f"unexpected keys {unexpected}; nothing was loaded")
+        # Every key the module holds has its shape, so that loading the
+        # module below cannot fail after the shards were assigned.
+        for key, value in state_dict.items():
+            if key in own and tuple(torch.as_tensor(value).shape) != tuple(
+                    own[key].shape):
+                raise ValueError(
+                    f"load_state_dict: '{key}' has shape "
+                    f"{tuple(torch.as_tensor(value).shape)} but the "
+                    f"module's is {tuple(own[key].shape)}; nothing was "
+                    "loaded")
         cut = len(self._prefix)
         shapes = {name: shape for name, _, shape in self._params}
         if self._shared is not None:
@@ -542,11 +557,6 @@ class Worker:
             if key not in state_dict:
                 continue
             value = torch.as_tensor(state_dict[key]).detach()
-            if tuple(value.shape) != tuple(own[key].shape):
-                raise ValueError(
-                    f"load_state_dict: '{key}' has shape "
-                    f"{tuple(value.shape)} but the module's is "
-                    f"{tuple(own[key].shape)}; nothing was loaded")
             value = value.to(device="cpu", dtype=torch.float32)
             if not bool(torch.isfinite(value).all()):
                 raise ValueError(
@@ -569,8 +579,8 @@ class Worker:
             padding = getattr(m, "padding_idx", None)
             if padding is not None:  # stays zero, never sent
                 ids = np.delete(ids, padding)
-            for start in range(0, len(ids), 65536):
-                chunk = ids[start:start + 65536]
+            for start in range(0, len(ids), _ROWS_PER_CALL):
+                chunk = ids[start:start + _ROWS_PER_CALL]
                 self.client.assign_rows(
                     {table: (chunk, np.ascontiguousarray(weight[chunk]))})
         if values:

@@ -321,6 +321,14 @@ def test_load_state_dict_assigns_shared_buffers_and_keeps_local_ones(cluster):
     saved = model().state_dict()
     saved["1.running_mean"] = torch.tensor([1.0, -2.0, 3.0])
     saved["1.num_batches_tracked"] = torch.tensor(7)
+    # A local buffer of another shape is refused before the shards change.
+    with connect(shards, 2) as c2:
+        w2 = asyncps.torch.Worker(model(), c2, lr=0.1, buffers="average")
+        with w2, pytest.raises(ValueError, match="'1.num_batches_tracked'"):
+            w2.load_state_dict(dict(saved, **{
+                "1.num_batches_tracked": torch.tensor([7, 7])}))
+        np.testing.assert_array_equal(
+            c2.pull("1.running_mean")["1.running_mean"], np.zeros(3))
     with connect(shards, 0) as c0, connect(shards, 1) as c1:
         w0 = asyncps.torch.Worker(model(), c0, lr=0.1, buffers="average")
         w1 = asyncps.torch.Worker(model(), c1, lr=0.1, buffers="average")
