@@ -4,6 +4,7 @@
 #include <cmath>
 #include <vector>
 
+#include "absl/base/attributes.h"
 #include "absl/strings/str_cat.h"
 
 namespace asyncps {
@@ -11,29 +12,14 @@ namespace {
 
 bool InUnitInterval(float x) { return std::isfinite(x) && x >= 0 && x < 1; }
 
-// Runs rule.template Run<dtype>(first, bytes, count) over every run of the
-// payload's values (see ForEachValueRun), with the dtype as a compile-time
-// constant so that each loop is specialized and vectorized.
-template <typename Rule>
-void ForEachRun(const Payload& g, Rule& rule) {
-  if (g.dtype() == WIRE_BF16) {
-    ForEachValueRun(g, [&rule](size_t first, const char* bytes, size_t n) {
-      rule.template Run<WIRE_BF16>(first, bytes, n);
-    });
-  } else {
-    ForEachValueRun(g, [&rule](size_t first, const char* bytes, size_t n) {
-      rule.template Run<WIRE_F32>(first, bytes, n);
-    });
-  }
-}
-
 // The update loops, one per rule, over one run of gradient values.
 
 struct SgdRule {
   float* w;
   float lr;
   template <WireDtype kDtype>
-  void Run(size_t first, const char* bytes, size_t n) {
+  ABSL_ATTRIBUTE_ALWAYS_INLINE void Run(size_t first, const char* bytes,
+                                        size_t n) {
     float* __restrict out = w + first;
     for (size_t i = 0; i < n; ++i) out[i] -= lr * LoadWire<kDtype>(bytes, i);
   }
@@ -44,7 +30,8 @@ struct MomentumRule {
   float* v;
   float lr, mu;
   template <WireDtype kDtype>
-  void Run(size_t first, const char* bytes, size_t n) {
+  ABSL_ATTRIBUTE_ALWAYS_INLINE void Run(size_t first, const char* bytes,
+                                        size_t n) {
     float* __restrict wo = w + first;
     float* __restrict vo = v + first;
     for (size_t i = 0; i < n; ++i) {
@@ -60,7 +47,8 @@ struct AdamRule {
   float* v;
   float lr, b1, b2, eps, c1, c2;
   template <WireDtype kDtype>
-  void Run(size_t first, const char* bytes, size_t n) {
+  ABSL_ATTRIBUTE_ALWAYS_INLINE void Run(size_t first, const char* bytes,
+                                        size_t n) {
     float* __restrict wo = w + first;
     float* __restrict mo = m + first;
     float* __restrict vo = v + first;
@@ -78,7 +66,8 @@ struct AdagradRule {
   float* acc;
   float lr, eps;
   template <WireDtype kDtype>
-  void Run(size_t first, const char* bytes, size_t n) {
+  ABSL_ATTRIBUTE_ALWAYS_INLINE void Run(size_t first, const char* bytes,
+                                        size_t n) {
     float* __restrict wo = w + first;
     float* __restrict ao = acc + first;
     for (size_t i = 0; i < n; ++i) {
@@ -88,6 +77,38 @@ struct AdagradRule {
     }
   }
 };
+
+// A slice's update loop, over one run of gradient values, is compiled for
+// SSE2 and for AVX2 and the variant picked when the program loads (GCC's
+// function multi-versioning, as AllFinite); the rules' Run are always
+// inlined so that each variant compiles them for its own instruction set,
+// with the dtype a compile-time constant. No FMA in either: the same floats
+// on every machine. Measured (apply_bench, 128k floats in cache, Adam, one
+// thread): 0.33 G updates/s when sqrt had to set errno (one float at a
+// time), 1.1 G with SSE2 vectors, 1.6 G with AVX2.
+template <typename Rule>
+ABSL_ATTRIBUTE_ALWAYS_INLINE inline void RunAnyDtype(
+    Rule& rule, WireDtype dtype, size_t first, const char* bytes, size_t n) {
+  if (dtype == WIRE_BF16) {
+    rule.template Run<WIRE_BF16>(first, bytes, n);
+  } else {
+    rule.template Run<WIRE_F32>(first, bytes, n);
+  }
+}
+
+template <typename Rule>
+__attribute__((target_clones("avx2", "default"))) void RunSliceLoop(
+    Rule& rule, WireDtype dtype, size_t first, const char* bytes, size_t n) {
+  RunAnyDtype(rule, dtype, first, bytes, n);
+}
+
+// Runs the rule over every run of the payload's values (ForEachValueRun).
+template <typename Rule>
+void ForEachRun(const Payload& g, Rule& rule) {
+  ForEachValueRun(g, [&rule, &g](size_t first, const char* bytes, size_t n) {
+    RunSliceLoop(rule, g.dtype(), first, bytes, n);
+  });
+}
 
 // Adam's bias corrections 1 / (1 - beta^t) for update t (1-based).
 float BiasCorrection(float beta, uint64_t step) {
@@ -148,7 +169,6 @@ class Adam : public SliceOptimizer {
         v_(n, 0.0f) {}
   void Apply(float* w, const Payload& g, float lr_scale,
              uint64_t step) override {
-    const double t = static_cast<double>(step);
     AdamRule rule{w,
                   m_.data(),
                   v_.data(),
@@ -156,8 +176,8 @@ class Adam : public SliceOptimizer {
                   b1_,
                   b2_,
                   eps_,
-                  static_cast<float>(1.0 / (1.0 - std::pow(b1_, t))),
-                  static_cast<float>(1.0 / (1.0 - std::pow(b2_, t)))};
+                  BiasCorrection(b1_, step),
+                  BiasCorrection(b2_, step)};
     ForEachRun(g, rule);
   }
   size_t state_bytes() const override {

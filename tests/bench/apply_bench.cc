@@ -162,20 +162,25 @@ struct RawArrays {
   std::vector<float> w, g, m, v, dst;
 };
 
-void RawSgd(float* w, const float* g, int64_t n, float lr) {
+// Compiled for SSE2 and AVX2 as the store's loops are (store/optimizer.cc).
+__attribute__((target_clones("avx2", "default"))) void RawSgd(float* w,
+                                                              const float* g,
+                                                              int64_t n,
+                                                              float lr) {
   for (int64_t i = 0; i < n; ++i) w[i] -= lr * g[i];
 }
 
-void RawMomentum(float* w, const float* g, float* v, int64_t n, float lr,
-                 float mu) {
+__attribute__((target_clones("avx2", "default"))) void RawMomentum(
+    float* w, const float* g, float* v, int64_t n, float lr, float mu) {
   for (int64_t i = 0; i < n; ++i) {
     v[i] = mu * v[i] + g[i];
     w[i] -= lr * v[i];
   }
 }
 
-void RawAdam(float* w, const float* g, float* m, float* v, int64_t n, float lr,
-             float b1, float b2, float eps, float c1, float c2) {
+__attribute__((target_clones("avx2", "default"))) void RawAdam(
+    float* w, const float* g, float* m, float* v, int64_t n, float lr, float b1,
+    float b2, float eps, float c1, float c2) {
   for (int64_t i = 0; i < n; ++i) {
     m[i] = b1 * m[i] + (1 - b1) * g[i];
     v[i] = b2 * v[i] + (1 - b2) * g[i] * g[i];
