@@ -2,22 +2,24 @@
 # PyTorch training throughput of the Fashion-MNIST example
 # (python/examples/fashion_mnist_cnn.py, --model cnn or mlp): a plain
 # single-process PyTorch loop (torch.optim; 1 and 2 torch threads) against
-# asynchronous training through asyncps with each count of --workers worker
-# processes (2 shards, 1 torch thread per worker). Each setup trains one
-# epoch over the first --examples training images; the setups run one after
-# the other, --rounds times (the machine's load drifts, so every round has
-# all of them), and the median examples/s of each is printed with its ratio
-# to the 1-thread loop, and the final test accuracy. --overlap adds, for
-# each worker count, a run whose workers overlap their pulls and pushes
-# with computation (Worker overlap_pull and overlap_push). Logs go to OUTDIR.
+# asynchronous training through asyncps with each count of --shards shards
+# (default 2) and of --workers worker processes (1 torch thread per
+# worker). Each setup trains one epoch over the first --examples training
+# images; the setups run one after the other, --rounds times (the machine's
+# load drifts, so every round has all of them), and the median examples/s
+# of each is printed with its ratio to the 1-thread loop, and the final test
+# accuracy. --overlap adds, for each shard and worker count, a run whose
+# workers overlap their pulls and pushes with computation (Worker
+# overlap_pull and overlap_push). Logs go to OUTDIR.
 #
 # Build first: bazel build //server:ps_server //python:asyncps
 # Usage: python/bench/torch_throughput.sh OUTDIR [--rounds N] [--examples N]
-#            [--model cnn|mlp] [--workers "1 2 4"] [--overlap]
+#            [--model cnn|mlp] [--shards "1 2"] [--workers "1 2 4"]
+#            [--overlap]
 set -euo pipefail
 if [[ $# -lt 1 || "$1" == -* ]]; then
   echo "usage: $0 OUTDIR [--rounds N] [--examples N] [--model cnn|mlp]" \
-    "[--workers \"1 2\"] [--overlap]" >&2
+    "[--shards \"1 2\"] [--workers \"1 2\"] [--overlap]" >&2
   exit 2
 fi
 out=$(mkdir -p "$1" && cd "$1" && pwd)
@@ -25,6 +27,7 @@ shift
 rounds=3
 examples=20000
 model=cnn
+shards="2"
 workers="1 2"
 overlap=0
 while [ $# -gt 0 ]; do
@@ -32,6 +35,7 @@ while [ $# -gt 0 ]; do
     --rounds) rounds="$2"; shift 2 ;;
     --examples) examples="$2"; shift 2 ;;
     --model) model="$2"; shift 2 ;;
+    --shards) shards="$2"; shift 2 ;;
     --workers) workers="$2"; shift 2 ;;
     --overlap) overlap=1; shift ;;
     *) echo "torch_throughput.sh: unknown option '$1'" >&2; exit 2 ;;
@@ -61,14 +65,17 @@ run() {  # NAME ROUND ARGS...
 for ((r = 0; r < rounds; r++)); do
   OMP_NUM_THREADS=1 run local_1thread "$r" --local --worker-flags "$data --threads=1"
   OMP_NUM_THREADS=2 run local_2threads "$r" --local --worker-flags "$data --threads=2"
-  for w in $workers; do
-    run "asyncps_${w}workers" "$r" --shards 2 --workers "$w" \
-      --worker-flags "$data" --logdir "$out/asyncps_${w}workers.$r"
-    if [ "$overlap" = 1 ]; then
-      run "asyncps_${w}workers_overlap" "$r" --shards 2 --workers "$w" \
-        --worker-flags "$data --overlap_pull --overlap_push" \
-        --logdir "$out/asyncps_${w}workers_overlap.$r"
-    fi
+  for s in $shards; do
+    for w in $workers; do
+      name="asyncps_${s}shards_${w}workers"
+      run "$name" "$r" --shards "$s" --workers "$w" \
+        --worker-flags "$data" --logdir "$out/$name.$r"
+      if [ "$overlap" = 1 ]; then
+        run "${name}_overlap" "$r" --shards "$s" --workers "$w" \
+          --worker-flags "$data --overlap_pull --overlap_push" \
+          --logdir "$out/${name}_overlap.$r"
+      fi
+    done
   done
 done | tee "$out/runs.txt"
 /usr/bin/python3 - "$out/runs.txt" <<'PY'
@@ -81,7 +88,7 @@ for line in open(sys.argv[1]):
 base = statistics.median(runs["local_1thread"])
 for name, rates in runs.items():
     med = statistics.median(rates)
-    print(f"{name:18s} examples/s {med:8.0f} (median of {len(rates)})  "
+    print(f"{name:33s} examples/s {med:8.0f} (median of {len(rates)})  "
           f"ratio to local_1thread {med / base:.2f}  test accuracy "
           f"{statistics.median(accs[name]):.4f}")
 PY
