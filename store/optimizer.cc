@@ -96,9 +96,24 @@ ABSL_ATTRIBUTE_ALWAYS_INLINE inline void RunAnyDtype(
   }
 }
 
-template <typename Rule>
+// One overload per rule: Clang does not multi-version function templates.
 __attribute__((target_clones("avx2", "default"))) void RunSliceLoop(
-    Rule& rule, WireDtype dtype, size_t first, const char* bytes, size_t n) {
+    SgdRule& rule, WireDtype dtype, size_t first, const char* bytes, size_t n) {
+  RunAnyDtype(rule, dtype, first, bytes, n);
+}
+__attribute__((target_clones("avx2", "default"))) void RunSliceLoop(
+    MomentumRule& rule, WireDtype dtype, size_t first, const char* bytes,
+    size_t n) {
+  RunAnyDtype(rule, dtype, first, bytes, n);
+}
+__attribute__((target_clones("avx2", "default"))) void RunSliceLoop(
+    AdamRule& rule, WireDtype dtype, size_t first, const char* bytes,
+    size_t n) {
+  RunAnyDtype(rule, dtype, first, bytes, n);
+}
+__attribute__((target_clones("avx2", "default"))) void RunSliceLoop(
+    AdagradRule& rule, WireDtype dtype, size_t first, const char* bytes,
+    size_t n) {
   RunAnyDtype(rule, dtype, first, bytes, n);
 }
 
