@@ -126,54 +126,6 @@ TEST_CASE("Adam matches hand-computed values", "[optimizer]") {
   REQUIRE(w[1] == Approx(0.2f).epsilon(1e-5));
 }
 
-// The store's update loops are vectorized (SSE2 or AVX2, picked at load):
-// over a slice longer than any vector, with a tail, they must give exactly
-// the floats of this plain loop (no fused multiply-add, no approximate
-// square root or reciprocal).
-TEST_CASE("Adam and Adagrad loops give a scalar loop's floats bit for bit",
-          "[optimizer]") {
-  constexpr int64_t kN = 1027;
-  OptimizerSpec adam = SgdSpec(0.01f);
-  adam.set_type(OPT_ADAM);
-  adam.set_beta1(0.9f);
-  adam.set_beta2(0.999f);
-  adam.set_epsilon(1e-8f);
-  OptimizerSpec adagrad = SgdSpec(0.05f);
-  adagrad.set_type(OPT_ADAGRAD);
-  adagrad.set_epsilon(1e-7f);
-  adagrad.set_initial_accumulator(0.1f);
-  auto store = SingleShard();
-  Create(store.get(), Spec("a", {kN}, 0.25f, adam, kN));
-  Create(store.get(), Spec("g", {kN}, 0.25f, adagrad, kN));
-  std::vector<float> wa(kN, 0.25f), m(kN, 0), v(kN, 0);
-  std::vector<float> wg(kN, 0.25f), acc(kN, 0.1f);
-  for (uint64_t t = 1; t <= 3; ++t) {
-    std::vector<float> g(kN);
-    for (int64_t i = 0; i < kN; ++i) {
-      g[i] = std::ldexp(std::sin(static_cast<float>(i * t) + 0.5f),
-                        static_cast<int>(i % 21) - 10);
-    }
-    PushResponse r;
-    REQUIRE(
-        Push(store.get(), {Grad("a", 0, g, t - 1), Grad("g", 0, g, t - 1)}, &r)
-            .ok());
-    const float c1 =
-        static_cast<float>(1.0 / (1.0 - std::pow(double{0.9f}, t)));
-    const float c2 =
-        static_cast<float>(1.0 / (1.0 - std::pow(double{0.999f}, t)));
-    const float b1 = 0.9f, b2 = 0.999f;
-    for (int64_t i = 0; i < kN; ++i) {
-      m[i] = b1 * m[i] + (1 - b1) * g[i];
-      v[i] = b2 * v[i] + (1 - b2) * g[i] * g[i];
-      wa[i] -= 0.01f * (m[i] * c1) / (std::sqrt(v[i] * c2) + 1e-8f);
-      acc[i] += g[i] * g[i];
-      wg[i] -= 0.05f * g[i] / (std::sqrt(acc[i]) + 1e-7f);
-    }
-  }
-  REQUIRE(Values(store.get(), "a") == wa);
-  REQUIRE(Values(store.get(), "g") == wg);
-}
-
 TEST_CASE("optimizer hyper-parameters are validated", "[optimizer]") {
   auto store = SingleShard();
   CreateTensorRequest req;
