@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "common/payload.h"
+#include "tests/testing/tensor_specs.h"
 
 namespace asyncps {
 namespace {
@@ -22,15 +23,7 @@ namespace {
 constexpr size_t kN = 1027;  // not a multiple of any vector width
 
 OptimizerSpec Spec(OptimizerType type) {
-  OptimizerSpec o;
-  o.set_type(type);
-  o.set_learning_rate(0.01f);
-  o.set_momentum(0.9f);
-  o.set_beta1(0.9f);
-  o.set_beta2(0.999f);
-  o.set_epsilon(1e-7f);
-  o.set_initial_accumulator(0.1f);
-  return o;
+  return testing::AnyTypeSpec(type, 0.01f, 1e-7f);
 }
 
 // Gradients of step t over many magnitudes.

@@ -30,6 +30,7 @@
 #include "tests/testing/store_helpers.h"
 #include "tests/testing/subprocess.h"
 #include "tests/testing/table_helpers.h"
+#include "tests/testing/tensor_specs.h"
 
 namespace asyncps {
 namespace {
@@ -37,15 +38,7 @@ namespace {
 constexpr char kRun[] = "run-7";
 
 OptimizerSpec Optimizer(OptimizerType type) {
-  OptimizerSpec o;
-  o.set_type(type);
-  o.set_learning_rate(0.05f);
-  o.set_momentum(0.9f);
-  o.set_beta1(0.9f);
-  o.set_beta2(0.999f);
-  o.set_epsilon(1e-8f);
-  o.set_initial_accumulator(0.1f);
-  return o;
+  return testing::AnyTypeSpec(type, 0.05f, 1e-8f);
 }
 
 TensorSpec Tensor(const std::string& name, std::vector<int64_t> shape,

@@ -19,6 +19,21 @@ inline OptimizerSpec SgdSpec(float learning_rate) {
   return o;
 }
 
+// An optimizer of `type` with every hyper-parameter set to a valid value
+// (momentum 0.9, betas 0.9 / 0.999, initial accumulator 0.1), for tests that
+// run each type.
+inline OptimizerSpec AnyTypeSpec(OptimizerType type, float learning_rate,
+                                 float epsilon) {
+  OptimizerSpec o = SgdSpec(learning_rate);
+  o.set_type(type);
+  o.set_momentum(0.9f);
+  o.set_beta1(0.9f);
+  o.set_beta2(0.999f);
+  o.set_epsilon(epsilon);
+  o.set_initial_accumulator(0.1f);
+  return o;
+}
+
 // A tensor of `shape` whose every element starts at `init_value`, cut into
 // slices of `slice_elems`, trained with `optimizer`.
 inline TensorSpec ConstantSpec(const std::string& name,
