@@ -9,8 +9,8 @@
 # load drifts, so every round has all of them), and the median examples/s
 # of each is printed with its ratio to the 1-thread loop, and the final test
 # accuracy. --overlap adds, for each shard and worker count, a run whose
-# workers overlap their pulls and pushes with computation (Worker
-# overlap_pull and overlap_push). Logs go to OUTDIR.
+# workers overlap their pushes with computation (Worker overlap_push) and
+# one that overlaps pulls too (overlap_pull). Logs go to OUTDIR.
 #
 # Build first: bazel build //server:ps_server //python:asyncps
 # Usage: python/bench/torch_throughput.sh OUTDIR [--rounds N] [--examples N]
@@ -71,6 +71,9 @@ for ((r = 0; r < rounds; r++)); do
       run "$name" "$r" --shards "$s" --workers "$w" \
         --worker-flags "$data" --logdir "$out/$name.$r"
       if [ "$overlap" = 1 ]; then
+        run "${name}_overlap_push" "$r" --shards "$s" --workers "$w" \
+          --worker-flags "$data --overlap_push" \
+          --logdir "$out/${name}_overlap_push.$r"
         run "${name}_overlap" "$r" --shards "$s" --workers "$w" \
           --worker-flags "$data --overlap_pull --overlap_push" \
           --logdir "$out/${name}_overlap.$r"
@@ -88,7 +91,7 @@ for line in open(sys.argv[1]):
 base = statistics.median(runs["local_1thread"])
 for name, rates in runs.items():
     med = statistics.median(rates)
-    print(f"{name:33s} examples/s {med:8.0f} (median of {len(rates)})  "
+    print(f"{name:38s} examples/s {med:8.0f} (median of {len(rates)})  "
           f"ratio to local_1thread {med / base:.2f}  test accuracy "
           f"{statistics.median(accs[name]):.4f}")
 PY
