@@ -41,16 +41,18 @@ void BatchPolicy::RecordArrival(absl::Time now, int rows) {
   Recompute();
 }
 
-void BatchPolicy::RecordBatch(int rows, absl::Duration compute) {
+void BatchPolicy::RecordBatch(int rows, absl::Duration cost) {
   if (!options_.automatic) return;
   absl::MutexLock l(&mu_);
-  const double b = rows, c = absl::ToDoubleMicroseconds(compute);
+  const double b = rows, c = absl::ToDoubleMicroseconds(cost);
   n_ = n_ * kFitDecay + 1;
   sb_ = sb_ * kFitDecay + b;
   sbb_ = sbb_ * kFitDecay + b * b;
   sc_ = sc_ * kFitDecay + c;
   sbc_ = sbc_ * kFitDecay + b * c;
-  Recompute();
+  // The wait is recomputed with the next rate window (RecordArrival), not
+  // per batch: a search over every candidate wait costs more than a small
+  // batch, and the batch thread would pay it before its next batch.
 }
 
 BatchPolicy::Prediction BatchPolicy::Predict(double t_us, double rows_per_s,

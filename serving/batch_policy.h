@@ -5,10 +5,11 @@
 //
 // Fixed: the operator's --batch_timeout_us. Auto: chosen continuously from
 // two measurements, the arrival rate (rows per second over 100 ms windows,
-// smoothed) and the batch compute time as a function of
-// the batch size, c(b) = a + s * b (a least-squares fit over recent
-// batches, older ones decaying). For a candidate wait T the policy
-// predicts, with k batch threads and batches of at most B rows:
+// smoothed) and a batch thread's time per batch (computing and answering)
+// as a function of the batch size, c(b) = a + s * b (a least-squares fit
+// over recent batches, older ones decaying), and recomputed once per rate
+// window. For a candidate wait T the policy predicts, with k batch threads
+// and batches of at most B rows:
 //
 //   rows per batch   b(T): the rows that gather while a request waits,
 //                    b = min(B, 1 + rate * (T + q)), at least
@@ -54,8 +55,9 @@ class BatchPolicy {
 
   // A request of `rows` rows arrived at `now`.
   void RecordArrival(absl::Time now, int rows);
-  // A batch of `rows` rows took `compute`.
-  void RecordBatch(int rows, absl::Duration compute);
+  // A batch of `rows` rows took a batch thread `cost` (computing it and
+  // answering its requests). Used from the next rate window on.
+  void RecordBatch(int rows, absl::Duration cost);
 
   // The wait to use now.
   absl::Duration Timeout() const;

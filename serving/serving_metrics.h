@@ -63,6 +63,7 @@ class ServingMetrics {
   }
   const Histogram& latency() const { return latency_; }
   const Histogram& batch_rows() const { return batch_rows_; }
+  const Histogram& compute() const { return compute_; }  // seconds
 
   // Every family in the text exposition format.
   std::string Render() const;

@@ -1,14 +1,16 @@
 #!/usr/bin/env bash
 # The serving study: how the batch wait trades latency for throughput.
-# ps_serve serves the Fashion-MNIST MLP (784-256-128-10, trained here for one
-# epoch into a checkpoint) and tests/bench/serve_load drives it with open-loop
+# ps_serve serves the Fashion-MNIST MLP (784-256-128-10 unless --hidden says
+# otherwise, trained here for one epoch into a checkpoint) and tests/bench/serve_load drives it with open-loop
 # Poisson load (many connections, a fixed request count, a deadline per
 # request) under these policies:
 #   none     --max_batch_size=1 (every request computed alone)
 #   t50 t200 t1000 t5000   --batch_timeout_us=N (max_batch_size 64)
 #   auto     --batch_timeout_us=auto
 # First each policy's saturation throughput (load far above capacity), then
-# every policy at 10%..120% of the highest saturation rate measured.
+# every policy at 10%..120% of the highest saturation rate measured, each
+# rate first offered for a quarter of its measuring time unmeasured, so that
+# a point measures that rate, not the change from the one before.
 #
 # Writes OUTDIR/study.csv (one row per policy and rate), OUTDIR/summary.csv
 # (saturation per policy), OUTDIR/auto_vs_fixed.csv (per rate: the best
@@ -17,21 +19,28 @@
 # the offered rate, one curve per policy; needs gnuplot) and the logs, and
 # prints the figures.
 #
-#   tests/bench/serving_study.sh OUTDIR [--tiny]
+#   tests/bench/serving_study.sh OUTDIR [--tiny] [--hidden 1024,1024]
 #
 # --tiny: few requests per point (seconds, for the test of this script).
+# --hidden: the MLP's hidden layer sizes (ps_worker --hidden; 256,128): how
+# much batching gains depends on how much a row costs to compute.
 # ASYNCPS_BIN=DIR uses prebuilt binaries (flat or in Bazel's layout) instead
 # of building them. A benchmark, not a test: numbers depend on the machine
 # and its load; load generator and server share its cores.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 
-out=${1:?usage: serving_study.sh OUTDIR [--tiny]}
+out=${1:?usage: serving_study.sh OUTDIR [--tiny] [--hidden SIZES]}
 shift
 tiny=0
+hidden=256,128
 while [ $# -gt 0 ]; do
   case "$1" in
     --tiny) tiny=1; shift ;;
+    --hidden)
+      [[ "${2:-}" =~ ^[1-9][0-9]*(,[1-9][0-9]*)*$ ]] ||
+        { echo "serving_study.sh: --hidden takes sizes like 256,128" >&2; exit 2; }
+      hidden=$2; shift 2 ;;
     *) echo "serving_study.sh: unknown option '$1'" >&2; exit 2 ;;
   esac
 done
@@ -87,8 +96,8 @@ rm -rf "$ckpt" "$out/shard.port"
 shard=$!
 pids+=("$shard")
 await_port "$shard" "$out/shard.port"
-train_flags=(--epochs=1)
-[ "$tiny" = 1 ] && train_flags=(--epochs=1 --steps=20)
+train_flags=(--epochs=1 --hidden="$hidden")
+[ "$tiny" = 1 ] && train_flags+=(--steps=20)
 if ! "$worker_bin" --servers="127.0.0.1:$(cat "$out/shard.port")" \
     "${train_flags[@]}" >"$out/worker.log" 2>&1; then
   echo "serving_study.sh: training failed; see $out/worker.log" >&2
@@ -97,7 +106,7 @@ fi
 kill -TERM "$shard"
 wait "$shard" || { echo "serving_study.sh: the shard failed to stop" >&2; exit 1; }
 pids=()
-echo "model: $(grep -m1 'final test accuracy' "$out/worker.log")"
+echo "model: MLP 784-${hidden//,/-}-10, $(grep -m1 'final test accuracy' "$out/worker.log")"
 
 policies=(none t50 t200 t1000 t5000 auto)
 policy_flags() {
@@ -109,11 +118,11 @@ policy_flags() {
 }
 
 serve_pid=""
-start_serve() {
+start_serve() {  # policy [max_queue]
   rm -f "$out/serve.port"
   # shellcheck disable=SC2046
   "$serve_bin" --checkpoint_dir="$ckpt" --host=127.0.0.1 --port=0 \
-    --port_file="$out/serve.port" --max_queue=4096 $(policy_flags "$1") \
+    --port_file="$out/serve.port" --max_queue="${2:-4096}" $(policy_flags "$1") \
     >>"$out/serve_$1.log" 2>&1 &
   serve_pid=$!
   pids+=("$serve_pid")
@@ -147,7 +156,11 @@ else sat_requests=12000; seconds=2; min_requests=300; fi
 echo "policy,saturation_rps,mean_batch_rows" >"$out/summary.csv"
 best_sat=0
 for p in "${policies[@]}"; do
-  start_serve "$p"
+  # Saturation: a burst the queue holds whole, so the figure is the rate at
+  # which the server drains it (requests that outwait their deadline are
+  # dropped unanswered by the model), not that rate less the cost of
+  # refusing what overflows.
+  start_serve "$p" $((sat_requests + 1))
   row=$(load 200000 "$sat_requests") || exit 1
   stop_serve "$p"
   sat=$(echo "$row" | cut -d, -f2)
@@ -165,6 +178,7 @@ for p in "${policies[@]}"; do
     rate=$(awk -v s="$best_sat" -v f="$f" 'BEGIN { printf "%.1f", s * f }')
     n=$(awk -v r="$rate" -v t="$seconds" -v m="$min_requests" \
       'BEGIN { n = int(r * t); print (n < m ? m : n) }')
+    load "$rate" $((n / 4)) >/dev/null || exit 1  # warm-up at this rate
     row=$(load "$rate" "$n") || exit 1
     echo "$p,$f,$row" >>"$out/study.csv"
   done

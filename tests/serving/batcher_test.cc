@@ -153,6 +153,42 @@ TEST_CASE("batched answers equal unbatched answers", "[batcher]") {
   REQUIRE(g.metrics.batch_rows().count() == 4);
 }
 
+TEST_CASE("auto learns what a batch costs its thread, answering included",
+          "[batcher]") {
+  BatcherOptions o;
+  o.max_batch_rows = 4;
+  o.auto_timeout = true;
+  Fixture f(o);
+  // The runner computes in no time; handing over each answer takes 2 ms
+  // of the batch thread. Requests of 1 to 4 rows one after another for
+  // over 3 rate windows of 100 ms.
+  const absl::Time until = absl::Now() + absl::Milliseconds(350);
+  for (int i = 0; absl::Now() < until; ++i) {
+    const int rows = 1 + i % 4;
+    Answers one(1);
+    Batcher::Done slot = one.Slot(0);
+    f.batcher->Submit(Rows(rows, 1.0f), rows, absl::InfiniteFuture(),
+                      [slot](absl::StatusOr<InferResult> r) {
+                        absl::SleepFor(absl::Milliseconds(2));
+                        slot(std::move(r));
+                      });
+    one.WaitAll();
+    RequireAnswer(one.Get(0), rows, 1.0f, 3.0f);
+  }
+  // Time to let the last batch's recording finish after its answer.
+  absl::SleepFor(absl::Milliseconds(20));
+  Answers last(1);
+  f.batcher->Submit(Rows(1, 1.0f), 1, absl::InfiniteFuture(), last.Slot(0));
+  last.WaitAll();
+  const BatchPolicy::Estimate e = f.batcher->policy().Current();
+  // Learnt from the compute alone, a batch would cost next to nothing.
+  REQUIRE(e.fixed_us + e.per_row_us >= 1800);
+  REQUIRE(e.rows_per_s > 0);
+  // The compute-time histogram keeps measuring the compute alone.
+  REQUIRE(f.metrics.compute().count() >= 10);
+  REQUIRE(f.metrics.compute().Mean() < 0.001);
+}
+
 TEST_CASE("a full queue refuses at once and its batch-mates are answered",
           "[batcher]") {
   absl::Notification gate;

@@ -11,6 +11,12 @@ fail() { echo "FAIL: $*" >&2; exit 1; }
 log=$(ASYNCPS_BIN=$runfiles bash "$runfiles/tests/bench/serving_study.sh" "$out" --tiny 2>&1) ||
   { echo "$log"; fail "the study failed"; }
 echo "$log"
+grep -qE '^model: MLP 784-256-128-10, final test accuracy: 0\.[0-9]+$' <<<"$log" ||
+  fail "no model line naming the default MLP"
+rc=0
+bash "$runfiles/tests/bench/serving_study.sh" "$out.bad" --hidden 256,x \
+  >/dev/null 2>&1 || rc=$?
+[ "$rc" = 2 ] || fail "--hidden 256,x: want exit 2, got $rc"
 
 policies="none t50 t200 t1000 t5000 auto"
 [ "$(wc -l <"$out/summary.csv")" = 7 ] || fail "summary.csv: want 6 policies"
