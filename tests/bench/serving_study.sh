@@ -7,6 +7,7 @@
 #   none     --max_batch_size=1 (every request computed alone)
 #   t50 t200 t1000 t5000   --batch_timeout_us=N (max_batch_size 64)
 #   auto     --batch_timeout_us=auto
+#   auto_slo --batch_timeout_us=auto --latency_slo_ms=N (with --slo_ms N)
 # First each policy's saturation throughput (load far above capacity), then
 # every policy at 10%..120% of the highest saturation rate measured, each
 # rate first offered for a quarter of its measuring time unmeasured, so that
@@ -19,21 +20,31 @@
 # the offered rate, one curve per policy; needs gnuplot) and the logs, and
 # prints the figures.
 #
-#   tests/bench/serving_study.sh OUTDIR [--tiny] [--hidden 1024,1024]
+#   tests/bench/serving_study.sh OUTDIR [--tiny] [--hidden 1024,1024] [--slo_ms 10] [--rounds 3]
 #
 # --tiny: few requests per point (seconds, for the test of this script).
 # --hidden: the MLP's hidden layer sizes (ps_worker --hidden; 256,128): how
 # much batching gains depends on how much a row costs to compute.
+# --rounds: measures every policy at every rate that many times, the
+# policies in turn within each round (a run of this machine's load hits
+# them alike), and reports each point's median round (OUTDIR/rounds.csv
+# has them all); near saturation one run's mean latency can differ from the
+# next one's several times over.
+# --slo_ms: also runs auto with that p99 objective (auto_slo) and writes
+# OUTDIR/slo.csv: its p99 at every rate up to 80% of saturation against the
+# objective.
 # ASYNCPS_BIN=DIR uses prebuilt binaries (flat or in Bazel's layout) instead
 # of building them. A benchmark, not a test: numbers depend on the machine
 # and its load; load generator and server share its cores.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 
-out=${1:?usage: serving_study.sh OUTDIR [--tiny] [--hidden SIZES]}
+out=${1:?usage: serving_study.sh OUTDIR [--tiny] [--hidden SIZES] [--slo_ms N] [--rounds N]}
 shift
 tiny=0
 hidden=256,128
+slo_ms=""
+rounds=1
 while [ $# -gt 0 ]; do
   case "$1" in
     --tiny) tiny=1; shift ;;
@@ -41,6 +52,14 @@ while [ $# -gt 0 ]; do
       [[ "${2:-}" =~ ^[1-9][0-9]*(,[1-9][0-9]*)*$ ]] ||
         { echo "serving_study.sh: --hidden takes sizes like 256,128" >&2; exit 2; }
       hidden=$2; shift 2 ;;
+    --rounds)
+      [[ "${2:-}" =~ ^[1-9][0-9]*$ ]] ||
+        { echo "serving_study.sh: --rounds takes a count >= 1" >&2; exit 2; }
+      rounds=$2; shift 2 ;;
+    --slo_ms)
+      [[ "${2:-}" =~ ^[0-9]+(\.[0-9]+)?$ ]] && awk -v v="$2" 'BEGIN { exit !(v > 0) }' ||
+        { echo "serving_study.sh: --slo_ms takes milliseconds > 0" >&2; exit 2; }
+      slo_ms=$2; shift 2 ;;
     *) echo "serving_study.sh: unknown option '$1'" >&2; exit 2 ;;
   esac
 done
@@ -109,10 +128,12 @@ pids=()
 echo "model: MLP 784-${hidden//,/-}-10, $(grep -m1 'final test accuracy' "$out/worker.log")"
 
 policies=(none t50 t200 t1000 t5000 auto)
+[ -n "$slo_ms" ] && policies+=(auto_slo)
 policy_flags() {
   case "$1" in
     none) echo "--max_batch_size=1 --batch_timeout_us=0" ;;
     auto) echo "--max_batch_size=64 --batch_timeout_us=auto" ;;
+    auto_slo) echo "--max_batch_size=64 --batch_timeout_us=auto --latency_slo_ms=$slo_ms" ;;
     t*) echo "--max_batch_size=64 --batch_timeout_us=${1#t}" ;;
   esac
 }
@@ -170,20 +191,33 @@ for p in "${policies[@]}"; do
 done
 
 fractions=(0.1 0.2 0.4 0.6 0.8 0.9 1.0 1.2)
-echo "policy,fraction,target_rps,achieved_rps,sent,ok,refused,failed,mean_ms,p50_ms,p99_ms,mean_batch_rows" \
-  >"$out/study.csv"
-for p in "${policies[@]}"; do
-  start_serve "$p"
-  for f in "${fractions[@]}"; do
-    rate=$(awk -v s="$best_sat" -v f="$f" 'BEGIN { printf "%.1f", s * f }')
-    n=$(awk -v r="$rate" -v t="$seconds" -v m="$min_requests" \
-      'BEGIN { n = int(r * t); print (n < m ? m : n) }')
-    load "$rate" $((n / 4)) >/dev/null || exit 1  # warm-up at this rate
-    row=$(load "$rate" "$n") || exit 1
-    echo "$p,$f,$row" >>"$out/study.csv"
+columns="policy,fraction,target_rps,achieved_rps,sent,ok,refused,failed,mean_ms,p50_ms,p99_ms,mean_batch_rows"
+echo "round,$columns" >"$out/rounds.csv"
+for ((round = 1; round <= rounds; round++)); do
+  for p in "${policies[@]}"; do
+    start_serve "$p"
+    for f in "${fractions[@]}"; do
+      rate=$(awk -v s="$best_sat" -v f="$f" 'BEGIN { printf "%.1f", s * f }')
+      n=$(awk -v r="$rate" -v t="$seconds" -v m="$min_requests" \
+        'BEGIN { n = int(r * t); print (n < m ? m : n) }')
+      load "$rate" $((n / 4)) >/dev/null || exit 1  # warm-up at this rate
+      row=$(load "$rate" "$n") || exit 1
+      echo "$round,$p,$f,$row" >>"$out/rounds.csv"
+    done
+    stop_serve "$p"
   done
-  stop_serve "$p"
 done
+# Per policy and rate, the round whose mean latency is the median (the
+# lower middle one for an even count), with everything it measured.
+{
+  echo "$columns"
+  for p in "${policies[@]}"; do
+    for f in "${fractions[@]}"; do
+      awk -F, -v p="$p" -v f="$f" '$2 == p && $3 == f' "$out/rounds.csv" |
+        sort -t, -k10,10g | awk -v n="$rounds" 'NR == int((n + 1) / 2)' | cut -d, -f2-
+    done
+  done
+} >"$out/study.csv"
 
 # auto against the best fixed wait at every rate, and which fixed waits
 # come within 10% of the best anywhere.
@@ -239,9 +273,25 @@ fi
 none_sat=$(awk -F, '$1 == "none" { print $2 }' "$out/summary.csv")
 echo "saturation throughput (requests/s, mean batch rows):"
 awk -F, -v none="$none_sat" 'NR > 1 {
-  printf "  %-6s %9.0f  %6.2f rows  %5.2fx no batching\n", $1, $2, $3, (none > 0 ? $2 / none : 0) }' \
+  printf "  %-8s %9.0f  %6.2f rows  %5.2fx no batching\n", $1, $2, $3, (none > 0 ? $2 / none : 0) }' \
   "$out/summary.csv"
 echo "auto against the best fixed wait (mean latency; fixed waits within 10% of the best):"
 awk -F, 'NR > 1 { printf "  %4.0f%% of saturation: best %-5s %8s ms, auto %8s ms (%sx); within 10%%: %s\n",
   $1 * 100, $2, $3, $4, $5, ($6 == "" ? "-" : $6) }' "$out/auto_vs_fixed.csv"
-echo "wrote $out/study.csv, $out/summary.csv, $out/auto_vs_fixed.csv$([ -f "$out/latency.png" ] && echo ", $out/latency.png")"
+# A fixed wait within 10% of the best at every rate would make auto moot.
+everywhere=$(awk -F, 'NR > 1 { n++; split($6, w, " "); for (i in w) c[w[i]]++ }
+  END { for (p in c) if (c[p] == n) printf "%s ", p }' "$out/auto_vs_fixed.csv")
+echo "fixed waits within 10% of the best at every rate: ${everywhere:-none}"
+echo "auto within 10% of the best fixed wait at every rate: $(awk -F, '
+  NR > 1 && $5 != "" { n++; if ($5 <= 1.1) k++ } END { printf "%d of %d", k, n }' \
+  "$out/auto_vs_fixed.csv")"
+if [ -n "$slo_ms" ]; then
+  awk -F, -v slo="$slo_ms" 'BEGIN { print "fraction,p99_ms,slo_ms,within" }
+    $1 == "auto_slo" && $2 <= 0.8 {
+      printf "%s,%s,%s,%s\n", $2, $11, slo, ($11 <= slo && $6 == $5 ? "yes" : "no") }' \
+    "$out/study.csv" >"$out/slo.csv"
+  echo "auto with --latency_slo_ms=$slo_ms, p99 up to 80% of saturation:"
+  awk -F, 'NR > 1 { printf "  %4.0f%% of saturation: p99 %8s ms (%s)\n", $1 * 100, $2,
+    ($4 == "yes" ? "within" : "OVER") }' "$out/slo.csv"
+fi
+echo "wrote $out/study.csv, $out/summary.csv, $out/auto_vs_fixed.csv$([ -n "$slo_ms" ] && echo ", $out/slo.csv")$([ -f "$out/latency.png" ] && echo ", $out/latency.png")"

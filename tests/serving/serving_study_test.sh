@@ -8,7 +8,8 @@ runfiles=${TEST_SRCDIR:-$0.runfiles}/asyncps
 out=${TEST_TMPDIR:-$(mktemp -d)}/study
 fail() { echo "FAIL: $*" >&2; exit 1; }
 
-log=$(ASYNCPS_BIN=$runfiles bash "$runfiles/tests/bench/serving_study.sh" "$out" --tiny 2>&1) ||
+log=$(ASYNCPS_BIN=$runfiles bash "$runfiles/tests/bench/serving_study.sh" "$out" --tiny \
+  --slo_ms 50 --rounds 2 2>&1) ||
   { echo "$log"; fail "the study failed"; }
 echo "$log"
 grep -qE '^model: MLP 784-256-128-10, final test accuracy: 0\.[0-9]+$' <<<"$log" ||
@@ -17,9 +18,12 @@ rc=0
 bash "$runfiles/tests/bench/serving_study.sh" "$out.bad" --hidden 256,x \
   >/dev/null 2>&1 || rc=$?
 [ "$rc" = 2 ] || fail "--hidden 256,x: want exit 2, got $rc"
+rc=0
+bash "$runfiles/tests/bench/serving_study.sh" "$out.bad" --slo_ms 0 >/dev/null 2>&1 || rc=$?
+[ "$rc" = 2 ] || fail "--slo_ms 0: want exit 2, got $rc"
 
-policies="none t50 t200 t1000 t5000 auto"
-[ "$(wc -l <"$out/summary.csv")" = 7 ] || fail "summary.csv: want 6 policies"
+policies="none t50 t200 t1000 t5000 auto auto_slo"
+[ "$(wc -l <"$out/summary.csv")" = 8 ] || fail "summary.csv: want 7 policies"
 for p in $policies; do
   row=$(grep "^$p," "$out/summary.csv") || fail "summary.csv: no $p"
   awk -F, '{ exit !($2 > 0 && $3 >= 1) }' <<<"$row" || fail "summary: $row"
@@ -32,7 +36,17 @@ awk -F, '$1 == "none" { exit !($3 == 1) }' "$out/summary.csv" ||
 awk -F, 'NR > 1 && $1 != "none" && $3 <= 1.5 { exit 1 }' "$out/summary.csv" ||
   fail "a batching policy did not batch under overload: $(cat "$out/summary.csv")"
 
-[ "$(wc -l <"$out/study.csv")" = 49 ] || fail "study.csv: want 6 x 8 rows"
+[ "$(wc -l <"$out/study.csv")" = 57 ] || fail "study.csv: want 7 x 8 rows"
+# Two rounds of every point; study.csv holds, per point, the round with the
+# lower mean latency (the median of two).
+[ "$(wc -l <"$out/rounds.csv")" = 113 ] || fail "rounds.csv: want 2 x 7 x 8 rows"
+tail -n +2 "$out/study.csv" | while IFS=, read -r p f rest; do
+  mean=$(cut -d, -f7 <<<"$rest")
+  low=$(awk -F, -v p="$p" -v f="$f" '$2 == p && $3 == f { print $10 }' "$out/rounds.csv" |
+    sort -g | head -n 1)
+  [ "$mean" = "$low" ] || fail "study.csv $p at $f: mean $mean, rounds' lower $low"
+  grep -qF ",$p,$f,$rest" "$out/rounds.csv" || fail "study.csv row $p,$f is no round's"
+done
 awk -F, 'NR > 1 {
   # sent = ok + refused + failed; nothing failed; quantiles ordered.
   if ($5 != $6 + $7 + $8 || $8 != 0) exit 1
@@ -44,6 +58,17 @@ awk -F, 'NR > 1 {
 awk -F, 'NR > 1 && !($4 > 0) { exit 1 }' "$out/auto_vs_fixed.csv" ||
   fail "auto_vs_fixed.csv lacks auto's latency"
 [ "$(grep -c '% of saturation: best' <<<"$log")" = 8 ] || fail "want 8 auto lines"
+grep -qE '^fixed waits within 10% of the best at every rate: ' <<<"$log" ||
+  fail "no line on the fixed waits within 10% everywhere"
+grep -qE '^auto within 10% of the best fixed wait at every rate: [0-9] of [1-8]$' <<<"$log" ||
+  fail "no count of the rates where auto is within 10%"
+
+# The objective's check: rates up to 80% (5), each p99 against 50 ms.
+[ "$(wc -l <"$out/slo.csv")" = 6 ] || fail "slo.csv: want 5 rates"
+awk -F, 'NR > 1 && !($2 > 0 && $3 == 50 && ($4 == "yes" || $4 == "no")) { exit 1 }' \
+  "$out/slo.csv" || fail "slo.csv has an insane row: $(cat "$out/slo.csv")"
+[ "$(grep -cE '% of saturation: p99 +[0-9.]+ ms \((within|OVER)\)$' <<<"$log")" = 5 ] ||
+  fail "want 5 lines of auto_slo's p99"
 
 if command -v gnuplot >/dev/null; then
   [ "$(head -c 8 "$out/latency.png" | od -An -tx1 | tr -d ' \n')" = 89504e470d0a1a0a ] ||
