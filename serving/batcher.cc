@@ -177,6 +177,7 @@ void Batcher::RunBatch(BatchRunner* runner, std::vector<Request> batch) {
   std::vector<float> out(static_cast<size_t>(rows) * options_.output_dim);
   const absl::Status s = runner->Run(*snapshot, in, in_ids, rows, out.data());
   const absl::Duration compute = absl::Now() - start;
+  metrics_->RecordBatch(rows, compute);  // counted before any answer is out
   size_t at = 0;
   for (Request& r : live) {
     if (!s.ok()) {
@@ -191,12 +192,10 @@ void Batcher::RunBatch(BatchRunner* runner, std::vector<Request> batch) {
     result.batch_rows = rows;
     r.done(std::move(result));
   }
-  // Recorded once every answer is out, so that recording delays none. The
-  // policy learns the batch thread's whole time per batch, answering
+  // The policy learns the batch thread's whole time per batch, answering
   // included: that, not the model's compute alone, is what a batch costs
   // the thread (on a CPU, encoding and handing over the answers of small
   // batches can cost more than computing them).
-  metrics_->RecordBatch(rows, compute);
   policy_.RecordBatch(rows, absl::Now() - start);
 }
 
