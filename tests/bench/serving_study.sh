@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # The serving study: how the batch wait trades latency for throughput.
 # ps_serve serves the Fashion-MNIST MLP (784-256-128-10 unless --hidden says
-# otherwise, trained here for one epoch into a checkpoint) and tests/bench/serve_load drives it with open-loop
-# Poisson load (many connections, a fixed request count, a deadline per
-# request) under these policies:
+# otherwise, trained here for one epoch into a checkpoint) and
+# tests/bench/serve_load drives it with open-loop Poisson load (many
+# connections, a fixed request count, a deadline per request) under these
+# policies:
 #   none     --max_batch_size=1 (every request computed alone)
 #   t50 t200 t1000 t5000   --batch_timeout_us=N (max_batch_size 64)
 #   auto     --batch_timeout_us=auto
@@ -178,9 +179,9 @@ echo "policy,saturation_rps,mean_batch_rows" >"$out/summary.csv"
 best_sat=0
 for p in "${policies[@]}"; do
   # Saturation: a burst the queue holds whole, so the figure is the rate at
-  # which the server drains it (requests that outwait their deadline are
-  # dropped unanswered by the model), not that rate less the cost of
-  # refusing what overflows.
+  # which the server drains it (a request whose deadline passes while it
+  # waits is answered DEADLINE_EXCEEDED without being computed), not that
+  # rate less the cost of refusing what overflows.
   start_serve "$p" $((sat_requests + 1))
   row=$(load 200000 "$sat_requests") || exit 1
   stop_serve "$p"
