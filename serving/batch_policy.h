@@ -8,28 +8,21 @@
 // smoothed) and a batch thread's time per batch (computing and answering)
 // as a function of the batch size, c(b) = a + s * b (a least-squares fit
 // over recent batches, older ones decaying), and recomputed once per rate
-// window. For a candidate wait T the policy predicts, with k batch threads
-// and batches of at most B rows:
+// window. For every candidate wait (0, and 40 steps from 20 us to 50 ms) it
+// simulates the batcher's own rule on Poisson arrivals at that rate with
+// that cost (batch_simulation.h) and picks the least mean latency (a longer
+// wait only where it saves more than 0.5% over every shorter one). With a
+// latency objective it picks the least mean among the waits whose p99 is
+// within the objective (at most 1% of requests later), or the wait with
+// the fewest requests later than it when none is. A fitted fixed cost of 0
+// (nothing gained by batching) or no measured rate gives a wait of 0; until
+// a batch size other than one was measured, the fit cannot tell fixed from
+// per-row cost and the wait is 0 (under load, batches then form while the
+// threads are busy, and the fit learns from them).
 //
-//   rows per batch   b(T): the rows that gather while a request waits,
-//                    b = min(B, 1 + rate * (T + q)), at least
-//                    min(B, 1 + rate * T) (solved by iteration: a busy
-//                    thread lets larger batches form, which cost less per
-//                    row, which shortens the queue)
-//   utilization      rho  = rate * c(b) / (b * k)
-//   queueing         q    = rho / (2 (1 - rho)) * c(b)   (M/D/1)
-//   window wait      w    = (1 - rho) (T + rate T^2 / 2) / (1 + rate T)
-//                           (a request that finds the threads idle: the
-//                           first row waits T, later ones T / 2)
-//   mean latency     L(T) = w + q + c(b)        (infinite when rho >= 1)
-//
-// and picks the candidate (0, and 40 steps from 20 us to 50 ms) with the
-// least L. With a latency objective it picks the least L among those whose
-// estimated p99, T + c(b) + 4.6 q (an exponential queueing tail), is within
-// the objective, and the least p99 when none is. Until a batch size other
-// than one was measured, the fit cannot tell fixed from per-row cost and
-// the wait is 0 (under load, batches then form while the threads are busy,
-// and the fit learns from them).
+// The search runs on the thread whose arrival closes a rate window, outside
+// the policy's lock (a few hundred microseconds, ten times a second); one
+// search at a time.
 //
 // Thread-safe.
 
@@ -38,6 +31,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "serving/batch_simulation.h"
 
 namespace asyncps {
 
@@ -71,21 +65,13 @@ class BatchPolicy {
   };
   Estimate Current() const;
 
-  // L(T) and the p99 estimate for wait T, in microseconds, from the given
-  // model; exposed for tests.
-  struct Prediction {
-    double mean_us = 0;
-    double p99_us = 0;
-    bool stable = false;  // rho < 1
-    double rows = 0;      // the batch size b(T)
-  };
-  static Prediction Predict(double t_us, double rows_per_s, double fixed_us,
-                            double per_row_us, int max_batch_rows, int threads);
-
  private:
-  void Recompute() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The estimate for the given rate and fit sums (n, sum b, sum b^2,
+  // sum c, sum b*c). Touches no member but options_ and simulator_.
+  Estimate Choose(double rows_per_s, const double sums[5]) const;
 
   const BatchPolicyOptions options_;
+  const BatchSimulator simulator_;
   mutable absl::Mutex mu_;
   absl::Time window_start_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
   int64_t window_rows_ ABSL_GUARDED_BY(mu_) = 0;  // arrived in the window
@@ -95,6 +81,7 @@ class BatchPolicy {
             sbb_ ABSL_GUARDED_BY(mu_) = 0, sc_ ABSL_GUARDED_BY(mu_) = 0,
             sbc_ ABSL_GUARDED_BY(mu_) = 0;
   Estimate estimate_ ABSL_GUARDED_BY(mu_);
+  bool choosing_ ABSL_GUARDED_BY(mu_) = false;  // a search is running
 };
 
 }  // namespace asyncps

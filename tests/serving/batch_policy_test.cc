@@ -1,9 +1,12 @@
-// The batch wait policy: the latency model's values, a fixed wait, and the
-// wait `auto` picks from measured arrivals and batch costs.
+// The batch wait policy: a fixed wait, and the wait `auto` picks from
+// measured arrivals and batch costs (judged with the batcher's rule
+// simulated, batch_simulation.h).
 
 #include "serving/batch_policy.h"
 
 #include <catch2/catch.hpp>
+
+#include "serving/batch_simulation.h"
 
 namespace asyncps {
 namespace {
@@ -23,29 +26,21 @@ void Feed(BatchPolicy* policy, double fixed_us, double per_row_us,
   }
 }
 
-TEST_CASE("the latency model", "[batch_policy]") {
-  // No load: the request waits T and computes one row.
-  BatchPolicy::Prediction idle = BatchPolicy::Predict(100, 0, 500, 10, 64, 1);
-  REQUIRE(idle.stable);
-  REQUIRE(idle.mean_us == Approx(100 + 510));
-  // 1000 rows/s at 510 us a row is over half the thread: queueing.
-  BatchPolicy::Prediction busy = BatchPolicy::Predict(0, 1000, 500, 10, 64, 1);
-  REQUIRE(busy.stable);
-  REQUIRE(busy.mean_us > 510);
-  // 4000 rows/s at 510 us one by one would not keep up; the rows that
-  // gather while the thread is busy form batches that do.
-  BatchPolicy::Prediction greedy =
-      BatchPolicy::Predict(0, 4000, 500, 10, 64, 1);
-  REQUIRE(greedy.stable);
-  REQUIRE(greedy.rows > 2.5);
-  REQUIRE(greedy.mean_us > busy.mean_us);
-  // Rows costing 300 us each: 4000 rows/s exceed one thread at any batch
-  // size and any wait; two threads carry 6000 rows/s.
-  for (double t : {0.0, 1000.0, 50000.0}) {
-    REQUIRE(!BatchPolicy::Predict(t, 4000, 0, 300, 64, 1).stable);
-  }
-  REQUIRE(BatchPolicy::Predict(0, 6000, 0, 300, 64, 2).stable);
-  REQUIRE(!BatchPolicy::Predict(0, 6000, 0, 300, 64, 1).stable);
+BatchPolicyOptions Auto(int threads) {
+  BatchPolicyOptions o;
+  o.automatic = true;
+  o.max_batch_rows = 64;
+  o.threads = threads;
+  return o;
+}
+
+BatchingLoad Load(const BatchPolicy::Estimate& e, int threads) {
+  BatchingLoad l;
+  l.rows_per_s = e.rows_per_s;
+  l.fixed_us = e.fixed_us;
+  l.per_row_us = e.per_row_us;
+  l.threads = threads;
+  return l;
 }
 
 TEST_CASE("a fixed wait is the operator's", "[batch_policy]") {
@@ -57,65 +52,84 @@ TEST_CASE("a fixed wait is the operator's", "[batch_policy]") {
 }
 
 TEST_CASE("auto waits only when batching pays", "[batch_policy]") {
-  BatchPolicyOptions o;
-  o.automatic = true;
-  o.max_batch_rows = 64;
+  const BatchSimulator sim;
   {
     // Cost per row only: nothing is gained by waiting.
-    BatchPolicy policy(o);
+    BatchPolicy policy(Auto(1));
     Feed(&policy, 0, 20, 100);
     REQUIRE(policy.Timeout() == absl::ZeroDuration());
     REQUIRE(policy.Current().per_row_us == Approx(20).margin(0.5));
   }
   {
-    // A large fixed cost and 5000 rows/s: one by one would overload
-    // (5000 x 1 ms), so it waits to batch.
-    BatchPolicy policy(o);
-    Feed(&policy, 1000, 5, 200);
+    // Two threads, a 1 ms fixed cost, 5000 rows/s: without a wait both
+    // threads take small batches and pay the fixed cost for each; a wait
+    // of a few hundred microseconds makes fewer, larger batches.
+    BatchPolicy policy(Auto(2));
+    Feed(&policy, 1000, 75, 200);
     const BatchPolicy::Estimate e = policy.Current();
     REQUIRE(e.fixed_us == Approx(1000).margin(5));
-    REQUIRE(e.per_row_us == Approx(5).margin(0.2));
+    REQUIRE(e.per_row_us == Approx(75).margin(0.2));
     REQUIRE(e.rows_per_s == Approx(5000).epsilon(0.01));
-    REQUIRE(e.timeout > absl::ZeroDuration());
-    const double t = absl::ToDoubleMicroseconds(e.timeout);
-    const auto chosen = BatchPolicy::Predict(t, 5000, 1000, 5, 64, 1);
-    REQUIRE(chosen.stable);
+    REQUIRE(e.timeout > absl::Microseconds(100));
+    const BatchingLoad load = Load(e, 2);
+    const double chosen =
+        sim.Predict(load, absl::ToDoubleMicroseconds(e.timeout)).mean_us;
+    REQUIRE(chosen < 0.97 * sim.Predict(load, 0).mean_us);
     // No other wait predicts a mean more than 1% lower (the policy
     // searches a grid 22% apart).
     for (double other = 20; other < 50000; other *= 1.1) {
-      REQUIRE(chosen.mean_us <=
-              1.01 * BatchPolicy::Predict(other, 5000, 1000, 5, 64, 1).mean_us);
+      REQUIRE(chosen <= 1.01 * sim.Predict(load, other).mean_us);
     }
   }
   {
-    // Low load with a fixed cost: a request rarely finds a batch-mate, and
-    // waiting for one costs more than it saves.
-    BatchPolicy policy(o);
-    Feed(&policy, 1000, 5, 100000);
-    REQUIRE(policy.Timeout() < absl::Microseconds(100));
+    // One thread: a busy thread gathers the next batch by itself, and at
+    // light load a wait is added to every request: never more than a
+    // sliver.
+    for (double gap_us : {100000.0, 500.0, 200.0, 125.0}) {
+      BatchPolicy policy(Auto(1));
+      Feed(&policy, 1000, 75, gap_us);
+      INFO("one row every " << gap_us << " us");
+      REQUIRE(policy.Timeout() < absl::Microseconds(250));
+    }
+  }
+  {
+    // Overloaded: full batches of 1 + 0.075 * 64 = 5.8 ms cannot carry
+    // 20000 rows/s; every batch is full anyway and waiting only adds.
+    BatchPolicy policy(Auto(1));
+    Feed(&policy, 1000, 75, 50);
+    REQUIRE(!KeepsUp(Load(policy.Current(), 1)));
+    REQUIRE(policy.Timeout() == absl::ZeroDuration());
   }
 }
 
-TEST_CASE("auto keeps the predicted p99 within the objective",
-          "[batch_policy]") {
-  BatchPolicyOptions o;
-  o.automatic = true;
-  o.max_batch_rows = 64;
-  BatchPolicy free(o);
+TEST_CASE("auto keeps the p99 within the objective", "[batch_policy]") {
+  const BatchSimulator sim;
+  BatchPolicy free(Auto(2));
   Feed(&free, 1000, 5, 200);
+  const BatchingLoad load = Load(free.Current(), 2);
   const double t_free = absl::ToDoubleMicroseconds(free.Timeout());
-  const auto unbound = BatchPolicy::Predict(t_free, 5000, 1000, 5, 64, 1);
-  // An objective the mean-optimal wait misses, and longer waits meet.
-  o.latency_objective = absl::Microseconds(4900);
-  REQUIRE(unbound.p99_us > 4900);
+  const double objective = 1600;
+  // The mean-optimal wait misses the objective; longer ones meet it.
+  REQUIRE(sim.Predict(load, t_free, objective).over_objective > 0.01);
+  BatchPolicyOptions o = Auto(2);
+  o.latency_objective = absl::Microseconds(objective);
   BatchPolicy bound(o);
   Feed(&bound, 1000, 5, 200);
   const double t = absl::ToDoubleMicroseconds(bound.Timeout());
-  const auto chosen = BatchPolicy::Predict(t, 5000, 1000, 5, 64, 1);
-  REQUIRE(chosen.stable);
-  REQUIRE(chosen.p99_us <= 4900);
+  const BatchingOutcome chosen = sim.Predict(load, t, objective);
+  REQUIRE(chosen.over_objective <= 0.01);
   REQUIRE(t > t_free);
-  REQUIRE(chosen.mean_us >= unbound.mean_us);
+  REQUIRE(chosen.mean_us >= sim.Predict(load, t_free).mean_us);
+  // An objective no wait meets: the fewest requests over it.
+  o.latency_objective = absl::Microseconds(1100);
+  BatchPolicy impossible(o);
+  Feed(&impossible, 1000, 5, 200);
+  const double t_least = absl::ToDoubleMicroseconds(impossible.Timeout());
+  const double least = sim.Predict(load, t_least, 1100).over_objective;
+  REQUIRE(least > 0.01);
+  for (double other = 20; other < 50000; other *= 1.1) {
+    REQUIRE(least <= sim.Predict(load, other, 1100).over_objective + 0.01);
+  }
 }
 
 }  // namespace
