@@ -10,7 +10,7 @@ namespace {
 constexpr absl::Duration kRateWindow = absl::Milliseconds(100);
 constexpr double kRateWeight = 0.3;  // of a new window's rate
 constexpr double kFitDecay = 0.98;   // of older batches per new one
-constexpr int kCandidates = 40;
+constexpr int kCandidates = 30;  // 20 us to 50 ms, 31% apart, and 0
 constexpr double kMinCandidateUs = 20;
 constexpr double kMaxCandidateUs = 50000;
 // The share of the mean latency a longer wait must save to be chosen.

@@ -20,8 +20,8 @@
 // The arrival sample (Exp(1) gaps, scaled by the rate) is drawn once, so
 // every candidate wait is judged on the same arrivals and a prediction is
 // a deterministic function of its inputs. Its first eighth is warm-up and
-// not counted. Cost: O(arrivals) per prediction, a few tens of
-// microseconds for the default sample.
+// not counted. Cost: O(arrivals) per prediction, 5-15 us for the default
+// sample with -O2.
 //
 // Thread-safe (immutable after construction).
 
@@ -55,7 +55,7 @@ bool KeepsUp(const BatchingLoad& load);
 class BatchSimulator {
  public:
   // `arrivals` requests (>= 64) from a generator seeded with `seed`.
-  explicit BatchSimulator(int arrivals = 4096, uint64_t seed = 1);
+  explicit BatchSimulator(int arrivals = 2048, uint64_t seed = 1);
 
   // The outcome of waiting `wait_us` under `load`. `objective_us` > 0
   // also counts the requests answered later than it.

@@ -16,8 +16,9 @@
 #
 # Writes OUTDIR/study.csv (one row per policy and rate), OUTDIR/summary.csv
 # (saturation per policy), OUTDIR/auto_vs_fixed.csv (per rate: the best
-# fixed wait's mean latency, auto's, their ratio, and which fixed waits are
-# within 10% of the best), OUTDIR/latency.png (mean and p99 latency against
+# fixed wait's mean latency, auto's, their ratio, which fixed waits are
+# within 10% of the best, and how far one policy's rounds lie apart: the
+# median over the policies of their max / min round), OUTDIR/latency.png (mean and p99 latency against
 # the offered rate, one curve per policy; needs gnuplot) and the logs, and
 # prints the figures.
 #
@@ -220,12 +221,26 @@ done
   done
 } >"$out/study.csv"
 
-# auto against the best fixed wait at every rate, and which fixed waits
-# come within 10% of the best anywhere.
+# auto against the best fixed wait at every rate, which fixed waits come
+# within 10% of the best anywhere, and how far one policy's own rounds lie
+# apart there (max / min of its rounds' mean latencies, the median over the
+# policies): the noise a 10% comparison is up against.
 awk -F, '
-  NR > 1 { mean[$1, $2] = $9; ok[$1, $2] = $6; sent[$1, $2] = $5; f[$2] = 1 }
+  FNR == NR {
+    if (FNR > 1 && $10 > 0) {
+      k = $2 SUBSEP $3
+      if (!(k in lo) || $10 < lo[k]) lo[k] = $10
+      if (!(k in hi) || $10 > hi[k]) hi[k] = $10
+    }
+    next
+  }
+  FNR > 1 { mean[$1, $2] = $9; ok[$1, $2] = $6; sent[$1, $2] = $5; f[$2] = 1 }
   END {
-    print "fraction,best_fixed,best_fixed_mean_ms,auto_mean_ms,auto_over_best,fixed_within_10pct"
+    for (k in lo) {
+      split(k, pf, SUBSEP)
+      spreads[pf[2]] = spreads[pf[2]] " " hi[k] / lo[k]
+    }
+    print "fraction,best_fixed,best_fixed_mean_ms,auto_mean_ms,auto_over_best,fixed_within_10pct,round_spread"
     n = split("t50 t200 t1000 t5000", fixed, " ")
     for (fr in f) {
       best = ""; bm = 0
@@ -240,9 +255,16 @@ awk -F, '
         if (best != "" && ok[p, fr] == sent[p, fr] && mean[p, fr] <= 1.1 * bm) within = within " " p
       }
       ratio = (best == "" || bm == 0) ? "" : sprintf("%.3f", mean["auto", fr] / bm)
-      printf "%s,%s,%s,%s,%s,%s\n", fr, best, bm, mean["auto", fr], ratio, substr(within, 2)
+      m = split(substr(spreads[fr], 2), v, " ")
+      for (i = 2; i <= m; i++) {  # insertion sort of a handful
+        x = v[i]; j = i - 1
+        while (j >= 1 && v[j] + 0 > x + 0) { v[j + 1] = v[j]; j-- }
+        v[j + 1] = x
+      }
+      spread = m > 0 ? sprintf("%.3f", v[int((m + 1) / 2)]) : ""
+      printf "%s,%s,%s,%s,%s,%s,%s\n", fr, best, bm, mean["auto", fr], ratio, substr(within, 2), spread
     }
-  }' "$out/study.csv" | { read -r header; echo "$header"; sort -t, -k1,1g; } \
+  }' "$out/rounds.csv" "$out/study.csv" | { read -r header; echo "$header"; sort -t, -k1,1g; } \
   >"$out/auto_vs_fixed.csv"
 
 if command -v gnuplot >/dev/null; then
@@ -276,9 +298,9 @@ echo "saturation throughput (requests/s, mean batch rows):"
 awk -F, -v none="$none_sat" 'NR > 1 {
   printf "  %-8s %9.0f  %6.2f rows  %5.2fx no batching\n", $1, $2, $3, (none > 0 ? $2 / none : 0) }' \
   "$out/summary.csv"
-echo "auto against the best fixed wait (mean latency; fixed waits within 10% of the best):"
-awk -F, 'NR > 1 { printf "  %4.0f%% of saturation: best %-5s %8s ms, auto %8s ms (%sx); within 10%%: %s\n",
-  $1 * 100, $2, $3, $4, $5, ($6 == "" ? "-" : $6) }' "$out/auto_vs_fixed.csv"
+echo "auto against the best fixed wait (mean latency; fixed waits within 10% of the best; rounds of one policy apart):"
+awk -F, 'NR > 1 { printf "  %4.0f%% of saturation: best %-5s %8s ms, auto %8s ms (%sx); within 10%%: %s; rounds apart %sx\n",
+  $1 * 100, $2, $3, $4, $5, ($6 == "" ? "-" : $6), $7 }' "$out/auto_vs_fixed.csv"
 # A fixed wait within 10% of the best at every rate would make auto moot.
 everywhere=$(awk -F, 'NR > 1 { n++; split($6, w, " "); for (i in w) c[w[i]]++ }
   END { for (p in c) if (c[p] == n) printf "%s ", p }' "$out/auto_vs_fixed.csv")

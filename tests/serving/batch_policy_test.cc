@@ -75,10 +75,10 @@ TEST_CASE("auto waits only when batching pays", "[batch_policy]") {
     const double chosen =
         sim.Predict(load, absl::ToDoubleMicroseconds(e.timeout)).mean_us;
     REQUIRE(chosen < 0.97 * sim.Predict(load, 0).mean_us);
-    // No other wait predicts a mean more than 1% lower (the policy
-    // searches a grid 22% apart).
+    // No other wait predicts a mean more than 2% lower (the policy
+    // searches a grid 31% apart).
     for (double other = 20; other < 50000; other *= 1.1) {
-      REQUIRE(chosen <= 1.01 * sim.Predict(load, other).mean_us);
+      REQUIRE(chosen <= 1.02 * sim.Predict(load, other).mean_us);
     }
   }
   {
@@ -120,7 +120,8 @@ TEST_CASE("auto keeps the p99 within the objective", "[batch_policy]") {
   REQUIRE(chosen.over_objective <= 0.01);
   REQUIRE(t > t_free);
   REQUIRE(chosen.mean_us >= sim.Predict(load, t_free).mean_us);
-  // An objective no wait meets: the fewest requests over it.
+  // An objective no wait meets: the fewest requests over it (within what
+  // a grid 31% apart finds).
   o.latency_objective = absl::Microseconds(1100);
   BatchPolicy impossible(o);
   Feed(&impossible, 1000, 5, 200);
@@ -128,7 +129,7 @@ TEST_CASE("auto keeps the p99 within the objective", "[batch_policy]") {
   const double least = sim.Predict(load, t_least, 1100).over_objective;
   REQUIRE(least > 0.01);
   for (double other = 20; other < 50000; other *= 1.1) {
-    REQUIRE(least <= sim.Predict(load, other, 1100).over_objective + 0.01);
+    REQUIRE(least <= sim.Predict(load, other, 1100).over_objective + 0.02);
   }
 }
 

@@ -99,7 +99,7 @@ TEST_CASE("the share over an objective is the latencies' tail",
   const BatchSimulator sim;
   const BatchingLoad load = Load(5000, 1000, 5, 2);
   std::vector<double> l = sim.Latencies(load, 200);
-  REQUIRE(l.size() == 4096 - 4096 / 8);
+  REQUIRE(l.size() == 2048 - 2048 / 8);
   std::sort(l.begin(), l.end());
   const double p99 = l[static_cast<size_t>(0.99 * l.size())];
   const BatchingOutcome o = sim.Predict(load, 200, p99);

@@ -57,7 +57,18 @@ awk -F, 'NR > 1 {
 [ "$(wc -l <"$out/auto_vs_fixed.csv")" = 9 ] || fail "auto_vs_fixed.csv: want 8 rates"
 awk -F, 'NR > 1 && !($4 > 0) { exit 1 }' "$out/auto_vs_fixed.csv" ||
   fail "auto_vs_fixed.csv lacks auto's latency"
-[ "$(grep -c '% of saturation: best' <<<"$log")" = 8 ] || fail "want 8 auto lines"
+# The rounds' spread at each rate: the median over the policies of their
+# max / min round, recomputed here from rounds.csv.
+tail -n +2 "$out/auto_vs_fixed.csv" | while IFS=, read -r f _ _ _ _ _ spread; do
+  want=$(awk -F, -v f="$f" 'NR > 1 && $3 == f && $10 > 0 {
+      k = $2; if (!(k in lo) || $10 < lo[k]) lo[k] = $10; if ($10 > hi[k]) hi[k] = $10 }
+    END { for (k in lo) printf "%.3f\n", hi[k] / lo[k] }' "$out/rounds.csv" |
+    sort -g | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }')
+  [ "$spread" = "$want" ] || fail "auto_vs_fixed.csv at $f: spread $spread, rounds give $want"
+  awk -v s="$spread" 'BEGIN { exit !(s >= 1) }' || fail "spread $spread below 1"
+done
+[ "$(grep -cE '% of saturation: best .*; rounds apart [0-9.]+x$' <<<"$log")" = 8 ] ||
+  fail "want 8 auto lines"
 grep -qE '^fixed waits within 10% of the best at every rate: ' <<<"$log" ||
   fail "no line on the fixed waits within 10% everywhere"
 grep -qE '^auto within 10% of the best fixed wait at every rate: [0-9] of [1-8]$' <<<"$log" ||
