@@ -10,7 +10,7 @@ namespace {
 constexpr absl::Duration kRateWindow = absl::Milliseconds(100);
 constexpr double kRateWeight = 0.3;  // of a new window's rate
 constexpr double kFitDecay = 0.98;   // of older batches per new one
-constexpr int kCandidates = 30;  // 20 us to 50 ms, 31% apart, and 0
+constexpr int kCandidates = 30;      // 20 us to 50 ms, 31% apart, and 0
 constexpr double kMinCandidateUs = 20;
 constexpr double kMaxCandidateUs = 50000;
 // The share of the mean latency a longer wait must save to be chosen.
@@ -39,8 +39,7 @@ void BatchPolicy::RecordArrival(absl::Time now, int rows) {
     if (elapsed < kRateWindow) return;
     // Rows per second over the window (robust to bursts, which per-request
     // gaps are not), smoothed over windows.
-    const double window_rate =
-        window_rows_ / absl::ToDoubleSeconds(elapsed);
+    const double window_rate = window_rows_ / absl::ToDoubleSeconds(elapsed);
     rows_per_s_ = rows_per_s_ == 0
                       ? window_rate
                       : rows_per_s_ + kRateWeight * (window_rate - rows_per_s_);

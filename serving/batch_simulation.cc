@@ -9,8 +9,8 @@ namespace asyncps {
 
 bool KeepsUp(const BatchingLoad& load) {
   const int cap = std::max(1, load.max_batch_rows);
-  const double full = std::max(0.0, load.fixed_us) +
-                      std::max(0.0, load.per_row_us) * cap;
+  const double full =
+      std::max(0.0, load.fixed_us) + std::max(0.0, load.per_row_us) * cap;
   return load.rows_per_s * 1e-6 * full / cap < std::max(1, load.threads);
 }
 
@@ -68,8 +68,9 @@ BatchingOutcome BatchSimulator::Run(const BatchingLoad& load, double wait_us,
     auto thread = std::min_element(free.begin(), free.end());
     const double first = u[i] * scale;
     const double start = std::max(*thread, first);
-    const double full = i + cap - 1 < n ? u[i + cap - 1] * scale
-                                        : std::numeric_limits<double>::infinity();
+    const double full = i + cap - 1 < n
+                            ? u[i + cap - 1] * scale
+                            : std::numeric_limits<double>::infinity();
     const double close = std::max(start, std::min(first + t, full));
     int j = i + 1;
     while (j < n && j - i < cap && u[j] * scale <= close) ++j;

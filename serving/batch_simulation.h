@@ -64,8 +64,7 @@ class BatchSimulator {
 
   // Every counted request's latency (microseconds) under `wait_us`, for
   // tests.
-  std::vector<double> Latencies(const BatchingLoad& load,
-                                double wait_us) const;
+  std::vector<double> Latencies(const BatchingLoad& load, double wait_us) const;
 
  private:
   // Runs the rule; appends every counted latency to `latencies` when it is
