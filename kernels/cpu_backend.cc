@@ -12,7 +12,12 @@
 #include "absl/strings/str_cat.h"
 #include "kernels/backend_checks.h"
 
+// OpenBLAS's own call (not part of CBLAS; its cblas.h declares it too).
+extern "C" void openblas_set_num_threads(int num_threads);
+
 namespace asyncps {
+
+void SetCpuGemmThreads(int n) { openblas_set_num_threads(n); }
 namespace {
 
 constexpr size_t kAlignment = 64;

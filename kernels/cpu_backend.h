@@ -22,6 +22,11 @@ namespace asyncps {
 //
 // Not thread-safe, like every Backend; distinct instances are independent.
 // (OpenBLAS may use its own threads inside one Gemm call.)
+// Sets how many threads OpenBLAS may use inside one GEMM, for the whole
+// process (OpenBLAS's own default is every core, or OPENBLAS_NUM_THREADS).
+// n >= 1. Thread-safe to call before any GEMM runs.
+void SetCpuGemmThreads(int n);
+
 class CpuBackend final : public Backend {
  public:
   CpuBackend() = default;

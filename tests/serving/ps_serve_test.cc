@@ -13,10 +13,13 @@
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <cstring>
+#include <fstream>
+#include <iterator>
 #include <memory>
 #include <set>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/match.h"
@@ -238,6 +241,31 @@ void PushAll(PsClient* worker, int64_t clock, float g,
 
 int64_t SnapshotVersion(const ModelInferResponse& r) {
   return r.parameters().at("snapshot_version").int64_param();
+}
+
+TEST_CASE("ps_serve refuses bad batching flags, exit 2 naming the flag",
+          "[ps_serve]") {
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"--blas_threads=-1", "--blas_threads must be in [0, 256]"},
+      {"--blas_threads=257", "--blas_threads must be in [0, 256]"},
+      {"--batch_threads=0", "--batch_threads must be in [1, 256]"},
+      {"--max_batch_size=0", "--max_batch_size must be in [1, 65536]"},
+      {"--max_queue=0", "--max_queue must be >= 1"},
+  };
+  for (const auto& [flag, message] : cases) {
+    const std::string log = UniqueTmpPath("ps_serve_flags") + ".log";
+    auto proc = Subprocess::Start(RunfilePath("serving/ps_serve"),
+                                  {"--checkpoint_dir=/nonexistent", flag}, log);
+    REQUIRE_OK(proc.status());
+    absl::StatusOr<int> code = (*proc)->Wait(absl::Seconds(30));
+    REQUIRE_OK(code.status());
+    std::ifstream in(log);
+    const std::string text((std::istreambuf_iterator<char>(in)),
+                           std::istreambuf_iterator<char>());
+    INFO(flag << ": " << text);
+    CHECK(*code == 2);
+    CHECK(absl::StrContains(text, message));
+  }
 }
 
 TEST_CASE("ps_serve answers every KServe v2 RPC, over gRPC and REST",
