@@ -18,6 +18,7 @@ extern "C" void openblas_set_num_threads(int num_threads);
 namespace asyncps {
 
 void SetCpuGemmThreads(int n) { openblas_set_num_threads(n); }
+
 namespace {
 
 constexpr size_t kAlignment = 64;

@@ -11,6 +11,11 @@
 
 namespace asyncps {
 
+// Sets how many threads OpenBLAS may use inside one GEMM, for the whole
+// process (OpenBLAS's own default is every core, or OPENBLAS_NUM_THREADS).
+// n >= 1. Call before any GEMM runs.
+void SetCpuGemmThreads(int n);
+
 // The reference Backend: host memory, OpenBLAS cblas_sgemm for GEMM and plain
 // loops (written to auto-vectorize) for everything else. Every operation
 // completes before it returns, so Synchronize() is a no-op and the Copy*
@@ -21,12 +26,7 @@ namespace asyncps {
 // arguments (kernels/backend_checks.h) are INVALID_ARGUMENT, as on CUDA.
 //
 // Not thread-safe, like every Backend; distinct instances are independent.
-// (OpenBLAS may use its own threads inside one Gemm call.)
-// Sets how many threads OpenBLAS may use inside one GEMM, for the whole
-// process (OpenBLAS's own default is every core, or OPENBLAS_NUM_THREADS).
-// n >= 1. Thread-safe to call before any GEMM runs.
-void SetCpuGemmThreads(int n);
-
+// (OpenBLAS may use its own threads inside one Gemm call: SetCpuGemmThreads.)
 class CpuBackend final : public Backend {
  public:
   CpuBackend() = default;

@@ -47,7 +47,6 @@ BatchingOutcome BatchSimulator::Run(const BatchingLoad& load, double wait_us,
   const double a = std::max(0.0, load.fixed_us);
   const double s = std::max(0.0, load.per_row_us);
   const double t = std::max(0.0, wait_us);
-  o.stable = KeepsUp(load);
   if (load.rows_per_s <= 0) {
     // No other request ever arrives: each waits the whole window alone.
     o.rows = 1;

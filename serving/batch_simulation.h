@@ -44,12 +44,12 @@ struct BatchingOutcome {
   // Share of requests answered later than the objective passed to Predict
   // (0 when none was passed): the p99 is within the objective iff <= 0.01.
   double over_objective = 0;
-  double rows = 0;      // mean rows per batch
-  bool stable = false;  // full batches keep up with the arrivals
+  double rows = 0;  // mean rows per batch
 };
 
 // True when full batches keep up with the arrivals: rows_per_s * c(max) /
-// max < threads. When false no wait can keep the queue from growing.
+// max < threads. When false no wait can keep the queue from growing (a
+// simulation then measures a queue still filling at its end).
 bool KeepsUp(const BatchingLoad& load);
 
 class BatchSimulator {

@@ -92,8 +92,8 @@ ABSL_FLAG(int, blas_threads, 1,
           "Threads OpenBLAS may use inside one batch's GEMM (CPU backend); 0 "
           "keeps OpenBLAS's own setting (OPENBLAS_NUM_THREADS, else every "
           "core). The batch threads and the request threads need the cores "
-          "too: on 2 cores the wide MLP at 80% load took 7-15 ms a request "
-          "with OpenBLAS's default, 2.1-2.6 ms with 1.");
+          "too: on 2 cores the wide MLP at 80% load took 5.3-6.4 ms a "
+          "request with OpenBLAS's default, 2.0 ms with 1.");
 ABSL_FLAG(int64_t, max_request_bytes, 64 << 20,
           "Largest request accepted: a larger gRPC request gets "
           "RESOURCE_EXHAUSTED, a larger REST body 413, before it is read.");

@@ -18,9 +18,9 @@
 # (saturation per policy), OUTDIR/auto_vs_fixed.csv (per rate: the best
 # fixed wait's mean latency, auto's, their ratio, which fixed waits are
 # within 10% of the best, and how far one policy's rounds lie apart: the
-# median over the policies of their max / min round), OUTDIR/latency.png (mean and p99 latency against
-# the offered rate, one curve per policy; needs gnuplot) and the logs, and
-# prints the figures.
+# median over the policies of their max / min round), OUTDIR/latency.png
+# (mean and p99 latency against the offered rate, one curve per policy;
+# needs gnuplot) and the logs, and prints the figures.
 #
 #   tests/bench/serving_study.sh OUTDIR [--tiny] [--hidden 1024,1024] [--slo_ms 10] [--rounds 3]
 #

@@ -23,7 +23,6 @@ BatchingLoad Load(double rows_per_s, double fixed_us, double per_row_us,
 TEST_CASE("a request alone waits the whole window", "[batch_simulation]") {
   const BatchSimulator sim;
   const BatchingOutcome none = sim.Predict(Load(0, 500, 10), 100);
-  REQUIRE(none.stable);
   REQUIRE(none.mean_us == Approx(100 + 510));
   REQUIRE(none.rows == 1);
   // One row a second: another arrives within the 1 ms window about once in
@@ -42,7 +41,6 @@ TEST_CASE("one row per batch without a wait is the M/D/1 queue",
     const BatchingOutcome o =
         sim.Predict(Load(rho / c * 1e6, c, 0, 1, /*max_batch_rows=*/1), 0);
     INFO("rho " << rho);
-    REQUIRE(o.stable);
     REQUIRE(o.rows == 1);
     REQUIRE(o.mean_us == Approx(c + rho * c / (2 * (1 - rho))).epsilon(0.05));
   }
@@ -64,8 +62,8 @@ TEST_CASE("a busy thread gathers the next batch by itself",
   // predicted 13 ms.
   const BatchSimulator sim;
   const BatchingLoad load = Load(8000, 1000, 75);
+  REQUIRE(KeepsUp(load));
   const BatchingOutcome greedy = sim.Predict(load, 0);
-  REQUIRE(greedy.stable);
   REQUIRE(greedy.rows == Approx(20).margin(3));
   REQUIRE(greedy.mean_us > 3000);
   REQUIRE(greedy.mean_us < 5000);
@@ -86,7 +84,6 @@ TEST_CASE("threads and overload", "[batch_simulation]") {
   REQUIRE(KeepsUp(Load(6000, 0, 300, 2)));
   REQUIRE(!KeepsUp(Load(6000, 0, 300, 1)));
   const BatchSimulator sim;
-  REQUIRE(!sim.Predict(Load(4000, 0, 300), 0).stable);
   // Two threads at a rate one barely carries: less queueing.
   const BatchingLoad one = Load(3000, 0, 300, 1, 1);
   BatchingLoad two = one;
