@@ -83,7 +83,8 @@
 
 ABSL_FLAG(std::string, role, "bench",
           "bench; tcp_server, grpc_server and client are the processes it "
-          "starts");
+          "starts; create makes the model of --sizes on --servers (to run "
+          "clients against shards started by hand)");
 ABSL_FLAG(std::string, port_file, "", "tcp_server: bound port goes here");
 ABSL_FLAG(std::string, ps_server, "",
           "ps_server binary; empty = server/ps_server from the runfiles");
@@ -107,7 +108,8 @@ ABSL_FLAG(int64_t, model_bytes, int64_t{64} << 20,
           "connection (in cache: the most generous ceiling)");
 // --role=client
 ABSL_FLAG(std::string, impl, "asyncps", "client: asyncps, tcp or grpc");
-ABSL_FLAG(std::string, servers, "", "client: addresses, comma-separated");
+ABSL_FLAG(std::string, servers, "",
+          "client, create: addresses, comma-separated");
 ABSL_FLAG(std::string, op, "push", "client: push or pull");
 ABSL_FLAG(int64_t, bytes, 1 << 20, "client: payload bytes per call");
 ABSL_FLAG(int, worker_id, 0, "client: worker id");
@@ -540,6 +542,27 @@ Figure Median(std::vector<Figure> v) {
                 med(&Figure::server_cpu_s_per_gb)};
 }
 
+// The model of each size on the shards at `servers`: SGD tensors of one
+// payload each (--sizes).
+absl::Status CreateModel(const std::vector<std::string>& servers) {
+  PsClientOptions o;
+  o.servers = servers;
+  o.worker_id = 1000;
+  absl::StatusOr<std::unique_ptr<PsClient>> admin = PsClient::Connect(o);
+  if (!admin.ok()) return admin.status();
+  std::vector<TensorSpec> specs;
+  for (int64_t bytes : Ints(absl::GetFlag(FLAGS_sizes))) {
+    for (const std::string& name : ModelParts(bytes)) {
+      TensorSpec t;
+      t.set_name(name);
+      t.add_shape(bytes / 4);
+      t.mutable_optimizer()->set_learning_rate(1e-6f);
+      specs.push_back(t);
+    }
+  }
+  return (*admin)->CreateTensors(specs);
+}
+
 absl::Status RunShards(int shards) {
   std::string ps_server = absl::GetFlag(FLAGS_ps_server);
   if (ps_server.empty()) ps_server = testing::RunfilePath("server/ps_server");
@@ -563,24 +586,9 @@ absl::Status RunShards(int shards) {
     if (!g.ok()) return g.status();
     grpc.push_back(*std::move(g));
   }
-  // The model of each size on the shards: SGD tensors of one payload each.
-  PsClientOptions o;
-  for (const Server& s : ps) o.servers.push_back(s.address);
-  o.worker_id = 1000;
-  absl::StatusOr<std::unique_ptr<PsClient>> admin = PsClient::Connect(o);
-  if (!admin.ok()) return admin.status();
-  std::vector<TensorSpec> specs;
-  for (int64_t bytes : Ints(absl::GetFlag(FLAGS_sizes))) {
-    for (const std::string& name : ModelParts(bytes)) {
-      TensorSpec t;
-      t.set_name(name);
-      t.add_shape(bytes / 4);
-      t.mutable_optimizer()->set_learning_rate(1e-6f);
-      specs.push_back(t);
-    }
-  }
-  absl::Status s = (*admin)->CreateTensors(specs);
-  if (!s.ok()) return s;
+  std::vector<std::string> addresses;
+  for (const Server& s : ps) addresses.push_back(s.address);
+  if (absl::Status s = CreateModel(addresses); !s.ok()) return s;
 
   int next_worker = 0;
   for (int64_t bytes : Ints(absl::GetFlag(FLAGS_sizes))) {
@@ -642,6 +650,19 @@ int BenchMain() {
   return 0;
 }
 
+// --role=create: the model of --sizes on the ps_servers at --servers, so
+// that clients (--role=client) can be run against shards started by hand,
+// e.g. under a profiler.
+int CreateMain() {
+  absl::Status s = CreateModel(
+      absl::StrSplit(absl::GetFlag(FLAGS_servers), ',', absl::SkipEmpty()));
+  if (!s.ok()) {
+    std::fprintf(stderr, "push_pull_bench: %s\n", s.ToString().c_str());
+    return 1;
+  }
+  return 0;
+}
+
 }  // namespace
 }  // namespace asyncps
 
@@ -654,5 +675,6 @@ int main(int argc, char** argv) {
         absl::GetFlag(FLAGS_port_file), absl::GetFlag(FLAGS_model_bytes));
   }
   if (role == "client") return asyncps::ClientMain();
+  if (role == "create") return asyncps::CreateMain();
   return asyncps::BenchMain();
 }
