@@ -21,10 +21,17 @@ bool IsRetriable(const absl::Status& s) {
 
 // Completions, recorded by attempts on any thread and consumed by the
 // waiting thread; shared so that late callbacks never outlive it.
+//
+// The waiting thread is woken once per batch of completions, not once per
+// completion: when no attempt is in flight any more, or one failed (it may
+// be retried, or stop the others). A push to two shards costs its waiter
+// one wake-up, not two.
 struct FanOut::Shared {
   absl::Mutex mu;
   absl::CondVar cv;
   std::vector<std::pair<int, absl::Status>> done ABSL_GUARDED_BY(mu);
+  int in_flight ABSL_GUARDED_BY(mu) = 0;   // attempts started, not done
+  bool ready ABSL_GUARDED_BY(mu) = false;  // the waiter has work
 };
 
 struct FanOut::Slot {
@@ -70,16 +77,36 @@ void FanOut::StartAttempt(int i) {
   ++slot.attempts;
   slot.in_flight = true;
   slot.attempt_start = env_.clock->Now();
-  slot.ctx = std::make_unique<grpc::ClientContext>();
-  slot.ctx->set_deadline(absl::ToChronoTime(
-      std::min(absl::Now() + policy_.attempt_timeout,
-               absl::Now() + (deadline_ - env_.clock->Now()))));
+  if (calls_[i].cancel) {
+    slot.ctx = nullptr;  // a stream request: its stream has the context
+  } else {
+    slot.ctx = std::make_unique<grpc::ClientContext>();
+    slot.ctx->set_deadline(absl::ToChronoTime(
+        std::min(absl::Now() + policy_.attempt_timeout,
+                 absl::Now() + (deadline_ - env_.clock->Now()))));
+  }
   std::shared_ptr<Shared> shared = shared_;
+  {
+    absl::MutexLock l(&shared->mu);
+    ++shared->in_flight;
+  }
   calls_[i].start(slot.ctx.get(), [shared, i](absl::Status s) {
     absl::MutexLock l(&shared->mu);
+    const bool failed = !s.ok();
     shared->done.emplace_back(i, std::move(s));
-    shared->cv.Signal();
+    if (--shared->in_flight == 0 || failed) {
+      shared->ready = true;
+      shared->cv.Signal();
+    }
   });
+}
+
+void FanOut::CancelInFlight() {
+  for (size_t k = 0; k < slots_.size(); ++k) {
+    if (!slots_[k].in_flight) continue;
+    if (slots_[k].ctx != nullptr) slots_[k].ctx->TryCancel();
+    if (calls_[k].cancel) calls_[k].cancel();
+  }
 }
 
 void FanOut::Fail(int i, const absl::Status& s) {
@@ -89,11 +116,7 @@ void FanOut::Fail(int i, const absl::Status& s) {
     return;
   }
   first_error_ = s;
-  for (size_t k = 0; k < slots_.size(); ++k) {
-    if (!slots_[k].in_flight) continue;
-    slots_[k].ctx->TryCancel();
-    if (calls_[k].cancel) calls_[k].cancel();
-  }
+  CancelInFlight();
 }
 
 void FanOut::Run() {
@@ -107,11 +130,7 @@ void FanOut::Run() {
     }
     if (!gave_up && (now >= deadline_ || absl::IsCancelled(first_error_))) {
       gave_up = true;
-      for (size_t k = 0; k < slots_.size(); ++k) {
-        if (!slots_[k].in_flight) continue;
-        slots_[k].ctx->TryCancel();
-        if (calls_[k].cancel) calls_[k].cancel();
-      }
+      CancelInFlight();
     }
     absl::Time wake = gave_up ? absl::InfiniteFuture() : deadline_;
     if (!gave_up && policy_.stop != nullptr) {
@@ -167,9 +186,10 @@ void FanOut::Run() {
     {
       absl::MutexLock l(&shared_->mu);
       const absl::Duration wait = wake - env_.clock->Now();
-      if (shared_->done.empty() && wait > absl::ZeroDuration()) {
+      if (!shared_->ready && wait > absl::ZeroDuration()) {
         shared_->cv.WaitWithTimeout(&shared_->mu, wait);
       }
+      shared_->ready = false;
       done.swap(shared_->done);
     }
 

@@ -78,10 +78,11 @@ class FanOut {
     int shard = 0;
     // Starts one attempt; it ends with done(status) exactly once, on any
     // thread. `ctx` is a fresh context carrying the attempt's deadline, for
-    // unary RPCs (stream requests ignore it).
+    // unary RPCs; null for a call with a `cancel` (a stream request).
     std::function<void(grpc::ClientContext* ctx, Done done)> start;
-    // Aborts an attempt in flight that does not use ctx (a stream request):
-    // called when the call is given up. Optional.
+    // Aborts an attempt in flight of a call that uses no context (a stream
+    // request): called when the call is given up. Set for stream requests
+    // only; such a call's attempts get no context.
     std::function<void()> cancel;
     // Runs on the waiting thread after a successful attempt; an error is
     // final. Optional.
@@ -111,6 +112,8 @@ class FanOut {
   struct Slot;
 
   void StartAttempt(int i);
+  // Cancels every attempt in flight (their callbacks still run).
+  void CancelInFlight();
   void Fail(int i, const absl::Status& s);
   void Run();
 
