@@ -20,9 +20,11 @@
 #include "absl/types/span.h"
 #include "client/fanout.h"
 #include "client/pending_call.h"
+#include "client/step_sets.h"
 #include "common/clock.h"
 #include "common/fast_frame.h"
 #include "common/security.h"
+#include "common/shard_map.h"
 #include "common/tensor_layout.h"
 #include "proto/asyncps.grpc.pb.h"
 #include "proto/asyncps.pb.h"
@@ -73,30 +75,6 @@ struct PsClientOptions {
   std::shared_ptr<spdlog::logger> logger;
 };
 
-// What the shards did with the slices of one tensor of a push.
-struct TensorPushOutcome {
-  int64_t applied = 0;
-  int64_t refused_stale = 0;
-  int64_t refused_restored = 0;
-  uint64_t max_staleness = 0;
-  double mean_staleness = 0;  // over applied and stale-refused slices
-};
-
-// What the shards did with one push, summed over all slices.
-struct PushSummary {
-  int64_t applied = 0;           // slice updates applied
-  int64_t refused_stale = 0;     // refused as too stale
-  int64_t refused_restored = 0;  // refused: read before a shard restarted
-  int64_t duplicates = 0;        // shards that answered duplicate=true (a
-                                 // retry of a push they had already applied)
-  uint64_t max_staleness = 0;    // over the slice results returned
-  double mean_staleness = 0;
-  // The same per tensor (tensors whose shards answered duplicate=true have
-  // no results, so they are missing or partial here).
-  absl::flat_hash_map<std::string, TensorPushOutcome> tensors;
-  int64_t rows_created = 0;  // sparse rows the push created
-};
-
 // Where this worker stands on the shards after Register().
 struct Registration {
   // The clock to continue from: the largest any shard answered (a new
@@ -112,49 +90,33 @@ struct Registration {
   int64_t trained = 0;
 };
 
-// One table's rows to pull: `out` receives ids.size() x dim floats, row i
-// for ids[i] (duplicates included). The ids and `out` must stay valid and
-// untouched until the pull's Wait returns.
-struct RowsQuery {
-  std::string table;
-  absl::Span<const uint64_t> ids;
-  float* out = nullptr;
-  // Read only (TableIds.peek): rows that do not exist are answered with
-  // their initial values and not created.
-  bool peek = false;
-};
-
-// One table's row gradients to push: grads holds ids.size() x dim floats,
-// row i for ids[i]; the gradients of repeated ids are summed (on the
-// client, before sending). Read only during StartPushRows.
-struct RowsGrad {
-  std::string table;
-  absl::Span<const uint64_t> ids;
-  const float* grads = nullptr;
-};
-
-// What a pull read, tensors and rows alike: every tensor slice's version,
-// per table the version of every distinct row id, and every shard's epoch.
-// A push names the read its gradients were computed from, so that shards
-// measure staleness from it (a row id it does not hold counts as read at
-// version 0) and refuse gradients read before they restarted.
-struct ReadSet {
-  struct Table {
-    absl::flat_hash_map<uint64_t, uint32_t> index;  // id -> versions index
-    std::vector<uint64_t> versions;
-  };
-  // Tensor name -> version of each slice.
-  absl::flat_hash_map<std::string, std::vector<uint64_t>> versions;
-  // Table name -> its rows' versions; immutable once read, shared between
-  // copies.
-  absl::flat_hash_map<std::string, std::shared_ptr<const Table>> tables;
-  std::vector<uint64_t> epochs;  // per shard; 0 = not read
-  uint64_t VersionOf(const std::string& table, uint64_t id) const;
-};
-
 // The worker side of the parameter-server protocol: talks to every shard of
 // a cluster, cuts full tensors into slices by common/tensor_layout.h and
-// routes each slice to its home shard (common/sharding.h).
+// routes each slice and row to its home shard by the run's ShardMap
+// (common/shard_map.h), whose epoch every pull and push carries.
+//
+// Example (a worker's life; step types in client/step_sets.h):
+//
+//   PsClientOptions o;
+//   o.servers = {"10.0.0.1:7000", "10.0.0.2:7000"};
+//   o.worker_id = 3;
+//   absl::StatusOr<std::unique_ptr<PsClient>> c = PsClient::Connect(o);
+//   if (!c.ok()) return c.status();
+//   PsClient& client = **c;
+//   absl::Status s = client.WaitForShards(absl::Minutes(5));
+//   if (s.ok()) s = client.CreateTensors(specs);   // or WaitForTensors
+//   absl::StatusOr<Registration> reg = client.Register();
+//   int64_t clock = reg->resume_clock;
+//   for (...) {
+//     auto pull = client.StartPull(clock, clock, PullSet{{{"w", w}}, {}});
+//     if (s = pull->Wait(); !s.ok()) return s;
+//     ... gradients g from w ...
+//     auto push = client.StartPush(clock, PushSet{{{"w", g}}, {}},
+//                                  pull->read());
+//     if (s = push->Wait().status(); !s.ok()) return s;
+//     client.ReportTrained(++clock);
+//   }
+//   client.Heartbeat(clock, /*leaving=*/true);
 //
 // Data path: pulls and pushes travel on long-lived streams (PullStream /
 // PushStream, common/fast_frame.h), several connections per shard, several
@@ -171,6 +133,9 @@ class PsClient {
  public:
   class PendingPull;
   class PendingPush;
+  // Earlier names of the same calls (a rows-only pull or push).
+  using PendingRowsPull = PendingPull;
+  using PendingRowsPush = PendingPush;
 
   // Validates the options and opens the channels. Does not contact the
   // shards.
@@ -180,6 +145,8 @@ class PsClient {
   ~PsClient();
   PsClient(const PsClient&) = delete;
   PsClient& operator=(const PsClient&) = delete;
+
+  // ---- Set-up.
 
   // Waits until every shard answers, logging every few seconds which ones
   // it still waits for: workers may start before their shards.
@@ -200,6 +167,10 @@ class PsClient {
       const std::vector<TensorSpec>& specs,
       const std::vector<std::pair<std::string, const float*>>& values = {});
 
+  // Creates sparse tables on every shard (idempotent, as CreateTensors),
+  // checks that all shards hold the same specs and remembers them.
+  absl::Status CreateTables(const std::vector<TableSpec>& specs);
+
   // For workers other than the creator: polls ListTensors on all shards until
   // every named tensor (or sparse table) exists everywhere with the same
   // spec, then remembers the layouts. DEADLINE_EXCEEDED after `timeout`,
@@ -207,89 +178,43 @@ class PsClient {
   absl::Status WaitForTensors(const std::vector<std::string>& names,
                               absl::Duration timeout);
 
-  // Starts pulling the full tensors named in `outs` into the caller's
-  // buffers (each the tensor's num_elems floats, left untouched by the
-  // caller until Wait returns). `clock` is the steps completed; `for_clock`
-  // (>= clock) the step the parameters are for: SSP/BSP shards answer once
-  // the slowest worker is within the slack of it. Errors in the arguments
-  // (unknown tensor: NOT_FOUND; null buffer, a name twice: INVALID_ARGUMENT)
-  // come back from Wait with nothing sent.
-  std::unique_ptr<PendingPull> StartPull(
-      int64_t clock, int64_t for_clock,
-      const std::vector<std::pair<std::string, float*>>& outs);
+  // ---- The data path: one pull and one push per step.
 
-  // Starts pushing full-tensor gradients, cut into slices, tagged with the
-  // versions and epochs of `read` (the pull they were computed from), `clock`
-  // and a fresh sequence number. A gradient holding NaN or Inf is refused
-  // here (INVALID_ARGUMENT from Wait, nothing sent), so that no shard applies
-  // part of a push another shard would refuse. Every shard gets a push, an
-  // empty one if it holds none of the slices, so that it sees the clock. The
-  // gradients are sent from the caller's memory: it stays unchanged until Wait
-  // returns (Wait also waits until gRPC has released every reference to it).
-  std::unique_ptr<PendingPush> StartPush(
-      int64_t clock,
-      const std::vector<std::pair<std::string, const float*>>& grads,
-      const ReadSet& read);
+  // Starts pulling the tensors and rows of `what` (client/step_sets.h):
+  // one request per shard that owns any of them (ShardMap), concurrently,
+  // on the data streams. Rows of a table are de-duplicated, sent to their
+  // home shards and copied back to every position of their id; rows that
+  // do not exist yet are created (RESOURCE_EXHAUSTED when a shard is full)
+  // unless peeked at. `clock` is the steps completed; `for_clock` (>=
+  // clock) the step the parameters are for: SSP/BSP shards answer once the
+  // slowest worker is within the slack of it. Errors in the arguments
+  // (unknown tensor or table: NOT_FOUND; null buffer, a name twice:
+  // INVALID_ARGUMENT) come back from Wait with nothing sent.
+  std::unique_ptr<PendingPull> StartPull(int64_t clock, int64_t for_clock,
+                                         const PullSet& what);
 
-  // Starts assigning values to whole tensors (PushRequest.assign: each
-  // slice's values are replaced, its version advances, the optimizer's
-  // state is kept), with `clock` and a fresh sequence number, so a retry is
-  // applied at most once. Checked as StartPush checks gradients (NaN or
-  // Inf: INVALID_ARGUMENT with nothing sent); always sent as float32, from
-  // the caller's memory, which stays unchanged until Wait returns. Every
-  // shard is asked (each assigns its slices all-or-nothing); an error from
-  // Wait may leave some shards assigned: assigning again is harmless.
-  std::unique_ptr<PendingPush> StartAssign(
-      int64_t clock,
-      const std::vector<std::pair<std::string, const float*>>& values);
+  // Starts pushing the gradients of `what`, tagged with the versions and
+  // epochs of `read` (the pull they were computed from), `clock` and a
+  // fresh sequence number: one request per shard, each shard's part applied
+  // whole or not at all, exactly once across retries. Every shard gets a
+  // push, an empty one if it owns none of the keys, so that it sees the
+  // clock. A gradient holding NaN or Inf is refused here (INVALID_ARGUMENT
+  // from Wait, nothing sent), so that no shard applies part of a push
+  // another shard would refuse. Tensor gradients are sent from the
+  // caller's memory (or a bfloat16 copy), which stays unchanged until Wait
+  // returns; row gradients of repeated ids are summed and copied first.
+  std::unique_ptr<PendingPush> StartPush(int64_t clock, const PushSet& what,
+                                         const ReadSet& read);
 
-  // Synchronous forms: Pull(clock, outs) = StartPull(clock, clock,
-  // outs)->Wait(), remembering what it read; Push pushes gradients computed
-  // from the last Pull.
-  absl::Status Pull(int64_t clock,
-                    const std::vector<std::pair<std::string, float*>>& outs);
-  absl::StatusOr<PushSummary> Push(
-      int64_t clock,
-      const std::vector<std::pair<std::string, const float*>>& grads);
+  // Starts assigning values (PushRequest.assign): each slice's or row's
+  // values are replaced (missing rows created with them), versions
+  // advance, the optimizer's state is kept; exactly once like a push, and
+  // checked like one (NaN or Inf, a row id twice in a table:
+  // INVALID_ARGUMENT with nothing sent); always float32. An error from Wait
+  // may leave some shards assigned: assigning again is harmless.
+  std::unique_ptr<PendingPush> StartAssign(int64_t clock, const PushSet& what);
 
-  // ---- Sparse tables (proto/asyncps.proto, "rows").
-
-  class PendingRowsPull;
-  class PendingRowsPush;
-
-  // Creates `specs` on every shard (idempotent, as CreateTensors), checks
-  // that all shards hold the same specs and remembers them.
-  absl::Status CreateTables(const std::vector<TableSpec>& specs);
-  // The stored spec of a known table, or nullptr. WaitForTensors also waits
-  // for (and remembers) tables of the names it is given.
-  const TableSpec* FindTableSpec(const std::string& name) const;
-
-  // Starts pulling rows of known tables (NOT_FOUND for others; a table
-  // twice, a null `out`: INVALID_ARGUMENT, from Wait with nothing sent).
-  // The ids of a table are de-duplicated, routed to their home shards
-  // (common::RowHome) and sent there (one request per shard for all
-  // tables, on the data streams, concurrently); the rows come back into
-  // `out` at every position of their id. Clocks as StartPull. Rows that do
-  // not exist yet are created by the shards; RESOURCE_EXHAUSTED when a
-  // shard is full.
-  std::unique_ptr<PendingRowsPull> StartPullRows(
-      int64_t clock, int64_t for_clock, const std::vector<RowsQuery>& queries);
-
-  // Starts pushing row gradients of known tables, tagged with the versions
-  // and epochs of `read`, `clock` and a fresh sequence number (shared with
-  // dense pushes). Repeated ids of a table are summed first. Every shard
-  // gets a push, an empty one if none of the rows live there, so that it
-  // sees the clock. The gradients are copied before this returns.
-  std::unique_ptr<PendingRowsPush> StartPushRows(
-      int64_t clock, const std::vector<RowsGrad>& grads, const ReadSet& read);
-
-  // Starts assigning rows of known tables (PushRequest.assign: each row's
-  // values replaced, missing rows created with them, versions advanced,
-  // optimizer state kept), exactly once like a push. An id given twice in
-  // a table is INVALID_ARGUMENT with nothing sent; always float32. The
-  // values are copied before this returns.
-  std::unique_ptr<PendingRowsPush> StartAssignRows(
-      int64_t clock, const std::vector<RowsGrad>& values);
+  // ---- Liveness and progress.
 
   // Renews this worker's lease on every shard and reports `clock`; `leaving`
   // says goodbye (the shards stop waiting for this worker).
@@ -299,6 +224,8 @@ class PsClient {
   // the steps of this worker's share whose pushes every shard has
   // acknowledged. Only moves forward. Thread-safe.
   void ReportTrained(int64_t steps);
+
+  // ---- The cluster.
 
   // Each shard's status, in shard order.
   absl::StatusOr<std::vector<StatusResponse>> Status();
@@ -315,33 +242,75 @@ class PsClient {
   absl::StatusOr<std::vector<LearningRate>> SetLearningRates(
       const std::vector<LearningRate>& rates);
 
-  int num_shards() const { return static_cast<int>(shards_.size()); }
+  // Where every key lives (common/shard_map.h).
+  const ShardMap& map() const { return map_; }
+  int num_shards() const { return map_.num_shards(); }
   int32_t worker_id() const { return options_.worker_id; }
   uint64_t incarnation() const { return options_.incarnation; }
-  // The stored spec of a known tensor (slice_elems resolved), or nullptr.
+  // The stored spec of a known tensor (slice_elems resolved) or table, or
+  // nullptr.
   const TensorSpec* FindSpec(const std::string& name) const;
-  // Versions read by the last synchronous Pull of `name` (empty if none).
-  std::vector<uint64_t> PulledVersions(const std::string& name) const;
+  const TableSpec* FindTableSpec(const std::string& name) const;
   // "shard 1 (10.0.0.2:7000)", for messages.
   std::string ShardName(int shard) const;
+
+  // ---- Shorthands: one kind of parameter, or synchronous.
+
+  std::unique_ptr<PendingPull> StartPull(
+      int64_t clock, int64_t for_clock,
+      const std::vector<std::pair<std::string, float*>>& outs) {
+    return StartPull(clock, for_clock, PullSet{outs, {}});
+  }
+  std::unique_ptr<PendingPull> StartPullRows(
+      int64_t clock, int64_t for_clock, const std::vector<RowsQuery>& queries) {
+    return StartPull(clock, for_clock, PullSet{{}, queries});
+  }
+  std::unique_ptr<PendingPush> StartPush(
+      int64_t clock,
+      const std::vector<std::pair<std::string, const float*>>& grads,
+      const ReadSet& read) {
+    return StartPush(clock, PushSet{grads, {}}, read);
+  }
+  std::unique_ptr<PendingPush> StartPushRows(int64_t clock,
+                                             const std::vector<RowsGrad>& grads,
+                                             const ReadSet& read) {
+    return StartPush(clock, PushSet{{}, grads}, read);
+  }
+  std::unique_ptr<PendingPush> StartAssign(
+      int64_t clock,
+      const std::vector<std::pair<std::string, const float*>>& values) {
+    return StartAssign(clock, PushSet{values, {}});
+  }
+  std::unique_ptr<PendingPush> StartAssignRows(
+      int64_t clock, const std::vector<RowsGrad>& values) {
+    return StartAssign(clock, PushSet{{}, values});
+  }
+  // StartPull(clock, clock, outs)->Wait(), remembering what it read; Push
+  // pushes gradients computed from the last Pull.
+  absl::Status Pull(int64_t clock,
+                    const std::vector<std::pair<std::string, float*>>& outs);
+  absl::StatusOr<PushSummary> Push(
+      int64_t clock,
+      const std::vector<std::pair<std::string, const float*>>& grads);
+  // Versions read by the last synchronous Pull of `name` (empty if none).
+  std::vector<uint64_t> PulledVersions(const std::string& name) const;
 
  private:
   struct Shard;
   friend class PendingPull;
   friend class PendingPush;
 
-  // One shard's part of a pull / a push, and gRPC's references to pushed
-  // memory (see ps_client.cc).
+  // One shard's part of a pull (client/pull.cc) / a push (client/push.cc),
+  // one table of a pull, and gRPC's references to pushed memory.
   struct PullShard;
   struct PushShard;
-  struct Borrowed;
-  struct RowsPullShard;
   struct RowsQueryState;
+  struct Borrowed;
 
   // What the client knows about one sparse table. Const once remembered.
   struct TableState {
     TableSpec spec;
-    uint64_t key = 0;  // common::RowTableKey(name)
+    ShardMap::TableKey key;
   };
 
   // What the client knows about one tensor. Const once remembered.
@@ -352,7 +321,7 @@ class PsClient {
     std::vector<uint32_t> slices_on;  // per shard: slices it holds
   };
 
-  explicit PsClient(PsClientOptions options);
+  PsClient(PsClientOptions options, ShardMap map);
 
   // Unary RPC to every shard through one FanOut; responses in shard order.
   // issue(stub, ctx, request, response, done) starts one attempt.
@@ -362,16 +331,24 @@ class PsClient {
                            std::function<absl::Status(int shard)> on_ok,
                            const RetryPolicy& policy);
 
+  // ---- What the client knows (client/catalog.cc).
   absl::Status Remember(const TensorSpec& spec);
   absl::Status RememberTable(const TableSpec& spec);
   const TableState* FindTable(const std::string& name) const;
-  // Checks one shard's answer to a rows pull and copies its rows into the
-  // callers' buffers (on the answer's thread).
-  absl::Status ReadRowsPull(const grpc::ByteBuffer& answer, RowsPullShard* ps);
   const TensorState* FindTensor(const std::string& name) const;
+  // Checks the specs of one CreateTensors call before anything is sent.
+  static absl::Status CheckNewSpecs(const std::vector<TensorSpec>& specs);
+  // Remembers the tensors and tables `names` once every shard in
+  // `responses` holds each with the same spec; NOT_FOUND naming what is
+  // still missing, FAILED_PRECONDITION when shards disagree.
+  absl::Status RememberListed(
+      const std::vector<std::string>& names,
+      const std::vector<ListTensorsResponse>& responses);
+
+  // ---- Calls (client/ps_client.cc).
   WorkerRef MakeWorkerRef(int64_t clock) const;
   // Names the caller of a pull: this worker at `clock` for `for_clock`, or
-  // for a reader, nobody (read_only).
+  // for a reader, nobody (read_only); and the map it was routed with.
   void SetPullCaller(int64_t clock, int64_t for_clock,
                      PullRequest* request) const;
   // FAILED_PRECONDITION naming `what` for a reader, else OK.
@@ -385,29 +362,61 @@ class PsClient {
   // Notes a shard's epoch from an answer; logs once when it changed (the
   // shard restarted, and restored older parameters).
   void NoteEpoch(int shard, uint64_t epoch);
-  // Checks one shard's pull answer and copies its slices into the caller's
-  // buffers (on the answer's thread).
+  // One round of WaitForShards: every shard's ListTensors answer or error.
+  std::vector<absl::Status> ProbeShards(
+      std::vector<ListTensorsResponse>* responses);
+  // Names why unreachable shards cannot be talked to (a probe connection),
+  // the first few of them; logs causes that changed.
+  void DiagnoseShards(const std::vector<absl::Status>& results,
+                      std::vector<std::string>* causes);
+
+  // ---- Pulls (client/pull.cc).
+  // Adds the tensors / rows of a pull to the shards' requests.
+  absl::Status PlanTensorPull(
+      const std::vector<std::pair<std::string, float*>>& outs, PendingPull* p,
+      std::vector<std::unique_ptr<PullShard>>* shards) const;
+  absl::Status PlanRowsPull(
+      const std::vector<RowsQuery>& queries, PendingPull* p,
+      std::vector<std::unique_ptr<PullShard>>* shards) const;
+  // Checks one shard's answer and copies its slices and rows into the
+  // caller's buffers (on the answer's thread).
   absl::Status ReadPull(const grpc::ByteBuffer& answer, PullShard* ps);
-  // Opens a PullStream answer of `shard`: its header (status, epoch noted,
-  // wire type checked) and a reader for its payload.
-  absl::Status OpenPullAnswer(const grpc::ByteBuffer& answer, int shard,
-                              PullResponse* header, FrameReader* frame);
-  // StartPushRows (assign false) or StartAssignRows.
-  std::unique_ptr<PendingRowsPush> StartSendRows(
-      bool assign, int64_t clock, const std::vector<RowsGrad>& grads,
-      const ReadSet& read);
+  static absl::Status ReadSlices(const PullResponse& header, FrameReader* frame,
+                                 PullShard* ps);
+  static absl::Status ReadRows(const PullResponse& header, FrameReader* frame,
+                               PullShard* ps);
+
+  // ---- Pushes (client/push.cc).
+  struct RowsSend;
+  // Checks the tensors / rows of a push before anything is sent (the rows
+  // are also summed per distinct id).
+  absl::Status CheckTensorSend(bool assign, const PushSet& what,
+                               std::vector<const TensorState*>* states) const;
+  absl::Status CheckRowsSend(bool assign, const PushSet& what,
+                             std::vector<RowsSend>* tables) const;
+  // Adds the tensors' slices (borrowed from the caller's memory, or p's
+  // bfloat16 copy) / the rows to the shards' headers and payloads. Returns
+  // the number of pieces of memory handed to gRPC.
+  int64_t AddTensorPayloads(
+      const PushSet& what, const std::vector<const TensorState*>& states,
+      const ReadSet& read, WireDtype dtype, PendingPush* p,
+      std::vector<PushRequest>* headers,
+      std::vector<std::vector<grpc::Slice>>* payloads) const;
+  void AddRowPayloads(const std::vector<RowsSend>& tables, const ReadSet& read,
+                      WireDtype dtype, std::vector<PushRequest>* headers,
+                      std::vector<std::vector<grpc::Slice>>* payloads) const;
   // StartPush (assign false) or StartAssign.
-  std::unique_ptr<PendingPush> StartSend(
-      bool assign, int64_t clock,
-      const std::vector<std::pair<std::string, const float*>>& grads,
-      const ReadSet& read);
-  // One push header per shard: worker, clock, seq, request id, wire type
-  // and the epoch `epochs` read from each shard.
+  std::unique_ptr<PendingPush> StartSend(bool assign, int64_t clock,
+                                         const PushSet& what,
+                                         const ReadSet& read);
+  // One push header per shard: worker, clock, seq, request id, wire type,
+  // map epoch and the epoch `epochs` read from each shard.
   std::vector<PushRequest> PushHeaders(int64_t clock, uint64_t seq,
                                        const std::vector<uint64_t>& epochs);
 
   // Const after construction.
   const PsClientOptions options_;
+  const ShardMap map_;
   std::vector<std::unique_ptr<Shard>> shards_;
 
   mutable absl::Mutex mu_;
@@ -431,20 +440,21 @@ class PsClient {
 class PsClient::PendingPull {
  public:
   ~PendingPull();  // waits
-  // OK once every buffer holds the tensors' values.
+  // OK once every buffer holds its tensor's values or rows.
   absl::Status Wait() { return call_.Wait(); }
   // What was read (valid after Wait returned OK).
   const ReadSet& read() const { return read_; }
 
  private:
   friend class PsClient;
-  PendingPull() = default;
-  // The read set (after every attempt ended OK).
+  PendingPull();
+  // Repeated ids' rows and the read set (after every attempt ended OK).
   absl::Status Finish(absl::Status s);
 
   ReadSet read_;
-  // Per shard: the request sent and where the answer goes; owned here
-  // because attempts refer to them.
+  std::vector<std::unique_ptr<RowsQueryState>> queries_;
+  // Per shard asked: the request sent and where the answer goes; owned
+  // here because attempts refer to them.
   std::vector<std::unique_ptr<PullShard>> shards_;
   PendingCall<absl::Status> call_;  // last: destroyed (and waited) first
 };
@@ -458,7 +468,7 @@ class PsClient::PendingPush {
 
  private:
   friend class PsClient;
-  PendingPush() = default;
+  PendingPush();
   // The summary of the shards' answers (after every attempt ended with `s`).
   absl::StatusOr<PushSummary> Finish(absl::Status s);
 
@@ -466,45 +476,6 @@ class PsClient::PendingPush {
   // References gRPC holds to the gradient memory (slices not yet released).
   std::shared_ptr<Borrowed> borrowed_;
   std::vector<uint16_t> bf16_;  // the gradients as bfloat16, when asked
-  PendingCall<absl::StatusOr<PushSummary>> call_;  // last: waited first
-};
-
-// A rows pull in flight. Wait() returns when every shard answered (or the
-// call failed); the destructor waits too.
-class PsClient::PendingRowsPull {
- public:
-  ~PendingRowsPull();
-  // OK once every `out` holds its rows.
-  absl::Status Wait() { return call_.Wait(); }
-  // What was read (valid after Wait returned OK).
-  const ReadSet& read() const { return read_; }
-
- private:
-  friend class PsClient;
-  PendingRowsPull();
-  // Repeated ids' rows and the read set (after every attempt ended OK).
-  absl::Status Finish(absl::Status s);
-
-  ReadSet read_;
-  std::vector<std::unique_ptr<RowsQueryState>> queries_;
-  std::vector<std::unique_ptr<RowsPullShard>> shards_;
-  PendingCall<absl::Status> call_;  // last: destroyed (and waited) first
-};
-
-// A rows push in flight. Wait() returns when every shard answered (or the
-// call failed); the destructor waits too.
-class PsClient::PendingRowsPush {
- public:
-  absl::StatusOr<PushSummary> Wait() { return call_.Wait(); }
-
- private:
-  friend class PsClient;
-  PendingRowsPush() = default;
-  // The summary of the shards' answers (after every attempt ended with `s`).
-  absl::StatusOr<PushSummary> Finish(absl::Status s);
-
-  std::vector<grpc::ByteBuffer> frames_;  // per shard, sent by every attempt
-  std::vector<PushResponse> responses_;   // per shard
   PendingCall<absl::StatusOr<PushSummary>> call_;  // last: waited first
 };
 

@@ -1,8 +1,9 @@
 #ifndef ASYNCPS_CLIENT_PS_CLIENT_INTERNAL_H_
 #define ASYNCPS_CLIENT_PS_CLIENT_INTERNAL_H_
 
-// Parts of PsClient shared by its source files (ps_client.cc: dense
-// tensors; ps_client_rows.cc: sparse tables). Not for other users.
+// Parts of PsClient shared by its source files (ps_client.cc: set-up and
+// control calls; catalog.cc: tensors and tables known; pull.cc, push.cc:
+// the data path). Not for other users.
 
 #include <google/protobuf/util/message_differencer.h>
 

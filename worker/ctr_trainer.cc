@@ -54,24 +54,21 @@ struct StepSlot {
   std::vector<std::vector<uint64_t>> ids;  // per field: the batch's ids
   std::vector<float> emb;                  // fields x batch x dim
   DenseSet params;
-  std::unique_ptr<ParameterStore::PendingPull> dense_pull;
-  std::unique_ptr<RowStore::PendingPull> rows_pull;
+  std::unique_ptr<ParameterStore::PendingPull> pull;  // tensors and rows
 };
 
-// A gradient set and its pushes in flight.
+// A gradient set and its push in flight (tensors and rows in one).
 struct GradSlot {
   DenseSet grads;
-  std::unique_ptr<ParameterStore::PendingPush> dense;
-  std::unique_ptr<RowStore::PendingPush> rows;
+  std::unique_ptr<ParameterStore::PendingPush> push;
 };
 
 class CtrModelRun : public TrainingModel {
  public:
-  CtrModelRun(const CtrTrainerOptions& o, ParameterStore* dense, RowStore* rows,
+  CtrModelRun(const CtrTrainerOptions& o, ParameterStore* store,
               Backend* backend, CtrResult* result)
       : o_(o),
-        dense_(dense),
-        rows_(rows),
+        store_(store),
         backend_(backend),
         result_(result),
         data_(o.data) {}
@@ -127,8 +124,7 @@ class CtrModelRun : public TrainingModel {
       tables.push_back(std::move(t));
     }
     if (o_.create) {
-      s = dense_->Create(dense_specs);
-      if (s.ok()) s = rows_->CreateTables(tables);
+      s = store_->Create(dense_specs, tables);
       if (!s.ok()) return s;
       o_.logger->info("created {} dense tensors and {} tables",
                       dense_specs.size(), tables.size());
@@ -136,11 +132,8 @@ class CtrModelRun : public TrainingModel {
     }
     std::vector<std::string> names;
     for (const TensorSpec& t : dense_specs) names.push_back(t.name());
-    s = dense_->WaitFor(names, o_.wait_for_tensors);
-    names.clear();
     for (const TableSpec& t : tables) names.push_back(t.name());
-    if (s.ok()) s = rows_->WaitForTables(names, o_.wait_for_tensors);
-    return s;
+    return store_->WaitFor(names, o_.wait_for_tensors);
   }
 
   absl::Status Begin(const TrainingPlan& plan) override {
@@ -167,31 +160,27 @@ class CtrModelRun : public TrainingModel {
   }
 
   // Generates the step's minibatch into the slot and starts pulling its
-  // parameters and rows.
+  // parameters and rows: one request per shard.
   void StartRead(int set, int64_t step, absl::Span<const int64_t> examples,
                  int64_t clock, int64_t for_clock) override {
     StepSlot& slot = slots_[set];
     const size_t n = examples.size();
     data_.Generate(CtrSplit::kTrain, examples, &slot.examples);
-    std::vector<RowsQuery> queries;
+    PullSet what;
+    what.tensors = slot.params.pulls();
     for (int f = 0; f < fields_; ++f) {
       std::vector<uint64_t>& ids = slot.ids[f];
       ids.resize(n);
       for (size_t i = 0; i < n; ++i) {
         ids[i] = slot.examples.ids[i * fields_ + f];
       }
-      queries.push_back(
+      what.rows.push_back(
           {CtrTableName(f), ids, slot.emb.data() + f * n * o_.embedding_dim});
     }
-    slot.dense_pull = dense_->StartPull(clock, for_clock, slot.params.pulls());
-    slot.rows_pull = rows_->StartPullRows(clock, for_clock, queries);
+    slot.pull = store_->StartPull(clock, for_clock, what);
   }
 
-  absl::Status WaitRead(int set) override {
-    absl::Status s = slots_[set].dense_pull->Wait();
-    if (s.ok()) s = slots_[set].rows_pull->Wait();
-    return s;
-  }
+  absl::Status WaitRead(int set) override { return slots_[set].pull->Wait(); }
 
   absl::Status Step(int set, int grads, int64_t j, int64_t round,
                     absl::Span<const int64_t> examples) override {
@@ -210,35 +199,29 @@ class CtrModelRun : public TrainingModel {
     StepSlot& slot = slots_[set];
     GradSlot& g = grads_[grads];
     const size_t batch = slot.ids.empty() ? 0 : slot.ids[0].size();
-    g.dense =
-        dense_->StartPush(clock, g.grads.pushes(), slot.dense_pull->read());
-    std::vector<RowsGrad> rows;
+    PushSet what;
+    what.tensors = g.grads.pushes();
     for (int f = 0; f < fields_; ++f) {
-      rows.push_back({CtrTableName(f), slot.ids[f],
-                      emb_grads_.data() +
-                          static_cast<size_t>(f) * batch * o_.embedding_dim});
+      what.rows.push_back({CtrTableName(f), slot.ids[f],
+                           emb_grads_.data() + static_cast<size_t>(f) * batch *
+                                                   o_.embedding_dim});
     }
-    g.rows = rows_->StartPushRows(clock, rows, slot.rows_pull->read());
+    g.push = store_->StartPush(clock, what, slot.pull->read());
   }
 
   absl::Status WaitPush(int grads) override {
     GradSlot& g = grads_[grads];
-    absl::StatusOr<PushSummary> d = g.dense->Wait();
-    absl::StatusOr<PushSummary> r = g.rows->Wait();
-    g.dense.reset();
-    g.rows.reset();
-    if (!d.ok()) return d.status();
-    if (!r.ok()) return r.status();
-    result_->refused_rows += r->refused_stale + r->refused_restored;
-    result_->rows_created += r->rows_created;
+    absl::StatusOr<PushSummary> done = g.push->Wait();
+    g.push.reset();
+    if (!done.ok()) return done.status();
+    result_->refused_rows +=
+        done->rows.refused_stale + done->rows.refused_restored;
+    result_->rows_created += done->rows_created;
     return absl::OkStatus();
   }
 
   void DropPushes() override {
-    for (GradSlot& g : grads_) {  // each waits for its own end
-      g.dense.reset();
-      g.rows.reset();
-    }
+    for (GradSlot& g : grads_) g.push.reset();  // each waits for its own end
   }
 
   // AUC and log loss of the current parameters on the test split. The rows
@@ -247,7 +230,8 @@ class CtrModelRun : public TrainingModel {
     if (test_.size() == 0) return absl::OkStatus();
     DenseSet& params = eval_params_;
     absl::Status s =
-        dense_->StartPull(at.clock, at.clock, params.pulls())->Wait();
+        store_->StartPull(at.clock, at.clock, PullSet{params.pulls(), {}})
+            ->Wait();
     if (!s.ok()) return s;
     std::vector<float> scores(test_.size());
     std::vector<std::vector<uint64_t>> ids(fields_);
@@ -256,7 +240,7 @@ class CtrModelRun : public TrainingModel {
       const int n =
           static_cast<int>(std::min<int64_t>(kEvalChunk, test_.size() - begin));
       emb.resize(static_cast<size_t>(fields_) * n * o_.embedding_dim);
-      std::vector<RowsQuery> queries;
+      PullSet queries;
       for (int f = 0; f < fields_; ++f) {
         ids[f].resize(n);
         for (int i = 0; i < n; ++i)
@@ -264,9 +248,9 @@ class CtrModelRun : public TrainingModel {
         RowsQuery q{CtrTableName(f), ids[f],
                     emb.data() + static_cast<size_t>(f) * n * o_.embedding_dim};
         q.peek = true;
-        queries.push_back(std::move(q));
+        queries.rows.push_back(std::move(q));
       }
-      s = rows_->StartPullRows(at.clock, at.clock, queries)->Wait();
+      s = store_->StartPull(at.clock, at.clock, queries)->Wait();
       if (!s.ok()) return s;
       s = model_->Predict(params.reads(), emb.data(),
                           test_.dense.data() + begin * test_.dense_features, n,
@@ -316,8 +300,7 @@ class CtrModelRun : public TrainingModel {
   static constexpr int kEvalChunk = 4096;
 
   const CtrTrainerOptions& o_;
-  ParameterStore* const dense_;
-  RowStore* const rows_;
+  ParameterStore* const store_;
   Backend* const backend_;
   CtrResult* const result_;
   const CtrData data_;
@@ -338,12 +321,11 @@ class CtrModelRun : public TrainingModel {
 }  // namespace
 
 absl::StatusOr<CtrResult> TrainCtr(const CtrTrainerOptions& options,
-                                   ParameterStore* dense, RowStore* rows,
-                                   Backend* backend) {
+                                   ParameterStore* store, Backend* backend) {
   CtrResult result;
-  CtrModelRun model(options, dense, rows, backend, &result);
+  CtrModelRun model(options, store, backend, &result);
   absl::StatusOr<LoopResult> loop = RunTrainingLoop(
-      options, options.train_examples, /*push_every=*/1, dense, &model);
+      options, options.train_examples, /*push_every=*/1, store, &model);
   if (!loop.ok()) return loop.status();
   static_cast<LoopResult&>(result) = *loop;
   return result;

@@ -9,7 +9,6 @@
 #include "proto/asyncps.pb.h"
 #include "worker/ctr_data.h"
 #include "worker/parameter_store.h"
-#include "worker/row_store.h"
 #include "worker/training_loop.h"
 
 namespace asyncps {
@@ -47,16 +46,16 @@ struct CtrResult : LoopResult {
 
 // Trains the CTR model with asynchronous SGD through RunTrainingLoop
 // (worker/training_loop.h): every step pulls the MLP's dense tensors and
-// the rows of its minibatch's ids (one table per field), computes the
-// gradients on `backend` and pushes both, tagged with what it read and the
-// worker's clock. The evaluating worker waits for the others, then prints
-// "final test auc: 0.XXXX (bayes-optimal 0.XXXX)" for the test split,
-// whose rows it reads without creating them.
+// the rows of its minibatch's ids (one table per field) in one pull,
+// computes the gradients on `backend` and pushes both in one push (one
+// request per shard, applied whole or not at all), tagged with what it read
+// and the worker's clock. The evaluating worker waits for the others, then
+// prints "final test auc: 0.XXXX (bayes-optimal 0.XXXX)" for the test
+// split, whose rows it reads without creating them.
 //
-// `dense`, `rows` and `backend` are not owned.
+// `store` and `backend` are not owned.
 absl::StatusOr<CtrResult> TrainCtr(const CtrTrainerOptions& options,
-                                   ParameterStore* dense, RowStore* rows,
-                                   Backend* backend);
+                                   ParameterStore* store, Backend* backend);
 
 }  // namespace asyncps
 

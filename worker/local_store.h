@@ -8,11 +8,13 @@
 
 namespace asyncps {
 
-// The parameters in this process: one shard of one (store/shard_store.h),
-// no RPC, no consistency waits. Pulls and pushes run to completion when
-// started, through the same validation and optimizer code as a shard; the
-// caller's buffers are read and written directly, with no encoding. The
-// --local baseline of ps_worker. Thread-compatible.
+// The tensors and tables in this process: one shard of one
+// (store/shard_store.h), no RPC, no consistency waits. Pulls and pushes run
+// to completion when started, through the same validation, optimizer and
+// push-transaction code as a shard (a step's tensors and rows are applied
+// together or not at all); the caller's buffers are read and written
+// directly, with no encoding. The --local baseline of ps_worker.
+// Thread-compatible.
 absl::StatusOr<std::unique_ptr<ParameterStore>> MakeLocalStore();
 
 }  // namespace asyncps

@@ -10,8 +10,11 @@ class RemoteStore : public ParameterStore {
   explicit RemoteStore(std::unique_ptr<PsClient> client)
       : client_(std::move(client)) {}
 
-  absl::Status Create(const std::vector<TensorSpec>& specs) override {
-    return client_->CreateTensors(specs);
+  absl::Status Create(const std::vector<TensorSpec>& tensors,
+                      const std::vector<TableSpec>& tables) override {
+    absl::Status s = client_->CreateTensors(tensors);
+    if (s.ok()) s = client_->CreateTables(tables);
+    return s;
   }
   absl::Status WaitFor(const std::vector<std::string>& names,
                        absl::Duration timeout) override {
@@ -20,18 +23,14 @@ class RemoteStore : public ParameterStore {
   absl::StatusOr<Registration> Register() override {
     return client_->Register();
   }
-  std::unique_ptr<PendingPull> StartPull(
-      int64_t clock, int64_t for_clock,
-      const std::vector<std::pair<std::string, float*>>& outs) override {
-    return std::make_unique<RemotePull<PsClient::PendingPull>>(
-        client_->StartPull(clock, for_clock, outs));
+  std::unique_ptr<PendingPull> StartPull(int64_t clock, int64_t for_clock,
+                                         const PullSet& what) override {
+    return std::make_unique<RemotePull>(
+        client_->StartPull(clock, for_clock, what));
   }
-  std::unique_ptr<PendingPush> StartPush(
-      int64_t clock,
-      const std::vector<std::pair<std::string, const float*>>& grads,
-      const ReadSet& read) override {
-    return std::make_unique<RemotePush<PsClient::PendingPush>>(
-        client_->StartPush(clock, grads, read));
+  std::unique_ptr<PendingPush> StartPush(int64_t clock, const PushSet& what,
+                                         const ReadSet& read) override {
+    return std::make_unique<RemotePush>(client_->StartPush(clock, what, read));
   }
   absl::Status Heartbeat(int64_t clock, bool leaving) override {
     return client_->Heartbeat(clock, leaving);

@@ -17,11 +17,23 @@
 
 namespace asyncps {
 
-// Where a training loop's parameters live: the sharded cluster, or this
-// process (the --local baseline). Both run the same parameter-store code
-// (store/), so a local run and a cluster run differ only in distribution.
-// Pulls and pushes are started and waited for separately, so that a loop
-// can overlap them with its computation.
+// Where a training loop's parameters live, dense tensors and sparse tables
+// alike: the sharded cluster, or this process (the --local baseline). Both
+// run the same parameter-store code (store/), so a local run and a cluster
+// run differ only in distribution. A step's pull and push are one call
+// each (PullSet / PushSet, client/step_sets.h), started and waited for
+// separately, so that a loop can overlap them with its computation; a
+// step's push is applied whole or not at all on each shard.
+//
+// Example (one step):
+//
+//   std::unique_ptr<ParameterStore::PendingPull> pull =
+//       store->StartPull(clock, clock, PullSet{{{"w", w}}, {{"emb", ids, e}}});
+//   if (absl::Status s = pull->Wait(); !s.ok()) return s;
+//   ... gradients gw, ge ...
+//   auto push = store->StartPush(
+//       clock, PushSet{{{"w", gw}}, {{"emb", ids, ge}}}, pull->read());
+//   absl::StatusOr<PushSummary> done = push->Wait();
 //
 // Thread-compatible: one training loop drives it.
 class ParameterStore {
@@ -32,22 +44,23 @@ class ParameterStore {
 
   virtual ~ParameterStore() = default;
 
-  // Idempotent creation (the creating worker).
-  virtual absl::Status Create(const std::vector<TensorSpec>& specs) = 0;
-  // Waits until tensors created by another worker exist.
+  // Idempotent creation of tensors and tables (the creating worker).
+  virtual absl::Status Create(const std::vector<TensorSpec>& tensors,
+                              const std::vector<TableSpec>& tables) = 0;
+  // Waits until the tensors and tables named, created by another worker,
+  // exist.
   virtual absl::Status WaitFor(const std::vector<std::string>& names,
                                absl::Duration timeout) = 0;
   // Registers this process; says where to continue (see Registration).
   virtual absl::StatusOr<Registration> Register() = 0;
   // As PsClient::StartPull / StartPush: the buffers (and the gradient
   // memory) stay untouched until the operation's Wait returned.
-  virtual std::unique_ptr<PendingPull> StartPull(
-      int64_t clock, int64_t for_clock,
-      const std::vector<std::pair<std::string, float*>>& outs) = 0;
-  virtual std::unique_ptr<PendingPush> StartPush(
-      int64_t clock,
-      const std::vector<std::pair<std::string, const float*>>& grads,
-      const ReadSet& read) = 0;
+  virtual std::unique_ptr<PendingPull> StartPull(int64_t clock,
+                                                 int64_t for_clock,
+                                                 const PullSet& what) = 0;
+  virtual std::unique_ptr<PendingPush> StartPush(int64_t clock,
+                                                 const PushSet& what,
+                                                 const ReadSet& read) = 0;
   // Renews the lease / says goodbye; a no-op locally.
   virtual absl::Status Heartbeat(int64_t clock, bool leaving) = 0;
   // The data position every later call reports: steps of this worker's
@@ -57,6 +70,22 @@ class ParameterStore {
   // Number of workers still training (0 locally once done); the final
   // evaluation waits for this to reach 0.
   virtual absl::StatusOr<int> LiveWorkers() = 0;
+
+  // Shorthands for a model of dense tensors only.
+  absl::Status Create(const std::vector<TensorSpec>& tensors) {
+    return Create(tensors, /*tables=*/{});
+  }
+  std::unique_ptr<PendingPull> StartPull(
+      int64_t clock, int64_t for_clock,
+      const std::vector<std::pair<std::string, float*>>& outs) {
+    return StartPull(clock, for_clock, PullSet{outs, {}});
+  }
+  std::unique_ptr<PendingPush> StartPush(
+      int64_t clock,
+      const std::vector<std::pair<std::string, const float*>>& grads,
+      const ReadSet& read) {
+    return StartPush(clock, PushSet{grads, {}}, read);
+  }
 };
 
 // The cluster, through a PsClient.

@@ -1,11 +1,10 @@
 #ifndef ASYNCPS_WORKER_STORE_CALLS_H_
 #define ASYNCPS_WORKER_STORE_CALLS_H_
 
-// The pulls and pushes in flight of a worker's stores (ParameterStore for
-// dense tensors, RowStore for table rows; on the cluster or in this
-// process), as one pair of interfaces, and their implementations: over a
-// PsClient call, or already done (the in-process stores run a call to
-// completion when it starts).
+// The pulls and pushes in flight of a worker's ParameterStore (on the
+// cluster or in this process), as one pair of interfaces, and their
+// implementations: over a PsClient call, or already done (the in-process
+// store runs a call to completion when it starts).
 
 #include <memory>
 #include <utility>
@@ -33,27 +32,27 @@ class StorePush {
   virtual absl::StatusOr<PushSummary> Wait() = 0;
 };
 
-// A PsClient pull (PendingPull or PendingRowsPull).
-template <typename ClientPull>
+// A PsClient pull.
 class RemotePull : public StorePull {
  public:
-  explicit RemotePull(std::unique_ptr<ClientPull> p) : p_(std::move(p)) {}
+  explicit RemotePull(std::unique_ptr<PsClient::PendingPull> p)
+      : p_(std::move(p)) {}
   absl::Status Wait() override { return p_->Wait(); }
   const ReadSet& read() const override { return p_->read(); }
 
  private:
-  std::unique_ptr<ClientPull> p_;
+  std::unique_ptr<PsClient::PendingPull> p_;
 };
 
-// A PsClient push (PendingPush or PendingRowsPush).
-template <typename ClientPush>
+// A PsClient push.
 class RemotePush : public StorePush {
  public:
-  explicit RemotePush(std::unique_ptr<ClientPush> p) : p_(std::move(p)) {}
+  explicit RemotePush(std::unique_ptr<PsClient::PendingPush> p)
+      : p_(std::move(p)) {}
   absl::StatusOr<PushSummary> Wait() override { return p_->Wait(); }
 
  private:
-  std::unique_ptr<ClientPush> p_;
+  std::unique_ptr<PsClient::PendingPush> p_;
 };
 
 // A finished pull.

@@ -106,7 +106,7 @@ class MlpModel : public TrainingModel {
     const std::vector<TensorSpec> specs =
         ModelSpecs(o_.layer_sizes, o_.optimizer, o_.seed);
     if (o_.create) {
-      absl::Status s = store_->Create(specs);
+      absl::Status s = store_->Create(specs, /*tables=*/{});
       if (!s.ok()) return s;
       o_.logger->info("created {} parameter tensors", specs.size());
       return absl::OkStatus();
@@ -137,8 +137,8 @@ class MlpModel : public TrainingModel {
 
   void StartRead(int set, int64_t step, absl::Span<const int64_t> examples,
                  int64_t clock, int64_t for_clock) override {
-    reads_[set].pull =
-        store_->StartPull(clock, for_clock, reads_[set].set->named);
+    reads_[set].pull = store_->StartPull(clock, for_clock,
+                                         PullSet{reads_[set].set->named, {}});
   }
 
   absl::Status WaitRead(int set) override { return reads_[set].pull->Wait(); }
@@ -184,8 +184,9 @@ class MlpModel : public TrainingModel {
   }
 
   void StartPush(int set, int grads, int64_t clock) override {
-    grads_[grads].push = store_->StartPush(
-        clock, grads_[grads].set->named_const, reads_[set].pull->read());
+    grads_[grads].push =
+        store_->StartPush(clock, PushSet{grads_[grads].set->named_const, {}},
+                          reads_[set].pull->read());
   }
 
   absl::Status WaitPush(int grads) override {
@@ -217,7 +218,8 @@ class MlpModel : public TrainingModel {
     TensorSet& params = *reads_[set].set;
     if (final) {
       absl::Status s =
-          store_->StartPull(at.clock, at.clock, params.named)->Wait();
+          store_->StartPull(at.clock, at.clock, PullSet{params.named, {}})
+              ->Wait();
       if (!s.ok()) return s;
     }
     absl::StatusOr<SoftmaxXentResult> r = mlp_->Evaluate(

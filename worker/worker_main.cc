@@ -38,7 +38,6 @@
 #include "worker/local_store.h"
 #include "worker/mlp.h"
 #include "worker/parameter_store.h"
-#include "worker/row_store.h"
 #include "worker/trainer.h"
 
 ABSL_FLAG(std::string, servers, "",
@@ -545,9 +544,7 @@ int Main(int argc, char** argv) {
   options->stop = &g_stop;
 
   std::unique_ptr<ParameterStore> store;
-  std::unique_ptr<RowStore> rows;  // ctr only
   if (absl::GetFlag(FLAGS_local)) {
-    if (ctr) rows = MakeLocalRowStore();
     if (!absl::GetFlag(FLAGS_servers).empty()) {
       return Fail("--local and --servers exclude each other");
     }
@@ -600,7 +597,6 @@ int Main(int argc, char** argv) {
       }
       return FailureExitCode(up, **logger);
     }
-    if (ctr) rows = MakeRemoteRowStore(client->get());  // store owns client
     store = MakeRemoteStore(*std::move(client));
   }
 
@@ -613,7 +609,7 @@ int Main(int argc, char** argv) {
     ctr->logger = *logger;
     ctr->stop = &g_stop;
     absl::StatusOr<CtrResult> result =
-        TrainCtr(*ctr, store.get(), rows.get(), backend->get());
+        TrainCtr(*ctr, store.get(), backend->get());
     if (!result.ok()) {
       const int code = FailureExitCode(result.status(), **logger);
       if (code == kExitFailed) {

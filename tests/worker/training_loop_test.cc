@@ -56,7 +56,8 @@ class Recorder {
 class RecordingStore : public ParameterStore {
  public:
   explicit RecordingStore(Recorder* r) : r_(r) {}
-  absl::Status Create(const std::vector<TensorSpec>&) override {
+  absl::Status Create(const std::vector<TensorSpec>&,
+                      const std::vector<TableSpec>&) override {
     return absl::OkStatus();
   }
   absl::Status WaitFor(const std::vector<std::string>&,
@@ -67,14 +68,12 @@ class RecordingStore : public ParameterStore {
     r_->Add("register");
     return registration;
   }
-  std::unique_ptr<PendingPull> StartPull(
-      int64_t, int64_t,
-      const std::vector<std::pair<std::string, float*>>&) override {
+  std::unique_ptr<PendingPull> StartPull(int64_t, int64_t,
+                                         const PullSet&) override {
     return nullptr;  // the recording model reads nothing
   }
-  std::unique_ptr<PendingPush> StartPush(
-      int64_t, const std::vector<std::pair<std::string, const float*>>&,
-      const ReadSet&) override {
+  std::unique_ptr<PendingPush> StartPush(int64_t, const PushSet&,
+                                         const ReadSet&) override {
     return nullptr;
   }
   absl::Status Heartbeat(int64_t clock, bool leaving) override {

@@ -1,0 +1,460 @@
+// PsClient's pushes and assigns: a step's tensor slices and rows in one
+// request per shard (one sequence number, one push transaction on each
+// shard), tensor payloads sent from the caller's memory.
+#include <algorithm>
+#include <cstring>
+#include <utility>
+
+#include "absl/container/flat_hash_set.h"
+#include "absl/container/node_hash_map.h"
+#include "absl/strings/str_cat.h"
+#include "client/ps_client.h"
+#include "client/ps_client_internal.h"
+#include "common/fast_frame.h"
+#include "common/names.h"
+#include "common/payload.h"
+
+namespace asyncps {
+
+struct PsClient::PushShard {
+  int shard = 0;
+  grpc::ByteBuffer frame;  // built once, sent by every attempt
+  PushResponse response;   // of the successful attempt
+};
+
+// gRPC's references to the gradient memory: one per slice handed over,
+// dropped when gRPC releases that slice.
+struct PsClient::Borrowed {
+  absl::Mutex mu;
+  int64_t refs ABSL_GUARDED_BY(mu) = 0;
+
+  static void Release(void* self) {
+    auto* b = static_cast<Borrowed*>(self);
+    absl::MutexLock l(&b->mu);
+    --b->refs;
+  }
+  static bool AllReleased(Borrowed* b) ABSL_EXCLUSIVE_LOCKS_REQUIRED(b->mu) {
+    return b->refs == 0;
+  }
+};
+
+namespace {
+
+// The words of messages: a push of gradients or an assign of values.
+struct SendKind {
+  const char* what;
+  const char* payload;
+};
+
+SendKind KindOf(bool assign) {
+  return assign ? SendKind{"Assign", "values"} : SendKind{"Push", "gradient"};
+}
+
+// Adds one shard's answer to a tensor's or the push's outcome.
+template <typename Outcome>
+void Count(SliceOutcome outcome, int64_t n, Outcome* o) {
+  switch (outcome) {
+    case APPLIED:
+      o->applied += n;
+      break;
+    case REFUSED_STALE:
+      o->refused_stale += n;
+      break;
+    default:
+      o->refused_restored += n;
+  }
+}
+
+}  // namespace
+
+// One table's rows of a push, checked and summed per distinct id before
+// anything is sent.
+struct PsClient::RowsSend {
+  const TableState* table = nullptr;
+  const RowsGrad* grad = nullptr;
+  std::vector<uint32_t> first;  // per distinct id: its first position
+  std::vector<float> sums;      // per distinct id: the summed row
+};
+
+PsClient::PendingPush::PendingPush() = default;
+
+PsClient::PendingPush::~PendingPush() = default;
+
+absl::StatusOr<PushSummary> PsClient::PendingPush::Finish(absl::Status s) {
+  PushSummary summary;
+  uint64_t staleness_sum = 0;
+  // Per tensor: the outcome and how many staleness values it summed
+  // (node_hash_map: its entries stay where they are as it grows).
+  absl::node_hash_map<std::string, std::pair<TensorPushOutcome, int64_t>> per;
+  for (auto& ps : shards_) {
+    ps->frame.Clear();  // our own references to the gradient memory
+    if (!s.ok()) continue;
+    const PushResponse& r = ps->response;
+    if (r.duplicate()) ++summary.duplicates;
+    std::pair<TensorPushOutcome, int64_t>* t = nullptr;
+    const std::string* t_name = nullptr;
+    for (const SliceResult& res : r.results()) {
+      if (t_name == nullptr || res.tensor() != *t_name) {
+        t = &per[res.tensor()];
+        t_name = &res.tensor();
+      }
+      Count(res.outcome(), 1, &summary);
+      Count(res.outcome(), 1, &t->first);
+      if (res.outcome() == REFUSED_RESTORED) continue;
+      summary.max_staleness = std::max(summary.max_staleness, res.staleness());
+      t->first.max_staleness =
+          std::max(t->first.max_staleness, res.staleness());
+      t->first.mean_staleness += static_cast<double>(res.staleness());
+      ++t->second;
+      staleness_sum += res.staleness();
+    }
+    for (const RowsResult& rows : r.row_results()) {
+      Count(APPLIED, rows.applied(), &summary.rows);
+      Count(REFUSED_STALE, rows.refused_stale(), &summary.rows);
+      Count(REFUSED_RESTORED, rows.refused_restored(), &summary.rows);
+      summary.rows_created += rows.rows_created();
+      summary.max_staleness =
+          std::max(summary.max_staleness, rows.max_staleness());
+      staleness_sum += rows.staleness_sum();
+    }
+  }
+  for (auto& [name, entry] : per) {
+    if (entry.second > 0) entry.first.mean_staleness /= entry.second;
+    summary.tensors.emplace(name, entry.first);
+  }
+  summary.applied += summary.rows.applied;
+  summary.refused_stale += summary.rows.refused_stale;
+  summary.refused_restored += summary.rows.refused_restored;
+  if (borrowed_ != nullptr) {
+    // gRPC may still hold slices of a cancelled or failed attempt for a
+    // moment; the caller may reuse its memory only after they are released.
+    absl::MutexLock l(&borrowed_->mu);
+    borrowed_->mu.Await(
+        absl::Condition(&Borrowed::AllReleased, borrowed_.get()));
+  }
+  if (!s.ok()) return s;
+  const int64_t counted = summary.applied + summary.refused_stale;
+  if (counted > 0) {
+    summary.mean_staleness =
+        static_cast<double>(staleness_sum) / static_cast<double>(counted);
+  }
+  return summary;
+}
+
+std::unique_ptr<PsClient::PendingPush> PsClient::StartPush(
+    int64_t clock, const PushSet& what, const ReadSet& read) {
+  return StartSend(/*assign=*/false, clock, what, read);
+}
+
+std::unique_ptr<PsClient::PendingPush> PsClient::StartAssign(
+    int64_t clock, const PushSet& what) {
+  return StartSend(/*assign=*/true, clock, what, ReadSet());
+}
+
+absl::Status PsClient::CheckTensorSend(
+    bool assign, const PushSet& what,
+    std::vector<const TensorState*>* states) const {
+  const SendKind k = KindOf(assign);
+  absl::flat_hash_set<std::string> seen;
+  for (const auto& [name, buffer] : what.tensors) {
+    const TensorState* t = FindTensor(name);
+    if (t == nullptr) {
+      return absl::NotFoundError(
+          absl::StrCat(k.what, ": unknown tensor ", QuoteName(name),
+                       " (create it or wait for it first)"));
+    }
+    if (buffer == nullptr) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(k.what, ": null ", k.payload, " buffer for tensor ",
+                       QuoteName(name)));
+    }
+    if (!seen.insert(name).second) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(k.what, ": tensor ", QuoteName(name), " given twice"));
+    }
+    if (!AllFinite(reinterpret_cast<const char*>(buffer),
+                   static_cast<size_t>(t->layout.num_elems()), WIRE_F32)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          k.what, ": the ", k.payload, " of tensor ", QuoteName(name),
+          " contains NaN or Inf; nothing was sent"));
+    }
+    states->push_back(t);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status PsClient::CheckRowsSend(bool assign, const PushSet& what,
+                                     std::vector<RowsSend>* tables) const {
+  const SendKind k = KindOf(assign);
+  std::vector<const TableState*> seen;
+  for (const RowsGrad& g : what.rows) {
+    const TableState* t = FindTable(g.table);
+    if (t == nullptr) {
+      return absl::NotFoundError(
+          absl::StrCat(k.what, ": unknown table ", QuoteName(g.table),
+                       " (create it or wait for it first)"));
+    }
+    if (g.grads == nullptr) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(k.what, ": null ", k.payload, " buffer for table ",
+                       QuoteName(g.table)));
+    }
+    if (std::find(seen.begin(), seen.end(), t) != seen.end()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(k.what, ": table ", QuoteName(g.table), " given twice"));
+    }
+    seen.push_back(t);
+    if (g.ids.empty()) continue;
+    // A shard would refuse it while the others apply theirs: refused here,
+    // before anything is sent.
+    const size_t dim = static_cast<size_t>(t->spec.dim());
+    if (!AllFinite(reinterpret_cast<const char*>(g.grads), g.ids.size() * dim,
+                   WIRE_F32)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          k.what, ": the ", k.payload, " of table ", QuoteName(g.table),
+          " contains NaN or Inf; nothing was sent"));
+    }
+    RowsSend send{t, &g, {}, {}};
+    absl::flat_hash_map<uint64_t, uint32_t> index;
+    index.reserve(g.ids.size());
+    std::vector<uint32_t> unique_of(g.ids.size());
+    for (size_t i = 0; i < g.ids.size(); ++i) {
+      const auto [it, fresh] =
+          index.try_emplace(g.ids[i], static_cast<uint32_t>(index.size()));
+      if (fresh) {
+        send.first.push_back(static_cast<uint32_t>(i));
+      } else if (assign) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(k.what, ": row ", g.ids[i], " of table ",
+                         QuoteName(g.table), " given twice; nothing was sent"));
+      }
+      unique_of[i] = it->second;
+    }
+    // The gradients of repeated ids summed (an assign has none).
+    send.sums.assign(send.first.size() * dim, 0.0f);
+    for (size_t i = 0; i < g.ids.size(); ++i) {
+      float* into = send.sums.data() + unique_of[i] * dim;
+      const float* from = g.grads + i * dim;
+      for (size_t d = 0; d < dim; ++d) into[d] += from[d];
+    }
+    tables->push_back(std::move(send));
+  }
+  return absl::OkStatus();
+}
+
+int64_t PsClient::AddTensorPayloads(
+    const PushSet& what, const std::vector<const TensorState*>& states,
+    const ReadSet& read, WireDtype dtype, PendingPush* p,
+    std::vector<PushRequest>* headers,
+    std::vector<std::vector<grpc::Slice>>* payloads) const {
+  int64_t total_elems = 0;
+  for (const TensorState* t : states) total_elems += t->layout.num_elems();
+  // The bytes sent: the caller's floats, or their bfloat16 copy.
+  if (dtype == WIRE_BF16) p->bf16_.resize(static_cast<size_t>(total_elems));
+  Borrowed* borrowed = p->borrowed_.get();
+  int64_t bf16_at = 0;
+  int64_t handed_over = 0;
+  for (size_t k = 0; k < states.size(); ++k) {
+    const TensorState& t = *states[k];
+    const char* source = reinterpret_cast<const char*>(what.tensors[k].second);
+    if (dtype == WIRE_BF16) {
+      char* out = reinterpret_cast<char*>(p->bf16_.data() + bf16_at);
+      EncodeBf16(what.tensors[k].second,
+                 static_cast<size_t>(t.layout.num_elems()), out);
+      source = out;
+      bf16_at += t.layout.num_elems();
+    }
+    auto it = read.versions.find(t.spec.name());
+    const std::vector<uint64_t>* versions =
+        it == read.versions.end() ? nullptr : &it->second;
+    // Runs of neighbouring slices bound for the same shard travel as one
+    // piece of the caller's memory.
+    const char* run_begin = nullptr;
+    size_t run_bytes = 0;
+    int run_home = -1;
+    auto flush = [&] {
+      if (run_bytes == 0) return;
+      (*payloads)[run_home].emplace_back(const_cast<char*>(run_begin),
+                                         run_bytes, &Borrowed::Release,
+                                         borrowed);
+      ++handed_over;
+      run_bytes = 0;
+    };
+    for (uint32_t i = 0; i < t.layout.num_slices(); ++i) {
+      const int home = t.home[i];
+      SliceGradient* g = (*headers)[home].add_grads();
+      g->set_tensor(t.spec.name());
+      g->set_slice(i);
+      g->set_read_version(
+          versions != nullptr && i < versions->size() ? (*versions)[i] : 0);
+      const size_t bytes =
+          static_cast<size_t>(t.layout.SliceSize(i)) * WireBytes(dtype);
+      g->set_grad_bytes(bytes);
+      const char* begin = source + t.layout.SliceBegin(i) * WireBytes(dtype);
+      if (home == run_home && run_begin + run_bytes == begin) {
+        run_bytes += bytes;
+      } else {
+        flush();
+        run_begin = begin;
+        run_bytes = bytes;
+        run_home = home;
+      }
+    }
+    flush();
+  }
+  return handed_over;
+}
+
+void PsClient::AddRowPayloads(
+    const std::vector<RowsSend>& tables, const ReadSet& read, WireDtype dtype,
+    std::vector<PushRequest>* headers,
+    std::vector<std::vector<grpc::Slice>>* payloads) const {
+  const int n = num_shards();
+  for (const RowsSend& send : tables) {
+    const RowsGrad& g = *send.grad;
+    const size_t dim = static_cast<size_t>(send.table->spec.dim());
+    // Each distinct id to its home shard.
+    std::vector<std::vector<uint32_t>> on(n);
+    for (uint32_t u = 0; u < send.first.size(); ++u) {
+      on[map_.RowHome(send.table->key, g.ids[send.first[u]])].push_back(u);
+    }
+    auto read_table = read.tables.find(g.table);
+    const ReadSet::Table* versions =
+        read_table == read.tables.end() ? nullptr : read_table->second.get();
+    const size_t row_bytes = dim * WireBytes(dtype);
+    for (int s = 0; s < n; ++s) {
+      if (on[s].empty()) continue;
+      RowsGradient* out = (*headers)[s].add_rows();
+      out->set_table(g.table);
+      grpc::Slice payload(on[s].size() * row_bytes);
+      char* dst =
+          reinterpret_cast<char*>(const_cast<uint8_t*>(payload.begin()));
+      for (uint32_t u : on[s]) {
+        const uint64_t id = g.ids[send.first[u]];
+        out->add_ids(id);
+        uint64_t version = 0;
+        if (versions != nullptr) {
+          auto at = versions->index.find(id);
+          if (at != versions->index.end()) {
+            version = versions->versions[at->second];
+          }
+        }
+        out->add_read_versions(version);
+        const float* row = send.sums.data() + u * dim;
+        if (dtype == WIRE_BF16) {
+          EncodeBf16(row, dim, dst);
+        } else {
+          std::memcpy(dst, row, row_bytes);
+        }
+        dst += row_bytes;
+      }
+      out->set_grad_bytes(on[s].size() * row_bytes);
+      (*payloads)[s].push_back(std::move(payload));
+    }
+  }
+}
+
+std::unique_ptr<PsClient::PendingPush> PsClient::StartSend(
+    bool assign, int64_t clock, const PushSet& what, const ReadSet& read) {
+  std::unique_ptr<PendingPush> p(new PendingPush());
+  const SendKind k = KindOf(assign);
+  std::vector<const TensorState*> states;
+  std::vector<RowsSend> tables;
+  absl::Status checked = CheckNotReader(k.what);
+  if (checked.ok()) checked = CheckTensorSend(assign, what, &states);
+  if (checked.ok()) checked = CheckRowsSend(assign, what, &tables);
+  if (!checked.ok()) {
+    p->call_.Fail(checked);
+    return p;
+  }
+
+  // Every shard gets a request, so that each sees the clock; the sequence
+  // number is shared by all of them and by their retries.
+  const int n = num_shards();
+  const uint64_t seq = next_seq_++;
+  // Values are assigned exactly as given, whatever the gradients' wire type.
+  const WireDtype dtype = assign ? WIRE_F32 : options_.push_dtype;
+  std::vector<PushRequest> headers = PushHeaders(clock, seq, read.epochs);
+  for (PushRequest& header : headers) {
+    header.set_wire_dtype(dtype);
+    header.set_assign(assign);
+  }
+  // A shard reads the slices' payloads first, then the rows'.
+  std::vector<std::vector<grpc::Slice>> payloads(n);
+  p->borrowed_ = std::make_shared<Borrowed>();
+  const int64_t handed_over = AddTensorPayloads(what, states, read, dtype,
+                                                p.get(), &headers, &payloads);
+  {
+    absl::MutexLock l(&p->borrowed_->mu);
+    p->borrowed_->refs = handed_over;
+  }
+  AddRowPayloads(tables, read, dtype, &headers, &payloads);
+
+  const uint32_t connection = next_connection_++;
+  std::vector<FanOut::Call> calls;
+  for (int s = 0; s < n; ++s) {
+    auto ps = std::make_unique<PushShard>();
+    ps->shard = s;
+    ps->frame = MakeFrame(headers[s], payloads[s]);
+    PushShard* raw = ps.get();
+    const Shard& shard = *shards_[s];
+    DataStream* stream = shard.pushes[connection % shard.pushes.size()].get();
+    const uint64_t id = headers[s].request_id();
+    FanOut::Call call;
+    call.shard = s;
+    call.start = [raw, stream, id](grpc::ClientContext*, FanOut::Done done) {
+      stream->Send(id, raw->frame,
+                   [raw, done = std::move(done)](absl::Status st,
+                                                 grpc::ByteBuffer* answer) {
+                     if (st.ok()) st = ReadPushAnswer(*answer, &raw->response);
+                     done(st);
+                   });
+    };
+    call.cancel = [stream] { stream->Cancel(); };
+    calls.push_back(std::move(call));
+    p->shards_.push_back(std::move(ps));
+  }
+  // The frames hold the only references to the payload slices now.
+  payloads.clear();
+  auto fanout = std::make_unique<FanOut>(Env(), k.what, CallPolicy());
+  fanout->Start(std::move(calls));
+  PendingPush* raw_call = p.get();
+  p->call_.Start(std::move(fanout),
+                 [raw_call](absl::Status s) { return raw_call->Finish(s); });
+  return p;
+}
+
+absl::StatusOr<PushSummary> PsClient::Push(
+    int64_t clock,
+    const std::vector<std::pair<std::string, const float*>>& grads) {
+  ReadSet read;
+  {
+    absl::MutexLock l(&mu_);
+    read = last_read_;
+  }
+  return StartPush(clock, grads, read)->Wait();
+}
+
+std::vector<PushRequest> PsClient::PushHeaders(
+    int64_t clock, uint64_t seq, const std::vector<uint64_t>& epochs) {
+  std::vector<PushRequest> headers(num_shards());
+  for (size_t s = 0; s < headers.size(); ++s) {
+    *headers[s].mutable_worker() = MakeWorkerRef(clock);
+    headers[s].set_seq(seq);
+    headers[s].set_request_id(next_request_id_++);
+    headers[s].set_wire_dtype(options_.push_dtype);
+    headers[s].set_map_epoch(map_.epoch());
+    if (s < epochs.size()) headers[s].set_read_epoch(epochs[s]);
+  }
+  return headers;
+}
+
+absl::Status ReadPushAnswer(const grpc::ByteBuffer& answer,
+                            PushResponse* response) {
+  response->Clear();
+  absl::Status st = ParseFromByteBuffer(answer, response);
+  if (!st.ok()) return absl::InternalError(st.message());
+  return FromCallStatus(response->status());
+}
+
+}  // namespace asyncps

@@ -1,0 +1,95 @@
+#ifndef ASYNCPS_COMMON_SHARD_MAP_H_
+#define ASYNCPS_COMMON_SHARD_MAP_H_
+
+// Where every key of a run lives: the one place that answers "which shard
+// owns this slice / this row". Clients route pulls and pushes by it, shards
+// check that what they are sent is theirs by it, and checkpoints, reshard,
+// psctl, ps_serve and the Python binding ask it too; nothing else computes
+// a home.
+//
+// A map has an epoch. Every pull and push carries the epoch of the map it
+// was routed with (PullRequest.map_epoch / PushRequest.map_epoch), and a
+// shard refuses a request routed with another map than its own, before it
+// reads anything else, so that a request can never be applied by a shard
+// that no longer owns its keys.
+//
+// Today every run has the static map of its shard count: slices of a
+// tensor go round-robin over the shards from a start chosen by a stable
+// hash of the tensor's name, and rows by a hash of (table, id) modulo the
+// shard count, at epoch kStaticEpoch. The values of these functions are
+// part of the checkpoint format (a checkpoint holds the keys its shard
+// owned), so they never change for a static map.
+//
+// Example:
+//
+//   absl::StatusOr<ShardMap> map = ShardMap::Static(servers.size());
+//   if (!map.ok()) return map.status();
+//   const int home = map->SliceHome("fc0/w", 3);          // slice 3
+//   const ShardMap::TableKey emb = ShardMap::KeyOf("emb");
+//   const int row_home = map->RowHome(emb, 123456789);    // row 123456789
+//   request.set_map_epoch(map->epoch());
+//
+// A value type: cheap to copy, immutable, thread-safe.
+
+#include <cstdint>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+
+namespace asyncps {
+
+class ShardMap {
+ public:
+  // The epoch of every static map. 0 on a request means "not routed by a
+  // map" (an older client): shards accept it.
+  static constexpr uint64_t kStaticEpoch = 1;
+
+  // A table's precomputed hash, for loops over its row ids.
+  struct TableKey {
+    uint64_t value = 0;
+  };
+
+  // The static map of a run of `num_shards` shards; INVALID_ARGUMENT unless
+  // 1 <= num_shards <= kMaxShards.
+  static absl::StatusOr<ShardMap> Static(int num_shards);
+  static constexpr int kMaxShards = 4096;
+
+  int num_shards() const { return num_shards_; }
+  uint64_t epoch() const { return epoch_; }
+
+  // The shard that owns slice `slice` of tensor `tensor`.
+  int SliceHome(absl::string_view tensor, uint32_t slice) const;
+  // How many of the first `num_slices` slices of `tensor` `shard` owns
+  // (closed form of counting SliceHome(tensor, i) == shard).
+  uint32_t SlicesOn(absl::string_view tensor, uint32_t num_slices,
+                    int shard) const;
+
+  static TableKey KeyOf(absl::string_view table);
+  // The shard that owns row `id` of the table of `key` / named `table`.
+  int RowHome(TableKey key, uint64_t id) const;
+  int RowHome(absl::string_view table, uint64_t id) const {
+    return RowHome(KeyOf(table), id);
+  }
+
+  // "static map of 3 shards, epoch 1", for messages.
+  std::string DebugString() const;
+
+  friend bool operator==(const ShardMap& a, const ShardMap& b) {
+    return a.num_shards_ == b.num_shards_ && a.epoch_ == b.epoch_;
+  }
+  friend bool operator!=(const ShardMap& a, const ShardMap& b) {
+    return !(a == b);
+  }
+
+ private:
+  ShardMap(int num_shards, uint64_t epoch)
+      : num_shards_(num_shards), epoch_(epoch) {}
+
+  int num_shards_;
+  uint64_t epoch_;
+};
+
+}  // namespace asyncps
+
+#endif  // ASYNCPS_COMMON_SHARD_MAP_H_
