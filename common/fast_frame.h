@@ -1,6 +1,31 @@
 #ifndef ASYNCPS_COMMON_FAST_FRAME_H_
 #define ASYNCPS_COMMON_FAST_FRAME_H_
 
+// Frames of the fast data path (PullStream, PushStream): a protobuf header
+// and raw payload bytes in one grpc::ByteBuffer, so that parameters and
+// gradients skip protobuf `bytes` fields. Senders build frames with
+// MakeFrame from their buffers' grpc::Slices; receivers read the payload in
+// place with a FrameReader. The byte layout is described below.
+//
+// Example:
+//
+//   // Sending 4 floats for slice 0 of "w"; grad_bytes says how many bytes.
+//   PushRequest header;
+//   SliceGradient* g = header.add_grads();
+//   g->set_tensor("w");
+//   g->set_grad_bytes(4 * sizeof(float));
+//   grpc::ByteBuffer frame =
+//       MakeFrame(header, {grpc::Slice(grad, 4 * sizeof(float))});
+//
+//   // Receiving it (network input: every length is checked).
+//   FrameReader reader;
+//   PushRequest got;
+//   absl::Status s = reader.Open(frame, &got);
+//   std::vector<Payload> grads(got.grads_size());  // views of the frame
+//   for (int i = 0; s.ok() && i < got.grads_size(); ++i) {
+//     s = reader.Next(got.grads(i).grad_bytes(), &grads[i]);
+//   }
+
 #include <grpcpp/grpcpp.h>
 #include <grpcpp/support/byte_buffer.h>
 #include <grpcpp/support/slice.h>

@@ -1,6 +1,25 @@
 #ifndef ASYNCPS_COMMON_SHARDING_H_
 #define ASYNCPS_COMMON_SHARDING_H_
 
+// Where a parameter lives, as pure functions of names, ids and the shard
+// count: SliceHome for a slice of a dense tensor, RowHome for a row of a
+// sparse table. Workers and shards compute the same answers without any
+// metadata service, so a worker sends each slice and row straight to its
+// shard, and a shard refuses those that are not its own.
+//
+// Example:
+//
+//   // Slice i of tensor "w" goes to shard SliceHome("w", i, num_shards);
+//   // shard 0 holds this many of its slices:
+//   const uint32_t on_0 = LocalSliceCount("w", num_slices, 0, num_shards);
+//
+//   // The ids of a pull of table "emb", split by shard.
+//   std::vector<std::vector<uint64_t>> by_shard(num_shards);
+//   const uint64_t key = RowTableKey("emb");  // once per table
+//   for (uint64_t id : ids) {
+//     by_shard[RowHomeOf(key, id, num_shards)].push_back(id);
+//   }
+
 #include <cstdint>
 
 #include "absl/strings/string_view.h"

@@ -1,6 +1,24 @@
 #ifndef ASYNCPS_COMMON_TENSOR_LAYOUT_H_
 #define ASYNCPS_COMMON_TENSOR_LAYOUT_H_
 
+// How a dense tensor is cut into slices, the unit of sharding, locking,
+// versions and pushes: a TensorLayout turns a shape and a slice size into
+// the number of slices and each one's element range, the same on every
+// worker and shard. Which shard holds a slice is SliceHome's answer
+// (common/sharding.h).
+//
+// Example:
+//
+//   absl::StatusOr<TensorLayout> layout =
+//       TensorLayout::Create({784, 10}, /*slice_elems=*/4096);
+//   if (!layout.ok()) return layout.status();  // a bad shape or slice size
+//   // 7840 elements: slices [0, 4096) and [4096, 7840).
+//   for (uint32_t i = 0; i < layout->num_slices(); ++i) {
+//     const int64_t begin = layout->SliceBegin(i);  // 0, 4096
+//     const int64_t size = layout->SliceSize(i);    // 4096, 3744
+//     const int shard = SliceHome("w", i, num_shards);
+//   }
+
 #include <cstdint>
 #include <vector>
 

@@ -1,6 +1,32 @@
 #ifndef ASYNCPS_SERVER_CHECKPOINTER_H_
 #define ASYNCPS_SERVER_CHECKPOINTER_H_
 
+// Background checkpoints of one shard: a Checkpointer calls options.capture
+// (which copies the state while holding pushes back) and writes the image
+// (server/checkpoint.h) on a thread of its own, every `every` and on request.
+// PsServer owns one when checkpoints are on.
+//
+// Example:
+//
+//   CheckpointerOptions options;
+//   options.dir = dir;
+//   options.every = absl::Minutes(5);
+//   options.capture = [&] {
+//     PushGate::Closed closed(&gate);  // no push is applied during the copy
+//     return CaptureCheckpoint(store, workers.Export(), absl::Now());
+//   };
+//   options.logger = logger;  // required
+//   absl::StatusOr<std::unique_ptr<Checkpointer>> checkpointer =
+//       Checkpointer::Start(std::move(options));
+//   if (!checkpointer.ok()) return checkpointer.status();
+//   // A Checkpoint RPC: answered once a checkpoint taken after it is on disk.
+//   (*checkpointer)->Request([](const absl::StatusOr<CheckpointInfo>& info) {
+//     /* answer with *info or the error */
+//   });
+//   // At shutdown: stop the thread, then write the last one here.
+//   (*checkpointer)->Stop();
+//   absl::StatusOr<CheckpointInfo> last = (*checkpointer)->WriteNow();
+
 #include <atomic>
 #include <cstdint>
 #include <functional>

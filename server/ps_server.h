@@ -1,6 +1,31 @@
 #ifndef ASYNCPS_SERVER_PS_SERVER_H_
 #define ASYNCPS_SERVER_PS_SERVER_H_
 
+// A whole parameter-server shard in one object: PsServer::Start builds the
+// store and the worker registry from PsServerOptions, restores the shard's
+// checkpoint when there is one, and serves the ParameterServer gRPC service
+// until Shutdown. server_main.cc fills the options from flags; tests start
+// several shards in one process, each on a port the OS picks.
+//
+// Example:
+//
+//   PsServerOptions options;
+//   options.host = "127.0.0.1";
+//   options.port = 0;  // any free port; port() says which
+//   options.store.shard_index = 0;
+//   options.store.num_shards = 2;
+//   options.workers.consistency = SSP;
+//   options.workers.ssp_slack = 2;
+//   options.checkpoint_dir = dir;  // restored from, written to
+//   options.checkpoint_every = absl::Minutes(5);
+//   options.logger = logger;  // required
+//   absl::StatusOr<std::unique_ptr<PsServer>> shard =
+//       PsServer::Start(std::move(options));
+//   if (!shard.ok()) return shard.status();
+//   const std::string address = (*shard)->address();  // for the workers
+//   ...
+//   absl::Status last = (*shard)->Shutdown();  // and a final checkpoint
+
 #include <grpcpp/grpcpp.h>
 
 #include <memory>

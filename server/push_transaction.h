@@ -1,6 +1,30 @@
 #ifndef ASYNCPS_SERVER_PUSH_TRANSACTION_H_
 #define ASYNCPS_SERVER_PUSH_TRANSACTION_H_
 
+// The push path of a shard, one object per push: PushTransaction checks a
+// PushRequest whole (caller identity, seq de-duplication, slices, rows,
+// memory) before applying any of it, and keeps checkpoints out meanwhile.
+// PsService runs one for every Push and PushStream request; the class
+// comment lists the rules it keeps.
+//
+// Example (a unary Push; PushStream reads the payloads from its frame,
+// common/fast_frame.h):
+//
+//   absl::Status DoPush(const ServiceContext& context,
+//                       const PushRequest& request, PushResponse* response) {
+//     const std::vector<Payload> grads = ShardStore::PayloadsOf(request);
+//     const std::vector<Payload> rows = TableStore::PayloadsOf(request);
+//     PushTransaction push(context, request);  // holds the checkpoint gate
+//     absl::Status s = push.Prepare(grads, rows);
+//     if (!s.ok()) return s;  // nothing applied; a retry may try again
+//     if (push.duplicate()) {
+//       response->set_duplicate(true);  // applied before: acknowledge only
+//     } else {
+//       push.Commit(response);  // applies; cannot fail
+//     }
+//     return absl::OkStatus();
+//   }
+
 #include <optional>
 
 #include "absl/status/status.h"

@@ -1,6 +1,34 @@
 #ifndef ASYNCPS_SERVER_WORKER_REGISTRY_H_
 #define ASYNCPS_SERVER_WORKER_REGISTRY_H_
 
+// The workers of one shard: every call goes through the WorkerRegistry.
+// Admit checks who the caller is (fencing replaced processes) and moves its
+// clock; BeginPush / FinishPush apply each push at most once; WhenReady
+// answers a pull once ASP, SSP or BSP allows, without holding a thread.
+//
+// Example:
+//
+//   RegistryOptions options;
+//   options.consistency = SSP;
+//   options.ssp_slack = 2;
+//   options.logger = logger;  // required
+//   absl::StatusOr<std::unique_ptr<WorkerRegistry>> workers =
+//       WorkerRegistry::Create(options);
+//   if (!workers.ok()) return workers.status();
+//
+//   // A pull: admit the caller, answer when the slowest worker allows.
+//   absl::StatusOr<WorkerRegistry::Admission> admitted =
+//       (*workers)->Admit(pull.worker());
+//   if (!admitted.ok()) return admitted.status();  // e.g. a fenced process
+//   (*workers)->WhenReady(pull.worker().worker_id(), pull.worker().clock(),
+//                         [](absl::Status s) { /* answer the pull */ });
+//
+//   // A push: claim its seq; apply it unless it was applied before.
+//   absl::StatusOr<WorkerRegistry::PushClaim> claim =
+//       (*workers)->BeginPush(push.worker(), push.seq());
+//   if (!claim.ok()) return claim.status();
+//   if (!claim->duplicate()) (*workers)->FinishPush(&*claim, Apply(push));
+
 #include <atomic>
 #include <cstdint>
 #include <functional>

@@ -25,6 +25,17 @@
 // at a time.
 //
 // Thread-safe.
+//
+// Example (the Batcher's calls):
+//
+//   BatchPolicyOptions options;
+//   options.automatic = true;
+//   options.latency_objective = absl::Milliseconds(5);  // for the p99
+//   BatchPolicy policy(options);
+//   policy.RecordArrival(absl::Now(), rows);  // each request
+//   const absl::Time run_at = oldest_arrival + policy.Timeout();
+//   ...
+//   policy.RecordBatch(batch_rows, absl::Now() - batch_start);  // each batch
 
 #include <cstdint>
 

@@ -9,6 +9,26 @@
 // starts is answered DEADLINE_EXCEEDED and never computed. Requests are
 // validated before they are queued, so one bad request never fails its
 // batch-mates.
+//
+// Example:
+//
+//   BatcherOptions options;
+//   options.input_dim = 784;
+//   options.output_dim = 10;
+//   options.auto_timeout = true;  // the wait chosen from measurements
+//   absl::StatusOr<std::unique_ptr<Batcher>> batcher = Batcher::Create(
+//       options,
+//       []() -> absl::StatusOr<std::unique_ptr<BatchRunner>> {
+//         return MlpRunner::Create({784, 256, 10}, 64, "cpu");  // each thread
+//       },
+//       &snapshots, &metrics);  // a SnapshotKeeper and ServingMetrics
+//   if (!batcher.ok()) return batcher.status();
+//   (*batcher)->Submit(std::move(x), /*rows=*/2,
+//                      absl::Now() + absl::Milliseconds(100),
+//                      [](absl::StatusOr<InferResult> r) {
+//                        // r->out: 2 x 10 outputs; r->snapshot: the
+//                        // parameters that computed them.
+//                      });
 
 #include <cstdint>
 #include <deque>

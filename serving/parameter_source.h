@@ -4,6 +4,21 @@
 // Where ps_serve's parameters come from: the live shards of a training
 // cluster, read without changing anything there (PsClientOptions::reader),
 // or the checkpoint directory of a finished run.
+//
+// Example:
+//
+//   PsClientOptions options;
+//   options.servers = {"10.0.0.1:7000", "10.0.0.2:7000"};
+//   absl::StatusOr<std::unique_ptr<ParameterSource>> source =
+//       MakeShardSource(std::move(options));  // or MakeCheckpointSource(dir)
+//   if (!source.ok()) return source.status();
+//   absl::StatusOr<ListTensorsResponse> list = (*source)->List();
+//   if (!list.ok()) return list.status();
+//   std::vector<float> w(784 * 10);  // "w"'s size, as the list says
+//   std::vector<uint64_t> versions;
+//   absl::Status s = (*source)->Read({{"w", w.data()}}, &versions);
+//   std::vector<float> rows(2 * 16);  // two rows of table "emb", dim 16
+//   if (s.ok()) s = (*source)->ReadRows("emb", {3, 70001}, rows.data());
 
 #include <cstdint>
 #include <memory>

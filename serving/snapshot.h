@@ -6,6 +6,18 @@
 // swapped in atomically. A batch takes one snapshot (a shared_ptr) and
 // computes every row with it, so no answer mixes two snapshots; a snapshot
 // lives until its last batch finishes.
+//
+// Example:
+//
+//   SnapshotKeeper snapshots(source, {"w1", "b1"}, absl::Seconds(1), logger);
+//   absl::Status s = snapshots.Refresh();  // the first one, before serving
+//   if (!s.ok()) return s;
+//   snapshots.Start();  // then a refresh every second, in the background
+//   ...
+//   std::shared_ptr<const Snapshot> now = snapshots.Current();
+//   const std::vector<float>& w1 = now->values[0];  // valid while `now` is
+//   ...
+//   snapshots.Stop();
 
 #include <atomic>
 #include <cstdint>

@@ -1,6 +1,34 @@
 #ifndef ASYNCPS_STORE_SHARD_STORE_H_
 #define ASYNCPS_STORE_SHARD_STORE_H_
 
+// A shard's parameters, without RPC code: its slices of the dense tensors
+// and its sparse tables (tables()), serving the CreateTensor, Pull and Push
+// messages of proto/asyncps.proto. PreparePush checks a push whole and
+// changes nothing; CommitPush applies it and cannot fail.
+//
+// Example:
+//
+//   absl::StatusOr<std::unique_ptr<ShardStore>> store =
+//       ShardStore::Create(ShardStoreOptions());  // shard 0 of 1
+//   if (!store.ok()) return store.status();
+//   CreateTensorRequest create;
+//   TensorSpec* w = create.add_tensors();  // 4 zeros, SGD with lr 0.1
+//   w->set_name("w");
+//   w->add_shape(4);
+//   w->mutable_optimizer()->set_learning_rate(0.1f);
+//   absl::Status s = (*store)->CreateTensors(create).status();
+//   if (!s.ok()) return s;
+//   PushRequest push;  // a gradient of slice 0, computed from version 0
+//   SliceGradient* g = push.add_grads();
+//   g->set_tensor("w");
+//   EncodeFloats(grad, 4, g->mutable_grad());  // common/payload.h
+//   const std::vector<Payload> grads = ShardStore::PayloadsOf(push);
+//   absl::StatusOr<ShardStore::PreparedPush> prepared =
+//       (*store)->PreparePush(push, grads, /*rows=*/{}, PushMode::kApply);
+//   if (!prepared.ok()) return prepared.status();  // nothing was applied
+//   PushResponse response;  // one SliceResult per gradient
+//   (*store)->CommitPush(&*prepared, StalenessRule(), &response);
+
 #include <cstdint>
 #include <memory>
 #include <string>

@@ -1,6 +1,32 @@
 #ifndef ASYNCPS_STORE_TABLE_STORE_H_
 #define ASYNCPS_STORE_TABLE_STORE_H_
 
+// The sparse embedding tables of one shard, reached as ShardStore::tables()
+// (store/shard_store.h): tables are created and row gradients pushed
+// through ShardStore together with the dense tensors; row pulls, listing,
+// eviction of idle rows and checkpoints call the TableStore directly. Rows
+// are created on first touch, on the shard RowHome (common/sharding.h) names.
+//
+// Example:
+//
+//   // Rows 3 and 70001 of table "emb", as float32 into `values`.
+//   PullRequest pull;
+//   TableIds* ids = pull.add_rows();
+//   ids->set_table("emb");
+//   ids->add_ids(3);
+//   ids->add_ids(70001);
+//   PullResponse response;  // rows(0).versions(): updates of each row
+//   std::string values;     // 2 x dim floats
+//   absl::Status s = store->tables().Pull(
+//       pull, /*clock=*/worker_clock, WIRE_F32, &response,
+//       [&values](int /*k*/, size_t bytes) {
+//         values.resize(bytes);
+//         return values.data();
+//       });
+//
+//   // Rows unused for row_ttl_steps steps of the fastest worker go away.
+//   const uint64_t evicted = store->tables().EvictIdle(fastest_clock);
+
 #include <cstdint>
 #include <functional>
 #include <memory>
