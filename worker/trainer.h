@@ -45,12 +45,6 @@ struct TrainResult : LoopResult {
   double final_loss = 0;
 };
 
-// The parameter tensors of the model: glorot-uniform weights, zero biases,
-// all with `optimizer` and `seed`.
-std::vector<TensorSpec> ModelSpecs(const std::vector<int>& layer_sizes,
-                                   const OptimizerSpec& optimizer,
-                                   uint64_t seed);
-
 // Trains an MLP with asynchronous SGD through RunTrainingLoop
 // (worker/training_loop.h): every round pulls the parameters, computes the
 // gradient of push_every minibatches of this worker's share of `train` on
