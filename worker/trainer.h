@@ -7,9 +7,9 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "data/idx_reader.h"
 #include "kernels/backend.h"
 #include "proto/asyncps.pb.h"
-#include "worker/idx_reader.h"
 #include "worker/parameter_store.h"
 #include "worker/training_loop.h"
 

@@ -15,11 +15,11 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "data/idx_reader.h"
 #include "kernels/backend.h"
 #include "kernels/cpu_backend.h"
 #include "proto/asyncps.pb.h"
 #include "tests/testing/faulty_backend.h"
-#include "worker/idx_reader.h"
 #include "worker/partition.h"
 
 namespace asyncps {

@@ -11,9 +11,9 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "common/logging.h"
+#include "data/idx_reader.h"
 #include "proto/asyncps.pb.h"
 #include "tests/testing/faulty_backend.h"
-#include "worker/idx_reader.h"
 #include "worker/local_store.h"
 #include "worker/parameter_store.h"
 
