@@ -28,8 +28,8 @@
 #include "absl/time/clock.h"
 #include "common/cli.h"
 #include "common/version.h"
+#include "data/idx_reader.h"
 #include "proto/grpc_predict_v2.grpc.pb.h"
-#include "worker/idx_reader.h"
 
 ABSL_FLAG(std::string, target, "", "host:port of the serving process.");
 ABSL_FLAG(std::string, model, "mlp", "Model name.");

@@ -1,7 +1,7 @@
 #ifndef ASYNCPS_SERVING_SERVED_CTR_H_
 #define ASYNCPS_SERVING_SERVED_CTR_H_
 
-// The DLRM-like click model ps_worker --model=ctr trains (worker/ctr_model.h),
+// The DLRM-like click model ps_worker --model=ctr trains (models/ctr_model.h),
 // for inference: dense weights from the snapshot, embedding rows per batch
 // through a RowCache.
 
@@ -11,10 +11,10 @@
 
 #include "absl/status/statusor.h"
 #include "kernels/backend.h"
+#include "models/ctr_model.h"
 #include "proto/asyncps.pb.h"
 #include "serving/batcher.h"
 #include "serving/row_cache.h"
-#include "worker/ctr_model.h"
 
 namespace asyncps {
 

@@ -1,7 +1,7 @@
 #ifndef ASYNCPS_SERVING_SERVED_MLP_H_
 #define ASYNCPS_SERVING_SERVED_MLP_H_
 
-// The Fashion-MNIST MLP ps_worker trains (worker/mlp.h), for inference.
+// The Fashion-MNIST MLP ps_worker trains (models/mlp.h), for inference.
 
 #include <memory>
 #include <string>
@@ -9,9 +9,9 @@
 
 #include "absl/status/statusor.h"
 #include "kernels/backend.h"
+#include "models/mlp.h"
 #include "proto/asyncps.pb.h"
 #include "serving/batcher.h"
-#include "worker/mlp.h"
 
 namespace asyncps {
 

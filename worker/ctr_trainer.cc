@@ -5,7 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "worker/ctr_model.h"
+#include "models/ctr_model.h"
 
 namespace asyncps {
 

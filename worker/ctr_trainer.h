@@ -27,7 +27,7 @@ struct CtrTrainerOptions : LoopOptions {
   CtrDataOptions data;
   int64_t train_examples = 8000000;
   int64_t test_examples = 200000;
-  // The model (worker/ctr_model.h): one table of embedding_dim per field.
+  // The model (models/ctr_model.h): one table of embedding_dim per field.
   int embedding_dim = 16;
   std::vector<int> hidden = {64, 32};
   OptimizerSpec dense_optimizer;  // the MLP, on the shards

@@ -7,9 +7,9 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "data/idx_reader.h"
 #include "kernels/backend.h"
 #include "proto/asyncps.pb.h"
-#include "worker/idx_reader.h"
 #include "worker/parameter_store.h"
 #include "worker/training_loop.h"
 
@@ -44,12 +44,6 @@ struct TrainResult : LoopResult {
   double final_accuracy = -1;  // -1 when this worker does not evaluate
   double final_loss = 0;
 };
-
-// The parameter tensors of the model: glorot-uniform weights, zero biases,
-// all with `optimizer` and `seed`.
-std::vector<TensorSpec> ModelSpecs(const std::vector<int>& layer_sizes,
-                                   const OptimizerSpec& optimizer,
-                                   uint64_t seed);
 
 // Trains an MLP with asynchronous SGD through RunTrainingLoop
 // (worker/training_loop.h): every round pulls the parameters, computes the

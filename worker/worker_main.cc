@@ -32,11 +32,11 @@
 #include "common/security.h"
 #include "common/security_flags.h"
 #include "common/version.h"
+#include "data/idx_reader.h"
 #include "kernels/backend.h"
+#include "models/mlp.h"
 #include "worker/ctr_trainer.h"
-#include "worker/idx_reader.h"
 #include "worker/local_store.h"
-#include "worker/mlp.h"
 #include "worker/parameter_store.h"
 #include "worker/trainer.h"
 

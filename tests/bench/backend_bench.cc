@@ -46,7 +46,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "kernels/backend.h"
-#include "worker/mlp.h"
+#include "models/mlp.h"
 
 ABSL_FLAG(std::string, device, "auto",
           "auto (CPU + CUDA when usable), cpu, cuda, or both (CPU + CUDA, "

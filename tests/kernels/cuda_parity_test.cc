@@ -35,8 +35,8 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "kernels/backend.h"
+#include "models/mlp.h"
 #include "tests/testing/require_ok.h"
-#include "worker/mlp.h"
 
 namespace asyncps {
 namespace {

@@ -30,11 +30,11 @@
 #include "absl/time/clock.h"
 #include "client/ps_client.h"
 #include "kernels/backend.h"
+#include "models/ctr_model.h"
+#include "models/mlp.h"
 #include "proto/grpc_predict_v2.grpc.pb.h"
 #include "tests/testing/require_ok.h"
 #include "tests/testing/subprocess.h"
-#include "worker/ctr_model.h"
-#include "worker/mlp.h"
 
 namespace asyncps {
 namespace {

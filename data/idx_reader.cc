@@ -1,4 +1,4 @@
-#include "worker/idx_reader.h"
+#include "data/idx_reader.h"
 
 #include <zlib.h>
 

@@ -1,5 +1,5 @@
-#ifndef ASYNCPS_WORKER_CTR_MODEL_H_
-#define ASYNCPS_WORKER_CTR_MODEL_H_
+#ifndef ASYNCPS_MODELS_CTR_MODEL_H_
+#define ASYNCPS_MODELS_CTR_MODEL_H_
 
 #include <cstdint>
 #include <memory>
@@ -8,8 +8,8 @@
 
 #include "absl/status/statusor.h"
 #include "kernels/backend.h"
+#include "models/mlp.h"
 #include "proto/asyncps.pb.h"
-#include "worker/mlp.h"
 
 namespace asyncps {
 
@@ -106,4 +106,4 @@ std::string CtrTableName(int field);
 
 }  // namespace asyncps
 
-#endif  // ASYNCPS_WORKER_CTR_MODEL_H_
+#endif  // ASYNCPS_MODELS_CTR_MODEL_H_

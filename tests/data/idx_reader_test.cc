@@ -2,7 +2,7 @@
 // with the known shape and contents; malformed files give errors that name
 // the file.
 
-#include "worker/idx_reader.h"
+#include "data/idx_reader.h"
 
 #include <stdlib.h>
 #include <zlib.h>

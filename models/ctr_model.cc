@@ -1,4 +1,4 @@
-#include "worker/ctr_model.h"
+#include "models/ctr_model.h"
 
 #include <algorithm>
 #include <cmath>

@@ -1,5 +1,5 @@
-#ifndef ASYNCPS_WORKER_IDX_READER_H_
-#define ASYNCPS_WORKER_IDX_READER_H_
+#ifndef ASYNCPS_DATA_IDX_READER_H_
+#define ASYNCPS_DATA_IDX_READER_H_
 
 #include <cstdint>
 #include <string>
@@ -54,4 +54,4 @@ absl::StatusOr<Dataset> LoadFashionMnist(const std::string& dir, Split split);
 
 }  // namespace asyncps
 
-#endif  // ASYNCPS_WORKER_IDX_READER_H_
+#endif  // ASYNCPS_DATA_IDX_READER_H_

@@ -1,5 +1,5 @@
-#ifndef ASYNCPS_WORKER_MLP_H_
-#define ASYNCPS_WORKER_MLP_H_
+#ifndef ASYNCPS_MODELS_MLP_H_
+#define ASYNCPS_MODELS_MLP_H_
 
 #include <cstdint>
 #include <memory>
@@ -9,6 +9,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "kernels/backend.h"
+#include "proto/asyncps.pb.h"
 
 namespace asyncps {
 
@@ -120,6 +121,13 @@ class Mlp {
 absl::StatusOr<std::vector<int>> ParseLayerSizes(absl::string_view hidden,
                                                  int input, int classes);
 
+// The parameter tensors of the MLP with `layer_sizes` (the names and shapes
+// of Mlp::params()): glorot-uniform weights, zero biases, all with
+// `optimizer` and `seed`.
+std::vector<TensorSpec> ModelSpecs(const std::vector<int>& layer_sizes,
+                                   const OptimizerSpec& optimizer,
+                                   uint64_t seed);
+
 }  // namespace asyncps
 
-#endif  // ASYNCPS_WORKER_MLP_H_
+#endif  // ASYNCPS_MODELS_MLP_H_

@@ -1,14 +1,13 @@
 // Spec for the MLP: analytic gradients agree with finite differences, the
-// loss matches hand-computed values, and plain SGD on the real Fashion-MNIST
-// data learns.
+// loss matches hand-computed values, backend errors come back with the
+// Mlp's context, and plain SGD on the real Fashion-MNIST data learns.
 
-#include "worker/mlp.h"
+#include "models/mlp.h"
 
 #include <algorithm>
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <cstdint>
-#include <cstdio>
 #include <memory>
 #include <random>
 #include <string>
@@ -16,14 +15,12 @@
 #include <vector>
 
 #include "absl/status/status.h"
-#include "common/logging.h"
+#include "data/idx_reader.h"
 #include "kernels/backend.h"
 #include "kernels/cpu_backend.h"
-#include "worker/idx_reader.h"
-#include "worker/local_store.h"
-#include "worker/parameter_store.h"
+#include "proto/asyncps.pb.h"
+#include "tests/testing/faulty_backend.h"
 #include "worker/partition.h"
-#include "worker/trainer.h"
 
 namespace asyncps {
 namespace {
@@ -190,6 +187,28 @@ TEST_CASE("parameters are named fc<i>/w [in, out] and fc<i>/b [out]", "[mlp]") {
   CHECK((*mlp)->num_classes() == 10);
 }
 
+TEST_CASE("ModelSpecs are the tensors of Mlp::params(), initialized", "[mlp]") {
+  CpuBackend backend;
+  auto mlp = Mlp::Create({784, 256, 10}, 8, &backend);
+  REQUIRE(mlp.ok());
+  OptimizerSpec adam;
+  adam.set_type(OPT_ADAM);
+  const std::vector<TensorSpec> specs =
+      ModelSpecs((*mlp)->layer_sizes(), adam, 42);
+  const std::vector<ParamInfo>& params = (*mlp)->params();
+  REQUIRE(specs.size() == params.size());
+  for (size_t i = 0; i < specs.size(); ++i) {
+    INFO(params[i].name);
+    CHECK(specs[i].name() == params[i].name);
+    CHECK(std::vector<int64_t>(specs[i].shape().begin(),
+                               specs[i].shape().end()) == params[i].shape);
+    CHECK(specs[i].init() ==
+          (params[i].is_bias ? INIT_ZEROS : INIT_GLOROT_UNIFORM));
+    CHECK(specs[i].seed() == 42u);
+    CHECK(specs[i].optimizer().type() == OPT_ADAM);
+  }
+}
+
 TEST_CASE("softmax regression loss and gradients on a hand-computed input",
           "[mlp]") {
   CpuBackend backend;
@@ -277,80 +296,6 @@ TEST_CASE("invalid calls are INVALID_ARGUMENT", "[mlp]") {
       m.Evaluate(p.ConstPtrs(), x.data(), labels.data(), 0).status()));
 }
 
-// A CpuBackend that fails the `fail_at`-th call (counting from 1) of the
-// operation named `fail_op` with `error`, as a CUDA backend reports a device
-// error; every other call is the CPU's. Lets the tests see what a caller
-// does with a backend error without a GPU.
-class FaultyBackend final : public Backend {
- public:
-  FaultyBackend(std::string fail_op, int fail_at, absl::Status error)
-      : fail_op_(std::move(fail_op)), fail_at_(fail_at), error_(error) {}
-
-  std::string name() const override { return "faulty-cpu"; }
-  absl::StatusOr<float*> Alloc(size_t n) override {
-    if (Fails("Alloc")) return error_;
-    return cpu_.Alloc(n);
-  }
-  absl::Status Free(float* p) override { return cpu_.Free(p); }
-  absl::StatusOr<float*> AllocHost(size_t n) override {
-    if (Fails("AllocHost")) return error_;
-    return cpu_.AllocHost(n);
-  }
-  absl::Status FreeHost(float* p) override { return cpu_.FreeHost(p); }
-  absl::Status CopyToDevice(float* dst, const float* src, size_t n) override {
-    return Fails("CopyToDevice") ? error_ : cpu_.CopyToDevice(dst, src, n);
-  }
-  absl::Status CopyToHost(float* dst, const float* src, size_t n) override {
-    return Fails("CopyToHost") ? error_ : cpu_.CopyToHost(dst, src, n);
-  }
-  absl::Status Fill(float* x, size_t n, float value) override {
-    return Fails("Fill") ? error_ : cpu_.Fill(x, n, value);
-  }
-  absl::Status Gemm(bool ta, bool tb, int m, int n, int k, float alpha,
-                    const float* a, const float* b, float beta,
-                    float* c) override {
-    return Fails("Gemm") ? error_
-                         : cpu_.Gemm(ta, tb, m, n, k, alpha, a, b, beta, c);
-  }
-  absl::Status BiasActivation(float* y, const float* bias, int rows, int cols,
-                              bool relu) override {
-    return Fails("BiasActivation")
-               ? error_
-               : cpu_.BiasActivation(y, bias, rows, cols, relu);
-  }
-  absl::Status ReluBackward(float* dy, const float* y, size_t n) override {
-    return Fails("ReluBackward") ? error_ : cpu_.ReluBackward(dy, y, n);
-  }
-  absl::Status ColumnSum(const float* x, int rows, int cols,
-                         float* out) override {
-    return Fails("ColumnSum") ? error_ : cpu_.ColumnSum(x, rows, cols, out);
-  }
-  absl::StatusOr<SoftmaxXentResult> SoftmaxCrossEntropy(
-      const float* logits, const int32_t* labels, int rows, int cols,
-      float* dlogits) override {
-    if (Fails("SoftmaxCrossEntropy")) return error_;
-    return cpu_.SoftmaxCrossEntropy(logits, labels, rows, cols, dlogits);
-  }
-  absl::Status Synchronize() override {
-    return Fails("Synchronize") ? error_ : cpu_.Synchronize();
-  }
-
-  // Calls of the failing operation so far.
-  int calls() const { return calls_; }
-
- private:
-  bool Fails(const char* op) {
-    if (fail_op_ != op) return false;
-    return ++calls_ == fail_at_;
-  }
-
-  CpuBackend cpu_;
-  const std::string fail_op_;
-  const int fail_at_;
-  const absl::Status error_;
-  int calls_ = 0;
-};
-
 TEST_CASE("a backend error fails the training step with its message",
           "[mlp][errors]") {
   // Every operation of a training step, failing at its first and at a later
@@ -433,40 +378,6 @@ TEST_CASE("Mlp::Create fails when the backend cannot allocate",
   INFO(huge.status().ToString());
   CHECK(absl::IsResourceExhausted(huge.status()));
   CHECK(huge.status().message().find("Mlp fc0/w: Alloc(") == 0);
-}
-
-TEST_CASE("training fails with the backend's error", "[mlp][errors]") {
-  // The whole worker loop (worker/trainer.h) on an in-process store: a
-  // device error in the third step ends training with that error.
-  Dataset data;
-  data.n = 64;
-  data.dim = 6;
-  data.images.assign(data.n * data.dim, 0.5f);
-  for (int64_t i = 0; i < data.n; ++i) data.labels.push_back(i % 3);
-  TrainerOptions o;
-  o.layer_sizes = {6, 5, 3};
-  o.batch_size = 8;
-  o.epochs = 1;
-  o.optimizer.set_type(OPT_SGD);
-  o.optimizer.set_learning_rate(0.1f);
-  o.evaluate = false;
-  o.logger = NullLogger();
-  std::FILE* progress = std::tmpfile();
-  REQUIRE(progress != nullptr);
-  o.progress = progress;
-  FaultyBackend backend(
-      "Gemm", 2 * 2 + 2 * 3 + 1,  // 2 forward + 3 backward GEMMs per step
-      absl::InternalError("Gemm: cublasSgemm: CUBLAS_STATUS_EXECUTION_FAILED"));
-  absl::StatusOr<std::unique_ptr<ParameterStore>> store = MakeLocalStore();
-  REQUIRE(store.ok());
-  absl::StatusOr<TrainResult> r = Train(o, data, data, store->get(), &backend);
-  std::fclose(progress);
-  INFO(r.status().ToString());
-  CHECK(backend.calls() == 11);
-  CHECK(absl::IsInternal(r.status()));
-  CHECK(r.status().message() ==
-        "Mlp forward layer 0: Gemm: cublasSgemm: "
-        "CUBLAS_STATUS_EXECUTION_FAILED");
 }
 
 TEST_CASE("ParseLayerSizes builds input, hidden and class sizes", "[mlp]") {

@@ -1,7 +1,7 @@
 // The click model's gradients (dense tensors and embeddings, through the
 // dot interactions) agree with finite differences, and it learns a simple
 // rule.
-#include "worker/ctr_model.h"
+#include "models/ctr_model.h"
 
 #include <catch2/catch.hpp>
 #include <cmath>

@@ -1,4 +1,4 @@
-#include "worker/mlp.h"
+#include "models/mlp.h"
 
 #include <algorithm>
 #include <cmath>
@@ -326,6 +326,30 @@ absl::StatusOr<std::vector<int>> ParseLayerSizes(absl::string_view hidden,
   }
   sizes.push_back(classes);
   return sizes;
+}
+
+std::vector<TensorSpec> ModelSpecs(const std::vector<int>& layer_sizes,
+                                   const OptimizerSpec& optimizer,
+                                   uint64_t seed) {
+  std::vector<TensorSpec> specs;
+  for (size_t l = 0; l + 1 < layer_sizes.size(); ++l) {
+    TensorSpec w;
+    w.set_name(absl::StrCat("fc", l, "/w"));
+    w.add_shape(layer_sizes[l]);
+    w.add_shape(layer_sizes[l + 1]);
+    w.set_init(INIT_GLOROT_UNIFORM);
+    w.set_seed(seed);
+    *w.mutable_optimizer() = optimizer;
+    specs.push_back(w);
+    TensorSpec b;
+    b.set_name(absl::StrCat("fc", l, "/b"));
+    b.add_shape(layer_sizes[l + 1]);
+    b.set_init(INIT_ZEROS);
+    b.set_seed(seed);
+    *b.mutable_optimizer() = optimizer;
+    specs.push_back(b);
+  }
+  return specs;
 }
 
 }  // namespace asyncps
