@@ -15,6 +15,7 @@
 #include "common/net.h"
 #include "common/security.h"
 #include "server/checkpointer.h"
+#include "server/file_system.h"
 #include "server/ps_service.h"
 #include "server/push_gate.h"
 #include "server/reflection_v1.h"
@@ -54,6 +55,9 @@ struct PsServerOptions {
   // plain TCP, no token. Unreadable files fail Start.
   SecurityOptions security;
   Clock* clock = Clock::Real();  // not owned
+  // Every file of checkpoint_dir is read (restore) and written (checkpoints,
+  // spec file) through it. Not owned; never null.
+  FileSystem* fs = FileSystem::Default();
   // host:port reported in Status and logs (e.g. the name clients dial);
   // empty = the address actually bound, e.g. "0.0.0.0:7000".
   std::string advertise_address;
