@@ -78,8 +78,9 @@ class PsServer {
   // FAILED_PRECONDITION for files of another shard count or run), restores
   // the checkpoint and then the spec file (if any), binds and starts
   // serving. A failed restore returns DATA_LOSS (corrupt file),
-  // FAILED_PRECONDITION (another shard's) or RESOURCE_EXHAUSTED (larger than
-  // max_parameter_bytes); see RestoreCheckpoint.
+  // FAILED_PRECONDITION (another shard's), RESOURCE_EXHAUSTED (larger than
+  // max_parameter_bytes) or the error of listing or reading a file through
+  // options.fs (naming it); see RestoreCheckpoint.
   static absl::StatusOr<std::unique_ptr<PsServer>> Start(
       PsServerOptions options);
   ~PsServer();  // Shutdown()
