@@ -376,9 +376,10 @@ absl::StatusOr<CheckpointInfo> WriteCheckpoint(const CheckpointImage& image,
 
 absl::StatusOr<RestoredCheckpoint> RestoreCheckpoint(
     const std::string& path, ShardStore* store,
-    const std::function<void(uint64_t bytes_read)>& progress,
-    absl::Duration progress_every) {
+    const RestoreCheckpointOptions& options) {
   const absl::Time start = absl::Now();
+  const std::function<void(uint64_t)>& progress = options.progress;
+  const absl::Duration progress_every = options.progress_every;
   absl::Time next_report = start + progress_every;
   uint64_t bytes_read = 0;
   if (store->Size().tensors != 0 || store->tables().totals().tables != 0) {
@@ -389,7 +390,8 @@ absl::StatusOr<RestoredCheckpoint> RestoreCheckpoint(
   Restorer restorer(path, store);
   CheckpointRecord record;
   absl::StatusOr<RecordFileInfo> file = ReadRecordFile(
-      path, kCheckpointFormat, [&](absl::string_view bytes, int64_t n) {
+      path, kCheckpointFormat,
+      [&](absl::string_view bytes, int64_t n) {
         bytes_read += bytes.size() + sizeof(uint32_t);  // record and length
         if (progress && absl::Now() >= next_report) {
           progress(bytes_read);
@@ -401,7 +403,8 @@ absl::StatusOr<RestoredCheckpoint> RestoreCheckpoint(
               absl::StrCat("record ", n, " does not parse"));
         }
         return restorer.Apply(record, n);
-      });
+      },
+      options.fs);
   if (!file.ok()) return file.status();
   absl::Status s = restorer.Finish();
   if (!s.ok()) return s;
@@ -424,8 +427,9 @@ absl::StatusOr<RestoredCheckpoint> RestoreCheckpoint(
 }
 
 absl::StatusOr<CheckpointIdentity> ReadCheckpointIdentity(
-    const std::string& path) {
-  absl::StatusOr<std::string> first = ReadFirstRecord(path, kCheckpointFormat);
+    const std::string& path, FileSystem* fs) {
+  absl::StatusOr<std::string> first =
+      ReadFirstRecord(path, kCheckpointFormat, fs);
   if (!first.ok()) return first.status();
   CheckpointRecord record;
   if (!record.ParseFromString(*first) || !record.has_identity()) {

@@ -94,30 +94,42 @@ struct RestoredCheckpoint {
   std::vector<CheckpointWorker> workers;  // for WorkerRegistry::Import
 };
 
+// How RestoreCheckpoint reads.
+struct RestoreCheckpointOptions {
+  // Where the file is read from; nullptr = FileSystem::Default(). Not owned.
+  FileSystem* fs = nullptr;
+  // If set, called about every `progress_every` while the file is read,
+  // with the bytes read so far (a large restore can take minutes).
+  std::function<void(uint64_t bytes_read)> progress;
+  absl::Duration progress_every = absl::Seconds(5);
+};
+
 // Loads the checkpoint at `path` into `store`, which must hold no tensors
 // and no tables.
 // Every record is validated (magic, format version 1 to 3, record lengths,
 // the CRC-32, the slices against their specs, every local slice present
 // exactly once, rows against their tables and homed here, worker records
 // well-formed). Errors name the file:
-//   NOT_FOUND            no such file (other I/O errors by errno);
-//   DATA_LOSS            corrupt or truncated file;
+//   NOT_FOUND            no such file (other I/O errors by errno: an error
+//                        of opening or reading it);
+//   DATA_LOSS            corrupt or truncated file (also one that reads
+//                        back shorter than its size);
 //   FAILED_PRECONDITION  an intact file of another shard or cluster size,
 //                        or a store that is not empty;
 //   RESOURCE_EXHAUSTED   the tensors exceed the store's max_parameter_bytes.
-// On error the store may hold part of the checkpoint and must be discarded.
-// `progress` (if set) is called about every `progress_every` while the file
-// is read, with the bytes read so far (a large restore can take minutes).
+// On error the store may hold part of the checkpoint and must be discarded
+// (a shard that fails its restore does not start; RestoreShard returns no
+// store).
 absl::StatusOr<RestoredCheckpoint> RestoreCheckpoint(
     const std::string& path, ShardStore* store,
-    const std::function<void(uint64_t bytes_read)>& progress = nullptr,
-    absl::Duration progress_every = absl::Seconds(5));
+    const RestoreCheckpointOptions& options = {});
 
-// The identity record of the checkpoint at `path`, read without the rest
-// of the file (no checksum: RestoreCheckpoint still validates the file).
-// Errors as RestoreCheckpoint's NOT_FOUND and DATA_LOSS.
+// The identity record of the checkpoint at `path`, read through `fs`
+// (nullptr = FileSystem::Default()) without the rest of the file (no
+// checksum: RestoreCheckpoint still validates the file). Errors as
+// RestoreCheckpoint's NOT_FOUND (and other I/O errors) and DATA_LOSS.
 absl::StatusOr<CheckpointIdentity> ReadCheckpointIdentity(
-    const std::string& path);
+    const std::string& path, FileSystem* fs = nullptr);
 
 }  // namespace asyncps
 

@@ -1,10 +1,7 @@
 #include "server/checkpoint_dir.h"
 
-#include <dirent.h>
-
 #include <algorithm>
-#include <cerrno>
-#include <cstdio>
+#include <utility>
 
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
@@ -42,21 +39,19 @@ std::string RunName(const std::string& run) {
 
 }  // namespace
 
-absl::StatusOr<std::vector<ShardFile>> ListShardFiles(const std::string& dir) {
+absl::StatusOr<std::vector<ShardFile>> ListShardFiles(const std::string& dir,
+                                                      FileSystem* fs) {
+  if (fs == nullptr) fs = FileSystem::Default();
   std::vector<ShardFile> files;
-  DIR* d = ::opendir(dir.c_str());
-  if (d == nullptr) {
-    if (errno == ENOENT) return files;
-    return absl::ErrnoToStatus(errno, absl::StrCat("open directory ", dir));
-  }
-  while (const dirent* e = ::readdir(d)) {
+  absl::StatusOr<std::vector<std::string>> names = fs->GetChildren(dir);
+  if (absl::IsNotFound(names.status())) return files;
+  if (!names.ok()) return names.status();
+  for (const std::string& name : *names) {
     ShardFile f;
-    const std::string name = e->d_name;
     if (!ParseShardFileName(name, &f)) continue;
     f.path = absl::StrCat(dir, dir.back() == '/' ? "" : "/", name);
     files.push_back(std::move(f));
   }
-  ::closedir(d);
   std::sort(
       files.begin(), files.end(),
       [](const ShardFile& a, const ShardFile& b) { return a.path < b.path; });
@@ -65,7 +60,8 @@ absl::StatusOr<std::vector<ShardFile>> ListShardFiles(const std::string& dir) {
 
 absl::Status CheckCheckpointDir(const CheckpointDirUse& use) {
   if (use.dir.empty()) return absl::OkStatus();
-  absl::StatusOr<std::vector<ShardFile>> files = ListShardFiles(use.dir);
+  absl::StatusOr<std::vector<ShardFile>> files =
+      ListShardFiles(use.dir, use.fs);
   if (!files.ok()) return files.status();
   std::vector<std::string> foreign;
   int other_count = 0;
@@ -91,7 +87,7 @@ absl::Status CheckCheckpointDir(const CheckpointDirUse& use) {
     absl::StatusOr<CheckpointIdentity> identity;
     if (f.spec_file) {
       absl::StatusOr<std::string> first =
-          ReadFirstRecord(f.path, kSpecFileFormat);
+          ReadFirstRecord(f.path, kSpecFileFormat, use.fs);
       CheckpointRecord record;
       if (!first.ok()) {
         identity = first.status();
@@ -102,7 +98,7 @@ absl::Status CheckCheckpointDir(const CheckpointDirUse& use) {
         identity = record.identity();
       }
     } else {
-      identity = ReadCheckpointIdentity(f.path);
+      identity = ReadCheckpointIdentity(f.path, use.fs);
     }
     if (!identity.ok()) return identity.status();
     const std::string& run = identity->run_id();

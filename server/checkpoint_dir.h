@@ -10,6 +10,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "server/file_system.h"
 
 namespace asyncps {
 
@@ -22,9 +23,12 @@ struct ShardFile {
   bool spec_file = false;  // .specs rather than .ckpt
 };
 
-// The shard files in `dir`, sorted by name (leftover .tmp files and other
-// names are not listed). An absent directory holds none.
-absl::StatusOr<std::vector<ShardFile>> ListShardFiles(const std::string& dir);
+// The shard files in `dir`, listed through `fs` (nullptr =
+// FileSystem::Default()), sorted by name (leftover .tmp files and other
+// names are not listed). An absent directory holds none; any other error of
+// listing it (naming it) is returned.
+absl::StatusOr<std::vector<ShardFile>> ListShardFiles(const std::string& dir,
+                                                      FileSystem* fs = nullptr);
 
 // CheckpointDirUse::adopt_run that accepts the files of any run.
 inline constexpr char kAdoptAnyRun[] = "any";
@@ -37,14 +41,16 @@ struct CheckpointDirUse {
   // Also accept this run's files ("" = none, kAdoptAnyRun = any run's).
   std::string adopt_run;
   bool restore = true;  // files are read (false: only overwritten)
+  FileSystem* fs = FileSystem::Default();  // not owned; never null
 };
 
 // FAILED_PRECONDITION, naming the files, when `use.dir` holds files of
 // another shard count (whatever `restore` says: they would be restored by a
 // later start with that count, or mixed into a reshard), or when restoring
 // and this shard's checkpoint or spec file belongs to a run other than
-// use.run_id and use.adopt_run. DATA_LOSS for a file whose identity cannot
-// be read; other errors of listing the directory.
+// use.run_id and use.adopt_run. DATA_LOSS for a corrupt file whose identity
+// cannot be read; errors of listing the directory and of reading a file
+// (e.g. NOT_FOUND for one that vanished after the listing), naming it.
 absl::Status CheckCheckpointDir(const CheckpointDirUse& use);
 
 }  // namespace asyncps

@@ -3,8 +3,6 @@
 #include <unistd.h>
 
 #include <cerrno>
-#include <filesystem>
-#include <system_error>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -14,9 +12,9 @@ namespace asyncps {
 absl::StatusOr<std::unique_ptr<Checkpointer>> Checkpointer::Start(
     CheckpointerOptions options) {
   if (options.logger == nullptr || options.clock == nullptr ||
-      options.capture == nullptr) {
+      options.fs == nullptr || options.capture == nullptr) {
     return absl::InvalidArgumentError(
-        "CheckpointerOptions.logger, clock and capture are required");
+        "CheckpointerOptions.logger, clock, fs and capture are required");
   }
   if (options.dir.empty()) {
     return absl::InvalidArgumentError("checkpoint directory is empty");
@@ -26,12 +24,10 @@ absl::StatusOr<std::unique_ptr<Checkpointer>> Checkpointer::Start(
         absl::StrCat("checkpoint interval must be >= 0, got ",
                      absl::FormatDuration(options.every)));
   }
-  std::error_code ec;
-  std::filesystem::create_directories(options.dir, ec);
-  if (ec) {
-    return absl::ErrnoToStatus(
-        ec.value(),
-        absl::StrCat("cannot create checkpoint directory ", options.dir));
+  if (absl::Status made = options.fs->CreateDirs(options.dir); !made.ok()) {
+    return absl::Status(made.code(),
+                        absl::StrCat("cannot create checkpoint directory ",
+                                     options.dir, ": ", made.message()));
   }
   if (::access(options.dir.c_str(), W_OK | X_OK) != 0) {
     return absl::ErrnoToStatus(
@@ -97,7 +93,7 @@ absl::StatusOr<CheckpointInfo> Checkpointer::WriteNow() {
   absl::MutexLock write(&write_mu_);
   const CheckpointImage image = options_.capture();
   absl::StatusOr<CheckpointInfo> info =
-      WriteCheckpoint(image, options_.dir, options_.clock);
+      WriteCheckpoint(image, options_.dir, options_.clock, options_.fs);
   if (!info.ok()) {
     failed_.fetch_add(1, std::memory_order_relaxed);
     options_.logger->error("checkpoint failed: {}", info.status().ToString());

@@ -42,6 +42,7 @@
 #include "common/clock.h"
 #include "proto/asyncps.pb.h"
 #include "server/checkpoint.h"
+#include "server/file_system.h"
 #include "spdlog/spdlog.h"
 
 namespace asyncps {
@@ -55,6 +56,7 @@ struct CheckpointerOptions {
   // pushes back meanwhile; see server/checkpoint.h). Required.
   std::function<CheckpointImage()> capture;
   Clock* clock = Clock::Real();            // not owned
+  FileSystem* fs = FileSystem::Default();  // not owned; writes go here
   std::shared_ptr<spdlog::logger> logger;  // required
 };
 
@@ -70,9 +72,9 @@ class Checkpointer {
  public:
   using Done = std::function<void(const absl::StatusOr<CheckpointInfo>&)>;
 
-  // Validates the options (INVALID_ARGUMENT), creates the directory if
-  // needed and checks that it is writable (errors by errno), starts the
-  // thread.
+  // Validates the options (INVALID_ARGUMENT), creates the directory (through
+  // options.fs) if needed and checks that it is writable (errors by errno),
+  // starts the thread.
   static absl::StatusOr<std::unique_ptr<Checkpointer>> Start(
       CheckpointerOptions options);
   ~Checkpointer();  // Stop()

@@ -3,9 +3,6 @@
 #include <grpcpp/ext/proto_server_reflection_plugin.h>
 #include <grpcpp/health_check_service_interface.h>
 
-#include <filesystem>
-#include <system_error>
-
 #include "absl/random/random.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -32,9 +29,10 @@ StalenessPolicy PsServer::PolicyOf(const PsServerOptions& options) {
 
 absl::StatusOr<std::unique_ptr<PsServer>> PsServer::Start(
     PsServerOptions options) {
-  if (options.logger == nullptr || options.clock == nullptr) {
+  if (options.logger == nullptr || options.clock == nullptr ||
+      options.fs == nullptr) {
     return absl::InvalidArgumentError(
-        "PsServerOptions.logger and clock are required");
+        "PsServerOptions.logger, clock and fs are required");
   }
   if (options.port < 0 || options.port > 65535) {
     return absl::InvalidArgumentError(
@@ -82,7 +80,7 @@ absl::StatusOr<std::unique_ptr<PsServer>> PsServer::Start(
     absl::Status checked =
         CheckCheckpointDir({options.checkpoint_dir, options.store.shard_index,
                             options.store.num_shards, options.run_id,
-                            options.adopt_run, options.restore});
+                            options.adopt_run, options.restore, options.fs});
     if (!checked.ok()) return checked;
     absl::StatusOr<CheckpointInfo> r = s->Restore(options);
     if (!r.ok()) return r.status();
@@ -95,7 +93,7 @@ absl::StatusOr<std::unique_ptr<PsServer>> PsServer::Start(
     s->specs_ = std::make_unique<SpecJournal>(
         SpecFilePath(options.checkpoint_dir, options.store.shard_index,
                      options.store.num_shards),
-        identity, s->store_.get());
+        identity, s->store_.get(), options.fs);
     // What the checkpoint held is durable already; this writes the spec
     // file where there is none yet (or one of an adopted run).
     absl::Status synced = s->specs_->Sync();
@@ -104,6 +102,7 @@ absl::StatusOr<std::unique_ptr<PsServer>> PsServer::Start(
     c.dir = options.checkpoint_dir;
     c.every = options.checkpoint_every;
     c.clock = options.clock;
+    c.fs = options.fs;
     c.logger = options.logger;
     c.capture = [server = s.get()] { return server->Capture(); };
     absl::StatusOr<std::unique_ptr<Checkpointer>> checkpointer =
@@ -237,16 +236,19 @@ absl::StatusOr<CheckpointInfo> PsServer::Restore(
     return CheckpointInfo();
   }
   CheckpointInfo restored;
-  std::error_code size_error;
-  const uintmax_t size = std::filesystem::file_size(path, size_error);
-  if (!size_error) {
+  const absl::StatusOr<FileStat> stat = options.fs->Stat(path);
+  const uint64_t size = stat.ok() ? stat->size : 0;
+  if (stat.ok()) {
     logger_->info("restoring checkpoint {} ({} bytes)", path, size);
   }
+  RestoreCheckpointOptions restore;
+  restore.fs = options.fs;
+  restore.progress = [this, &path, size](uint64_t read) {
+    logger_->info("restoring {}: {} of {} bytes read ({:.0f}%)", path, read,
+                  size, size > 0 ? 100.0 * read / size : 100.0);
+  };
   absl::StatusOr<RestoredCheckpoint> r =
-      RestoreCheckpoint(path, store_.get(), [this, &path, size](uint64_t read) {
-        logger_->info("restoring {}: {} of {} bytes read ({:.0f}%)", path, read,
-                      size, size > 0 ? 100.0 * read / size : 100.0);
-      });
+      RestoreCheckpoint(path, store_.get(), restore);
   if (r.ok()) {
     const bool adopted = r->identity.run_id() != options.run_id;
     adopted_ = adopted;
@@ -283,7 +285,7 @@ absl::StatusOr<CheckpointInfo> PsServer::Restore(
   const std::string spec_path =
       SpecFilePath(options.checkpoint_dir, options.store.shard_index,
                    options.store.num_shards);
-  absl::StatusOr<SpecFileContents> specs = ReadSpecFile(spec_path);
+  absl::StatusOr<SpecFileContents> specs = ReadSpecFile(spec_path, options.fs);
   if (absl::IsNotFound(specs.status())) {
     if (!r.ok()) logger_->info("no spec file either; starting empty");
     return restored;

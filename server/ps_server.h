@@ -40,6 +40,7 @@
 #include "common/net.h"
 #include "common/security.h"
 #include "server/checkpointer.h"
+#include "server/file_system.h"
 #include "server/ps_service.h"
 #include "server/push_gate.h"
 #include "server/reflection_v1.h"
@@ -79,6 +80,9 @@ struct PsServerOptions {
   // plain TCP, no token. Unreadable files fail Start.
   SecurityOptions security;
   Clock* clock = Clock::Real();  // not owned
+  // Every file of checkpoint_dir is read (restore) and written (checkpoints,
+  // spec file) through it. Not owned; never null.
+  FileSystem* fs = FileSystem::Default();
   // host:port reported in Status and logs (e.g. the name clients dial);
   // empty = the address actually bound, e.g. "0.0.0.0:7000".
   std::string advertise_address;
@@ -99,8 +103,9 @@ class PsServer {
   // FAILED_PRECONDITION for files of another shard count or run), restores
   // the checkpoint and then the spec file (if any), binds and starts
   // serving. A failed restore returns DATA_LOSS (corrupt file),
-  // FAILED_PRECONDITION (another shard's) or RESOURCE_EXHAUSTED (larger than
-  // max_parameter_bytes); see RestoreCheckpoint.
+  // FAILED_PRECONDITION (another shard's), RESOURCE_EXHAUSTED (larger than
+  // max_parameter_bytes) or the error of listing or reading a file through
+  // options.fs (naming it); see RestoreCheckpoint.
   static absl::StatusOr<std::unique_ptr<PsServer>> Start(
       PsServerOptions options);
   ~PsServer();  // Shutdown()

@@ -1,11 +1,7 @@
 #include "server/record_file.h"
 
-#include <fcntl.h>
-#include <sys/stat.h>
-#include <unistd.h>
 #include <zlib.h>
 
-#include <cerrno>
 #include <cstring>
 #include <memory>
 #include <utility>
@@ -38,10 +34,6 @@ uint32_t GetU32(const char* in) {
 uint32_t Crc32(uint32_t crc, absl::string_view data) {
   return static_cast<uint32_t>(
       crc32_z(crc, reinterpret_cast<const Bytef*>(data.data()), data.size()));
-}
-
-absl::Status IoError(int err, absl::string_view what, absl::string_view path) {
-  return absl::ErrnoToStatus(err, absl::StrCat(what, " ", path));
 }
 
 // A file being written: buffered appends, the CRC of everything appended
@@ -98,29 +90,27 @@ class OutFile {
 // header.
 class InFile {
  public:
-  InFile(int fd, std::string path, uint64_t size, absl::string_view what)
-      : fd_(fd), path_(std::move(path)), size_(size), what_(what) {}
+  InFile(std::unique_ptr<SequentialFile> file, std::string path,
+         absl::string_view what)
+      : file_(std::move(file)),
+        path_(std::move(path)),
+        size_(file_->size()),
+        what_(what) {}
   InFile(const InFile&) = delete;
   InFile& operator=(const InFile&) = delete;
-  ~InFile() { ::close(fd_); }
 
   // Reads exactly n bytes into *out; the file's size was checked by the
-  // caller, so a short read means the file changed under us.
+  // caller, so a short read means the file changed under us (or the
+  // storage lost its end): DATA_LOSS.
   absl::Status Read(size_t n, std::string* out, bool checksummed = true) {
     out->resize(n);
-    size_t done = 0;
-    while (done < n) {
-      const ssize_t r = ::read(fd_, &(*out)[done], n - done);
-      if (r < 0) {
-        if (errno == EINTR) continue;
-        return IoError(errno, "read", path_);
-      }
-      if (r == 0) {
-        return Corrupt(absl::StrCat("file ended at byte ", pos_ + done,
-                                    " while reading (shrunk while being "
-                                    "read?)"));
-      }
-      done += static_cast<size_t>(r);
+    absl::StatusOr<size_t> got = n == 0 ? 0 : file_->Read(&(*out)[0], n);
+    if (!got.ok()) return got.status();
+    if (*got < n) {
+      return Corrupt(absl::StrCat("file ended at byte ", pos_ + *got, " of ",
+                                  size_,
+                                  " while reading (shrunk while being "
+                                  "read?)"));
     }
     pos_ += n;
     if (checksummed) crc_ = Crc32(crc_, *out);
@@ -136,7 +126,7 @@ class InFile {
   uint32_t crc() const { return crc_; }
 
  private:
-  const int fd_;
+  const std::unique_ptr<SequentialFile> file_;
   const std::string path_;
   const uint64_t size_;
   const absl::string_view what_;
@@ -146,18 +136,13 @@ class InFile {
 
 // Opens `path` and checks its header; `in` reads on from the first record.
 absl::StatusOr<std::unique_ptr<InFile>> OpenChecked(
-    const std::string& path, const RecordFileFormat& format,
+    const std::string& path, const RecordFileFormat& format, FileSystem* fs,
     uint32_t* version) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return IoError(errno, absl::StrCat("open ", format.what), path);
-  struct stat st;
-  if (::fstat(fd, &st) != 0) {
-    const int err = errno;
-    ::close(fd);
-    return IoError(err, absl::StrCat("stat ", format.what), path);
-  }
-  auto in = std::make_unique<InFile>(
-      fd, path, static_cast<uint64_t>(st.st_size), format.what);
+  if (fs == nullptr) fs = FileSystem::Default();
+  absl::StatusOr<std::unique_ptr<SequentialFile>> file =
+      fs->NewSequentialFile(path);
+  if (!file.ok()) return file.status();
+  auto in = std::make_unique<InFile>(*std::move(file), path, format.what);
   if (in->size() < kHeaderBytes + kTrailerBytes) {
     return in->Corrupt(absl::StrCat(
         "only ", in->size(), " bytes (truncated or not a ", format.what, ")"));
@@ -270,11 +255,11 @@ absl::StatusOr<uint64_t> WriteRecordFile(
 
 absl::StatusOr<RecordFileInfo> ReadRecordFile(
     const std::string& path, const RecordFileFormat& format,
-    absl::FunctionRef<absl::Status(absl::string_view record, int64_t n)>
-        visit) {
+    absl::FunctionRef<absl::Status(absl::string_view record, int64_t n)> visit,
+    FileSystem* fs) {
   RecordFileInfo info;
   absl::StatusOr<std::unique_ptr<InFile>> opened =
-      OpenChecked(path, format, &info.version);
+      OpenChecked(path, format, fs, &info.version);
   if (!opened.ok()) return opened.status();
   InFile& in = **opened;
   info.bytes = in.size();
@@ -298,10 +283,11 @@ absl::StatusOr<RecordFileInfo> ReadRecordFile(
 }
 
 absl::StatusOr<std::string> ReadFirstRecord(const std::string& path,
-                                            const RecordFileFormat& format) {
+                                            const RecordFileFormat& format,
+                                            FileSystem* fs) {
   uint32_t version = 0;
   absl::StatusOr<std::unique_ptr<InFile>> opened =
-      OpenChecked(path, format, &version);
+      OpenChecked(path, format, fs, &version);
   if (!opened.ok()) return opened.status();
   InFile& in = **opened;
   const uint64_t body_end = in.size() - kTrailerBytes;

@@ -59,24 +59,29 @@ struct RecordFileInfo {
   uint64_t bytes = 0;    // its size
 };
 
-// Reads `path` front to back, calling visit(record, n) for the n-th record
-// (0-based) as it is read, then checks the CRC-32. visit's errors end the
-// read and are returned as they are. Errors name the file:
+// Reads `path` front to back through `fs` (nullptr = FileSystem::Default()),
+// calling visit(record, n) for the n-th record (0-based) as it is read, then
+// checks the CRC-32. visit's errors end the read and are returned as they
+// are. Errors name the file:
 //   NOT_FOUND (and other errno codes)  the file cannot be opened or read;
 //   DATA_LOSS  corrupt or truncated: bad magic, a format version outside
 //              oldest_readable..version, a cut-off or oversized record, a
-//              checksum mismatch.
+//              checksum mismatch, a file that ends before its size (it
+//              shrank while being read).
 // A visitor that applies records as they come must be prepared to discard
 // them: the checksum is known only at the end.
 absl::StatusOr<RecordFileInfo> ReadRecordFile(
     const std::string& path, const RecordFileFormat& format,
-    absl::FunctionRef<absl::Status(absl::string_view record, int64_t n)> visit);
+    absl::FunctionRef<absl::Status(absl::string_view record, int64_t n)> visit,
+    FileSystem* fs = nullptr);
 
 // Reads only the first record of `path` (no checksum: the rest of the file
-// is not read), with the header checks of ReadRecordFile. For a quick look
-// at a file's identity; a full read still has to validate the file.
+// is not read), with the header checks and errors of ReadRecordFile. For a
+// quick look at a file's identity; a full read still has to validate the
+// file.
 absl::StatusOr<std::string> ReadFirstRecord(const std::string& path,
-                                            const RecordFileFormat& format);
+                                            const RecordFileFormat& format,
+                                            FileSystem* fs = nullptr);
 
 // The directory part of `path` ("." when there is none).
 std::string DirOf(const std::string& path);

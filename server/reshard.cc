@@ -1,9 +1,6 @@
 #include "server/reshard.h"
 
-#include <sys/stat.h>
-
 #include <algorithm>
-#include <cerrno>
 #include <map>
 #include <memory>
 #include <optional>
@@ -13,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
+#include "common/clock.h"
 #include "common/names.h"
 #include "common/sharding.h"
 #include "common/tensor_layout.h"
@@ -96,21 +94,16 @@ absl::Status FlushRows(const std::string& table, RowBatch* b,
   return s;
 }
 
-absl::Status MakeDir(const std::string& dir) {
-  for (size_t at = dir.find('/', 1);; at = dir.find('/', at + 1)) {
-    const std::string prefix = dir.substr(0, at);
-    if (::mkdir(prefix.c_str(), 0755) != 0 && errno != EEXIST) {
-      return absl::ErrnoToStatus(errno, absl::StrCat("mkdir ", prefix));
-    }
-    if (at == std::string::npos) return absl::OkStatus();
-  }
-}
-
 }  // namespace
 
-absl::StatusOr<ReshardReport> Reshard(const std::string& from_dir,
-                                      const std::string& to_dir,
-                                      int num_shards) {
+absl::StatusOr<ReshardReport> Reshard(const ReshardOptions& options) {
+  const std::string& from_dir = options.from_dir;
+  const std::string& to_dir = options.to_dir;
+  const int num_shards = options.num_shards;
+  FileSystem* const fs = options.fs;
+  if (fs == nullptr) {
+    return absl::InvalidArgumentError("ReshardOptions.fs is required");
+  }
   if (num_shards < 1) {
     return absl::InvalidArgumentError(
         absl::StrCat("the new shard count must be >= 1, got ", num_shards));
@@ -119,10 +112,10 @@ absl::StatusOr<ReshardReport> Reshard(const std::string& from_dir,
     return absl::InvalidArgumentError(
         "reshard needs a source directory and another, new target directory");
   }
-  absl::StatusOr<ShardFileSet> set = FindShardFileSet(from_dir);
+  absl::StatusOr<ShardFileSet> set = FindShardFileSet(from_dir, fs);
   if (!set.ok()) return set.status();
   const int n = set->num_shards;
-  absl::StatusOr<std::vector<ShardFile>> existing = ListShardFiles(to_dir);
+  absl::StatusOr<std::vector<ShardFile>> existing = ListShardFiles(to_dir, fs);
   if (!existing.ok()) return existing.status();
   if (!existing->empty()) {
     return absl::FailedPreconditionError(absl::StrCat(
@@ -159,7 +152,7 @@ absl::StatusOr<ReshardReport> Reshard(const std::string& from_dir,
   absl::flat_hash_map<std::string, int64_t> copied;
 
   for (int i = 0; i < n; ++i) {
-    absl::StatusOr<RestoredShard> restored = RestoreShard(*set, i);
+    absl::StatusOr<RestoredShard> restored = RestoreShard(*set, i, fs);
     if (!restored.ok()) return restored.status();
     ShardStore& old = *restored->store;
     absl::Status same = same_run(restored->run_id, set->checkpoints[i].empty()
@@ -269,7 +262,7 @@ absl::StatusOr<ReshardReport> Reshard(const std::string& from_dir,
   for (const auto& [id, records] : workers) {
     merged.push_back(MergeWorker(records));
   }
-  absl::Status s = MakeDir(to_dir);
+  absl::Status s = fs->CreateDirs(to_dir);
   if (!s.ok()) return s;
   report.run_id = run.value_or("");
   report.tensors = static_cast<int>(tensor_specs.size());
@@ -278,7 +271,8 @@ absl::StatusOr<ReshardReport> Reshard(const std::string& from_dir,
   for (int j = 0; j < num_shards; ++j) {
     CheckpointImage image = CaptureCheckpoint(*fresh[j], merged, absl::Now(),
                                               kVersion, report.run_id);
-    absl::StatusOr<CheckpointInfo> written = WriteCheckpoint(image, to_dir);
+    absl::StatusOr<CheckpointInfo> written =
+        WriteCheckpoint(image, to_dir, Clock::Real(), fs);
     if (!written.ok()) return written.status();
     report.written.push_back(written->path());
     SpecFileContents contents;
@@ -290,7 +284,7 @@ absl::StatusOr<ReshardReport> Reshard(const std::string& from_dir,
     contents.tensors = tensor_specs;
     contents.tables = table_specs;
     const std::string path = SpecFilePath(to_dir, j, num_shards);
-    s = WriteSpecFile(path, contents);
+    s = WriteSpecFile(path, contents, fs);
     if (!s.ok()) return s;
     report.written.push_back(path);
   }

@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "server/file_system.h"
 
 namespace asyncps {
 
@@ -39,15 +40,24 @@ struct ReshardReport {
   std::vector<std::string> written;  // files, in shard order
 };
 
+struct ReshardOptions {
+  std::string from_dir;  // the old shards' files
+  std::string to_dir;    // the new shards' files; another directory
+  int num_shards = 0;    // the new shard count, >= 1
+  // Every file is read and written through it. Not owned; never null.
+  FileSystem* fs = FileSystem::Default();
+};
+
 // Reads the shard files of `from_dir` (all of one shard count N, every
 // shard 0..N-1 with a checkpoint or a spec file, all of one run) and writes
 // checkpoints and spec files of `num_shards` shards to `to_dir` (created if
 // missing; it must hold no shard files). FAILED_PRECONDITION naming what
-// is missing or mixed, DATA_LOSS for a corrupt file, INVALID_ARGUMENT for
-// bad arguments.
-absl::StatusOr<ReshardReport> Reshard(const std::string& from_dir,
-                                      const std::string& to_dir,
-                                      int num_shards);
+// is missing or mixed, DATA_LOSS for a corrupt file (or one that reads back
+// truncated), errors of listing a directory or reading a file (naming it),
+// INVALID_ARGUMENT for bad arguments. Every old file is read before
+// anything is written: a reshard that fails reading writes nothing (not even
+// `to_dir`).
+absl::StatusOr<ReshardReport> Reshard(const ReshardOptions& options);
 
 }  // namespace asyncps
 

@@ -34,6 +34,7 @@
 #include "common/security_flags.h"
 #include "common/version.h"
 #include "server/checkpoint_dir.h"
+#include "server/file_system.h"
 #include "server/health_listener.h"
 #include "server/metrics_http.h"
 #include "server/ps_server.h"
@@ -374,6 +375,8 @@ int Main(int argc, char** argv) {
   RpcMetrics rpc_metrics;
   AuthRefusals auth_refusals(options->logger);
   options->rpc_metrics = &rpc_metrics;
+  // The POSIX file system: every read and write of --checkpoint_dir.
+  options->fs = FileSystem::Default();
   options->security.on_token_refused = [&auth_refusals](bool missing) {
     auth_refusals.Record(missing);
   };
@@ -393,7 +396,7 @@ int Main(int argc, char** argv) {
   if (absl::Status dir = CheckCheckpointDir(
           {options->checkpoint_dir, options->store.shard_index,
            options->store.num_shards, options->run_id, options->adopt_run,
-           options->restore});
+           options->restore, options->fs});
       !dir.ok()) {
     return Fail(std::string(dir.message()));
   }

@@ -9,8 +9,9 @@
 
 namespace asyncps {
 
-absl::StatusOr<ShardFileSet> FindShardFileSet(const std::string& dir) {
-  absl::StatusOr<std::vector<ShardFile>> files = ListShardFiles(dir);
+absl::StatusOr<ShardFileSet> FindShardFileSet(const std::string& dir,
+                                              FileSystem* fs) {
+  absl::StatusOr<std::vector<ShardFile>> files = ListShardFiles(dir, fs);
   if (!files.ok()) return files.status();
   if (files->empty()) {
     return absl::FailedPreconditionError(
@@ -39,7 +40,8 @@ absl::StatusOr<ShardFileSet> FindShardFileSet(const std::string& dir) {
   return set;
 }
 
-absl::StatusOr<RestoredShard> RestoreShard(const ShardFileSet& set, int index) {
+absl::StatusOr<RestoredShard> RestoreShard(const ShardFileSet& set, int index,
+                                           FileSystem* fs) {
   ShardStoreOptions o;
   o.shard_index = index;
   o.num_shards = set.num_shards;
@@ -50,14 +52,16 @@ absl::StatusOr<RestoredShard> RestoreShard(const ShardFileSet& set, int index) {
   const std::string& ckpt = set.checkpoints[index];
   const std::string& specs = set.spec_files[index];
   if (!ckpt.empty()) {
+    RestoreCheckpointOptions options;
+    options.fs = fs;
     absl::StatusOr<RestoredCheckpoint> r =
-        RestoreCheckpoint(ckpt, shard.store.get());
+        RestoreCheckpoint(ckpt, shard.store.get(), options);
     if (!r.ok()) return r.status();
     shard.run_id = r->identity.run_id();
     shard.workers = std::move(r->workers);
   }
   if (!specs.empty()) {
-    absl::StatusOr<SpecFileContents> c = ReadSpecFile(specs);
+    absl::StatusOr<SpecFileContents> c = ReadSpecFile(specs, fs);
     if (!c.ok()) return c.status();
     if (!ckpt.empty() && c->identity.run_id() != shard.run_id) {
       return absl::FailedPreconditionError(absl::StrCat(

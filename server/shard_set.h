@@ -12,6 +12,7 @@
 
 #include "absl/status/statusor.h"
 #include "proto/checkpoint.pb.h"
+#include "server/file_system.h"
 #include "store/shard_store.h"
 
 namespace asyncps {
@@ -25,9 +26,11 @@ struct ShardFileSet {
   std::vector<std::string> spec_files;
 };
 
-// The shard files of `dir`: FAILED_PRECONDITION when it holds none, mixes
+// The shard files of `dir`, listed through `fs` (nullptr =
+// FileSystem::Default()): FAILED_PRECONDITION when it holds none, mixes
 // shard counts, or lacks every file of some shard; errors of listing it.
-absl::StatusOr<ShardFileSet> FindShardFileSet(const std::string& dir);
+absl::StatusOr<ShardFileSet> FindShardFileSet(const std::string& dir,
+                                              FileSystem* fs = nullptr);
 
 // One shard of a set, restored.
 struct RestoredShard {
@@ -36,10 +39,13 @@ struct RestoredShard {
   std::string run_id;
 };
 
-// Restores shard `index` of `set` into a new store. Errors of
-// RestoreCheckpoint and of reading the spec file; FAILED_PRECONDITION when
-// its checkpoint and spec file belong to different runs.
-absl::StatusOr<RestoredShard> RestoreShard(const ShardFileSet& set, int index);
+// Restores shard `index` of `set` into a new store, reading through `fs`
+// (nullptr = FileSystem::Default()). Errors of RestoreCheckpoint and of
+// reading the spec file (naming the file); FAILED_PRECONDITION when its
+// checkpoint and spec file belong to different runs. On error no store is
+// returned: nothing half-restored escapes.
+absl::StatusOr<RestoredShard> RestoreShard(const ShardFileSet& set, int index,
+                                           FileSystem* fs = nullptr);
 
 }  // namespace asyncps
 

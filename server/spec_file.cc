@@ -23,7 +23,7 @@ std::string SpecFilePath(absl::string_view dir, int shard_index,
 }
 
 absl::Status WriteSpecFile(const std::string& path,
-                           const SpecFileContents& contents) {
+                           const SpecFileContents& contents, FileSystem* fs) {
   std::vector<std::string> records;
   CheckpointRecord record;
   *record.mutable_identity() = contents.identity;
@@ -40,10 +40,11 @@ absl::Status WriteSpecFile(const std::string& path,
   end->set_tensors(static_cast<int32_t>(contents.tensors.size()));
   end->set_tables(static_cast<int32_t>(contents.tables.size()));
   records.push_back(record.SerializeAsString());
-  return WriteRecordFile(path, kSpecFileFormat, records).status();
+  return WriteRecordFile(path, kSpecFileFormat, records, fs).status();
 }
 
-absl::StatusOr<SpecFileContents> ReadSpecFile(const std::string& path) {
+absl::StatusOr<SpecFileContents> ReadSpecFile(const std::string& path,
+                                              FileSystem* fs) {
   SpecFileContents out;
   bool ended = false;
   CheckpointRecord record;
@@ -85,7 +86,8 @@ absl::StatusOr<SpecFileContents> ReadSpecFile(const std::string& path) {
                                         " is of a kind a spec "
                                         "file does not hold"));
         }
-      });
+      },
+      fs);
   if (!file.ok()) return file.status();
   if (!ended) return corrupt("no end record (truncated?)");
   return out;
@@ -180,8 +182,11 @@ absl::StatusOr<int> ApplySpecFile(const SpecFileContents& specs,
 }
 
 SpecJournal::SpecJournal(std::string path, CheckpointIdentity identity,
-                         const ShardStore* store)
-    : path_(std::move(path)), identity_(std::move(identity)), store_(store) {}
+                         const ShardStore* store, FileSystem* fs)
+    : path_(std::move(path)),
+      identity_(std::move(identity)),
+      store_(store),
+      fs_(fs) {}
 
 absl::Status SpecJournal::Sync() {
   absl::MutexLock l(&mu_);
@@ -201,7 +206,7 @@ absl::Status SpecJournal::Sync() {
   if (held == durable_) return absl::OkStatus();
   contents.identity = identity_;
   contents.identity.set_unix_time_ms(absl::ToUnixMillis(absl::Now()));
-  absl::Status s = WriteSpecFile(path_, contents);
+  absl::Status s = WriteSpecFile(path_, contents, fs_);
   if (!s.ok()) return s;
   durable_ = held;
   return absl::OkStatus();

@@ -26,6 +26,7 @@
 #include "absl/synchronization/mutex.h"
 #include "proto/asyncps.pb.h"
 #include "proto/checkpoint.pb.h"
+#include "server/file_system.h"
 #include "server/record_file.h"
 #include "store/shard_store.h"
 
@@ -43,13 +44,18 @@ struct SpecFileContents {
   std::vector<TableSpec> tables;
 };
 
-// Writes `contents` to `path` atomically.
+// Writes `contents` to `path` atomically, through `fs` (nullptr =
+// FileSystem::Default()).
 absl::Status WriteSpecFile(const std::string& path,
-                           const SpecFileContents& contents);
+                           const SpecFileContents& contents,
+                           FileSystem* fs = nullptr);
 
-// Reads and validates a spec file: NOT_FOUND when there is none, DATA_LOSS
-// when it is corrupt (naming the file).
-absl::StatusOr<SpecFileContents> ReadSpecFile(const std::string& path);
+// Reads and validates a spec file through `fs` (nullptr =
+// FileSystem::Default()): NOT_FOUND when there is none, DATA_LOSS when it is
+// corrupt or reads back truncated, other I/O errors by errno (all naming the
+// file).
+absl::StatusOr<SpecFileContents> ReadSpecFile(const std::string& path,
+                                              FileSystem* fs = nullptr);
 
 // Creates in `store` the tensors and tables of `specs` it does not hold
 // (with their initial values), checks that those it holds have the same
@@ -67,9 +73,10 @@ absl::StatusOr<int> ApplySpecFile(
 class SpecJournal {
  public:
   // `identity` names the shard and its run (unix_time_ms is set at every
-  // write). `store` is not owned and must outlive the journal.
+  // write). `store` is not owned and must outlive the journal; neither is
+  // `fs` (nullptr = FileSystem::Default()), through which it writes.
   SpecJournal(std::string path, CheckpointIdentity identity,
-              const ShardStore* store);
+              const ShardStore* store, FileSystem* fs = nullptr);
 
   // Makes every spec the store holds durable, with its schedule: rewrites
   // the file when the store holds specs or schedule steps the file does
@@ -83,6 +90,7 @@ class SpecJournal {
   const std::string path_;
   const CheckpointIdentity identity_;
   const ShardStore* const store_;
+  FileSystem* const fs_;
   absl::Mutex mu_;  // serializes writers
   // Specs plus the sum of their schedule steps, as in the file.
   uint64_t durable_ ABSL_GUARDED_BY(mu_) = 0;

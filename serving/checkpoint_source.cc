@@ -1,7 +1,4 @@
 // ParameterSource of a checkpoint directory (parameter_source.h).
-#include <sys/stat.h>
-
-#include <cerrno>
 #include <cstring>
 #include <memory>
 #include <tuple>
@@ -29,22 +26,18 @@ struct RestoredSet {
 
 // What identifies a file's content without reading it: a rename (how
 // checkpoints and spec files are replaced) gives a new inode.
-using FileStamp = std::tuple<std::string, ino_t, off_t, int64_t>;
+using FileStamp = std::tuple<std::string, uint64_t, uint64_t, int64_t>;
 
-absl::StatusOr<std::vector<FileStamp>> Stamps(const ShardFileSet& set) {
+absl::StatusOr<std::vector<FileStamp>> Stamps(const ShardFileSet& set,
+                                              FileSystem* fs) {
   std::vector<FileStamp> stamps;
   for (const std::vector<std::string>* files :
        {&set.checkpoints, &set.spec_files}) {
     for (const std::string& path : *files) {
       if (path.empty()) continue;
-      struct stat st;
-      if (::stat(path.c_str(), &st) != 0) {
-        return absl::UnavailableError(
-            absl::StrCat("stat ", path, ": ", std::strerror(errno)));
-      }
-      stamps.emplace_back(
-          path, st.st_ino, st.st_size,
-          int64_t{st.st_mtim.tv_sec} * 1000000000 + st.st_mtim.tv_nsec);
+      absl::StatusOr<FileStat> st = fs->Stat(path);
+      if (!st.ok()) return st.status();
+      stamps.emplace_back(path, st->inode, st->size, st->modified_ns);
     }
   }
   return stamps;
@@ -52,11 +45,11 @@ absl::StatusOr<std::vector<FileStamp>> Stamps(const ShardFileSet& set) {
 
 // Every shard of `set`, restored; one run.
 absl::StatusOr<std::shared_ptr<const RestoredSet>> RestoreSet(
-    const ShardFileSet& set) {
+    const ShardFileSet& set, FileSystem* fs) {
   auto restored = std::make_shared<RestoredSet>();
   std::vector<RestoredShard>& shards = restored->shards;
   for (int i = 0; i < set.num_shards; ++i) {
-    absl::StatusOr<RestoredShard> shard = RestoreShard(set, i);
+    absl::StatusOr<RestoredShard> shard = RestoreShard(set, i, fs);
     if (!shard.ok()) return shard.status();
     if (i > 0 && shard->run_id != shards[0].run_id) {
       return absl::FailedPreconditionError(absl::StrCat(
@@ -109,9 +102,11 @@ absl::Status SameShapes(const RestoredSet& before, const RestoredSet& after) {
 // refresh's error). Holds two copies of the model while reloading.
 class CheckpointSource : public ParameterSource {
  public:
-  CheckpointSource(std::string dir, std::vector<FileStamp> stamps,
+  CheckpointSource(std::string dir, FileSystem* fs,
+                   std::vector<FileStamp> stamps,
                    std::shared_ptr<const RestoredSet> loaded)
       : dir_(std::move(dir)),
+        fs_(fs),
         stamps_(std::move(stamps)),
         loaded_(std::move(loaded)) {}
 
@@ -215,15 +210,16 @@ class CheckpointSource : public ParameterSource {
 
   // The set to serve: restored again if the directory's files changed.
   absl::StatusOr<std::shared_ptr<const RestoredSet>> Follow() {
-    absl::StatusOr<ShardFileSet> files = FindShardFileSet(dir_);
+    absl::StatusOr<ShardFileSet> files = FindShardFileSet(dir_, fs_);
     if (!files.ok()) return files.status();
-    absl::StatusOr<std::vector<FileStamp>> stamps = Stamps(*files);
+    absl::StatusOr<std::vector<FileStamp>> stamps = Stamps(*files, fs_);
     if (!stamps.ok()) return stamps.status();
     {
       absl::MutexLock l(&mu_);
       if (*stamps == stamps_) return loaded_;
     }
-    absl::StatusOr<std::shared_ptr<const RestoredSet>> set = RestoreSet(*files);
+    absl::StatusOr<std::shared_ptr<const RestoredSet>> set =
+        RestoreSet(*files, fs_);
     if (!set.ok()) return set.status();
     absl::Status same = SameShapes(*Loaded(), **set);
     if (!same.ok()) return same;
@@ -234,6 +230,7 @@ class CheckpointSource : public ParameterSource {
   }
 
   const std::string dir_;
+  FileSystem* const fs_;  // not owned
   mutable absl::Mutex mu_;
   std::vector<FileStamp> stamps_ ABSL_GUARDED_BY(mu_);
   // Read only once loaded (ShardStore::Pull is thread-safe).
@@ -243,15 +240,21 @@ class CheckpointSource : public ParameterSource {
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<ParameterSource>> MakeCheckpointSource(
-    const std::string& dir) {
-  absl::StatusOr<ShardFileSet> files = FindShardFileSet(dir);
+    const CheckpointSourceOptions& options) {
+  if (options.dir.empty() || options.fs == nullptr) {
+    return absl::InvalidArgumentError(
+        "CheckpointSourceOptions.dir and fs are required");
+  }
+  FileSystem* const fs = options.fs;
+  absl::StatusOr<ShardFileSet> files = FindShardFileSet(options.dir, fs);
   if (!files.ok()) return files.status();
-  absl::StatusOr<std::vector<FileStamp>> stamps = Stamps(*files);
+  absl::StatusOr<std::vector<FileStamp>> stamps = Stamps(*files, fs);
   if (!stamps.ok()) return stamps.status();
-  absl::StatusOr<std::shared_ptr<const RestoredSet>> set = RestoreSet(*files);
+  absl::StatusOr<std::shared_ptr<const RestoredSet>> set =
+      RestoreSet(*files, fs);
   if (!set.ok()) return set.status();
-  return std::unique_ptr<ParameterSource>(
-      new CheckpointSource(dir, *std::move(stamps), *std::move(set)));
+  return std::unique_ptr<ParameterSource>(new CheckpointSource(
+      options.dir, fs, *std::move(stamps), *std::move(set)));
 }
 
 }  // namespace asyncps

@@ -30,6 +30,7 @@
 #include "absl/types/span.h"
 #include "client/ps_client.h"
 #include "proto/asyncps.pb.h"
+#include "server/file_system.h"
 
 namespace asyncps {
 
@@ -66,12 +67,21 @@ class ParameterSource {
 absl::StatusOr<std::unique_ptr<ParameterSource>> MakeShardSource(
     PsClientOptions options);
 
+struct CheckpointSourceOptions {
+  std::string dir;  // the checkpoint directory; required
+  // Every file is listed, stat'ed and read through it. Not owned; never
+  // null; must outlive the source.
+  FileSystem* fs = FileSystem::Default();
+};
+
 // The shard files of a checkpoint directory (shard_set.h), restored into
-// memory here (errors of restoring them), and again by a later List() when
-// any of them changed (a run in progress wrote a newer checkpoint; a failed
-// reload is List's error and keeps what was loaded).
+// memory here (errors of restoring them, naming the file), and again by a
+// later List() when any of them changed (a run in progress wrote a newer
+// checkpoint). A failed reload (a file that cannot be listed, stat'ed or
+// read, or a corrupt one) is List's error and keeps what was loaded: Read
+// and ReadRows go on serving it.
 absl::StatusOr<std::unique_ptr<ParameterSource>> MakeCheckpointSource(
-    const std::string& dir);
+    const CheckpointSourceOptions& options);
 
 }  // namespace asyncps
 

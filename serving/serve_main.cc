@@ -32,6 +32,7 @@
 #include "common/security_flags.h"
 #include "common/version.h"
 #include "kernels/cpu_backend.h"
+#include "server/file_system.h"
 #include "serving/batcher.h"
 #include "serving/inference_handler.h"
 #include "serving/kserve_service.h"
@@ -186,7 +187,12 @@ absl::StatusOr<std::unique_ptr<ParameterSource>> SourceFromFlags(
     return absl::InvalidArgumentError(
         "give exactly one of --servers (live shards) and --checkpoint_dir");
   }
-  if (!dir.empty()) return MakeCheckpointSource(dir);
+  if (!dir.empty()) {
+    CheckpointSourceOptions options;
+    options.dir = dir;
+    options.fs = FileSystem::Default();  // the POSIX file system
+    return MakeCheckpointSource(options);
+  }
   absl::StatusOr<std::vector<std::string>> list =
       ParseServerList(servers, absl::GetFlag(FLAGS_num_shards));
   if (!list.ok()) {

@@ -55,6 +55,7 @@
 #include "common/security_flags.h"
 #include "common/version.h"
 #include "google/protobuf/util/message_differencer.h"
+#include "server/file_system.h"
 #include "server/reshard.h"
 #include "tools/doc.h"
 #include "tools/shard_query.h"
@@ -440,7 +441,12 @@ int RunReshard(Format format) {
   if (from.empty() || to.empty() || shards < 1) {
     return UsageError("reshard needs --from, --to and --shards >= 1");
   }
-  absl::StatusOr<ReshardReport> r = Reshard(from, to, shards);
+  ReshardOptions options;
+  options.from_dir = from;
+  options.to_dir = to;
+  options.num_shards = shards;
+  options.fs = FileSystem::Default();  // the POSIX file system
+  absl::StatusOr<ReshardReport> r = Reshard(options);
   if (!r.ok()) {
     std::fprintf(stderr, "psctl: reshard: %s\n", r.status().ToString().c_str());
     return absl::IsInvalidArgument(r.status()) ? kExitUsage : kExitDown;

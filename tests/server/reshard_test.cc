@@ -232,7 +232,7 @@ TEST_CASE(
   CHECK(before.slices.count({"late", 0}) == 1);
 
   const std::string three = testing::MakeTmpDir("three");
-  absl::StatusOr<ReshardReport> r = Reshard(two, three + "/nested", 3);
+  absl::StatusOr<ReshardReport> r = Reshard({two, three + "/nested", 3});
   REQUIRE_OK(r.status());
   CHECK(r->run_id == kRun);
   CHECK(r->from_shards == 2);
@@ -244,7 +244,7 @@ TEST_CASE(
   const Model mid = Load(three + "/nested", 3);
 
   const std::string one = testing::MakeTmpDir("one");
-  REQUIRE_OK(Reshard(three + "/nested", one, 1).status());
+  REQUIRE_OK(Reshard({three + "/nested", one, 1}).status());
   const Model after = Load(one, 1);
 
   for (const Model* m : {&mid, &after}) {
@@ -285,7 +285,7 @@ TEST_CASE("reshard refuses incomplete, mixed or occupied directories",
     stray.identity.set_run_id(kRun);
     REQUIRE_OK(WriteSpecFile(SpecFilePath(mixed, 2, 3), stray));
     absl::StatusOr<ReshardReport> r =
-        Reshard(mixed, testing::MakeTmpDir("out"), 4);
+        Reshard({mixed, testing::MakeTmpDir("out"), 4});
     CHECK(absl::IsFailedPrecondition(r.status()));
     CHECK(absl::StrContains(r.status().message(), "shard-2-of-3.specs"));
   }
@@ -293,7 +293,7 @@ TEST_CASE("reshard refuses incomplete, mixed or occupied directories",
     REQUIRE(std::remove(CheckpointPath(two, 1, 2).c_str()) == 0);
     REQUIRE(std::remove(SpecFilePath(two, 1, 2).c_str()) == 0);
     absl::StatusOr<ReshardReport> r =
-        Reshard(two, testing::MakeTmpDir("out"), 4);
+        Reshard({two, testing::MakeTmpDir("out"), 4});
     CHECK(absl::IsFailedPrecondition(r.status()));
     CHECK(absl::StrContains(r.status().message(), "shard 1 of 2"));
   }
@@ -305,19 +305,19 @@ TEST_CASE("reshard refuses incomplete, mixed or occupied directories",
     other.tensors = Tensors();
     REQUIRE_OK(WriteSpecFile(SpecFilePath(two, 1, 2), other));
     absl::StatusOr<ReshardReport> r =
-        Reshard(two, testing::MakeTmpDir("out"), 4);
+        Reshard({two, testing::MakeTmpDir("out"), 4});
     CHECK(absl::IsFailedPrecondition(r.status()));
     CHECK(absl::StrContains(r.status().message(), "run-8"));
   }
   SECTION("a target that holds shard files") {
-    absl::StatusOr<ReshardReport> r = Reshard(two, WriteTwoShards(), 4);
+    absl::StatusOr<ReshardReport> r = Reshard({two, WriteTwoShards(), 4});
     CHECK(absl::IsFailedPrecondition(r.status()));
     CHECK(absl::StrContains(r.status().message(), "new directory"));
   }
   SECTION("bad arguments") {
-    CHECK(absl::IsInvalidArgument(Reshard(two, two, 3).status()));
+    CHECK(absl::IsInvalidArgument(Reshard({two, two, 3}).status()));
     CHECK(absl::IsInvalidArgument(
-        Reshard(two, testing::MakeTmpDir("out"), 0).status()));
+        Reshard({two, testing::MakeTmpDir("out"), 0}).status()));
   }
 }
 

@@ -1,16 +1,25 @@
 // The checkpoint-directory ParameterSource (serving/parameter_source.h)
 // over real checkpoint files: it serves what they hold, restores them again
 // when a newer checkpoint replaces them, and refuses a newer one whose
-// tensors or tables changed shape (keeping what it serves).
+// tensors or tables changed shape, or that cannot be listed, stat'ed or read
+// (tests/testing/fault_file_system.h), keeping what it serves.
 
+#include <cerrno>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "catch2/catch.hpp"
+#include "common/logging.h"
 #include "common/payload.h"
+#include "server/checkpoint.h"
+#include "server/file_system.h"
 #include "serving/parameter_source.h"
+#include "serving/snapshot.h"
 #include "store/shard_store.h"
+#include "tests/testing/fault_file_system.h"
 #include "tests/testing/require_ok.h"
 #include "tests/testing/store_helpers.h"
 #include "tests/testing/subprocess.h"
@@ -72,7 +81,7 @@ TEST_CASE("a checkpoint directory is followed as newer checkpoints come",
   std::unique_ptr<ShardStore> store = Shard(4, 2);
   REQUIRE_OK(testing::WriteStoreCheckpoint(*store, dir).status());
   absl::StatusOr<std::unique_ptr<ParameterSource>> source =
-      MakeCheckpointSource(dir);
+      MakeCheckpointSource({dir});
   REQUIRE_OK(source.status());
   uint64_t version = 9;
   CHECK(Served(source->get(), &version) == std::vector<float>(4, 0.0f));
@@ -116,6 +125,79 @@ TEST_CASE("a checkpoint directory is followed as newer checkpoints come",
   REQUIRE_OK(testing::WriteStoreCheckpoint(*store, dir).status());
   CHECK(Served(source->get(), &version) == std::vector<float>(4, -1.0f));
   CHECK(version == 3);
+}
+
+TEST_CASE(
+    "a reload whose files cannot be listed, stat'ed or read keeps serving "
+    "the previous snapshot",
+    "[serving][checkpoint][faults]") {
+  const std::string dir = testing::MakeTmpDir("follow_faults");
+  const std::string ckpt = CheckpointPath(dir, 0, 1);
+  std::unique_ptr<ShardStore> store = Shard(4, 2);
+  testing::FaultFileSystem fs;
+
+  // A source that cannot read its files at the start is an error naming
+  // them, not an empty model.
+  REQUIRE_OK(testing::WriteStoreCheckpoint(*store, dir).status());
+  fs.FailReads(ckpt);
+  absl::StatusOr<std::unique_ptr<ParameterSource>> source =
+      MakeCheckpointSource({dir, &fs});
+  INFO(source.status().ToString());
+  CHECK(source.status().code() == absl::ErrnoToStatus(EIO, "").code());
+  CHECK(absl::StrContains(source.status().message(), ckpt));
+  fs.ClearPathFaults();
+  source = MakeCheckpointSource({dir, &fs});
+  REQUIRE_OK(source.status());
+  SnapshotKeeper keeper(source->get(), {"w"}, absl::ZeroDuration(),
+                        NullLogger());
+  REQUIRE_OK(keeper.Refresh());
+  const std::shared_ptr<const Snapshot> first = keeper.Current();
+  REQUIRE(first != nullptr);
+  CHECK(first->values[0] == std::vector<float>(4, 0.0f));
+
+  // A newer checkpoint that cannot be read: every refresh fails, naming
+  // the file or directory, and the first snapshot is still served.
+  Push(store.get(), 4, 0.5f);
+  REQUIRE_OK(testing::WriteStoreCheckpoint(*store, dir).status());
+  struct Case {
+    std::string what;
+    std::function<void()> arm;
+    absl::StatusCode code;
+    std::string named;
+  };
+  const absl::StatusOr<FileStat> size = FileSystem::Default()->Stat(ckpt);
+  REQUIRE_OK(size.status());
+  const std::vector<Case> cases = {
+      {"unlistable directory", [&] { fs.FailListing(dir, EACCES); },
+       absl::StatusCode::kPermissionDenied, dir},
+      {"vanished after the listing", [&] { fs.VanishAfterListing(ckpt); },
+       absl::StatusCode::kNotFound, ckpt},
+      {"reads back truncated", [&] { fs.TruncateReads(ckpt, size->size / 2); },
+       absl::StatusCode::kDataLoss, ckpt},
+      {"reads fail", [&] { fs.FailReads(ckpt); },
+       absl::ErrnoToStatus(EIO, "").code(), ckpt},
+  };
+  for (const Case& c : cases) {
+    fs.ClearPathFaults();
+    c.arm();
+    const absl::Status refreshed = keeper.Refresh();
+    INFO(c.what << ": " << refreshed.ToString());
+    CHECK(refreshed.code() == c.code);
+    CHECK(absl::StrContains(refreshed.message(), c.named));
+    CHECK(keeper.Current() == first);  // the same snapshot, still served
+    std::vector<float> w(4);
+    std::vector<uint64_t> versions;
+    REQUIRE_OK((*source)->Read({{"w", w.data()}}, &versions));
+    CHECK(w == std::vector<float>(4, 0.0f));
+    CHECK(versions == std::vector<uint64_t>{0});
+  }
+  CHECK(keeper.refresh_failures() == cases.size());
+
+  // The fault gone, the newer checkpoint is served.
+  fs.ClearPathFaults();
+  REQUIRE_OK(keeper.Refresh());
+  CHECK(keeper.Current()->values[0] == std::vector<float>(4, -0.5f));
+  CHECK(keeper.Current()->versions == std::vector<uint64_t>{1});
 }
 
 }  // namespace
