@@ -76,6 +76,7 @@ class LocalStore : public ParameterStore {
     read.epochs = {1};
     absl::Status s = PullTensors(what, &read);
     if (s.ok()) s = PullRows(std::max(clock, for_clock), what, &read);
+    if (!s.ok()) read = ReadSet();  // a failed pull read nothing
     return std::make_unique<DonePull>(std::move(s), std::move(read));
   }
 

@@ -318,6 +318,60 @@ TEST_CASE("Create: idempotent, all-or-nothing, names what differs",
   CHECK(absl::StrContains(missing.message(), "later"));
 }
 
+TableSpec ConstantTable(const std::string& name, int dim, float init) {
+  TableSpec t;
+  t.set_name(name);
+  t.set_dim(dim);
+  t.set_init(INIT_CONSTANT);
+  t.set_init_value(init);
+  *t.mutable_optimizer() = SgdSpec(1.0f);
+  return t;
+}
+
+TEST_CASE("a step's tensors and rows are pulled and pushed together",
+          "[local_store][rows]") {
+  auto store = NewStore();
+  REQUIRE_OK(store->Create({Spec("w", 4, 2, 1.0f, SgdSpec(1.0f))},
+                           {ConstantTable("emb", 2, 0.5f)}));
+  REQUIRE_OK(store->WaitFor({"w", "emb"}, absl::ZeroDuration()));
+  const std::vector<uint64_t> ids = {7, 9, 7};
+  std::vector<float> w(4), emb(6);
+  auto pull = store->StartPull(
+      0, 0, PullSet{{{"w", w.data()}}, {{"emb", ids, emb.data()}}});
+  REQUIRE_OK(pull->Wait());
+  CHECK(w == std::vector<float>(4, 1.0f));
+  CHECK(emb == std::vector<float>(6, 0.5f));
+
+  std::vector<float> gw(4, 0.25f), ge(6, 0.125f);
+  absl::StatusOr<PushSummary> done =
+      store
+          ->StartPush(0, PushSet{{{"w", gw.data()}}, {{"emb", ids, ge.data()}}},
+                      pull->read())
+          ->Wait();
+  REQUIRE_OK(done.status());
+  CHECK(done->rows.applied == 2);  // distinct ids
+  CHECK(done->applied == 2 + 2);   // two slices and two rows
+  CHECK(done->rows_created == 0);  // the pull created them
+
+  // A step with an unknown table applies none of its tensors either.
+  absl::Status s =
+      store
+          ->StartPush(0,
+                      PushSet{{{"w", gw.data()}}, {{"nope", ids, ge.data()}}},
+                      ReadSet())
+          ->Wait()
+          .status();
+  CHECK(absl::IsInvalidArgument(s));
+  pull = store->StartPull(
+      0, 0, PullSet{{{"w", w.data()}}, {{"emb", ids, emb.data()}}});
+  REQUIRE_OK(pull->Wait());
+  CHECK(w == std::vector<float>(4, 0.75f));
+  CHECK(emb[0] == Approx(0.25f));  // id 7 twice: 0.5 - 2 * 0.125
+  CHECK(emb[2] == Approx(0.375f));
+  CHECK(emb[4] == Approx(0.25f));
+  CHECK(pull->read().versions.at("w") == std::vector<uint64_t>{1, 1});
+}
+
 TEST_CASE("the cluster-only calls answer as a lone process", "[local_store]") {
   auto store = NewStore();
   absl::StatusOr<Registration> reg = store->Register();
