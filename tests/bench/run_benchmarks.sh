@@ -8,8 +8,10 @@
 #   sparse_bench.txt      sparse rows/s pulled and pushed vs the dense path
 #   scale_bench.txt       latency, shard memory and threads as simulated
 #                         workers grow 4 -> 256 (ASP, SSP), same total load
-# Server logs of push_pull_bench go to OUTDIR/tmp. The five runs are capped
-# at 100 + 300 + 45 + 150 + 300 s; a run that hits its cap is reported and the script
+#   step_bench.txt        a CTR-shaped step's pull and push latency, one call
+#                         (tensors and rows together) against two
+# Server logs of push_pull_bench go to OUTDIR/tmp. The six runs are capped
+# at 100 + 300 + 45 + 150 + 300 + 60 s; a run that hits its cap is reported and the script
 # goes on. Exits non-zero if the build or any run fails.
 #
 # Usage: tests/bench/run_benchmarks.sh OUTDIR [--skip_build]
@@ -28,7 +30,7 @@ out=$(cd "$out" && pwd)
 cd "$(dirname "$0")/../.." || exit 2
 targets=(//tests/bench:apply_bench //tests/bench:push_pull_bench
          //tests/bench:backend_bench //tests/bench:sparse_bench
-         //tests/bench:scale_bench)
+         //tests/bench:scale_bench //tests/bench:step_bench)
 if [[ $skip_build -eq 0 ]]; then
   bazel build -c opt "${targets[@]}" || { echo "build failed" >&2; exit 1; }
 fi
@@ -60,4 +62,5 @@ run backend_bench 45 "$bin/tests/bench/backend_bench" --iters=20 \
     --max_seconds=3
 run sparse_bench 150 "$bin/tests/bench/sparse_bench"
 run scale_bench 300 "$bin/tests/bench/scale_bench"
+run step_bench 60 "$bin/tests/bench/step_bench"
 exit $failed
