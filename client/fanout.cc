@@ -119,6 +119,133 @@ void FanOut::Fail(int i, const absl::Status& s) {
   CancelInFlight();
 }
 
+absl::Time FanOut::TendSlots(bool gave_up, absl::Time now) {
+  absl::Time wake = gave_up ? absl::InfiniteFuture() : deadline_;
+  if (!gave_up && policy_.stop != nullptr) {
+    wake = std::min(wake, now + kStopPoll);
+  }
+  for (size_t i = 0; i < slots_.size(); ++i) {
+    Slot& slot = slots_[i];
+    if (!gave_up && slot.in_flight) {
+      // A long wait says what it waits for.
+      const absl::Time due =
+          std::max(slot.attempt_start, slot.last_wait_report) +
+          policy_.report_every;
+      if (now >= due) {
+        slot.last_wait_report = now;
+        env_.logger->info(
+            "{} on {}: no answer yet after {}, waiting up to {} more", method_,
+            env_.shard_name(calls_[i].shard),
+            absl::FormatDuration(
+                absl::Trunc(now - slot.attempt_start, absl::Seconds(1))),
+            absl::FormatDuration(
+                absl::Trunc(deadline_ - now, absl::Seconds(1))));
+      } else {
+        wake = std::min(wake, due);
+      }
+    }
+    if (slot.finished || slot.in_flight) continue;
+    const bool stopped = stop_on_error_ && !first_error_.ok();
+    if (gave_up || stopped) {
+      slot.finished = true;
+      --unfinished_;
+      if (results_[i].ok()) {
+        results_[i] =
+            stopped ? absl::CancelledError("another shard failed")
+                    : absl::DeadlineExceededError(absl::StrCat(
+                          method_, " on ", env_.shard_name(calls_[i].shard),
+                          ": no answer within the call deadline of ",
+                          absl::FormatDuration(policy_.call_deadline), " (",
+                          slot.attempts, " attempts; last error: ",
+                          slot.last_error.ToString(), ")"));
+        if (first_error_.ok()) first_error_ = results_[i];
+      }
+      continue;
+    }
+    if (slot.next_start > now) {
+      wake = std::min(wake, slot.next_start);
+      continue;
+    }
+    StartAttempt(static_cast<int>(i));
+  }
+  return wake;
+}
+
+bool FanOut::ScheduleRetry(int i, const absl::Status& status, bool gave_up,
+                           const std::string& where) {
+  Slot& slot = slots_[i];
+  const absl::Time t = env_.clock->Now();
+  if (gave_up || !(first_error_.ok() || !stop_on_error_) ||
+      !IsRetriable(status) || t >= deadline_ ||
+      (policy_.max_attempts != 0 && slot.attempts >= policy_.max_attempts)) {
+    return false;
+  }
+  absl::Duration backoff = policy_.initial_backoff;
+  for (int k = 1; k < slot.attempts && backoff < policy_.max_backoff; ++k) {
+    backoff *= 2;
+  }
+  backoff =
+      std::min(backoff, policy_.max_backoff) * absl::Uniform(rng_, 0.5, 1.5);
+  slot.next_start = t + backoff;
+  if (slot.first_failure == absl::InfiniteFuture()) {
+    slot.first_failure = t;
+    slot.last_report = t;
+    env_.logger->warn(
+        "{} failed: {}; retrying for up to {}", where, status.ToString(),
+        absl::FormatDuration(absl::Trunc(deadline_ - t, absl::Seconds(1))));
+  } else if (t - slot.last_report >= policy_.report_every) {
+    slot.last_report = t;
+    env_.logger->warn("{}: still failing after {} ({} attempts): {}", where,
+                      absl::FormatDuration(absl::Trunc(t - slot.first_failure,
+                                                       absl::Seconds(1))),
+                      slot.attempts, status.ToString());
+  }
+  return true;
+}
+
+void FanOut::Settle(int i, absl::Status status, bool gave_up) {
+  Slot& slot = slots_[i];
+  slot.in_flight = false;
+  const std::string where =
+      absl::StrCat(method_, " on ", env_.shard_name(calls_[i].shard));
+  if (status.ok()) {
+    slot.finished = true;
+    --unfinished_;
+    if (slot.attempts > 1) {
+      env_.logger->info(
+          "{} answered after {} attempts ({})", where, slot.attempts,
+          absl::FormatDuration(absl::Trunc(
+              env_.clock->Now() - slot.first_failure, absl::Milliseconds(1))));
+    }
+    if (calls_[i].on_ok && (first_error_.ok() || !stop_on_error_)) {
+      absl::Status s = calls_[i].on_ok();
+      if (!s.ok()) {
+        Fail(i, absl::Status(s.code(), absl::StrCat(where, ": ", s.message())));
+      }
+    }
+    return;
+  }
+  slot.last_error = status;
+  if (ScheduleRetry(i, status, gave_up, where)) return;
+  slot.finished = true;
+  --unfinished_;
+  if (gave_up && first_error_.ok()) {
+    status = absl::DeadlineExceededError(
+        absl::StrCat("no answer within the call deadline of ",
+                     absl::FormatDuration(policy_.call_deadline),
+                     "; last error: ", status.ToString()));
+  }
+  if (slot.attempts > 1) {
+    status = absl::Status(
+        status.code(),
+        absl::StrCat("after ", slot.attempts, " attempts: ", status.message()));
+  }
+  if (results_[i].ok()) {
+    Fail(i, absl::Status(status.code(),
+                         absl::StrCat(where, ": ", status.message())));
+  }
+}
+
 void FanOut::Run() {
   bool gave_up = false;  // the deadline passed, or the owner abandoned us
   while (unfinished_ > 0) {
@@ -132,56 +259,10 @@ void FanOut::Run() {
       gave_up = true;
       CancelInFlight();
     }
-    absl::Time wake = gave_up ? absl::InfiniteFuture() : deadline_;
-    if (!gave_up && policy_.stop != nullptr) {
-      wake = std::min(wake, now + kStopPoll);
-    }
-    for (size_t i = 0; i < slots_.size(); ++i) {
-      Slot& slot = slots_[i];
-      if (!gave_up && slot.in_flight) {
-        // A long wait says what it waits for.
-        const absl::Time due =
-            std::max(slot.attempt_start, slot.last_wait_report) +
-            policy_.report_every;
-        if (now >= due) {
-          slot.last_wait_report = now;
-          env_.logger->info(
-              "{} on {}: no answer yet after {}, waiting up to {} more",
-              method_, env_.shard_name(calls_[i].shard),
-              absl::FormatDuration(
-                  absl::Trunc(now - slot.attempt_start, absl::Seconds(1))),
-              absl::FormatDuration(
-                  absl::Trunc(deadline_ - now, absl::Seconds(1))));
-        } else {
-          wake = std::min(wake, due);
-        }
-      }
-      if (slot.finished || slot.in_flight) continue;
-      const bool stopped = stop_on_error_ && !first_error_.ok();
-      if (gave_up || stopped) {
-        slot.finished = true;
-        --unfinished_;
-        if (results_[i].ok()) {
-          results_[i] =
-              stopped ? absl::CancelledError("another shard failed")
-                      : absl::DeadlineExceededError(absl::StrCat(
-                            method_, " on ", env_.shard_name(calls_[i].shard),
-                            ": no answer within the call deadline of ",
-                            absl::FormatDuration(policy_.call_deadline), " (",
-                            slot.attempts, " attempts; last error: ",
-                            slot.last_error.ToString(), ")"));
-          if (first_error_.ok()) first_error_ = results_[i];
-        }
-        continue;
-      }
-      if (slot.next_start > now) {
-        wake = std::min(wake, slot.next_start);
-        continue;
-      }
-      StartAttempt(static_cast<int>(i));
-    }
+    const absl::Time wake = TendSlots(gave_up, now);
     if (unfinished_ == 0) break;
 
+    // One wake-up per batch of completions.
     std::vector<std::pair<int, absl::Status>> done;
     {
       absl::MutexLock l(&shared_->mu);
@@ -192,78 +273,7 @@ void FanOut::Run() {
       shared_->ready = false;
       done.swap(shared_->done);
     }
-
-    for (auto& [i, status] : done) {
-      Slot& slot = slots_[i];
-      slot.in_flight = false;
-      const std::string where =
-          absl::StrCat(method_, " on ", env_.shard_name(calls_[i].shard));
-      if (status.ok()) {
-        slot.finished = true;
-        --unfinished_;
-        if (slot.attempts > 1) {
-          env_.logger->info("{} answered after {} attempts ({})", where,
-                            slot.attempts,
-                            absl::FormatDuration(absl::Trunc(
-                                env_.clock->Now() - slot.first_failure,
-                                absl::Milliseconds(1))));
-        }
-        if (calls_[i].on_ok && (first_error_.ok() || !stop_on_error_)) {
-          absl::Status s = calls_[i].on_ok();
-          if (!s.ok())
-            Fail(i, absl::Status(s.code(),
-                                 absl::StrCat(where, ": ", s.message())));
-        }
-        continue;
-      }
-      const absl::Time t = env_.clock->Now();
-      slot.last_error = status;
-      if (!gave_up && (first_error_.ok() || !stop_on_error_) &&
-          IsRetriable(status) && t < deadline_ &&
-          (policy_.max_attempts == 0 || slot.attempts < policy_.max_attempts)) {
-        absl::Duration backoff = policy_.initial_backoff;
-        for (int k = 1; k < slot.attempts && backoff < policy_.max_backoff;
-             ++k) {
-          backoff *= 2;
-        }
-        backoff = std::min(backoff, policy_.max_backoff) *
-                  absl::Uniform(rng_, 0.5, 1.5);
-        slot.next_start = t + backoff;
-        if (slot.first_failure == absl::InfiniteFuture()) {
-          slot.first_failure = t;
-          slot.last_report = t;
-          env_.logger->warn("{} failed: {}; retrying for up to {}", where,
-                            status.ToString(),
-                            absl::FormatDuration(
-                                absl::Trunc(deadline_ - t, absl::Seconds(1))));
-        } else if (t - slot.last_report >= policy_.report_every) {
-          slot.last_report = t;
-          env_.logger->warn("{}: still failing after {} ({} attempts): {}",
-                            where,
-                            absl::FormatDuration(absl::Trunc(
-                                t - slot.first_failure, absl::Seconds(1))),
-                            slot.attempts, status.ToString());
-        }
-        continue;
-      }
-      slot.finished = true;
-      --unfinished_;
-      if (gave_up && first_error_.ok()) {
-        status = absl::DeadlineExceededError(
-            absl::StrCat("no answer within the call deadline of ",
-                         absl::FormatDuration(policy_.call_deadline),
-                         "; last error: ", status.ToString()));
-      }
-      if (slot.attempts > 1) {
-        status = absl::Status(status.code(),
-                              absl::StrCat("after ", slot.attempts,
-                                           " attempts: ", status.message()));
-      }
-      if (results_[i].ok()) {
-        Fail(i, absl::Status(status.code(),
-                             absl::StrCat(where, ": ", status.message())));
-      }
-    }
+    for (auto& [i, status] : done) Settle(i, std::move(status), gave_up);
   }
 }
 

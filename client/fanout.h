@@ -115,7 +115,18 @@ class FanOut {
   // Cancels every attempt in flight (their callbacks still run).
   void CancelInFlight();
   void Fail(int i, const absl::Status& s);
+  // The loop that starts, retries, abandons and settles the attempts, on
+  // the waiting thread.
   void Run();
+  // Starts the attempts that are due and finishes the slots given up;
+  // returns when the loop must look again.
+  absl::Time TendSlots(bool gave_up, absl::Time now);
+  // An attempt of slot i ended with `status`: finished, failed or retried.
+  void Settle(int i, absl::Status status, bool gave_up);
+  // Schedules another attempt of slot i after a backoff, when `status` is
+  // retriable and time and attempts are left; false otherwise.
+  bool ScheduleRetry(int i, const absl::Status& status, bool gave_up,
+                     const std::string& where);
 
   const FanOutEnv env_;
   const std::string method_;

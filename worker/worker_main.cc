@@ -163,8 +163,9 @@ int Fail(const std::string& message) {
   return 2;
 }
 
-absl::StatusOr<TrainerOptions> TrainerOptionsFromFlags() {
-  TrainerOptions o;
+// Which worker of how many this process is (--worker_id, --num_workers).
+absl::Status RoleFromFlags(TrainerOptions* out) {
+  TrainerOptions& o = *out;
   o.num_workers =
       absl::GetFlag(FLAGS_local) ? 1 : absl::GetFlag(FLAGS_num_workers);
   absl::StatusOr<int> worker_id =
@@ -181,6 +182,12 @@ absl::StatusOr<TrainerOptions> TrainerOptionsFromFlags() {
         absl::StrCat("--worker_id must be in [0, --num_workers=", o.num_workers,
                      "), got ", o.worker_id));
   }
+  return absl::OkStatus();
+}
+
+// The model and its optimization: layers, batches, epochs, optimizer.
+absl::Status ModelFromFlags(TrainerOptions* out) {
+  TrainerOptions& o = *out;
   absl::StatusOr<std::vector<int>> layers = ParseLayerSizes(
       absl::GetFlag(FLAGS_hidden), 28 * 28, kFashionMnistClasses);
   if (!layers.ok()) {
@@ -222,6 +229,12 @@ absl::StatusOr<TrainerOptions> TrainerOptionsFromFlags() {
     return absl::InvalidArgumentError(absl::StrCat(
         "--optimizer must be sgd, momentum or adam, got '", opt, "'"));
   }
+  return absl::OkStatus();
+}
+
+// Creation, evaluation and progress.
+absl::Status EvaluationFromFlags(TrainerOptions* out) {
+  TrainerOptions& o = *out;
   o.seed = static_cast<uint64_t>(absl::GetFlag(FLAGS_seed));
   o.create = o.worker_id == 0;
   const std::string eval = absl::GetFlag(FLAGS_evaluate);
@@ -238,6 +251,12 @@ absl::StatusOr<TrainerOptions> TrainerOptionsFromFlags() {
     return absl::InvalidArgumentError(
         "--eval_every_steps must be >= 0 and --log_every_steps >= 1");
   }
+  return absl::OkStatus();
+}
+
+// The loop's delays, waits and pipelining.
+absl::Status LoopFromFlags(TrainerOptions* out) {
+  TrainerOptions& o = *out;
   const int64_t delay = absl::GetFlag(FLAGS_straggler_delay_ms);
   if (delay < 0) {
     return absl::InvalidArgumentError("--straggler_delay_ms must be >= 0");
@@ -274,6 +293,16 @@ absl::StatusOr<TrainerOptions> TrainerOptionsFromFlags() {
   if (o.push_every < 1 || o.push_every > 100000) {
     return absl::InvalidArgumentError("--push_every must be in [1, 100000]");
   }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<TrainerOptions> TrainerOptionsFromFlags() {
+  TrainerOptions o;
+  absl::Status s = RoleFromFlags(&o);
+  if (s.ok()) s = ModelFromFlags(&o);
+  if (s.ok()) s = EvaluationFromFlags(&o);
+  if (s.ok()) s = LoopFromFlags(&o);
+  if (!s.ok()) return s;
   return o;
 }
 
@@ -491,6 +520,83 @@ void ExplainUnavailable(const absl::Status& status,
   }
 }
 
+// The cluster client's options from the flags; errors name the flag.
+absl::StatusOr<PsClientOptions> ClientOptionsFromFlags(int worker_id) {
+  absl::StatusOr<std::vector<std::string>> servers = ParseServerList(
+      absl::GetFlag(FLAGS_servers), absl::GetFlag(FLAGS_num_shards));
+  if (!servers.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--servers: ", servers.status().message()));
+  }
+  PsClientOptions c;
+  c.servers = *servers;
+  c.worker_id = worker_id;
+  c.run_id = absl::GetFlag(FLAGS_run_id);
+  if (absl::Status r = CheckRunId(c.run_id); !r.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("--run_id: ", r.message()));
+  }
+  c.stop = &g_stop;
+  const int64_t timeout = absl::GetFlag(FLAGS_rpc_timeout_ms);
+  if (timeout < 1) {
+    return absl::InvalidArgumentError("--rpc_timeout_ms must be >= 1");
+  }
+  c.retry.attempt_timeout = absl::Milliseconds(timeout);
+  const int64_t deadline = absl::GetFlag(FLAGS_call_deadline_s);
+  if (deadline < 1) {
+    return absl::InvalidArgumentError("--call_deadline_s must be >= 1");
+  }
+  c.retry.call_deadline = absl::Seconds(deadline);
+  c.connections_per_shard = absl::GetFlag(FLAGS_connections_per_shard);
+  if (c.connections_per_shard < 1 || c.connections_per_shard > 16) {
+    return absl::InvalidArgumentError(
+        "--connections_per_shard must be in [1, 16]");
+  }
+  absl::Status dtype = ParseWireDtype(absl::GetFlag(FLAGS_wire_dtype),
+                                      &c.push_dtype, &c.pull_dtype);
+  if (!dtype.ok()) return dtype;
+  return c;
+}
+
+// The parameter store of --local or --servers: for the cluster, a client
+// connected and every shard answering. nullopt when it is open, else the
+// exit code.
+std::optional<int> OpenStore(int worker_id, const SecurityOptions& security,
+                             const std::shared_ptr<spdlog::logger>& logger,
+                             std::unique_ptr<ParameterStore>* store) {
+  if (absl::GetFlag(FLAGS_local)) {
+    if (!absl::GetFlag(FLAGS_servers).empty()) {
+      return Fail("--local and --servers exclude each other");
+    }
+    absl::StatusOr<std::unique_ptr<ParameterStore>> local = MakeLocalStore();
+    if (!local.ok()) return Fail(local.status().ToString());
+    *store = *std::move(local);
+    return std::nullopt;
+  }
+  absl::StatusOr<PsClientOptions> c = ClientOptionsFromFlags(worker_id);
+  if (!c.ok()) return Fail(std::string(c.status().message()));
+  const int64_t wait_for_shards = absl::GetFlag(FLAGS_wait_for_shards_s);
+  if (wait_for_shards < 0) return Fail("--wait_for_shards_s must be >= 0");
+  c->logger = logger;
+  c->security = security;
+  absl::StatusOr<std::unique_ptr<PsClient>> client =
+      PsClient::Connect(*std::move(c));
+  if (!client.ok()) return Fail(client.status().ToString());
+  absl::Status up = (*client)->WaitForShards(absl::Seconds(wait_for_shards));
+  if (!up.ok()) {
+    if (absl::IsFailedPrecondition(up)) {  // shards of another run
+      logger->error("{}", up.ToString());
+      return kExitConfig;
+    }
+    if (absl::IsDeadlineExceeded(up)) {
+      logger->error("{}", up.ToString());
+      return kExitFailed;
+    }
+    return FailureExitCode(up, *logger);
+  }
+  *store = MakeRemoteStore(*std::move(client));
+  return std::nullopt;
+}
+
 int Main(int argc, char** argv) {
   ProgramInfo program;
   program.name = "ps_worker";
@@ -544,60 +650,9 @@ int Main(int argc, char** argv) {
   options->stop = &g_stop;
 
   std::unique_ptr<ParameterStore> store;
-  if (absl::GetFlag(FLAGS_local)) {
-    if (!absl::GetFlag(FLAGS_servers).empty()) {
-      return Fail("--local and --servers exclude each other");
-    }
-    absl::StatusOr<std::unique_ptr<ParameterStore>> local = MakeLocalStore();
-    if (!local.ok()) return Fail(local.status().ToString());
-    store = *std::move(local);
-  } else {
-    absl::StatusOr<std::vector<std::string>> servers = ParseServerList(
-        absl::GetFlag(FLAGS_servers), absl::GetFlag(FLAGS_num_shards));
-    if (!servers.ok()) {
-      return Fail(absl::StrCat("--servers: ", servers.status().message()));
-    }
-    PsClientOptions c;
-    c.servers = *servers;
-    c.worker_id = options->worker_id;
-    c.run_id = absl::GetFlag(FLAGS_run_id);
-    if (absl::Status r = CheckRunId(c.run_id); !r.ok()) {
-      return Fail(absl::StrCat("--run_id: ", r.message()));
-    }
-    c.stop = &g_stop;
-    const int64_t timeout = absl::GetFlag(FLAGS_rpc_timeout_ms);
-    if (timeout < 1) return Fail("--rpc_timeout_ms must be >= 1");
-    c.retry.attempt_timeout = absl::Milliseconds(timeout);
-    const int64_t deadline = absl::GetFlag(FLAGS_call_deadline_s);
-    if (deadline < 1) return Fail("--call_deadline_s must be >= 1");
-    c.retry.call_deadline = absl::Seconds(deadline);
-    const int64_t wait_for_shards = absl::GetFlag(FLAGS_wait_for_shards_s);
-    if (wait_for_shards < 0) return Fail("--wait_for_shards_s must be >= 0");
-    c.connections_per_shard = absl::GetFlag(FLAGS_connections_per_shard);
-    if (c.connections_per_shard < 1 || c.connections_per_shard > 16) {
-      return Fail("--connections_per_shard must be in [1, 16]");
-    }
-    absl::Status dtype = ParseWireDtype(absl::GetFlag(FLAGS_wire_dtype),
-                                        &c.push_dtype, &c.pull_dtype);
-    if (!dtype.ok()) return Fail(std::string(dtype.message()));
-    c.logger = *logger;
-    c.security = *security;
-    absl::StatusOr<std::unique_ptr<PsClient>> client =
-        PsClient::Connect(std::move(c));
-    if (!client.ok()) return Fail(client.status().ToString());
-    absl::Status up = (*client)->WaitForShards(absl::Seconds(wait_for_shards));
-    if (!up.ok()) {
-      if (absl::IsFailedPrecondition(up)) {  // shards of another run
-        (*logger)->error("{}", up.ToString());
-        return kExitConfig;
-      }
-      if (absl::IsDeadlineExceeded(up)) {
-        (*logger)->error("{}", up.ToString());
-        return kExitFailed;
-      }
-      return FailureExitCode(up, **logger);
-    }
-    store = MakeRemoteStore(*std::move(client));
+  if (std::optional<int> failed =
+          OpenStore(options->worker_id, *security, *logger, &store)) {
+    return *failed;
   }
 
   absl::StatusOr<std::unique_ptr<Backend>> backend =
