@@ -39,12 +39,21 @@ int64_t RowsClock(const PullRequest& request) {
   return std::max(request.worker().clock(), request.for_clock());
 }
 
-absl::Status CheckReadOnlyPull(const PullRequest& request) {
+// Who is pulling, before the tensors and rows are looked at: a worker's
+// pull names a well-formed worker reference, a reader's (read_only) names no
+// worker and no for_clock.
+absl::Status CheckPullCaller(const PullRequest& request) {
+  if (!request.read_only()) return CheckWorkerRef(request.worker());
   if (request.has_worker() || request.for_clock() != 0) {
     return absl::InvalidArgumentError(
         "a read_only pull names no worker and no for_clock: it reads what the "
         "shard holds and registers nobody");
   }
+  return absl::OkStatus();
+}
+
+// A reader's pull creates nothing: every TableIds is a peek.
+absl::Status CheckReadOnlyRows(const PullRequest& request) {
   for (const TableIds& t : request.rows()) {
     if (!t.peek()) {
       return absl::InvalidArgumentError(
@@ -284,6 +293,7 @@ class PushStreamReactor : public ByteBidiReactor {
       FrameReader reader;
       std::vector<Payload> grads, rows;
       absl::Status s = reader.Open(request_, &header);
+      if (s.ok()) s = PushTransaction::CheckCaller(header);
       if (s.ok()) s = ReadFrameGradients(header, &reader, &grads, &rows);
       if (s.ok()) {
         s = service_->DoPush(header, grads, &answer, rows, &needs_checkpoint);
@@ -629,21 +639,26 @@ grpc::ServerUnaryReactor* PsService::Heartbeat(grpc::CallbackServerContext* ctx,
 }
 
 absl::Status PsService::BeginPull(const PullRequest& request, int64_t* target) {
-  if (request.wire_dtype() != WIRE_F32 && request.wire_dtype() != WIRE_BF16) {
-    c_.stats->RecordBadInput();
-    return absl::InvalidArgumentError(
+  absl::Status s = CheckPullCaller(request);
+  if (s.ok() && request.wire_dtype() != WIRE_F32 &&
+      request.wire_dtype() != WIRE_BF16) {
+    s = absl::InvalidArgumentError(
         absl::StrCat("unknown wire_dtype ", request.wire_dtype()));
+  }
+  if (!s.ok()) {
+    c_.stats->RecordBadInput();
+    return s;
   }
   // Validate before touching the registry: a rejected pull must not
   // register the worker or move its clock (that could release other pulls).
-  absl::Status s = c_.store->ValidatePull(request);
+  s = c_.store->ValidatePull(request);
   if (s.ok()) s = c_.store->tables().ValidatePull(request);
   if (!s.ok()) {
     c_.stats->RecordBadInput();
     return s;
   }
   if (request.read_only()) {
-    s = CheckReadOnlyPull(request);
+    s = CheckReadOnlyRows(request);
     if (!s.ok()) c_.stats->RecordBadInput();
     *target = 0;
     return s;
@@ -750,15 +765,14 @@ grpc::ServerUnaryReactor* PsService::Pull(grpc::CallbackServerContext* ctx,
                                           grpc::ByteBuffer* out) {
   auto request = std::make_shared<PullRequest>();
   absl::Status s = ParseFromByteBuffer(*in, request.get());
+  if (s.ok()) s = CheckPullCaller(*request);
+  if (s.ok() && request->wire_dtype() != WIRE_F32) {
+    s = absl::InvalidArgumentError(
+        "Pull answers float32; wire_dtype is for PullStream");
+  }
   if (!s.ok()) {
     c_.stats->RecordBadInput();
     return Finish(ctx, s);
-  }
-  if (request->wire_dtype() != WIRE_F32) {
-    c_.stats->RecordBadInput();
-    return Finish(ctx, absl::InvalidArgumentError(
-                           "Pull answers float32; wire_dtype is for "
-                           "PullStream"));
   }
   int64_t target = 0;
   s = BeginPull(*request, &target);
@@ -818,6 +832,7 @@ grpc::ServerUnaryReactor* PsService::Push(grpc::CallbackServerContext* ctx,
                                           grpc::ByteBuffer* out) {
   PushRequest request;
   absl::Status s = ParseFromByteBuffer(*in, &request);
+  if (s.ok()) s = PushTransaction::CheckCaller(request);
   if (s.ok() && request.wire_dtype() != WIRE_F32) {
     s = absl::InvalidArgumentError(
         "Push carries float32; wire_dtype is for PushStream");
