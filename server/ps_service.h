@@ -63,7 +63,8 @@ using RawParameterServerService =
 // executor. A pull whose caller goes away is dropped from the waits.
 //
 // The streams (PullStream / PushStream) carry the same requests, each
-// answered by request_id, with payloads framed as in common/fast_frame.h.
+// answered by request_id, with payloads framed as in common/fast_frame.h;
+// their reactors (server/data_streams.h) run the steps below.
 //
 // Thread-safe.
 class PsService final : public RawParameterServerService {
