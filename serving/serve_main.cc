@@ -235,10 +235,13 @@ absl::Status ModelFlags() {
 
 // The model of --model as `source` holds it, retried for --wait_s (the
 // shards may still be starting, and the first worker creating the
-// tensors). CANCELLED when a stop signal of `signals` came meanwhile.
+// tensors). *stopped says that a stop signal of `signals` came meanwhile
+// (the status is then the last try's).
 absl::StatusOr<ServedModel> WaitForModel(ParameterSource* source,
                                          RowCache* rows, int max_batch_rows,
-                                         const sigset_t& signals) {
+                                         const sigset_t& signals,
+                                         bool* stopped) {
+  *stopped = false;
   const absl::Time wait_until =
       absl::Now() + absl::Seconds(absl::GetFlag(FLAGS_wait_s));
   for (;;) {
@@ -251,7 +254,8 @@ absl::StatusOr<ServedModel> WaitForModel(ParameterSource* source,
     if (served.ok() || absl::Now() >= wait_until) return served;
     struct timespec zero {};
     if (sigtimedwait(&signals, nullptr, &zero) > 0) {
-      return absl::CancelledError("stopped while waiting for the model");
+      *stopped = true;
+      return served;
     }
     absl::SleepFor(absl::Milliseconds(200));
   }
@@ -354,9 +358,10 @@ int Main(int argc, char** argv) {
     return 1;
   }
   RowCache rows(source->get(), absl::GetFlag(FLAGS_row_cache_rows));
+  bool stopped = false;
   absl::StatusOr<ServedModel> served = WaitForModel(
-      source->get(), &rows, flags->batcher.max_batch_rows, signals);
-  if (absl::IsCancelled(served.status())) return 0;
+      source->get(), &rows, flags->batcher.max_batch_rows, signals, &stopped);
+  if (stopped) return 0;
   if (!served.ok()) {
     (*logger)->error("cannot read the model from {}: {}", (*source)->Describe(),
                      served.status().ToString());
