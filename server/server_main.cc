@@ -483,17 +483,6 @@ absl::Status StartMetrics(MetricsHttpServer* metrics, spdlog::logger& logger) {
   return absl::OkStatus();
 }
 
-// Blocks SIGINT and SIGTERM in this thread and the threads it starts, so
-// that only the sigwait on the returned set takes them, never gRPC's.
-sigset_t BlockShutdownSignals() {
-  sigset_t signals;
-  sigemptyset(&signals);
-  sigaddset(&signals, SIGINT);
-  sigaddset(&signals, SIGTERM);
-  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
-  return signals;
-}
-
 // Serves until SIGINT or SIGTERM, then stops: health NOT_SERVING, the
 // metrics endpoint, the shard (in-flight calls, then the final checkpoint),
 // the health listener. The exit status.
@@ -543,7 +532,7 @@ int Main(int argc, char** argv) {
   options->security.on_token_refused = [&auth_refusals](bool missing) {
     auth_refusals.Record(missing);
   };
-  const sigset_t signals = BlockShutdownSignals();
+  const sigset_t signals = BlockStopSignals();
   TuneProcess();
 
   auto logger = options->logger;

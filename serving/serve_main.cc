@@ -209,17 +209,6 @@ absl::StatusOr<std::unique_ptr<ParameterSource>> SourceFromFlags(
   return MakeShardSource(std::move(c));
 }
 
-// Every thread started after this (gRPC's too) inherits SIGINT and
-// SIGTERM blocked; the main thread takes them with sigwait on the set.
-sigset_t BlockStopSignals() {
-  sigset_t signals;
-  sigemptyset(&signals);
-  sigaddset(&signals, SIGINT);
-  sigaddset(&signals, SIGTERM);
-  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
-  return signals;
-}
-
 // The flags that name what is served.
 absl::Status ModelFlags() {
   if (absl::GetFlag(FLAGS_model) != "mlp" &&
