@@ -110,4 +110,13 @@ void TuneMallocForLargeMessages() {
   mallopt(M_TRIM_THRESHOLD, 1 << 30);
 }
 
+sigset_t BlockStopSignals() {
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGINT);
+  sigaddset(&signals, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+  return signals;
+}
+
 }  // namespace asyncps

@@ -2,6 +2,7 @@
 #define ASYNCPS_COMMON_NET_H_
 
 #include <grpcpp/grpcpp.h>
+#include <signal.h>
 
 #include <memory>
 #include <string>
@@ -57,6 +58,12 @@ void TuneMallocForLargeMessages();
 // lock order is checked by the clang thread-safety analysis and by the tests,
 // which keep the detection on.
 void TuneProcess();
+
+// Blocks SIGINT and SIGTERM in the calling thread and in every thread it
+// starts afterwards (gRPC's too), and returns that set, for the main thread
+// to take a stop request with sigwait. Call in main() before any thread
+// starts.
+sigset_t BlockStopSignals();
 
 }  // namespace asyncps
 

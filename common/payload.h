@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <cstring>
 #include <string>
+#include <vector>
 
 #include "absl/container/inlined_vector.h"
 #include "absl/strings/string_view.h"
@@ -145,6 +146,18 @@ bool AllFinite(const char* bytes, size_t n, WireDtype dtype);
 
 // Copies the payload's values to out[0, count()) as floats.
 void DecodePayload(const Payload& payload, float* out);
+
+// The payloads of a protobuf push's gradient messages (SliceGradient or
+// RowsGradient), in order: float32 views of each message's `grad` bytes,
+// which must outlive them.
+template <typename Gradient>
+std::vector<Payload> GradPayloads(
+    const google::protobuf::RepeatedPtrField<Gradient>& gradients) {
+  std::vector<Payload> out;
+  out.reserve(gradients.size());
+  for (const Gradient& g : gradients) out.emplace_back(g.grad());
+  return out;
+}
 
 }  // namespace asyncps
 

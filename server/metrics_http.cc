@@ -78,11 +78,9 @@ class Exposition {
   std::string out_;
 };
 
-}  // namespace
-
-std::string RenderPrometheus(const StatusResponse& s) {
-  Exposition e(s.shard_index());
-  const Counters& c = s.counters();
+// The shard's counters (Counters).
+void AppendCounters(const Counters& c, Exposition* out) {
+  Exposition& e = *out;
   auto counter = [&e](absl::string_view name, absl::string_view help,
                       uint64_t v) {
     e.Single(name, "counter", help, absl::StrCat(v));
@@ -119,7 +117,11 @@ std::string RenderPrometheus(const StatusResponse& s) {
           c.checkpoints_written());
   counter("asyncps_checkpoints_failed_total", "Checkpoint writes that failed.",
           c.checkpoints_failed());
+}
 
+// What the shard is, holds and sees: build, policy, sizes, clocks.
+void AppendGauges(const StatusResponse& s, Exposition* out) {
+  Exposition& e = *out;
   const StalenessPolicy& p = s.policy();
   e.Family("asyncps_build_info", "gauge",
            "Constant 1, labelled with the version and consistency policy.");
@@ -168,11 +170,13 @@ std::string RenderPrometheus(const StatusResponse& s) {
   for (const WorkerStatus& w : s.workers()) live += w.live() ? 1 : 0;
   gauge("asyncps_live_workers", "Workers currently holding a lease.",
         absl::StrCat(live));
+}
 
-  // Staleness: bucket i of the proto counts values in
-  // [upper_bounds(i-1), upper_bounds(i)); staleness is an integer, so the
-  // inclusive Prometheus bound of bucket i is upper_bounds(i) - 1.
-  const StalenessHistogram& h = s.staleness();
+// The staleness histogram. Bucket i of the proto counts values in
+// [upper_bounds(i-1), upper_bounds(i)); staleness is an integer, so the
+// inclusive Prometheus bound of bucket i is upper_bounds(i) - 1.
+void AppendStaleness(const StalenessHistogram& h, Exposition* out) {
+  Exposition& e = *out;
   constexpr absl::string_view kHist = "asyncps_push_staleness";
   e.Family(kHist, "histogram",
            "Staleness (updates between read and apply) of pushed slice "
@@ -197,75 +201,89 @@ std::string RenderPrometheus(const StatusResponse& s) {
   }
   e.Sample("asyncps_push_staleness_sum", absl::StrCat(h.sum()));
   e.Sample("asyncps_push_staleness_count", absl::StrCat(cumulative));
+}
 
-  if (s.workers_size() > 0) {
-    auto per_worker = [&](absl::string_view name, absl::string_view type,
-                          absl::string_view help, auto value) {
-      e.Family(name, type, help);
-      for (const WorkerStatus& w : s.workers()) {
-        e.Sample(name, value(w),
-                 absl::StrCat("worker=\"", w.worker_id(), "\""));
-      }
-    };
-    per_worker("asyncps_worker_clock", "gauge",
-               "Steps the worker has completed, as this shard last heard.",
-               [](const WorkerStatus& w) { return absl::StrCat(w.clock()); });
-    per_worker("asyncps_worker_trained", "gauge",
-               "The worker's data position: steps of its share whose pushes "
-               "every shard acknowledged.",
-               [](const WorkerStatus& w) { return absl::StrCat(w.trained()); });
-    per_worker("asyncps_worker_lag", "gauge",
-               "Fastest live worker's clock minus this worker's (0 when not "
-               "live).",
-               [](const WorkerStatus& w) { return absl::StrCat(w.lag()); });
-    per_worker("asyncps_worker_live", "gauge",
-               "1 while the worker holds a lease, else 0.",
-               [](const WorkerStatus& w) {
-                 return std::string(w.live() ? "1" : "0");
-               });
-    per_worker("asyncps_worker_heartbeat_age_seconds", "gauge",
-               "Seconds since the shard last heard from the worker.",
-               [](const WorkerStatus& w) {
-                 return Seconds(w.last_heartbeat_age_ms());
-               });
-    per_worker("asyncps_worker_pushes_total", "counter",
-               "Pushes applied from the worker's current incarnation.",
-               [](const WorkerStatus& w) { return absl::StrCat(w.pushes()); });
-  }
-  if (s.tables_size() > 0) {
-    auto per_table = [&](absl::string_view name, absl::string_view type,
-                         absl::string_view help, auto value) {
-      e.Family(name, type, help);
-      for (const TableStatus& t : s.tables()) {
-        e.Sample(name, absl::StrCat(value(t)),
-                 absl::StrCat("table=\"", EscapeLabelValue(t.name()), "\""));
-      }
-    };
-    per_table("asyncps_table_rows", "gauge",
-              "Rows of the sparse table held by the shard.",
-              [](const TableStatus& t) { return t.rows(); });
-    per_table("asyncps_table_bytes", "gauge",
-              "Bytes the table's rows count against --max_parameter_bytes.",
-              [](const TableStatus& t) { return t.bytes(); });
-    per_table("asyncps_table_rows_created_total", "counter",
-              "Rows created on first touch.",
-              [](const TableStatus& t) { return t.rows_created(); });
-    per_table("asyncps_table_rows_evicted_total", "counter",
-              "Rows evicted after --row_ttl_steps unused.",
-              [](const TableStatus& t) { return t.rows_evicted(); });
-    per_table("asyncps_table_pulls_total", "counter",
-              "Pulls that read rows of the table.",
-              [](const TableStatus& t) { return t.pulls(); });
-    per_table("asyncps_table_pushes_total", "counter",
-              "Pushes applied to rows of the table.",
-              [](const TableStatus& t) { return t.pushes(); });
-    per_table("asyncps_table_rows_pulled_total", "counter",
-              "Rows read by pulls.",
-              [](const TableStatus& t) { return t.rows_pulled(); });
-    per_table("asyncps_table_rows_pushed_total", "counter",
-              "Distinct rows of applied pushes.",
-              [](const TableStatus& t) { return t.rows_pushed(); });
-  }
+// One sample per worker of each per-worker family.
+void AppendWorkers(const StatusResponse& s, Exposition* out) {
+  if (s.workers_size() == 0) return;
+  Exposition& e = *out;
+  auto per_worker = [&](absl::string_view name, absl::string_view type,
+                        absl::string_view help, auto value) {
+    e.Family(name, type, help);
+    for (const WorkerStatus& w : s.workers()) {
+      e.Sample(name, value(w), absl::StrCat("worker=\"", w.worker_id(), "\""));
+    }
+  };
+  per_worker("asyncps_worker_clock", "gauge",
+             "Steps the worker has completed, as this shard last heard.",
+             [](const WorkerStatus& w) { return absl::StrCat(w.clock()); });
+  per_worker("asyncps_worker_trained", "gauge",
+             "The worker's data position: steps of its share whose pushes "
+             "every shard acknowledged.",
+             [](const WorkerStatus& w) { return absl::StrCat(w.trained()); });
+  per_worker("asyncps_worker_lag", "gauge",
+             "Fastest live worker's clock minus this worker's (0 when not "
+             "live).",
+             [](const WorkerStatus& w) { return absl::StrCat(w.lag()); });
+  per_worker(
+      "asyncps_worker_live", "gauge",
+      "1 while the worker holds a lease, else 0.",
+      [](const WorkerStatus& w) { return std::string(w.live() ? "1" : "0"); });
+  per_worker(
+      "asyncps_worker_heartbeat_age_seconds", "gauge",
+      "Seconds since the shard last heard from the worker.",
+      [](const WorkerStatus& w) { return Seconds(w.last_heartbeat_age_ms()); });
+  per_worker("asyncps_worker_pushes_total", "counter",
+             "Pushes applied from the worker's current incarnation.",
+             [](const WorkerStatus& w) { return absl::StrCat(w.pushes()); });
+}
+
+// One sample per sparse table of each per-table family.
+void AppendTables(const StatusResponse& s, Exposition* out) {
+  if (s.tables_size() == 0) return;
+  Exposition& e = *out;
+  auto per_table = [&](absl::string_view name, absl::string_view type,
+                       absl::string_view help, auto value) {
+    e.Family(name, type, help);
+    for (const TableStatus& t : s.tables()) {
+      e.Sample(name, absl::StrCat(value(t)),
+               absl::StrCat("table=\"", EscapeLabelValue(t.name()), "\""));
+    }
+  };
+  per_table("asyncps_table_rows", "gauge",
+            "Rows of the sparse table held by the shard.",
+            [](const TableStatus& t) { return t.rows(); });
+  per_table("asyncps_table_bytes", "gauge",
+            "Bytes the table's rows count against --max_parameter_bytes.",
+            [](const TableStatus& t) { return t.bytes(); });
+  per_table("asyncps_table_rows_created_total", "counter",
+            "Rows created on first touch.",
+            [](const TableStatus& t) { return t.rows_created(); });
+  per_table("asyncps_table_rows_evicted_total", "counter",
+            "Rows evicted after --row_ttl_steps unused.",
+            [](const TableStatus& t) { return t.rows_evicted(); });
+  per_table("asyncps_table_pulls_total", "counter",
+            "Pulls that read rows of the table.",
+            [](const TableStatus& t) { return t.pulls(); });
+  per_table("asyncps_table_pushes_total", "counter",
+            "Pushes applied to rows of the table.",
+            [](const TableStatus& t) { return t.pushes(); });
+  per_table("asyncps_table_rows_pulled_total", "counter", "Rows read by pulls.",
+            [](const TableStatus& t) { return t.rows_pulled(); });
+  per_table("asyncps_table_rows_pushed_total", "counter",
+            "Distinct rows of applied pushes.",
+            [](const TableStatus& t) { return t.rows_pushed(); });
+}
+
+}  // namespace
+
+std::string RenderPrometheus(const StatusResponse& s) {
+  Exposition e(s.shard_index());
+  AppendCounters(s.counters(), &e);
+  AppendGauges(s, &e);
+  AppendStaleness(s.staleness(), &e);
+  AppendWorkers(s, &e);
+  AppendTables(s, &e);
   return e.Take();
 }
 

@@ -27,8 +27,66 @@ StalenessPolicy PsServer::PolicyOf(const PsServerOptions& options) {
   return p;
 }
 
+namespace {
+
+// "host:port", with an IPv6 host in brackets.
+std::string JoinHostPort(const std::string& host, int port) {
+  const bool v6 = host.find(':') != std::string::npos;
+  return absl::StrCat(v6 ? "[" : "", host, v6 ? "]" : "", ":", port);
+}
+
+// Message sizes, keepalive and flow control of the shard's connections.
+void SetTransportArguments(const PsServerOptions& options,
+                           grpc::ServerBuilder* builder) {
+  builder->SetMaxReceiveMessageSize(options.max_message_bytes);
+  builder->SetMaxSendMessageSize(kMaxMessageBytes);
+  // A leftover server on the same port must not silently share it.
+  builder->AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
+  // Clients ping idle connections every few seconds (common/net.h) so that
+  // both sides notice a dead peer in seconds; allow it, and ping back.
+  builder->AddChannelArgument(GRPC_ARG_KEEPALIVE_TIME_MS, 10000);
+  builder->AddChannelArgument(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 5000);
+  builder->AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
+  builder->AddChannelArgument(
+      GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, 1000);
+  builder->AddChannelArgument(GRPC_ARG_HTTP2_MAX_PING_STRIKES, 0);
+  // A stream's flow-control window opens as the shard reads it, up to the
+  // lookahead, which it does only for calls that passed the token check.
+  // With gRPC's BDP probe the windows of new streams grow with the
+  // connection's measured bandwidth instead, so that a caller without the
+  // token could make the shard buffer megabytes per stream before the
+  // refusal (measured: 16 connections of 8 MiB requests without the token,
+  // RSS 20 -> 243 MiB over 10 rounds with the probe, flat at 23 MiB
+  // without; push_pull_bench, 2 shards + 2 clients, medians of 3 runs
+  // alternated, probe on/off: 64 KiB push 211/226 MB/s, pull 256/245;
+  // 1 MiB push 1148/1011, pull 1234/1334: within the bench's noise).
+  builder->AddChannelArgument(GRPC_ARG_HTTP2_STREAM_LOOKAHEAD_BYTES, 16 << 20);
+  builder->AddChannelArgument(GRPC_ARG_HTTP2_BDP_PROBE, 0);
+  builder->AddChannelArgument(GRPC_ARG_HTTP2_MAX_FRAME_SIZE, 16 << 20);
+}
+
+}  // namespace
+
 absl::StatusOr<std::unique_ptr<PsServer>> PsServer::Start(
     PsServerOptions options) {
+  absl::Status s = ValidateOptions(options);
+  if (!s.ok()) return s;
+  absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> credentials =
+      ServerCredentials(options.security);
+  if (!credentials.ok()) return credentials.status();
+  std::unique_ptr<PsServer> server(new PsServer());
+  s = server->CreateState(&options);
+  if (!s.ok()) return s;
+  absl::StatusOr<CheckpointInfo> restored = server->StartCheckpoints(options);
+  if (!restored.ok()) return restored.status();
+  s = server->Serve(options, *credentials, *restored);
+  if (!s.ok()) return s;
+  server->StartSampler();
+  server->LogServing(options);
+  return server;
+}
+
+absl::Status PsServer::ValidateOptions(const PsServerOptions& options) {
   if (options.logger == nullptr || options.clock == nullptr ||
       options.fs == nullptr) {
     return absl::InvalidArgumentError(
@@ -47,110 +105,81 @@ absl::StatusOr<std::unique_ptr<PsServer>> PsServer::Start(
         absl::StrCat("max_staleness must be >= 0, or -1 for unbounded; got ",
                      options.staleness.max_staleness));
   }
-  absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> credentials =
-      ServerCredentials(options.security);
-  if (!credentials.ok()) return credentials.status();
-  std::unique_ptr<PsServer> s(new PsServer());
-  s->logger_ = options.logger;
-  s->clock_ = options.clock;
-  s->host_ = options.host;
+  return absl::OkStatus();
+}
+
+absl::Status PsServer::CreateState(PsServerOptions* options) {
+  logger_ = options->logger;
+  clock_ = options->clock;
+  host_ = options->host;
+  run_id_ = options->run_id;
   {
     absl::BitGen bits;
     do {
-      s->epoch_ = absl::Uniform<uint64_t>(bits);
-    } while (s->epoch_ == 0);
+      epoch_ = absl::Uniform<uint64_t>(bits);
+    } while (epoch_ == 0);
   }
   absl::StatusOr<std::unique_ptr<ShardStore>> store =
-      ShardStore::Create(options.store);
+      ShardStore::Create(options->store);
   if (!store.ok()) return store.status();
-  s->store_ = *std::move(store);
+  store_ = *std::move(store);
 
-  s->executor_ = std::make_unique<Executor>(1);
-  options.workers.logger = options.logger;
-  options.workers.clock = options.clock;
-  options.workers.executor = s->executor_.get();
+  executor_ = std::make_unique<Executor>(1);
+  options->workers.logger = options->logger;
+  options->workers.clock = options->clock;
+  options->workers.executor = executor_.get();
   absl::StatusOr<std::unique_ptr<WorkerRegistry>> workers =
-      WorkerRegistry::Create(options.workers);
+      WorkerRegistry::Create(options->workers);
   if (!workers.ok()) return workers.status();
-  s->workers_ = *std::move(workers);
+  workers_ = *std::move(workers);
+  return absl::OkStatus();
+}
 
-  CheckpointInfo restored;
-  s->run_id_ = options.run_id;
-  if (!options.checkpoint_dir.empty()) {
-    absl::Status checked =
-        CheckCheckpointDir({options.checkpoint_dir, options.store.shard_index,
-                            options.store.num_shards, options.run_id,
-                            options.adopt_run, options.restore, options.fs});
-    if (!checked.ok()) return checked;
-    absl::StatusOr<CheckpointInfo> r = s->Restore(options);
-    if (!r.ok()) return r.status();
-    restored = *r;
-    CheckpointIdentity identity;
-    identity.set_shard_index(options.store.shard_index);
-    identity.set_num_shards(options.store.num_shards);
-    identity.set_build_version(kVersion);
-    identity.set_run_id(options.run_id);
-    s->specs_ = std::make_unique<SpecJournal>(
-        SpecFilePath(options.checkpoint_dir, options.store.shard_index,
-                     options.store.num_shards),
-        identity, s->store_.get(), options.fs);
-    // What the checkpoint held is durable already; this writes the spec
-    // file where there is none yet (or one of an adopted run).
-    absl::Status synced = s->specs_->Sync();
-    if (!synced.ok()) return synced;
-    CheckpointerOptions c;
-    c.dir = options.checkpoint_dir;
-    c.every = options.checkpoint_every;
-    c.clock = options.clock;
-    c.fs = options.fs;
-    c.logger = options.logger;
-    c.capture = [server = s.get()] { return server->Capture(); };
-    absl::StatusOr<std::unique_ptr<Checkpointer>> checkpointer =
-        Checkpointer::Start(std::move(c));
-    if (!checkpointer.ok()) return checkpointer.status();
-    s->checkpointer_ = *std::move(checkpointer);
-    if (s->adopted_) {
-      // The directory holds this run's state from now on: a restart without
-      // --adopt_run restores it as this run's.
-      absl::StatusOr<CheckpointInfo> written = s->checkpointer_->WriteNow();
-      if (!written.ok()) return written.status();
-    }
+absl::StatusOr<CheckpointInfo> PsServer::StartCheckpoints(
+    const PsServerOptions& options) {
+  if (options.checkpoint_dir.empty()) return CheckpointInfo();
+  absl::Status checked =
+      CheckCheckpointDir({options.checkpoint_dir, options.store.shard_index,
+                          options.store.num_shards, options.run_id,
+                          options.adopt_run, options.restore, options.fs});
+  if (!checked.ok()) return checked;
+  absl::StatusOr<CheckpointInfo> restored = Restore(options);
+  if (!restored.ok()) return restored.status();
+  CheckpointIdentity identity;
+  identity.set_shard_index(options.store.shard_index);
+  identity.set_num_shards(options.store.num_shards);
+  identity.set_build_version(kVersion);
+  identity.set_run_id(options.run_id);
+  specs_ = std::make_unique<SpecJournal>(
+      SpecFilePath(options.checkpoint_dir, options.store.shard_index,
+                   options.store.num_shards),
+      identity, store_.get(), options.fs);
+  // What the checkpoint held is durable already; this writes the spec
+  // file where there is none yet (or one of an adopted run).
+  absl::Status synced = specs_->Sync();
+  if (!synced.ok()) return synced;
+  CheckpointerOptions c;
+  c.dir = options.checkpoint_dir;
+  c.every = options.checkpoint_every;
+  c.clock = options.clock;
+  c.fs = options.fs;
+  c.logger = options.logger;
+  c.capture = [this] { return Capture(); };
+  absl::StatusOr<std::unique_ptr<Checkpointer>> checkpointer =
+      Checkpointer::Start(std::move(c));
+  if (!checkpointer.ok()) return checkpointer.status();
+  checkpointer_ = *std::move(checkpointer);
+  if (adopted_) {
+    // The directory holds this run's state from now on: a restart without
+    // --adopt_run restores it as this run's.
+    absl::StatusOr<CheckpointInfo> written = checkpointer_->WriteNow();
+    if (!written.ok()) return written.status();
   }
+  return restored;
+}
 
-  grpc::EnableDefaultHealthCheckService(true);
-  grpc::reflection::InitProtoReflectionServerBuilderPlugin();
-  grpc::ServerBuilder builder;
-  const std::string listen = absl::StrCat(
-      options.host.find(':') != std::string::npos ? "[" : "", options.host,
-      options.host.find(':') != std::string::npos ? "]" : "", ":",
-      options.port);
-  builder.AddListeningPort(listen, *credentials, &s->port_);
-  builder.SetMaxReceiveMessageSize(options.max_message_bytes);
-  builder.SetMaxSendMessageSize(kMaxMessageBytes);
-  // A leftover server on the same port must not silently share it.
-  builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
-  // Clients ping idle connections every few seconds (common/net.h) so that
-  // both sides notice a dead peer in seconds; allow it, and ping back.
-  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIME_MS, 10000);
-  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 5000);
-  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
-  builder.AddChannelArgument(
-      GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, 1000);
-  builder.AddChannelArgument(GRPC_ARG_HTTP2_MAX_PING_STRIKES, 0);
-  // A stream's flow-control window opens as the shard reads it, up to the
-  // lookahead, which it does only for calls that passed the token check.
-  // With gRPC's BDP probe the windows of new streams grow with the
-  // connection's measured bandwidth instead, so that a caller without the
-  // token could make the shard buffer megabytes per stream before the
-  // refusal (measured: 16 connections of 8 MiB requests without the token,
-  // RSS 20 -> 243 MiB over 10 rounds with the probe, flat at 23 MiB
-  // without; push_pull_bench, 2 shards + 2 clients, medians of 3 runs
-  // alternated, probe on/off: 64 KiB push 211/226 MB/s, pull 256/245;
-  // 1 MiB push 1148/1011, pull 1234/1334: within the bench's noise).
-  builder.AddChannelArgument(GRPC_ARG_HTTP2_STREAM_LOOKAHEAD_BYTES, 16 << 20);
-  builder.AddChannelArgument(GRPC_ARG_HTTP2_BDP_PROBE, 0);
-  builder.AddChannelArgument(GRPC_ARG_HTTP2_MAX_FRAME_SIZE, 16 << 20);
-
+ServiceContext PsServer::MakeServiceContext(const PsServerOptions& options,
+                                            const CheckpointInfo& restored) {
   ServiceContext context;
   context.shard_index = options.store.shard_index;
   context.num_shards = options.store.num_shards;
@@ -158,24 +187,37 @@ absl::StatusOr<std::unique_ptr<PsServer>> PsServer::Start(
   context.policy = PolicyOf(options);
   context.rule = options.staleness;
   context.max_parameter_bytes = options.store.max_parameter_bytes;
-  context.epoch = s->epoch_;
+  context.epoch = epoch_;
   context.restored_from = restored;
-  context.store = s->store_.get();
-  context.workers = s->workers_.get();
-  context.stats = &s->stats_;
-  context.gate = &s->gate_;
-  context.checkpointer = s->checkpointer_.get();
-  context.specs = s->specs_.get();
+  context.store = store_.get();
+  context.workers = workers_.get();
+  context.stats = &stats_;
+  context.gate = &gate_;
+  context.checkpointer = checkpointer_.get();
+  context.specs = specs_.get();
   context.run_id = options.run_id;
   context.clock = options.clock;
   context.logger = options.logger;
-  s->service_ = std::make_unique<PsService>(std::move(context));
-  builder.RegisterService(s->service_.get());
-  s->reflection_v1_ = std::make_unique<ReflectionV1Service>(
+  return context;
+}
+
+absl::Status PsServer::Serve(
+    const PsServerOptions& options,
+    const std::shared_ptr<grpc::ServerCredentials>& credentials,
+    const CheckpointInfo& restored) {
+  grpc::EnableDefaultHealthCheckService(true);
+  grpc::reflection::InitProtoReflectionServerBuilderPlugin();
+  grpc::ServerBuilder builder;
+  const std::string listen = JoinHostPort(options.host, options.port);
+  builder.AddListeningPort(listen, credentials, &port_);
+  SetTransportArguments(options, &builder);
+  service_ = std::make_unique<PsService>(MakeServiceContext(options, restored));
+  builder.RegisterService(service_.get());
+  reflection_v1_ = std::make_unique<ReflectionV1Service>(
       std::vector<std::string>{kServiceName, "grpc.health.v1.Health",
                                "grpc.reflection.v1.ServerReflection",
                                "grpc.reflection.v1alpha.ServerReflection"});
-  builder.RegisterService(s->reflection_v1_.get());
+  builder.RegisterService(reflection_v1_.get());
   if (options.rpc_metrics != nullptr) {
     std::vector<
         std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>>
@@ -183,36 +225,39 @@ absl::StatusOr<std::unique_ptr<PsServer>> PsServer::Start(
     interceptors.push_back(options.rpc_metrics->InterceptorFactory());
     builder.experimental().SetInterceptorCreators(std::move(interceptors));
   }
-  s->server_ = builder.BuildAndStart();
-  if (s->server_ == nullptr || s->port_ == 0) {
-    s->workers_->Shutdown();
+  server_ = builder.BuildAndStart();
+  if (server_ == nullptr || port_ == 0) {
+    workers_->Shutdown();
     return absl::UnavailableError(absl::StrCat(
         "cannot listen on ", listen, " (address in use or not available?)"));
   }
-  const bool v6 = options.host.find(':') != std::string::npos;
-  const std::string bound =
-      absl::StrCat(v6 ? "[" : "", options.host, v6 ? "]" : "", ":", s->port_);
-  s->advertised_ =
+  const std::string bound = JoinHostPort(options.host, port_);
+  advertised_ =
       options.advertise_address.empty() ? bound : options.advertise_address;
-  s->service_->set_address(s->advertised_);
-  s->server_->GetHealthCheckService()->SetServingStatus(true);
-  s->server_->GetHealthCheckService()->SetServingStatus(kServiceName, true);
-  s->sampler_ = std::thread([server = s.get()] {
+  service_->set_address(advertised_);
+  server_->GetHealthCheckService()->SetServingStatus(true);
+  server_->GetHealthCheckService()->SetServingStatus(kServiceName, true);
+  return absl::OkStatus();
+}
+
+void PsServer::StartSampler() {
+  sampler_ = std::thread([this] {
     do {
-      server->stats_.Sample(server->clock_->Now());
-      server->EvictIdleRows();
-    } while (!server->stop_sampler_.WaitForNotificationWithTimeout(
-        absl::Seconds(1)));
+      stats_.Sample(clock_->Now());
+      EvictIdleRows();
+    } while (!stop_sampler_.WaitForNotificationWithTimeout(absl::Seconds(1)));
   });
+}
+
+void PsServer::LogServing(const PsServerOptions& options) const {
   const StalenessPolicy policy = PolicyOf(options);
-  s->logger_->info(
+  const std::string bound = JoinHostPort(options.host, port_);
+  logger_->info(
       "shard {}/{} serving on {}{} (consistency {}, slack {}, max_staleness "
       "{}, staleness_lr {}, lease {} ms, max_parameter_bytes {}, row_ttl_steps "
       "{}, {}{})",
       options.store.shard_index, options.store.num_shards, bound,
-      s->advertised_ == bound
-          ? ""
-          : absl::StrCat(", advertised as ", s->advertised_),
+      advertised_ == bound ? "" : absl::StrCat(", advertised as ", advertised_),
       Consistency_Name(policy.consistency()), policy.ssp_slack(),
       policy.max_staleness(), policy.staleness_lr(), policy.worker_lease_ms(),
       options.store.max_parameter_bytes, options.store.row_ttl_steps,
@@ -220,7 +265,6 @@ absl::StatusOr<std::unique_ptr<PsServer>> PsServer::Start(
       : options.security.require_client_cert ? "mutual TLS"
                                              : "TLS",
       options.security.cluster_token.empty() ? "" : ", cluster token required");
-  return s;
 }
 
 absl::StatusOr<CheckpointInfo> PsServer::Restore(

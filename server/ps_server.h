@@ -133,6 +133,36 @@ class PsServer {
 
  private:
   PsServer() = default;
+
+  // The steps of Start, in order. INVALID_ARGUMENT for options a shard
+  // cannot start with.
+  static absl::Status ValidateOptions(const PsServerOptions& options);
+  // Draws the epoch; creates the store, the executor and the worker
+  // registry (whose logger, clock and executor it sets in *options).
+  absl::Status CreateState(PsServerOptions* options);
+  // With checkpoints on: checks the directory, restores (Restore), makes
+  // the spec file durable and starts the checkpointer (which writes at once
+  // after an adopted run's restore). Returns what was restored (empty when
+  // nothing was, or checkpoints are off).
+  absl::StatusOr<CheckpointInfo> StartCheckpoints(
+      const PsServerOptions& options);
+  // The service's view of this shard; `restored` is what Status reports
+  // as restored_from.
+  ServiceContext MakeServiceContext(const PsServerOptions& options,
+                                    const CheckpointInfo& restored);
+  // Builds and starts the gRPC server (the ParameterServer service, health,
+  // reflection) on options.host:options.port and marks it serving;
+  // UNAVAILABLE (and the registry shut down) when it cannot listen.
+  absl::Status Serve(
+      const PsServerOptions& options,
+      const std::shared_ptr<grpc::ServerCredentials>& credentials,
+      const CheckpointInfo& restored);
+  // Starts the thread that samples the statistics and evicts idle rows
+  // every second (StopSampler ends it).
+  void StartSampler();
+  // Logs where the shard serves and the policy it serves with.
+  void LogServing(const PsServerOptions& options) const;
+
   // Restores the checkpoint of options.checkpoint_dir (adopting another
   // run's: parameters only), then the spec file; returns what was restored
   // (empty when nothing).

@@ -2,24 +2,22 @@
 
 #include <algorithm>
 #include <cstring>
-#include <deque>
 #include <limits>
+#include <memory>
 #include <utility>
+#include <vector>
 
-#include "absl/container/flat_hash_map.h"
-#include "absl/functional/function_ref.h"
 #include "absl/strings/str_cat.h"
 #include "common/fast_frame.h"
 #include "common/grpc_status.h"
 #include "common/names.h"
+#include "server/data_streams.h"
+#include "server/pull_wait.h"
 #include "server/push_transaction.h"
 
 namespace asyncps {
 
 namespace {
-
-using ByteBidiReactor =
-    grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>;
 
 grpc::ServerUnaryReactor* Finish(grpc::CallbackServerContext* ctx,
                                  const absl::Status& s) {
@@ -39,12 +37,21 @@ int64_t RowsClock(const PullRequest& request) {
   return std::max(request.worker().clock(), request.for_clock());
 }
 
-absl::Status CheckReadOnlyPull(const PullRequest& request) {
+// Who is pulling, before the tensors and rows are looked at: a worker's
+// pull names a well-formed worker reference, a reader's (read_only) names no
+// worker and no for_clock.
+absl::Status CheckPullCaller(const PullRequest& request) {
+  if (!request.read_only()) return CheckWorkerRef(request.worker());
   if (request.has_worker() || request.for_clock() != 0) {
     return absl::InvalidArgumentError(
         "a read_only pull names no worker and no for_clock: it reads what the "
         "shard holds and registers nobody");
   }
+  return absl::OkStatus();
+}
+
+// A reader's pull creates nothing: every TableIds is a peek.
+absl::Status CheckReadOnlyRows(const PullRequest& request) {
   for (const TableIds& t : request.rows()) {
     if (!t.peek()) {
       return absl::InvalidArgumentError(
@@ -54,113 +61,6 @@ absl::Status CheckReadOnlyPull(const PullRequest& request) {
   }
   return absl::OkStatus();
 }
-
-void SetCallStatus(const absl::Status& s, CallStatus* out) {
-  out->set_code(static_cast<int32_t>(s.code()));
-  out->set_message(std::string(s.message()));
-}
-
-// One payload per gradient message (SliceGradient or RowsGradient) of a
-// PushStream frame, read from `reader` in order: out[i] gets
-// gradients(i).grad_bytes() bytes of `dtype`. `in_message` is the error for
-// a gradient carried in its message instead, `what(g)` names g in errors.
-template <typename Gradient>
-absl::Status ReadPayloads(
-    const google::protobuf::RepeatedPtrField<Gradient>& gradients,
-    WireDtype dtype, absl::string_view in_message,
-    absl::FunctionRef<std::string(const Gradient&)> what, FrameReader* reader,
-    std::vector<Payload>* out) {
-  out->resize(gradients.size());
-  for (int i = 0; i < gradients.size(); ++i) {
-    const Gradient& g = gradients.Get(i);
-    (*out)[i].set_dtype(dtype);
-    absl::Status s = g.grad().empty() ? reader->Next(g.grad_bytes(), &(*out)[i])
-                                      : absl::InvalidArgumentError(in_message);
-    if (!s.ok()) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          what(g), " (grad_bytes ", g.grad_bytes(), "): ", s.message()));
-    }
-  }
-  return absl::OkStatus();
-}
-
-// The gradients of a PushStream frame, after its header: grads[i] gets
-// request.grads(i).grad_bytes() bytes, then rows[k] gets
-// request.rows(k).grad_bytes(); nothing may be left over.
-absl::Status ReadFrameGradients(const PushRequest& request, FrameReader* reader,
-                                std::vector<Payload>* grads,
-                                std::vector<Payload>* rows) {
-  if (request.wire_dtype() != WIRE_F32 && request.wire_dtype() != WIRE_BF16) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("unknown wire_dtype ", request.wire_dtype()));
-  }
-  absl::Status s = ReadPayloads<SliceGradient>(
-      request.grads(), request.wire_dtype(),
-      "PushStream carries gradients after the header, not in "
-      "SliceGradient.grad",
-      [](const SliceGradient& g) {
-        return absl::StrCat("slice ", g.slice(), " of tensor ",
-                            QuoteName(g.tensor()));
-      },
-      reader, grads);
-  if (!s.ok()) return s;
-  s = ReadPayloads<RowsGradient>(
-      request.rows(), request.wire_dtype(),
-      "PushStream carries row gradients after the header, not in "
-      "RowsGradient.grad",
-      [](const RowsGradient& g) {
-        return absl::StrCat("rows of table ", QuoteName(g.table()));
-      },
-      reader, rows);
-  if (!s.ok()) return s;
-  if (reader->remaining() != 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("frame: ", reader->remaining(),
-                     " payload bytes beyond the gradients' grad_bytes"));
-  }
-  return absl::OkStatus();
-}
-
-// A pull that may wait, as its call sees it: lets the call's cancellation
-// reach the registry whichever of the two comes first. Thread-safe.
-class PullWait {
- public:
-  explicit PullWait(WorkerRegistry* registry) : registry_(registry) {}
-
-  // WhenReady returned `id` (0: the pull did not wait).
-  void Started(WorkerRegistry::WaitId id) {
-    {
-      absl::MutexLock l(&mu_);
-      if (done_ || id == 0) return;
-      id_ = id;
-      if (!cancelled_) return;
-    }
-    registry_->CancelWait(id);
-  }
-  // The wait ended (its callback runs).
-  void Ended() {
-    absl::MutexLock l(&mu_);
-    done_ = true;
-  }
-  // The caller went away.
-  void Cancel() {
-    WorkerRegistry::WaitId id = 0;
-    {
-      absl::MutexLock l(&mu_);
-      cancelled_ = true;
-      if (done_) return;
-      id = id_;
-    }
-    if (id != 0) registry_->CancelWait(id);
-  }
-
- private:
-  WorkerRegistry* const registry_;
-  absl::Mutex mu_;
-  WorkerRegistry::WaitId id_ ABSL_GUARDED_BY(mu_) = 0;
-  bool done_ ABSL_GUARDED_BY(mu_) = false;
-  bool cancelled_ ABSL_GUARDED_BY(mu_) = false;
-};
 
 // A unary Pull that may wait: cancellation reaches its wait.
 class UnaryPullReactor : public grpc::ServerUnaryReactor {
@@ -172,261 +72,6 @@ class UnaryPullReactor : public grpc::ServerUnaryReactor {
 
  private:
   const std::shared_ptr<PullWait> wait_;
-};
-
-// The write side of a stream reactor: answers queue up and are written one
-// at a time; the stream finishes once the client is done sending, nothing
-// is pending and everything is written (or the stream broke). Thread-safe:
-// reads, writes and waits complete on different threads.
-class StreamWriter {
- public:
-  explicit StreamWriter(ByteBidiReactor* reactor) : reactor_(reactor) {}
-
-  // Queues an answer (dropped once the stream broke).
-  void Write(grpc::ByteBuffer answer) {
-    grpc::ByteBuffer* start = nullptr;
-    {
-      absl::MutexLock l(&mu_);
-      if (broken_) return;
-      queue_.push_back(std::move(answer));
-      if (writing_) return;
-      writing_ = true;
-      start = &queue_.front();
-    }
-    reactor_->StartWrite(start);
-  }
-
-  // From OnWriteDone.
-  void WriteDone(bool ok) {
-    grpc::ByteBuffer* next = nullptr;
-    {
-      absl::MutexLock l(&mu_);
-      queue_.pop_front();
-      if (!ok) {
-        broken_ = true;
-        queue_.clear();
-      }
-      if (!queue_.empty()) {
-        next = &queue_.front();
-      } else {
-        writing_ = false;
-      }
-    }
-    if (next != nullptr) {
-      reactor_->StartWrite(next);
-    } else {
-      MaybeFinish();
-    }
-  }
-
-  // Work that will write an answer later starts / ends.
-  void AddPending() {
-    absl::MutexLock l(&mu_);
-    ++pending_;
-  }
-  void EndPending() {
-    {
-      absl::MutexLock l(&mu_);
-      --pending_;
-    }
-    MaybeFinish();
-  }
-
-  // The client is done sending (or the stream broke on the read side).
-  void ReadsDone() {
-    {
-      absl::MutexLock l(&mu_);
-      reads_done_ = true;
-    }
-    MaybeFinish();
-  }
-
- private:
-  void MaybeFinish() {
-    {
-      absl::MutexLock l(&mu_);
-      if (finished_ || !reads_done_ || pending_ > 0 || writing_) return;
-      finished_ = true;
-    }
-    reactor_->Finish(grpc::Status::OK);
-  }
-
-  ByteBidiReactor* const reactor_;
-  absl::Mutex mu_;
-  std::deque<grpc::ByteBuffer> queue_ ABSL_GUARDED_BY(mu_);
-  bool writing_ ABSL_GUARDED_BY(mu_) = false;
-  bool broken_ ABSL_GUARDED_BY(mu_) = false;
-  bool reads_done_ ABSL_GUARDED_BY(mu_) = false;
-  bool finished_ ABSL_GUARDED_BY(mu_) = false;
-  int pending_ ABSL_GUARDED_BY(mu_) = 0;
-};
-
-// PushStream: each request is applied on the thread that read it, and
-// answered; reads continue meanwhile.
-class PushStreamReactor : public ByteBidiReactor {
- public:
-  explicit PushStreamReactor(PsService* service)
-      : service_(service), writer_(this) {
-    StartRead(&request_);
-  }
-
-  void OnReadDone(bool ok) override {
-    if (!ok) {
-      writer_.ReadsDone();
-      return;
-    }
-    PushResponse answer;
-    bool needs_checkpoint = false;
-    {
-      // The gradients stay in gRPC's receive buffers; the reader holds them
-      // until the push is applied.
-      PushRequest header;
-      FrameReader reader;
-      std::vector<Payload> grads, rows;
-      absl::Status s = reader.Open(request_, &header);
-      if (s.ok()) s = ReadFrameGradients(header, &reader, &grads, &rows);
-      if (s.ok()) {
-        s = service_->DoPush(header, grads, &answer, rows, &needs_checkpoint);
-      } else {
-        service_->context().stats->RecordBadInput();
-      }
-      answer.set_request_id(header.request_id());
-      if (!s.ok()) {
-        answer.clear_results();
-        SetCallStatus(s, answer.mutable_status());
-      }
-    }
-    request_.Clear();
-    if (needs_checkpoint) {
-      // An assign: answered once a checkpoint holds it; the stream goes on.
-      writer_.AddPending();
-      service_->WhenValuesDurable(
-          "the assign was applied",
-          [this, answer = std::move(answer)](absl::Status s) mutable {
-            if (!s.ok()) {
-              answer.clear_results();
-              SetCallStatus(s, answer.mutable_status());
-            }
-            writer_.Write(SerializeToByteBuffer(answer));
-            writer_.EndPending();
-          });
-    } else {
-      writer_.Write(SerializeToByteBuffer(answer));
-    }
-    StartRead(&request_);
-  }
-  void OnWriteDone(bool ok) override { writer_.WriteDone(ok); }
-  void OnDone() override { delete this; }
-
- private:
-  PsService* const service_;
-  StreamWriter writer_;
-  grpc::ByteBuffer request_;  // touched only by the one read in flight
-};
-
-// PullStream: each request waits (without a thread) as the consistency
-// model says, then its frame is copied and written; reads continue
-// meanwhile, and answers go out in the order they become ready.
-class PullStreamReactor : public ByteBidiReactor {
- public:
-  explicit PullStreamReactor(PsService* service)
-      : service_(service), writer_(this) {
-    StartRead(&request_);
-  }
-
-  void OnReadDone(bool ok) override {
-    if (!ok) {
-      writer_.ReadsDone();
-      return;
-    }
-    auto request = std::make_shared<PullRequest>();
-    absl::Status s = ParseFromByteBuffer(request_, request.get());
-    request_.Clear();
-    int64_t target = 0;
-    if (!s.ok()) {
-      service_->context().stats->RecordBadInput();
-    } else {
-      s = service_->BeginPull(*request, &target);
-    }
-    if (!s.ok()) {
-      WriteError(request->request_id(), s);
-      StartRead(&request_);
-      return;
-    }
-    auto wait = std::make_shared<PullWait>(service_->context().workers);
-    uint64_t key;
-    {
-      absl::MutexLock l(&mu_);
-      key = next_key_++;
-      waits_.emplace(key, wait);
-    }
-    writer_.AddPending();
-    const absl::Time start = service_->context().clock->Now();
-    const WorkerRegistry::WaitId id = service_->WhenReady(
-        *request, target,
-        [this, request, wait, key, start](absl::Status status) {
-          wait->Ended();
-          Answer(*request, status, start);
-          {
-            absl::MutexLock l(&mu_);
-            waits_.erase(key);
-          }
-          writer_.EndPending();
-        });
-    if (id != 0) service_->context().stats->RecordPullWait();
-    wait->Started(id);
-    StartRead(&request_);
-  }
-
-  void OnWriteDone(bool ok) override { writer_.WriteDone(ok); }
-
-  void OnCancel() override {
-    std::vector<std::shared_ptr<PullWait>> waits;
-    {
-      absl::MutexLock l(&mu_);
-      for (auto& [key, wait] : waits_) waits.push_back(wait);
-    }
-    for (auto& wait : waits) wait->Cancel();
-  }
-
-  void OnDone() override { delete this; }
-
- private:
-  void Answer(const PullRequest& request, absl::Status status,
-              absl::Time start) {
-    service_->NoteWaitEnd(request, status);
-    if (!status.ok()) {
-      WriteError(request.request_id(), status);
-      return;
-    }
-    PullResponse header;
-    header.set_request_id(request.request_id());
-    header.set_waited_us(
-        absl::ToInt64Microseconds(service_->context().clock->Now() - start));
-    absl::StatusOr<grpc::ByteBuffer> frame =
-        service_->CopyPullFrame(request, &header);
-    if (!frame.ok()) {
-      WriteError(request.request_id(), frame.status());
-      return;
-    }
-    writer_.Write(*std::move(frame));
-  }
-
-  void WriteError(uint64_t request_id, const absl::Status& s) {
-    PullResponse header;
-    header.set_request_id(request_id);
-    header.set_shard_epoch(service_->context().epoch);
-    SetCallStatus(s, header.mutable_status());
-    writer_.Write(MakeFrame(header, {}));
-  }
-
-  PsService* const service_;
-  StreamWriter writer_;
-  grpc::ByteBuffer request_;  // touched only by the one read in flight
-  absl::Mutex mu_;
-  absl::flat_hash_map<uint64_t, std::shared_ptr<PullWait>> waits_
-      ABSL_GUARDED_BY(mu_);
-  uint64_t next_key_ ABSL_GUARDED_BY(mu_) = 1;
 };
 
 }  // namespace
@@ -629,21 +274,26 @@ grpc::ServerUnaryReactor* PsService::Heartbeat(grpc::CallbackServerContext* ctx,
 }
 
 absl::Status PsService::BeginPull(const PullRequest& request, int64_t* target) {
-  if (request.wire_dtype() != WIRE_F32 && request.wire_dtype() != WIRE_BF16) {
-    c_.stats->RecordBadInput();
-    return absl::InvalidArgumentError(
+  absl::Status s = CheckPullCaller(request);
+  if (s.ok() && request.wire_dtype() != WIRE_F32 &&
+      request.wire_dtype() != WIRE_BF16) {
+    s = absl::InvalidArgumentError(
         absl::StrCat("unknown wire_dtype ", request.wire_dtype()));
+  }
+  if (!s.ok()) {
+    c_.stats->RecordBadInput();
+    return s;
   }
   // Validate before touching the registry: a rejected pull must not
   // register the worker or move its clock (that could release other pulls).
-  absl::Status s = c_.store->ValidatePull(request);
+  s = c_.store->ValidatePull(request);
   if (s.ok()) s = c_.store->tables().ValidatePull(request);
   if (!s.ok()) {
     c_.stats->RecordBadInput();
     return s;
   }
   if (request.read_only()) {
-    s = CheckReadOnlyPull(request);
+    s = CheckReadOnlyRows(request);
     if (!s.ok()) c_.stats->RecordBadInput();
     *target = 0;
     return s;
@@ -750,15 +400,14 @@ grpc::ServerUnaryReactor* PsService::Pull(grpc::CallbackServerContext* ctx,
                                           grpc::ByteBuffer* out) {
   auto request = std::make_shared<PullRequest>();
   absl::Status s = ParseFromByteBuffer(*in, request.get());
+  if (s.ok()) s = CheckPullCaller(*request);
+  if (s.ok() && request->wire_dtype() != WIRE_F32) {
+    s = absl::InvalidArgumentError(
+        "Pull answers float32; wire_dtype is for PullStream");
+  }
   if (!s.ok()) {
     c_.stats->RecordBadInput();
     return Finish(ctx, s);
-  }
-  if (request->wire_dtype() != WIRE_F32) {
-    c_.stats->RecordBadInput();
-    return Finish(ctx, absl::InvalidArgumentError(
-                           "Pull answers float32; wire_dtype is for "
-                           "PullStream"));
   }
   int64_t target = 0;
   s = BeginPull(*request, &target);
@@ -818,6 +467,7 @@ grpc::ServerUnaryReactor* PsService::Push(grpc::CallbackServerContext* ctx,
                                           grpc::ByteBuffer* out) {
   PushRequest request;
   absl::Status s = ParseFromByteBuffer(*in, &request);
+  if (s.ok()) s = PushTransaction::CheckCaller(request);
   if (s.ok() && request.wire_dtype() != WIRE_F32) {
     s = absl::InvalidArgumentError(
         "Push carries float32; wire_dtype is for PushStream");
@@ -845,12 +495,12 @@ grpc::ServerUnaryReactor* PsService::Push(grpc::CallbackServerContext* ctx,
 
 grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>*
 PsService::PullStream(grpc::CallbackServerContext* /*ctx*/) {
-  return new PullStreamReactor(this);
+  return NewPullStreamReactor(this);
 }
 
 grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>*
 PsService::PushStream(grpc::CallbackServerContext* /*ctx*/) {
-  return new PushStreamReactor(this);
+  return NewPushStreamReactor(this);
 }
 
 grpc::ServerUnaryReactor* PsService::Status(grpc::CallbackServerContext* ctx,

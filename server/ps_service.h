@@ -46,6 +46,10 @@ using RawParameterServerService =
 // Handlers validate input, then work on the store and the worker registry;
 // absl::Status becomes grpc::Status here and nowhere else on the server.
 //
+// Pushes and pulls check their caller's worker reference first: a malformed
+// one is INVALID_ARGUMENT whatever the request's tensors, rows or payload
+// are (a reader's read_only pull names no worker).
+//
 // Pushes: the worker is identified (fencing) and the push's sequence number
 // claimed (de-duplication) before its payload is looked at, so a retried
 // duplicate costs no validation; then the whole push is validated (all or
@@ -59,7 +63,8 @@ using RawParameterServerService =
 // executor. A pull whose caller goes away is dropped from the waits.
 //
 // The streams (PullStream / PushStream) carry the same requests, each
-// answered by request_id, with payloads framed as in common/fast_frame.h.
+// answered by request_id, with payloads framed as in common/fast_frame.h;
+// their reactors (server/data_streams.h) run the steps below.
 //
 // Thread-safe.
 class PsService final : public RawParameterServerService {
@@ -109,9 +114,10 @@ class PsService final : public RawParameterServerService {
 
   // ---- The steps shared by the unary methods and the streams.
 
-  // Identifies the caller (fencing), claims the push's seq, validates every
-  // gradient (grads[i] is the payload of request.grads(i), rows[k] of
-  // request.rows(k)) and applies the push once per (worker, incarnation,
+  // Checks the caller (PushTransaction::CheckCaller) and identifies it
+  // (fencing), claims the push's seq, validates every gradient (grads[i]
+  // is the payload of request.grads(i), rows[k] of request.rows(k)) and
+  // applies the push once per (worker, incarnation,
   // seq); records it. *needs_checkpoint says that the push was an assign
   // (or its retry) whose values no checkpoint holds yet: the answer waits
   // for one (WhenValuesDurable), as a creation with values does.
@@ -137,8 +143,10 @@ class PsService final : public RawParameterServerService {
   absl::StatusOr<CreateTensorResponse> DoCreate(
       const CreateTensorRequest& request, bool* needs_checkpoint);
 
-  // Validates a pull and admits its caller (a read_only pull admits
-  // nobody); *target is the clock the consistency model waits for.
+  // Validates a pull, its caller first (a malformed worker reference is
+  // INVALID_ARGUMENT whatever the tensors and rows are), and admits the
+  // caller (a read_only pull admits nobody); *target is the clock the
+  // consistency model waits for.
   absl::Status BeginPull(const PullRequest& request, int64_t* target);
   // Calls `done` once the pull may be answered: at once for a read_only
   // pull, else as WorkerRegistry::WhenReady for its worker and `target`.

@@ -22,9 +22,24 @@ PushTransaction::~PushTransaction() {
   }
 }
 
+absl::Status PushTransaction::CheckCaller(const PushRequest& request) {
+  absl::Status s = CheckWorkerRef(request.worker());
+  if (!s.ok()) return s;
+  if (request.seq() == 0) {
+    return absl::InvalidArgumentError("push seq must be > 0");
+  }
+  return absl::OkStatus();
+}
+
 absl::Status PushTransaction::Prepare(absl::Span<const Payload> grads,
                                       absl::Span<const Payload> rows) {
   const WorkerRef& ref = request_.worker();
+  // Who is calling, before anything of the payload is looked at.
+  absl::Status caller = CheckCaller(request_);
+  if (!caller.ok()) {
+    c_.stats->RecordBadInput();
+    return caller;
+  }
   if (!c_.workers->IsCurrent(ref)) {
     // A caller the registry does not know (yet): the push is checked as far
     // as it can be without it before the caller is registered, so that a
@@ -42,8 +57,8 @@ absl::Status PushTransaction::Prepare(absl::Span<const Payload> grads,
       return s;
     }
   }
-  // Who is calling, and was this push applied before? Both before the
-  // payload is looked at.
+  // Is the caller current (fencing), and was this push applied before?
+  // Both before a known caller's payload is looked at.
   absl::StatusOr<WorkerRegistry::PushClaim> claim =
       c_.workers->BeginPush(ref, request_.seq());
   if (!claim.ok()) {

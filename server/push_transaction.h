@@ -69,14 +69,21 @@ class PushTransaction {
   PushTransaction(const PushTransaction&) = delete;
   PushTransaction& operator=(const PushTransaction&) = delete;
 
+  // The checks of a push's caller that need no registry: a well-formed
+  // worker reference (CheckWorkerRef) and seq > 0, INVALID_ARGUMENT naming
+  // them otherwise. The first check of every push, before its header's
+  // other fields or its payload are looked at; Prepare makes it too.
+  static absl::Status CheckCaller(const PushRequest& request);
+
   // grads[i] is the payload of request.grads(i), rows[k] of
-  // request.rows(k); they must outlive the transaction. A caller the
-  // registry does not know is checked first, so that a refused push
-  // registers nobody; then the caller is admitted and the seq claimed
-  // (FAILED_PRECONDITION for a replaced incarnation, INVALID_ARGUMENT for
-  // seq 0); a duplicate is ready at once (nothing to check); otherwise the
-  // whole push is prepared (ShardStore::PreparePush: NOT_FOUND,
-  // INVALID_ARGUMENT, RESOURCE_EXHAUSTED). Called once.
+  // request.rows(k); they must outlive the transaction. The caller is
+  // checked first (CheckCaller), whatever the payload holds; then a caller
+  // the registry does not know has the push checked, so that a refused
+  // push registers nobody; then the caller is admitted and the seq claimed
+  // (FAILED_PRECONDITION for a replaced incarnation); a duplicate is ready
+  // at once (nothing to check); otherwise the whole push is prepared
+  // (ShardStore::PreparePush: NOT_FOUND, INVALID_ARGUMENT,
+  // RESOURCE_EXHAUSTED). Called once.
   absl::Status Prepare(absl::Span<const Payload> grads,
                        absl::Span<const Payload> rows);
 

@@ -180,95 +180,123 @@ int Fail(const std::string& message) {
   return 2;
 }
 
-// Turns flags into options; the error names the flag.
-absl::StatusOr<PsServerOptions> OptionsFromFlags() {
-  PsServerOptions o;
-  o.host = absl::GetFlag(FLAGS_host);
-  o.port = absl::GetFlag(FLAGS_port);
-  if (o.port < 0 || o.port > 65535) {
+// Each *Flags step below reads a group of flags into `o`; the error names
+// the flag.
+
+// Where the shard listens and what it reports.
+absl::Status AddressFlags(PsServerOptions* o) {
+  o->host = absl::GetFlag(FLAGS_host);
+  o->port = absl::GetFlag(FLAGS_port);
+  if (o->port < 0 || o->port > 65535) {
     return absl::InvalidArgumentError(
-        absl::StrCat("--port must be in [0, 65535], got ", o.port));
+        absl::StrCat("--port must be in [0, 65535], got ", o->port));
   }
   const int64_t max_message = absl::GetFlag(FLAGS_max_message_bytes);
   if (max_message < 1024 || max_message > (int64_t{1} << 31) - 1) {
     return absl::InvalidArgumentError(absl::StrCat(
         "--max_message_bytes must be in [1024, 2^31 - 1], got ", max_message));
   }
-  o.max_message_bytes = static_cast<int>(max_message);
+  o->max_message_bytes = static_cast<int>(max_message);
   const int metrics_port = absl::GetFlag(FLAGS_metrics_port);
   if (metrics_port < -1 || metrics_port > 65535) {
     return absl::InvalidArgumentError(
         absl::StrCat("--metrics_port must be -1 (off) or in [0, 65535], got ",
                      metrics_port));
   }
-  o.store.num_shards = absl::GetFlag(FLAGS_num_shards);
-  if (o.store.num_shards < 1) {
+  const int health_port = absl::GetFlag(FLAGS_health_port);
+  if (health_port < -1 || health_port > 65535) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--health_port must be -1 (off) or in [0, 65535], got ", health_port));
+  }
+  o->advertise_address = absl::GetFlag(FLAGS_advertise_address);
+  return absl::OkStatus();
+}
+
+// Which shard of how many, and the default slice size.
+absl::Status ShardFlags(PsServerOptions* o) {
+  o->store.num_shards = absl::GetFlag(FLAGS_num_shards);
+  if (o->store.num_shards < 1) {
     return absl::InvalidArgumentError(
-        absl::StrCat("--num_shards must be >= 1, got ", o.store.num_shards));
+        absl::StrCat("--num_shards must be >= 1, got ", o->store.num_shards));
   }
   absl::StatusOr<int> index = ResolveIndexFlag(
       "shard_index", absl::GetFlag(FLAGS_shard_index),
       AutoIndexSource::kHostnameOrdinal, CurrentHostname(), std::nullopt);
   if (!index.ok()) return index.status();
-  o.store.shard_index = *index;
-  if (o.store.shard_index >= o.store.num_shards) {
+  o->store.shard_index = *index;
+  if (o->store.shard_index >= o->store.num_shards) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "--shard_index must be in [0, --num_shards=", o.store.num_shards,
-        "), got ", o.store.shard_index));
+        "--shard_index must be in [0, --num_shards=", o->store.num_shards,
+        "), got ", o->store.shard_index));
   }
-  o.store.default_slice_elems = absl::GetFlag(FLAGS_slice_elems);
-  if (o.store.default_slice_elems < 1 ||
-      o.store.default_slice_elems > o.store.max_slice_elems) {
+  o->store.default_slice_elems = absl::GetFlag(FLAGS_slice_elems);
+  if (o->store.default_slice_elems < 1 ||
+      o->store.default_slice_elems > o->store.max_slice_elems) {
     return absl::InvalidArgumentError(
-        absl::StrCat("--slice_elems must be in [1, ", o.store.max_slice_elems,
-                     "], got ", o.store.default_slice_elems));
+        absl::StrCat("--slice_elems must be in [1, ", o->store.max_slice_elems,
+                     "], got ", o->store.default_slice_elems));
   }
+  return absl::OkStatus();
+}
+
+// The consistency model and its slack.
+absl::Status ConsistencyFlags(PsServerOptions* o) {
   const std::string mode = absl::GetFlag(FLAGS_consistency);
   const int64_t slack = absl::GetFlag(FLAGS_ssp_slack);
   if (mode == "asp" || mode == "bsp") {
-    o.workers.consistency = mode == "asp" ? ASP : BSP;
+    o->workers.consistency = mode == "asp" ? ASP : BSP;
     if (slack != -1) {
       return absl::InvalidArgumentError(absl::StrCat(
           "--ssp_slack applies only to --consistency=ssp (got --consistency=",
           mode, ")"));
     }
   } else if (mode == "ssp") {
-    o.workers.consistency = SSP;
+    o->workers.consistency = SSP;
     if (slack < -1) {
       return absl::InvalidArgumentError(
           absl::StrCat("--ssp_slack must be >= 0, got ", slack));
     }
-    o.workers.ssp_slack = slack == -1 ? 3 : slack;
+    o->workers.ssp_slack = slack == -1 ? 3 : slack;
   } else {
     return absl::InvalidArgumentError(absl::StrCat(
         "--consistency must be asp, ssp or bsp, got '", mode, "'"));
   }
-  o.staleness.max_staleness = absl::GetFlag(FLAGS_max_staleness);
-  if (o.staleness.max_staleness < -1) {
+  return absl::OkStatus();
+}
+
+// The staleness rule, worker leases and pull waits.
+absl::Status StalenessFlags(PsServerOptions* o) {
+  o->staleness.max_staleness = absl::GetFlag(FLAGS_max_staleness);
+  if (o->staleness.max_staleness < -1) {
     return absl::InvalidArgumentError(
         absl::StrCat("--max_staleness must be >= 0, or -1 for unbounded; got ",
-                     o.staleness.max_staleness));
+                     o->staleness.max_staleness));
   }
   const std::string lr = absl::GetFlag(FLAGS_staleness_lr);
   if (lr != "none" && lr != "inverse") {
     return absl::InvalidArgumentError(
         absl::StrCat("--staleness_lr must be none or inverse, got '", lr, "'"));
   }
-  o.staleness.inverse_lr = lr == "inverse";
+  o->staleness.inverse_lr = lr == "inverse";
   const int64_t lease = absl::GetFlag(FLAGS_worker_lease_ms);
   if (lease < 1) {
     return absl::InvalidArgumentError(
         absl::StrCat("--worker_lease_ms must be >= 1, got ", lease));
   }
-  o.workers.worker_lease = absl::Milliseconds(lease);
+  o->workers.worker_lease = absl::Milliseconds(lease);
   const int64_t wait = absl::GetFlag(FLAGS_pull_wait_timeout_ms);
   if (wait < 1) {
     return absl::InvalidArgumentError(
         absl::StrCat("--pull_wait_timeout_ms must be >= 1, got ", wait));
   }
-  o.workers.pull_wait_timeout = absl::Milliseconds(wait);
+  o->workers.pull_wait_timeout = absl::Milliseconds(wait);
+  return absl::OkStatus();
+}
+
+// The memory cap and row eviction; *cap_source says where an automatic
+// cap came from ("" for a given one).
+absl::Status MemoryFlags(PsServerOptions* o, std::string* cap_source) {
   const std::string cap_flag = absl::GetFlag(FLAGS_max_parameter_bytes);
-  std::string cap_source;
   if (cap_flag == "auto") {
     absl::StatusOr<MemoryLimit> memory = ReadMemoryLimit();
     if (!memory.ok()) {
@@ -276,8 +304,8 @@ absl::StatusOr<PsServerOptions> OptionsFromFlags() {
           "--max_parameter_bytes=auto: ", memory.status().message(),
           "; give a byte count such as 8G"));
     }
-    o.store.max_parameter_bytes = memory->effective() / 100 * kAutoCapPercent;
-    cap_source =
+    o->store.max_parameter_bytes = memory->effective() / 100 * kAutoCapPercent;
+    *cap_source =
         memory->cgroup_bytes.has_value()
             ? absl::StrCat(kAutoCapPercent, "% of the memory limit ",
                            *memory->cgroup_bytes, " bytes of ",
@@ -292,46 +320,59 @@ absl::StatusOr<PsServerOptions> OptionsFromFlags() {
           "as 8G, got '",
           cap_flag, "'"));
     }
-    o.store.max_parameter_bytes = *cap;
+    o->store.max_parameter_bytes = *cap;
   }
-  o.store.row_ttl_steps = absl::GetFlag(FLAGS_row_ttl_steps);
-  if (o.store.row_ttl_steps < 0) {
+  o->store.row_ttl_steps = absl::GetFlag(FLAGS_row_ttl_steps);
+  if (o->store.row_ttl_steps < 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("--row_ttl_steps must be >= 0 (0 = never), got ",
-                     o.store.row_ttl_steps));
+                     o->store.row_ttl_steps));
   }
-  o.checkpoint_dir = absl::GetFlag(FLAGS_checkpoint_dir);
+  return absl::OkStatus();
+}
+
+// Checkpoints, restore and the run's identity.
+absl::Status CheckpointFlags(PsServerOptions* o) {
+  o->checkpoint_dir = absl::GetFlag(FLAGS_checkpoint_dir);
   const int64_t every = absl::GetFlag(FLAGS_checkpoint_every_s);
   if (every < 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("--checkpoint_every_s must be >= 0, got ", every));
   }
-  if (every > 0 && o.checkpoint_dir.empty()) {
+  if (every > 0 && o->checkpoint_dir.empty()) {
     return absl::InvalidArgumentError(
         "--checkpoint_every_s needs --checkpoint_dir");
   }
-  o.checkpoint_every = absl::Seconds(every);
-  o.restore = absl::GetFlag(FLAGS_restore);
-  o.run_id = absl::GetFlag(FLAGS_run_id);
-  if (absl::Status r = CheckRunId(o.run_id); !r.ok()) {
+  o->checkpoint_every = absl::Seconds(every);
+  o->restore = absl::GetFlag(FLAGS_restore);
+  o->run_id = absl::GetFlag(FLAGS_run_id);
+  if (absl::Status r = CheckRunId(o->run_id); !r.ok()) {
     return absl::InvalidArgumentError(absl::StrCat("--run_id: ", r.message()));
   }
-  o.adopt_run = absl::GetFlag(FLAGS_adopt_run);
-  if (o.adopt_run != kAdoptAnyRun) {
-    if (absl::Status r = CheckRunId(o.adopt_run); !r.ok()) {
+  o->adopt_run = absl::GetFlag(FLAGS_adopt_run);
+  if (o->adopt_run != kAdoptAnyRun) {
+    if (absl::Status r = CheckRunId(o->adopt_run); !r.ok()) {
       return absl::InvalidArgumentError(
           absl::StrCat("--adopt_run: ", r.message()));
     }
   }
-  if (!o.adopt_run.empty() && o.checkpoint_dir.empty()) {
+  if (!o->adopt_run.empty() && o->checkpoint_dir.empty()) {
     return absl::InvalidArgumentError("--adopt_run needs --checkpoint_dir");
   }
-  const int health_port = absl::GetFlag(FLAGS_health_port);
-  if (health_port < -1 || health_port > 65535) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--health_port must be -1 (off) or in [0, 65535], got ", health_port));
-  }
-  o.advertise_address = absl::GetFlag(FLAGS_advertise_address);
+  return absl::OkStatus();
+}
+
+// Turns flags into options; the error names the flag.
+absl::StatusOr<PsServerOptions> OptionsFromFlags() {
+  PsServerOptions o;
+  std::string cap_source;
+  absl::Status s = AddressFlags(&o);
+  if (s.ok()) s = ShardFlags(&o);
+  if (s.ok()) s = ConsistencyFlags(&o);
+  if (s.ok()) s = StalenessFlags(&o);
+  if (s.ok()) s = MemoryFlags(&o, &cap_source);
+  if (s.ok()) s = CheckpointFlags(&o);
+  if (!s.ok()) return s;
   std::vector<std::string> warnings;
   absl::StatusOr<SecurityOptions> sec =
       SecurityOptionsFromFlags(/*server=*/true, &warnings);
@@ -348,6 +389,120 @@ absl::StatusOr<PsServerOptions> OptionsFromFlags() {
                    o.store.max_parameter_bytes, cap_source);
   }
   return o;
+}
+// The health listener (--health_port), started NOT_SERVING; null when off.
+// The error is the message to exit with.
+absl::StatusOr<std::unique_ptr<HealthListener>> StartHealth(
+    spdlog::logger& logger) {
+  const int health_port = absl::GetFlag(FLAGS_health_port);
+  if (health_port < 0) return nullptr;
+  absl::StatusOr<std::unique_ptr<HealthListener>> health =
+      HealthListener::Start(absl::GetFlag(FLAGS_host), health_port,
+                            {PsServer::kServiceName}, /*serving=*/false);
+  if (!health.ok()) {
+    return absl::UnavailableError("--health_port: " +
+                                  health.status().ToString());
+  }
+  logger.info(
+      "health checks (plain TCP) on port {}: NOT_SERVING until the shard "
+      "has restored and serves",
+      (*health)->port());
+  const std::string health_file = absl::GetFlag(FLAGS_health_port_file);
+  if (!health_file.empty() &&
+      !WritePortFile(health_file, (*health)->port()).ok()) {
+    return absl::UnavailableError("cannot write --health_port_file " +
+                                  health_file);
+  }
+  return health;
+}
+
+// The exit status for a shard that did not start: 1 when its checkpoint
+// cannot be restored, 2 otherwise.
+int StartFailure(const absl::Status& s, bool restore) {
+  if (restore && (absl::IsDataLoss(s) || absl::IsFailedPrecondition(s) ||
+                  absl::IsResourceExhausted(s))) {
+    std::fprintf(stderr,
+                 "ps_server: cannot restore: %s\n(start with "
+                 "--restore=false to start empty; the next checkpoint "
+                 "replaces the file)\n",
+                 s.ToString().c_str());
+    return 1;
+  }
+  return Fail(s.ToString());
+}
+
+// The Prometheus lines beside the shard's Status: calls per method, refused
+// tokens, failed TLS handshakes and the process's own figures.
+std::string ProcessMetrics(const RpcMetrics& rpc_metrics,
+                           const AuthRefusals& auth_refusals,
+                           const std::string& shard_label) {
+  std::string out;
+  rpc_metrics.AppendPrometheus(shard_label, &out);
+  auth_refusals.AppendPrometheus(shard_label, &out);
+  absl::StrAppend(
+      &out,
+      "# HELP asyncps_tls_handshakes_failed_total TLS handshakes with "
+      "clients that failed (no, foreign or expired certificate, or no "
+      "TLS).\n# TYPE asyncps_tls_handshakes_failed_total counter\n",
+      "asyncps_tls_handshakes_failed_total{", shard_label, "} ",
+      GrpcHandshakeFailures(), "\n");
+  AppendProcessMetrics(shard_label, &out);
+  return out;
+}
+
+// Starts `metrics` on --metrics_host:--metrics_port (when on) and writes
+// --metrics_port_file. The error is the message to exit with.
+absl::Status StartMetrics(MetricsHttpServer* metrics, spdlog::logger& logger) {
+  const int metrics_port = absl::GetFlag(FLAGS_metrics_port);
+  if (metrics_port < 0) return absl::OkStatus();
+  std::string metrics_host = absl::GetFlag(FLAGS_metrics_host);
+  if (metrics_host.empty()) metrics_host = absl::GetFlag(FLAGS_host);
+  absl::StatusOr<int> bound;
+  if (absl::GetFlag(FLAGS_metrics_host).empty() && metrics_host == "0.0.0.0") {
+    // Every address: dual-stack "::" where the kernel has IPv6 (so that
+    // IPv6-only clusters can scrape), IPv4 only where it has not.
+    bound = metrics->Start("::", metrics_port);
+    if (bound.ok()) {
+      metrics_host = "[::]";
+    } else {
+      bound = metrics->Start(metrics_host, metrics_port);
+    }
+  } else {
+    bound = metrics->Start(metrics_host, metrics_port);
+  }
+  if (!bound.ok()) {
+    return absl::UnavailableError("--metrics_port: " +
+                                  bound.status().ToString());
+  }
+  logger.info("Prometheus metrics on http://{}:{}/metrics", metrics_host,
+              *bound);
+  const std::string metrics_file = absl::GetFlag(FLAGS_metrics_port_file);
+  if (!metrics_file.empty() && !WritePortFile(metrics_file, *bound).ok()) {
+    return absl::UnavailableError("cannot write --metrics_port_file " +
+                                  metrics_file);
+  }
+  return absl::OkStatus();
+}
+
+// Serves until SIGINT or SIGTERM, then stops: health NOT_SERVING, the
+// metrics endpoint, the shard (in-flight calls, then the final checkpoint),
+// the health listener. The exit status.
+int ServeUntilSignal(const sigset_t& signals, PsServer* server,
+                     HealthListener* health, MetricsHttpServer* metrics,
+                     spdlog::logger& logger) {
+  int sig = 0;
+  sigwait(&signals, &sig);
+  logger.info("received signal {}; shutting down", sig);
+  if (health != nullptr) health->SetServing(false);
+  metrics->Stop();
+  const absl::Status final_checkpoint = server->Shutdown();
+  if (health != nullptr) health->Stop();
+  if (!final_checkpoint.ok()) {
+    std::fprintf(stderr, "ps_server: final checkpoint failed: %s\n",
+                 final_checkpoint.ToString().c_str());
+    return 1;
+  }
+  return 0;
 }
 
 int Main(int argc, char** argv) {
@@ -380,13 +535,7 @@ int Main(int argc, char** argv) {
   options->security.on_token_refused = [&auth_refusals](bool missing) {
     auth_refusals.Record(missing);
   };
-
-  // Signals are taken by sigwait below, never by gRPC's threads.
-  sigset_t signals;
-  sigemptyset(&signals);
-  sigaddset(&signals, SIGINT);
-  sigaddset(&signals, SIGTERM);
-  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+  const sigset_t signals = BlockStopSignals();
   TuneProcess();
 
   auto logger = options->logger;
@@ -403,108 +552,30 @@ int Main(int argc, char** argv) {
   // The health listener starts before the restore and answers NOT_SERVING
   // until the shard serves, so that a probe sees a shard that is restoring
   // (a startup probe can wait for it) rather than nothing at all.
-  std::unique_ptr<HealthListener> health;
-  const int health_port = absl::GetFlag(FLAGS_health_port);
-  if (health_port >= 0) {
-    absl::StatusOr<std::unique_ptr<HealthListener>> h =
-        HealthListener::Start(absl::GetFlag(FLAGS_host), health_port,
-                              {PsServer::kServiceName}, /*serving=*/false);
-    if (!h.ok()) return Fail("--health_port: " + h.status().ToString());
-    health = *std::move(h);
-    logger->info(
-        "health checks (plain TCP) on port {}: NOT_SERVING until the shard "
-        "has restored and serves",
-        health->port());
-    const std::string health_file = absl::GetFlag(FLAGS_health_port_file);
-    if (!health_file.empty() &&
-        !WritePortFile(health_file, health->port()).ok()) {
-      return Fail("cannot write --health_port_file " + health_file);
-    }
-  }
+  absl::StatusOr<std::unique_ptr<HealthListener>> health = StartHealth(*logger);
+  if (!health.ok()) return Fail(std::string(health.status().message()));
   absl::StatusOr<std::unique_ptr<PsServer>> server =
       PsServer::Start(*std::move(options));
-  if (!server.ok()) {
-    const absl::Status& s = server.status();
-    if (restore && (absl::IsDataLoss(s) || absl::IsFailedPrecondition(s) ||
-                    absl::IsResourceExhausted(s))) {
-      std::fprintf(stderr,
-                   "ps_server: cannot restore: %s\n(start with "
-                   "--restore=false to start empty; the next checkpoint "
-                   "replaces the file)\n",
-                   s.ToString().c_str());
-      return 1;
-    }
-    return Fail(s.ToString());
-  }
+  if (!server.ok()) return StartFailure(server.status(), restore);
+  if (*health != nullptr) (*health)->SetServing(true);
 
-  if (health != nullptr) health->SetServing(true);
   // The metrics endpoint starts after the gRPC server and stops before it.
   const std::string shard_label =
       absl::StrCat("shard=\"", (*server)->GetStatus().shard_index(), "\"");
   MetricsHttpServer metrics(
       [shard = server->get()] { return shard->GetStatus(); },
       [&rpc_metrics, &auth_refusals, shard_label] {
-        std::string out;
-        rpc_metrics.AppendPrometheus(shard_label, &out);
-        auth_refusals.AppendPrometheus(shard_label, &out);
-        absl::StrAppend(
-            &out,
-            "# HELP asyncps_tls_handshakes_failed_total TLS handshakes with "
-            "clients that failed (no, foreign or expired certificate, or no "
-            "TLS).\n# TYPE asyncps_tls_handshakes_failed_total counter\n",
-            "asyncps_tls_handshakes_failed_total{", shard_label, "} ",
-            GrpcHandshakeFailures(), "\n");
-        AppendProcessMetrics(shard_label, &out);
-        return out;
+        return ProcessMetrics(rpc_metrics, auth_refusals, shard_label);
       });
-  const int metrics_port = absl::GetFlag(FLAGS_metrics_port);
-  if (metrics_port >= 0) {
-    std::string metrics_host = absl::GetFlag(FLAGS_metrics_host);
-    if (metrics_host.empty()) metrics_host = absl::GetFlag(FLAGS_host);
-    absl::StatusOr<int> bound;
-    if (absl::GetFlag(FLAGS_metrics_host).empty() &&
-        metrics_host == "0.0.0.0") {
-      // Every address: dual-stack "::" where the kernel has IPv6 (so that
-      // IPv6-only clusters can scrape), IPv4 only where it has not.
-      bound = metrics.Start("::", metrics_port);
-      if (bound.ok()) {
-        metrics_host = "[::]";
-      } else {
-        bound = metrics.Start(metrics_host, metrics_port);
-      }
-    } else {
-      bound = metrics.Start(metrics_host, metrics_port);
-    }
-    if (!bound.ok()) {
-      return Fail("--metrics_port: " + bound.status().ToString());
-    }
-    logger->info("Prometheus metrics on http://{}:{}/metrics", metrics_host,
-                 *bound);
-    const std::string metrics_file = absl::GetFlag(FLAGS_metrics_port_file);
-    if (!metrics_file.empty() && !WritePortFile(metrics_file, *bound).ok()) {
-      return Fail("cannot write --metrics_port_file " + metrics_file);
-    }
+  if (absl::Status m = StartMetrics(&metrics, *logger); !m.ok()) {
+    return Fail(std::string(m.message()));
   }
-
   const std::string port_file = absl::GetFlag(FLAGS_port_file);
   if (!port_file.empty() && !WritePortFile(port_file, (*server)->port()).ok()) {
     return Fail("cannot write --port_file " + port_file);
   }
-
-  int sig = 0;
-  sigwait(&signals, &sig);
-  logger->info("received signal {}; shutting down", sig);
-  if (health != nullptr) health->SetServing(false);
-  metrics.Stop();
-  // In-flight calls finish first, then the final checkpoint is written.
-  const absl::Status final_checkpoint = (*server)->Shutdown();
-  if (health != nullptr) health->Stop();
-  if (!final_checkpoint.ok()) {
-    std::fprintf(stderr, "ps_server: final checkpoint failed: %s\n",
-                 final_checkpoint.ToString().c_str());
-    return 1;
-  }
-  return 0;
+  return ServeUntilSignal(signals, server->get(), health->get(), &metrics,
+                          *logger);
 }
 
 }  // namespace

@@ -18,19 +18,19 @@ std::string Hex(uint64_t incarnation) {
   return absl::StrFormat("%016x", incarnation);
 }
 
-absl::Status CheckRef(const WorkerRef& ref) {
+}  // namespace
+
+absl::Status CheckWorkerRef(const WorkerRef& ref) {
   if (ref.worker_id() < 0 || ref.incarnation() == 0 || ref.clock() < 0 ||
       ref.trained() < 0) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "worker ref needs worker_id >= 0, incarnation != 0, clock >= 0, "
-        "trained >= 0; got id ",
+        "malformed worker reference: needs worker_id >= 0, incarnation != 0, "
+        "clock >= 0, trained >= 0; got worker_id ",
         ref.worker_id(), ", incarnation ", ref.incarnation(), ", clock ",
         ref.clock(), ", trained ", ref.trained()));
   }
   return absl::OkStatus();
 }
-
-}  // namespace
 
 absl::StatusOr<std::unique_ptr<WorkerRegistry>> WorkerRegistry::Create(
     RegistryOptions options) {
@@ -204,7 +204,7 @@ bool WorkerRegistry::IsCurrent(const WorkerRef& ref) const {
 
 absl::StatusOr<WorkerRegistry::Admission> WorkerRegistry::Admit(
     const WorkerRef& ref) {
-  absl::Status s = CheckRef(ref);
+  absl::Status s = CheckWorkerRef(ref);
   if (!s.ok()) return s;
   Worker* w = FindOrAdd(ref.worker_id());
   absl::StatusOr<Admission> a;
@@ -217,7 +217,7 @@ absl::StatusOr<WorkerRegistry::Admission> WorkerRegistry::Admit(
 }
 
 absl::Status WorkerRegistry::Leave(const WorkerRef& ref) {
-  absl::Status s = CheckRef(ref);
+  absl::Status s = CheckWorkerRef(ref);
   if (!s.ok()) return s;
   Worker* w = FindOrAdd(ref.worker_id());
   {
@@ -234,7 +234,7 @@ absl::Status WorkerRegistry::Leave(const WorkerRef& ref) {
 
 absl::StatusOr<WorkerRegistry::PushClaim> WorkerRegistry::BeginPush(
     const WorkerRef& ref, uint64_t seq) {
-  absl::Status s = CheckRef(ref);
+  absl::Status s = CheckWorkerRef(ref);
   if (!s.ok()) return s;
   if (seq == 0) {
     return absl::InvalidArgumentError("push seq must be > 0");

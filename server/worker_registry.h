@@ -77,6 +77,13 @@ struct RegistryOptions {
   std::shared_ptr<spdlog::logger> logger;  // required
 };
 
+// INVALID_ARGUMENT naming the worker reference unless it is well formed
+// (worker_id >= 0, incarnation != 0, clock >= 0, trained >= 0). A shard
+// checks it before anything else of a request that names its caller (a
+// push's or a pull's payload, tensors, rows), so that a malformed caller is
+// told so whatever else the request holds.
+absl::Status CheckWorkerRef(const WorkerRef& ref);
+
 // One worker id as the registry sees it.
 struct WorkerInfo {
   int32_t worker_id = 0;

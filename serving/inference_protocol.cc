@@ -101,11 +101,13 @@ absl::Status CheckModel(const ModelSignature& model, const std::string& name,
   return absl::OkStatus();
 }
 
-absl::StatusOr<DecodedRequest> DecodeInferRequest(
-    const ModelSignature& model, const ModelInferRequest& request) {
-  absl::Status s =
-      CheckModel(model, request.model_name(), request.model_version());
-  if (!s.ok()) return s;
+namespace {
+
+// The parts of a request that come before its values: as many inputs as
+// the model has, one raw_input_contents per input when any, outputs that
+// name only the model's output.
+absl::Status CheckRequestShape(const ModelSignature& model,
+                               const ModelInferRequest& request) {
   const int want = (model.input_dim > 0) + (model.ids_per_row > 0);
   if (request.inputs_size() != want) {
     return Invalid(model, absl::StrCat("the request has ",
@@ -124,6 +126,78 @@ absl::StatusOr<DecodedRequest> DecodeInferRequest(
                               "'; the output is '", model.output_name, "'"));
     }
   }
+  return absl::OkStatus();
+}
+
+// The FP32 features input: `count` values (rows x `width`), from `raw`
+// (its raw_input_contents) when not null, else from its contents; finite.
+absl::Status DecodeFeatures(const ModelSignature& model,
+                            const ModelInferRequest::InferInputTensor& in,
+                            const std::string* raw, size_t count, int width,
+                            std::vector<float>* x) {
+  if (in.datatype() != "FP32") {
+    return Invalid(model, absl::StrCat("input '", in.name(), "' datatype '",
+                                       in.datatype(), "'"));
+  }
+  if (raw != nullptr) {
+    absl::Status s = CopyRaw(model, *raw, count, "FP32 values", x);
+    if (!s.ok()) return s;
+  } else {
+    const auto& v = in.contents().fp32_contents();
+    if (static_cast<size_t>(v.size()) != count) {
+      return Invalid(model, absl::StrCat(v.size(), " fp32_contents values for ",
+                                         count, " (the shape's)"));
+    }
+    x->assign(v.begin(), v.end());
+  }
+  for (size_t i = 0; i < count; ++i) {
+    if (!std::isfinite((*x)[i])) {
+      return Invalid(model, absl::StrCat("value ", i % width, " of row ",
+                                         i / width, " is not finite"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+// The INT64 (or UINT64) ids input: `count` ids, from `raw` when not null,
+// else from its contents.
+absl::Status DecodeIds(const ModelSignature& model,
+                       const ModelInferRequest::InferInputTensor& in,
+                       const std::string* raw, size_t count,
+                       std::vector<uint64_t>* ids) {
+  const bool u64 = in.datatype() == "UINT64";
+  if (in.datatype() != "INT64" && !u64) {
+    return Invalid(model, absl::StrCat("input '", in.name(), "' datatype '",
+                                       in.datatype(), "'"));
+  }
+  if (raw != nullptr) return CopyRaw(model, *raw, count, "64-bit ids", ids);
+  if (u64) {
+    const auto& v = in.contents().uint64_contents();
+    if (static_cast<size_t>(v.size()) != count) {
+      return Invalid(model, absl::StrCat(v.size(), " uint64_contents for ",
+                                         count, " ids"));
+    }
+    ids->assign(v.begin(), v.end());
+    return absl::OkStatus();
+  }
+  const auto& v = in.contents().int64_contents();
+  if (static_cast<size_t>(v.size()) != count) {
+    return Invalid(
+        model, absl::StrCat(v.size(), " int64_contents for ", count, " ids"));
+  }
+  ids->assign(v.begin(), v.end());
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<DecodedRequest> DecodeInferRequest(
+    const ModelSignature& model, const ModelInferRequest& request) {
+  absl::Status s =
+      CheckModel(model, request.model_name(), request.model_version());
+  if (s.ok()) s = CheckRequestShape(model, request);
+  if (!s.ok()) return s;
+  const bool raw = request.raw_input_contents_size() > 0;
   DecodedRequest d;
   d.raw_output = raw;
   int64_t rows = -1;
@@ -148,58 +222,16 @@ absl::StatusOr<DecodedRequest> DecodeInferRequest(
     }
     rows = *n;
     const size_t count = static_cast<size_t>(*n) * width;
+    const std::string* contents =
+        raw ? &request.raw_input_contents(k) : nullptr;
     if (features) {
       have_features = true;
-      if (in.datatype() != "FP32") {
-        return Invalid(model, absl::StrCat("input '", in.name(), "' datatype '",
-                                           in.datatype(), "'"));
-      }
-      if (raw) {
-        absl::Status s = CopyRaw(model, request.raw_input_contents(k), count,
-                                 "FP32 values", &d.x);
-        if (!s.ok()) return s;
-      } else {
-        const auto& v = in.contents().fp32_contents();
-        if (static_cast<size_t>(v.size()) != count) {
-          return Invalid(
-              model, absl::StrCat(v.size(), " fp32_contents values for ", count,
-                                  " (the shape's)"));
-        }
-        d.x.assign(v.begin(), v.end());
-      }
-      for (size_t i = 0; i < count; ++i) {
-        if (!std::isfinite(d.x[i])) {
-          return Invalid(model, absl::StrCat("value ", i % width, " of row ",
-                                             i / width, " is not finite"));
-        }
-      }
+      s = DecodeFeatures(model, in, contents, count, width, &d.x);
     } else {
       have_ids = true;
-      const bool u64 = in.datatype() == "UINT64";
-      if (in.datatype() != "INT64" && !u64) {
-        return Invalid(model, absl::StrCat("input '", in.name(), "' datatype '",
-                                           in.datatype(), "'"));
-      }
-      if (raw) {
-        absl::Status s = CopyRaw(model, request.raw_input_contents(k), count,
-                                 "64-bit ids", &d.ids);
-        if (!s.ok()) return s;
-      } else if (u64) {
-        const auto& v = in.contents().uint64_contents();
-        if (static_cast<size_t>(v.size()) != count) {
-          return Invalid(model, absl::StrCat(v.size(), " uint64_contents for ",
-                                             count, " ids"));
-        }
-        d.ids.assign(v.begin(), v.end());
-      } else {
-        const auto& v = in.contents().int64_contents();
-        if (static_cast<size_t>(v.size()) != count) {
-          return Invalid(model, absl::StrCat(v.size(), " int64_contents for ",
-                                             count, " ids"));
-        }
-        d.ids.assign(v.begin(), v.end());
-      }
+      s = DecodeIds(model, in, contents, count, &d.ids);
     }
+    if (!s.ok()) return s;
   }
   d.rows = static_cast<int>(rows);
   absl::StatusOr<absl::Duration> timeout =

@@ -215,6 +215,101 @@ absl::StatusOr<std::unique_ptr<ParameterSource>> SourceFromFlags(
   return MakeShardSource(std::move(c));
 }
 
+// The flags that name what is served.
+absl::Status ModelFlags() {
+  if (absl::GetFlag(FLAGS_model) != "mlp" &&
+      absl::GetFlag(FLAGS_model) != "ctr") {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--model must be mlp or ctr, got '", absl::GetFlag(FLAGS_model), "'"));
+  }
+  if (absl::GetFlag(FLAGS_row_cache_rows) < 1) {
+    return absl::InvalidArgumentError("--row_cache_rows must be >= 1");
+  }
+  return absl::OkStatus();
+}
+
+// The model of --model as `source` holds it, retried for --wait_s (the
+// shards may still be starting, and the first worker creating the
+// tensors). *stopped says that a stop signal of `signals` came meanwhile
+// (the status is then the last try's).
+absl::StatusOr<ServedModel> WaitForModel(ParameterSource* source,
+                                         RowCache* rows, int max_batch_rows,
+                                         const sigset_t& signals,
+                                         bool* stopped) {
+  *stopped = false;
+  const absl::Time wait_until =
+      absl::Now() + absl::Seconds(absl::GetFlag(FLAGS_wait_s));
+  for (;;) {
+    absl::StatusOr<ListTensorsResponse> specs = source->List();
+    absl::StatusOr<ServedModel> served =
+        specs.ok() ? DescribeServedModel(absl::GetFlag(FLAGS_model), *specs,
+                                         max_batch_rows,
+                                         absl::GetFlag(FLAGS_device), rows)
+                   : absl::StatusOr<ServedModel>(specs.status());
+    if (served.ok() || absl::Now() >= wait_until) return served;
+    struct timespec zero {};
+    if (sigtimedwait(&signals, nullptr, &zero) > 0) {
+      *stopped = true;
+      return served;
+    }
+    absl::SleepFor(absl::Milliseconds(200));
+  }
+}
+
+// The served model's signature under --model_name; the batcher's shapes
+// and rows follow it.
+ModelSignature Signature(const ServedModel& served, BatcherOptions* batcher) {
+  ModelSignature model = served.signature;
+  model.name = absl::GetFlag(FLAGS_model_name).empty()
+                   ? absl::GetFlag(FLAGS_model)
+                   : absl::GetFlag(FLAGS_model_name);
+  model.max_rows = batcher->max_batch_rows;
+  batcher->input_dim = model.input_dim;
+  batcher->ids_per_row = model.ids_per_row;
+  batcher->output_dim = model.output_dim;
+  return model;
+}
+
+// The KServe gRPC server on --host:--port; *port is the one bound.
+absl::StatusOr<std::unique_ptr<grpc::Server>> StartGrpc(KServeService* service,
+                                                        int* port) {
+  const std::string host = absl::GetFlag(FLAGS_host);
+  grpc::ServerBuilder builder;
+  builder.AddListeningPort(absl::StrCat(host, ":", absl::GetFlag(FLAGS_port)),
+                           grpc::InsecureServerCredentials(), port);
+  builder.SetMaxReceiveMessageSize(
+      static_cast<int>(absl::GetFlag(FLAGS_max_request_bytes)));
+  builder.RegisterService(service);
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  if (server == nullptr || *port == 0) {
+    return absl::UnavailableError(absl::StrCat("cannot listen on ", host, ":",
+                                               absl::GetFlag(FLAGS_port)));
+  }
+  return server;
+}
+
+// The REST endpoint on --host:--http_port (null when off), its port
+// written to --http_port_file.
+absl::StatusOr<std::unique_ptr<RestEndpoint>> StartRest(
+    InferenceHandler* handler, const ServingStatus* status,
+    spdlog::logger& logger) {
+  if (absl::GetFlag(FLAGS_http_port) < 0) return nullptr;
+  const std::string host = absl::GetFlag(FLAGS_host);
+  auto rest = std::make_unique<RestEndpoint>(
+      handler, kVersion, absl::GetFlag(FLAGS_http_threads),
+      static_cast<size_t>(absl::GetFlag(FLAGS_max_request_bytes)),
+      [status] { return status->Metrics(); },
+      [status] { return status->Line(); });
+  absl::StatusOr<int> http = rest->Start(host, absl::GetFlag(FLAGS_http_port));
+  if (!http.ok()) return http.status();
+  logger.info("REST on {}:{}", host, *http);
+  if (!absl::GetFlag(FLAGS_http_port_file).empty()) {
+    absl::Status s = WritePortFile(absl::GetFlag(FLAGS_http_port_file), *http);
+    if (!s.ok()) return s;
+  }
+  return rest;
+}
+
 int Main(int argc, char** argv) {
   ProgramInfo program;
   program.name = "ps_serve";
@@ -228,25 +323,13 @@ int Main(int argc, char** argv) {
       "  ps_serve --checkpoint_dir=DIR --port=8001\n\n"
       "Exit status: 0 after SIGINT/SIGTERM; 1 when the parameters could not\n"
       "be read at start; 2 for bad flags or another start failure.";
-  // Every thread started from here on (gRPC's too) inherits the blocked
-  // signals; the main thread takes them with sigwait.
-  sigset_t signals;
-  sigemptyset(&signals);
-  sigaddset(&signals, SIGINT);
-  sigaddset(&signals, SIGTERM);
-  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
-
+  const sigset_t signals = BlockStopSignals();
   const ParseResult parsed = ParseProgramCommandLine(argc, argv, program);
   if (!parsed.command_line.has_value()) return parsed.exit_code;
   absl::StatusOr<Flags> flags = FlagsFromCommandLine();
   if (!flags.ok()) return Fail(std::string(flags.status().message()));
-  if (absl::GetFlag(FLAGS_model) != "mlp" &&
-      absl::GetFlag(FLAGS_model) != "ctr") {
-    return Fail(absl::StrCat("--model must be mlp or ctr, got '",
-                             absl::GetFlag(FLAGS_model), "'"));
-  }
-  if (absl::GetFlag(FLAGS_row_cache_rows) < 1) {
-    return Fail("--row_cache_rows must be >= 1");
+  if (absl::Status m = ModelFlags(); !m.ok()) {
+    return Fail(std::string(m.message()));
   }
   if (flags->blas_threads > 0) SetCpuGemmThreads(flags->blas_threads);
   absl::StatusOr<std::shared_ptr<spdlog::logger>> logger =
@@ -269,24 +352,11 @@ int Main(int argc, char** argv) {
     (*logger)->error("cannot read parameters: {}", source.status().ToString());
     return 1;
   }
-  // The shards may still be starting, and the first worker creating the
-  // tensors.
-  const absl::Time wait_until =
-      absl::Now() + absl::Seconds(absl::GetFlag(FLAGS_wait_s));
-  const std::string device = absl::GetFlag(FLAGS_device);
   RowCache rows(source->get(), absl::GetFlag(FLAGS_row_cache_rows));
-  absl::StatusOr<ServedModel> served;
-  for (;;) {
-    absl::StatusOr<ListTensorsResponse> specs = (*source)->List();
-    served = specs.ok() ? DescribeServedModel(
-                              absl::GetFlag(FLAGS_model), *specs,
-                              flags->batcher.max_batch_rows, device, &rows)
-                        : absl::StatusOr<ServedModel>(specs.status());
-    if (served.ok() || absl::Now() >= wait_until) break;
-    struct timespec zero {};
-    if (sigtimedwait(&signals, nullptr, &zero) > 0) return 0;
-    absl::SleepFor(absl::Milliseconds(200));
-  }
+  bool stopped = false;
+  absl::StatusOr<ServedModel> served = WaitForModel(
+      source->get(), &rows, flags->batcher.max_batch_rows, signals, &stopped);
+  if (stopped) return 0;
   if (!served.ok()) {
     (*logger)->error("cannot read the model from {}: {}", (*source)->Describe(),
                      served.status().ToString());
@@ -298,15 +368,7 @@ int Main(int argc, char** argv) {
     (*logger)->error("cannot read the first snapshot: {}", s.ToString());
     return 1;
   }
-
-  ModelSignature model = served->signature;
-  model.name = absl::GetFlag(FLAGS_model_name).empty()
-                   ? absl::GetFlag(FLAGS_model)
-                   : absl::GetFlag(FLAGS_model_name);
-  model.max_rows = flags->batcher.max_batch_rows;
-  flags->batcher.input_dim = model.input_dim;
-  flags->batcher.ids_per_row = model.ids_per_row;
-  flags->batcher.output_dim = model.output_dim;
+  const ModelSignature model = Signature(*served, &flags->batcher);
 
   ServingMetrics metrics;
   absl::StatusOr<std::unique_ptr<Batcher>> batcher =
@@ -314,48 +376,24 @@ int Main(int argc, char** argv) {
   if (!batcher.ok()) return Fail(batcher.status().ToString());
   InferenceHandler handler(model, batcher->get(), &snapshots, &metrics);
   ServingStatus status(&handler, batcher->get(), &snapshots, source->get());
-
   KServeService service(&handler, kVersion);
-  grpc::ServerBuilder builder;
-  const std::string host = absl::GetFlag(FLAGS_host);
   int port = 0;
-  builder.AddListeningPort(absl::StrCat(host, ":", absl::GetFlag(FLAGS_port)),
-                           grpc::InsecureServerCredentials(), &port);
-  builder.SetMaxReceiveMessageSize(
-      static_cast<int>(absl::GetFlag(FLAGS_max_request_bytes)));
-  builder.RegisterService(&service);
-  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
-  if (server == nullptr || port == 0) {
-    return Fail(absl::StrCat("cannot listen on ", host, ":",
-                             absl::GetFlag(FLAGS_port)));
-  }
-
-  std::unique_ptr<RestEndpoint> rest;
-  if (absl::GetFlag(FLAGS_http_port) >= 0) {
-    rest = std::make_unique<RestEndpoint>(
-        &handler, kVersion, absl::GetFlag(FLAGS_http_threads),
-        static_cast<size_t>(absl::GetFlag(FLAGS_max_request_bytes)),
-        [&] { return status.Metrics(); }, [&] { return status.Line(); });
-    absl::StatusOr<int> http =
-        rest->Start(host, absl::GetFlag(FLAGS_http_port));
-    if (!http.ok()) return Fail(http.status().ToString());
-    (*logger)->info("REST on {}:{}", host, *http);
-    if (!absl::GetFlag(FLAGS_http_port_file).empty()) {
-      absl::Status s =
-          WritePortFile(absl::GetFlag(FLAGS_http_port_file), *http);
-      if (!s.ok()) return Fail(s.ToString());
-    }
-  }
+  absl::StatusOr<std::unique_ptr<grpc::Server>> server =
+      StartGrpc(&service, &port);
+  if (!server.ok()) return Fail(std::string(server.status().message()));
+  absl::StatusOr<std::unique_ptr<RestEndpoint>> rest =
+      StartRest(&handler, &status, **logger);
+  if (!rest.ok()) return Fail(rest.status().ToString());
   snapshots.Start();
   (*logger)->info(
       "serving model '{}' ({}) from {} on {}:{}; batches of up to {} rows, "
       "timeout {}, {} batch thread(s) on {}",
-      model.name, served->summary, (*source)->Describe(), host, port,
-      flags->batcher.max_batch_rows,
+      model.name, served->summary, (*source)->Describe(),
+      absl::GetFlag(FLAGS_host), port, flags->batcher.max_batch_rows,
       flags->batcher.auto_timeout
           ? std::string("auto")
           : absl::FormatDuration(flags->batcher.timeout),
-      flags->batcher.threads, device);
+      flags->batcher.threads, absl::GetFlag(FLAGS_device));
   if (!absl::GetFlag(FLAGS_port_file).empty()) {
     absl::Status s = WritePortFile(absl::GetFlag(FLAGS_port_file), port);
     if (!s.ok()) return Fail(s.ToString());
@@ -366,8 +404,8 @@ int Main(int argc, char** argv) {
   (*logger)->info("signal {}: stopping; {}", sig, status.Line());
   snapshots.Stop();
   (*batcher)->Stop();
-  server->Shutdown(absl::ToChronoTime(absl::Now() + absl::Seconds(5)));
-  if (rest != nullptr) rest->Stop();
+  (*server)->Shutdown(absl::ToChronoTime(absl::Now() + absl::Seconds(5)));
+  if (*rest != nullptr) (*rest)->Stop();
   return 0;
 }
 

@@ -3,6 +3,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <optional>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
@@ -62,6 +63,24 @@ void ClearSchedule(OptimizerSpec* spec);
 // carries, as a LearningRate named `name`; false when it carries none.
 bool ScheduleOf(absl::string_view name, const OptimizerSpec& spec,
                 LearningRate* rate);
+
+// A listed spec (a TensorSpec or TableSpec as listed, checkpointed or
+// journaled) taken apart: the spec as created, and the schedule step its
+// optimizer carried, if any.
+template <typename Spec>
+struct Unlisted {
+  Spec spec;  // ClearSchedule'd
+  std::optional<LearningRate> rate;
+};
+
+template <typename Spec>
+Unlisted<Spec> Unlist(const Spec& listed) {
+  Unlisted<Spec> out{listed, std::nullopt};
+  LearningRate rate;
+  if (ScheduleOf(listed.name(), listed.optimizer(), &rate)) out.rate = rate;
+  ClearSchedule(out.spec.mutable_optimizer());
+  return out;
+}
 
 }  // namespace asyncps
 

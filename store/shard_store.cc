@@ -13,125 +13,17 @@
 #include "google/protobuf/util/message_differencer.h"
 #include "store/lr_schedule.h"
 #include "store/optimizer.h"
+#include "store/push_checks.h"
 #include "store/spec_diff.h"
 
 namespace asyncps {
-
-// One slice of a tensor held by this shard.
-class ShardStore::Slice {
- public:
-  // `initialize` false leaves the values at zero (a restore fills them);
-  // otherwise they come from `given` (the whole tensor's values, for
-  // INIT_VALUES) or the spec's initializer.
-  Slice(const TensorSpec& spec, const TensorLayout& layout, uint32_t index,
-        bool initialize, const float* given)
-      : index_(index),
-        size_(layout.SliceSize(index)),
-        values_(size_),
-        optimizer_(SliceOptimizer::Create(spec.optimizer(), size_)) {
-    if (!initialize) return;
-    if (given != nullptr) {
-      std::copy_n(given + layout.SliceBegin(index), size_, values_.data());
-    } else {
-      InitializeSlice(spec, layout, index, values_.data());
-    }
-  }
-
-  uint32_t index() const { return index_; }
-  int64_t size() const { return size_; }
-
-  uint64_t version() const {
-    absl::ReaderMutexLock l(&mu_);
-    return version_;
-  }
-
-  // Hands name, index, version and values to sink under the lock.
-  void CopyOut(const std::string& tensor, const SliceSink& sink) const {
-    absl::ReaderMutexLock l(&mu_);
-    sink(tensor, index_, version_, absl::MakeConstSpan(values_));
-  }
-
-  // Applies g unless staler than the rule allows, with the learning rate
-  // scaled by the rule and by `lr_factor` (the schedule's); fills `result`.
-  void Apply(const Payload& g, uint64_t read_version, const StalenessRule& rule,
-             float lr_factor, SliceResult* result) {
-    absl::MutexLock l(&mu_);
-    // A read version from the future (allowed only for pushes refused as
-    // read before a restore) never gets here; see PreparePush.
-    const uint64_t staleness = version_ - read_version;
-    result->set_staleness(staleness);
-    if (rule.max_staleness >= 0 &&
-        staleness > static_cast<uint64_t>(rule.max_staleness)) {
-      result->set_outcome(REFUSED_STALE);
-      result->set_new_version(version_);
-      result->set_lr_scale(0);
-      return;
-    }
-    const float scale =
-        rule.inverse_lr ? 1.0f / (1.0f + static_cast<float>(staleness)) : 1.0f;
-    ++version_;
-    optimizer_->Apply(values_.data(), g, scale * lr_factor, version_);
-    result->set_outcome(APPLIED);
-    result->set_new_version(version_);
-    result->set_lr_scale(scale);
-  }
-
-  // Replaces the values with `values` (PushRequest.assign: the optimizer's
-  // state is kept) and bumps the version; fills `result`.
-  void Assign(const Payload& values, SliceResult* result) {
-    absl::MutexLock l(&mu_);
-    DecodePayload(values, values_.data());
-    ++version_;
-    result->set_outcome(APPLIED);
-    result->set_new_version(version_);
-    result->set_lr_scale(1);
-  }
-
-  // Hands the whole state to visit under the lock.
-  absl::Status Read(
-      absl::FunctionRef<absl::Status(const SliceView&)> visit) const {
-    absl::ReaderMutexLock l(&mu_);
-    SliceView view;
-    view.index = index_;
-    view.version = version_;
-    view.values = absl::MakeConstSpan(values_);
-    view.optimizer_state = optimizer_->state();
-    return visit(view);
-  }
-
-  // REQUIRES: values and every state buffer hold size() floats, and there
-  // are as many buffers as the optimizer keeps.
-  void Import(uint64_t version, absl::string_view values,
-              absl::Span<const absl::string_view> state) {
-    absl::MutexLock l(&mu_);
-    version_ = version;
-    DecodeFloats(values, values_.data(), values_.size());
-    std::vector<absl::Span<float>> buffers = optimizer_->mutable_state();
-    for (size_t i = 0; i < buffers.size(); ++i) {
-      DecodeFloats(state[i], buffers[i].data(), buffers[i].size());
-    }
-  }
-
-  size_t optimizer_bytes() const {
-    absl::ReaderMutexLock l(&mu_);
-    return optimizer_->state_bytes();
-  }
-
- private:
-  const uint32_t index_;
-  const int64_t size_;
-  mutable absl::Mutex mu_;
-  uint64_t version_ ABSL_GUARDED_BY(mu_) = 0;
-  std::vector<float> values_ ABSL_GUARDED_BY(mu_);
-  std::unique_ptr<SliceOptimizer> optimizer_ ABSL_GUARDED_BY(mu_);
-};
 
 struct ShardStore::Tensor {
   TensorSpec spec;  // as created: no schedule
   TensorLayout layout;
   int optimizer_buffers = 0;
   // Local slices by slice index; null where another shard is the home.
-  std::vector<std::unique_ptr<Slice>> slices;
+  std::vector<std::unique_ptr<DenseSlice>> slices;
   uint64_t reserved_bytes = 0;  // counted against max_parameter_bytes
   std::unique_ptr<LrSchedule> schedule;
 
@@ -145,7 +37,7 @@ struct ShardStore::Tensor {
 
 namespace {
 
-// Bookkeeping per slice beyond its values and state (the Slice object, its
+// Bookkeeping per slice beyond its values and state (the DenseSlice, its
 // optimizer object and allocator headers), and per slice-table entry.
 constexpr uint64_t kSliceOverheadBytes = 256;
 constexpr uint64_t kTableEntryBytes = sizeof(void*);
@@ -270,7 +162,7 @@ std::unique_ptr<ShardStore::Tensor> ShardStore::BuildTensor(
     if (SliceHome(spec.name(), i, options_.num_shards) ==
         options_.shard_index) {
       t->slices[i] =
-          std::make_unique<Slice>(spec, layout, i, initialize, given);
+          std::make_unique<DenseSlice>(spec, layout, i, initialize, given);
     }
   }
   return t;
@@ -294,9 +186,49 @@ absl::Status ShardStore::ReserveBytes(uint64_t bytes, const std::string& what) {
   return absl::OkStatus();
 }
 
+namespace {
+
+// Tensors and tables share one namespace, also within a request.
+absl::Status CheckSharedNamespace(const CreateTensorRequest& request,
+                                  const std::vector<TensorSpec>& specs) {
+  for (const TableSpec& table : request.tables()) {
+    for (const TensorSpec& spec : specs) {
+      if (spec.name() != table.name()) continue;
+      return absl::InvalidArgumentError(absl::StrCat(
+          QuoteName(table.name()),
+          " is both a tensor and a sparse table in this request (they share "
+          "one namespace)"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
 absl::StatusOr<CreateTensorResponse> ShardStore::CreateTensors(
     const CreateTensorRequest& request) {
   // Validate and resolve outside the lock; slices are built outside it too.
+  absl::StatusOr<std::vector<TensorSpec>> specs = ResolveSpecs(request);
+  if (!specs.ok()) return specs.status();
+  absl::StatusOr<GivenValues> given = DecodeGivenValues(request, *specs);
+  if (!given.ok()) return given.status();
+  absl::Status s = CheckSharedNamespace(request, *specs);
+  if (!s.ok()) return s;
+  absl::StatusOr<std::vector<const TensorSpec*>> missing =
+      MissingTensors(*specs);
+  if (!missing.ok()) return missing.status();
+  // The tables of the request, validated and reserved (given back on any
+  // error below).
+  absl::StatusOr<TableStore::Staged> tables = tables_->Stage(request.tables());
+  if (!tables.ok()) return tables.status();
+  absl::StatusOr<std::vector<std::unique_ptr<Tensor>>> fresh =
+      BuildMissing(*missing, *given);
+  if (!fresh.ok()) return fresh.status();
+  return Publish(*specs, *std::move(fresh), &*tables);
+}
+
+absl::StatusOr<std::vector<TensorSpec>> ShardStore::ResolveSpecs(
+    const CreateTensorRequest& request) const {
   std::vector<TensorSpec> specs;
   absl::flat_hash_set<std::string> names;
   for (const TensorSpec& in : request.tensors()) {
@@ -308,10 +240,12 @@ absl::StatusOr<CreateTensorResponse> ShardStore::CreateTensors(
     }
     specs.push_back(*std::move(spec));
   }
+  return specs;
+}
 
-  // The values of the INIT_VALUES tensors: one entry each, the right
-  // length, finite; none for other tensors.
-  absl::flat_hash_map<std::string, std::vector<float>> given;
+absl::StatusOr<ShardStore::GivenValues> ShardStore::DecodeGivenValues(
+    const CreateTensorRequest& request, const std::vector<TensorSpec>& specs) {
+  GivenValues given;
   for (const TensorValues& v : request.values()) {
     const TensorSpec* spec = nullptr;
     for (const TensorSpec& t : specs) {
@@ -347,38 +281,32 @@ absl::StatusOr<CreateTensorResponse> ShardStore::CreateTensors(
           " has init INIT_VALUES but the request carries no values for it"));
     }
   }
+  return given;
+}
 
-  // Tensors and tables share one namespace, also within a request.
-  for (const TableSpec& table : request.tables()) {
-    if (names.contains(table.name())) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          QuoteName(table.name()),
-          " is both a tensor and a sparse table in this request (they share "
-          "one namespace)"));
-    }
-  }
-
+absl::StatusOr<std::vector<const TensorSpec*>> ShardStore::MissingTensors(
+    const std::vector<TensorSpec>& specs) const {
   std::vector<const TensorSpec*> missing;
-  {
-    absl::ReaderMutexLock l(&mu_);
-    for (const TensorSpec& spec : specs) {
-      const Tensor* existing = FindTensor(spec.name());
-      if (existing == nullptr) {
-        missing.push_back(&spec);
-        continue;
-      }
-      const std::string diff = SpecDifferences(existing->spec, spec);
-      if (!diff.empty()) {
-        return absl::AlreadyExistsError(
-            absl::StrCat("tensor ", QuoteName(spec.name()),
-                         " exists with another spec: ", diff));
-      }
+  absl::ReaderMutexLock l(&mu_);
+  for (const TensorSpec& spec : specs) {
+    const Tensor* existing = FindTensor(spec.name());
+    if (existing == nullptr) {
+      missing.push_back(&spec);
+      continue;
+    }
+    const std::string diff = SpecDifferences(existing->spec, spec);
+    if (!diff.empty()) {
+      return absl::AlreadyExistsError(
+          absl::StrCat("tensor ", QuoteName(spec.name()),
+                       " exists with another spec: ", diff));
     }
   }
-  // The tables of the request, validated and reserved (given back on any
-  // error below).
-  absl::StatusOr<TableStore::Staged> tables = tables_->Stage(request.tables());
-  if (!tables.ok()) return tables.status();
+  return missing;
+}
+
+absl::StatusOr<std::vector<std::unique_ptr<ShardStore::Tensor>>>
+ShardStore::BuildMissing(const std::vector<const TensorSpec*>& missing,
+                         const GivenValues& given) {
   // The whole request is sized and reserved before any tensor is built.
   std::vector<uint64_t> bytes;
   uint64_t total = 0;
@@ -404,17 +332,20 @@ absl::StatusOr<CreateTensorResponse> ShardStore::CreateTensors(
         BuildTensor(*missing[i], /*initialize=*/true, bytes[i],
                     it == given.end() ? nullptr : it->second.data()));
   }
+  return fresh;
+}
 
-  CreateTensorResponse response;
-  absl::MutexLock l(&mu_);
-  // Re-check under the exclusive lock: a concurrent identical create may
-  // have won the race, which is fine; a conflicting one is an error.
+absl::Status ShardStore::CheckStillNew(
+    const std::vector<TensorSpec>& specs,
+    const std::vector<std::unique_ptr<Tensor>>& fresh,
+    const TableStore::Staged& tables) const {
+  // A concurrent identical create may have won the race, which is fine; a
+  // conflicting one is an error.
   for (const auto& t : fresh) {
     const Tensor* existing = FindTensor(t->spec.name());
     if (existing != nullptr &&
         !google::protobuf::util::MessageDifferencer::Equals(existing->spec,
                                                             t->spec)) {
-      for (const auto& f : fresh) reserved_bytes_ -= f->reserved_bytes;
       return absl::AlreadyExistsError(
           absl::StrCat("tensor ", QuoteName(t->spec.name()),
                        " was created concurrently with a different spec"));
@@ -422,18 +353,26 @@ absl::StatusOr<CreateTensorResponse> ShardStore::CreateTensors(
   }
   for (const TensorSpec& spec : specs) {
     if (tables_->Contains(spec.name())) {
-      for (const auto& f : fresh) reserved_bytes_ -= f->reserved_bytes;
       return absl::AlreadyExistsError(
           absl::StrCat("tensor ", QuoteName(spec.name()),
                        ": a sparse table of that name exists"));
     }
   }
-  absl::Status table_check = tables_->CheckStaged(
-      *tables, [this](const std::string& name) ABSL_EXCLUSIVE_LOCKS_REQUIRED(
-                   mu_) { return FindTensor(name) != nullptr; });
-  if (!table_check.ok()) {
+  return tables_->CheckStaged(tables, [this](const std::string& name)
+                                          ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+                                            return FindTensor(name) != nullptr;
+                                          });
+}
+
+absl::StatusOr<CreateTensorResponse> ShardStore::Publish(
+    const std::vector<TensorSpec>& specs,
+    std::vector<std::unique_ptr<Tensor>> fresh, TableStore::Staged* tables) {
+  CreateTensorResponse response;
+  absl::MutexLock l(&mu_);
+  absl::Status s = CheckStillNew(specs, fresh, *tables);
+  if (!s.ok()) {
     for (const auto& f : fresh) reserved_bytes_ -= f->reserved_bytes;
-    return table_check;
+    return s;
   }
   int created = 0;
   for (auto& t : fresh) {
@@ -447,7 +386,7 @@ absl::StatusOr<CreateTensorResponse> ShardStore::CreateTensors(
   }
   for (const TensorSpec& spec : specs) *response.add_tensors() = spec;
   for (const TableSpec& spec : tables->specs()) *response.add_tables() = spec;
-  created += tables_->Commit(&*tables);
+  created += tables_->Commit(tables);
   response.set_created(created);
   return response;
 }
@@ -563,13 +502,10 @@ absl::Status ShardStore::PullInto(const PullRequest& request,
 }
 
 std::vector<Payload> ShardStore::PayloadsOf(const PushRequest& request) {
-  std::vector<Payload> out;
-  out.reserve(request.grads_size());
-  for (const SliceGradient& g : request.grads()) out.emplace_back(g.grad());
-  return out;
+  return GradPayloads(request.grads());
 }
 
-absl::StatusOr<ShardStore::Slice*> ShardStore::FindSlice(
+absl::StatusOr<DenseSlice*> ShardStore::FindSlice(
     const Tensor* t, const SliceGradient& g) const {
   if (t == nullptr) {
     return absl::NotFoundError(
@@ -580,7 +516,7 @@ absl::StatusOr<ShardStore::Slice*> ShardStore::FindSlice(
         "tensor ", QuoteName(g.tensor()), " has ", t->layout.num_slices(),
         " slices; slice ", g.slice(), " does not exist"));
   }
-  Slice* slice = t->slices[g.slice()].get();
+  DenseSlice* slice = t->slices[g.slice()].get();
   if (slice == nullptr) {
     return absl::InvalidArgumentError(
         absl::StrCat("slice ", g.slice(), " of tensor ", QuoteName(g.tensor()),
@@ -648,7 +584,7 @@ absl::StatusOr<ShardStore::PreparedPush> ShardStore::PrepareSlices(
   out.schedules_.reserve(request.grads_size());
   absl::ReaderMutexLock l(&mu_);
   // Slices are unique objects, so repeated slices are found by pointer.
-  absl::flat_hash_set<const Slice*> seen;
+  absl::flat_hash_set<const DenseSlice*> seen;
   seen.reserve(request.grads_size());
   // A push lists many slices of few tensors, usually in runs of the same
   // tensor: look a name up only when it changes.
@@ -658,34 +594,27 @@ absl::StatusOr<ShardStore::PreparedPush> ShardStore::PrepareSlices(
     const Payload& payload = grads[k];
     if (t == nullptr || g.tensor() != t->spec.name())
       t = FindTensor(g.tensor());
-    absl::StatusOr<Slice*> slice = FindSlice(t, g);
+    absl::StatusOr<DenseSlice*> slice = FindSlice(t, g);
     if (!slice.ok()) return slice.status();
     if (!seen.insert(*slice).second) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("slice ", g.slice(), " of tensor ",
-                       QuoteName(g.tensor()), " appears twice in one push"));
+      return absl::InvalidArgumentError(absl::StrCat(
+          SliceName(g.tensor(), g.slice()), " appears twice in one push"));
     }
     const uint64_t expected =
         static_cast<uint64_t>((*slice)->size()) * WireBytes(payload.dtype());
     if (payload.size() != expected) {
       return absl::InvalidArgumentError(absl::StrCat(
-          "slice ", g.slice(), " of tensor ", QuoteName(g.tensor()), " holds ",
-          (*slice)->size(), " values (", expected, " bytes as ",
-          WireDtype_Name(payload.dtype()), "); the gradient has ",
-          payload.size(), " bytes"));
+          SliceName(g.tensor(), g.slice()), " holds ", (*slice)->size(),
+          " values (", expected, " bytes as ", WireDtype_Name(payload.dtype()),
+          "); the gradient has ", payload.size(), " bytes"));
     }
     if (const uint64_t version = (*slice)->version();
         g.read_version() > version && !allow_future_versions) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "slice ", g.slice(), " of tensor ", QuoteName(g.tensor()),
-          ": read_version ", g.read_version(),
-          " is newer than the slice (version ", version, ")"));
+      return FutureReadVersionError(SliceName(g.tensor(), g.slice()), "slice",
+                                    g.read_version(), version);
     }
     if (!AllFinite(payload)) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "slice ", g.slice(), " of tensor ", QuoteName(g.tensor()), ": ",
-          request.assign() ? "values contain" : "gradient contains",
-          " NaN or Inf"));
+      return NotFiniteError(SliceName(g.tensor(), g.slice()), request.assign());
     }
     out.slices_.push_back(*slice);
     out.schedules_.push_back(t->schedule.get());
@@ -721,14 +650,12 @@ absl::Status ShardStore::Export(
 }
 
 absl::Status ShardStore::RestoreTensor(const TensorSpec& listed) {
-  LearningRate rate;
-  const bool scheduled = ScheduleOf(listed.name(), listed.optimizer(), &rate);
-  TensorSpec in = listed;
-  ClearSchedule(in.mutable_optimizer());
-  absl::StatusOr<TensorSpec> spec = Resolve(in);
+  const Unlisted<TensorSpec> in = Unlist(listed);
+  absl::StatusOr<TensorSpec> spec = Resolve(in.spec);
   if (!spec.ok()) return spec.status();
-  if (scheduled) {
-    absl::Status s = LrSchedule(spec->optimizer()).Check(spec->name(), rate);
+  if (in.rate.has_value()) {
+    absl::Status s =
+        LrSchedule(spec->optimizer()).Check(spec->name(), *in.rate);
     if (!s.ok()) return s;
   }
   {
@@ -744,7 +671,7 @@ absl::Status ShardStore::RestoreTensor(const TensorSpec& listed) {
   if (!reserved.ok()) return reserved;
   std::unique_ptr<Tensor> t =
       BuildTensor(*spec, /*initialize=*/false, bytes, nullptr);
-  if (scheduled) t->schedule->Apply(rate);
+  if (in.rate.has_value()) t->schedule->Apply(*in.rate);
   absl::MutexLock l(&mu_);
   if (FindTensor(spec->name()) != nullptr) {
     reserved_bytes_ -= bytes;
@@ -759,7 +686,7 @@ absl::Status ShardStore::RestoreSlice(
     absl::string_view tensor, uint32_t index, uint64_t version,
     absl::string_view values,
     absl::Span<const absl::string_view> optimizer_state) {
-  Slice* slice = nullptr;
+  DenseSlice* slice = nullptr;
   int buffers = 0;
   {
     absl::ReaderMutexLock l(&mu_);
@@ -767,7 +694,7 @@ absl::Status ShardStore::RestoreSlice(
     SliceGradient g;
     g.set_tensor(std::string(tensor));
     g.set_slice(index);
-    absl::StatusOr<Slice*> found = FindSlice(t, g);
+    absl::StatusOr<DenseSlice*> found = FindSlice(t, g);
     if (!found.ok()) {
       return absl::InvalidArgumentError(found.status().message());
     }

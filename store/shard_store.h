@@ -44,6 +44,7 @@
 #include "common/payload.h"
 #include "common/tensor_layout.h"
 #include "proto/asyncps.pb.h"
+#include "store/dense_slice.h"
 #include "store/lr_schedule.h"
 #include "store/staleness_rule.h"
 #include "store/table_store.h"
@@ -132,9 +133,7 @@ class ShardStore {
   // Receives one slice of a pull: tensor name, slice index, version and
   // values. Called under the slice's lock (the values are only valid during
   // the call), so it must copy and return without blocking.
-  using SliceSink =
-      absl::FunctionRef<void(const std::string& tensor, uint32_t slice,
-                             uint64_t version, absl::Span<const float> values)>;
+  using SliceSink = DenseSlice::Sink;
 
   // Hands every local slice of the requested tensors to `sink`, tensor by
   // tensor in request order, slices in index order. NOT_FOUND (and nothing
@@ -190,15 +189,9 @@ class ShardStore {
 
   // ---- Export and import of the whole state, for checkpoints.
 
-  // One local slice as Export hands it out. The spans point into the slice
-  // and are valid only during the call.
-  struct SliceView {
-    uint32_t index = 0;
-    uint64_t version = 0;
-    absl::Span<const float> values;
-    // SliceOptimizer::state(): one span per state buffer, each values.size().
-    std::vector<absl::Span<const float>> optimizer_state;
-  };
+  // One local slice as Export hands it out (DenseSlice::View). The spans
+  // point into the slice and are valid only during the call.
+  using SliceView = DenseSlice::View;
 
   // Calls tensor(spec) (with its schedule) and then slice(view) for each of
   // its local slices in
@@ -228,11 +221,45 @@ class ShardStore {
       absl::Span<const absl::string_view> optimizer_state);
 
  private:
-  class Slice;
   struct Tensor;
+
+  // The values given for INIT_VALUES tensors, by tensor name.
+  using GivenValues = absl::flat_hash_map<std::string, std::vector<float>>;
 
   explicit ShardStore(const ShardStoreOptions& options);
   absl::StatusOr<TensorSpec> Resolve(const TensorSpec& spec) const;
+
+  // The steps of CreateTensors, in order. The request's tensor specs,
+  // each resolved (Resolve); INVALID_ARGUMENT for a name twice.
+  absl::StatusOr<std::vector<TensorSpec>> ResolveSpecs(
+      const CreateTensorRequest& request) const;
+  // The request's values: one entry per INIT_VALUES tensor of `specs`, of
+  // its length, finite; none for other tensors (INVALID_ARGUMENT).
+  static absl::StatusOr<GivenValues> DecodeGivenValues(
+      const CreateTensorRequest& request, const std::vector<TensorSpec>& specs);
+  // The specs of `specs` no tensor has yet (pointers into `specs`);
+  // ALREADY_EXISTS naming the field for one that exists with another spec.
+  absl::StatusOr<std::vector<const TensorSpec*>> MissingTensors(
+      const std::vector<TensorSpec>& specs) const;
+  // Reserves the bytes of every `missing` tensor at once
+  // (RESOURCE_EXHAUSTED, nothing reserved, when they do not fit) and builds
+  // them, initialized (from `given` for INIT_VALUES).
+  absl::StatusOr<std::vector<std::unique_ptr<Tensor>>> BuildMissing(
+      const std::vector<const TensorSpec*>& missing, const GivenValues& given);
+  // ALREADY_EXISTS when a creation since MissingTensors took a name of the
+  // request with another spec, or a tensor's name for a table or the
+  // reverse.
+  absl::Status CheckStillNew(const std::vector<TensorSpec>& specs,
+                             const std::vector<std::unique_ptr<Tensor>>& fresh,
+                             const TableStore::Staged& tables) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Adds the `fresh` tensors and the staged tables under the exclusive
+  // lock once CheckStillNew passes (else the fresh tensors' bytes go back);
+  // answers for every spec of the request.
+  absl::StatusOr<CreateTensorResponse> Publish(
+      const std::vector<TensorSpec>& specs,
+      std::vector<std::unique_ptr<Tensor>> fresh, TableStore::Staged* tables);
+
   // The bytes a tensor takes on this shard (values, optimizer state,
   // bookkeeping); ~0 when that overflows.
   uint64_t BytesOf(const TensorSpec& spec) const;
@@ -251,8 +278,8 @@ class ShardStore {
   const Tensor* FindTensor(absl::string_view name) const
       ABSL_SHARED_LOCKS_REQUIRED(mu_);
   // The slice of a push gradient, or why it is not one of this shard's.
-  absl::StatusOr<Slice*> FindSlice(const Tensor* t,
-                                   const SliceGradient& g) const;
+  absl::StatusOr<DenseSlice*> FindSlice(const Tensor* t,
+                                        const SliceGradient& g) const;
   // The slices part of PreparePush (its rows_ left empty).
   absl::StatusOr<PreparedPush> PrepareSlices(const PushRequest& request,
                                              absl::Span<const Payload> grads,
@@ -263,7 +290,7 @@ class ShardStore {
   // Serializes SetLearningRates. Locked before mu_.
   absl::Mutex schedule_mu_;
   mutable absl::Mutex mu_;
-  // Tensors are never removed, so Tensor and Slice pointers stay valid for
+  // Tensors are never removed, so Tensor and DenseSlice pointers stay valid for
   // the life of the store.
   absl::flat_hash_map<std::string, std::unique_ptr<Tensor>> tensors_
       ABSL_GUARDED_BY(mu_);
@@ -285,7 +312,7 @@ class ShardStore::PreparedPush {
   const PushRequest* request_ = nullptr;  // null once committed
   absl::Span<const Payload> grads_;
   PushMode mode_ = PushMode::kApply;
-  std::vector<Slice*> slices_;
+  std::vector<DenseSlice*> slices_;
   std::vector<const LrSchedule*> schedules_;  // of each slice's tensor
   TableStore::PreparedRows rows_;
 };

@@ -416,14 +416,11 @@ SparseTable::PushCounts SparseTable::Apply(
           const uint64_t staleness = version - read[pos];
           counts.staleness_sum += staleness;
           counts.max_staleness = std::max(counts.max_staleness, staleness);
-          if (rule.max_staleness >= 0 &&
-              staleness > static_cast<uint64_t>(rule.max_staleness)) {
+          if (rule.Refuses(staleness)) {
             ++counts.refused_stale;
             continue;
           }
-          const float scale =
-              rule.inverse_lr ? 1.0f / (1.0f + static_cast<float>(staleness))
-                              : 1.0f;
+          const float scale = rule.LrScale(staleness);
           float* data = RowData(p, row);
           ++version;
           updater_.Apply(data, data + dim_,

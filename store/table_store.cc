@@ -2,29 +2,18 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstring>
 #include <utility>
 
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "common/names.h"
 #include "google/protobuf/util/message_differencer.h"
+#include "store/push_checks.h"
 #include "store/spec_diff.h"
 
 namespace asyncps {
 
 namespace {
-
-// True when every value is finite (the exponent bits are not all ones).
-bool AllFiniteFloats(const float* v, size_t n) {
-  uint32_t bad = 0;
-  for (size_t i = 0; i < n; ++i) {
-    uint32_t bits;
-    std::memcpy(&bits, v + i, sizeof(bits));
-    bad |= static_cast<uint32_t>((bits & 0x7f800000u) == 0x7f800000u);
-  }
-  return bad == 0;
-}
 
 absl::Span<const uint64_t> IdSpan(
     const google::protobuf::RepeatedField<uint64_t>& f) {
@@ -264,10 +253,7 @@ absl::Status TableStore::Pull(
 }
 
 std::vector<Payload> TableStore::PayloadsOf(const PushRequest& request) {
-  std::vector<Payload> out;
-  out.reserve(request.rows_size());
-  for (const RowsGradient& g : request.rows()) out.emplace_back(g.grad());
-  return out;
+  return GradPayloads(request.rows());
 }
 
 absl::Status TableStore::DecodePush(
@@ -300,14 +286,12 @@ absl::Status TableStore::DecodePush(
           g.ids_size(), " ids need ", expected, " bytes of gradient as ",
           WireDtype_Name(grads[k].dtype()), "; got ", grads[k].size()));
     }
+    if (!AllFinite(grads[k])) {
+      return NotFiniteError(absl::StrCat("table ", QuoteName(g.table())),
+                            request.assign());
+    }
     (*decoded)[k].resize(values);
     DecodePayload(grads[k], (*decoded)[k].data());
-    if (!AllFiniteFloats((*decoded)[k].data(), values)) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "table ", QuoteName(g.table()), ": ",
-          request.assign() ? "values contain" : "gradient contains",
-          " NaN or Inf"));
-    }
     if (request.assign()) {
       // One value per row: a repeated id would make the result depend on
       // the order the rows are written in.
@@ -388,10 +372,10 @@ absl::StatusOr<TableStore::PreparedRows> TableStore::PreparePush(
     if (future) {
       for (int i = 0; i < g.ids_size(); ++i) {
         if (g.read_versions(i) > versions[i]) {
-          return absl::InvalidArgumentError(absl::StrCat(
-              "row ", g.ids(i), " of table ", QuoteName(g.table()),
-              ": read_version ", g.read_versions(i),
-              " is newer than the row (version ", versions[i], ")"));
+          return FutureReadVersionError(
+              absl::StrCat("row ", g.ids(i), " of table ",
+                           QuoteName(g.table())),
+              "row", g.read_versions(i), versions[i]);
         }
       }
     }
@@ -477,10 +461,8 @@ absl::Status TableStore::Export(
 }
 
 absl::Status TableStore::RestoreTable(const TableSpec& listed) {
-  LearningRate rate;
-  const bool scheduled = ScheduleOf(listed.name(), listed.optimizer(), &rate);
-  TableSpec spec = listed;
-  ClearSchedule(spec.mutable_optimizer());
+  const Unlisted<TableSpec> in = Unlist(listed);
+  const TableSpec& spec = in.spec;
   absl::Status s = SparseTable::ValidateSpec(spec);
   if (!s.ok()) return s;
   if (Contains(spec.name())) {
@@ -492,13 +474,13 @@ absl::Status TableStore::RestoreTable(const TableSpec& listed) {
   if (!s.ok()) return s;
   auto table = std::make_unique<SparseTable>(spec, options_.shard_index,
                                              options_.num_shards);
-  if (scheduled) {
-    s = table->schedule().Check(spec.name(), rate);
+  if (in.rate.has_value()) {
+    s = table->schedule().Check(spec.name(), *in.rate);
     if (!s.ok()) {
       options_.release(SparseTable::kTableOverheadBytes);
       return s;
     }
-    table->schedule().Apply(rate);
+    table->schedule().Apply(*in.rate);
   }
   absl::MutexLock l(&mu_);
   tables_.emplace(spec.name(), std::move(table));

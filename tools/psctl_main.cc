@@ -477,6 +477,129 @@ int RunReshard(Format format) {
   return 0;
 }
 
+// The one command of the command line; INVALID_ARGUMENT (the usage error)
+// for none, several or an unknown one.
+absl::StatusOr<std::string> CommandOf(const ParsedCommandLine& cl) {
+  if (cl.positional.size() != 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "expected one command (status, tensors, checkpoint, health or "
+        "reshard), got ",
+        cl.positional.size(), " (see psctl --help)"));
+  }
+  const std::string command = cl.positional[0];
+  if (command != "status" && command != "tensors" && command != "checkpoint" &&
+      command != "health" && command != "reshard") {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "unknown command '", command,
+        "' (expected status, tensors, checkpoint, health or reshard)"));
+  }
+  return command;
+}
+
+// --from, --to and --shards belong to reshard: given on the command line
+// to another command they are a usage error; set from the environment
+// (ASYNCPS_SHARDS is also the Slurm script's shard count), a warning.
+absl::Status CheckReshardFlags(const ParsedCommandLine& cl,
+                               const std::string& command) {
+  for (const char* flag : {"from", "to", "shards"}) {
+    if (!cl.IsSet(flag) || command == "reshard") continue;
+    const std::string& by = cl.set_by.at(flag);
+    if (by.rfind("--", 0) == 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--", flag, " applies only to the reshard command"));
+    }
+    std::fprintf(stderr,
+                 "psctl: warning: %s sets --%s, which only the reshard "
+                 "command uses; ignored\n",
+                 by.c_str(), flag);
+  }
+  return absl::OkStatus();
+}
+
+// --output (-o), or --json.
+absl::StatusOr<Format> FormatFromFlags(const ParsedCommandLine& cl) {
+  Format format = Format::kTable;
+  const std::string output = absl::GetFlag(FLAGS_output);
+  if (output == "table") {
+    format = Format::kTable;
+  } else if (output == "wide") {
+    format = Format::kWide;
+  } else if (output == "json") {
+    format = Format::kJson;
+  } else if (output == "yaml") {
+    format = Format::kYaml;
+  } else {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--output (-o) must be table, wide, json or yaml, got '", output, "'"));
+  }
+  if (absl::GetFlag(FLAGS_json)) {
+    if (cl.IsSet("output") && format != Format::kJson) {
+      return absl::InvalidArgumentError("--json contradicts --output=" +
+                                        output);
+    }
+    format = Format::kJson;
+  }
+  return format;
+}
+
+// How a command that asks the shards reaches them.
+struct Connection {
+  std::vector<std::string> servers;
+  SecurityOptions security;
+  absl::Duration timeout;  // of each call
+  absl::Duration watch;    // status --watch; zero = once
+};
+
+// The flags of the commands that ask the shards; the security warnings are
+// printed. INVALID_ARGUMENT (the usage error) for a bad or misplaced flag.
+absl::StatusOr<Connection> ConnectionFromFlags(const ParsedCommandLine& cl,
+                                               const std::string& command) {
+  Connection c;
+  const std::string servers_flag = absl::GetFlag(FLAGS_servers);
+  if (servers_flag.empty()) {
+    return absl::InvalidArgumentError(
+        "--servers (or ASYNCPS_SERVERS) is required");
+  }
+  absl::StatusOr<std::vector<std::string>> servers =
+      ParseServerList(servers_flag, absl::GetFlag(FLAGS_num_shards));
+  if (!servers.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--servers: ", servers.status().message()));
+  }
+  c.servers = *std::move(servers);
+  c.timeout = command == "checkpoint" && !cl.IsSet("timeout")
+                  ? kCheckpointTimeout
+                  : absl::GetFlag(FLAGS_timeout);
+  if (c.timeout <= absl::ZeroDuration()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--timeout must be > 0, got ", absl::FormatDuration(c.timeout)));
+  }
+  c.watch = absl::GetFlag(FLAGS_watch);
+  if (c.watch < absl::ZeroDuration()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--watch must be >= 0, got ", absl::FormatDuration(c.watch)));
+  }
+  if (c.watch > absl::ZeroDuration() && command != "status") {
+    return absl::InvalidArgumentError(
+        "--watch applies only to the status command");
+  }
+  if (cl.IsSet("service") && command != "health") {
+    return absl::InvalidArgumentError(
+        "--service applies only to the health command");
+  }
+  std::vector<std::string> warnings;
+  absl::StatusOr<SecurityOptions> security =
+      SecurityOptionsFromFlags(/*server=*/false, &warnings);
+  if (!security.ok()) return security.status();
+  c.security = *std::move(security);
+  const std::string own = CheckOwnCertificate(c.security);
+  if (!own.empty()) warnings.push_back(own);
+  for (const std::string& w : warnings) {
+    std::fprintf(stderr, "psctl: warning: %s\n", w.c_str());
+  }
+  return c;
+}
+
 int Main(int argc, char** argv) {
   TuneProcess();
   ProgramInfo program;
@@ -496,109 +619,33 @@ int Main(int argc, char** argv) {
   for (const std::string& w : cl.warnings) {
     std::fprintf(stderr, "psctl: warning: %s\n", w.c_str());
   }
-  if (cl.positional.size() != 1) {
-    return UsageError(absl::StrCat(
-        "expected one command (status, tensors, checkpoint, health or "
-        "reshard), got ",
-        cl.positional.size(), " (see psctl --help)"));
-  }
-  const std::string command = cl.positional[0];
-  if (command != "status" && command != "tensors" && command != "checkpoint" &&
-      command != "health" && command != "reshard") {
-    return UsageError(absl::StrCat(
-        "unknown command '", command,
-        "' (expected status, tensors, checkpoint, health or reshard)"));
-  }
-  for (const char* flag : {"from", "to", "shards"}) {
-    if (!cl.IsSet(flag) || command == "reshard") continue;
-    const std::string& by = cl.set_by.at(flag);
-    if (by.rfind("--", 0) == 0) {
-      return UsageError(
-          absl::StrCat("--", flag, " applies only to the reshard command"));
-    }
-    // An environment variable (ASYNCPS_SHARDS is also the Slurm script's
-    // shard count) does not make another command fail.
-    std::fprintf(stderr,
-                 "psctl: warning: %s sets --%s, which only the reshard "
-                 "command uses; ignored\n",
-                 by.c_str(), flag);
+  const absl::StatusOr<std::string> command = CommandOf(cl);
+  if (!command.ok()) return UsageError(std::string(command.status().message()));
+  if (absl::Status s = CheckReshardFlags(cl, *command); !s.ok()) {
+    return UsageError(std::string(s.message()));
   }
   // gRPC's own log lines (e.g. its TLS handshake errors) would come before
   // psctl's explanation; psctl says what failed itself.
   RouteGrpcLogs(nullptr, spdlog::level::off);
-
-  Format format = Format::kTable;
-  const std::string output = absl::GetFlag(FLAGS_output);
-  if (output == "table") {
-    format = Format::kTable;
-  } else if (output == "wide") {
-    format = Format::kWide;
-  } else if (output == "json") {
-    format = Format::kJson;
-  } else if (output == "yaml") {
-    format = Format::kYaml;
-  } else {
-    return UsageError(absl::StrCat(
-        "--output (-o) must be table, wide, json or yaml, got '", output, "'"));
-  }
-  if (absl::GetFlag(FLAGS_json)) {
-    if (cl.IsSet("output") && format != Format::kJson) {
-      return UsageError("--json contradicts --output=" + output);
-    }
-    format = Format::kJson;
-  }
-  if (command == "reshard") {
-    if (format == Format::kWide) {
+  const absl::StatusOr<Format> format = FormatFromFlags(cl);
+  if (!format.ok()) return UsageError(std::string(format.status().message()));
+  if (*command == "reshard") {
+    if (*format == Format::kWide) {
       return UsageError("reshard prints table, json or yaml");
     }
-    return RunReshard(format);
+    return RunReshard(*format);
   }
-  const std::string servers_flag = absl::GetFlag(FLAGS_servers);
-  if (servers_flag.empty()) {
-    return UsageError("--servers (or ASYNCPS_SERVERS) is required");
-  }
-  absl::StatusOr<std::vector<std::string>> servers =
-      ParseServerList(servers_flag, absl::GetFlag(FLAGS_num_shards));
-  if (!servers.ok()) {
-    return UsageError(absl::StrCat("--servers: ", servers.status().message()));
-  }
-  const absl::Duration timeout = command == "checkpoint" && !cl.IsSet("timeout")
-                                     ? kCheckpointTimeout
-                                     : absl::GetFlag(FLAGS_timeout);
-  if (timeout <= absl::ZeroDuration()) {
-    return UsageError(absl::StrCat("--timeout must be > 0, got ",
-                                   absl::FormatDuration(timeout)));
-  }
-  const absl::Duration watch = absl::GetFlag(FLAGS_watch);
-  if (watch < absl::ZeroDuration()) {
-    return UsageError(absl::StrCat("--watch must be >= 0, got ",
-                                   absl::FormatDuration(watch)));
-  }
-  if (watch > absl::ZeroDuration() && command != "status") {
-    return UsageError("--watch applies only to the status command");
-  }
-  if (cl.IsSet("service") && command != "health") {
-    return UsageError("--service applies only to the health command");
-  }
-  std::vector<std::string> warnings;
-  absl::StatusOr<SecurityOptions> security =
-      SecurityOptionsFromFlags(/*server=*/false, &warnings);
-  if (!security.ok()) {
-    return UsageError(std::string(security.status().message()));
-  }
-  const std::string own = CheckOwnCertificate(*security);
-  if (!own.empty()) warnings.push_back(own);
-  for (const std::string& w : warnings) {
-    std::fprintf(stderr, "psctl: warning: %s\n", w.c_str());
-  }
+  absl::StatusOr<Connection> c = ConnectionFromFlags(cl, *command);
+  if (!c.ok()) return UsageError(std::string(c.status().message()));
 
-  ShardQuery query(*std::move(servers), *security);
-  const Cluster cluster{&query, *security, timeout, format};
-  if (command == "checkpoint") return RunCheckpoint(cluster);
-  if (command == "health") {
+  ShardQuery query(std::move(c->servers), c->security);
+  const Cluster cluster{&query, c->security, c->timeout, *format};
+  if (*command == "checkpoint") return RunCheckpoint(cluster);
+  if (*command == "health") {
     return RunHealth(cluster, absl::GetFlag(FLAGS_service));
   }
-  return command == "status" ? RunStatus(cluster, watch) : RunTensors(cluster);
+  return *command == "status" ? RunStatus(cluster, c->watch)
+                              : RunTensors(cluster);
 }
 
 }  // namespace

@@ -325,7 +325,10 @@ std::vector<MergedTable> MergeTables(const std::vector<ShardResult>& shards) {
   return out;
 }
 
-std::string RenderText(const std::vector<ShardResult>& shards, bool wide) {
+namespace {
+
+// The problems, then the cluster's totals, a line per aspect.
+std::string SummaryText(const std::vector<ShardResult>& shards) {
   const ClusterSummary s = Summarize(shards);
   const Counters& c = s.counters;
   std::string out;
@@ -378,8 +381,56 @@ std::string RenderText(const std::vector<ShardResult>& shards, bool wide) {
                     " written / ", c.checkpoints_failed(),
                     " failed (per shard: psctl status -o wide)\n");
   }
-  absl::StrAppend(&out, "\n");
+  return out;
+}
 
+// The row of one shard that answered, in the columns of ShardsText.
+std::vector<std::string> ShardRow(const ShardResult& r, size_t num_shards,
+                                  bool wide) {
+  const StatusResponse& st = r.status;
+  const Counters& sc = st.counters();
+  const StalenessHistogram& h = st.staleness();
+  std::string index = absl::StrCat(st.shard_index(), "/", st.num_shards());
+  // A shard in the wrong place (see Problems) is marked in its row too.
+  if (st.shard_index() != r.index ||
+      st.num_shards() != static_cast<int32_t>(num_shards)) {
+    absl::StrAppend(&index, "!");
+  }
+  std::vector<std::string> row = {index,
+                                  r.address,
+                                  "up",
+                                  HumanDuration(st.uptime_ms()),
+                                  absl::StrCat(st.tensors()),
+                                  absl::StrCat(st.slices()),
+                                  HumanBytes(st.parameter_bytes()),
+                                  absl::StrCat(sc.pushes()),
+                                  absl::StrCat(sc.pulls()),
+                                  absl::StrCat(sc.updates_applied()),
+                                  absl::StrCat(sc.refused_stale()),
+                                  absl::StrCat(sc.scaled()),
+                                  absl::StrCat(sc.rejected_bad_input()),
+                                  absl::StrCat(h.p50()),
+                                  absl::StrCat(h.p90()),
+                                  absl::StrCat(h.p99()),
+                                  absl::StrCat(h.max()),
+                                  absl::StrCat(st.workers_size())};
+  if (wide) {
+    const CheckpointInfo& ck = st.last_checkpoint();
+    row.push_back(HumanBytes(st.rates().bytes_in_per_s()));
+    row.push_back(HumanBytes(st.rates().bytes_out_per_s()));
+    row.push_back(HumanBytes(sc.bytes_in()));
+    row.push_back(HumanBytes(sc.bytes_out()));
+    row.push_back(st.build_version());
+    row.push_back(
+        ck.path().empty()
+            ? "-"
+            : absl::StrCat(ck.path(), " (", HumanBytes(ck.bytes()), ")"));
+  }
+  return row;
+}
+
+// One row per shard (wide: with rates, bytes, version and checkpoint).
+std::string ShardsText(const std::vector<ShardResult>& shards, bool wide) {
   std::vector<std::string> header = {
       "SHARD",  "ADDRESS", "STATE", "UPTIME",  "TENSORS", "SLICES",
       "PARAMS", "PUSHES",  "PULLS", "APPLIED", "STALE",   "SCALED",
@@ -392,86 +443,57 @@ std::string RenderText(const std::vector<ShardResult>& shards, bool wide) {
   }
   TextTable table(std::move(header), /*left_columns=*/3);
   for (const ShardResult& r : shards) {
-    if (!r.up) {
+    if (r.up) {
+      table.AddRow(ShardRow(r, shards.size(), wide));
+    } else {
       table.AddRow({absl::StrCat(r.index), r.address, "DOWN", r.error});
-      continue;
     }
-    const StatusResponse& st = r.status;
-    const Counters& sc = st.counters();
-    const StalenessHistogram& h = st.staleness();
-    std::string index = absl::StrCat(st.shard_index(), "/", st.num_shards());
-    // A shard in the wrong place (see Problems) is marked in its row too.
-    if (st.shard_index() != r.index ||
-        st.num_shards() != static_cast<int32_t>(shards.size())) {
-      absl::StrAppend(&index, "!");
-    }
-    std::vector<std::string> row = {index,
-                                    r.address,
-                                    "up",
-                                    HumanDuration(st.uptime_ms()),
-                                    absl::StrCat(st.tensors()),
-                                    absl::StrCat(st.slices()),
-                                    HumanBytes(st.parameter_bytes()),
-                                    absl::StrCat(sc.pushes()),
-                                    absl::StrCat(sc.pulls()),
-                                    absl::StrCat(sc.updates_applied()),
-                                    absl::StrCat(sc.refused_stale()),
-                                    absl::StrCat(sc.scaled()),
-                                    absl::StrCat(sc.rejected_bad_input()),
-                                    absl::StrCat(h.p50()),
-                                    absl::StrCat(h.p90()),
-                                    absl::StrCat(h.p99()),
-                                    absl::StrCat(h.max()),
-                                    absl::StrCat(st.workers_size())};
-    if (wide) {
-      const CheckpointInfo& ck = st.last_checkpoint();
-      row.push_back(HumanBytes(st.rates().bytes_in_per_s()));
-      row.push_back(HumanBytes(st.rates().bytes_out_per_s()));
-      row.push_back(HumanBytes(sc.bytes_in()));
-      row.push_back(HumanBytes(sc.bytes_out()));
-      row.push_back(st.build_version());
-      row.push_back(
-          ck.path().empty()
-              ? "-"
-              : absl::StrCat(ck.path(), " (", HumanBytes(ck.bytes()), ")"));
-    }
-    table.AddRow(std::move(row));
   }
-  absl::StrAppend(&out, table.Render());
+  return table.Render();
+}
 
+// The sparse tables merged over the shards; "" when there are none.
+std::string TablesText(const std::vector<ShardResult>& shards) {
   const std::vector<MergedTable> tables = MergeTables(shards);
-  if (!tables.empty()) {
-    TextTable tt({"TABLE", "OPTIMIZER", "DIM", "ROWS", "BYTES", "IMBALANCE",
-                  "CREATED", "EVICTED", "PULLS", "PUSHES"},
-                 /*left_columns=*/2);
-    for (const MergedTable& t : tables) {
-      std::string optimizer = OptimizerType_Name(t.optimizer);
-      if (absl::StartsWith(optimizer, "OPT_")) optimizer = optimizer.substr(4);
-      tt.AddRow({t.name, absl::AsciiStrToLower(optimizer), absl::StrCat(t.dim),
-                 absl::StrCat(t.rows), HumanBytes(t.bytes),
-                 absl::StrFormat("%.1f%%", 100 * t.imbalance()),
-                 absl::StrCat(t.rows_created), absl::StrCat(t.rows_evicted),
-                 absl::StrCat(t.pulls), absl::StrCat(t.pushes)});
-    }
-    absl::StrAppend(&out, "\n", tt.Render());
+  if (tables.empty()) return "";
+  TextTable tt({"TABLE", "OPTIMIZER", "DIM", "ROWS", "BYTES", "IMBALANCE",
+                "CREATED", "EVICTED", "PULLS", "PUSHES"},
+               /*left_columns=*/2);
+  for (const MergedTable& t : tables) {
+    std::string optimizer = OptimizerType_Name(t.optimizer);
+    if (absl::StartsWith(optimizer, "OPT_")) optimizer = optimizer.substr(4);
+    tt.AddRow({t.name, absl::AsciiStrToLower(optimizer), absl::StrCat(t.dim),
+               absl::StrCat(t.rows), HumanBytes(t.bytes),
+               absl::StrFormat("%.1f%%", 100 * t.imbalance()),
+               absl::StrCat(t.rows_created), absl::StrCat(t.rows_evicted),
+               absl::StrCat(t.pulls), absl::StrCat(t.pushes)});
   }
+  return absl::StrCat("\n", tt.Render());
+}
 
+// The workers merged over the shards; "" when there are none.
+std::string WorkersText(const std::vector<ShardResult>& shards) {
   const std::vector<MergedWorker> workers = MergeWorkers(shards);
-  if (!workers.empty()) {
-    TextTable wt({"WORKER", "INCARNATION", "STATE", "CLOCK", "LAG", "TRAINED",
-                  "HEARTBEAT", "PUSHES", "SHARDS"},
-                 /*left_columns=*/3);
-    for (const MergedWorker& w : workers) {
-      // Decimal, as in the shards' logs and the JSON output.
-      wt.AddRow({absl::StrCat(w.worker_id), absl::StrCat(w.incarnation),
-                 w.state(), absl::StrCat(w.clock), absl::StrCat(w.lag),
-                 absl::StrCat(w.trained),
-                 absl::StrCat(HumanDuration(w.heartbeat_age_ms), " ago"),
-                 absl::StrCat(w.pushes), absl::StrCat(w.shards)});
-    }
-    absl::StrAppend(&out, "\n", wt.Render());
+  if (workers.empty()) return "";
+  TextTable wt({"WORKER", "INCARNATION", "STATE", "CLOCK", "LAG", "TRAINED",
+                "HEARTBEAT", "PUSHES", "SHARDS"},
+               /*left_columns=*/3);
+  for (const MergedWorker& w : workers) {
+    // Decimal, as in the shards' logs and the JSON output.
+    wt.AddRow({absl::StrCat(w.worker_id), absl::StrCat(w.incarnation),
+               w.state(), absl::StrCat(w.clock), absl::StrCat(w.lag),
+               absl::StrCat(w.trained),
+               absl::StrCat(HumanDuration(w.heartbeat_age_ms), " ago"),
+               absl::StrCat(w.pushes), absl::StrCat(w.shards)});
   }
-  return out;
+  return absl::StrCat("\n", wt.Render());
+}
+
+}  // namespace
+
+std::string RenderText(const std::vector<ShardResult>& shards, bool wide) {
+  return absl::StrCat(SummaryText(shards), "\n", ShardsText(shards, wide),
+                      TablesText(shards), WorkersText(shards));
 }
 
 Doc StatusDoc(const std::vector<ShardResult>& shards) {

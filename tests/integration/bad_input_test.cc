@@ -1,5 +1,6 @@
 // Bad input over the wire, against a real ps_server process: every case gets
-// the documented gRPC status, nothing is applied, and the shard keeps serving.
+// the documented gRPC status (on the streams, the answer's status), nothing
+// is applied, and the shard keeps serving.
 #include <grpcpp/generic/generic_stub.h>
 #include <grpcpp/grpcpp.h>
 
@@ -8,11 +9,13 @@
 #include <condition_variable>
 #include <mutex>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "common/net.h"
 #include "common/payload.h"
 #include "proto/asyncps.grpc.pb.h"
+#include "tests/testing/stream_helpers.h"
 #include "tests/testing/subprocess.h"
 
 namespace asyncps {
@@ -125,6 +128,98 @@ TEST_CASE("bad pushes get clear statuses over gRPC and change nothing",
   REQUIRE(shard.stub->Status(Context().get(), StatusRequest(), &status).ok());
   REQUIRE(status.counters().rejected_bad_input() == cases.size());
   REQUIRE(status.counters().updates_applied() == 1);
+}
+
+// Worker references a shard must refuse, whatever else the request holds.
+std::vector<std::pair<const char*, WorkerRef>> MalformedRefs() {
+  std::vector<std::pair<const char*, WorkerRef>> out(3);
+  for (auto& [what, ref] : out) {
+    ref.set_worker_id(2);
+    ref.set_incarnation(5);
+    ref.set_clock(3);
+  }
+  out[0].first = "worker id -1";
+  out[0].second.set_worker_id(-1);
+  out[1].first = "incarnation 0";
+  out[1].second.set_incarnation(0);
+  out[2].first = "clock -1";
+  out[2].second.set_clock(-1);
+  return out;
+}
+
+PullRequest PullOf(const std::string& tensor) {
+  PullRequest req;
+  req.add_tensors(tensor);
+  return req;
+}
+
+TEST_CASE(
+    "a malformed worker reference is INVALID_ARGUMENT whatever the push or "
+    "pull holds, on the unary RPCs and the streams, and changes nothing",
+    "[bad_input][identity]") {
+  Shard shard = Start({}, 4);
+  testing::ShardStreams streams(MakeChannel(shard.server.address));
+  PushRequest unknown_table = Push(1, {1, 1, 1, 1});
+  RowsGradient* rows = unknown_table.add_rows();
+  rows->set_table("no_table");
+  rows->add_ids(1);
+  rows->set_grad(std::string(4, '\0'));
+  const std::vector<std::pair<const char*, PushRequest>> pushes = {
+      {"unknown tensor", Push(1, {1, 1, 1, 1}, "nope")},
+      {"empty tensor name", Push(1, {1, 1, 1, 1}, "")},
+      {"wrong-length gradient", Push(1, {1, 1, 1})},
+      {"rows of an unknown table", unknown_table},
+  };
+  PullRequest unknown_rows = PullOf("w");
+  unknown_rows.add_rows()->set_table("no_table");
+  const std::vector<std::pair<const char*, PullRequest>> pulls = {
+      {"unknown tensor", PullOf("nope")},
+      {"empty tensor name", PullOf("")},
+      {"rows of an unknown table", unknown_rows},
+  };
+  const std::string needle = "malformed worker reference";
+  uint64_t refused = 0;
+  for (const auto& [ref_what, ref] : MalformedRefs()) {
+    for (auto [what, req] : pushes) {
+      INFO("push, " << ref_what << ", " << what);
+      *req.mutable_worker() = ref;
+      PushResponse resp;
+      const grpc::Status s = shard.stub->Push(Context().get(), req, &resp);
+      CHECK(s.error_code() == grpc::StatusCode::INVALID_ARGUMENT);
+      CHECK_THAT(s.error_message(), Catch::Contains(needle));
+      const PushResponse streamed = streams.Push(req);
+      CHECK(streamed.status().code() ==
+            static_cast<int>(grpc::StatusCode::INVALID_ARGUMENT));
+      CHECK_THAT(streamed.status().message(), Catch::Contains(needle));
+      CHECK(streamed.results_size() == 0);
+      refused += 2;
+    }
+    for (auto [what, req] : pulls) {
+      INFO("pull, " << ref_what << ", " << what);
+      *req.mutable_worker() = ref;
+      PullResponse resp;
+      const grpc::Status s = shard.stub->Pull(Context().get(), req, &resp);
+      CHECK(s.error_code() == grpc::StatusCode::INVALID_ARGUMENT);
+      CHECK_THAT(s.error_message(), Catch::Contains(needle));
+      const PullResponse streamed = streams.Pull(req);
+      CHECK(streamed.status().code() ==
+            static_cast<int>(grpc::StatusCode::INVALID_ARGUMENT));
+      CHECK_THAT(streamed.status().message(), Catch::Contains(needle));
+      CHECK(streamed.slices_size() == 0);
+      refused += 2;
+    }
+  }
+  // Nothing applied, read or registered; every call counted as bad input.
+  StatusResponse status;
+  REQUIRE(shard.stub->Status(Context().get(), StatusRequest(), &status).ok());
+  CHECK(status.counters().rejected_bad_input() == refused);
+  CHECK(status.counters().pushes() == 0);
+  CHECK(status.counters().updates_applied() == 0);
+  CHECK(status.counters().pulls() == 0);
+  CHECK(status.workers_size() == 0);
+  auto [values, version] = shard.Read();
+  CHECK(version == 0);
+  CHECK(values == std::vector<float>(4, 1.0f));
 }
 
 TEST_CASE("an oversized request is RESOURCE_EXHAUSTED and changes nothing",

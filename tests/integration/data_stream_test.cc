@@ -15,7 +15,6 @@
 #include <string>
 #include <vector>
 
-#include "absl/synchronization/notification.h"
 #include "client/ps_client.h"
 #include "common/fast_frame.h"
 #include "common/net.h"
@@ -24,11 +23,16 @@
 #include "common/tensor_layout.h"
 #include "proto/asyncps.grpc.pb.h"
 #include "tests/testing/require_ok.h"
+#include "tests/testing/stream_helpers.h"
 #include "tests/testing/subprocess.h"
 
 namespace asyncps {
 namespace {
 
+using testing::Exchange;
+using testing::Floats;
+using testing::FrameBytes;
+using testing::Sliced;
 using testing::StartPsCluster;
 using testing::StartPsServer;
 
@@ -41,49 +45,14 @@ std::unique_ptr<grpc::ClientContext> Context() {
   return ctx;
 }
 
-absl::StatusOr<uint64_t> PushAnswerId(const grpc::ByteBuffer& answer) {
-  PushResponse r;
-  absl::Status s = ParseFromByteBuffer(answer, &r);
-  if (!s.ok()) return s;
-  return r.request_id();
-}
-
-absl::StatusOr<uint64_t> PullAnswerId(const grpc::ByteBuffer& answer) {
-  PullResponse r;
-  FrameReader reader;
-  absl::Status s = reader.Open(answer, &r);
-  if (!s.ok()) return s;
-  return r.request_id();
-}
-
-// Sends one request on a stream and waits for its answer.
-grpc::ByteBuffer Exchange(DataStream* stream, uint64_t id,
-                          grpc::ByteBuffer request) {
-  absl::Notification done;
-  absl::Status status;
-  grpc::ByteBuffer answer;
-  stream->Send(id, std::move(request),
-               [&](absl::Status s, grpc::ByteBuffer* a) {
-                 status = s;
-                 if (a != nullptr) answer = *a;
-                 done.Notify();
-               });
-  REQUIRE(done.WaitForNotificationWithTimeout(absl::Seconds(15)));
-  REQUIRE_OK(status);
-  return answer;
-}
-
 // One shard holding "w": kElems floats, all 1, one slice, SGD with lr 1.
 struct Shard {
   testing::ServerProcess server;
   std::unique_ptr<ParameterServer::Stub> stub;
-  std::unique_ptr<DataStream> pushes, pulls;
+  std::unique_ptr<testing::ShardStreams> streams;
 
   PushResponse PushFrame(uint64_t id, const grpc::ByteBuffer& frame) {
-    PushResponse r;
-    REQUIRE_OK(ParseFromByteBuffer(Exchange(pushes.get(), id, frame), &r));
-    CHECK(r.request_id() == id);
-    return r;
+    return streams->PushFrame(id, frame);
   }
 
   // Values and version of "w" through PullStream.
@@ -95,7 +64,7 @@ struct Shard {
     req.set_request_id(77);
     req.set_wire_dtype(dtype);
     grpc::ByteBuffer answer =
-        Exchange(pulls.get(), 77, SerializeToByteBuffer(req));
+        Exchange(streams->pulls(), 77, SerializeToByteBuffer(req));
     FrameReader reader;
     PullResponse header;
     REQUIRE_OK(reader.Open(answer, &header));
@@ -120,13 +89,10 @@ struct Shard {
 Shard StartOne() {
   auto server = StartPsServer(0, 1, {"--log_level=warn"});
   REQUIRE(server.ok());
-  Shard shard{*std::move(server), nullptr, nullptr, nullptr};
+  Shard shard{*std::move(server), nullptr, nullptr};
   std::shared_ptr<grpc::Channel> channel = MakeChannel(shard.server.address);
   shard.stub = ParameterServer::NewStub(channel);
-  shard.pushes =
-      std::make_unique<DataStream>(channel, kPushStreamMethod, PushAnswerId);
-  shard.pulls =
-      std::make_unique<DataStream>(channel, kPullStreamMethod, PullAnswerId);
+  shard.streams = std::make_unique<testing::ShardStreams>(channel);
   CreateTensorRequest create;
   TensorSpec* s = create.add_tensors();
   s->set_name("w");
@@ -154,33 +120,6 @@ PushRequest Header(uint64_t seq, uint64_t grad_bytes, uint64_t id,
   g->set_slice(0);
   g->set_grad_bytes(grad_bytes);
   return req;
-}
-
-// All of `bytes` as one buffer cut into slices of `piece` bytes.
-grpc::ByteBuffer Sliced(const std::string& bytes, size_t piece) {
-  std::vector<grpc::Slice> slices;
-  for (size_t i = 0; i < bytes.size(); i += piece) {
-    slices.emplace_back(bytes.data() + i, std::min(piece, bytes.size() - i));
-  }
-  return grpc::ByteBuffer(slices.data(), slices.size());
-}
-
-// The bytes of a frame: a header (with its padding) and a payload.
-std::string FrameBytes(const PushRequest& header, const std::string& payload) {
-  grpc::ByteBuffer frame = MakeFrame(header, {});
-  std::vector<grpc::Slice> slices;
-  REQUIRE(frame.Dump(&slices).ok());
-  std::string out;
-  for (const grpc::Slice& s : slices) {
-    out.append(reinterpret_cast<const char*>(s.begin()), s.size());
-  }
-  return out + payload;
-}
-
-std::string Floats(const std::vector<float>& v) {
-  std::string out;
-  EncodeFloats(v.data(), v.size(), &out);
-  return out;
 }
 
 TEST_CASE(
@@ -249,7 +188,7 @@ TEST_CASE("a garbage pull on the stream is answered and the stream goes on",
           "[stream][bad_input]") {
   Shard shard = StartOne();
   grpc::ByteBuffer answer =
-      Exchange(shard.pulls.get(), 0, Sliced("\xff\xff\xff", 1));
+      Exchange(shard.streams->pulls(), 0, Sliced("\xff\xff\xff", 1));
   PullResponse header;
   FrameReader reader;
   REQUIRE_OK(reader.Open(answer, &header));

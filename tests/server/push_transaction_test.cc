@@ -154,6 +154,44 @@ TEST_CASE("a push refused in Prepare applies nothing and frees its seq") {
   REQUIRE(shard.store->Size().table_rows == 2);
 }
 
+TEST_CASE(
+    "a malformed caller is refused before the payload is looked at, known "
+    "worker or not") {
+  Shard shard;
+  for (bool registered : {false, true}) {
+    if (registered) Register(&shard);
+    INFO((registered ? "registered" : "unknown") << " worker id");
+    // A malformed reference and seq with an unknown tensor, a wrong-length
+    // gradient: the caller is what is reported.
+    PushRequest unknown = MakePush(5);
+    unknown.mutable_grads(0)->set_tensor("nope");
+    unknown.mutable_worker()->set_incarnation(0);
+    PushRequest short_grad = MakePush(5);
+    short_grad.mutable_grads(0)->mutable_grad()->resize(4);
+    short_grad.mutable_worker()->set_clock(-1);
+    PushRequest no_seq = MakePush(0);
+    no_seq.mutable_grads(0)->set_tensor("");
+    PushResponse resp;
+    absl::Status s = Run(&shard, unknown, &resp);
+    CHECK(absl::IsInvalidArgument(s));
+    CHECK_THAT(std::string(s.message()),
+               Catch::Contains("malformed worker reference"));
+    s = Run(&shard, short_grad, &resp);
+    CHECK(absl::IsInvalidArgument(s));
+    CHECK_THAT(std::string(s.message()),
+               Catch::Contains("malformed worker reference"));
+    s = Run(&shard, no_seq, &resp);
+    CHECK(absl::IsInvalidArgument(s));
+    CHECK_THAT(std::string(s.message()), Catch::Contains("seq"));
+  }
+  CHECK(shard.BadInput() == 6);
+  CHECK(shard.W() == std::vector<float>(4, 1.0f));
+  CHECK(shard.store->Size().table_rows == 0);
+  const std::vector<WorkerInfo> workers = shard.workers->Workers();
+  REQUIRE(workers.size() == 1);  // the one Register admitted
+  CHECK(workers[0].pushes == 0);
+}
+
 TEST_CASE("a prepared push dropped before Commit gives everything back") {
   Shard shard;
   Register(&shard);

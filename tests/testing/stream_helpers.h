@@ -1,0 +1,79 @@
+#ifndef ASYNCPS_TESTS_TESTING_STREAM_HELPERS_H_
+#define ASYNCPS_TESTS_TESTING_STREAM_HELPERS_H_
+
+// Speaking the data streams (PullStream / PushStream, common/fast_frame.h)
+// to one shard request by request, for tests that compare them with the
+// protobuf Pull / Push RPCs or send them malformed frames:
+//
+//   testing::ShardStreams streams(MakeChannel(address));
+//   PushRequest push = ...;                  // grads inside, as for Push
+//   PushResponse r = streams.Push(push);     // the same push as a frame
+//   PullResponse p = streams.Pull(pull);     // values as Pull gives them
+//
+// Every wait is bounded (15 s) and REQUIREd, so a shard that does not answer
+// fails the test instead of hanging it.
+
+#include <grpcpp/grpcpp.h>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "client/data_stream.h"
+#include "proto/asyncps.pb.h"
+
+namespace asyncps {
+namespace testing {
+
+// The request id of a PushStream / PullStream answer (a DataStream::IdOf).
+absl::StatusOr<uint64_t> PushAnswerId(const grpc::ByteBuffer& answer);
+absl::StatusOr<uint64_t> PullAnswerId(const grpc::ByteBuffer& answer);
+
+// Sends one request on `stream` and waits for its answer.
+grpc::ByteBuffer Exchange(DataStream* stream, uint64_t id,
+                          grpc::ByteBuffer request);
+
+// The bytes of a PushStream frame: `header` (with its padding), then
+// `payload` as given (which may disagree with the header, on purpose).
+std::string FrameBytes(const PushRequest& header, const std::string& payload);
+
+// All of `bytes` as one buffer cut into slices of `piece` bytes.
+grpc::ByteBuffer Sliced(const std::string& bytes, size_t piece);
+
+// Little-endian float32 bytes of `v`.
+std::string Floats(const std::vector<float>& v);
+
+// The PushStream frame of a protobuf push: every gradient's bytes (slices,
+// then rows) move from the message (`grad`) to the payload (`grad_bytes`),
+// in order; wire_dtype float32; request_id `id`.
+grpc::ByteBuffer PushFrameOf(const PushRequest& push, uint64_t id);
+
+// Both data streams to one shard.
+class ShardStreams {
+ public:
+  explicit ShardStreams(const std::shared_ptr<grpc::Channel>& channel);
+
+  DataStream* pushes() { return pushes_.get(); }
+  DataStream* pulls() { return pulls_.get(); }
+
+  // Sends `frame` as request `id`; the answer, whose id must be `id`.
+  PushResponse PushFrame(uint64_t id, const grpc::ByteBuffer& frame);
+  // Sends `push` (a protobuf push, PushFrameOf) with the next request id.
+  PushResponse Push(const PushRequest& push);
+  // Sends `pull` with the next request id and returns the answer's header
+  // with the payload put back into SliceData.values and RowsData.values
+  // (payload_bytes cleared), as the protobuf Pull answers. An answer with
+  // an error status has no slices or rows.
+  PullResponse Pull(PullRequest pull);
+
+ private:
+  std::unique_ptr<DataStream> pushes_, pulls_;
+  uint64_t next_id_ = 1000;
+};
+
+}  // namespace testing
+}  // namespace asyncps
+
+#endif  // ASYNCPS_TESTS_TESTING_STREAM_HELPERS_H_
