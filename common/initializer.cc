@@ -4,7 +4,7 @@
 #include <random>
 
 #include "absl/strings/str_cat.h"
-#include "common/sharding.h"
+#include "common/stable_hash.h"
 
 namespace asyncps {
 

@@ -4,7 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/names.h"
-#include "common/sharding.h"
+#include "common/stable_hash.h"
 
 namespace asyncps {
 

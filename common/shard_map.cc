@@ -1,7 +1,7 @@
 #include "common/shard_map.h"
 
 #include "absl/strings/str_cat.h"
-#include "common/sharding.h"
+#include "common/stable_hash.h"
 
 namespace asyncps {
 
@@ -37,6 +37,14 @@ ShardMap::TableKey ShardMap::KeyOf(absl::string_view table) {
 int ShardMap::RowHome(TableKey key, uint64_t id) const {
   return static_cast<int>(Mix64(id ^ key.value) %
                           static_cast<uint64_t>(num_shards_));
+}
+
+absl::Status ShardMap::CheckRouted(uint64_t routed) const {
+  if (routed == 0 || routed == epoch_) return absl::OkStatus();
+  return absl::FailedPreconditionError(
+      absl::StrCat("the request was routed with shard map epoch ", routed,
+                   "; this shard serves the ", DebugString(),
+                   ": route it again by the current map"));
 }
 
 std::string ShardMap::DebugString() const {

@@ -50,10 +50,13 @@ class ShardMap {
     uint64_t value = 0;
   };
 
+  // The map of a one-shard run.
+  ShardMap() : ShardMap(1, kStaticEpoch) {}
+
   // The static map of a run of `num_shards` shards; INVALID_ARGUMENT unless
   // 1 <= num_shards <= kMaxShards.
   static absl::StatusOr<ShardMap> Static(int num_shards);
-  static constexpr int kMaxShards = 4096;
+  static constexpr int kMaxShards = 1 << 16;
 
   int num_shards() const { return num_shards_; }
   uint64_t epoch() const { return epoch_; }
@@ -71,6 +74,11 @@ class ShardMap {
   int RowHome(absl::string_view table, uint64_t id) const {
     return RowHome(KeyOf(table), id);
   }
+
+  // OK when a request routed with map epoch `routed` may be served under
+  // this map: the same epoch, or 0 (not routed by a map). Else
+  // FAILED_PRECONDITION naming both epochs.
+  absl::Status CheckRouted(uint64_t routed) const;
 
   // "static map of 3 shards, epoch 1", for messages.
   std::string DebugString() const;

@@ -4,8 +4,8 @@
 // How a dense tensor is cut into slices, the unit of sharding, locking,
 // versions and pushes: a TensorLayout turns a shape and a slice size into
 // the number of slices and each one's element range, the same on every
-// worker and shard. Which shard holds a slice is SliceHome's answer
-// (common/sharding.h).
+// worker and shard. Which shard holds a slice is the ShardMap's answer
+// (common/shard_map.h).
 //
 // Example:
 //
@@ -16,7 +16,7 @@
 //   for (uint32_t i = 0; i < layout->num_slices(); ++i) {
 //     const int64_t begin = layout->SliceBegin(i);  // 0, 4096
 //     const int64_t size = layout->SliceSize(i);    // 4096, 3744
-//     const int shard = SliceHome("w", i, num_shards);
+//     const int shard = map.SliceHome("w", i);  // a ShardMap
 //   }
 
 #include <cstdint>

@@ -11,7 +11,7 @@
 #include "absl/time/time.h"
 #include "common/names.h"
 #include "common/payload.h"
-#include "common/sharding.h"
+#include "common/shard_map.h"
 #include "common/tensor_layout.h"
 #include "proto/checkpoint.pb.h"
 #include "server/record_file.h"
@@ -145,9 +145,8 @@ class Restorer {
     tensor_ = spec.name();
     in_tensor_ = true;
     restored_.assign(layout->num_slices(), false);
-    expected_ = LocalSliceCount(spec.name(), layout->num_slices(),
-                                store_->options().shard_index,
-                                store_->options().num_shards);
+    expected_ = store_->map().SlicesOn(spec.name(), layout->num_slices(),
+                                       store_->options().shard_index);
     got_ = 0;
     ++tensors_;
     return absl::OkStatus();

@@ -230,7 +230,10 @@ class PushStreamReactor : public StreamReactor {
       FrameReader reader;
       std::vector<Payload> grads, rows;
       absl::Status s = reader.Open(request, &header);
-      if (s.ok()) s = PushTransaction::CheckCaller(header);
+      if (s.ok()) {
+        s = PushTransaction::CheckCaller(header,
+                                         service_->context().store->map());
+      }
       if (s.ok()) s = ReadFrameGradients(header, &reader, &grads, &rows);
       if (s.ok()) {
         s = service_->DoPush(header, grads, &answer, rows, &needs_checkpoint);

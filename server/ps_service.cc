@@ -40,14 +40,17 @@ int64_t RowsClock(const PullRequest& request) {
 // Who is pulling, before the tensors and rows are looked at: a worker's
 // pull names a well-formed worker reference, a reader's (read_only) names no
 // worker and no for_clock.
-absl::Status CheckPullCaller(const PullRequest& request) {
-  if (!request.read_only()) return CheckWorkerRef(request.worker());
-  if (request.has_worker() || request.for_clock() != 0) {
+// Then the map it was routed with.
+absl::Status CheckPullCaller(const PullRequest& request, const ShardMap& map) {
+  if (!request.read_only()) {
+    absl::Status s = CheckWorkerRef(request.worker());
+    if (!s.ok()) return s;
+  } else if (request.has_worker() || request.for_clock() != 0) {
     return absl::InvalidArgumentError(
         "a read_only pull names no worker and no for_clock: it reads what the "
         "shard holds and registers nobody");
   }
-  return absl::OkStatus();
+  return map.CheckRouted(request.map_epoch());
 }
 
 // A reader's pull creates nothing: every TableIds is a peek.
@@ -274,7 +277,7 @@ grpc::ServerUnaryReactor* PsService::Heartbeat(grpc::CallbackServerContext* ctx,
 }
 
 absl::Status PsService::BeginPull(const PullRequest& request, int64_t* target) {
-  absl::Status s = CheckPullCaller(request);
+  absl::Status s = CheckPullCaller(request, c_.store->map());
   if (s.ok() && request.wire_dtype() != WIRE_F32 &&
       request.wire_dtype() != WIRE_BF16) {
     s = absl::InvalidArgumentError(
@@ -400,7 +403,7 @@ grpc::ServerUnaryReactor* PsService::Pull(grpc::CallbackServerContext* ctx,
                                           grpc::ByteBuffer* out) {
   auto request = std::make_shared<PullRequest>();
   absl::Status s = ParseFromByteBuffer(*in, request.get());
-  if (s.ok()) s = CheckPullCaller(*request);
+  if (s.ok()) s = CheckPullCaller(*request, c_.store->map());
   if (s.ok() && request->wire_dtype() != WIRE_F32) {
     s = absl::InvalidArgumentError(
         "Pull answers float32; wire_dtype is for PullStream");
@@ -467,7 +470,7 @@ grpc::ServerUnaryReactor* PsService::Push(grpc::CallbackServerContext* ctx,
                                           grpc::ByteBuffer* out) {
   PushRequest request;
   absl::Status s = ParseFromByteBuffer(*in, &request);
-  if (s.ok()) s = PushTransaction::CheckCaller(request);
+  if (s.ok()) s = PushTransaction::CheckCaller(request, c_.store->map());
   if (s.ok() && request.wire_dtype() != WIRE_F32) {
     s = absl::InvalidArgumentError(
         "Push carries float32; wire_dtype is for PushStream");

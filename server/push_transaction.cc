@@ -22,20 +22,21 @@ PushTransaction::~PushTransaction() {
   }
 }
 
-absl::Status PushTransaction::CheckCaller(const PushRequest& request) {
+absl::Status PushTransaction::CheckCaller(const PushRequest& request,
+                                          const ShardMap& map) {
   absl::Status s = CheckWorkerRef(request.worker());
   if (!s.ok()) return s;
   if (request.seq() == 0) {
     return absl::InvalidArgumentError("push seq must be > 0");
   }
-  return absl::OkStatus();
+  return map.CheckRouted(request.map_epoch());
 }
 
 absl::Status PushTransaction::Prepare(absl::Span<const Payload> grads,
                                       absl::Span<const Payload> rows) {
   const WorkerRef& ref = request_.worker();
   // Who is calling, before anything of the payload is looked at.
-  absl::Status caller = CheckCaller(request_);
+  absl::Status caller = CheckCaller(request_, c_.store->map());
   if (!caller.ok()) {
     c_.stats->RecordBadInput();
     return caller;

@@ -30,6 +30,7 @@
 #include "absl/status/status.h"
 #include "absl/types/span.h"
 #include "common/payload.h"
+#include "common/shard_map.h"
 #include "proto/asyncps.pb.h"
 #include "server/push_gate.h"
 #include "server/service_context.h"
@@ -71,9 +72,12 @@ class PushTransaction {
 
   // The checks of a push's caller that need no registry: a well-formed
   // worker reference (CheckWorkerRef) and seq > 0, INVALID_ARGUMENT naming
-  // them otherwise. The first check of every push, before its header's
-  // other fields or its payload are looked at; Prepare makes it too.
-  static absl::Status CheckCaller(const PushRequest& request);
+  // them otherwise; then that it was routed with `map`'s epoch (0 = not
+  // routed by a map), FAILED_PRECONDITION otherwise. The first check of
+  // every push, before its header's other fields or its payload are looked
+  // at; Prepare makes it too.
+  static absl::Status CheckCaller(const PushRequest& request,
+                                  const ShardMap& map);
 
   // grads[i] is the payload of request.grads(i), rows[k] of
   // request.rows(k); they must outlive the transaction. The caller is

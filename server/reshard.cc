@@ -12,7 +12,7 @@
 #include "absl/time/clock.h"
 #include "common/clock.h"
 #include "common/names.h"
-#include "common/sharding.h"
+#include "common/shard_map.h"
 #include "common/tensor_layout.h"
 #include "common/version.h"
 #include "server/checkpoint.h"
@@ -94,74 +94,76 @@ absl::Status FlushRows(const std::string& table, RowBatch* b,
   return s;
 }
 
-}  // namespace
+// One reshard: the old shards' files read one at a time, every slice and
+// row copied to the new shard the new map names, then the new files
+// written. Nothing is written before every old file was read whole.
+class Resharder {
+ public:
+  Resharder(const ReshardOptions& options, const ShardMap& map)
+      : o_(options), map_(map) {}
 
-absl::StatusOr<ReshardReport> Reshard(const ReshardOptions& options) {
-  const std::string& from_dir = options.from_dir;
-  const std::string& to_dir = options.to_dir;
-  const int num_shards = options.num_shards;
-  FileSystem* const fs = options.fs;
-  if (fs == nullptr) {
-    return absl::InvalidArgumentError("ReshardOptions.fs is required");
-  }
-  if (num_shards < 1) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("the new shard count must be >= 1, got ", num_shards));
-  }
-  if (from_dir.empty() || to_dir.empty() || from_dir == to_dir) {
-    return absl::InvalidArgumentError(
-        "reshard needs a source directory and another, new target directory");
-  }
-  absl::StatusOr<ShardFileSet> set = FindShardFileSet(from_dir, fs);
-  if (!set.ok()) return set.status();
-  const int n = set->num_shards;
-  absl::StatusOr<std::vector<ShardFile>> existing = ListShardFiles(to_dir, fs);
-  if (!existing.ok()) return existing.status();
-  if (!existing->empty()) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        to_dir, " already holds shard files (", (*existing)[0].path,
-        ", ...): reshard into a new directory"));
+  absl::StatusOr<ReshardReport> Run() {
+    absl::StatusOr<ShardFileSet> set = FindShardFileSet(o_.from_dir, o_.fs);
+    if (!set.ok()) return set.status();
+    absl::StatusOr<std::vector<ShardFile>> existing =
+        ListShardFiles(o_.to_dir, o_.fs);
+    if (!existing.ok()) return existing.status();
+    if (!existing->empty()) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          o_.to_dir, " already holds shard files (", (*existing)[0].path,
+          ", ...): reshard into a new directory"));
+    }
+    report_.from_shards = set->num_shards;
+    report_.to_shards = map_.num_shards();
+    for (int j = 0; j < map_.num_shards(); ++j) {
+      ShardStoreOptions so;
+      so.shard_index = j;
+      so.num_shards = map_.num_shards();
+      absl::StatusOr<std::unique_ptr<ShardStore>> store =
+          ShardStore::Create(so);
+      if (!store.ok()) return store.status();
+      fresh_.push_back(*std::move(store));
+    }
+    for (int i = 0; i < set->num_shards; ++i) {
+      absl::Status s = CopyShard(*set, i);
+      if (!s.ok()) return s;
+    }
+    absl::Status s = CheckCopied();
+    if (s.ok()) s = Write();
+    if (!s.ok()) return s;
+    return report_;
   }
 
-  ReshardReport report;
-  report.from_shards = n;
-  report.to_shards = num_shards;
-  std::vector<std::unique_ptr<ShardStore>> fresh;
-  for (int j = 0; j < num_shards; ++j) {
-    ShardStoreOptions o;
-    o.shard_index = j;
-    o.num_shards = num_shards;
-    absl::StatusOr<std::unique_ptr<ShardStore>> store = ShardStore::Create(o);
-    if (!store.ok()) return store.status();
-    fresh.push_back(*std::move(store));
+ private:
+  // Reads old shard i and copies what it holds.
+  absl::Status CopyShard(const ShardFileSet& set, int i) {
+    absl::StatusOr<RestoredShard> restored = RestoreShard(set, i, o_.fs);
+    if (!restored.ok()) return restored.status();
+    absl::Status s = SameRun(restored->run_id, set.checkpoints[i].empty()
+                                                   ? set.spec_files[i]
+                                                   : set.checkpoints[i]);
+    if (!s.ok()) return s;
+    for (CheckpointWorker& w : restored->workers) {
+      workers_[w.worker_id()].push_back(std::move(w));
+    }
+    ShardStore& old = *restored->store;
+    s = AdoptSpecs(i, old);
+    if (s.ok()) s = CopySlices(old);
+    if (s.ok()) s = CopyRows(old);
+    return s;
   }
-  std::optional<std::string> run;
-  auto same_run = [&](const std::string& id,
-                      const std::string& path) -> absl::Status {
-    if (!run.has_value()) run = id;
-    if (*run == id) return absl::OkStatus();
+
+  absl::Status SameRun(const std::string& id, const std::string& path) {
+    if (!run_.has_value()) run_ = id;
+    if (*run_ == id) return absl::OkStatus();
     return absl::FailedPreconditionError(
         absl::StrCat(path, " belongs to run '", id, "', other files to run '",
-                     *run, "': reshard one run's files"));
-  };
-  std::map<int32_t, std::vector<CheckpointWorker>> workers;
-  // The specs every old shard must hold, and how many slices of each
-  // tensor were copied (each exactly once over all old shards).
-  std::vector<TensorSpec> tensor_specs;
-  std::vector<TableSpec> table_specs;
-  absl::flat_hash_map<std::string, int64_t> copied;
+                     *run_, "': reshard one run's files"));
+  }
 
-  for (int i = 0; i < n; ++i) {
-    absl::StatusOr<RestoredShard> restored = RestoreShard(*set, i, fs);
-    if (!restored.ok()) return restored.status();
-    ShardStore& old = *restored->store;
-    absl::Status same = same_run(restored->run_id, set->checkpoints[i].empty()
-                                                       ? set->spec_files[i]
-                                                       : set->checkpoints[i]);
-    if (!same.ok()) return same;
-    for (CheckpointWorker& w : restored->workers) {
-      workers[w.worker_id()].push_back(std::move(w));
-    }
+  // The first old shard's specs are created on every new shard; every other
+  // old shard must hold the same.
+  absl::Status AdoptSpecs(int i, ShardStore& old) {
     std::vector<TensorSpec> held = old.ListTensors();
     std::sort(held.begin(), held.end(),
               [](const TensorSpec& a, const TensorSpec& b) {
@@ -169,35 +171,38 @@ absl::StatusOr<ReshardReport> Reshard(const ReshardOptions& options) {
               });
     std::vector<TableSpec> held_tables = old.tables().List();
     if (i == 0) {
-      tensor_specs = held;
-      table_specs = held_tables;
-      for (auto& store : fresh) {
-        for (const TensorSpec& spec : tensor_specs) {
+      tensor_specs_ = held;
+      table_specs_ = held_tables;
+      for (auto& store : fresh_) {
+        for (const TensorSpec& spec : tensor_specs_) {
           absl::Status s = store->RestoreTensor(spec);
           if (!s.ok()) return s;
         }
-        for (const TableSpec& spec : table_specs) {
+        for (const TableSpec& spec : table_specs_) {
           absl::Status s = store->tables().RestoreTable(spec);
           if (!s.ok()) return s;
         }
       }
-    } else {
-      auto names = [](const auto& list) {
-        std::vector<std::string> out;
-        for (const auto& spec : list) out.push_back(spec.name());
-        return absl::StrJoin(out, ", ");
-      };
-      if (names(held) != names(tensor_specs) ||
-          names(held_tables) != names(table_specs)) {
-        return absl::FailedPreconditionError(absl::StrCat(
-            "shard ", i, " holds tensors [", names(held), "] and tables [",
-            names(held_tables), "], shard 0 [", names(tensor_specs), "] and [",
-            names(table_specs), "]: the files are not one consistent set"));
-      }
+      return absl::OkStatus();
     }
+    auto names = [](const auto& list) {
+      std::vector<std::string> out;
+      for (const auto& spec : list) out.push_back(spec.name());
+      return absl::StrJoin(out, ", ");
+    };
+    if (names(held) != names(tensor_specs_) ||
+        names(held_tables) != names(table_specs_)) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "shard ", i, " holds tensors [", names(held), "] and tables [",
+          names(held_tables), "], shard 0 [", names(tensor_specs_), "] and [",
+          names(table_specs_), "]: the files are not one consistent set"));
+    }
+    return absl::OkStatus();
+  }
 
+  absl::Status CopySlices(ShardStore& old) {
     std::string tensor;
-    absl::Status s = old.Export(
+    return old.Export(
         [&](const TensorSpec& spec) {
           tensor = spec.name();
           return absl::OkStatus();
@@ -207,88 +212,128 @@ absl::StatusOr<ReshardReport> Reshard(const ReshardOptions& options) {
           for (absl::Span<const float> b : v.optimizer_state) {
             state.push_back(Bytes(b.data(), b.size()));
           }
-          ++copied[tensor];
-          ++report.slices;
-          return fresh[SliceHome(tensor, v.index, num_shards)]->RestoreSlice(
+          ++copied_[tensor];
+          ++report_.slices;
+          return fresh_[map_.SliceHome(tensor, v.index)]->RestoreSlice(
               tensor, v.index, v.version,
               Bytes(v.values.data(), v.values.size()), state);
         });
-    if (!s.ok()) return s;
+  }
 
+  absl::Status CopyRows(ShardStore& old) {
     std::string table;
-    uint64_t key = 0;
-    std::vector<RowBatch> batches(num_shards);
+    ShardMap::TableKey key;
+    std::vector<RowBatch> batches(map_.num_shards());
     auto flush_all = [&]() -> absl::Status {
-      for (int j = 0; j < num_shards; ++j) {
-        absl::Status f = FlushRows(table, &batches[j], fresh[j].get());
+      for (int j = 0; j < map_.num_shards(); ++j) {
+        absl::Status f = FlushRows(table, &batches[j], fresh_[j].get());
         if (!f.ok()) return f;
       }
       return absl::OkStatus();
     };
-    s = old.tables().Export(
+    absl::Status s = old.tables().Export(
         [&](const TableSpec& spec) {
           absl::Status f = flush_all();
           table = spec.name();
-          key = RowTableKey(table);
+          key = ShardMap::KeyOf(table);
           return f;
         },
         [&](const SparseTable::RowView& r) {
-          const int j = RowHomeOf(key, r.id, num_shards);
+          const int j = map_.RowHome(key, r.id);
           RowBatch& b = batches[j];
           b.ids.push_back(r.id);
           b.versions.push_back(r.version);
           b.touched.push_back(r.touched);
           absl::StrAppend(&b.values, Bytes(r.values, r.dim));
           absl::StrAppend(&b.state, Bytes(r.state, r.state_floats));
-          ++report.rows;
+          ++report_.rows;
           return b.ids.size() >= kRowBatch
-                     ? FlushRows(table, &b, fresh[j].get())
+                     ? FlushRows(table, &b, fresh_[j].get())
                      : absl::OkStatus();
         });
     if (s.ok()) s = flush_all();
-    if (!s.ok()) return s;
+    return s;
   }
 
-  for (const TensorSpec& spec : tensor_specs) {
-    const int64_t slices = TensorLayout::FromSpec(spec)->num_slices();
-    if (copied[spec.name()] != slices) {
-      return absl::DataLossError(
-          absl::StrCat("tensor ", QuoteName(spec.name()), " has ", slices,
-                       " slices; the old shards held ", copied[spec.name()]));
+  // Every slice of every tensor was copied exactly once.
+  absl::Status CheckCopied() {
+    for (const TensorSpec& spec : tensor_specs_) {
+      const int64_t slices = TensorLayout::FromSpec(spec)->num_slices();
+      if (copied_[spec.name()] != slices) {
+        return absl::DataLossError(absl::StrCat(
+            "tensor ", QuoteName(spec.name()), " has ", slices,
+            " slices; the old shards held ", copied_[spec.name()]));
+      }
     }
+    return absl::OkStatus();
   }
 
-  std::vector<CheckpointWorker> merged;
-  for (const auto& [id, records] : workers) {
-    merged.push_back(MergeWorker(records));
-  }
-  absl::Status s = fs->CreateDirs(to_dir);
-  if (!s.ok()) return s;
-  report.run_id = run.value_or("");
-  report.tensors = static_cast<int>(tensor_specs.size());
-  report.tables = static_cast<int>(table_specs.size());
-  report.workers = static_cast<int>(merged.size());
-  for (int j = 0; j < num_shards; ++j) {
-    CheckpointImage image = CaptureCheckpoint(*fresh[j], merged, absl::Now(),
-                                              kVersion, report.run_id);
-    absl::StatusOr<CheckpointInfo> written =
-        WriteCheckpoint(image, to_dir, Clock::Real(), fs);
-    if (!written.ok()) return written.status();
-    report.written.push_back(written->path());
-    SpecFileContents contents;
-    contents.identity.set_shard_index(j);
-    contents.identity.set_num_shards(num_shards);
-    contents.identity.set_unix_time_ms(absl::ToUnixMillis(absl::Now()));
-    contents.identity.set_build_version(kVersion);
-    contents.identity.set_run_id(report.run_id);
-    contents.tensors = tensor_specs;
-    contents.tables = table_specs;
-    const std::string path = SpecFilePath(to_dir, j, num_shards);
-    s = WriteSpecFile(path, contents, fs);
+  // The new checkpoints and spec files, with the workers' merged records.
+  absl::Status Write() {
+    std::vector<CheckpointWorker> merged;
+    for (const auto& [id, records] : workers_) {
+      merged.push_back(MergeWorker(records));
+    }
+    absl::Status s = o_.fs->CreateDirs(o_.to_dir);
     if (!s.ok()) return s;
-    report.written.push_back(path);
+    report_.run_id = run_.value_or("");
+    report_.tensors = static_cast<int>(tensor_specs_.size());
+    report_.tables = static_cast<int>(table_specs_.size());
+    report_.workers = static_cast<int>(merged.size());
+    for (int j = 0; j < map_.num_shards(); ++j) {
+      CheckpointImage image = CaptureCheckpoint(*fresh_[j], merged, absl::Now(),
+                                                kVersion, report_.run_id);
+      absl::StatusOr<CheckpointInfo> written =
+          WriteCheckpoint(image, o_.to_dir, Clock::Real(), o_.fs);
+      if (!written.ok()) return written.status();
+      report_.written.push_back(written->path());
+      SpecFileContents contents;
+      contents.identity.set_shard_index(j);
+      contents.identity.set_num_shards(map_.num_shards());
+      contents.identity.set_unix_time_ms(absl::ToUnixMillis(absl::Now()));
+      contents.identity.set_build_version(kVersion);
+      contents.identity.set_run_id(report_.run_id);
+      contents.tensors = tensor_specs_;
+      contents.tables = table_specs_;
+      const std::string path = SpecFilePath(o_.to_dir, j, map_.num_shards());
+      s = WriteSpecFile(path, contents, o_.fs);
+      if (!s.ok()) return s;
+      report_.written.push_back(path);
+    }
+    return absl::OkStatus();
   }
-  return report;
+
+  const ReshardOptions& o_;
+  const ShardMap map_;  // the new shard count's
+  ReshardReport report_;
+  std::vector<std::unique_ptr<ShardStore>> fresh_;
+  std::optional<std::string> run_;
+  std::map<int32_t, std::vector<CheckpointWorker>> workers_;
+  // The specs every old shard must hold, and how many slices of each
+  // tensor were copied (each exactly once over all old shards).
+  std::vector<TensorSpec> tensor_specs_;
+  std::vector<TableSpec> table_specs_;
+  absl::flat_hash_map<std::string, int64_t> copied_;
+};
+
+}  // namespace
+
+absl::StatusOr<ReshardReport> Reshard(const ReshardOptions& options) {
+  if (options.fs == nullptr) {
+    return absl::InvalidArgumentError("ReshardOptions.fs is required");
+  }
+  if (options.num_shards < 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the new shard count must be >= 1, got ", options.num_shards));
+  }
+  if (options.from_dir.empty() || options.to_dir.empty() ||
+      options.from_dir == options.to_dir) {
+    return absl::InvalidArgumentError(
+        "reshard needs a source directory and another, new target directory");
+  }
+  absl::StatusOr<ShardMap> map = ShardMap::Static(options.num_shards);
+  if (!map.ok()) return map.status();
+  return Resharder(options, *map).Run();
 }
 
 }  // namespace asyncps

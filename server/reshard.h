@@ -8,7 +8,7 @@
 // would restore it (its checkpoint, then its spec file: tensors created
 // after the checkpoint get their initial values), then every dense slice
 // and every table row moves, with its version and optimizer state, to its
-// home among M shards (common/sharding.h); the specs, the run id and the
+// home among M shards (common/shard_map.h); the specs, the run id and the
 // worker records (identities for fencing, clocks, data positions) are kept.
 // The result is what M shards would hold had the model been trained on
 // them: restored, they serve bit-identical parameters and optimizer state.

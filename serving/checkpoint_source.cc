@@ -10,7 +10,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/synchronization/mutex.h"
 #include "common/names.h"
-#include "common/sharding.h"
+#include "common/shard_map.h"
 #include "common/tensor_layout.h"
 #include "server/shard_set.h"
 #include "serving/parameter_source.h"
@@ -130,11 +130,13 @@ class CheckpointSource : public ParameterSource {
     const std::shared_ptr<const RestoredSet> set = Loaded();
     const std::vector<RestoredShard>& shards = set->shards;
     const int n = static_cast<int>(shards.size());
-    // Each id to its home shard, remembering its positions.
+    // Each id to its home shard (the files' map), remembering its positions.
+    const ShardMap& map = shards[0].store->map();
+    const ShardMap::TableKey key = ShardMap::KeyOf(table);
     std::vector<PullRequest> requests(n);
     std::vector<std::vector<size_t>> positions(n);
     for (size_t i = 0; i < ids.size(); ++i) {
-      const int home = RowHome(table, ids[i], n);
+      const int home = map.RowHome(key, ids[i]);
       if (requests[home].rows_size() == 0) {
         TableIds* t = requests[home].add_rows();
         t->set_table(table);

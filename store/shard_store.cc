@@ -9,7 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/initializer.h"
 #include "common/names.h"
-#include "common/sharding.h"
+#include "common/shard_map.h"
 #include "google/protobuf/util/message_differencer.h"
 #include "store/lr_schedule.h"
 #include "store/optimizer.h"
@@ -45,14 +45,13 @@ constexpr uint64_t kTableEntryBytes = sizeof(void*);
 // What a tensor takes on this shard (see ShardStoreOptions::
 // max_parameter_bytes); false when the count does not fit in 64 bits.
 bool TensorBytes(const TensorSpec& spec, const TensorLayout& layout,
-                 int shard_index, int num_shards, uint64_t* bytes) {
+                 int shard_index, const ShardMap& map, uint64_t* bytes) {
   const uint32_t last = layout.num_slices() - 1;
-  const uint64_t local_slices = LocalSliceCount(
-      spec.name(), layout.num_slices(), shard_index, num_shards);
+  const uint64_t local_slices =
+      map.SlicesOn(spec.name(), layout.num_slices(), shard_index);
   uint64_t local_elems =
       local_slices * static_cast<uint64_t>(layout.slice_elems());
-  if (local_slices > 0 &&
-      SliceHome(spec.name(), last, num_shards) == shard_index) {
+  if (local_slices > 0 && map.SliceHome(spec.name(), last) == shard_index) {
     local_elems -=
         static_cast<uint64_t>(layout.slice_elems() - layout.SliceSize(last));
   }
@@ -69,10 +68,11 @@ bool TensorBytes(const TensorSpec& spec, const TensorLayout& layout,
 
 }  // namespace
 
-ShardStore::ShardStore(const ShardStoreOptions& options) : options_(options) {
+ShardStore::ShardStore(const ShardStoreOptions& options, const ShardMap& map)
+    : options_(options), map_(map) {
   TableStoreOptions t;
   t.shard_index = options.shard_index;
-  t.num_shards = options.num_shards;
+  t.map = map;
   t.row_ttl_steps = options.row_ttl_steps;
   t.reserve = [this](uint64_t bytes, const std::string& what) {
     return ReserveBytes(bytes, absl::StrCat(what, " need"));
@@ -84,9 +84,8 @@ ShardStore::~ShardStore() = default;
 
 absl::StatusOr<std::unique_ptr<ShardStore>> ShardStore::Create(
     const ShardStoreOptions& options) {
-  if (options.num_shards <= 0) {
-    return absl::InvalidArgumentError("num_shards must be > 0");
-  }
+  absl::StatusOr<ShardMap> map = ShardMap::Static(options.num_shards);
+  if (!map.ok()) return map.status();
   if (options.shard_index < 0 || options.shard_index >= options.num_shards) {
     return absl::InvalidArgumentError(
         absl::StrCat("shard_index must be in [0, ", options.num_shards,
@@ -98,7 +97,7 @@ absl::StatusOr<std::unique_ptr<ShardStore>> ShardStore::Create(
         absl::StrCat("slice_elems must be in [1, ", options.max_slice_elems,
                      "], got ", options.default_slice_elems));
   }
-  return std::unique_ptr<ShardStore>(new ShardStore(options));
+  return std::unique_ptr<ShardStore>(new ShardStore(options, *map));
 }
 
 absl::StatusOr<TensorSpec> ShardStore::Resolve(const TensorSpec& in) const {
@@ -139,8 +138,7 @@ const ShardStore::Tensor* ShardStore::FindTensor(absl::string_view name) const {
 uint64_t ShardStore::BytesOf(const TensorSpec& spec) const {
   const TensorLayout layout = *TensorLayout::FromSpec(spec);
   uint64_t bytes = 0;
-  if (!TensorBytes(spec, layout, options_.shard_index, options_.num_shards,
-                   &bytes)) {
+  if (!TensorBytes(spec, layout, options_.shard_index, map_, &bytes)) {
     bytes = ~uint64_t{0};
   }
   return bytes;
@@ -159,8 +157,7 @@ std::unique_ptr<ShardStore::Tensor> ShardStore::BuildTensor(
              std::make_unique<LrSchedule>(spec.optimizer())});
   t->slices.resize(layout.num_slices());
   for (uint32_t i = 0; i < layout.num_slices(); ++i) {
-    if (SliceHome(spec.name(), i, options_.num_shards) ==
-        options_.shard_index) {
+    if (map_.SliceHome(spec.name(), i) == options_.shard_index) {
       t->slices[i] =
           std::make_unique<DenseSlice>(spec, layout, i, initialize, given);
     }
@@ -520,8 +517,7 @@ absl::StatusOr<DenseSlice*> ShardStore::FindSlice(
   if (slice == nullptr) {
     return absl::InvalidArgumentError(
         absl::StrCat("slice ", g.slice(), " of tensor ", QuoteName(g.tensor()),
-                     " lives on shard ",
-                     SliceHome(g.tensor(), g.slice(), options_.num_shards),
+                     " lives on shard ", map_.SliceHome(g.tensor(), g.slice()),
                      ", not ", options_.shard_index));
   }
   return slice;

@@ -42,6 +42,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/types/span.h"
 #include "common/payload.h"
+#include "common/shard_map.h"
 #include "common/tensor_layout.h"
 #include "proto/asyncps.pb.h"
 #include "store/dense_slice.h"
@@ -82,7 +83,7 @@ struct StoreSize {
 };
 
 // The parameters one shard owns: dense float32 tensors, of which this shard
-// holds the slices whose home (common/sharding.h) is its index. Every slice
+// holds the slices whose home (common/shard_map.h) is its index. Every slice
 // has its own lock, version and optimizer state; the tensor table's lock is
 // taken in shared mode on the pull/push path and exclusively only to add
 // tensors. Used by ps_server shards and by ps_worker --local (one shard of
@@ -182,6 +183,8 @@ class ShardStore {
   StoreSize Size() const;
 
   const ShardStoreOptions& options() const { return options_; }
+  // Where every key lives (num_shards of the options, static).
+  const ShardMap& map() const { return map_; }
 
   // The sparse tables, sharing this store's memory budget.
   TableStore& tables() { return *tables_; }
@@ -226,7 +229,7 @@ class ShardStore {
   // The values given for INIT_VALUES tensors, by tensor name.
   using GivenValues = absl::flat_hash_map<std::string, std::vector<float>>;
 
-  explicit ShardStore(const ShardStoreOptions& options);
+  ShardStore(const ShardStoreOptions& options, const ShardMap& map);
   absl::StatusOr<TensorSpec> Resolve(const TensorSpec& spec) const;
 
   // The steps of CreateTensors, in order. The request's tensor specs,
@@ -286,6 +289,7 @@ class ShardStore {
                                              PushMode mode) const;
 
   const ShardStoreOptions options_;
+  const ShardMap map_;
 
   // Serializes SetLearningRates. Locked before mu_.
   absl::Mutex schedule_mu_;

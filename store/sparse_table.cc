@@ -6,7 +6,8 @@
 #include "absl/strings/str_cat.h"
 #include "common/names.h"
 #include "common/payload.h"
-#include "common/sharding.h"
+#include "common/shard_map.h"
+#include "common/stable_hash.h"
 
 namespace asyncps {
 
@@ -54,12 +55,13 @@ absl::Status SparseTable::ValidateSpec(const TableSpec& spec) {
   return absl::OkStatus();
 }
 
-SparseTable::SparseTable(const TableSpec& spec, int shard_index, int num_shards)
+SparseTable::SparseTable(const TableSpec& spec, int shard_index,
+                         const ShardMap& map)
     : spec_(spec),
       dim_(spec.dim()),
       shard_index_(shard_index),
-      num_shards_(num_shards),
-      table_key_(RowTableKey(spec.name())),
+      map_(map),
+      table_key_(ShardMap::KeyOf(spec.name())),
       init_(spec),
       updater_(spec.optimizer(), spec.dim()),
       schedule_(spec.optimizer()),
@@ -91,7 +93,7 @@ absl::Status SparseTable::CheckIds(absl::Span<const uint64_t> ids,
                      " row ids in one request; at most ", max_ids));
   }
   for (uint64_t id : ids) {
-    const int home = RowHomeOf(table_key_, id, num_shards_);
+    const int home = map_.RowHome(table_key_, id);
     if (home != shard_index_) {
       return absl::InvalidArgumentError(
           absl::StrCat("row ", id, " of table ", QuoteName(spec_.name()),
@@ -492,7 +494,7 @@ absl::Status SparseTable::Export(
 absl::Status SparseTable::Restore(uint64_t id, uint64_t version,
                                   int64_t touched, const float* values,
                                   const float* state) {
-  const int home = RowHomeOf(table_key_, id, num_shards_);
+  const int home = map_.RowHome(table_key_, id);
   if (home != shard_index_) {
     return absl::InvalidArgumentError(
         absl::StrCat("row ", id, " of table ", QuoteName(spec_.name()),

@@ -14,6 +14,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/types/span.h"
 #include "common/row_initializer.h"
+#include "common/shard_map.h"
 #include "proto/asyncps.pb.h"
 #include "store/lr_schedule.h"
 #include "store/optimizer.h"
@@ -94,7 +95,7 @@ class SparseTable {
   static absl::Status ValidateSpec(const TableSpec& spec);
 
   // REQUIRES: ValidateSpec(spec).ok(), 0 <= shard_index < num_shards.
-  SparseTable(const TableSpec& spec, int shard_index, int num_shards);
+  SparseTable(const TableSpec& spec, int shard_index, const ShardMap& map);
   ~SparseTable();
   SparseTable(const SparseTable&) = delete;
   SparseTable& operator=(const SparseTable&) = delete;
@@ -111,7 +112,7 @@ class SparseTable {
   uint64_t row_bytes() const { return row_bytes_; }
 
   // OK when `ids` is not empty, has at most `max_ids` entries and every id
-  // is homed on this shard (common::RowHome); else INVALID_ARGUMENT naming
+  // is homed on this shard (ShardMap::RowHome); else INVALID_ARGUMENT naming
   // the table and the first bad id.
   absl::Status CheckIds(absl::Span<const uint64_t> ids, int64_t max_ids) const;
 
@@ -242,8 +243,8 @@ class SparseTable {
   const TableSpec spec_;
   const int dim_;
   const int shard_index_;
-  const int num_shards_;
-  const uint64_t table_key_;  // common::RowTableKey(name)
+  const ShardMap map_;
+  const ShardMap::TableKey table_key_;  // ShardMap::KeyOf(name)
   const RowInitializer init_;
   const RowUpdater updater_;
   LrSchedule schedule_;

@@ -118,7 +118,7 @@ absl::StatusOr<TableStore::Staged> TableStore::Stage(
     if (!s.ok()) return s;
     staged.reserved_ += SparseTable::kTableOverheadBytes;
     staged.fresh_.push_back(std::make_unique<SparseTable>(
-        spec, options_.shard_index, options_.num_shards));
+        spec, options_.shard_index, options_.map));
   }
   return staged;
 }
@@ -472,8 +472,8 @@ absl::Status TableStore::RestoreTable(const TableSpec& listed) {
   s = options_.reserve(SparseTable::kTableOverheadBytes,
                        absl::StrCat("table ", QuoteName(spec.name())));
   if (!s.ok()) return s;
-  auto table = std::make_unique<SparseTable>(spec, options_.shard_index,
-                                             options_.num_shards);
+  auto table =
+      std::make_unique<SparseTable>(spec, options_.shard_index, options_.map);
   if (in.rate.has_value()) {
     s = table->schedule().Check(spec.name(), *in.rate);
     if (!s.ok()) {

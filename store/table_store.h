@@ -5,7 +5,8 @@
 // (store/shard_store.h): tables are created and row gradients pushed
 // through ShardStore together with the dense tensors; row pulls, listing,
 // eviction of idle rows and checkpoints call the TableStore directly. Rows
-// are created on first touch, on the shard RowHome (common/sharding.h) names.
+// are created on first touch, on the shard the run's ShardMap
+// (common/shard_map.h) names.
 //
 // Example:
 //
@@ -42,6 +43,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/types/span.h"
 #include "common/payload.h"
+#include "common/shard_map.h"
 #include "proto/asyncps.pb.h"
 #include "store/sparse_table.h"
 #include "store/staleness_rule.h"
@@ -50,7 +52,7 @@ namespace asyncps {
 
 struct TableStoreOptions {
   int shard_index = 0;
-  int num_shards = 1;
+  ShardMap map;  // where every row lives
   // Rows not pulled or pushed for more than this many steps (worker clock
   // ticks) are evicted by EvictIdle; 0 = never.
   int64_t row_ttl_steps = 0;

@@ -5,7 +5,7 @@
 #include <numeric>
 
 #include "absl/strings/str_cat.h"
-#include "common/sharding.h"
+#include "common/stable_hash.h"
 
 namespace asyncps {
 

@@ -1,5 +1,3 @@
-#include "common/sharding.h"
-
 #include <algorithm>
 #include <catch2/catch.hpp>
 #include <cstdio>
@@ -7,6 +5,8 @@
 #include <string>
 #include <vector>
 
+#include "common/shard_map.h"
+#include "common/stable_hash.h"
 #include "common/tensor_layout.h"
 
 namespace asyncps {
@@ -31,19 +31,54 @@ std::vector<int64_t> ShardLoads(const std::vector<NamedShape>& model,
     auto layout = TensorLayout::Create(t.shape, slice_elems);
     REQUIRE(layout.ok());
     for (uint32_t s = 0; s < layout->num_slices(); ++s) {
-      load[SliceHome(t.name, s, shards)] += layout->SliceSize(s);
+      load[ShardMap::Static(shards)->SliceHome(t.name, s)] +=
+          layout->SliceSize(s);
     }
   }
   return load;
 }
 
+TEST_CASE("a static map: its shard counts, epoch and routing check",
+          "[sharding]") {
+  CHECK(absl::IsInvalidArgument(ShardMap::Static(0).status()));
+  CHECK(absl::IsInvalidArgument(
+      ShardMap::Static(ShardMap::kMaxShards + 1).status()));
+  absl::StatusOr<ShardMap> map = ShardMap::Static(3);
+  REQUIRE(map.ok());
+  CHECK(map->num_shards() == 3);
+  CHECK(map->epoch() == ShardMap::kStaticEpoch);
+  CHECK(*map == *ShardMap::Static(3));
+  CHECK(*map != *ShardMap::Static(2));
+  CHECK(ShardMap() == *ShardMap::Static(1));
+  CHECK(map->CheckRouted(0).ok());
+  CHECK(map->CheckRouted(ShardMap::kStaticEpoch).ok());
+  const absl::Status other = map->CheckRouted(9);
+  CHECK(absl::IsFailedPrecondition(other));
+  CHECK(other.message().find("epoch 9") != std::string::npos);
+  // Rows by name and by precomputed key agree; slice counts agree with
+  // counting homes.
+  const ShardMap::TableKey key = ShardMap::KeyOf("emb");
+  for (uint64_t id = 0; id < 1000; ++id) {
+    REQUIRE(map->RowHome("emb", id) == map->RowHome(key, id));
+  }
+  for (uint32_t slices = 0; slices < 20; ++slices) {
+    for (int shard = 0; shard < 3; ++shard) {
+      uint32_t count = 0;
+      for (uint32_t i = 0; i < slices; ++i) {
+        count += map->SliceHome("t", i) == shard;
+      }
+      REQUIRE(map->SlicesOn("t", slices, shard) == count);
+    }
+  }
+}
+
 TEST_CASE("slice homes are deterministic and in range", "[sharding]") {
   for (int shards = 1; shards <= 8; ++shards) {
     for (uint32_t s = 0; s < 100; ++s) {
-      const int home = SliceHome("fc0/w", s, shards);
+      const int home = ShardMap::Static(shards)->SliceHome("fc0/w", s);
       REQUIRE(home >= 0);
       REQUIRE(home < shards);
-      REQUIRE(home == SliceHome("fc0/w", s, shards));
+      REQUIRE(home == ShardMap::Static(shards)->SliceHome("fc0/w", s));
     }
   }
   // The hash is fixed (FNV-1a), not std::hash: a value computed once stays.
@@ -52,9 +87,10 @@ TEST_CASE("slice homes are deterministic and in range", "[sharding]") {
 }
 
 TEST_CASE("consecutive slices of a tensor go round-robin", "[sharding]") {
-  const int first = SliceHome("embedding", 0, 3);
+  const int first = ShardMap::Static(3)->SliceHome("embedding", 0);
   for (uint32_t s = 0; s < 12; ++s) {
-    REQUIRE(SliceHome("embedding", s, 3) == static_cast<int>((first + s) % 3));
+    REQUIRE(ShardMap::Static(3)->SliceHome("embedding", s) ==
+            static_cast<int>((first + s) % 3));
   }
 }
 
@@ -133,10 +169,11 @@ TEST_CASE("MLP elements are balanced over 2, 3 and 4 shards", "[sharding]") {
         for (int shard = 0; shard < shards; ++shard) {
           uint32_t counted = 0;
           for (uint32_t s = 0; s < layout->num_slices(); ++s) {
-            if (SliceHome(t.name, s, shards) == shard) ++counted;
+            if (ShardMap::Static(shards)->SliceHome(t.name, s) == shard)
+              ++counted;
           }
-          CHECK(LocalSliceCount(t.name, layout->num_slices(), shard, shards) ==
-                counted);
+          CHECK(ShardMap::Static(shards)->SlicesOn(t.name, layout->num_slices(),
+                                                   shard) == counted);
         }
       }
       // What this placement achieves (a change to the hash or to the

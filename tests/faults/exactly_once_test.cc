@@ -25,7 +25,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "client/ps_client.h"
-#include "common/sharding.h"
+#include "common/shard_map.h"
 #include "common/tensor_layout.h"
 #include "tests/faults/harness.h"
 #include "tests/testing/require_ok.h"
@@ -189,7 +189,7 @@ TEST_CASE(
   const TensorLayout layout = *TensorLayout::FromSpec(*(*admin)->FindSpec("w"));
   REQUIRE(versions.size() == layout.num_slices());
   for (uint32_t i = 0; i < layout.num_slices(); ++i) {
-    const int home = SliceHome("w", i, kShards);
+    const int home = ShardMap::Static(kShards)->SliceHome("w", i);
     float expected = kInit;
     int64_t total = 0;
     for (int w = 0; w < kPushers; ++w) {

@@ -19,7 +19,7 @@
 #include "common/fast_frame.h"
 #include "common/net.h"
 #include "common/payload.h"
-#include "common/sharding.h"
+#include "common/shard_map.h"
 #include "common/tensor_layout.h"
 #include "proto/asyncps.grpc.pb.h"
 #include "tests/testing/require_ok.h"
@@ -374,8 +374,8 @@ class ProtoWorker {
       for (const auto& [name, g] : grads) {
         const TensorLayout& l = layouts_.at(name);
         for (uint32_t i = 0; i < l.num_slices(); ++i) {
-          if (SliceHome(name, i, static_cast<int>(stubs_.size())) !=
-              static_cast<int>(s)) {
+          if (ShardMap::Static(static_cast<int>(stubs_.size()))
+                  ->SliceHome(name, i) != static_cast<int>(s)) {
             continue;
           }
           SliceGradient* sg = req.add_grads();

@@ -23,7 +23,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/net.h"
 #include "common/payload.h"
-#include "common/sharding.h"
+#include "common/shard_map.h"
 #include "proto/asyncps.grpc.pb.h"
 #include "tests/testing/require_ok.h"
 #include "tests/testing/subprocess.h"
@@ -119,8 +119,8 @@ TEST_CASE("a refused push registers no worker", "[bad_input][isolation]") {
   CreateTensorResponse created;
   REQUIRE(stub->CreateTensor(Context().get(), create, &created).ok());
   uint32_t here = 0, elsewhere = 0;
-  while (SliceHome("w", here, 2) != 1) ++here;
-  while (SliceHome("w", elsewhere, 2) != 0) ++elsewhere;
+  while (ShardMap::Static(2)->SliceHome("w", here) != 1) ++here;
+  while (ShardMap::Static(2)->SliceHome("w", elsewhere) != 0) ++elsewhere;
 
   auto push = [&](int worker, uint32_t slice, float value) {
     PushRequest req;

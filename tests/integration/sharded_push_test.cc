@@ -16,7 +16,7 @@
 #include "absl/time/time.h"
 #include "client/ps_client.h"
 #include "common/net.h"
-#include "common/sharding.h"
+#include "common/shard_map.h"
 #include "common/tensor_layout.h"
 #include "proto/asyncps.grpc.pb.h"
 #include "proto/asyncps.pb.h"
@@ -99,7 +99,7 @@ TEST_CASE("concurrent workers on two shards: every push lands exactly once",
     REQUIRE(layout.ok());
     std::vector<int> per_shard(kShards, 0);
     for (uint32_t i = 0; i < layout->num_slices(); ++i) {
-      ++per_shard[SliceHome(spec.name(), i, kShards)];
+      ++per_shard[ShardMap::Static(kShards)->SliceHome(spec.name(), i)];
     }
     INFO("tensor " << spec.name());
     REQUIRE(per_shard[0] > 0);

@@ -15,7 +15,7 @@
 #include "client/ps_client.h"
 #include "common/net.h"
 #include "common/row_initializer.h"
-#include "common/sharding.h"
+#include "common/shard_map.h"
 #include "proto/asyncps.grpc.pb.h"
 #include "tests/testing/require_ok.h"
 #include "tests/testing/subprocess.h"
@@ -156,10 +156,12 @@ TEST_CASE(
     REQUIRE(st.tables(1).name() == "sgd");
     uint64_t home = 0;
     for (uint64_t id : {uint64_t{0}, uint64_t{5}, ~uint64_t{0}}) {
-      home += RowHome("sgd", id, 2) == s;
+      home += ShardMap::Static(2)->RowHome("sgd", id) == s;
     }
-    for (uint64_t i = 0; i < 300; ++i) home += RowHome("sgd", i * 7919, 2) == s;
-    REQUIRE(st.tables(1).rows() == home - (s == RowHome("sgd", 0, 2)));
+    for (uint64_t i = 0; i < 300; ++i)
+      home += ShardMap::Static(2)->RowHome("sgd", i * 7919) == s;
+    REQUIRE(st.tables(1).rows() ==
+            home - (s == ShardMap::Static(2)->RowHome("sgd", 0)));
     REQUIRE(st.tables(1).pushes() == 1);
     held += st.tables(1).rows();
   }

@@ -2,15 +2,20 @@
 // request per shard (PsClient::StartPull / StartPush with a PullSet /
 // PushSet), share one sequence number, and each shard applies its part
 // whole or not at all. Real ps_server processes on port 0.
+#include <grpcpp/grpcpp.h>
+
 #include <catch2/catch.hpp>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "client/ps_client.h"
+#include "common/net.h"
 #include "common/shard_map.h"
+#include "proto/asyncps.grpc.pb.h"
 #include "proto/asyncps.pb.h"
 #include "tests/testing/require_ok.h"
+#include "tests/testing/stream_helpers.h"
 #include "tests/testing/subprocess.h"
 #include "tests/testing/tensor_specs.h"
 
@@ -192,6 +197,89 @@ TEST_CASE("a step's push is checked whole before anything is sent",
   for (size_t i = 0; i < after.size(); ++i) {
     CHECK(after[i].second == before[i].second);
   }
+}
+
+TEST_CASE(
+    "a request routed with another map epoch is refused before it is read",
+    "[step][map]") {
+  auto cluster = StartPsCluster(1);
+  REQUIRE_OK(cluster.status());
+  auto c = Connect(*cluster, 0);
+  REQUIRE_OK(
+      c->CreateTensors({ConstantSpec("w", {2}, 1.0f, SgdSpec(1.0f), 2)}));
+  REQUIRE(c->map().epoch() == ShardMap::kStaticEpoch);
+  const std::shared_ptr<grpc::Channel> channel =
+      MakeChannel((*cluster)[0].address);
+  auto stub = ParameterServer::NewStub(channel);
+  testing::ShardStreams streams(channel);
+
+  const auto push = [](uint64_t seq, uint64_t map_epoch) {
+    PushRequest p;
+    p.mutable_worker()->set_worker_id(7);
+    p.mutable_worker()->set_incarnation(11);
+    p.set_seq(seq);
+    p.set_map_epoch(map_epoch);
+    SliceGradient* g = p.add_grads();
+    g->set_tensor("w");
+    g->set_slice(0);
+    const std::vector<float> grad = {0.5f, 0.5f};
+    g->set_grad(std::string(reinterpret_cast<const char*>(grad.data()),
+                            grad.size() * sizeof(float)));
+    return p;
+  };
+  const auto pull = [](uint64_t map_epoch) {
+    PullRequest p;
+    p.mutable_worker()->set_worker_id(7);
+    p.mutable_worker()->set_incarnation(11);
+    p.add_tensors("w");
+    p.set_map_epoch(map_epoch);
+    return p;
+  };
+  // What the shard holds, read by nobody (a reader's pull registers no
+  // worker).
+  const auto version = [&]() {
+    PullRequest read;
+    read.set_read_only(true);
+    read.add_tensors("w");
+    grpc::ClientContext ctx;
+    PullResponse r;
+    REQUIRE(stub->Pull(&ctx, read, &r).ok());
+    REQUIRE(r.slices_size() == 1);
+    return r.slices(0).version();
+  };
+
+  // Another epoch: refused on every path, naming both epochs; nothing
+  // applied, and the unknown worker is not registered.
+  {
+    grpc::ClientContext ctx;
+    PushResponse r;
+    const grpc::Status s = stub->Push(&ctx, push(1, 7), &r);
+    CHECK(s.error_code() == grpc::StatusCode::FAILED_PRECONDITION);
+    CHECK(s.error_message().find("epoch 7") != std::string::npos);
+    CHECK(s.error_message().find("epoch 1") != std::string::npos);
+  }
+  {
+    grpc::ClientContext ctx;
+    PullResponse r;
+    const grpc::Status s = stub->Pull(&ctx, pull(7), &r);
+    CHECK(s.error_code() == grpc::StatusCode::FAILED_PRECONDITION);
+  }
+  CHECK(streams.Push(push(2, 7)).status().code() ==
+        grpc::StatusCode::FAILED_PRECONDITION);
+  CHECK(streams.Pull(pull(7)).status().code() ==
+        grpc::StatusCode::FAILED_PRECONDITION);
+  CHECK(version() == 0);
+  absl::StatusOr<std::vector<StatusResponse>> st = c->Status();
+  REQUIRE_OK(st.status());
+  CHECK((*st)[0].workers_size() == 0);
+
+  // The shard's own epoch, and 0 (not routed by a map), are served.
+  CHECK(streams.Push(push(3, ShardMap::kStaticEpoch)).status().code() == 0);
+  CHECK(version() == 1);
+  grpc::ClientContext ctx;
+  PushResponse r;
+  CHECK(stub->Push(&ctx, push(4, 0), &r).ok());
+  CHECK(version() == 2);
 }
 
 }  // namespace

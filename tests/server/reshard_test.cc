@@ -21,7 +21,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "common/payload.h"
-#include "common/sharding.h"
+#include "common/shard_map.h"
 #include "server/checkpoint.h"
 #include "server/checkpoint_dir.h"
 #include "server/spec_file.h"
@@ -193,7 +193,7 @@ Model Load(const std::string& dir, int shards) {
           return absl::OkStatus();
         },
         [&](const ShardStore::SliceView& v) {
-          CHECK(SliceHome(tensor, v.index, shards) == shard);
+          CHECK(ShardMap::Static(shards)->SliceHome(tensor, v.index) == shard);
           std::string state;
           for (auto b : v.optimizer_state) state += Floats(b.data(), b.size());
           auto [it, fresh] = m.slices.emplace(
@@ -210,7 +210,7 @@ Model Load(const std::string& dir, int shards) {
           return absl::OkStatus();
         },
         [&](const SparseTable::RowView& r) {
-          CHECK(RowHome(table, r.id, shards) == shard);
+          CHECK(ShardMap::Static(shards)->RowHome(table, r.id) == shard);
           m.rows.emplace(
               std::make_pair(table, r.id),
               std::make_tuple(r.version, r.touched, Floats(r.values, r.dim),

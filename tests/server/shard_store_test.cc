@@ -6,7 +6,7 @@
 #include <vector>
 
 #include "common/payload.h"
-#include "common/sharding.h"
+#include "common/shard_map.h"
 #include "tests/testing/store_helpers.h"
 #include "tests/testing/tensor_specs.h"
 
@@ -259,7 +259,7 @@ TEST_CASE("a shard holds only the slices whose home it is", "[store]") {
     PullResponse resp;
     REQUIRE(store->Pull(req, &resp).ok());
     for (const SliceData& s : resp.slices()) {
-      REQUIRE(SliceHome("big", s.slice(), 3) == shard);
+      REQUIRE(ShardMap::Static(3)->SliceHome("big", s.slice()) == shard);
       total += static_cast<int64_t>((s.values().size() / sizeof(float)));
     }
   }

@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "common/row_initializer.h"
-#include "common/sharding.h"
+#include "common/shard_map.h"
 #include "store/shard_store.h"
 #include "tests/testing/require_ok.h"
 #include "tests/testing/store_helpers.h"
@@ -150,7 +150,7 @@ TEST_CASE("a row's initial values are a pure function of (spec, id)",
   REQUIRE(a.values == expected);
   REQUIRE(a.versions == std::vector<uint64_t>{0});
 
-  const int home = RowHome("emb", id, 3);
+  const int home = ShardMap::Static(3)->RowHome("emb", id);
   auto three = Store(home, 3);
   REQUIRE_OK(CreateTable(three.get(), spec));
   std::vector<uint64_t> before = IdsOn("emb", home, 3, 50);
@@ -607,7 +607,8 @@ TEST_CASE("rows spread over shards within a few percent, Zipf ids included",
   ids.erase(std::unique(ids.begin(), ids.end()), ids.end());
   for (int shards : {2, 3, 8}) {
     std::vector<int64_t> count(shards, 0);
-    for (uint64_t id : ids) ++count[RowHome("field_3", id, shards)];
+    for (uint64_t id : ids)
+      ++count[ShardMap::Static(shards)->RowHome("field_3", id)];
     const double mean = static_cast<double>(ids.size()) / shards;
     for (int64_t c : count) {
       INFO(shards << " shards: " << c << " of mean " << mean);

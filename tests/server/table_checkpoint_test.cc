@@ -8,7 +8,7 @@
 #include <tuple>
 #include <vector>
 
-#include "common/sharding.h"
+#include "common/shard_map.h"
 #include "server/checkpoint.h"
 #include "store/shard_store.h"
 #include "tests/testing/require_ok.h"

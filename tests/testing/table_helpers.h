@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "common/sharding.h"
+#include "common/shard_map.h"
 #include "store/shard_store.h"
 #include "tests/testing/store_helpers.h"
 
@@ -38,7 +38,8 @@ inline std::vector<uint64_t> IdsOn(const std::string& table, int shard,
                                    int shards, size_t n, uint64_t start = 1) {
   std::vector<uint64_t> out;
   for (uint64_t id = start; out.size() < n; ++id) {
-    if (RowHome(table, id, shards) == shard) out.push_back(id);
+    if (ShardMap::Static(shards)->RowHome(table, id) == shard)
+      out.push_back(id);
   }
   return out;
 }
