@@ -39,16 +39,6 @@ std::unique_ptr<PsClient> Connect(const std::vector<ServerProcess>& cluster,
   return *std::move(c);
 }
 
-TableSpec ConstantTable(const std::string& name, int dim, float init) {
-  TableSpec t;
-  t.set_name(name);
-  t.set_dim(dim);
-  t.set_init(INIT_CONSTANT);
-  t.set_init_value(init);
-  *t.mutable_optimizer() = SgdSpec(1.0f);
-  return t;
-}
-
 // Each shard's (pulls, pushes) counters.
 std::vector<std::pair<uint64_t, uint64_t>> Calls(PsClient* c) {
   absl::StatusOr<std::vector<StatusResponse>> st = c->Status();
@@ -67,7 +57,7 @@ TEST_CASE("a step's tensors and rows are one request per shard", "[step]") {
   // 8 elements in slices of 2: 4 slices, two on each shard.
   REQUIRE_OK(
       c->CreateTensors({ConstantSpec("w", {8}, 1.0f, SgdSpec(1.0f), 2)}));
-  REQUIRE_OK(c->CreateTables({ConstantTable("emb", 2, 0.5f)}));
+  REQUIRE_OK(c->CreateTables({testing::ConstantTableSpec("emb", 2, 0.5f)}));
   REQUIRE_OK(c->Register().status());
   // Ids on both shards, one repeated.
   const ShardMap& map = c->map();
@@ -131,7 +121,7 @@ TEST_CASE(
   auto c = Connect(*cluster, 0);
   REQUIRE_OK(
       c->CreateTensors({ConstantSpec("w", {4}, 1.0f, SgdSpec(1.0f), 4)}));
-  REQUIRE_OK(c->CreateTables({ConstantTable("big", 8, 0.0f)}));
+  REQUIRE_OK(c->CreateTables({testing::ConstantTableSpec("big", 8, 0.0f)}));
   REQUIRE_OK(c->Register().status());
 
   std::vector<float> w(4);
@@ -167,7 +157,7 @@ TEST_CASE("a step's push is checked whole before anything is sent",
   auto c = Connect(*cluster, 0);
   REQUIRE_OK(
       c->CreateTensors({ConstantSpec("w", {4}, 1.0f, SgdSpec(1.0f), 2)}));
-  REQUIRE_OK(c->CreateTables({ConstantTable("emb", 2, 0.5f)}));
+  REQUIRE_OK(c->CreateTables({testing::ConstantTableSpec("emb", 2, 0.5f)}));
   REQUIRE_OK(c->Register().status());
   const auto before = Calls(c.get());
   std::vector<float> gw(4, 0.5f);

@@ -20,10 +20,7 @@ MAX_FILE_LINES = 800
 MAX_FUNCTION_LINES = 100
 
 # (file, function name): allowed to be longer for now, and why.
-ALLOWED = {
-    # Split by the change that moves its file reads onto server/file_system.h.
-    ("server/reshard.cc", "Reshard"),
-}
+ALLOWED = set()
 
 _SIGNATURE_END = re.compile(
     r"\)\s*(const|override|final|noexcept|mutable|->[^{]*|"

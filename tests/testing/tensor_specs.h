@@ -50,6 +50,19 @@ inline TensorSpec ConstantSpec(const std::string& name,
   return s;
 }
 
+// A sparse table of rows of `dim` floats, every row starting at `init`,
+// trained with SGD at `learning_rate`.
+inline TableSpec ConstantTableSpec(const std::string& name, int dim, float init,
+                                   float learning_rate = 1.0f) {
+  TableSpec t;
+  t.set_name(name);
+  t.set_dim(dim);
+  t.set_init(INIT_CONSTANT);
+  t.set_init_value(init);
+  *t.mutable_optimizer() = SgdSpec(learning_rate);
+  return t;
+}
+
 }  // namespace testing
 }  // namespace asyncps
 

@@ -318,21 +318,11 @@ TEST_CASE("Create: idempotent, all-or-nothing, names what differs",
   CHECK(absl::StrContains(missing.message(), "later"));
 }
 
-TableSpec ConstantTable(const std::string& name, int dim, float init) {
-  TableSpec t;
-  t.set_name(name);
-  t.set_dim(dim);
-  t.set_init(INIT_CONSTANT);
-  t.set_init_value(init);
-  *t.mutable_optimizer() = SgdSpec(1.0f);
-  return t;
-}
-
 TEST_CASE("a step's tensors and rows are pulled and pushed together",
           "[local_store][rows]") {
   auto store = NewStore();
   REQUIRE_OK(store->Create({Spec("w", 4, 2, 1.0f, SgdSpec(1.0f))},
-                           {ConstantTable("emb", 2, 0.5f)}));
+                           {testing::ConstantTableSpec("emb", 2, 0.5f)}));
   REQUIRE_OK(store->WaitFor({"w", "emb"}, absl::ZeroDuration()));
   const std::vector<uint64_t> ids = {7, 9, 7};
   std::vector<float> w(4), emb(6);
