@@ -11,10 +11,10 @@
 
 namespace asyncps {
 
-// What every call in flight of PsClient shares (PendingPull, PendingPush,
-// PendingRowsPull, PendingRowsPush): either an argument error found before
-// anything was sent, or the fan-out of its attempts to the shards; and the
-// result, computed once when the attempts have ended.
+// What every call in flight of PsClient shares (PendingPull, PendingPush):
+// either an argument error found before anything was sent, or the fan-out
+// of its attempts to the shards; and the result, computed once when the
+// attempts have ended.
 //
 // A call's requests, answers and pushed memory are referred to by its
 // attempts, so they must outlive them: the owner declares its PendingCall

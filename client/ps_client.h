@@ -133,9 +133,6 @@ class PsClient {
  public:
   class PendingPull;
   class PendingPush;
-  // Earlier names of the same calls (a rows-only pull or push).
-  using PendingRowsPull = PendingPull;
-  using PendingRowsPush = PendingPush;
 
   // Validates the options and opens the channels. Does not contact the
   // shards.

@@ -328,9 +328,9 @@ absl::StatusOr<std::vector<int>> ParseLayerSizes(absl::string_view hidden,
   return sizes;
 }
 
-std::vector<TensorSpec> ModelSpecs(const std::vector<int>& layer_sizes,
-                                   const OptimizerSpec& optimizer,
-                                   uint64_t seed) {
+std::vector<TensorSpec> MlpSpecs(const std::vector<int>& layer_sizes,
+                                 const OptimizerSpec& optimizer,
+                                 uint64_t seed) {
   std::vector<TensorSpec> specs;
   for (size_t l = 0; l + 1 < layer_sizes.size(); ++l) {
     TensorSpec w;

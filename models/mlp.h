@@ -124,9 +124,8 @@ absl::StatusOr<std::vector<int>> ParseLayerSizes(absl::string_view hidden,
 // The parameter tensors of the MLP with `layer_sizes` (the names and shapes
 // of Mlp::params()): glorot-uniform weights, zero biases, all with
 // `optimizer` and `seed`.
-std::vector<TensorSpec> ModelSpecs(const std::vector<int>& layer_sizes,
-                                   const OptimizerSpec& optimizer,
-                                   uint64_t seed);
+std::vector<TensorSpec> MlpSpecs(const std::vector<int>& layer_sizes,
+                                 const OptimizerSpec& optimizer, uint64_t seed);
 
 }  // namespace asyncps
 

@@ -55,7 +55,7 @@ py::dict Client::PullRows(const py::object& ids, std::optional<int64_t> clock,
   }
   const int64_t c = clock.value_or(clock_);
   const absl::Status s = Call([&](PsClient& client) {
-    std::unique_ptr<PsClient::PendingRowsPull> pull =
+    std::unique_ptr<PsClient::PendingPull> pull =
         client.StartPullRows(c, c, queries);
     absl::Status st = pull->Wait();
     if (st.ok() && !peek) Remember(pull->read());

@@ -80,7 +80,7 @@ class MlpModel : public TrainingModel {
       }
     }
     const std::vector<TensorSpec> specs =
-        ModelSpecs(o_.layer_sizes, o_.optimizer, o_.seed);
+        MlpSpecs(o_.layer_sizes, o_.optimizer, o_.seed);
     if (o_.create) {
       absl::Status s = store_->Create(specs, /*tables=*/{});
       if (!s.ok()) return s;

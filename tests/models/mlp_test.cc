@@ -187,14 +187,14 @@ TEST_CASE("parameters are named fc<i>/w [in, out] and fc<i>/b [out]", "[mlp]") {
   CHECK((*mlp)->num_classes() == 10);
 }
 
-TEST_CASE("ModelSpecs are the tensors of Mlp::params(), initialized", "[mlp]") {
+TEST_CASE("MlpSpecs are the tensors of Mlp::params(), initialized", "[mlp]") {
   CpuBackend backend;
   auto mlp = Mlp::Create({784, 256, 10}, 8, &backend);
   REQUIRE(mlp.ok());
   OptimizerSpec adam;
   adam.set_type(OPT_ADAM);
   const std::vector<TensorSpec> specs =
-      ModelSpecs((*mlp)->layer_sizes(), adam, 42);
+      MlpSpecs((*mlp)->layer_sizes(), adam, 42);
   const std::vector<ParamInfo>& params = (*mlp)->params();
   REQUIRE(specs.size() == params.size());
   for (size_t i = 0; i < specs.size(); ++i) {
