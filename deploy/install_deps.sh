@@ -24,8 +24,9 @@ packages=(
 )
 if [ "$build_only" = 0 ]; then
   packages+=(
-    # Tests, lint, the demo data and the manifest checks.
-    dataset-fashion-mnist clang clang-format openssl python3-yaml
+    # Tests, lint, the demo data and the manifest checks; etcd for the
+    # membership tests.
+    dataset-fashion-mnist clang clang-format openssl python3-yaml etcd-server
     # The plots of the studies (tests/bench).
     gnuplot-nox
     # Python package (python/): binding, numpy, PyTorch integration and tests.

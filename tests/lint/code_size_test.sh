@@ -5,5 +5,5 @@
 set -euo pipefail
 root="${TEST_SRCDIR:?}/${TEST_WORKSPACE:-asyncps}"
 cd "$root"
-exec python3 tests/lint/code_size.py client common data kernels models python \
+exec python3 tests/lint/code_size.py client common data kernels membership models python \
   server serving store tools worker

@@ -17,7 +17,8 @@ flags=(-std=c++17 -fsyntax-only -Wthread-safety -Wthread-safety-beta
   -DCPPHTTPLIB_OPENSSL_SUPPORT -DCPPHTTPLIB_ZLIB_SUPPORT -DCPPHTTPLIB_BROTLI_SUPPORT)
 files=()
 for f in common/*.cc store/*.cc server/*.cc serving/*.cc client/*.cc \
-  data/*.cc models/*.cc worker/*.cc tools/*.cc tests/testing/*.cc \
+  data/*.cc membership/*.cc models/*.cc worker/*.cc tools/*.cc \
+  tests/testing/*.cc \
   tests/staleness/*.cc tests/serving/*.cc; do
   [ -e "$f" ] && [[ "$f" != *cuda* ]] && files+=("$f")
 done

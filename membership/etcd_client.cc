@@ -1,0 +1,282 @@
+#include "membership/etcd_client.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "common/grpc_status.h"
+
+namespace asyncps {
+namespace {
+
+EtcdKeyValue FromProto(const etcdserverpb::KeyValue& kv) {
+  EtcdKeyValue out;
+  out.key = kv.key();
+  out.value = kv.value();
+  out.create_revision = kv.create_revision();
+  out.mod_revision = kv.mod_revision();
+  out.version = kv.version();
+  out.lease = kv.lease();
+  return out;
+}
+
+absl::Status Annotate(const grpc::Status& s, absl::string_view what) {
+  const absl::Status status = FromGrpcStatus(s);
+  return absl::Status(status.code(),
+                      absl::StrCat("etcd ", what, ": ", status.message()));
+}
+
+// True when `endpoint` is "a.b.c.d:port".
+bool IsIpv4Endpoint(absl::string_view endpoint) {
+  const size_t colon = endpoint.rfind(':');
+  if (colon == absl::string_view::npos || colon == 0) return false;
+  return std::all_of(endpoint.begin(), endpoint.begin() + colon,
+                     [](char c) { return (c >= '0' && c <= '9') || c == '.'; });
+}
+
+}  // namespace
+
+std::string EtcdClient::PrefixEnd(absl::string_view prefix) {
+  std::string end(prefix);
+  // The smallest key above every key that starts with the prefix: its last
+  // byte below 0xff incremented, the bytes after it dropped.
+  while (!end.empty()) {
+    unsigned char& last = reinterpret_cast<unsigned char&>(end.back());
+    if (last < 0xff) {
+      ++last;
+      return end;
+    }
+    end.pop_back();
+  }
+  return std::string(1, '\0');  // every key
+}
+
+absl::StatusOr<std::unique_ptr<EtcdClient>> EtcdClient::Connect(
+    EtcdClientOptions options) {
+  if (options.endpoints.empty()) {
+    return absl::InvalidArgumentError("etcd: no endpoints given");
+  }
+  if (options.call_timeout <= absl::ZeroDuration()) {
+    return absl::InvalidArgumentError("etcd: call_timeout must be > 0");
+  }
+  for (const std::string& e : options.endpoints) {
+    if (e.empty() || e.find(':') == std::string::npos) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("etcd: endpoint '", e, "' is not host:port"));
+    }
+  }
+  const bool all_ip =
+      std::all_of(options.endpoints.begin(), options.endpoints.end(),
+                  [](const std::string& e) { return IsIpv4Endpoint(e); });
+  const std::string target =
+      all_ip ? absl::StrCat("ipv4:", absl::StrJoin(options.endpoints, ","))
+             : options.endpoints[0];
+  std::shared_ptr<grpc::Channel> channel =
+      grpc::CreateChannel(target, grpc::InsecureChannelCredentials());
+  return std::unique_ptr<EtcdClient>(
+      new EtcdClient(std::move(options), std::move(channel)));
+}
+
+EtcdClient::EtcdClient(EtcdClientOptions options,
+                       std::shared_ptr<grpc::Channel> channel)
+    : options_(std::move(options)),
+      channel_(std::move(channel)),
+      kv_(etcdserverpb::KV::NewStub(channel_)),
+      lease_(etcdserverpb::Lease::NewStub(channel_)),
+      watch_(etcdserverpb::Watch::NewStub(channel_)) {}
+
+std::unique_ptr<grpc::ClientContext> EtcdClient::Context() const {
+  auto ctx = std::make_unique<grpc::ClientContext>();
+  ctx->set_deadline(absl::ToChronoTime(absl::Now() + options_.call_timeout));
+  // Wait for a connection (an endpoint restarting) up to the deadline.
+  ctx->set_wait_for_ready(true);
+  return ctx;
+}
+
+absl::StatusOr<std::optional<EtcdKeyValue>> EtcdClient::Get(
+    absl::string_view key) {
+  etcdserverpb::RangeRequest request;
+  request.set_key(std::string(key));
+  etcdserverpb::RangeResponse response;
+  const grpc::Status s = kv_->Range(Context().get(), request, &response);
+  if (!s.ok()) return Annotate(s, "get");
+  if (response.kvs_size() == 0) return std::optional<EtcdKeyValue>();
+  return std::optional<EtcdKeyValue>(FromProto(response.kvs(0)));
+}
+
+absl::StatusOr<EtcdClient::Listing> EtcdClient::List(absl::string_view prefix) {
+  etcdserverpb::RangeRequest request;
+  request.set_key(std::string(prefix));
+  request.set_range_end(PrefixEnd(prefix));
+  etcdserverpb::RangeResponse response;
+  const grpc::Status s = kv_->Range(Context().get(), request, &response);
+  if (!s.ok()) return Annotate(s, "list");
+  Listing out;
+  out.revision = response.header().revision();
+  for (const etcdserverpb::KeyValue& kv : response.kvs()) {
+    out.kvs.push_back(FromProto(kv));
+  }
+  return out;
+}
+
+absl::StatusOr<int64_t> EtcdClient::Put(absl::string_view key,
+                                        absl::string_view value,
+                                        int64_t lease) {
+  etcdserverpb::PutRequest request;
+  request.set_key(std::string(key));
+  request.set_value(std::string(value));
+  request.set_lease(lease);
+  etcdserverpb::PutResponse response;
+  const grpc::Status s = kv_->Put(Context().get(), request, &response);
+  if (!s.ok()) return Annotate(s, "put");
+  return response.header().revision();
+}
+
+absl::StatusOr<int64_t> EtcdClient::Delete(absl::string_view key) {
+  etcdserverpb::DeleteRangeRequest request;
+  request.set_key(std::string(key));
+  etcdserverpb::DeleteRangeResponse response;
+  const grpc::Status s = kv_->DeleteRange(Context().get(), request, &response);
+  if (!s.ok()) return Annotate(s, "delete");
+  return response.deleted();
+}
+
+absl::StatusOr<EtcdClient::Swap> EtcdClient::CompareAndSwap(
+    absl::string_view key, int64_t expected_mod_revision,
+    absl::string_view value, int64_t lease) {
+  if (expected_mod_revision < 0) {
+    return absl::InvalidArgumentError(
+        "etcd compare-and-swap: the expected revision must be >= 0");
+  }
+  etcdserverpb::TxnRequest request;
+  etcdserverpb::Compare* c = request.add_compare();
+  c->set_key(std::string(key));
+  c->set_target(etcdserverpb::Compare::MOD);
+  c->set_result(etcdserverpb::Compare::EQUAL);
+  // An absent key's mod_revision compares as 0.
+  c->set_mod_revision(expected_mod_revision);
+  etcdserverpb::PutRequest* put = request.add_success()->mutable_request_put();
+  put->set_key(std::string(key));
+  put->set_value(std::string(value));
+  put->set_lease(lease);
+  request.add_failure()->mutable_request_range()->set_key(std::string(key));
+  etcdserverpb::TxnResponse response;
+  const grpc::Status s = kv_->Txn(Context().get(), request, &response);
+  if (!s.ok()) return Annotate(s, "compare-and-swap");
+  Swap out;
+  out.swapped = response.succeeded();
+  out.revision = response.header().revision();
+  if (!out.swapped && response.responses_size() == 1 &&
+      response.responses(0).response_range().kvs_size() > 0) {
+    out.current = FromProto(response.responses(0).response_range().kvs(0));
+  }
+  return out;
+}
+
+absl::StatusOr<int64_t> EtcdClient::GrantLease(absl::Duration ttl) {
+  const int64_t seconds =
+      absl::ToInt64Seconds(absl::Ceil(ttl, absl::Seconds(1)));
+  if (seconds < 1) {
+    return absl::InvalidArgumentError("etcd lease: the TTL must be >= 1 s");
+  }
+  etcdserverpb::LeaseGrantRequest request;
+  request.set_ttl(seconds);
+  etcdserverpb::LeaseGrantResponse response;
+  const grpc::Status s =
+      lease_->LeaseGrant(Context().get(), request, &response);
+  if (!s.ok()) return Annotate(s, "lease grant");
+  if (!response.error().empty()) {
+    return absl::UnavailableError(
+        absl::StrCat("etcd lease grant: ", response.error()));
+  }
+  return response.id();
+}
+
+absl::StatusOr<absl::Duration> EtcdClient::RenewLease(int64_t id) {
+  std::unique_ptr<grpc::ClientContext> ctx = Context();
+  auto stream = lease_->LeaseKeepAlive(ctx.get());
+  etcdserverpb::LeaseKeepAliveRequest request;
+  request.set_id(id);
+  etcdserverpb::LeaseKeepAliveResponse response;
+  const bool ok = stream->Write(request) && stream->Read(&response);
+  stream->WritesDone();
+  if (!ok) {
+    ctx->TryCancel();
+    const grpc::Status s = stream->Finish();
+    return Annotate(s.ok() ? grpc::Status(grpc::StatusCode::UNAVAILABLE,
+                                          "keep-alive stream ended")
+                           : s,
+                    "lease renewal");
+  }
+  // The rest of the stream is not needed: end it.
+  ctx->TryCancel();
+  (void)stream->Finish();
+  if (response.ttl() <= 0) {
+    return absl::NotFoundError(
+        absl::StrCat("etcd lease ", id, " expired (its keys are gone)"));
+  }
+  return absl::Seconds(response.ttl());
+}
+
+absl::Status EtcdClient::RevokeLease(int64_t id) {
+  etcdserverpb::LeaseRevokeRequest request;
+  request.set_id(id);
+  etcdserverpb::LeaseRevokeResponse response;
+  const grpc::Status s =
+      lease_->LeaseRevoke(Context().get(), request, &response);
+  if (!s.ok()) return Annotate(s, "lease revoke");
+  return absl::OkStatus();
+}
+
+std::unique_ptr<EtcdClient::Watcher> EtcdClient::WatchPrefix(
+    absl::string_view prefix, int64_t start_revision,
+    std::function<void(const std::vector<EtcdEvent>&, int64_t)> on_events,
+    std::function<void(const absl::Status&)> on_end) {
+  std::unique_ptr<Watcher> w(new Watcher());
+  etcdserverpb::WatchRequest create;
+  create.mutable_create_request()->set_key(std::string(prefix));
+  create.mutable_create_request()->set_range_end(PrefixEnd(prefix));
+  create.mutable_create_request()->set_start_revision(start_revision);
+  Watcher* raw = w.get();
+  w->thread_ = std::thread([this, raw, create, on_events = std::move(on_events),
+                            on_end = std::move(on_end)] {
+    auto stream = watch_->Watch(&raw->context_);
+    absl::Status end;
+    if (!stream->Write(create)) {
+      end = absl::UnavailableError("etcd watch: cannot start the stream");
+    }
+    etcdserverpb::WatchResponse response;
+    while (end.ok() && stream->Read(&response)) {
+      if (response.compact_revision() != 0 || response.canceled()) {
+        end = absl::OutOfRangeError(absl::StrCat(
+            "etcd watch cancelled (compacted to revision ",
+            response.compact_revision(), "): ", response.cancel_reason()));
+        break;
+      }
+      if (response.events_size() == 0) continue;  // created, progress
+      std::vector<EtcdEvent> events;
+      for (const etcdserverpb::Event& e : response.events()) {
+        events.push_back(
+            {e.type() == etcdserverpb::Event::DELETE, FromProto(e.kv())});
+      }
+      on_events(events, response.header().revision());
+    }
+    raw->context_.TryCancel();
+    const grpc::Status s = stream->Finish();
+    if (raw->cancelled_.load()) return;  // the owner ended it
+    if (end.ok()) end = Annotate(s, "watch");
+    if (end.ok()) end = absl::UnavailableError("etcd watch: stream ended");
+    if (on_end) on_end(end);
+  });
+  return w;
+}
+
+EtcdClient::Watcher::~Watcher() {
+  cancelled_.store(true);
+  context_.TryCancel();
+  if (thread_.joinable()) thread_.join();
+}
+
+}  // namespace asyncps

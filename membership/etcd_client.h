@@ -1,0 +1,163 @@
+#ifndef ASYNCPS_MEMBERSHIP_ETCD_CLIENT_H_
+#define ASYNCPS_MEMBERSHIP_ETCD_CLIENT_H_
+
+// A small client of etcd's v3 API (proto/etcd_v3.proto) for the cluster's
+// membership: keys and prefixes, compare-and-swap on a key's revision,
+// leases that expire with the process that holds them, and watches. etcd is
+// the coordinator (DESIGN.md, "membership lives in etcd"): this client adds
+// no state of its own beyond the channel.
+//
+// Example:
+//
+//   EtcdClientOptions o;
+//   o.endpoints = {"127.0.0.1:2379"};
+//   absl::StatusOr<std::unique_ptr<EtcdClient>> etcd = EtcdClient::Connect(o);
+//   if (!etcd.ok()) return etcd.status();
+//   absl::StatusOr<int64_t> lease = (*etcd)->GrantLease(absl::Seconds(5));
+//   // Becomes the owner of the key only if nobody holds it (revision 0).
+//   absl::StatusOr<EtcdClient::Swap> won = (*etcd)->CompareAndSwap(
+//       "/asyncps/run1/primary/0", /*expected_mod_revision=*/0,
+//       "10.0.0.5:7000", *lease);
+//   if (won.ok() && won->swapped) { ... renew the lease every TTL / 3 ... }
+//
+// Every call has a deadline (EtcdClientOptions::call_timeout); etcd's errors
+// come back as absl::Status (UNAVAILABLE while no endpoint answers).
+// Thread-safe.
+
+#include <grpcpp/grpcpp.h>
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/time/time.h"
+#include "proto/etcd_v3.grpc.pb.h"
+
+namespace asyncps {
+
+struct EtcdClientOptions {
+  // "host:port" of etcd's client URLs; with several IP addresses the
+  // channel fails over between them (gRPC pick_first), otherwise the first
+  // is used.
+  std::vector<std::string> endpoints;
+  absl::Duration call_timeout = absl::Seconds(5);
+};
+
+// One key as etcd holds it.
+struct EtcdKeyValue {
+  std::string key;
+  std::string value;
+  int64_t create_revision = 0;
+  int64_t mod_revision = 0;  // the store revision of its last put
+  int64_t version = 0;       // puts since it was created
+  int64_t lease = 0;         // 0 = none
+};
+
+// One change a watch saw.
+struct EtcdEvent {
+  bool deleted = false;  // else a put
+  EtcdKeyValue kv;       // a delete's has the key and mod_revision only
+};
+
+class EtcdClient {
+ public:
+  class Watcher;
+
+  // Validates the options and opens the channel (contacts nobody).
+  static absl::StatusOr<std::unique_ptr<EtcdClient>> Connect(
+      EtcdClientOptions options);
+
+  // The key, or nullopt when it does not exist.
+  absl::StatusOr<std::optional<EtcdKeyValue>> Get(absl::string_view key);
+
+  // Every key under `prefix` (in key order) and the store revision they
+  // were read at (a watch from revision + 1 misses nothing).
+  struct Listing {
+    std::vector<EtcdKeyValue> kvs;
+    int64_t revision = 0;
+  };
+  absl::StatusOr<Listing> List(absl::string_view prefix);
+
+  // Sets the key (with `lease`, 0 = none); returns the new store revision.
+  absl::StatusOr<int64_t> Put(absl::string_view key, absl::string_view value,
+                              int64_t lease = 0);
+
+  // Deletes the key; returns how many keys went (0 or 1).
+  absl::StatusOr<int64_t> Delete(absl::string_view key);
+
+  // Sets the key to `value` only if its mod_revision is
+  // `expected_mod_revision` (0: only if the key does not exist), in one
+  // atomic step of etcd. `current` is what the key held when the swap did
+  // not happen (nullopt: absent).
+  struct Swap {
+    bool swapped = false;
+    int64_t revision = 0;  // the store revision after the transaction
+    std::optional<EtcdKeyValue> current;
+  };
+  absl::StatusOr<Swap> CompareAndSwap(absl::string_view key,
+                                      int64_t expected_mod_revision,
+                                      absl::string_view value,
+                                      int64_t lease = 0);
+
+  // A lease of `ttl` (whole seconds, at least 1); returns its id.
+  absl::StatusOr<int64_t> GrantLease(absl::Duration ttl);
+  // Renews the lease; returns the time it has left. NOT_FOUND once it
+  // expired (its keys are gone).
+  absl::StatusOr<absl::Duration> RenewLease(int64_t id);
+  // Ends the lease now and deletes its keys.
+  absl::Status RevokeLease(int64_t id);
+
+  // Watches every key under `prefix` from `start_revision` (0: from now);
+  // `on_events` runs on the watcher's thread with each batch, in revision
+  // order; `on_end` once when the watch ends by itself (etcd unreachable,
+  // the revision compacted: the caller lists again and watches anew). Ends
+  // when the Watcher is destroyed.
+  std::unique_ptr<Watcher> WatchPrefix(
+      absl::string_view prefix, int64_t start_revision,
+      std::function<void(const std::vector<EtcdEvent>&, int64_t revision)>
+          on_events,
+      std::function<void(const absl::Status&)> on_end);
+
+  // The range end that makes [prefix, end) every key under `prefix`.
+  static std::string PrefixEnd(absl::string_view prefix);
+
+ private:
+  explicit EtcdClient(EtcdClientOptions options,
+                      std::shared_ptr<grpc::Channel> channel);
+  std::unique_ptr<grpc::ClientContext> Context() const;
+
+  const EtcdClientOptions options_;
+  const std::shared_ptr<grpc::Channel> channel_;
+  const std::unique_ptr<etcdserverpb::KV::Stub> kv_;
+  const std::unique_ptr<etcdserverpb::Lease::Stub> lease_;
+  const std::unique_ptr<etcdserverpb::Watch::Stub> watch_;
+};
+
+// A watch in progress (EtcdClient::WatchPrefix); the destructor cancels it
+// and joins its thread. Thread-compatible.
+class EtcdClient::Watcher {
+ public:
+  ~Watcher();
+  Watcher(const Watcher&) = delete;
+  Watcher& operator=(const Watcher&) = delete;
+
+ private:
+  friend class EtcdClient;
+  Watcher() = default;
+
+  grpc::ClientContext context_;
+  std::atomic<bool> cancelled_{false};
+  std::thread thread_;
+};
+
+}  // namespace asyncps
+
+#endif  // ASYNCPS_MEMBERSHIP_ETCD_CLIENT_H_

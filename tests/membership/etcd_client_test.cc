@@ -1,0 +1,229 @@
+// The etcd v3 client (membership/etcd_client.h) against a real etcd
+// process on loopback: keys, prefixes and revisions, compare-and-swap,
+// leases that expire or are kept, watches, and etcd killed and restarted.
+#include "membership/etcd_client.h"
+
+#include <catch2/catch.hpp>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/synchronization/mutex.h"
+#include "absl/time/clock.h"
+#include "tests/testing/etcd_process.h"
+#include "tests/testing/require_ok.h"
+#include "tests/testing/subprocess.h"
+
+namespace asyncps {
+namespace {
+
+std::unique_ptr<EtcdClient> Connect(const testing::EtcdProcess& etcd,
+                                    absl::Duration timeout = absl::Seconds(5)) {
+  EtcdClientOptions o;
+  o.endpoints = {etcd.endpoint};
+  o.call_timeout = timeout;
+  absl::StatusOr<std::unique_ptr<EtcdClient>> c = EtcdClient::Connect(o);
+  REQUIRE_OK(c.status());
+  return *std::move(c);
+}
+
+TEST_CASE("bad options are refused", "[etcd]") {
+  CHECK(absl::IsInvalidArgument(EtcdClient::Connect({}).status()));
+  EtcdClientOptions o;
+  o.endpoints = {"no-port"};
+  CHECK(absl::IsInvalidArgument(EtcdClient::Connect(o).status()));
+  o.endpoints = {"127.0.0.1:1"};
+  o.call_timeout = absl::ZeroDuration();
+  CHECK(absl::IsInvalidArgument(EtcdClient::Connect(o).status()));
+  CHECK(EtcdClient::PrefixEnd("/a/") == "/a0");
+  CHECK(EtcdClient::PrefixEnd(std::string("a\xff", 2)) == "b");
+}
+
+TEST_CASE("keys, prefixes and revisions", "[etcd]") {
+  absl::StatusOr<testing::EtcdProcess> etcd = testing::StartEtcd();
+  REQUIRE_OK(etcd.status());
+  auto c = Connect(*etcd);
+  absl::StatusOr<int64_t> r1 = c->Put("/run/a", "1");
+  REQUIRE_OK(r1.status());
+  absl::StatusOr<int64_t> r2 = c->Put("/run/b", "2");
+  REQUIRE_OK(r2.status());
+  CHECK(*r2 == *r1 + 1);
+  REQUIRE_OK(c->Put("/other", "x").status());
+  absl::StatusOr<std::optional<EtcdKeyValue>> a = c->Get("/run/a");
+  REQUIRE_OK(a.status());
+  REQUIRE(a->has_value());
+  CHECK((*a)->value == "1");
+  CHECK((*a)->mod_revision == *r1);
+  CHECK((*a)->version == 1);
+  absl::StatusOr<EtcdClient::Listing> list = c->List("/run/");
+  REQUIRE_OK(list.status());
+  REQUIRE(list->kvs.size() == 2);
+  CHECK(list->kvs[0].key == "/run/a");
+  CHECK(list->kvs[1].key == "/run/b");
+  CHECK(list->revision == *r2 + 1);
+  absl::StatusOr<int64_t> deleted = c->Delete("/run/a");
+  REQUIRE_OK(deleted.status());
+  CHECK(*deleted == 1);
+  a = c->Get("/run/a");
+  REQUIRE_OK(a.status());
+  CHECK(!a->has_value());
+}
+
+TEST_CASE("compare-and-swap on a key's revision", "[etcd]") {
+  absl::StatusOr<testing::EtcdProcess> etcd = testing::StartEtcd();
+  REQUIRE_OK(etcd.status());
+  auto c = Connect(*etcd);
+  // Only one of two creators wins the absent key.
+  absl::StatusOr<EtcdClient::Swap> first =
+      c->CompareAndSwap("/primary/0", 0, "shard-a");
+  REQUIRE_OK(first.status());
+  CHECK(first->swapped);
+  absl::StatusOr<EtcdClient::Swap> second =
+      c->CompareAndSwap("/primary/0", 0, "shard-b");
+  REQUIRE_OK(second.status());
+  CHECK(!second->swapped);
+  REQUIRE(second->current.has_value());
+  CHECK(second->current->value == "shard-a");
+  const int64_t seen = second->current->mod_revision;
+  // A swap from the revision read succeeds once; a stale one fails.
+  absl::StatusOr<EtcdClient::Swap> next =
+      c->CompareAndSwap("/primary/0", seen, "shard-b");
+  REQUIRE_OK(next.status());
+  CHECK(next->swapped);
+  absl::StatusOr<EtcdClient::Swap> stale =
+      c->CompareAndSwap("/primary/0", seen, "shard-c");
+  REQUIRE_OK(stale.status());
+  CHECK(!stale->swapped);
+  CHECK(stale->current->value == "shard-b");
+  CHECK(absl::IsInvalidArgument(
+      c->CompareAndSwap("/primary/0", -1, "x").status()));
+}
+
+TEST_CASE("a key on a lease lives while the lease is renewed", "[etcd]") {
+  absl::StatusOr<testing::EtcdProcess> etcd = testing::StartEtcd();
+  REQUIRE_OK(etcd.status());
+  auto c = Connect(*etcd);
+  CHECK(absl::IsInvalidArgument(c->GrantLease(absl::ZeroDuration()).status()));
+  absl::StatusOr<int64_t> kept = c->GrantLease(absl::Seconds(2));
+  REQUIRE_OK(kept.status());
+  absl::StatusOr<int64_t> dropped = c->GrantLease(absl::Seconds(2));
+  REQUIRE_OK(dropped.status());
+  REQUIRE_OK(c->Put("/live/kept", "1", *kept).status());
+  REQUIRE_OK(c->Put("/live/dropped", "1", *dropped).status());
+  // Renew one lease for twice its TTL; the other lapses.
+  const absl::Time until = absl::Now() + absl::Seconds(4);
+  while (absl::Now() < until) {
+    absl::StatusOr<absl::Duration> left = c->RenewLease(*kept);
+    REQUIRE_OK(left.status());
+    CHECK(*left > absl::ZeroDuration());
+    absl::SleepFor(absl::Milliseconds(500));
+  }
+  REQUIRE_OK(testing::WaitFor(
+      [&] {
+        auto kv = c->Get("/live/dropped");
+        return kv.ok() && !kv->has_value();
+      },
+      absl::Seconds(10), "the lapsed lease's key to go"));
+  absl::StatusOr<std::optional<EtcdKeyValue>> still = c->Get("/live/kept");
+  REQUIRE_OK(still.status());
+  CHECK(still->has_value());
+  CHECK(absl::IsNotFound(c->RenewLease(*dropped).status()));
+  // Revoking ends the lease and its keys at once.
+  REQUIRE_OK(c->RevokeLease(*kept));
+  still = c->Get("/live/kept");
+  REQUIRE_OK(still.status());
+  CHECK(!still->has_value());
+}
+
+// What a watch delivered.
+struct Seen {
+  absl::Mutex mu;
+  std::vector<EtcdEvent> events ABSL_GUARDED_BY(mu);
+  absl::Status end ABSL_GUARDED_BY(mu);
+  bool ended ABSL_GUARDED_BY(mu) = false;
+};
+
+std::unique_ptr<EtcdClient::Watcher> Watch(EtcdClient* c, const char* prefix,
+                                           int64_t from, Seen* seen) {
+  return c->WatchPrefix(
+      prefix, from,
+      [seen](const std::vector<EtcdEvent>& events, int64_t) {
+        absl::MutexLock l(&seen->mu);
+        for (const EtcdEvent& e : events) seen->events.push_back(e);
+      },
+      [seen](const absl::Status& s) {
+        absl::MutexLock l(&seen->mu);
+        seen->end = s;
+        seen->ended = true;
+      });
+}
+
+TEST_CASE("a watch sees every change under its prefix, in order", "[etcd]") {
+  absl::StatusOr<testing::EtcdProcess> etcd = testing::StartEtcd();
+  REQUIRE_OK(etcd.status());
+  auto c = Connect(*etcd);
+  absl::StatusOr<int64_t> before = c->Put("/map/epoch", "1");
+  REQUIRE_OK(before.status());
+  Seen live, replay;
+  auto w = Watch(c.get(), "/map/", 0, &live);
+  // From a past revision: the first put too.
+  auto r = Watch(c.get(), "/map/", *before, &replay);
+  absl::SleepFor(absl::Milliseconds(200));  // let the live watch start
+  REQUIRE_OK(c->Put("/map/epoch", "2").status());
+  REQUIRE_OK(c->Put("/elsewhere", "x").status());
+  REQUIRE_OK(c->Delete("/map/epoch").status());
+  REQUIRE_OK(testing::WaitFor(
+      [&] {
+        absl::MutexLock l(&live.mu);
+        absl::MutexLock m(&replay.mu);
+        return live.events.size() >= 2 && replay.events.size() >= 3;
+      },
+      absl::Seconds(10), "the watch events"));
+  absl::MutexLock l(&live.mu);
+  REQUIRE(live.events.size() == 2);
+  CHECK(!live.events[0].deleted);
+  CHECK(live.events[0].kv.value == "2");
+  CHECK(live.events[1].deleted);
+  CHECK(live.events[1].kv.key == "/map/epoch");
+  absl::MutexLock m(&replay.mu);
+  REQUIRE(replay.events.size() == 3);
+  CHECK(replay.events[0].kv.value == "1");
+  CHECK(replay.events[0].kv.mod_revision == *before);
+  CHECK(!live.ended);
+}
+
+TEST_CASE(
+    "etcd killed: calls fail within their deadline; restarted: the "
+    "data is back",
+    "[etcd][faults]") {
+  absl::StatusOr<testing::EtcdProcess> etcd = testing::StartEtcd();
+  REQUIRE_OK(etcd.status());
+  auto c = Connect(*etcd, absl::Seconds(2));
+  REQUIRE_OK(c->Put("/durable", "yes").status());
+  Seen seen;
+  auto w = Watch(c.get(), "/durable", 0, &seen);
+  absl::SleepFor(absl::Milliseconds(200));
+  REQUIRE_OK(etcd->process->Kill(absl::ZeroDuration()).status());
+  const absl::Time start = absl::Now();
+  const absl::Status s = c->Put("/durable", "no").status();
+  CHECK((absl::IsUnavailable(s) || absl::IsDeadlineExceeded(s)));
+  CHECK(absl::Now() - start < absl::Seconds(10));
+  REQUIRE_OK(testing::WaitFor(
+      [&] {
+        absl::MutexLock l(&seen.mu);
+        return seen.ended;
+      },
+      absl::Seconds(10), "the watch to end"));
+  {
+    absl::MutexLock l(&seen.mu);
+    CHECK(!seen.end.ok());
+  }
+  REQUIRE_OK(testing::RestartEtcd(&*etcd));
+  absl::StatusOr<std::optional<EtcdKeyValue>> kv = c->Get("/durable");
+  REQUIRE_OK(kv.status());
+  REQUIRE(kv->has_value());
+  CHECK((*kv)->value == "yes");
+}
+
+}  // namespace
+}  // namespace asyncps

@@ -1,0 +1,94 @@
+#include "tests/testing/etcd_process.h"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <vector>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+
+namespace asyncps {
+namespace testing {
+namespace {
+
+// Whether something accepts TCP connections at "127.0.0.1:<port>".
+bool Accepts(const std::string& address) {
+  int port = 0;
+  if (!absl::SimpleAtoi(address.substr(address.rfind(':') + 1), &port)) {
+    return false;
+  }
+  const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return false;
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  const bool ok =
+      connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0;
+  close(fd);
+  return ok;
+}
+
+absl::Status Launch(EtcdProcess* etcd, absl::Duration timeout) {
+  const std::string client = absl::StrCat("http://", etcd->endpoint);
+  const std::string peer = absl::StrCat("http://", etcd->peer);
+  const std::vector<std::string> args = {
+      "--name=asyncps-test",
+      "--data-dir=" + etcd->data_dir,
+      "--listen-client-urls=" + client,
+      "--advertise-client-urls=" + client,
+      "--listen-peer-urls=" + peer,
+      "--initial-advertise-peer-urls=" + peer,
+      "--initial-cluster=asyncps-test=" + peer,
+      "--log-level=warn",
+  };
+  absl::StatusOr<std::unique_ptr<Subprocess>> p =
+      Subprocess::Start(EtcdBinary(), args, etcd->data_dir + ".log");
+  if (!p.ok()) return p.status();
+  etcd->process = *std::move(p);
+  Subprocess* process = etcd->process.get();
+  const absl::Status up =
+      WaitFor([&] { return !process->Running() || Accepts(etcd->endpoint); },
+              timeout, "etcd's client port");
+  if (!up.ok() || !process->Running()) {
+    return absl::UnavailableError(absl::StrCat(
+        "etcd did not start: ", up.message(), "\n", process->LogTail()));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+std::string EtcdBinary() {
+  const char* env = std::getenv("ASYNCPS_ETCD");
+  return env != nullptr && *env != '\0' ? env : "/usr/bin/etcd";
+}
+
+absl::StatusOr<EtcdProcess> StartEtcd(absl::Duration timeout) {
+  EtcdProcess etcd;
+  absl::StatusOr<std::string> client = UnusedLoopbackAddress();
+  if (!client.ok()) return client.status();
+  absl::StatusOr<std::string> peer = UnusedLoopbackAddress();
+  if (!peer.ok()) return peer.status();
+  etcd.endpoint = *client;
+  etcd.peer = *peer;
+  etcd.data_dir = MakeTmpDir("etcd");
+  absl::Status s = Launch(&etcd, timeout);
+  if (!s.ok()) return s;
+  return etcd;
+}
+
+absl::Status RestartEtcd(EtcdProcess* etcd, absl::Duration timeout) {
+  if (etcd->process != nullptr) {
+    absl::StatusOr<int> killed = etcd->process->Kill(absl::ZeroDuration());
+    if (!killed.ok()) return killed.status();
+  }
+  return Launch(etcd, timeout);
+}
+
+}  // namespace testing
+}  // namespace asyncps

@@ -1,0 +1,50 @@
+#ifndef ASYNCPS_TESTS_TESTING_ETCD_PROCESS_H_
+#define ASYNCPS_TESTS_TESTING_ETCD_PROCESS_H_
+
+// A real etcd server (Debian's etcd-server, /usr/bin/etcd) for tests: one
+// member on free loopback ports, its data in a fresh directory, killed by
+// PID when the EtcdProcess goes.
+//
+// Example:
+//
+//   absl::StatusOr<testing::EtcdProcess> etcd = testing::StartEtcd();
+//   REQUIRE_OK(etcd.status());
+//   EtcdClientOptions o;
+//   o.endpoints = {etcd->endpoint};      // "127.0.0.1:<port>"
+//   ...
+//   REQUIRE_OK(testing::RestartEtcd(&*etcd));  // same ports and data
+
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "tests/testing/subprocess.h"
+
+namespace asyncps {
+namespace testing {
+
+struct EtcdProcess {
+  std::unique_ptr<Subprocess> process;
+  std::string endpoint;  // client address, "127.0.0.1:<port>"
+  std::string peer;      // peer address
+  std::string data_dir;
+};
+
+// The etcd binary (ASYNCPS_ETCD if set, else /usr/bin/etcd).
+std::string EtcdBinary();
+
+// Starts etcd on free loopback ports with a new data directory and waits
+// up to `timeout` until its client port accepts connections.
+absl::StatusOr<EtcdProcess> StartEtcd(
+    absl::Duration timeout = absl::Seconds(30));
+
+// Kills the process (SIGKILL) and starts it again on the same ports and
+// data directory.
+absl::Status RestartEtcd(EtcdProcess* etcd,
+                         absl::Duration timeout = absl::Seconds(30));
+
+}  // namespace testing
+}  // namespace asyncps
+
+#endif  // ASYNCPS_TESTS_TESTING_ETCD_PROCESS_H_
