@@ -3,9 +3,11 @@
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
+#include <sys/time.h>
 #include <unistd.h>
 
 #include <cstdlib>
+#include <string>
 #include <vector>
 
 #include "absl/strings/numbers.h"
@@ -15,22 +17,34 @@ namespace asyncps {
 namespace testing {
 namespace {
 
-// Whether something accepts TCP connections at "127.0.0.1:<port>".
-bool Accepts(const std::string& address) {
+// Whether etcd at "127.0.0.1:<port>" serves requests: its /health answer
+// says so once it has a leader (a request before that may time out).
+bool Healthy(const std::string& address) {
   int port = 0;
   if (!absl::SimpleAtoi(address.substr(address.rfind(':') + 1), &port)) {
     return false;
   }
   const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
   if (fd < 0) return false;
+  const timeval timeout{1, 0};
+  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof(timeout));
   sockaddr_in addr{};
   addr.sin_family = AF_INET;
   addr.sin_port = htons(static_cast<uint16_t>(port));
   addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  const bool ok =
-      connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0;
+  std::string answer;
+  if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0) {
+    const std::string request =
+        "GET /health HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n";
+    if (write(fd, request.data(), request.size()) ==
+        static_cast<ssize_t>(request.size())) {
+      char buf[512];
+      ssize_t n;
+      while ((n = read(fd, buf, sizeof(buf))) > 0) answer.append(buf, n);
+    }
+  }
   close(fd);
-  return ok;
+  return answer.find("\"health\":\"true\"") != std::string::npos;
 }
 
 absl::Status Launch(EtcdProcess* etcd, absl::Duration timeout) {
@@ -52,8 +66,8 @@ absl::Status Launch(EtcdProcess* etcd, absl::Duration timeout) {
   etcd->process = *std::move(p);
   Subprocess* process = etcd->process.get();
   const absl::Status up =
-      WaitFor([&] { return !process->Running() || Accepts(etcd->endpoint); },
-              timeout, "etcd's client port");
+      WaitFor([&] { return !process->Running() || Healthy(etcd->endpoint); },
+              timeout, "etcd to be healthy", absl::Milliseconds(100));
   if (!up.ok() || !process->Running()) {
     return absl::UnavailableError(absl::StrCat(
         "etcd did not start: ", up.message(), "\n", process->LogTail()));

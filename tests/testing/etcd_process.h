@@ -35,12 +35,12 @@ struct EtcdProcess {
 std::string EtcdBinary();
 
 // Starts etcd on free loopback ports with a new data directory and waits
-// up to `timeout` until its client port accepts connections.
+// up to `timeout` until it reports itself healthy (it has a leader).
 absl::StatusOr<EtcdProcess> StartEtcd(
     absl::Duration timeout = absl::Seconds(30));
 
 // Kills the process (SIGKILL) and starts it again on the same ports and
-// data directory.
+// data directory, healthy again.
 absl::Status RestartEtcd(EtcdProcess* etcd,
                          absl::Duration timeout = absl::Seconds(30));
 

@@ -1,0 +1,86 @@
+#include "membership/lease_keeper.h"
+
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+
+namespace asyncps {
+
+absl::StatusOr<std::unique_ptr<LeaseKeeper>> LeaseKeeper::Start(
+    LeaseKeeperOptions options) {
+  if (options.etcd == nullptr || options.clock == nullptr) {
+    return absl::InvalidArgumentError(
+        "LeaseKeeperOptions: etcd and clock are required");
+  }
+  if (options.ttl < absl::Seconds(1)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "lease TTL must be >= 1 s, got ", absl::FormatDuration(options.ttl)));
+  }
+  // The grant's clock starts before it is sent.
+  const absl::Time sent = options.clock->Now();
+  absl::StatusOr<int64_t> id = options.etcd->GrantLease(options.ttl);
+  if (!id.ok()) return id.status();
+  const absl::Time until = sent + absl::Floor(options.ttl, absl::Seconds(1));
+  return std::unique_ptr<LeaseKeeper>(
+      new LeaseKeeper(std::move(options), *id, until));
+}
+
+LeaseKeeper::LeaseKeeper(LeaseKeeperOptions options, int64_t id,
+                         absl::Time held_until)
+    : options_(std::move(options)), id_(id), held_until_(held_until) {
+  thread_ = std::thread([this] { Renew(); });
+}
+
+LeaseKeeper::~LeaseKeeper() {
+  stop_.Notify();
+  if (thread_.joinable()) thread_.join();
+  bool lost;
+  {
+    absl::MutexLock l(&mu_);
+    lost = lost_;
+    lost_ = true;
+    held_until_ = absl::InfinitePast();
+  }
+  if (!lost) (void)options_.etcd->RevokeLease(id_);
+}
+
+bool LeaseKeeper::Held(absl::Time now) const {
+  absl::MutexLock l(&mu_);
+  return !lost_ && now < held_until_;
+}
+
+absl::Time LeaseKeeper::HeldUntil() const {
+  absl::MutexLock l(&mu_);
+  return lost_ ? absl::InfinitePast() : held_until_;
+}
+
+void LeaseKeeper::Lose() {
+  {
+    absl::MutexLock l(&mu_);
+    if (lost_) return;
+    lost_ = true;
+    held_until_ = absl::InfinitePast();
+  }
+  if (options_.on_lost) options_.on_lost();
+}
+
+void LeaseKeeper::Renew() {
+  const absl::Duration every = options_.ttl / 3;
+  while (!stop_.WaitForNotificationWithTimeout(every)) {
+    const absl::Time sent = options_.clock->Now();
+    if (sent >= HeldUntil()) {  // expired before this renewal
+      Lose();
+      return;
+    }
+    absl::StatusOr<absl::Duration> left = options_.etcd->RenewLease(id_);
+    if (absl::IsNotFound(left.status())) {  // etcd says it is gone
+      Lose();
+      return;
+    }
+    if (!left.ok()) continue;  // etcd unreachable: try again, or expire
+    absl::MutexLock l(&mu_);
+    if (!lost_) held_until_ = std::max(held_until_, sent + *left);
+  }
+}
+
+}  // namespace asyncps

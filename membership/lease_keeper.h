@@ -1,0 +1,98 @@
+#ifndef ASYNCPS_MEMBERSHIP_LEASE_KEEPER_H_
+#define ASYNCPS_MEMBERSHIP_LEASE_KEEPER_H_
+
+// A process's lease in etcd, renewed in the background, and the one answer
+// every write path of a replicated shard asks before it acknowledges
+// anything: "do I still hold my lease?".
+//
+// The answer is conservative. A renewal's clock starts when its request is
+// sent, not when etcd answers, so the keeper's idea of the expiry is never
+// later than etcd's: once Held() turns false, etcd may already have given
+// the lease's keys (a primary's role) to somebody else, and from then on
+// the process must acknowledge nothing it did under that lease. A lost
+// lease is never renewed again: the process must be given a new one (and a
+// new role) through the map.
+//
+// Example:
+//
+//   LeaseKeeperOptions o;
+//   o.etcd = etcd.get();
+//   o.ttl = absl::Seconds(2);
+//   o.on_lost = [&] { stop_acknowledging(); };
+//   absl::StatusOr<std::unique_ptr<LeaseKeeper>> lease =
+//       LeaseKeeper::Start(o);
+//   if (!lease.ok()) return lease.status();       // etcd unreachable
+//   etcd->Put("/asyncps/run1/servers/host-a", "10.0.0.5:7000",
+//             (*lease)->id());                    // gone with the lease
+//   ...
+//   if (!(*lease)->Held()) return absl::UnavailableError("lease lost");
+//
+// Thread-safe.
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <thread>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/synchronization/notification.h"
+#include "absl/time/time.h"
+#include "common/clock.h"
+#include "membership/etcd_client.h"
+
+namespace asyncps {
+
+struct LeaseKeeperOptions {
+  EtcdClient* etcd = nullptr;  // not owned; outlives the keeper
+  // The lease's time to live (whole seconds, >= 1). Renewals are sent
+  // every ttl / 3, so two may fail before the lease is lost.
+  absl::Duration ttl = absl::Seconds(2);
+  // Runs once, on the keeper's thread, when the lease is lost (expired
+  // unrenewed, or etcd answered that it is gone).
+  std::function<void()> on_lost;
+  Clock* clock = Clock::Real();  // not owned
+};
+
+class LeaseKeeper {
+ public:
+  // Grants the lease and starts renewing it. Errors of the grant (etcd
+  // unreachable within its call timeout) come back here.
+  static absl::StatusOr<std::unique_ptr<LeaseKeeper>> Start(
+      LeaseKeeperOptions options);
+
+  // Stops renewing and revokes the lease (best effort: an unreachable etcd
+  // lets it expire by itself).
+  ~LeaseKeeper();
+  LeaseKeeper(const LeaseKeeper&) = delete;
+  LeaseKeeper& operator=(const LeaseKeeper&) = delete;
+
+  int64_t id() const { return id_; }
+  // True while the lease is certainly still held at `now`.
+  bool Held(absl::Time now) const;
+  bool Held() const { return Held(options_.clock->Now()); }
+  // When the lease is certainly held until (InfinitePast once lost).
+  absl::Time HeldUntil() const;
+
+ private:
+  LeaseKeeper(LeaseKeeperOptions options, int64_t id, absl::Time held_until);
+  void Renew();  // the renewal thread
+  // Marks the lease lost (once) and tells the owner.
+  void Lose();
+
+  // Const after construction.
+  const LeaseKeeperOptions options_;
+  const int64_t id_;
+
+  mutable absl::Mutex mu_;
+  absl::Time held_until_ ABSL_GUARDED_BY(mu_);
+  bool lost_ ABSL_GUARDED_BY(mu_) = false;
+
+  absl::Notification stop_;
+  std::thread thread_;  // last: started once everything else is set
+};
+
+}  // namespace asyncps
+
+#endif  // ASYNCPS_MEMBERSHIP_LEASE_KEEPER_H_
