@@ -121,6 +121,7 @@ class CtrModelRun : public TrainingModel {
       t.set_init_value(o_.embedding_init);
       t.set_seed(o_.seed + static_cast<uint64_t>(f));
       *t.mutable_optimizer() = o_.table_optimizer;
+      t.MergeFrom(o_.table_policy);
       tables.push_back(std::move(t));
     }
     if (o_.create) {
