@@ -294,7 +294,8 @@ class CtrModelRun : public TrainingModel {
   }
 
   std::string Summary() const override {
-    return absl::StrFormat("refused rows %d", result_->refused_rows);
+    return absl::StrFormat("refused rows %d, rows created %d",
+                           result_->refused_rows, result_->rows_created);
   }
 
  private:
