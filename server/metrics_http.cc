@@ -260,8 +260,24 @@ void AppendTables(const StatusResponse& s, Exposition* out) {
             "Rows created on first touch.",
             [](const TableStatus& t) { return t.rows_created(); });
   per_table("asyncps_table_rows_evicted_total", "counter",
-            "Rows evicted after --row_ttl_steps unused.",
+            "Rows evicted after --row_ttl_steps unused, or under the cap.",
             [](const TableStatus& t) { return t.rows_evicted(); });
+  per_table("asyncps_table_rows_evicted_idle_total", "counter",
+            "Rows evicted after --row_ttl_steps unused.",
+            [](const TableStatus& t) { return t.rows_evicted_idle(); });
+  per_table("asyncps_table_rows_evicted_cap_total", "counter",
+            "Rows evicted to make room under --max_parameter_bytes.",
+            [](const TableStatus& t) { return t.rows_evicted_cap(); });
+  per_table("asyncps_table_rows_admitted_total", "counter",
+            "Rows created by the table's admission filter.",
+            [](const TableStatus& t) { return t.rows_admitted(); });
+  per_table("asyncps_table_admission_refused_total", "counter",
+            "Gradients of ids without a row dropped by the admission filter.",
+            [](const TableStatus& t) { return t.admission_refused(); });
+  per_table("asyncps_table_fill_ratio", "gauge",
+            "The table's bytes over its bytes plus what is free under "
+            "--max_parameter_bytes (0 without a cap).",
+            [](const TableStatus& t) { return t.fill_ratio(); });
   per_table("asyncps_table_pulls_total", "counter",
             "Pulls that read rows of the table.",
             [](const TableStatus& t) { return t.pulls(); });

@@ -372,6 +372,10 @@ CheckpointImage PsServer::Capture() {
 }
 
 void PsServer::EvictIdleRows() {
+  // Tables that evict under the cap keep some room free, so that requests
+  // rarely wait for eviction.
+  const uint64_t made = store_->tables().EvictToWatermark();
+  if (made > 0) logger_->debug("evicted {} row(s) to keep room", made);
   if (store_->options().row_ttl_steps <= 0) return;
   int64_t clock = 0;
   for (const WorkerInfo& w : workers_->Workers()) {

@@ -170,7 +170,8 @@ class PsServer {
   // Holds pushes back and serializes the state (the checkpointer's capture).
   CheckpointImage Capture();
   // Evicts sparse rows unused for --row_ttl_steps steps of the fastest live
-  // worker (the sampler thread calls this every second).
+  // worker, and rows of tables that evict under the cap when little room is
+  // left (the sampler thread calls this every second).
   void EvictIdleRows();
   void StopSampler();
 

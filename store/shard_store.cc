@@ -78,6 +78,11 @@ ShardStore::ShardStore(const ShardStoreOptions& options, const ShardMap& map)
     return ReserveBytes(bytes, absl::StrCat(what, " need"));
   };
   t.release = [this](uint64_t bytes) { Unreserve(bytes); };
+  t.max_bytes = options.max_parameter_bytes;
+  t.reserved = [this] {
+    absl::MutexLock l(&mu_);
+    return reserved_bytes_;
+  };
   tables_ = std::make_unique<TableStore>(std::move(t));
 }
 ShardStore::~ShardStore() = default;

@@ -21,6 +21,9 @@ struct SparseTable::Chunk {
   // Written by pulls under a shared lock, hence atomic (relaxed: a clock
   // that is a little behind only delays an eviction).
   std::atomic<int64_t> touched[kChunkRows];
+  // EVICT_LFU: the use count at the last use (store/row_eviction.h), as
+  // touched.
+  std::atomic<float> uses[kChunkRows];
   // (request serial << 32 | position) of the last push that touched the
   // row: finds duplicate ids within one push.
   uint64_t tags[kChunkRows];
@@ -52,7 +55,9 @@ absl::Status SparseTable::ValidateSpec(const TableSpec& spec) {
     return absl::InvalidArgumentError(
         absl::StrCat("table ", QuoteName(spec.name()), ": ", s.message()));
   }
-  return absl::OkStatus();
+  s = AdmissionRule::Validate(spec);
+  if (!s.ok()) return s;
+  return EvictionRule::Validate(spec);
 }
 
 SparseTable::SparseTable(const TableSpec& spec, int shard_index,
@@ -67,11 +72,18 @@ SparseTable::SparseTable(const TableSpec& spec, int shard_index,
       schedule_(spec.optimizer()),
       stride_(static_cast<size_t>(dim_) + updater_.state_floats()),
       row_bytes_(stride_ * sizeof(float) + kRowOverheadBytes),
+      admission_(spec),
+      eviction_(spec),
+      fixed_bytes_(kTableOverheadBytes + admission_.SketchBytes(kPartitions)),
       partitions_(new Partition[kPartitions]) {
   for (int k = 0; k < kPartitions; ++k) {
     Partition& p = partitions_[k];
     absl::MutexLock l(&p.mu);
     p.slots.assign(kInitialSlots, Slot{0, 0});
+    if (admission_.enabled()) {
+      p.sketch = std::make_unique<CountMinSketch>(admission_.sketch_width(),
+                                                  spec.seed() + k);
+    }
   }
 }
 
@@ -157,10 +169,20 @@ float* SparseTable::RowData(const Partition& p, uint32_t row) const {
 }
 
 void SparseTable::Touch(const Partition& p, uint32_t row, int64_t clock) const {
-  std::atomic<int64_t>& t =
-      p.chunks[row >> kChunkShift]->touched[row & (kChunkRows - 1)];
-  if (t.load(std::memory_order_relaxed) < clock) {
-    t.store(clock, std::memory_order_relaxed);
+  Chunk& c = *p.chunks[row >> kChunkShift];
+  const uint32_t at = row & (kChunkRows - 1);
+  std::atomic<int64_t>& t = c.touched[at];
+  const int64_t last = t.load(std::memory_order_relaxed);
+  if (eviction_.counts_uses()) {
+    // Racy under a shared lock (a concurrent use may be lost): a count.
+    c.uses[at].store(
+        eviction_.CountAfterUse(c.uses[at].load(std::memory_order_relaxed),
+                                last, clock),
+        std::memory_order_relaxed);
+  }
+  if (last < clock) t.store(clock, std::memory_order_relaxed);
+  if (latest_clock_.load(std::memory_order_relaxed) < clock) {
+    latest_clock_.store(clock, std::memory_order_relaxed);
   }
 }
 
@@ -184,6 +206,7 @@ uint32_t SparseTable::FindOrCreate(Partition& p, uint64_t id, int64_t clock,
   c.ids[at] = id;
   c.versions[at] = 0;
   c.touched[at].store(clock, std::memory_order_relaxed);
+  c.uses[at].store(0.0f, std::memory_order_relaxed);
   c.tags[at] = 0;
   if (initialize) {
     float* data = RowData(p, row);
@@ -235,17 +258,64 @@ void SparseTable::Find(absl::Span<const uint64_t> ids, Batch* batch,
 
 uint64_t SparseTable::CreateMissing(Partition& p, int k,
                                     absl::Span<const uint64_t> ids,
-                                    Batch* batch, int64_t clock) {
+                                    Batch* batch, int64_t clock, bool admit,
+                                    uint64_t* budget, uint64_t* refused) {
+  admit = admit && admission_.enabled();
   uint64_t created = 0;
+  // With admission: the ids refused by this push (counted once each).
+  std::vector<uint64_t> counted;
   for (uint32_t j = batch->begin[k]; j < batch->begin[k + 1]; ++j) {
     const uint32_t pos = batch->order[j];
     if (batch->rows[pos] != Batch::kNoRow) continue;
+    const uint64_t id = ids[pos];
+    if (admit) {
+      const uint32_t row = Lookup(p, id);  // an earlier duplicate's
+      if (row != Batch::kNoRow) {
+        batch->rows[pos] = row;
+        continue;
+      }
+      if (std::find(counted.begin(), counted.end(), id) != counted.end()) {
+        continue;
+      }
+      if (!admission_.Admits(id, p.sketch->Add(id)) || *budget == 0) {
+        counted.push_back(id);
+        continue;
+      }
+    }
     bool fresh = false;
-    batch->rows[pos] = FindOrCreate(p, ids[pos], clock, true, &fresh);
+    batch->rows[pos] = FindOrCreate(p, id, clock, true, &fresh);
     created += fresh;
+    if (*budget > 0) --*budget;
   }
   created_.fetch_add(created, std::memory_order_relaxed);
+  if (admit) {
+    admitted_.fetch_add(created, std::memory_order_relaxed);
+    admission_refused_.fetch_add(counted.size(), std::memory_order_relaxed);
+    *refused += counted.size();
+  }
   return created;
+}
+
+uint64_t SparseTable::Admissible(absl::Span<const uint64_t> ids,
+                                 Batch* batch) const {
+  if (!admission_.enabled()) return batch->may_create = batch->missing;
+  uint64_t admissible = 0;
+  std::vector<uint64_t> seen;
+  for (int k = 0; k < kPartitions; ++k) {
+    if (batch->begin[k] == batch->begin[k + 1]) continue;
+    const Partition& p = partitions_[k];
+    absl::ReaderMutexLock l(&p.mu);
+    seen.clear();
+    for (uint32_t j = batch->begin[k]; j < batch->begin[k + 1]; ++j) {
+      const uint32_t pos = batch->order[j];
+      if (batch->rows[pos] != Batch::kNoRow) continue;
+      const uint64_t id = ids[pos];
+      if (std::find(seen.begin(), seen.end(), id) != seen.end()) continue;
+      seen.push_back(id);
+      admissible += admission_.Admits(id, p.sketch->Estimate(id) + 1);
+    }
+  }
+  return batch->may_create = admissible;
 }
 
 void SparseTable::CopyOut(const Partition& p, int k,
@@ -291,10 +361,15 @@ uint64_t SparseTable::Read(absl::Span<const uint64_t> ids, Batch* batch,
       missing = batch->rows[batch->order[j]] == Batch::kNoRow;
     }
     // Rows are created under the exclusive lock; reading takes the shared
-    // one.
-    if (missing) {
+    // one. With admission, pulls create nothing.
+    if (missing && admission_.enabled()) {
+      absl::ReaderMutexLock l(&p.mu);
+      CopyOut(p, k, ids, *batch, clock, true, dtype, out, versions);
+    } else if (missing) {
       absl::MutexLock l(&p.mu);
-      created += CreateMissing(p, k, ids, batch, clock);
+      uint64_t budget = ~uint64_t{0}, refused = 0;
+      created +=
+          CreateMissing(p, k, ids, batch, clock, false, &budget, &refused);
       CopyOut(p, k, ids, *batch, clock, true, dtype, out, versions);
     } else {
       absl::ReaderMutexLock l(&p.mu);
@@ -320,13 +395,16 @@ void SparseTable::Peek(absl::Span<const uint64_t> ids, const Batch& batch,
 template <typename Visit>
 void SparseTable::ForEachPartitionCreating(absl::Span<const uint64_t> ids,
                                            Batch* batch, int64_t clock,
-                                           uint64_t* created, Visit visit) {
+                                           bool admit, PushCounts* counts,
+                                           Visit visit) {
+  uint64_t budget = admit ? batch->may_create : ~uint64_t{0};
   for (int k = 0; k < kPartitions; ++k) {
     const uint32_t begin = batch->begin[k], end = batch->begin[k + 1];
     if (begin == end) continue;
     Partition& p = partitions_[k];
     absl::MutexLock l(&p.mu);
-    *created += CreateMissing(p, k, ids, batch, clock);
+    counts->created += CreateMissing(p, k, ids, batch, clock, admit, &budget,
+                                     &counts->refused_admission);
     visit(p, begin, end);
   }
 }
@@ -336,7 +414,7 @@ SparseTable::PushCounts SparseTable::Assign(absl::Span<const uint64_t> ids,
                                             int64_t clock) {
   PushCounts counts;
   ForEachPartitionCreating(
-      ids, batch, clock, &counts.created,
+      ids, batch, clock, /*admit=*/false, &counts,
       [&](Partition& p, uint32_t begin, uint32_t end) {
         p.mu.AssertHeld();  // by ForEachPartitionCreating
         for (uint32_t j = begin; j < end; ++j) {
@@ -374,7 +452,7 @@ SparseTable::PushCounts SparseTable::Apply(
   }
   constexpr uint32_t kMerged = Batch::kNoRow - 1;
   ForEachPartitionCreating(
-      ids, batch, clock, &counts.created,
+      ids, batch, clock, /*admit=*/true, &counts,
       [&](Partition& p, uint32_t begin, uint32_t end) {
         p.mu.AssertHeld();  // by ForEachPartitionCreating
         // Duplicates: the first position of a row collects the others'
@@ -388,6 +466,7 @@ SparseTable::PushCounts SparseTable::Apply(
         for (uint32_t j = begin; j < end; ++j) {
           const uint32_t pos = batch->order[j];
           const uint32_t row = batch->rows[pos];
+          if (row == Batch::kNoRow) continue;  // not admitted
           uint64_t& tag =
               p.chunks[row >> kChunkShift]->tags[row & (kChunkRows - 1)];
           if ((tag & ~uint64_t{0xffffffff}) != serial) {
@@ -404,12 +483,10 @@ SparseTable::PushCounts SparseTable::Apply(
         for (uint32_t j = begin; j < end; ++j) {
           const uint32_t pos = batch->order[j];
           const uint32_t row = batch->rows[pos];
-          if (row == kMerged) continue;
+          if (row == kMerged || row == Batch::kNoRow) continue;
           Chunk& c = *p.chunks[row >> kChunkShift];
           const uint32_t at = row & (kChunkRows - 1);
-          c.touched[at].store(
-              std::max(c.touched[at].load(std::memory_order_relaxed), clock),
-              std::memory_order_relaxed);
+          Touch(p, row, clock);
           uint64_t& version = c.versions[at];
           if (read[pos] > version) {
             ++counts.refused_restored;
@@ -455,15 +532,62 @@ uint64_t SparseTable::EvictBefore(int64_t clock) {
         idle.push_back(s.id);
       }
     }
-    for (uint64_t id : idle) {
-      p.free_rows.push_back(Lookup(p, id));
-      EraseSlot(p, id);
-    }
+    for (uint64_t id : idle) EraseRow(p, id);
     evicted += idle.size();
   }
-  rows_.fetch_sub(evicted, std::memory_order_relaxed);
-  evicted_.fetch_add(evicted, std::memory_order_relaxed);
+  evicted_idle_.fetch_add(evicted, std::memory_order_relaxed);
   return evicted;
+}
+
+void SparseTable::EraseRow(Partition& p, uint64_t id) {
+  p.free_rows.push_back(Lookup(p, id));
+  EraseSlot(p, id);
+  rows_.fetch_sub(1, std::memory_order_relaxed);
+}
+
+double SparseTable::ScoreOf(const Partition& p, uint32_t row,
+                            int64_t now) const {
+  const Chunk& c = *p.chunks[row >> kChunkShift];
+  const uint32_t at = row & (kChunkRows - 1);
+  return eviction_.Score(c.touched[at].load(std::memory_order_relaxed),
+                         c.uses[at].load(std::memory_order_relaxed), now);
+}
+
+double SparseTable::EvictionThreshold(uint64_t rows) const {
+  constexpr size_t kSamplesPerPartition = 4096;
+  const int64_t now = latest_clock_.load(std::memory_order_relaxed);
+  std::vector<double> samples;
+  uint64_t held = 0;
+  for (int k = 0; k < kPartitions; ++k) {
+    const Partition& p = partitions_[k];
+    absl::ReaderMutexLock l(&p.mu);
+    held += p.used;
+    // Every stride-th slot: an even sample of the partition's rows.
+    const size_t stride = std::max<size_t>(1, p.used / kSamplesPerPartition);
+    size_t seen = 0;
+    for (const Slot& s : p.slots) {
+      if (s.row1 == 0 || seen++ % stride != 0) continue;
+      samples.push_back(ScoreOf(p, s.row1 - 1, now));
+    }
+  }
+  if (samples.empty() || held == 0) return -1;
+  return ScoreQuantile(&samples, static_cast<double>(rows) / held);
+}
+
+uint64_t SparseTable::EvictPartition(int k, double threshold, uint64_t quota) {
+  const int64_t now = latest_clock_.load(std::memory_order_relaxed);
+  Partition& p = partitions_[k];
+  absl::MutexLock l(&p.mu);
+  std::vector<uint64_t> cold;
+  for (const Slot& s : p.slots) {
+    if (cold.size() >= quota) break;
+    if (s.row1 != 0 && ScoreOf(p, s.row1 - 1, now) <= threshold) {
+      cold.push_back(s.id);
+    }
+  }
+  for (uint64_t id : cold) EraseRow(p, id);
+  evicted_cap_.fetch_add(cold.size(), std::memory_order_relaxed);
+  return cold.size();
 }
 
 absl::Status SparseTable::Export(
@@ -529,7 +653,10 @@ SparseTable::Counters SparseTable::counters() const {
   Counters c;
   c.rows = rows_.load(std::memory_order_relaxed);
   c.rows_created = created_.load(std::memory_order_relaxed);
-  c.rows_evicted = evicted_.load(std::memory_order_relaxed);
+  c.rows_evicted_idle = evicted_idle_.load(std::memory_order_relaxed);
+  c.rows_evicted_cap = evicted_cap_.load(std::memory_order_relaxed);
+  c.rows_admitted = admitted_.load(std::memory_order_relaxed);
+  c.admission_refused = admission_refused_.load(std::memory_order_relaxed);
   c.pulls = pulls_.load(std::memory_order_relaxed);
   c.pushes = pushes_.load(std::memory_order_relaxed);
   c.rows_pulled = rows_pulled_.load(std::memory_order_relaxed);

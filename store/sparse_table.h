@@ -16,8 +16,10 @@
 #include "common/row_initializer.h"
 #include "common/shard_map.h"
 #include "proto/asyncps.pb.h"
+#include "store/admission_filter.h"
 #include "store/lr_schedule.h"
 #include "store/optimizer.h"
+#include "store/row_eviction.h"
 #include "store/staleness_rule.h"
 
 namespace asyncps {
@@ -43,7 +45,15 @@ inline constexpr int kMaxTableDim = 65536;
 //
 // The memory a row counts against the shard's --max_parameter_bytes is
 // row_bytes(); the owner reserves it before rows are created (Batch) and
-// gets it back when rows are evicted.
+// gets it back when rows are evicted. The table's own memory is
+// fixed_bytes() (with the admission sketches, store/admission_filter.h).
+//
+// Admission (TableSpec.admission): pulls create no rows, and a push gives a
+// row to an id only when its count in the partition's sketch admits it;
+// the gradients of the others are dropped (PushCounts::refused_admission).
+// Eviction under the cap (TableSpec.eviction, store/row_eviction.h): the
+// owner asks EvictionThreshold for the score of the rows to go and has
+// EvictPartition remove them, one partition at a time.
 class SparseTable {
  public:
   static constexpr int kPartitionBits = 4;
@@ -66,6 +76,8 @@ class SparseTable {
     std::array<uint32_t, kPartitions + 1> begin;  // of each partition in order
     std::vector<uint32_t> rows;                   // per position, or kNoRow
     uint64_t missing = 0;                         // positions with kNoRow
+    // Most rows a push of this batch may create (Admissible; else missing).
+    uint64_t may_create = ~uint64_t{0};
   };
 
   // One row as Export hands it out; the pointers are valid during the call.
@@ -82,15 +94,18 @@ class SparseTable {
   // What a push did to the rows of this table.
   struct PushCounts {
     uint64_t applied = 0, refused_stale = 0, refused_restored = 0,
-             staleness_sum = 0, max_staleness = 0, scaled = 0, created = 0;
+             staleness_sum = 0, max_staleness = 0, scaled = 0, created = 0,
+             refused_admission = 0;
   };
 
   struct Counters {
-    uint64_t rows = 0, rows_created = 0, rows_evicted = 0, pulls = 0,
-             pushes = 0, rows_pulled = 0, rows_pushed = 0;
+    uint64_t rows = 0, rows_created = 0, rows_evicted_idle = 0,
+             rows_evicted_cap = 0, rows_admitted = 0, admission_refused = 0,
+             pulls = 0, pushes = 0, rows_pulled = 0, rows_pushed = 0;
   };
 
-  // Checks a spec: name, dim in [1, kMaxTableDim], initializer, optimizer.
+  // Checks a spec: name, dim in [1, kMaxTableDim], initializer, optimizer,
+  // admission and eviction.
   // INVALID_ARGUMENT naming the table and the field.
   static absl::Status ValidateSpec(const TableSpec& spec);
 
@@ -110,6 +125,12 @@ class SparseTable {
   int state_floats() const { return updater_.state_floats(); }
   // What one row counts against --max_parameter_bytes.
   uint64_t row_bytes() const { return row_bytes_; }
+  // What the table itself counts against --max_parameter_bytes: its
+  // partitions and admission sketches.
+  uint64_t fixed_bytes() const { return fixed_bytes_; }
+  bool admits_all() const { return !admission_.enabled(); }
+  // Whether rows are evicted under the cap (EVICT_LRU, EVICT_LFU).
+  bool evicts_under_cap() const { return eviction_.under_cap(); }
 
   // OK when `ids` is not empty, has at most `max_ids` entries and every id
   // is homed on this shard (ShardMap::RowHome); else INVALID_ARGUMENT naming
@@ -124,7 +145,8 @@ class SparseTable {
 
   // Copies the rows of ids (found by Find into `batch`) into `out`, row i
   // at out + i * dim() * WireBytes(dtype) in the wire encoding, and their
-  // versions into versions[i]; creates the rows that are missing. Marks
+  // versions into versions[i]; creates the rows that are missing (with
+  // admission: none; they read their initial values and version 0). Marks
   // every row used at `clock`. Returns the rows created.
   // REQUIRES: the caller reserved batch.missing * row_bytes() bytes.
   uint64_t Read(absl::Span<const uint64_t> ids, Batch* batch, int64_t clock,
@@ -134,6 +156,11 @@ class SparseTable {
   void Peek(absl::Span<const uint64_t> ids, const Batch& batch, WireDtype dtype,
             char* out, uint64_t* versions) const;
 
+  // With admission, the distinct missing ids of `batch` that a push would
+  // give a row now, by their counts so far; sets batch->may_create to it.
+  // Without, batch->missing.
+  uint64_t Admissible(absl::Span<const uint64_t> ids, Batch* batch) const;
+
   // Applies one push's gradients (grads: ids.size() x dim() floats, all
   // finite; modified in place where duplicates are summed). read_versions
   // is empty (all 0) or one per id. Creates the rows that are missing (a
@@ -142,8 +169,11 @@ class SparseTable {
   // created anew since it was read) refuses it as restored; staleness
   // beyond the rule refuses it as stale; else the optimizer updates it with
   // the learning rate scaled as the rule says, and its version goes up by
-  // one. Marks every row used at `clock`.
-  // REQUIRES: as Read.
+  // one. Marks every row used at `clock`. With admission, a missing id is
+  // counted in the sketch (once per push) and gets a row only when the
+  // rule admits it and fewer than batch->may_create rows were created;
+  // else its gradient is dropped (refused_admission).
+  // REQUIRES: as Read, for batch->may_create rows.
   PushCounts Apply(absl::Span<const uint64_t> ids, Batch* batch,
                    absl::Span<const uint64_t> read_versions, float* grads,
                    const StalenessRule& rule, int64_t clock);
@@ -160,6 +190,15 @@ class SparseTable {
   // Removes the rows last used before `clock` and returns how many.
   // REQUIRES: no request is between Find and Read / Apply on this table.
   uint64_t EvictBefore(int64_t clock);
+
+  // Under the cap (evicts_under_cap()): the score (store/row_eviction.h) at
+  // or below which about `rows` rows lie, from a sample of at most 4096
+  // rows per partition, each partition read under its shared lock.
+  double EvictionThreshold(uint64_t rows) const;
+  // Removes up to `quota` rows of partition `k` whose score is at most
+  // `threshold` (under that partition's lock); returns how many.
+  // REQUIRES: as EvictBefore.
+  uint64_t EvictPartition(int k, double threshold, uint64_t quota);
 
   // Hands every row to `visit`, partition by partition, each under its
   // partition's lock (visit must copy and return); stops at the first
@@ -203,6 +242,8 @@ class SparseTable {
     uint32_t next_row ABSL_GUARDED_BY(mu) = 0;            // rows ever allocated
     std::vector<uint32_t> free_rows ABSL_GUARDED_BY(mu);  // evicted, reusable
     uint32_t serial ABSL_GUARDED_BY(mu) = 0;              // pushes applied here
+    // With admission: counts pushes of ids without a row.
+    std::unique_ptr<CountMinSketch> sketch ABSL_GUARDED_BY(mu);
   };
 
   static int PartitionOf(uint64_t id);
@@ -227,17 +268,26 @@ class SparseTable {
                const Batch& batch, int64_t clock, bool touch, WireDtype dtype,
                char* out, uint64_t* versions) const
       ABSL_SHARED_LOCKS_REQUIRED(p.mu);
-  // Resolves the missing rows of partition `k` of a batch, creating them.
+  // Resolves the missing rows of partition `k` of a batch, creating them
+  // (with `admit`, only those the admission rule lets in, while
+  // *budget lasts: the others stay kNoRow, counted in *refused).
   uint64_t CreateMissing(Partition& p, int k, absl::Span<const uint64_t> ids,
-                         Batch* batch, int64_t clock)
+                         Batch* batch, int64_t clock, bool admit,
+                         uint64_t* budget, uint64_t* refused)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(p.mu);
+  // Removes the row of `id` (present) from `p`.
+  void EraseRow(Partition& p, uint64_t id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(p.mu);
+  // The eviction score of `row` at clock `now`.
+  double ScoreOf(const Partition& p, uint32_t row, int64_t now) const
+      ABSL_SHARED_LOCKS_REQUIRED(p.mu);
   // Calls visit(p, begin, end) for every partition p that rows of `batch`
   // fall in (its positions are batch->order[begin, end)), under p's
   // exclusive lock, once its missing rows were created (counted in
-  // *created). Apply and Assign.
+  // counts->created; with `admit`, see CreateMissing). Apply and Assign.
   template <typename Visit>
   void ForEachPartitionCreating(absl::Span<const uint64_t> ids, Batch* batch,
-                                int64_t clock, uint64_t* created, Visit visit);
+                                int64_t clock, bool admit, PushCounts* counts,
+                                Visit visit);
 
   // Const after construction.
   const TableSpec spec_;
@@ -250,13 +300,19 @@ class SparseTable {
   LrSchedule schedule_;
   const size_t stride_;  // floats per row: values, then state
   const uint64_t row_bytes_;
+  const AdmissionRule admission_;
+  const EvictionRule eviction_;
+  const uint64_t fixed_bytes_;
 
   std::unique_ptr<Partition[]> partitions_;
 
-  std::atomic<uint64_t> rows_{0}, created_{0}, evicted_{0}, pushes_{0},
+  std::atomic<uint64_t> rows_{0}, created_{0}, evicted_idle_{0},
+      evicted_cap_{0}, admitted_{0}, admission_refused_{0}, pushes_{0},
       rows_pushed_{0};
   // Counted by (const) peeks too.
   mutable std::atomic<uint64_t> pulls_{0}, rows_pulled_{0};
+  // The latest clock a row was used at (the "now" of LFU scores).
+  mutable std::atomic<int64_t> latest_clock_{0};
 };
 
 }  // namespace asyncps

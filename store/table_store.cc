@@ -15,6 +15,9 @@ namespace asyncps {
 
 namespace {
 
+// Tries of a request whose new rows need room made by eviction.
+constexpr int kRoomAttempts = 4;
+
 absl::Span<const uint64_t> IdSpan(
     const google::protobuf::RepeatedField<uint64_t>& f) {
   return absl::MakeConstSpan(f.data(), f.size());
@@ -74,7 +77,53 @@ TableStore::TableStore(TableStoreOptions options)
 TableStore::~TableStore() = default;
 
 uint64_t TableStore::TableBytes(const SparseTable& t) const {
-  return SparseTable::kTableOverheadBytes + t.rows() * t.row_bytes();
+  return t.fixed_bytes() + t.rows() * t.row_bytes();
+}
+
+bool TableStore::CanEvict() const {
+  absl::ReaderMutexLock l(&mu_);
+  for (const auto& [name, t] : tables_) {
+    if (t->evicts_under_cap() && t->rows() > 0) return true;
+  }
+  return false;
+}
+
+absl::Status TableStore::ReserveWithRoom(uint64_t bytes,
+                                         const std::string& what) {
+  absl::Status s = options_.reserve(bytes, what);
+  for (int i = 0; i < kRoomAttempts && absl::IsResourceExhausted(s) &&
+                  options_.max_bytes > 0 && CanEvict();
+       ++i) {
+    MakeRoom(bytes);
+    s = options_.reserve(bytes, what);
+  }
+  return s;
+}
+
+absl::Status TableStore::CheckMinimum(const SparseTable& t) const {
+  if (options_.max_bytes == 0 || !t.evicts_under_cap()) {
+    return absl::OkStatus();
+  }
+  uint64_t evictable = 0;
+  {
+    absl::ReaderMutexLock l(&mu_);
+    for (const auto& [name, other] : tables_) {
+      if (other->evicts_under_cap()) {
+        evictable += other->rows() * other->row_bytes();
+      }
+    }
+  }
+  const uint64_t held = options_.reserved() - evictable;
+  const uint64_t minimum =
+      t.fixed_bytes() + EvictionRule::kMinRows * t.row_bytes();
+  if (held + minimum <= options_.max_bytes) return absl::OkStatus();
+  return absl::ResourceExhaustedError(absl::StrCat(
+      "table ", QuoteName(t.spec().name()), " (", t.fixed_bytes(),
+      " bytes and room for ", EvictionRule::kMinRows, " rows of ",
+      t.row_bytes(), ") needs ", minimum, " bytes, but --max_parameter_bytes ",
+      options_.max_bytes, " leaves ",
+      options_.max_bytes - std::min(options_.max_bytes, held),
+      " beside what cannot be evicted; nothing was created"));
 }
 
 SparseTable* TableStore::FindMutable(absl::string_view name) const {
@@ -113,12 +162,15 @@ absl::StatusOr<TableStore::Staged> TableStore::Stage(
       }
       continue;
     }
-    s = options_.reserve(SparseTable::kTableOverheadBytes,
-                         absl::StrCat("table ", QuoteName(spec.name())));
+    auto table =
+        std::make_unique<SparseTable>(spec, options_.shard_index, options_.map);
+    s = CheckMinimum(*table);
     if (!s.ok()) return s;
-    staged.reserved_ += SparseTable::kTableOverheadBytes;
-    staged.fresh_.push_back(std::make_unique<SparseTable>(
-        spec, options_.shard_index, options_.map));
+    s = ReserveWithRoom(table->fixed_bytes(),
+                        absl::StrCat("table ", QuoteName(spec.name())));
+    if (!s.ok()) return s;
+    staged.reserved_ += table->fixed_bytes();
+    staged.fresh_.push_back(std::move(table));
   }
   return staged;
 }
@@ -150,7 +202,7 @@ int TableStore::Commit(Staged* staged) {
   absl::MutexLock l(&mu_);
   for (auto& t : staged->fresh_) {
     if (tables_.contains(t->spec().name())) continue;  // an identical race
-    staged->reserved_ -= SparseTable::kTableOverheadBytes;
+    staged->reserved_ -= t->fixed_bytes();
     const std::string name = t->spec().name();
     tables_.emplace(name, std::move(t));
     ++created;
@@ -216,22 +268,42 @@ absl::Status TableStore::Pull(
   if (request.rows_size() == 0) return absl::OkStatus();
   absl::StatusOr<std::vector<SparseTable*>> tables = Resolve(request.rows());
   if (!tables.ok()) return tables.status();
+  for (int attempt = 0;; ++attempt) {
+    uint64_t short_bytes = 0;
+    absl::Status s = PullOnce(request, *tables, clock, dtype, response, buffer,
+                              attempt < kRoomAttempts ? &short_bytes : nullptr);
+    if (short_bytes == 0) return s;
+    MakeRoom(short_bytes);
+  }
+}
+
+absl::Status TableStore::PullOnce(
+    const PullRequest& request, const std::vector<SparseTable*>& tables,
+    int64_t clock, WireDtype dtype, PullResponse* response,
+    absl::FunctionRef<char*(int k, size_t bytes)> buffer,
+    uint64_t* short_bytes) {
   absl::ReaderMutexLock evict(&evict_mu_);
   const int n = request.rows_size();
   std::vector<SparseTable::Batch> batches(n);
   uint64_t missing_bytes = 0, missing_rows = 0;
   for (int k = 0; k < n; ++k) {
-    (*tables)[k]->Find(IdSpan(request.rows(k).ids()), &batches[k]);
-    if (request.rows(k).peek()) continue;  // creates nothing
+    tables[k]->Find(IdSpan(request.rows(k).ids()), &batches[k]);
+    // A peek creates nothing, nor does a pull of a table with admission.
+    if (request.rows(k).peek() || !tables[k]->admits_all()) continue;
     missing_rows += batches[k].missing;
-    missing_bytes += batches[k].missing * (*tables)[k]->row_bytes();
+    missing_bytes += batches[k].missing * tables[k]->row_bytes();
   }
   Reservation reservation(options_);
-  absl::Status s = reservation.Take(
-      missing_bytes, NewRowsWhat(missing_rows, *tables, batches));
-  if (!s.ok()) return s;
+  absl::Status s = reservation.Take(missing_bytes,
+                                    NewRowsWhat(missing_rows, tables, batches));
+  if (!s.ok()) {
+    if (short_bytes != nullptr && absl::IsResourceExhausted(s) && CanEvict()) {
+      *short_bytes = missing_bytes;
+    }
+    return s;
+  }
   for (int k = 0; k < n; ++k) {
-    SparseTable* t = (*tables)[k];
+    SparseTable* t = tables[k];
     const TableIds& in = request.rows(k);
     RowsData* out = response->add_rows();
     out->set_table(in.table());
@@ -350,25 +422,41 @@ absl::StatusOr<TableStore::PreparedRows> TableStore::PreparePush(
   out.store_ = this;
   out.request_ = &request;
   out.mode_ = mode;
-  // Held by `out` from here on: released when it is committed or dropped,
-  // also on the error returns below.
-  evict_mu_.ReaderLock();
-  out.evict_mu_ = &evict_mu_;
+  for (int attempt = 0;; ++attempt) {
+    // Held by `out` from here on: released when it is committed or
+    // dropped, or below before room is made.
+    evict_mu_.ReaderLock();
+    out.evict_mu_ = &evict_mu_;
+    uint64_t short_bytes = 0;
+    absl::Status s = FindPushRows(
+        request, mode, &out, attempt < kRoomAttempts ? &short_bytes : nullptr);
+    if (s.ok()) return out;
+    out.Release();
+    if (short_bytes == 0) return s;
+    MakeRoom(short_bytes);
+  }
+}
+
+absl::Status TableStore::FindPushRows(const PushRequest& request, PushMode mode,
+                                      PreparedRows* out,
+                                      uint64_t* short_bytes) {
+  const int n = request.rows_size();
   // Read versions from the future are bad input where rows cannot have
   // been evicted since they were read.
   // (An assign's read versions are not looked at.)
   const bool check_future = mode == PushMode::kApply &&
                             options_.row_ttl_steps == 0 && !request.assign();
-  out.batches_.resize(n);
+  out->batches_.assign(n, SparseTable::Batch());
   std::vector<uint64_t> versions;
   uint64_t missing_bytes = 0, missing_rows = 0;
   for (int k = 0; k < n; ++k) {
     const RowsGradient& g = request.rows(k);
-    SparseTable* t = out.tables_[k];
-    const bool future = check_future && g.read_versions_size() > 0;
+    SparseTable* t = out->tables_[k];
+    SparseTable::Batch& batch = out->batches_[k];
+    const bool future =
+        check_future && !t->evicts_under_cap() && g.read_versions_size() > 0;
     if (future) versions.assign(g.ids_size(), 0);
-    t->Find(IdSpan(g.ids()), &out.batches_[k],
-            future ? versions.data() : nullptr);
+    t->Find(IdSpan(g.ids()), &batch, future ? versions.data() : nullptr);
     if (future) {
       for (int i = 0; i < g.ids_size(); ++i) {
         if (g.read_versions(i) > versions[i]) {
@@ -379,16 +467,24 @@ absl::StatusOr<TableStore::PreparedRows> TableStore::PreparePush(
         }
       }
     }
-    missing_rows += out.batches_[k].missing;
-    missing_bytes += out.batches_[k].missing * t->row_bytes();
+    // An assign creates every missing row; a push those admitted.
+    const uint64_t creates = request.assign()
+                                 ? (batch.may_create = batch.missing)
+                                 : t->Admissible(IdSpan(g.ids()), &batch);
+    missing_rows += creates;
+    missing_bytes += creates * t->row_bytes();
   }
-  if (mode == PushMode::kApply && missing_bytes > 0) {
-    absl::Status s = options_.reserve(
-        missing_bytes, NewRowsWhat(missing_rows, out.tables_, out.batches_));
-    if (!s.ok()) return s;
-    out.reserved_ = missing_bytes;
+  if (mode != PushMode::kApply || missing_bytes == 0) return absl::OkStatus();
+  absl::Status s = options_.reserve(
+      missing_bytes, NewRowsWhat(missing_rows, out->tables_, out->batches_));
+  if (!s.ok()) {
+    if (short_bytes != nullptr && absl::IsResourceExhausted(s) && CanEvict()) {
+      *short_bytes = missing_bytes;
+    }
+    return s;
   }
-  return out;
+  out->reserved_ = missing_bytes;
+  return absl::OkStatus();
 }
 
 void TableStore::CommitPush(PreparedRows* rows, const StalenessRule& rule,
@@ -423,6 +519,7 @@ void TableStore::CommitPush(PreparedRows* rows, const StalenessRule& rule,
     r->set_max_staleness(c.max_staleness);
     r->set_scaled(c.scaled);
     r->set_rows_created(c.created);
+    r->set_refused_admission(c.refused_admission);
   }
   rows->Release();
 }
@@ -441,6 +538,58 @@ uint64_t TableStore::EvictIdle(int64_t clock) {
     const uint64_t n = table->EvictBefore(clock - ttl);
     if (n > 0) options_.release(n * table->row_bytes());
     evicted += n;
+  }
+  return evicted;
+}
+
+uint64_t TableStore::MakeRoom(uint64_t bytes) {
+  if (options_.max_bytes == 0) return 0;
+  absl::MutexLock room(&room_mu_);
+  // Another request may have made the room meanwhile.
+  const uint64_t free =
+      options_.max_bytes - std::min(options_.max_bytes, options_.reserved());
+  if (free >= bytes + options_.max_bytes / 128) return 0;
+  return FreeBytes(bytes + options_.max_bytes / 64 - free);
+}
+
+uint64_t TableStore::EvictToWatermark() {
+  if (options_.max_bytes == 0 || !CanEvict()) return 0;
+  const uint64_t cap = options_.max_bytes;
+  if (options_.reserved() + cap / 32 <= cap) return 0;
+  absl::MutexLock room(&room_mu_);
+  const uint64_t reserved = options_.reserved();
+  const uint64_t low = cap - cap / 16;
+  return reserved > low ? FreeBytes(reserved - low) : 0;
+}
+
+uint64_t TableStore::FreeBytes(uint64_t bytes) {
+  uint64_t freed = 0, evicted = 0;
+  for (int round = 0; round < 8 && freed < bytes; ++round) {
+    SparseTable* victim = nullptr;
+    for (SparseTable* t : Sorted()) {
+      if (!t->evicts_under_cap() || t->rows() == 0) continue;
+      if (victim == nullptr ||
+          t->rows() * t->row_bytes() > victim->rows() * victim->row_bytes()) {
+        victim = t;
+      }
+    }
+    if (victim == nullptr) break;
+    const uint64_t row_bytes = victim->row_bytes();
+    uint64_t left =
+        std::min(victim->rows(), (bytes - freed + row_bytes - 1) / row_bytes);
+    const double threshold = victim->EvictionThreshold(left);
+    // One partition per step: requests run between the steps.
+    for (int k = 0; k < SparseTable::kPartitions && left > 0; ++k) {
+      uint64_t n;
+      {
+        absl::MutexLock l(&evict_mu_);
+        n = victim->EvictPartition(k, threshold, left);
+      }
+      if (n > 0) options_.release(n * row_bytes);
+      left -= n;
+      freed += n * row_bytes;
+      evicted += n;
+    }
   }
   return evicted;
 }
@@ -469,15 +618,15 @@ absl::Status TableStore::RestoreTable(const TableSpec& listed) {
     return absl::FailedPreconditionError(
         absl::StrCat("table ", QuoteName(spec.name()), " exists already"));
   }
-  s = options_.reserve(SparseTable::kTableOverheadBytes,
-                       absl::StrCat("table ", QuoteName(spec.name())));
-  if (!s.ok()) return s;
   auto table =
       std::make_unique<SparseTable>(spec, options_.shard_index, options_.map);
+  s = options_.reserve(table->fixed_bytes(),
+                       absl::StrCat("table ", QuoteName(spec.name())));
+  if (!s.ok()) return s;
   if (in.rate.has_value()) {
     s = table->schedule().Check(spec.name(), *in.rate);
     if (!s.ok()) {
-      options_.release(SparseTable::kTableOverheadBytes);
+      options_.release(table->fixed_bytes());
       return s;
     }
     table->schedule().Apply(*in.rate);
@@ -531,6 +680,7 @@ absl::Status TableStore::RestoreRows(absl::string_view table,
 
 std::vector<TableStatus> TableStore::Status() const {
   std::vector<TableStatus> out;
+  const uint64_t reserved = options_.max_bytes > 0 ? options_.reserved() : 0;
   for (const SparseTable* t : Sorted()) {
     const SparseTable::Counters c = t->counters();
     TableStatus s;
@@ -538,9 +688,22 @@ std::vector<TableStatus> TableStore::Status() const {
     s.set_dim(t->dim());
     s.set_optimizer(t->spec().optimizer().type());
     s.set_rows(c.rows);
-    s.set_bytes(SparseTable::kTableOverheadBytes + c.rows * t->row_bytes());
+    const uint64_t bytes = t->fixed_bytes() + c.rows * t->row_bytes();
+    s.set_bytes(bytes);
     s.set_rows_created(c.rows_created);
-    s.set_rows_evicted(c.rows_evicted);
+    s.set_rows_evicted(c.rows_evicted_idle + c.rows_evicted_cap);
+    s.set_rows_evicted_idle(c.rows_evicted_idle);
+    s.set_rows_evicted_cap(c.rows_evicted_cap);
+    s.set_rows_admitted(c.rows_admitted);
+    s.set_admission_refused(c.admission_refused);
+    s.set_eviction(t->spec().eviction());
+    s.set_admission(t->spec().admission());
+    if (options_.max_bytes > 0) {
+      const uint64_t free =
+          options_.max_bytes - std::min(options_.max_bytes, reserved);
+      s.set_fill_ratio(static_cast<double>(bytes) /
+                       static_cast<double>(bytes + free));
+    }
     s.set_pulls(c.pulls);
     s.set_pushes(c.pushes);
     s.set_rows_pulled(c.rows_pulled);

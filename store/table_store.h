@@ -27,6 +27,11 @@
 //
 //   // Rows unused for row_ttl_steps steps of the fastest worker go away.
 //   const uint64_t evicted = store->tables().EvictIdle(fastest_clock);
+//
+// Under a memory cap, tables with an eviction policy (TableSpec.eviction)
+// give up their coldest rows whenever new rows of any table do not fit:
+// the request that needs room evicts (MakeRoom), and the shard's
+// background thread keeps some room free (EvictToWatermark).
 
 #include <cstdint>
 #include <functional>
@@ -64,6 +69,10 @@ struct TableStoreOptions {
   // not fit. Both must be set.
   std::function<absl::Status(uint64_t bytes, const std::string& what)> reserve;
   std::function<void(uint64_t bytes)> release;
+  // The budget (0 = no limit) and what is reserved of it now; both set
+  // when max_bytes is.
+  uint64_t max_bytes = 0;
+  std::function<uint64_t()> reserved;
 };
 
 // How a push's slices and rows are applied.
@@ -82,9 +91,12 @@ enum class PushMode {
 // ShardStore, which shares its memory budget and creates tables together
 // with tensors.
 //
-// Eviction (row_ttl_steps) is kept apart from requests: every pull and
-// push holds a shared lock for its whole duration, EvictIdle and Export
-// hold it exclusively and shared. Thread-safe.
+// Eviction (row_ttl_steps, or under the cap) is kept apart from requests:
+// every pull and push holds a shared lock for its whole duration, EvictIdle
+// and Export hold it exclusively and shared; eviction under the cap holds
+// it exclusively for one table partition at a time. A request whose new
+// rows do not fit lets go of it, has rows evicted, and starts again (a few
+// times, then RESOURCE_EXHAUSTED). Thread-safe.
 class TableStore {
  public:
   // New tables, validated and with their bytes reserved, not yet visible.
@@ -177,6 +189,18 @@ class TableStore {
   // per row_ttl_steps / 8 steps of `clock`; returns the rows evicted.
   uint64_t EvictIdle(int64_t clock);
 
+  // Under a cap, with evicting tables holding rows: evicts rows until at
+  // least `bytes` plus 1/64 of the cap are free (or nothing is left to
+  // evict); the table holding the most row bytes gives up its coldest rows
+  // first (its policy's ranking), in steps of one partition. Returns the
+  // rows evicted. REQUIRES: the caller holds no eviction lock (no pending
+  // request of its own).
+  uint64_t MakeRoom(uint64_t bytes);
+  // When less than 1/32 of the cap is free, evicts until 1/16 is (see
+  // MakeRoom); the shard's background thread calls it. Returns the rows
+  // evicted.
+  uint64_t EvictToWatermark();
+
   // ---- Checkpoints.
 
   // Calls table(spec) (with its schedule), then row(view) for each of its
@@ -219,6 +243,27 @@ class TableStore {
   absl::StatusOr<std::vector<SparseTable*>> Resolve(
       const google::protobuf::RepeatedPtrField<Entry>& entries) const;
   uint64_t TableBytes(const SparseTable& t) const;
+  // Whether some table evicts under the cap and holds rows.
+  bool CanEvict() const;
+  // Evicts about `bytes` of rows (see MakeRoom).
+  uint64_t FreeBytes(uint64_t bytes);
+  // Reserves `bytes`, making room by eviction when they do not fit.
+  absl::Status ReserveWithRoom(uint64_t bytes, const std::string& what);
+  // For a table that evicts under the cap: RESOURCE_EXHAUSTED unless the cap
+  // leaves room for its own bytes and EvictionRule::kMinRows rows.
+  absl::Status CheckMinimum(const SparseTable& t) const;
+  // One try of Pull under the shared eviction lock. When new rows do not
+  // fit but eviction could make room, sets *short_bytes (if given) to the
+  // bytes needed.
+  absl::Status PullOnce(const PullRequest& request,
+                        const std::vector<SparseTable*>& tables, int64_t clock,
+                        WireDtype dtype, PullResponse* response,
+                        absl::FunctionRef<char*(int k, size_t bytes)> buffer,
+                        uint64_t* short_bytes);
+  // Finds the rows of a push and reserves its new rows, as PullOnce.
+  // REQUIRES: out->evict_mu_ held (shared).
+  absl::Status FindPushRows(const PushRequest& request, PushMode mode,
+                            PreparedRows* out, uint64_t* short_bytes);
   // Resolves the tables of request.rows and decodes their gradients into
   // float32, checking them as CheckPush says.
   absl::Status DecodePush(const PushRequest& request,
@@ -231,6 +276,8 @@ class TableStore {
   // Shared by requests, exclusive for eviction: see the class comment.
   mutable absl::Mutex evict_mu_;
   int64_t last_evict_clock_ ABSL_GUARDED_BY(evict_mu_) = 0;
+  // One MakeRoom at a time (a second one may find the room made).
+  absl::Mutex room_mu_ ABSL_ACQUIRED_BEFORE(evict_mu_);
 
   mutable absl::Mutex mu_;
   absl::flat_hash_map<std::string, std::unique_ptr<SparseTable>> tables_

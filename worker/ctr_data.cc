@@ -73,6 +73,15 @@ absl::Status ValidateCtrData(const CtrDataOptions& o) {
         "ctr data: dense_features must be in [0, 1024] and factor_dim in "
         "[1, 64]");
   }
+  if (!(o.drift_share >= 0 && o.drift_share <= 1) || o.drift_window < 1 ||
+      !(o.drift_ids_per_example >= 0 && o.drift_ids_per_example <= 1e6) ||
+      o.drift_test_at < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "ctr data: drift_share must be in [0, 1] (got ", o.drift_share,
+        "), drift_window >= 1 (got ", o.drift_window,
+        "), drift_ids_per_example in [0, 1e6] (got ", o.drift_ids_per_example,
+        ") and drift_test_at >= 0"));
+  }
   for (double v :
        {o.bias, o.effect_scale, o.factor_scale, o.dense_scale, o.dense_pair}) {
     if (!std::isfinite(v)) {
@@ -110,6 +119,7 @@ double CtrData::HIntegralInverse(const Zipf& z, double x) {
 
 CtrData::CtrData(CtrDataOptions options) : o_(std::move(options)) {
   for (int64_t n : o_.vocab) zipf_.push_back(MakeZipf(n, o_.zipf_exponent));
+  drift_zipf_ = MakeZipf(o_.drift_window, o_.zipf_exponent);
   Stream s(Mix64(o_.seed ^ kTruthSalt));
   for (int j = 0; j < o_.dense_features; ++j) {
     dense_w_.push_back(o_.dense_scale * s.Normal());
@@ -140,11 +150,40 @@ void CtrData::Generate(CtrSplit split, absl::Span<const int64_t> indices,
   out->dense.resize(n * out->dense_features);
   out->labels.resize(n);
   out->probability.resize(n);
-  const uint64_t salt = split == CtrSplit::kTrain ? kTrainSalt : kTestSalt;
-  for (size_t i = 0; i < n; ++i) Fill(salt, indices[i], i, out);
+  const bool train = split == CtrSplit::kTrain;
+  const uint64_t salt = train ? kTrainSalt : kTestSalt;
+  for (size_t i = 0; i < n; ++i) {
+    Fill(salt, indices[i], train ? indices[i] : o_.drift_test_at, i, out);
+  }
 }
 
-void CtrData::Fill(uint64_t split_salt, int64_t index, size_t i,
+int64_t CtrData::DrawRank(const Zipf& z, absl::FunctionRef<double()> uniform) {
+  for (;;) {
+    const double v = z.h_n + uniform() * (z.h_x1 - z.h_n);
+    const double x = HIntegralInverse(z, v);
+    const int64_t rank = std::clamp<int64_t>(static_cast<int64_t>(x + 0.5), 1,
+                                             static_cast<int64_t>(z.n));
+    if (rank - x <= z.t ||
+        v >= HIntegral(z, rank + 0.5) - H(z, static_cast<double>(rank))) {
+      return rank;
+    }
+  }
+}
+
+uint64_t CtrData::DrawId(int f, int64_t time,
+                         absl::FunctionRef<double()> uniform) const {
+  if (o_.drift_share > 0 && uniform() < o_.drift_share) {
+    // Fresh ids follow the field's own ranks; the newest is rank 1.
+    const int64_t head = static_cast<int64_t>(static_cast<double>(time) *
+                                              o_.drift_ids_per_example);
+    const int64_t fresh =
+        head + o_.drift_window - DrawRank(drift_zipf_, uniform);
+    return IdOf(f, static_cast<uint64_t>(o_.vocab[f] + 1 + fresh));
+  }
+  return IdOf(f, static_cast<uint64_t>(DrawRank(zipf_[f], uniform)));
+}
+
+void CtrData::Fill(uint64_t split_salt, int64_t index, int64_t time, size_t i,
                    CtrExamples* out) const {
   const int nf = fields();
   const int nd = o_.dense_features;
@@ -155,19 +194,7 @@ void CtrData::Fill(uint64_t split_salt, int64_t index, size_t i,
   double logit = o_.bias;
   double squares = 0;
   for (int f = 0; f < nf; ++f) {
-    const Zipf& z = zipf_[f];
-    int64_t rank;
-    for (;;) {
-      const double v = z.h_n + s.Uniform() * (z.h_x1 - z.h_n);
-      const double x = HIntegralInverse(z, v);
-      rank = std::clamp<int64_t>(static_cast<int64_t>(x + 0.5), 1,
-                                 static_cast<int64_t>(z.n));
-      if (rank - x <= z.t ||
-          v >= HIntegral(z, rank + 0.5) - H(z, static_cast<double>(rank))) {
-        break;
-      }
-    }
-    const uint64_t id = IdOf(f, static_cast<uint64_t>(rank));
+    const uint64_t id = DrawId(f, time, [&s] { return s.Uniform(); });
     out->ids[i * nf + f] = id;
     // The id's hidden effect and factors.
     Stream truth(Mix64(o_.seed ^ kTruthSalt ^ id));

@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
@@ -43,6 +44,19 @@ struct CtrDataOptions {
   double factor_scale = 0.4;
   double dense_scale = 0.4;
   double dense_pair = 0.3;
+  // A drifting id space (off at 0): each categorical id of an example is,
+  // with probability drift_share, a fresh id instead, drawn
+  // Zipf(zipf_exponent) by rank within a window of drift_window ids that
+  // moves drift_ids_per_example ids forward per train example, the newest
+  // id ranked first: ids appear, are popular for a while and fade. Train
+  // example i is drawn at position i of the stream; test examples at
+  // drift_test_at (the trainer sets the end of the train split).
+  // Distinct fresh ids per field: about drift_window + drift_ids_per_example
+  // x train examples.
+  double drift_share = 0;
+  int64_t drift_window = 100000;
+  double drift_ids_per_example = 1.0;
+  int64_t drift_test_at = 0;
 };
 
 // Checks the options; the message names the field.
@@ -90,12 +104,20 @@ class CtrData {
   static double HIntegral(const Zipf& z, double x);
   static double HIntegralInverse(const Zipf& z, double x);
   static double H(const Zipf& z, double x);
-  // Example `index` of `split` into slot i of `out`.
-  void Fill(uint64_t split_salt, int64_t index, size_t i,
+  // A rank in [1, z.n], from uniforms in [0, 1).
+  static int64_t DrawRank(const Zipf& z, absl::FunctionRef<double()> uniform);
+  // The id of field f of an example at stream position `time`, from
+  // uniforms in [0, 1).
+  uint64_t DrawId(int f, int64_t time,
+                  absl::FunctionRef<double()> uniform) const;
+  // Example `index` of `split` (drawn at stream position `time`) into slot
+  // i of `out`.
+  void Fill(uint64_t split_salt, int64_t index, int64_t time, size_t i,
             CtrExamples* out) const;
 
   const CtrDataOptions o_;
   std::vector<Zipf> zipf_;       // per field
+  Zipf drift_zipf_;              // over the drifting window
   std::vector<double> dense_w_;  // the hidden model's dense weights
 };
 

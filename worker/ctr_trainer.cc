@@ -121,6 +121,7 @@ class CtrModelRun : public TrainingModel {
       t.set_init_value(o_.embedding_init);
       t.set_seed(o_.seed + static_cast<uint64_t>(f));
       *t.mutable_optimizer() = o_.table_optimizer;
+      t.MergeFrom(o_.table_policy);
       tables.push_back(std::move(t));
     }
     if (o_.create) {
@@ -293,7 +294,8 @@ class CtrModelRun : public TrainingModel {
   }
 
   std::string Summary() const override {
-    return absl::StrFormat("refused rows %d", result_->refused_rows);
+    return absl::StrFormat("refused rows %d, rows created %d",
+                           result_->refused_rows, result_->rows_created);
   }
 
  private:

@@ -33,6 +33,10 @@ struct CtrTrainerOptions : LoopOptions {
   OptimizerSpec dense_optimizer;  // the MLP, on the shards
   OptimizerSpec table_optimizer;  // the embedding rows, on the shards
   float embedding_init = 0.01f;   // rows start U(-init, init)
+  // Admission and eviction of every table's rows: the fields set here
+  // (TableSpec admission, admit_*, eviction, lfu_half_life_steps) are
+  // merged into each table's spec.
+  TableSpec table_policy;
 };
 
 struct CtrResult : LoopResult {

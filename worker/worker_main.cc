@@ -152,6 +152,24 @@ ABSL_FLAG(std::string, table_optimizer, "adagrad",
           "ctr: optimizer of the embedding rows: sgd, momentum, adagrad or "
           "adam (lazy: touched rows only).");
 ABSL_FLAG(double, table_lr, 0.1, "ctr: learning rate of the embedding rows.");
+ABSL_FLAG(int, table_admit_count, 0,
+          "ctr: an id gets an embedding row only after this many pushes "
+          "(count-min sketch on the shards); 0 = on first touch.");
+ABSL_FLAG(double, table_admit_probability, 0,
+          "ctr: an id without a row gets one with this probability per push, "
+          "in (0, 1]; 0 = off. Not with --table_admit_count.");
+ABSL_FLAG(
+    std::string, table_eviction, "ttl",
+    "ctr: what the shards do with embedding rows at "
+    "--max_parameter_bytes: ttl (refuse new rows; evict only by "
+    "--row_ttl_steps), lru or lfu (evict the coldest rows to make room).");
+ABSL_FLAG(double, ctr_drift_share, 0,
+          "ctr: share of the ids drawn from a drifting id space (fresh ids, "
+          "Zipf-ranked within a moving window); 0 = off.");
+ABSL_FLAG(int64_t, ctr_drift_window, 100000,
+          "ctr: ids in the drifting window (newest most popular).");
+ABSL_FLAG(double, ctr_drift_ids_per_example, 1.0,
+          "ctr: how many ids the drifting window moves per train example.");
 ABSL_FLAG(double, embedding_init, 0.01,
           "ctr: embedding rows start uniform in [-x, x).");
 
@@ -337,6 +355,46 @@ absl::StatusOr<OptimizerSpec> OptimizerByName(const std::string& name,
   return o;
 }
 
+// The tables' admission and eviction and the drifting id space, from the
+// flags.
+absl::Status CtrPolicyFromFlags(CtrTrainerOptions* o) {
+  TableSpec& t = o->table_policy;
+  const int count = absl::GetFlag(FLAGS_table_admit_count);
+  const double p = absl::GetFlag(FLAGS_table_admit_probability);
+  if (count != 0 && p != 0) {
+    return absl::InvalidArgumentError(
+        "--table_admit_count and --table_admit_probability exclude each "
+        "other");
+  }
+  if (count < 0 || count > 255 || !(p >= 0 && p <= 1)) {
+    return absl::InvalidArgumentError(
+        "--table_admit_count must be in [0, 255] and "
+        "--table_admit_probability in [0, 1]");
+  }
+  if (count > 0) {
+    t.set_admission(ADMIT_COUNT);
+    t.set_admit_count(count);
+  } else if (p > 0) {
+    t.set_admission(ADMIT_PROBABILITY);
+    t.set_admit_probability(static_cast<float>(p));
+  }
+  const std::string eviction = absl::GetFlag(FLAGS_table_eviction);
+  if (eviction == "lru") {
+    t.set_eviction(EVICT_LRU);
+  } else if (eviction == "lfu") {
+    t.set_eviction(EVICT_LFU);
+  } else if (eviction != "ttl") {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--table_eviction must be ttl, lru or lfu, got '", eviction, "'"));
+  }
+  o->data.drift_share = absl::GetFlag(FLAGS_ctr_drift_share);
+  o->data.drift_window = absl::GetFlag(FLAGS_ctr_drift_window);
+  o->data.drift_ids_per_example =
+      absl::GetFlag(FLAGS_ctr_drift_ids_per_example);
+  o->data.drift_test_at = o->train_examples;
+  return absl::OkStatus();
+}
+
 // The CTR model's options from the flags; defaults that differ from the
 // MLP's apply where the flag was not set.
 absl::StatusOr<CtrTrainerOptions> CtrOptionsFromFlags(
@@ -394,10 +452,13 @@ absl::StatusOr<CtrTrainerOptions> CtrOptionsFromFlags(
   }
   o.data.zipf_exponent = absl::GetFlag(FLAGS_ctr_zipf);
   o.data.dense_features = absl::GetFlag(FLAGS_ctr_dense_features);
-  absl::Status s = ValidateCtrData(o.data);
+  absl::Status s = CtrPolicyFromFlags(&o);
+  if (!s.ok()) return s;
+  s = ValidateCtrData(o.data);
   if (!s.ok()) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "--ctr_vocab/--ctr_zipf/--ctr_dense_features: ", s.message()));
+        "--ctr_vocab/--ctr_zipf/--ctr_dense_features/--ctr_drift_*: ",
+        s.message()));
   }
   return o;
 }

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 
 namespace asyncps {
 namespace {
@@ -106,6 +107,48 @@ TEST_CASE("bad data options are refused naming the field", "[ctr]") {
   o.zipf_exponent = 0;
   REQUIRE(ValidateCtrData(o).message().find("zipf") != std::string::npos);
   REQUIRE(ValidateCtrData(Small()).ok());
+}
+
+TEST_CASE(
+    "a drifting id space draws fresh ids from a moving window; off, the "
+    "stream is unchanged",
+    "[ctr][drift]") {
+  CtrDataOptions o = Small();
+  o.vocab = {100, 100};
+  const CtrExamples plain = CtrData(o).Generate(CtrSplit::kTrain, 0, 4000);
+  o.drift_window = 1000;
+  o.drift_ids_per_example = 1.0;
+  CtrDataOptions off = o;  // drift_share 0: the window settings change nothing
+  REQUIRE(CtrData(off).Generate(CtrSplit::kTrain, 0, 4000).ids == plain.ids);
+
+  o.drift_share = 0.5;
+  const CtrData data(o);
+  absl::flat_hash_set<uint64_t> stationary;
+  for (int f = 0; f < 2; ++f) {
+    for (uint64_t r = 1; r <= 100; ++r) stationary.insert(data.IdOf(f, r));
+  }
+  auto fresh_ids = [&](int64_t begin) {
+    const CtrExamples e = data.Generate(CtrSplit::kTrain, begin, begin + 4000);
+    absl::flat_hash_set<uint64_t> fresh;
+    size_t drawn = 0;
+    for (uint64_t id : e.ids) {
+      if (stationary.contains(id)) continue;
+      ++drawn;
+      fresh.insert(id);
+    }
+    // About half the ids are fresh.
+    REQUIRE(drawn > 0.45 * e.ids.size());
+    REQUIRE(drawn < 0.55 * e.ids.size());
+    return fresh;
+  };
+  const absl::flat_hash_set<uint64_t> early = fresh_ids(0);
+  const absl::flat_hash_set<uint64_t> late = fresh_ids(100000);
+  // Many distinct fresh ids, and none of the early window is left late.
+  REQUIRE(early.size() > 1000);
+  for (uint64_t id : late) REQUIRE_FALSE(early.contains(id));
+  // A pure function of the index, drift included.
+  REQUIRE(data.Generate(CtrSplit::kTrain, 100000, 100400).ids ==
+          data.Generate(CtrSplit::kTrain, 100000, 100400).ids);
 }
 
 }  // namespace
