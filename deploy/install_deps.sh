@@ -27,6 +27,8 @@ if [ "$build_only" = 0 ]; then
     # Tests, lint, the demo data and the manifest checks; etcd for the
     # membership tests.
     dataset-fashion-mnist clang clang-format openssl python3-yaml etcd-server
+    # The REST tests of ps_serve send their requests with curl.
+    curl
     # The plots of the studies (tests/bench).
     gnuplot-nox
     # Python package (python/): binding, numpy, PyTorch integration and tests.

@@ -2,9 +2,9 @@
 #define ASYNCPS_SERVING_INFERENCE_PROTOCOL_H_
 
 // The Open Inference Protocol (KServe v2) for ps_serve's model, shared by
-// the gRPC service and the REST/JSON form: checking and decoding a
-// ModelInferRequest into feature rows, encoding the answer, the model's
-// metadata, and the JSON mapping of the REST form.
+// the gRPC service and the REST form (whose JSON and binary mapping is
+// serving/rest_protocol.h): checking and decoding a ModelInferRequest into
+// feature rows, encoding the answer, the model's metadata.
 
 #include <cstdint>
 #include <string>
@@ -65,18 +65,6 @@ inference::ModelMetadataResponse ModelMetadata(const ModelSignature& model);
 // NOT_FOUND unless name (and version, when given) are the model's.
 absl::Status CheckModel(const ModelSignature& model, const std::string& name,
                         const std::string& version);
-
-// REST form. A JSON inference request ({"id", "parameters", "inputs":
-// [{"name", "shape", "datatype", "data"}], "outputs"}; data flat or nested
-// row-major; INT64/UINT64 data integers up to 2^53) as a
-// ModelInferRequest; INVALID_ARGUMENT for malformed JSON or fields of the
-// wrong type.
-absl::StatusOr<inference::ModelInferRequest> InferRequestFromJson(
-    const std::string& json, const std::string& model_name);
-std::string InferResponseToJson(const inference::ModelInferResponse& response);
-std::string ModelMetadataToJson(const inference::ModelMetadataResponse& m);
-// {"error": message}
-std::string ErrorJson(const absl::Status& status);
 
 }  // namespace asyncps
 

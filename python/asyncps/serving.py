@@ -9,6 +9,12 @@
     r.outputs                                        # (n, 10) probabilities
     r.snapshot_version, r.snapshot_age_ms            # the parameters used
 
+Requests and answers use the binary tensor data extension of the v2 REST
+protocol by default (a JSON header, then the raw little-endian float32
+values; about a quarter of JSON's bytes, and no number parsing);
+``ServingClient(url, binary=False)`` (or ``infer(..., binary=False)``)
+sends and reads plain JSON.
+
 Any other v2 client works as well (e.g. over gRPC with the definition in
 ``proto/grpc_predict_v2.proto``). Refused requests raise ``ServingError``
 with the HTTP status and the server's message (400 a bad request, 404 an
@@ -48,28 +54,34 @@ class InferResult:
 class ServingClient:
     """Talks to one ``ps_serve`` REST endpoint (``http://host:port``)."""
 
-    def __init__(self, url, model="mlp", timeout=30.0):
+    def __init__(self, url, model="mlp", timeout=30.0, binary=True):
         if not url.startswith(("http://", "https://")):
             raise ValueError(f"url must start with http:// or https://, got {url!r}")
         self.url = url.rstrip("/")
         self.model = model
         self.timeout = float(timeout)
+        self.binary = bool(binary)
 
-    def _call(self, path, body=None):
-        data = None if body is None else json.dumps(body).encode()
-        request = urllib.request.Request(
-            self.url + path, data=data,
-            headers={"Content-Type": "application/json"} if data else {})
+    def _call(self, path, body=None, headers=None, with_headers=False):
+        """(status, payload) or, with_headers, (status, payload, headers);
+        a refusal's payload is the server's message. ``body``: bytes, or
+        an object sent as JSON."""
+        if body is not None and not isinstance(body, bytes):
+            body = json.dumps(body).encode()
+            headers = {"Content-Type": "application/json", **(headers or {})}
+        request = urllib.request.Request(self.url + path, data=body,
+                                         headers=headers or {})
         try:
             with urllib.request.urlopen(request, timeout=self.timeout) as r:
-                return r.status, r.read()
+                answer = r.status, r.read(), r.headers
         except urllib.error.HTTPError as e:
             payload = e.read()
             try:
                 message = json.loads(payload)["error"]
             except (ValueError, KeyError, TypeError):
                 message = payload.decode(errors="replace")
-            return e.code, message
+            answer = e.code, message, e.headers
+        return answer if with_headers else answer[:2]
 
     def live(self):
         """True when the server answers."""
@@ -107,10 +119,11 @@ class ServingClient:
             raise ServingError(status, body)
         return body.decode().strip()
 
-    def infer(self, rows, timeout_ms=None, request_id=""):
+    def infer(self, rows, timeout_ms=None, request_id="", binary=None):
         """Computes the model on ``rows`` (array-like, (n, features) or one
         row of (features,)); returns an InferResult. Values must be finite
-        (checked here: ValueError, nothing sent)."""
+        (checked here: ValueError, nothing sent). ``binary`` (default: the
+        client's) sends and reads the binary form, else JSON."""
         x = np.asarray(rows, dtype=np.float32)
         if x.ndim == 1:
             x = x[np.newaxis, :]
@@ -118,20 +131,45 @@ class ServingClient:
             raise ValueError(f"rows must be (n, features) with n >= 1, got shape {x.shape}")
         if not np.isfinite(x).all():
             raise ValueError("rows hold NaN or infinite values")
-        body = {"inputs": [{"name": "input", "datatype": "FP32",
-                            "shape": list(x.shape), "data": x.ravel().tolist()}]}
+        binary = self.binary if binary is None else bool(binary)
+        tensor = {"name": "input", "datatype": "FP32", "shape": list(x.shape)}
+        body = {"inputs": [tensor]}
+        parameters = {}
         if request_id:
             body["id"] = request_id
         if timeout_ms is not None:
-            body["parameters"] = {"timeout_ms": int(timeout_ms)}
-        status, payload = self._call(f"/v2/models/{self.model}/infer", body)
+            parameters["timeout_ms"] = int(timeout_ms)
+        headers = None
+        if binary:
+            raw = x.astype("<f4", copy=False).tobytes()
+            tensor["parameters"] = {"binary_data_size": len(raw)}
+            parameters["binary_data_output"] = True
+        else:
+            tensor["data"] = x.ravel().tolist()
+        if parameters:
+            body["parameters"] = parameters
+        if binary:
+            header = json.dumps(body).encode()
+            headers = {"Content-Type": "application/octet-stream",
+                       "Inference-Header-Content-Length": str(len(header))}
+            body = header + raw
+        status, payload, answer_headers = self._call(
+            f"/v2/models/{self.model}/infer", body, headers, with_headers=True)
         if status != 200:
             raise ServingError(status, payload)
-        answer = json.loads(payload)
+        length = answer_headers.get("Inference-Header-Content-Length")
+        json_length = len(payload) if length is None else int(length)
+        answer = json.loads(payload[:json_length])
         out = answer["outputs"][0]
+        if "data" in out:
+            values = np.asarray(out["data"], dtype=np.float32)
+        else:
+            size = int(out["parameters"]["binary_data_size"])
+            values = np.frombuffer(payload, dtype="<f4", count=size // 4,
+                                   offset=json_length).astype(np.float32)
         params = answer.get("parameters", {})
         return InferResult(
-            outputs=np.asarray(out["data"], dtype=np.float32).reshape(out["shape"]),
+            outputs=values.reshape(out["shape"]),
             snapshot_id=int(params.get("snapshot_id", 0)),
             snapshot_version=int(params.get("snapshot_version", 0)),
             snapshot_age_ms=int(params.get("snapshot_age_ms", 0)),

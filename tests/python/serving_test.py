@@ -75,6 +75,25 @@ def test_answers_equal_the_model_computed_here(served):
     assert client.status().startswith("ready model mlp")
 
 
+def test_binary_and_json_forms_answer_alike(served):
+    client, params = served
+    client.wait_ready(timeout=30)
+    assert client.binary  # the default
+    x = np.random.default_rng(5).normal(size=(4, LAYERS[0])).astype(np.float32)
+    binary = client.infer(x, request_id="b")
+    as_json = client.infer(x, request_id="j", binary=False)
+    assert binary.id == "b" and as_json.id == "j"
+    assert binary.outputs.dtype == np.float32
+    np.testing.assert_array_equal(binary.outputs, as_json.outputs)
+    json_client = ServingClient(client.url, binary=False)
+    np.testing.assert_array_equal(json_client.infer(x).outputs, binary.outputs)
+    np.testing.assert_allclose(binary.outputs, forward(params, x), rtol=1e-5, atol=1e-6)
+    for c in (client, json_client):
+        with pytest.raises(ServingError) as e:
+            c.infer(np.zeros((2, LAYERS[0] + 1), np.float32))
+        assert e.value.status == 400 and "shape" in e.value.message
+
+
 def test_refused_requests_raise_with_the_reason(served):
     client, _ = served
     client.wait_ready(timeout=30)
