@@ -25,6 +25,16 @@ std::unique_ptr<EtcdClient> Connect(const testing::EtcdProcess& etcd) {
   return *std::move(c);
 }
 
+// A keeper of a lease of `ttl` that counts its losses in `lost`.
+absl::StatusOr<std::unique_ptr<LeaseKeeper>> StartLease(
+    EtcdClient* etcd, absl::Duration ttl, std::atomic<int>* lost) {
+  LeaseKeeperOptions o;
+  o.etcd = etcd;
+  o.ttl = ttl;
+  o.on_lost = [lost] { ++*lost; };
+  return LeaseKeeper::Start(o);
+}
+
 TEST_CASE("a renewed lease is held past its TTL and revoked at the end",
           "[lease]") {
   absl::StatusOr<testing::EtcdProcess> etcd = testing::StartEtcd();
@@ -66,11 +76,8 @@ TEST_CASE("etcd gone for a TTL: the lease is lost once and never revived",
   REQUIRE_OK(etcd.status());
   auto c = Connect(*etcd);
   std::atomic<int> lost{0};
-  LeaseKeeperOptions o;
-  o.etcd = c.get();
-  o.ttl = absl::Seconds(2);
-  o.on_lost = [&] { ++lost; };
-  absl::StatusOr<std::unique_ptr<LeaseKeeper>> lease = LeaseKeeper::Start(o);
+  absl::StatusOr<std::unique_ptr<LeaseKeeper>> lease =
+      StartLease(c.get(), absl::Seconds(2), &lost);
   REQUIRE_OK(lease.status());
   const absl::Time held_until = (*lease)->HeldUntil();
   REQUIRE_OK(etcd->process->Kill(absl::ZeroDuration()).status());
@@ -95,11 +102,8 @@ TEST_CASE("a lease revoked elsewhere is lost at the next renewal", "[lease]") {
   REQUIRE_OK(etcd.status());
   auto c = Connect(*etcd);
   std::atomic<int> lost{0};
-  LeaseKeeperOptions o;
-  o.etcd = c.get();
-  o.ttl = absl::Seconds(3);
-  o.on_lost = [&] { ++lost; };
-  absl::StatusOr<std::unique_ptr<LeaseKeeper>> lease = LeaseKeeper::Start(o);
+  absl::StatusOr<std::unique_ptr<LeaseKeeper>> lease =
+      StartLease(c.get(), absl::Seconds(3), &lost);
   REQUIRE_OK(lease.status());
   auto other = Connect(*etcd);
   REQUIRE_OK(other->RevokeLease((*lease)->id()));

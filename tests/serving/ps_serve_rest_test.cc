@@ -36,6 +36,7 @@
 #include "google/protobuf/struct.pb.h"
 #include "google/protobuf/util/json_util.h"
 #include "proto/grpc_predict_v2.grpc.pb.h"
+#include "tests/serving/serve_process.h"
 #include "tests/testing/require_ok.h"
 #include "tests/testing/subprocess.h"
 
@@ -88,39 +89,6 @@ void CreateModel(const std::vector<testing::ServerProcess>& cluster) {
   REQUIRE_OK((*worker)->CreateTensors(specs, init));
 }
 
-struct Serve {
-  std::unique_ptr<Subprocess> process;
-  std::unique_ptr<GRPCInferenceService::Stub> stub;
-  int http_port = 0;
-};
-
-Serve StartServe(const std::string& servers,
-                 const std::vector<std::string>& flags) {
-  const std::string stem = UniqueTmpPath("ps_serve");
-  std::vector<std::string> args = {"--servers=" + servers,
-                                   "--port=0",
-                                   "--port_file=" + stem + ".port",
-                                   "--http_port=0",
-                                   "--http_port_file=" + stem + ".http",
-                                   "--host=127.0.0.1"};
-  args.insert(args.end(), flags.begin(), flags.end());
-  auto proc =
-      Subprocess::Start(RunfilePath("serving/ps_serve"), args, stem + ".log");
-  REQUIRE_OK(proc.status());
-  absl::StatusOr<int> port = WaitForPortFile(stem + ".port", proc->get(),
-                                             absl::Seconds(60), "ps_serve");
-  REQUIRE_OK(port.status());
-  absl::StatusOr<int> http = WaitForPortFile(stem + ".http", proc->get(),
-                                             absl::Seconds(5), "ps_serve");
-  REQUIRE_OK(http.status());
-  Serve s;
-  s.process = *std::move(proc);
-  s.stub = GRPCInferenceService::NewStub(grpc::CreateChannel(
-      absl::StrCat("127.0.0.1:", *port), grpc::InsecureChannelCredentials()));
-  s.http_port = *http;
-  return s;
-}
-
 // Fashion-MNIST test images `first` .. `first + n - 1`, pixels / 255 as
 // doubles.
 std::vector<double> Images(int first, int n) {
@@ -169,7 +137,8 @@ std::pair<std::string, size_t> BinaryBody(const std::vector<float>& x, int rows,
 
 // The gRPC answer's output bytes for the same floats ("" when it failed).
 // Runs on any thread (no assertions).
-std::string TryGrpcOutput(Serve& serve, const std::vector<float>& x, int rows) {
+std::string TryGrpcOutput(ServeProcess& serve, const std::vector<float>& x,
+                          int rows) {
   ModelInferRequest r;
   r.set_model_name("mlp");
   auto* in = r.add_inputs();
@@ -187,7 +156,8 @@ std::string TryGrpcOutput(Serve& serve, const std::vector<float>& x, int rows) {
   return Bytes(std::vector<float>(v.begin(), v.end()));
 }
 
-std::string GrpcOutput(Serve& serve, const std::vector<float>& x, int rows) {
+std::string GrpcOutput(ServeProcess& serve, const std::vector<float>& x,
+                       int rows) {
   std::string out = TryGrpcOutput(serve, x, rows);
   REQUIRE(!out.empty());
   return out;
@@ -219,7 +189,8 @@ struct CurlResult {
 };
 
 // Runs curl (20 s at most) on the infer URL with `args`.
-CurlResult Curl(const Serve& serve, const std::vector<std::string>& args) {
+CurlResult Curl(const ServeProcess& serve,
+                const std::vector<std::string>& args) {
   const std::string stem = UniqueTmpPath("curl");
   std::vector<std::string> all = {
       "-s",
@@ -276,8 +247,8 @@ TEST_CASE("every REST form curl sends answers as gRPC does, bit for bit",
   auto cluster = testing::StartPsCluster(1);
   REQUIRE_OK(cluster.status());
   CreateModel(*cluster);
-  Serve serve = StartServe(testing::ServerList(*cluster),
-                           {"--refresh_s=60", "--batch_timeout_us=0"});
+  ServeProcess serve = StartServe({"--servers=" + testing::ServerList(*cluster),
+                                   "--refresh_s=60", "--batch_timeout_us=0"});
   // Images 1 and 2 (a pullover, a trouser): image 0 is mostly background.
   const std::vector<double> image = Images(1, 2);
   const std::vector<double> one(image.begin(), image.begin() + 784);
@@ -405,9 +376,9 @@ TEST_CASE(
   REQUIRE_OK(cluster.status());
   CreateModel(*cluster);
   constexpr int kLimit = 1 << 20;
-  Serve serve = StartServe(
-      testing::ServerList(*cluster),
-      {"--refresh_s=60", "--batch_timeout_us=100000", "--max_batch_size=64",
+  ServeProcess serve = StartServe(
+      {"--servers=" + testing::ServerList(*cluster), "--refresh_s=60",
+       "--batch_timeout_us=100000", "--max_batch_size=64",
        absl::StrCat("--max_request_bytes=", kLimit), "--http_threads=16"});
   const std::vector<float> x = AsFloats(Images(1, 1));
   const std::string expected = GrpcOutput(serve, x, 1);

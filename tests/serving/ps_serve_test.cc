@@ -33,6 +33,7 @@
 #include "models/ctr_model.h"
 #include "models/mlp.h"
 #include "proto/grpc_predict_v2.grpc.pb.h"
+#include "tests/serving/serve_process.h"
 #include "tests/testing/require_ok.h"
 #include "tests/testing/subprocess.h"
 
@@ -150,35 +151,6 @@ void RequireNear(const std::vector<float>& a, const std::vector<float>& b) {
   REQUIRE(a.size() == b.size());
   for (size_t i = 0; i < a.size(); ++i)
     REQUIRE(a[i] == Approx(b[i]).margin(1e-6));
-}
-
-struct ServeProcess {
-  std::unique_ptr<Subprocess> process;
-  std::unique_ptr<GRPCInferenceService::Stub> stub;
-  int http_port = 0;
-};
-
-ServeProcess StartServe(const std::vector<std::string>& flags) {
-  const std::string stem = UniqueTmpPath("ps_serve");
-  std::vector<std::string> args = {
-      "--port=0", "--port_file=" + stem + ".port", "--http_port=0",
-      "--http_port_file=" + stem + ".http", "--host=127.0.0.1"};
-  args.insert(args.end(), flags.begin(), flags.end());
-  auto proc =
-      Subprocess::Start(RunfilePath("serving/ps_serve"), args, stem + ".log");
-  REQUIRE_OK(proc.status());
-  absl::StatusOr<int> port = WaitForPortFile(stem + ".port", proc->get(),
-                                             absl::Seconds(60), "ps_serve");
-  REQUIRE_OK(port.status());
-  absl::StatusOr<int> http = WaitForPortFile(stem + ".http", proc->get(),
-                                             absl::Seconds(5), "ps_serve");
-  REQUIRE_OK(http.status());
-  ServeProcess s;
-  s.process = *std::move(proc);
-  s.stub = GRPCInferenceService::NewStub(grpc::CreateChannel(
-      absl::StrCat("127.0.0.1:", *port), grpc::InsecureChannelCredentials()));
-  s.http_port = *http;
-  return s;
 }
 
 std::unique_ptr<grpc::ClientContext> Context() {
