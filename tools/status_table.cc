@@ -316,6 +316,11 @@ std::vector<MergedTable> MergeTables(const std::vector<ShardResult>& shards) {
       m.rows_evicted += t.rows_evicted();
       m.pulls += t.pulls();
       m.pushes += t.pushes();
+      m.eviction = t.eviction();
+      m.admission = t.admission();
+      m.rows_evicted_cap += t.rows_evicted_cap();
+      m.admission_refused += t.admission_refused();
+      m.max_fill_ratio = std::max(m.max_fill_ratio, t.fill_ratio());
       m.max_shard_rows = std::max(m.max_shard_rows, t.rows());
       ++m.shards;
     }
@@ -456,17 +461,26 @@ std::string ShardsText(const std::vector<ShardResult>& shards, bool wide) {
 std::string TablesText(const std::vector<ShardResult>& shards) {
   const std::vector<MergedTable> tables = MergeTables(shards);
   if (tables.empty()) return "";
-  TextTable tt({"TABLE", "OPTIMIZER", "DIM", "ROWS", "BYTES", "IMBALANCE",
-                "CREATED", "EVICTED", "PULLS", "PUSHES"},
-               /*left_columns=*/2);
+  TextTable tt(
+      {"TABLE", "OPTIMIZER", "DIM", "ROWS", "BYTES", "IMBALANCE", "CREATED",
+       "EVICTED", "PULLS", "PUSHES", "POLICY", "FILL", "FILTERED"},
+      /*left_columns=*/2);
+  // An enum value's name without its prefix, in lower case.
+  const auto bare = [](std::string name, absl::string_view prefix) {
+    if (absl::StartsWith(name, prefix)) name = name.substr(prefix.size());
+    return absl::AsciiStrToLower(name);
+  };
   for (const MergedTable& t : tables) {
-    std::string optimizer = OptimizerType_Name(t.optimizer);
-    if (absl::StartsWith(optimizer, "OPT_")) optimizer = optimizer.substr(4);
-    tt.AddRow({t.name, absl::AsciiStrToLower(optimizer), absl::StrCat(t.dim),
-               absl::StrCat(t.rows), HumanBytes(t.bytes),
-               absl::StrFormat("%.1f%%", 100 * t.imbalance()),
-               absl::StrCat(t.rows_created), absl::StrCat(t.rows_evicted),
-               absl::StrCat(t.pulls), absl::StrCat(t.pushes)});
+    tt.AddRow(
+        {t.name, bare(OptimizerType_Name(t.optimizer), "OPT_"),
+         absl::StrCat(t.dim), absl::StrCat(t.rows), HumanBytes(t.bytes),
+         absl::StrFormat("%.1f%%", 100 * t.imbalance()),
+         absl::StrCat(t.rows_created), absl::StrCat(t.rows_evicted),
+         absl::StrCat(t.pulls), absl::StrCat(t.pushes),
+         absl::StrCat(bare(EvictionPolicy_Name(t.eviction), "EVICT_"), "/",
+                      bare(AdmissionPolicy_Name(t.admission), "ADMIT_")),
+         absl::StrFormat("%.0f%%", 100 * t.max_fill_ratio),
+         absl::StrCat(t.admission_refused)});
   }
   return absl::StrCat("\n", tt.Render());
 }

@@ -60,6 +60,11 @@ struct MergedTable {
   OptimizerType optimizer = OPT_SGD;
   uint64_t rows = 0, bytes = 0, rows_created = 0, rows_evicted = 0, pulls = 0,
            pushes = 0;
+  EvictionPolicy eviction = EVICT_TTL;
+  AdmissionPolicy admission = ADMIT_ALL;
+  uint64_t rows_evicted_cap = 0;   // of rows_evicted: to make room
+  uint64_t admission_refused = 0;  // gradients the filter dropped
+  double max_fill_ratio = 0;       // the fullest shard's (0 without a cap)
   int shards = 0;
   uint64_t max_shard_rows = 0;  // the fullest shard's rows
   // How far the fullest shard is above an even share: max / mean - 1.

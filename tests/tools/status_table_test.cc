@@ -272,12 +272,22 @@ TEST_CASE("sparse tables are merged across shards with their imbalance",
     t->set_rows_created(i == 0 ? 1100 : 1000);
     t->set_pulls(7);
     t->set_pushes(6);
+    t->set_eviction(EVICT_LRU);
+    t->set_admission(ADMIT_COUNT);
+    t->set_fill_ratio(i == 0 ? 0.5 : 0.875);
+    t->set_admission_refused(i == 0 ? 3 : 4);
+    t->set_rows_evicted(5);
+    t->set_rows_evicted_cap(i == 0 ? 5 : 0);
   }
   const std::vector<MergedTable> tables = MergeTables(shards);
   REQUIRE(tables.size() == 1);
   CHECK(tables[0].rows == 2000);
   CHECK(tables[0].rows_created == 2100);
   CHECK(tables[0].imbalance() == Approx(0.05));
+  CHECK(tables[0].rows_evicted == 10);
+  CHECK(tables[0].rows_evicted_cap == 5);
+  CHECK(tables[0].admission_refused == 7);
+  CHECK(tables[0].max_fill_ratio == Approx(0.875));
   const ClusterSummary sum = Summarize(shards);
   CHECK(sum.tables == 1);
   CHECK(sum.table_rows == 2000);
@@ -294,8 +304,8 @@ TEST_CASE("sparse tables are merged across shards with their imbalance",
   const std::vector<std::string> row =
       absl::StrSplit(*(header + 1), ' ', absl::SkipEmpty());
   CHECK(row == std::vector<std::string>{"ctr/emb0", "adagrad", "16", "2000",
-                                        "2.0", "KiB", "5.0%", "2100", "0", "14",
-                                        "12"});
+                                        "2.0", "KiB", "5.0%", "2100", "10",
+                                        "14", "12", "lru/count", "88%", "7"});
   // No table section without tables.
   CHECK_FALSE(absl::StrContains(RenderText({Up(0, 1, 1, -1, {})}), "TABLE"));
 
