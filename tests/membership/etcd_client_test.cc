@@ -40,6 +40,7 @@ TEST_CASE("bad options are refused", "[etcd]") {
 }
 
 TEST_CASE("keys, prefixes and revisions", "[etcd]") {
+  if (testing::SkipWithoutEtcd()) return;
   absl::StatusOr<testing::EtcdProcess> etcd = testing::StartEtcd();
   REQUIRE_OK(etcd.status());
   auto c = Connect(*etcd);
@@ -70,6 +71,7 @@ TEST_CASE("keys, prefixes and revisions", "[etcd]") {
 }
 
 TEST_CASE("compare-and-swap on a key's revision", "[etcd]") {
+  if (testing::SkipWithoutEtcd()) return;
   absl::StatusOr<testing::EtcdProcess> etcd = testing::StartEtcd();
   REQUIRE_OK(etcd.status());
   auto c = Connect(*etcd);
@@ -100,6 +102,7 @@ TEST_CASE("compare-and-swap on a key's revision", "[etcd]") {
 }
 
 TEST_CASE("a key on a lease lives while the lease is renewed", "[etcd]") {
+  if (testing::SkipWithoutEtcd()) return;
   absl::StatusOr<testing::EtcdProcess> etcd = testing::StartEtcd();
   REQUIRE_OK(etcd.status());
   auto c = Connect(*etcd);
@@ -159,6 +162,7 @@ std::unique_ptr<EtcdClient::Watcher> Watch(EtcdClient* c, const char* prefix,
 }
 
 TEST_CASE("a watch sees every change under its prefix, in order", "[etcd]") {
+  if (testing::SkipWithoutEtcd()) return;
   absl::StatusOr<testing::EtcdProcess> etcd = testing::StartEtcd();
   REQUIRE_OK(etcd.status());
   auto c = Connect(*etcd);
@@ -196,6 +200,7 @@ TEST_CASE(
     "etcd killed: calls fail within their deadline; restarted: the "
     "data is back",
     "[etcd][faults]") {
+  if (testing::SkipWithoutEtcd()) return;
   absl::StatusOr<testing::EtcdProcess> etcd = testing::StartEtcd();
   REQUIRE_OK(etcd.status());
   auto c = Connect(*etcd, absl::Seconds(2));

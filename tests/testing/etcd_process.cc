@@ -6,6 +6,7 @@
 #include <sys/time.h>
 #include <unistd.h>
 
+#include <cstdio>
 #include <cstdlib>
 #include <string>
 #include <vector>
@@ -80,6 +81,21 @@ absl::Status Launch(EtcdProcess* etcd, absl::Duration timeout) {
 std::string EtcdBinary() {
   const char* env = std::getenv("ASYNCPS_ETCD");
   return env != nullptr && *env != '\0' ? env : "/usr/bin/etcd";
+}
+
+bool SkipWithoutEtcd() {
+  const std::string binary = EtcdBinary();
+  if (access(binary.c_str(), X_OK) == 0) return false;
+  static bool said = false;
+  if (!said) {
+    std::printf(
+        "ASYNCPS_SKIPPED: no etcd at %s (deploy/install_deps.sh installs "
+        "etcd-server)\n",
+        binary.c_str());
+    std::fflush(stdout);
+    said = true;
+  }
+  return true;
 }
 
 absl::StatusOr<EtcdProcess> StartEtcd(absl::Duration timeout) {
