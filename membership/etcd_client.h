@@ -119,7 +119,7 @@ class EtcdClient {
   // `on_events` runs on the watcher's thread with each batch, in revision
   // order; `on_end` once when the watch ends by itself (etcd unreachable,
   // the revision compacted: the caller lists again and watches anew). Ends
-  // when the Watcher is destroyed.
+  // when the Watcher is destroyed, which must happen before this client is.
   std::unique_ptr<Watcher> WatchPrefix(
       absl::string_view prefix, int64_t start_revision,
       std::function<void(const std::vector<EtcdEvent>&, int64_t revision)>

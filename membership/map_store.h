@@ -69,7 +69,8 @@ class MapStore {
 
   // Calls `on_map` with every map written at or after etcd revision
   // `from_revision`, in epoch order, on the watch's thread; `on_end` as
-  // EtcdClient::WatchPrefix's.
+  // EtcdClient::WatchPrefix's. The watcher must go before this store and
+  // its client.
   std::unique_ptr<EtcdClient::Watcher> Watch(
       int64_t from_revision, std::function<void(const ShardMapRecord&)> on_map,
       std::function<void(const absl::Status&)> on_end);

@@ -39,6 +39,9 @@ run() {  # name, server flags..., then -- worker flags...
   [ $# -gt 0 ] && shift
   wflags=("$@")
   mkdir -p "$dir"
+  # run() is called in a pipeline (a subshell): its own trap kills what it
+  # started on every way out.
+  trap cleanup EXIT
   pids=()
   for i in 0 1; do
     "$ps_server" --shard_index=$i --num_shards=2 --port=0 \
@@ -48,6 +51,7 @@ run() {  # name, server flags..., then -- worker flags...
   local servers=""
   for i in 0 1; do
     for _ in $(seq 100); do [ -s "$dir/shard$i.port" ] && break; sleep 0.1; done
+    [ -s "$dir/shard$i.port" ] || { echo "shard $i did not start: $dir" >&2; exit 1; }
     servers+="${servers:+,}127.0.0.1:$(cat "$dir/shard$i.port")"
   done
   local t0 t1

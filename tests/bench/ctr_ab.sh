@@ -46,6 +46,9 @@ trap cleanup EXIT
 run() {
   local worker=$1 dir=$2
   mkdir -p "$dir"
+  # run() is called in a command substitution (a subshell): its own trap
+  # kills what it started on every way out.
+  trap cleanup EXIT
   pids=()
   for i in 0 1; do
     rm -f "$dir/shard$i.port"
