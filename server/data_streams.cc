@@ -221,47 +221,38 @@ class PushStreamReactor : public StreamReactor {
 
  private:
   void Handle(const grpc::ByteBuffer& request) override {
-    PushResponse answer;
-    bool needs_checkpoint = false;
-    {
-      // The gradients stay in gRPC's receive buffers; the reader holds them
-      // until the push is applied.
-      PushRequest header;
-      FrameReader reader;
-      std::vector<Payload> grads, rows;
-      absl::Status s = reader.Open(request, &header);
-      if (s.ok()) {
-        s = PushTransaction::CheckCaller(header,
-                                         service_->context().store->map());
-      }
-      if (s.ok()) s = ReadFrameGradients(header, &reader, &grads, &rows);
-      if (s.ok()) {
-        s = service_->DoPush(header, grads, &answer, rows, &needs_checkpoint);
-      } else {
-        service_->context().stats->RecordBadInput();
-      }
-      answer.set_request_id(header.request_id());
-      if (!s.ok()) {
-        answer.clear_results();
-        SetCallStatus(s, answer.mutable_status());
-      }
+    auto answer = std::make_shared<PushResponse>();
+    // The gradients stay in gRPC's receive buffers; the reader holds them
+    // until the push is applied.
+    PushRequest header;
+    FrameReader reader;
+    std::vector<Payload> grads, rows;
+    absl::Status s = reader.Open(request, &header);
+    if (s.ok()) {
+      s = PushTransaction::CheckCaller(header,
+                                       service_->context().store->map());
     }
-    if (needs_checkpoint) {
-      // An assign: answered once a checkpoint holds it; the stream goes on.
-      writer_.AddPending();
-      service_->WhenValuesDurable(
-          "the assign was applied",
-          [this, answer = std::move(answer)](absl::Status s) mutable {
-            if (!s.ok()) {
-              answer.clear_results();
-              SetCallStatus(s, answer.mutable_status());
-            }
-            writer_.Write(SerializeToByteBuffer(answer));
-            writer_.EndPending();
-          });
-    } else {
-      writer_.Write(SerializeToByteBuffer(answer));
+    if (s.ok()) s = ReadFrameGradients(header, &reader, &grads, &rows);
+    if (!s.ok()) service_->context().stats->RecordBadInput();
+    if (s.ok()) s = service_->CheckPrimary();
+    answer->set_request_id(header.request_id());
+    if (!s.ok()) return Write(answer.get(), s);
+    // Answered once the push is applied (and held by the backups, and
+    // checkpointed when an assign needs it); the stream goes on meanwhile.
+    writer_.AddPending();
+    service_->RunPushStep(header, grads, rows, answer.get(),
+                          [this, answer](absl::Status st) {
+                            Write(answer.get(), st);
+                            writer_.EndPending();
+                          });
+  }
+
+  void Write(PushResponse* answer, const absl::Status& s) {
+    if (!s.ok()) {
+      answer->clear_results();
+      SetCallStatus(s, answer->mutable_status());
     }
+    writer_.Write(SerializeToByteBuffer(*answer));
   }
 };
 
@@ -291,7 +282,8 @@ class PullStreamReactor : public StreamReactor {
     if (!s.ok()) {
       service_->context().stats->RecordBadInput();
     } else {
-      s = service_->BeginPull(*request, &target);
+      if (!request->read_only()) s = service_->CheckPrimary();
+      if (s.ok()) s = service_->BeginPull(*request, &target);
     }
     if (!s.ok()) {
       WriteError(request->request_id(), s);
@@ -328,23 +320,32 @@ class PullStreamReactor : public StreamReactor {
       WriteError(request.request_id(), status);
       return;
     }
-    PullResponse header;
-    header.set_request_id(request.request_id());
-    header.set_waited_us(
+    auto header = std::make_shared<PullResponse>();
+    header->set_request_id(request.request_id());
+    header->set_waited_us(
         absl::ToInt64Microseconds(service_->context().clock->Now() - start));
-    absl::StatusOr<grpc::ByteBuffer> frame =
-        service_->CopyPullFrame(request, &header);
-    if (!frame.ok()) {
-      WriteError(request.request_id(), frame.status());
-      return;
-    }
-    writer_.Write(*std::move(frame));
+    auto frame = std::make_shared<absl::StatusOr<grpc::ByteBuffer>>();
+    writer_.AddPending();
+    service_->RunPullStep(
+        request,
+        [&] {
+          *frame = service_->CopyPullFrame(request, header.get());
+          return frame->status();
+        },
+        [this, id = request.request_id(), frame](absl::Status st) {
+          if (st.ok()) {
+            writer_.Write(*std::move(*frame));
+          } else {
+            WriteError(id, st);
+          }
+          writer_.EndPending();
+        });
   }
 
   void WriteError(uint64_t request_id, const absl::Status& s) {
     PullResponse header;
     header.set_request_id(request_id);
-    header.set_shard_epoch(service_->context().epoch);
+    header.set_shard_epoch(service_->epoch());
     SetCallStatus(s, header.mutable_status());
     writer_.Write(MakeFrame(header, {}));
   }

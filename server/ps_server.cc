@@ -3,6 +3,11 @@
 #include <grpcpp/ext/proto_server_reflection_plugin.h>
 #include <grpcpp/health_check_service_interface.h>
 
+#include <stdlib.h>
+#include <unistd.h>
+
+#include <cstdio>
+
 #include "absl/random/random.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -10,6 +15,7 @@
 #include "common/version.h"
 #include "server/checkpoint.h"
 #include "server/checkpoint_dir.h"
+#include "server/state_digest.h"
 
 namespace asyncps {
 
@@ -113,7 +119,9 @@ absl::Status PsServer::CreateState(PsServerOptions* options) {
   clock_ = options->clock;
   host_ = options->host;
   run_id_ = options->run_id;
-  {
+  log_ = options->log;
+  epoch_ = options->epoch;
+  if (epoch_ == 0) {
     absl::BitGen bits;
     do {
       epoch_ = absl::Uniform<uint64_t>(bits);
@@ -198,6 +206,9 @@ ServiceContext PsServer::MakeServiceContext(const PsServerOptions& options,
   context.run_id = options.run_id;
   context.clock = options.clock;
   context.logger = options.logger;
+  context.log = options.log;
+  context.replica_status = options.replica_status;
+  context.state_digest = [this](StatusResponse* r) { FillDigest(r); };
   return context;
 }
 
@@ -213,6 +224,17 @@ absl::Status PsServer::Serve(
   SetTransportArguments(options, &builder);
   service_ = std::make_unique<PsService>(MakeServiceContext(options, restored));
   builder.RegisterService(service_.get());
+  if (log_ != nullptr) {
+    ReplicaFeedOptions f;
+    f.run_id = options.run_id;
+    f.shard_index = options.store.shard_index;
+    f.num_shards = options.store.num_shards;
+    f.log = log_;
+    f.snapshot = [this] { return Snapshot(); };
+    f.logger = options.logger;
+    feed_ = std::make_unique<ReplicaFeedService>(std::move(f));
+    builder.RegisterService(feed_.get());
+  }
   reflection_v1_ = std::make_unique<ReflectionV1Service>(
       std::vector<std::string>{kServiceName, "grpc.health.v1.Health",
                                "grpc.reflection.v1.ServerReflection",
@@ -369,6 +391,52 @@ CheckpointImage PsServer::Capture() {
       CaptureCheckpoint(*store_, workers_->Export(), held, kVersion, run_id_);
   image.pause = clock_->Now() - start;
   return image;
+}
+
+absl::StatusOr<FeedSnapshot> PsServer::Snapshot() {
+  char dir[] = "/tmp/asyncps-snapshot-XXXXXX";
+  if (mkdtemp(dir) == nullptr) {
+    return absl::InternalError("cannot create a directory for a snapshot");
+  }
+  FeedSnapshot snapshot;
+  CheckpointImage image;
+  log_->AtCut([&](uint64_t index, uint64_t epoch) {
+    image = Capture();
+    snapshot.index = index;
+    snapshot.epoch = epoch;
+  });
+  snapshot.shard_epoch = service_->epoch();
+  absl::StatusOr<CheckpointInfo> written =
+      WriteCheckpoint(image, dir, clock_, FileSystem::Default());
+  if (!written.ok()) {
+    rmdir(dir);
+    return written.status();
+  }
+  snapshot.path = written->path();
+  snapshot.name = snapshot.path.substr(snapshot.path.find_last_of('/') + 1);
+  // The file is removed once sent; the directory now.
+  const std::string moved = absl::StrCat(dir, ".ckpt");
+  if (std::rename(snapshot.path.c_str(), moved.c_str()) == 0) {
+    snapshot.path = moved;
+  }
+  rmdir(dir);
+  return snapshot;
+}
+
+void PsServer::FillDigest(StatusResponse* response) {
+  CheckpointImage image;
+  uint64_t index = 0;
+  if (log_ != nullptr) {
+    log_->AtCut([&](uint64_t i, uint64_t) {
+      image = Capture();
+      index = i;
+    });
+  } else {
+    image = Capture();
+  }
+  ReplicaStatus* r = response->mutable_replica();
+  r->set_state_digest(StateDigest(image));
+  r->set_log_index(index);
 }
 
 void PsServer::EvictIdleRows() {

@@ -44,6 +44,8 @@
 #include "server/ps_service.h"
 #include "server/push_gate.h"
 #include "server/reflection_v1.h"
+#include "server/replica_feed.h"
+#include "server/replication_log.h"
 #include "server/runtime_metrics.h"
 #include "server/shard_stats.h"
 #include "server/spec_file.h"
@@ -90,6 +92,15 @@ struct PsServerOptions {
   // interceptor). Must outlive the PsServer.
   RpcMetrics* rpc_metrics = nullptr;
   std::shared_ptr<spdlog::logger> logger;  // required
+  // A replica of a shard group (ps_server --replicas): every
+  // state-changing step runs through this log, and the server also serves
+  // the Follow stream to backups. Not owned; null = not replicated.
+  ReplicationLog* log = nullptr;
+  // The shard epoch to serve with (a backup's is its primary's); 0 = draw
+  // one.
+  uint64_t epoch = 0;
+  // Adds the replica's place in its group to Status answers (with `log`).
+  std::function<void(StatusResponse*)> replica_status;
 };
 
 // One running shard: the store, the worker registry, and a gRPC server with
@@ -127,6 +138,9 @@ class PsServer {
 
   // The Status RPC's answer (also for the metrics endpoint).
   StatusResponse GetStatus();
+
+  // The service (a backup's follower applies its entries through it).
+  PsService* service() { return service_.get(); }
 
   // The policy as reported in Status.
   static StalenessPolicy PolicyOf(const PsServerOptions& options);
@@ -169,6 +183,11 @@ class PsServer {
   absl::StatusOr<CheckpointInfo> Restore(const PsServerOptions& options);
   // Holds pushes back and serializes the state (the checkpointer's capture).
   CheckpointImage Capture();
+  // A checkpoint file of the state at a cut of the replication log, for a
+  // backup that needs a snapshot.
+  absl::StatusOr<FeedSnapshot> Snapshot();
+  // Sets ReplicaStatus.state_digest and the log index it is of.
+  void FillDigest(StatusResponse* response);
   // Evicts sparse rows unused for --row_ttl_steps steps of the fastest live
   // worker, and rows of tables that evict under the cap when little room is
   // left (the sampler thread calls this every second).
@@ -189,6 +208,8 @@ class PsServer {
   std::string run_id_;
   bool adopted_ = false;  // restored another run's checkpoint (--adopt_run)
   std::unique_ptr<PsService> service_;
+  ReplicationLog* log_ = nullptr;
+  std::unique_ptr<ReplicaFeedService> feed_;  // null unless replicated
   std::unique_ptr<ReflectionV1Service> reflection_v1_;
   std::unique_ptr<grpc::Server> server_;
   int port_ = 0;

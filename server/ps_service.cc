@@ -4,6 +4,7 @@
 #include <cstring>
 #include <limits>
 #include <memory>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -80,7 +81,9 @@ class UnaryPullReactor : public grpc::ServerUnaryReactor {
 }  // namespace
 
 PsService::PsService(ServiceContext context)
-    : c_(std::move(context)), start_time_(c_.clock->Now()) {}
+    : c_(std::move(context)),
+      start_time_(c_.clock->Now()),
+      epoch_(c_.epoch) {}
 
 // Parses a unary request, runs handle(request, &response) and answers.
 template <typename Request, typename Response, typename Handler>
@@ -98,6 +101,40 @@ grpc::ServerUnaryReactor* ServeUnary(ShardStats* stats,
   s = handle(request, &response);
   if (s.ok()) *out = SerializeToByteBuffer(response);
   return Finish(ctx, s);
+}
+
+// ServeUnary for a state-changing call: the caller must be at the primary,
+// handle runs as one step of the shard (PsService::RunStep) and the answer
+// waits for the backups. set_entry puts the request into a log entry.
+template <typename Request, typename Response, typename Handler,
+          typename SetEntry>
+grpc::ServerUnaryReactor* ServeStep(PsService* service,
+                                    grpc::CallbackServerContext* ctx,
+                                    const grpc::ByteBuffer* in,
+                                    grpc::ByteBuffer* out, Handler handle,
+                                    SetEntry set_entry) {
+  Request request;
+  absl::Status s = ParseFromByteBuffer(*in, &request);
+  if (!s.ok()) {
+    service->context().stats->RecordBadInput();
+    return Finish(ctx, s);
+  }
+  s = service->CheckPrimary();
+  if (!s.ok()) return Finish(ctx, s);
+  auto response = std::make_shared<Response>();
+  grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
+  service->RunStep(
+      [&] {
+        LogEntry entry;
+        *set_entry(&entry) = request;
+        return entry;
+      },
+      [&] { return handle(request, response.get()); },
+      [reactor, out, response](absl::Status st) {
+        if (st.ok()) *out = SerializeToByteBuffer(*response);
+        reactor->Finish(ToGrpcStatus(st));
+      });
+  return reactor;
 }
 
 absl::Status PsService::SyncSpecs(absl::string_view what) {
@@ -171,25 +208,37 @@ void PsService::WhenValuesDurable(absl::string_view what,
 grpc::ServerUnaryReactor* PsService::CreateTensor(
     grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* in,
     grpc::ByteBuffer* out) {
-  CreateTensorRequest request;
-  absl::Status s = ParseFromByteBuffer(*in, &request);
+  auto request = std::make_shared<CreateTensorRequest>();
+  absl::Status s = ParseFromByteBuffer(*in, request.get());
   if (!s.ok()) {
     c_.stats->RecordBadInput();
     return Finish(ctx, s);
   }
-  bool needs_checkpoint = false;
-  absl::StatusOr<CreateTensorResponse> r = DoCreate(request, &needs_checkpoint);
-  if (!r.ok()) return Finish(ctx, r.status());
-  if (!needs_checkpoint) {
-    *out = SerializeToByteBuffer(*r);
-    return Finish(ctx, absl::OkStatus());
-  }
+  s = CheckPrimary();
+  if (!s.ok()) return Finish(ctx, s);
+  auto response = std::make_shared<CreateTensorResponse>();
+  auto needs_checkpoint = std::make_shared<bool>(false);
   grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
-  WhenValuesDurable("the tensors exist with their values",
-                    [reactor, out, response = *std::move(r)](absl::Status s) {
-                      if (s.ok()) *out = SerializeToByteBuffer(response);
-                      reactor->Finish(ToGrpcStatus(s));
-                    });
+  auto finish = [reactor, out, response](absl::Status st) {
+    if (st.ok()) *out = SerializeToByteBuffer(*response);
+    reactor->Finish(ToGrpcStatus(st));
+  };
+  RunStep(
+      [&] {
+        LogEntry entry;
+        *entry.mutable_create() = *request;
+        return entry;
+      },
+      [&] {
+        absl::StatusOr<CreateTensorResponse> r =
+            DoCreate(*request, needs_checkpoint.get());
+        if (r.ok()) *response = *std::move(r);
+        return r.status();
+      },
+      [this, finish, needs_checkpoint](absl::Status st) {
+        if (!st.ok() || !*needs_checkpoint) return finish(st);
+        WhenValuesDurable("the tensors exist with their values", finish);
+      });
   return reactor;
 }
 
@@ -213,67 +262,79 @@ grpc::ServerUnaryReactor* PsService::ListTensors(
 grpc::ServerUnaryReactor* PsService::SetLearningRate(
     grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* in,
     grpc::ByteBuffer* out) {
-  return ServeUnary<SetLearningRateRequest, SetLearningRateResponse>(
-      c_.stats, ctx, in, out,
+  return ServeStep<SetLearningRateRequest, SetLearningRateResponse>(
+      this, ctx, in, out,
       [this](const SetLearningRateRequest& request,
              SetLearningRateResponse* response) {
-        bool changed = false;
-        absl::StatusOr<SetLearningRateResponse> r =
-            c_.store->SetLearningRates(request, &changed);
-        if (!r.ok()) {
-          c_.stats->RecordBadInput();
-          return r.status();
-        }
-        if (changed) {
-          for (const LearningRate& rate : r->rates()) {
-            c_.logger->info("learning rate of {} is {} from schedule step {}",
-                            QuoteName(rate.name()), rate.learning_rate(),
-                            rate.step());
-          }
-        }
-        absl::Status durable = SyncSpecs("the learning rates apply");
-        if (!durable.ok()) return durable;
-        *response = *std::move(r);
-        return absl::OkStatus();
-      });
+        return DoSetLearningRate(request, response);
+      },
+      [](LogEntry* e) { return e->mutable_rates(); });
+}
+
+absl::Status PsService::DoSetLearningRate(const SetLearningRateRequest& request,
+                                          SetLearningRateResponse* response) {
+  bool changed = false;
+  absl::StatusOr<SetLearningRateResponse> r =
+      c_.store->SetLearningRates(request, &changed);
+  if (!r.ok()) {
+    c_.stats->RecordBadInput();
+    return r.status();
+  }
+  if (changed) {
+    for (const LearningRate& rate : r->rates()) {
+      c_.logger->info("learning rate of {} is {} from schedule step {}",
+                      QuoteName(rate.name()), rate.learning_rate(),
+                      rate.step());
+    }
+  }
+  absl::Status durable = SyncSpecs("the learning rates apply");
+  if (!durable.ok()) return durable;
+  *response = *std::move(r);
+  return absl::OkStatus();
 }
 
 grpc::ServerUnaryReactor* PsService::Heartbeat(grpc::CallbackServerContext* ctx,
                                                const grpc::ByteBuffer* in,
                                                grpc::ByteBuffer* out) {
-  return ServeUnary<HeartbeatRequest, HeartbeatResponse>(
-      c_.stats, ctx, in, out,
+  return ServeStep<HeartbeatRequest, HeartbeatResponse>(
+      this, ctx, in, out,
       [this](const HeartbeatRequest& request, HeartbeatResponse* response) {
-        response->set_run_id(c_.run_id);
-        if (request.run_id() != c_.run_id) {
-          return absl::FailedPreconditionError(absl::StrCat(
-              "shard ", c_.shard_index, " belongs to run '", c_.run_id,
-              "' and worker ", request.worker().worker_id(), " to run '",
-              request.run_id(),
-              "': start shards and workers with the same --run_id"));
-        }
-        if (request.leaving()) {
-          const absl::Status s = c_.workers->Leave(request.worker());
-          if (absl::IsInvalidArgument(s)) c_.stats->RecordBadInput();
-          if (!s.ok()) return s;
-        } else {
-          absl::StatusOr<WorkerRegistry::Admission> a =
-              c_.workers->Admit(request.worker());
-          if (absl::IsInvalidArgument(a.status())) c_.stats->RecordBadInput();
-          if (!a.ok()) return a.status();
-          response->set_resume_clock(a->clock);
-          response->set_previous_clock(a->previous_clock);
-          response->set_trained(a->trained);
-        }
-        int live = 0;
-        for (const WorkerInfo& w : c_.workers->Workers()) live += w.live;
-        const int64_t min_clock = c_.workers->MinLiveClock();
-        response->set_min_clock(
-            min_clock == std::numeric_limits<int64_t>::max() ? 0 : min_clock);
-        response->set_live_workers(live);
-        response->set_shard_epoch(c_.epoch);
-        return absl::OkStatus();
-      });
+        return DoHeartbeat(request, response);
+      },
+      [](LogEntry* e) { return e->mutable_heartbeat(); });
+}
+
+absl::Status PsService::DoHeartbeat(const HeartbeatRequest& request,
+                                    HeartbeatResponse* response) {
+  response->set_run_id(c_.run_id);
+  if (request.run_id() != c_.run_id) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "shard ", c_.shard_index, " belongs to run '", c_.run_id,
+        "' and worker ", request.worker().worker_id(), " to run '",
+        request.run_id(),
+        "': start shards and workers with the same --run_id"));
+  }
+  if (request.leaving()) {
+    const absl::Status s = c_.workers->Leave(request.worker());
+    if (absl::IsInvalidArgument(s)) c_.stats->RecordBadInput();
+    if (!s.ok()) return s;
+  } else {
+    absl::StatusOr<WorkerRegistry::Admission> a =
+        c_.workers->Admit(request.worker());
+    if (absl::IsInvalidArgument(a.status())) c_.stats->RecordBadInput();
+    if (!a.ok()) return a.status();
+    response->set_resume_clock(a->clock);
+    response->set_previous_clock(a->previous_clock);
+    response->set_trained(a->trained);
+  }
+  int live = 0;
+  for (const WorkerInfo& w : c_.workers->Workers()) live += w.live;
+  const int64_t min_clock = c_.workers->MinLiveClock();
+  response->set_min_clock(
+      min_clock == std::numeric_limits<int64_t>::max() ? 0 : min_clock);
+  response->set_live_workers(live);
+  response->set_shard_epoch(epoch());
+  return absl::OkStatus();
 }
 
 absl::Status PsService::BeginPull(const PullRequest& request, int64_t* target) {
@@ -351,7 +412,7 @@ absl::Status PsService::CopyPull(const PullRequest& request,
     bytes += d.values().size();
     d.clear_payload_bytes();
   }
-  response->set_shard_epoch(c_.epoch);
+  response->set_shard_epoch(epoch());
   c_.stats->RecordPull(bytes);
   return absl::OkStatus();
 }
@@ -392,7 +453,7 @@ absl::StatusOr<grpc::ByteBuffer> PsService::CopyPullFrame(
             const_cast<uint8_t*>(payload.back().begin()));
       });
   if (!rows.ok()) return rows;
-  header->set_shard_epoch(c_.epoch);
+  header->set_shard_epoch(epoch());
   header->set_wire_dtype(dtype);
   c_.stats->RecordPull(bytes);
   return MakeFrame(*header, payload);
@@ -412,6 +473,8 @@ grpc::ServerUnaryReactor* PsService::Pull(grpc::CallbackServerContext* ctx,
     c_.stats->RecordBadInput();
     return Finish(ctx, s);
   }
+  if (!request->read_only()) s = CheckPrimary();
+  if (!s.ok()) return Finish(ctx, s);
   int64_t target = 0;
   s = BeginPull(*request, &target);
   if (!s.ok()) return Finish(ctx, s);
@@ -425,14 +488,16 @@ grpc::ServerUnaryReactor* PsService::Pull(grpc::CallbackServerContext* ctx,
       [this, reactor, request, wait, start, out](absl::Status status) {
         wait->Ended();
         NoteWaitEnd(*request, status);
-        if (status.ok()) {
-          PullResponse response;
-          status = CopyPull(*request, &response);
-          response.set_waited_us(
-              absl::ToInt64Microseconds(c_.clock->Now() - start));
-          if (status.ok()) *out = SerializeToByteBuffer(response);
-        }
-        reactor->Finish(ToGrpcStatus(status));
+        if (!status.ok()) return reactor->Finish(ToGrpcStatus(status));
+        auto response = std::make_shared<PullResponse>();
+        RunPullStep(
+            *request, [&] { return CopyPull(*request, response.get()); },
+            [this, reactor, response, start, out](absl::Status st) {
+              response->set_waited_us(
+                  absl::ToInt64Microseconds(c_.clock->Now() - start));
+              if (st.ok()) *out = SerializeToByteBuffer(*response);
+              reactor->Finish(ToGrpcStatus(st));
+            });
       });
   if (id != 0) c_.stats->RecordPullWait();
   wait->Started(id);
@@ -479,20 +544,16 @@ grpc::ServerUnaryReactor* PsService::Push(grpc::CallbackServerContext* ctx,
     c_.stats->RecordBadInput();
     return Finish(ctx, s);
   }
-  PushResponse response;
-  bool needs_checkpoint = false;
-  s = DoPush(request, ShardStore::PayloadsOf(request), &response,
-             TableStore::PayloadsOf(request), &needs_checkpoint);
-  if (!s.ok() || !needs_checkpoint) {
-    if (s.ok()) *out = SerializeToByteBuffer(response);
-    return Finish(ctx, s);
-  }
+  s = CheckPrimary();
+  if (!s.ok()) return Finish(ctx, s);
+  auto response = std::make_shared<PushResponse>();
   grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
-  WhenValuesDurable("the assign was applied",
-                    [reactor, out, response](absl::Status st) {
-                      if (st.ok()) *out = SerializeToByteBuffer(response);
-                      reactor->Finish(ToGrpcStatus(st));
-                    });
+  RunPushStep(request, ShardStore::PayloadsOf(request),
+              TableStore::PayloadsOf(request), response.get(),
+              [reactor, out, response](absl::Status st) {
+                if (st.ok()) *out = SerializeToByteBuffer(*response);
+                reactor->Finish(ToGrpcStatus(st));
+              });
   return reactor;
 }
 
@@ -509,12 +570,28 @@ PsService::PushStream(grpc::CallbackServerContext* /*ctx*/) {
 grpc::ServerUnaryReactor* PsService::Status(grpc::CallbackServerContext* ctx,
                                             const grpc::ByteBuffer* in,
                                             grpc::ByteBuffer* out) {
-  return ServeUnary<StatusRequest, StatusResponse>(
-      c_.stats, ctx, in, out,
-      [this](const StatusRequest&, StatusResponse* response) {
-        FillStatus(response);
-        return absl::OkStatus();
-      });
+  StatusRequest request;
+  absl::Status s = ParseFromByteBuffer(*in, &request);
+  if (!s.ok()) {
+    c_.stats->RecordBadInput();
+    return Finish(ctx, s);
+  }
+  if (!request.state_digest() || !c_.state_digest) {
+    StatusResponse response;
+    FillStatus(&response);
+    *out = SerializeToByteBuffer(response);
+    return Finish(ctx, absl::OkStatus());
+  }
+  // The digest reads the whole state: not on one of gRPC's threads.
+  grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
+  std::thread([this, reactor, out] {
+    StatusResponse response;
+    FillStatus(&response);
+    c_.state_digest(&response);
+    *out = SerializeToByteBuffer(response);
+    reactor->Finish(grpc::Status::OK);
+  }).detach();
+  return reactor;
 }
 
 grpc::ServerUnaryReactor* PsService::Checkpoint(
@@ -552,6 +629,7 @@ void PsService::FillStatus(StatusResponse* r) {
     r->set_address(address_);
   }
   r->set_build_version(c_.build_version);
+  if (c_.replica_status) c_.replica_status(r);
   const absl::Time now = c_.clock->Now();
   r->set_uptime_ms(absl::ToInt64Milliseconds(now - start_time_));
   *r->mutable_policy() = c_.policy;
@@ -564,7 +642,7 @@ void PsService::FillStatus(StatusResponse* r) {
   for (TableStatus& t : c_.store->tables().Status()) {
     *r->add_tables() = std::move(t);
   }
-  r->set_shard_epoch(c_.epoch);
+  r->set_shard_epoch(epoch());
   r->set_run_id(c_.run_id);
   for (LearningRate& rate : c_.store->LearningRates()) {
     *r->add_learning_rates() = std::move(rate);

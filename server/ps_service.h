@@ -15,7 +15,9 @@
 #include "absl/types/span.h"
 #include "common/clock.h"
 #include "common/payload.h"
+#include "absl/functional/function_ref.h"
 #include "proto/asyncps.grpc.pb.h"
+#include "proto/replication.pb.h"
 #include "server/service_context.h"
 #include "spdlog/spdlog.h"
 #include "store/shard_store.h"
@@ -161,6 +163,47 @@ class PsService final : public RawParameterServerService {
   absl::StatusOr<grpc::ByteBuffer> CopyPullFrame(const PullRequest& request,
                                                  PullResponse* header);
 
+  // ---- Replication (ps_server --replicas; server/replication_log.h).
+
+  // UNAVAILABLE on a backup or a fenced primary: a worker's calls go to the
+  // shard's primary. OK when the shard is not replicated.
+  absl::Status CheckPrimary() const;
+  // Runs one state-changing step: `apply` at once (not replicated), or as
+  // the next entry of the replication log, which carries entry() to the
+  // backups; then answer(apply's status) once every counted backup holds
+  // the entry, or answer(the log's refusal). entry() is called only when
+  // replicated, before the log's lock is taken. `answer` may run on another
+  // thread and must not block.
+  void RunStep(absl::FunctionRef<LogEntry()> entry,
+               absl::FunctionRef<absl::Status()> apply,
+               std::function<void(absl::Status)> answer);
+  // RunStep of a push (DoPush), whose answer waits for a checkpoint when
+  // DoPush says so. `response` must live until `answer` ran.
+  void RunPushStep(const PushRequest& request, absl::Span<const Payload> grads,
+                   absl::Span<const Payload> rows, PushResponse* response,
+                   std::function<void(absl::Status)> answer);
+  // RunStep of a worker's pull's copy (a reader's pull is no step: it
+  // changes nothing and is answered at once, also by a backup).
+  void RunPullStep(const PullRequest& request,
+                   absl::FunctionRef<absl::Status()> copy,
+                   std::function<void(absl::Status)> answer);
+  // A backup runs its primary's entry through the same steps as the
+  // primary did (its answer is dropped; the primary's was the same).
+  absl::Status ApplyEntry(const LogEntry& entry);
+  // The log entry of a push: its header and a copy of its payloads.
+  static LogEntry PushEntry(const PushRequest& header,
+                            absl::Span<const Payload> grads,
+                            absl::Span<const Payload> rows);
+  // The steps of SetLearningRate and Heartbeat.
+  absl::Status DoSetLearningRate(const SetLearningRateRequest& request,
+                                 SetLearningRateResponse* response);
+  absl::Status DoHeartbeat(const HeartbeatRequest& request,
+                           HeartbeatResponse* response);
+  // The group's shard epoch (PullResponse.shard_epoch): a backup takes its
+  // primary's with the snapshot.
+  uint64_t epoch() const { return epoch_.load(std::memory_order_relaxed); }
+  void set_epoch(uint64_t epoch) { epoch_.store(epoch); }
+
   // Counts a finished wait (time out) and logs it.
   void NoteWaitEnd(const PullRequest& request, const absl::Status& status);
 
@@ -169,6 +212,7 @@ class PsService final : public RawParameterServerService {
  private:
   const ServiceContext c_;
   const absl::Time start_time_;
+  std::atomic<uint64_t> epoch_;
   // Creations of INIT_VALUES tensors and assigns so far, and how many of
   // them the checkpoints written since hold.
   std::atomic<uint64_t> values_created_{0};

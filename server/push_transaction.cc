@@ -7,8 +7,9 @@
 namespace asyncps {
 
 PushTransaction::PushTransaction(const ServiceContext& context,
-                                 const PushRequest& request)
+                                 const PushRequest& request, uint64_t epoch)
     : c_(context),
+      epoch_(epoch != 0 ? epoch : context.epoch),
       request_(request),
       pass_(context.gate, request.worker().worker_id()) {}
 
@@ -72,7 +73,7 @@ absl::Status PushTransaction::Prepare(absl::Span<const Payload> grads,
   // a restore: such gradients are refused, whatever their versions say (an
   // assign was read from nothing).
   const bool restored = !request_.assign() && request_.read_epoch() != 0 &&
-                        request_.read_epoch() != c_.epoch;
+                        request_.read_epoch() != epoch_;
   absl::StatusOr<ShardStore::PreparedPush> prepared = c_.store->PreparePush(
       request_, grads, rows,
       restored ? PushMode::kRefuseRestored : PushMode::kApply);

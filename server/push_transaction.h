@@ -63,8 +63,11 @@ namespace asyncps {
 class PushTransaction {
  public:
   // Holds the checkpoint gate until destroyed. `context` and `request`
-  // must outlive the transaction.
-  PushTransaction(const ServiceContext& context, const PushRequest& request);
+  // must outlive the transaction. `epoch`: the shard's epoch that reads
+  // must come from (0 = context.epoch; a replica's may change once, when it
+  // takes its primary's).
+  PushTransaction(const ServiceContext& context, const PushRequest& request,
+                  uint64_t epoch = 0);
   // Not committed: gives the claimed seq back (nothing was applied).
   ~PushTransaction();
   PushTransaction(const PushTransaction&) = delete;
@@ -103,6 +106,7 @@ class PushTransaction {
 
  private:
   const ServiceContext& c_;
+  const uint64_t epoch_;
   const PushRequest& request_;
   PushGate::Pass pass_;
   std::optional<WorkerRegistry::PushClaim> claim_;

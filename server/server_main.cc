@@ -16,6 +16,8 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <string>
 
@@ -23,6 +25,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "common/cli.h"
 #include "common/identity.h"
 #include "common/logging.h"
@@ -38,6 +41,7 @@
 #include "server/health_listener.h"
 #include "server/metrics_http.h"
 #include "server/ps_server.h"
+#include "server/replica_setup.h"
 #include "server/runtime_metrics.h"
 
 ABSL_FLAG(std::string, host, "0.0.0.0", "Address to listen on.");
@@ -134,6 +138,23 @@ ABSL_FLAG(std::string, adopt_run, "",
           "(any: of any run) as the start of this run: parameters, optimizer "
           "state and versions are kept, the other run's worker records are "
           "dropped (its workers' progress does not carry over).");
+ABSL_FLAG(int, replicas, 1,
+          "R: server processes per shard (a primary and R-1 backups, each "
+          "started with the same --shard_index). R > 1 needs "
+          "--etcd_endpoints; 1 = today's unreplicated shard.");
+ABSL_FLAG(std::string, etcd_endpoints, "",
+          "host:port[,host:port...] of etcd: the run's shard map and the "
+          "replicas' leases live under /asyncps/<run_id>. Empty = no "
+          "membership (R must be 1).");
+ABSL_FLAG(int64_t, lease_ms, 1000,
+          "The process's lease in etcd (whole seconds, >= 1000): a primary "
+          "whose lease lapses is replaced by a caught-up backup.");
+ABSL_FLAG(std::string, host_label, "",
+          "Placement label of this process (replicas of one shard should "
+          "differ); default: $ASYNCPS_HOST, else the machine's name.");
+ABSL_FLAG(int64_t, replica_timeout_ms, 0,
+          "A backup that acknowledges nothing for this long while entries "
+          "wait is dropped from the map; 0 = twice --lease_ms.");
 ABSL_FLAG(std::string, log_level, "info",
           "trace, debug, info, warn, error or off.");
 
@@ -484,19 +505,57 @@ absl::Status StartMetrics(MetricsHttpServer* metrics, spdlog::logger& logger) {
   return absl::OkStatus();
 }
 
-// Serves until SIGINT or SIGTERM, then stops: health NOT_SERVING, the
+// The replication flags; the error names the flag.
+absl::StatusOr<ReplicaFlags> ReplicaFlagsFromFlags(const PsServerOptions& o) {
+  ReplicaFlags f;
+  f.replicas = absl::GetFlag(FLAGS_replicas);
+  const std::string etcd = absl::GetFlag(FLAGS_etcd_endpoints);
+  if (!etcd.empty()) {
+    f.etcd_endpoints = absl::StrSplit(etcd, ',', absl::SkipWhitespace());
+  }
+  f.lease = absl::Milliseconds(absl::GetFlag(FLAGS_lease_ms));
+  f.host_label = absl::GetFlag(FLAGS_host_label);
+  if (f.host_label.empty() && std::getenv("ASYNCPS_HOST") != nullptr) {
+    f.host_label = std::getenv("ASYNCPS_HOST");
+  }
+  const int64_t timeout = absl::GetFlag(FLAGS_replica_timeout_ms);
+  if (timeout < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--replica_timeout_ms must be >= 0, got ", timeout));
+  }
+  f.replica_timeout = absl::Milliseconds(timeout);
+  absl::Status s = CheckReplicaFlags(f, o);
+  if (!s.ok()) return s;
+  return f;
+}
+
+// Serves until SIGINT or SIGTERM (0), or until the shard group says this
+// process must start over (-1), then stops: health NOT_SERVING, the
 // metrics endpoint, the shard (in-flight calls, then the final checkpoint),
-// the health listener. The exit status.
+// the health listener. The exit status, or -1.
 int ServeUntilSignal(const sigset_t& signals, PsServer* server,
                      HealthListener* health, MetricsHttpServer* metrics,
-                     spdlog::logger& logger) {
+                     ReplicaGroup* group, spdlog::logger& logger) {
   int sig = 0;
-  sigwait(&signals, &sig);
-  logger.info("received signal {}; shutting down", sig);
+  std::string why;
+  const timespec tick = {0, 200 * 1000 * 1000};
+  for (;;) {
+    sig = group == nullptr ? (sigwait(&signals, &sig) == 0 ? sig : -1)
+                           : sigtimedwait(&signals, nullptr, &tick);
+    if (sig > 0) break;
+    if (group != nullptr && group->must_restart(&why)) break;
+  }
+  if (sig > 0) {
+    logger.info("received signal {}; shutting down", sig);
+  } else {
+    logger.warn("starting over as a spare of the shard group: {}", why);
+  }
   if (health != nullptr) health->SetServing(false);
   metrics->Stop();
+  if (group != nullptr) group->Stop();
   const absl::Status final_checkpoint = server->Shutdown();
   if (health != nullptr) health->Stop();
+  if (sig <= 0) return -1;
   if (!final_checkpoint.ok()) {
     std::fprintf(stderr, "ps_server: final checkpoint failed: %s\n",
                  final_checkpoint.ToString().c_str());
@@ -538,8 +597,11 @@ int Main(int argc, char** argv) {
   const sigset_t signals = BlockStopSignals();
   TuneProcess();
 
+  absl::StatusOr<ReplicaFlags> replica_flags = ReplicaFlagsFromFlags(*options);
+  if (!replica_flags.ok()) {
+    return Fail(std::string(replica_flags.status().message()));
+  }
   auto logger = options->logger;
-  const bool restore = options->restore;
   // Files this shard must not use are a configuration error (exit 2),
   // before anything is read.
   if (absl::Status dir = CheckCheckpointDir(
@@ -554,9 +616,18 @@ int Main(int argc, char** argv) {
   // (a startup probe can wait for it) rather than nothing at all.
   absl::StatusOr<std::unique_ptr<HealthListener>> health = StartHealth(*logger);
   if (!health.ok()) return Fail(std::string(health.status().message()));
+  std::string temp_dir;
+  absl::StatusOr<std::unique_ptr<ReplicaGroup>> group =
+      SetUpReplica(*replica_flags, &*options, &temp_dir);
+  if (!group.ok()) {
+    return Fail(absl::StrCat("cannot join the shard group: ",
+                             group.status().ToString()));
+  }
+  const bool restore = options->restore;
   absl::StatusOr<std::unique_ptr<PsServer>> server =
       PsServer::Start(*std::move(options));
   if (!server.ok()) return StartFailure(server.status(), restore);
+  if (*group != nullptr) (*group)->Run(server->get());
   if (*health != nullptr) (*health)->SetServing(true);
 
   // The metrics endpoint starts after the gRPC server and stops before it.
@@ -574,8 +645,16 @@ int Main(int argc, char** argv) {
   if (!port_file.empty() && !WritePortFile(port_file, (*server)->port()).ok()) {
     return Fail("cannot write --port_file " + port_file);
   }
-  return ServeUntilSignal(signals, server->get(), health->get(), &metrics,
-                          *logger);
+  const int status = ServeUntilSignal(signals, server->get(), health->get(),
+                                      &metrics, group->get(), *logger);
+  server->reset();
+  group->reset();  // revokes the lease: the others see this process gone
+  if (!temp_dir.empty()) std::filesystem::remove_all(temp_dir);
+  if (status >= 0) return status;
+  // Starts over with the same flags: a fresh process that joins as a spare.
+  execv("/proc/self/exe", argv);
+  std::perror("ps_server: cannot start over (execv)");
+  return 1;
 }
 
 }  // namespace

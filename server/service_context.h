@@ -2,6 +2,7 @@
 #define ASYNCPS_SERVER_SERVICE_CONTEXT_H_
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -9,6 +10,7 @@
 #include "proto/asyncps.pb.h"
 #include "server/checkpointer.h"
 #include "server/push_gate.h"
+#include "server/replication_log.h"
 #include "server/shard_stats.h"
 #include "server/spec_file.h"
 #include "server/worker_registry.h"
@@ -39,6 +41,15 @@ struct ServiceContext {
   // checkpoints are off.
   SpecJournal* specs = nullptr;
   std::string run_id;  // the shard's run; heartbeats of other runs refused
+  // The replica's log when the shard is replicated (ps_server --replicas),
+  // else null: every state-changing step then runs through it.
+  ReplicationLog* log = nullptr;
+  // Adds the replica's place in its group to a Status answer; null when
+  // not replicated.
+  std::function<void(StatusResponse*)> replica_status;
+  // Adds ReplicaStatus.state_digest (and the log index it is of); reads the
+  // whole state.
+  std::function<void(StatusResponse*)> state_digest;
   Clock* clock = Clock::Real();
   std::shared_ptr<spdlog::logger> logger;
 };

@@ -1,0 +1,146 @@
+#include "server/follower.h"
+
+#include <cstdio>
+#include <fstream>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "common/grpc_status.h"
+#include "common/net.h"
+
+namespace asyncps {
+
+Follower::Follower(FollowerOptions options) : o_(std::move(options)) {}
+
+Follower::~Follower() { Stop(); }
+
+absl::StatusOr<std::unique_ptr<Follower>> Follower::Connect(
+    FollowerOptions options, absl::Duration timeout) {
+  std::unique_ptr<Follower> f(new Follower(std::move(options)));
+  auto channel = MakeChannel(f->o_.primary, 0, f->o_.security);
+  if (!channel->WaitForConnected(absl::ToChronoTime(absl::Now() + timeout))) {
+    return absl::UnavailableError(
+        absl::StrCat("cannot reach the primary at ", f->o_.primary));
+  }
+  f->stub_ = Replication::NewStub(channel);
+  f->stream_ = f->stub_->Follow(&f->ctx_);
+  FollowUp first;
+  *first.mutable_follow() = f->o_.request;
+  first.mutable_follow()->set_last_index(f->o_.log->last_index());
+  first.mutable_follow()->set_last_epoch(f->o_.log->last_epoch());
+  FollowFeed feed;
+  if (!f->stream_->Write(first) || !f->stream_->Read(&feed)) {
+    f->finished_ = true;
+    return FromGrpcStatus(f->stream_->Finish());
+  }
+  if (feed.has_entry()) {
+    // Continues after the log's last entry: Loop applies this one first.
+    f->pending_ = std::make_unique<FollowFeed>(std::move(feed));
+    return f;
+  }
+  absl::Status s = f->ReadSnapshot(feed);
+  if (!s.ok()) return s;  // the destructor ends the stream
+  return f;
+}
+
+absl::Status Follower::ReadSnapshot(const FollowFeed& first) {
+  if (o_.snapshot_dir.empty()) {
+    return absl::FailedPreconditionError(
+        "the primary cannot continue after this replica's last entry (it "
+        "needs a snapshot, which only a starting replica can load)");
+  }
+  FollowFeed feed = first;
+  std::string path, tmp;
+  std::ofstream out;
+  uint64_t bytes = 0;
+  while (feed.has_file()) {
+    if (path.empty()) {
+      const std::string& name = feed.file().name();
+      if (name.empty() || name.find('/') != std::string::npos) {
+        return absl::InvalidArgumentError("a snapshot file's name is bad");
+      }
+      path = absl::StrCat(o_.snapshot_dir, "/", name);
+      tmp = path + ".part";
+      out.open(tmp, std::ios::binary | std::ios::trunc);
+      if (!out) return absl::InternalError(absl::StrCat("cannot write ", tmp));
+    }
+    out.write(feed.file().data().data(), feed.file().data().size());
+    bytes += feed.file().data().size();
+    if (!stream_->Read(&feed)) {
+      finished_ = true;
+      return FromGrpcStatus(stream_->Finish());
+    }
+  }
+  out.close();
+  if (!out || !feed.has_snapshot_end() || path.empty()) {
+    return absl::DataLossError("the snapshot ended early or is malformed");
+  }
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+    return absl::InternalError(absl::StrCat("cannot rename ", tmp));
+  }
+  o_.log->ResetTo(feed.snapshot_end().index(), feed.snapshot_end().epoch());
+  shard_epoch_ = feed.snapshot_end().shard_epoch();
+  o_.logger->info("received a snapshot from {} ({} bytes, at entry {})",
+                  o_.primary, bytes, feed.snapshot_end().index());
+  return absl::OkStatus();
+}
+
+void Follower::Start(PsService* service) {
+  thread_ = std::thread([this, service] { Loop(service); });
+}
+
+void Follower::Loop(PsService* service) {
+  absl::Status end;
+  auto apply = [&](const FollowFeed& feed) {
+    if (!feed.has_entry()) {
+      return absl::InvalidArgumentError("the feed sent something but an entry");
+    }
+    const LogEntry& e = feed.entry();
+    absl::Status answered;
+    absl::Status s =
+        o_.log->Append(e, [&] { answered = service->ApplyEntry(e); });
+    if (!s.ok()) return s;
+    if (!answered.ok()) {
+      o_.logger->debug("entry {} answered {} (as on the primary)", e.index(),
+                       answered.ToString());
+    }
+    FollowUp up;
+    up.set_applied(e.index());
+    stream_->Write(up);
+    return absl::OkStatus();
+  };
+  if (pending_ != nullptr) end = apply(*pending_);
+  pending_.reset();
+  FollowFeed feed;
+  while (end.ok() && stream_->Read(&feed)) end = apply(feed);
+  ctx_.TryCancel();
+  const absl::Status finished = FromGrpcStatus(stream_->Finish());
+  finished_ = true;
+  if (end.ok()) {
+    end = finished.ok() ? absl::UnavailableError("the primary ended the feed")
+                        : finished;
+  }
+  {
+    absl::MutexLock l(&mu_);
+    end_ = end;
+  }
+  o_.logger->info("stopped following {}: {}", o_.primary, end.ToString());
+  ended_ = true;
+}
+
+void Follower::Stop() {
+  ctx_.TryCancel();
+  if (thread_.joinable()) {
+    thread_.join();
+  } else if (stream_ != nullptr && !finished_) {
+    stream_->Finish();
+  }
+  finished_ = true;
+}
+
+absl::Status Follower::end_status() const {
+  absl::MutexLock l(&mu_);
+  return end_;
+}
+
+}  // namespace asyncps

@@ -1,0 +1,92 @@
+#ifndef ASYNCPS_SERVER_FOLLOWER_H_
+#define ASYNCPS_SERVER_FOLLOWER_H_
+
+// A backup's end of the Follow stream (proto/replication.proto): it opens
+// the stream to its primary, receives a snapshot when it needs one (into a
+// checkpoint directory, restored by PsServer::Start as any checkpoint),
+// then applies every entry in order through the same steps the primary ran
+// (PsService::ApplyEntry), keeps it in its own log (so that, promoted, it
+// can feed the others) and acknowledges it.
+//
+// Example (a spare joining its group):
+//
+//   auto follower = Follower::Connect(o);     // snapshot written to o.dir
+//   server = PsServer::Start(...restore from o.dir, epoch of the snapshot)
+//   follower->Start(server->service());       // applies and acknowledges
+//   ...
+//   follower->Stop();                          // promoted, or moving on
+
+#include <grpcpp/grpcpp.h>
+
+#include <atomic>
+#include <memory>
+#include <string>
+#include <thread>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "common/security.h"
+#include "proto/replication.grpc.pb.h"
+#include "server/ps_service.h"
+#include "server/replication_log.h"
+#include "spdlog/spdlog.h"
+
+namespace asyncps {
+
+struct FollowerOptions {
+  std::string primary;  // host:port
+  FollowRequest request;  // run, shard, own address; last entry from `log`
+  // Where a snapshot's file goes; when empty, a snapshot is refused
+  // (FAILED_PRECONDITION: a running replica cannot load one).
+  std::string snapshot_dir;
+  ReplicationLog* log = nullptr;  // not owned
+  SecurityOptions security;  // as the workers' channels
+  std::shared_ptr<spdlog::logger> logger;
+};
+
+class Follower {
+ public:
+  // Opens the stream and reads up to the first entry: a snapshot's file
+  // and its end (written to snapshot_dir; the log reset to its cut), or
+  // nothing when the primary continues after the log's last entry.
+  static absl::StatusOr<std::unique_ptr<Follower>> Connect(
+      FollowerOptions options, absl::Duration timeout);
+  ~Follower();  // Stop()
+  Follower(const Follower&) = delete;
+  Follower& operator=(const Follower&) = delete;
+
+  // The snapshot's shard epoch (0 when there was none).
+  uint64_t snapshot_shard_epoch() const { return shard_epoch_; }
+
+  // Applies entries on a thread of its own from now on.
+  void Start(PsService* service);
+  // Ends the stream and waits for the thread: every entry received whole
+  // is applied.
+  void Stop();
+  // Whether the stream ended (then why).
+  bool ended() const { return ended_.load(); }
+  absl::Status end_status() const;
+
+ private:
+  explicit Follower(FollowerOptions options);
+  absl::Status ReadSnapshot(const FollowFeed& first);
+  void Loop(PsService* service);
+
+  const FollowerOptions o_;
+  grpc::ClientContext ctx_;
+  std::unique_ptr<Replication::Stub> stub_;
+  std::unique_ptr<grpc::ClientReaderWriter<FollowUp, FollowFeed>> stream_;
+  uint64_t shard_epoch_ = 0;
+  // The first entry, read by Connect, applied first by Loop.
+  std::unique_ptr<FollowFeed> pending_;
+  bool finished_ = false;  // the stream's Finish was called
+  std::thread thread_;
+  std::atomic<bool> ended_{false};
+  mutable absl::Mutex mu_;
+  absl::Status end_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace asyncps
+
+#endif  // ASYNCPS_SERVER_FOLLOWER_H_

@@ -1,0 +1,118 @@
+#include "server/replica_feed.h"
+
+#include <atomic>
+#include <cstdio>
+#include <fstream>
+#include <thread>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "common/grpc_status.h"
+
+namespace asyncps {
+
+namespace {
+
+constexpr size_t kPieceBytes = 1 << 20;
+
+}  // namespace
+
+ReplicaFeedService::ReplicaFeedService(ReplicaFeedOptions options)
+    : o_(std::move(options)) {}
+
+absl::StatusOr<uint64_t> ReplicaFeedService::SendSnapshot(
+    grpc::ServerReaderWriter<FollowFeed, FollowUp>* stream) {
+  absl::StatusOr<FeedSnapshot> snapshot = o_.snapshot();
+  if (!snapshot.ok()) return snapshot.status();
+  std::ifstream in(snapshot->path, std::ios::binary);
+  const std::string& name = snapshot->name;
+  std::string piece(kPieceBytes, '\0');
+  uint64_t sent = 0;
+  bool ok = static_cast<bool>(in);
+  while (ok) {
+    in.read(piece.data(), piece.size());
+    const std::streamsize n = in.gcount();
+    FollowFeed feed;
+    SnapshotFile* file = feed.mutable_file();
+    file->set_name(name);
+    file->set_data(piece.data(), n);
+    file->set_last_piece(!in);
+    sent += n;
+    if (!stream->Write(feed)) break;
+    if (!in) break;
+  }
+  std::remove(snapshot->path.c_str());
+  if (!ok) {
+    return absl::InternalError(
+        absl::StrCat("cannot read the snapshot ", snapshot->path));
+  }
+  FollowFeed end;
+  end.mutable_snapshot_end()->set_index(snapshot->index);
+  end.mutable_snapshot_end()->set_epoch(snapshot->epoch);
+  end.mutable_snapshot_end()->set_shard_epoch(snapshot->shard_epoch);
+  if (!stream->Write(end)) {
+    return absl::UnavailableError("the backup went away during the snapshot");
+  }
+  o_.logger->info("sent a snapshot ({} bytes, at entry {}) to a backup", sent,
+                  snapshot->index);
+  return snapshot->index;
+}
+
+grpc::Status ReplicaFeedService::Follow(
+    grpc::ServerContext* ctx,
+    grpc::ServerReaderWriter<FollowFeed, FollowUp>* stream) {
+  FollowUp first;
+  if (!stream->Read(&first) || !first.has_follow()) {
+    return ToGrpcStatus(
+        absl::InvalidArgumentError("a Follow stream starts with a follow"));
+  }
+  const FollowRequest& f = first.follow();
+  if (f.run_id() != o_.run_id || f.shard_index() != o_.shard_index ||
+      f.num_shards() != o_.num_shards || f.address().empty()) {
+    return ToGrpcStatus(absl::FailedPreconditionError(absl::StrCat(
+        "this is shard ", o_.shard_index, "/", o_.num_shards, " of run '",
+        o_.run_id, "'; the follower asked for shard ", f.shard_index(), "/",
+        f.num_shards(), " of run '", f.run_id(), "' (address '", f.address(),
+        "')")));
+  }
+  if (!o_.log->primary()) {
+    return ToGrpcStatus(absl::UnavailableError("this replica is not the primary"));
+  }
+  uint64_t next = f.last_index();
+  if (o_.log->CanContinue(f.last_index(), f.last_epoch())) {
+    o_.log->Ack(f.address(), f.last_index());
+  } else {
+    absl::StatusOr<uint64_t> cut = SendSnapshot(stream);
+    if (!cut.ok()) return ToGrpcStatus(cut.status());
+    next = *cut;
+    // It holds the state up to the cut once restored (before it applies
+    // anything or can be promoted).
+    o_.log->Ack(f.address(), next);
+  }
+  o_.logger->info("backup {} follows from entry {}", f.address(), next);
+  std::atomic<bool> reading{true};
+  std::thread acks([&] {
+    FollowUp up;
+    while (stream->Read(&up)) o_.log->Ack(f.address(), up.applied());
+    reading = false;
+  });
+  absl::Status end;
+  while (reading && !ctx->IsCancelled()) {
+    absl::StatusOr<ReplicationLog::Entry> e =
+        o_.log->Next(next, absl::Milliseconds(200));
+    if (!e.ok()) {
+      end = e.status();
+      break;
+    }
+    if (*e == nullptr) continue;
+    if (!stream->Write(**e)) break;
+    ++next;
+  }
+  ctx->TryCancel();
+  acks.join();
+  o_.logger->info("backup {} stopped following at entry {}: {}", f.address(),
+                  next, end.ok() ? "stream ended" : end.ToString());
+  return ToGrpcStatus(end);
+}
+
+}  // namespace asyncps

@@ -1,0 +1,60 @@
+#ifndef ASYNCPS_SERVER_REPLICA_FEED_H_
+#define ASYNCPS_SERVER_REPLICA_FEED_H_
+
+// The primary's end of the Follow stream (proto/replication.proto): a
+// backup that can continue from its last entry gets the entries after it;
+// one that cannot gets a snapshot first (a checkpoint file taken at a cut
+// of the log, server/replication_log.h), then the entries after the cut.
+// Acknowledgements go to the log (ReplicationLog::Ack). Runs on gRPC's
+// synchronous threads: one per following backup, plus one reading its
+// acknowledgements.
+
+#include <functional>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "proto/replication.grpc.pb.h"
+#include "server/replication_log.h"
+#include "spdlog/spdlog.h"
+
+namespace asyncps {
+
+// A snapshot written for a backup: the checkpoint file and where the log
+// stood.
+struct FeedSnapshot {
+  std::string path;  // a checkpoint file (removed once sent)
+  std::string name;  // its name in a checkpoint directory
+  uint64_t index = 0;
+  uint64_t epoch = 0;
+  uint64_t shard_epoch = 0;
+};
+
+struct ReplicaFeedOptions {
+  std::string run_id;
+  int shard_index = 0;
+  int num_shards = 1;
+  ReplicationLog* log = nullptr;  // not owned
+  // Writes a snapshot at a cut of the log.
+  std::function<absl::StatusOr<FeedSnapshot>()> snapshot;
+  std::shared_ptr<spdlog::logger> logger;
+};
+
+class ReplicaFeedService final : public Replication::Service {
+ public:
+  explicit ReplicaFeedService(ReplicaFeedOptions options);
+
+  grpc::Status Follow(
+      grpc::ServerContext* ctx,
+      grpc::ServerReaderWriter<FollowFeed, FollowUp>* stream) override;
+
+ private:
+  // Sends the snapshot's file; returns its end marker's index.
+  absl::StatusOr<uint64_t> SendSnapshot(
+      grpc::ServerReaderWriter<FollowFeed, FollowUp>* stream);
+
+  const ReplicaFeedOptions o_;
+};
+
+}  // namespace asyncps
+
+#endif  // ASYNCPS_SERVER_REPLICA_FEED_H_

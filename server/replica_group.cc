@@ -1,0 +1,532 @@
+#include "server/replica_group.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+
+namespace asyncps {
+
+namespace {
+
+std::string Prefix(const std::string& run_id) {
+  return absl::StrCat("/asyncps/", run_id);
+}
+
+int Find(const ShardGroupRecord& group, const std::string& address) {
+  for (int i = 0; i < group.replicas_size(); ++i) {
+    if (group.replicas(i).address() == address) return i;
+  }
+  return -1;
+}
+
+bool IsLive(const absl::flat_hash_map<std::string, bool>& live,
+            const std::string& address) {
+  return live.contains(address);
+}
+
+constexpr absl::Duration kTick = absl::Milliseconds(100);
+// A caught-up backup waits this long per caught-up backup before it in map
+// order before it tries to take over, so that the first one usually wins.
+constexpr absl::Duration kTakeOverTurn = absl::Milliseconds(400);
+// A spare is counted once it is this close to the primary's last entry.
+constexpr uint64_t kCountWithin = 1024;
+
+}  // namespace
+
+ReplicaGroup::ReplicaGroup(ReplicaGroupOptions options)
+    : o_(std::move(options)), log_(ReplicationLog::Options()) {}
+
+ReplicaGroup::~ReplicaGroup() {
+  Stop();
+  // Revokes the lease: the member key goes at once, so a clean exit hands
+  // over without waiting for the lease to expire.
+  lease_.reset();
+}
+
+absl::StatusOr<std::unique_ptr<ReplicaGroup>> ReplicaGroup::Join(
+    ReplicaGroupOptions options) {
+  std::unique_ptr<ReplicaGroup> g(new ReplicaGroup(std::move(options)));
+  const ReplicaGroupOptions& o = g->o_;
+  const std::string endpoints = absl::StrJoin(o.etcd_endpoints, ",");
+  EtcdClientOptions eo;
+  eo.endpoints = o.etcd_endpoints;
+  eo.call_timeout = absl::Seconds(3);
+  absl::StatusOr<std::unique_ptr<EtcdClient>> etcd = EtcdClient::Connect(eo);
+  if (!etcd.ok()) return etcd.status();
+  g->etcd_ = *std::move(etcd);
+  LeaseKeeperOptions lo;
+  lo.etcd = g->etcd_.get();
+  lo.ttl = std::max(absl::Seconds(1), absl::Trunc(o.lease, absl::Seconds(1)));
+  absl::StatusOr<std::unique_ptr<LeaseKeeper>> lease = LeaseKeeper::Start(lo);
+  if (!lease.ok()) {
+    return absl::UnavailableError(
+        absl::StrCat("cannot reach etcd at ", endpoints, " (",
+                     lease.status().message(),
+                     "): start etcd or fix --etcd_endpoints"));
+  }
+  g->lease_ = *std::move(lease);
+  g->maps_ = std::make_unique<MapStore>(g->etcd_.get(), Prefix(o.run_id));
+  ShardMapRecord initial;
+  initial.set_run_id(o.run_id);
+  initial.set_num_shards(o.num_shards);
+  initial.set_replicas(o.replicas);
+  for (int i = 0; i < o.num_shards; ++i) initial.add_groups()->set_shard(i);
+  absl::StatusOr<ShardMapRecord> map = g->maps_->Initialize(initial);
+  if (!map.ok()) return map.status();
+  absl::Status s = g->Register();
+  if (s.ok()) s = g->Decide();
+  if (!s.ok()) return s;
+  return g;
+}
+
+absl::Status ReplicaGroup::Register() {
+  const std::string key =
+      absl::StrCat(Prefix(o_.run_id), "/members/", o_.address);
+  absl::StatusOr<int64_t> put =
+      etcd_->Put(key,
+                 absl::StrCat("shard=", o_.shard_index, " host=", o_.host),
+                 lease_->id());
+  return put.status();
+}
+
+absl::StatusOr<absl::flat_hash_map<std::string, bool>>
+ReplicaGroup::LiveMembers() {
+  const std::string prefix = absl::StrCat(Prefix(o_.run_id), "/members/");
+  absl::StatusOr<EtcdClient::Listing> listing = etcd_->List(prefix);
+  if (!listing.ok()) return listing.status();
+  absl::flat_hash_map<std::string, bool> live;
+  for (const EtcdKeyValue& kv : listing->kvs) {
+    live[kv.key.substr(prefix.size())] = true;
+  }
+  return live;
+}
+
+absl::Status ReplicaGroup::Decide() {
+  const absl::Time deadline = absl::Now() + o_.join_timeout;
+  const int shard = o_.shard_index;
+  while (absl::Now() < deadline) {
+    absl::StatusOr<MapStore::Read> read = maps_->Get();
+    if (!read.ok()) return read.status();
+    absl::StatusOr<absl::flat_hash_map<std::string, bool>> live = LiveMembers();
+    if (!live.ok()) return live.status();
+    const ShardGroupRecord& group = read->map.groups(shard);
+    if (Find(group, o_.address) >= 0) {
+      // An earlier process at this address: it holds nothing now.
+      absl::StatusOr<ShardMapRecord> m =
+          maps_->Update([&](ShardMapRecord* m) -> absl::StatusOr<bool> {
+            auto* rs = m->mutable_groups(shard)->mutable_replicas();
+            const int i = Find(m->groups(shard), o_.address);
+            if (i < 0) return false;
+            rs->erase(rs->begin() + i);
+            return true;
+          });
+      if (!m.ok()) return m.status();
+      continue;
+    }
+    if (group.replicas_size() > 0 &&
+        IsLive(*live, group.replicas(0).address())) {
+      const std::string primary = group.replicas(0).address();
+      for (const ReplicaRecord& r : group.replicas()) {
+        if (r.host() == o_.host) {
+          o_.logger->warn(
+              "replica {} of shard {} runs on host '{}' too: one host's loss "
+              "takes both (give each replica its own --host when there are "
+              "enough hosts)",
+              r.address(), shard, o_.host);
+        }
+      }
+      absl::StatusOr<ShardMapRecord> m =
+          maps_->Update([&](ShardMapRecord* m) -> absl::StatusOr<bool> {
+            ShardGroupRecord* g = m->mutable_groups(shard);
+            if (g->replicas_size() == 0 ||
+                g->replicas(0).address() != primary) {
+              return absl::AbortedError("the primary changed");
+            }
+            ReplicaRecord* me = g->add_replicas();
+            me->set_address(o_.address);
+            me->set_host(o_.host);
+            me->set_caught_up(false);
+            return true;
+          });
+      if (!m.ok() && !absl::IsAborted(m.status())) return m.status();
+      if (!m.ok()) continue;
+      absl::StatusOr<std::unique_ptr<Follower>> f =
+          ConnectFollower(primary, o_.snapshot_dir);
+      if (!f.ok()) {
+        o_.logger->warn("cannot follow primary {} yet: {}", primary,
+                        f.status().ToString());
+        absl::SleepFor(absl::Milliseconds(200));
+        continue;
+      }
+      absl::MutexLock l(&mu_);
+      follower_ = *std::move(f);
+      following_ = primary;
+      map_epoch_ = m->epoch();
+      o_.logger->info("joined shard {} as a spare of primary {} (map epoch {})",
+                      shard, primary, m->epoch());
+      return absl::OkStatus();
+    }
+    bool any_live = false;
+    for (const ReplicaRecord& r : group.replicas()) {
+      any_live = any_live || IsLive(*live, r.address());
+    }
+    if (!any_live) {
+      absl::StatusOr<ShardMapRecord> m =
+          maps_->Update([&](ShardMapRecord* m) -> absl::StatusOr<bool> {
+            ShardGroupRecord* g = m->mutable_groups(shard);
+            absl::StatusOr<absl::flat_hash_map<std::string, bool>> now =
+                LiveMembers();
+            if (!now.ok()) return now.status();
+            for (const ReplicaRecord& r : g->replicas()) {
+              if (IsLive(*now, r.address())) {
+                return absl::AbortedError("a replica came back");
+              }
+            }
+            g->clear_replicas();
+            ReplicaRecord* me = g->add_replicas();
+            me->set_address(o_.address);
+            me->set_host(o_.host);
+            me->set_caught_up(true);
+            return true;
+          });
+      if (!m.ok() && !absl::IsAborted(m.status())) return m.status();
+      if (!m.ok()) continue;
+      claimed_ = true;
+      claimed_epoch_ = m->epoch();
+      absl::MutexLock l(&mu_);
+      map_epoch_ = m->epoch();
+      o_.logger->info(
+          "claimed shard {} as its primary (map epoch {}): no other replica "
+          "is alive; its own checkpoint is the group's state",
+          shard, m->epoch());
+      return absl::OkStatus();
+    }
+    // Replicas are alive but the primary is not: a backup is taking over.
+    absl::SleepFor(absl::Milliseconds(200));
+  }
+  return absl::DeadlineExceededError(absl::StrCat(
+      "shard ", shard, " has live replicas but no live primary after ",
+      absl::FormatDuration(o_.join_timeout)));
+}
+
+absl::StatusOr<std::unique_ptr<Follower>> ReplicaGroup::ConnectFollower(
+    const std::string& primary, const std::string& snapshot_dir) {
+  FollowerOptions fo;
+  fo.primary = primary;
+  fo.request.set_run_id(o_.run_id);
+  fo.request.set_shard_index(o_.shard_index);
+  fo.request.set_num_shards(o_.num_shards);
+  fo.request.set_address(o_.address);
+  fo.snapshot_dir = snapshot_dir;
+  fo.log = &log_;
+  fo.security = o_.security;
+  fo.logger = o_.logger;
+  return Follower::Connect(std::move(fo), absl::Seconds(5));
+}
+
+uint64_t ReplicaGroup::shard_epoch() const {
+  absl::MutexLock l(&mu_);
+  return follower_ != nullptr ? follower_->snapshot_shard_epoch() : 0;
+}
+
+void ReplicaGroup::Run(PsServer* server) {
+  server_ = server;
+  if (claimed_) {
+    log_.BecomePrimary(claimed_epoch_, {});
+  } else {
+    absl::MutexLock l(&mu_);
+    follower_->Start(server->service());
+  }
+  thread_ = std::thread([this] { Loop(); });
+}
+
+void ReplicaGroup::Loop() {
+  while (!stop_.WaitForNotificationWithTimeout(kTick)) Tick();
+}
+
+void ReplicaGroup::Restart(const std::string& why) {
+  absl::MutexLock l(&mu_);
+  if (!restart_.empty()) return;
+  restart_ = why;
+  o_.logger->error("replica of shard {} starts over: {}", o_.shard_index, why);
+}
+
+bool ReplicaGroup::must_restart(std::string* why) const {
+  absl::MutexLock l(&mu_);
+  *why = restart_;
+  return !restart_.empty();
+}
+
+void ReplicaGroup::Tick() {
+  {
+    absl::MutexLock l(&mu_);
+    if (!restart_.empty()) return;
+  }
+  if (!lease_->Held()) {
+    log_.Fence(absl::UnavailableError("its lease in etcd was lost"));
+    return Restart("its lease in etcd was lost (etcd unreachable?)");
+  }
+  absl::StatusOr<MapStore::Read> read = maps_->Get();
+  if (!read.ok()) return;  // the lease bounds how long this may last
+  absl::StatusOr<absl::flat_hash_map<std::string, bool>> live = LiveMembers();
+  if (!live.ok()) return;
+  const ShardGroupRecord& group = read->map.groups(o_.shard_index);
+  {
+    absl::MutexLock l(&mu_);
+    map_epoch_ = read->map.epoch();
+  }
+  const int me = Find(group, o_.address);
+  if (me < 0) {
+    log_.Fence(absl::FailedPreconditionError("dropped from the map"));
+    return Restart(absl::StrCat("the map (epoch ", read->map.epoch(),
+                                ") no longer lists it; it rejoins as a spare"));
+  }
+  if (log_.primary()) {
+    if (me != 0) {
+      log_.Fence(absl::FailedPreconditionError("another primary"));
+      return Restart(absl::StrCat("the map (epoch ", read->map.epoch(),
+                                  ") names ", group.replicas(0).address(),
+                                  " the primary"));
+    }
+    return TendBackups(group, *live);
+  }
+  if (log_.fenced()) return Restart("fenced");
+  FollowPrimary(group, *live);
+}
+
+void ReplicaGroup::TendBackups(
+    const ShardGroupRecord& group,
+    const absl::flat_hash_map<std::string, bool>& live) {
+  absl::flat_hash_map<std::string, ReplicationLog::BackupState> states;
+  for (ReplicationLog::BackupState& b : log_.Backups()) {
+    states[b.address] = std::move(b);
+  }
+  const uint64_t last = log_.last_index();
+  const absl::Time now = absl::Now();
+  for (int i = 1; i < group.replicas_size(); ++i) {
+    const ReplicaRecord& r = group.replicas(i);
+    if (!IsLive(live, r.address())) {
+      Drop(r.address(), "its lease expired");
+      continue;
+    }
+    auto st = states.find(r.address());
+    const bool known = st != states.end();
+    if (r.caught_up()) {
+      if (!known || !st->second.counted) {
+        log_.StartCounting(r.address());
+      } else if (st->second.acked < last &&
+                 now - st->second.last_progress > o_.replica_timeout) {
+        Drop(r.address(),
+             absl::StrCat("it acknowledged nothing for ",
+                          absl::FormatDuration(now - st->second.last_progress),
+                          " (entry ", st->second.acked, " of ", last, ")"));
+      }
+      continue;
+    }
+    auto c = catching_up_.find(r.address());
+    if (c != catching_up_.end()) {
+      if (known && st->second.acked >= c->second) {
+        if (MarkCaughtUp(r.address()).ok()) catching_up_.erase(c);
+      } else if (!known ||
+                 now - st->second.last_progress > o_.replica_timeout) {
+        // Too slow to count on yet: stop waiting for it, try again later.
+        log_.StopCounting(r.address());
+        catching_up_.erase(c);
+      }
+    } else if (known && st->second.acked + kCountWithin >= last) {
+      catching_up_[r.address()] = log_.StartCounting(r.address());
+    }
+  }
+}
+
+absl::Status ReplicaGroup::Drop(const std::string& address,
+                                const std::string& why) {
+  absl::StatusOr<ShardMapRecord> m =
+      maps_->Update([&](ShardMapRecord* m) -> absl::StatusOr<bool> {
+        ShardGroupRecord* g = m->mutable_groups(o_.shard_index);
+        if (g->replicas_size() == 0 || g->replicas(0).address() != o_.address) {
+          return absl::FailedPreconditionError("no longer the primary");
+        }
+        const int i = Find(*g, address);
+        if (i < 0) return false;
+        g->mutable_replicas()->erase(g->mutable_replicas()->begin() + i);
+        return true;
+      });
+  if (absl::IsFailedPrecondition(m.status())) {
+    log_.Fence(m.status());
+    Restart("another replica took over as primary");
+    return m.status();
+  }
+  if (!m.ok()) {
+    o_.logger->warn("cannot drop backup {} from the map: {}", address,
+                    m.status().ToString());
+    return m.status();
+  }
+  log_.StopCounting(address);
+  catching_up_.erase(address);
+  o_.logger->warn("dropped backup {} of shard {} (map epoch {}): {}", address,
+                  o_.shard_index, m->epoch(), why);
+  return absl::OkStatus();
+}
+
+absl::Status ReplicaGroup::MarkCaughtUp(const std::string& address) {
+  absl::StatusOr<ShardMapRecord> m =
+      maps_->Update([&](ShardMapRecord* m) -> absl::StatusOr<bool> {
+        ShardGroupRecord* g = m->mutable_groups(o_.shard_index);
+        if (g->replicas_size() == 0 || g->replicas(0).address() != o_.address) {
+          return absl::FailedPreconditionError("no longer the primary");
+        }
+        const int i = Find(*g, address);
+        if (i < 0) return absl::NotFoundError("not in the group");
+        if (g->replicas(i).caught_up()) return false;
+        g->mutable_replicas(i)->set_caught_up(true);
+        return true;
+      });
+  if (m.ok()) {
+    o_.logger->info("backup {} of shard {} caught up (map epoch {})", address,
+                    o_.shard_index, m->epoch());
+  }
+  return m.status();
+}
+
+void ReplicaGroup::FollowPrimary(
+    const ShardGroupRecord& group,
+    const absl::flat_hash_map<std::string, bool>& live) {
+  const std::string primary = group.replicas(0).address();
+  if (IsLive(live, primary)) {
+    primary_gone_since_ = absl::InfiniteFuture();
+    std::unique_ptr<Follower> old;
+    {
+      absl::MutexLock l(&mu_);
+      if (following_ == primary && follower_ != nullptr &&
+          !follower_->ended()) {
+        return;
+      }
+      old = std::move(follower_);
+      following_.clear();
+    }
+    old.reset();  // stops its thread: every entry received is applied
+    absl::StatusOr<std::unique_ptr<Follower>> f = ConnectFollower(primary, "");
+    if (absl::IsFailedPrecondition(f.status())) {
+      return Restart(absl::StrCat("primary ", primary,
+                                  " cannot continue its log: ",
+                                  f.status().message()));
+    }
+    if (!f.ok()) {
+      o_.logger->warn("cannot follow primary {}: {}", primary,
+                      f.status().ToString());
+      return;
+    }
+    (*f)->Start(server_->service());
+    absl::MutexLock l(&mu_);
+    follower_ = *std::move(f);
+    following_ = primary;
+    o_.logger->info("following primary {}", primary);
+    return;
+  }
+  const int me = Find(group, o_.address);
+  if (!group.replicas(me).caught_up()) return;  // a spare cannot take over
+  const absl::Time now = absl::Now();
+  if (primary_gone_since_ == absl::InfiniteFuture()) primary_gone_since_ = now;
+  int turn = 0;
+  for (int i = 1; i < me; ++i) {
+    const ReplicaRecord& r = group.replicas(i);
+    turn += r.caught_up() && IsLive(live, r.address());
+  }
+  if (now - primary_gone_since_ < turn * kTakeOverTurn) return;
+  TryPromote(primary);
+}
+
+bool ReplicaGroup::TryPromote(const std::string& dead_primary) {
+  std::unique_ptr<Follower> old;
+  {
+    absl::MutexLock l(&mu_);
+    old = std::move(follower_);
+    following_.clear();
+  }
+  old.reset();  // every entry received is applied before taking over
+  const std::string dead_key =
+      absl::StrCat(Prefix(o_.run_id), "/members/", dead_primary);
+  std::vector<std::string> counted;
+  absl::StatusOr<ShardMapRecord> m =
+      maps_->Update([&](ShardMapRecord* m) -> absl::StatusOr<bool> {
+        ShardGroupRecord* g = m->mutable_groups(o_.shard_index);
+        if (g->replicas_size() == 0 ||
+            g->replicas(0).address() != dead_primary) {
+          return absl::AbortedError("the map changed");
+        }
+        absl::StatusOr<std::optional<EtcdKeyValue>> key = etcd_->Get(dead_key);
+        if (!key.ok()) return key.status();
+        if (key->has_value()) return absl::AbortedError("the primary is back");
+        const int me = Find(*g, o_.address);
+        if (me < 0 || !g->replicas(me).caught_up()) {
+          return absl::AbortedError("not a caught-up replica");
+        }
+        ShardGroupRecord next;
+        next.set_shard(g->shard());
+        *next.add_replicas() = g->replicas(me);
+        counted.clear();
+        for (int i = 1; i < g->replicas_size(); ++i) {
+          if (i == me) continue;
+          *next.add_replicas() = g->replicas(i);
+          if (g->replicas(i).caught_up()) {
+            counted.push_back(g->replicas(i).address());
+          }
+        }
+        *g = std::move(next);
+        return true;
+      });
+  if (!m.ok()) {
+    o_.logger->info("did not take over shard {}: {}", o_.shard_index,
+                    m.status().ToString());
+    return false;
+  }
+  log_.BecomePrimary(m->epoch(), counted);
+  failovers_.fetch_add(1);
+  primary_gone_since_ = absl::InfiniteFuture();
+  o_.logger->warn(
+      "took over shard {} as its primary at map epoch {} ({} is gone), after "
+      "entry {}",
+      o_.shard_index, m->epoch(), dead_primary, log_.last_index());
+  return true;
+}
+
+void ReplicaGroup::Stop() {
+  stop_.Notify();
+  if (thread_.joinable()) thread_.join();
+  std::unique_ptr<Follower> f;
+  {
+    absl::MutexLock l(&mu_);
+    f = std::move(follower_);
+  }
+  f.reset();
+  log_.Fence(absl::UnavailableError("the process is stopping"));
+}
+
+void ReplicaGroup::FillStatus(StatusResponse* response) const {
+  ReplicaStatus* r = response->mutable_replica();
+  r->set_role(log_.primary()  ? "primary"
+              : log_.fenced() ? "fenced"
+                              : "backup");
+  r->set_log_index(log_.last_index());
+  r->set_log_epoch(log_.last_epoch());
+  r->set_failovers(failovers_.load());
+  r->set_replicas(o_.replicas);
+  r->set_host(o_.host);
+  {
+    absl::MutexLock l(&mu_);
+    r->set_map_epoch(map_epoch_);
+    r->set_following(following_);
+  }
+  for (const ReplicationLog::BackupState& b : log_.Backups()) {
+    ReplicaStatus::Backup* out = r->add_backups();
+    out->set_address(b.address);
+    out->set_acked(b.acked);
+    out->set_counted(b.counted);
+  }
+}
+
+}  // namespace asyncps

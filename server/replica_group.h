@@ -1,0 +1,164 @@
+#ifndef ASYNCPS_SERVER_REPLICA_GROUP_H_
+#define ASYNCPS_SERVER_REPLICA_GROUP_H_
+
+// One server process's place in its shard group (ps_server --replicas=R
+// --etcd_endpoints=...): membership in etcd, the role it takes, and the
+// changes of role while it runs.
+//
+// Every process holds a lease and a key `<prefix>/members/<address>` under
+// it (it is alive while the key exists). The run's shard map
+// (membership/map_store.h) lists each group's replicas, the primary first,
+// with which are caught up; it changes only by compare-and-swap, each
+// change under the next epoch.
+//
+// Starting (Join): a process whose group has a live primary joins it as a
+// spare: it is added (not caught up), follows the primary
+// (server/follower.h) and receives a snapshot, which the caller restores
+// as a checkpoint. A process whose group has no live replica claims the
+// group as its primary and restores its own checkpoint (the loss bound of
+// checkpoints applies only then: when every replica of a shard was lost).
+//
+// Running (the role thread, every tick):
+//   primary: fences itself and asks for a restart when its lease is not
+//     certainly held or the map names another primary; drops from the map
+//     (then stops waiting for) a backup whose key expired or that made no
+//     progress for replica_timeout; counts a spare that caught up (waits
+//     for it from then on), then marks it caught up in the map.
+//   backup: follows the primary the map names; when the primary's key
+//     expired, the first caught-up live backup in map order takes over
+//     under a new epoch (the others wait their turn), becoming the primary
+//     of the entries it applied; asks for a restart when the map no longer
+//     lists it (it was dropped: it rejoins as a spare) or the primary it
+//     follows cannot continue its log.
+//
+// Why primary-backup: one hop between the primary and each backup (a
+// chain's latency grows with R), acknowledgements from all counted
+// backups, and the primary's order as the log's order; see README
+// "Replicated shards".
+//
+// Thread-safe.
+
+#include <atomic>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/synchronization/notification.h"
+#include "absl/time/time.h"
+#include "common/security.h"
+#include "membership/etcd_client.h"
+#include "membership/lease_keeper.h"
+#include "membership/map_store.h"
+#include "proto/membership.pb.h"
+#include "server/follower.h"
+#include "server/ps_server.h"
+#include "server/replication_log.h"
+#include "spdlog/spdlog.h"
+
+namespace asyncps {
+
+struct ReplicaGroupOptions {
+  std::vector<std::string> etcd_endpoints;
+  absl::Duration lease = absl::Seconds(1);
+  std::string run_id;
+  int shard_index = 0;
+  int num_shards = 1;
+  int replicas = 1;  // R
+  std::string host;     // placement label
+  std::string address;  // host:port workers and replicas dial
+  // A backup that acknowledged nothing new for this long while entries
+  // waited is dropped from the map.
+  absl::Duration replica_timeout = absl::Seconds(2);
+  // Where a spare's snapshot is written (the checkpoint directory the
+  // server restores from).
+  std::string snapshot_dir;
+  // How long Join waits for its group to have a primary or none at all.
+  absl::Duration join_timeout = absl::Seconds(60);
+  SecurityOptions security;
+  std::shared_ptr<spdlog::logger> logger;
+};
+
+class ReplicaGroup {
+ public:
+  // Connects to etcd, takes the lease, registers the process, initializes
+  // the map (FAILED_PRECONDITION: another run's or another shape's map at
+  // the prefix) and decides the role; a spare's snapshot is in
+  // snapshot_dir when this returns. UNAVAILABLE when etcd cannot be reached.
+  static absl::StatusOr<std::unique_ptr<ReplicaGroup>> Join(
+      ReplicaGroupOptions options);
+  ~ReplicaGroup();  // Stop()
+  ReplicaGroup(const ReplicaGroup&) = delete;
+  ReplicaGroup& operator=(const ReplicaGroup&) = delete;
+
+  // The server restores its own checkpoint (a claiming primary), or the
+  // snapshot just received (a spare).
+  bool claimed() const { return claimed_; }
+  // The shard epoch a spare serves with (its primary's); 0 for a primary.
+  uint64_t shard_epoch() const;
+  ReplicationLog* log() { return &log_; }
+
+  // Once the server serves: the primary takes its role, a spare starts
+  // applying; the role thread starts.
+  void Run(PsServer* server);
+  // Set when the process must start over (fenced, dropped, lease lost):
+  // the reason.
+  bool must_restart(std::string* why) const;
+  // Ends the role thread and the feed (the lease is revoked by the
+  // destructor).
+  void Stop();
+
+  // Role, epoch and backups, for Status.
+  void FillStatus(StatusResponse* response) const;
+
+ private:
+  explicit ReplicaGroup(ReplicaGroupOptions options);
+  absl::Status Register();
+  absl::Status Decide();
+  // Members alive now: address -> its key exists.
+  absl::StatusOr<absl::flat_hash_map<std::string, bool>> LiveMembers();
+  void Loop();
+  void Tick();
+  void TendBackups(const ShardGroupRecord& group,
+                   const absl::flat_hash_map<std::string, bool>& live);
+  void FollowPrimary(const ShardGroupRecord& group,
+                     const absl::flat_hash_map<std::string, bool>& live);
+  // Removes `address` from the group by a map change made as its primary.
+  absl::Status Drop(const std::string& address, const std::string& why);
+  absl::Status MarkCaughtUp(const std::string& address);
+  bool TryPromote(const std::string& dead_primary);
+  absl::StatusOr<std::unique_ptr<Follower>> ConnectFollower(
+      const std::string& primary, const std::string& snapshot_dir);
+  void Restart(const std::string& why);
+
+  const ReplicaGroupOptions o_;
+  std::unique_ptr<EtcdClient> etcd_;
+  std::unique_ptr<LeaseKeeper> lease_;
+  std::unique_ptr<MapStore> maps_;
+  ReplicationLog log_;
+  bool claimed_ = false;
+  uint64_t claimed_epoch_ = 0;
+  PsServer* server_ = nullptr;
+
+  mutable absl::Mutex mu_;
+  std::unique_ptr<Follower> follower_ ABSL_GUARDED_BY(mu_);
+  std::string following_ ABSL_GUARDED_BY(mu_);
+  uint64_t map_epoch_ ABSL_GUARDED_BY(mu_) = 0;
+  std::string restart_ ABSL_GUARDED_BY(mu_);
+  // Spares being counted: the index each must acknowledge before the map
+  // calls it caught up.
+  absl::flat_hash_map<std::string, uint64_t> catching_up_;
+  // When this backup first saw its primary gone.
+  absl::Time primary_gone_since_ = absl::InfiniteFuture();
+  std::atomic<uint64_t> failovers_{0};
+
+  absl::Notification stop_;
+  std::thread thread_;
+};
+
+}  // namespace asyncps
+
+#endif  // ASYNCPS_SERVER_REPLICA_GROUP_H_

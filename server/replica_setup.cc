@@ -1,0 +1,125 @@
+#include "server/replica_setup.h"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <stdlib.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cstdio>
+
+#include "absl/strings/str_cat.h"
+#include "common/identity.h"
+#include "server/checkpoint.h"
+#include "server/spec_file.h"
+
+namespace asyncps {
+
+namespace {
+
+// A port the OS calls free on `host` now (the server binds it next).
+absl::StatusOr<int> FreePort(const std::string& host) {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  if (fd < 0) return absl::InternalError("socket() failed");
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = 0;
+  if (inet_pton(AF_INET, host.c_str(), &a.sin_addr) != 1) {
+    a.sin_addr.s_addr = htonl(INADDR_ANY);
+  }
+  socklen_t len = sizeof(a);
+  const bool ok = bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) == 0 &&
+                  getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) == 0;
+  close(fd);
+  if (!ok) return absl::UnavailableError("cannot find a free port on " + host);
+  return static_cast<int>(ntohs(a.sin_port));
+}
+
+}  // namespace
+
+absl::Status CheckReplicaFlags(const ReplicaFlags& flags,
+                               const PsServerOptions& options) {
+  if (flags.replicas < 1 || flags.replicas > 16) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--replicas must be in [1, 16], got ", flags.replicas));
+  }
+  if (flags.etcd_endpoints.empty()) {
+    if (flags.replicas > 1) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--replicas=", flags.replicas,
+          " needs --etcd_endpoints: the shard map and the replicas' leases "
+          "live in etcd (start one, e.g. deploy/local.sh --replicas 2 does)"));
+    }
+    return absl::OkStatus();
+  }
+  if (options.run_id.empty()) {
+    return absl::InvalidArgumentError(
+        "--etcd_endpoints needs --run_id: the run's shard map lives under "
+        "/asyncps/<run_id> in etcd");
+  }
+  if (flags.lease < absl::Seconds(1)) {
+    return absl::InvalidArgumentError(
+        "--lease_ms must be >= 1000 (etcd leases are whole seconds)");
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::unique_ptr<ReplicaGroup>> SetUpReplica(
+    const ReplicaFlags& flags, PsServerOptions* o, std::string* temp_dir) {
+  if (flags.etcd_endpoints.empty()) return nullptr;
+  if (o->port == 0) {
+    absl::StatusOr<int> port = FreePort(o->host);
+    if (!port.ok()) return port.status();
+    o->port = *port;
+  }
+  if (o->advertise_address.empty()) {
+    const std::string host =
+        o->host == "0.0.0.0" || o->host == "::"
+            ? CurrentHostname().value_or("localhost")
+            : o->host;
+    o->advertise_address = absl::StrCat(host, ":", o->port);
+  }
+  std::string dir = o->checkpoint_dir;
+  if (dir.empty()) {
+    char tmp[] = "/tmp/asyncps-replica-XXXXXX";
+    if (mkdtemp(tmp) == nullptr) {
+      return absl::InternalError("cannot create a temporary directory");
+    }
+    dir = *temp_dir = tmp;
+  }
+  ReplicaGroupOptions g;
+  g.etcd_endpoints = flags.etcd_endpoints;
+  g.lease = flags.lease;
+  g.run_id = o->run_id;
+  g.shard_index = o->store.shard_index;
+  g.num_shards = o->store.num_shards;
+  g.replicas = flags.replicas;
+  g.host = flags.host_label.empty() ? CurrentHostname().value_or("localhost")
+                                    : flags.host_label;
+  g.address = o->advertise_address;
+  g.replica_timeout = flags.replica_timeout > absl::ZeroDuration()
+                          ? flags.replica_timeout
+                          : 2 * flags.lease;
+  g.snapshot_dir = dir;
+  g.security = o->security;
+  g.logger = o->logger;
+  // A spare's old spec file must not add to the snapshot it restores.
+  const std::string specs =
+      SpecFilePath(dir, o->store.shard_index, o->store.num_shards);
+  absl::StatusOr<std::unique_ptr<ReplicaGroup>> group =
+      ReplicaGroup::Join(std::move(g));
+  if (!group.ok()) return group.status();
+  if (!(*group)->claimed()) {
+    std::remove(specs.c_str());
+    o->checkpoint_dir = dir;
+    o->restore = true;
+    o->adopt_run.clear();
+    o->epoch = (*group)->shard_epoch();
+  }
+  o->log = (*group)->log();
+  ReplicaGroup* raw = group->get();
+  o->replica_status = [raw](StatusResponse* r) { raw->FillStatus(r); };
+  return group;
+}
+
+}  // namespace asyncps

@@ -1,0 +1,42 @@
+#ifndef ASYNCPS_SERVER_REPLICA_SETUP_H_
+#define ASYNCPS_SERVER_REPLICA_SETUP_H_
+
+// ps_server's replication flags turned into a shard group membership
+// (server/replica_group.h) and the server options it implies.
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "server/ps_server.h"
+#include "server/replica_group.h"
+
+namespace asyncps {
+
+struct ReplicaFlags {
+  int replicas = 1;                         // --replicas
+  std::vector<std::string> etcd_endpoints;  // --etcd_endpoints
+  absl::Duration lease = absl::Seconds(1);  // --lease_ms
+  std::string host_label;                   // --host_label / ASYNCPS_HOST
+  absl::Duration replica_timeout;           // --replica_timeout_ms
+};
+
+// INVALID_ARGUMENT (the message says what to fix) for R < 1, R > 1 without
+// etcd, etcd without --run_id, or a lease under one second.
+absl::Status CheckReplicaFlags(const ReplicaFlags& flags,
+                               const PsServerOptions& options);
+
+// Null when the shard is not replicated (no etcd). Otherwise joins the
+// group and fits `options`: the advertised address (a free port is chosen
+// when --port is 0), the log, the Status hook, and for a spare the
+// snapshot to restore and its shard epoch (in --checkpoint_dir, or in a
+// new temporary directory named in *temp_dir, which the caller removes).
+absl::StatusOr<std::unique_ptr<ReplicaGroup>> SetUpReplica(
+    const ReplicaFlags& flags, PsServerOptions* options,
+    std::string* temp_dir);
+
+}  // namespace asyncps
+
+#endif  // ASYNCPS_SERVER_REPLICA_SETUP_H_

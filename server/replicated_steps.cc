@@ -1,0 +1,137 @@
+// PsService's state-changing steps, run directly or through the replica's
+// log (ps_server --replicas; server/replication_log.h), and a backup's
+// replay of its primary's entries.
+
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "server/ps_service.h"
+#include "store/table_store.h"
+
+namespace asyncps {
+
+absl::Status PsService::CheckPrimary() const {
+  if (c_.log == nullptr || c_.log->primary()) return absl::OkStatus();
+  if (c_.log->fenced()) {
+    return absl::UnavailableError(absl::StrCat(
+        "shard ", c_.shard_index,
+        ": this replica was the primary and is fenced (a newer map or a lost "
+        "lease); the shard map names the current primary"));
+  }
+  return absl::UnavailableError(
+      absl::StrCat("shard ", c_.shard_index,
+                   ": this replica is a backup; workers reach the primary "
+                   "the shard map names"));
+}
+
+void PsService::RunStep(absl::FunctionRef<LogEntry()> entry,
+                        absl::FunctionRef<absl::Status()> apply,
+                        std::function<void(absl::Status)> answer) {
+  if (c_.log == nullptr) return answer(apply());
+  absl::Status applied;
+  absl::StatusOr<uint64_t> index =
+      c_.log->Run(entry(), [&] { applied = apply(); });
+  if (!index.ok()) return answer(index.status());
+  c_.log->WhenAcked(*index, [applied, answer = std::move(answer)](
+                                absl::Status held) {
+    answer(held.ok() ? applied : held);
+  });
+}
+
+void PsService::RunPushStep(const PushRequest& request,
+                            absl::Span<const Payload> grads,
+                            absl::Span<const Payload> rows,
+                            PushResponse* response,
+                            std::function<void(absl::Status)> answer) {
+  auto needs_checkpoint = std::make_shared<bool>(false);
+  RunStep([&] { return PushEntry(request, grads, rows); },
+          [&] {
+            return DoPush(request, grads, response, rows,
+                          needs_checkpoint.get());
+          },
+          [this, needs_checkpoint, answer](absl::Status s) {
+            if (!s.ok() || !*needs_checkpoint) return answer(s);
+            WhenValuesDurable("the assign was applied", answer);
+          });
+}
+
+void PsService::RunPullStep(const PullRequest& request,
+                            absl::FunctionRef<absl::Status()> copy,
+                            std::function<void(absl::Status)> answer) {
+  RunStep(
+      [&] {
+        LogEntry entry;
+        PullRequest* pull = entry.mutable_pull();
+        *pull = request;
+        return entry;
+      },
+      copy, std::move(answer));
+}
+
+namespace {
+
+std::string Concat(const Payload& p) {
+  std::string out;
+  out.reserve(p.size());
+  for (absl::string_view piece : p.pieces()) out.append(piece.data(), piece.size());
+  return out;
+}
+
+}  // namespace
+
+LogEntry PsService::PushEntry(const PushRequest& header,
+                              absl::Span<const Payload> grads,
+                              absl::Span<const Payload> rows) {
+  LogEntry entry;
+  PushRequest* push = entry.mutable_push();
+  *push = header;
+  // The unary form carries its payloads inside the request; the entry
+  // carries them once, outside.
+  for (SliceGradient& g : *push->mutable_grads()) g.clear_grad();
+  for (RowsGradient& r : *push->mutable_rows()) r.clear_grad();
+  for (const Payload& g : grads) entry.add_grads(Concat(g));
+  for (const Payload& r : rows) entry.add_rows(Concat(r));
+  return entry;
+}
+
+absl::Status PsService::ApplyEntry(const LogEntry& entry) {
+  switch (entry.request_case()) {
+    case LogEntry::kPush: {
+      const WireDtype dtype = entry.push().wire_dtype();
+      std::vector<Payload> grads, rows;
+      for (const std::string& g : entry.grads()) grads.emplace_back(g, dtype);
+      for (const std::string& r : entry.rows()) rows.emplace_back(r, dtype);
+      PushResponse response;
+      bool needs_checkpoint = false;
+      return DoPush(entry.push(), grads, &response, rows, &needs_checkpoint);
+    }
+    case LogEntry::kPull: {
+      int64_t target = 0;
+      absl::Status s = BeginPull(entry.pull(), &target);
+      if (!s.ok()) return s;
+      PullResponse response;
+      return CopyPull(entry.pull(), &response);
+    }
+    case LogEntry::kCreate: {
+      bool needs_checkpoint = false;
+      return DoCreate(entry.create(), &needs_checkpoint).status();
+    }
+    case LogEntry::kRates: {
+      SetLearningRateResponse response;
+      return DoSetLearningRate(entry.rates(), &response);
+    }
+    case LogEntry::kHeartbeat: {
+      HeartbeatResponse response;
+      return DoHeartbeat(entry.heartbeat(), &response);
+    }
+    case LogEntry::REQUEST_NOT_SET:
+      break;
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat("log entry ", entry.index(), " carries no request"));
+}
+
+}  // namespace asyncps

@@ -1,0 +1,244 @@
+#include "server/replication_log.h"
+
+#include <algorithm>
+#include <limits>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+
+namespace asyncps {
+
+ReplicationLog::ReplicationLog(Options options) : options_(options) {}
+
+void ReplicationLog::BecomePrimary(uint64_t epoch,
+                                   const std::vector<std::string>& counted) {
+  absl::MutexLock l(&mu_);
+  primary_ = true;
+  epoch_ = epoch;
+  for (const std::string& address : counted) {
+    BackupState& b = backups_[address];
+    b.address = address;
+    b.counted = true;
+    b.last_progress = options_.clock->Now();
+  }
+}
+
+bool ReplicationLog::primary() const {
+  absl::MutexLock l(&mu_);
+  return primary_ && fenced_.ok();
+}
+
+absl::StatusOr<uint64_t> ReplicationLog::Run(LogEntry entry,
+                                              absl::FunctionRef<void()> apply) {
+  auto feed = std::make_shared<FollowFeed>();
+  *feed->mutable_entry() = std::move(entry);
+  const uint64_t bytes = feed->ByteSizeLong();
+  absl::MutexLock l(&mu_);
+  if (!fenced_.ok()) return fenced_;
+  if (!primary_) {
+    return absl::UnavailableError(
+        "this replica is a backup: requests go to the shard's primary");
+  }
+  apply();
+  feed->mutable_entry()->set_index(++last_index_);
+  feed->mutable_entry()->set_epoch(epoch_);
+  last_epoch_ = epoch_;
+  Keep(std::move(feed), bytes);
+  return last_index_;
+}
+
+void ReplicationLog::AtCut(
+    absl::FunctionRef<void(uint64_t index, uint64_t epoch)> cut) {
+  absl::MutexLock l(&mu_);
+  cut(last_index_, last_epoch_);
+}
+
+absl::Status ReplicationLog::Append(const LogEntry& entry,
+                                    absl::FunctionRef<void()> apply) {
+  auto feed = std::make_shared<FollowFeed>();
+  *feed->mutable_entry() = entry;
+  const uint64_t bytes = feed->ByteSizeLong();
+  absl::MutexLock l(&mu_);
+  if (primary_) {
+    return absl::FailedPreconditionError("the primary appends through Run");
+  }
+  if (entry.index() != last_index_ + 1) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("entry ", entry.index(), " does not follow entry ",
+                     last_index_, " (the feed skipped or repeated one)"));
+  }
+  apply();
+  last_index_ = entry.index();
+  last_epoch_ = entry.epoch();
+  Keep(std::move(feed), bytes);
+  return absl::OkStatus();
+}
+
+void ReplicationLog::ResetTo(uint64_t index, uint64_t epoch) {
+  absl::MutexLock l(&mu_);
+  kept_.clear();
+  kept_bytes_ = 0;
+  last_index_ = index;
+  last_epoch_ = epoch;
+  first_kept_ = index + 1;
+}
+
+void ReplicationLog::Keep(Entry entry, uint64_t bytes) {
+  kept_.emplace_back(std::move(entry), bytes);
+  kept_bytes_ += bytes;
+  while (kept_bytes_ > options_.max_bytes && kept_.size() > 1) {
+    kept_bytes_ -= kept_.front().second;
+    kept_.pop_front();
+    ++first_kept_;
+  }
+}
+
+uint64_t ReplicationLog::MinCountedAck() const {
+  uint64_t min = std::numeric_limits<uint64_t>::max();
+  for (const auto& [address, b] : backups_) {
+    if (b.counted) min = std::min(min, b.acked);
+  }
+  return min;
+}
+
+std::vector<ReplicationLog::Waiter> ReplicationLog::TakeReady() {
+  std::vector<Waiter> ready;
+  const uint64_t acked = MinCountedAck();
+  while (!waiters_.empty() && waiters_.begin()->first <= acked) {
+    auto it = waiters_.begin();
+    ready.push_back({it->first, std::move(it->second)});
+    waiters_.erase(it);
+  }
+  return ready;
+}
+
+void ReplicationLog::Complete(std::vector<Waiter> ready, const absl::Status& s) {
+  for (Waiter& w : ready) w.done(s);
+}
+
+void ReplicationLog::WhenAcked(uint64_t index,
+                               std::function<void(absl::Status)> done) {
+  absl::Status status;
+  {
+    absl::MutexLock l(&mu_);
+    if (fenced_.ok() && MinCountedAck() < index) {
+      waiters_.emplace(index, std::move(done));
+      return;
+    }
+    status = fenced_;
+  }
+  done(status);
+}
+
+void ReplicationLog::Ack(const std::string& address, uint64_t applied) {
+  std::vector<Waiter> ready;
+  {
+    absl::MutexLock l(&mu_);
+    BackupState& b = backups_[address];
+    b.address = address;
+    if (applied > b.acked) {
+      b.acked = applied;
+      b.last_progress = options_.clock->Now();
+    }
+    if (fenced_.ok()) ready = TakeReady();
+  }
+  Complete(std::move(ready), absl::OkStatus());
+}
+
+uint64_t ReplicationLog::StartCounting(const std::string& address) {
+  absl::MutexLock l(&mu_);
+  BackupState& b = backups_[address];
+  b.address = address;
+  if (!b.counted) b.last_progress = options_.clock->Now();
+  b.counted = true;
+  return last_index_;
+}
+
+void ReplicationLog::StopCounting(const std::string& address) {
+  std::vector<Waiter> ready;
+  {
+    absl::MutexLock l(&mu_);
+    backups_.erase(address);
+    if (fenced_.ok()) ready = TakeReady();
+  }
+  Complete(std::move(ready), absl::OkStatus());
+}
+
+void ReplicationLog::Fence(const absl::Status& why) {
+  std::vector<Waiter> all;
+  absl::Status status;
+  {
+    absl::MutexLock l(&mu_);
+    if (!fenced_.ok()) return;
+    fenced_ = absl::UnavailableError(
+        absl::StrCat("this replica no longer acknowledges requests: ",
+                     why.message()));
+    status = fenced_;
+    for (auto& [index, done] : waiters_) all.push_back({index, std::move(done)});
+    waiters_.clear();
+  }
+  Complete(std::move(all), status);
+}
+
+bool ReplicationLog::fenced() const {
+  absl::MutexLock l(&mu_);
+  return !fenced_.ok();
+}
+
+bool ReplicationLog::CanContinue(uint64_t index, uint64_t epoch) const {
+  absl::MutexLock l(&mu_);
+  if (index == 0 || index > last_index_) return false;
+  if (index == last_index_) return epoch == last_epoch_;
+  if (index + 1 < first_kept_) return false;
+  // The entry after it must be held; the backup's last entry must be the
+  // same one (same epoch) as this log's.
+  if (index >= first_kept_) {
+    return kept_[index - first_kept_].first->entry().epoch() == epoch;
+  }
+  // index == first_kept_ - 1: its epoch is no longer known here.
+  return false;
+}
+
+absl::StatusOr<ReplicationLog::Entry> ReplicationLog::Next(uint64_t index,
+                                                           absl::Duration wait) {
+  absl::MutexLock l(&mu_);
+  auto ready = [this, index]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return !fenced_.ok() || last_index_ > index;
+  };
+  mu_.AwaitWithTimeout(absl::Condition(&ready), wait);
+  if (!fenced_.ok()) return fenced_;
+  if (last_index_ <= index) return Entry();
+  if (index + 1 < first_kept_) {
+    return absl::OutOfRangeError(absl::StrCat(
+        "entry ", index + 1, " is no longer kept (oldest ", first_kept_, ")"));
+  }
+  return kept_[index + 1 - first_kept_].first;
+}
+
+std::vector<ReplicationLog::BackupState> ReplicationLog::Backups() const {
+  absl::MutexLock l(&mu_);
+  std::vector<BackupState> out;
+  for (const auto& [address, b] : backups_) out.push_back(b);
+  std::sort(out.begin(), out.end(),
+            [](const BackupState& a, const BackupState& b) {
+              return a.address < b.address;
+            });
+  return out;
+}
+
+uint64_t ReplicationLog::last_index() const {
+  absl::MutexLock l(&mu_);
+  return last_index_;
+}
+
+uint64_t ReplicationLog::last_epoch() const {
+  absl::MutexLock l(&mu_);
+  return last_epoch_;
+}
+
+uint64_t ReplicationLog::epoch() const {
+  absl::MutexLock l(&mu_);
+  return primary_ ? epoch_ : 0;
+}
+
+}  // namespace asyncps

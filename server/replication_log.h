@@ -1,0 +1,163 @@
+#ifndef ASYNCPS_SERVER_REPLICATION_LOG_H_
+#define ASYNCPS_SERVER_REPLICATION_LOG_H_
+
+// The ordered log of one replica of a shard group (ps_server --replicas).
+//
+// On the primary every request that may change the shard's state runs
+// through Run: the request is applied and appended as the next entry under
+// one lock, so the log's order is the order the primary applied them in.
+// Backups (server/follower.h) read entries from it over the Follow stream
+// (server/replica_feed.h) and acknowledge them by index; WhenAcked calls
+// back once every *counted* backup (the caught-up replicas of the group's
+// current map) acknowledged an index: only then is a worker answered. A
+// backup leaves the counted set only through a map change in etcd
+// (server/replica_role.h), so an acknowledged request is held by every
+// replica that may ever be promoted.
+//
+// On a backup the log keeps the entries it applied (Append), with their
+// primary's indices and epochs, so that once promoted it can feed the other
+// backups from where they are.
+//
+// Fence() ends the primary's role for good (its lease is lost, or a newer
+// map names another primary): Run refuses, and every waiter fails with
+// UNAVAILABLE, so a fenced primary acknowledges nothing more; the workers
+// retry at the new primary, where de-duplication answers what was applied.
+//
+// Example (the primary's push path):
+//
+//   absl::StatusOr<uint64_t> index = log->Run(std::move(entry), [&] {
+//     status = service->DoPush(...);
+//   });
+//   if (!index.ok()) return answer(index.status());
+//   log->WhenAcked(*index, [=](absl::Status s) { answer(s.ok() ? status : s); });
+//
+// Thread-safe.
+
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
+#include "absl/functional/function_ref.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "common/clock.h"
+#include "proto/replication.pb.h"
+
+namespace asyncps {
+
+class ReplicationLog {
+ public:
+  struct Options {
+    // Entries kept for backups that reconnect or lag (oldest dropped
+    // first); a backup that needs a dropped entry starts over with a
+    // snapshot.
+    uint64_t max_bytes = uint64_t{256} << 20;
+    Clock* clock = Clock::Real();  // not owned
+  };
+  using Entry = std::shared_ptr<const FollowFeed>;
+
+  explicit ReplicationLog(Options options);
+  ReplicationLog(const ReplicationLog&) = delete;
+  ReplicationLog& operator=(const ReplicationLog&) = delete;
+
+  // From now on this replica is the primary: Run appends entries of
+  // `epoch` after the last one. `counted`: the caught-up backups of the map
+  // that made it primary.
+  void BecomePrimary(uint64_t epoch, const std::vector<std::string>& counted);
+  bool primary() const;
+
+  // The primary's step: runs `apply`, then appends `entry` with the next
+  // index and this primary's epoch, both under the log's lock. UNAVAILABLE
+  // (and nothing run) when this replica is not (or no longer) the primary.
+  absl::StatusOr<uint64_t> Run(LogEntry entry, absl::FunctionRef<void()> apply);
+  // Runs `cut` under the lock with the last entry's index and epoch: no
+  // entry is run meanwhile (a snapshot's consistent cut).
+  void AtCut(absl::FunctionRef<void(uint64_t index, uint64_t epoch)> cut);
+
+  // A backup's step: runs `apply` and appends the entry as its primary
+  // numbered it (indices must follow on), under the lock, so that AtCut
+  // sees the state of a whole number of entries.
+  absl::Status Append(const LogEntry& entry, absl::FunctionRef<void()> apply);
+  // A backup starting from a snapshot taken after entry (index, epoch).
+  void ResetTo(uint64_t index, uint64_t epoch);
+
+  // Calls done(OK) once every counted backup acknowledged `index` (at once
+  // when none is counted), or done(UNAVAILABLE) when the log is fenced
+  // first. `done` runs on the caller's thread or an acknowledging one and
+  // must not block.
+  void WhenAcked(uint64_t index, std::function<void(absl::Status)> done);
+
+  // Backups' acknowledgements, by their map address.
+  void Ack(const std::string& address, uint64_t applied);
+  // Counts `address` from now on (WhenAcked waits for it); returns the
+  // last index, which it must acknowledge before the map may call it
+  // caught up.
+  uint64_t StartCounting(const std::string& address);
+  // Stops counting `address` (the map dropped it): waiters blocked only by
+  // it complete.
+  void StopCounting(const std::string& address);
+
+  // Ends the primary's role for good; see above.
+  void Fence(const absl::Status& why);
+  bool fenced() const;
+
+  // The entry after `index` for a backup's feed: waits up to `wait` for it
+  // (null when none came); OUT_OF_RANGE when the log no longer holds it
+  // (or never held entries of that epoch: a diverged backup), UNAVAILABLE
+  // once fenced.
+  absl::StatusOr<Entry> Next(uint64_t index, absl::Duration wait);
+  // Whether a backup whose last entry is (index, epoch) can continue from
+  // this log (else it needs a snapshot).
+  bool CanContinue(uint64_t index, uint64_t epoch) const;
+
+  struct BackupState {
+    std::string address;
+    uint64_t acked = 0;
+    bool counted = false;
+    absl::Time last_progress;  // when its acknowledged index last moved
+  };
+  std::vector<BackupState> Backups() const;
+  uint64_t last_index() const;
+  uint64_t last_epoch() const;
+  uint64_t epoch() const;  // the primary's (0 on a backup)
+
+ private:
+  struct Waiter {
+    uint64_t index;
+    std::function<void(absl::Status)> done;
+  };
+  // Takes the waiters whose index every counted backup acknowledged.
+  std::vector<Waiter> TakeReady() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  uint64_t MinCountedAck() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void Keep(Entry entry, uint64_t bytes) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  static void Complete(std::vector<Waiter> ready, const absl::Status& s);
+
+  const Options options_;
+  mutable absl::Mutex mu_;
+  bool primary_ ABSL_GUARDED_BY(mu_) = false;
+  absl::Status fenced_ ABSL_GUARDED_BY(mu_);
+  uint64_t epoch_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t last_index_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t last_epoch_ ABSL_GUARDED_BY(mu_) = 0;
+  // Entries kept: kept_[i] has index first_kept_ + i.
+  std::deque<std::pair<Entry, uint64_t>> kept_ ABSL_GUARDED_BY(mu_);
+  uint64_t first_kept_ ABSL_GUARDED_BY(mu_) = 1;
+  uint64_t kept_bytes_ ABSL_GUARDED_BY(mu_) = 0;
+  absl::flat_hash_map<std::string, BackupState> backups_ ABSL_GUARDED_BY(mu_);
+  // By index; several may wait for one index.
+  std::multimap<uint64_t, std::function<void(absl::Status)>> waiters_
+      ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace asyncps
+
+#endif  // ASYNCPS_SERVER_REPLICATION_LOG_H_

@@ -1,0 +1,287 @@
+// Replicated shards with real processes and a real etcd: a shard of two
+// server processes (ps_server --replicas=2), pushes from a worker process,
+// the backup's state compared with the primary's by digest, the primary
+// killed (SIGKILL) or frozen (SIGSTOP) until a backup takes over, and the
+// configurations a replica refuses to start with.
+
+#include <signal.h>
+
+#include <catch2/catch.hpp>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "client/ps_client.h"
+#include "common/net.h"
+#include "proto/asyncps.grpc.pb.h"
+#include "tests/faults/harness.h"
+#include "tests/testing/etcd_process.h"
+#include "tests/testing/require_ok.h"
+#include "tests/testing/subprocess.h"
+
+namespace asyncps {
+namespace {
+
+using testing::RunfilePath;
+using testing::ServerProcess;
+using testing::ShardStatus;
+using testing::Subprocess;
+using testing::WaitFor;
+
+constexpr int kElems = 1000;
+constexpr float kInit = 1.0f;
+
+std::vector<std::string> ReplicaArgs(const testing::EtcdProcess& etcd,
+                                     const std::string& run) {
+  return {"--host=127.0.0.1", absl::StrCat("--run_id=", run), "--replicas=2",
+          absl::StrCat("--etcd_endpoints=", etcd.endpoint), "--lease_ms=1000"};
+}
+
+ServerProcess StartReplica(const testing::EtcdProcess& etcd,
+                           const std::string& run) {
+  absl::StatusOr<ServerProcess> s =
+      testing::StartPsServer(0, 1, ReplicaArgs(etcd, run));
+  REQUIRE_OK(s.status());
+  return *std::move(s);
+}
+
+// The replica's Status, with its state digest when `digest`.
+absl::StatusOr<StatusResponse> Status(const std::string& address,
+                                      bool digest = false) {
+  if (!digest) return ShardStatus(address);
+  auto stub = ParameterServer::NewStub(MakeChannel(address));
+  grpc::ClientContext ctx;
+  ctx.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(20)));
+  StatusRequest request;
+  request.set_state_digest(true);
+  StatusResponse response;
+  grpc::Status s = stub->Status(&ctx, request, &response);
+  if (!s.ok()) return absl::UnavailableError(s.error_message());
+  return response;
+}
+
+void WaitForRole(const std::string& address, const std::string& role,
+                 absl::Duration timeout = absl::Seconds(20)) {
+  REQUIRE_OK(WaitFor(
+      [&] {
+        absl::StatusOr<StatusResponse> s = Status(address);
+        return s.ok() && s->replica().role() == role;
+      },
+      timeout, absl::StrCat(address, " becomes ", role)));
+}
+
+// Until the primary waits for `n` backups (they caught up).
+void WaitForCounted(const std::string& primary, int n) {
+  REQUIRE_OK(WaitFor(
+      [&] {
+        absl::StatusOr<StatusResponse> s = Status(primary);
+        if (!s.ok()) return false;
+        int counted = 0;
+        for (const auto& b : s->replica().backups()) counted += b.counted();
+        return counted == n;
+      },
+      absl::Seconds(30), absl::StrCat(primary, " counts ", n, " backups")));
+}
+
+// Waits until both replicas stand at the same entry, then compares their
+// digests there.
+void ExpectSameState(const std::string& a, const std::string& b) {
+  absl::StatusOr<StatusResponse> sa, sb;
+  REQUIRE_OK(WaitFor(
+      [&] {
+        sa = Status(a, true);
+        sb = Status(b, true);
+        return sa.ok() && sb.ok() &&
+               sa->replica().log_index() == sb->replica().log_index();
+      },
+      absl::Seconds(20), "both replicas at the same entry"));
+  INFO("entry " << sa->replica().log_index());
+  CHECK(sa->replica().log_index() > 0);
+  CHECK(sa->replica().state_digest() == sb->replica().state_digest());
+}
+
+std::unique_ptr<PsClient> Client(const std::string& address, int worker_id) {
+  PsClientOptions o;
+  o.servers = {address};
+  o.worker_id = worker_id;
+  absl::StatusOr<std::unique_ptr<PsClient>> c = PsClient::Connect(o);
+  REQUIRE_OK(c.status());
+  return *std::move(c);
+}
+
+void CreateTensor(const std::string& address) {
+  TensorSpec spec;
+  spec.set_name("w");
+  spec.add_shape(kElems);
+  spec.set_init(INIT_CONSTANT);
+  spec.set_init_value(kInit);
+  spec.set_slice_elems(100);
+  spec.mutable_optimizer()->set_learning_rate(1.0f);
+  REQUIRE_OK(Client(address, 900)->CreateTensors({spec}));
+}
+
+// A push_client process: `pushes` pushes of `grad` by `worker_id`.
+void Push(const std::string& address, int worker_id, int pushes, int grad) {
+  absl::StatusOr<std::unique_ptr<Subprocess>> p = Subprocess::Start(
+      RunfilePath("tests/integration/push_client"),
+      {absl::StrCat("--servers=", address),
+       absl::StrCat("--worker_id=", worker_id),
+       absl::StrCat("--pushes=", pushes), absl::StrCat("--grad=", grad),
+       "--tensors=w", "--log_level=warn"});
+  REQUIRE_OK(p.status());
+  absl::StatusOr<int> exit = (*p)->Wait(absl::Seconds(60));
+  REQUIRE_OK(exit.status());
+  INFO((*p)->LogTail());
+  REQUIRE(*exit == 0);
+}
+
+// Every element of w as `address` holds it (a reader's pull).
+std::vector<float> Values(const std::string& address) {
+  PsClientOptions o;
+  o.servers = {address};
+  o.reader = true;
+  absl::StatusOr<std::unique_ptr<PsClient>> c = PsClient::Connect(o);
+  REQUIRE_OK(c.status());
+  REQUIRE_OK((*c)->WaitForTensors({"w"}, absl::Seconds(20)));
+  std::vector<float> values(kElems, -1e9f);
+  REQUIRE_OK((*c)->Pull(0, {{"w", values.data()}}));
+  return values;
+}
+
+void ExpectAll(const std::vector<float>& values, float expected) {
+  int wrong = 0;
+  for (float v : values) wrong += v != expected;
+  INFO("expected every element " << expected << ", first " << values[0]);
+  CHECK(wrong == 0);
+}
+
+TEST_CASE(
+    "a backup holds every acknowledged push; a killed primary is replaced "
+    "with nothing lost; the restarted process catches up",
+    "[replication]") {
+  if (testing::SkipWithoutEtcd()) return;
+  absl::StatusOr<testing::EtcdProcess> etcd = testing::StartEtcd();
+  REQUIRE_OK(etcd.status());
+  ServerProcess a = StartReplica(*etcd, "kill");
+  WaitForRole(a.address, "primary");
+  ServerProcess b = StartReplica(*etcd, "kill");
+  WaitForRole(b.address, "backup");
+  WaitForCounted(a.address, 1);
+
+  CreateTensor(a.address);
+  Push(a.address, 1, 40, 1);
+  ExpectAll(Values(a.address), kInit - 40);
+  ExpectSameState(a.address, b.address);
+
+  const absl::Time killed = absl::Now();
+  REQUIRE_OK(a.process->Signal(SIGKILL).ok() ? absl::OkStatus()
+                                              : absl::InternalError("kill"));
+  (void)a.process->Wait(absl::Seconds(10));
+  WaitForRole(b.address, "primary");
+  WARN("backup took over " << absl::FormatDuration(absl::Now() - killed)
+                           << " after the kill");
+  // Every push the primary acknowledged is on the new primary.
+  ExpectAll(Values(b.address), kInit - 40);
+  Push(b.address, 2, 10, 1);
+  ExpectAll(Values(b.address), kInit - 50);
+
+  // A new process joins as a spare, receives a snapshot and the entries
+  // since, and is counted once caught up.
+  ServerProcess c = StartReplica(*etcd, "kill");
+  WaitForRole(c.address, "backup");
+  WaitForCounted(b.address, 1);
+  Push(b.address, 3, 5, 2);
+  ExpectSameState(b.address, c.address);
+  ExpectAll(Values(b.address), kInit - 60);
+}
+
+TEST_CASE(
+    "a frozen primary whose lease lapsed acknowledges nothing once a backup "
+    "took over, then rejoins as a spare",
+    "[replication]") {
+  if (testing::SkipWithoutEtcd()) return;
+  absl::StatusOr<testing::EtcdProcess> etcd = testing::StartEtcd();
+  REQUIRE_OK(etcd.status());
+  ServerProcess a = StartReplica(*etcd, "freeze");
+  WaitForRole(a.address, "primary");
+  ServerProcess b = StartReplica(*etcd, "freeze");
+  WaitForCounted(a.address, 1);
+  CreateTensor(a.address);
+  Push(a.address, 1, 5, 1);
+
+  REQUIRE_OK(a.process->Signal(SIGSTOP));
+  WaitForRole(b.address, "primary");
+  REQUIRE_OK(a.process->Signal(SIGCONT));
+  // The old primary answers no worker call with OK now: its backup is the
+  // primary and acknowledges none of its entries.
+  {
+    auto stub = ParameterServer::NewStub(MakeChannel(a.address));
+    HeartbeatRequest request;
+    request.mutable_worker()->set_worker_id(7);
+    request.mutable_worker()->set_incarnation(1);
+    request.set_run_id("freeze");
+    HeartbeatResponse response;
+    grpc::ClientContext ctx;
+    ctx.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(5)));
+    const grpc::Status s = stub->Heartbeat(&ctx, request, &response);
+    INFO(s.error_message());
+    CHECK_FALSE(s.ok());
+  }
+  Push(b.address, 2, 5, 1);
+  ExpectAll(Values(b.address), kInit - 10);
+  // The fenced process starts over and follows the new primary.
+  WaitForCounted(b.address, 1);
+  Push(b.address, 3, 1, 1);
+  absl::StatusOr<StatusResponse> sb = Status(b.address);
+  REQUIRE_OK(sb.status());
+  REQUIRE(sb->replica().backups_size() == 1);
+  ExpectSameState(b.address, sb->replica().backups(0).address());
+}
+
+// Runs ps_server with `args`; its exit status and log.
+std::pair<int, std::string> RunServer(const std::vector<std::string>& args) {
+  absl::StatusOr<std::unique_ptr<Subprocess>> p =
+      Subprocess::Start(RunfilePath("server/ps_server"), args);
+  REQUIRE_OK(p.status());
+  absl::StatusOr<int> exit = (*p)->Wait(absl::Seconds(30));
+  REQUIRE_OK(exit.status());
+  return {*exit, (*p)->ReadLog()};
+}
+
+TEST_CASE("bad replication settings exit 2 saying what to fix",
+          "[replication]") {
+  {
+    auto [exit, log] = RunServer({"--replicas=2", "--run_id=x"});
+    CHECK(exit == 2);
+    CHECK(absl::StrContains(log, "needs --etcd_endpoints"));
+  }
+  {
+    auto [exit, log] = RunServer({"--etcd_endpoints=127.0.0.1:1"});
+    CHECK(exit == 2);
+    CHECK(absl::StrContains(log, "needs --run_id"));
+  }
+  {
+    absl::StatusOr<std::string> unused = testing::UnusedLoopbackAddress();
+    REQUIRE_OK(unused.status());
+    auto [exit, log] = RunServer({"--host=127.0.0.1", "--run_id=x",
+                                  absl::StrCat("--etcd_endpoints=", *unused)});
+    CHECK(exit == 2);
+    CHECK(absl::StrContains(log, "cannot reach etcd"));
+  }
+  if (testing::SkipWithoutEtcd()) return;
+  absl::StatusOr<testing::EtcdProcess> etcd = testing::StartEtcd();
+  REQUIRE_OK(etcd.status());
+  ServerProcess a = StartReplica(*etcd, "shape");
+  WaitForRole(a.address, "primary");
+  // The same run with another shape: one prefix per run.
+  std::vector<std::string> args = ReplicaArgs(*etcd, "shape");
+  args.push_back("--num_shards=2");
+  auto [exit, log] = RunServer(args);
+  CHECK(exit == 2);
+  CHECK(absl::StrContains(log, "one prefix per run"));
+}
+
+}  // namespace
+}  // namespace asyncps

@@ -1,0 +1,159 @@
+// The replication log alone: order, acknowledgements by counted backups,
+// fencing, continuing a backup from its last entry.
+
+#include "server/replication_log.h"
+
+#include <catch2/catch.hpp>
+#include <vector>
+
+#include "tests/testing/require_ok.h"
+
+namespace asyncps {
+namespace {
+
+LogEntry Entry() {
+  LogEntry e;
+  e.mutable_heartbeat()->set_run_id("r");
+  return e;
+}
+
+TEST_CASE("entries are numbered in the order they ran; a backup refuses to run them",
+          "[replication]") {
+  ReplicationLog log({});
+  std::vector<int> order;
+  absl::StatusOr<uint64_t> refused = log.Run(Entry(), [&] { order.push_back(0); });
+  CHECK(absl::IsUnavailable(refused.status()));
+  CHECK(order.empty());
+  log.BecomePrimary(5, {});
+  for (int i = 1; i <= 3; ++i) {
+    absl::StatusOr<uint64_t> index = log.Run(Entry(), [&] { order.push_back(i); });
+    REQUIRE_OK(index.status());
+    CHECK(*index == static_cast<uint64_t>(i));
+  }
+  CHECK(order == std::vector<int>{1, 2, 3});
+  CHECK(log.last_index() == 3);
+  CHECK(log.last_epoch() == 5);
+  absl::StatusOr<ReplicationLog::Entry> second = log.Next(1, absl::ZeroDuration());
+  REQUIRE_OK(second.status());
+  REQUIRE(*second != nullptr);
+  CHECK((*second)->entry().index() == 2);
+  CHECK((*second)->entry().epoch() == 5);
+  absl::StatusOr<ReplicationLog::Entry> none = log.Next(3, absl::Milliseconds(1));
+  REQUIRE_OK(none.status());
+  CHECK(*none == nullptr);
+}
+
+TEST_CASE("an answer waits for every counted backup, and only for those",
+          "[replication]") {
+  ReplicationLog log({});
+  log.BecomePrimary(1, {"b1", "b2"});
+  absl::StatusOr<uint64_t> index = log.Run(Entry(), [] {});
+  REQUIRE_OK(index.status());
+  int answered = 0;
+  absl::Status answer = absl::UnknownError("not yet");
+  log.WhenAcked(*index, [&](absl::Status s) {
+    ++answered;
+    answer = s;
+  });
+  log.Ack("b1", 1);
+  CHECK(answered == 0);
+  log.Ack("spare", 1);  // not counted: changes nothing
+  CHECK(answered == 0);
+  log.Ack("b2", 1);
+  CHECK(answered == 1);
+  CHECK(answer.ok());
+
+  // Dropping a silent backup (a map change) releases what waited for it.
+  index = log.Run(Entry(), [] {});
+  REQUIRE_OK(index.status());
+  answered = 0;
+  log.WhenAcked(*index, [&](absl::Status s) {
+    ++answered;
+    answer = s;
+  });
+  log.Ack("b1", 2);
+  CHECK(answered == 0);
+  log.StopCounting("b2");
+  CHECK(answered == 1);
+  CHECK(answer.ok());
+  // A counted spare is waited for from the index it was counted at.
+  const uint64_t from = log.StartCounting("b3");
+  CHECK(from == 2);
+  index = log.Run(Entry(), [] {});
+  answered = 0;
+  log.WhenAcked(*index, [&](absl::Status) { ++answered; });
+  log.Ack("b1", 3);
+  CHECK(answered == 0);
+  log.Ack("b3", 3);
+  CHECK(answered == 1);
+}
+
+TEST_CASE("a fenced primary fails every waiting answer and runs nothing more",
+          "[replication]") {
+  ReplicationLog log({});
+  log.BecomePrimary(1, {"b1"});
+  absl::StatusOr<uint64_t> index = log.Run(Entry(), [] {});
+  REQUIRE_OK(index.status());
+  absl::Status answer;
+  log.WhenAcked(*index, [&](absl::Status s) { answer = s; });
+  log.Fence(absl::UnavailableError("lease lost"));
+  CHECK(absl::IsUnavailable(answer));
+  CHECK_FALSE(log.primary());
+  bool ran = false;
+  CHECK(absl::IsUnavailable(log.Run(Entry(), [&] { ran = true; }).status()));
+  CHECK_FALSE(ran);
+  // A late acknowledgement changes nothing.
+  log.Ack("b1", 1);
+  absl::Status late;
+  log.WhenAcked(1, [&](absl::Status s) { late = s; });
+  CHECK(absl::IsUnavailable(late));
+}
+
+TEST_CASE("a backup continues from its last entry only when the log holds it",
+          "[replication]") {
+  ReplicationLog backup({});
+  backup.ResetTo(10, 3);  // restored from a snapshot taken after entry 10
+  LogEntry e = Entry();
+  e.set_index(12);
+  e.set_epoch(3);
+  CHECK(absl::IsFailedPrecondition(backup.Append(e, [] {})));
+  for (uint64_t i = 11; i <= 13; ++i) {
+    e.set_index(i);
+    e.set_epoch(i < 13 ? 3 : 4);
+    int applied = 0;
+    REQUIRE_OK(backup.Append(e, [&] { ++applied; }));
+    CHECK(applied == 1);
+  }
+  CHECK(backup.CanContinue(11, 3));
+  CHECK(backup.CanContinue(13, 4));
+  CHECK_FALSE(backup.CanContinue(12, 4));  // diverged: another entry there
+  CHECK_FALSE(backup.CanContinue(14, 4));  // ahead of this log
+  CHECK_FALSE(backup.CanContinue(0, 0));   // holds nothing: snapshot
+  CHECK_FALSE(backup.CanContinue(9, 3));   // before what is kept
+
+  // Promoted, it numbers on after its last entry with its own epoch.
+  backup.BecomePrimary(7, {});
+  absl::StatusOr<uint64_t> index = backup.Run(Entry(), [] {});
+  REQUIRE_OK(index.status());
+  CHECK(*index == 14);
+  CHECK(backup.last_epoch() == 7);
+}
+
+TEST_CASE("old entries are dropped past the size bound", "[replication]") {
+  ReplicationLog::Options o;
+  o.max_bytes = 1000;
+  ReplicationLog log(o);
+  log.BecomePrimary(1, {});
+  for (int i = 0; i < 100; ++i) {
+    LogEntry e = Entry();
+    e.add_grads(std::string(100, 'x'));
+    REQUIRE_OK(log.Run(std::move(e), [] {}).status());
+  }
+  CHECK(absl::IsOutOfRange(log.Next(1, absl::ZeroDuration()).status()));
+  absl::StatusOr<ReplicationLog::Entry> last = log.Next(99, absl::ZeroDuration());
+  REQUIRE_OK(last.status());
+  CHECK((*last)->entry().index() == 100);
+}
+
+}  // namespace
+}  // namespace asyncps
