@@ -154,7 +154,7 @@ absl::Status ReplicaGroup::Decide() {
       if (!m.ok() && !absl::IsAborted(m.status())) return m.status();
       if (!m.ok()) continue;
       absl::StatusOr<std::unique_ptr<Follower>> f =
-          ConnectFollower(primary, o_.snapshot_dir);
+          ConnectFollower(primary, o_.snapshot_dir, absl::Seconds(5));
       if (!f.ok()) {
         o_.logger->warn("cannot follow primary {} yet: {}", primary,
                         f.status().ToString());
@@ -213,7 +213,8 @@ absl::Status ReplicaGroup::Decide() {
 }
 
 absl::StatusOr<std::unique_ptr<Follower>> ReplicaGroup::ConnectFollower(
-    const std::string& primary, const std::string& snapshot_dir) {
+    const std::string& primary, const std::string& snapshot_dir,
+    absl::Duration timeout) {
   FollowerOptions fo;
   fo.primary = primary;
   fo.request.set_run_id(o_.run_id);
@@ -224,7 +225,7 @@ absl::StatusOr<std::unique_ptr<Follower>> ReplicaGroup::ConnectFollower(
   fo.log = &log_;
   fo.security = o_.security;
   fo.logger = o_.logger;
-  return Follower::Connect(std::move(fo), absl::Seconds(5));
+  return Follower::Connect(std::move(fo), timeout);
 }
 
 uint64_t ReplicaGroup::shard_epoch() const {
@@ -277,6 +278,7 @@ void ReplicaGroup::Tick() {
   {
     absl::MutexLock l(&mu_);
     map_epoch_ = read->map.epoch();
+    group_ = group;
   }
   const int me = Find(group, o_.address);
   if (me < 0) {
@@ -329,7 +331,13 @@ void ReplicaGroup::TendBackups(
     auto c = catching_up_.find(r.address());
     if (c != catching_up_.end()) {
       if (known && st->second.acked >= c->second) {
-        if (MarkCaughtUp(r.address()).ok()) catching_up_.erase(c);
+        const absl::Status marked = MarkCaughtUp(r.address());
+        if (marked.ok()) {
+          catching_up_.erase(c);
+        } else {
+          o_.logger->warn("cannot mark backup {} caught up: {}", r.address(),
+                          marked.ToString());
+        }
       } else if (!known ||
                  now - st->second.last_progress > o_.replica_timeout) {
         // Too slow to count on yet: stop waiting for it, try again later.
@@ -409,7 +417,9 @@ void ReplicaGroup::FollowPrimary(
       following_.clear();
     }
     old.reset();  // stops its thread: every entry received is applied
-    absl::StatusOr<std::unique_ptr<Follower>> f = ConnectFollower(primary, "");
+    // Briefly: the role thread must see a dead primary's lease go.
+    absl::StatusOr<std::unique_ptr<Follower>> f =
+        ConnectFollower(primary, "", absl::Milliseconds(300));
     if (absl::IsFailedPrecondition(f.status())) {
       return Restart(absl::StrCat("primary ", primary,
                                   " cannot continue its log: ",
@@ -428,7 +438,17 @@ void ReplicaGroup::FollowPrimary(
     return;
   }
   const int me = Find(group, o_.address);
-  if (!group.replicas(me).caught_up()) return;  // a spare cannot take over
+  if (!group.replicas(me).caught_up()) {
+    // A spare cannot take over: it may lack acknowledged updates.
+    if (primary_gone_since_ == absl::InfiniteFuture()) {
+      o_.logger->warn(
+          "primary {} is gone and this spare has not caught up: waiting for "
+          "another replica, or for the group to be claimed again",
+          primary);
+      primary_gone_since_ = absl::Now();
+    }
+    return;
+  }
   const absl::Time now = absl::Now();
   if (primary_gone_since_ == absl::InfiniteFuture()) primary_gone_since_ = now;
   int turn = 0;
@@ -495,7 +515,7 @@ bool ReplicaGroup::TryPromote(const std::string& dead_primary) {
 }
 
 void ReplicaGroup::Stop() {
-  stop_.Notify();
+  if (!stop_.HasBeenNotified()) stop_.Notify();
   if (thread_.joinable()) thread_.join();
   std::unique_ptr<Follower> f;
   {
@@ -521,11 +541,18 @@ void ReplicaGroup::FillStatus(StatusResponse* response) const {
     r->set_map_epoch(map_epoch_);
     r->set_following(following_);
   }
+  ShardGroupRecord group;
+  {
+    absl::MutexLock l(&mu_);
+    group = group_;
+  }
   for (const ReplicationLog::BackupState& b : log_.Backups()) {
     ReplicaStatus::Backup* out = r->add_backups();
     out->set_address(b.address);
     out->set_acked(b.acked);
     out->set_counted(b.counted);
+    const int i = Find(group, b.address);
+    out->set_caught_up(i >= 0 && group.replicas(i).caught_up());
   }
 }
 

@@ -131,7 +131,8 @@ class ReplicaGroup {
   absl::Status MarkCaughtUp(const std::string& address);
   bool TryPromote(const std::string& dead_primary);
   absl::StatusOr<std::unique_ptr<Follower>> ConnectFollower(
-      const std::string& primary, const std::string& snapshot_dir);
+      const std::string& primary, const std::string& snapshot_dir,
+      absl::Duration timeout);
   void Restart(const std::string& why);
 
   const ReplicaGroupOptions o_;
@@ -147,6 +148,7 @@ class ReplicaGroup {
   std::unique_ptr<Follower> follower_ ABSL_GUARDED_BY(mu_);
   std::string following_ ABSL_GUARDED_BY(mu_);
   uint64_t map_epoch_ ABSL_GUARDED_BY(mu_) = 0;
+  ShardGroupRecord group_ ABSL_GUARDED_BY(mu_);  // as last read
   std::string restart_ ABSL_GUARDED_BY(mu_);
   // Spares being counted: the index each must acknowledge before the map
   // calls it caught up.

@@ -31,6 +31,7 @@ ABSL_FLAG(int, pushes, 10, "Pull + push rounds.");
 ABSL_FLAG(double, grad, 1.0, "Value of every gradient element.");
 ABSL_FLAG(std::string, tensors, "", "Tensors to push to, name,name,...");
 ABSL_FLAG(int, wait_timeout_s, 60, "How long to wait for the tensors.");
+ABSL_FLAG(std::string, run_id, "", "The shards' --run_id.");
 ABSL_FLAG(std::string, log_level, "info", "trace|debug|info|warn|error|off");
 
 namespace asyncps {
@@ -50,6 +51,7 @@ absl::Status Run() {
   PsClientOptions options;
   options.servers = *servers;
   options.worker_id = absl::GetFlag(FLAGS_worker_id);
+  options.run_id = absl::GetFlag(FLAGS_run_id);
   options.logger = *logger;
   absl::StatusOr<std::unique_ptr<PsClient>> client =
       PsClient::Connect(std::move(options));

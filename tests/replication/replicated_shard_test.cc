@@ -72,14 +72,17 @@ void WaitForRole(const std::string& address, const std::string& role,
       timeout, absl::StrCat(address, " becomes ", role)));
 }
 
-// Until the primary waits for `n` backups (they caught up).
+// Until the primary waits for `n` backups and the map calls them caught
+// up (they may be promoted).
 void WaitForCounted(const std::string& primary, int n) {
   REQUIRE_OK(WaitFor(
       [&] {
         absl::StatusOr<StatusResponse> s = Status(primary);
         if (!s.ok()) return false;
         int counted = 0;
-        for (const auto& b : s->replica().backups()) counted += b.counted();
+        for (const auto& b : s->replica().backups()) {
+          counted += b.counted() && b.caught_up();
+        }
         return counted == n;
       },
       absl::Seconds(30), absl::StrCat(primary, " counts ", n, " backups")));
@@ -102,16 +105,18 @@ void ExpectSameState(const std::string& a, const std::string& b) {
   CHECK(sa->replica().state_digest() == sb->replica().state_digest());
 }
 
-std::unique_ptr<PsClient> Client(const std::string& address, int worker_id) {
+std::unique_ptr<PsClient> Client(const std::string& run,
+                                 const std::string& address, int worker_id) {
   PsClientOptions o;
   o.servers = {address};
   o.worker_id = worker_id;
+  o.run_id = run;
   absl::StatusOr<std::unique_ptr<PsClient>> c = PsClient::Connect(o);
   REQUIRE_OK(c.status());
   return *std::move(c);
 }
 
-void CreateTensor(const std::string& address) {
+void CreateTensor(const std::string& run, const std::string& address) {
   TensorSpec spec;
   spec.set_name("w");
   spec.add_shape(kElems);
@@ -119,17 +124,19 @@ void CreateTensor(const std::string& address) {
   spec.set_init_value(kInit);
   spec.set_slice_elems(100);
   spec.mutable_optimizer()->set_learning_rate(1.0f);
-  REQUIRE_OK(Client(address, 900)->CreateTensors({spec}));
+  REQUIRE_OK(Client(run, address, 900)->CreateTensors({spec}));
 }
 
-// A push_client process: `pushes` pushes of `grad` by `worker_id`.
-void Push(const std::string& address, int worker_id, int pushes, int grad) {
+// A push_client process of run `run`: `pushes` pushes of `grad` by
+// `worker_id`.
+void Push(const std::string& run, const std::string& address, int worker_id,
+          int pushes, int grad) {
   absl::StatusOr<std::unique_ptr<Subprocess>> p = Subprocess::Start(
       RunfilePath("tests/integration/push_client"),
       {absl::StrCat("--servers=", address),
        absl::StrCat("--worker_id=", worker_id),
        absl::StrCat("--pushes=", pushes), absl::StrCat("--grad=", grad),
-       "--tensors=w", "--log_level=warn"});
+       "--tensors=w", absl::StrCat("--run_id=", run), "--log_level=warn"});
   REQUIRE_OK(p.status());
   absl::StatusOr<int> exit = (*p)->Wait(absl::Seconds(60));
   REQUIRE_OK(exit.status());
@@ -170,8 +177,8 @@ TEST_CASE(
   WaitForRole(b.address, "backup");
   WaitForCounted(a.address, 1);
 
-  CreateTensor(a.address);
-  Push(a.address, 1, 40, 1);
+  CreateTensor("kill", a.address);
+  Push("kill", a.address, 1, 40, 1);
   ExpectAll(Values(a.address), kInit - 40);
   ExpectSameState(a.address, b.address);
 
@@ -184,7 +191,7 @@ TEST_CASE(
                            << " after the kill");
   // Every push the primary acknowledged is on the new primary.
   ExpectAll(Values(b.address), kInit - 40);
-  Push(b.address, 2, 10, 1);
+  Push("kill", b.address, 2, 10, 1);
   ExpectAll(Values(b.address), kInit - 50);
 
   // A new process joins as a spare, receives a snapshot and the entries
@@ -192,7 +199,7 @@ TEST_CASE(
   ServerProcess c = StartReplica(*etcd, "kill");
   WaitForRole(c.address, "backup");
   WaitForCounted(b.address, 1);
-  Push(b.address, 3, 5, 2);
+  Push("kill", b.address, 3, 5, 2);
   ExpectSameState(b.address, c.address);
   ExpectAll(Values(b.address), kInit - 60);
 }
@@ -208,8 +215,8 @@ TEST_CASE(
   WaitForRole(a.address, "primary");
   ServerProcess b = StartReplica(*etcd, "freeze");
   WaitForCounted(a.address, 1);
-  CreateTensor(a.address);
-  Push(a.address, 1, 5, 1);
+  CreateTensor("freeze", a.address);
+  Push("freeze", a.address, 1, 5, 1);
 
   REQUIRE_OK(a.process->Signal(SIGSTOP));
   WaitForRole(b.address, "primary");
@@ -229,11 +236,11 @@ TEST_CASE(
     INFO(s.error_message());
     CHECK_FALSE(s.ok());
   }
-  Push(b.address, 2, 5, 1);
+  Push("freeze", b.address, 2, 5, 1);
   ExpectAll(Values(b.address), kInit - 10);
   // The fenced process starts over and follows the new primary.
   WaitForCounted(b.address, 1);
-  Push(b.address, 3, 1, 1);
+  Push("freeze", b.address, 3, 1, 1);
   absl::StatusOr<StatusResponse> sb = Status(b.address);
   REQUIRE_OK(sb.status());
   REQUIRE(sb->replica().backups_size() == 1);
