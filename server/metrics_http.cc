@@ -4,6 +4,7 @@
 #include <netinet/in.h>
 #include <sys/socket.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <limits>
 #include <utility>
@@ -119,6 +120,42 @@ void AppendCounters(const Counters& c, Exposition* out) {
           c.checkpoints_failed());
 }
 
+// The replica's place in its group (ps_server --replicas).
+void AppendReplica(const ReplicaStatus& r, Exposition* out) {
+  Exposition& e = *out;
+  e.Single("asyncps_replica_primary", "gauge",
+           "1 while this process is its shard's primary.",
+           r.role() == "primary" ? "1" : "0");
+  e.Single("asyncps_replica_map_epoch", "gauge",
+           "Epoch of the shard map as this process last read it.",
+           absl::StrCat(r.map_epoch()));
+  e.Single("asyncps_replica_log_index", "gauge",
+           "The replica's last entry (primary: run; backup: applied).",
+           absl::StrCat(r.log_index()));
+  e.Single("asyncps_replica_failovers_total", "counter",
+           "Times this process took over as its shard's primary.",
+           absl::StrCat(r.failovers()));
+  e.Single("asyncps_replica_acked_steps_total", "counter",
+           "Steps whose answers waited for the backups.",
+           absl::StrCat(r.acked_steps()));
+  e.Single("asyncps_replica_ack_wait_seconds_total", "counter",
+           "Time answers waited for the backups (replication latency).",
+           Seconds(r.ack_wait_us_total() / 1000));
+  e.Single("asyncps_replica_snapshots_sent_total", "counter",
+           "Snapshots sent to spares catching up.",
+           absl::StrCat(r.snapshots_sent()));
+  e.Single("asyncps_replica_snapshot_bytes_sent_total", "counter",
+           "Bytes of snapshots sent to spares catching up.",
+           absl::StrCat(r.snapshot_bytes_sent()));
+  e.Family("asyncps_replica_backup_lag_entries", "gauge",
+           "Entries the primary ran that a backup has not acknowledged.");
+  for (const ReplicaStatus::Backup& b : r.backups()) {
+    e.Sample("asyncps_replica_backup_lag_entries",
+             absl::StrCat(r.log_index() - std::min(r.log_index(), b.acked())),
+             absl::StrCat("backup=\"", EscapeLabelValue(b.address()), "\""));
+  }
+}
+
 // What the shard is, holds and sees: build, policy, sizes, clocks.
 void AppendGauges(const StatusResponse& s, Exposition* out) {
   Exposition& e = *out;
@@ -170,6 +207,7 @@ void AppendGauges(const StatusResponse& s, Exposition* out) {
   for (const WorkerStatus& w : s.workers()) live += w.live() ? 1 : 0;
   gauge("asyncps_live_workers", "Workers currently holding a lease.",
         absl::StrCat(live));
+  if (s.has_replica()) AppendReplica(s.replica(), out);
 }
 
 // The staleness histogram. Bucket i of the proto counts values in

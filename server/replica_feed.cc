@@ -1,5 +1,6 @@
 #include "server/replica_feed.h"
 
+#include <algorithm>
 #include <atomic>
 #include <cstdio>
 #include <fstream>
@@ -22,6 +23,7 @@ ReplicaFeedService::ReplicaFeedService(ReplicaFeedOptions options)
 
 absl::StatusOr<uint64_t> ReplicaFeedService::SendSnapshot(
     grpc::ServerReaderWriter<FollowFeed, FollowUp>* stream) {
+  const absl::Time start = absl::Now();
   absl::StatusOr<FeedSnapshot> snapshot = o_.snapshot();
   if (!snapshot.ok()) return snapshot.status();
   std::ifstream in(snapshot->path, std::ios::binary);
@@ -53,8 +55,12 @@ absl::StatusOr<uint64_t> ReplicaFeedService::SendSnapshot(
   if (!stream->Write(end)) {
     return absl::UnavailableError("the backup went away during the snapshot");
   }
-  o_.logger->info("sent a snapshot ({} bytes, at entry {}) to a backup", sent,
-                  snapshot->index);
+  const absl::Duration took = absl::Now() - start;
+  o_.log->NoteSnapshot(sent, took);
+  o_.logger->info(
+      "sent a snapshot ({} bytes, at entry {}) to a backup in {} ({:.0f} MB/s)",
+      sent, snapshot->index, absl::FormatDuration(took),
+      sent / 1e6 / std::max(1e-6, absl::ToDoubleSeconds(took)));
   return snapshot->index;
 }
 

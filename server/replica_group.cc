@@ -534,6 +534,13 @@ void ReplicaGroup::FillStatus(StatusResponse* response) const {
   r->set_log_index(log_.last_index());
   r->set_log_epoch(log_.last_epoch());
   r->set_failovers(failovers_.load());
+  const ReplicationLog::Stats stats = log_.stats();
+  r->set_acked_steps(stats.acked_steps);
+  r->set_ack_wait_us_total(stats.ack_wait_us_total);
+  r->set_ack_wait_us_max(stats.ack_wait_us_max);
+  r->set_snapshots_sent(stats.snapshots);
+  r->set_snapshot_bytes_sent(stats.snapshot_bytes);
+  r->set_snapshot_seconds(stats.snapshot_seconds);
   r->set_replicas(o_.replicas);
   r->set_host(o_.host);
   {

@@ -104,12 +104,29 @@ uint64_t ReplicationLog::MinCountedAck() const {
 std::vector<ReplicationLog::Waiter> ReplicationLog::TakeReady() {
   std::vector<Waiter> ready;
   const uint64_t acked = MinCountedAck();
+  const absl::Time now = options_.clock->Now();
   while (!waiters_.empty() && waiters_.begin()->first <= acked) {
     auto it = waiters_.begin();
-    ready.push_back({it->first, std::move(it->second)});
+    const uint64_t us = absl::ToInt64Microseconds(now - it->second.since);
+    ++stats_.acked_steps;
+    stats_.ack_wait_us_total += us;
+    stats_.ack_wait_us_max = std::max(stats_.ack_wait_us_max, us);
+    ready.push_back(std::move(it->second));
     waiters_.erase(it);
   }
   return ready;
+}
+
+ReplicationLog::Stats ReplicationLog::stats() const {
+  absl::MutexLock l(&mu_);
+  return stats_;
+}
+
+void ReplicationLog::NoteSnapshot(uint64_t bytes, absl::Duration took) {
+  absl::MutexLock l(&mu_);
+  ++stats_.snapshots;
+  stats_.snapshot_bytes += bytes;
+  stats_.snapshot_seconds += absl::ToDoubleSeconds(took);
 }
 
 void ReplicationLog::Complete(std::vector<Waiter> ready, const absl::Status& s) {
@@ -122,9 +139,11 @@ void ReplicationLog::WhenAcked(uint64_t index,
   {
     absl::MutexLock l(&mu_);
     if (fenced_.ok() && MinCountedAck() < index) {
-      waiters_.emplace(index, std::move(done));
+      waiters_.emplace(index,
+                       Waiter{index, std::move(done), options_.clock->Now()});
       return;
     }
+    if (fenced_.ok()) ++stats_.acked_steps;
     status = fenced_;
   }
   done(status);
@@ -174,7 +193,7 @@ void ReplicationLog::Fence(const absl::Status& why) {
         absl::StrCat("this replica no longer acknowledges requests: ",
                      why.message()));
     status = fenced_;
-    for (auto& [index, done] : waiters_) all.push_back({index, std::move(done)});
+    for (auto& [index, w] : waiters_) all.push_back(std::move(w));
     waiters_.clear();
   }
   Complete(std::move(all), status);

@@ -126,6 +126,21 @@ class ReplicationLog {
     absl::Time last_progress;  // when its acknowledged index last moved
   };
   std::vector<BackupState> Backups() const;
+
+  // What replication cost so far.
+  struct Stats {
+    // Answers that waited for the backups, and how long (from the step's
+    // entry to the last counted backup's acknowledgement).
+    uint64_t acked_steps = 0;
+    uint64_t ack_wait_us_total = 0;
+    uint64_t ack_wait_us_max = 0;
+    // Snapshots sent to spares (catch-up), their bytes and seconds.
+    uint64_t snapshots = 0;
+    uint64_t snapshot_bytes = 0;
+    double snapshot_seconds = 0;
+  };
+  Stats stats() const;
+  void NoteSnapshot(uint64_t bytes, absl::Duration took);
   uint64_t last_index() const;
   uint64_t last_epoch() const;
   uint64_t epoch() const;  // the primary's (0 on a backup)
@@ -134,6 +149,7 @@ class ReplicationLog {
   struct Waiter {
     uint64_t index;
     std::function<void(absl::Status)> done;
+    absl::Time since;
   };
   // Takes the waiters whose index every counted backup acknowledged.
   std::vector<Waiter> TakeReady() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -154,8 +170,8 @@ class ReplicationLog {
   uint64_t kept_bytes_ ABSL_GUARDED_BY(mu_) = 0;
   absl::flat_hash_map<std::string, BackupState> backups_ ABSL_GUARDED_BY(mu_);
   // By index; several may wait for one index.
-  std::multimap<uint64_t, std::function<void(absl::Status)>> waiters_
-      ABSL_GUARDED_BY(mu_);
+  std::multimap<uint64_t, Waiter> waiters_ ABSL_GUARDED_BY(mu_);
+  Stats stats_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace asyncps
