@@ -3,11 +3,6 @@
 #include <grpcpp/ext/proto_server_reflection_plugin.h>
 #include <grpcpp/health_check_service_interface.h>
 
-#include <stdlib.h>
-#include <unistd.h>
-
-#include <cstdio>
-
 #include "absl/random/random.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -15,6 +10,7 @@
 #include "common/version.h"
 #include "server/checkpoint.h"
 #include "server/checkpoint_dir.h"
+#include "server/memory_file_system.h"
 #include "server/state_digest.h"
 
 namespace asyncps {
@@ -394,10 +390,6 @@ CheckpointImage PsServer::Capture() {
 }
 
 absl::StatusOr<FeedSnapshot> PsServer::Snapshot() {
-  char dir[] = "/tmp/asyncps-snapshot-XXXXXX";
-  if (mkdtemp(dir) == nullptr) {
-    return absl::InternalError("cannot create a directory for a snapshot");
-  }
   FeedSnapshot snapshot;
   CheckpointImage image;
   log_->AtCut([&](uint64_t index, uint64_t epoch) {
@@ -406,20 +398,15 @@ absl::StatusOr<FeedSnapshot> PsServer::Snapshot() {
     snapshot.epoch = epoch;
   });
   snapshot.shard_epoch = service_->epoch();
+  // The checkpoint file's exact bytes, written in memory (no disk, no
+  // fsync): the spare writes and restores them as any checkpoint.
+  MemoryFileSystem memory;
+  constexpr char kDir[] = "/snapshot";
   absl::StatusOr<CheckpointInfo> written =
-      WriteCheckpoint(image, dir, clock_, FileSystem::Default());
-  if (!written.ok()) {
-    rmdir(dir);
-    return written.status();
-  }
-  snapshot.path = written->path();
-  snapshot.name = snapshot.path.substr(snapshot.path.find_last_of('/') + 1);
-  // The file is removed once sent; the directory now.
-  const std::string moved = absl::StrCat(dir, ".ckpt");
-  if (std::rename(snapshot.path.c_str(), moved.c_str()) == 0) {
-    snapshot.path = moved;
-  }
-  rmdir(dir);
+      WriteCheckpoint(image, kDir, clock_, &memory);
+  if (!written.ok()) return written.status();
+  snapshot.name = written->path().substr(sizeof(kDir));
+  snapshot.bytes = memory.Take(written->path());
   return snapshot;
 }
 

@@ -174,9 +174,13 @@ class PsService final : public RawParameterServerService {
   // the entry, or answer(the log's refusal). entry() is called only when
   // replicated, before the log's lock is taken. `answer` may run on another
   // thread and must not block.
+  // `through_earlier`: answer once the entries before this one are held
+  // (a pull: what it read survives a failover; its own effects, a worker's
+  // admission and rows created at their initial values, need not wait).
   void RunStep(absl::FunctionRef<LogEntry()> entry,
                absl::FunctionRef<absl::Status()> apply,
-               std::function<void(absl::Status)> answer);
+               std::function<void(absl::Status)> answer,
+               bool through_earlier = false);
   // RunStep of a push (DoPush), whose answer waits for a checkpoint when
   // DoPush says so. `response` must live until `answer` ran.
   void RunPushStep(const PushRequest& request, absl::Span<const Payload> grads,

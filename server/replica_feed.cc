@@ -2,8 +2,6 @@
 
 #include <algorithm>
 #include <atomic>
-#include <cstdio>
-#include <fstream>
 #include <thread>
 #include <utility>
 
@@ -22,32 +20,26 @@ ReplicaFeedService::ReplicaFeedService(ReplicaFeedOptions options)
     : o_(std::move(options)) {}
 
 absl::StatusOr<uint64_t> ReplicaFeedService::SendSnapshot(
-    grpc::ServerReaderWriter<FollowFeed, FollowUp>* stream) {
+    grpc::ServerReaderWriter<FollowFeed, FollowUp>* stream, uint64_t reader) {
   const absl::Time start = absl::Now();
   absl::StatusOr<FeedSnapshot> snapshot = o_.snapshot();
   if (!snapshot.ok()) return snapshot.status();
-  std::ifstream in(snapshot->path, std::ios::binary);
-  const std::string& name = snapshot->name;
-  std::string piece(kPieceBytes, '\0');
+  o_.log->MoveReader(reader, snapshot->index);
+  const std::string& bytes = snapshot->bytes;
   uint64_t sent = 0;
-  bool ok = static_cast<bool>(in);
-  while (ok) {
-    in.read(piece.data(), piece.size());
-    const std::streamsize n = in.gcount();
+  do {
+    const size_t n = std::min(kPieceBytes, bytes.size() - sent);
     FollowFeed feed;
     SnapshotFile* file = feed.mutable_file();
-    file->set_name(name);
-    file->set_data(piece.data(), n);
-    file->set_last_piece(!in);
+    file->set_name(snapshot->name);
+    file->set_data(bytes.data() + sent, n);
     sent += n;
-    if (!stream->Write(feed)) break;
-    if (!in) break;
-  }
-  std::remove(snapshot->path.c_str());
-  if (!ok) {
-    return absl::InternalError(
-        absl::StrCat("cannot read the snapshot ", snapshot->path));
-  }
+    file->set_last_piece(sent == bytes.size());
+    if (!stream->Write(feed)) {
+      return absl::UnavailableError(
+          "the backup went away during the snapshot");
+    }
+  } while (sent < bytes.size());
   FollowFeed end;
   end.mutable_snapshot_end()->set_index(snapshot->index);
   end.mutable_snapshot_end()->set_epoch(snapshot->epoch);
@@ -85,16 +77,23 @@ grpc::Status ReplicaFeedService::Follow(
     return ToGrpcStatus(absl::UnavailableError("this replica is not the primary"));
   }
   uint64_t next = f.last_index();
+  // Keeps the entries after the backup's position (or after the cut) while
+  // it is sent the snapshot; moved on below.
+  const uint64_t reader = o_.log->AddReader(o_.log->last_index());
   if (o_.log->CanContinue(f.last_index(), f.last_epoch())) {
     o_.log->Ack(f.address(), f.last_index());
   } else {
-    absl::StatusOr<uint64_t> cut = SendSnapshot(stream);
-    if (!cut.ok()) return ToGrpcStatus(cut.status());
+    absl::StatusOr<uint64_t> cut = SendSnapshot(stream, reader);
+    if (!cut.ok()) {
+      o_.log->RemoveReader(reader);
+      return ToGrpcStatus(cut.status());
+    }
     next = *cut;
     // It holds the state up to the cut once restored (before it applies
     // anything or can be promoted).
     o_.log->Ack(f.address(), next);
   }
+  o_.log->MoveReader(reader, next);
   o_.logger->info("backup {} follows from entry {}", f.address(), next);
   std::atomic<bool> reading{true};
   std::thread acks([&] {
@@ -112,8 +111,9 @@ grpc::Status ReplicaFeedService::Follow(
     }
     if (*e == nullptr) continue;
     if (!stream->Write(**e)) break;
-    ++next;
+    o_.log->MoveReader(reader, ++next);
   }
+  o_.log->RemoveReader(reader);
   ctx->TryCancel();
   acks.join();
   o_.logger->info("backup {} stopped following at entry {}: {}", f.address(),

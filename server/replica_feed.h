@@ -22,8 +22,8 @@ namespace asyncps {
 // A snapshot written for a backup: the checkpoint file and where the log
 // stood.
 struct FeedSnapshot {
-  std::string path;  // a checkpoint file (removed once sent)
-  std::string name;  // its name in a checkpoint directory
+  std::string name;   // a checkpoint file's name in its directory
+  std::string bytes;  // and its contents
   uint64_t index = 0;
   uint64_t epoch = 0;
   uint64_t shard_epoch = 0;
@@ -50,7 +50,7 @@ class ReplicaFeedService final : public Replication::Service {
  private:
   // Sends the snapshot's file; returns its end marker's index.
   absl::StatusOr<uint64_t> SendSnapshot(
-      grpc::ServerReaderWriter<FollowFeed, FollowUp>* stream);
+      grpc::ServerReaderWriter<FollowFeed, FollowUp>* stream, uint64_t reader);
 
   const ReplicaFeedOptions o_;
 };

@@ -29,13 +29,15 @@ absl::Status PsService::CheckPrimary() const {
 
 void PsService::RunStep(absl::FunctionRef<LogEntry()> entry,
                         absl::FunctionRef<absl::Status()> apply,
-                        std::function<void(absl::Status)> answer) {
+                        std::function<void(absl::Status)> answer,
+                        bool through_earlier) {
   if (c_.log == nullptr) return answer(apply());
   absl::Status applied;
   absl::StatusOr<uint64_t> index =
       c_.log->Run(entry(), [&] { applied = apply(); });
   if (!index.ok()) return answer(index.status());
-  c_.log->WhenAcked(*index, [applied, answer = std::move(answer)](
+  c_.log->WhenAcked(*index - (through_earlier ? 1 : 0),
+                    [applied, answer = std::move(answer)](
                                 absl::Status held) {
     answer(held.ok() ? applied : held);
   });
@@ -68,7 +70,7 @@ void PsService::RunPullStep(const PullRequest& request,
         *pull = request;
         return entry;
       },
-      copy, std::move(answer));
+      copy, std::move(answer), /*through_earlier=*/true);
 }
 
 namespace {
@@ -109,11 +111,15 @@ absl::Status PsService::ApplyEntry(const LogEntry& entry) {
       return DoPush(entry.push(), grads, &response, rows, &needs_checkpoint);
     }
     case LogEntry::kPull: {
+      // What a pull changes: the worker's admission, and rows it creates
+      // or marks used; its tensors' values are not copied.
       int64_t target = 0;
       absl::Status s = BeginPull(entry.pull(), &target);
-      if (!s.ok()) return s;
+      if (!s.ok() || entry.pull().rows().empty()) return s;
+      PullRequest rows = entry.pull();
+      rows.clear_tensors();
       PullResponse response;
-      return CopyPull(entry.pull(), &response);
+      return CopyPull(rows, &response);
     }
     case LogEntry::kCreate: {
       bool needs_checkpoint = false;

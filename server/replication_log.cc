@@ -86,7 +86,10 @@ void ReplicationLog::ResetTo(uint64_t index, uint64_t epoch) {
 void ReplicationLog::Keep(Entry entry, uint64_t bytes) {
   kept_.emplace_back(std::move(entry), bytes);
   kept_bytes_ += bytes;
-  while (kept_bytes_ > options_.max_bytes && kept_.size() > 1) {
+  uint64_t needed = std::numeric_limits<uint64_t>::max();
+  for (const auto& [id, at] : readers_) needed = std::min(needed, at + 1);
+  while (kept_bytes_ > options_.max_bytes && kept_.size() > 1 &&
+         (first_kept_ < needed || kept_bytes_ > 4 * options_.max_bytes)) {
     kept_bytes_ -= kept_.front().second;
     kept_.pop_front();
     ++first_kept_;
@@ -232,6 +235,22 @@ absl::StatusOr<ReplicationLog::Entry> ReplicationLog::Next(uint64_t index,
         "entry ", index + 1, " is no longer kept (oldest ", first_kept_, ")"));
   }
   return kept_[index + 1 - first_kept_].first;
+}
+
+uint64_t ReplicationLog::AddReader(uint64_t index) {
+  absl::MutexLock l(&mu_);
+  readers_[next_reader_] = index;
+  return next_reader_++;
+}
+
+void ReplicationLog::MoveReader(uint64_t reader, uint64_t index) {
+  absl::MutexLock l(&mu_);
+  readers_[reader] = index;
+}
+
+void ReplicationLog::RemoveReader(uint64_t reader) {
+  absl::MutexLock l(&mu_);
+  readers_.erase(reader);
 }
 
 std::vector<ReplicationLog::BackupState> ReplicationLog::Backups() const {

@@ -59,7 +59,9 @@ class ReplicationLog {
   struct Options {
     // Entries kept for backups that reconnect or lag (oldest dropped
     // first); a backup that needs a dropped entry starts over with a
-    // snapshot.
+    // snapshot. Entries a connected feed has yet to send are kept beyond
+    // this, up to 4x (a spare receiving its snapshot while training goes
+    // on needs the entries since the cut).
     uint64_t max_bytes = uint64_t{256} << 20;
     Clock* clock = Clock::Real();  // not owned
   };
@@ -115,6 +117,11 @@ class ReplicationLog {
   // (or never held entries of that epoch: a diverged backup), UNAVAILABLE
   // once fenced.
   absl::StatusOr<Entry> Next(uint64_t index, absl::Duration wait);
+  // A feed's position (the last entry it sent): entries after it are kept
+  // (see Options.max_bytes) until RemoveReader.
+  uint64_t AddReader(uint64_t index);
+  void MoveReader(uint64_t reader, uint64_t index);
+  void RemoveReader(uint64_t reader);
   // Whether a backup whose last entry is (index, epoch) can continue from
   // this log (else it needs a snapshot).
   bool CanContinue(uint64_t index, uint64_t epoch) const;
@@ -172,6 +179,8 @@ class ReplicationLog {
   // By index; several may wait for one index.
   std::multimap<uint64_t, Waiter> waiters_ ABSL_GUARDED_BY(mu_);
   Stats stats_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<uint64_t, uint64_t> readers_ ABSL_GUARDED_BY(mu_);
+  uint64_t next_reader_ ABSL_GUARDED_BY(mu_) = 1;
 };
 
 }  // namespace asyncps
