@@ -60,6 +60,11 @@ absl::Status Launch(EtcdProcess* etcd, absl::Duration timeout) {
       "--initial-advertise-peer-urls=" + peer,
       "--initial-cluster=asyncps-test=" + peer,
       "--log-level=warn",
+      // A one-member cluster on loopback: elections in 0.5 s let etcd grant
+      // 1 s leases (its shortest lease is 1.5 election timeouts), which is
+      // what bounds a failover (ps_server --lease_ms=1000).
+      "--heartbeat-interval=50",
+      "--election-timeout=500",
   };
   absl::StatusOr<std::unique_ptr<Subprocess>> p =
       Subprocess::Start(EtcdBinary(), args, etcd->data_dir + ".log");
