@@ -151,7 +151,8 @@ ABSL_FLAG(int64_t, lease_ms, 1000,
           "whose lease lapses is replaced by a caught-up backup.");
 ABSL_FLAG(std::string, host_label, "",
           "Placement label of this process (replicas of one shard should "
-          "differ); default: $ASYNCPS_HOST, else the machine's name.");
+          "differ; on Kubernetes, the node's name); default: the machine's "
+          "name.");
 ABSL_FLAG(int64_t, replica_timeout_ms, 0,
           "A backup that acknowledges nothing for this long while entries "
           "wait is dropped from the map; 0 = twice --lease_ms.");
@@ -515,9 +516,6 @@ absl::StatusOr<ReplicaFlags> ReplicaFlagsFromFlags(const PsServerOptions& o) {
   }
   f.lease = absl::Milliseconds(absl::GetFlag(FLAGS_lease_ms));
   f.host_label = absl::GetFlag(FLAGS_host_label);
-  if (f.host_label.empty() && std::getenv("ASYNCPS_HOST") != nullptr) {
-    f.host_label = std::getenv("ASYNCPS_HOST");
-  }
   const int64_t timeout = absl::GetFlag(FLAGS_replica_timeout_ms);
   if (timeout < 0) {
     return absl::InvalidArgumentError(
