@@ -35,13 +35,13 @@
 namespace asyncps {
 
 struct FollowerOptions {
-  std::string primary;  // host:port
+  std::string primary;    // host:port
   FollowRequest request;  // run, shard, own address; last entry from `log`
   // Where a snapshot's file goes; when empty, a snapshot is refused
   // (FAILED_PRECONDITION: a running replica cannot load one).
   std::string snapshot_dir;
   ReplicationLog* log = nullptr;  // not owned
-  SecurityOptions security;  // as the workers' channels
+  SecurityOptions security;       // as the workers' channels
   std::shared_ptr<spdlog::logger> logger;
 };
 

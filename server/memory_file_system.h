@@ -28,9 +28,7 @@ class MemoryFileSystem final : public FileSystem {
       const std::string& path) override;
   absl::Status Rename(const std::string& from, const std::string& to) override;
   absl::Status Remove(const std::string& path) override;
-  absl::Status SyncDir(const std::string&) override {
-    return absl::OkStatus();
-  }
+  absl::Status SyncDir(const std::string&) override { return absl::OkStatus(); }
   absl::Status CreateDirs(const std::string&) override {
     return absl::OkStatus();
   }

@@ -81,9 +81,7 @@ class UnaryPullReactor : public grpc::ServerUnaryReactor {
 }  // namespace
 
 PsService::PsService(ServiceContext context)
-    : c_(std::move(context)),
-      start_time_(c_.clock->Now()),
-      epoch_(c_.epoch) {}
+    : c_(std::move(context)), start_time_(c_.clock->Now()), epoch_(c_.epoch) {}
 
 // Parses a unary request, runs handle(request, &response) and answers.
 template <typename Request, typename Response, typename Handler>
@@ -308,11 +306,11 @@ absl::Status PsService::DoHeartbeat(const HeartbeatRequest& request,
                                     HeartbeatResponse* response) {
   response->set_run_id(c_.run_id);
   if (request.run_id() != c_.run_id) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "shard ", c_.shard_index, " belongs to run '", c_.run_id,
-        "' and worker ", request.worker().worker_id(), " to run '",
-        request.run_id(),
-        "': start shards and workers with the same --run_id"));
+    return absl::FailedPreconditionError(
+        absl::StrCat("shard ", c_.shard_index, " belongs to run '", c_.run_id,
+                     "' and worker ", request.worker().worker_id(), " to run '",
+                     request.run_id(),
+                     "': start shards and workers with the same --run_id"));
   }
   if (request.leaving()) {
     const absl::Status s = c_.workers->Leave(request.worker());

@@ -9,13 +9,13 @@
 #include <memory>
 #include <string>
 
+#include "absl/functional/function_ref.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
 #include "common/clock.h"
 #include "common/payload.h"
-#include "absl/functional/function_ref.h"
 #include "proto/asyncps.grpc.pb.h"
 #include "proto/replication.pb.h"
 #include "server/service_context.h"

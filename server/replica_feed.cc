@@ -36,8 +36,7 @@ absl::StatusOr<uint64_t> ReplicaFeedService::SendSnapshot(
     sent += n;
     file->set_last_piece(sent == bytes.size());
     if (!stream->Write(feed)) {
-      return absl::UnavailableError(
-          "the backup went away during the snapshot");
+      return absl::UnavailableError("the backup went away during the snapshot");
     }
   } while (sent < bytes.size());
   FollowFeed end;
@@ -67,14 +66,15 @@ grpc::Status ReplicaFeedService::Follow(
   const FollowRequest& f = first.follow();
   if (f.run_id() != o_.run_id || f.shard_index() != o_.shard_index ||
       f.num_shards() != o_.num_shards || f.address().empty()) {
-    return ToGrpcStatus(absl::FailedPreconditionError(absl::StrCat(
-        "this is shard ", o_.shard_index, "/", o_.num_shards, " of run '",
-        o_.run_id, "'; the follower asked for shard ", f.shard_index(), "/",
-        f.num_shards(), " of run '", f.run_id(), "' (address '", f.address(),
-        "')")));
+    return ToGrpcStatus(absl::FailedPreconditionError(
+        absl::StrCat("this is shard ", o_.shard_index, "/", o_.num_shards,
+                     " of run '", o_.run_id, "'; the follower asked for shard ",
+                     f.shard_index(), "/", f.num_shards(), " of run '",
+                     f.run_id(), "' (address '", f.address(), "')")));
   }
   if (!o_.log->primary()) {
-    return ToGrpcStatus(absl::UnavailableError("this replica is not the primary"));
+    return ToGrpcStatus(
+        absl::UnavailableError("this replica is not the primary"));
   }
   uint64_t next = f.last_index();
   // Keeps the entries after the backup's position (or after the cut) while

@@ -62,10 +62,9 @@ absl::StatusOr<std::unique_ptr<ReplicaGroup>> ReplicaGroup::Join(
   lo.ttl = std::max(absl::Seconds(1), absl::Trunc(o.lease, absl::Seconds(1)));
   absl::StatusOr<std::unique_ptr<LeaseKeeper>> lease = LeaseKeeper::Start(lo);
   if (!lease.ok()) {
-    return absl::UnavailableError(
-        absl::StrCat("cannot reach etcd at ", endpoints, " (",
-                     lease.status().message(),
-                     "): start etcd or fix --etcd_endpoints"));
+    return absl::UnavailableError(absl::StrCat(
+        "cannot reach etcd at ", endpoints, " (", lease.status().message(),
+        "): start etcd or fix --etcd_endpoints"));
   }
   g->lease_ = *std::move(lease);
   g->maps_ = std::make_unique<MapStore>(g->etcd_.get(), Prefix(o.run_id));
@@ -86,8 +85,7 @@ absl::Status ReplicaGroup::Register() {
   const std::string key =
       absl::StrCat(Prefix(o_.run_id), "/members/", o_.address);
   absl::StatusOr<int64_t> put =
-      etcd_->Put(key,
-                 absl::StrCat("shard=", o_.shard_index, " host=", o_.host),
+      etcd_->Put(key, absl::StrCat("shard=", o_.shard_index, " host=", o_.host),
                  lease_->id());
   return put.status();
 }
@@ -104,111 +102,121 @@ ReplicaGroup::LiveMembers() {
   return live;
 }
 
+// Decide's outcomes of one look at the map: done (OK), look again
+// (ABORTED), or fail.
+absl::Status ReplicaGroup::ForgetEarlierSelf() {
+  absl::StatusOr<ShardMapRecord> m =
+      maps_->Update([&](ShardMapRecord* m) -> absl::StatusOr<bool> {
+        auto* rs = m->mutable_groups(o_.shard_index)->mutable_replicas();
+        const int i = Find(m->groups(o_.shard_index), o_.address);
+        if (i < 0) return false;
+        rs->erase(rs->begin() + i);
+        return true;
+      });
+  return m.ok() ? absl::AbortedError("look again") : m.status();
+}
+
+absl::Status ReplicaGroup::JoinAsSpare(const ShardGroupRecord& group) {
+  const std::string primary = group.replicas(0).address();
+  for (const ReplicaRecord& r : group.replicas()) {
+    if (r.host() == o_.host) {
+      o_.logger->warn(
+          "replica {} of shard {} runs on host '{}' too: one host's loss "
+          "takes both (give each replica its own --host_label when there are "
+          "enough hosts)",
+          r.address(), o_.shard_index, o_.host);
+    }
+  }
+  absl::StatusOr<ShardMapRecord> m =
+      maps_->Update([&](ShardMapRecord* m) -> absl::StatusOr<bool> {
+        ShardGroupRecord* g = m->mutable_groups(o_.shard_index);
+        if (g->replicas_size() == 0 || g->replicas(0).address() != primary) {
+          return absl::AbortedError("the primary changed");
+        }
+        ReplicaRecord* me = g->add_replicas();
+        me->set_address(o_.address);
+        me->set_host(o_.host);
+        me->set_caught_up(false);
+        return true;
+      });
+  if (!m.ok()) return m.status();
+  absl::StatusOr<std::unique_ptr<Follower>> f =
+      ConnectFollower(primary, o_.snapshot_dir, absl::Seconds(5));
+  if (!f.ok()) {
+    o_.logger->warn("cannot follow primary {} yet: {}", primary,
+                    f.status().ToString());
+    absl::SleepFor(absl::Milliseconds(200));
+    return absl::AbortedError("look again");
+  }
+  absl::MutexLock l(&mu_);
+  follower_ = *std::move(f);
+  following_ = primary;
+  map_epoch_ = m->epoch();
+  o_.logger->info("joined shard {} as a spare of primary {} (map epoch {})",
+                  o_.shard_index, primary, m->epoch());
+  return absl::OkStatus();
+}
+
+absl::Status ReplicaGroup::Claim() {
+  absl::StatusOr<ShardMapRecord> m =
+      maps_->Update([&](ShardMapRecord* m) -> absl::StatusOr<bool> {
+        ShardGroupRecord* g = m->mutable_groups(o_.shard_index);
+        absl::StatusOr<absl::flat_hash_map<std::string, bool>> now =
+            LiveMembers();
+        if (!now.ok()) return now.status();
+        for (const ReplicaRecord& r : g->replicas()) {
+          if (IsLive(*now, r.address())) {
+            return absl::AbortedError("a replica came back");
+          }
+        }
+        g->clear_replicas();
+        ReplicaRecord* me = g->add_replicas();
+        me->set_address(o_.address);
+        me->set_host(o_.host);
+        me->set_caught_up(true);
+        return true;
+      });
+  if (!m.ok()) return m.status();
+  claimed_ = true;
+  claimed_epoch_ = m->epoch();
+  absl::MutexLock l(&mu_);
+  map_epoch_ = m->epoch();
+  o_.logger->info(
+      "claimed shard {} as its primary (map epoch {}): no other replica is "
+      "alive; its own checkpoint is the group's state",
+      o_.shard_index, m->epoch());
+  return absl::OkStatus();
+}
+
 absl::Status ReplicaGroup::Decide() {
   const absl::Time deadline = absl::Now() + o_.join_timeout;
-  const int shard = o_.shard_index;
   while (absl::Now() < deadline) {
     absl::StatusOr<MapStore::Read> read = maps_->Get();
     if (!read.ok()) return read.status();
     absl::StatusOr<absl::flat_hash_map<std::string, bool>> live = LiveMembers();
     if (!live.ok()) return live.status();
-    const ShardGroupRecord& group = read->map.groups(shard);
-    if (Find(group, o_.address) >= 0) {
-      // An earlier process at this address: it holds nothing now.
-      absl::StatusOr<ShardMapRecord> m =
-          maps_->Update([&](ShardMapRecord* m) -> absl::StatusOr<bool> {
-            auto* rs = m->mutable_groups(shard)->mutable_replicas();
-            const int i = Find(m->groups(shard), o_.address);
-            if (i < 0) return false;
-            rs->erase(rs->begin() + i);
-            return true;
-          });
-      if (!m.ok()) return m.status();
-      continue;
-    }
-    if (group.replicas_size() > 0 &&
-        IsLive(*live, group.replicas(0).address())) {
-      const std::string primary = group.replicas(0).address();
-      for (const ReplicaRecord& r : group.replicas()) {
-        if (r.host() == o_.host) {
-          o_.logger->warn(
-              "replica {} of shard {} runs on host '{}' too: one host's loss "
-              "takes both (give each replica its own --host when there are "
-              "enough hosts)",
-              r.address(), shard, o_.host);
-        }
-      }
-      absl::StatusOr<ShardMapRecord> m =
-          maps_->Update([&](ShardMapRecord* m) -> absl::StatusOr<bool> {
-            ShardGroupRecord* g = m->mutable_groups(shard);
-            if (g->replicas_size() == 0 ||
-                g->replicas(0).address() != primary) {
-              return absl::AbortedError("the primary changed");
-            }
-            ReplicaRecord* me = g->add_replicas();
-            me->set_address(o_.address);
-            me->set_host(o_.host);
-            me->set_caught_up(false);
-            return true;
-          });
-      if (!m.ok() && !absl::IsAborted(m.status())) return m.status();
-      if (!m.ok()) continue;
-      absl::StatusOr<std::unique_ptr<Follower>> f =
-          ConnectFollower(primary, o_.snapshot_dir, absl::Seconds(5));
-      if (!f.ok()) {
-        o_.logger->warn("cannot follow primary {} yet: {}", primary,
-                        f.status().ToString());
-        absl::SleepFor(absl::Milliseconds(200));
-        continue;
-      }
-      absl::MutexLock l(&mu_);
-      follower_ = *std::move(f);
-      following_ = primary;
-      map_epoch_ = m->epoch();
-      o_.logger->info("joined shard {} as a spare of primary {} (map epoch {})",
-                      shard, primary, m->epoch());
-      return absl::OkStatus();
-    }
+    const ShardGroupRecord& group = read->map.groups(o_.shard_index);
     bool any_live = false;
     for (const ReplicaRecord& r : group.replicas()) {
       any_live = any_live || IsLive(*live, r.address());
     }
-    if (!any_live) {
-      absl::StatusOr<ShardMapRecord> m =
-          maps_->Update([&](ShardMapRecord* m) -> absl::StatusOr<bool> {
-            ShardGroupRecord* g = m->mutable_groups(shard);
-            absl::StatusOr<absl::flat_hash_map<std::string, bool>> now =
-                LiveMembers();
-            if (!now.ok()) return now.status();
-            for (const ReplicaRecord& r : g->replicas()) {
-              if (IsLive(*now, r.address())) {
-                return absl::AbortedError("a replica came back");
-              }
-            }
-            g->clear_replicas();
-            ReplicaRecord* me = g->add_replicas();
-            me->set_address(o_.address);
-            me->set_host(o_.host);
-            me->set_caught_up(true);
-            return true;
-          });
-      if (!m.ok() && !absl::IsAborted(m.status())) return m.status();
-      if (!m.ok()) continue;
-      claimed_ = true;
-      claimed_epoch_ = m->epoch();
-      absl::MutexLock l(&mu_);
-      map_epoch_ = m->epoch();
-      o_.logger->info(
-          "claimed shard {} as its primary (map epoch {}): no other replica "
-          "is alive; its own checkpoint is the group's state",
-          shard, m->epoch());
-      return absl::OkStatus();
+    absl::Status s = absl::AbortedError("look again");
+    if (Find(group, o_.address) >= 0) {
+      // An earlier process at this address: it holds nothing now.
+      s = ForgetEarlierSelf();
+    } else if (group.replicas_size() > 0 &&
+               IsLive(*live, group.replicas(0).address())) {
+      s = JoinAsSpare(group);
+    } else if (!any_live) {
+      s = Claim();
+    } else {
+      // Replicas are alive but the primary is not: a backup is taking over.
+      absl::SleepFor(absl::Milliseconds(200));
     }
-    // Replicas are alive but the primary is not: a backup is taking over.
-    absl::SleepFor(absl::Milliseconds(200));
+    if (!absl::IsAborted(s)) return s;
   }
   return absl::DeadlineExceededError(absl::StrCat(
-      "shard ", shard, " has live replicas but no live primary after ",
+      "shard ", o_.shard_index, " has live replicas but no live primary after ",
       absl::FormatDuration(o_.join_timeout)));
 }
 
@@ -421,9 +429,9 @@ void ReplicaGroup::FollowPrimary(
     absl::StatusOr<std::unique_ptr<Follower>> f =
         ConnectFollower(primary, "", absl::Milliseconds(300));
     if (absl::IsFailedPrecondition(f.status())) {
-      return Restart(absl::StrCat("primary ", primary,
-                                  " cannot continue its log: ",
-                                  f.status().message()));
+      return Restart(
+          absl::StrCat("primary ", primary,
+                       " cannot continue its log: ", f.status().message()));
     }
     if (!f.ok()) {
       o_.logger->warn("cannot follow primary {}: {}", primary,
@@ -528,9 +536,7 @@ void ReplicaGroup::Stop() {
 
 void ReplicaGroup::FillStatus(StatusResponse* response) const {
   ReplicaStatus* r = response->mutable_replica();
-  r->set_role(log_.primary()  ? "primary"
-              : log_.fenced() ? "fenced"
-                              : "backup");
+  r->set_role(log_.primary() ? "primary" : log_.fenced() ? "fenced" : "backup");
   r->set_log_index(log_.last_index());
   r->set_log_epoch(log_.last_epoch());
   r->set_failovers(failovers_.load());

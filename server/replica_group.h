@@ -67,7 +67,7 @@ struct ReplicaGroupOptions {
   std::string run_id;
   int shard_index = 0;
   int num_shards = 1;
-  int replicas = 1;  // R
+  int replicas = 1;     // R
   std::string host;     // placement label
   std::string address;  // host:port workers and replicas dial
   // A backup that acknowledged nothing new for this long while entries
@@ -118,6 +118,10 @@ class ReplicaGroup {
   explicit ReplicaGroup(ReplicaGroupOptions options);
   absl::Status Register();
   absl::Status Decide();
+  // Decide's steps: OK when decided, ABORTED to look at the map again.
+  absl::Status ForgetEarlierSelf();
+  absl::Status JoinAsSpare(const ShardGroupRecord& group);
+  absl::Status Claim();
   // Members alive now: address -> its key exists.
   absl::StatusOr<absl::flat_hash_map<std::string, bool>> LiveMembers();
   void Loop();

@@ -73,10 +73,9 @@ absl::StatusOr<std::unique_ptr<ReplicaGroup>> SetUpReplica(
     o->port = *port;
   }
   if (o->advertise_address.empty()) {
-    const std::string host =
-        o->host == "0.0.0.0" || o->host == "::"
-            ? CurrentHostname().value_or("localhost")
-            : o->host;
+    const std::string host = o->host == "0.0.0.0" || o->host == "::"
+                                 ? CurrentHostname().value_or("localhost")
+                                 : o->host;
     o->advertise_address = absl::StrCat(host, ":", o->port);
   }
   std::string dir = o->checkpoint_dir;

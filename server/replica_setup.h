@@ -34,8 +34,7 @@ absl::Status CheckReplicaFlags(const ReplicaFlags& flags,
 // snapshot to restore and its shard epoch (in --checkpoint_dir, or in a
 // new temporary directory named in *temp_dir, which the caller removes).
 absl::StatusOr<std::unique_ptr<ReplicaGroup>> SetUpReplica(
-    const ReplicaFlags& flags, PsServerOptions* options,
-    std::string* temp_dir);
+    const ReplicaFlags& flags, PsServerOptions* options, std::string* temp_dir);
 
 }  // namespace asyncps
 

@@ -37,10 +37,9 @@ void PsService::RunStep(absl::FunctionRef<LogEntry()> entry,
       c_.log->Run(entry(), [&] { applied = apply(); });
   if (!index.ok()) return answer(index.status());
   c_.log->WhenAcked(*index - (through_earlier ? 1 : 0),
-                    [applied, answer = std::move(answer)](
-                                absl::Status held) {
-    answer(held.ok() ? applied : held);
-  });
+                    [applied, answer = std::move(answer)](absl::Status held) {
+                      answer(held.ok() ? applied : held);
+                    });
 }
 
 void PsService::RunPushStep(const PushRequest& request,
@@ -78,7 +77,8 @@ namespace {
 std::string Concat(const Payload& p) {
   std::string out;
   out.reserve(p.size());
-  for (absl::string_view piece : p.pieces()) out.append(piece.data(), piece.size());
+  for (absl::string_view piece : p.pieces())
+    out.append(piece.data(), piece.size());
   return out;
 }
 

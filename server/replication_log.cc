@@ -29,7 +29,7 @@ bool ReplicationLog::primary() const {
 }
 
 absl::StatusOr<uint64_t> ReplicationLog::Run(LogEntry entry,
-                                              absl::FunctionRef<void()> apply) {
+                                             absl::FunctionRef<void()> apply) {
   auto feed = std::make_shared<FollowFeed>();
   *feed->mutable_entry() = std::move(entry);
   const uint64_t bytes = feed->ByteSizeLong();
@@ -132,7 +132,8 @@ void ReplicationLog::NoteSnapshot(uint64_t bytes, absl::Duration took) {
   stats_.snapshot_seconds += absl::ToDoubleSeconds(took);
 }
 
-void ReplicationLog::Complete(std::vector<Waiter> ready, const absl::Status& s) {
+void ReplicationLog::Complete(std::vector<Waiter> ready,
+                              const absl::Status& s) {
   for (Waiter& w : ready) w.done(s);
 }
 
@@ -192,9 +193,8 @@ void ReplicationLog::Fence(const absl::Status& why) {
   {
     absl::MutexLock l(&mu_);
     if (!fenced_.ok()) return;
-    fenced_ = absl::UnavailableError(
-        absl::StrCat("this replica no longer acknowledges requests: ",
-                     why.message()));
+    fenced_ = absl::UnavailableError(absl::StrCat(
+        "this replica no longer acknowledges requests: ", why.message()));
     status = fenced_;
     for (auto& [index, w] : waiters_) all.push_back(std::move(w));
     waiters_.clear();
@@ -221,8 +221,8 @@ bool ReplicationLog::CanContinue(uint64_t index, uint64_t epoch) const {
   return false;
 }
 
-absl::StatusOr<ReplicationLog::Entry> ReplicationLog::Next(uint64_t index,
-                                                           absl::Duration wait) {
+absl::StatusOr<ReplicationLog::Entry> ReplicationLog::Next(
+    uint64_t index, absl::Duration wait) {
   absl::MutexLock l(&mu_);
   auto ready = [this, index]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     return !fenced_.ok() || last_index_ > index;

@@ -29,7 +29,8 @@
 //     status = service->DoPush(...);
 //   });
 //   if (!index.ok()) return answer(index.status());
-//   log->WhenAcked(*index, [=](absl::Status s) { answer(s.ok() ? status : s); });
+//   log->WhenAcked(*index, [=](absl::Status s) { answer(s.ok() ? status : s);
+//   });
 //
 // Thread-safe.
 

@@ -26,8 +26,10 @@ uint64_t RowsDigest(const std::string& table, const CheckpointRows& rows) {
   uint64_t sum = 0;
   for (size_t i = 0; i < n; ++i) {
     std::string row = absl::StrCat(
-        rows.ids(i), "/", i < static_cast<size_t>(rows.versions_size()) ? rows.versions(i) : 0, "/",
-        i < static_cast<size_t>(rows.touched_size()) ? rows.touched(i) : 0, "/");
+        rows.ids(i), "/",
+        i < static_cast<size_t>(rows.versions_size()) ? rows.versions(i) : 0,
+        "/", i < static_cast<size_t>(rows.touched_size()) ? rows.touched(i) : 0,
+        "/");
     row.append(rows.values().data() + i * value_bytes, value_bytes);
     row.append(rows.optimizer_state().data() + i * state_bytes, state_bytes);
     sum += Item("row", table, row);

@@ -144,8 +144,7 @@ struct Loop {
       Die(s);
     }
     const auto t1 = SteadyClock::now();
-    if (absl::Status s =
-            client->Push(clock, {{tensor, grads.data()}}).status();
+    if (absl::Status s = client->Push(clock, {{tensor, grads.data()}}).status();
         !s.ok()) {
       Die(s);
     }
@@ -248,7 +247,8 @@ void CatchUp(const testing::EtcdProcess& etcd) {
   const double mb = floats * 4 / 1e6;
   std::printf(
       "part=catchup state_mb=%.0f caught_up_s=%.2f mb_per_s=%.0f "
-      "steps_per_s_before=%.0f steps_per_s_during=%.0f during_over_before=%.2f\n",
+      "steps_per_s_before=%.0f steps_per_s_during=%.0f "
+      "during_over_before=%.2f\n",
       mb, took, mb / took, before, during, during / before);
 }
 

@@ -184,7 +184,7 @@ TEST_CASE(
 
   const absl::Time killed = absl::Now();
   REQUIRE_OK(a.process->Signal(SIGKILL).ok() ? absl::OkStatus()
-                                              : absl::InternalError("kill"));
+                                             : absl::InternalError("kill"));
   (void)a.process->Wait(absl::Seconds(10));
   WaitForRole(b.address, "primary");
   WARN("backup took over " << absl::FormatDuration(absl::Now() - killed)

@@ -17,28 +17,33 @@ LogEntry Entry() {
   return e;
 }
 
-TEST_CASE("entries are numbered in the order they ran; a backup refuses to run them",
-          "[replication]") {
+TEST_CASE(
+    "entries are numbered in the order they ran; a backup refuses to run them",
+    "[replication]") {
   ReplicationLog log({});
   std::vector<int> order;
-  absl::StatusOr<uint64_t> refused = log.Run(Entry(), [&] { order.push_back(0); });
+  absl::StatusOr<uint64_t> refused =
+      log.Run(Entry(), [&] { order.push_back(0); });
   CHECK(absl::IsUnavailable(refused.status()));
   CHECK(order.empty());
   log.BecomePrimary(5, {});
   for (int i = 1; i <= 3; ++i) {
-    absl::StatusOr<uint64_t> index = log.Run(Entry(), [&] { order.push_back(i); });
+    absl::StatusOr<uint64_t> index =
+        log.Run(Entry(), [&] { order.push_back(i); });
     REQUIRE_OK(index.status());
     CHECK(*index == static_cast<uint64_t>(i));
   }
   CHECK(order == std::vector<int>{1, 2, 3});
   CHECK(log.last_index() == 3);
   CHECK(log.last_epoch() == 5);
-  absl::StatusOr<ReplicationLog::Entry> second = log.Next(1, absl::ZeroDuration());
+  absl::StatusOr<ReplicationLog::Entry> second =
+      log.Next(1, absl::ZeroDuration());
   REQUIRE_OK(second.status());
   REQUIRE(*second != nullptr);
   CHECK((*second)->entry().index() == 2);
   CHECK((*second)->entry().epoch() == 5);
-  absl::StatusOr<ReplicationLog::Entry> none = log.Next(3, absl::Milliseconds(1));
+  absl::StatusOr<ReplicationLog::Entry> none =
+      log.Next(3, absl::Milliseconds(1));
   REQUIRE_OK(none.status());
   CHECK(*none == nullptr);
 }
@@ -150,7 +155,8 @@ TEST_CASE("old entries are dropped past the size bound", "[replication]") {
     REQUIRE_OK(log.Run(std::move(e), [] {}).status());
   }
   CHECK(absl::IsOutOfRange(log.Next(1, absl::ZeroDuration()).status()));
-  absl::StatusOr<ReplicationLog::Entry> last = log.Next(99, absl::ZeroDuration());
+  absl::StatusOr<ReplicationLog::Entry> last =
+      log.Next(99, absl::ZeroDuration());
   REQUIRE_OK(last.status());
   CHECK((*last)->entry().index() == 100);
 }

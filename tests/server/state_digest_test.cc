@@ -4,8 +4,8 @@
 
 #include "server/state_digest.h"
 
-#include <catch2/catch.hpp>
 #include <algorithm>
+#include <catch2/catch.hpp>
 #include <memory>
 #include <vector>
 
