@@ -670,23 +670,25 @@ std::optional<int> OpenStore(int worker_id, const SecurityOptions& security,
   return std::nullopt;
 }
 
+constexpr char kUsage[] =
+    "ps_worker: trains a Fashion-MNIST MLP (or, with --model=ctr, a click\n"
+    "model with sparse embedding tables) against an asyncps cluster.\n\n"
+    "  ps_worker --servers=h:p,h:p --worker_id=0 --num_workers=4\n"
+    "  ps_worker --etcd_endpoints=h:p --run_id=R --worker_id=0 ...\n"
+    "  ps_worker --local            # same model and data, no servers\n\n"
+    "Exit status: 0 when this worker's share is trained; 1 when training\n"
+    "failed; 2 for bad flags, a start failure or shards of another\n"
+    "--run_id; 3 when an earlier process of this worker id already\n"
+    "trained the share in this run (nothing to do: start a new run to\n"
+    "train again); 128 + the signal (143 for SIGTERM, 130 for SIGINT) when\n"
+    "a signal stopped it early, after it drained its pushes and left.";
+
 int Main(int argc, char** argv) {
   ProgramInfo program;
   program.name = "ps_worker";
   program.version = kVersion;
   program.flags_only = true;
-  program.usage =
-      "ps_worker: trains a Fashion-MNIST MLP (or, with --model=ctr, a click\n"
-      "model with sparse embedding tables) against an asyncps cluster.\n\n"
-      "  ps_worker --servers=h:p,h:p --worker_id=0 --num_workers=4\n"
-      "  ps_worker --etcd_endpoints=h:p --run_id=R --worker_id=0 ...\n"
-      "  ps_worker --local            # same model and data, no servers\n\n"
-      "Exit status: 0 when this worker's share is trained; 1 when training\n"
-      "failed; 2 for bad flags, a start failure or shards of another\n"
-      "--run_id; 3 when an earlier process of this worker id already\n"
-      "trained the share in this run (nothing to do: start a new run to\n"
-      "train again); 128 + the signal (143 for SIGTERM, 130 for SIGINT) when\n"
-      "a signal stopped it early, after it drained its pushes and left.";
+  program.usage = kUsage;
   const ParseResult parsed = ParseProgramCommandLine(argc, argv, program);
   if (!parsed.command_line.has_value()) return parsed.exit_code;
   absl::StatusOr<TrainerOptions> options = TrainerOptionsFromFlags();
