@@ -32,6 +32,7 @@
 #include "common/security_flags.h"
 #include "common/version.h"
 #include "kernels/cpu_backend.h"
+#include "membership/etcd_flags.h"
 #include "membership/shard_addressing.h"
 #include "server/file_system.h"
 #include "serving/batcher.h"
@@ -49,11 +50,6 @@ ABSL_FLAG(std::string, servers, "",
           "model while it trains); an address with {i} stands for "
           "--num_shards addresses. Excludes --checkpoint_dir.");
 ABSL_FLAG(int, num_shards, 0, "Shard count for a {i} pattern in --servers.");
-ABSL_FLAG(std::string, etcd_endpoints, "",
-          "etcd host:port,... holding the shard map of --run_id (a "
-          "replicated run): read the live shards' primaries from the map, "
-          "following failovers; --servers is then optional (if given, its "
-          "count must match the map's). Excludes --checkpoint_dir.");
 ABSL_FLAG(std::string, run_id, "",
           "With --etcd_endpoints: the run whose shard map to follow (the "
           "shards' --run_id).");
@@ -190,8 +186,8 @@ absl::StatusOr<Flags> FlagsFromCommandLine() {
 
 absl::StatusOr<std::unique_ptr<ParameterSource>> SourceFromFlags(
     std::shared_ptr<spdlog::logger> logger) {
-  const bool live = !absl::GetFlag(FLAGS_servers).empty() ||
-                    !absl::GetFlag(FLAGS_etcd_endpoints).empty();
+  const bool live =
+      !absl::GetFlag(FLAGS_servers).empty() || !EtcdEndpointsFlag().empty();
   const std::string dir = absl::GetFlag(FLAGS_checkpoint_dir);
   if (live == !dir.empty()) {
     return absl::InvalidArgumentError(
@@ -204,9 +200,9 @@ absl::StatusOr<std::unique_ptr<ParameterSource>> SourceFromFlags(
     options.fs = FileSystem::Default();  // the POSIX file system
     return MakeCheckpointSource(options);
   }
-  ShardAddressingOptions a{
-      absl::GetFlag(FLAGS_servers), absl::GetFlag(FLAGS_num_shards),
-      absl::GetFlag(FLAGS_etcd_endpoints), absl::GetFlag(FLAGS_run_id)};
+  ShardAddressingOptions a{absl::GetFlag(FLAGS_servers),
+                           absl::GetFlag(FLAGS_num_shards), EtcdEndpointsFlag(),
+                           absl::GetFlag(FLAGS_run_id)};
   a.router.wait_for_map = absl::Seconds(absl::GetFlag(FLAGS_wait_s));
   a.router.logger = logger;
   absl::StatusOr<ShardAddressing> shards = ResolveShardAddressing(a);

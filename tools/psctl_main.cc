@@ -57,6 +57,7 @@
 #include "common/security_flags.h"
 #include "common/version.h"
 #include "google/protobuf/util/message_differencer.h"
+#include "membership/etcd_flags.h"
 #include "membership/shard_addressing.h"
 #include "server/file_system.h"
 #include "server/reshard.h"
@@ -71,11 +72,6 @@ ABSL_FLAG(std::string, servers, "",
 ABSL_FLAG(int, num_shards, 0,
           "The shard count: needed by an address with {i} in --servers; when "
           "> 0, --servers must list exactly this many shards.");
-ABSL_FLAG(std::string, etcd_endpoints, "",
-          "etcd host:port,... holding the shard map of --run_id (a "
-          "replicated run): ask each shard's primary as the map names it "
-          "(status --watch follows failovers); --servers is then optional "
-          "(if given, its count must match the map's).");
 ABSL_FLAG(std::string, run_id, "",
           "With --etcd_endpoints: the run whose shard map to read.");
 ABSL_FLAG(std::string, output, "table",
@@ -596,9 +592,9 @@ absl::StatusOr<Connection> ConnectionFromFlags(const ParsedCommandLine& cl,
     return absl::InvalidArgumentError(absl::StrCat(
         "--timeout must be > 0, got ", absl::FormatDuration(c.timeout)));
   }
-  ShardAddressingOptions a{
-      absl::GetFlag(FLAGS_servers), absl::GetFlag(FLAGS_num_shards),
-      absl::GetFlag(FLAGS_etcd_endpoints), absl::GetFlag(FLAGS_run_id)};
+  ShardAddressingOptions a{absl::GetFlag(FLAGS_servers),
+                           absl::GetFlag(FLAGS_num_shards), EtcdEndpointsFlag(),
+                           absl::GetFlag(FLAGS_run_id)};
   a.router.wait_for_map = c.timeout;  // the shards write it: no waiting here
   a.router.etcd_call_timeout = c.timeout;
   absl::StatusOr<ShardAddressing> shards = ResolveShardAddressing(a);

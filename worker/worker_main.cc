@@ -34,6 +34,7 @@
 #include "common/version.h"
 #include "data/idx_reader.h"
 #include "kernels/backend.h"
+#include "membership/etcd_flags.h"
 #include "membership/shard_addressing.h"
 #include "models/mlp.h"
 #include "worker/ctr_trainer.h"
@@ -50,11 +51,6 @@ ABSL_FLAG(int, num_shards, 0,
           "The shard count: needed by an address with {i} in --servers; "
           "when > 0, --servers (and the etcd shard map) must have exactly "
           "this many shards. 0 = as many as --servers lists.");
-ABSL_FLAG(std::string, etcd_endpoints, "",
-          "etcd host:port,... holding the run's shard map (a replicated "
-          "run): the shards and their primaries come from the map of "
-          "--run_id, followed through failovers; --servers is then optional "
-          "(if given, its count must match the map's).");
 ABSL_FLAG(bool, local, false,
           "Train in-process without servers (the single-worker baseline).");
 ABSL_FLAG(std::string, worker_id, "0",
@@ -599,8 +595,8 @@ absl::StatusOr<PsClientOptions> ClientOptionsFromFlags(
     return absl::InvalidArgumentError(absl::StrCat("--run_id: ", r.message()));
   }
   ShardAddressingOptions a{absl::GetFlag(FLAGS_servers),
-                           absl::GetFlag(FLAGS_num_shards),
-                           absl::GetFlag(FLAGS_etcd_endpoints), c.run_id};
+                           absl::GetFlag(FLAGS_num_shards), EtcdEndpointsFlag(),
+                           c.run_id};
   a.router.wait_for_map = absl::Seconds(absl::GetFlag(FLAGS_wait_for_shards_s));
   a.router.logger = logger;
   absl::StatusOr<ShardAddressing> shards = ResolveShardAddressing(a);
@@ -636,8 +632,7 @@ std::optional<int> OpenStore(int worker_id, const SecurityOptions& security,
                              const std::shared_ptr<spdlog::logger>& logger,
                              std::unique_ptr<ParameterStore>* store) {
   if (absl::GetFlag(FLAGS_local)) {
-    if (!absl::GetFlag(FLAGS_servers).empty() ||
-        !absl::GetFlag(FLAGS_etcd_endpoints).empty()) {
+    if (!absl::GetFlag(FLAGS_servers).empty() || !EtcdEndpointsFlag().empty()) {
       return Fail("--local excludes --servers and --etcd_endpoints");
     }
     absl::StatusOr<std::unique_ptr<ParameterStore>> local = MakeLocalStore();

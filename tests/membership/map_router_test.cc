@@ -17,37 +17,16 @@
 #include "membership/map_store.h"
 #include "tests/testing/etcd_process.h"
 #include "tests/testing/require_ok.h"
+#include "tests/testing/shard_maps.h"
 #include "tests/testing/subprocess.h"
 
 namespace asyncps {
 namespace {
 
 std::shared_ptr<EtcdClient> Connect(const testing::EtcdProcess& etcd) {
-  EtcdClientOptions o;
-  o.endpoints = {etcd.endpoint};
-  absl::StatusOr<std::unique_ptr<EtcdClient>> c = EtcdClient::Connect(o);
+  absl::StatusOr<std::shared_ptr<EtcdClient>> c = testing::ConnectToEtcd(etcd);
   REQUIRE_OK(c.status());
-  return std::shared_ptr<EtcdClient>(*std::move(c));
-}
-
-// Two shards of R = 2: shard s on 10.0.0.<2s>:7000 (primary) and
-// 10.0.0.<2s+1>:7000.
-ShardMapRecord TwoByTwo(const std::string& run) {
-  ShardMapRecord m;
-  m.set_run_id(run);
-  m.set_num_shards(2);
-  m.set_replicas(2);
-  for (int s = 0; s < 2; ++s) {
-    ShardGroupRecord* g = m.add_groups();
-    g->set_shard(s);
-    for (int r = 0; r < 2; ++r) {
-      ReplicaRecord* rep = g->add_replicas();
-      rep->set_address(absl::StrCat("10.0.0.", s * 2 + r, ":7000"));
-      rep->set_host(absl::StrCat("host", r));
-      rep->set_caught_up(true);
-    }
-  }
-  return m;
+  return *c;
 }
 
 // Shard `shard`'s backup becomes its primary.
@@ -85,7 +64,7 @@ TEST_CASE("a MapRouter follows each shard's primary through map changes",
     started = MapRouter::Start(c, RunPrefix("run-r"), o);
   });
   absl::SleepFor(absl::Milliseconds(500));
-  REQUIRE_OK(maps.Initialize(TwoByTwo("run-r")).status());
+  REQUIRE_OK(maps.Initialize(testing::TwoByTwoMap("run-r")).status());
   starter.join();
   REQUIRE_OK(started.status());
   MapRouter& router = **started;
@@ -133,7 +112,7 @@ TEST_CASE("a MapRouter keeps following across an etcd restart",
   REQUIRE_OK(etcd.status());
   std::shared_ptr<EtcdClient> c = Connect(*etcd);
   MapStore maps(c.get(), RunPrefix("run-s"));
-  REQUIRE_OK(maps.Initialize(TwoByTwo("run-s")).status());
+  REQUIRE_OK(maps.Initialize(testing::TwoByTwoMap("run-s")).status());
   MapRouterOptions o;
   o.max_backoff = absl::Milliseconds(500);
   absl::StatusOr<std::shared_ptr<MapRouter>> router =
