@@ -141,6 +141,12 @@ std::string Render(const Doc& doc, Format format) {
 // a second, plain connection attempt shows.
 void Explain(const std::string& address, const SecurityOptions& security,
              std::string* error) {
+  if (address.empty()) {  // with --etcd_endpoints
+    *error =
+        "UNAVAILABLE: the run's shard map names no primary for this shard "
+        "now (a failover under way, or every replica gone)";
+    return;
+  }
   if (!absl::StartsWith(*error, "UNAVAILABLE")) return;
   const std::string cause = DiagnoseConnection(address, security);
   if (!cause.empty()) *error = absl::StrCat("UNAVAILABLE: ", cause);

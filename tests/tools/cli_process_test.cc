@@ -22,6 +22,7 @@
 #include "membership/map_store.h"
 #include "tests/monitoring/shard_rpc.h"
 #include "tests/testing/etcd_process.h"
+#include "tests/testing/shard_maps.h"
 #include "tests/testing/subprocess.h"
 
 namespace asyncps {
@@ -301,9 +302,7 @@ TEST_CASE(
   REQUIRE(etcd.ok());
   Shard shard = StartShard({"ASYNCPS_LOG_LEVEL=warn"}, {"--run_id=flags"});
   {
-    EtcdClientOptions o;
-    o.endpoints = {etcd->endpoint};
-    auto client = EtcdClient::Connect(o);
+    auto client = testing::ConnectToEtcd(*etcd);
     REQUIRE(client.ok());
     ShardMapRecord map;
     map.set_run_id("flags");
@@ -341,6 +340,23 @@ TEST_CASE(
                                {"OPENBLAS_NUM_THREADS=1"});
   INFO(worker.err);
   CHECK(worker.code == 0);
+
+  // The shard's group emptied: psctl names the missing primary.
+  {
+    auto client = testing::ConnectToEtcd(*etcd);
+    REQUIRE(client.ok());
+    REQUIRE(MapStore(client->get(), RunPrefix("flags"))
+                .Update([](ShardMapRecord* m) -> absl::StatusOr<bool> {
+                  m->mutable_groups(0)->clear_replicas();
+                  return true;
+                })
+                .ok());
+  }
+  const Run empty =
+      RunBinary("tools/psctl", {"status", endpoints, "--run_id=flags"});
+  INFO(empty.out << empty.err);
+  CHECK(empty.code == 1);
+  CHECK(absl::StrContains(empty.out, "names no primary for this shard"));
 }
 
 }  // namespace
