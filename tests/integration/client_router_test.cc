@@ -2,7 +2,8 @@
 // processes: when the router moves a shard to another process, the same
 // client's next attempts (also the retries of a call in flight) go there,
 // and the move is logged; while the router names no address, calls retry
-// until one appears or their deadline passes.
+// until one appears or their deadline passes. With a MapRouter, a map
+// change written to etcd moves the client likewise.
 
 #include <catch2/catch.hpp>
 #include <memory>
@@ -18,9 +19,13 @@
 #include "absl/time/time.h"
 #include "client/ps_client.h"
 #include "common/shard_router.h"
+#include "membership/map_router.h"
+#include "membership/map_store.h"
 #include "spdlog/sinks/ostream_sink.h"
 #include "spdlog/spdlog.h"
+#include "tests/testing/etcd_process.h"
 #include "tests/testing/require_ok.h"
+#include "tests/testing/shard_maps.h"
 #include "tests/testing/subprocess.h"
 #include "tests/testing/tensor_specs.h"
 
@@ -187,6 +192,67 @@ TEST_CASE("servers given with a router must match its shard count",
   CHECK(absl::StrContains(s.message(), "2 shards"));
   o.servers = {"127.0.0.1:1", "127.0.0.1:2"};
   REQUIRE_OK(PsClient::Connect(o).status());
+}
+
+TEST_CASE("a client with a MapRouter follows a failover written to etcd",
+          "[router][etcd]") {
+  if (testing::SkipWithoutEtcd()) return;
+  absl::StatusOr<testing::EtcdProcess> etcd = testing::StartEtcd();
+  REQUIRE_OK(etcd.status());
+  absl::StatusOr<std::shared_ptr<EtcdClient>> c = testing::ConnectToEtcd(*etcd);
+  REQUIRE_OK(c.status());
+  ServerProcess a = StartShard();
+  ServerProcess b = StartShard();
+  // Shard 0's group: A the primary, B its backup (here a fresh shard of its
+  // own, the tensor created on both).
+  ShardMapRecord map;
+  map.set_run_id("follow");
+  map.set_num_shards(1);
+  map.set_replicas(2);
+  ShardGroupRecord* g = map.add_groups();
+  g->add_replicas()->set_address(a.address);
+  g->add_replicas()->set_address(b.address);
+  MapStore maps(c->get(), RunPrefix("follow"));
+  REQUIRE_OK(maps.Initialize(map).status());
+
+  CapturedLog log;
+  MapRouterOptions o;
+  o.logger = log.logger;
+  absl::StatusOr<std::shared_ptr<MapRouter>> router =
+      MapRouter::Connect({etcd->endpoint}, "follow", o);
+  REQUIRE_OK(router.status());
+  auto client = Connect(*router, log.logger, absl::Seconds(30));
+  REQUIRE_OK(client->CreateTensors({Weights()}));
+  {
+    PsClientOptions direct;
+    direct.servers = {b.address};
+    auto creator = PsClient::Connect(direct);
+    REQUIRE_OK(creator.status());
+    REQUIRE_OK((*creator)->CreateTensors({Weights()}));
+  }
+  REQUIRE_OK(client->Register().status());
+  std::vector<float> w(12);
+  const std::vector<float> grad(12, 0.5f);
+  REQUIRE_OK(client->Pull(0, {{"w", w.data()}}));
+  REQUIRE_OK(client->Push(0, {{"w", grad.data()}}).status());
+
+  // A dies; B is promoted in the map.
+  REQUIRE_OK(a.process->Kill().status());
+  REQUIRE_OK(maps.Update([](ShardMapRecord* m) -> absl::StatusOr<bool> {
+                   m->mutable_groups(0)->mutable_replicas()->SwapElements(0, 1);
+                   return true;
+                 })
+                 .status());
+  REQUIRE_OK(client->Register().status());
+  REQUIRE_OK(client->Pull(1, {{"w", w.data()}}));
+  CHECK(w[0] == 1.0f);  // B's own values
+  CHECK(client->ShardName(0) == "shard 0 (" + b.address + ")");
+  const std::string text = log.Text();
+  INFO(text);
+  CHECK(absl::StrContains(text, "shard map epoch 2: shard 0 primary " +
+                                    a.address + " -> " + b.address));
+  CHECK(absl::StrContains(
+      text, "shard 0 moved from " + a.address + " to " + b.address));
 }
 
 }  // namespace
