@@ -110,6 +110,8 @@ struct Registration {
 //
 //   PsClientOptions o;
 //   o.servers = {"10.0.0.1:7000", "10.0.0.2:7000"};
+//   // or, in a replicated run: o.router = MapRouter::Connect(...) (each
+//   // shard's primary from the run's map in etcd, followed on failover)
 //   o.worker_id = 3;
 //   absl::StatusOr<std::unique_ptr<PsClient>> c = PsClient::Connect(o);
 //   if (!c.ok()) return c.status();
