@@ -574,7 +574,11 @@ absl::Status ParseWireDtype(const std::string& v, WireDtype* push,
 void ExplainUnavailable(const absl::Status& status,
                         const SecurityOptions& security,
                         spdlog::logger& logger) {
-  if (!absl::IsUnavailable(status) || absl::GetFlag(FLAGS_local)) return;
+  // With etcd, --servers may name old primaries: the map's moved on.
+  if (!absl::IsUnavailable(status) || absl::GetFlag(FLAGS_local) ||
+      !EtcdEndpointsFlag().empty()) {
+    return;
+  }
   absl::StatusOr<std::vector<std::string>> servers = ParseServerList(
       absl::GetFlag(FLAGS_servers), absl::GetFlag(FLAGS_num_shards));
   if (!servers.ok()) return;
