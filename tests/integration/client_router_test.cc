@@ -205,15 +205,10 @@ TEST_CASE("a client with a MapRouter follows a failover written to etcd",
   ServerProcess b = StartShard();
   // Shard 0's group: A the primary, B its backup (here a fresh shard of its
   // own, the tensor created on both).
-  ShardMapRecord map;
-  map.set_run_id("follow");
-  map.set_num_shards(1);
-  map.set_replicas(2);
-  ShardGroupRecord* g = map.add_groups();
-  g->add_replicas()->set_address(a.address);
-  g->add_replicas()->set_address(b.address);
   MapStore maps(c->get(), RunPrefix("follow"));
-  REQUIRE_OK(maps.Initialize(map).status());
+  REQUIRE_OK(
+      maps.Initialize(testing::OneShardMap("follow", {a.address, b.address}))
+          .status());
 
   CapturedLog log;
   MapRouterOptions o;

@@ -6,6 +6,7 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
@@ -43,6 +44,18 @@ inline ShardMapRecord TwoByTwoMap(const std::string& run) {
       rep->set_caught_up(true);
     }
   }
+  return m;
+}
+
+// Run `run`'s map of one shard held by `addresses` (the primary first).
+inline ShardMapRecord OneShardMap(const std::string& run,
+                                  const std::vector<std::string>& addresses) {
+  ShardMapRecord m;
+  m.set_run_id(run);
+  m.set_num_shards(1);
+  m.set_replicas(static_cast<int>(addresses.size()));
+  ShardGroupRecord* g = m.add_groups();
+  for (const std::string& a : addresses) g->add_replicas()->set_address(a);
   return m;
 }
 

@@ -304,13 +304,9 @@ TEST_CASE(
   {
     auto client = testing::ConnectToEtcd(*etcd);
     REQUIRE(client.ok());
-    ShardMapRecord map;
-    map.set_run_id("flags");
-    map.set_num_shards(1);
-    map.set_replicas(1);
-    ShardGroupRecord* g = map.add_groups();
-    g->add_replicas()->set_address(shard.address);
-    REQUIRE(MapStore(client->get(), RunPrefix("flags")).Initialize(map).ok());
+    REQUIRE(MapStore(client->get(), RunPrefix("flags"))
+                .Initialize(testing::OneShardMap("flags", {shard.address}))
+                .ok());
   }
   const std::string endpoints = "--etcd_endpoints=" + etcd->endpoint;
 
