@@ -62,22 +62,53 @@ PsClient::PsClient(PsClientOptions options, ShardMap map)
 
 PsClient::~PsClient() = default;
 
-absl::StatusOr<std::unique_ptr<PsClient>> PsClient::Connect(
-    PsClientOptions options) {
-  if (options.servers.empty()) {
+namespace {
+
+// The addresses of `options` (from the router when there is one), checked.
+absl::Status ResolveServers(PsClientOptions* options) {
+  if (options->router != nullptr) {
+    const int n = options->router->num_shards();
+    if (n < 1) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("PsClient: the router knows ", n, " shards"));
+    }
+    if (!options->servers.empty() &&
+        options->servers.size() != static_cast<size_t>(n)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "PsClient: ", options->servers.size(),
+          " server addresses given, but the shard map has ", n, " shards"));
+    }
+    options->servers.resize(n);
+    for (int s = 0; s < n; ++s) {
+      options->servers[s] = options->router->Address(s);
+    }
+    return absl::OkStatus();
+  }
+  if (options->servers.empty()) {
     return absl::InvalidArgumentError("PsClient: no servers given");
   }
+  for (size_t i = 0; i < options->servers.size(); ++i) {
+    if (options->servers[i].empty()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("PsClient: server address ", i, " is empty"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<PsClient>> PsClient::Connect(
+    PsClientOptions options) {
+  // Read before the addresses: a change in between is followed later.
+  const uint64_t generation =
+      options.router != nullptr ? options.router->generation() : 0;
+  if (absl::Status s = ResolveServers(&options); !s.ok()) return s;
   absl::StatusOr<ShardMap> map =
       ShardMap::Static(static_cast<int>(options.servers.size()));
   if (!map.ok()) {
     return absl::InvalidArgumentError(
         absl::StrCat("PsClient: ", map.status().message()));
-  }
-  for (size_t i = 0; i < options.servers.size(); ++i) {
-    if (options.servers[i].empty()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("PsClient: server address ", i, " is empty"));
-    }
   }
   if (options.worker_id < 0) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -108,20 +139,15 @@ absl::StatusOr<std::unique_ptr<PsClient>> PsClient::Connect(
         absl::IntervalClosed, gen, 1, std::numeric_limits<uint64_t>::max());
   }
   std::unique_ptr<PsClient> client(new PsClient(std::move(options), *map));
-  const PsClientOptions& o = client->options_;
-  for (const std::string& address : o.servers) {
-    auto shard = std::make_unique<Shard>();
-    shard->address = address;
-    for (int c = 0; c < o.connections_per_shard; ++c) {
-      std::shared_ptr<grpc::Channel> channel =
-          MakeChannel(address, c, o.security);
-      if (c == 0) shard->stub = ParameterServer::NewStub(channel);
-      shard->pulls.push_back(std::make_unique<DataStream>(
-          channel, kPullStreamMethod, PullAnswerId));
-      shard->pushes.push_back(std::make_unique<DataStream>(
-          channel, kPushStreamMethod, PushAnswerId));
+  {
+    absl::MutexLock l(&client->route_mu_);
+    for (const std::string& address : client->options_.servers) {
+      client->shards_.push_back(std::make_unique<Shard>());
+      if (address.empty()) continue;  // the router knows none yet
+      client->endpoints_.push_back(client->OpenEndpoint(address));
+      client->shards_.back()->current.store(client->endpoints_.back().get());
     }
-    client->shards_.push_back(std::move(shard));
+    client->seen_generation_.store(generation);
   }
   {
     absl::MutexLock l(&client->mu_);
@@ -130,8 +156,89 @@ absl::StatusOr<std::unique_ptr<PsClient>> PsClient::Connect(
   return client;
 }
 
+std::unique_ptr<PsClient::Endpoint> PsClient::OpenEndpoint(
+    const std::string& address) const {
+  auto endpoint = std::make_unique<Endpoint>();
+  endpoint->address = address;
+  for (int c = 0; c < options_.connections_per_shard; ++c) {
+    std::shared_ptr<grpc::Channel> channel =
+        MakeChannel(address, c, options_.security);
+    if (c == 0) endpoint->stub = ParameterServer::NewStub(channel);
+    endpoint->pulls.push_back(
+        std::make_unique<DataStream>(channel, kPullStreamMethod, PullAnswerId));
+    endpoint->pushes.push_back(
+        std::make_unique<DataStream>(channel, kPushStreamMethod, PushAnswerId));
+  }
+  return endpoint;
+}
+
+PsClient::Endpoint* PsClient::EndpointOf(int shard) const {
+  if (options_.router != nullptr &&
+      options_.router->generation() !=
+          seen_generation_.load(std::memory_order_acquire)) {
+    FollowRouter();
+  }
+  return shards_[shard]->current.load(std::memory_order_acquire);
+}
+
+void PsClient::FollowRouter() const {
+  absl::MutexLock l(&route_mu_);
+  const uint64_t generation = options_.router->generation();
+  if (generation == seen_generation_.load(std::memory_order_acquire)) return;
+  for (int s = 0; s < num_shards(); ++s) {
+    const std::string address = options_.router->Address(s);
+    Endpoint* now = shards_[s]->current.load(std::memory_order_acquire);
+    const std::string was = now != nullptr ? now->address : "";
+    if (address == was) continue;
+    Endpoint* next = nullptr;
+    if (!address.empty()) {
+      // An address this client talked to before keeps its channels.
+      for (const std::unique_ptr<Endpoint>& e : endpoints_) {
+        if (e->address == address) next = e.get();
+      }
+      if (next == nullptr) {
+        endpoints_.push_back(OpenEndpoint(address));
+        next = endpoints_.back().get();
+      }
+    }
+    shards_[s]->current.store(next, std::memory_order_release);
+    options_.logger->info("shard {} moved from {} to {}", s,
+                          was.empty() ? "(none)" : was,
+                          address.empty() ? "(none: no primary now)" : address);
+  }
+  seen_generation_.store(generation, std::memory_order_release);
+}
+
+absl::Status PsClient::NoAddress(int shard) const {
+  return absl::UnavailableError(absl::StrCat(
+      "shard ", shard, " has no primary now (the shard map names none)"));
+}
+
+FanOut::Call PsClient::StreamCall(
+    int shard, bool push, uint32_t connection, std::atomic<DataStream*>* last,
+    std::function<void(DataStream*, FanOut::Done)> send) const {
+  FanOut::Call call;
+  call.shard = shard;
+  call.start = [this, shard, push, connection, last, send = std::move(send)](
+                   grpc::ClientContext*, FanOut::Done done) {
+    const Endpoint* endpoint = EndpointOf(shard);
+    if (endpoint == nullptr) return done(NoAddress(shard));
+    const auto& streams = push ? endpoint->pushes : endpoint->pulls;
+    DataStream* stream = streams[connection % streams.size()].get();
+    last->store(stream, std::memory_order_release);
+    send(stream, std::move(done));
+  };
+  call.cancel = [last] {
+    DataStream* stream = last->load(std::memory_order_acquire);
+    if (stream != nullptr) stream->Cancel();
+  };
+  return call;
+}
+
 std::string PsClient::ShardName(int shard) const {
-  return absl::StrCat("shard ", shard, " (", shards_[shard]->address, ")");
+  const Endpoint* e = shards_[shard]->current.load(std::memory_order_acquire);
+  return absl::StrCat("shard ", shard, " (",
+                      e != nullptr ? e->address : "no primary known", ")");
 }
 
 FanOutEnv PsClient::Env() const {
@@ -202,7 +309,9 @@ std::vector<absl::Status> PsClient::ProbeShards(
     call.shard = s;
     call.start = [this, s, &request, responses](grpc::ClientContext* ctx,
                                                 FanOut::Done done) {
-      shards_[s]->stub->async()->ListTensors(
+      Endpoint* endpoint = EndpointOf(s);
+      if (endpoint == nullptr) return done(NoAddress(s));
+      endpoint->stub->async()->ListTensors(
           ctx, &request, &(*responses)[s],
           [done = std::move(done)](grpc::Status st) {
             done(FromGrpcStatus(st));
@@ -226,10 +335,12 @@ void PsClient::DiagnoseShards(const std::vector<absl::Status>& results,
   int probed = 0;
   for (int s = 0; s < num_shards() && probed < kShardsProbedPerRound; ++s) {
     if (results[s].ok()) continue;
+    const Endpoint* endpoint = EndpointOf(s);
+    if (endpoint == nullptr) continue;  // nothing to probe
     ++probed;
     bool reached = false;
     const std::string cause = DiagnoseConnection(
-        shards_[s]->address, options_.security, absl::Seconds(1), &reached);
+        endpoint->address, options_.security, absl::Seconds(1), &reached);
     if (reached && !cause.empty() && cause != (*causes)[s]) {
       options_.logger->error("{}: {}", ShardName(s), cause);
     }

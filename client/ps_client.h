@@ -25,6 +25,7 @@
 #include "common/fast_frame.h"
 #include "common/security.h"
 #include "common/shard_map.h"
+#include "common/shard_router.h"
 #include "common/tensor_layout.h"
 #include "proto/asyncps.grpc.pb.h"
 #include "proto/asyncps.pb.h"
@@ -32,9 +33,19 @@
 
 namespace asyncps {
 
+class DataStream;  // client/data_stream.h
+
 struct PsClientOptions {
   // Shard addresses in shard order: servers[i] is shard i of servers.size().
+  // With a router: may be empty (filled from the router); if given, as
+  // many as the router's shards.
   std::vector<std::string> servers;
+  // Follows each shard's primary (a replicated run's shard map in etcd,
+  // membership/map_router.h): every attempt of a call to shard s goes to
+  // the router's address of s, reconnecting when it moved; while the router
+  // knows none, attempts fail UNAVAILABLE and are retried. Null = the fixed
+  // `servers`.
+  std::shared_ptr<ShardRouter> router;
   int32_t worker_id = 0;  // >= 0
   // Identifies this process's run of `worker_id`; pushes are de-duplicated
   // per (worker_id, incarnation), and a new incarnation replaces (fences) the
@@ -99,6 +110,8 @@ struct Registration {
 //
 //   PsClientOptions o;
 //   o.servers = {"10.0.0.1:7000", "10.0.0.2:7000"};
+//   // or, in a replicated run: o.router = MapRouter::Connect(...) (each
+//   // shard's primary from the run's map in etcd, followed on failover)
 //   o.worker_id = 3;
 //   absl::StatusOr<std::unique_ptr<PsClient>> c = PsClient::Connect(o);
 //   if (!c.ok()) return c.status();
@@ -248,7 +261,7 @@ class PsClient {
   // nullptr.
   const TensorSpec* FindSpec(const std::string& name) const;
   const TableSpec* FindTableSpec(const std::string& name) const;
-  // "shard 1 (10.0.0.2:7000)", for messages.
+  // "shard 1 (10.0.0.2:7000)", for messages: the address in use now.
   std::string ShardName(int shard) const;
 
   // ---- Shorthands: one kind of parameter, or synchronous.
@@ -293,6 +306,7 @@ class PsClient {
   std::vector<uint64_t> PulledVersions(const std::string& name) const;
 
  private:
+  struct Endpoint;
   struct Shard;
   friend class PendingPull;
   friend class PendingPush;
@@ -356,6 +370,24 @@ class PsClient {
   // else options_.retry.
   RetryPolicy CallPolicy() const;
   FanOutEnv Env() const;
+  // The endpoint attempts to `shard` use now (null while the router knows
+  // no address: the attempt fails UNAVAILABLE and is retried). With a
+  // router, follows it first when its generation moved.
+  Endpoint* EndpointOf(int shard) const;
+  // Opens endpoints for the shards whose router address changed since the
+  // router's generation `seen_generation_` (client/ps_client.cc).
+  void FollowRouter() const;
+  // A new channel, stub and data streams to `address`.
+  std::unique_ptr<Endpoint> OpenEndpoint(const std::string& address) const;
+  // UNAVAILABLE for an attempt to `shard` while no address is known.
+  absl::Status NoAddress(int shard) const;
+  // A stream request's call to `shard`: each attempt sends on connection
+  // `connection` (modulo) of the shard's endpoint at that time, the pull or
+  // the push stream, through send(stream, done); *last remembers the
+  // stream of the attempt in flight, which the call's cancel ends.
+  FanOut::Call StreamCall(
+      int shard, bool push, uint32_t connection, std::atomic<DataStream*>* last,
+      std::function<void(DataStream* stream, FanOut::Done done)> send) const;
   // Notes a shard's epoch from an answer; logs once when it changed (the
   // shard restarted, and restored older parameters).
   void NoteEpoch(int shard, uint64_t epoch);
@@ -411,10 +443,19 @@ class PsClient {
   std::vector<PushRequest> PushHeaders(int64_t clock, uint64_t seq,
                                        const std::vector<uint64_t>& epochs);
 
-  // Const after construction.
+  // Const after construction (the Shard objects; their endpoints change,
+  // see Shard).
   const PsClientOptions options_;
   const ShardMap map_;
   std::vector<std::unique_ptr<Shard>> shards_;
+
+  // Serialises following the router (opening endpoints).
+  mutable absl::Mutex route_mu_;
+  // Every endpoint opened, those in use and those replaced; appended only.
+  mutable std::vector<std::unique_ptr<Endpoint>> endpoints_
+      ABSL_GUARDED_BY(route_mu_);
+  // The router generation the endpoints follow.
+  mutable std::atomic<uint64_t> seen_generation_{0};
 
   mutable absl::Mutex mu_;
   // Entries are never removed or changed once added.

@@ -7,6 +7,7 @@
 
 #include <google/protobuf/util/message_differencer.h>
 
+#include <atomic>
 #include <functional>
 #include <memory>
 #include <string>
@@ -24,11 +25,21 @@
 
 namespace asyncps {
 
-struct PsClient::Shard {
+// The channels to one address of a shard. Const once opened.
+struct PsClient::Endpoint {
   std::string address;
   std::unique_ptr<ParameterServer::Stub> stub;  // unary calls, connection 0
   // One pull and one push stream per connection.
   std::vector<std::unique_ptr<DataStream>> pulls, pushes;
+};
+
+// One shard: the endpoint in use. An endpoint replaced (the shard's
+// primary moved) stays open until the client goes (PsClient::endpoints_):
+// attempts in flight on it may still run, and nothing is deleted on gRPC's
+// threads; they fail there and are retried on the new one.
+struct PsClient::Shard {
+  // Null while no address is known (a router that names none yet).
+  std::atomic<Endpoint*> current{nullptr};
 };
 
 // A stream answer's CallStatus as an absl::Status.
@@ -86,7 +97,9 @@ absl::Status PsClient::ToAllShards(const char* method, const Request& request,
     call.start = [this, s, &request, responses, issue](grpc::ClientContext* ctx,
                                                        FanOut::Done done) {
       (*responses)[s].Clear();
-      issue(shards_[s]->stub.get(), ctx, &request, &(*responses)[s],
+      Endpoint* endpoint = EndpointOf(s);
+      if (endpoint == nullptr) return done(NoAddress(s));
+      issue(endpoint->stub.get(), ctx, &request, &(*responses)[s],
             [done = std::move(done)](grpc::Status st) {
               done(FromGrpcStatus(st));
             });

@@ -42,6 +42,7 @@ struct PsClient::PullShard {
   absl::flat_hash_map<std::string, std::vector<std::pair<uint32_t, uint64_t>>>
       versions;  // tensor -> (slice, version)
   uint64_t epoch = 0;
+  std::atomic<DataStream*> stream{nullptr};  // of the attempt in flight
 };
 
 namespace {
@@ -238,22 +239,18 @@ std::unique_ptr<PsClient::PendingPull> PsClient::StartPull(
     SetPullCaller(clock, for_clock, &ps->request);
     ps->request.set_wire_dtype(options_.pull_dtype);
     PullShard* raw = ps.get();
-    const Shard& shard = *shards_[raw->shard];
-    DataStream* stream = shard.pulls[connection % shard.pulls.size()].get();
-    FanOut::Call call;
-    call.shard = raw->shard;
-    call.start = [this, raw, stream](grpc::ClientContext*, FanOut::Done done) {
-      const uint64_t id = next_request_id_++;
-      raw->request.set_request_id(id);
-      stream->Send(id, SerializeToByteBuffer(raw->request),
-                   [this, raw, done = std::move(done)](
-                       absl::Status st, grpc::ByteBuffer* answer) {
-                     if (st.ok()) st = ReadPull(*answer, raw);
-                     done(st);
-                   });
-    };
-    call.cancel = [stream] { stream->Cancel(); };
-    calls.push_back(std::move(call));
+    calls.push_back(StreamCall(
+        raw->shard, /*push=*/false, connection, &raw->stream,
+        [this, raw](DataStream* stream, FanOut::Done done) {
+          const uint64_t id = next_request_id_++;
+          raw->request.set_request_id(id);
+          stream->Send(id, SerializeToByteBuffer(raw->request),
+                       [this, raw, done = std::move(done)](
+                           absl::Status st, grpc::ByteBuffer* answer) {
+                         if (st.ok()) st = ReadPull(*answer, raw);
+                         done(st);
+                       });
+        }));
     p->shards_.push_back(std::move(ps));
   }
   std::unique_ptr<FanOut> fanout;  // none: nothing to pull

@@ -20,6 +20,7 @@ struct PsClient::PushShard {
   int shard = 0;
   grpc::ByteBuffer frame;  // built once, sent by every attempt
   PushResponse response;   // of the successful attempt
+  std::atomic<DataStream*> stream{nullptr};  // of the attempt in flight
 };
 
 // gRPC's references to the gradient memory: one per slice handed over,
@@ -397,21 +398,19 @@ std::unique_ptr<PsClient::PendingPush> PsClient::StartSend(
     ps->shard = s;
     ps->frame = MakeFrame(headers[s], payloads[s]);
     PushShard* raw = ps.get();
-    const Shard& shard = *shards_[s];
-    DataStream* stream = shard.pushes[connection % shard.pushes.size()].get();
     const uint64_t id = headers[s].request_id();
-    FanOut::Call call;
-    call.shard = s;
-    call.start = [raw, stream, id](grpc::ClientContext*, FanOut::Done done) {
-      stream->Send(id, raw->frame,
-                   [raw, done = std::move(done)](absl::Status st,
-                                                 grpc::ByteBuffer* answer) {
-                     if (st.ok()) st = ReadPushAnswer(*answer, &raw->response);
-                     done(st);
-                   });
-    };
-    call.cancel = [stream] { stream->Cancel(); };
-    calls.push_back(std::move(call));
+    calls.push_back(StreamCall(
+        s, /*push=*/true, connection, &raw->stream,
+        [raw, id](DataStream* stream, FanOut::Done done) {
+          stream->Send(id, raw->frame,
+                       [raw, done = std::move(done)](absl::Status st,
+                                                     grpc::ByteBuffer* answer) {
+                         if (st.ok()) {
+                           st = ReadPushAnswer(*answer, &raw->response);
+                         }
+                         done(st);
+                       });
+        }));
     p->shards_.push_back(std::move(ps));
   }
   // The frames hold the only references to the payload slices now.

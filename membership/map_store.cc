@@ -7,6 +7,10 @@
 
 namespace asyncps {
 
+std::string RunPrefix(absl::string_view run_id) {
+  return absl::StrCat("/asyncps/", run_id);
+}
+
 MapStore::MapStore(EtcdClient* etcd, std::string prefix)
     : etcd_(etcd), key_(std::move(prefix) + "/map") {}
 

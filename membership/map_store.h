@@ -29,10 +29,15 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "membership/etcd_client.h"
 #include "proto/membership.pb.h"
 
 namespace asyncps {
+
+// The etcd prefix every key of run `run_id` lives under:
+// "/asyncps/<run_id>".
+std::string RunPrefix(absl::string_view run_id);
 
 class MapStore {
  public:

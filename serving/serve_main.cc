@@ -32,6 +32,8 @@
 #include "common/security_flags.h"
 #include "common/version.h"
 #include "kernels/cpu_backend.h"
+#include "membership/etcd_flags.h"
+#include "membership/shard_addressing.h"
 #include "server/file_system.h"
 #include "serving/batcher.h"
 #include "serving/inference_handler.h"
@@ -48,6 +50,9 @@ ABSL_FLAG(std::string, servers, "",
           "model while it trains); an address with {i} stands for "
           "--num_shards addresses. Excludes --checkpoint_dir.");
 ABSL_FLAG(int, num_shards, 0, "Shard count for a {i} pattern in --servers.");
+ABSL_FLAG(std::string, run_id, "",
+          "With --etcd_endpoints: the run whose shard map to follow (the "
+          "shards' --run_id).");
 ABSL_FLAG(std::string, checkpoint_dir, "",
           "Serve the parameters of this checkpoint directory (no shards "
           "needed; re-read every --refresh_s when a shard wrote a newer "
@@ -181,11 +186,13 @@ absl::StatusOr<Flags> FlagsFromCommandLine() {
 
 absl::StatusOr<std::unique_ptr<ParameterSource>> SourceFromFlags(
     std::shared_ptr<spdlog::logger> logger) {
-  const std::string servers = absl::GetFlag(FLAGS_servers);
+  const bool live =
+      !absl::GetFlag(FLAGS_servers).empty() || !EtcdEndpointsFlag().empty();
   const std::string dir = absl::GetFlag(FLAGS_checkpoint_dir);
-  if (servers.empty() == dir.empty()) {
+  if (live == !dir.empty()) {
     return absl::InvalidArgumentError(
-        "give exactly one of --servers (live shards) and --checkpoint_dir");
+        "give exactly one of --servers or --etcd_endpoints (live shards) and "
+        "--checkpoint_dir");
   }
   if (!dir.empty()) {
     CheckpointSourceOptions options;
@@ -193,11 +200,14 @@ absl::StatusOr<std::unique_ptr<ParameterSource>> SourceFromFlags(
     options.fs = FileSystem::Default();  // the POSIX file system
     return MakeCheckpointSource(options);
   }
-  absl::StatusOr<std::vector<std::string>> list =
-      ParseServerList(servers, absl::GetFlag(FLAGS_num_shards));
-  if (!list.ok()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--servers: ", list.status().message()));
+  ShardAddressingOptions a{absl::GetFlag(FLAGS_servers),
+                           absl::GetFlag(FLAGS_num_shards), EtcdEndpointsFlag(),
+                           absl::GetFlag(FLAGS_run_id)};
+  a.router.wait_for_map = absl::Seconds(absl::GetFlag(FLAGS_wait_s));
+  a.router.logger = logger;
+  absl::StatusOr<ShardAddressing> shards = ResolveShardAddressing(a);
+  if (!shards.ok()) {  // a start failure: exit 2, as bad flags
+    return absl::InvalidArgumentError(shards.status().message());
   }
   std::vector<std::string> warnings;
   absl::StatusOr<SecurityOptions> security =
@@ -205,7 +215,9 @@ absl::StatusOr<std::unique_ptr<ParameterSource>> SourceFromFlags(
   if (!security.ok()) return security.status();
   for (const std::string& w : warnings) logger->warn("{}", w);
   PsClientOptions c;
-  c.servers = *list;
+  c.servers = shards->servers;
+  c.router = shards->router;
+  c.run_id = absl::GetFlag(FLAGS_run_id);
   c.security = *security;
   c.logger = logger;
   c.connections_per_shard = 1;
@@ -320,6 +332,7 @@ int Main(int argc, char** argv) {
       "REST) for the model an asyncps cluster trains, with dynamic\n"
       "batching, from the live shards or a checkpoint directory.\n\n"
       "  ps_serve --servers=h:p,h:p --port=8001 --http_port=8000\n"
+      "  ps_serve --etcd_endpoints=h:p --run_id=R --port=8001\n"
       "  ps_serve --checkpoint_dir=DIR --port=8001\n\n"
       "Exit status: 0 after SIGINT/SIGTERM; 1 when the parameters could not\n"
       "be read at start; 2 for bad flags or another start failure.";

@@ -66,8 +66,10 @@ class ShardSource : public ParameterSource {
 absl::StatusOr<std::unique_ptr<ParameterSource>> MakeShardSource(
     PsClientOptions options) {
   options.reader = true;
-  const std::string description =
-      absl::StrCat("shards ", absl::StrJoin(options.servers, ","));
+  const std::string description = absl::StrCat(
+      options.router != nullptr ? "the shard map's primaries, at start "
+                                : "shards ",
+      absl::StrJoin(options.servers, ","));
   absl::StatusOr<std::unique_ptr<PsClient>> client =
       PsClient::Connect(std::move(options));
   if (!client.ok()) return client.status();

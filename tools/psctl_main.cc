@@ -6,7 +6,9 @@
 //   psctl health     --servers=h:p,h:p [--service=NAME] [-o ...]
 //   psctl reshard    --from=DIR --to=NEW_DIR --shards=M [-o table|json|yaml]
 // --servers may come from ASYNCPS_SERVERS (as every flag from
-// ASYNCPS_<FLAG>). Against a secured cluster add --tls_ca (and
+// ASYNCPS_<FLAG>). In a replicated run, --etcd_endpoints (and --run_id)
+// instead of --servers asks each shard's primary as the run's shard map in
+// etcd names it. Against a secured cluster add --tls_ca (and
 // --tls_cert/--tls_key for mutual TLS) and --cluster_token_file, as for
 // ps_worker.
 //
@@ -55,6 +57,8 @@
 #include "common/security_flags.h"
 #include "common/version.h"
 #include "google/protobuf/util/message_differencer.h"
+#include "membership/etcd_flags.h"
+#include "membership/shard_addressing.h"
 #include "server/file_system.h"
 #include "server/reshard.h"
 #include "tools/doc.h"
@@ -68,6 +72,8 @@ ABSL_FLAG(std::string, servers, "",
 ABSL_FLAG(int, num_shards, 0,
           "The shard count: needed by an address with {i} in --servers; when "
           "> 0, --servers must list exactly this many shards.");
+ABSL_FLAG(std::string, run_id, "",
+          "With --etcd_endpoints: the run whose shard map to read.");
 ABSL_FLAG(std::string, output, "table",
           "Output format (also -o): table, wide (more columns), json or "
           "yaml.");
@@ -102,7 +108,8 @@ constexpr char kUsage[] =
     "[--timeout=60s]\n"
     "  psctl health     --servers=h:p,h:p [--service=NAME]\n"
     "  psctl reshard    --from=DIR --to=NEW_DIR --shards=M\n\n"
-    "--servers may also come from ASYNCPS_SERVERS.\n"
+    "--servers may also come from ASYNCPS_SERVERS; in a replicated run,\n"
+    "--etcd_endpoints=h:p --run_id=R finds the shards' primaries instead.\n"
     "Exit status: 0 every shard answered (checkpoint: wrote one; health:\n"
     "SERVING; reshard: the files were written) and sits at its place in\n"
     "--servers, 1 otherwise, 2 bad usage.";
@@ -134,6 +141,12 @@ std::string Render(const Doc& doc, Format format) {
 // a second, plain connection attempt shows.
 void Explain(const std::string& address, const SecurityOptions& security,
              std::string* error) {
+  if (address.empty()) {  // with --etcd_endpoints
+    *error =
+        "UNAVAILABLE: the run's shard map names no primary for this shard "
+        "now (a failover under way, or every replica gone)";
+    return;
+  }
   if (!absl::StartsWith(*error, "UNAVAILABLE")) return;
   const std::string cause = DiagnoseConnection(address, security);
   if (!cause.empty()) *error = absl::StrCat("UNAVAILABLE: ", cause);
@@ -145,7 +158,26 @@ struct Cluster {
   SecurityOptions security;
   absl::Duration timeout;
   Format format;
+  // With --etcd_endpoints: the shard map, whose primaries status --watch
+  // follows. Null otherwise.
+  const ShardRouter* router = nullptr;
 };
+
+// Asks the primaries the router names now, when they moved since the last
+// call (*seen: the router's generation then); else `query` as it is.
+ShardQuery* Follow(const Cluster& c, uint64_t* seen,
+                   std::unique_ptr<ShardQuery>* followed) {
+  if (c.router == nullptr || c.router->generation() == *seen) {
+    return *followed != nullptr ? followed->get() : c.query;
+  }
+  *seen = c.router->generation();
+  std::vector<std::string> addresses;
+  for (int s = 0; s < c.router->num_shards(); ++s) {
+    addresses.push_back(c.router->Address(s));
+  }
+  *followed = std::make_unique<ShardQuery>(std::move(addresses), c.security);
+  return followed->get();
+}
 
 int RunStatus(const Cluster& c, absl::Duration watch) {
   // SIGINT ends --watch: it is blocked here (before gRPC starts threads that
@@ -159,8 +191,11 @@ int RunStatus(const Cluster& c, absl::Duration watch) {
   const bool text = c.format == Format::kTable || c.format == Format::kWide;
   const bool clear = watching && text && isatty(1);
   int code = 0;
+  uint64_t seen = c.router != nullptr ? c.router->generation() : 0;
+  std::unique_ptr<ShardQuery> followed;  // once a primary moved
   while (true) {
-    std::vector<ShardResult> results = c.query->Status(c.timeout);
+    std::vector<ShardResult> results =
+        Follow(c, &seen, &followed)->Status(c.timeout);
     code = 0;
     for (ShardResult& r : results) {
       if (!r.up) {
@@ -545,6 +580,7 @@ absl::StatusOr<Format> FormatFromFlags(const ParsedCommandLine& cl) {
 // How a command that asks the shards reaches them.
 struct Connection {
   std::vector<std::string> servers;
+  std::shared_ptr<MapRouter> router;  // with --etcd_endpoints
   SecurityOptions security;
   absl::Duration timeout;  // of each call
   absl::Duration watch;    // status --watch; zero = once
@@ -555,18 +591,6 @@ struct Connection {
 absl::StatusOr<Connection> ConnectionFromFlags(const ParsedCommandLine& cl,
                                                const std::string& command) {
   Connection c;
-  const std::string servers_flag = absl::GetFlag(FLAGS_servers);
-  if (servers_flag.empty()) {
-    return absl::InvalidArgumentError(
-        "--servers (or ASYNCPS_SERVERS) is required");
-  }
-  absl::StatusOr<std::vector<std::string>> servers =
-      ParseServerList(servers_flag, absl::GetFlag(FLAGS_num_shards));
-  if (!servers.ok()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--servers: ", servers.status().message()));
-  }
-  c.servers = *std::move(servers);
   c.timeout = command == "checkpoint" && !cl.IsSet("timeout")
                   ? kCheckpointTimeout
                   : absl::GetFlag(FLAGS_timeout);
@@ -574,6 +598,17 @@ absl::StatusOr<Connection> ConnectionFromFlags(const ParsedCommandLine& cl,
     return absl::InvalidArgumentError(absl::StrCat(
         "--timeout must be > 0, got ", absl::FormatDuration(c.timeout)));
   }
+  ShardAddressingOptions a{absl::GetFlag(FLAGS_servers),
+                           absl::GetFlag(FLAGS_num_shards), EtcdEndpointsFlag(),
+                           absl::GetFlag(FLAGS_run_id)};
+  a.router.wait_for_map = c.timeout;  // the shards write it: no waiting here
+  a.router.etcd_call_timeout = c.timeout;
+  absl::StatusOr<ShardAddressing> shards = ResolveShardAddressing(a);
+  if (!shards.ok()) {  // etcd not answering too: the flags are what to fix
+    return absl::InvalidArgumentError(shards.status().message());
+  }
+  c.servers = std::move(shards->servers);
+  c.router = std::move(shards->router);
   c.watch = absl::GetFlag(FLAGS_watch);
   if (c.watch < absl::ZeroDuration()) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -639,7 +674,8 @@ int Main(int argc, char** argv) {
   if (!c.ok()) return UsageError(std::string(c.status().message()));
 
   ShardQuery query(std::move(c->servers), c->security);
-  const Cluster cluster{&query, c->security, c->timeout, *format};
+  const Cluster cluster{&query, c->security, c->timeout, *format,
+                        c->router.get()};
   if (*command == "checkpoint") return RunCheckpoint(cluster);
   if (*command == "health") {
     return RunHealth(cluster, absl::GetFlag(FLAGS_service));

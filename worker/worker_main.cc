@@ -34,6 +34,8 @@
 #include "common/version.h"
 #include "data/idx_reader.h"
 #include "kernels/backend.h"
+#include "membership/etcd_flags.h"
+#include "membership/shard_addressing.h"
 #include "models/mlp.h"
 #include "worker/ctr_trainer.h"
 #include "worker/local_store.h"
@@ -42,12 +44,13 @@
 
 ABSL_FLAG(std::string, servers, "",
           "Shard addresses host:port,... in shard order (required unless "
-          "--local). An address with {i} stands for --num_shards addresses, "
-          "{i} = 0 .. num_shards-1 (asyncps-shard-0-{i}.asyncps:7000).");
+          "--local or --etcd_endpoints). An address with {i} stands for "
+          "--num_shards addresses, {i} = 0 .. num_shards-1 "
+          "(asyncps-shard-0-{i}.asyncps:7000).");
 ABSL_FLAG(int, num_shards, 0,
           "The shard count: needed by an address with {i} in --servers; "
-          "when > 0, --servers must list exactly this many shards. 0 = as "
-          "many as --servers lists.");
+          "when > 0, --servers (and the etcd shard map) must have exactly "
+          "this many shards. 0 = as many as --servers lists.");
 ABSL_FLAG(bool, local, false,
           "Train in-process without servers (the single-worker baseline).");
 ABSL_FLAG(std::string, worker_id, "0",
@@ -571,7 +574,11 @@ absl::Status ParseWireDtype(const std::string& v, WireDtype* push,
 void ExplainUnavailable(const absl::Status& status,
                         const SecurityOptions& security,
                         spdlog::logger& logger) {
-  if (!absl::IsUnavailable(status) || absl::GetFlag(FLAGS_local)) return;
+  // With etcd, --servers may name old primaries: the map's moved on.
+  if (!absl::IsUnavailable(status) || absl::GetFlag(FLAGS_local) ||
+      !EtcdEndpointsFlag().empty()) {
+    return;
+  }
   absl::StatusOr<std::vector<std::string>> servers = ParseServerList(
       absl::GetFlag(FLAGS_servers), absl::GetFlag(FLAGS_num_shards));
   if (!servers.ok()) return;
@@ -581,21 +588,25 @@ void ExplainUnavailable(const absl::Status& status,
   }
 }
 
-// The cluster client's options from the flags; errors name the flag.
-absl::StatusOr<PsClientOptions> ClientOptionsFromFlags(int worker_id) {
-  absl::StatusOr<std::vector<std::string>> servers = ParseServerList(
-      absl::GetFlag(FLAGS_servers), absl::GetFlag(FLAGS_num_shards));
-  if (!servers.ok()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--servers: ", servers.status().message()));
-  }
+// The cluster client's options from the flags (with etcd, the shards of
+// the run's map, followed); errors name the flag.
+absl::StatusOr<PsClientOptions> ClientOptionsFromFlags(
+    int worker_id, std::shared_ptr<spdlog::logger> logger) {
   PsClientOptions c;
-  c.servers = *servers;
   c.worker_id = worker_id;
   c.run_id = absl::GetFlag(FLAGS_run_id);
   if (absl::Status r = CheckRunId(c.run_id); !r.ok()) {
     return absl::InvalidArgumentError(absl::StrCat("--run_id: ", r.message()));
   }
+  ShardAddressingOptions a{absl::GetFlag(FLAGS_servers),
+                           absl::GetFlag(FLAGS_num_shards), EtcdEndpointsFlag(),
+                           c.run_id};
+  a.router.wait_for_map = absl::Seconds(absl::GetFlag(FLAGS_wait_for_shards_s));
+  a.router.logger = logger;
+  absl::StatusOr<ShardAddressing> shards = ResolveShardAddressing(a);
+  if (!shards.ok()) return shards.status();
+  c.servers = shards->servers;
+  c.router = shards->router;
   c.stop = &g_stop;
   const int64_t timeout = absl::GetFlag(FLAGS_rpc_timeout_ms);
   if (timeout < 1) {
@@ -625,18 +636,18 @@ std::optional<int> OpenStore(int worker_id, const SecurityOptions& security,
                              const std::shared_ptr<spdlog::logger>& logger,
                              std::unique_ptr<ParameterStore>* store) {
   if (absl::GetFlag(FLAGS_local)) {
-    if (!absl::GetFlag(FLAGS_servers).empty()) {
-      return Fail("--local and --servers exclude each other");
+    if (!absl::GetFlag(FLAGS_servers).empty() || !EtcdEndpointsFlag().empty()) {
+      return Fail("--local excludes --servers and --etcd_endpoints");
     }
     absl::StatusOr<std::unique_ptr<ParameterStore>> local = MakeLocalStore();
     if (!local.ok()) return Fail(local.status().ToString());
     *store = *std::move(local);
     return std::nullopt;
   }
-  absl::StatusOr<PsClientOptions> c = ClientOptionsFromFlags(worker_id);
-  if (!c.ok()) return Fail(std::string(c.status().message()));
   const int64_t wait_for_shards = absl::GetFlag(FLAGS_wait_for_shards_s);
   if (wait_for_shards < 0) return Fail("--wait_for_shards_s must be >= 0");
+  absl::StatusOr<PsClientOptions> c = ClientOptionsFromFlags(worker_id, logger);
+  if (!c.ok()) return Fail(std::string(c.status().message()));
   c->logger = logger;
   c->security = security;
   absl::StatusOr<std::unique_ptr<PsClient>> client =
@@ -658,22 +669,25 @@ std::optional<int> OpenStore(int worker_id, const SecurityOptions& security,
   return std::nullopt;
 }
 
+constexpr char kUsage[] =
+    "ps_worker: trains a Fashion-MNIST MLP (or, with --model=ctr, a click\n"
+    "model with sparse embedding tables) against an asyncps cluster.\n\n"
+    "  ps_worker --servers=h:p,h:p --worker_id=0 --num_workers=4\n"
+    "  ps_worker --etcd_endpoints=h:p --run_id=R --worker_id=0 ...\n"
+    "  ps_worker --local            # same model and data, no servers\n\n"
+    "Exit status: 0 when this worker's share is trained; 1 when training\n"
+    "failed; 2 for bad flags, a start failure or shards of another\n"
+    "--run_id; 3 when an earlier process of this worker id already\n"
+    "trained the share in this run (nothing to do: start a new run to\n"
+    "train again); 128 + the signal (143 for SIGTERM, 130 for SIGINT) when\n"
+    "a signal stopped it early, after it drained its pushes and left.";
+
 int Main(int argc, char** argv) {
   ProgramInfo program;
   program.name = "ps_worker";
   program.version = kVersion;
   program.flags_only = true;
-  program.usage =
-      "ps_worker: trains a Fashion-MNIST MLP (or, with --model=ctr, a click\n"
-      "model with sparse embedding tables) against an asyncps cluster.\n\n"
-      "  ps_worker --servers=h:p,h:p --worker_id=0 --num_workers=4\n"
-      "  ps_worker --local            # same model and data, no servers\n\n"
-      "Exit status: 0 when this worker's share is trained; 1 when training\n"
-      "failed; 2 for bad flags, a start failure or shards of another\n"
-      "--run_id; 3 when an earlier process of this worker id already\n"
-      "trained the share in this run (nothing to do: start a new run to\n"
-      "train again); 128 + the signal (143 for SIGTERM, 130 for SIGINT) when\n"
-      "a signal stopped it early, after it drained its pushes and left.";
+  program.usage = kUsage;
   const ParseResult parsed = ParseProgramCommandLine(argc, argv, program);
   if (!parsed.command_line.has_value()) return parsed.exit_code;
   absl::StatusOr<TrainerOptions> options = TrainerOptionsFromFlags();

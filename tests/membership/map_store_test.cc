@@ -14,6 +14,7 @@
 #include "absl/synchronization/mutex.h"
 #include "tests/testing/etcd_process.h"
 #include "tests/testing/require_ok.h"
+#include "tests/testing/shard_maps.h"
 #include "tests/testing/subprocess.h"
 
 namespace asyncps {
@@ -27,24 +28,6 @@ std::unique_ptr<EtcdClient> Connect(const testing::EtcdProcess& etcd) {
   return *std::move(c);
 }
 
-ShardMapRecord TwoByTwo(const std::string& run) {
-  ShardMapRecord m;
-  m.set_run_id(run);
-  m.set_num_shards(2);
-  m.set_replicas(2);
-  for (int s = 0; s < 2; ++s) {
-    ShardGroupRecord* g = m.add_groups();
-    g->set_shard(s);
-    for (int r = 0; r < 2; ++r) {
-      ReplicaRecord* rep = g->add_replicas();
-      rep->set_address(absl::StrCat("10.0.0.", s * 2 + r, ":7000"));
-      rep->set_host(absl::StrCat("host", r));
-      rep->set_caught_up(true);
-    }
-  }
-  return m;
-}
-
 TEST_CASE("one map per run prefix, starting at epoch 1", "[map]") {
   if (testing::SkipWithoutEtcd()) return;
   absl::StatusOr<testing::EtcdProcess> etcd = testing::StartEtcd();
@@ -52,20 +35,22 @@ TEST_CASE("one map per run prefix, starting at epoch 1", "[map]") {
   auto c = Connect(*etcd);
   MapStore maps(c.get(), "/asyncps/run-a");
   CHECK(absl::IsNotFound(maps.Get().status()));
-  ShardMapRecord bad = TwoByTwo("run-a");
+  ShardMapRecord bad = testing::TwoByTwoMap("run-a");
   bad.mutable_groups(1)->mutable_replicas(0)->set_address("10.0.0.0:7000");
   CHECK(absl::IsInvalidArgument(maps.Initialize(bad).status()));
   CHECK(absl::IsNotFound(maps.Get().status()));  // nothing written
 
-  absl::StatusOr<ShardMapRecord> map = maps.Initialize(TwoByTwo("run-a"));
+  absl::StatusOr<ShardMapRecord> map =
+      maps.Initialize(testing::TwoByTwoMap("run-a"));
   REQUIRE_OK(map.status());
   CHECK(map->epoch() == 1);
   // The same run again: the map in force, unchanged.
-  map = maps.Initialize(TwoByTwo("run-a"));
+  map = maps.Initialize(testing::TwoByTwoMap("run-a"));
   REQUIRE_OK(map.status());
   CHECK(map->epoch() == 1);
   // Another run on the same prefix: refused.
-  const absl::Status other = maps.Initialize(TwoByTwo("run-b")).status();
+  const absl::Status other =
+      maps.Initialize(testing::TwoByTwoMap("run-b")).status();
   CHECK(absl::IsFailedPrecondition(other));
   CHECK(other.message().find("run-a") != std::string::npos);
 }
@@ -76,7 +61,7 @@ TEST_CASE("concurrent changes: every one lands, one epoch each", "[map]") {
   REQUIRE_OK(etcd.status());
   auto c = Connect(*etcd);
   MapStore maps(c.get(), "/asyncps/run-c");
-  REQUIRE_OK(maps.Initialize(TwoByTwo("run-c")).status());
+  REQUIRE_OK(maps.Initialize(testing::TwoByTwoMap("run-c")).status());
   absl::StatusOr<MapStore::Read> start = maps.Get();
   REQUIRE_OK(start.status());
 

@@ -1,7 +1,8 @@
 // The three binaries' command lines as operators meet them: --help,
 // --version, exit 2 on bad flags, ASYNCPS_<FLAG> environment variables (the
 // command line wins), and the identity a Kubernetes pod gives them
-// (StatefulSet host name, Indexed Job JOB_COMPLETION_INDEX).
+// (StatefulSet host name, Indexed Job JOB_COMPLETION_INDEX), and the
+// clients' --etcd_endpoints (the shards from a replicated run's map).
 
 #include <catch2/catch.hpp>
 #include <fstream>
@@ -15,8 +16,13 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
+#include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "membership/etcd_client.h"
+#include "membership/map_store.h"
 #include "tests/monitoring/shard_rpc.h"
+#include "tests/testing/etcd_process.h"
+#include "tests/testing/shard_maps.h"
 #include "tests/testing/subprocess.h"
 
 namespace asyncps {
@@ -263,6 +269,90 @@ TEST_CASE(
       RunBinary("worker/ps_worker", {}, {servers, "ASYNCPS_WORKER_ID=auto"});
   CHECK(missing.code == 2);
   CHECK(absl::StrContains(missing.err, "JOB_COMPLETION_INDEX"));
+}
+
+TEST_CASE("--etcd_endpoints where no etcd answers: exit 2 quickly, naming it",
+          "[cli][process][etcd]") {
+  absl::StatusOr<std::string> nowhere = testing::UnusedLoopbackAddress();
+  REQUIRE(nowhere.ok());
+  const std::vector<std::string> flags = {"--etcd_endpoints=" + *nowhere,
+                                          "--run_id=r1"};
+  for (const char* binary :
+       {"worker/ps_worker", "tools/psctl", "serving/ps_serve"}) {
+    std::vector<std::string> args = flags;
+    if (std::string(binary) == "tools/psctl")
+      args.insert(args.begin(), "status");
+    const absl::Time start = absl::Now();
+    const Run run = RunBinary(binary, args);
+    INFO(binary << ": " << run.err);
+    CHECK(run.code == 2);
+    CHECK(absl::StrContains(
+        run.err, "--etcd_endpoints: etcd at " + *nowhere + " does not answer"));
+    CHECK(absl::StrContains(run.err, "that etcd runs there"));
+    CHECK(absl::Now() - start < absl::Seconds(15));
+  }
+}
+
+TEST_CASE(
+    "with --etcd_endpoints, psctl and ps_worker find the shards in "
+    "the run's map",
+    "[cli][process][etcd]") {
+  if (testing::SkipWithoutEtcd()) return;
+  absl::StatusOr<testing::EtcdProcess> etcd = testing::StartEtcd();
+  REQUIRE(etcd.ok());
+  Shard shard = StartShard({"ASYNCPS_LOG_LEVEL=warn"}, {"--run_id=flags"});
+  {
+    auto client = testing::ConnectToEtcd(*etcd);
+    REQUIRE(client.ok());
+    REQUIRE(MapStore(client->get(), RunPrefix("flags"))
+                .Initialize(testing::OneShardMap("flags", {shard.address}))
+                .ok());
+  }
+  const std::string endpoints = "--etcd_endpoints=" + etcd->endpoint;
+
+  const Run status =
+      RunBinary("tools/psctl", {"status", endpoints, "--run_id=flags"});
+  INFO(status.out << status.err);
+  CHECK(status.code == 0);
+  CHECK(absl::StrContains(status.out, shard.address));
+  // --servers as well: its count must be the map's.
+  const Run both =
+      RunBinary("tools/psctl", {"status", endpoints, "--run_id=flags",
+                                "--servers=" + shard.address + ",127.0.0.1:1"});
+  INFO(both.err);
+  CHECK(both.code == 2);
+  CHECK(absl::StrContains(both.err,
+                          "--servers lists 2 shards, but the shard "
+                          "map at /asyncps/flags/map has 1"));
+  const Run other =
+      RunBinary("tools/psctl", {"status", endpoints, "--run_id=other"});
+  INFO(other.err);
+  CHECK(other.code == 2);
+  CHECK(absl::StrContains(other.err, "no shard map at /asyncps/other/map"));
+
+  const Run worker = RunBinary("worker/ps_worker",
+                               {endpoints, "--run_id=flags", "--steps=3",
+                                "--hidden=16", "--evaluate=false"},
+                               {"OPENBLAS_NUM_THREADS=1"});
+  INFO(worker.err);
+  CHECK(worker.code == 0);
+
+  // The shard's group emptied: psctl names the missing primary.
+  {
+    auto client = testing::ConnectToEtcd(*etcd);
+    REQUIRE(client.ok());
+    REQUIRE(MapStore(client->get(), RunPrefix("flags"))
+                .Update([](ShardMapRecord* m) -> absl::StatusOr<bool> {
+                  m->mutable_groups(0)->clear_replicas();
+                  return true;
+                })
+                .ok());
+  }
+  const Run empty =
+      RunBinary("tools/psctl", {"status", endpoints, "--run_id=flags"});
+  INFO(empty.out << empty.err);
+  CHECK(empty.code == 1);
+  CHECK(absl::StrContains(empty.out, "names no primary for this shard"));
 }
 
 }  // namespace
