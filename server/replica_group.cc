@@ -11,10 +11,6 @@ namespace asyncps {
 
 namespace {
 
-std::string Prefix(const std::string& run_id) {
-  return absl::StrCat("/asyncps/", run_id);
-}
-
 int Find(const ShardGroupRecord& group, const std::string& address) {
   for (int i = 0; i < group.replicas_size(); ++i) {
     if (group.replicas(i).address() == address) return i;
@@ -67,7 +63,7 @@ absl::StatusOr<std::unique_ptr<ReplicaGroup>> ReplicaGroup::Join(
         "): start etcd or fix --etcd_endpoints"));
   }
   g->lease_ = *std::move(lease);
-  g->maps_ = std::make_unique<MapStore>(g->etcd_.get(), Prefix(o.run_id));
+  g->maps_ = std::make_unique<MapStore>(g->etcd_.get(), RunPrefix(o.run_id));
   ShardMapRecord initial;
   initial.set_run_id(o.run_id);
   initial.set_num_shards(o.num_shards);
@@ -83,7 +79,7 @@ absl::StatusOr<std::unique_ptr<ReplicaGroup>> ReplicaGroup::Join(
 
 absl::Status ReplicaGroup::Register() {
   const std::string key =
-      absl::StrCat(Prefix(o_.run_id), "/members/", o_.address);
+      absl::StrCat(RunPrefix(o_.run_id), "/members/", o_.address);
   absl::StatusOr<int64_t> put =
       etcd_->Put(key, absl::StrCat("shard=", o_.shard_index, " host=", o_.host),
                  lease_->id());
@@ -92,7 +88,7 @@ absl::Status ReplicaGroup::Register() {
 
 absl::StatusOr<absl::flat_hash_map<std::string, bool>>
 ReplicaGroup::LiveMembers() {
-  const std::string prefix = absl::StrCat(Prefix(o_.run_id), "/members/");
+  const std::string prefix = absl::StrCat(RunPrefix(o_.run_id), "/members/");
   absl::StatusOr<EtcdClient::Listing> listing = etcd_->List(prefix);
   if (!listing.ok()) return listing.status();
   absl::flat_hash_map<std::string, bool> live;
@@ -477,7 +473,7 @@ bool ReplicaGroup::TryPromote(const std::string& dead_primary) {
   }
   old.reset();  // every entry received is applied before taking over
   const std::string dead_key =
-      absl::StrCat(Prefix(o_.run_id), "/members/", dead_primary);
+      absl::StrCat(RunPrefix(o_.run_id), "/members/", dead_primary);
   std::vector<std::string> counted;
   absl::StatusOr<ShardMapRecord> m =
       maps_->Update([&](ShardMapRecord* m) -> absl::StatusOr<bool> {

@@ -36,6 +36,7 @@
 #include "common/security.h"
 #include "common/security_flags.h"
 #include "common/version.h"
+#include "membership/etcd_flags.h"
 #include "server/checkpoint_dir.h"
 #include "server/file_system.h"
 #include "server/health_listener.h"
@@ -142,10 +143,6 @@ ABSL_FLAG(int, replicas, 1,
           "R: server processes per shard (a primary and R-1 backups, each "
           "started with the same --shard_index). R > 1 needs "
           "--etcd_endpoints; 1 = today's unreplicated shard.");
-ABSL_FLAG(std::string, etcd_endpoints, "",
-          "host:port[,host:port...] of etcd: the run's shard map and the "
-          "replicas' leases live under /asyncps/<run_id>. Empty = no "
-          "membership (R must be 1).");
 ABSL_FLAG(int64_t, lease_ms, 1000,
           "The process's lease in etcd (whole seconds, >= 1000): a primary "
           "whose lease lapses is replaced by a caught-up backup.");
@@ -510,7 +507,7 @@ absl::Status StartMetrics(MetricsHttpServer* metrics, spdlog::logger& logger) {
 absl::StatusOr<ReplicaFlags> ReplicaFlagsFromFlags(const PsServerOptions& o) {
   ReplicaFlags f;
   f.replicas = absl::GetFlag(FLAGS_replicas);
-  const std::string etcd = absl::GetFlag(FLAGS_etcd_endpoints);
+  const std::string etcd = EtcdEndpointsFlag();
   if (!etcd.empty()) {
     f.etcd_endpoints = absl::StrSplit(etcd, ',', absl::SkipWhitespace());
   }
