@@ -27,6 +27,8 @@ struct SparseTable::Chunk {
   // (request serial << 32 | position) of the last push that touched the
   // row: finds duplicate ids within one push.
   uint64_t tags[kChunkRows];
+  // The ChangeEpoch of the row's creation or last use, as touched.
+  std::atomic<uint32_t> changed[kChunkRows];
 };
 
 namespace {
@@ -61,7 +63,8 @@ absl::Status SparseTable::ValidateSpec(const TableSpec& spec) {
 }
 
 SparseTable::SparseTable(const TableSpec& spec, int shard_index,
-                         const ShardMap& map)
+                         const ShardMap& map, const ChangeEpoch* epoch,
+                         bool track_removed)
     : spec_(spec),
       dim_(spec.dim()),
       shard_index_(shard_index),
@@ -75,6 +78,8 @@ SparseTable::SparseTable(const TableSpec& spec, int shard_index,
       admission_(spec),
       eviction_(spec),
       fixed_bytes_(kTableOverheadBytes + admission_.SketchBytes(kPartitions)),
+      epoch_(epoch),
+      track_removed_(track_removed && epoch != nullptr),
       partitions_(new Partition[kPartitions]) {
   for (int k = 0; k < kPartitions; ++k) {
     Partition& p = partitions_[k];
@@ -181,8 +186,20 @@ void SparseTable::Touch(const Partition& p, uint32_t row, int64_t clock) const {
         std::memory_order_relaxed);
   }
   if (last < clock) t.store(clock, std::memory_order_relaxed);
+  Stamp(p, row);
   if (latest_clock_.load(std::memory_order_relaxed) < clock) {
     latest_clock_.store(clock, std::memory_order_relaxed);
+  }
+}
+
+void SparseTable::Stamp(const Partition& p, uint32_t row) const {
+  if (epoch_ == nullptr) return;
+  const uint32_t now = epoch_->current();
+  std::atomic<uint32_t>& changed =
+      p.chunks[row >> kChunkShift]->changed[row & (kChunkRows - 1)];
+  // Read first: a row used again within an epoch is not written.
+  if (changed.load(std::memory_order_relaxed) != now) {
+    changed.store(now, std::memory_order_relaxed);
   }
 }
 
@@ -208,6 +225,8 @@ uint32_t SparseTable::FindOrCreate(Partition& p, uint64_t id, int64_t clock,
   c.touched[at].store(clock, std::memory_order_relaxed);
   c.uses[at].store(0.0f, std::memory_order_relaxed);
   c.tags[at] = 0;
+  c.changed[at].store(epoch_ == nullptr ? 0 : epoch_->current(),
+                      std::memory_order_relaxed);
   if (initialize) {
     float* data = RowData(p, row);
     init_.Fill(id, data);
@@ -540,6 +559,7 @@ uint64_t SparseTable::EvictBefore(int64_t clock) {
 }
 
 void SparseTable::EraseRow(Partition& p, uint64_t id) {
+  if (track_removed_) p.removed.emplace_back(id, epoch_->current());
   p.free_rows.push_back(Lookup(p, id));
   EraseSlot(p, id);
   rows_.fetch_sub(1, std::memory_order_relaxed);
@@ -591,7 +611,8 @@ uint64_t SparseTable::EvictPartition(int k, double threshold, uint64_t quota) {
 }
 
 absl::Status SparseTable::Export(
-    absl::FunctionRef<absl::Status(const RowView&)> visit) const {
+    absl::FunctionRef<absl::Status(const RowView&)> visit,
+    uint32_t since) const {
   for (int k = 0; k < kPartitions; ++k) {
     const Partition& p = partitions_[k];
     absl::ReaderMutexLock l(&p.mu);
@@ -600,6 +621,9 @@ absl::Status SparseTable::Export(
       const uint32_t row = s.row1 - 1;
       const Chunk& c = *p.chunks[row >> kChunkShift];
       const uint32_t at = row & (kChunkRows - 1);
+      if (since > 0 && c.changed[at].load(std::memory_order_relaxed) < since) {
+        continue;
+      }
       RowView v;
       v.dim = dim_;
       v.state_floats = updater_.state_floats();
@@ -615,9 +639,45 @@ absl::Status SparseTable::Export(
   return absl::OkStatus();
 }
 
+void SparseTable::RemovedSince(uint32_t since,
+                               std::vector<uint64_t>* ids) const {
+  for (int k = 0; k < kPartitions; ++k) {
+    const Partition& p = partitions_[k];
+    absl::ReaderMutexLock l(&p.mu);
+    for (const auto& [id, epoch] : p.removed) {
+      if (epoch >= since) ids->push_back(id);
+    }
+  }
+}
+
+void SparseTable::ForgetRemovedBefore(uint32_t epoch) {
+  for (int k = 0; k < kPartitions; ++k) {
+    Partition& p = partitions_[k];
+    absl::MutexLock l(&p.mu);
+    p.removed.erase(
+        std::remove_if(p.removed.begin(), p.removed.end(),
+                       [epoch](const std::pair<uint64_t, uint32_t>& r) {
+                         return r.second < epoch;
+                       }),
+        p.removed.end());
+  }
+}
+
+bool SparseTable::Remove(uint64_t id) {
+  Partition& p = partitions_[PartitionOf(id)];
+  absl::MutexLock l(&p.mu);
+  const uint32_t row = Lookup(p, id);
+  if (row == Batch::kNoRow) return false;
+  p.free_rows.push_back(row);
+  EraseSlot(p, id);
+  rows_.fetch_sub(1, std::memory_order_relaxed);
+  return true;
+}
+
 absl::Status SparseTable::Restore(uint64_t id, uint64_t version,
                                   int64_t touched, const float* values,
-                                  const float* state) {
+                                  const float* state, bool replace,
+                                  bool* created) {
   const int home = map_.RowHome(table_key_, id);
   if (home != shard_index_) {
     return absl::InvalidArgumentError(
@@ -626,16 +686,20 @@ absl::Status SparseTable::Restore(uint64_t id, uint64_t version,
   }
   Partition& p = partitions_[PartitionOf(id)];
   absl::MutexLock l(&p.mu);
-  if (Lookup(p, id) != Batch::kNoRow) {
+  if (!replace && Lookup(p, id) != Batch::kNoRow) {
     return absl::InvalidArgumentError(absl::StrCat(
         "row ", id, " of table ", QuoteName(spec_.name()), " appears twice"));
   }
-  bool created = false;
-  const uint32_t row = FindOrCreate(p, id, touched, false, &created);
+  bool fresh = false;
+  const uint32_t row = FindOrCreate(p, id, touched, false, &fresh);
+  if (created != nullptr) *created = fresh;
   float* data = RowData(p, row);
   std::memcpy(data, values, dim_ * sizeof(float));
   std::memcpy(data + dim_, state, updater_.state_floats() * sizeof(float));
-  p.chunks[row >> kChunkShift]->versions[row & (kChunkRows - 1)] = version;
+  Chunk& c = *p.chunks[row >> kChunkShift];
+  c.versions[row & (kChunkRows - 1)] = version;
+  c.touched[row & (kChunkRows - 1)].store(touched, std::memory_order_relaxed);
+  Stamp(p, row);
   return absl::OkStatus();
 }
 
