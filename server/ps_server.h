@@ -66,6 +66,13 @@ struct PsServerOptions {
   // checkpoint_every (0 = never periodically) and at Shutdown.
   std::string checkpoint_dir;
   absl::Duration checkpoint_every = absl::ZeroDuration();
+  // Incremental checkpoints (server/checkpoint_delta.h): every
+  // checkpoint_full_every-th checkpoint is full, those between are deltas
+  // of what changed since the previous one (0 or 1 = always full); also
+  // full once the deltas reach checkpoint_delta_max_fraction of the full
+  // checkpoint's size.
+  int checkpoint_full_every = 1;
+  double checkpoint_delta_max_fraction = 0.5;
   // Load this shard's checkpoint (and spec file) from checkpoint_dir before
   // serving when there is one; one that cannot be restored fails Start.
   bool restore = true;
@@ -167,8 +174,14 @@ class PsServer {
   // run's: parameters only), then the spec file; returns what was restored
   // (empty when nothing).
   absl::StatusOr<CheckpointInfo> Restore(const PsServerOptions& options);
-  // Holds pushes back and serializes the state (the checkpointer's capture).
-  CheckpointImage Capture();
+  // Reads this shard's checkpoint at `path` and the deltas of its chain
+  // into the store, logging what it applied and ignored.
+  absl::StatusOr<RestoredCheckpoint> ReadCheckpoint(
+      const PsServerOptions& options, const std::string& path);
+  // Holds pushes back and serializes the state (the checkpointer's
+  // captures): all of it, or with `chain` a delta of what changed at or
+  // after ChangeEpoch `since`.
+  CheckpointImage Capture(const DeltaChain* chain, uint32_t since);
   // Evicts sparse rows unused for --row_ttl_steps steps of the fastest live
   // worker, and rows of tables that evict under the cap when little room is
   // left (the sampler thread calls this every second).
