@@ -137,9 +137,11 @@ absl::Status CheckpointRestorer::StartTensor(const TensorSpec& spec) {
   in_tensor_ = true;
   restored_.assign(layout->num_slices(), false);
   // A delta holds only the changed slices of a tensor the store had.
-  expected_ = exists ? -1
-                     : store_->map().SlicesOn(spec.name(), layout->num_slices(),
-                                              store_->options().shard_index);
+  expected_ = -1;
+  if (!exists) {
+    expected_ = store_->map().SlicesOn(spec.name(), layout->num_slices(),
+                                       store_->options().shard_index);
+  }
   got_ = 0;
   ++tensors_;
   return absl::OkStatus();
