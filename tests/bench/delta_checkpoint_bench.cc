@@ -16,6 +16,12 @@
 //   rows=... full_bytes=... delta_bytes=... (mean) delta_ratio=...
 //   full_write_ms=... delta_write_ms=... full_restore_ms=...
 //   chain_restore_ms=... restore_ratio=...
+// and the cost of tracking changes on the request path: rows per second of
+// pushes and pulls (4096 random ids of --rows existing ones) on a table
+// whose rows are stamped with a change epoch and on one whose are not,
+// interleaved, median of --reps x 5 rounds:
+//   stamp_push_rows_per_s=... plain_push_rows_per_s=... push_ratio=...
+//   stamp_pull_rows_per_s=... plain_pull_rows_per_s=... pull_ratio=...
 
 #include <algorithm>
 #include <cstdint>
@@ -32,7 +38,10 @@
 #include "common/clock.h"
 #include "server/checkpoint.h"
 #include "server/checkpoint_delta.h"
+#include "store/change_epoch.h"
 #include "store/shard_store.h"
+#include "store/sparse_table.h"
+#include "tests/bench/bench_util.h"
 #include "tests/testing/table_helpers.h"
 
 ABSL_FLAG(std::string, dir, "",
@@ -47,11 +56,6 @@ namespace asyncps {
 namespace {
 
 constexpr size_t kBatch = 65536;
-
-double Median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
 
 void Check(const absl::Status& s) {
   if (s.ok()) return;
@@ -157,13 +161,79 @@ double RestoreMs(const std::string& path,
   return r->info.duration_ms();
 }
 
+// Rows per second of `rounds` pushes (or pulls) of `batch` ids to `table`.
+double RowsPerS(SparseTable* table,
+                const std::vector<std::vector<uint64_t>>& batches, bool push,
+                int64_t* clock) {
+  SparseTable::Batch b;
+  std::vector<float> grads;
+  std::vector<char> out;
+  std::vector<uint64_t> versions;
+  uint64_t rows = 0;
+  const absl::Time start = absl::Now();
+  for (const std::vector<uint64_t>& ids : batches) {
+    ++*clock;
+    table->Find(ids, &b);
+    if (push) {
+      grads.assign(ids.size() * table->dim(), 0.001f);
+      table->Apply(ids, &b, {}, grads.data(), StalenessRule{}, *clock);
+    } else {
+      out.resize(ids.size() * table->dim() * sizeof(float));
+      versions.resize(ids.size());
+      table->Read(ids, &b, *clock, WIRE_F32, out.data(), versions.data());
+    }
+    rows += ids.size();
+  }
+  return rows / absl::ToDoubleSeconds(absl::Now() - start);
+}
+
+// Prints the request-path cost of change stamps (see the header).
+void StampCost(int64_t rows, int dim) {
+  OptimizerSpec adagrad;
+  adagrad.set_type(OPT_ADAGRAD);
+  adagrad.set_learning_rate(0.05f);
+  adagrad.set_epsilon(1e-6f);
+  adagrad.set_initial_accumulator(0.1f);
+  const TableSpec spec = testing::MakeTableSpec("emb", dim, adagrad);
+  const ShardMap map = *ShardMap::Static(1);
+  ChangeEpoch epoch;
+  SparseTable stamped(spec, 0, map, &epoch, true);
+  SparseTable plain(spec, 0, map, nullptr, false);
+  std::mt19937_64 rng(7);
+  std::vector<std::vector<uint64_t>> all, batches;
+  for (int64_t at = 0; at < rows; at += 4096) {
+    all.emplace_back();
+    for (int64_t i = at; i < std::min(rows, at + 4096); ++i) {
+      all.back().push_back(1 + static_cast<uint64_t>(i));
+    }
+  }
+  for (int i = 0; i < 200; ++i) {
+    batches.emplace_back(4096);
+    for (uint64_t& id : batches.back()) id = 1 + rng() % rows;
+  }
+  int64_t clock = 0;
+  RowsPerS(&stamped, all, true, &clock);  // every row created
+  RowsPerS(&plain, all, true, &clock);
+  std::vector<double> sp, pp, sr, pr;
+  for (int r = 0; r < 5 * std::max(1, absl::GetFlag(FLAGS_reps)); ++r) {
+    epoch.Advance();  // as a checkpoint between intervals
+    sp.push_back(RowsPerS(&stamped, batches, true, &clock));
+    pp.push_back(RowsPerS(&plain, batches, true, &clock));
+    sr.push_back(RowsPerS(&stamped, batches, false, &clock));
+    pr.push_back(RowsPerS(&plain, batches, false, &clock));
+  }
+  const double a = Median(sp), b = Median(pp), c = Median(sr), d = Median(pr);
+  std::printf(
+      "stamp_push_rows_per_s=%.0f plain_push_rows_per_s=%.0f push_ratio=%.3f "
+      "stamp_pull_rows_per_s=%.0f plain_pull_rows_per_s=%.0f "
+      "pull_ratio=%.3f\n",
+      a, b, a / b, c, d, c / d);
+  std::fflush(stdout);
+}
+
 int Main(int argc, char** argv) {
   absl::ParseCommandLine(argc, argv);
-  std::string dir = absl::GetFlag(FLAGS_dir);
-  if (dir.empty()) {
-    const char* tmp = std::getenv("TEST_TMPDIR");
-    dir = tmp != nullptr ? tmp : "/tmp";
-  }
+  const std::string dir = BenchDir(absl::GetFlag(FLAGS_dir));
   const int64_t rows = absl::GetFlag(FLAGS_rows);
   const int dim = absl::GetFlag(FLAGS_dim);
   std::unique_ptr<ShardStore> store = EmptyStore();
@@ -217,6 +287,8 @@ int Main(int argc, char** argv) {
       delta_bytes / full.info.bytes(), full.info.duration_ms(), delta_write_ms,
       f, c, c / f);
   std::fflush(stdout);
+  store.reset();
+  StampCost(rows, dim);
   return 0;
 }
 

@@ -43,25 +43,6 @@ using testing::IdsOn;
 using testing::MakeTableSpec;
 using testing::PushRows;
 
-OptimizerSpec Adam() {
-  OptimizerSpec o;
-  o.set_type(OPT_ADAM);
-  o.set_learning_rate(0.01f);
-  o.set_beta1(0.9f);
-  o.set_beta2(0.999f);
-  o.set_epsilon(1e-8f);
-  return o;
-}
-
-OptimizerSpec Adagrad() {
-  OptimizerSpec o;
-  o.set_type(OPT_ADAGRAD);
-  o.set_learning_rate(0.1f);
-  o.set_epsilon(1e-6f);
-  o.set_initial_accumulator(0.1f);
-  return o;
-}
-
 std::unique_ptr<ShardStore> Store(int shard, int shards, bool track = false) {
   ShardStoreOptions o;
   o.shard_index = shard;
@@ -175,10 +156,10 @@ void CreateModel(ShardStore* store) {
   t->add_shape(80);
   t->set_init(INIT_UNIFORM);
   t->set_init_value(0.1f);
-  *t->mutable_optimizer() = Adam();
+  *t->mutable_optimizer() = testing::AdamSpec();
   REQUIRE_OK(store->CreateTensors(dense).status());
-  REQUIRE_OK(CreateTable(store, MakeTableSpec("a", 8, Adam())));
-  REQUIRE_OK(CreateTable(store, MakeTableSpec("b", 3, Adagrad())));
+  REQUIRE_OK(CreateTable(store, MakeTableSpec("a", 8, testing::AdamSpec())));
+  REQUIRE_OK(CreateTable(store, MakeTableSpec("b", 3, testing::AdagradSpec())));
 }
 
 // One training interval at worker clock `clock`: pushes to `ids` of "a",
@@ -200,6 +181,24 @@ void Step(ShardStore* store, const std::vector<uint64_t>& ids, int64_t clock) {
   EncodeFloats(grad.data(), grad.size(), s->mutable_grad());
   PushResponse resp;
   REQUIRE_OK(testing::ApplyPush(store, req, StalenessRule{}, &resp));
+}
+
+// Creates the model, writes a full checkpoint after one step over `rows`
+// rows, then `deltas` deltas, each after a step over one of those rows and
+// a new one; returns the store's state at each file (0: the full one).
+std::vector<Dump> WriteChain(Shard* shard, size_t rows, int deltas) {
+  CreateModel(shard->store.get());
+  const std::vector<uint64_t> ids = IdsOn("a", 0, 1, rows);
+  Step(shard->store.get(), ids, 1);
+  shard->Write();
+  std::vector<Dump> states = {DumpOf(*shard->store)};
+  for (int64_t clock = 2; clock <= deltas + 1; ++clock) {
+    Step(shard->store.get(), {ids[clock], 9000 + static_cast<uint64_t>(clock)},
+         clock);
+    shard->Write();
+    states.push_back(DumpOf(*shard->store));
+  }
+  return states;
 }
 
 absl::StatusOr<RestoredCheckpoint> RestoreChain(const std::string& dir,
@@ -290,17 +289,7 @@ TEST_CASE("a torn, corrupt or missing delta is ignored with every later one",
           "[checkpoint][delta]") {
   const std::string dir = testing::MakeTmpDir("delta_torn");
   Shard shard(dir, 100, 100);
-  CreateModel(shard.store.get());
-  const std::vector<uint64_t> ids = IdsOn("a", 0, 1, 200);
-  Step(shard.store.get(), ids, 1);
-  shard.Write();
-  std::vector<Dump> after;  // after[k]: the state delta k+1 holds
-  for (int64_t clock = 2; clock <= 4; ++clock) {
-    Step(shard.store.get(), {ids[clock], 9000 + static_cast<uint64_t>(clock)},
-         clock);
-    shard.Write();
-    after.push_back(DumpOf(*shard.store));
-  }
+  const std::vector<Dump> states = WriteChain(&shard, 200, 3);
   const std::string d1 = DeltaPath(dir, 0, 1, 1);
   const std::string d2 = DeltaPath(dir, 0, 1, 2);
   std::string d2_bytes;
@@ -321,7 +310,7 @@ TEST_CASE("a torn, corrupt or missing delta is ignored with every later one",
     CHECK(r->info.deltas_applied() == applied);
     CHECK(r->info.deltas_ignored() == ignored);
     CHECK(absl::StrContains(r->deltas_ignored_reason, reason));
-    CHECK(DumpOf(*restored) == after[applied - 1]);
+    CHECK(DumpOf(*restored) == states[applied]);
   };
   check("intact", 3, 0, "");
 
@@ -406,16 +395,7 @@ TEST_CASE(
     "[checkpoint][delta][faults]") {
   const std::string dir = testing::MakeTmpDir("delta_faults");
   Shard shard(dir, 100, 100);
-  CreateModel(shard.store.get());
-  const std::vector<uint64_t> ids = IdsOn("a", 0, 1, 100);
-  Step(shard.store.get(), ids, 1);
-  shard.Write();
-  std::vector<Dump> states = {DumpOf(*shard.store)};
-  for (int64_t clock = 2; clock <= 3; ++clock) {
-    Step(shard.store.get(), {ids[clock], 7000}, clock);
-    shard.Write();
-    states.push_back(DumpOf(*shard.store));
-  }
+  const std::vector<Dump> states = WriteChain(&shard, 100, 2);
 
   // The operations of one clean restore through the shard set.
   testing::FaultFileSystem counter;
@@ -465,6 +445,24 @@ TEST_CASE(
   CHECK(absl::StrContains(r.status().message(), DeltaPath(dir, 0, 1, 2)));
 }
 
+// Adds the rows of table "a" of `store` to *rows: id -> values, version.
+void AddRowsOfA(const ShardStore& store,
+                std::map<uint64_t, std::vector<float>>* rows) {
+  std::string table;
+  REQUIRE_OK(store.tables().Export(
+      [&](const TableSpec& spec) {
+        table = spec.name();
+        return absl::OkStatus();
+      },
+      [&](const SparseTable::RowView& r) {
+        if (table != "a") return absl::OkStatus();
+        std::vector<float>& v = (*rows)[r.id];
+        v.assign(r.values, r.values + r.dim);
+        v.push_back(static_cast<float>(r.version));
+        return absl::OkStatus();
+      }));
+}
+
 TEST_CASE("a reshard reads each shard's full checkpoint and deltas",
           "[checkpoint][delta][reshard]") {
   const std::string dir = testing::MakeTmpDir("delta_reshard_from");
@@ -485,17 +483,7 @@ TEST_CASE("a reshard reads each shard's full checkpoint and deltas",
     }
   }
   REQUIRE(ListDeltaFiles(dir, 1, 2).value().size() == 3);
-  for (int i = 0; i < 2; ++i) {
-    REQUIRE_OK(shards[i]->store->tables().Export(
-        [](const TableSpec&) { return absl::OkStatus(); },
-        [&](const SparseTable::RowView& r) {
-          if (r.dim == 8) {
-            expected[r.id].assign(r.values, r.values + r.dim);
-            expected[r.id].push_back(static_cast<float>(r.version));
-          }
-          return absl::OkStatus();
-        }));
-  }
+  for (int i = 0; i < 2; ++i) AddRowsOfA(*shards[i]->store, &expected);
   REQUIRE(expected.size() == 24);
 
   const std::string to = testing::UniqueTmpPath("delta_reshard_to");
@@ -510,15 +498,7 @@ TEST_CASE("a reshard reads each shard's full checkpoint and deltas",
   for (int j = 0; j < 3; ++j) {
     absl::StatusOr<RestoredShard> r = RestoreShard(*set, j);
     REQUIRE_OK(r.status());
-    REQUIRE_OK(r->store->tables().Export(
-        [](const TableSpec&) { return absl::OkStatus(); },
-        [&](const SparseTable::RowView& row) {
-          if (row.dim == 8) {
-            moved[row.id].assign(row.values, row.values + row.dim);
-            moved[row.id].push_back(static_cast<float>(row.version));
-          }
-          return absl::OkStatus();
-        }));
+    AddRowsOfA(*r->store, &moved);
   }
   CHECK(moved == expected);
 }
