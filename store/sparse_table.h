@@ -286,10 +286,14 @@ class SparseTable {
   void EraseSlot(Partition& p, uint64_t id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(p.mu);
   float* RowData(const Partition& p, uint32_t row) const
       ABSL_SHARED_LOCKS_REQUIRED(p.mu);
-  void Touch(const Partition& p, uint32_t row, int64_t clock) const
-      ABSL_SHARED_LOCKS_REQUIRED(p.mu);
-  // Stamps `row` changed in the current epoch.
-  void Stamp(const Partition& p, uint32_t row) const
+  // Marks `row` used at `clock` and stamps it changed in epoch `now`
+  // (Now(), read once per request).
+  void Touch(const Partition& p, uint32_t row, int64_t clock,
+             uint32_t now) const ABSL_SHARED_LOCKS_REQUIRED(p.mu);
+  // The change epoch to stamp rows with now; 0 = no stamps.
+  uint32_t Now() const;
+  // Stamps `row` changed in epoch `now` (nothing when 0).
+  void Stamp(const Partition& p, uint32_t row, uint32_t now) const
       ABSL_SHARED_LOCKS_REQUIRED(p.mu);
   // Copies the rows of partition `k` of a batch out (see Read), marking
   // them used at `clock` when `touch`; missing rows get initial values.
