@@ -675,6 +675,12 @@ void SparseTable::ForgetRemovedBefore(uint32_t epoch) {
   }
 }
 
+bool SparseTable::Contains(uint64_t id) const {
+  const Partition& p = partitions_[PartitionOf(id)];
+  absl::ReaderMutexLock l(&p.mu);
+  return Lookup(p, id) != Batch::kNoRow;
+}
+
 bool SparseTable::Remove(uint64_t id) {
   Partition& p = partitions_[PartitionOf(id)];
   absl::MutexLock l(&p.mu);

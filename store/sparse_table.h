@@ -232,6 +232,8 @@ class SparseTable {
   absl::Status Restore(uint64_t id, uint64_t version, int64_t touched,
                        const float* values, const float* state,
                        bool replace = false, bool* created = nullptr);
+  // Whether `id` has a row here.
+  bool Contains(uint64_t id) const;
   // Removes the row of `id` (a delta checkpoint's removal) without
   // remembering it as evicted; false when there is none.
   bool Remove(uint64_t id);

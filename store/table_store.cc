@@ -696,26 +696,31 @@ absl::Status TableStore::RestoreRows(absl::string_view table,
         " bytes of values (need ", value_bytes, ") and ", state.size(),
         " bytes of optimizer state (need ", state_bytes, ")"));
   }
+  // Replaced rows hold their bytes already.
+  size_t fresh = n;
+  if (replace) {
+    fresh = 0;
+    for (uint64_t id : ids) fresh += !t->Contains(id);
+  }
   absl::Status s = options_.reserve(
-      n * t->row_bytes(), absl::StrCat(n, " rows of table ", QuoteName(table)));
+      fresh * t->row_bytes(),
+      absl::StrCat(fresh, " rows of table ", QuoteName(table)));
   if (!s.ok()) return s;
+  uint64_t unused = fresh * t->row_bytes();
   std::vector<float> v(t->dim()), st(t->state_floats());
   for (size_t i = 0; i < n; ++i) {
     DecodeFloats(values.substr(i * t->dim() * sizeof(float)), v.data(),
                  v.size());
     DecodeFloats(state.substr(i * t->state_floats() * sizeof(float)), st.data(),
                  st.size());
-    bool created = true;
+    bool created = false;
     s = t->Restore(ids[i], versions[i], touched[i], v.data(), st.data(),
                    replace, &created);
-    if (!s.ok()) {
-      options_.release((n - i) * t->row_bytes());
-      return s;
-    }
-    // A replaced row held its bytes already.
-    if (!created) options_.release(t->row_bytes());
+    if (!s.ok()) break;
+    if (created) unused -= std::min<uint64_t>(unused, t->row_bytes());
   }
-  return absl::OkStatus();
+  if (unused > 0) options_.release(unused);
+  return s;
 }
 
 // ---------------------------------------------------------------- status
