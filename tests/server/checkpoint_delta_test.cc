@@ -285,6 +285,24 @@ TEST_CASE("a full checkpoint and ten deltas restore the live store bit for bit",
   }
 }
 
+TEST_CASE("rows a delta replaces need no more memory than the live store's",
+          "[checkpoint][delta]") {
+  const std::string dir = testing::MakeTmpDir("delta_cap");
+  Shard shard(dir, 100, 100);
+  const std::vector<Dump> states = WriteChain(&shard, 2000, 3);
+  // The restore's store capped at exactly what the live one holds: the
+  // deltas' rows of existing ids must not be counted twice.
+  ShardStoreOptions o;
+  o.default_slice_elems = 16;
+  o.row_ttl_steps = 8;
+  o.max_parameter_bytes = shard.store->Size().reserved_bytes;
+  std::unique_ptr<ShardStore> capped = ShardStore::Create(o).value();
+  absl::StatusOr<RestoredCheckpoint> r = RestoreChain(dir, capped.get());
+  REQUIRE_OK(r.status());
+  CHECK(r->info.deltas_applied() == 3);
+  CHECK(DumpOf(*capped) == states.back());
+}
+
 TEST_CASE("a torn, corrupt or missing delta is ignored with every later one",
           "[checkpoint][delta]") {
   const std::string dir = testing::MakeTmpDir("delta_torn");
