@@ -111,11 +111,13 @@ ABSL_FLAG(int64_t, row_ttl_steps, 0,
           "Evict sparse table rows not pulled or pushed for this many steps "
           "(clock ticks of the fastest live worker); an evicted row comes "
           "back with its initial values when next touched. 0 = never.");
-ABSL_FLAG(std::string, checkpoint_dir, "",
-          "Directory for this shard's checkpoint file "
-          "(shard-<i>-of-<n>.ckpt); empty = checkpoints off. Written on the "
-          "Checkpoint RPC (psctl checkpoint), every --checkpoint_every_s and "
-          "at SIGINT/SIGTERM shutdown.");
+ABSL_FLAG(
+    std::string, checkpoint_dir, "",
+    "Directory for this shard's checkpoint file "
+    "(shard-<i>-of-<n>.ckpt, and its deltas shard-<i>-of-<n>.delta-<k> "
+    "with --checkpoint_full_every); empty = checkpoints off. Written on "
+    "the Checkpoint RPC (psctl checkpoint), every --checkpoint_every_s and "
+    "at SIGINT/SIGTERM shutdown.");
 ABSL_FLAG(int64_t, checkpoint_every_s, 0,
           "With --checkpoint_dir: also write a checkpoint this many seconds "
           "after the previous one; 0 = only on request and at shutdown.");
