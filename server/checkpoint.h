@@ -57,6 +57,14 @@ struct CheckpointImage {
   int64_t rows = 0;
   // How long pushes were held back for the capture (set by the capturer).
   absl::Duration pause;
+  // A delta (server/checkpoint_delta.h): its sequence number and the row
+  // ids it records as evicted.
+  bool delta = false;
+  uint64_t delta_sequence = 0;
+  int64_t removed_rows = 0;
+  // The ChangeEpoch the capturer started before capturing (set by it): the
+  // next delta holds what changed from then on.
+  uint32_t epoch = 0;
 };
 
 // "<dir>/shard-<shard_index>-of-<num_shards>.ckpt".
@@ -76,8 +84,10 @@ CheckpointImage CaptureCheckpoint(const ShardStore& store,
                                   absl::string_view build_version = "",
                                   absl::string_view run_id = "");
 
-// Writes `image` to CheckpointPath(dir, ...) atomically, as described above,
-// through `fs` (nullptr = FileSystem::Default(); tests inject faults).
+// Writes `image` to CheckpointPath(dir, ...) (a delta's to DeltaPath)
+// atomically, as described above, through `fs` (nullptr =
+// FileSystem::Default(); tests inject faults); `crc` (if given) receives
+// the body's CRC-32, which the next delta of the chain names.
 // Returns what was written: path, capture time, bytes, duration (write
 // only), tensors, slices, workers, slice updates. On error (naming the file)
 // the previous checkpoint is untouched and the .tmp is removed. Concurrent
@@ -85,13 +95,16 @@ CheckpointImage CaptureCheckpoint(const ShardStore& store,
 absl::StatusOr<CheckpointInfo> WriteCheckpoint(const CheckpointImage& image,
                                                absl::string_view dir,
                                                Clock* clock = Clock::Real(),
-                                               FileSystem* fs = nullptr);
+                                               FileSystem* fs = nullptr,
+                                               uint32_t* crc = nullptr);
 
 // What a restore loaded besides the store's slices.
 struct RestoredCheckpoint {
   CheckpointInfo info;  // path, capture time, bytes, restore duration, counts
   CheckpointIdentity identity;            // whose state it is (shard, run)
   std::vector<CheckpointWorker> workers;  // for WorkerRegistry::Import
+  // Why deltas were ignored (info.deltas_ignored), naming the first.
+  std::string deltas_ignored_reason;
 };
 
 // How RestoreCheckpoint reads.
@@ -102,10 +115,15 @@ struct RestoreCheckpointOptions {
   // with the bytes read so far (a large restore can take minutes).
   std::function<void(uint64_t bytes_read)> progress;
   absl::Duration progress_every = absl::Seconds(5);
+  // The deltas of the checkpoint's chain (server/checkpoint_delta.h), in
+  // sequence order (ListDeltaFiles), applied after it; the worker records
+  // are the last applied delta's.
+  std::vector<std::string> deltas;
 };
 
 // Loads the checkpoint at `path` into `store`, which must hold no tensors
-// and no tables.
+// and no tables, then the deltas of options.deltas that continue its chain
+// (ApplyDeltas: a torn or corrupt one is ignored with the ones after it).
 // Every record is validated (magic, format version 1 to 3, record lengths,
 // the CRC-32, the slices against their specs, every local slice present
 // exactly once, rows against their tables and homed here, worker records

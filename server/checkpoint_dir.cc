@@ -15,11 +15,19 @@
 namespace asyncps {
 namespace {
 
-// Parses "shard-<i>-of-<n>.ckpt" / ".specs"; false for other names.
+// Parses "shard-<i>-of-<n>.ckpt" / ".specs" / ".delta-<k>"; false for
+// other names.
 bool ParseShardFileName(const std::string& name, ShardFile* out) {
   absl::string_view rest = name;
   if (!absl::ConsumePrefix(&rest, "shard-")) return false;
-  if (absl::ConsumeSuffix(&rest, ".ckpt")) {
+  const size_t delta = rest.rfind(".delta-");
+  if (delta != absl::string_view::npos) {
+    if (!absl::SimpleAtoi(rest.substr(delta + 7), &out->delta_sequence) ||
+        out->delta_sequence == 0) {
+      return false;
+    }
+    rest = rest.substr(0, delta);
+  } else if (absl::ConsumeSuffix(&rest, ".ckpt")) {
     out->spec_file = false;
   } else if (absl::ConsumeSuffix(&rest, ".specs")) {
     out->spec_file = true;
@@ -58,6 +66,48 @@ absl::StatusOr<std::vector<ShardFile>> ListShardFiles(const std::string& dir,
   return files;
 }
 
+std::vector<std::string> DeltaFilesOf(const std::vector<ShardFile>& files,
+                                      int shard_index, int num_shards) {
+  std::vector<const ShardFile*> deltas;
+  for (const ShardFile& f : files) {
+    if (f.delta_sequence > 0 && f.shard_index == shard_index &&
+        f.num_shards == num_shards) {
+      deltas.push_back(&f);
+    }
+  }
+  std::sort(deltas.begin(), deltas.end(),
+            [](const ShardFile* a, const ShardFile* b) {
+              return a->delta_sequence < b->delta_sequence;
+            });
+  std::vector<std::string> paths;
+  for (const ShardFile* f : deltas) paths.push_back(f->path);
+  return paths;
+}
+
+absl::StatusOr<std::vector<std::string>> ListDeltaFiles(const std::string& dir,
+                                                        int shard_index,
+                                                        int num_shards,
+                                                        FileSystem* fs) {
+  absl::StatusOr<std::vector<ShardFile>> files = ListShardFiles(dir, fs);
+  if (!files.ok()) return files.status();
+  return DeltaFilesOf(*files, shard_index, num_shards);
+}
+
+absl::StatusOr<int> PruneDeltaFiles(const std::string& dir, int shard_index,
+                                    int num_shards, FileSystem* fs) {
+  absl::StatusOr<std::vector<std::string>> deltas =
+      ListDeltaFiles(dir, shard_index, num_shards, fs);
+  if (!deltas.ok()) return deltas.status();
+  if (deltas->empty()) return 0;
+  for (const std::string& path : *deltas) {
+    absl::Status s = fs->Remove(path);
+    if (!s.ok()) return s;
+  }
+  absl::Status s = fs->SyncDir(dir);
+  if (!s.ok()) return s;
+  return static_cast<int>(deltas->size());
+}
+
 absl::Status CheckCheckpointDir(const CheckpointDirUse& use) {
   if (use.dir.empty()) return absl::OkStatus();
   absl::StatusOr<std::vector<ShardFile>> files =
@@ -83,7 +133,8 @@ absl::Status CheckCheckpointDir(const CheckpointDirUse& use) {
   }
   if (!use.restore) return absl::OkStatus();
   for (const ShardFile& f : *files) {
-    if (f.shard_index != use.shard_index) continue;
+    // A delta applies only on top of its own run's full checkpoint.
+    if (f.shard_index != use.shard_index || f.delta_sequence > 0) continue;
     absl::StatusOr<CheckpointIdentity> identity;
     if (f.spec_file) {
       absl::StatusOr<std::string> first =

@@ -5,6 +5,7 @@
 // reads any of them: a shard restores only its own run's state, of its own
 // shard count.
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -15,12 +16,14 @@
 namespace asyncps {
 
 // One shard file of a checkpoint directory: shard-<i>-of-<n>.ckpt (a
-// checkpoint) or .specs (a spec file).
+// checkpoint), .specs (a spec file) or .delta-<k> (delta k of the
+// checkpoint's chain, server/checkpoint_delta.h).
 struct ShardFile {
   std::string path;
   int shard_index = 0;
   int num_shards = 0;
-  bool spec_file = false;  // .specs rather than .ckpt
+  bool spec_file = false;       // .specs rather than .ckpt
+  uint64_t delta_sequence = 0;  // > 0: a delta rather than a checkpoint
 };
 
 // The shard files in `dir`, listed through `fs` (nullptr =
@@ -29,6 +32,22 @@ struct ShardFile {
 // listing it (naming it) is returned.
 absl::StatusOr<std::vector<ShardFile>> ListShardFiles(const std::string& dir,
                                                       FileSystem* fs = nullptr);
+
+// The deltas of shard `shard_index` of `num_shards` among `files`, in
+// sequence order.
+std::vector<std::string> DeltaFilesOf(const std::vector<ShardFile>& files,
+                                      int shard_index, int num_shards);
+
+// Lists `dir` and returns DeltaFilesOf its files (none when it is absent).
+absl::StatusOr<std::vector<std::string>> ListDeltaFiles(
+    const std::string& dir, int shard_index, int num_shards,
+    FileSystem* fs = nullptr);
+
+// Removes every delta of the shard from `dir` and syncs the directory (once
+// a new full checkpoint is durable, they belong to no chain). Returns how
+// many it removed; the first error (naming the file) otherwise.
+absl::StatusOr<int> PruneDeltaFiles(const std::string& dir, int shard_index,
+                                    int num_shards, FileSystem* fs);
 
 // CheckpointDirUse::adopt_run that accepts the files of any run.
 inline constexpr char kAdoptAnyRun[] = "any";

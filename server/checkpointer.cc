@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "server/checkpoint_dir.h"
 
 namespace asyncps {
 
@@ -18,6 +19,16 @@ absl::StatusOr<std::unique_ptr<Checkpointer>> Checkpointer::Start(
   }
   if (options.dir.empty()) {
     return absl::InvalidArgumentError("checkpoint directory is empty");
+  }
+  if (options.full_every > 1 && options.capture_delta == nullptr) {
+    return absl::InvalidArgumentError(
+        "CheckpointerOptions.capture_delta is required with full_every > 1");
+  }
+  if (options.full_every < 0 || !(options.delta_max_fraction > 0)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "full checkpoint interval must be >= 0 and the delta fraction > 0, "
+        "got ",
+        options.full_every, " and ", options.delta_max_fraction));
   }
   if (options.every < absl::ZeroDuration()) {
     return absl::InvalidArgumentError(
@@ -89,23 +100,71 @@ void Checkpointer::Loop() {
   }
 }
 
+bool Checkpointer::NextIsDelta() const {
+  return options_.full_every > 1 && chain_.valid &&
+         chain_.deltas + 1 < options_.full_every &&
+         static_cast<double>(chain_.delta_bytes) <
+             options_.delta_max_fraction *
+                 static_cast<double>(chain_.full_bytes);
+}
+
+void Checkpointer::Advance(const CheckpointImage& image,
+                           const CheckpointInfo& info, uint32_t crc) {
+  if (image.delta) {
+    ++chain_.next.sequence;
+    chain_.next.previous_crc = crc;
+    chain_.since = image.epoch;
+    chain_.delta_bytes += info.bytes();
+    ++chain_.deltas;
+    return;
+  }
+  chain_ = Chain();
+  chain_.valid = true;
+  chain_.next.base_crc = crc;
+  chain_.next.base_bytes = info.bytes();
+  chain_.next.base_unix_time_ms = info.unix_time_ms();
+  chain_.since = image.epoch;
+  chain_.full_bytes = info.bytes();
+  // The previous chain's deltas follow no checkpoint now (a restore would
+  // ignore them): removed, best effort.
+  absl::StatusOr<int> pruned = PruneDeltaFiles(options_.dir, image.shard_index,
+                                               image.num_shards, options_.fs);
+  if (!pruned.ok()) {
+    options_.logger->warn("removing old checkpoint deltas: {}",
+                          pruned.status().ToString());
+  } else if (*pruned > 0) {
+    options_.logger->debug("removed {} delta(s) of the previous checkpoint",
+                           *pruned);
+  }
+}
+
+void Checkpointer::LogWritten(const CheckpointInfo& info) const {
+  options_.logger->info(
+      "checkpoint {}written: {} ({} bytes, {} tensors, {} slices, {} tables, "
+      "{} rows, {} removed rows, {} workers) in {:.1f} ms; pushes held {:.1f} "
+      "ms",
+      info.delta() ? absl::StrCat("delta ", info.delta_sequence(), " ") : "",
+      info.path(), info.bytes(), info.tensors(), info.slices(), info.tables(),
+      info.rows(), info.removed_rows(), info.workers(), info.duration_ms(),
+      info.pause_ms());
+}
+
 absl::StatusOr<CheckpointInfo> Checkpointer::WriteNow() {
   absl::MutexLock write(&write_mu_);
-  const CheckpointImage image = options_.capture();
+  const CheckpointImage image =
+      NextIsDelta() ? options_.capture_delta(chain_.since, chain_.next)
+                    : options_.capture();
+  uint32_t crc = 0;
   absl::StatusOr<CheckpointInfo> info =
-      WriteCheckpoint(image, options_.dir, options_.clock, options_.fs);
+      WriteCheckpoint(image, options_.dir, options_.clock, options_.fs, &crc);
   if (!info.ok()) {
     failed_.fetch_add(1, std::memory_order_relaxed);
     options_.logger->error("checkpoint failed: {}", info.status().ToString());
     return info;
   }
   written_.fetch_add(1, std::memory_order_relaxed);
-  options_.logger->info(
-      "checkpoint written: {} ({} bytes, {} tensors, {} slices, {} tables, "
-      "{} rows, {} workers) in {:.1f} ms; pushes held {:.1f} ms",
-      info->path(), info->bytes(), info->tensors(), info->slices(),
-      info->tables(), info->rows(), info->workers(), info->duration_ms(),
-      info->pause_ms());
+  Advance(image, *info, crc);
+  LogWritten(*info);
   absl::MutexLock l(&mu_);
   last_ = *info;
   return info;

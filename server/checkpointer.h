@@ -42,6 +42,7 @@
 #include "common/clock.h"
 #include "proto/asyncps.pb.h"
 #include "server/checkpoint.h"
+#include "server/checkpoint_delta.h"
 #include "server/file_system.h"
 #include "spdlog/spdlog.h"
 
@@ -55,6 +56,20 @@ struct CheckpointerOptions {
   // Captures the shard's state as one consistent cut (the shard holds its
   // pushes back meanwhile; see server/checkpoint.h). Required.
   std::function<CheckpointImage()> capture;
+  // Incremental checkpoints (server/checkpoint_delta.h): every
+  // `full_every`-th checkpoint is full and the ones between are deltas;
+  // 0 or 1 = every checkpoint is full. A full one is also written first
+  // after Start, after a failed full one, and once the chain's deltas
+  // together reach `delta_max_fraction` of the full checkpoint's size. After
+  // a full checkpoint is written, the deltas of the previous chain are
+  // removed.
+  int full_every = 1;
+  double delta_max_fraction = 0.5;
+  // Captures a delta of what changed at or after ChangeEpoch `since`, to
+  // continue `chain` (CaptureDelta), as one consistent cut like `capture`.
+  // Both set CheckpointImage::epoch. Required when full_every > 1.
+  std::function<CheckpointImage(uint32_t since, const DeltaChain& chain)>
+      capture_delta;
   Clock* clock = Clock::Real();            // not owned
   FileSystem* fs = FileSystem::Default();  // not owned; writes go here
   std::shared_ptr<spdlog::logger> logger;  // required
@@ -97,8 +112,26 @@ class Checkpointer {
   uint64_t failed() const { return failed_.load(std::memory_order_relaxed); }
 
  private:
+  // The chain the next delta continues (valid once a full checkpoint was
+  // written by this Checkpointer).
+  struct Chain {
+    bool valid = false;
+    DeltaChain next;
+    uint32_t since = 0;  // the ChangeEpoch the next delta starts at
+    uint64_t full_bytes = 0;
+    uint64_t delta_bytes = 0;  // of the chain's deltas so far
+    int deltas = 0;
+  };
+
   explicit Checkpointer(CheckpointerOptions options);
   void Loop();
+  // Whether the next checkpoint is a delta.
+  bool NextIsDelta() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(write_mu_);
+  // Records a checkpoint written (`crc`: its body's) in the chain; after a
+  // full one, removes the previous chain's deltas.
+  void Advance(const CheckpointImage& image, const CheckpointInfo& info,
+               uint32_t crc) ABSL_EXCLUSIVE_LOCKS_REQUIRED(write_mu_);
+  void LogWritten(const CheckpointInfo& info) const;
 
   const CheckpointerOptions options_;
   std::atomic<uint64_t> written_{0};
@@ -107,6 +140,7 @@ class Checkpointer {
   // Serializes writes (the thread's and WriteNow's) to the one .tmp file;
   // held across the write's I/O and nothing else waits on it.
   absl::Mutex write_mu_;
+  Chain chain_ ABSL_GUARDED_BY(write_mu_);
 
   mutable absl::Mutex mu_;
   std::vector<Done> pending_ ABSL_GUARDED_BY(mu_);

@@ -123,6 +123,9 @@ absl::Status PsServer::CreateState(PsServerOptions* options) {
       epoch_ = absl::Uniform<uint64_t>(bits);
     } while (epoch_ == 0);
   }
+  // Incremental checkpoints record evicted rows.
+  options->store.track_removed_rows =
+      !options->checkpoint_dir.empty() && options->checkpoint_full_every > 1;
   absl::StatusOr<std::unique_ptr<ShardStore>> store =
       ShardStore::Create(options->store);
   if (!store.ok()) return store.status();
@@ -168,7 +171,12 @@ absl::StatusOr<CheckpointInfo> PsServer::StartCheckpoints(
   c.clock = options.clock;
   c.fs = options.fs;
   c.logger = options.logger;
-  c.capture = [this] { return Capture(); };
+  c.capture = [this] { return Capture(nullptr, 0); };
+  c.full_every = options.checkpoint_full_every;
+  c.delta_max_fraction = options.checkpoint_delta_max_fraction;
+  c.capture_delta = [this](uint32_t since, const DeltaChain& chain) {
+    return Capture(&chain, since);
+  };
   absl::StatusOr<std::unique_ptr<Checkpointer>> checkpointer =
       Checkpointer::Start(std::move(c));
   if (!checkpointer.ok()) return checkpointer.status();
@@ -285,6 +293,38 @@ void PsServer::LogServing(const PsServerOptions& options) const {
       options.security.cluster_token.empty() ? "" : ", cluster token required");
 }
 
+absl::StatusOr<RestoredCheckpoint> PsServer::ReadCheckpoint(
+    const PsServerOptions& options, const std::string& path) {
+  const absl::StatusOr<FileStat> stat = options.fs->Stat(path);
+  const uint64_t size = stat.ok() ? stat->size : 0;
+  RestoreCheckpointOptions restore;
+  restore.fs = options.fs;
+  if (stat.ok()) {
+    logger_->info("restoring checkpoint {} ({} bytes)", path, size);
+    // The deltas of its chain (server/checkpoint_delta.h).
+    absl::StatusOr<std::vector<std::string>> deltas =
+        ListDeltaFiles(options.checkpoint_dir, options.store.shard_index,
+                       options.store.num_shards, options.fs);
+    if (!deltas.ok()) return deltas.status();
+    restore.deltas = *std::move(deltas);
+  }
+  restore.progress = [this, &path, size](uint64_t read) {
+    logger_->info("restoring {}: {} of {} bytes read ({:.0f}%)", path, read,
+                  size, size > 0 ? 100.0 * read / size : 100.0);
+  };
+  absl::StatusOr<RestoredCheckpoint> r =
+      RestoreCheckpoint(path, store_.get(), restore);
+  if (!r.ok() || restore.deltas.empty()) return r;
+  logger_->info("applied {} of the {} delta(s) after {}",
+                r->info.deltas_applied(), restore.deltas.size(), path);
+  if (r->info.deltas_ignored() > 0) {
+    logger_->warn(
+        "ignored {} checkpoint delta(s): {}; the updates they held are lost",
+        r->info.deltas_ignored(), r->deltas_ignored_reason);
+  }
+  return r;
+}
+
 absl::StatusOr<CheckpointInfo> PsServer::Restore(
     const PsServerOptions& options) {
   const std::string path =
@@ -298,19 +338,7 @@ absl::StatusOr<CheckpointInfo> PsServer::Restore(
     return CheckpointInfo();
   }
   CheckpointInfo restored;
-  const absl::StatusOr<FileStat> stat = options.fs->Stat(path);
-  const uint64_t size = stat.ok() ? stat->size : 0;
-  if (stat.ok()) {
-    logger_->info("restoring checkpoint {} ({} bytes)", path, size);
-  }
-  RestoreCheckpointOptions restore;
-  restore.fs = options.fs;
-  restore.progress = [this, &path, size](uint64_t read) {
-    logger_->info("restoring {}: {} of {} bytes read ({:.0f}%)", path, read,
-                  size, size > 0 ? 100.0 * read / size : 100.0);
-  };
-  absl::StatusOr<RestoredCheckpoint> r =
-      RestoreCheckpoint(path, store_.get(), restore);
+  absl::StatusOr<RestoredCheckpoint> r = ReadCheckpoint(options, path);
   if (r.ok()) {
     const bool adopted = r->identity.run_id() != options.run_id;
     adopted_ = adopted;
@@ -379,12 +407,20 @@ std::string PsServer::address() const {
   return absl::StrCat(any ? "127.0.0.1" : host_, ":", port_);
 }
 
-CheckpointImage PsServer::Capture() {
+CheckpointImage PsServer::Capture(const DeltaChain* chain, uint32_t since) {
+  // Evicted ids before `since` are in a durable checkpoint already.
+  if (chain != nullptr) store_->tables().ForgetRemovedBefore(since);
   const absl::Time start = clock_->Now();
   PushGate::Closed closed(&gate_);
   const absl::Time held = clock_->Now();
-  CheckpointImage image =
-      CaptureCheckpoint(*store_, workers_->Export(), held, kVersion, run_id_);
+  // Changes from now on go to the next delta.
+  const uint32_t epoch = store_->AdvanceChangeEpoch();
+  CheckpointImage image = chain == nullptr
+                              ? CaptureCheckpoint(*store_, workers_->Export(),
+                                                  held, kVersion, run_id_)
+                              : CaptureDelta(*store_, workers_->Export(), held,
+                                             since, *chain, kVersion, run_id_);
+  image.epoch = epoch;
   image.pause = clock_->Now() - start;
   return image;
 }
@@ -393,7 +429,7 @@ absl::StatusOr<FeedSnapshot> PsServer::Snapshot() {
   FeedSnapshot snapshot;
   CheckpointImage image;
   log_->AtCut([&](uint64_t index, uint64_t epoch) {
-    image = Capture();
+    image = Capture(nullptr, 0);
     snapshot.index = index;
     snapshot.epoch = epoch;
   });
@@ -415,11 +451,11 @@ void PsServer::FillDigest(StatusResponse* response) {
   uint64_t index = 0;
   if (log_ != nullptr) {
     log_->AtCut([&](uint64_t i, uint64_t) {
-      image = Capture();
+      image = Capture(nullptr, 0);
       index = i;
     });
   } else {
-    image = Capture();
+    image = Capture(nullptr, 0);
   }
   ReplicaStatus* r = response->mutable_replica();
   r->set_state_digest(StateDigest(image));

@@ -68,6 +68,13 @@ struct PsServerOptions {
   // checkpoint_every (0 = never periodically) and at Shutdown.
   std::string checkpoint_dir;
   absl::Duration checkpoint_every = absl::ZeroDuration();
+  // Incremental checkpoints (server/checkpoint_delta.h): every
+  // checkpoint_full_every-th checkpoint is full, those between are deltas
+  // of what changed since the previous one (0 or 1 = always full); also
+  // full once the deltas reach checkpoint_delta_max_fraction of the full
+  // checkpoint's size.
+  int checkpoint_full_every = 1;
+  double checkpoint_delta_max_fraction = 0.5;
   // Load this shard's checkpoint (and spec file) from checkpoint_dir before
   // serving when there is one; one that cannot be restored fails Start.
   bool restore = true;
@@ -181,8 +188,14 @@ class PsServer {
   // run's: parameters only), then the spec file; returns what was restored
   // (empty when nothing).
   absl::StatusOr<CheckpointInfo> Restore(const PsServerOptions& options);
-  // Holds pushes back and serializes the state (the checkpointer's capture).
-  CheckpointImage Capture();
+  // Reads this shard's checkpoint at `path` and the deltas of its chain
+  // into the store, logging what it applied and ignored.
+  absl::StatusOr<RestoredCheckpoint> ReadCheckpoint(
+      const PsServerOptions& options, const std::string& path);
+  // Holds pushes back and serializes the state (the checkpointer's
+  // captures): all of it, or with `chain` a delta of what changed at or
+  // after ChangeEpoch `since`.
+  CheckpointImage Capture(const DeltaChain* chain, uint32_t since);
   // A checkpoint file of the state at a cut of the replication log, for a
   // backup that needs a snapshot.
   absl::StatusOr<FeedSnapshot> Snapshot();

@@ -204,7 +204,7 @@ std::string ShardFilePath(absl::string_view dir, int shard_index,
 
 absl::StatusOr<uint64_t> WriteRecordFile(
     const std::string& path, const RecordFileFormat& format,
-    const std::vector<std::string>& records, FileSystem* fs) {
+    const std::vector<std::string>& records, FileSystem* fs, uint32_t* crc) {
   if (format.magic.size() != kMagicBytes) {
     return absl::InternalError(
         absl::StrCat("bad record file magic for ", format.what));
@@ -237,6 +237,7 @@ absl::StatusOr<uint64_t> WriteRecordFile(
     if (s.ok()) {
       char trailer[kTrailerBytes];
       PutU32(out.crc(), trailer);
+      if (crc != nullptr) *crc = out.crc();
       s = out.Append(absl::string_view(trailer, sizeof(trailer)), false);
     }
     if (s.ok()) s = out.SyncAndClose();
@@ -279,6 +280,7 @@ absl::StatusOr<RecordFileInfo> ReadRecordFile(
     return in.Corrupt(absl::StrFormat(
         "checksum mismatch (stored %08x, computed %08x)", stored, computed));
   }
+  info.crc = stored;
   return info;
 }
 

@@ -48,15 +48,18 @@ inline constexpr uint32_t kMaxRecordBytes = 1u << 30;
 // (best effort: a .tmp is never read). An error of the final directory
 // sync comes after the rename: the new file is in place then, but its
 // durability is not known. Concurrent writers of one path must be
-// serialized by the caller.
+// serialized by the caller. `crc` (if given) receives the body's CRC-32,
+// the file's trailer.
 absl::StatusOr<uint64_t> WriteRecordFile(
     const std::string& path, const RecordFileFormat& format,
-    const std::vector<std::string>& records, FileSystem* fs = nullptr);
+    const std::vector<std::string>& records, FileSystem* fs = nullptr,
+    uint32_t* crc = nullptr);
 
 // What ReadRecordFile saw besides the records.
 struct RecordFileInfo {
   uint32_t version = 0;  // the file's format version
   uint64_t bytes = 0;    // its size
+  uint32_t crc = 0;      // its body's CRC-32 (the trailer)
 };
 
 // Reads `path` front to back through `fs` (nullptr = FileSystem::Default()),

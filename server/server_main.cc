@@ -116,14 +116,26 @@ ABSL_FLAG(int64_t, row_ttl_steps, 0,
           "Evict sparse table rows not pulled or pushed for this many steps "
           "(clock ticks of the fastest live worker); an evicted row comes "
           "back with its initial values when next touched. 0 = never.");
-ABSL_FLAG(std::string, checkpoint_dir, "",
-          "Directory for this shard's checkpoint file "
-          "(shard-<i>-of-<n>.ckpt); empty = checkpoints off. Written on the "
-          "Checkpoint RPC (psctl checkpoint), every --checkpoint_every_s and "
-          "at SIGINT/SIGTERM shutdown.");
+ABSL_FLAG(
+    std::string, checkpoint_dir, "",
+    "Directory for this shard's checkpoint file "
+    "(shard-<i>-of-<n>.ckpt, and its deltas shard-<i>-of-<n>.delta-<k> "
+    "with --checkpoint_full_every); empty = checkpoints off. Written on "
+    "the Checkpoint RPC (psctl checkpoint), every --checkpoint_every_s and "
+    "at SIGINT/SIGTERM shutdown.");
 ABSL_FLAG(int64_t, checkpoint_every_s, 0,
           "With --checkpoint_dir: also write a checkpoint this many seconds "
           "after the previous one; 0 = only on request and at shutdown.");
+ABSL_FLAG(int32_t, checkpoint_full_every, 1,
+          "With --checkpoint_dir: incremental checkpoints. Every N-th "
+          "checkpoint is a full one (shard-<i>-of-<n>.ckpt), the N-1 between "
+          "are deltas (shard-<i>-of-<n>.delta-<k>) holding only the slices "
+          "and rows changed (and rows evicted) since the previous one. 0 or "
+          "1 = every checkpoint is full.");
+ABSL_FLAG(double, checkpoint_delta_max_fraction, 0.5,
+          "With --checkpoint_full_every > 1: write a full checkpoint instead "
+          "of a delta once the deltas since the last full one add up to this "
+          "fraction of its size (> 0).");
 ABSL_FLAG(bool, restore, true,
           "With --checkpoint_dir: load this shard's checkpoint before "
           "serving when one exists; one that cannot be restored (corrupt, "
@@ -363,6 +375,19 @@ absl::Status CheckpointFlags(PsServerOptions* o) {
         "--checkpoint_every_s needs --checkpoint_dir");
   }
   o->checkpoint_every = absl::Seconds(every);
+  o->checkpoint_full_every = absl::GetFlag(FLAGS_checkpoint_full_every);
+  if (o->checkpoint_full_every < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--checkpoint_full_every must be >= 0, got ",
+                     o->checkpoint_full_every));
+  }
+  o->checkpoint_delta_max_fraction =
+      absl::GetFlag(FLAGS_checkpoint_delta_max_fraction);
+  if (!(o->checkpoint_delta_max_fraction > 0)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--checkpoint_delta_max_fraction must be > 0, got ",
+                     o->checkpoint_delta_max_fraction));
+  }
   o->restore = absl::GetFlag(FLAGS_restore);
   o->run_id = absl::GetFlag(FLAGS_run_id);
   if (absl::Status r = CheckRunId(o->run_id); !r.ok()) {

@@ -22,13 +22,18 @@ absl::StatusOr<ShardFileSet> FindShardFileSet(const std::string& dir,
   set.num_shards = (*files)[0].num_shards;
   set.checkpoints.resize(set.num_shards);
   set.spec_files.resize(set.num_shards);
+  set.deltas.resize(set.num_shards);
   for (const ShardFile& f : *files) {
     if (f.num_shards != set.num_shards) {
       return absl::FailedPreconditionError(absl::StrCat(
           dir, " mixes files of ", set.num_shards, " and ", f.num_shards,
           " shards (", f.path, "): use one consistent set"));
     }
+    if (f.delta_sequence > 0) continue;
     (f.spec_file ? set.spec_files : set.checkpoints)[f.shard_index] = f.path;
+  }
+  for (int i = 0; i < set.num_shards; ++i) {
+    set.deltas[i] = DeltaFilesOf(*files, i, set.num_shards);
   }
   for (int i = 0; i < set.num_shards; ++i) {
     if (set.checkpoints[i].empty() && set.spec_files[i].empty()) {
@@ -38,6 +43,19 @@ absl::StatusOr<ShardFileSet> FindShardFileSet(const std::string& dir,
     }
   }
   return set;
+}
+
+std::vector<std::string> AllFiles(const ShardFileSet& set) {
+  std::vector<std::string> paths;
+  for (int i = 0; i < set.num_shards; ++i) {
+    for (const std::string* p : {&set.checkpoints[i], &set.spec_files[i]}) {
+      if (!p->empty()) paths.push_back(*p);
+    }
+    if (i < static_cast<int>(set.deltas.size())) {
+      paths.insert(paths.end(), set.deltas[i].begin(), set.deltas[i].end());
+    }
+  }
+  return paths;
 }
 
 absl::StatusOr<RestoredShard> RestoreShard(const ShardFileSet& set, int index,
@@ -54,6 +72,9 @@ absl::StatusOr<RestoredShard> RestoreShard(const ShardFileSet& set, int index,
   if (!ckpt.empty()) {
     RestoreCheckpointOptions options;
     options.fs = fs;
+    if (index < static_cast<int>(set.deltas.size())) {
+      options.deltas = set.deltas[index];
+    }
     absl::StatusOr<RestoredCheckpoint> r =
         RestoreCheckpoint(ckpt, shard.store.get(), options);
     if (!r.ok()) return r.status();

@@ -24,6 +24,9 @@ struct ShardFileSet {
   int num_shards = 0;
   std::vector<std::string> checkpoints;
   std::vector<std::string> spec_files;
+  // Per shard, the deltas of its checkpoint's chain in sequence order
+  // (server/checkpoint_delta.h), applied after it.
+  std::vector<std::vector<std::string>> deltas;
 };
 
 // The shard files of `dir`, listed through `fs` (nullptr =
@@ -31,6 +34,9 @@ struct ShardFileSet {
 // shard counts, or lacks every file of some shard; errors of listing it.
 absl::StatusOr<ShardFileSet> FindShardFileSet(const std::string& dir,
                                               FileSystem* fs = nullptr);
+
+// Every file of `set` (checkpoints, spec files and deltas).
+std::vector<std::string> AllFiles(const ShardFileSet& set);
 
 // One shard of a set, restored.
 struct RestoredShard {
@@ -41,9 +47,10 @@ struct RestoredShard {
 
 // Restores shard `index` of `set` into a new store, reading through `fs`
 // (nullptr = FileSystem::Default()). Errors of RestoreCheckpoint and of
-// reading the spec file (naming the file); FAILED_PRECONDITION when its
-// checkpoint and spec file belong to different runs. On error no store is
-// returned: nothing half-restored escapes.
+// reading the spec file (naming the file); deltas as RestoreCheckpoint
+// applies them (a torn one is ignored with the ones after it);
+// FAILED_PRECONDITION when its checkpoint and spec file belong to different
+// runs. On error no store is returned: nothing half-restored escapes.
 absl::StatusOr<RestoredShard> RestoreShard(const ShardFileSet& set, int index,
                                            FileSystem* fs = nullptr);
 

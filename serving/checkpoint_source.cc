@@ -31,14 +31,11 @@ using FileStamp = std::tuple<std::string, uint64_t, uint64_t, int64_t>;
 absl::StatusOr<std::vector<FileStamp>> Stamps(const ShardFileSet& set,
                                               FileSystem* fs) {
   std::vector<FileStamp> stamps;
-  for (const std::vector<std::string>* files :
-       {&set.checkpoints, &set.spec_files}) {
-    for (const std::string& path : *files) {
-      if (path.empty()) continue;
-      absl::StatusOr<FileStat> st = fs->Stat(path);
-      if (!st.ok()) return st.status();
-      stamps.emplace_back(path, st->inode, st->size, st->modified_ns);
-    }
+  // Deltas too: a new delta is a newer state of its shard.
+  for (const std::string& path : AllFiles(set)) {
+    absl::StatusOr<FileStat> st = fs->Stat(path);
+    if (!st.ok()) return st.status();
+    stamps.emplace_back(path, st->inode, st->size, st->modified_ns);
   }
   return stamps;
 }

@@ -65,6 +65,7 @@ absl::Status DenseSlice::Read(
   View view;
   view.index = index_;
   view.version = version_;
+  view.changed = changed();
   view.values = absl::MakeConstSpan(values_);
   view.optimizer_state = optimizer_->state();
   return visit(view);

@@ -1,6 +1,7 @@
 #ifndef ASYNCPS_STORE_DENSE_SLICE_H_
 #define ASYNCPS_STORE_DENSE_SLICE_H_
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -42,6 +43,7 @@ class DenseSlice {
   struct View {
     uint32_t index = 0;
     uint64_t version = 0;
+    uint32_t changed = 0;  // see changed()
     absl::Span<const float> values;
     // SliceOptimizer::state(): one span per state buffer, each values.size().
     std::vector<absl::Span<const float>> optimizer_state;
@@ -91,10 +93,19 @@ class DenseSlice {
 
   size_t optimizer_bytes() const;
 
+  // The ChangeEpoch (store/change_epoch.h) of the slice's last change, as
+  // its owner stamped it with MarkChanged after applying a push (a relaxed
+  // store: no lock). 0 = never stamped.
+  uint32_t changed() const { return changed_.load(std::memory_order_relaxed); }
+  void MarkChanged(uint32_t epoch) {
+    changed_.store(epoch, std::memory_order_relaxed);
+  }
+
  private:
   // Const after construction.
   const uint32_t index_;
   const int64_t size_;
+  std::atomic<uint32_t> changed_{0};
 
   mutable absl::Mutex mu_;
   uint64_t version_ ABSL_GUARDED_BY(mu_) = 0;

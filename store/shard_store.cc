@@ -83,6 +83,8 @@ ShardStore::ShardStore(const ShardStoreOptions& options, const ShardMap& map)
     absl::MutexLock l(&mu_);
     return reserved_bytes_;
   };
+  t.epoch = &epoch_;
+  t.track_removed_rows = options.track_removed_rows;
   tables_ = std::make_unique<TableStore>(std::move(t));
 }
 ShardStore::~ShardStore() = default;
@@ -165,6 +167,7 @@ std::unique_ptr<ShardStore::Tensor> ShardStore::BuildTensor(
     if (map_.SliceHome(spec.name(), i) == options_.shard_index) {
       t->slices[i] =
           std::make_unique<DenseSlice>(spec, layout, i, initialize, given);
+      t->slices[i]->MarkChanged(epoch_.current());
     }
   }
   return t;
@@ -548,6 +551,7 @@ void ShardStore::CommitPush(PreparedPush* push, const StalenessRule& rule,
   push->request_ = nullptr;
   tables_->CommitPush(&push->rows_, rule, response);
   response->mutable_results()->Reserve(request.grads_size());
+  const uint32_t epoch = epoch_.current();
   for (int i = 0; i < request.grads_size(); ++i) {
     const SliceGradient& g = request.grads(i);
     SliceResult* result = response->add_results();
@@ -559,9 +563,11 @@ void ShardStore::CommitPush(PreparedPush* push, const StalenessRule& rule,
       result->set_lr_scale(0);
     } else if (request.assign()) {
       push->slices_[i]->Assign(push->grads_[i], result);
+      push->slices_[i]->MarkChanged(epoch);
     } else {
       push->slices_[i]->Apply(push->grads_[i], g.read_version(), rule,
                               push->schedules_[i]->factor(), result);
+      push->slices_[i]->MarkChanged(epoch);
     }
   }
 }

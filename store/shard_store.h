@@ -45,6 +45,7 @@
 #include "common/shard_map.h"
 #include "common/tensor_layout.h"
 #include "proto/asyncps.pb.h"
+#include "store/change_epoch.h"
 #include "store/dense_slice.h"
 #include "store/lr_schedule.h"
 #include "store/staleness_rule.h"
@@ -67,6 +68,11 @@ struct ShardStoreOptions {
   // Sparse table rows unused for more than this many steps are evicted
   // (TableStore::EvictIdle); 0 = never.
   int64_t row_ttl_steps = 0;
+  // Remember the ids of evicted sparse table rows, with the ChangeEpoch of
+  // their eviction, until a checkpoint covering them is durable
+  // (TableStore::ForgetRemovedBefore): incremental checkpoints record them
+  // as removals. Off: nothing is kept (16 bytes per eviction otherwise).
+  bool track_removed_rows = false;
 };
 
 // Totals describing what a store holds.
@@ -190,6 +196,14 @@ class ShardStore {
   TableStore& tables() { return *tables_; }
   const TableStore& tables() const { return *tables_; }
 
+  // Changes for incremental checkpoints (store/change_epoch.h): every slice
+  // is stamped with the epoch of its creation and of each push applied to
+  // it, every row with that of its creation and last use.
+  uint32_t change_epoch() const { return epoch_.current(); }
+  // Starts a new epoch and returns it (a checkpoint capture, with pushes
+  // held back).
+  uint32_t AdvanceChangeEpoch() { return epoch_.Advance(); }
+
   // ---- Export and import of the whole state, for checkpoints.
 
   // One local slice as Export hands it out (DenseSlice::View). The spans
@@ -290,6 +304,8 @@ class ShardStore {
 
   const ShardStoreOptions options_;
   const ShardMap map_;
+  // Outlives the tensors and tables, which point to it.
+  ChangeEpoch epoch_;
 
   // Serializes SetLearningRates. Locked before mu_.
   absl::Mutex schedule_mu_;

@@ -12,18 +12,24 @@
 namespace asyncps {
 
 // kChunkRows rows: their values and state (stride floats each), ids,
-// versions, last-use clocks and duplicate tags.
+// versions, what each use of a row writes, and duplicate tags.
 struct SparseTable::Chunk {
+  // What a use (pull or push) of a row writes, side by side so that a use
+  // touches one cache line for all of it. Written by pulls under a shared
+  // lock, hence atomic (relaxed: a clock that is a little behind only
+  // delays an eviction).
+  struct Use {
+    std::atomic<int64_t> touched;  // the clock of the last use
+    // EVICT_LFU: the use count at the last use (store/row_eviction.h).
+    std::atomic<float> count;
+    // The ChangeEpoch of the row's creation or last use.
+    std::atomic<uint32_t> changed;
+  };
   explicit Chunk(size_t stride) : data(new float[kChunkRows * stride]) {}
   std::unique_ptr<float[]> data;
   uint64_t ids[kChunkRows];
   uint64_t versions[kChunkRows];
-  // Written by pulls under a shared lock, hence atomic (relaxed: a clock
-  // that is a little behind only delays an eviction).
-  std::atomic<int64_t> touched[kChunkRows];
-  // EVICT_LFU: the use count at the last use (store/row_eviction.h), as
-  // touched.
-  std::atomic<float> uses[kChunkRows];
+  Use use[kChunkRows];
   // (request serial << 32 | position) of the last push that touched the
   // row: finds duplicate ids within one push.
   uint64_t tags[kChunkRows];
@@ -61,7 +67,8 @@ absl::Status SparseTable::ValidateSpec(const TableSpec& spec) {
 }
 
 SparseTable::SparseTable(const TableSpec& spec, int shard_index,
-                         const ShardMap& map)
+                         const ShardMap& map, const ChangeEpoch* epoch,
+                         bool track_removed)
     : spec_(spec),
       dim_(spec.dim()),
       shard_index_(shard_index),
@@ -75,6 +82,8 @@ SparseTable::SparseTable(const TableSpec& spec, int shard_index,
       admission_(spec),
       eviction_(spec),
       fixed_bytes_(kTableOverheadBytes + admission_.SketchBytes(kPartitions)),
+      epoch_(epoch),
+      track_removed_(track_removed && epoch != nullptr),
       partitions_(new Partition[kPartitions]) {
   for (int k = 0; k < kPartitions; ++k) {
     Partition& p = partitions_[k];
@@ -168,21 +177,37 @@ float* SparseTable::RowData(const Partition& p, uint32_t row) const {
          static_cast<size_t>(row & (kChunkRows - 1)) * stride_;
 }
 
-void SparseTable::Touch(const Partition& p, uint32_t row, int64_t clock) const {
+void SparseTable::Touch(const Partition& p, uint32_t row, int64_t clock,
+                        uint32_t now) const {
   Chunk& c = *p.chunks[row >> kChunkShift];
   const uint32_t at = row & (kChunkRows - 1);
-  std::atomic<int64_t>& t = c.touched[at];
+  std::atomic<int64_t>& t = c.use[at].touched;
   const int64_t last = t.load(std::memory_order_relaxed);
   if (eviction_.counts_uses()) {
     // Racy under a shared lock (a concurrent use may be lost): a count.
-    c.uses[at].store(
-        eviction_.CountAfterUse(c.uses[at].load(std::memory_order_relaxed),
+    c.use[at].count.store(
+        eviction_.CountAfterUse(c.use[at].count.load(std::memory_order_relaxed),
                                 last, clock),
         std::memory_order_relaxed);
   }
   if (last < clock) t.store(clock, std::memory_order_relaxed);
+  Stamp(p, row, now);
   if (latest_clock_.load(std::memory_order_relaxed) < clock) {
     latest_clock_.store(clock, std::memory_order_relaxed);
+  }
+}
+
+uint32_t SparseTable::Now() const {
+  return epoch_ == nullptr ? 0 : epoch_->current();
+}
+
+void SparseTable::Stamp(const Partition& p, uint32_t row, uint32_t now) const {
+  if (now == 0) return;
+  std::atomic<uint32_t>& changed =
+      p.chunks[row >> kChunkShift]->use[row & (kChunkRows - 1)].changed;
+  // Read first: a row used again within an epoch is not written.
+  if (changed.load(std::memory_order_relaxed) != now) {
+    changed.store(now, std::memory_order_relaxed);
   }
 }
 
@@ -205,9 +230,11 @@ uint32_t SparseTable::FindOrCreate(Partition& p, uint64_t id, int64_t clock,
   const uint32_t at = row & (kChunkRows - 1);
   c.ids[at] = id;
   c.versions[at] = 0;
-  c.touched[at].store(clock, std::memory_order_relaxed);
-  c.uses[at].store(0.0f, std::memory_order_relaxed);
+  c.use[at].touched.store(clock, std::memory_order_relaxed);
+  c.use[at].count.store(0.0f, std::memory_order_relaxed);
   c.tags[at] = 0;
+  c.use[at].changed.store(epoch_ == nullptr ? 0 : epoch_->current(),
+                          std::memory_order_relaxed);
   if (initialize) {
     float* data = RowData(p, row);
     init_.Fill(id, data);
@@ -323,6 +350,7 @@ void SparseTable::CopyOut(const Partition& p, int k,
                           int64_t clock, bool touch, WireDtype dtype, char* out,
                           uint64_t* versions) const {
   const size_t row_wire = static_cast<size_t>(dim_) * WireBytes(dtype);
+  const uint32_t now = Now();
   std::vector<float> initial;
   for (uint32_t j = batch.begin[k]; j < batch.begin[k + 1]; ++j) {
     const uint32_t pos = batch.order[j];
@@ -337,7 +365,7 @@ void SparseTable::CopyOut(const Partition& p, int k,
       data = RowData(p, row);
       versions[pos] =
           p.chunks[row >> kChunkShift]->versions[row & (kChunkRows - 1)];
-      if (touch) Touch(p, row, clock);
+      if (touch) Touch(p, row, clock, now);
     }
     char* dst = out + pos * row_wire;
     if (dtype == WIRE_BF16) {
@@ -413,6 +441,7 @@ SparseTable::PushCounts SparseTable::Assign(absl::Span<const uint64_t> ids,
                                             Batch* batch, const float* values,
                                             int64_t clock) {
   PushCounts counts;
+  const uint32_t now = Now();
   ForEachPartitionCreating(
       ids, batch, clock, /*admit=*/false, &counts,
       [&](Partition& p, uint32_t begin, uint32_t end) {
@@ -420,7 +449,7 @@ SparseTable::PushCounts SparseTable::Assign(absl::Span<const uint64_t> ids,
         for (uint32_t j = begin; j < end; ++j) {
           const uint32_t pos = batch->order[j];
           const uint32_t row = batch->rows[pos];
-          Touch(p, row, clock);
+          Touch(p, row, clock, now);
           std::copy_n(values + static_cast<size_t>(pos) * dim_, dim_,
                       RowData(p, row));
           ++p.chunks[row >> kChunkShift]->versions[row & (kChunkRows - 1)];
@@ -451,6 +480,7 @@ SparseTable::PushCounts SparseTable::Apply(
     std::copy(read_versions.begin(), read_versions.end(), read.begin());
   }
   constexpr uint32_t kMerged = Batch::kNoRow - 1;
+  const uint32_t now = Now();
   ForEachPartitionCreating(
       ids, batch, clock, /*admit=*/true, &counts,
       [&](Partition& p, uint32_t begin, uint32_t end) {
@@ -486,7 +516,7 @@ SparseTable::PushCounts SparseTable::Apply(
           if (row == kMerged || row == Batch::kNoRow) continue;
           Chunk& c = *p.chunks[row >> kChunkShift];
           const uint32_t at = row & (kChunkRows - 1);
-          Touch(p, row, clock);
+          Touch(p, row, clock, now);
           uint64_t& version = c.versions[at];
           if (read[pos] > version) {
             ++counts.refused_restored;
@@ -527,8 +557,8 @@ uint64_t SparseTable::EvictBefore(int64_t clock) {
       if (s.row1 == 0) continue;
       const uint32_t row = s.row1 - 1;
       const Chunk& c = *p.chunks[row >> kChunkShift];
-      if (c.touched[row & (kChunkRows - 1)].load(std::memory_order_relaxed) <
-          clock) {
+      if (c.use[row & (kChunkRows - 1)].touched.load(
+              std::memory_order_relaxed) < clock) {
         idle.push_back(s.id);
       }
     }
@@ -540,6 +570,7 @@ uint64_t SparseTable::EvictBefore(int64_t clock) {
 }
 
 void SparseTable::EraseRow(Partition& p, uint64_t id) {
+  if (track_removed_) p.removed.emplace_back(id, epoch_->current());
   p.free_rows.push_back(Lookup(p, id));
   EraseSlot(p, id);
   rows_.fetch_sub(1, std::memory_order_relaxed);
@@ -549,8 +580,8 @@ double SparseTable::ScoreOf(const Partition& p, uint32_t row,
                             int64_t now) const {
   const Chunk& c = *p.chunks[row >> kChunkShift];
   const uint32_t at = row & (kChunkRows - 1);
-  return eviction_.Score(c.touched[at].load(std::memory_order_relaxed),
-                         c.uses[at].load(std::memory_order_relaxed), now);
+  return eviction_.Score(c.use[at].touched.load(std::memory_order_relaxed),
+                         c.use[at].count.load(std::memory_order_relaxed), now);
 }
 
 double SparseTable::EvictionThreshold(uint64_t rows) const {
@@ -591,7 +622,8 @@ uint64_t SparseTable::EvictPartition(int k, double threshold, uint64_t quota) {
 }
 
 absl::Status SparseTable::Export(
-    absl::FunctionRef<absl::Status(const RowView&)> visit) const {
+    absl::FunctionRef<absl::Status(const RowView&)> visit,
+    uint32_t since) const {
   for (int k = 0; k < kPartitions; ++k) {
     const Partition& p = partitions_[k];
     absl::ReaderMutexLock l(&p.mu);
@@ -600,12 +632,16 @@ absl::Status SparseTable::Export(
       const uint32_t row = s.row1 - 1;
       const Chunk& c = *p.chunks[row >> kChunkShift];
       const uint32_t at = row & (kChunkRows - 1);
+      if (since > 0 &&
+          c.use[at].changed.load(std::memory_order_relaxed) < since) {
+        continue;
+      }
       RowView v;
       v.dim = dim_;
       v.state_floats = updater_.state_floats();
       v.id = s.id;
       v.version = c.versions[at];
-      v.touched = c.touched[at].load(std::memory_order_relaxed);
+      v.touched = c.use[at].touched.load(std::memory_order_relaxed);
       v.values = RowData(p, row);
       v.state = v.values + dim_;
       absl::Status st = visit(v);
@@ -615,9 +651,51 @@ absl::Status SparseTable::Export(
   return absl::OkStatus();
 }
 
+void SparseTable::RemovedSince(uint32_t since,
+                               std::vector<uint64_t>* ids) const {
+  for (int k = 0; k < kPartitions; ++k) {
+    const Partition& p = partitions_[k];
+    absl::ReaderMutexLock l(&p.mu);
+    for (const auto& [id, epoch] : p.removed) {
+      if (epoch >= since) ids->push_back(id);
+    }
+  }
+}
+
+void SparseTable::ForgetRemovedBefore(uint32_t epoch) {
+  for (int k = 0; k < kPartitions; ++k) {
+    Partition& p = partitions_[k];
+    absl::MutexLock l(&p.mu);
+    p.removed.erase(
+        std::remove_if(p.removed.begin(), p.removed.end(),
+                       [epoch](const std::pair<uint64_t, uint32_t>& r) {
+                         return r.second < epoch;
+                       }),
+        p.removed.end());
+  }
+}
+
+bool SparseTable::Contains(uint64_t id) const {
+  const Partition& p = partitions_[PartitionOf(id)];
+  absl::ReaderMutexLock l(&p.mu);
+  return Lookup(p, id) != Batch::kNoRow;
+}
+
+bool SparseTable::Remove(uint64_t id) {
+  Partition& p = partitions_[PartitionOf(id)];
+  absl::MutexLock l(&p.mu);
+  const uint32_t row = Lookup(p, id);
+  if (row == Batch::kNoRow) return false;
+  p.free_rows.push_back(row);
+  EraseSlot(p, id);
+  rows_.fetch_sub(1, std::memory_order_relaxed);
+  return true;
+}
+
 absl::Status SparseTable::Restore(uint64_t id, uint64_t version,
                                   int64_t touched, const float* values,
-                                  const float* state) {
+                                  const float* state, bool replace,
+                                  bool* created) {
   const int home = map_.RowHome(table_key_, id);
   if (home != shard_index_) {
     return absl::InvalidArgumentError(
@@ -626,16 +704,21 @@ absl::Status SparseTable::Restore(uint64_t id, uint64_t version,
   }
   Partition& p = partitions_[PartitionOf(id)];
   absl::MutexLock l(&p.mu);
-  if (Lookup(p, id) != Batch::kNoRow) {
+  if (!replace && Lookup(p, id) != Batch::kNoRow) {
     return absl::InvalidArgumentError(absl::StrCat(
         "row ", id, " of table ", QuoteName(spec_.name()), " appears twice"));
   }
-  bool created = false;
-  const uint32_t row = FindOrCreate(p, id, touched, false, &created);
+  bool fresh = false;
+  const uint32_t row = FindOrCreate(p, id, touched, false, &fresh);
+  if (created != nullptr) *created = fresh;
   float* data = RowData(p, row);
   std::memcpy(data, values, dim_ * sizeof(float));
   std::memcpy(data + dim_, state, updater_.state_floats() * sizeof(float));
-  p.chunks[row >> kChunkShift]->versions[row & (kChunkRows - 1)] = version;
+  Chunk& c = *p.chunks[row >> kChunkShift];
+  c.versions[row & (kChunkRows - 1)] = version;
+  c.use[row & (kChunkRows - 1)].touched.store(touched,
+                                              std::memory_order_relaxed);
+  Stamp(p, row, Now());
   return absl::OkStatus();
 }
 

@@ -5,6 +5,7 @@
 #include <atomic>
 #include <cstdint>
 #include <memory>
+#include <utility>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
@@ -17,6 +18,7 @@
 #include "common/shard_map.h"
 #include "proto/asyncps.pb.h"
 #include "store/admission_filter.h"
+#include "store/change_epoch.h"
 #include "store/lr_schedule.h"
 #include "store/optimizer.h"
 #include "store/row_eviction.h"
@@ -54,6 +56,11 @@ inline constexpr int kMaxTableDim = 65536;
 // Eviction under the cap (TableSpec.eviction, store/row_eviction.h): the
 // owner asks EvictionThreshold for the score of the rows to go and has
 // EvictPartition remove them, one partition at a time.
+//
+// Changes for incremental checkpoints (store/change_epoch.h): every row
+// carries the epoch of its creation or last use (pull or push), stamped
+// under the lock the request holds anyway; with `track_removed`, the ids of
+// evicted rows are remembered with their epochs until ForgetRemovedBefore.
 class SparseTable {
  public:
   static constexpr int kPartitionBits = 4;
@@ -110,7 +117,10 @@ class SparseTable {
   static absl::Status ValidateSpec(const TableSpec& spec);
 
   // REQUIRES: ValidateSpec(spec).ok(), 0 <= shard_index < num_shards.
-  SparseTable(const TableSpec& spec, int shard_index, const ShardMap& map);
+  // `epoch` (not owned; outlives the table) stamps the rows' changes; null =
+  // no stamps. `track_removed`: remember evicted ids (RemovedSince).
+  SparseTable(const TableSpec& spec, int shard_index, const ShardMap& map,
+              const ChangeEpoch* epoch = nullptr, bool track_removed = false);
   ~SparseTable();
   SparseTable(const SparseTable&) = delete;
   SparseTable& operator=(const SparseTable&) = delete;
@@ -200,17 +210,33 @@ class SparseTable {
   // REQUIRES: as EvictBefore.
   uint64_t EvictPartition(int k, double threshold, uint64_t quota);
 
-  // Hands every row to `visit`, partition by partition, each under its
-  // partition's lock (visit must copy and return); stops at the first
-  // error. REQUIRES: as EvictBefore.
-  absl::Status Export(
-      absl::FunctionRef<absl::Status(const RowView&)> visit) const;
+  // Hands every row (with `since` > 0: every row changed at or after that
+  // epoch) to `visit`, partition by partition, each under its partition's
+  // lock (visit must copy and return); stops at the first error.
+  // REQUIRES: as EvictBefore.
+  absl::Status Export(absl::FunctionRef<absl::Status(const RowView&)> visit,
+                      uint32_t since = 0) const;
+
+  // Appends to *ids the ids of rows evicted at or after epoch `since` (and
+  // not forgotten); empty unless the table tracks removals.
+  void RemovedSince(uint32_t since, std::vector<uint64_t>* ids) const;
+  // Forgets the evicted ids of epochs before `epoch` (a checkpoint that
+  // covers them is durable).
+  void ForgetRemovedBefore(uint32_t epoch);
 
   // Adds a row with the given state (a checkpoint's); INVALID_ARGUMENT if
-  // the id is homed elsewhere or already present. The caller reserved its
-  // bytes. REQUIRES: values has dim() floats, state state_floats().
+  // the id is homed elsewhere or (unless `replace`) already present; with
+  // `replace` an existing row takes the given state. *created (if given)
+  // says whether a row was added. The caller reserved the bytes of a new
+  // row. REQUIRES: values has dim() floats, state state_floats().
   absl::Status Restore(uint64_t id, uint64_t version, int64_t touched,
-                       const float* values, const float* state);
+                       const float* values, const float* state,
+                       bool replace = false, bool* created = nullptr);
+  // Whether `id` has a row here.
+  bool Contains(uint64_t id) const;
+  // Removes the row of `id` (a delta checkpoint's removal) without
+  // remembering it as evicted; false when there is none.
+  bool Remove(uint64_t id);
 
   // The rows' values as a caller would pull them, without creating or
   // touching anything; false when the row does not exist (tests, tools).
@@ -244,6 +270,8 @@ class SparseTable {
     uint32_t serial ABSL_GUARDED_BY(mu) = 0;              // pushes applied here
     // With admission: counts pushes of ids without a row.
     std::unique_ptr<CountMinSketch> sketch ABSL_GUARDED_BY(mu);
+    // With track_removed_: (id, epoch) of evicted rows, oldest first.
+    std::vector<std::pair<uint64_t, uint32_t>> removed ABSL_GUARDED_BY(mu);
   };
 
   static int PartitionOf(uint64_t id);
@@ -260,7 +288,14 @@ class SparseTable {
   void EraseSlot(Partition& p, uint64_t id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(p.mu);
   float* RowData(const Partition& p, uint32_t row) const
       ABSL_SHARED_LOCKS_REQUIRED(p.mu);
-  void Touch(const Partition& p, uint32_t row, int64_t clock) const
+  // Marks `row` used at `clock` and stamps it changed in epoch `now`
+  // (Now(), read once per request).
+  void Touch(const Partition& p, uint32_t row, int64_t clock,
+             uint32_t now) const ABSL_SHARED_LOCKS_REQUIRED(p.mu);
+  // The change epoch to stamp rows with now; 0 = no stamps.
+  uint32_t Now() const;
+  // Stamps `row` changed in epoch `now` (nothing when 0).
+  void Stamp(const Partition& p, uint32_t row, uint32_t now) const
       ABSL_SHARED_LOCKS_REQUIRED(p.mu);
   // Copies the rows of partition `k` of a batch out (see Read), marking
   // them used at `clock` when `touch`; missing rows get initial values.
@@ -303,6 +338,8 @@ class SparseTable {
   const AdmissionRule admission_;
   const EvictionRule eviction_;
   const uint64_t fixed_bytes_;
+  const ChangeEpoch* const epoch_;  // not owned; may be null
+  const bool track_removed_;
 
   std::unique_ptr<Partition[]> partitions_;
 

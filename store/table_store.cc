@@ -162,8 +162,9 @@ absl::StatusOr<TableStore::Staged> TableStore::Stage(
       }
       continue;
     }
-    auto table =
-        std::make_unique<SparseTable>(spec, options_.shard_index, options_.map);
+    auto table = std::make_unique<SparseTable>(spec, options_.shard_index,
+                                               options_.map, options_.epoch,
+                                               options_.track_removed_rows);
     s = CheckMinimum(*table);
     if (!s.ok()) return s;
     s = ReserveWithRoom(table->fixed_bytes(),
@@ -609,6 +610,42 @@ absl::Status TableStore::Export(
   return absl::OkStatus();
 }
 
+absl::Status TableStore::ExportSince(
+    uint32_t since, absl::FunctionRef<absl::Status(const TableSpec&)> table,
+    absl::FunctionRef<absl::Status(absl::Span<const uint64_t>)> removed,
+    absl::FunctionRef<absl::Status(const SparseTable::RowView&)> row) const {
+  absl::ReaderMutexLock evict(&evict_mu_);
+  std::vector<uint64_t> ids;
+  for (const SparseTable* t : Sorted()) {
+    absl::Status s = table(t->Listed());
+    if (!s.ok()) return s;
+    ids.clear();
+    t->RemovedSince(since, &ids);
+    s = removed(ids);
+    if (!s.ok()) return s;
+    s = t->Export(row, since);
+    if (!s.ok()) return s;
+  }
+  return absl::OkStatus();
+}
+
+void TableStore::ForgetRemovedBefore(uint32_t epoch) {
+  for (SparseTable* t : Sorted()) t->ForgetRemovedBefore(epoch);
+}
+
+absl::Status TableStore::RemoveRows(absl::string_view table,
+                                    absl::Span<const uint64_t> ids) {
+  SparseTable* t = FindMutable(table);
+  if (t == nullptr) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("removed rows of unknown table ", QuoteName(table)));
+  }
+  uint64_t removed = 0;
+  for (uint64_t id : ids) removed += t->Remove(id);
+  options_.release(removed * t->row_bytes());
+  return absl::OkStatus();
+}
+
 absl::Status TableStore::RestoreTable(const TableSpec& listed) {
   const Unlisted<TableSpec> in = Unlist(listed);
   const TableSpec& spec = in.spec;
@@ -618,8 +655,9 @@ absl::Status TableStore::RestoreTable(const TableSpec& listed) {
     return absl::FailedPreconditionError(
         absl::StrCat("table ", QuoteName(spec.name()), " exists already"));
   }
-  auto table =
-      std::make_unique<SparseTable>(spec, options_.shard_index, options_.map);
+  auto table = std::make_unique<SparseTable>(spec, options_.shard_index,
+                                             options_.map, options_.epoch,
+                                             options_.track_removed_rows);
   s = options_.reserve(table->fixed_bytes(),
                        absl::StrCat("table ", QuoteName(spec.name())));
   if (!s.ok()) return s;
@@ -641,7 +679,7 @@ absl::Status TableStore::RestoreRows(absl::string_view table,
                                      absl::Span<const uint64_t> versions,
                                      absl::Span<const int64_t> touched,
                                      absl::string_view values,
-                                     absl::string_view state) {
+                                     absl::string_view state, bool replace) {
   SparseTable* t = FindMutable(table);
   if (t == nullptr) {
     return absl::InvalidArgumentError(
@@ -658,22 +696,31 @@ absl::Status TableStore::RestoreRows(absl::string_view table,
         " bytes of values (need ", value_bytes, ") and ", state.size(),
         " bytes of optimizer state (need ", state_bytes, ")"));
   }
+  // Replaced rows hold their bytes already.
+  size_t fresh = n;
+  if (replace) {
+    fresh = 0;
+    for (uint64_t id : ids) fresh += !t->Contains(id);
+  }
   absl::Status s = options_.reserve(
-      n * t->row_bytes(), absl::StrCat(n, " rows of table ", QuoteName(table)));
+      fresh * t->row_bytes(),
+      absl::StrCat(fresh, " rows of table ", QuoteName(table)));
   if (!s.ok()) return s;
+  uint64_t unused = fresh * t->row_bytes();
   std::vector<float> v(t->dim()), st(t->state_floats());
   for (size_t i = 0; i < n; ++i) {
     DecodeFloats(values.substr(i * t->dim() * sizeof(float)), v.data(),
                  v.size());
     DecodeFloats(state.substr(i * t->state_floats() * sizeof(float)), st.data(),
                  st.size());
-    s = t->Restore(ids[i], versions[i], touched[i], v.data(), st.data());
-    if (!s.ok()) {
-      options_.release((n - i) * t->row_bytes());
-      return s;
-    }
+    bool created = false;
+    s = t->Restore(ids[i], versions[i], touched[i], v.data(), st.data(),
+                   replace, &created);
+    if (!s.ok()) break;
+    if (created) unused -= std::min<uint64_t>(unused, t->row_bytes());
   }
-  return absl::OkStatus();
+  if (unused > 0) options_.release(unused);
+  return s;
 }
 
 // ---------------------------------------------------------------- status

@@ -73,6 +73,12 @@ struct TableStoreOptions {
   // when max_bytes is.
   uint64_t max_bytes = 0;
   std::function<uint64_t()> reserved;
+  // Stamps the rows' changes (store/change_epoch.h); not owned, outlives
+  // the store; null = no stamps.
+  const ChangeEpoch* epoch = nullptr;
+  // Remember the ids of evicted rows for incremental checkpoints (see
+  // ShardStoreOptions::track_removed_rows).
+  bool track_removed_rows = false;
 };
 
 // How a push's slices and rows are applied.
@@ -210,6 +216,15 @@ class TableStore {
   absl::Status Export(
       absl::FunctionRef<absl::Status(const TableSpec&)> table,
       absl::FunctionRef<absl::Status(const SparseTable::RowView&)> row) const;
+  // The same for a delta: after each table(spec), removed(ids) with the ids
+  // of its rows evicted at or after epoch `since` (possibly none), then
+  // row(view) for its rows changed at or after `since`.
+  absl::Status ExportSince(
+      uint32_t since, absl::FunctionRef<absl::Status(const TableSpec&)> table,
+      absl::FunctionRef<absl::Status(absl::Span<const uint64_t>)> removed,
+      absl::FunctionRef<absl::Status(const SparseTable::RowView&)> row) const;
+  // Forgets the evicted ids of epochs before `epoch` in every table.
+  void ForgetRemovedBefore(uint32_t epoch);
 
   // Adds a table whose rows RestoreRows then fills (validated, counted in
   // the budget), with the schedule `spec` carries; FAILED_PRECONDITION if
@@ -218,11 +233,17 @@ class TableStore {
   // Adds rows of a restored table: ids, versions and touched of equal
   // length, values ids x dim float32 and state ids x state floats.
   // INVALID_ARGUMENT naming what does not fit.
+  // With `replace` (a delta), rows that exist take the given state.
   absl::Status RestoreRows(absl::string_view table,
                            absl::Span<const uint64_t> ids,
                            absl::Span<const uint64_t> versions,
                            absl::Span<const int64_t> touched,
-                           absl::string_view values, absl::string_view state);
+                           absl::string_view values, absl::string_view state,
+                           bool replace = false);
+  // Removes the rows of `ids` that exist (a delta's evictions) and gives
+  // their bytes back; INVALID_ARGUMENT for an unknown table.
+  absl::Status RemoveRows(absl::string_view table,
+                          absl::Span<const uint64_t> ids);
 
   // ---- Status.
 

@@ -35,6 +35,7 @@
 #include "absl/time/time.h"
 #include "server/checkpoint.h"
 #include "store/shard_store.h"
+#include "tests/bench/bench_util.h"
 #include "tests/testing/store_helpers.h"
 
 ABSL_FLAG(std::string, dir, "",
@@ -47,11 +48,6 @@ ABSL_FLAG(int, reps, 3, "Runs per figure (median).");
 
 namespace asyncps {
 namespace {
-
-double Median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
 
 TensorSpec Spec(const std::string& name, std::vector<int64_t> shape,
                 OptimizerType type) {
@@ -151,11 +147,7 @@ void Run(const std::string& name, const std::string& opt,
 
 int Main(int argc, char** argv) {
   absl::ParseCommandLine(argc, argv);
-  std::string dir = absl::GetFlag(FLAGS_dir);
-  if (dir.empty()) {
-    const char* tmp = std::getenv("TEST_TMPDIR");
-    dir = tmp != nullptr ? tmp : "/tmp";
-  }
+  const std::string dir = BenchDir(absl::GetFlag(FLAGS_dir));
   for (const auto& [opt, type] :
        std::vector<std::pair<std::string, OptimizerType>>{
            {"momentum", OPT_MOMENTUM}, {"adam", OPT_ADAM}}) {

@@ -506,5 +506,60 @@ TEST_CASE("Checkpoint RPC: off without a directory, periodic with one",
   }
 }
 
+TEST_CASE(
+    "with --checkpoint_full_every a killed shard restores its full "
+    "checkpoint and the deltas after it",
+    "[checkpoint][delta][integration]") {
+  const std::string dir = testing::MakeTmpDir("ckpt-delta");
+  // Every round pushes every slice, so a delta is as large as a full
+  // checkpoint: the fraction must not force full ones.
+  const std::vector<std::string> args = {absl::StrCat("--checkpoint_dir=", dir),
+                                         "--checkpoint_full_every=4",
+                                         "--checkpoint_delta_max_fraction=10"};
+  Shard shard = StartShard(1, args);
+  CreateTensors(shard);
+  // A checkpoint after each round: a full one, then deltas 1 and 2.
+  std::vector<CheckpointInfo> written;
+  for (int round = 0; round < 3; ++round) {
+    shard.PushRound(round);
+    CheckpointResponse answer;
+    REQUIRE(
+        shard.stub->Checkpoint(Context().get(), CheckpointRequest(), &answer)
+            .ok());
+    written.push_back(answer.checkpoint());
+  }
+  CHECK_FALSE(written[0].delta());
+  CHECK(written[0].path() == CheckpointFile(dir, 1));
+  CHECK(written[2].delta());
+  CHECK(written[2].delta_sequence() == 2);
+  CHECK(written[2].path() == absl::StrCat(dir, "/shard-1-of-2.delta-2"));
+  const Snapshot at_checkpoint = shard.Take();
+  shard.PushRound(3);  // after the last delta: lost with the process
+  REQUIRE(shard.server.process->Signal(SIGKILL).ok());
+  REQUIRE_OK(shard.server.process->Wait(absl::Seconds(10)).status());
+
+  Shard restarted = StartShard(1, args);
+  INFO(restarted.server.process->LogTail());
+  const StatusResponse st = restarted.Status();
+  CHECK(st.restored_from().path() == CheckpointFile(dir, 1));
+  CHECK(st.restored_from().deltas_applied() == 2);
+  CHECK(st.restored_from().deltas_ignored() == 0);
+  REQUIRE(st.workers_size() == 1);
+  CHECK(st.workers(0).clock() == 3);
+  CHECK(st.workers(0).pushes() == 3);
+  REQUIRE(restarted.Take() == at_checkpoint);
+
+  // The restarted shard's first checkpoint is a full one; the old chain's
+  // deltas are removed.
+  CheckpointResponse answer;
+  REQUIRE(
+      restarted.stub->Checkpoint(Context().get(), CheckpointRequest(), &answer)
+          .ok());
+  CHECK_FALSE(answer.checkpoint().delta());
+  struct stat st_buf;
+  CHECK(::stat(absl::StrCat(dir, "/shard-1-of-2.delta-1").c_str(), &st_buf) !=
+        0);
+}
+
 }  // namespace
 }  // namespace asyncps

@@ -26,24 +26,8 @@ using testing::PulledRows;
 using testing::PullRows;
 using testing::PushRows;
 
-OptimizerSpec Adam() {
-  OptimizerSpec o;
-  o.set_type(OPT_ADAM);
-  o.set_learning_rate(0.01f);
-  o.set_beta1(0.9f);
-  o.set_beta2(0.999f);
-  o.set_epsilon(1e-8f);
-  return o;
-}
-
-OptimizerSpec Adagrad() {
-  OptimizerSpec o;
-  o.set_type(OPT_ADAGRAD);
-  o.set_learning_rate(0.1f);
-  o.set_epsilon(1e-6f);
-  o.set_initial_accumulator(0.1f);
-  return o;
-}
+OptimizerSpec Adam() { return testing::AdamSpec(); }
+OptimizerSpec Adagrad() { return testing::AdagradSpec(); }
 
 std::unique_ptr<ShardStore> Store(int shard, int shards, uint64_t cap = 0) {
   ShardStoreOptions o;

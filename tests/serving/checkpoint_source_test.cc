@@ -15,6 +15,7 @@
 #include "common/logging.h"
 #include "common/payload.h"
 #include "server/checkpoint.h"
+#include "server/checkpoint_delta.h"
 #include "server/file_system.h"
 #include "serving/parameter_source.h"
 #include "serving/snapshot.h"
@@ -125,6 +126,69 @@ TEST_CASE("a checkpoint directory is followed as newer checkpoints come",
   REQUIRE_OK(testing::WriteStoreCheckpoint(*store, dir).status());
   CHECK(Served(source->get(), &version) == std::vector<float>(4, -1.0f));
   CHECK(version == 3);
+}
+
+// Pushes gradient `g` (dim 2) to row `id` of table "t".
+void PushRow(ShardStore* store, uint64_t id, std::vector<float> g) {
+  PushRequest req;
+  RowsGradient* rows = req.add_rows();
+  rows->set_table("t");
+  rows->add_ids(id);
+  EncodeFloats(g.data(), g.size(), rows->mutable_grad());
+  PushResponse resp;
+  REQUIRE_OK(testing::ApplyPush(store, req, StalenessRule{}, &resp));
+}
+
+// Row `id` of "t" as the source serves it now (after a List, as a
+// snapshot refresh does).
+std::vector<float> ServedRow(ParameterSource* source, uint64_t id) {
+  REQUIRE_OK(source->List().status());
+  std::vector<float> row(2);
+  REQUIRE_OK(source->ReadRows("t", {id}, row.data()));
+  return row;
+}
+
+TEST_CASE("the deltas of a checkpoint directory are followed",
+          "[serving][checkpoint][delta]") {
+  const std::string dir = testing::MakeTmpDir("follow_deltas");
+  std::unique_ptr<ShardStore> store = Shard(4, 2);
+  // A full checkpoint, as the shard's checkpointer writes it.
+  uint32_t since = store->AdvanceChangeEpoch();
+  uint32_t crc = 0;
+  absl::StatusOr<CheckpointInfo> full =
+      WriteCheckpoint(CaptureCheckpoint(*store, {}, absl::Now()), dir,
+                      Clock::Real(), nullptr, &crc);
+  REQUIRE_OK(full.status());
+  absl::StatusOr<std::unique_ptr<ParameterSource>> source =
+      MakeCheckpointSource({dir});
+  REQUIRE_OK(source.status());
+  CHECK(ServedRow(source->get(), 42) == std::vector<float>(2, 0.0f));
+
+  DeltaChain chain;
+  chain.base_crc = crc;
+  chain.base_bytes = full->bytes();
+  chain.base_unix_time_ms = full->unix_time_ms();
+  // Each delta (a new row, the dense tensor pushed) is served at the next
+  // refresh.
+  for (int k = 1; k <= 2; ++k) {
+    PushRow(store.get(), 42, {1.0f, 2.0f});
+    Push(store.get(), 4, 0.5f);
+    const uint32_t next = store->AdvanceChangeEpoch();
+    absl::StatusOr<CheckpointInfo> delta =
+        WriteCheckpoint(CaptureDelta(*store, {}, absl::Now(), since, chain),
+                        dir, Clock::Real(), nullptr, &crc);
+    REQUIRE_OK(delta.status());
+    REQUIRE(delta->delta());
+    REQUIRE(delta->path() == DeltaPath(dir, 0, 1, k));
+    since = next;
+    chain.sequence = k + 1;
+    chain.previous_crc = crc;
+    CHECK(ServedRow(source->get(), 42) ==
+          std::vector<float>{-1.0f * k, -2.0f * k});
+    uint64_t version = 0;
+    CHECK(Served(source->get(), &version) == std::vector<float>(4, -0.5f * k));
+    CHECK(version == static_cast<uint64_t>(k));
+  }
 }
 
 TEST_CASE(

@@ -18,6 +18,27 @@
 namespace asyncps {
 namespace testing {
 
+// Adam as the table tests use it (lr 0.01, betas 0.9 / 0.999).
+inline OptimizerSpec AdamSpec() {
+  OptimizerSpec o;
+  o.set_type(OPT_ADAM);
+  o.set_learning_rate(0.01f);
+  o.set_beta1(0.9f);
+  o.set_beta2(0.999f);
+  o.set_epsilon(1e-8f);
+  return o;
+}
+
+// Adagrad as the table tests use it (lr 0.1, accumulator from 0.1).
+inline OptimizerSpec AdagradSpec() {
+  OptimizerSpec o;
+  o.set_type(OPT_ADAGRAD);
+  o.set_learning_rate(0.1f);
+  o.set_epsilon(1e-6f);
+  o.set_initial_accumulator(0.1f);
+  return o;
+}
+
 inline TableSpec MakeTableSpec(const std::string& name, int dim,
                                OptimizerSpec optimizer,
                                Initializer init = INIT_UNIFORM,
