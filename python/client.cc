@@ -50,6 +50,7 @@ Client::Client(const py::object& servers, const py::object& worker_id_arg,
   }
   o.run_id = run_id;
   o.stop = &stop_;
+  o.poll_stop = [this] { PollSignals(); };
   // Warnings (a shard that cannot be reached, while retries go on; a
   // shard that restarted) on stderr, as they happen.
   absl::StatusOr<std::shared_ptr<spdlog::logger>> logger =
@@ -417,6 +418,18 @@ Client::Buffers Client::CheckedBuffers(const py::object& arrays,
     b.keep.push_back(std::move(a));
   }
   return b;
+}
+
+void Client::PollSignals() {
+  if (PyThread_get_thread_ident() != main_thread || !main_calling_ ||
+      interrupted_) {
+    return;
+  }
+  py::gil_scoped_acquire acquire;
+  if (PyErr_CheckSignals() != 0) {
+    interrupted_ = true;
+    stop_.store(true);
+  }
 }
 
 void Client::CheckOpen() const {
