@@ -296,6 +296,9 @@ class PsClient {
       const std::vector<std::pair<std::string, const float*>>& grads);
   // Versions read by the last synchronous Pull of `name` (empty if none).
   std::vector<uint64_t> PulledVersions(const std::string& name) const;
+  // What the last synchronous Pull read (what Push tags its gradients
+  // with).
+  ReadSet LastRead() const;
 
  private:
   struct Shard;

@@ -392,13 +392,14 @@ PushSummary Client::Send(const py::object& arrays, std::optional<int64_t> clock,
                        assign ? "" : "s", " NaN or Inf; nothing was sent"));
     }
   }
-  std::vector<std::pair<std::string, const float*>> sources(in.pointers.begin(),
-                                                            in.pointers.end());
+  PushSet set;
+  set.tensors.assign(in.pointers.begin(), in.pointers.end());
+  set.tensors_checked_finite = true;  // just above
   const int64_t c = clock.value_or(clock_);
   const absl::StatusOr<PushSummary> summary =
       Call([&](PsClient& client) -> absl::StatusOr<PushSummary> {
-        if (assign) return client.StartAssign(c, sources)->Wait();
-        return client.Push(c, sources);
+        if (assign) return client.StartAssign(c, set)->Wait();
+        return client.StartPush(c, set, client.LastRead())->Wait();
       });
   if (!summary.ok()) ThrowStatus(summary.status());
   return *summary;
