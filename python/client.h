@@ -3,9 +3,9 @@
 
 // Client, what asyncps.Client is in C++: one PsClient, the argument checks
 // of its calls and how a call runs (Call: the GIL released once, Ctrl-C
-// watched on the main thread while a call waits). Its calls are defined in client.cc (construction,
-// dense tensors, status) and client_rows.cc (sparse tables); the Python
-// class is bound in client_bindings.cc.
+// watched on the main thread while a call waits). Its calls are defined in
+// client.cc (construction, dense tensors, status) and client_rows.cc (sparse
+// tables); the Python class is bound in client_bindings.cc.
 //
 // Every call has the same shape: check the arguments with the GIL held
 // (arrays.h, KnownSpec), run the RPC through Call, and turn a failed
