@@ -227,13 +227,16 @@ auto Client::Call(Rpc rpc) -> decltype(rpc(std::declval<PsClient&>())) {
   if (PyThread_get_thread_ident() != main_thread) return run();
   std::optional<Result> result;
   std::exception_ptr failure;
+  // A call made by a signal handler that a waiting call ran leaves that
+  // one still watching.
+  const bool outer = main_calling_;
   main_calling_ = true;
   try {
     result.emplace(run());
   } catch (...) {
     failure = std::current_exception();
   }
-  main_calling_ = false;
+  main_calling_ = outer;
   if (interrupted_) {
     interrupted_ = false;
     stop_.store(false);
