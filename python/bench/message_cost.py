@@ -11,12 +11,16 @@ call; the shards' CPU per call is read from /proc around it. Builds given
 with --site NAME=DIR (a folder holding the asyncps package, e.g. a copy of
 bazel-bin/python/site from another commit) alternate in every repetition,
 so that a before/after comparison shares the machine's load. The bare
-gRPC cost of the same shards is measured beside them: a C++ unary call
-with no payload (--bare, the Heartbeat RPC through PsClient, in a C++
-process) when python/bench:cpp_push_pull is built. Prints one line per
-measurement and then the medians:
+bound is measured beside them when python/bench:cpp_push_pull is built:
+the same pulls and pushes through the C++ PsClient (site cpp), and an
+empty unary RPC to every shard from C++ (case bare_heartbeat, the
+Heartbeat RPC), what one gRPC call costs here. Prints one line per
+measurement, then the medians and, for every build after the first (and
+the C++ client), the median ratio of its client CPU per call to the first
+build's within each repetition:
 
-    case=pull4 site=new client_us=38.2 shard_us=21.0 wall_us=80.1 (median of 5)
+    case=pull4 site=new client_us=76.7 wall_us=186.0 shard_us=65.2 (median of 7)
+    case=pull4 client_us new/base=0.86 (median of 7 paired ratios, 0.60-0.95)
 
 Build first, then run (in the source tree):
     bazel build //server:ps_server //python:asyncps //python/bench:cpp_push_pull
@@ -169,14 +173,27 @@ def measure(args, site, case, servers, shards, worker_id):
             "shard_us": 1e6 * shard_cpu / n}
 
 
+def print_ratios(results, first):
+    """Client CPU per call of every other build (and of C++) over the first
+    site's, as the median of the ratios within each repetition: runs next
+    to each other share the machine's load, whose drift the medians of
+    absolute figures do not cancel."""
+    for (case, name), rs in sorted(results.items()):
+        base = results.get((case, first))
+        if name == first or base is None:
+            continue
+        ratios = [r["client_us"] / b["client_us"] for r, b in zip(rs, base)]
+        print(f"case={case} client_us {name}/{first}="
+              f"{statistics.median(ratios):.2f} (median of {len(ratios)} "
+              f"paired ratios, {min(ratios):.2f}-{max(ratios):.2f})")
+
+
 def main():
     args = parse_args()
     if args.child:
         return child(args)
     first_site = next(iter(args.sites.values()))
     sys.path.insert(0, first_site)
-    import numpy as np
-
     import asyncps
     from asyncps.cluster import LocalCluster
     ps_server = os.path.join(args.bin, "server/ps_server")
@@ -216,7 +233,7 @@ def main():
                 print(f"case={case} site={name} " +
                       " ".join(f"{k}={v:.1f}" for k, v in med.items()) +
                       f" (median of {len(rs)})")
-    del np
+            print_ratios(results, list(args.sites)[0])
     return 0
 
 
