@@ -347,7 +347,7 @@ absl::Status PsClient::WaitForTensors(const std::vector<std::string>& names,
     } else {
       last_error = absl::StrCat("; last error: ", status.message());
     }
-    if (options_.stop != nullptr && options_.stop->load()) {
+    if (Stopped()) {
       return absl::CancelledError(
           "stopped while waiting for tensors (the process was asked to "
           "stop)");
@@ -366,7 +366,7 @@ absl::Status PsClient::WaitForTensors(const std::vector<std::string>& names,
           absl::FormatDuration(absl::Trunc(now - start, absl::Seconds(1))),
           absl::FormatDuration(timeout), missing, last_error);
     }
-    absl::SleepFor(std::min(interval, deadline - now));
+    SleepUnlessStopped(std::min(interval, deadline - now));
     interval = std::min(interval * 2, kMaxListPollInterval);
   }
 }

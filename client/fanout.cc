@@ -248,8 +248,14 @@ void FanOut::Settle(int i, absl::Status status, bool gave_up) {
 
 void FanOut::Run() {
   bool gave_up = false;  // the deadline passed, or the owner abandoned us
+  absl::Time next_poll = env_.clock->Now() + kStopPoll;
   while (unfinished_ > 0) {
     const absl::Time now = env_.clock->Now();
+    if (!gave_up && policy_.stop != nullptr && policy_.poll &&
+        now >= next_poll) {
+      policy_.poll();
+      next_poll = now + kStopPoll;
+    }
     if (!gave_up && policy_.stop != nullptr && policy_.stop->load() &&
         first_error_.ok()) {
       first_error_ = absl::CancelledError(

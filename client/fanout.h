@@ -42,6 +42,11 @@ struct RetryPolicy {
   // that wait for slower workers, waiting for shards or tensors), not for
   // pushes, which a stopping worker drains. Not owned.
   const std::atomic<bool>* stop = nullptr;
+  // With `stop`: called on the waiting thread before it reads `stop`, about
+  // every 100 ms while a call waits (never for a call answered sooner); it
+  // may turn `stop` true. For a stop that only the waiting thread can see
+  // (the Python binding looks for signals on Python's main thread here).
+  std::function<void()> poll;
 };
 
 // True for the failures a call retries: the shard is out of reach, restarting

@@ -278,7 +278,26 @@ WorkerRef PsClient::MakeWorkerRef(int64_t clock) const {
 RetryPolicy PsClient::WaitPolicy() const {
   RetryPolicy p = options_.retry;
   p.stop = options_.stop;
+  p.poll = options_.poll_stop;
   return p;
+}
+
+bool PsClient::Stopped() const {
+  if (options_.stop == nullptr) return false;
+  if (options_.poll_stop) options_.poll_stop();
+  return options_.stop->load();
+}
+
+void PsClient::SleepUnlessStopped(absl::Duration d) const {
+  if (options_.stop == nullptr) {
+    absl::SleepFor(d);
+    return;
+  }
+  const absl::Time end = absl::Now() + d;
+  for (absl::Time now = absl::Now(); now < end && !Stopped();
+       now = absl::Now()) {
+    absl::SleepFor(std::min(end - now, absl::Milliseconds(100)));
+  }
 }
 
 RetryPolicy PsClient::CallPolicy() const {
@@ -360,7 +379,7 @@ absl::Status PsClient::WaitForShards(absl::Duration timeout) {
   for (;;) {
     std::vector<ListTensorsResponse> responses;
     const std::vector<absl::Status> results = ProbeShards(&responses);
-    if (options_.stop != nullptr && options_.stop->load()) {
+    if (Stopped()) {
       return absl::CancelledError(
           "stopped while waiting for the shards (the process was asked to "
           "stop)");
@@ -414,7 +433,7 @@ absl::Status PsClient::WaitForShards(absl::Duration timeout) {
           absl::FormatDuration(absl::Trunc(now - start, absl::Seconds(1))),
           absl::FormatDuration(timeout), absl::StrJoin(missing, ", "));
     }
-    absl::SleepFor(std::min(interval, deadline - now));
+    SleepUnlessStopped(std::min(interval, deadline - now));
     interval = std::min(interval * 2, kMaxPollInterval);
   }
 }

@@ -73,6 +73,11 @@ struct PsClientOptions {
   // those held back by slower workers). Pushes and leaving are not cut
   // short: a stopping worker drains them. Not owned.
   const std::atomic<bool>* stop = nullptr;
+  // With `stop`: called by a waiting thread about every 100 ms while it
+  // waits, before it reads `stop`, which it may turn true (RetryPolicy::poll;
+  // also between the rounds of WaitForShards and WaitForTensors). Calls
+  // answered sooner never call it.
+  std::function<void()> poll_stop;
   // Also pushes (and leaving) end with `stop`: for a client whose stop means
   // "abandon", not "drain" (the Python binding's Ctrl-C).
   bool stop_ends_pushes = false;
@@ -304,6 +309,9 @@ class PsClient {
       const std::vector<std::pair<std::string, const float*>>& grads);
   // Versions read by the last synchronous Pull of `name` (empty if none).
   std::vector<uint64_t> PulledVersions(const std::string& name) const;
+  // What the last synchronous Pull read (what Push tags its gradients
+  // with).
+  ReadSet LastRead() const;
 
  private:
   struct Endpoint;
@@ -366,6 +374,11 @@ class PsClient {
   absl::Status CheckNotReader(const char* what) const;
   // options_.retry, ended by options_.stop (for waits).
   RetryPolicy WaitPolicy() const;
+  // Whether options_.stop is set, after options_.poll_stop looked.
+  bool Stopped() const;
+  // Sleeps `d`, in steps of at most 100 ms while options_.stop can end
+  // the wait; returns early once Stopped().
+  void SleepUnlessStopped(absl::Duration d) const;
   // The policy of every other call: WaitPolicy() when stop_ends_pushes,
   // else options_.retry.
   RetryPolicy CallPolicy() const;

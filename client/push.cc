@@ -173,7 +173,8 @@ absl::Status PsClient::CheckTensorSend(
       return absl::InvalidArgumentError(
           absl::StrCat(k.what, ": tensor ", QuoteName(name), " given twice"));
     }
-    if (!AllFinite(reinterpret_cast<const char*>(buffer),
+    if (!what.tensors_checked_finite &&
+        !AllFinite(reinterpret_cast<const char*>(buffer),
                    static_cast<size_t>(t->layout.num_elems()), WIRE_F32)) {
       return absl::InvalidArgumentError(absl::StrCat(
           k.what, ": the ", k.payload, " of tensor ", QuoteName(name),
@@ -426,12 +427,12 @@ std::unique_ptr<PsClient::PendingPush> PsClient::StartSend(
 absl::StatusOr<PushSummary> PsClient::Push(
     int64_t clock,
     const std::vector<std::pair<std::string, const float*>>& grads) {
-  ReadSet read;
-  {
-    absl::MutexLock l(&mu_);
-    read = last_read_;
-  }
-  return StartPush(clock, grads, read)->Wait();
+  return StartPush(clock, grads, LastRead())->Wait();
+}
+
+ReadSet PsClient::LastRead() const {
+  absl::MutexLock l(&mu_);
+  return last_read_;
 }
 
 std::vector<PushRequest> PsClient::PushHeaders(

@@ -72,6 +72,10 @@ struct PullSet {
 struct PushSet {
   std::vector<std::pair<std::string, const float*>> tensors;
   std::vector<RowsGrad> rows;
+  // Set by a caller that has itself refused tensors holding NaN or Inf
+  // (the Python binding, with its own error): the push does not scan them
+  // a second time. Rows are checked either way.
+  bool tensors_checked_finite = false;
 };
 
 // What a pull read, tensors and rows alike: every tensor slice's version,

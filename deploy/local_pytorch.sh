@@ -22,6 +22,7 @@ worker_flags=""
 logdir=""
 build=1
 local_only=0
+bin=""
 python=/usr/bin/python3
 
 usage() {
@@ -38,6 +39,9 @@ options:
   --local              no cluster: train in one process with torch.optim
   --logdir DIR         keep logs here (default: a fresh temporary folder)
   --no-build           use what is already built
+  --bin DIR            use the build in DIR (a bazel-bin folder, or a copy
+                       holding server/ps_server and python/site) instead of
+                       the workspace's; implies --no-build
 USAGE
 }
 
@@ -51,6 +55,7 @@ while [ $# -gt 0 ]; do
     --logdir) logdir="$2"; shift 2 ;;
     --local) local_only=1; shift ;;
     --no-build) build=0; shift ;;
+    --bin) bin="$2"; build=0; shift 2 ;;
     -h|--help) usage; exit 0 ;;
     *) echo "local_pytorch.sh: unknown option '$1' (see --help)" >&2; exit 2 ;;
   esac
@@ -67,7 +72,7 @@ if [ "$build" = 1 ]; then
   bazel build //server:ps_server //python:asyncps 2>&1 |
     grep -E 'ERROR|error:' && exit 1
 fi
-bin=$(bazel info bazel-bin 2>/dev/null)
+[ -n "$bin" ] || bin=$(bazel info bazel-bin 2>/dev/null)
 server_bin="$bin/server/ps_server"
 if [ ! -x "$server_bin" ] || [ ! -f "$bin/python/site/asyncps/_native.so" ]; then
   echo "local_pytorch.sh: build outputs missing; run without --no-build" >&2; exit 1

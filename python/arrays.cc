@@ -36,8 +36,11 @@ bool AllFiniteArray(const py::array& a) {
 py::array CheckArray(const py::handle& original, const TensorSpec& spec,
                      bool writeable, const char* method) {
   const std::string& name = spec.name();
+  // A numpy array as it is; anything else viewed (and named) only then.
   const py::object obj =
-      ArrayView(original, absl::StrCat(method, ": tensor '", name, "'"));
+      py::isinstance<py::array>(original)
+          ? py::reinterpret_borrow<py::object>(original)
+          : ArrayView(original, absl::StrCat(method, ": tensor '", name, "'"));
   if (!py::isinstance<py::array>(obj)) {
     throw py::type_error(absl::StrCat(
         method, ": tensor '", name,

@@ -50,6 +50,7 @@ Client::Client(const py::object& servers, const py::object& worker_id_arg,
   }
   o.run_id = run_id;
   o.stop = &stop_;
+  o.poll_stop = [this] { PollSignals(); };
   // Warnings (a shard that cannot be reached, while retries go on; a
   // shard that restarted) on stderr, as they happen.
   absl::StatusOr<std::shared_ptr<spdlog::logger>> logger =
@@ -391,13 +392,14 @@ PushSummary Client::Send(const py::object& arrays, std::optional<int64_t> clock,
                        assign ? "" : "s", " NaN or Inf; nothing was sent"));
     }
   }
-  std::vector<std::pair<std::string, const float*>> sources(in.pointers.begin(),
-                                                            in.pointers.end());
+  PushSet set;
+  set.tensors.assign(in.pointers.begin(), in.pointers.end());
+  set.tensors_checked_finite = true;  // just above
   const int64_t c = clock.value_or(clock_);
   const absl::StatusOr<PushSummary> summary =
       Call([&](PsClient& client) -> absl::StatusOr<PushSummary> {
-        if (assign) return client.StartAssign(c, sources)->Wait();
-        return client.Push(c, sources);
+        if (assign) return client.StartAssign(c, set)->Wait();
+        return client.StartPush(c, set, client.LastRead())->Wait();
       });
   if (!summary.ok()) ThrowStatus(summary.status());
   return *summary;
@@ -417,6 +419,18 @@ Client::Buffers Client::CheckedBuffers(const py::object& arrays,
     b.keep.push_back(std::move(a));
   }
   return b;
+}
+
+void Client::PollSignals() {
+  if (PyThread_get_thread_ident() != main_thread || !main_calling_ ||
+      interrupted_) {
+    return;
+  }
+  py::gil_scoped_acquire acquire;
+  if (PyErr_CheckSignals() != 0) {
+    interrupted_ = true;
+    stop_.store(true);
+  }
 }
 
 void Client::CheckOpen() const {

@@ -2,10 +2,10 @@
 #define ASYNCPS_PYTHON_CLIENT_H_
 
 // Client, what asyncps.Client is in C++: one PsClient, the argument checks
-// of its calls and how a call runs (Call: the GIL released, Ctrl-C watched
-// on the main thread). Its calls are defined in client.cc (construction,
-// dense tensors, status) and client_rows.cc (sparse tables); the Python
-// class is bound in client_bindings.cc.
+// of its calls and how a call runs (Call: the GIL released once, Ctrl-C
+// watched on the main thread while a call waits). Its calls are defined in
+// client.cc (construction, dense tensors, status) and client_rows.cc (sparse
+// tables); the Python class is bound in client_bindings.cc.
 //
 // Every call has the same shape: check the arguments with the GIL held
 // (arrays.h, KnownSpec), run the RPC through Call, and turn a failed
@@ -32,7 +32,6 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "client/ps_client.h"
-#include "common/executor.h"
 #include "proto/asyncps.pb.h"
 
 namespace asyncps {
@@ -136,13 +135,20 @@ class Client {
   // Runs rpc(client) with the GIL released and mu_ held; returns its
   // result. ValueError once closed.
   //
-  // On Python's main thread the RPC runs on caller_ while this thread
-  // looks for signals every 50 ms: a Ctrl-C (any Python signal handler
-  // that raises) stops the call (the client's stop flag ends its waits and
-  // retries within about 100 ms, cancelling what is on the wire) and its
-  // exception, e.g. KeyboardInterrupt, is raised here.
+  // The RPC runs on the calling thread. On Python's main thread, a call
+  // that waits longer than about 100 ms looks for signals every 100 ms
+  // (PollSignals): a Ctrl-C (any Python signal handler that raises) stops
+  // the call (the client's stop flag ends its waits and retries, cancelling
+  // what is on the wire) and its exception, e.g. KeyboardInterrupt, is
+  // raised here. A call answered sooner costs no thread hop and no GIL
+  // hand-off beyond releasing the GIL once.
   template <typename Rpc>
   auto Call(Rpc rpc) -> decltype(rpc(std::declval<PsClient&>()));
+
+  // PsClientOptions::poll_stop: on Python's main thread during Call, runs
+  // the Python signal handlers (GIL taken); one that raises sets stop_ and
+  // leaves its exception for Call. Nothing on other threads.
+  void PollSignals();
 
   // Copies the specs the client now knows for `names` into known_.
   // Called inside Call (mu_ held, GIL released).
@@ -172,16 +178,20 @@ class Client {
   // of earlier pulls, its shard epochs those it read.
   void Remember(const ReadSet& read);
 
-  // Lock order: mu_ before specs_mu_. Neither is held while waiting for
-  // the GIL; mu_ is only taken with the GIL released.
+  // Lock order: mu_ before specs_mu_. mu_ is only taken with the GIL
+  // released, and specs_mu_ is held only briefly, never while waiting for
+  // the GIL or an RPC. The main thread may take the GIL while it holds mu_
+  // shared (PollSignals, during a wait): no thread waits for mu_ while
+  // holding the GIL.
   // Set while a call of the main thread is being stopped by a signal;
   // the PsClient's stop flag (PsClientOptions::stop), so declared first.
   std::atomic<bool> stop_{false};
   absl::Mutex mu_;  // held shared during every RPC, exclusive by Close
   std::unique_ptr<PsClient> client_ ABSL_GUARDED_BY(mu_);  // null once closed
-  // Runs the main thread's RPCs, so that the main thread can watch for
-  // signals meanwhile (Call).
-  Executor caller_{1};
+  // Touched only by Python's main thread: a Call of it is running, and a
+  // signal handler raised during it (its exception is pending).
+  bool main_calling_ = false;
+  bool interrupted_ = false;
   absl::Mutex specs_mu_;
   absl::flat_hash_map<std::string, std::shared_ptr<const TensorSpec>> known_
       ABSL_GUARDED_BY(specs_mu_);
@@ -205,6 +215,7 @@ auto Client::Call(Rpc rpc) -> decltype(rpc(std::declval<PsClient&>())) {
   using Result = decltype(rpc(std::declval<PsClient&>()));
   CheckOpen();
   auto run = [this, &rpc]() -> Result {
+    py::gil_scoped_release release;
     // Shared: calls of several threads run together (PsClient is
     // thread-safe); Close takes it exclusively.
     absl::ReaderMutexLock lock(&mu_);
@@ -213,48 +224,24 @@ auto Client::Call(Rpc rpc) -> decltype(rpc(std::declval<PsClient&>())) {
     if (client_ == nullptr) throw py::value_error("Client is closed");
     return rpc(*client_);
   };
-  if (PyThread_get_thread_ident() != main_thread) {
-    py::gil_scoped_release release;
-    return run();
-  }
+  if (PyThread_get_thread_ident() != main_thread) return run();
   std::optional<Result> result;
   std::exception_ptr failure;
-  absl::Mutex done_mu;
-  bool done = false;
-  bool interrupted = false;
-  {
-    py::gil_scoped_release release;
-    caller_.Run([&] {
-      try {
-        result.emplace(run());
-      } catch (...) {
-        failure = std::current_exception();
-      }
-      absl::MutexLock l(&done_mu);
-      done = true;
-    });
-    for (;;) {
-      {
-        absl::MutexLock l(&done_mu);
-        if (done_mu.AwaitWithTimeout(absl::Condition(&done),
-                                     absl::Milliseconds(50))) {
-          break;
-        }
-      }
-      py::gil_scoped_acquire acquire;
-      if (PyErr_CheckSignals() != 0) {
-        interrupted = true;
-        break;
-      }
-    }
-    if (interrupted) {
-      stop_.store(true);
-      absl::MutexLock l(&done_mu);
-      done_mu.Await(absl::Condition(&done));
-      stop_.store(false);
-    }
+  // A call made by a signal handler that a waiting call ran leaves that
+  // one still watching.
+  const bool outer = main_calling_;
+  main_calling_ = true;
+  try {
+    result.emplace(run());
+  } catch (...) {
+    failure = std::current_exception();
   }
-  if (interrupted) throw py::error_already_set();  // the handler's error
+  main_calling_ = outer;
+  if (interrupted_) {
+    interrupted_ = false;
+    stop_.store(false);
+    throw py::error_already_set();  // the handler's error (PollSignals)
+  }
   if (failure) std::rethrow_exception(failure);
   return *std::move(result);
 }

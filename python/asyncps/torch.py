@@ -118,6 +118,32 @@ def _shard_view(t, shape):
     return t.detach().reshape(shape).numpy()
 
 
+class _Views:
+    """The {name: numpy view} a step hands to the client, made once and
+    reused while the tensors stay the same objects at the same memory
+    (parameters always; gradients that backward accumulates in place), so
+    that a step does no per-tensor conversion. A new dict when anything
+    changed, never an old one edited (a push in flight may hold it)."""
+
+    def __init__(self):
+        self._named = ()
+        self._ptrs = ()
+        self._views = None
+
+    def get(self, named):
+        """{name: _shard_view(t, shape)} for `named`, a list of (name,
+        tensor, shard shape)."""
+        ptrs = [t.data_ptr() for _, t, _ in named]
+        old = self._named
+        if (self._views is None or ptrs != self._ptrs
+                or len(named) != len(old)
+                or any(a[0] != b[0] or a[1] is not b[1]
+                       for a, b in zip(named, old))):
+            self._views = {n: _shard_view(t, shape) for n, t, shape in named}
+            self._named, self._ptrs = list(named), ptrs
+        return self._views
+
+
 class Worker:
     """Trains `module` asynchronously through `client` (an asyncps.Client).
 
@@ -309,6 +335,8 @@ class Worker:
         self._pending = None  # Future of the overlapped pull, if any
         self._overlap = None  # what the overlapped pull writes into
         self._pushing = None  # Future of the overlapped push, if any
+        self._param_views = _Views()  # what pulls write into
+        self._grad_views = _Views()  # what pushes send
         for flag in ("overlap_pull", "overlap_push"):
             if getattr(self, flag) and not all(_plain_asp(p)
                                                for p in policies):
@@ -370,8 +398,7 @@ class Worker:
         (sparse embeddings pull their rows in their forward pass)."""
         if not self._params:
             return
-        self.client.pull_into(
-            {n: _shard_view(p, shape) for n, p, shape in self._params})
+        self.client.pull_into(self._param_views.get(self._params))
 
     def push(self):
         """Pushes p.grad of every parameter that has one; a PushResult."""
@@ -382,16 +409,15 @@ class Worker:
     def _gradients(self):
         """{name: p.grad as a contiguous float32 array of its shard shape}
         for every parameter that has a gradient."""
-        grads = {}
+        grads = []
         for name, p, shape in self._params:
             g = p.grad
             if g is None:
                 continue
-            g = g.detach()
             if not g.is_contiguous():
                 g = g.contiguous()
-            grads[name] = _shard_view(g, shape)
-        return grads
+            grads.append((name, g, shape))
+        return self._grad_views.get(grads)
 
     def _start_push(self):
         """overlap_push: hands this step's gradients to a background push

@@ -10,12 +10,16 @@
 # of each is printed with its ratio to the 1-thread loop, and the final test
 # accuracy. --overlap adds, for each shard and worker count, a run whose
 # workers overlap their pushes with computation (Worker overlap_push) and
-# one that overlaps pulls too (overlap_pull). Logs go to OUTDIR.
+# one that overlaps pulls too (overlap_pull). --baseline DIR runs every
+# asyncps setup a second time, in the same round, with the build in DIR (a
+# bazel-bin folder, or a copy holding server/ps_server and python/site,
+# e.g. of an older commit), named base_SETUP: a before/after comparison
+# under the same load. Logs go to OUTDIR.
 #
 # Build first: bazel build //server:ps_server //python:asyncps
 # Usage: python/bench/torch_throughput.sh OUTDIR [--rounds N] [--examples N]
 #            [--model cnn|mlp] [--shards "1 2"] [--workers "1 2 4"]
-#            [--overlap]
+#            [--overlap] [--baseline DIR]
 set -euo pipefail
 if [[ $# -lt 1 || "$1" == -* ]]; then
   echo "usage: $0 OUTDIR [--rounds N] [--examples N] [--model cnn|mlp]" \
@@ -30,6 +34,7 @@ model=cnn
 shards="2"
 workers="1 2"
 overlap=0
+baseline=""
 while [ $# -gt 0 ]; do
   case "$1" in
     --rounds) rounds="$2"; shift 2 ;;
@@ -38,6 +43,7 @@ while [ $# -gt 0 ]; do
     --shards) shards="$2"; shift 2 ;;
     --workers) workers="$2"; shift 2 ;;
     --overlap) overlap=1; shift ;;
+    --baseline) baseline=$(cd "$2" && pwd); shift 2 ;;
     *) echo "torch_throughput.sh: unknown option '$1'" >&2; exit 2 ;;
   esac
 done
@@ -62,24 +68,36 @@ run() {  # NAME ROUND ARGS...
   echo "$name $(rate "$out/$name.$round.log") $(accuracy "$out/$name.$round.log")"
 }
 
-for ((r = 0; r < rounds; r++)); do
-  OMP_NUM_THREADS=1 run local_1thread "$r" --local --worker-flags "$data --threads=1"
-  OMP_NUM_THREADS=2 run local_2threads "$r" --local --worker-flags "$data --threads=2"
+setups() {  # ROUND PREFIX [--bin DIR]: every asyncps setup with one build
+  local r=$1 prefix=$2
+  shift 2
   for s in $shards; do
     for w in $workers; do
-      name="asyncps_${s}shards_${w}workers"
-      run "$name" "$r" --shards "$s" --workers "$w" \
+      name="${prefix}asyncps_${s}shards_${w}workers"
+      run "$name" "$r" "$@" --shards "$s" --workers "$w" \
         --worker-flags "$data" --logdir "$out/$name.$r"
       if [ "$overlap" = 1 ]; then
-        run "${name}_overlap_push" "$r" --shards "$s" --workers "$w" \
+        run "${name}_overlap_push" "$r" "$@" --shards "$s" --workers "$w" \
           --worker-flags "$data --overlap_push" \
           --logdir "$out/${name}_overlap_push.$r"
-        run "${name}_overlap" "$r" --shards "$s" --workers "$w" \
+        run "${name}_overlap" "$r" "$@" --shards "$s" --workers "$w" \
           --worker-flags "$data --overlap_pull --overlap_push" \
           --logdir "$out/${name}_overlap.$r"
       fi
     done
   done
+}
+
+for ((r = 0; r < rounds; r++)); do
+  OMP_NUM_THREADS=1 run local_1thread "$r" --local --worker-flags "$data --threads=1"
+  OMP_NUM_THREADS=2 run local_2threads "$r" --local --worker-flags "$data --threads=2"
+  if [ -n "$baseline" ] && ((r % 2 == 1)); then
+    setups "$r" base_ --bin "$baseline"
+  fi
+  setups "$r" ""
+  if [ -n "$baseline" ] && ((r % 2 == 0)); then
+    setups "$r" base_ --bin "$baseline"
+  fi
 done | tee "$out/runs.txt"
 /usr/bin/python3 - "$out/runs.txt" <<'PY'
 import statistics, sys
