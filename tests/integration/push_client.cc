@@ -24,6 +24,8 @@
 #include "common/logging.h"
 #include "common/net.h"
 #include "common/tensor_layout.h"
+#include "membership/etcd_flags.h"
+#include "membership/shard_addressing.h"
 
 ABSL_FLAG(std::string, servers, "", "Shard addresses, host:port,...");
 ABSL_FLAG(int, worker_id, 0, "This worker's id.");
@@ -41,15 +43,21 @@ absl::Status Run() {
   absl::StatusOr<std::shared_ptr<spdlog::logger>> logger =
       MakeLogger("push_client", absl::GetFlag(FLAGS_log_level));
   if (!logger.ok()) return logger.status();
-  absl::StatusOr<std::vector<std::string>> servers =
-      ParseServerList(absl::GetFlag(FLAGS_servers));
-  if (!servers.ok()) return servers.status();
+  // --servers, or (--etcd_endpoints) the run's shard map, followed through
+  // failovers.
+  ShardAddressingOptions a;
+  a.servers = absl::GetFlag(FLAGS_servers);
+  a.etcd_endpoints = EtcdEndpointsFlag();
+  a.run_id = absl::GetFlag(FLAGS_run_id);
+  absl::StatusOr<ShardAddressing> shards = ResolveShardAddressing(a);
+  if (!shards.ok()) return shards.status();
   const std::vector<std::string> names =
       absl::StrSplit(absl::GetFlag(FLAGS_tensors), ',', absl::SkipEmpty());
   if (names.empty()) return absl::InvalidArgumentError("--tensors is empty");
 
   PsClientOptions options;
-  options.servers = *servers;
+  options.servers = shards->servers;
+  options.router = shards->router;
   options.worker_id = absl::GetFlag(FLAGS_worker_id);
   options.run_id = absl::GetFlag(FLAGS_run_id);
   options.logger = *logger;

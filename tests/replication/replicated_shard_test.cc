@@ -13,6 +13,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "client/ps_client.h"
 #include "common/net.h"
 #include "proto/asyncps.grpc.pb.h"
@@ -245,6 +246,72 @@ TEST_CASE(
   REQUIRE_OK(sb.status());
   REQUIRE(sb->replica().backups_size() == 1);
   ExpectSameState(b.address, sb->replica().backups(0).address());
+}
+
+// The number of "acked <step>" lines in a push_client's log.
+int Acked(Subprocess* pusher) {
+  int n = 0;
+  for (absl::string_view line : absl::StrSplit(pusher->ReadLog(), '\n')) {
+    n += absl::StartsWith(line, "acked ");
+  }
+  return n;
+}
+
+TEST_CASE(
+    "pushes in flight when the primary is killed are applied exactly once, "
+    "and the workers never stop",
+    "[replication][ledger]") {
+  if (testing::SkipWithoutEtcd()) return;
+  absl::StatusOr<testing::EtcdProcess> etcd = testing::StartEtcd();
+  REQUIRE_OK(etcd.status());
+  ServerProcess a = StartReplica(*etcd, "ledger");
+  WaitForRole(a.address, "primary");
+  ServerProcess b = StartReplica(*etcd, "ledger");
+  WaitForCounted(a.address, 1);
+  CreateTensor("ledger", a.address);
+  // Three workers that find the primary in the map (and follow it), each
+  // pushing its own integer gradient: the sums stay exact in float32.
+  constexpr int kPushes = 400;
+  std::vector<std::unique_ptr<Subprocess>> pushers;
+  for (int w = 0; w < 3; ++w) {
+    absl::StatusOr<std::unique_ptr<Subprocess>> p = Subprocess::Start(
+        RunfilePath("tests/integration/push_client"),
+        {absl::StrCat("--etcd_endpoints=", etcd->endpoint), "--run_id=ledger",
+         absl::StrCat("--worker_id=", w), absl::StrCat("--pushes=", kPushes),
+         absl::StrCat("--grad=", w + 1), "--tensors=w", "--log_level=warn"});
+    REQUIRE_OK(p.status());
+    pushers.push_back(*std::move(p));
+  }
+  REQUIRE_OK(WaitFor(
+      [&] {
+        for (auto& p : pushers) {
+          if (Acked(p.get()) < 40) return false;
+        }
+        return true;
+      },
+      absl::Seconds(60), "every worker acknowledged 40 pushes"));
+  REQUIRE_OK(a.process->Signal(SIGKILL));
+  int unfinished = 0;  // workers with pushes to go when the primary died
+  for (auto& p : pushers) unfinished += Acked(p.get()) < kPushes;
+  REQUIRE(unfinished > 0);
+  (void)a.process->Wait(absl::Seconds(10));
+  int cut_short = 0;
+  for (auto& p : pushers) {
+    absl::StatusOr<int> exit = p->Wait(absl::Seconds(120));
+    REQUIRE_OK(exit.status());
+    INFO(p->LogTail());
+    CHECK(*exit == 0);
+    CHECK(Acked(p.get()) == kPushes);
+    cut_short += Acked(p.get()) < kPushes;
+  }
+  REQUIRE(cut_short == 0);
+  WaitForRole(b.address, "primary");
+  // Every acknowledged push once, nothing else: 1 - (1 + 2 + 3) x 400.
+  ExpectAll(Values(b.address), kInit - 6 * kPushes);
+  // The killed process comes back as a spare and catches up.
+  ServerProcess c = StartReplica(*etcd, "ledger");
+  WaitForCounted(b.address, 1);
+  ExpectSameState(b.address, c.address);
 }
 
 // Runs ps_server with `args`; its exit status and log.
