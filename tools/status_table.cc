@@ -91,6 +91,16 @@ std::vector<std::string> Problems(const std::vector<ShardResult>& shards) {
   for (const ShardResult& r : shards) {
     if (!r.up) continue;
     const StatusResponse& st = r.status;
+    if (st.has_replica()) {
+      int held = st.replica().role() == "primary" ? 1 : 0;
+      for (const auto& b : st.replica().backups()) held += b.caught_up();
+      if (held < st.replica().replicas()) {
+        out.push_back(absl::StrCat(
+            "shard ", r.index, " has ", held, " of ", st.replica().replicas(),
+            " replicas caught up (", r.address, " is ", st.replica().role(),
+            "): start server processes for it, or wait for its spares"));
+      }
+    }
     if (st.shard_index() != r.index) {
       out.push_back(absl::StrCat(
           "the shard at ", r.address, " is number ", r.index,
@@ -505,9 +515,34 @@ std::string WorkersText(const std::vector<ShardResult>& shards) {
 
 }  // namespace
 
+// Replicated shards (ps_server --replicas): each group as its primary sees
+// it, a row per replica.
+std::string ReplicasText(const std::vector<ShardResult>& shards) {
+  TextTable rt({"SHARD", "ROLE", "ADDRESS", "MAP EPOCH", "ENTRY", "LAG",
+                "COUNTED", "FAILOVERS"},
+               /*left_columns=*/3);
+  bool any = false;
+  for (const ShardResult& r : shards) {
+    if (!r.up || !r.status.has_replica()) continue;
+    any = true;
+    const ReplicaStatus& rs = r.status.replica();
+    rt.AddRow({absl::StrCat(r.index), rs.role(), r.address,
+               absl::StrCat(rs.map_epoch()), absl::StrCat(rs.log_index()), "0",
+               "", absl::StrCat(rs.failovers())});
+    for (const ReplicaStatus::Backup& b : rs.backups()) {
+      const uint64_t lag = rs.log_index() - std::min(rs.log_index(), b.acked());
+      rt.AddRow({absl::StrCat(r.index), b.caught_up() ? "backup" : "spare",
+                 b.address(), "", absl::StrCat(b.acked()), absl::StrCat(lag),
+                 b.counted() ? "yes" : "no", ""});
+    }
+  }
+  return any ? absl::StrCat("\n", rt.Render()) : "";
+}
+
 std::string RenderText(const std::vector<ShardResult>& shards, bool wide) {
   return absl::StrCat(SummaryText(shards), "\n", ShardsText(shards, wide),
-                      TablesText(shards), WorkersText(shards));
+                      ReplicasText(shards), TablesText(shards),
+                      WorkersText(shards));
 }
 
 Doc StatusDoc(const std::vector<ShardResult>& shards) {

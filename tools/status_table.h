@@ -109,11 +109,15 @@ std::string DescribePolicy(const StalenessPolicy& policy);
 
 // Misconfigurations the answers reveal, one sentence each: a shard whose
 // shard_index differs from its position in --servers (the list must be in
-// shard order), or whose num_shards differs from the list's length.
+// shard order), or whose num_shards differs from the list's length, and a
+// replicated shard with fewer than R caught-up replicas.
 std::vector<std::string> Problems(const std::vector<ShardResult>& shards);
 
 // The problems (as "WARNING: ..." lines), the cluster summary, a table with
 // one row per shard (DOWN rows carry the error), a table with one row per
+// replica of the replicated shards (when there are any: role, map epoch, the
+// replica's last entry, a backup's lag in entries and whether answers wait
+// for it), a table with one row per
 // sparse table (when there are any) and a table with one row per worker. `wide`
 // adds columns (bytes, rates, version, checkpoint).
 std::string RenderText(const std::vector<ShardResult>& shards,

@@ -9,6 +9,7 @@
 #include <catch2/catch.hpp>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/match.h"
@@ -165,6 +166,19 @@ void ExpectAll(const std::vector<float>& values, float expected) {
   CHECK(wrong == 0);
 }
 
+// psctl status of run `run` found through etcd: exit status and output.
+std::pair<int, std::string> Psctl(const testing::EtcdProcess& etcd,
+                                  const std::string& run) {
+  absl::StatusOr<std::unique_ptr<Subprocess>> p = Subprocess::Start(
+      RunfilePath("tools/psctl"),
+      {"status", absl::StrCat("--etcd_endpoints=", etcd.endpoint),
+       absl::StrCat("--run_id=", run)});
+  REQUIRE_OK(p.status());
+  absl::StatusOr<int> exit = (*p)->Wait(absl::Seconds(30));
+  REQUIRE_OK(exit.status());
+  return {*exit, (*p)->ReadLog()};
+}
+
 TEST_CASE(
     "a backup holds every acknowledged push; a killed primary is replaced "
     "with nothing lost; the restarted process catches up",
@@ -182,6 +196,13 @@ TEST_CASE(
   Push("kill", a.address, 1, 40, 1);
   ExpectAll(Values(a.address), kInit - 40);
   ExpectSameState(a.address, b.address);
+  {
+    auto [exit, out] = Psctl(*etcd, "kill");
+    INFO(out);
+    CHECK(exit == 0);
+    CHECK(absl::StrContains(out, "primary"));
+    CHECK(absl::StrContains(out, "backup"));
+  }
 
   const absl::Time killed = absl::Now();
   REQUIRE_OK(a.process->Signal(SIGKILL).ok() ? absl::OkStatus()
@@ -194,6 +215,13 @@ TEST_CASE(
   ExpectAll(Values(b.address), kInit - 40);
   Push("kill", b.address, 2, 10, 1);
   ExpectAll(Values(b.address), kInit - 50);
+  {
+    // One replica of two: psctl says so and exits non-zero.
+    auto [exit, out] = Psctl(*etcd, "kill");
+    INFO(out);
+    CHECK(exit != 0);
+    CHECK(absl::StrContains(out, "has 1 of 2 replicas caught up"));
+  }
 
   // A new process joins as a spare, receives a snapshot and the entries
   // since, and is counted once caught up.
