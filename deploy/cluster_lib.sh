@@ -55,33 +55,93 @@ cluster_track() {
   return 0
 }
 
-# cluster_start_shards SERVER_BIN SHARDS "EXTRA FLAGS": starts the shards on
-# port 0 and waits (30 s at most) for each to write its port; sets servers
-# to "127.0.0.1:p0,127.0.0.1:p1,...".
+# cluster_start_etcd ETCD_BIN: a one-member etcd on free loopback ports,
+# its data in $logdir/etcd, stopped with everything else; elections in
+# 0.5 s so that it grants 1 s leases (ps_server --lease_ms=1000). Sets
+# etcd_endpoint to "127.0.0.1:port".
+cluster_start_etcd() {
+  local bin=$1 client peer pid
+  client=$(cluster_free_port)
+  peer=$(cluster_free_port "$client")
+  "$bin" --name=local --data-dir="$logdir/etcd" \
+    --listen-client-urls="http://127.0.0.1:$client" \
+    --advertise-client-urls="http://127.0.0.1:$client" \
+    --listen-peer-urls="http://127.0.0.1:$peer" \
+    --initial-advertise-peer-urls="http://127.0.0.1:$peer" \
+    --initial-cluster="local=http://127.0.0.1:$peer" \
+    --heartbeat-interval=50 --election-timeout=500 --log-level=warn \
+    >"$logdir/etcd.log" 2>&1 &
+  pid=$!
+  cluster_track etcd "$pid"
+  etcd_endpoint="127.0.0.1:$client"
+  for _ in $(seq 100); do
+    (echo >"/dev/tcp/127.0.0.1/$client") 2>/dev/null && return 0
+    kill -0 "$pid" 2>/dev/null || cluster_fail etcd "$pid" "$?"
+    sleep 0.1
+  done
+  echo "$launcher: etcd did not start within 10 s" >&2
+  exit 1
+}
+
+# cluster_free_port [NOT]: a loopback port nothing listens on (other than
+# NOT).
+cluster_free_port() {
+  local p
+  while :; do
+    p=$((20000 + RANDOM % 40000))
+    [ "$p" = "${1:-}" ] && continue
+    (echo >"/dev/tcp/127.0.0.1/$p") 2>/dev/null || { echo "$p"; return; }
+  done
+}
+
+# cluster_start_shards SERVER_BIN SHARDS "EXTRA FLAGS" [REPLICAS]: starts
+# the shards (REPLICAS processes each, default 1, named shard<i> or
+# shard<i>.r<k>, with host labels replica<k>) on port 0 and waits (30 s at
+# most) for each to write its port; sets servers to
+# "127.0.0.1:p0,127.0.0.1:p1,..." (the first process of each shard).
 cluster_start_shards() {
-  local bin=$1 shards=$2 flags=$3 i pid rc
+  local bin=$1 shards=$2 flags=$3 replicas=${4:-1} i k name pid rc
+  local names=()
   servers=""
   for ((i = 0; i < shards; i++)); do
-    rm -f "$logdir/shard$i.port"
-    # shellcheck disable=SC2086
-    "$bin" --shard_index=$i --num_shards="$shards" --host=127.0.0.1 --port=0 \
-      --port_file="$logdir/shard$i.port" $flags >"$logdir/shard$i.log" 2>&1 &
-    cluster_track "shard$i" $!
-  done
-  for ((i = 0; i < shards; i++)); do
-    for _ in $(seq 300); do
-      [ -s "$logdir/shard$i.port" ] && break
-      pid=${pids[$i]}
-      if ! kill -0 "$pid" 2>/dev/null; then
-        wait "$pid" && rc=0 || rc=$?
-        cluster_fail "shard$i" "$pid" "$rc"
-      fi
-      sleep 0.1
+    for ((k = 0; k < replicas; k++)); do
+      name="shard$i"
+      [ "$replicas" -gt 1 ] && name="shard$i.r$k"
+      rm -f "$logdir/$name.port"
+      # shellcheck disable=SC2086
+      "$bin" --shard_index=$i --num_shards="$shards" --host=127.0.0.1 \
+        --port=0 --port_file="$logdir/$name.port" \
+        $([ "$replicas" -gt 1 ] && echo "--host_label=replica$k") $flags \
+        >"$logdir/$name.log" 2>&1 &
+      cluster_track "$name" $!
+      names+=("$name:$!")
+      # The first replica of a group claims it; the others join it.
+      [ "$replicas" -gt 1 ] && [ "$k" = 0 ] && cluster_wait_port "$name" "$!"
     done
-    [ -s "$logdir/shard$i.port" ] ||
-      { echo "$launcher: shard$i did not start within 30 s" >&2; exit 1; }
-    servers="${servers:+$servers,}127.0.0.1:$(cat "$logdir/shard$i.port")"
   done
+  for entry in "${names[@]}"; do
+    cluster_wait_port "${entry%%:*}" "${entry##*:}"
+    case "${entry%%:*}" in
+      *.r0 | shard[0-9]) ;;
+      *) continue ;;
+    esac
+    servers="${servers:+$servers,}127.0.0.1:$(cat "$logdir/${entry%%:*}.port")"
+  done
+}
+
+# cluster_wait_port NAME PID: waits (30 s at most) for NAME's port file.
+cluster_wait_port() {
+  local name=$1 pid=$2 rc
+  for _ in $(seq 300); do
+    [ -s "$logdir/$name.port" ] && return 0
+    if ! kill -0 "$pid" 2>/dev/null; then
+      wait "$pid" && rc=0 || rc=$?
+      cluster_fail "$name" "$pid" "$rc"
+    fi
+    sleep 0.1
+  done
+  echo "$launcher: $name did not start within 30 s" >&2
+  exit 1
 }
 
 # Waits for every worker; stops at the first process that fails (a shard
@@ -99,7 +159,7 @@ cluster_wait_workers() {
       cluster_fail "$name" "$done_pid" "$rc"
     fi
     case "$name" in
-      shard*) cluster_fail "$name" "$done_pid" "$rc (a shard stopped during training)" ;;
+      shard* | etcd) cluster_fail "$name" "$done_pid" "$rc (it stopped during training)" ;;
       worker*) remaining=$((remaining - 1)) ;;
     esac
     # Drop the finished pid so wait -n does not see it again.

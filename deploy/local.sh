@@ -18,6 +18,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 shards=2
+replicas=1
 workers=4
 model=mlp
 epochs=20
@@ -47,6 +48,11 @@ with its last log lines, exit 1), and at the end.
 
 options:
   --shards N           server shards (default $shards)
+  --replicas R         server processes per shard (default $replicas); R > 1
+                       also starts a one-member etcd (free ports, stopped
+                       with everything else) holding the shard map, and the
+                       workers follow each shard's primary through it (see
+                       README "Replicated shards")
   --workers N          workers (default $workers)
   --model mlp|ctr      the model (default $model); ctr trains on the shards'
                        sparse tables (see ps_worker --help=ctr)
@@ -78,6 +84,7 @@ USAGE
 while [ $# -gt 0 ]; do
   case "$1" in
     --shards) shards="$2"; shift 2 ;;
+    --replicas) replicas="$2"; shift 2 ;;
     --workers) workers="$2"; shift 2 ;;
     --model) model="$2"; shift 2 ;;
     --epochs) epochs="$2"; epochs_set=1; shift 2 ;;
@@ -93,7 +100,7 @@ while [ $# -gt 0 ]; do
     *) echo "local.sh: unknown option '$1' (see --help)" >&2; exit 2 ;;
   esac
 done
-for v in shards workers epochs; do
+for v in shards replicas workers epochs; do
   if ! [[ "${!v}" =~ ^[1-9][0-9]*$ ]]; then
     echo "local.sh: --$v must be a positive integer, got '${!v}'" >&2; exit 2
   fi
@@ -162,12 +169,27 @@ fi
 # shellcheck source=deploy/cluster_lib.sh
 . deploy/cluster_lib.sh
 cluster_init local.sh "$logdir"
-cluster_start_shards "$server_bin" "$shards" "$server_flags"
-echo "cluster: $shards shard(s) at $servers; $workers worker(s); logs in $logdir"
+# Where the workers (and ps_serve) find the shards.
+find_shards=()
+if [ "$replicas" -gt 1 ]; then
+  etcd_bin=$(command -v etcd || true)
+  [ -n "$etcd_bin" ] || { echo "local.sh: --replicas needs etcd (deploy/install_deps.sh installs etcd-server)" >&2; exit 1; }
+  cluster_start_etcd "$etcd_bin"
+  run_id="local-$$"
+  server_flags="--replicas=$replicas --etcd_endpoints=$etcd_endpoint --run_id=$run_id $server_flags"
+  find_shards=(--etcd_endpoints="$etcd_endpoint" --run_id="$run_id")
+fi
+cluster_start_shards "$server_bin" "$shards" "$server_flags" "$replicas"
+[ "$replicas" -gt 1 ] || find_shards=(--servers="$servers")
+if [ "$replicas" -gt 1 ]; then
+  echo "cluster: $shards shard(s) x $replicas replicas (shard map in etcd at $etcd_endpoint, run $run_id); $workers worker(s); logs in $logdir"
+else
+  echo "cluster: $shards shard(s) at $servers; $workers worker(s); logs in $logdir"
+fi
 
 if [ "$serve" = 1 ]; then
   rm -f "$logdir/serve.port" "$logdir/serve.http_port" "$logdir/trained"
-  OPENBLAS_NUM_THREADS=1 "$serve_bin" --servers="$servers" --host=127.0.0.1 \
+  OPENBLAS_NUM_THREADS=1 "$serve_bin" "${find_shards[@]}" --host=127.0.0.1 \
     --port=0 --port_file="$logdir/serve.port" --http_port=0 \
     --http_port_file="$logdir/serve.http_port" --refresh_s=1 \
     >"$logdir/serve.log" 2>&1 &
@@ -179,7 +201,7 @@ for ((w = 0; w < workers; w++)); do
   [ "$w" = "$straggler_id" ] && extra="--straggler_delay_ms=$straggler_ms"
   # One BLAS thread per worker: the workers already share the cores.
   # shellcheck disable=SC2086
-  OPENBLAS_NUM_THREADS=1 "$worker_bin" --servers="$servers" --worker_id=$w \
+  OPENBLAS_NUM_THREADS=1 "$worker_bin" "${find_shards[@]}" --worker_id=$w \
     --num_workers=$workers "${model_flags[@]}" $worker_flags $extra \
     > >(tee "$logdir/worker$w.out" | grep --line-buffered -E "worker $w |eval epoch|eval step|^final|^test split") \
     2>"$logdir/worker$w.log" &
