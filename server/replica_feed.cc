@@ -110,7 +110,11 @@ grpc::Status ReplicaFeedService::Follow(
       break;
     }
     if (*e == nullptr) continue;
-    if (!stream->Write(**e)) break;
+    // While more entries are waiting, let gRPC coalesce them into fewer
+    // writes; the last one of a burst goes out at once.
+    grpc::WriteOptions options;
+    if (o_.log->last_index() > next + 1) options.set_buffer_hint();
+    if (!stream->Write(**e, options)) break;
     o_.log->MoveReader(reader, ++next);
   }
   o_.log->RemoveReader(reader);
