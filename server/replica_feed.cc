@@ -16,6 +16,15 @@ constexpr size_t kPieceBytes = 1 << 20;
 
 }  // namespace
 
+std::string ReplicaId(absl::string_view address, uint64_t incarnation) {
+  return absl::StrCat(address, "/", absl::Hex(incarnation));
+}
+
+absl::string_view ReplicaAddress(absl::string_view id) {
+  const size_t slash = id.rfind('/');
+  return slash == absl::string_view::npos ? id : id.substr(0, slash);
+}
+
 ReplicaFeedService::ReplicaFeedService(ReplicaFeedOptions options)
     : o_(std::move(options)) {}
 
@@ -76,12 +85,13 @@ grpc::Status ReplicaFeedService::Follow(
     return ToGrpcStatus(
         absl::UnavailableError("this replica is not the primary"));
   }
+  const std::string id = ReplicaId(f.address(), f.incarnation());
   uint64_t next = f.last_index();
   // Keeps the entries after the backup's position (or after the cut) while
   // it is sent the snapshot; moved on below.
   const uint64_t reader = o_.log->AddReader(o_.log->last_index());
   if (o_.log->CanContinue(f.last_index(), f.last_epoch())) {
-    o_.log->Ack(f.address(), f.last_index());
+    o_.log->Ack(id, f.last_index());
   } else {
     absl::StatusOr<uint64_t> cut = SendSnapshot(stream, reader);
     if (!cut.ok()) {
@@ -91,14 +101,14 @@ grpc::Status ReplicaFeedService::Follow(
     next = *cut;
     // It holds the state up to the cut once restored (before it applies
     // anything or can be promoted).
-    o_.log->Ack(f.address(), next);
+    o_.log->Ack(id, next);
   }
   o_.log->MoveReader(reader, next);
-  o_.logger->info("backup {} follows from entry {}", f.address(), next);
+  o_.logger->info("backup {} follows from entry {}", id, next);
   std::atomic<bool> reading{true};
   std::thread acks([&] {
     FollowUp up;
-    while (stream->Read(&up)) o_.log->Ack(f.address(), up.applied());
+    while (stream->Read(&up)) o_.log->Ack(id, up.applied());
     reading = false;
   });
   absl::Status end;
@@ -120,8 +130,8 @@ grpc::Status ReplicaFeedService::Follow(
   o_.log->RemoveReader(reader);
   ctx->TryCancel();
   acks.join();
-  o_.logger->info("backup {} stopped following at entry {}: {}", f.address(),
-                  next, end.ok() ? "stream ended" : end.ToString());
+  o_.logger->info("backup {} stopped following at entry {}: {}", id, next,
+                  end.ok() ? "stream ended" : end.ToString());
   return ToGrpcStatus(end);
 }
 

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <utility>
 
+#include "absl/random/random.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -11,16 +12,21 @@ namespace asyncps {
 
 namespace {
 
-int Find(const ShardGroupRecord& group, const std::string& address) {
+std::string IdOf(const ReplicaRecord& r) {
+  return ReplicaId(r.address(), r.incarnation());
+}
+
+// The position of replica `id` in the group, or -1.
+int Find(const ShardGroupRecord& group, const std::string& id) {
   for (int i = 0; i < group.replicas_size(); ++i) {
-    if (group.replicas(i).address() == address) return i;
+    if (IdOf(group.replicas(i)) == id) return i;
   }
   return -1;
 }
 
 bool IsLive(const absl::flat_hash_map<std::string, bool>& live,
-            const std::string& address) {
-  return live.contains(address);
+            const ReplicaRecord& r) {
+  return live.contains(IdOf(r));
 }
 
 constexpr absl::Duration kTick = absl::Milliseconds(100);
@@ -33,7 +39,13 @@ constexpr uint64_t kCountWithin = 1024;
 }  // namespace
 
 ReplicaGroup::ReplicaGroup(ReplicaGroupOptions options)
-    : o_(std::move(options)), log_(ReplicationLog::Options()) {}
+    : o_(std::move(options)), log_(ReplicationLog::Options()) {
+  absl::BitGen bits;
+  do {
+    incarnation_ = absl::Uniform<uint64_t>(bits);
+  } while (incarnation_ == 0);
+  self_ = ReplicaId(o_.address, incarnation_);
+}
 
 ReplicaGroup::~ReplicaGroup() {
   Stop();
@@ -79,7 +91,7 @@ absl::StatusOr<std::unique_ptr<ReplicaGroup>> ReplicaGroup::Join(
 
 absl::Status ReplicaGroup::Register() {
   const std::string key =
-      absl::StrCat(RunPrefix(o_.run_id), "/members/", o_.address);
+      absl::StrCat(RunPrefix(o_.run_id), "/members/", self_);
   absl::StatusOr<int64_t> put =
       etcd_->Put(key, absl::StrCat("shard=", o_.shard_index, " host=", o_.host),
                  lease_->id());
@@ -100,11 +112,11 @@ ReplicaGroup::LiveMembers() {
 
 // Decide's outcomes of one look at the map: done (OK), look again
 // (ABORTED), or fail.
-absl::Status ReplicaGroup::ForgetEarlierSelf() {
+absl::Status ReplicaGroup::ForgetEarlierSelf(const std::string& earlier) {
   absl::StatusOr<ShardMapRecord> m =
       maps_->Update([&](ShardMapRecord* m) -> absl::StatusOr<bool> {
         auto* rs = m->mutable_groups(o_.shard_index)->mutable_replicas();
-        const int i = Find(m->groups(o_.shard_index), o_.address);
+        const int i = Find(m->groups(o_.shard_index), earlier);
         if (i < 0) return false;
         rs->erase(rs->begin() + i);
         return true;
@@ -114,6 +126,7 @@ absl::Status ReplicaGroup::ForgetEarlierSelf() {
 
 absl::Status ReplicaGroup::JoinAsSpare(const ShardGroupRecord& group) {
   const std::string primary = group.replicas(0).address();
+  const std::string primary_id = IdOf(group.replicas(0));
   for (const ReplicaRecord& r : group.replicas()) {
     if (r.host() == o_.host) {
       o_.logger->warn(
@@ -126,12 +139,13 @@ absl::Status ReplicaGroup::JoinAsSpare(const ShardGroupRecord& group) {
   absl::StatusOr<ShardMapRecord> m =
       maps_->Update([&](ShardMapRecord* m) -> absl::StatusOr<bool> {
         ShardGroupRecord* g = m->mutable_groups(o_.shard_index);
-        if (g->replicas_size() == 0 || g->replicas(0).address() != primary) {
+        if (g->replicas_size() == 0 || IdOf(g->replicas(0)) != primary_id) {
           return absl::AbortedError("the primary changed");
         }
         ReplicaRecord* me = g->add_replicas();
         me->set_address(o_.address);
         me->set_host(o_.host);
+        me->set_incarnation(incarnation_);
         me->set_caught_up(false);
         return true;
       });
@@ -146,7 +160,7 @@ absl::Status ReplicaGroup::JoinAsSpare(const ShardGroupRecord& group) {
   }
   absl::MutexLock l(&mu_);
   follower_ = *std::move(f);
-  following_ = primary;
+  following_ = primary_id;
   map_epoch_ = m->epoch();
   o_.logger->info("joined shard {} as a spare of primary {} (map epoch {})",
                   o_.shard_index, primary, m->epoch());
@@ -161,14 +175,13 @@ absl::Status ReplicaGroup::Claim() {
             LiveMembers();
         if (!now.ok()) return now.status();
         for (const ReplicaRecord& r : g->replicas()) {
-          if (IsLive(*now, r.address())) {
-            return absl::AbortedError("a replica came back");
-          }
+          if (IsLive(*now, r)) return absl::AbortedError("a replica came back");
         }
         g->clear_replicas();
         ReplicaRecord* me = g->add_replicas();
         me->set_address(o_.address);
         me->set_host(o_.host);
+        me->set_incarnation(incarnation_);
         me->set_caught_up(true);
         return true;
       });
@@ -192,16 +205,25 @@ absl::Status ReplicaGroup::Decide() {
     absl::StatusOr<absl::flat_hash_map<std::string, bool>> live = LiveMembers();
     if (!live.ok()) return live.status();
     const ShardGroupRecord& group = read->map.groups(o_.shard_index);
-    bool any_live = false;
-    for (const ReplicaRecord& r : group.replicas()) {
-      any_live = any_live || IsLive(*live, r.address());
+    bool any_live = false, backup_live = false;
+    int earlier = -1;  // an earlier process at this address
+    for (int i = 0; i < group.replicas_size(); ++i) {
+      const ReplicaRecord& r = group.replicas(i);
+      any_live = any_live || IsLive(*live, r);
+      backup_live = backup_live || (i > 0 && r.caught_up() && IsLive(*live, r));
+      if (r.address() == o_.address) earlier = i;
     }
     absl::Status s = absl::AbortedError("look again");
-    if (Find(group, o_.address) >= 0) {
-      // An earlier process at this address: it holds nothing now.
-      s = ForgetEarlierSelf();
-    } else if (group.replicas_size() > 0 &&
-               IsLive(*live, group.replicas(0).address())) {
+    if (earlier >= 0) {
+      // It holds nothing now; once its lease lapsed (and, if it was the
+      // primary, unless a backup is taking over) it leaves the map.
+      const ReplicaRecord& r = group.replicas(earlier);
+      if (!IsLive(*live, r) && !(earlier == 0 && backup_live)) {
+        s = ForgetEarlierSelf(IdOf(r));
+      } else {
+        absl::SleepFor(absl::Milliseconds(200));
+      }
+    } else if (group.replicas_size() > 0 && IsLive(*live, group.replicas(0))) {
       s = JoinAsSpare(group);
     } else if (!any_live) {
       s = Claim();
@@ -225,6 +247,7 @@ absl::StatusOr<std::unique_ptr<Follower>> ReplicaGroup::ConnectFollower(
   fo.request.set_shard_index(o_.shard_index);
   fo.request.set_num_shards(o_.num_shards);
   fo.request.set_address(o_.address);
+  fo.request.set_incarnation(incarnation_);
   fo.snapshot_dir = snapshot_dir;
   fo.log = &log_;
   fo.security = o_.security;
@@ -284,7 +307,7 @@ void ReplicaGroup::Tick() {
     map_epoch_ = read->map.epoch();
     group_ = group;
   }
-  const int me = Find(group, o_.address);
+  const int me = Find(group, self_);
   if (me < 0) {
     log_.Fence(absl::FailedPreconditionError("dropped from the map"));
     return Restart(absl::StrCat("the map (epoch ", read->map.epoch(),
@@ -312,44 +335,50 @@ void ReplicaGroup::TendBackups(
   }
   const uint64_t last = log_.last_index();
   const absl::Time now = absl::Now();
+  // Backups the map no longer lists (a process restarted at their address
+  // took their place) are not waited for.
+  for (const auto& [id, state] : states) {
+    if (Find(group, id) < 0) log_.StopCounting(id);
+  }
   for (int i = 1; i < group.replicas_size(); ++i) {
     const ReplicaRecord& r = group.replicas(i);
-    if (!IsLive(live, r.address())) {
-      Drop(r.address(), "its lease expired");
+    const std::string id = IdOf(r);
+    if (!IsLive(live, r)) {
+      Drop(id, "its lease expired");
       continue;
     }
-    auto st = states.find(r.address());
+    auto st = states.find(id);
     const bool known = st != states.end();
     if (r.caught_up()) {
       if (!known || !st->second.counted) {
-        log_.StartCounting(r.address());
+        log_.StartCounting(id);
       } else if (st->second.acked < last &&
                  now - st->second.last_progress > o_.replica_timeout) {
-        Drop(r.address(),
+        Drop(id,
              absl::StrCat("it acknowledged nothing for ",
                           absl::FormatDuration(now - st->second.last_progress),
                           " (entry ", st->second.acked, " of ", last, ")"));
       }
       continue;
     }
-    auto c = catching_up_.find(r.address());
+    auto c = catching_up_.find(id);
     if (c != catching_up_.end()) {
       if (known && st->second.acked >= c->second) {
-        const absl::Status marked = MarkCaughtUp(r.address());
+        const absl::Status marked = MarkCaughtUp(id);
         if (marked.ok()) {
           catching_up_.erase(c);
         } else {
-          o_.logger->warn("cannot mark backup {} caught up: {}", r.address(),
+          o_.logger->warn("cannot mark backup {} caught up: {}", id,
                           marked.ToString());
         }
       } else if (!known ||
                  now - st->second.last_progress > o_.replica_timeout) {
         // Too slow to count on yet: stop waiting for it, try again later.
-        log_.StopCounting(r.address());
+        log_.StopCounting(id);
         catching_up_.erase(c);
       }
     } else if (known && st->second.acked + kCountWithin >= last) {
-      catching_up_[r.address()] = log_.StartCounting(r.address());
+      catching_up_[id] = log_.StartCounting(id);
     }
   }
 }
@@ -359,7 +388,7 @@ absl::Status ReplicaGroup::Drop(const std::string& address,
   absl::StatusOr<ShardMapRecord> m =
       maps_->Update([&](ShardMapRecord* m) -> absl::StatusOr<bool> {
         ShardGroupRecord* g = m->mutable_groups(o_.shard_index);
-        if (g->replicas_size() == 0 || g->replicas(0).address() != o_.address) {
+        if (g->replicas_size() == 0 || IdOf(g->replicas(0)) != self_) {
           return absl::FailedPreconditionError("no longer the primary");
         }
         const int i = Find(*g, address);
@@ -388,7 +417,7 @@ absl::Status ReplicaGroup::MarkCaughtUp(const std::string& address) {
   absl::StatusOr<ShardMapRecord> m =
       maps_->Update([&](ShardMapRecord* m) -> absl::StatusOr<bool> {
         ShardGroupRecord* g = m->mutable_groups(o_.shard_index);
-        if (g->replicas_size() == 0 || g->replicas(0).address() != o_.address) {
+        if (g->replicas_size() == 0 || IdOf(g->replicas(0)) != self_) {
           return absl::FailedPreconditionError("no longer the primary");
         }
         const int i = Find(*g, address);
@@ -408,12 +437,13 @@ void ReplicaGroup::FollowPrimary(
     const ShardGroupRecord& group,
     const absl::flat_hash_map<std::string, bool>& live) {
   const std::string primary = group.replicas(0).address();
-  if (IsLive(live, primary)) {
+  const std::string primary_id = IdOf(group.replicas(0));
+  if (IsLive(live, group.replicas(0))) {
     primary_gone_since_ = absl::InfiniteFuture();
     std::unique_ptr<Follower> old;
     {
       absl::MutexLock l(&mu_);
-      if (following_ == primary && follower_ != nullptr &&
+      if (following_ == primary_id && follower_ != nullptr &&
           !follower_->ended()) {
         return;
       }
@@ -437,11 +467,11 @@ void ReplicaGroup::FollowPrimary(
     (*f)->Start(server_->service());
     absl::MutexLock l(&mu_);
     follower_ = *std::move(f);
-    following_ = primary;
-    o_.logger->info("following primary {}", primary);
+    following_ = primary_id;
+    o_.logger->info("following primary {}", primary_id);
     return;
   }
-  const int me = Find(group, o_.address);
+  const int me = Find(group, self_);
   if (!group.replicas(me).caught_up()) {
     // A spare cannot take over: it may lack acknowledged updates.
     if (primary_gone_since_ == absl::InfiniteFuture()) {
@@ -458,10 +488,10 @@ void ReplicaGroup::FollowPrimary(
   int turn = 0;
   for (int i = 1; i < me; ++i) {
     const ReplicaRecord& r = group.replicas(i);
-    turn += r.caught_up() && IsLive(live, r.address());
+    turn += r.caught_up() && IsLive(live, r);
   }
   if (now - primary_gone_since_ < turn * kTakeOverTurn) return;
-  TryPromote(primary);
+  TryPromote(primary_id);
 }
 
 bool ReplicaGroup::TryPromote(const std::string& dead_primary) {
@@ -478,14 +508,13 @@ bool ReplicaGroup::TryPromote(const std::string& dead_primary) {
   absl::StatusOr<ShardMapRecord> m =
       maps_->Update([&](ShardMapRecord* m) -> absl::StatusOr<bool> {
         ShardGroupRecord* g = m->mutable_groups(o_.shard_index);
-        if (g->replicas_size() == 0 ||
-            g->replicas(0).address() != dead_primary) {
+        if (g->replicas_size() == 0 || IdOf(g->replicas(0)) != dead_primary) {
           return absl::AbortedError("the map changed");
         }
         absl::StatusOr<std::optional<EtcdKeyValue>> key = etcd_->Get(dead_key);
         if (!key.ok()) return key.status();
         if (key->has_value()) return absl::AbortedError("the primary is back");
-        const int me = Find(*g, o_.address);
+        const int me = Find(*g, self_);
         if (me < 0 || !g->replicas(me).caught_up()) {
           return absl::AbortedError("not a caught-up replica");
         }
@@ -497,7 +526,7 @@ bool ReplicaGroup::TryPromote(const std::string& dead_primary) {
           if (i == me) continue;
           *next.add_replicas() = g->replicas(i);
           if (g->replicas(i).caught_up()) {
-            counted.push_back(g->replicas(i).address());
+            counted.push_back(IdOf(g->replicas(i)));
           }
         }
         *g = std::move(next);
@@ -557,7 +586,7 @@ void ReplicaGroup::FillStatus(StatusResponse* response) const {
   }
   for (const ReplicationLog::BackupState& b : log_.Backups()) {
     ReplicaStatus::Backup* out = r->add_backups();
-    out->set_address(b.address);
+    out->set_address(std::string(ReplicaAddress(b.address)));
     out->set_acked(b.acked);
     out->set_counted(b.counted);
     const int i = Find(group, b.address);

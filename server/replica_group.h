@@ -119,7 +119,7 @@ class ReplicaGroup {
   absl::Status Register();
   absl::Status Decide();
   // Decide's steps: OK when decided, ABORTED to look at the map again.
-  absl::Status ForgetEarlierSelf();
+  absl::Status ForgetEarlierSelf(const std::string& earlier);
   absl::Status JoinAsSpare(const ShardGroupRecord& group);
   absl::Status Claim();
   // Members alive now: address -> its key exists.
@@ -144,13 +144,15 @@ class ReplicaGroup {
   std::unique_ptr<LeaseKeeper> lease_;
   std::unique_ptr<MapStore> maps_;
   ReplicationLog log_;
+  uint64_t incarnation_ = 0;  // this process at o_.address; nonzero
+  std::string self_;          // ReplicaId(o_.address, incarnation_)
   bool claimed_ = false;
   uint64_t claimed_epoch_ = 0;
   PsServer* server_ = nullptr;
 
   mutable absl::Mutex mu_;
   std::unique_ptr<Follower> follower_ ABSL_GUARDED_BY(mu_);
-  std::string following_ ABSL_GUARDED_BY(mu_);
+  std::string following_ ABSL_GUARDED_BY(mu_);  // the primary's ReplicaId
   uint64_t map_epoch_ ABSL_GUARDED_BY(mu_) = 0;
   ShardGroupRecord group_ ABSL_GUARDED_BY(mu_);  // as last read
   std::string restart_ ABSL_GUARDED_BY(mu_);

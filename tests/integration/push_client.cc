@@ -9,6 +9,7 @@
 // duplicate of a push applied before), 1 otherwise (the reason on stderr).
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <string>
 #include <utility>
@@ -34,6 +35,12 @@ ABSL_FLAG(double, grad, 1.0, "Value of every gradient element.");
 ABSL_FLAG(std::string, tensors, "", "Tensors to push to, name,name,...");
 ABSL_FLAG(int, wait_timeout_s, 60, "How long to wait for the tensors.");
 ABSL_FLAG(std::string, run_id, "", "The shards' --run_id.");
+ABSL_FLAG(int64_t, create_elems, 0,
+          "If > 0, first creates the --tensors (this many elements, slices of "
+          "100, constant 1, SGD with rate 1) unless they exist.");
+ABSL_FLAG(double, expect, std::nan(""),
+          "If set, after its pushes reads every element of the tensors and "
+          "exits 1 unless each equals this value exactly.");
 ABSL_FLAG(std::string, log_level, "info", "trace|debug|info|warn|error|off");
 
 namespace asyncps {
@@ -65,6 +72,21 @@ absl::Status Run() {
       PsClient::Connect(std::move(options));
   if (!client.ok()) return client.status();
   PsClient& ps = **client;
+  if (absl::GetFlag(FLAGS_create_elems) > 0) {
+    std::vector<TensorSpec> specs;
+    for (const std::string& name : names) {
+      TensorSpec t;
+      t.set_name(name);
+      t.add_shape(absl::GetFlag(FLAGS_create_elems));
+      t.set_init(INIT_CONSTANT);
+      t.set_init_value(1.0f);
+      t.set_slice_elems(100);
+      t.mutable_optimizer()->set_learning_rate(1.0f);
+      specs.push_back(t);
+    }
+    absl::Status created = ps.CreateTensors(specs);
+    if (!created.ok()) return created;
+  }
   absl::Status s = ps.WaitForTensors(
       names, absl::Seconds(absl::GetFlag(FLAGS_wait_timeout_s)));
   if (!s.ok()) return s;
@@ -109,6 +131,20 @@ absl::Status Run() {
     std::printf("acked %ld\n", static_cast<long>(step));
     std::fflush(stdout);
     max_staleness = std::max(max_staleness, summary->max_staleness);
+  }
+  const double expect = absl::GetFlag(FLAGS_expect);
+  if (!std::isnan(expect)) {
+    s = ps.Pull(clock, pull_into);
+    if (!s.ok()) return s;
+    for (size_t k = 0; k < names.size(); ++k) {
+      for (size_t i = 0; i < params[k].size(); ++i) {
+        if (params[k][i] != static_cast<float>(expect)) {
+          return absl::DataLossError(absl::StrCat(
+              names[k], "[", i, "] is ", params[k][i], ", expected ", expect));
+        }
+      }
+    }
+    std::printf("verified %zu tensor(s) equal %g\n", names.size(), expect);
   }
   s = ps.Heartbeat(clock, /*leaving=*/true);
   if (!s.ok()) return s;

@@ -1,0 +1,141 @@
+#!/usr/bin/env python3
+"""Replicated shards under a nemesis on the emulated multi-host cluster.
+
+Five hosts (network namespaces on one bridge, emulated_cluster.py): h0 runs
+etcd and the workers; h1..h4 run a 2-shard x R=2 cluster (shard 0 on h1 and
+h2, shard 1 on h3 and h4, each replica with its host's label). Workers
+(tests/integration:push_client, following the shard map in etcd) push
+integer gradients (worker w pushes w + 1 to every element), so the sums are
+exact in float32. Every --every seconds the nemesis picks one of: kill -9 a
+random server process, kill -9 every process of a random server host, or cut
+a random server host off from everyone for a few seconds; a killed process
+is started again (it rejoins as a spare). At the end the workers must all
+have exited 0 with every push acknowledged, and a verifier reads every
+element: it must equal 1 - sum(grad x pushes) exactly (0 pushes lost, 0
+applied twice).
+
+  tests/cluster/replication_nemesis.py --bin "$(bazel info bazel-bin)" \\
+      [--seconds 60] [--every 4] [--workers 4] [--pushes 3000]
+
+Needs root (namespaces). Prints one line per nemesis event and a closing
+"ledger: ..." line; exits 1 on any violation.
+"""
+
+import argparse
+import os
+import random
+import shutil
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+
+import emulated_cluster as ec  # noqa: E402
+
+PORT = 7000
+ETCD_PORT = 2379
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--bin", required=True, help="bazel-bin (or a flat dir)")
+    ap.add_argument("--seconds", type=float, default=60)
+    ap.add_argument("--every", type=float, default=4)
+    ap.add_argument("--workers", type=int, default=4)
+    ap.add_argument("--pushes", type=int, default=3000)
+    ap.add_argument("--seed", type=int, default=1)
+    args = ap.parse_args()
+    rng = random.Random(args.seed)
+
+    def binary(pkg, name):
+        flat = os.path.join(args.bin, name)
+        return flat if os.path.exists(flat) else os.path.join(args.bin, pkg, name)
+
+    ps_server = binary("server", "ps_server")
+    push_client = binary("tests/integration", "push_client")
+    etcd = shutil.which("etcd")
+    if etcd is None:
+        print("etcd not installed (deploy/install_deps.sh installs it)")
+        return 1
+    ec.install_signal_handlers()
+    with ec.EmulatedCluster(5, log=print) as c:
+        h0 = c.host(0)
+        endpoint = f"{h0.ip}:{ETCD_PORT}"
+        h0.spawn([etcd, "--name=n", f"--data-dir={c.log_dir}/etcd",
+                  f"--listen-client-urls=http://{h0.ip}:{ETCD_PORT}",
+                  f"--advertise-client-urls=http://{h0.ip}:{ETCD_PORT}",
+                  f"--listen-peer-urls=http://{h0.ip}:2380",
+                  f"--initial-advertise-peer-urls=http://{h0.ip}:2380",
+                  f"--initial-cluster=n=http://{h0.ip}:2380",
+                  "--heartbeat-interval=50", "--election-timeout=500",
+                  "--log-level=warn"], name="etcd")
+        time.sleep(2)
+
+        def start_server(h):
+            host = c.host(h)
+            return host.spawn(
+                [ps_server, f"--host={host.ip}", f"--port={PORT}",
+                 f"--shard_index={(h - 1) // 2}", "--num_shards=2",
+                 "--replicas=2", f"--etcd_endpoints={endpoint}",
+                 "--run_id=nemesis", f"--host_label={host.name}"],
+                name="ps_server")
+
+        servers = {h: start_server(h) for h in (1, 3)}
+        time.sleep(2)  # the first of each group claims it
+        servers.update({h: start_server(h) for h in (2, 4)})
+        time.sleep(3)
+        common = [f"--etcd_endpoints={endpoint}", "--run_id=nemesis",
+                  "--tensors=w", "--log_level=warn"]
+        workers = [
+            h0.spawn([push_client, *common, f"--worker_id={w}",
+                      f"--pushes={args.pushes}", f"--grad={w + 1}",
+                      "--create_elems=1000"], name=f"worker{w}")
+            for w in range(args.workers)]
+
+        end = time.monotonic() + args.seconds
+        events = 0
+        while time.monotonic() < end and any(w.alive() for w in workers):
+            time.sleep(args.every)
+            events += 1
+            h = rng.choice([1, 2, 3, 4])
+            kind = rng.choice(["kill process", "kill host", "partition"])
+            print(f"nemesis {events}: {kind} h{h}", flush=True)
+            if kind == "partition":
+                others = [i for i in range(5) if i != h]
+                c.partition([h], others)
+                time.sleep(3)
+                c.heal()
+            elif kind == "kill host":
+                c.kill_host(h)
+                servers[h] = start_server(h)
+            else:
+                servers[h].signal(9)
+                servers[h].wait(10)
+                servers[h] = start_server(h)
+
+        failed = 0
+        for w, p in enumerate(workers):
+            code = p.wait(300)
+            acked = p.log_text().count("acked ")
+            if code != 0 or acked != args.pushes:
+                failed += 1
+                print(f"worker {w}: exit {code}, {acked} of {args.pushes} "
+                      f"acknowledged:\n{p.log_text()[-2000:]}")
+        expect = 1 - sum((w + 1) * args.pushes for w in range(args.workers))
+        verifier = h0.spawn([push_client, *common, "--worker_id=99",
+                             "--pushes=0", f"--expect={expect}"],
+                            name="verifier")
+        code = verifier.wait(120)
+        print(verifier.log_text().strip())
+        ok = failed == 0 and code == 0
+        print(f"ledger: {args.workers} workers x {args.pushes} pushes through "
+              f"{events} nemesis events: {'every' if failed == 0 else 'NOT every'} "
+              f"push acknowledged; final values "
+              f"{'equal' if code == 0 else 'DIFFER from'} {expect} "
+              f"(0 lost, 0 applied twice)" if ok else "ledger: VIOLATED")
+        return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
