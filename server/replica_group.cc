@@ -119,6 +119,12 @@ absl::Status ReplicaGroup::ForgetEarlierSelf(const std::string& earlier) {
         const int i = Find(m->groups(o_.shard_index), earlier);
         if (i < 0) return false;
         rs->erase(rs->begin() + i);
+        // A dead primary without a caught-up backup: the spares left hold
+        // no whole state and must not be first; the group is claimed anew.
+        bool caught_up = false;
+        for (const ReplicaRecord& r : *rs)
+          caught_up = caught_up || r.caught_up();
+        if (i == 0 && !caught_up) rs->Clear();
         return true;
       });
   return m.ok() ? absl::AbortedError("look again") : m.status();
@@ -323,6 +329,11 @@ void ReplicaGroup::Tick() {
     return TendBackups(group, *live);
   }
   if (log_.fenced()) return Restart("fenced");
+  if (me == 0) {
+    return Restart(
+        "the map lists it first but it is no primary (its group lost every "
+        "caught-up replica)");
+  }
   FollowPrimary(group, *live);
 }
 
