@@ -148,11 +148,7 @@ absl::Status ReplicaGroup::JoinAsSpare(const ShardGroupRecord& group) {
         if (g->replicas_size() == 0 || IdOf(g->replicas(0)) != primary_id) {
           return absl::AbortedError("the primary changed");
         }
-        ReplicaRecord* me = g->add_replicas();
-        me->set_address(o_.address);
-        me->set_host(o_.host);
-        me->set_incarnation(incarnation_);
-        me->set_caught_up(false);
+        *g->add_replicas() = SelfRecord(/*caught_up=*/false);
         return true;
       });
   if (!m.ok()) return m.status();
@@ -173,6 +169,15 @@ absl::Status ReplicaGroup::JoinAsSpare(const ShardGroupRecord& group) {
   return absl::OkStatus();
 }
 
+ReplicaRecord ReplicaGroup::SelfRecord(bool caught_up) const {
+  ReplicaRecord r;
+  r.set_address(o_.address);
+  r.set_host(o_.host);
+  r.set_incarnation(incarnation_);
+  r.set_caught_up(caught_up);
+  return r;
+}
+
 absl::Status ReplicaGroup::Claim() {
   absl::StatusOr<ShardMapRecord> m =
       maps_->Update([&](ShardMapRecord* m) -> absl::StatusOr<bool> {
@@ -184,11 +189,7 @@ absl::Status ReplicaGroup::Claim() {
           if (IsLive(*now, r)) return absl::AbortedError("a replica came back");
         }
         g->clear_replicas();
-        ReplicaRecord* me = g->add_replicas();
-        me->set_address(o_.address);
-        me->set_host(o_.host);
-        me->set_incarnation(incarnation_);
-        me->set_caught_up(true);
+        *g->add_replicas() = SelfRecord(/*caught_up=*/true);
         return true;
       });
   if (!m.ok()) return m.status();

@@ -122,6 +122,8 @@ class ReplicaGroup {
   absl::Status ForgetEarlierSelf(const std::string& earlier);
   absl::Status JoinAsSpare(const ShardGroupRecord& group);
   absl::Status Claim();
+  // This process's entry in its group's map record.
+  ReplicaRecord SelfRecord(bool caught_up) const;
   // Members alive now: address -> its key exists.
   absl::StatusOr<absl::flat_hash_map<std::string, bool>> LiveMembers();
   void Loop();
