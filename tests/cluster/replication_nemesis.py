@@ -1,15 +1,17 @@
 #!/usr/bin/env python3
 """Replicated shards under a nemesis on the emulated multi-host cluster.
 
-Five hosts (network namespaces on one bridge, emulated_cluster.py): h0 runs
-etcd and the workers; h1..h4 run a 2-shard x R=2 cluster (shard 0 on h1 and
+Six hosts (network namespaces on one bridge, emulated_cluster.py): h0 runs
+the workers, h5 etcd; h1..h4 run a 2-shard x R=2 cluster (shard 0 on h1 and
 h2, shard 1 on h3 and h4, each replica with its host's label). Workers
 (tests/integration:push_client, following the shard map in etcd) push
 integer gradients (worker w pushes w + 1 to every element), so the sums are
 exact in float32. Every --every seconds the nemesis picks one of: kill -9 a
-random server process, kill -9 every process of a random server host, or cut
-a random server host off from everyone for a few seconds; a killed process
-is started again (it rejoins as a spare). At the end the workers must all
+random server process, kill -9 every process of a random server host, cut a
+random server host off from everyone for a few seconds, or split it from its
+shard's other replica and etcd only (the workers still reach it: an old
+primary that keeps receiving pushes must acknowledge none once its backup
+took over); a killed process is started again (it rejoins as a spare). At the end the workers must all
 have exited 0 with every push acknowledged, and a verifier reads every
 element: it must equal 1 - sum(grad x pushes) exactly (0 pushes lost, 0
 applied twice).
@@ -59,15 +61,15 @@ def main():
         print("etcd not installed (deploy/install_deps.sh installs it)")
         return 1
     ec.install_signal_handlers()
-    with ec.EmulatedCluster(5, log=print) as c:
-        h0 = c.host(0)
-        endpoint = f"{h0.ip}:{ETCD_PORT}"
-        h0.spawn([etcd, "--name=n", f"--data-dir={c.log_dir}/etcd",
-                  f"--listen-client-urls=http://{h0.ip}:{ETCD_PORT}",
-                  f"--advertise-client-urls=http://{h0.ip}:{ETCD_PORT}",
-                  f"--listen-peer-urls=http://{h0.ip}:2380",
-                  f"--initial-advertise-peer-urls=http://{h0.ip}:2380",
-                  f"--initial-cluster=n=http://{h0.ip}:2380",
+    with ec.EmulatedCluster(6, log=print) as c:
+        h0, h5 = c.host(0), c.host(5)
+        endpoint = f"{h5.ip}:{ETCD_PORT}"
+        h5.spawn([etcd, "--name=n", f"--data-dir={c.log_dir}/etcd",
+                  f"--listen-client-urls=http://{h5.ip}:{ETCD_PORT}",
+                  f"--advertise-client-urls=http://{h5.ip}:{ETCD_PORT}",
+                  f"--listen-peer-urls=http://{h5.ip}:2380",
+                  f"--initial-advertise-peer-urls=http://{h5.ip}:2380",
+                  f"--initial-cluster=n=http://{h5.ip}:2380",
                   "--heartbeat-interval=50", "--election-timeout=500",
                   "--log-level=warn"], name="etcd")
         time.sleep(2)
@@ -99,10 +101,13 @@ def main():
             time.sleep(args.every)
             events += 1
             h = rng.choice([1, 2, 3, 4])
-            kind = rng.choice(["kill process", "kill host", "partition"])
+            kind = rng.choice(["kill process", "kill host", "partition",
+                               "split"])
             print(f"nemesis {events}: {kind} h{h}", flush=True)
-            if kind == "partition":
-                others = [i for i in range(5) if i != h]
+            if kind in ("partition", "split"):
+                partner = h + 1 if h % 2 == 1 else h - 1
+                others = ([partner, 5] if kind == "split" else
+                          [i for i in range(6) if i != h])
                 c.partition([h], others)
                 time.sleep(3)
                 c.heal()
