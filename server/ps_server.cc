@@ -235,6 +235,7 @@ absl::Status PsServer::Serve(
     f.num_shards = options.store.num_shards;
     f.log = log_;
     f.snapshot = [this] { return Snapshot(); };
+    f.admits = options.replica_admits;
     f.logger = options.logger;
     feed_ = std::make_unique<ReplicaFeedService>(std::move(f));
     builder.RegisterService(feed_.get());

@@ -108,6 +108,8 @@ struct PsServerOptions {
   uint64_t epoch = 0;
   // Adds the replica's place in its group to Status answers (with `log`).
   std::function<void(StatusResponse*)> replica_status;
+  // Which replicas the Follow stream serves (ReplicaFeedOptions::admits).
+  std::function<bool(const std::string& id)> replica_admits;
 };
 
 // One running shard: the store, the worker registry, and a gRPC server with

@@ -80,6 +80,15 @@ class UnaryPullReactor : public grpc::ServerUnaryReactor {
 
 }  // namespace
 
+PsService::~PsService() {
+  std::thread digest;
+  {
+    absl::MutexLock l(&digest_mu_);
+    digest = std::move(digest_thread_);
+  }
+  if (digest.joinable()) digest.join();
+}
+
 PsService::PsService(ServiceContext context)
     : c_(std::move(context)), start_time_(c_.clock->Now()), epoch_(c_.epoch) {}
 
@@ -580,15 +589,27 @@ grpc::ServerUnaryReactor* PsService::Status(grpc::CallbackServerContext* ctx,
     *out = SerializeToByteBuffer(response);
     return Finish(ctx, absl::OkStatus());
   }
-  // The digest reads the whole state: not on one of gRPC's threads.
+  // The digest reads the whole state: not on one of gRPC's threads, and one
+  // at a time (a burst of such requests costs one capture, not one each).
+  absl::MutexLock l(&digest_mu_);
+  if (digesting_) {
+    return Finish(
+        ctx, absl::UnavailableError("a state digest is being computed; retry"));
+  }
+  if (digest_thread_.joinable()) digest_thread_.join();  // it has finished
+  digesting_ = true;
   grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
-  std::thread([this, reactor, out] {
+  digest_thread_ = std::thread([this, reactor, out] {
     StatusResponse response;
     FillStatus(&response);
     c_.state_digest(&response);
     *out = SerializeToByteBuffer(response);
+    {
+      absl::MutexLock l(&digest_mu_);
+      digesting_ = false;
+    }
     reactor->Finish(grpc::Status::OK);
-  }).detach();
+  });
   return reactor;
 }
 

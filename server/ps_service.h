@@ -8,6 +8,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <thread>
 
 #include "absl/functional/function_ref.h"
 #include "absl/status/statusor.h"
@@ -72,6 +73,7 @@ using RawParameterServerService =
 class PsService final : public RawParameterServerService {
  public:
   explicit PsService(ServiceContext context);
+  ~PsService() override;  // waits for a state digest in progress
 
   grpc::ServerUnaryReactor* CreateTensor(grpc::CallbackServerContext* ctx,
                                          const grpc::ByteBuffer* request,
@@ -223,6 +225,10 @@ class PsService final : public RawParameterServerService {
   std::atomic<uint64_t> values_saved_{0};
   absl::Mutex mu_;
   std::string address_ ABSL_GUARDED_BY(mu_);
+  // The state digest being computed (Status with state_digest), if any.
+  absl::Mutex digest_mu_;
+  bool digesting_ ABSL_GUARDED_BY(digest_mu_) = false;
+  std::thread digest_thread_ ABSL_GUARDED_BY(digest_mu_);
 };
 
 }  // namespace asyncps

@@ -86,6 +86,11 @@ grpc::Status ReplicaFeedService::Follow(
         absl::UnavailableError("this replica is not the primary"));
   }
   const std::string id = ReplicaId(f.address(), f.incarnation());
+  if (o_.admits && !o_.admits(id)) {
+    return ToGrpcStatus(absl::PermissionDeniedError(absl::StrCat(
+        "replica ", id, " is not in shard ", o_.shard_index,
+        "'s group in the shard map: it joins through the map first")));
+  }
   uint64_t next = f.last_index();
   // Keeps the entries after the backup's position (or after the cut) while
   // it is sent the snapshot; moved on below.

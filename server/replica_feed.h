@@ -41,6 +41,10 @@ struct ReplicaFeedOptions {
   int shard_index = 0;
   int num_shards = 1;
   ReplicationLog* log = nullptr;  // not owned
+  // Whether replica `id` (ReplicaId) is in the shard's group now: the feed
+  // serves only those (a stale or stray process reads no state). Null =
+  // any.
+  std::function<bool(const std::string& id)> admits;
   // Writes a snapshot at a cut of the log.
   std::function<absl::StatusOr<FeedSnapshot>()> snapshot;
   std::shared_ptr<spdlog::logger> logger;

@@ -148,6 +148,8 @@ absl::Status ReplicaGroup::JoinAsSpare(const ShardGroupRecord& group) {
         if (g->replicas_size() == 0 || IdOf(g->replicas(0)) != primary_id) {
           return absl::AbortedError("the primary changed");
         }
+        // Added by an earlier attempt whose connection failed: follow now.
+        if (Find(*g, self_) >= 0) return false;
         *g->add_replicas() = SelfRecord(/*caught_up=*/false);
         return true;
       });
@@ -218,7 +220,7 @@ absl::Status ReplicaGroup::Decide() {
       const ReplicaRecord& r = group.replicas(i);
       any_live = any_live || IsLive(*live, r);
       backup_live = backup_live || (i > 0 && r.caught_up() && IsLive(*live, r));
-      if (r.address() == o_.address) earlier = i;
+      if (r.address() == o_.address && IdOf(r) != self_) earlier = i;
     }
     absl::Status s = absl::AbortedError("look again");
     if (earlier >= 0) {
@@ -569,6 +571,11 @@ void ReplicaGroup::Stop() {
   }
   f.reset();
   log_.Fence(absl::UnavailableError("the process is stopping"));
+}
+
+bool ReplicaGroup::Admits(const std::string& id) {
+  absl::StatusOr<MapStore::Read> read = maps_->Get();
+  return read.ok() && Find(read->map.groups(o_.shard_index), id) >= 0;
 }
 
 void ReplicaGroup::FillStatus(StatusResponse* response) const {

@@ -111,6 +111,10 @@ class ReplicaGroup {
   // destructor).
   void Stop();
 
+  // Whether replica `id` is in this shard's group in the map now (read
+  // from etcd; false when etcd does not answer).
+  bool Admits(const std::string& id);
+
   // Role, epoch and backups, for Status.
   void FillStatus(StatusResponse* response) const;
 

@@ -118,6 +118,7 @@ absl::StatusOr<std::unique_ptr<ReplicaGroup>> SetUpReplica(
   o->log = (*group)->log();
   ReplicaGroup* raw = group->get();
   o->replica_status = [raw](StatusResponse* r) { raw->FillStatus(r); };
+  o->replica_admits = [raw](const std::string& id) { return raw->Admits(id); };
   return group;
 }
 

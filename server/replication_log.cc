@@ -274,9 +274,4 @@ uint64_t ReplicationLog::last_epoch() const {
   return last_epoch_;
 }
 
-uint64_t ReplicationLog::epoch() const {
-  absl::MutexLock l(&mu_);
-  return primary_ ? epoch_ : 0;
-}
-
 }  // namespace asyncps

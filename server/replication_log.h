@@ -151,7 +151,6 @@ class ReplicationLog {
   void NoteSnapshot(uint64_t bytes, absl::Duration took);
   uint64_t last_index() const;
   uint64_t last_epoch() const;
-  uint64_t epoch() const;  // the primary's (0 on a backup)
 
  private:
   struct Waiter {

@@ -559,11 +559,15 @@ int ServeUntilSignal(const sigset_t& signals, PsServer* server,
   int sig = 0;
   std::string why;
   const timespec tick = {0, 200 * 1000 * 1000};
-  for (;;) {
-    sig = group == nullptr ? (sigwait(&signals, &sig) == 0 ? sig : -1)
-                           : sigtimedwait(&signals, nullptr, &tick);
-    if (sig > 0) break;
-    if (group != nullptr && group->must_restart(&why)) break;
+  if (group == nullptr) {
+    while (sigwait(&signals, &sig) != 0) {
+    }
+  } else {
+    // Also wakes up to see whether the group wants this process to start
+    // over.
+    while ((sig = sigtimedwait(&signals, nullptr, &tick)) <= 0 &&
+           !group->must_restart(&why)) {
+    }
   }
   if (sig > 0) {
     logger.info("received signal {}; shutting down", sig);

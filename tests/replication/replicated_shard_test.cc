@@ -18,6 +18,7 @@
 #include "client/ps_client.h"
 #include "common/net.h"
 #include "proto/asyncps.grpc.pb.h"
+#include "proto/replication.grpc.pb.h"
 #include "tests/faults/harness.h"
 #include "tests/testing/etcd_process.h"
 #include "tests/testing/require_ok.h"
@@ -377,6 +378,28 @@ TEST_CASE("bad replication settings exit 2 saying what to fix",
   REQUIRE_OK(etcd.status());
   ServerProcess a = StartReplica(*etcd, "shape");
   WaitForRole(a.address, "primary");
+  // The Follow stream serves only replicas the map lists, and only after a
+  // well-formed first message.
+  auto stub = Replication::NewStub(MakeChannel(a.address));
+  auto follow = [&](const FollowUp& first) {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(10)));
+    auto stream = stub->Follow(&ctx);
+    stream->Write(first);
+    stream->WritesDone();
+    FollowFeed feed;
+    CHECK_FALSE(stream->Read(&feed));  // no snapshot, no entry
+    return stream->Finish();
+  };
+  FollowUp stray;
+  stray.mutable_follow()->set_run_id("shape");
+  stray.mutable_follow()->set_num_shards(1);
+  stray.mutable_follow()->set_address("127.0.0.1:1");
+  stray.mutable_follow()->set_incarnation(5);
+  CHECK(follow(stray).error_code() == grpc::StatusCode::PERMISSION_DENIED);
+  FollowUp ack_first;
+  ack_first.set_applied(3);
+  CHECK(follow(ack_first).error_code() == grpc::StatusCode::INVALID_ARGUMENT);
   // The same run with another shape: one prefix per run.
   std::vector<std::string> args = ReplicaArgs(*etcd, "shape");
   args.push_back("--num_shards=2");
