@@ -11,6 +11,7 @@
 #include "client/ps_client_internal.h"
 #include "common/names.h"
 #include "common/payload.h"
+#include "common/shard_map_proto.h"
 
 namespace asyncps {
 
@@ -90,6 +91,14 @@ absl::Status CheckCreated(const std::vector<TensorSpec>& specs,
   return absl::OkStatus();
 }
 
+// The map each shard answered with, in shard order.
+template <typename Response>
+std::vector<const ShardMapProto*> MapsOf(const std::vector<Response>& r) {
+  std::vector<const ShardMapProto*> maps;
+  for (const Response& response : r) maps.push_back(&response.map());
+  return maps;
+}
+
 // Unary ListTensors attempt (for ToAllShards).
 void IssueListTensors(ParameterServer::Stub* stub, grpc::ClientContext* ctx,
                       const ListTensorsRequest* req, ListTensorsResponse* resp,
@@ -111,8 +120,9 @@ absl::Status PsClient::Remember(const TensorSpec& spec) {
   auto state = std::make_unique<TensorState>(
       TensorState{spec, *layout, {}, std::vector<uint32_t>(n, 0)});
   state->home.resize(layout->num_slices());
+  const ShardMap map = this->map();
   for (uint32_t i = 0; i < layout->num_slices(); ++i) {
-    state->home[i] = map_.SliceHome(spec.name(), i);
+    state->home[i] = map.SliceHome(spec.name(), i);
     ++state->slices_on[state->home[i]];
   }
   absl::MutexLock l(&mu_);
@@ -155,6 +165,39 @@ const TableSpec* PsClient::FindTableSpec(const std::string& name) const {
   return t == nullptr ? nullptr : &t->spec;
 }
 
+absl::Status PsClient::AdoptMap(const std::vector<const ShardMapProto*>& maps) {
+  std::vector<ShardMap> got;
+  for (size_t s = 0; s < maps.size(); ++s) {
+    absl::StatusOr<ShardMap> m = ShardMapOr(*maps[s], num_shards());
+    if (!m.ok() || m->num_shards() != num_shards()) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          ShardName(static_cast<int>(s)), " serves a shard map this client ",
+          "of ", num_shards(), " servers cannot route by: ",
+          m.ok() ? m->DebugString() : m.status().message()));
+    }
+    if (!got.empty() && *m != got[0]) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          ShardName(0), " serves the ", got[0].DebugString(), " but ",
+          ShardName(static_cast<int>(s)), " the ", m->DebugString(),
+          ": start every shard of a run with the same --num_slots (and "
+          "files of one map)"));
+    }
+    got.push_back(*std::move(m));
+  }
+  if (got.empty()) return absl::OkStatus();
+  absl::MutexLock l(&mu_);
+  if (got[0] == map_) return absl::OkStatus();
+  if (!tensors_.empty() || !row_tables_.empty()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("the shards now serve the ", got[0].DebugString(),
+                     ", not the ", map_.DebugString(),
+                     " this client routed its tensors by: restart the "
+                     "worker"));
+  }
+  map_ = got[0];
+  return absl::OkStatus();
+}
+
 // ---------------------------------------------------------------- create
 
 absl::Status PsClient::CheckNewSpecs(const std::vector<TensorSpec>& specs) {
@@ -195,6 +238,8 @@ absl::Status PsClient::CreateTensors(
       "CreateTensor", request, &responses, IssueCreateTensor,
       [&specs, &responses](int s) { return CheckCreated(specs, responses[s]); },
       CallPolicy());
+  if (!status.ok()) return status;
+  status = AdoptMap(MapsOf(responses));
   if (!status.ok()) return status;
 
   // Every shard must have resolved the same spec.
@@ -246,6 +291,8 @@ absl::Status PsClient::CreateTables(const std::vector<TableSpec>& specs) {
       },
       CallPolicy());
   if (!status.ok()) return status;
+  status = AdoptMap(MapsOf(responses));
+  if (!status.ok()) return status;
   for (const TableSpec& spec : specs) {
     absl::Status s = RememberTable(spec);
     if (!s.ok()) return s;
@@ -259,6 +306,7 @@ absl::Status PsClient::RememberListed(
     const std::vector<std::string>& names,
     const std::vector<ListTensorsResponse>& responses) {
   const int n = num_shards();
+  if (absl::Status s = AdoptMap(MapsOf(responses)); !s.ok()) return s;
   std::vector<absl::flat_hash_map<std::string, const TensorSpec*>> held(n);
   std::vector<absl::flat_hash_map<std::string, const TableSpec*>> tables(n);
   for (int s = 0; s < n; ++s) {

@@ -58,7 +58,9 @@ absl::StatusOr<uint64_t> PushAnswerId(const grpc::ByteBuffer& answer) {
 // ---------------------------------------------------------------- set-up
 
 PsClient::PsClient(PsClientOptions options, ShardMap map)
-    : options_(std::move(options)), map_(map) {}
+    : options_(std::move(options)),
+      num_shards_(map.num_shards()),
+      map_(std::move(map)) {}
 
 PsClient::~PsClient() = default;
 
@@ -251,7 +253,7 @@ FanOutEnv PsClient::Env() const {
 
 void PsClient::SetPullCaller(int64_t clock, int64_t for_clock,
                              PullRequest* request) const {
-  request->set_map_epoch(map_.epoch());
+  request->set_map_epoch(map().epoch());
   if (options_.reader) {
     request->set_read_only(true);
     return;

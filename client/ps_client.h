@@ -257,9 +257,14 @@ class PsClient {
   absl::StatusOr<std::vector<LearningRate>> SetLearningRates(
       const std::vector<LearningRate>& rates);
 
-  // Where every key lives (common/shard_map.h).
-  const ShardMap& map() const { return map_; }
-  int num_shards() const { return map_.num_shards(); }
+  // Where every key lives (common/shard_map.h): the static map of the
+  // servers until the shards answer with theirs (CreateTensors,
+  // CreateTables and WaitForTensors adopt the map every shard serves).
+  ShardMap map() const {
+    absl::MutexLock l(&mu_);
+    return map_;
+  }
+  int num_shards() const { return num_shards_; }
   int32_t worker_id() const { return options_.worker_id; }
   uint64_t incarnation() const { return options_.incarnation; }
   // The stored spec of a known tensor (slice_elems resolved) or table, or
@@ -363,6 +368,11 @@ class PsClient {
   absl::Status RememberListed(
       const std::vector<std::string>& names,
       const std::vector<ListTensorsResponse>& responses);
+  // Adopts the map every shard answered (maps[s] is shard s's):
+  // FAILED_PRECONDITION when shards serve different maps, a malformed one,
+  // or another map than the one this client already routed known tensors
+  // and tables by.
+  absl::Status AdoptMap(const std::vector<const ShardMapProto*>& maps);
 
   // ---- Calls (client/ps_client.cc).
   WorkerRef MakeWorkerRef(int64_t clock) const;
@@ -459,7 +469,7 @@ class PsClient {
   // Const after construction (the Shard objects; their endpoints change,
   // see Shard).
   const PsClientOptions options_;
-  const ShardMap map_;
+  const int num_shards_;
   std::vector<std::unique_ptr<Shard>> shards_;
 
   // Serialises following the router (opening endpoints).
@@ -471,6 +481,7 @@ class PsClient {
   mutable std::atomic<uint64_t> seen_generation_{0};
 
   mutable absl::Mutex mu_;
+  ShardMap map_ ABSL_GUARDED_BY(mu_);
   // Entries are never removed or changed once added.
   absl::flat_hash_map<std::string, std::unique_ptr<TensorState>> tensors_
       ABSL_GUARDED_BY(mu_);

@@ -162,6 +162,7 @@ absl::Status PsClient::PlanRowsPull(
     const std::vector<RowsQuery>& queries, PendingPull* p,
     std::vector<std::unique_ptr<PullShard>>* shards) const {
   const int n = num_shards();
+  const ShardMap map = this->map();
   for (const RowsQuery& query : queries) {
     const TableState* t = FindTable(query.table);
     if (t == nullptr) {
@@ -196,7 +197,7 @@ absl::Status PsClient::PlanRowsPull(
     std::vector<int> entry(n, -1);  // this table's entry in each request
     for (uint32_t u = 0; u < q->first.size(); ++u) {
       const uint64_t id = query.ids[q->first[u]];
-      const int home = map_.RowHome(t->key, id);
+      const int home = map.RowHome(t->key, id);
       PullShard& ps = PartOf(shards, home);
       if (entry[home] < 0) {
         entry[home] = ps.request.rows_size();

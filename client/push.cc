@@ -312,13 +312,14 @@ void PsClient::AddRowPayloads(
     std::vector<PushRequest>* headers,
     std::vector<std::vector<grpc::Slice>>* payloads) const {
   const int n = num_shards();
+  const ShardMap map = this->map();
   for (const RowsSend& send : tables) {
     const RowsGrad& g = *send.grad;
     const size_t dim = static_cast<size_t>(send.table->spec.dim());
     // Each distinct id to its home shard.
     std::vector<std::vector<uint32_t>> on(n);
     for (uint32_t u = 0; u < send.first.size(); ++u) {
-      on[map_.RowHome(send.table->key, g.ids[send.first[u]])].push_back(u);
+      on[map.RowHome(send.table->key, g.ids[send.first[u]])].push_back(u);
     }
     auto read_table = read.tables.find(g.table);
     const ReadSet::Table* versions =
@@ -438,12 +439,13 @@ ReadSet PsClient::LastRead() const {
 std::vector<PushRequest> PsClient::PushHeaders(
     int64_t clock, uint64_t seq, const std::vector<uint64_t>& epochs) {
   std::vector<PushRequest> headers(num_shards());
+  const uint64_t map_epoch = map().epoch();
   for (size_t s = 0; s < headers.size(); ++s) {
     *headers[s].mutable_worker() = MakeWorkerRef(clock);
     headers[s].set_seq(seq);
     headers[s].set_request_id(next_request_id_++);
     headers[s].set_wire_dtype(options_.push_dtype);
-    headers[s].set_map_epoch(map_.epoch());
+    headers[s].set_map_epoch(map_epoch);
     if (s < epochs.size()) headers[s].set_read_epoch(epochs[s]);
   }
   return headers;

@@ -13,12 +13,17 @@
 // reads anything else, so that a request can never be applied by a shard
 // that no longer owns its keys.
 //
-// Today every run has the static map of its shard count: slices of a
-// tensor go round-robin over the shards from a start chosen by a stable
-// hash of the tensor's name, and rows by a hash of (table, id) modulo the
-// shard count, at epoch kStaticEpoch. The values of these functions are
-// part of the checkpoint format (a checkpoint holds the keys its shard
-// owned), so they never change for a static map.
+// Two forms. A static map (the default of a run) places keys by its shard
+// count: slices of a tensor go round-robin over the shards from a start
+// chosen by a stable hash of the tensor's name, and rows by a hash of
+// (table, id) modulo the shard count, at epoch kStaticEpoch. A slotted map
+// (ps_server --num_slots) hashes every key into one of a fixed number of
+// slots by the same hashes modulo the slot count, and lists the shard that
+// owns each slot: a map change moves slots, not every key. The even slotted
+// map (slot s on shard s mod N) places every key where the static map of N
+// shards does whenever N divides the slot count. The values of these
+// functions are part of the checkpoint format (a checkpoint holds the keys
+// its shard owned), so they never change.
 //
 // Example:
 //
@@ -32,10 +37,13 @@
 // A value type: cheap to copy, immutable, thread-safe.
 
 #include <cstdint>
+#include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "absl/types/span.h"
 
 namespace asyncps {
 
@@ -58,8 +66,33 @@ class ShardMap {
   static absl::StatusOr<ShardMap> Static(int num_shards);
   static constexpr int kMaxShards = 1 << 16;
 
+  // A slotted map of `num_shards` shards at `epoch` (>= 1): owners[s] is
+  // the shard of slot s. INVALID_ARGUMENT (naming the first bad value)
+  // unless 1 <= num_shards <= kMaxShards, 1 <= owners.size() <= kMaxSlots
+  // and every owner is below num_shards. A shard may own no slot.
+  static absl::StatusOr<ShardMap> Slotted(int num_shards,
+                                          std::vector<uint16_t> owners,
+                                          uint64_t epoch);
+  // The even slotted map: slot s on shard s mod num_shards, at
+  // kStaticEpoch. INVALID_ARGUMENT unless num_shards <= num_slots.
+  static absl::StatusOr<ShardMap> EvenSlots(int num_shards, int num_slots);
+  static constexpr int kMaxSlots = 1 << 20;
+
   int num_shards() const { return num_shards_; }
   uint64_t epoch() const { return epoch_; }
+  bool slotted() const { return owners_ != nullptr; }
+  // 0 for a static map.
+  int num_slots() const {
+    return owners_ != nullptr ? static_cast<int>(owners_->size()) : 0;
+  }
+  // The owner of every slot (empty for a static map).
+  absl::Span<const uint16_t> owners() const {
+    return owners_ != nullptr ? absl::Span<const uint16_t>(*owners_)
+                              : absl::Span<const uint16_t>();
+  }
+  // The slot of a slice / a row. REQUIRES: slotted().
+  uint32_t SliceSlot(absl::string_view tensor, uint32_t slice) const;
+  uint32_t RowSlot(uint64_t table_key, uint64_t id) const;
 
   // The shard that owns slice `slice` of tensor `tensor`.
   int SliceHome(absl::string_view tensor, uint32_t slice) const;
@@ -80,22 +113,27 @@ class ShardMap {
   // FAILED_PRECONDITION naming both epochs.
   absl::Status CheckRouted(uint64_t routed) const;
 
-  // "static map of 3 shards, epoch 1", for messages.
+  // "static map of 3 shards, epoch 1" / "map of 4096 slots over 3
+  // shards, epoch 7", for messages.
   std::string DebugString() const;
 
   friend bool operator==(const ShardMap& a, const ShardMap& b) {
-    return a.num_shards_ == b.num_shards_ && a.epoch_ == b.epoch_;
+    return a.num_shards_ == b.num_shards_ && a.epoch_ == b.epoch_ &&
+           a.owners() == b.owners() && a.slotted() == b.slotted();
   }
   friend bool operator!=(const ShardMap& a, const ShardMap& b) {
     return !(a == b);
   }
 
  private:
-  ShardMap(int num_shards, uint64_t epoch)
-      : num_shards_(num_shards), epoch_(epoch) {}
+  ShardMap(int num_shards, uint64_t epoch,
+           std::shared_ptr<const std::vector<uint16_t>> owners = nullptr)
+      : num_shards_(num_shards), epoch_(epoch), owners_(std::move(owners)) {}
 
   int num_shards_;
   uint64_t epoch_;
+  // Null for a static map; shared by copies (immutable).
+  std::shared_ptr<const std::vector<uint16_t>> owners_;
 };
 
 }  // namespace asyncps

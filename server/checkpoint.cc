@@ -12,6 +12,7 @@
 #include "common/names.h"
 #include "common/payload.h"
 #include "common/shard_map.h"
+#include "common/shard_map_proto.h"
 #include "common/tensor_layout.h"
 #include "proto/checkpoint.pb.h"
 #include "server/checkpoint_delta.h"
@@ -178,6 +179,34 @@ absl::StatusOr<CheckpointIdentity> ReadCheckpointIdentity(
         "checkpoint ", path, ": the first record is not the shard identity"));
   }
   return record.identity();
+}
+
+void SetIdentityMap(const ShardMap& map, CheckpointIdentity* identity) {
+  if (map.slotted()) {
+    ShardMapToProto(map, identity->mutable_map());
+  } else {
+    identity->clear_map();
+  }
+}
+
+absl::StatusOr<ShardMap> IdentityMap(const CheckpointIdentity& identity) {
+  return ShardMapOr(identity.map(), identity.num_shards());
+}
+
+bool MapRestoresInto(const ShardMap& written, const ShardMap& serving) {
+  if (written == serving) return true;
+  if (written.slotted() || !serving.slotted() ||
+      written.num_shards() != serving.num_shards() ||
+      serving.num_slots() % serving.num_shards() != 0) {
+    return false;
+  }
+  const absl::Span<const uint16_t> owners = serving.owners();
+  for (size_t s = 0; s < owners.size(); ++s) {
+    if (owners[s] != s % static_cast<size_t>(serving.num_shards())) {
+      return false;
+    }
+  }
+  return true;
 }
 
 }  // namespace asyncps

@@ -34,6 +34,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "common/clock.h"
+#include "common/shard_map.h"
 #include "proto/asyncps.pb.h"
 #include "proto/checkpoint.pb.h"
 #include "server/file_system.h"
@@ -148,6 +149,20 @@ absl::StatusOr<RestoredCheckpoint> RestoreCheckpoint(
 // RestoreCheckpoint's NOT_FOUND (and other I/O errors) and DATA_LOSS.
 absl::StatusOr<CheckpointIdentity> ReadCheckpointIdentity(
     const std::string& path, FileSystem* fs = nullptr);
+
+// Records `map` in `identity` (a slotted map; the static map is recorded as
+// no map, so static runs' files stay as they were).
+void SetIdentityMap(const ShardMap& map, CheckpointIdentity* identity);
+
+// The map a file with `identity` was written under (INVALID_ARGUMENT for a
+// malformed one).
+absl::StatusOr<ShardMap> IdentityMap(const CheckpointIdentity& identity);
+
+// Whether a file written under `written` restores into a shard serving
+// `serving`: the same map, or a static map and the even slotted map of the
+// same shard count when that count divides the slot count (every key is
+// where it was).
+bool MapRestoresInto(const ShardMap& written, const ShardMap& serving);
 
 }  // namespace asyncps
 

@@ -165,6 +165,7 @@ CheckpointImage StartImage(const ShardStore& store, absl::Time now,
   identity->set_unix_time_ms(absl::ToUnixMillis(now));
   identity->set_build_version(std::string(build_version));
   identity->set_run_id(std::string(run_id));
+  SetIdentityMap(store.map(), identity);
   return image;
 }
 

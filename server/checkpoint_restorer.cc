@@ -6,6 +6,7 @@
 #include "absl/types/span.h"
 #include "common/names.h"
 #include "common/tensor_layout.h"
+#include "server/checkpoint.h"
 
 namespace asyncps {
 
@@ -46,6 +47,11 @@ absl::Status CheckpointRestorer::ApplyHeader(const CheckpointRecord& record,
     // the identity must read as corruption.
     wrong_shard_ = true;
   }
+  const absl::StatusOr<ShardMap> written = IdentityMap(identity_);
+  if (!written.ok()) return Corrupt(written.status().message());
+  if (!MapRestoresInto(*written, store_->map())) {
+    wrong_map_ = written->DebugString();
+  }
   return absl::OkStatus();
 }
 
@@ -72,19 +78,19 @@ absl::Status CheckpointRestorer::Apply(const CheckpointRecord& record,
       return absl::OkStatus();
     case CheckpointRecord::kTensor:
       if (in_tables_) return Corrupt("a tensor record after the tables");
-      return wrong_shard_ ? absl::OkStatus() : StartTensor(record.tensor());
+      return Skipping() ? absl::OkStatus() : StartTensor(record.tensor());
     case CheckpointRecord::kTable:
-      return wrong_shard_ ? absl::OkStatus() : StartTable(record.table());
+      return Skipping() ? absl::OkStatus() : StartTable(record.table());
     case CheckpointRecord::kRows:
-      return wrong_shard_ ? absl::OkStatus() : AddRows(record.rows());
+      return Skipping() ? absl::OkStatus() : AddRows(record.rows());
     case CheckpointRecord::kRemoved:
       if (!delta_) return Corrupt("a removed-rows record in a full checkpoint");
-      return wrong_shard_ ? absl::OkStatus() : RemoveRows(record.removed());
+      return Skipping() ? absl::OkStatus() : RemoveRows(record.removed());
     case CheckpointRecord::kSlice:
-      return wrong_shard_ ? absl::OkStatus() : AddSlice(record.slice());
+      return Skipping() ? absl::OkStatus() : AddSlice(record.slice());
     case CheckpointRecord::kEnd:
       end_seen_ = true;
-      return wrong_shard_ ? absl::OkStatus() : ApplyEnd(record.end());
+      return Skipping() ? absl::OkStatus() : ApplyEnd(record.end());
     default:
       return Corrupt(absl::StrCat("record ", n, " is of an unknown kind"));
   }
@@ -114,6 +120,13 @@ absl::Status CheckpointRestorer::Finish() const {
         "checkpoint ", path_, " belongs to shard ", identity_.shard_index(),
         " of ", identity_.num_shards(), ", not to this shard ",
         store_->options().shard_index, " of ", store_->options().num_shards));
+  }
+  if (!wrong_map_.empty()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "checkpoint ", path_, " was written under the ", wrong_map_,
+        "; this shard serves the ", store_->map().DebugString(),
+        ": start it with the files' map (--num_slots) or move the files to "
+        "this map with psctl reshard --map"));
   }
   return absl::OkStatus();
 }

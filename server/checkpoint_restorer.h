@@ -77,6 +77,12 @@ class CheckpointRestorer {
   absl::flat_hash_set<std::string> existing_;
   CheckpointIdentity identity_;
   bool wrong_shard_ = false;
+  // The map the file was written under, when it does not restore into the
+  // store's (MapRestoresInto); empty otherwise.
+  std::string wrong_map_;
+  // Records of a file for another shard or map are read (so corruption
+  // still reads as corruption) but not applied.
+  bool Skipping() const { return wrong_shard_ || !wrong_map_.empty(); }
   bool end_seen_ = false;
   // The tensor whose slices are being read.
   bool in_tensor_ = false;

@@ -11,6 +11,7 @@
 #include "server/checkpoint.h"
 #include "server/checkpoint_dir.h"
 #include "server/memory_file_system.h"
+#include "server/starting_map.h"
 #include "server/state_digest.h"
 
 namespace asyncps {
@@ -123,6 +124,11 @@ absl::Status PsServer::CreateState(PsServerOptions* options) {
       epoch_ = absl::Uniform<uint64_t>(bits);
     } while (epoch_ == 0);
   }
+  absl::StatusOr<ShardMap> map = StartingShardMap(
+      {options->checkpoint_dir, options->restore, options->store.shard_index,
+       options->store.num_shards, options->num_slots, options->fs});
+  if (!map.ok()) return map.status();
+  options->store.map = *map;
   // Incremental checkpoints record evicted rows.
   options->store.track_removed_rows =
       !options->checkpoint_dir.empty() && options->checkpoint_full_every > 1;
@@ -157,6 +163,7 @@ absl::StatusOr<CheckpointInfo> PsServer::StartCheckpoints(
   identity.set_num_shards(options.store.num_shards);
   identity.set_build_version(kVersion);
   identity.set_run_id(options.run_id);
+  SetIdentityMap(store_->map(), &identity);
   specs_ = std::make_unique<SpecJournal>(
       SpecFilePath(options.checkpoint_dir, options.store.shard_index,
                    options.store.num_shards),

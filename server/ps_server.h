@@ -61,6 +61,11 @@ struct PsServerOptions {
   // Larger requests are refused by gRPC with RESOURCE_EXHAUSTED.
   int max_message_bytes = kMaxMessageBytes;
   ShardStoreOptions store;  // includes max_parameter_bytes
+  // The run's shard map when it is created (server/starting_map.h): 0 =
+  // the static map of store.num_shards, S = S slots spread evenly. A shard
+  // that restores files serves their map instead (store.map is set from
+  // them at Start).
+  int num_slots = 0;
   StalenessRule staleness;
   RegistryOptions workers;  // its logger, clock and executor are set here
   // Checkpoints (server/checkpoint.h); off when checkpoint_dir is empty.

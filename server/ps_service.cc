@@ -12,6 +12,7 @@
 #include "common/fast_frame.h"
 #include "common/grpc_status.h"
 #include "common/names.h"
+#include "common/shard_map_proto.h"
 #include "server/data_streams.h"
 #include "server/pull_wait.h"
 #include "server/push_transaction.h"
@@ -90,7 +91,10 @@ PsService::~PsService() {
 }
 
 PsService::PsService(ServiceContext context)
-    : c_(std::move(context)), start_time_(c_.clock->Now()), epoch_(c_.epoch) {}
+    : c_(std::move(context)),
+      start_time_(c_.clock->Now()),
+      epoch_(c_.epoch),
+      slot_load_(c_.store->map()) {}
 
 // Parses a unary request, runs handle(request, &response) and answers.
 template <typename Request, typename Response, typename Handler>
@@ -239,7 +243,10 @@ grpc::ServerUnaryReactor* PsService::CreateTensor(
       [&] {
         absl::StatusOr<CreateTensorResponse> r =
             DoCreate(*request, needs_checkpoint.get());
-        if (r.ok()) *response = *std::move(r);
+        if (r.ok()) {
+          *response = *std::move(r);
+          ShardMapToProto(c_.store->map(), response->mutable_map());
+        }
         return r.status();
       },
       [this, finish, needs_checkpoint](absl::Status st) {
@@ -262,6 +269,7 @@ grpc::ServerUnaryReactor* PsService::ListTensors(
           *response->add_tables() = std::move(spec);
         }
         response->set_run_id(c_.run_id);
+        ShardMapToProto(c_.store->map(), response->mutable_map());
         return absl::OkStatus();
       });
 }
@@ -525,6 +533,7 @@ absl::Status PsService::DoPush(const PushRequest& request,
     response->set_duplicate(true);
   } else {
     push.Commit(response);
+    slot_load_.Record(request, grads, rows);
     if (request.assign()) values_created_.fetch_add(1);
   }
   c_.stats->RecordPush(bytes, push.duplicate(), *response);
@@ -586,6 +595,7 @@ grpc::ServerUnaryReactor* PsService::Status(grpc::CallbackServerContext* ctx,
   if (!request.state_digest() || !c_.state_digest) {
     StatusResponse response;
     FillStatus(&response);
+    if (request.slot_load()) slot_load_.Fill(&response);
     *out = SerializeToByteBuffer(response);
     return Finish(ctx, absl::OkStatus());
   }
@@ -648,6 +658,7 @@ void PsService::FillStatus(StatusResponse* r) {
     r->set_address(address_);
   }
   r->set_build_version(c_.build_version);
+  ShardMapToProto(c_.store->map(), r->mutable_map());
   if (c_.replica_status) c_.replica_status(r);
   const absl::Time now = c_.clock->Now();
   r->set_uptime_ms(absl::ToInt64Milliseconds(now - start_time_));

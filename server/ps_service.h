@@ -20,6 +20,7 @@
 #include "proto/asyncps.grpc.pb.h"
 #include "proto/replication.pb.h"
 #include "server/service_context.h"
+#include "server/slot_load_meter.h"
 #include "spdlog/spdlog.h"
 #include "store/shard_store.h"
 
@@ -221,6 +222,7 @@ class PsService final : public RawParameterServerService {
   std::atomic<uint64_t> epoch_;
   // Creations of INIT_VALUES tensors and assigns so far, and how many of
   // them the checkpoints written since hold.
+  SlotLoadMeter slot_load_;  // per slot of a slotted map
   std::atomic<uint64_t> values_created_{0};
   std::atomic<uint64_t> values_saved_{0};
   absl::Mutex mu_;

@@ -119,6 +119,7 @@ class Resharder {
       ShardStoreOptions so;
       so.shard_index = j;
       so.num_shards = map_.num_shards();
+      so.map = map_;
       absl::StatusOr<std::unique_ptr<ShardStore>> store =
           ShardStore::Create(so);
       if (!store.ok()) return store.status();
@@ -139,6 +140,13 @@ class Resharder {
   absl::Status CopyShard(const ShardFileSet& set, int i) {
     absl::StatusOr<RestoredShard> restored = RestoreShard(set, i, o_.fs);
     if (!restored.ok()) return restored.status();
+    if (!old_map_.has_value()) old_map_ = restored->store->map();
+    if (restored->store->map() != *old_map_) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "the files of shard ", i, " in ", set.dir, " were written under the ",
+          restored->store->map().DebugString(), ", those of shard 0 under the ",
+          old_map_->DebugString(), ": reshard one run's files"));
+    }
     absl::Status s = SameRun(restored->run_id, set.checkpoints[i].empty()
                                                    ? set.spec_files[i]
                                                    : set.checkpoints[i]);
@@ -293,6 +301,7 @@ class Resharder {
       contents.identity.set_unix_time_ms(absl::ToUnixMillis(absl::Now()));
       contents.identity.set_build_version(kVersion);
       contents.identity.set_run_id(report_.run_id);
+      SetIdentityMap(map_, &contents.identity);
       contents.tensors = tensor_specs_;
       contents.tables = table_specs_;
       const std::string path = SpecFilePath(o_.to_dir, j, map_.num_shards());
@@ -304,7 +313,8 @@ class Resharder {
   }
 
   const ReshardOptions& o_;
-  const ShardMap map_;  // the new shard count's
+  const ShardMap map_;               // the new shard count's
+  std::optional<ShardMap> old_map_;  // the files', from shard 0
   ReshardReport report_;
   std::vector<std::unique_ptr<ShardStore>> fresh_;
   std::optional<std::string> run_;
@@ -331,8 +341,17 @@ absl::StatusOr<ReshardReport> Reshard(const ReshardOptions& options) {
     return absl::InvalidArgumentError(
         "reshard needs a source directory and another, new target directory");
   }
-  absl::StatusOr<ShardMap> map = ShardMap::Static(options.num_shards);
+  absl::StatusOr<ShardMap> map =
+      options.num_slots > 0
+          ? ShardMap::EvenSlots(options.num_shards, options.num_slots)
+          : ShardMap::Static(options.num_shards);
+  if (options.map.has_value()) map = *options.map;
   if (!map.ok()) return map.status();
+  if (map->num_shards() != options.num_shards) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the new map (", map->DebugString(), ") is not one of ",
+                     options.num_shards, " shards"));
+  }
   return Resharder(options, *map).Run();
 }
 

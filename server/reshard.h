@@ -20,10 +20,12 @@
 // the shard addresses change. Memory: the new shards' state plus one old
 // shard's at a time.
 
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "common/shard_map.h"
 #include "server/file_system.h"
 
 namespace asyncps {
@@ -44,6 +46,11 @@ struct ReshardOptions {
   std::string from_dir;  // the old shards' files
   std::string to_dir;    // the new shards' files; another directory
   int num_shards = 0;    // the new shard count, >= 1
+  // The new shards' map: `map` when set (its shard count must be
+  // num_shards), else num_slots slots spread evenly when > 0, else the
+  // static map. psctl rebalance writes maps to give here.
+  std::optional<ShardMap> map;
+  int num_slots = 0;
   // Every file is read and written through it. Not owned; never null.
   FileSystem* fs = FileSystem::Default();
 };

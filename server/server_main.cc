@@ -35,6 +35,7 @@
 #include "common/port_file.h"
 #include "common/security.h"
 #include "common/security_flags.h"
+#include "common/shard_map.h"
 #include "common/version.h"
 #include "membership/etcd_flags.h"
 #include "server/checkpoint_dir.h"
@@ -85,6 +86,12 @@ ABSL_FLAG(std::string, health_port_file, "",
           "If set, the bound health port is written to this file (before "
           "--port_file).");
 ABSL_FLAG(int, num_shards, 1, "Number of shards in the cluster.");
+ABSL_FLAG(int, num_slots, 0,
+          "The run's shard map when it is created: 0 = the static map "
+          "(keys by hash mod --num_shards); S = S slots (e.g. 4096) spread "
+          "evenly, moved between shards by psctl rebalance / reshard --map. "
+          "Every shard of a run gives the same value; a shard restoring "
+          "files serves the map they hold (0 accepts it).");
 ABSL_FLAG(int64_t, slice_elems, 4096,
           "Default slice size in float32 elements for tensors whose spec "
           "leaves it at 0. Every shard must use the same value.");
@@ -259,6 +266,14 @@ absl::Status ShardFlags(PsServerOptions* o) {
     return absl::InvalidArgumentError(absl::StrCat(
         "--shard_index must be in [0, --num_shards=", o->store.num_shards,
         "), got ", o->store.shard_index));
+  }
+  o->num_slots = absl::GetFlag(FLAGS_num_slots);
+  if (o->num_slots != 0 && (o->num_slots < o->store.num_shards ||
+                            o->num_slots > ShardMap::kMaxSlots)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--num_slots must be 0 (static map) or in [--num_shards=",
+                     o->store.num_shards, ", ", ShardMap::kMaxSlots, "], got ",
+                     o->num_slots));
   }
   o->store.default_slice_elems = absl::GetFlag(FLAGS_slice_elems);
   if (o->store.default_slice_elems < 1 ||

@@ -6,6 +6,7 @@
 #include "server/checkpoint.h"
 #include "server/checkpoint_dir.h"
 #include "server/spec_file.h"
+#include "server/starting_map.h"
 
 namespace asyncps {
 
@@ -63,6 +64,11 @@ absl::StatusOr<RestoredShard> RestoreShard(const ShardFileSet& set, int index,
   ShardStoreOptions o;
   o.shard_index = index;
   o.num_shards = set.num_shards;
+  // The map the files were written under (static unless they name one).
+  absl::StatusOr<ShardMap> map = StartingShardMap(
+      {set.dir, /*restore=*/true, index, set.num_shards, /*num_slots=*/0, fs});
+  if (!map.ok()) return map.status();
+  o.map = *map;
   absl::StatusOr<std::unique_ptr<ShardStore>> made = ShardStore::Create(o);
   if (!made.ok()) return made.status();
   RestoredShard shard;

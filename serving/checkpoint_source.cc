@@ -53,6 +53,12 @@ absl::StatusOr<std::shared_ptr<const RestoredSet>> RestoreSet(
           set.dir, " holds shard files of runs '", shards[0].run_id, "' and '",
           shard->run_id, "': serve one run"));
     }
+    if (i > 0 && shard->store->map() != shards[0].store->map()) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          set.dir, " holds shard files of the ",
+          shards[0].store->map().DebugString(), " and of the ",
+          shard->store->map().DebugString(), ": serve one map's files"));
+    }
     shards.push_back(*std::move(shard));
   }
   restored->description =

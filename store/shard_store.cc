@@ -93,6 +93,14 @@ absl::StatusOr<std::unique_ptr<ShardStore>> ShardStore::Create(
     const ShardStoreOptions& options) {
   absl::StatusOr<ShardMap> map = ShardMap::Static(options.num_shards);
   if (!map.ok()) return map.status();
+  if (options.map.has_value()) {
+    if (options.map->num_shards() != options.num_shards) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("the shard map (", options.map->DebugString(),
+                       ") is not one of ", options.num_shards, " shards"));
+    }
+    map = *options.map;
+  }
   if (options.shard_index < 0 || options.shard_index >= options.num_shards) {
     return absl::InvalidArgumentError(
         absl::StrCat("shard_index must be in [0, ", options.num_shards,

@@ -31,6 +31,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -56,6 +57,9 @@ namespace asyncps {
 struct ShardStoreOptions {
   int shard_index = 0;
   int num_shards = 1;
+  // Where every key lives; unset = the static map of num_shards. A map of
+  // another shard count is INVALID_ARGUMENT.
+  std::optional<ShardMap> map;
   // Slice size used when a TensorSpec leaves slice_elems at 0.
   int64_t default_slice_elems = 4096;
   // Largest slice a spec may ask for (bounds one message's slice payload).
@@ -189,7 +193,8 @@ class ShardStore {
   StoreSize Size() const;
 
   const ShardStoreOptions& options() const { return options_; }
-  // Where every key lives (num_shards of the options, static).
+  // Where every key lives (the options' map, or the static map of their
+  // num_shards).
   const ShardMap& map() const { return map_; }
 
   // The sparse tables, sharing this store's memory budget.

@@ -4,7 +4,9 @@
 //   psctl tensors    --servers=h:p,h:p [-o table|wide|json|yaml]
 //   psctl checkpoint --servers=h:p,h:p [-o table|json|yaml] [--timeout=60s]
 //   psctl health     --servers=h:p,h:p [--service=NAME] [-o ...]
-//   psctl reshard    --from=DIR --to=NEW_DIR --shards=M [-o table|json|yaml]
+//   psctl rebalance  --servers=h:p,h:p --out=MAP_FILE [--threshold=1.05]
+//   psctl reshard    --from=DIR --to=NEW_DIR --shards=M [--slots=S |
+//                    --map=MAP_FILE] [-o table|json|yaml]
 // --servers may come from ASYNCPS_SERVERS (as every flag from
 // ASYNCPS_<FLAG>). In a replicated run, --etcd_endpoints (and --run_id)
 // instead of --servers asks each shard's primary as the run's shard map in
@@ -20,8 +22,10 @@
 // write its checkpoint (ps_server --checkpoint_dir), all at once, and prints
 // one row per shard: the file, its size and how long the write took. `health`
 // asks the standard health service (usable as a Kubernetes exec probe).
+// `rebalance` plans a slotted run's new map from its shards' per-slot load;
 // `reshard` works on files, not on shards: it rewrites the checkpoints of a
-// stopped cluster of N shards into those of M shards (server/reshard.h).
+// stopped cluster of N shards into those of M shards, or of another map
+// (tools/map_commands.h).
 //
 // A shard that cannot be reached is probed once more to name the cause
 // (common/connection_check.h): nothing listening, TLS against plain TCP,
@@ -59,9 +63,9 @@
 #include "google/protobuf/util/message_differencer.h"
 #include "membership/etcd_flags.h"
 #include "membership/shard_addressing.h"
-#include "server/file_system.h"
-#include "server/reshard.h"
 #include "tools/doc.h"
+#include "tools/map_commands.h"
+#include "tools/psctl_output.h"
 #include "tools/shard_query.h"
 #include "tools/status_table.h"
 
@@ -89,15 +93,27 @@ ABSL_FLAG(std::string, to, "",
           "reshard only: the new directory for the resharded files (must not "
           "hold shard files).");
 ABSL_FLAG(int, shards, 0, "reshard only: the new shard count.");
+ABSL_FLAG(int, slots, 0,
+          "reshard only: the new files' map has this many slots, spread "
+          "evenly (0 = the static map).");
+ABSL_FLAG(std::string, map, "",
+          "reshard only: a shard map file (psctl rebalance --out) the new "
+          "files follow; its shard count must be --shards.");
+ABSL_FLAG(std::string, out, "",
+          "rebalance only: the file the planned shard map is written to.");
+ABSL_FLAG(double, threshold, 1.05,
+          "rebalance only: move slots until the busiest shard carries at "
+          "most this times the mean load.");
+ABSL_FLAG(std::string, by, "bytes",
+          "rebalance only: the load to even out: bytes (gradient bytes "
+          "pushed), updates (slices and rows updated) or rows (rows "
+          "pushed).");
 ABSL_FLAG(std::string, service, "",
           "health only: the service to ask about; empty = the server as a "
           "whole (asyncps.ParameterServer works as well).");
 
 namespace asyncps {
 namespace {
-
-constexpr int kExitDown = 1;
-constexpr int kExitUsage = 2;
 
 constexpr char kUsage[] =
     "psctl: inspects an asyncps cluster.\n\n"
@@ -107,7 +123,10 @@ constexpr char kUsage[] =
     "  psctl checkpoint --servers=h:p,h:p [-o table|json|yaml] "
     "[--timeout=60s]\n"
     "  psctl health     --servers=h:p,h:p [--service=NAME]\n"
-    "  psctl reshard    --from=DIR --to=NEW_DIR --shards=M\n\n"
+    "  psctl rebalance  --servers=h:p,h:p --out=MAP_FILE [--threshold=1.05] "
+    "[--by=bytes]\n"
+    "  psctl reshard    --from=DIR --to=NEW_DIR --shards=M [--slots=S | "
+    "--map=MAP_FILE]\n\n"
     "--servers may also come from ASYNCPS_SERVERS; in a replicated run,\n"
     "--etcd_endpoints=h:p --run_id=R finds the shards' primaries instead.\n"
     "Exit status: 0 every shard answered (checkpoint: wrote one; health:\n"
@@ -116,25 +135,9 @@ constexpr char kUsage[] =
 
 constexpr absl::Duration kCheckpointTimeout = absl::Seconds(60);
 
-enum class Format { kTable, kWide, kJson, kYaml };
-
-int UsageError(const std::string& message) {
-  std::fprintf(stderr, "psctl: %s\n", message.c_str());
-  return kExitUsage;
-}
-
 std::string LocalTime() {
   return absl::FormatTime("%Y-%m-%d %H:%M:%S", absl::Now(),
                           absl::LocalTimeZone());
-}
-
-void Print(const std::string& out) {
-  std::fwrite(out.data(), 1, out.size(), stdout);
-  std::fflush(stdout);
-}
-
-std::string Render(const Doc& doc, Format format) {
-  return format == Format::kYaml ? doc.Yaml() : doc.Json();
 }
 
 // Replaces a bare UNAVAILABLE error (e.g. "Socket closed") with the cause
@@ -469,84 +472,47 @@ int RunHealth(const Cluster& c, const std::string& service) {
   return code;
 }
 
-int RunReshard(Format format) {
-  const std::string from = absl::GetFlag(FLAGS_from);
-  const std::string to = absl::GetFlag(FLAGS_to);
-  const int shards = absl::GetFlag(FLAGS_shards);
-  if (from.empty() || to.empty() || shards < 1) {
-    return UsageError("reshard needs --from, --to and --shards >= 1");
-  }
-  ReshardOptions options;
-  options.from_dir = from;
-  options.to_dir = to;
-  options.num_shards = shards;
-  options.fs = FileSystem::Default();  // the POSIX file system
-  absl::StatusOr<ReshardReport> r = Reshard(options);
-  if (!r.ok()) {
-    std::fprintf(stderr, "psctl: reshard: %s\n", r.status().ToString().c_str());
-    return absl::IsInvalidArgument(r.status()) ? kExitUsage : kExitDown;
-  }
-  if (format == Format::kJson || format == Format::kYaml) {
-    Doc files = Doc::Array();
-    for (const std::string& f : r->written) files.Add(Doc::String(f));
-    Doc doc = Doc::Object();
-    doc.Set("run_id", Doc::String(r->run_id))
-        .Set("from_shards", Doc::Int(r->from_shards))
-        .Set("to_shards", Doc::Int(r->to_shards))
-        .Set("tensors", Doc::Int(r->tensors))
-        .Set("tables", Doc::Int(r->tables))
-        .Set("slices", Doc::Int(r->slices))
-        .Set("rows", Doc::Int(r->rows))
-        .Set("workers", Doc::Int(r->workers))
-        .Set("written", std::move(files));
-    Print(Render(doc, format));
-    return 0;
-  }
-  Print(absl::StrCat(
-      "resharded run '", r->run_id, "' from ", r->from_shards, " to ",
-      r->to_shards, " shards: ", r->tensors, " tensors (", r->slices,
-      " slices), ", r->tables, " tables (", r->rows, " rows), ", r->workers,
-      " worker records\n", absl::StrJoin(r->written, "\n"), "\nstart the ",
-      r->to_shards, " shards with --num_shards=", r->to_shards,
-      " --checkpoint_dir=", to, " (and the same --run_id)\n"));
-  return 0;
-}
-
 // The one command of the command line; INVALID_ARGUMENT (the usage error)
 // for none, several or an unknown one.
 absl::StatusOr<std::string> CommandOf(const ParsedCommandLine& cl) {
   if (cl.positional.size() != 1) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "expected one command (status, tensors, checkpoint, health or "
-        "reshard), got ",
+        "expected one command (status, tensors, checkpoint, health, "
+        "rebalance or reshard), got ",
         cl.positional.size(), " (see psctl --help)"));
   }
   const std::string command = cl.positional[0];
   if (command != "status" && command != "tensors" && command != "checkpoint" &&
-      command != "health" && command != "reshard") {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "unknown command '", command,
-        "' (expected status, tensors, checkpoint, health or reshard)"));
+      command != "health" && command != "rebalance" && command != "reshard") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("unknown command '", command,
+                     "' (expected status, tensors, checkpoint, health, "
+                     "rebalance or reshard)"));
   }
   return command;
 }
 
-// --from, --to and --shards belong to reshard: given on the command line
-// to another command they are a usage error; set from the environment
-// (ASYNCPS_SHARDS is also the Slurm script's shard count), a warning.
-absl::Status CheckReshardFlags(const ParsedCommandLine& cl,
+// --from, --to, --shards, --slots and --map belong to reshard, --out,
+// --threshold and --by to rebalance: given on the command line to another
+// command they are a usage error; set from the environment (ASYNCPS_SHARDS
+// is also the Slurm script's shard count), a warning.
+absl::Status CheckCommandFlags(const ParsedCommandLine& cl,
                                const std::string& command) {
-  for (const char* flag : {"from", "to", "shards"}) {
-    if (!cl.IsSet(flag) || command == "reshard") continue;
+  const std::pair<const char*, const char*> owned[] = {
+      {"from", "reshard"},        {"to", "reshard"},  {"shards", "reshard"},
+      {"slots", "reshard"},       {"map", "reshard"}, {"out", "rebalance"},
+      {"threshold", "rebalance"}, {"by", "rebalance"}};
+  for (const auto& [flag, owner] : owned) {
+    if (!cl.IsSet(flag) || command == owner) continue;
     const std::string& by = cl.set_by.at(flag);
     if (by.rfind("--", 0) == 0) {
       return absl::InvalidArgumentError(
-          absl::StrCat("--", flag, " applies only to the reshard command"));
+          absl::StrCat("--", flag, " applies only to the ", owner, " command"));
     }
     std::fprintf(stderr,
-                 "psctl: warning: %s sets --%s, which only the reshard "
-                 "command uses; ignored\n",
-                 by.c_str(), flag);
+                 "psctl: warning: %s sets --%s, which only the %s command "
+                 "uses; ignored\n",
+                 by.c_str(), flag, owner);
   }
   return absl::OkStatus();
 }
@@ -656,7 +622,7 @@ int Main(int argc, char** argv) {
   }
   const absl::StatusOr<std::string> command = CommandOf(cl);
   if (!command.ok()) return UsageError(std::string(command.status().message()));
-  if (absl::Status s = CheckReshardFlags(cl, *command); !s.ok()) {
+  if (absl::Status s = CheckCommandFlags(cl, *command); !s.ok()) {
     return UsageError(std::string(s.message()));
   }
   // gRPC's own log lines (e.g. its TLS handshake errors) would come before
@@ -668,7 +634,10 @@ int Main(int argc, char** argv) {
     if (*format == Format::kWide) {
       return UsageError("reshard prints table, json or yaml");
     }
-    return RunReshard(*format);
+    return RunReshard({absl::GetFlag(FLAGS_from), absl::GetFlag(FLAGS_to),
+                       absl::GetFlag(FLAGS_shards), absl::GetFlag(FLAGS_slots),
+                       absl::GetFlag(FLAGS_map)},
+                      *format);
   }
   absl::StatusOr<Connection> c = ConnectionFromFlags(cl, *command);
   if (!c.ok()) return UsageError(std::string(c.status().message()));
@@ -677,6 +646,13 @@ int Main(int argc, char** argv) {
   const Cluster cluster{&query, c->security, c->timeout, *format,
                         c->router.get()};
   if (*command == "checkpoint") return RunCheckpoint(cluster);
+  if (*command == "rebalance") {
+    return RunRebalance(
+        &query, c->timeout,
+        {absl::GetFlag(FLAGS_out), absl::GetFlag(FLAGS_threshold),
+         absl::GetFlag(FLAGS_by)},
+        *format);
+  }
   if (*command == "health") {
     return RunHealth(cluster, absl::GetFlag(FLAGS_service));
   }

@@ -115,8 +115,8 @@ ShardQuery::ShardQuery(std::vector<std::string> addresses,
 
 ShardQuery::~ShardQuery() = default;
 
-std::vector<ShardResult> ShardQuery::Status(absl::Duration timeout) {
-  const StatusRequest request;
+std::vector<ShardResult> ShardQuery::Status(absl::Duration timeout,
+                                            const StatusRequest& request) {
   auto answers = Ask<StatusResponse>(
       "Status", addresses_, timeout,
       [this, &request](int s, grpc::ClientContext* ctx, StatusResponse* resp,

@@ -56,7 +56,8 @@ class ShardQuery {
   ~ShardQuery();
 
   // Status of every shard, in address order.
-  std::vector<ShardResult> Status(absl::Duration timeout);
+  std::vector<ShardResult> Status(absl::Duration timeout,
+                                  const StatusRequest& request = {});
   // ListTensors of every shard, in address order.
   std::vector<TensorListResult> ListTensors(absl::Duration timeout);
   // Checkpoint of every shard, all at once, in address order.

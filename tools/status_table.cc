@@ -200,7 +200,7 @@ std::string DescribePolicy(const StalenessPolicy& p) {
 
 ClusterSummary Summarize(const std::vector<ShardResult>& shards) {
   ClusterSummary sum;
-  std::set<std::string> policies, runs;
+  std::set<std::string> policies, runs, maps;
   bool any_clock = false;
   for (const ShardResult& r : shards) {
     if (!r.up) {
@@ -221,6 +221,10 @@ ClusterSummary Summarize(const std::vector<ShardResult>& shards) {
     sum.staleness_max = std::max(sum.staleness_max, h.max());
     policies.insert(DescribePolicy(s.policy()));
     runs.insert(s.run_id());
+    maps.insert(s.map().num_slots() == 0
+                    ? std::string("static")
+                    : absl::StrCat(s.map().num_slots(), " slots, epoch ",
+                                   s.map().epoch()));
     sum.tables = std::max(sum.tables, s.tables_size());
     for (const TableStatus& t : s.tables()) {
       sum.table_rows += t.rows();
@@ -242,6 +246,11 @@ ClusterSummary Summarize(const std::vector<ShardResult>& shards) {
     sum.run_id = *runs.begin();
   } else if (runs.size() > 1) {
     sum.run_id = absl::StrCat("mixed: ", absl::StrJoin(runs, " | "));
+  }
+  if (maps.size() == 1) {
+    sum.map = *maps.begin();
+  } else if (maps.size() > 1) {
+    sum.map = absl::StrCat("mixed: ", absl::StrJoin(maps, " | "));
   }
   if (policies.size() == 1) {
     sum.policy = *policies.begin();
@@ -354,7 +363,9 @@ std::string SummaryText(const std::vector<ShardResult>& shards) {
       &out, "cluster: ", s.shards_up, "/", shards.size(), " shards up",
       s.shards_down > 0 ? absl::StrCat(" (", s.shards_down, " DOWN)") : "",
       s.policy.empty() ? "" : absl::StrCat("   policy: ", s.policy),
-      s.run_id.empty() ? "" : absl::StrCat("   run: ", s.run_id), "\n");
+      s.run_id.empty() ? "" : absl::StrCat("   run: ", s.run_id),
+      s.map.empty() || s.map == "static" ? "" : absl::StrCat("   map: ", s.map),
+      "\n");
   absl::StrAppend(&out, "  tensors ", s.tensors, "  slices ", s.slices,
                   "  parameters ", s.parameters, " (",
                   HumanBytes(s.parameter_bytes), ")\n");
@@ -553,7 +564,10 @@ Doc StatusDoc(const std::vector<ShardResult>& shards) {
         .Set("address", Doc::String(r.address))
         .Set("up", Doc::Bool(r.up));
     if (r.up) {
-      row.Set("status", DocFromMessage(r.status));
+      // The slot owners (2 bytes a slot) are for routing, not for reading.
+      StatusResponse status = r.status;
+      status.mutable_map()->clear_owners();
+      row.Set("status", DocFromMessage(status));
     } else {
       row.Set("error", Doc::String(r.error));
     }
@@ -580,6 +594,7 @@ Doc StatusDoc(const std::vector<ShardResult>& shards) {
       .Set("staleness_max", Doc::Uint(s.staleness_max))
       .Set("policy", Doc::String(s.policy))
       .Set("run_id", Doc::String(s.run_id))
+      .Set("map", Doc::String(s.map))
       .Set("min_clock", s.any_live ? Doc::Int(s.min_clock) : Doc::Null())
       .Set("max_clock", s.any_live ? Doc::Int(s.max_clock) : Doc::Null())
       .Set("workers", Doc::Int(s.workers))

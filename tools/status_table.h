@@ -42,6 +42,9 @@ struct ClusterSummary {
   std::string policy;
   // The shards' run (ps_server --run_id); "mixed: a | b" when they differ.
   std::string run_id;
+  // The shard map they serve: "static" or "4096 slots, epoch 2"; "mixed:
+  // a | b" when they differ.
+  std::string map;
   bool any_live = false;  // some shard has a live worker; else no clocks
   int64_t min_clock = 0;  // slowest live worker on any shard
   int64_t max_clock = 0;  // fastest live worker on any shard

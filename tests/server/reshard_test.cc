@@ -13,6 +13,7 @@
 #include <cstdlib>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -25,6 +26,7 @@
 #include "server/checkpoint.h"
 #include "server/checkpoint_dir.h"
 #include "server/spec_file.h"
+#include "server/starting_map.h"
 #include "store/shard_store.h"
 #include "tests/testing/require_ok.h"
 #include "tests/testing/store_helpers.h"
@@ -165,12 +167,20 @@ std::string Floats(const float* p, size_t n) {
   return std::string(reinterpret_cast<const char*>(p), n * sizeof(float));
 }
 
-Model Load(const std::string& dir, int shards) {
+// The shards restore under the map their files name (static unless they
+// name one), which must be `expected`'s when given.
+Model Load(const std::string& dir, int shards,
+           std::optional<ShardMap> expected = std::nullopt) {
   Model m;
   for (int shard = 0; shard < shards; ++shard) {
     ShardStoreOptions o;
     o.shard_index = shard;
     o.num_shards = shards;
+    const absl::StatusOr<ShardMap> map =
+        StartingShardMap({dir, true, shard, shards, 0, nullptr});
+    REQUIRE_OK(map.status());
+    if (expected.has_value()) CHECK(*map == *expected);
+    o.map = *map;
     std::unique_ptr<ShardStore> store = ShardStore::Create(o).value();
     absl::StatusOr<RestoredCheckpoint> r =
         RestoreCheckpoint(CheckpointPath(dir, shard, shards), store.get());
@@ -193,7 +203,7 @@ Model Load(const std::string& dir, int shards) {
           return absl::OkStatus();
         },
         [&](const ShardStore::SliceView& v) {
-          CHECK(ShardMap::Static(shards)->SliceHome(tensor, v.index) == shard);
+          CHECK(map->SliceHome(tensor, v.index) == shard);
           std::string state;
           for (auto b : v.optimizer_state) state += Floats(b.data(), b.size());
           auto [it, fresh] = m.slices.emplace(
@@ -210,7 +220,7 @@ Model Load(const std::string& dir, int shards) {
           return absl::OkStatus();
         },
         [&](const SparseTable::RowView& r) {
-          CHECK(ShardMap::Static(shards)->RowHome(table, r.id) == shard);
+          CHECK(map->RowHome(table, r.id) == shard);
           m.rows.emplace(
               std::make_pair(table, r.id),
               std::make_tuple(r.version, r.touched, Floats(r.values, r.dim),
@@ -273,6 +283,95 @@ TEST_CASE(
   CHECK(w1.retired_incarnations(0) == 51);
   // The new files are what a shard of the new count may use.
   REQUIRE_OK(CheckCheckpointDir({one, 0, 1, kRun, "", true}));
+}
+
+TEST_CASE(
+    "reshard onto slotted maps (even, then moved slots) and back keeps every "
+    "value bit for bit",
+    "[reshard][slots]") {
+  const std::string two = WriteTwoShards();
+  const Model before = Load(two, 2);
+
+  // 2 static shards -> 3 shards of 64 slots spread evenly.
+  const std::string even = testing::MakeTmpDir("even");
+  ReshardOptions o{two, even, 3};
+  o.num_slots = 64;
+  REQUIRE_OK(Reshard(o).status());
+  const Model on_even = Load(even, 3, *ShardMap::EvenSlots(3, 64));
+
+  // -> a map that moved slots (shard 2 owns half of them), as psctl
+  // rebalance writes one.
+  std::vector<uint16_t> owners(64);
+  for (int s = 0; s < 64; ++s) owners[s] = s < 32 ? 2 : s % 2;
+  const ShardMap moved = *ShardMap::Slotted(3, owners, 2);
+  const std::string rebalanced = testing::MakeTmpDir("rebalanced");
+  ReshardOptions m{even, rebalanced, 3};
+  m.map = moved;
+  REQUIRE_OK(Reshard(m).status());
+  const Model on_moved = Load(rebalanced, 3, moved);
+
+  // -> back to 2 static shards.
+  const std::string back = testing::MakeTmpDir("back");
+  REQUIRE_OK(Reshard({rebalanced, back, 2}).status());
+  const Model after = Load(back, 2, *ShardMap::Static(2));
+
+  for (const Model* model : {&on_even, &on_moved, &after}) {
+    CHECK(model->run == kRun);
+    CHECK(model->slices == before.slices);
+    CHECK(model->rows == before.rows);
+    REQUIRE(model->workers.size() == 2);
+    for (const auto& [id, records] : model->workers) {
+      for (const std::string& r : records) CHECK(r == after.workers.at(id)[0]);
+    }
+  }
+
+  // A shard serving another map refuses the files, saying which maps.
+  ShardStoreOptions wrong;
+  wrong.shard_index = 0;
+  wrong.num_shards = 3;
+  wrong.map = *ShardMap::EvenSlots(3, 64);
+  std::unique_ptr<ShardStore> store = ShardStore::Create(wrong).value();
+  absl::StatusOr<RestoredCheckpoint> r =
+      RestoreCheckpoint(CheckpointPath(rebalanced, 0, 3), store.get());
+  CHECK(absl::IsFailedPrecondition(r.status()));
+  CHECK(absl::StrContains(r.status().message(),
+                          "map of 64 slots over 3 shards, epoch 2"));
+
+  // A map file of another shard count is refused before anything is read.
+  ReshardOptions bad{even, testing::MakeTmpDir("bad"), 4};
+  bad.map = moved;
+  CHECK(absl::IsInvalidArgument(Reshard(bad).status()));
+}
+
+TEST_CASE("a starting shard serves its files' map; flags that disagree fail",
+          "[reshard][slots]") {
+  const std::string two = WriteTwoShards();  // static map of 2
+  const auto start = [](const std::string& dir, int num_shards, int slots) {
+    return StartingShardMap({dir, true, 0, num_shards, slots, nullptr});
+  };
+  // Static files: as they are, or slotted in place when 2 divides S.
+  CHECK(*start(two, 2, 0) == *ShardMap::Static(2));
+  CHECK(*start(two, 2, 64) == *ShardMap::EvenSlots(2, 64));
+  CHECK(absl::IsFailedPrecondition(start(two, 2, 63).status()));
+  // Slotted files: their map whatever --num_slots says, unless another
+  // slot count.
+  const std::string even = testing::MakeTmpDir("even");
+  ReshardOptions o{two, even, 3};
+  o.num_slots = 64;
+  REQUIRE_OK(Reshard(o).status());
+  CHECK(*start(even, 3, 0) == *ShardMap::EvenSlots(3, 64));
+  CHECK(*start(even, 3, 64) == *ShardMap::EvenSlots(3, 64));
+  const absl::StatusOr<ShardMap> other = start(even, 3, 128);
+  CHECK(absl::IsFailedPrecondition(other.status()));
+  CHECK(absl::StrContains(other.status().message(), "--num_slots=64"));
+  // No files: the flags' map; a bad slot count is INVALID_ARGUMENT.
+  const std::string empty = testing::MakeTmpDir("empty");
+  CHECK(*start(empty, 3, 0) == *ShardMap::Static(3));
+  CHECK(*start(empty, 3, 96) == *ShardMap::EvenSlots(3, 96));
+  CHECK(absl::IsInvalidArgument(start(empty, 3, 2).status()));
+  // restore off: the files are ignored.
+  CHECK(*StartingShardMap({even, false, 0, 3, 0, nullptr}) ==
+        *ShardMap::Static(3));
 }
 
 TEST_CASE("reshard refuses incomplete, mixed or occupied directories",

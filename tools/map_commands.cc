@@ -1,0 +1,197 @@
+#include "tools/map_commands.h"
+
+#include <cstdio>
+#include <fstream>
+#include <optional>
+#include <sstream>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "common/shard_map_proto.h"
+#include "server/file_system.h"
+#include "server/reshard.h"
+#include "tools/slot_balance.h"
+
+namespace asyncps {
+
+namespace {
+
+absl::StatusOr<ShardMap> ReadMapFile(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) return absl::NotFoundError(absl::StrCat("cannot read ", path));
+  std::stringstream text;
+  text << in.rdbuf();
+  absl::StatusOr<ShardMap> map = ShardMapFromText(text.str());
+  if (!map.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(path, ": ", map.status().message()));
+  }
+  return map;
+}
+
+absl::Status WriteMapFile(const std::string& path, const ShardMap& map) {
+  const std::string tmp = path + ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::trunc);
+    out << ShardMapToText(map);
+    out.close();
+    if (!out) return absl::UnavailableError(absl::StrCat("cannot write ", tmp));
+  }
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+    return absl::UnavailableError(
+        absl::StrCat("cannot rename ", tmp, " to ", path));
+  }
+  return absl::OkStatus();
+}
+
+// The load a slot carries by --by.
+uint64_t LoadOf(const SlotLoad& l, const std::string& by) {
+  if (by == "updates") return l.updates();
+  if (by == "rows") return l.rows_pushed();
+  return l.push_bytes();
+}
+
+// The map every shard serves, or why there is none (a shard down, shards
+// disagreeing). *code: kExitUsage for a static map (nothing to plan).
+absl::StatusOr<ShardMap> CommonMap(const std::vector<ShardResult>& results,
+                                   int* code) {
+  std::optional<ShardMap> common;
+  for (const ShardResult& r : results) {
+    if (!r.up) {
+      return absl::UnavailableError(
+          absl::StrCat("shard ", r.index, " (", r.address, "): ", r.error));
+    }
+    absl::StatusOr<ShardMap> m =
+        ShardMapOr(r.status.map(), r.status.num_shards());
+    if (!m.ok()) return m.status();
+    if (common.has_value() && *m != *common) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("shard ", r.index, " serves the ", m->DebugString(),
+                       ", shard 0 the ", common->DebugString()));
+    }
+    common = *m;
+  }
+  if (!common.has_value()) return absl::InvalidArgumentError("no shards");
+  if (!common->slotted()) *code = kExitUsage;
+  return *common;
+}
+
+}  // namespace
+
+int RunReshard(const ReshardFlags& f, Format format) {
+  if (f.from.empty() || f.to.empty() || f.shards < 1 || f.slots < 0) {
+    return UsageError(
+        "reshard needs --from, --to and --shards >= 1 (and --slots >= 0)");
+  }
+  ReshardOptions options;
+  options.from_dir = f.from;
+  options.to_dir = f.to;
+  options.num_shards = f.shards;
+  options.num_slots = f.slots;
+  options.fs = FileSystem::Default();  // the POSIX file system
+  if (!f.map_file.empty()) {
+    absl::StatusOr<ShardMap> map = ReadMapFile(f.map_file);
+    if (!map.ok()) return UsageError(std::string(map.status().message()));
+    options.map = *std::move(map);
+  }
+  absl::StatusOr<ReshardReport> r = Reshard(options);
+  if (!r.ok()) {
+    std::fprintf(stderr, "psctl: reshard: %s\n", r.status().ToString().c_str());
+    return absl::IsInvalidArgument(r.status()) ? kExitUsage : kExitDown;
+  }
+  if (format == Format::kJson || format == Format::kYaml) {
+    Doc files = Doc::Array();
+    for (const std::string& file : r->written) files.Add(Doc::String(file));
+    Doc doc = Doc::Object();
+    doc.Set("run_id", Doc::String(r->run_id))
+        .Set("from_shards", Doc::Int(r->from_shards))
+        .Set("to_shards", Doc::Int(r->to_shards))
+        .Set("tensors", Doc::Int(r->tensors))
+        .Set("tables", Doc::Int(r->tables))
+        .Set("slices", Doc::Int(r->slices))
+        .Set("rows", Doc::Int(r->rows))
+        .Set("workers", Doc::Int(r->workers))
+        .Set("written", std::move(files));
+    Print(Render(doc, format));
+    return 0;
+  }
+  Print(absl::StrCat(
+      "resharded run '", r->run_id, "' from ", r->from_shards, " to ",
+      r->to_shards, " shards: ", r->tensors, " tensors (", r->slices,
+      " slices), ", r->tables, " tables (", r->rows, " rows), ", r->workers,
+      " worker records\n", absl::StrJoin(r->written, "\n"), "\nstart the ",
+      r->to_shards, " shards with --num_shards=", r->to_shards,
+      " --checkpoint_dir=", f.to, " (and the same --run_id)\n"));
+  return 0;
+}
+
+int RunRebalance(ShardQuery* query, absl::Duration timeout,
+                 const RebalanceFlags& f, Format format) {
+  if (f.out.empty() || !(f.threshold >= 1) || f.max_moves < 0 ||
+      (f.by != "bytes" && f.by != "updates" && f.by != "rows")) {
+    return UsageError(
+        "rebalance needs --out=FILE, --threshold >= 1 and --by bytes, "
+        "updates or rows");
+  }
+  StatusRequest request;
+  request.set_slot_load(true);
+  const std::vector<ShardResult> results = query->Status(timeout, request);
+  int code = kExitDown;
+  absl::StatusOr<ShardMap> map = CommonMap(results, &code);
+  absl::StatusOr<BalancePlan> plan = absl::UnknownError("no map");
+  if (!map.ok()) {
+    plan = map.status();
+  } else {
+    std::vector<uint64_t> load(static_cast<size_t>(map->num_slots()), 0);
+    for (const ShardResult& r : results) {
+      for (const SlotLoad& l : r.status.slot_load()) {
+        if (l.slot() < load.size()) load[l.slot()] += LoadOf(l, f.by);
+      }
+    }
+    plan = PlanBalance(*map, load, f.threshold, f.max_moves);
+  }
+  absl::Status written =
+      plan.ok() ? WriteMapFile(f.out, plan->map) : plan.status();
+  if (!written.ok()) {
+    std::fprintf(stderr, "psctl: rebalance: %s\n",
+                 std::string(written.message()).c_str());
+    return code;
+  }
+  if (format == Format::kJson || format == Format::kYaml) {
+    Doc before = Doc::Array(), after = Doc::Array();
+    for (const uint64_t b : plan->before) before.Add(Doc::Uint(b));
+    for (const uint64_t a : plan->after) after.Add(Doc::Uint(a));
+    Doc doc = Doc::Object();
+    doc.Set("by", Doc::String(f.by))
+        .Set("epoch", Doc::Uint(plan->map.epoch()))
+        .Set("moved_slots", Doc::Int(plan->moved_slots))
+        .Set("before", std::move(before))
+        .Set("after", std::move(after))
+        .Set("imbalance_before", Doc::Double(Imbalance(plan->before)))
+        .Set("imbalance_after", Doc::Double(Imbalance(plan->after)))
+        .Set("out", Doc::String(f.out));
+    Print(Render(doc, format));
+    return 0;
+  }
+  std::string out =
+      absl::StrFormat("%-6s %16s %16s\n", "SHARD", "LOAD_BEFORE", "LOAD_AFTER");
+  for (size_t s = 0; s < plan->before.size(); ++s) {
+    absl::StrAppendFormat(&out, "%-6d %16d %16d\n", s, plan->before[s],
+                          plan->after[s]);
+  }
+  absl::StrAppendFormat(
+      &out,
+      "by %s: busiest / mean %.3f -> %.3f, %d slots move (hottest slot %d "
+      "carries %d); map epoch %d written to %s\napply it to the stopped "
+      "run: psctl reshard --from=DIR --to=NEW_DIR --shards=%d --map=%s\n",
+      f.by, Imbalance(plan->before), Imbalance(plan->after), plan->moved_slots,
+      plan->hottest_slot, plan->hottest_slot_load, plan->map.epoch(), f.out,
+      plan->map.num_shards(), f.out);
+  Print(out);
+  return 0;
+}
+
+}  // namespace asyncps

@@ -1,0 +1,52 @@
+#ifndef ASYNCPS_TOOLS_MAP_COMMANDS_H_
+#define ASYNCPS_TOOLS_MAP_COMMANDS_H_
+
+// The psctl commands that change where keys live.
+//
+// `psctl rebalance` asks every shard of a running slotted run for its
+// per-slot load (StatusRequest.slot_load), plans which slots to move so
+// that no shard carries more than --threshold x the mean
+// (tools/slot_balance.h), prints each shard's load before and after, and
+// writes the new map to --out. `psctl reshard` rewrites a stopped run's
+// files into those of another map: another shard count (--shards), slots
+// (--slots, spread evenly), or a map file (--map, e.g. the one rebalance
+// wrote), with bit-identical parameters and optimizer state.
+//
+//   psctl rebalance --servers=... --out=map.txt [--threshold=1.05]
+//                   [--by=bytes|updates|rows]
+//   psctl reshard --from=DIR --to=NEW --shards=4 --map=map.txt
+
+#include <string>
+
+#include "absl/time/time.h"
+#include "tools/psctl_output.h"
+#include "tools/shard_query.h"
+
+namespace asyncps {
+
+struct ReshardFlags {
+  std::string from;
+  std::string to;
+  int shards = 0;
+  int slots = 0;         // > 0: the even map of this many slots
+  std::string map_file;  // a map file (ShardMapToText); overrides slots
+};
+
+// Exit status: 0 written, 1 failed (the reason on stderr), 2 bad usage.
+int RunReshard(const ReshardFlags& flags, Format format);
+
+struct RebalanceFlags {
+  std::string out;  // where the new map goes
+  double threshold = 1.05;
+  std::string by = "bytes";  // bytes, updates or rows
+  int max_moves = 4096;
+};
+
+// Exit status: 0 the plan was written, 1 a shard did not answer or the
+// shards serve different maps, 2 bad usage (a static map among them).
+int RunRebalance(ShardQuery* query, absl::Duration timeout,
+                 const RebalanceFlags& flags, Format format);
+
+}  // namespace asyncps
+
+#endif  // ASYNCPS_TOOLS_MAP_COMMANDS_H_
