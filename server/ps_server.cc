@@ -124,6 +124,15 @@ absl::Status PsServer::CreateState(PsServerOptions* options) {
       epoch_ = absl::Uniform<uint64_t>(bits);
     } while (epoch_ == 0);
   }
+  // The directory first (files of another shard count or run are named as
+  // such), then the map its files were written under.
+  if (!options->checkpoint_dir.empty()) {
+    absl::Status checked =
+        CheckCheckpointDir({options->checkpoint_dir, options->store.shard_index,
+                            options->store.num_shards, options->run_id,
+                            options->adopt_run, options->restore, options->fs});
+    if (!checked.ok()) return checked;
+  }
   absl::StatusOr<ShardMap> map = StartingShardMap(
       {options->checkpoint_dir, options->restore, options->store.shard_index,
        options->store.num_shards, options->num_slots, options->fs});
@@ -151,11 +160,6 @@ absl::Status PsServer::CreateState(PsServerOptions* options) {
 absl::StatusOr<CheckpointInfo> PsServer::StartCheckpoints(
     const PsServerOptions& options) {
   if (options.checkpoint_dir.empty()) return CheckpointInfo();
-  absl::Status checked =
-      CheckCheckpointDir({options.checkpoint_dir, options.store.shard_index,
-                          options.store.num_shards, options.run_id,
-                          options.adopt_run, options.restore, options.fs});
-  if (!checked.ok()) return checked;
   absl::StatusOr<CheckpointInfo> restored = Restore(options);
   if (!restored.ok()) return restored.status();
   CheckpointIdentity identity;

@@ -46,13 +46,13 @@ struct ReshardOptions {
   std::string from_dir;  // the old shards' files
   std::string to_dir;    // the new shards' files; another directory
   int num_shards = 0;    // the new shard count, >= 1
+  // Every file is read and written through it. Not owned; never null.
+  FileSystem* fs = FileSystem::Default();
   // The new shards' map: `map` when set (its shard count must be
   // num_shards), else num_slots slots spread evenly when > 0, else the
   // static map. psctl rebalance writes maps to give here.
   std::optional<ShardMap> map;
   int num_slots = 0;
-  // Every file is read and written through it. Not owned; never null.
-  FileSystem* fs = FileSystem::Default();
 };
 
 // Reads the shard files of `from_dir` (all of one shard count N, every

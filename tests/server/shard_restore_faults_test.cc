@@ -213,12 +213,13 @@ TEST_CASE(
   const std::string ckpt = CheckpointPath(dir, 0, 1);
   const std::string specs = SpecFilePath(dir, 0, 1);
   CHECK(ops[0] == "list " + dir);
-  // Each file is opened twice: for its identity (the directory check),
-  // then for the restore.
+  // The checkpoint is opened three times: for its identity (the directory
+  // check), for the map it was written under, then for the restore; the
+  // spec file twice (its map is the checkpoint's).
   auto count = [&](const std::string& op) {
     return std::count(ops.begin(), ops.begin() + reads, op);
   };
-  CHECK(count("open " + ckpt) == 2);
+  CHECK(count("open " + ckpt) == 3);
   CHECK(count("open " + specs) == 2);
   CHECK(count("stat " + ckpt) == 1);
 
