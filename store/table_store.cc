@@ -321,6 +321,7 @@ absl::Status TableStore::PullOnce(
     const uint64_t created =
         t->Read(IdSpan(in.ids()), &batches[k], clock, dtype, values, versions);
     reservation.Keep(created * t->row_bytes());
+    out->set_rows_created(created);
   }
   return absl::OkStatus();
 }
