@@ -506,6 +506,10 @@ class PsClient::PendingPull {
   absl::Status Wait() { return call_.Wait(); }
   // What was read (valid after Wait returned OK).
   const ReadSet& read() const { return read_; }
+  // Rows the shards created for it (valid after Wait returned OK), as their
+  // last answers said: rows created by an attempt that failed and was
+  // retried are not counted.
+  int64_t rows_created() const { return rows_created_; }
 
  private:
   friend class PsClient;
@@ -514,6 +518,7 @@ class PsClient::PendingPull {
   absl::Status Finish(absl::Status s);
 
   ReadSet read_;
+  int64_t rows_created_ = 0;
   std::vector<std::unique_ptr<RowsQueryState>> queries_;
   // Per shard asked: the request sent and where the answer goes; owned
   // here because attempts refer to them.

@@ -42,6 +42,7 @@ struct PsClient::PullShard {
   absl::flat_hash_map<std::string, std::vector<std::pair<uint32_t, uint64_t>>>
       versions;  // tensor -> (slice, version)
   uint64_t epoch = 0;
+  uint64_t rows_created = 0;                 // summed over its tables
   std::atomic<DataStream*> stream{nullptr};  // of the attempt in flight
 };
 
@@ -89,6 +90,7 @@ absl::Status PsClient::PendingPull::Finish(absl::Status s) {
   if (!s.ok()) return s;
   for (const auto& ps : shards_) {
     read_.epochs[ps->shard] = ps->epoch;
+    rows_created_ += ps->rows_created;
     for (const auto& [name, list] : ps->versions) {
       std::vector<uint64_t>& v = read_.versions[name];
       for (const auto& [slice, version] : list) v[slice] = version;
@@ -321,6 +323,7 @@ absl::Status PsClient::ReadSlices(const PullResponse& header,
 absl::Status PsClient::ReadRows(const PullResponse& header, FrameReader* frame,
                                 PullShard* ps) {
   const WireDtype dtype = header.wire_dtype();
+  ps->rows_created = 0;
   if (header.rows_size() != ps->request.rows_size()) {
     return absl::InternalError(absl::StrCat("answered ", header.rows_size(),
                                             " tables of rows to a request for ",
@@ -346,6 +349,7 @@ absl::Status PsClient::ReadRows(const PullResponse& header, FrameReader* frame,
       if (!st.ok()) return absl::InternalError(st.message());
       q.read->versions[u] = d.versions(i);
     }
+    ps->rows_created += d.rows_created();
   }
   return absl::OkStatus();
 }

@@ -33,6 +33,9 @@ struct SparseTable::Chunk {
   // (request serial << 32 | position) of the last push that touched the
   // row: finds duplicate ids within one push.
   uint64_t tags[kChunkRows];
+  // Whether the row holds an id (false once evicted or removed, until
+  // reused): eviction scans the chunks in row order, not the index.
+  bool live[kChunkRows];
 };
 
 namespace {
@@ -233,6 +236,7 @@ uint32_t SparseTable::FindOrCreate(Partition& p, uint64_t id, int64_t clock,
   c.use[at].touched.store(clock, std::memory_order_relaxed);
   c.use[at].count.store(0.0f, std::memory_order_relaxed);
   c.tags[at] = 0;
+  c.live[at] = true;
   c.use[at].changed.store(epoch_ == nullptr ? 0 : epoch_->current(),
                           std::memory_order_relaxed);
   if (initialize) {
@@ -571,9 +575,14 @@ uint64_t SparseTable::EvictBefore(int64_t clock) {
 
 void SparseTable::EraseRow(Partition& p, uint64_t id) {
   if (track_removed_) p.removed.emplace_back(id, epoch_->current());
-  p.free_rows.push_back(Lookup(p, id));
+  FreeRow(p, Lookup(p, id));
   EraseSlot(p, id);
   rows_.fetch_sub(1, std::memory_order_relaxed);
+}
+
+void SparseTable::FreeRow(Partition& p, uint32_t row) {
+  p.chunks[row >> kChunkShift]->live[row & (kChunkRows - 1)] = false;
+  p.free_rows.push_back(row);
 }
 
 double SparseTable::ScoreOf(const Partition& p, uint32_t row,
@@ -593,12 +602,14 @@ double SparseTable::EvictionThreshold(uint64_t rows) const {
     const Partition& p = partitions_[k];
     absl::ReaderMutexLock l(&p.mu);
     held += p.used;
-    // Every stride-th slot: an even sample of the partition's rows.
-    const size_t stride = std::max<size_t>(1, p.used / kSamplesPerPartition);
-    size_t seen = 0;
-    for (const Slot& s : p.slots) {
-      if (s.row1 == 0 || seen++ % stride != 0) continue;
-      samples.push_back(ScoreOf(p, s.row1 - 1, now));
+    // Every stride-th row, in row order (sequential reads of the chunks):
+    // an even sample of the partition's rows.
+    const uint32_t stride =
+        std::max<uint32_t>(1, p.used / kSamplesPerPartition);
+    for (uint32_t row = 0; row < p.next_row; row += stride) {
+      if (p.chunks[row >> kChunkShift]->live[row & (kChunkRows - 1)]) {
+        samples.push_back(ScoreOf(p, row, now));
+      }
     }
   }
   if (samples.empty() || held == 0) return -1;
@@ -610,10 +621,13 @@ uint64_t SparseTable::EvictPartition(int k, double threshold, uint64_t quota) {
   Partition& p = partitions_[k];
   absl::MutexLock l(&p.mu);
   std::vector<uint64_t> cold;
-  for (const Slot& s : p.slots) {
-    if (cold.size() >= quota) break;
-    if (s.row1 != 0 && ScoreOf(p, s.row1 - 1, now) <= threshold) {
-      cold.push_back(s.id);
+  // In row order: the chunks are read sequentially (the index would visit
+  // them at random).
+  for (uint32_t row = 0; row < p.next_row && cold.size() < quota; ++row) {
+    const Chunk& c = *p.chunks[row >> kChunkShift];
+    const uint32_t at = row & (kChunkRows - 1);
+    if (c.live[at] && ScoreOf(p, row, now) <= threshold) {
+      cold.push_back(c.ids[at]);
     }
   }
   for (uint64_t id : cold) EraseRow(p, id);
@@ -686,7 +700,7 @@ bool SparseTable::Remove(uint64_t id) {
   absl::MutexLock l(&p.mu);
   const uint32_t row = Lookup(p, id);
   if (row == Batch::kNoRow) return false;
-  p.free_rows.push_back(row);
+  FreeRow(p, row);
   EraseSlot(p, id);
   rows_.fetch_sub(1, std::memory_order_relaxed);
   return true;

@@ -312,6 +312,9 @@ class SparseTable {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(p.mu);
   // Removes the row of `id` (present) from `p`.
   void EraseRow(Partition& p, uint64_t id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(p.mu);
+  // Marks `row` unused and puts it on the free list (its slot is the
+  // caller's business).
+  void FreeRow(Partition& p, uint32_t row) ABSL_EXCLUSIVE_LOCKS_REQUIRED(p.mu);
   // The eviction score of `row` at clock `now`.
   double ScoreOf(const Partition& p, uint32_t row, int64_t now) const
       ABSL_SHARED_LOCKS_REQUIRED(p.mu);

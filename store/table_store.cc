@@ -321,6 +321,7 @@ absl::Status TableStore::PullOnce(
     const uint64_t created =
         t->Read(IdSpan(in.ids()), &batches[k], clock, dtype, values, versions);
     reservation.Keep(created * t->row_bytes());
+    out->set_rows_created(created);
   }
   return absl::OkStatus();
 }
@@ -566,30 +567,39 @@ uint64_t TableStore::EvictToWatermark() {
 uint64_t TableStore::FreeBytes(uint64_t bytes) {
   uint64_t freed = 0, evicted = 0;
   for (int round = 0; round < 8 && freed < bytes; ++round) {
-    SparseTable* victim = nullptr;
+    std::vector<SparseTable*> victims;
+    double held = 0;
     for (SparseTable* t : Sorted()) {
       if (!t->evicts_under_cap() || t->rows() == 0) continue;
-      if (victim == nullptr ||
-          t->rows() * t->row_bytes() > victim->rows() * victim->row_bytes()) {
-        victim = t;
-      }
+      victims.push_back(t);
+      held += static_cast<double>(t->rows() * t->row_bytes());
     }
-    if (victim == nullptr) break;
-    const uint64_t row_bytes = victim->row_bytes();
-    uint64_t left =
-        std::min(victim->rows(), (bytes - freed + row_bytes - 1) / row_bytes);
-    const double threshold = victim->EvictionThreshold(left);
-    // One partition per step: requests run between the steps.
-    for (int k = 0; k < SparseTable::kPartitions && left > 0; ++k) {
-      uint64_t n;
-      {
-        absl::MutexLock l(&evict_mu_);
-        n = victim->EvictPartition(k, threshold, left);
+    if (victims.empty()) break;
+    // Every evicting table gives up its share of what is still needed, in
+    // proportion to the row bytes it holds: the tables shrink together, so
+    // none keeps (in its chunks and index) room for many more rows than it
+    // holds, and the rows of tables used alike live alike long.
+    const double need = static_cast<double>(bytes - freed);
+    for (SparseTable* victim : victims) {
+      const uint64_t row_bytes = victim->row_bytes();
+      const double share =
+          need * static_cast<double>(victim->rows() * row_bytes) / held;
+      uint64_t left = std::min<uint64_t>(
+          victim->rows(), static_cast<uint64_t>(std::ceil(share / row_bytes)));
+      if (left == 0) continue;
+      const double threshold = victim->EvictionThreshold(left);
+      // One partition per step: requests run between the steps.
+      for (int k = 0; k < SparseTable::kPartitions && left > 0; ++k) {
+        uint64_t n;
+        {
+          absl::MutexLock l(&evict_mu_);
+          n = victim->EvictPartition(k, threshold, left);
+        }
+        if (n > 0) options_.release(n * row_bytes);
+        left -= n;
+        freed += n * row_bytes;
+        evicted += n;
       }
-      if (n > 0) options_.release(n * row_bytes);
-      left -= n;
-      freed += n * row_bytes;
-      evicted += n;
     }
   }
   return evicted;

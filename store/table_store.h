@@ -197,10 +197,10 @@ class TableStore {
 
   // Under a cap, with evicting tables holding rows: evicts rows until at
   // least `bytes` plus 1/64 of the cap are free (or nothing is left to
-  // evict); the table holding the most row bytes gives up its coldest rows
-  // first (its policy's ranking), in steps of one partition. Returns the
-  // rows evicted. REQUIRES: the caller holds no eviction lock (no pending
-  // request of its own).
+  // evict); every evicting table gives up its coldest rows (its policy's
+  // ranking), a share of the bytes in proportion to the row bytes it holds,
+  // in steps of one partition. Returns the rows evicted. REQUIRES: the
+  // caller holds no eviction lock (no pending request of its own).
   uint64_t MakeRoom(uint64_t bytes);
   // When less than 1/32 of the cap is free, evicts until 1/16 is (see
   // MakeRoom); the shard's background thread calls it. Returns the rows

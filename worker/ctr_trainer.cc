@@ -181,7 +181,12 @@ class CtrModelRun : public TrainingModel {
     slot.pull = store_->StartPull(clock, for_clock, what);
   }
 
-  absl::Status WaitRead(int set) override { return slots_[set].pull->Wait(); }
+  absl::Status WaitRead(int set) override {
+    StorePull& pull = *slots_[set].pull;
+    absl::Status s = pull.Wait();
+    if (s.ok()) result_->rows_created += pull.rows_created();
+    return s;
+  }
 
   absl::Status Step(int set, int grads, int64_t j, int64_t round,
                     absl::Span<const int64_t> examples) override {

@@ -41,9 +41,11 @@ struct CtrTrainerOptions : LoopOptions {
 
 struct CtrResult : LoopResult {
   int64_t refused_rows = 0;  // row updates refused (stale or restored)
-  int64_t rows_created = 0;  // rows this worker's pushes created
-  double test_auc = -1;      // -1 when this worker does not evaluate
-  double bayes_auc = -1;     // of the hidden model's probabilities
+  // Rows this worker's pulls (without admission) and pushes (with it)
+  // created on the shards.
+  int64_t rows_created = 0;
+  double test_auc = -1;   // -1 when this worker does not evaluate
+  double bayes_auc = -1;  // of the hidden model's probabilities
   double test_logloss = 0;
   double bayes_logloss = 0;
 };

@@ -74,10 +74,14 @@ class LocalStore : public ParameterStore {
                                          const PullSet& what) override {
     ReadSet read;
     read.epochs = {1};
+    int64_t created = 0;
     absl::Status s = PullTensors(what, &read);
-    if (s.ok()) s = PullRows(std::max(clock, for_clock), what, &read);
-    if (!s.ok()) read = ReadSet();  // a failed pull read nothing
-    return std::make_unique<DonePull>(std::move(s), std::move(read));
+    if (s.ok()) s = PullRows(std::max(clock, for_clock), what, &read, &created);
+    if (!s.ok()) {  // a failed pull read nothing
+      read = ReadSet();
+      created = 0;
+    }
+    return std::make_unique<DonePull>(std::move(s), std::move(read), created);
   }
 
   // Tensors and rows in one prepared push: applied whole or not at all.
@@ -129,7 +133,9 @@ class LocalStore : public ParameterStore {
         });
   }
 
-  absl::Status PullRows(int64_t clock, const PullSet& what, ReadSet* read) {
+  // *created: the rows the pull created.
+  absl::Status PullRows(int64_t clock, const PullSet& what, ReadSet* read,
+                        int64_t* created) {
     PullRequest req;
     std::vector<float*> outs;
     for (const RowsQuery& q : what.rows) {
@@ -155,6 +161,7 @@ class LocalStore : public ParameterStore {
         if (fresh) table->versions.push_back(resp.rows(k).versions(i));
       }
       read->tables[asked.table()] = std::move(table);
+      *created += static_cast<int64_t>(resp.rows(k).rows_created());
     }
     return absl::OkStatus();
   }

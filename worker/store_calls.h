@@ -6,6 +6,7 @@
 // implementations: over a PsClient call, or already done (the in-process
 // store runs a call to completion when it starts).
 
+#include <cstdint>
 #include <memory>
 #include <utility>
 
@@ -23,6 +24,9 @@ class StorePull {
   virtual absl::Status Wait() = 0;
   // What was read; valid after Wait returned OK.
   virtual const ReadSet& read() const = 0;
+  // Rows the pull created (ids without a row, outside a peek and without
+  // admission); valid after Wait returned OK.
+  virtual int64_t rows_created() const = 0;
 };
 
 // A push in flight; as StorePull.
@@ -39,6 +43,7 @@ class RemotePull : public StorePull {
       : p_(std::move(p)) {}
   absl::Status Wait() override { return p_->Wait(); }
   const ReadSet& read() const override { return p_->read(); }
+  int64_t rows_created() const override { return p_->rows_created(); }
 
  private:
   std::unique_ptr<PsClient::PendingPull> p_;
@@ -58,14 +63,18 @@ class RemotePush : public StorePush {
 // A finished pull.
 class DonePull : public StorePull {
  public:
-  DonePull(absl::Status status, ReadSet read)
-      : status_(std::move(status)), read_(std::move(read)) {}
+  DonePull(absl::Status status, ReadSet read, int64_t rows_created = 0)
+      : status_(std::move(status)),
+        read_(std::move(read)),
+        rows_created_(rows_created) {}
   absl::Status Wait() override { return status_; }
   const ReadSet& read() const override { return read_; }
+  int64_t rows_created() const override { return rows_created_; }
 
  private:
   const absl::Status status_;
   const ReadSet read_;
+  const int64_t rows_created_;
 };
 
 // A finished push.

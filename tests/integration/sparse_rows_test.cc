@@ -72,11 +72,12 @@ std::vector<std::string> Addresses(const std::vector<ServerProcess>& cluster) {
 
 std::vector<float> Pull(PsClient* c, const std::string& table,
                         const std::vector<uint64_t>& ids, int dim,
-                        ReadSet* read = nullptr) {
+                        ReadSet* read = nullptr, int64_t* created = nullptr) {
   std::vector<float> out(ids.size() * dim, -99.0f);
   auto p = c->StartPullRows(0, 0, {{table, ids, out.data()}});
   REQUIRE_OK(p->Wait());
   if (read != nullptr) *read = p->read();
+  if (created != nullptr) *created = p->rows_created();
   return out;
 }
 
@@ -116,7 +117,10 @@ TEST_CASE(
   ids.push_back(0);
   ids.push_back(5);
   ReadSet read;
-  const std::vector<float> before = Pull(c.get(), "sgd", ids, 3, &read);
+  int64_t created = -1;
+  const std::vector<float> before =
+      Pull(c.get(), "sgd", ids, 3, &read, &created);
+  REQUIRE(created == 302);  // distinct ids, on both shards
   for (size_t i = 0; i < ids.size(); ++i) {
     const std::vector<float> init = Initial(sgd, ids[i]);
     for (int d = 0; d < 3; ++d) REQUIRE(before[i * 3 + d] == init[d]);
@@ -131,9 +135,11 @@ TEST_CASE(
   REQUIRE_OK(summary.status());
   REQUIRE(summary->applied == 302);  // distinct ids
   REQUIRE(summary->refused_stale == 0);
-  REQUIRE(summary->rows_created == 0);
+  REQUIRE(summary->rows_created == 0);  // the pull created them
   ReadSet after_read;
-  const std::vector<float> after = Pull(c.get(), "sgd", ids, 3, &after_read);
+  const std::vector<float> after =
+      Pull(c.get(), "sgd", ids, 3, &after_read, &created);
+  REQUIRE(created == 0);
   for (size_t i = 0; i < ids.size(); ++i) {
     float sum = 0;
     for (size_t j = 0; j < ids.size(); ++j) {

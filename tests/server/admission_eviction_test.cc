@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <limits>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "common/row_initializer.h"
@@ -254,6 +255,44 @@ TEST_CASE(
   REQUIRE(st.fill_ratio() > 0.9);
   REQUIRE(st.fill_ratio() <= 1.0);
   REQUIRE(st.eviction() == EVICT_LRU);
+}
+
+TEST_CASE(
+    "evicting tables give up rows in proportion to what they hold: rows of "
+    "tables fed at different rates live alike long",
+    "[eviction][lru]") {
+  const uint64_t cap = 2 * SparseTable::kTableOverheadBytes + 3000 * kRowBytes;
+  auto store = Store(cap);
+  TableSpec a = Spec(EVICT_LRU), b = Spec(EVICT_LRU);
+  a.set_name("a");
+  b.set_name("b");
+  REQUIRE_OK(CreateTable(store.get(), a));
+  REQUIRE_OK(CreateTable(store.get(), b));
+  // "a" gets 2 fresh ids a step, "b" 1: about 12000 and 6000 in all.
+  uint64_t next = 1;
+  for (int step = 1; step <= 60; ++step) {
+    for (const auto& [table, fresh] :
+         {std::pair<std::string, int>{"a", 200}, {"b", 100}}) {
+      std::vector<uint64_t> ids;
+      for (int i = 0; i < fresh; ++i) ids.push_back(next++);
+      REQUIRE_OK(
+          PushRows(store.get(), table, ids, Grads(ids.size()), {}, {}, step)
+              .status());
+    }
+    REQUIRE(store->Size().reserved_bytes <= cap);
+  }
+  uint64_t rows_a = 0, rows_b = 0;
+  for (const TableStatus& t : store->tables().Status()) {
+    REQUIRE(t.rows_evicted_cap() > 0);
+    (t.name() == "a" ? rows_a : rows_b) = t.rows();
+  }
+  // The table holding most is not emptied first: both keep about the
+  // same number of steps' rows (taking from the largest table alone
+  // would leave them about even).
+  INFO(rows_a << " rows of a, " << rows_b << " of b");
+  REQUIRE(rows_a + rows_b > 2500);
+  REQUIRE(rows_a > 1.6 * rows_b);
+  REQUIRE(rows_a < 2.5 * rows_b);
 }
 
 TEST_CASE("without an eviction policy the same stream is refused at the cap",

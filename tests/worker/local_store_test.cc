@@ -331,6 +331,7 @@ TEST_CASE("a step's tensors and rows are pulled and pushed together",
   REQUIRE_OK(pull->Wait());
   CHECK(w == std::vector<float>(4, 1.0f));
   CHECK(emb == std::vector<float>(6, 0.5f));
+  CHECK(pull->rows_created() == 2);  // distinct ids
 
   std::vector<float> gw(4, 0.25f), ge(6, 0.125f);
   absl::StatusOr<PushSummary> done =
