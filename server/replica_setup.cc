@@ -86,6 +86,9 @@ absl::StatusOr<std::unique_ptr<ReplicaGroup>> SetUpReplica(
     }
     dir = *temp_dir = tmp;
   }
+  // A spare writes the snapshot it receives here before the checkpointer
+  // (which creates its directory) starts.
+  if (absl::Status made = o->fs->CreateDirs(dir); !made.ok()) return made;
   ReplicaGroupOptions g;
   g.etcd_endpoints = flags.etcd_endpoints;
   g.lease = flags.lease;
