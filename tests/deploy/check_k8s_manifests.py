@@ -5,6 +5,8 @@
   check_k8s_manifests.py --jobset RENDERED.yaml SERVER_HELP WORKER_HELP
   check_k8s_manifests.py --serving RENDERED.yaml SERVE_HELP BASE_RENDERED.yaml
   check_k8s_manifests.py --jobset-serving RENDERED.yaml SERVE_HELP
+  check_k8s_manifests.py --replicated RENDERED.yaml SERVER_HELP WORKER_HELP \
+      PSCTL_HELP OUTDIR
 
 RENDERED.yaml is `kubectl kustomize deploy/k8s`; SERVER_HELP and WORKER_HELP
 are `ps_server --help` and `ps_worker --help`. Checks what a cluster would
@@ -15,6 +17,10 @@ Services select the pods. Writes OUTDIR/shard-<i>.env and
 OUTDIR/worker-<i>.env: the ASYNCPS_* environment a pod gets (ConfigMap and
 container env, $(VAR) references expanded, HOSTNAME and
 JOB_COMPLETION_INDEX as Kubernetes sets them), one NAME=value per line.
+--replicated checks deploy/k8s/replicated (etcd, one StatefulSet per shard
+group, anti-affinity, a disruption budget per group, clients through etcd)
+and writes OUTDIR/shard-<s>-<r>.env (replica r of shard s, on node
+node-<r>) and OUTDIR/worker-<i>.env.
 Prints one line per problem; exits 1 if there is any.
 """
 import re
@@ -324,6 +330,382 @@ def main_jobset_serving(rendered, serve_help):
     return check_serving(docs, serve_help, docs, want)
 
 
+def selects(match_labels, labels):
+    """Whether a matchLabels selector (non-empty) selects pods with `labels`."""
+    return bool(match_labels) and all(labels.get(k) == v
+                                      for k, v in match_labels.items())
+
+
+def resolved_env(ctr, configmaps, fields):
+    """A container's variables as a pod gets them: envFrom ConfigMaps, then
+    its env in order (configMapKeyRef values read, fieldRef values from
+    `fields` by field path, $(VAR) references expanded)."""
+    env = {}
+    for ref in ctr.get("envFrom", []):
+        name = ref.get("configMapRef", {}).get("name")
+        if name not in configmaps:
+            problem("a container reads ConfigMap %s, which is not rendered" % name)
+            continue
+        env.update(configmaps[name].get("data", {}))
+    for e in ctr.get("env", []):
+        if "value" in e:
+            env[e["name"]] = re.sub(
+                r"\$\(([A-Za-z_][A-Za-z0-9_]*)\)",
+                lambda m: env.get(m.group(1), m.group(0)), e["value"])
+            continue
+        src = e.get("valueFrom", {})
+        if "configMapKeyRef" in src:
+            ref = src["configMapKeyRef"]
+            data = configmaps.get(ref.get("name"), {}).get("data", {})
+            if ref.get("key") not in data:
+                problem("variable %s reads %r, not a key of a rendered ConfigMap" %
+                        (e["name"], ref))
+                continue
+            env[e["name"]] = data[ref["key"]]
+        elif "fieldRef" in src:
+            path = src["fieldRef"]["fieldPath"]
+            env[e["name"]] = fields.get(path, "<%s>" % path)
+        else:
+            problem("variable %s comes from %r, which this check cannot read" %
+                    (e["name"], src))
+    return env
+
+
+def etcd_arg(args, name, default=None):
+    for a in args:
+        if a.startswith("--%s=" % name):
+            return a.split("=", 1)[1]
+    return default
+
+
+def main_replicated(rendered, server_help, worker_help, psctl_help, outdir):
+    """deploy/k8s/replicated: etcd, one StatefulSet per replicated shard
+    group, clients through the shard map in etcd."""
+    docs = [d for d in yaml.safe_load_all(open(rendered)) if d]
+    by_kind = {}
+    for d in docs:
+        by_kind.setdefault(d["kind"], []).append(d)
+    configmaps = {d["metadata"]["name"]: d for d in by_kind.get("ConfigMap", [])}
+    server_flags = flags_of(server_help)
+    worker_flags = flags_of(worker_help)
+    psctl_flags = flags_of(psctl_help)
+    if not server_flags or not worker_flags or not psctl_flags:
+        problem("no flags found in the --help outputs")
+        return 1
+    for binary, flags in (("ps_server", server_flags), ("ps_worker", worker_flags),
+                          ("psctl", psctl_flags)):
+        for f in ("etcd_endpoints", "run_id"):
+            if f not in flags:
+                problem("%s has no --%s: it cannot find a replicated run" % (binary, f))
+    if "replicas" not in server_flags:
+        problem("ps_server has no --replicas")
+
+    def pod_labels(obj):
+        return obj["spec"]["template"]["metadata"].get("labels", {})
+
+    statefulsets = by_kind.get("StatefulSet", [])
+    etcd_sets = [s for s in statefulsets
+                 if pod_labels(s).get("app.kubernetes.io/name") == "asyncps-etcd"]
+    groups = [s for s in statefulsets if s not in etcd_sets]
+    jobs = by_kind.get("Job", [])
+    if len(etcd_sets) != 1 or not groups or len(jobs) != 1:
+        problem("expected one etcd StatefulSet, shard group StatefulSets and one "
+                "worker Job; found %d, %d, %d" % (len(etcd_sets), len(groups), len(jobs)))
+        return 1
+    (etcd,) = etcd_sets
+    (job,) = jobs
+    services = {d["metadata"]["name"]: d for d in by_kind.get("Service", [])}
+    budgets = by_kind.get("PodDisruptionBudget", [])
+
+    def check_service(sts, what):
+        svc = services.get(sts["spec"].get("serviceName"))
+        if svc is None:
+            problem("%s: serviceName %r is not a rendered Service" %
+                    (what, sts["spec"].get("serviceName")))
+            return None
+        if svc["spec"].get("clusterIP") != "None":
+            problem("%s: Service %s is not headless" % (what, svc["metadata"]["name"]))
+        if not svc["spec"].get("publishNotReadyAddresses"):
+            problem("%s: Service %s publishes no names before the pods are ready"
+                    % (what, svc["metadata"]["name"]))
+        if not selects(svc["spec"].get("selector", {}), pod_labels(sts)):
+            problem("%s: Service %s does not select its pods" %
+                    (what, svc["metadata"]["name"]))
+        if not selects(sts["spec"]["selector"].get("matchLabels", {}), pod_labels(sts)):
+            problem("%s: the StatefulSet's selector does not match its pods" % what)
+        return svc
+
+    def required_anti_affinity(pod):
+        terms = pod.get("affinity", {}).get("podAntiAffinity", {}).get(
+            "requiredDuringSchedulingIgnoredDuringExecution", [])
+        return [t.get("labelSelector", {}).get("matchLabels", {}) for t in terms
+                if t.get("topologyKey") == "kubernetes.io/hostname" and
+                not t.get("labelSelector", {}).get("matchExpressions")]
+
+    # Every pod template is matched by exactly one disruption budget (the
+    # eviction API refuses pods under two).
+    templates = [("etcd", etcd)] + [(g["metadata"]["name"], g) for g in groups]
+    for what, sts in templates:
+        matched = [b["metadata"]["name"] for b in budgets
+                   if selects(b["spec"].get("selector", {}).get("matchLabels", {}),
+                              pod_labels(sts))]
+        if len(matched) != 1:
+            problem("pods of %s are under %d disruption budgets %s, want one" %
+                    (what, len(matched), matched))
+
+    # etcd: members, their names and ports, elections, placement, quorum.
+    esvc = check_service(etcd, "etcd")
+    epod = etcd["spec"]["template"]["spec"]
+    (ectr,) = epod["containers"]
+    eargs = (ectr.get("command") or []) + (ectr.get("args") or [])
+    members = etcd["spec"].get("replicas", 1)
+    if members not in (1, 3, 5):
+        problem("etcd has %d members: 1, 3 or 5" % members)
+    if etcd["spec"].get("podManagementPolicy") != "Parallel" and members > 1:
+        problem("etcd members start one by one: the first never becomes ready")
+    eports = {p["name"]: p["containerPort"] for p in ectr.get("ports", [])}
+    client_port, peer_port = eports.get("client"), eports.get("peer")
+    ename = etcd["metadata"]["name"]
+    sub = esvc["metadata"]["name"] if esvc else "?"
+    member_hosts = ["%s-%d.%s" % (ename, i, sub) for i in range(members)]
+    want_cluster = ",".join("%s-%d=http://%s:%s" % (ename, i, h, peer_port)
+                            for i, h in enumerate(member_hosts))
+    if etcd_arg(eargs, "initial-cluster") != want_cluster:
+        problem("etcd --initial-cluster=%s, the members are %s" %
+                (etcd_arg(eargs, "initial-cluster"), want_cluster))
+    pod_name_var = next((e["name"] for e in ectr.get("env", [])
+                         if e.get("valueFrom", {}).get("fieldRef", {}).get(
+                             "fieldPath") == "metadata.name"), None)
+    for arg, want in (("name", "$(%s)" % pod_name_var),
+                      ("advertise-client-urls",
+                       "http://$(%s).%s:%s" % (pod_name_var, sub, client_port)),
+                      ("initial-advertise-peer-urls",
+                       "http://$(%s).%s:%s" % (pod_name_var, sub, peer_port))):
+        if etcd_arg(eargs, arg) != want:
+            problem("etcd --%s=%s, want %s" % (arg, etcd_arg(eargs, arg), want))
+    for arg, port in (("listen-client-urls", client_port),
+                      ("listen-peer-urls", peer_port)):
+        if not str(etcd_arg(eargs, arg, "")).endswith(":%s" % port):
+            problem("etcd --%s=%s is not port %s" % (arg, etcd_arg(eargs, arg), port))
+    if esvc:
+        sports = {p["name"]: p["port"] for p in esvc["spec"]["ports"]}
+        if sports.get("client") != client_port or sports.get("peer") != peer_port:
+            problem("etcd Service ports %r, the members listen on %r" % (sports, eports))
+    election_ms = int(etcd_arg(eargs, "election-timeout", 1000))
+    heartbeat_ms = int(etcd_arg(eargs, "heartbeat-interval", 100))
+    if election_ms < 5 * heartbeat_ms:
+        problem("etcd's election timeout %d ms is under 5 heartbeats of %d ms" %
+                (election_ms, heartbeat_ms))
+    if members > 1 and not any(selects(m, pod_labels(etcd))
+                               for m in required_anti_affinity(epod)):
+        problem("etcd members may share a node (no required anti-affinity)")
+    for b in budgets:
+        if selects(b["spec"].get("selector", {}).get("matchLabels", {}),
+                   pod_labels(etcd)) and members > 1:
+            down = b["spec"].get("maxUnavailable")
+            if down is None or members - int(down) < members // 2 + 1:
+                problem("etcd's budget (maxUnavailable %r) does not keep a quorum "
+                        "of %d members" % (down, members))
+    # etcd's own image runs `command: etcd`; check_pod is for asyncps's.
+    if epod.get("automountServiceAccountToken") is not False:
+        problem("etcd pods mount a service account token")
+    if not epod.get("securityContext", {}).get("runAsNonRoot"):
+        problem("etcd pods may run as root")
+    want_endpoints = ",".join("%s:%s" % (h, client_port) for h in member_hosts)
+    service_endpoint = "%s:%s" % (sub, client_port)
+
+    # The shard groups.
+    lease_ms = None
+    run_ids = {}
+    endpoints = {}
+    indices = {}
+    num_shards = None
+    replicas_flag = None
+    labels_of = {g["metadata"]["name"]: pod_labels(g) for g in groups}
+    shard_envs = {}
+    for g in groups:
+        gname = g["metadata"]["name"]
+        what = "shard group %s" % gname
+        svc = check_service(g, what)
+        pod = g["spec"]["template"]["spec"]
+        (ctr,) = pod["containers"]
+        check_pod(what, pod, ctr, "ps_server")
+        field_vars = {e["name"]: e["valueFrom"]["fieldRef"]["fieldPath"]
+                      for e in ctr.get("env", [])
+                      if "fieldRef" in e.get("valueFrom", {})}
+        env = resolved_env(ctr, configmaps, {"metadata.name": "$(POD_NAME)",
+                                             "spec.nodeName": "$(NODE)"})
+        check_flags(env, server_flags, "ps_server")
+        r = g["spec"].get("replicas", 1)
+        try:
+            replicas_flag = int(env.get("ASYNCPS_REPLICAS", 1))
+        except ValueError:
+            replicas_flag = None
+        if replicas_flag != r:
+            problem("%s runs %d pods, its ps_server --replicas=%s" %
+                    (what, r, env.get("ASYNCPS_REPLICAS", 1)))
+        if r < 2:
+            problem("%s has %d replica(s): not replicated" % (what, r))
+        idx = env.get("ASYNCPS_SHARD_INDEX", "0")
+        if not idx.isdigit():
+            problem("%s: ASYNCPS_SHARD_INDEX=%s (auto would read the replica's "
+                    "ordinal, not the shard)" % (what, idx))
+        else:
+            indices.setdefault(int(idx), []).append(gname)
+        num_shards = env.get("ASYNCPS_NUM_SHARDS")
+        run_ids[what] = env.get("ASYNCPS_RUN_ID")
+        endpoints[what] = env.get("ASYNCPS_ETCD_ENDPOINTS")
+        lease_ms = int(env.get("ASYNCPS_LEASE_MS", 1000))
+        if field_vars.get("ASYNCPS_HOST_LABEL") != "spec.nodeName":
+            problem("%s: ASYNCPS_HOST_LABEL is not the node's name (spec.nodeName)"
+                    % what)
+        if "ASYNCPS_HOST" in field_vars:
+            problem("%s: ASYNCPS_HOST (the listen address) comes from %s" %
+                    (what, field_vars["ASYNCPS_HOST"]))
+        grpc_port = env.get("ASYNCPS_PORT")
+        if svc is not None:
+            want = "$(POD_NAME).%s:%s" % (svc["metadata"]["name"], grpc_port)
+            if env.get("ASYNCPS_ADVERTISE_ADDRESS") != want:
+                problem("%s advertises %s, its pods are reached at %s" %
+                        (what, env.get("ASYNCPS_ADVERTISE_ADDRESS"), want))
+            sports = {p["name"]: p["port"] for p in svc["spec"]["ports"]}
+            if str(sports.get("grpc")) != str(grpc_port):
+                problem("%s: Service port grpc %s != ASYNCPS_PORT %s" %
+                        (what, sports.get("grpc"), grpc_port))
+        ports = {p["name"]: p["containerPort"] for p in ctr.get("ports", [])}
+        if str(ports.get("grpc")) != str(grpc_port):
+            problem("%s: containerPort grpc %s != ASYNCPS_PORT %s" %
+                    (what, ports.get("grpc"), grpc_port))
+        for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
+            port = ctr.get(probe, {}).get("grpc", {}).get("port")
+            if port is None or str(port) != str(env.get("ASYNCPS_HEALTH_PORT")):
+                problem("%s %s dials %s, the health listener is on %s" %
+                        (what, probe, port, env.get("ASYNCPS_HEALTH_PORT")))
+        ann = g["spec"]["template"]["metadata"].get("annotations", {})
+        if str(ann.get("prometheus.io/port")) != str(env.get("ASYNCPS_METRICS_PORT")):
+            problem("%s: prometheus.io/port %s != ASYNCPS_METRICS_PORT %s" %
+                    (what, ann.get("prometheus.io/port"), env.get("ASYNCPS_METRICS_PORT")))
+        mounts = {m["name"]: m["mountPath"] for m in ctr.get("volumeMounts", [])}
+        claims = [c["metadata"]["name"] for c in g["spec"].get("volumeClaimTemplates", [])]
+        if not any(mounts.get(c) == env.get("ASYNCPS_CHECKPOINT_DIR") for c in claims):
+            problem("%s: ASYNCPS_CHECKPOINT_DIR=%r is not a mounted volume claim" %
+                    (what, env.get("ASYNCPS_CHECKPOINT_DIR")))
+        # Replicas on different nodes: a required anti-affinity whose
+        # selector takes this group's pods and no other group's.
+        own = [m for m in required_anti_affinity(pod) if selects(m, labels_of[gname])]
+        if not own:
+            problem("%s: no required pod anti-affinity on kubernetes.io/hostname "
+                    "selecting its pods: two replicas may share a node" % what)
+        for m in own:
+            others = [o for o, l in labels_of.items() if o != gname and selects(m, l)]
+            if others:
+                problem("%s: its anti-affinity %r also selects the pods of %s" %
+                        (what, m, others))
+        # Its own disruption budget, one replica at a time.
+        own_budgets = [b for b in budgets if selects(
+            b["spec"].get("selector", {}).get("matchLabels", {}), labels_of[gname])]
+        for b in own_budgets:
+            sel = b["spec"]["selector"]["matchLabels"]
+            others = [o for o, l in labels_of.items() if o != gname and selects(sel, l)]
+            if others:
+                problem("%s: budget %s also selects the pods of %s" %
+                        (what, b["metadata"]["name"], others))
+            if b["spec"].get("maxUnavailable") != 1:
+                problem("%s: budget %s allows %r replicas away, want 1" %
+                        (what, b["metadata"]["name"], b["spec"].get("maxUnavailable")))
+        shard_envs[gname] = (env, r)
+    for i, names in indices.items():
+        if len(names) > 1:
+            problem("shard %d is held by several groups: %s" % (i, names))
+    if num_shards is None or sorted(indices) != list(range(int(num_shards))):
+        problem("the groups hold shards %s, ASYNCPS_NUM_SHARDS=%s" %
+                (sorted(indices), num_shards))
+    if lease_ms is not None and lease_ms * 2 < 3 * election_ms:
+        problem("ps_server's lease %d ms is under etcd's minimum lease TTL, 1.5 "
+                "x its election timeout %d ms" % (lease_ms, election_ms))
+
+    # The workers: through etcd, same run and shard count.
+    jspec = job["spec"]
+    wpod = jspec["template"]["spec"]
+    (wctr,) = wpod["containers"]
+    check_pod("worker", wpod, wctr, "ps_worker")
+    check_worker_job(jspec)
+    wenv = resolved_env(wctr, configmaps, {})
+    check_flags(wenv, worker_flags, "ps_worker")
+    if "ASYNCPS_SERVERS" in wenv:
+        problem("workers get a fixed ASYNCPS_SERVERS: they would not follow "
+                "failovers")
+    run_ids["workers"] = wenv.get("ASYNCPS_RUN_ID")
+    endpoints["workers"] = wenv.get("ASYNCPS_ETCD_ENDPOINTS")
+    if wenv.get("ASYNCPS_NUM_SHARDS") != num_shards:
+        problem("workers expect %s shards, the shards say %s" %
+                (wenv.get("ASYNCPS_NUM_SHARDS"), num_shards))
+    n = int(wenv.get("ASYNCPS_NUM_WORKERS", -1))
+    if not (jspec.get("completionMode") == "Indexed" and
+            jspec.get("completions") == jspec.get("parallelism") == n):
+        problem("worker Job: Indexed %s, completions %s, parallelism %s, "
+                "ASYNCPS_NUM_WORKERS %d" % (jspec.get("completionMode"),
+                jspec.get("completions"), jspec.get("parallelism"), n))
+    if wenv.get("ASYNCPS_WORKER_ID") != "auto":
+        problem("workers do not take their id from JOB_COMPLETION_INDEX")
+
+    # One run and one etcd everywhere.
+    if len(set(run_ids.values())) != 1 or not next(iter(run_ids.values())):
+        problem("run ids differ or are empty: %r" % run_ids)
+    for who, ep in endpoints.items():
+        if ep not in (want_endpoints, service_endpoint):
+            problem("%s reach etcd at %r, its members are %s (Service %s)" %
+                    (who, ep, want_endpoints, service_endpoint))
+
+    # The network policy that selects the shards lets the shards (backups
+    # and primaries dial each other) and the workers reach the gRPC port.
+    for policy in by_kind.get("NetworkPolicy", []):
+        sel = policy["spec"].get("podSelector", {}).get("matchLabels", {})
+        for gname, labels in labels_of.items():
+            if not selects(sel, labels):
+                continue
+            port = int(shard_envs[gname][0].get("ASYNCPS_PORT", 0))
+            peers = [p.get("podSelector", {}).get("matchLabels", {})
+                     for rule in policy["spec"].get("ingress", [])
+                     if any(x.get("port") == port for x in rule.get("ports", []))
+                     for p in rule.get("from", [])]
+            for who, labels2 in (("the shards", labels), ("the workers",
+                                 jspec["template"]["metadata"].get("labels", {}))):
+                if not any(selects(m, labels2) for m in peers):
+                    problem("NetworkPolicy %s keeps %s from port %d of %s" %
+                            (policy["metadata"]["name"], who, port, gname))
+
+    # The environment of replica r of each group (on node node-<r>: the
+    # anti-affinity puts a group's replicas on different nodes) and of
+    # worker i.
+    def expand(value, env):
+        return re.sub(r"\$\(([A-Za-z_][A-Za-z0-9_]*)\)",
+                      lambda m: env.get(m.group(1), m.group(0)), value)
+
+    for gname, (env, r) in shard_envs.items():
+        g = next(x for x in groups if x["metadata"]["name"] == gname)
+        (ctr,) = g["spec"]["template"]["spec"]["containers"]
+        for k in range(r):
+            pod_name = "%s-%d" % (gname, k)
+            penv = resolved_env(ctr, configmaps, {"metadata.name": pod_name,
+                                                  "spec.nodeName": "node-%d" % k})
+            penv["HOSTNAME"] = pod_name
+            penv = {name: expand(v, penv) for name, v in penv.items()}
+            with open("%s/shard-%s-%d.env" % (outdir, env.get(
+                    "ASYNCPS_SHARD_INDEX"), k), "w") as f:
+                for name, v in penv.items():
+                    f.write("%s=%s\n" % (name, v))
+    for i in range(max(n, 0)):
+        with open("%s/worker-%d.env" % (outdir, i), "w") as f:
+            for name, v in list(wenv.items()) + [("JOB_COMPLETION_INDEX", str(i))]:
+                f.write("%s=%s\n" % (name, v))
+    print("replicated: %d shard group(s) x %s replicas (%s), etcd %d member(s) at "
+          "%s, elections %d ms, leases %s ms, %d worker(s), run %s" %
+          (len(groups), replicas_flag, ", ".join(sorted(labels_of)), members,
+           endpoints.get("workers"), election_ms, lease_ms, n, run_ids.get("workers")))
+    return 1 if problems else 0
+
+
 def env_var_flag(name):
     return name[len("ASYNCPS_"):].lower()
 
@@ -519,4 +901,6 @@ if __name__ == "__main__":
         sys.exit(main_serving(*sys.argv[2:5]))
     if sys.argv[1] == "--jobset-serving":
         sys.exit(main_jobset_serving(*sys.argv[2:4]))
+    if sys.argv[1] == "--replicated":
+        sys.exit(main_replicated(*sys.argv[2:7]))
     sys.exit(main())

@@ -16,12 +16,22 @@
 #      autoscaler agree; a mutated copy (3 shards) fails;
 #   3d. deploy/k8s/jobset-serving (--jobset-serving): the same ps_serve
 #      reads the JobSet's shards; a mutated copy (3 shards) fails;
+#   3e. deploy/k8s/replicated (--replicated): etcd members, one StatefulSet
+#      per shard group whose pod count is ps_server's --replicas, a required
+#      anti-affinity and a disruption budget selecting exactly each group,
+#      etcd endpoints and run id the same everywhere; mutated copies (a
+#      group without anti-affinity, --replicas 3 of 2 pods) fail;
 #   4. the identity mapping, with the real binaries in the environment a pod
 #      gets (HOSTNAME=asyncps-shard-<i>, JOB_COMPLETION_INDEX, ConfigMap and
 #      container variables): shards 0 and 1 report their index and
 #      advertised name, their health listener answers the probe, workers
 #      with indices 0 and 3 appear under those ids, SIGTERM leaves a final
 #      checkpoint. Only addresses are overridden (loopback, port 0).
+#   5. the same for deploy/k8s/replicated, with a one-member etcd on
+#      loopback: the four replica processes in their pods' environments form
+#      two groups of a primary and a backup, each reporting its shard and
+#      its node as host label, and a worker in its pod's environment trains
+#      through the map (skipped, said, without etcd).
 # Prints `ASYNCPS_SKIPPED: ...` and exits 0 when kubectl or python3-yaml is
 # missing (deploy/install_deps.sh installs both).
 set -uo pipefail
@@ -172,6 +182,45 @@ else
   cat "$tmp/kustomize.err"
   fail "kubectl kustomize deploy/k8s/jobset-serving"
 fi
+# Replicated shards (deploy/k8s/replicated): etcd, a StatefulSet per shard
+# group, anti-affinity and budgets per group, clients through etcd. Its
+# workloads decode offline. Mutated copies fail: a group whose replicas may
+# share a node, and --replicas 3 for groups of 2 pods.
+"$B/tools/psctl" --help >"$tmp/psctl.help" || fail "psctl --help"
+mkdir -p "$tmp/renv" "$tmp/mutant-env"
+check_replicated() {
+  python3 "$runfiles/tests/deploy/check_k8s_manifests.py" --replicated "$1" \
+    "$tmp/server.help" "$tmp/worker.help" "$tmp/psctl.help" "$2"
+}
+if kubectl kustomize "$tmp/k8s/replicated" >"$tmp/replicated.yaml" 2>"$tmp/kustomize.err"; then
+  check_replicated "$tmp/replicated.yaml" "$tmp/renv" || fail "replicated checks"
+  python3 - "$tmp/replicated.yaml" "$tmp/replicated-workloads.yaml" \
+    "$tmp/replicated-no-affinity.yaml" <<'PY'
+import sys, yaml
+docs = [d for d in yaml.safe_load_all(open(sys.argv[1])) if d]
+yaml.safe_dump_all([d for d in docs if d["kind"] in ("StatefulSet", "Job")],
+                   open(sys.argv[2], "w"))
+groups = [d for d in docs if d["kind"] == "StatefulSet" and
+          d["metadata"]["name"] != "asyncps-etcd"]
+del groups[-1]["spec"]["template"]["spec"]["affinity"]
+yaml.safe_dump_all(docs, open(sys.argv[3], "w"))
+PY
+  kubectl set env --local --list -f "$tmp/replicated-workloads.yaml" \
+    >"$tmp/renv.txt" 2>&1 ||
+    { cat "$tmp/renv.txt"; fail "kubectl decodes the replicated workloads"; }
+  if check_replicated "$tmp/replicated-no-affinity.yaml" "$tmp/mutant-env" >/dev/null; then
+    fail "a shard group without pod anti-affinity passes the checks"
+  fi
+  sed 's/^  ASYNCPS_REPLICAS: "2"$/  ASYNCPS_REPLICAS: "3"/' "$tmp/replicated.yaml" \
+    >"$tmp/replicated-r3.yaml"
+  if cmp -s "$tmp/replicated.yaml" "$tmp/replicated-r3.yaml" ||
+      check_replicated "$tmp/replicated-r3.yaml" "$tmp/mutant-env" >/dev/null; then
+    fail "groups of 2 pods with --replicas=3 pass the checks"
+  fi
+else
+  cat "$tmp/kustomize.err"
+  fail "kubectl kustomize deploy/k8s/replicated"
+fi
 [ "$failed" = 0 ] || exit 1
 
 # Replaces the (sub)shell with binary $2 in the pod environment of file $1,
@@ -242,5 +291,88 @@ for i in 0 1; do
   [ "$rc" = 0 ] || fail "shard $i exits 0 on SIGTERM (got $rc)"
   [ -s "$tmp/ckpt$i/shard-$i-of-2.ckpt" ] || fail "shard $i wrote its final checkpoint"
 done
+# The replicated layout's identity with the real binaries: a one-member
+# etcd (elections as in the manifest), the replica processes of both groups
+# in their pods' environments (node-<r> as the node's name), addresses
+# overridden to loopback (port 0, the bound port advertised) and etcd to the
+# local one; the checkpoint directories exist, as the pods' volumes do.
+if ! command -v etcd >/dev/null 2>&1; then
+  echo "replicated processes: NOT CHECKED: etcd not installed"
+else
+  read -r eclient epeer < <(python3 -c 'import socket
+s = [socket.socket() for _ in range(2)]
+for x in s: x.bind(("127.0.0.1", 0))
+print(*[x.getsockname()[1] for x in s])')
+  etcd --name=k8s --data-dir="$tmp/etcd" \
+    --listen-client-urls="http://127.0.0.1:$eclient" \
+    --advertise-client-urls="http://127.0.0.1:$eclient" \
+    --listen-peer-urls="http://127.0.0.1:$epeer" \
+    --initial-advertise-peer-urls="http://127.0.0.1:$epeer" \
+    --initial-cluster="k8s=http://127.0.0.1:$epeer" \
+    --heartbeat-interval=50 --election-timeout=500 --log-level=warn \
+    >"$tmp/etcd.log" 2>&1 &
+  pids+=($!)
+  for _ in $(seq 100); do
+    (echo >"/dev/tcp/127.0.0.1/$eclient") 2>/dev/null && break
+    sleep 0.1
+  done
+  etcd_at=127.0.0.1:$eclient
+  for s in 0 1; do
+    for r in 0 1; do
+      mkdir -p "$tmp/rckpt-$s-$r"
+      with_env "$tmp/renv/shard-$s-$r.env" "$B/server/ps_server" --host=127.0.0.1 \
+        --port=0 --advertise_address= --etcd_endpoints="$etcd_at" \
+        --port_file="$tmp/r$s-$r.port" --health_port=0 \
+        --health_port_file="$tmp/rhealth$s-$r.port" --metrics_port=-1 \
+        --checkpoint_dir="$tmp/rckpt-$s-$r" >"$tmp/r$s-$r.log" 2>&1 &
+      pids+=($!)
+    done
+  done
+  replicas=""
+  for s in 0 1; do
+    for r in 0 1; do
+      for _ in $(seq 300); do [ -s "$tmp/r$s-$r.port" ] && break; sleep 0.1; done
+      [ -s "$tmp/r$s-$r.port" ] ||
+        { tail -n 5 "$tmp/r$s-$r.log"; fail "replica $r of shard $s starts"; exit 1; }
+      replicas="$replicas 127.0.0.1:$(head -n 1 "$tmp/r$s-$r.port")"
+    done
+  done
+  for a in $replicas; do
+    "$B/tools/psctl" status --servers="$a" -o json
+    echo
+  done >"$tmp/replicas.json" || fail "psctl status of each replica"
+  python3 - "$tmp/replicas.json" <<'PY' || fail "replicas report the pod identity"
+import json, sys
+seen = []
+for line in open(sys.argv[1]):
+    if not line.strip():
+        continue
+    (s,) = json.loads(line)["shards"]
+    st = s["status"]
+    seen.append((st["shard_index"], st["num_shards"], st["run_id"],
+                 st["replica"]["replicas"], st["replica"]["host"],
+                 st["replica"]["role"]))
+want = [(i, 2, "asyncps-run-1", 2, "node-%d" % r) for i in (0, 1) for r in (0, 1)]
+assert [x[:5] for x in seen] == want, seen
+for i in (0, 1):
+    assert sorted(x[5] for x in seen if x[0] == i) == ["backup", "primary"], seen
+print("replicas: shard, run, R and node label as in the manifests; "
+      "a primary and a backup per shard")
+PY
+  (OPENBLAS_NUM_THREADS=1 with_env "$tmp/renv/worker-0.env" "$B/worker/ps_worker" \
+    --etcd_endpoints="$etcd_at" --steps=2 --evaluate=false --hidden=16 \
+    >"$tmp/rworker0.log" 2>&1) ||
+    { tail -n 5 "$tmp/rworker0.log"; fail "a worker finds the replicated shards in etcd"; }
+  "$B/tools/psctl" status --etcd_endpoints="$etcd_at" --run_id=asyncps-run-1 -o json \
+    >"$tmp/rstatus.json" || fail "psctl status through etcd (exit $?)"
+  python3 - "$tmp/rstatus.json" <<'PY' || fail "the worker trained through the map"
+import json, sys
+doc = json.load(open(sys.argv[1]))
+ids = [sorted(w["worker_id"] for w in s["status"]["workers"]) for s in doc["shards"]]
+assert ids == [[0], [0]], ids
+print("replicated worker: worker 0 on both primaries through the map")
+PY
+fi
+
 [ "$failed" = 0 ] && echo "k8s manifests: all checks passed"
 exit "$failed"
