@@ -329,6 +329,36 @@ void AppendTables(const StatusResponse& s, Exposition* out) {
             [](const TableStatus& t) { return t.rows_pushed(); });
 }
 
+// The shard map it serves; with slots, how many it owns and the push bytes
+// of its hottest slot (StatusResponse.slot_load: a hot spot psctl
+// rebalance can move).
+void AppendMap(const StatusResponse& s, Exposition* out) {
+  Exposition& e = *out;
+  const ShardMapProto& m = s.map();
+  e.Single("asyncps_map_epoch", "gauge",
+           "Epoch of the shard map this shard serves.",
+           absl::StrCat(m.epoch()));
+  if (m.num_slots() == 0) return;
+  int owned = 0;
+  for (size_t i = 0; i + 1 < m.owners().size(); i += 2) {
+    const int owner = static_cast<uint8_t>(m.owners()[i]) |
+                      static_cast<uint8_t>(m.owners()[i + 1]) << 8;
+    owned += owner == s.shard_index() ? 1 : 0;
+  }
+  uint64_t hottest = 0;
+  for (const SlotLoad& l : s.slot_load()) {
+    hottest = std::max<uint64_t>(hottest, l.push_bytes());
+  }
+  e.Single("asyncps_map_slots", "gauge", "Slots of the run's shard map.",
+           absl::StrCat(m.num_slots()));
+  e.Single("asyncps_map_slots_owned", "gauge",
+           "Slots of the shard map this shard owns.", absl::StrCat(owned));
+  e.Single("asyncps_slot_push_bytes_max", "gauge",
+           "Gradient bytes pushed into this shard's busiest slot since it "
+           "started.",
+           absl::StrCat(hottest));
+}
+
 }  // namespace
 
 std::string RenderPrometheus(const StatusResponse& s) {
@@ -338,6 +368,7 @@ std::string RenderPrometheus(const StatusResponse& s) {
   AppendStaleness(s.staleness(), &e);
   AppendWorkers(s, &e);
   AppendTables(s, &e);
+  AppendMap(s, &e);
   return e.Take();
 }
 

@@ -534,6 +534,7 @@ void PsServer::StopSampler() {
 StatusResponse PsServer::GetStatus() {
   StatusResponse r;
   service_->FillStatus(&r);
+  service_->FillSlotLoad(&r);
   return r;
 }
 

@@ -110,6 +110,10 @@ class PsService final : public RawParameterServerService {
 
   // The Status RPC's answer, also used by the metrics endpoint.
   void FillStatus(StatusResponse* response);
+  // StatusResponse.slot_load (a slotted map only).
+  void FillSlotLoad(StatusResponse* response) const {
+    slot_load_.Fill(response);
+  }
 
   // The address is known only once the server has bound its port.
   void set_address(const std::string& address) {

@@ -134,7 +134,8 @@ absl::Status ReplicaGroup::JoinAsSpare(const ShardGroupRecord& group) {
   const std::string primary = group.replicas(0).address();
   const std::string primary_id = IdOf(group.replicas(0));
   for (const ReplicaRecord& r : group.replicas()) {
-    if (r.host() == o_.host) {
+    // Its own record (a join that is being retried) is no other replica.
+    if (r.host() == o_.host && r.address() != o_.address) {
       o_.logger->warn(
           "replica {} of shard {} runs on host '{}' too: one host's loss "
           "takes both (give each replica its own --host_label when there are "

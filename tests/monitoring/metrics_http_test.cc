@@ -241,6 +241,31 @@ TEST_CASE(
   }
 }
 
+TEST_CASE(
+    "RenderPrometheus of a slotted shard names its slots and hottest slot",
+    "[monitoring][metrics][slots]") {
+  StatusResponse s;
+  s.set_shard_index(1);
+  ShardMapProto* m = s.mutable_map();
+  m->set_epoch(5);
+  m->set_num_shards(2);
+  m->set_num_slots(4);
+  m->set_owners(std::string("\0\0\1\0\1\0\0\0", 8));  // 0 1 1 0
+  for (const auto& [slot, bytes] : {std::pair<int, int>{1, 300}, {2, 700}}) {
+    SlotLoad* l = s.add_slot_load();
+    l->set_slot(slot);
+    l->set_updates(3);
+    l->set_push_bytes(bytes);
+  }
+  const Exposition e = Parse(RenderPrometheus(s));
+  INFO("errors: " << absl::StrJoin(e.errors, "\n"));
+  REQUIRE(e.errors.empty());
+  CHECK(Sample(e, R"(asyncps_map_epoch{shard="1"})") == 5);
+  CHECK(Sample(e, R"(asyncps_map_slots{shard="1"})") == 4);
+  CHECK(Sample(e, R"(asyncps_map_slots_owned{shard="1"})") == 2);
+  CHECK(Sample(e, R"(asyncps_slot_push_bytes_max{shard="1"})") == 700);
+}
+
 TEST_CASE("MetricsHttpServer serves /metrics on a free port and stops",
           "[monitoring][metrics]") {
   StatusResponse status = HandBuiltStatus();
