@@ -119,9 +119,12 @@ absl::StatusOr<ShardMap> ShardMapFromText(const std::string& text) {
                       : words[0] == "slots"  ? &slots
                                              : nullptr;
     if (header != nullptr) {
+      const int64_t most =
+          header == &epoch ? (int64_t{1} << 62) : ShardMap::kMaxSlots;
       if (words.size() != 2 || !absl::SimpleAtoi(words[1], header) ||
-          *header < 1 || *header > ShardMap::kMaxSlots) {
-        return BadLine(line_no, "expected '<epoch|shards|slots> N', N >= 1");
+          *header < 1 || *header > most) {
+        return BadLine(line_no, absl::StrCat("expected '", words[0],
+                                             " N' with 1 <= N <= ", most));
       }
       if (header == &slots) owners.assign(static_cast<size_t>(slots), -1);
       continue;

@@ -110,7 +110,11 @@ TEST_CASE("a map survives its text form; bad files say which line") {
   CHECK(!ShardMapFromText("epoch 1\nshards 2\nslots 4\nshard 2: 0-3\n").ok());
   CHECK(!ShardMapFromText("epoch 1\nshards 2\nslots 4\nshard 0: 0-9\n").ok());
   CHECK(!ShardMapFromText("shards 2\nslots 4\nshard 0: 0-3\n").ok());
-  CHECK(!ShardMapFromText("epoch x\n").ok());
+  CHECK(ShardMapFromText("epoch x\n").status().message() ==
+        "shard map line 1: expected 'epoch N' with 1 <= N <= "
+        "4611686018427387904");
+  const ShardMap late = *ShardMap::Slotted(1, {0}, 5000000000ull);
+  CHECK(*ShardMapFromText(ShardMapToText(late)) == late);
 }
 
 }  // namespace
