@@ -5,7 +5,7 @@
 #   tests/deploy/slurm_launch_test.sh
 #
 # Not part of tests/run.sh: it installs Debian packages (slurm-wlm, munge,
-# dataset-fashion-mnist) when missing and starts system daemons. It leaves the
+# etcd-server, dataset-fashion-mnist) when missing and starts system daemons. It leaves the
 # machine's own Slurm and munge setup alone: munged, slurmctld and slurmd run
 # from a temporary folder with their own key, socket, config (SLURM_CONF),
 # state, spool and free TCP ports, and are stopped (by PID) at the end.
@@ -14,6 +14,11 @@
 #   1. a 2-shard, 2-worker, 1-epoch job completes with exit 0 (sbatch --wait
 #      and `scontrol show job`), reports `final test accuracy` >= 0.78, shows
 #      `psctl status` with every shard up, and stops its shards with SIGTERM;
+#   1r. a 2-shard job with ASYNCPS_REPLICAS=2 (2 x 2 ps_server processes and
+#      an etcd), 2 workers, 1 epoch: exit 0, accuracy >= 0.78, `psctl status`
+#      (read through etcd) shows each shard with a primary and a caught-up
+#      backup and exits 0, every replica stops with SIGTERM, and no
+#      ps_server/ps_worker/etcd is left;
 #   2. a job whose workers fail (bad flag) ends non-zero, names the failure and
 #      still stops its shards;
 #   3. a job signalled as before its time limit (scancel --signal=TERM
@@ -37,7 +42,8 @@
 # `scontrol show job` (kept for MinJobAge) and `sbatch --wait`'s exit status.
 #
 # Every wait is bounded; after the packages and binaries are in place the test
-# takes well under a minute (a few minutes at most).
+# takes about 4 to 5 minutes, most of it Slurm holding the requeued job of case
+# 3 (BeginTime) before its second start.
 set -uo pipefail
 cd "$(dirname "$0")/../.." || exit 1
 repo=$(pwd)
@@ -132,6 +138,7 @@ trap 'echo "interrupted"; failed=$((failed + 1)); exit 1' INT TERM
 # --- packages, binaries, data --------------------------------------------
 need=()
 for c in slurmctld slurmd sbatch munged; do command -v "$c" >/dev/null || need=(slurm-wlm munge); done
+command -v etcd >/dev/null || need+=(etcd-server)
 [ -s /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ] || need+=(dataset-fashion-mnist)
 if [ ${#need[@]} -gt 0 ]; then
   echo "installing ${need[*]} ..."
@@ -190,10 +197,10 @@ free_port() {  # a TCP port nothing listens on, not in $1
   return 1
 }
 ctld_port=$(free_port) && slurmd_port=$(free_port "$ctld_port") || abort "no free TCP port"
-# 2 shards + 2 workers need 4 task slots; a smaller machine is declared with
-# 4 CPUs (config_overrides keeps slurmd from draining the node for it).
+# 2 x 2 replicas + 2 workers need 6 task slots; a smaller machine is declared
+# with 6 CPUs (config_overrides keeps slurmd from draining the node for it).
 cpus=$(nproc)
-[ "$cpus" -lt 4 ] && cpus=4
+[ "$cpus" -lt 6 ] && cpus=6
 export SLURM_CONF=$tmp/etc/slurm.conf
 : >"$tmp/etc/plugstack.conf"
 cat >"$SLURM_CONF" <<EOF
@@ -261,11 +268,12 @@ wait() {
 }
 EOF
 
-submit() {  # output prefix, extra env (ASSIGN=... ,...) -> sets job_id, job_rc, job_out
+submit() {  # output prefix, extra env (ASSIGN=... ,...)[, sbatch options] -> sets job_id, job_rc, job_out
   local prefix=$1 env=$2
   job_id=""
   job_out=""
-  (cd "$tmp/submit" && env "$job_tag" timeout 240 sbatch --wait --parsable --time=4 \
+  # shellcheck disable=SC2086  # $3: sbatch options, split
+  (cd "$tmp/submit" && env "$job_tag" timeout 240 sbatch --wait --parsable --time=4 ${3:-} \
      --output="$tmp/submit/$prefix-%j.out" \
      --export="ALL,ASYNCPS_BIN=$tmp/bin,BASH_ENV=$tmp/etc/bash44.sh,$env" \
      "$repo/deploy/slurm/asyncps.sbatch" >"$tmp/log/$prefix.sbatch" 2>&1)
@@ -288,14 +296,14 @@ none_left() {  # [all]: no process of this test's jobs (or cluster) within 15 s
   echo "left behind:"; for p in $left; do echo "  $p $(tr '\0' ' ' <"/proc/$p/cmdline" 2>/dev/null)"; done
   return 1
 }
-shards_stopped_cleanly() {  # every shard log of the job ends with a clean stop
+shards_stopped_cleanly() {  # [count]: every shard log of the job (2) ends with a clean stop
   local f n=0
   for f in "$tmp/submit/asyncps-$job_id"/shard*.log; do
     [ -f "$f" ] || continue
     n=$((n + 1))
     grep -q 'shard stopped' "$f" || { echo "no clean stop in $f"; tail -n 3 "$f"; return 1; }
   done
-  [ "$n" = 2 ]
+  [ "$n" = "${1:-2}" ]
 }
 
 # --- 1. a training job ------------------------------------------------------
@@ -314,6 +322,43 @@ check "training job: psctl status shows 2/2 shards up" grep -q 'cluster: 2/2 sha
 check "training job: shards stopped with SIGTERM" shards_stopped_cleanly
 check "training job: no ps_server/ps_worker left" none_left
 
+training_job() {  # output prefix, epochs: echoes the id of that (background)
+  # job once its workers are training (at most 120 s)
+  local out id
+  for _ in $(seq 600); do
+    out=$(find "$tmp/submit" -maxdepth 1 -name "$1-*.out" | head -n 1)
+    if [ -n "$out" ] && grep -q "epoch 1/$2 step 200/" "$out"; then
+      id=${out##*-}
+      echo "${id%.out}"
+      return 0
+    fi
+    sleep 0.2
+  done
+  return 1
+}
+
+# --- 1r. replicated shards -------------------------------------------------
+replicas_caught_up() {  # psctl status: every shard a primary + a caught-up backup
+  grep -q 'cluster: 2/2 shards up' "$job_out" && ! grep -q 'psctl status exited' "$job_out" &&
+    awk '/^--- psctl status/ { on = 1; next }
+         on && $1 ~ /^[0-9]+$/ && ($2 == "primary" || $2 == "backup") { n[$1]++ }
+         END { exit !(n[0] == 2 && n[1] == 2) }' "$job_out"
+}
+replicated="ASYNCPS_SHARDS=2,ASYNCPS_REPLICAS=2,ASYNCPS_WORKERS=2"
+start=$(date +%s)
+submit replicated "$replicated,ASYNCPS_EPOCHS=1" --ntasks=6
+echo "replicated job took $(($(date +%s) - start)) s (submission to sbatch --wait returning)"
+acc=""
+[ -n "$job_out" ] && acc=$(sed -n 's/^final test accuracy: \([0-9.]*\)$/\1/p' "$job_out" | tail -n 1)
+check "replicated job: sbatch --wait exits 0" test "$job_rc" = 0
+check "replicated job: scontrol shows COMPLETED" test "$(job_field JobState)" = COMPLETED
+check "replicated job: final test accuracy >= 0.78 after 1 epoch" \
+  awk -v a="${acc:-0}" 'BEGIN { exit !(a >= 0.78) }'
+check "replicated job: etcd started" grep -q 'asyncps.sbatch: etcd at ' "${job_out:-/dev/null}"
+check "replicated job: psctl status shows 2 caught-up replicas per shard" replicas_caught_up
+check "replicated job: all 4 replicas stopped with SIGTERM" shards_stopped_cleanly 4
+check "replicated job: no ps_server/ps_worker/etcd left" none_left
+
 # --- 2. a job whose workers fail --------------------------------------------
 submit fail "ASYNCPS_SHARDS=2,ASYNCPS_WORKERS=2,ASYNCPS_EPOCHS=1,ASYNCPS_WORKER_FLAGS=--optimizer=bogus"
 check "failing job: sbatch --wait exits non-zero" test "$job_rc" != 0
@@ -330,16 +375,7 @@ check "failing job: no ps_server/ps_worker left" none_left
 submit requeue "ASYNCPS_SHARDS=2,ASYNCPS_WORKERS=2,ASYNCPS_EPOCHS=6" &
 submit_pid=$!
 signalled=""
-for _ in $(seq 600); do
-  out=$(find "$tmp/submit" -maxdepth 1 -name 'requeue-*.out' | head -n 1)
-  if [ -n "$out" ] && grep -q "epoch 1/6 step 200/" "$out"; then
-    id=${out##*-}
-    id=${id%.out}
-    timeout 10 scancel --signal=TERM --batch "$id" && signalled=$id
-    break
-  fi
-  sleep 0.2
-done
+id=$(training_job requeue 6) && timeout 10 scancel --signal=TERM --batch "$id" && signalled=$id
 wait "$submit_pid"
 job_id=${signalled:-none}
 job_out=$tmp/submit/requeue-$job_id.out
