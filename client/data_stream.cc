@@ -187,6 +187,19 @@ void DataStream::Send(uint64_t id, grpc::ByteBuffer request, Done done) {
   }
 }
 
+void DataStream::ReapFinished() {
+  // Deleted on return, outside the lock.
+  std::shared_ptr<Call> current;
+  std::vector<std::shared_ptr<Call>> ended;
+  {
+    absl::MutexLock l(&mu_);
+    if (current_ != nullptr && finished_.contains(current_.get())) {
+      current = std::move(current_);
+    }
+    ended = TakeFinished();
+  }
+}
+
 void DataStream::Cancel() {
   std::shared_ptr<Call> call;
   {

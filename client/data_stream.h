@@ -54,6 +54,13 @@ class DataStream {
   // next Send opens a new one.
   void Cancel();
 
+  // Deletes the streams that have ended (the current one too, if it has),
+  // which releases what gRPC still holds of their requests. Send does this
+  // on its way; a stream no one sends on any more (to a shard that died or
+  // moved) needs it from a caller's thread. Never call it from one of
+  // gRPC's threads.
+  void ReapFinished();
+
  private:
   class Call;
 

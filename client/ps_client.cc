@@ -211,6 +211,14 @@ void PsClient::FollowRouter() const {
   seen_generation_.store(generation, std::memory_order_release);
 }
 
+void PsClient::ReapFinishedStreams() const {
+  absl::MutexLock l(&route_mu_);
+  for (const std::unique_ptr<Endpoint>& e : endpoints_) {
+    for (const auto& stream : e->pulls) stream->ReapFinished();
+    for (const auto& stream : e->pushes) stream->ReapFinished();
+  }
+}
+
 absl::Status PsClient::NoAddress(int shard) const {
   return absl::UnavailableError(absl::StrCat(
       "shard ", shard, " has no primary now (the shard map names none)"));

@@ -404,6 +404,8 @@ class PsClient {
   std::unique_ptr<Endpoint> OpenEndpoint(const std::string& address) const;
   // UNAVAILABLE for an attempt to `shard` while no address is known.
   absl::Status NoAddress(int shard) const;
+  // DataStream::ReapFinished on every stream of every endpoint.
+  void ReapFinishedStreams() const;
   // A stream request's call to `shard`: each attempt sends on connection
   // `connection` (modulo) of the shard's endpoint at that time, the pull or
   // the push stream, through send(stream, done); *last remembers the
@@ -542,6 +544,9 @@ class PsClient::PendingPush {
   std::vector<std::unique_ptr<PushShard>> shards_;
   // References gRPC holds to the gradient memory (slices not yet released).
   std::shared_ptr<Borrowed> borrowed_;
+  // Deletes the client's ended streams (PsClient::ReapFinishedStreams),
+  // which release what they held, while Finish waits for the memory.
+  std::function<void()> reap_;
   std::vector<uint16_t> bf16_;  // the gradients as bfloat16, when asked
   PendingCall<absl::StatusOr<PushSummary>> call_;  // last: waited first
 };

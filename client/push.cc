@@ -126,12 +126,21 @@ absl::StatusOr<PushSummary> PsClient::PendingPush::Finish(absl::Status s) {
   summary.applied += summary.rows.applied;
   summary.refused_stale += summary.rows.refused_stale;
   summary.refused_restored += summary.rows.refused_restored;
-  if (borrowed_ != nullptr) {
-    // gRPC may still hold slices of a cancelled or failed attempt for a
-    // moment; the caller may reuse its memory only after they are released.
-    absl::MutexLock l(&borrowed_->mu);
-    borrowed_->mu.Await(
-        absl::Condition(&Borrowed::AllReleased, borrowed_.get()));
+  // gRPC may still hold slices of a cancelled or failed attempt for a
+  // moment; the caller may reuse its memory only after they are released.
+  // A stream that ended holds them until it is deleted, which happens on a
+  // caller's thread: on the stream's next Send, or here, for a stream that
+  // gets none any more (its shard died or moved: a failover).
+  while (borrowed_ != nullptr) {
+    {
+      absl::MutexLock l(&borrowed_->mu);
+      if (borrowed_->mu.AwaitWithTimeout(
+              absl::Condition(&Borrowed::AllReleased, borrowed_.get()),
+              absl::Milliseconds(20))) {
+        break;
+      }
+    }
+    if (reap_) reap_();
   }
   if (!s.ok()) return s;
   const int64_t counted = summary.applied + summary.refused_stale;
@@ -419,6 +428,7 @@ std::unique_ptr<PsClient::PendingPush> PsClient::StartSend(
   payloads.clear();
   auto fanout = std::make_unique<FanOut>(Env(), k.what, CallPolicy());
   fanout->Start(std::move(calls));
+  p->reap_ = [this] { ReapFinishedStreams(); };
   PendingPush* raw_call = p.get();
   p->call_.Start(std::move(fanout),
                  [raw_call](absl::Status s) { return raw_call->Finish(s); });

@@ -343,6 +343,57 @@ TEST_CASE(
   ExpectSameState(b.address, c.address);
 }
 
+TEST_CASE(
+    "training workers go on through the failover of a primary they stream "
+    "their gradients to",
+    "[replication][failover]") {
+  if (testing::SkipWithoutEtcd()) return;
+  absl::StatusOr<testing::EtcdProcess> etcd = testing::StartEtcd();
+  REQUIRE_OK(etcd.status());
+  // 2 shards of 2 replicas; the first of each group claims it.
+  std::vector<ServerProcess> replicas;
+  for (int r = 0; r < 2; ++r) {
+    for (int shard = 0; shard < 2; ++shard) {
+      absl::StatusOr<ServerProcess> s =
+          testing::StartPsServer(shard, 2, ReplicaArgs(*etcd, "train"));
+      REQUIRE_OK(s.status());
+      replicas.push_back(*std::move(s));
+    }
+    if (r == 0) {
+      for (int shard = 0; shard < 2; ++shard) {
+        WaitForRole(replicas[shard].address, "primary");
+      }
+    }
+  }
+  for (int shard = 0; shard < 2; ++shard) {
+    WaitForCounted(replicas[shard].address, 1);
+  }
+  // The MLP on Fashion-MNIST: its pushes lend the gradients' memory to the
+  // data streams, which a dead primary's ended stream must give back.
+  std::vector<std::unique_ptr<Subprocess>> workers;
+  for (int w = 0; w < 2; ++w) {
+    absl::StatusOr<std::unique_ptr<Subprocess>> p = Subprocess::Start(
+        RunfilePath("worker/ps_worker"),
+        {absl::StrCat("--etcd_endpoints=", etcd->endpoint), "--run_id=train",
+         absl::StrCat("--worker_id=", w), "--num_workers=2", "--epochs=3",
+         "--log_every_steps=100"});
+    REQUIRE_OK(p.status());
+    workers.push_back(*std::move(p));
+  }
+  REQUIRE_OK(WaitFor(
+      [&] { return absl::StrContains(workers[0]->ReadLog(), "step 200/"); },
+      absl::Seconds(90), "worker 0 trained 200 steps"));
+  REQUIRE_OK(replicas[0].process->Signal(SIGKILL));
+  for (auto& w : workers) {
+    absl::StatusOr<int> exit = w->Wait(absl::Seconds(120));
+    INFO(w->LogTail());
+    REQUIRE_OK(exit.status());
+    CHECK(*exit == 0);
+  }
+  CHECK(absl::StrContains(workers[0]->ReadLog(), "final test accuracy"));
+  WaitForRole(replicas[2].address, "primary");
+}
+
 // Runs ps_server with `args`; its exit status and log.
 std::pair<int, std::string> RunServer(const std::vector<std::string>& args) {
   absl::StatusOr<std::unique_ptr<Subprocess>> p =
