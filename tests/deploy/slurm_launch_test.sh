@@ -19,6 +19,8 @@
 #      (read through etcd) shows each shard with a primary and a caught-up
 #      backup and exits 0, every replica stops with SIGTERM, and no
 #      ps_server/ps_worker/etcd is left;
+#   1k. the same with 3 epochs and shard 0's primary killed with SIGKILL while
+#      the workers train: its backup takes over and the job ends with exit 0;
 #   2. a job whose workers fail (bad flag) ends non-zero, names the failure and
 #      still stops its shards;
 #   3. a job signalled as before its time limit (scancel --signal=TERM
@@ -358,6 +360,31 @@ check "replicated job: etcd started" grep -q 'asyncps.sbatch: etcd at ' "${job_o
 check "replicated job: psctl status shows 2 caught-up replicas per shard" replicas_caught_up
 check "replicated job: all 4 replicas stopped with SIGTERM" shards_stopped_cleanly 4
 check "replicated job: no ps_server/ps_worker/etcd left" none_left
+
+# --- 1k. a primary killed mid-job -------------------------------------------
+# 3 epochs: the workers are still training when shard 0's primary is killed.
+# Not requeued, and signalled after 1 minute (--time=3): a job that stalls
+# fails here instead of starting again.
+submit failover "$replicated,ASYNCPS_EPOCHS=3,ASYNCPS_REQUEUE=0" "--ntasks=6 --time=3" &
+submit_pid=$!
+killed=""
+if id=$(training_job failover 3); then
+  # The process that claimed shard 0, found by its port file argument.
+  name=$(grep -l "claimed shard 0 as its primary" "$tmp/submit/asyncps-$id"/shard0.r*.log | head -n 1)
+  name=${name##*/}
+  for p in $(own_pids job); do
+    tr '\0' '\n' <"/proc/$p/cmdline" 2>/dev/null | grep -q -- "--port_file=.*/${name%.log}.port$" &&
+      kill -KILL "$p" && killed=${name%.log}
+  done
+fi
+wait "$submit_pid"
+job_id=${id:-none}  # submit ran in a subshell
+check "failover job: shard 0's primary was killed with SIGKILL while the workers trained" test -n "$killed"
+check "failover job: its backup took over" \
+  grep -q "took over shard 0 as its primary" "$tmp/submit/asyncps-$job_id"/shard0.r*.log
+check "failover job: scontrol shows COMPLETED with ExitCode=0:0" \
+  test "$(job_field JobState) $(job_field ExitCode)" = "COMPLETED 0:0"
+check "failover job: no ps_server/ps_worker/etcd left" none_left
 
 # --- 2. a job whose workers fail --------------------------------------------
 submit fail "ASYNCPS_SHARDS=2,ASYNCPS_WORKERS=2,ASYNCPS_EPOCHS=1,ASYNCPS_WORKER_FLAGS=--optimizer=bogus"
