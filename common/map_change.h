@@ -1,0 +1,47 @@
+#ifndef ASYNCPS_COMMON_MAP_CHANGE_H_
+#define ASYNCPS_COMMON_MAP_CHANGE_H_
+
+// One step of a slotted run's map (common/shard_map.h) while it trains:
+// some slots of one shard go to another, under the next epoch. psctl plans
+// steps with WithSlotsMoved; the two shards of a move check with
+// SlotsMoving that the step they are asked to make is one.
+//
+// Example:
+//
+//   absl::StatusOr<ShardMap> next = WithSlotsMoved(current, {7, 9}, 2);
+//   // next->epoch() == current.epoch() + 1; slots 7 and 9 on shard 2
+//   absl::StatusOr<std::vector<uint32_t>> slots =
+//       SlotsMoving(current, *next, /*from=*/0, /*to=*/2);
+
+#include <cstdint>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+#include "common/shard_map.h"
+
+namespace asyncps {
+
+// `current` one epoch on, with `slots` owned by shard `to`.
+// INVALID_ARGUMENT unless current is slotted, every slot is below its slot
+// count and `to` below its shard count.
+absl::StatusOr<ShardMap> WithSlotsMoved(const ShardMap& current,
+                                        absl::Span<const uint32_t> slots,
+                                        int to);
+
+// The slots that `next` moves from shard `from` to shard `to` (ascending).
+// FAILED_PRECONDITION (saying which) unless both maps are slotted with the
+// same slot and shard counts, next's epoch is current's + 1, from != to,
+// at least one slot moves, and every slot that changes owner goes from
+// `from` to `to`.
+absl::StatusOr<std::vector<uint32_t>> SlotsMoving(const ShardMap& current,
+                                                  const ShardMap& next,
+                                                  int from, int to);
+
+// True when `shard` owns the same slots under both maps (both slotted, of
+// one slot count).
+bool OwnsSameSlots(const ShardMap& a, const ShardMap& b, int shard);
+
+}  // namespace asyncps
+
+#endif  // ASYNCPS_COMMON_MAP_CHANGE_H_

@@ -1,0 +1,392 @@
+#include "server/slot_mover.h"
+
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "common/grpc_status.h"
+#include "common/map_change.h"
+#include "common/net.h"
+#include "common/shard_map_proto.h"
+#include "server/push_gate.h"
+#include "server/slot_state.h"
+
+namespace asyncps {
+namespace {
+
+constexpr uint32_t kDefaultRounds = 4;
+constexpr uint64_t kDefaultFenceBytes = uint64_t{1} << 20;
+// Records per ExportSlotsChunk, at most this many bytes (one may exceed it).
+constexpr size_t kChunkBytes = size_t{4} << 20;
+constexpr int kFinishTries = 3;
+
+double Ms(absl::Duration d) { return absl::ToDoubleMilliseconds(d); }
+
+}  // namespace
+
+SlotMover::SlotMover(const ServiceContext* context, SlotFence* fence,
+                     SlotMoverOptions options)
+    : c_(context), fence_(fence), o_(std::move(options)) {
+  watcher_ = std::thread([this] { Watch(); });
+}
+
+SlotMover::~SlotMover() {
+  {
+    absl::MutexLock l(&mu_);
+    stop_ = true;
+  }
+  watcher_.join();
+}
+
+// ---------------------------------------------------------------- destination
+
+absl::StatusOr<MoveSlotsResponse> SlotMover::MoveIn(
+    const MoveSlotsRequest& request) {
+  if (c_->log != nullptr) {
+    return absl::FailedPreconditionError(
+        "slots of replicated shards (--replicas > 1) do not move yet");
+  }
+  absl::StatusOr<ShardMap> next = ShardMapOr(
+      request.next_map(), request.next_map().num_shards());
+  if (!next.ok()) return next.status();
+  const ShardMap current = c_->store->map();
+  absl::StatusOr<std::vector<uint32_t>> slots = SlotsMoving(
+      current, *next, request.source_index(), c_->shard_index);
+  if (!slots.ok()) return slots.status();
+  if (request.source().empty() || request.destination().empty()) {
+    return absl::InvalidArgumentError(
+        "a move names the source's and this shard's addresses");
+  }
+  const uint64_t epoch = next->epoch();
+  {
+    absl::MutexLock l(&mu_);
+    if (moving_in_ || leaving_.has_value()) {
+      return absl::FailedPreconditionError(
+          "another move of this shard's slots is in progress");
+    }
+    if (incoming_.contains(epoch)) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "the move to map epoch ", epoch, " was tried already; plan again"));
+    }
+    incoming_[epoch] = Outcome::kCopying;
+    moving_in_ = true;
+  }
+  c_->logger->info("moving {} slots in from shard {} ({}), map epoch {}",
+                   slots->size(), request.source_index(), request.source(),
+                   epoch);
+  auto stub = SlotMoves::NewStub(MakeChannel(request.source(), 0, o_.security));
+  ExportSlotsRequest round;
+  *round.mutable_next_map() = request.next_map();
+  round.set_destination_index(c_->shard_index);
+  round.set_destination(request.destination());
+  round.set_run_id(c_->run_id);
+  const uint32_t max_rounds =
+      request.max_rounds() > 0 ? request.max_rounds() : kDefaultRounds;
+  const uint64_t fence_bytes =
+      request.fence_bytes() > 0 ? request.fence_bytes() : kDefaultFenceBytes;
+
+  MoveSlotsResponse out;
+  out.set_slots(static_cast<uint32_t>(slots->size()));
+  const absl::Time start = absl::Now();
+  absl::Status s;
+  for (uint32_t r = 0; r < max_rounds; ++r) {
+    absl::StatusOr<Round> done = CopyRound(stub.get(), round);
+    if (!done.ok()) {
+      s = done.status();
+      break;
+    }
+    if (out.rounds() == 0) {  // everything of the slots
+      out.set_slices(done->slices);
+      out.set_rows(done->rows);
+    }
+    out.set_bytes(out.bytes() + done->bytes);
+    out.set_rounds(out.rounds() + 1);
+    round.set_since(done->next_since);
+    if (done->bytes < fence_bytes) break;
+  }
+  const absl::Time fenced = absl::Now();
+  out.set_copy_ms(Ms(fenced - start));
+  absl::StatusOr<Round> last = absl::UnknownError("not run");
+  if (s.ok()) {
+    round.set_fence(true);
+    last = CopyRound(stub.get(), round);
+    s = last.status();
+  }
+  if (s.ok()) s = Commit(epoch, *next);
+  if (!s.ok()) {
+    c_->logger->warn("moving slots in from shard {} failed: {}",
+                     request.source_index(), s.ToString());
+    Abort(epoch);
+    if (round.fence()) TellSource(stub.get(), epoch, /*committed=*/false);
+    return s;
+  }
+  TellSource(stub.get(), epoch, /*committed=*/true);
+  out.set_bytes(out.bytes() + last->bytes);
+  out.set_rounds(out.rounds() + 1);
+  out.set_fence_ms(Ms(absl::Now() - fenced));
+  ShardMapToProto(*next, out.mutable_map());
+  c_->logger->info(
+      "moved {} slots in from shard {}: {} bytes in {} rounds, copy {:.1f} "
+      "ms, fenced {:.1f} ms; serving map epoch {}",
+      out.slots(), request.source_index(), out.bytes(), out.rounds(),
+      out.copy_ms(), out.fence_ms(), epoch);
+  return out;
+}
+
+absl::StatusOr<SlotMover::Round> SlotMover::CopyRound(
+    SlotMoves::Stub* source, const ExportSlotsRequest& request) {
+  grpc::ClientContext ctx;
+  ctx.set_deadline(absl::ToChronoTime(absl::Now() + o_.round_timeout));
+  std::unique_ptr<grpc::ClientReader<ExportSlotsChunk>> reader =
+      source->ExportSlots(&ctx, request);
+  Round round;
+  ExportSlotsChunk chunk;
+  bool last = false;
+  absl::Status applied;
+  while (applied.ok() && reader->Read(&chunk)) {
+    for (const std::string& r : chunk.records()) round.bytes += r.size();
+    SlotApplyStats stats;
+    applied = ApplySlotRecords(c_->store, chunk.records(), &stats);
+    round.slices += stats.slices;
+    round.rows += stats.rows;
+    if (chunk.last()) {
+      last = true;
+      round.next_since = chunk.next_since();
+    }
+  }
+  if (!applied.ok()) {
+    ctx.TryCancel();
+    reader->Finish();
+    return applied;
+  }
+  absl::Status s = FromGrpcStatus(reader->Finish());
+  if (!s.ok()) return s;
+  if (!last) {
+    return absl::UnavailableError(
+        "the source ended a copy round without its last chunk");
+  }
+  return round;
+}
+
+absl::Status SlotMover::Commit(uint64_t epoch, const ShardMap& next) {
+  absl::MutexLock l(&mu_);
+  moving_in_ = false;
+  if (incoming_[epoch] == Outcome::kAborted) {
+    return absl::AbortedError(absl::StrCat(
+        "the source asked how the move to map epoch ", epoch,
+        " ended before it was committed (it waited too long): aborted"));
+  }
+  PushGate::Closed closed(c_->gate);
+  absl::Status s = c_->store->AdoptMap(next);
+  if (!s.ok()) return s;
+  incoming_[epoch] = Outcome::kCommitted;
+  return absl::OkStatus();
+}
+
+void SlotMover::Abort(uint64_t epoch) {
+  absl::MutexLock l(&mu_);
+  moving_in_ = false;
+  incoming_[epoch] = Outcome::kAborted;
+  // What was imported of slots this shard does not own goes.
+  PushGate::Closed closed(c_->gate);
+  c_->store->DropUnowned();
+}
+
+void SlotMover::TellSource(SlotMoves::Stub* source, uint64_t epoch,
+                           bool committed) {
+  FinishMoveRequest request;
+  request.set_move_epoch(epoch);
+  request.set_committed(committed);
+  for (int i = 0; i < kFinishTries; ++i) {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(5)));
+    FinishMoveResponse response;
+    const grpc::Status s = source->FinishMove(&ctx, request, &response);
+    if (s.ok()) return;
+    c_->logger->warn("telling the source that the move to map epoch {} {}: {}",
+                     epoch, committed ? "committed" : "aborted",
+                     s.error_message());
+    absl::SleepFor(absl::Milliseconds(100) * (i + 1));
+  }
+  // The source asks (MoveState) once its fence is old.
+}
+
+MoveStateResponse SlotMover::State(uint64_t move_epoch) {
+  MoveStateResponse out;
+  absl::MutexLock l(&mu_);
+  auto it = incoming_.find(move_epoch);
+  if (it == incoming_.end()) {
+    // Not known to this process (it restarted): its files say.
+    const bool committed = c_->store->map_epoch() >= move_epoch;
+    incoming_[move_epoch] =
+        committed ? Outcome::kCommitted : Outcome::kAborted;
+    out.set_committed(committed);
+    return out;
+  }
+  if (it->second == Outcome::kCopying) it->second = Outcome::kAborted;
+  out.set_committed(it->second == Outcome::kCommitted);
+  return out;
+}
+
+// ---------------------------------------------------------------- source
+
+absl::Status SlotMover::CheckLeaving(const ExportSlotsRequest& request,
+                                     const ShardMap& next) {
+  if (c_->log != nullptr) {
+    return absl::FailedPreconditionError(
+        "slots of replicated shards (--replicas > 1) do not move yet");
+  }
+  if (request.run_id() != c_->run_id) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("the destination is of run \"", request.run_id(),
+                     "\", this shard of run \"", c_->run_id, "\""));
+  }
+  absl::MutexLock l(&mu_);
+  if (moving_in_) {
+    return absl::FailedPreconditionError(
+        "this shard is taking slots in; one move at a time");
+  }
+  if (leaving_.has_value() && leaving_->next.epoch() != next.epoch()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("this shard is fenced for the move to map epoch ",
+                     leaving_->next.epoch()));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status SlotMover::Export(
+    const ExportSlotsRequest& request,
+    const std::function<bool(const ExportSlotsChunk&)>& write) {
+  absl::StatusOr<ShardMap> next = ShardMapOr(
+      request.next_map(), request.next_map().num_shards());
+  if (!next.ok()) return next.status();
+  absl::Status s = CheckLeaving(request, *next);
+  if (!s.ok()) return s;
+  const ShardMap current = c_->store->map();
+  absl::StatusOr<std::vector<uint32_t>> slots = SlotsMoving(
+      current, *next, c_->shard_index, request.destination_index());
+  if (!slots.ok()) return slots.status();
+  // The fence goes up once; a repeated fenced round (its answer was lost)
+  // is answered from the fenced state: nothing changed since.
+  bool raise = false;
+  if (request.fence()) {
+    absl::MutexLock l(&mu_);
+    if (!leaving_.has_value()) {
+      leaving_ = Leaving{*next, request.destination(), absl::Now()};
+      raise = true;
+    }
+  }
+  absl::StatusOr<SlotCapture> capture = absl::UnknownError("not captured");
+  if (raise) {
+    PushGate::Closed closed(c_->gate);
+    fence_->Raise(absl::StrCat("slots of this shard are moving to shard ",
+                               request.destination_index(), " (map epoch ",
+                               next->epoch(), "); retry"));
+    capture = CaptureSlots(*c_->store, *slots, request.since());
+  } else {
+    capture = CaptureSlots(*c_->store, *slots, request.since());
+  }
+  if (!capture.ok()) return capture.status();
+  ExportSlotsChunk chunk;
+  size_t bytes = 0;
+  for (std::string& r : capture->records) {
+    if (bytes > 0 && bytes + r.size() > kChunkBytes) {
+      if (!write(chunk)) return absl::CancelledError("the destination left");
+      chunk.Clear();
+      bytes = 0;
+    }
+    bytes += r.size();
+    chunk.add_records(std::move(r));
+  }
+  chunk.set_last(true);
+  chunk.set_next_since(capture->next_since);
+  if (!write(chunk)) return absl::CancelledError("the destination left");
+  return absl::OkStatus();
+}
+
+absl::Status SlotMover::Finish(const FinishMoveRequest& request) {
+  return EndLeaving(request.move_epoch(), request.committed());
+}
+
+absl::Status SlotMover::EndLeaving(uint64_t epoch, bool committed) {
+  absl::MutexLock l(&mu_);
+  if (!leaving_.has_value() || leaving_->next.epoch() != epoch) {
+    // Told twice (a retried FinishMove, or the answer to MoveState came
+    // first): the outcome stands.
+    if (committed && c_->store->map_epoch() >= epoch) return absl::OkStatus();
+    if (!committed) return absl::OkStatus();
+    return absl::FailedPreconditionError(absl::StrCat(
+        "no move to map epoch ", epoch, " is fenced on this shard"));
+  }
+  PushGate::Closed closed(c_->gate);
+  if (committed) {
+    absl::Status s = c_->store->AdoptMap(leaving_->next);
+    if (!s.ok()) {
+      // Cannot happen for a map that SlotsMoving accepted; stay fenced
+      // rather than serve slots that moved.
+      c_->logger->error("adopting the map of epoch {} after a move: {}", epoch,
+                        s.ToString());
+      return s;
+    }
+  }
+  c_->logger->info("the move to map epoch {} {}; serving again after {:.1f} ms",
+                   epoch, committed ? "committed" : "was aborted",
+                   Ms(absl::Now() - leaving_->fenced_at));
+  leaving_.reset();
+  fence_->Lower();
+  return absl::OkStatus();
+}
+
+void SlotMover::Watch() {
+  absl::MutexLock l(&mu_);
+  while (!stop_) {
+    mu_.AwaitWithTimeout(absl::Condition(&stop_), o_.fence_timeout / 2);
+    if (stop_ || !leaving_.has_value() ||
+        absl::Now() - leaving_->fenced_at < o_.fence_timeout) {
+      continue;
+    }
+    const uint64_t epoch = leaving_->next.epoch();
+    const std::string destination = leaving_->destination;
+    mu_.Unlock();
+    auto stub =
+        SlotMoves::NewStub(MakeChannel(destination, 0, o_.security));
+    grpc::ClientContext ctx;
+    ctx.set_deadline(absl::ToChronoTime(absl::Now() + o_.fence_timeout));
+    MoveStateRequest request;
+    request.set_move_epoch(epoch);
+    MoveStateResponse response;
+    const grpc::Status s = stub->MoveState(&ctx, request, &response);
+    if (s.ok()) {
+      EndLeaving(epoch, response.committed()).IgnoreError();
+    } else {
+      c_->logger->warn(
+          "fenced for the move to map epoch {}; the destination {} does not "
+          "say how it ended ({}); asking again",
+          epoch, destination, s.error_message());
+    }
+    mu_.Lock();
+  }
+}
+
+// ---------------------------------------------------------------- any shard
+
+absl::StatusOr<ShardMap> SlotMover::Adopt(const ShardMap& map) {
+  absl::MutexLock l(&mu_);
+  if (moving_in_ || leaving_.has_value()) {
+    return absl::UnavailableError("a move of this shard's slots is in progress");
+  }
+  const ShardMap current = c_->store->map();
+  if (map.epoch() <= current.epoch()) return current;
+  if (!OwnsSameSlots(current, map, c_->shard_index)) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "the map of epoch ", map.epoch(), " changes the slots of shard ",
+        c_->shard_index, ": slots move only with MoveSlots"));
+  }
+  PushGate::Closed closed(c_->gate);
+  absl::Status s = c_->store->AdoptMap(map);
+  if (!s.ok()) return s;
+  return map;
+}
+
+}  // namespace asyncps

@@ -1,0 +1,139 @@
+#ifndef ASYNCPS_SERVER_SLOT_MOVER_H_
+#define ASYNCPS_SERVER_SLOT_MOVER_H_
+
+// Live slot moves between two shards of a slotted run, both sides
+// (the protocol: proto/slot_moves.proto).
+//
+// Destination (MoveIn, asked by psctl): copies the moving slots' state from
+// the source in rounds while the source keeps serving them (ExportSlots
+// since the previous round's change epoch), until a round is small; then a
+// fenced round: the source stops serving (server/slot_fence.h) and hands
+// over what changed since. The destination installs it and, with its push
+// gate closed, adopts the next map: the move is committed. It then tells
+// the source (FinishMove), which adopts the next map too (dropping the
+// slots) and serves again. If anything fails before the commit, the
+// destination drops what it imported and the move is aborted: both shards
+// serve the old map, nothing moved.
+//
+// The destination decides how a move ended, once: a source fenced for
+// longer than fence_timeout without FinishMove asks it (MoveState), and a
+// move not committed yet is aborted by that question. A destination that
+// restarted answers from the map its files restored (committed when its
+// epoch reached the move's). So a killed source or destination, or a lost
+// FinishMove, ends a move committed on both or aborted on both.
+//
+// Pushes already applied by the source are not copied twice and never
+// re-applied: the source refuses a request routed with the old map after
+// the move (the client routes it again by the new map, with a new
+// sequence number), and answers a retry of one it applied before as a
+// duplicate. Worker records stay where they are: every shard has every
+// worker's (each push goes to every shard).
+//
+// Thread-safe. One move in or out at a time per shard.
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <thread>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "common/security.h"
+#include "common/shard_map.h"
+#include "proto/slot_moves.grpc.pb.h"
+#include "server/service_context.h"
+#include "server/slot_fence.h"
+
+namespace asyncps {
+
+struct SlotMoverOptions {
+  // TLS and cluster token for the calls to the other shard.
+  SecurityOptions security;
+  // A fenced source asks the destination how the move ended after this
+  // long without FinishMove, and again every fence_timeout until it knows.
+  absl::Duration fence_timeout = absl::Seconds(2);
+  // Deadline of one copy round.
+  absl::Duration round_timeout = absl::Minutes(5);
+};
+
+class SlotMover {
+ public:
+  // `context` and `fence` must outlive the mover; the service checks
+  // `fence` on its data path.
+  SlotMover(const ServiceContext* context, SlotFence* fence,
+            SlotMoverOptions options);
+  ~SlotMover();
+  SlotMover(const SlotMover&) = delete;
+  SlotMover& operator=(const SlotMover&) = delete;
+
+  // ---- Destination side.
+  // Runs a whole move (see above); FAILED_PRECONDITION for a move that is
+  // not one step of this shard's map, another move in progress, or a
+  // replicated shard; the copy's error otherwise (the move aborted).
+  absl::StatusOr<MoveSlotsResponse> MoveIn(const MoveSlotsRequest& request);
+  // Whether the move to epoch `move_epoch` committed; one in progress is
+  // aborted by the question.
+  MoveStateResponse State(uint64_t move_epoch);
+
+  // ---- Source side.
+  // One copy round: calls `write` with each chunk (false = the caller
+  // went away: stop). With `fence`, raises the fence first.
+  absl::Status Export(const ExportSlotsRequest& request,
+                      const std::function<bool(const ExportSlotsChunk&)>& write);
+  // The destination's word: adopt the next map (committed) or serve the
+  // old one again (aborted).
+  absl::Status Finish(const FinishMoveRequest& request);
+
+  // ---- Any shard.
+  // Adopts a newer map that leaves this shard's own slots as they are.
+  absl::StatusOr<ShardMap> Adopt(const ShardMap& map);
+
+ private:
+  enum class Outcome { kCopying, kCommitted, kAborted };
+  // A move out of this shard that raised the fence.
+  struct Leaving {
+    ShardMap next;
+    std::string destination;
+    absl::Time fenced_at;
+  };
+  struct Round {
+    uint64_t bytes = 0;
+    uint64_t slices = 0;
+    uint64_t rows = 0;
+    uint32_t next_since = 0;
+  };
+
+  absl::Status CheckLeaving(const ExportSlotsRequest& request,
+                            const ShardMap& next) ABSL_LOCKS_EXCLUDED(mu_);
+  absl::StatusOr<Round> CopyRound(SlotMoves::Stub* source,
+                                  const ExportSlotsRequest& request);
+  absl::Status Commit(uint64_t epoch, const ShardMap& next)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  void Abort(uint64_t epoch) ABSL_LOCKS_EXCLUDED(mu_);
+  void TellSource(SlotMoves::Stub* source, uint64_t epoch, bool committed);
+  // Ends the fence as the destination said, under the push gate.
+  absl::Status EndLeaving(uint64_t epoch, bool committed)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  void Watch() ABSL_LOCKS_EXCLUDED(mu_);
+
+  const ServiceContext* const c_;
+  SlotFence* const fence_;
+  const SlotMoverOptions o_;
+
+  absl::Mutex mu_;
+  // Moves into this shard by the epoch they make.
+  absl::flat_hash_map<uint64_t, Outcome> incoming_ ABSL_GUARDED_BY(mu_);
+  bool moving_in_ ABSL_GUARDED_BY(mu_) = false;
+  std::optional<Leaving> leaving_ ABSL_GUARDED_BY(mu_);
+  bool stop_ ABSL_GUARDED_BY(mu_) = false;
+  std::thread watcher_;
+};
+
+}  // namespace asyncps
+
+#endif  // ASYNCPS_SERVER_SLOT_MOVER_H_
