@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "common/map_change.h"
 #include "common/shard_map_proto.h"
 #include "server/file_system.h"
 #include "server/reshard.h"
@@ -52,31 +53,6 @@ uint64_t LoadOf(const SlotLoad& l, const std::string& by) {
   if (by == "updates") return l.updates();
   if (by == "rows") return l.rows_pushed();
   return l.push_bytes();
-}
-
-// The map every shard serves, or why there is none (a shard down, shards
-// disagreeing). *code: kExitUsage for a static map (nothing to plan).
-absl::StatusOr<ShardMap> CommonMap(const std::vector<ShardResult>& results,
-                                   int* code) {
-  std::optional<ShardMap> common;
-  for (const ShardResult& r : results) {
-    if (!r.up) {
-      return absl::UnavailableError(
-          absl::StrCat("shard ", r.index, " (", r.address, "): ", r.error));
-    }
-    absl::StatusOr<ShardMap> m =
-        ShardMapOr(r.status.map(), r.status.num_shards());
-    if (!m.ok()) return m.status();
-    if (common.has_value() && *m != *common) {
-      return absl::FailedPreconditionError(
-          absl::StrCat("shard ", r.index, " serves the ", m->DebugString(),
-                       ", shard 0 the ", common->DebugString()));
-    }
-    common = *m;
-  }
-  if (!common.has_value()) return absl::InvalidArgumentError("no shards");
-  if (!common->slotted()) *code = kExitUsage;
-  return *common;
 }
 
 }  // namespace
@@ -129,18 +105,19 @@ int RunReshard(const ReshardFlags& f, Format format) {
 }
 
 int RunRebalance(ShardQuery* query, absl::Duration timeout,
-                 const RebalanceFlags& f, Format format) {
-  if (f.out.empty() || !(f.threshold >= 1) || f.max_moves < 0 ||
+                 const RebalanceFlags& f, const LiveMoveOptions& live) {
+  const Format format = live.format;
+  if ((f.out.empty() && !f.apply) || !(f.threshold >= 1) || f.max_moves < 0 ||
       (f.by != "bytes" && f.by != "updates" && f.by != "rows")) {
     return UsageError(
-        "rebalance needs --out=FILE, --threshold >= 1 and --by bytes, "
-        "updates or rows");
+        "rebalance needs --out=FILE or --apply, --threshold >= 1 and --by "
+        "bytes, updates or rows");
   }
   StatusRequest request;
   request.set_slot_load(true);
   const std::vector<ShardResult> results = query->Status(timeout, request);
   int code = kExitDown;
-  absl::StatusOr<ShardMap> map = CommonMap(results, &code);
+  absl::StatusOr<ShardMap> map = NewestMap(results, &code);
   absl::StatusOr<BalancePlan> plan = absl::UnknownError("no map");
   if (!map.ok()) {
     plan = map.status();
@@ -153,8 +130,8 @@ int RunRebalance(ShardQuery* query, absl::Duration timeout,
     }
     plan = PlanBalance(*map, load, f.threshold, f.max_moves);
   }
-  absl::Status written =
-      plan.ok() ? WriteMapFile(f.out, plan->map) : plan.status();
+  absl::Status written = plan.status();
+  if (plan.ok() && !f.out.empty()) written = WriteMapFile(f.out, plan->map);
   if (!written.ok()) {
     std::fprintf(stderr, "psctl: rebalance: %s\n",
                  std::string(written.message()).c_str());
@@ -174,7 +151,7 @@ int RunRebalance(ShardQuery* query, absl::Duration timeout,
         .Set("imbalance_after", Doc::Double(Imbalance(plan->after)))
         .Set("out", Doc::String(f.out));
     Print(Render(doc, format));
-    return 0;
+    return f.apply ? RunLiveMoves(live, *map, plan->map) : 0;
   }
   std::string out =
       absl::StrFormat("%-6s %16s %16s\n", "SHARD", "LOAD_BEFORE", "LOAD_AFTER");
@@ -185,13 +162,54 @@ int RunRebalance(ShardQuery* query, absl::Duration timeout,
   absl::StrAppendFormat(
       &out,
       "by %s: busiest / mean %.3f -> %.3f, %d slots move (hottest slot %d "
-      "carries %d); map epoch %d written to %s\napply it to the stopped "
-      "run: psctl reshard --from=DIR --to=NEW_DIR --shards=%d --map=%s\n",
+      "carries %d); map epoch %d",
       f.by, Imbalance(plan->before), Imbalance(plan->after), plan->moved_slots,
-      plan->hottest_slot, plan->hottest_slot_load, plan->map.epoch(), f.out,
-      plan->map.num_shards(), f.out);
-  Print(out);
-  return 0;
+      plan->hottest_slot, plan->hottest_slot_load, plan->map.epoch());
+  if (!f.out.empty()) absl::StrAppend(&out, " written to ", f.out);
+  if (!f.apply) {
+    absl::StrAppendFormat(
+        &out,
+        "\nmove the slots now: psctl rebalance --apply (same flags); or "
+        "apply it to the stopped run: psctl reshard --from=DIR --to=NEW_DIR "
+        "--shards=%d --map=%s",
+        plan->map.num_shards(), f.out.empty() ? "MAP_FILE" : f.out);
+  }
+  Print(absl::StrCat(out, "\n"));
+  return f.apply ? RunLiveMoves(live, *map, plan->map) : 0;
+}
+
+int RunMove(ShardQuery* query, absl::Duration timeout,
+            const std::string& slot_list, int to_shard,
+            const LiveMoveOptions& live) {
+  absl::StatusOr<std::vector<uint32_t>> slots = ParseSlotList(slot_list);
+  if (!slots.ok()) {
+    return UsageError(absl::StrCat("move needs --slot_list: ",
+                                   slots.status().message()));
+  }
+  const std::vector<ShardResult> results = query->Status(timeout);
+  int code = kExitDown;
+  absl::StatusOr<ShardMap> map = NewestMap(results, &code);
+  absl::StatusOr<ShardMap> target = map.status();
+  if (map.ok()) {
+    if (code == kExitUsage) {
+      return UsageError(absl::StrCat(
+          "slots move only in a slotted run (ps_server --num_slots); this "
+          "one serves the ",
+          map->DebugString()));
+    }
+    if (to_shard < 0 || to_shard >= map->num_shards()) {
+      return UsageError(absl::StrCat("move needs --to_shard in [0, ",
+                                     map->num_shards(), ")"));
+    }
+    target = WithSlotsMoved(*map, *slots, to_shard);
+    if (!target.ok()) return UsageError(std::string(target.status().message()));
+  }
+  if (!target.ok()) {
+    std::fprintf(stderr, "psctl: move: %s\n",
+                 std::string(target.status().message()).c_str());
+    return code;
+  }
+  return RunLiveMoves(live, *map, *target);
 }
 
 }  // namespace asyncps

@@ -13,12 +13,14 @@
 // wrote), with bit-identical parameters and optimizer state.
 //
 //   psctl rebalance --servers=... --out=map.txt [--threshold=1.05]
-//                   [--by=bytes|updates|rows]
+//                   [--by=bytes|updates|rows] [--apply]
+//   psctl move --servers=... --slot_list=3,7,10-20 --to_shard=2
 //   psctl reshard --from=DIR --to=NEW --shards=4 --map=map.txt
 
 #include <string>
 
 #include "absl/time/time.h"
+#include "tools/live_moves.h"
 #include "tools/psctl_output.h"
 #include "tools/shard_query.h"
 
@@ -36,16 +38,23 @@ struct ReshardFlags {
 int RunReshard(const ReshardFlags& flags, Format format);
 
 struct RebalanceFlags {
-  std::string out;  // where the new map goes
+  std::string out;  // where the new map goes (optional with apply)
+  bool apply = false;  // move the slots there now (tools/live_moves.h)
   double threshold = 1.05;
   std::string by = "bytes";  // bytes, updates or rows
   int max_moves = 4096;
 };
 
-// Exit status: 0 the plan was written, 1 a shard did not answer or the
-// shards serve different maps, 2 bad usage (a static map among them).
+// Exit status: 0 the plan was written (and applied), 1 a shard did not
+// answer, the shards serve maps of different slot counts or a move failed,
+// 2 bad usage (a static map among them).
 int RunRebalance(ShardQuery* query, absl::Duration timeout,
-                 const RebalanceFlags& flags, Format format);
+                 const RebalanceFlags& flags, const LiveMoveOptions& live);
+
+// psctl move: `slot_list` (ParseSlotList) to shard `to_shard`, live.
+int RunMove(ShardQuery* query, absl::Duration timeout,
+            const std::string& slot_list, int to_shard,
+            const LiveMoveOptions& live);
 
 }  // namespace asyncps
 

@@ -4,7 +4,9 @@
 //   psctl tensors    --servers=h:p,h:p [-o table|wide|json|yaml]
 //   psctl checkpoint --servers=h:p,h:p [-o table|json|yaml] [--timeout=60s]
 //   psctl health     --servers=h:p,h:p [--service=NAME] [-o ...]
-//   psctl rebalance  --servers=h:p,h:p --out=MAP_FILE [--threshold=1.05]
+//   psctl rebalance  --servers=h:p,h:p (--out=MAP_FILE | --apply)
+//                    [--threshold=1.05]
+//   psctl move       --servers=h:p,h:p --slot_list=3,7,10-20 --to_shard=K
 //   psctl reshard    --from=DIR --to=NEW_DIR --shards=M [--slots=S |
 //                    --map=MAP_FILE] [-o table|json|yaml]
 // --servers may come from ASYNCPS_SERVERS (as every flag from
@@ -22,7 +24,10 @@
 // write its checkpoint (ps_server --checkpoint_dir), all at once, and prints
 // one row per shard: the file, its size and how long the write took. `health`
 // asks the standard health service (usable as a Kubernetes exec probe).
-// `rebalance` plans a slotted run's new map from its shards' per-slot load;
+// `rebalance` plans a slotted run's new map from its shards' per-slot load
+// (and with --apply moves the slots there while the run trains); `move`
+// moves the given slots to one shard while the run trains
+// (tools/live_moves.h);
 // `reshard` works on files, not on shards: it rewrites the checkpoints of a
 // stopped cluster of N shards into those of M shards, or of another map
 // (tools/map_commands.h).
@@ -37,6 +42,7 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <ctime>
 #include <map>
@@ -64,6 +70,7 @@
 #include "membership/etcd_flags.h"
 #include "membership/shard_addressing.h"
 #include "tools/doc.h"
+#include "tools/live_moves.h"
 #include "tools/map_commands.h"
 #include "tools/psctl_output.h"
 #include "tools/shard_query.h"
@@ -101,6 +108,12 @@ ABSL_FLAG(std::string, map, "",
           "files follow; its shard count must be --shards.");
 ABSL_FLAG(std::string, out, "",
           "rebalance only: the file the planned shard map is written to.");
+ABSL_FLAG(bool, apply, false,
+          "rebalance only: move the slots to the planned map now, while the "
+          "run trains (live moves), instead of only writing it.");
+ABSL_FLAG(std::string, slot_list, "",
+          "move only: the slots to move, e.g. 3,7,10-20.");
+ABSL_FLAG(int, to_shard, -1, "move only: the shard the slots move to.");
 ABSL_FLAG(double, threshold, 1.05,
           "rebalance only: move slots until the busiest shard carries at "
           "most this times the mean load.");
@@ -123,8 +136,10 @@ constexpr char kUsage[] =
     "  psctl checkpoint --servers=h:p,h:p [-o table|json|yaml] "
     "[--timeout=60s]\n"
     "  psctl health     --servers=h:p,h:p [--service=NAME]\n"
-    "  psctl rebalance  --servers=h:p,h:p --out=MAP_FILE [--threshold=1.05] "
-    "[--by=bytes]\n"
+    "  psctl rebalance  --servers=h:p,h:p (--out=MAP_FILE | --apply) "
+    "[--threshold=1.05] [--by=bytes]\n"
+    "  psctl move       --servers=h:p,h:p --slot_list=3,7,10-20 "
+    "--to_shard=K\n"
     "  psctl reshard    --from=DIR --to=NEW_DIR --shards=M [--slots=S | "
     "--map=MAP_FILE]\n\n"
     "--servers may also come from ASYNCPS_SERVERS; in a replicated run,\n"
@@ -134,6 +149,7 @@ constexpr char kUsage[] =
     "--servers, 1 otherwise, 2 bad usage.";
 
 constexpr absl::Duration kCheckpointTimeout = absl::Seconds(60);
+constexpr absl::Duration kMoveTimeout = absl::Minutes(10);
 
 std::string LocalTime() {
   return absl::FormatTime("%Y-%m-%d %H:%M:%S", absl::Now(),
@@ -478,22 +494,24 @@ absl::StatusOr<std::string> CommandOf(const ParsedCommandLine& cl) {
   if (cl.positional.size() != 1) {
     return absl::InvalidArgumentError(absl::StrCat(
         "expected one command (status, tensors, checkpoint, health, "
-        "rebalance or reshard), got ",
+        "rebalance, move or reshard), got ",
         cl.positional.size(), " (see psctl --help)"));
   }
   const std::string command = cl.positional[0];
   if (command != "status" && command != "tensors" && command != "checkpoint" &&
-      command != "health" && command != "rebalance" && command != "reshard") {
+      command != "health" && command != "rebalance" && command != "move" &&
+      command != "reshard") {
     return absl::InvalidArgumentError(
         absl::StrCat("unknown command '", command,
                      "' (expected status, tensors, checkpoint, health, "
-                     "rebalance or reshard)"));
+                     "rebalance, move or reshard)"));
   }
   return command;
 }
 
 // --from, --to, --shards, --slots and --map belong to reshard, --out,
-// --threshold and --by to rebalance: given on the command line to another
+// --threshold, --by and --apply to rebalance, --slot_list and --to_shard
+// to move: given on the command line to another
 // command they are a usage error; set from the environment (ASYNCPS_SHARDS
 // is also the Slurm script's shard count), a warning.
 absl::Status CheckCommandFlags(const ParsedCommandLine& cl,
@@ -501,7 +519,9 @@ absl::Status CheckCommandFlags(const ParsedCommandLine& cl,
   const std::pair<const char*, const char*> owned[] = {
       {"from", "reshard"},        {"to", "reshard"},  {"shards", "reshard"},
       {"slots", "reshard"},       {"map", "reshard"}, {"out", "rebalance"},
-      {"threshold", "rebalance"}, {"by", "rebalance"}};
+      {"threshold", "rebalance"}, {"by", "rebalance"},
+      {"apply", "rebalance"},     {"slot_list", "move"},
+      {"to_shard", "move"}};
   for (const auto& [flag, owner] : owned) {
     if (!cl.IsSet(flag) || command == owner) continue;
     const std::string& by = cl.set_by.at(flag);
@@ -642,16 +662,26 @@ int Main(int argc, char** argv) {
   absl::StatusOr<Connection> c = ConnectionFromFlags(cl, *command);
   if (!c.ok()) return UsageError(std::string(c.status().message()));
 
+  const std::vector<std::string> servers = c->servers;
   ShardQuery query(std::move(c->servers), c->security);
   const Cluster cluster{&query, c->security, c->timeout, *format,
                         c->router.get()};
   if (*command == "checkpoint") return RunCheckpoint(cluster);
+  // A move runs as long as it copies: --timeout bounds each move, at least
+  // kMoveTimeout.
+  const LiveMoveOptions live{servers, c->security,
+                             std::max(c->timeout, kMoveTimeout), *format};
   if (*command == "rebalance") {
-    return RunRebalance(
-        &query, c->timeout,
-        {absl::GetFlag(FLAGS_out), absl::GetFlag(FLAGS_threshold),
-         absl::GetFlag(FLAGS_by)},
-        *format);
+    RebalanceFlags f;
+    f.out = absl::GetFlag(FLAGS_out);
+    f.threshold = absl::GetFlag(FLAGS_threshold);
+    f.by = absl::GetFlag(FLAGS_by);
+    f.apply = absl::GetFlag(FLAGS_apply);
+    return RunRebalance(&query, c->timeout, f, live);
+  }
+  if (*command == "move") {
+    return RunMove(&query, c->timeout, absl::GetFlag(FLAGS_slot_list),
+                   absl::GetFlag(FLAGS_to_shard), live);
   }
   if (*command == "health") {
     return RunHealth(cluster, absl::GetFlag(FLAGS_service));

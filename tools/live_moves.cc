@@ -1,0 +1,174 @@
+#include "tools/live_moves.h"
+
+#include <cstdio>
+#include <map>
+#include <optional>
+#include <utility>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
+#include "common/grpc_status.h"
+#include "common/map_change.h"
+#include "common/net.h"
+#include "common/shard_map_proto.h"
+#include "proto/slot_moves.grpc.pb.h"
+
+namespace asyncps {
+namespace {
+
+// The slots each (from, to) pair of shards moves, in order.
+std::map<std::pair<int, int>, std::vector<uint32_t>> MovesBetween(
+    const ShardMap& current, const ShardMap& target) {
+  std::map<std::pair<int, int>, std::vector<uint32_t>> moves;
+  const absl::Span<const uint16_t> a = current.owners();
+  const absl::Span<const uint16_t> b = target.owners();
+  for (size_t s = 0; s < a.size(); ++s) {
+    if (a[s] != b[s]) {
+      moves[{a[s], b[s]}].push_back(static_cast<uint32_t>(s));
+    }
+  }
+  return moves;
+}
+
+// Tells every shard but `skip_a` and `skip_b` the map (best effort: a shard
+// that misses it answers UNAVAILABLE to clients of the new map until it
+// has it; the next move or AdoptMap brings it).
+void Broadcast(const LiveMoveOptions& o, const ShardMap& map, int skip_a,
+               int skip_b) {
+  AdoptMapRequest request;
+  ShardMapToProto(map, request.mutable_map());
+  for (int s = 0; s < static_cast<int>(o.servers.size()); ++s) {
+    if (s == skip_a || s == skip_b) continue;
+    auto stub = SlotMoves::NewStub(MakeChannel(o.servers[s], 0, o.security));
+    grpc::ClientContext ctx;
+    ctx.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(10)));
+    AdoptMapResponse response;
+    const grpc::Status st = stub->AdoptMap(&ctx, request, &response);
+    if (!st.ok()) {
+      std::fprintf(stderr,
+                   "psctl: warning: shard %d did not adopt map epoch %llu: "
+                   "%s\n",
+                   s, static_cast<unsigned long long>(map.epoch()),
+                   st.error_message().c_str());
+    }
+  }
+}
+
+}  // namespace
+
+absl::StatusOr<ShardMap> NewestMap(const std::vector<ShardResult>& results,
+                                   int* code) {
+  std::optional<ShardMap> newest;
+  for (const ShardResult& r : results) {
+    if (!r.up) {
+      return absl::UnavailableError(
+          absl::StrCat("shard ", r.index, " (", r.address, "): ", r.error));
+    }
+    absl::StatusOr<ShardMap> m =
+        ShardMapOr(r.status.map(), r.status.num_shards());
+    if (!m.ok()) return m.status();
+    if (newest.has_value() && (m->num_slots() != newest->num_slots() ||
+                               m->num_shards() != newest->num_shards())) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("shard ", r.index, " serves the ", m->DebugString(),
+                       ", shard 0 the ", newest->DebugString()));
+    }
+    if (!newest.has_value() || m->epoch() > newest->epoch()) newest = *m;
+  }
+  if (!newest.has_value()) return absl::InvalidArgumentError("no shards");
+  if (!newest->slotted()) *code = kExitUsage;
+  return *newest;
+}
+
+absl::StatusOr<std::vector<uint32_t>> ParseSlotList(const std::string& text) {
+  std::vector<uint32_t> slots;
+  for (absl::string_view part : absl::StrSplit(text, ',', absl::SkipEmpty())) {
+    std::vector<absl::string_view> ends = absl::StrSplit(part, '-');
+    uint32_t first = 0, last = 0;
+    if (ends.size() > 2 || !absl::SimpleAtoi(ends[0], &first) ||
+        !absl::SimpleAtoi(ends.back(), &last) || last < first ||
+        last - first >= static_cast<uint32_t>(ShardMap::kMaxSlots)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("bad slot or range '", part,
+                       "' (expected N or FIRST-LAST, comma-separated)"));
+    }
+    for (uint32_t s = first; s <= last; ++s) slots.push_back(s);
+  }
+  if (slots.empty()) return absl::InvalidArgumentError("no slots given");
+  return slots;
+}
+
+int RunLiveMoves(const LiveMoveOptions& o, const ShardMap& current,
+                 const ShardMap& target) {
+  if (target.num_slots() != current.num_slots() ||
+      target.num_shards() != current.num_shards() ||
+      static_cast<int>(o.servers.size()) != current.num_shards()) {
+    return UsageError(absl::StrCat(
+        "the target map (", target.DebugString(),
+        ") is not one of the run's slots and shards (", current.DebugString(),
+        ", ", o.servers.size(), " servers given)"));
+  }
+  ShardMap now = current;
+  Doc moves = Doc::Array();
+  std::string text;
+  int code = 0;
+  for (const auto& [pair, slots] : MovesBetween(current, target)) {
+    const auto [from, to] = pair;
+    absl::StatusOr<ShardMap> next = WithSlotsMoved(now, slots, to);
+    if (!next.ok()) return UsageError(std::string(next.status().message()));
+    MoveSlotsRequest request;
+    request.set_source(o.servers[from]);
+    request.set_source_index(from);
+    request.set_destination(o.servers[to]);
+    ShardMapToProto(*next, request.mutable_next_map());
+    auto stub = SlotMoves::NewStub(MakeChannel(o.servers[to], 0, o.security));
+    grpc::ClientContext ctx;
+    ctx.set_deadline(absl::ToChronoTime(absl::Now() + o.timeout));
+    MoveSlotsResponse r;
+    const absl::Time start = absl::Now();
+    const absl::Status st = FromGrpcStatus(stub->MoveSlots(&ctx, request, &r));
+    if (!st.ok()) {
+      std::fprintf(stderr,
+                   "psctl: moving %zu slots from shard %d to shard %d: %s\n",
+                   slots.size(), from, to, st.ToString().c_str());
+      code = kExitDown;
+      break;
+    }
+    const double seconds = absl::ToDoubleSeconds(absl::Now() - start);
+    now = *next;
+    Broadcast(o, now, from, to);
+    moves.Add(Doc::Object()
+                  .Set("from", Doc::Int(from))
+                  .Set("to", Doc::Int(to))
+                  .Set("slots", Doc::Int(r.slots()))
+                  .Set("slices", Doc::Uint(r.slices()))
+                  .Set("rows", Doc::Uint(r.rows()))
+                  .Set("bytes", Doc::Uint(r.bytes()))
+                  .Set("rounds", Doc::Int(r.rounds()))
+                  .Set("copy_ms", Doc::Double(r.copy_ms()))
+                  .Set("fence_ms", Doc::Double(r.fence_ms()))
+                  .Set("epoch", Doc::Uint(now.epoch())));
+    absl::StrAppendFormat(
+        &text,
+        "shard %d -> %d: %d slots (%d slices, %d rows), %.1f MB in %d rounds "
+        "(%.0f MB/s), copy %.1f ms, fenced %.1f ms; map epoch %d\n",
+        from, to, r.slots(), r.slices(), r.rows(), r.bytes() / 1e6, r.rounds(),
+        seconds > 0 ? r.bytes() / 1e6 / seconds : 0.0, r.copy_ms(),
+        r.fence_ms(), now.epoch());
+  }
+  if (o.format == Format::kJson || o.format == Format::kYaml) {
+    Doc doc = Doc::Object();
+    doc.Set("moves", std::move(moves))
+        .Set("epoch", Doc::Uint(now.epoch()))
+        .Set("complete", Doc::Bool(code == 0));
+    Print(Render(doc, o.format));
+  } else {
+    if (text.empty()) text = "nothing to move\n";
+    Print(text);
+  }
+  return code;
+}
+
+}  // namespace asyncps
