@@ -546,7 +546,6 @@ void ShardStore::CommitPush(PreparedPush* push, const StalenessRule& rule,
   push->request_ = nullptr;
   tables_->CommitPush(&push->rows_, rule, response);
   response->mutable_results()->Reserve(request.grads_size());
-  const uint32_t epoch = epoch_.current();
   for (int i = 0; i < request.grads_size(); ++i) {
     const SliceGradient& g = request.grads(i);
     SliceResult* result = response->add_results();
@@ -557,12 +556,10 @@ void ShardStore::CommitPush(PreparedPush* push, const StalenessRule& rule,
       result->set_new_version(push->slices_[i]->version());
       result->set_lr_scale(0);
     } else if (request.assign()) {
-      push->slices_[i]->Assign(push->grads_[i], result);
-      push->slices_[i]->MarkChanged(epoch);
+      push->slices_[i]->Assign(push->grads_[i], epoch_, result);
     } else {
       push->slices_[i]->Apply(push->grads_[i], g.read_version(), rule,
-                              push->schedules_[i]->factor(), result);
-      push->slices_[i]->MarkChanged(epoch);
+                              push->schedules_[i]->factor(), epoch_, result);
     }
   }
 }

@@ -446,11 +446,12 @@ SparseTable::PushCounts SparseTable::Assign(absl::Span<const uint64_t> ids,
                                             Batch* batch, const float* values,
                                             int64_t clock) {
   PushCounts counts;
-  const uint32_t now = Now();
   ForEachPartitionCreating(
       ids, batch, clock, /*admit=*/false, &counts,
       [&](Partition& p, uint32_t begin, uint32_t end) {
         p.mu.AssertHeld();  // by ForEachPartitionCreating
+        // Read under p's lock: see Stamp.
+        const uint32_t now = Now();
         for (uint32_t j = begin; j < end; ++j) {
           const uint32_t pos = batch->order[j];
           const uint32_t row = batch->rows[pos];
@@ -485,11 +486,12 @@ SparseTable::PushCounts SparseTable::Apply(
     std::copy(read_versions.begin(), read_versions.end(), read.begin());
   }
   constexpr uint32_t kMerged = Batch::kNoRow - 1;
-  const uint32_t now = Now();
   ForEachPartitionCreating(
       ids, batch, clock, /*admit=*/true, &counts,
       [&](Partition& p, uint32_t begin, uint32_t end) {
         p.mu.AssertHeld();  // by ForEachPartitionCreating
+        // Read under p's lock: see Stamp.
+        const uint32_t now = Now();
         // Duplicates: the first position of a row collects the others'
         // gradients. Tags name (this request, first position).
         if (++p.serial == 0) {

@@ -321,7 +321,11 @@ class SparseTable {
              uint32_t now) const ABSL_SHARED_LOCKS_REQUIRED(p.mu);
   // The change epoch to stamp rows with now; 0 = no stamps.
   uint32_t Now() const;
-  // Stamps `row` changed in epoch `now` (nothing when 0).
+  // Stamps `row` changed in epoch `now` (nothing when 0). `now` is read
+  // under p's lock, after which the change is made: a capture that
+  // advanced the epoch and then read the partition either saw the change
+  // or finds it stamped with its epoch or a later one (slot moves copy in
+  // rounds while pushes apply).
   void Stamp(const Partition& p, uint32_t row, uint32_t now) const
       ABSL_SHARED_LOCKS_REQUIRED(p.mu);
   // Copies the rows of partition `k` of a batch out (see Read), marking

@@ -55,12 +55,13 @@ std::vector<uint64_t> IdsHomed(const ShardMap& map, int shard, uint64_t n) {
   return ids;
 }
 
-// The slice indices of "w" a pull answers.
+// The slice indices of "w" a pull answers; an error is a slice ~0. No
+// Catch2 assertion: threads call it.
 std::set<uint32_t> PulledSlices(const ShardStore& store) {
   PullRequest pull;
   pull.add_tensors("w");
   PullResponse response;
-  REQUIRE_OK(store.Pull(pull, &response));
+  if (!store.Pull(pull, &response).ok()) return {~0u};
   std::set<uint32_t> out;
   for (const SliceData& d : response.slices()) out.insert(d.slice());
   return out;
