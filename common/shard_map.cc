@@ -116,4 +116,16 @@ std::string ShardMap::DebugString() const {
                       num_shards_ == 1 ? "" : "s", ", epoch ", epoch_);
 }
 
+bool OwnsSameSlots(const ShardMap& a, const ShardMap& b, int shard) {
+  if (!a.slotted() || !b.slotted()) {
+    return !a.slotted() && !b.slotted() && a.num_shards() == b.num_shards();
+  }
+  if (a.num_slots() != b.num_slots()) return false;
+  const absl::Span<const uint16_t> x = a.owners(), y = b.owners();
+  for (size_t s = 0; s < x.size(); ++s) {
+    if ((x[s] == shard) != (y[s] == shard)) return false;
+  }
+  return true;
+}
+
 }  // namespace asyncps

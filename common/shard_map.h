@@ -136,6 +136,13 @@ class ShardMap {
   std::shared_ptr<const std::vector<uint16_t>> owners_;
 };
 
+// Whether `shard` owns the same keys under `a` and `b`: two slotted maps of
+// one slot count in which every slot is `shard`'s in both or in neither, or
+// two static maps of one shard count. A map change that passes leaves the
+// shard's own state as it is (the AdoptMap RPC of proto/slot_moves.proto
+// accepts only such a map).
+bool OwnsSameSlots(const ShardMap& a, const ShardMap& b, int shard);
+
 }  // namespace asyncps
 
 #endif  // ASYNCPS_COMMON_SHARD_MAP_H_

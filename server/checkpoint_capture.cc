@@ -8,17 +8,15 @@
 #include "absl/status/status.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
-#include "common/payload.h"
 #include "proto/checkpoint.pb.h"
 #include "server/checkpoint.h"
 #include "server/checkpoint_delta.h"
+#include "server/checkpoint_records.h"
 
 namespace asyncps {
 namespace {
 
 constexpr size_t kLengthBytes = 4;
-// Rows of a sparse table per record.
-constexpr int kRowsPerRecord = 4096;
 
 // Appends one serialized record to an image, counting its bytes.
 void AddRecord(const CheckpointRecord& record, CheckpointImage* image) {
@@ -32,103 +30,32 @@ void AddRecord(const CheckpointRecord& record, CheckpointImage* image) {
 // `since` (a delta).
 struct Scope {
   uint32_t since = 0;
-  bool delta() const { return since > 0; }
 };
 
-// Serializes one slice into slice_record (under the slice's lock: the one
-// copy) and appends it.
-void AddSlice(const ShardStore::SliceView& v, CheckpointRecord* slice_record,
-              CheckpointImage* image) {
-  CheckpointSlice* slice = slice_record->mutable_slice();
-  slice->set_index(v.index);
-  slice->set_version(v.version);
-  EncodeFloats(v.values.data(), v.values.size(), slice->mutable_values());
-  auto* state = slice->mutable_optimizer_state();
-  while (state->size() > static_cast<int>(v.optimizer_state.size())) {
-    state->RemoveLast();
+// Appends a captured tensor, slice, table, removed or rows record, counting
+// it in the image.
+void AddCounted(const CheckpointRecord& record, CheckpointImage* image) {
+  AddRecord(record, image);
+  switch (record.record_case()) {
+    case CheckpointRecord::kTensor:
+      ++image->tensors;
+      break;
+    case CheckpointRecord::kSlice:
+      ++image->slices;
+      image->slice_updates += record.slice().version();
+      break;
+    case CheckpointRecord::kTable:
+      ++image->tables;
+      break;
+    case CheckpointRecord::kRows:
+      image->rows += record.rows().ids_size();
+      break;
+    case CheckpointRecord::kRemoved:
+      image->removed_rows += record.removed().ids_size();
+      break;
+    default:
+      break;
   }
-  while (state->size() < static_cast<int>(v.optimizer_state.size())) {
-    state->Add();
-  }
-  for (size_t i = 0; i < v.optimizer_state.size(); ++i) {
-    EncodeFloats(v.optimizer_state[i].data(), v.optimizer_state[i].size(),
-                 state->Mutable(i));
-  }
-  AddRecord(*slice_record, image);
-  ++image->slices;
-  image->slice_updates += v.version;
-}
-
-// Appends a `tensor` record per tensor and its (changed) slices.
-void CaptureTensors(const ShardStore& store, Scope scope,
-                    CheckpointImage* image) {
-  CheckpointRecord record;
-  // Kept apart so that its buffers are reused from slice to slice.
-  CheckpointRecord slice_record;
-  store
-      .Export(
-          [&](const TensorSpec& spec) {
-            *record.mutable_tensor() = spec;
-            AddRecord(record, image);
-            ++image->tensors;
-            return absl::OkStatus();
-          },
-          [&](const ShardStore::SliceView& v) {
-            if (v.changed >= scope.since) AddSlice(v, &slice_record, image);
-            return absl::OkStatus();
-          })
-      .IgnoreError();  // the visitors never fail
-}
-
-// Appends a `table` record per sparse table, (in a delta) a `removed`
-// record of its evicted ids, and `rows` records of up to kRowsPerRecord
-// (changed) rows, each row copied under its partition's lock.
-void CaptureTables(const TableStore& tables, Scope scope,
-                   CheckpointImage* image) {
-  CheckpointRecord record;
-  CheckpointRecord rows_record;
-  CheckpointRows* rows = rows_record.mutable_rows();
-  auto flush = [&] {
-    if (rows->ids_size() == 0) return;
-    AddRecord(rows_record, image);
-    rows->Clear();
-  };
-  auto table = [&](const TableSpec& spec) {
-    flush();
-    *record.mutable_table() = spec;
-    AddRecord(record, image);
-    ++image->tables;
-    return absl::OkStatus();
-  };
-  auto row = [&](const SparseTable::RowView& r) {
-    rows->add_ids(r.id);
-    rows->add_versions(r.version);
-    rows->add_touched(r.touched);
-    rows->mutable_values()->append(reinterpret_cast<const char*>(r.values),
-                                   r.dim * sizeof(float));
-    rows->mutable_optimizer_state()->append(
-        reinterpret_cast<const char*>(r.state), r.state_floats * sizeof(float));
-    ++image->rows;
-    if (rows->ids_size() >= kRowsPerRecord) flush();
-    return absl::OkStatus();
-  };
-  absl::Status s;
-  if (!scope.delta()) {
-    s = tables.Export(table, row);
-  } else {
-    s = tables.ExportSince(
-        scope.since, table,
-        [&](absl::Span<const uint64_t> ids) {
-          CheckpointRemovedRows* removed = record.mutable_removed();
-          removed->mutable_ids()->Assign(ids.begin(), ids.end());
-          AddRecord(record, image);
-          image->removed_rows += static_cast<int64_t>(ids.size());
-          return absl::OkStatus();
-        },
-        row);
-  }
-  s.IgnoreError();  // the visitors never fail
-  flush();
 }
 
 // The records of a checkpoint (full or delta) after its first one.
@@ -141,8 +68,11 @@ void CaptureBody(const ShardStore& store,
     AddRecord(record, image);
     ++image->workers;
   }
-  CaptureTensors(store, scope, image);
-  CaptureTables(store.tables(), scope, image);
+  RecordScope records;
+  records.since = scope.since;
+  auto add = [image](const CheckpointRecord& r) { AddCounted(r, image); };
+  CaptureTensorRecords(store, records, add);
+  CaptureTableRecords(store.tables(), records, add);
   CheckpointEnd* end = record.mutable_end();
   end->set_tensors(image->tensors);
   end->set_slices(image->slices);

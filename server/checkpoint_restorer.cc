@@ -7,6 +7,7 @@
 #include "common/names.h"
 #include "common/tensor_layout.h"
 #include "server/checkpoint.h"
+#include "server/checkpoint_records.h"
 
 namespace asyncps {
 
@@ -167,8 +168,7 @@ absl::Status CheckpointRestorer::AddSlice(const CheckpointSlice& slice) {
   if (slice.index() < restored_.size() && restored_[slice.index()]) {
     return Corrupt(absl::StrCat(where, " appears twice"));
   }
-  std::vector<absl::string_view> state(slice.optimizer_state().begin(),
-                                       slice.optimizer_state().end());
+  const std::vector<absl::string_view> state = SliceStateOf(slice);
   absl::Status s = store_->RestoreSlice(tensor_, slice.index(), slice.version(),
                                         slice.values(), state);
   if (!s.ok()) return Corrupt(s.message());
@@ -197,11 +197,10 @@ absl::Status CheckpointRestorer::StartTable(const TableSpec& spec) {
 
 absl::Status CheckpointRestorer::AddRows(const CheckpointRows& rows) {
   if (!in_tables_) return Corrupt("a rows record before any table");
+  const RowColumns c = ColumnsOf(rows);
   absl::Status s = store_->tables().RestoreRows(
-      table_, absl::MakeConstSpan(rows.ids().data(), rows.ids_size()),
-      absl::MakeConstSpan(rows.versions().data(), rows.versions_size()),
-      absl::MakeConstSpan(rows.touched().data(), rows.touched_size()),
-      rows.values(), rows.optimizer_state(), /*replace=*/delta_);
+      table_, c.ids, c.versions, c.touched, rows.values(),
+      rows.optimizer_state(), /*replace=*/delta_);
   if (!s.ok()) return StoreError(s, "");
   rows_ += rows.ids_size();
   return absl::OkStatus();

@@ -32,8 +32,9 @@ void DenseSlice::CopyOut(const std::string& tensor, const Sink& sink) const {
 
 void DenseSlice::Apply(const Payload& g, uint64_t read_version,
                        const StalenessRule& rule, float lr_factor,
-                       SliceResult* result) {
+                       const ChangeEpoch& epoch, SliceResult* result) {
   absl::MutexLock l(&mu_);
+  MarkChanged(epoch.current());
   const uint64_t staleness = version_ - read_version;
   result->set_staleness(staleness);
   if (rule.Refuses(staleness)) {
@@ -50,8 +51,10 @@ void DenseSlice::Apply(const Payload& g, uint64_t read_version,
   result->set_lr_scale(scale);
 }
 
-void DenseSlice::Assign(const Payload& values, SliceResult* result) {
+void DenseSlice::Assign(const Payload& values, const ChangeEpoch& epoch,
+                        SliceResult* result) {
   absl::MutexLock l(&mu_);
+  MarkChanged(epoch.current());
   DecodePayload(values, values_.data());
   ++version_;
   result->set_outcome(APPLIED);

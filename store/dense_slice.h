@@ -16,6 +16,7 @@
 #include "common/payload.h"
 #include "common/tensor_layout.h"
 #include "proto/asyncps.pb.h"
+#include "store/change_epoch.h"
 #include "store/optimizer.h"
 #include "store/staleness_rule.h"
 
@@ -73,14 +74,18 @@ class DenseSlice {
 
   // Applies g unless staler than the rule allows, with the learning rate
   // scaled by the rule and by `lr_factor` (the schedule's); fills `result`
-  // (outcome, staleness, new version, lr scale). REQUIRES: read_version <=
-  // version() (a read version from the future is refused before).
+  // (outcome, staleness, new version, lr scale). Stamps the slice changed
+  // in epoch.current() read under the slice's lock, so that a capture that
+  // advanced the epoch and then read the slice either saw this change or
+  // finds it stamped with its epoch or a later one. REQUIRES: read_version
+  // <= version() (a read version from the future is refused before).
   void Apply(const Payload& g, uint64_t read_version, const StalenessRule& rule,
-             float lr_factor, SliceResult* result);
+             float lr_factor, const ChangeEpoch& epoch, SliceResult* result);
 
   // Replaces the values with `values` (PushRequest.assign: the optimizer's
-  // state is kept) and bumps the version; fills `result`.
-  void Assign(const Payload& values, SliceResult* result);
+  // state is kept) and bumps the version; fills `result`; stamps as Apply.
+  void Assign(const Payload& values, const ChangeEpoch& epoch,
+              SliceResult* result);
 
   // Hands the whole state to visit under the lock; returns what it returns.
   absl::Status Read(absl::FunctionRef<absl::Status(const View&)> visit) const;

@@ -14,33 +14,12 @@
 #include "store/lr_schedule.h"
 #include "store/optimizer.h"
 #include "store/push_checks.h"
+#include "store/shard_store_tensor.h"
 #include "store/spec_diff.h"
 
 namespace asyncps {
 
-struct ShardStore::Tensor {
-  TensorSpec spec;  // as created: no schedule
-  TensorLayout layout;
-  int optimizer_buffers = 0;
-  // Local slices by slice index; null where another shard is the home.
-  std::vector<std::unique_ptr<DenseSlice>> slices;
-  uint64_t reserved_bytes = 0;  // counted against max_parameter_bytes
-  std::unique_ptr<LrSchedule> schedule;
-
-  // The spec with its schedule, as listed, checkpointed and journaled.
-  TensorSpec Listed() const {
-    TensorSpec out = spec;
-    schedule->Annotate(out.mutable_optimizer());
-    return out;
-  }
-};
-
 namespace {
-
-// Bookkeeping per slice beyond its values and state (the DenseSlice, its
-// optimizer object and allocator headers), and per slice-table entry.
-constexpr uint64_t kSliceOverheadBytes = 256;
-constexpr uint64_t kTableEntryBytes = sizeof(void*);
 
 // What a tensor takes on this shard (see ShardStoreOptions::
 // max_parameter_bytes); false when the count does not fit in 64 bits.
@@ -69,10 +48,10 @@ bool TensorBytes(const TensorSpec& spec, const TensorLayout& layout,
 }  // namespace
 
 ShardStore::ShardStore(const ShardStoreOptions& options, const ShardMap& map)
-    : options_(options), map_(map) {
+    : options_(options), map_(std::make_shared<ServedMap>(map)) {
   TableStoreOptions t;
   t.shard_index = options.shard_index;
-  t.map = map;
+  t.map = map_;
   t.row_ttl_steps = options.row_ttl_steps;
   t.reserve = [this](uint64_t bytes, const std::string& what) {
     return ReserveBytes(bytes, absl::StrCat(what, " need"));
@@ -146,6 +125,11 @@ absl::StatusOr<TensorSpec> ShardStore::Resolve(const TensorSpec& in) const {
 }
 
 const ShardStore::Tensor* ShardStore::FindTensor(absl::string_view name) const {
+  return FindMutableTensor(name);
+}
+
+ShardStore::Tensor* ShardStore::FindMutableTensor(
+    absl::string_view name) const {
   auto it = tensors_.find(name);
   return it == tensors_.end() ? nullptr : it->second.get();
 }
@@ -153,7 +137,7 @@ const ShardStore::Tensor* ShardStore::FindTensor(absl::string_view name) const {
 uint64_t ShardStore::BytesOf(const TensorSpec& spec) const {
   const TensorLayout layout = *TensorLayout::FromSpec(spec);
   uint64_t bytes = 0;
-  if (!TensorBytes(spec, layout, options_.shard_index, map_, &bytes)) {
+  if (!TensorBytes(spec, layout, options_.shard_index, map_->get(), &bytes)) {
     bytes = ~uint64_t{0};
   }
   return bytes;
@@ -171,8 +155,9 @@ std::unique_ptr<ShardStore::Tensor> ShardStore::BuildTensor(
              bytes,
              std::make_unique<LrSchedule>(spec.optimizer())});
   t->slices.resize(layout.num_slices());
+  const ShardMap map = map_->get();
   for (uint32_t i = 0; i < layout.num_slices(); ++i) {
-    if (map_.SliceHome(spec.name(), i) == options_.shard_index) {
+    if (map.SliceHome(spec.name(), i) == options_.shard_index) {
       t->slices[i] =
           std::make_unique<DenseSlice>(spec, layout, i, initialize, given);
       t->slices[i]->MarkChanged(epoch_.current());
@@ -220,6 +205,8 @@ absl::Status CheckSharedNamespace(const CreateTensorRequest& request,
 
 absl::StatusOr<CreateTensorResponse> ShardStore::CreateTensors(
     const CreateTensorRequest& request) {
+  // Slices are placed by a map that does not change meanwhile.
+  absl::ReaderMutexLock change(&change_mu_);
   // Validate and resolve outside the lock; slices are built outside it too.
   absl::StatusOr<std::vector<TensorSpec>> specs = ResolveSpecs(request);
   if (!specs.ok()) return specs.status();
@@ -531,10 +518,10 @@ absl::StatusOr<DenseSlice*> ShardStore::FindSlice(
   }
   DenseSlice* slice = t->slices[g.slice()].get();
   if (slice == nullptr) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("slice ", g.slice(), " of tensor ", QuoteName(g.tensor()),
-                     " lives on shard ", map_.SliceHome(g.tensor(), g.slice()),
-                     ", not ", options_.shard_index));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "slice ", g.slice(), " of tensor ", QuoteName(g.tensor()),
+        " lives on shard ", map_->get().SliceHome(g.tensor(), g.slice()),
+        ", not ", options_.shard_index));
   }
   return slice;
 }
@@ -559,7 +546,6 @@ void ShardStore::CommitPush(PreparedPush* push, const StalenessRule& rule,
   push->request_ = nullptr;
   tables_->CommitPush(&push->rows_, rule, response);
   response->mutable_results()->Reserve(request.grads_size());
-  const uint32_t epoch = epoch_.current();
   for (int i = 0; i < request.grads_size(); ++i) {
     const SliceGradient& g = request.grads(i);
     SliceResult* result = response->add_results();
@@ -570,12 +556,10 @@ void ShardStore::CommitPush(PreparedPush* push, const StalenessRule& rule,
       result->set_new_version(push->slices_[i]->version());
       result->set_lr_scale(0);
     } else if (request.assign()) {
-      push->slices_[i]->Assign(push->grads_[i], result);
-      push->slices_[i]->MarkChanged(epoch);
+      push->slices_[i]->Assign(push->grads_[i], epoch_, result);
     } else {
       push->slices_[i]->Apply(push->grads_[i], g.read_version(), rule,
-                              push->schedules_[i]->factor(), result);
-      push->slices_[i]->MarkChanged(epoch);
+                              push->schedules_[i]->factor(), epoch_, result);
     }
   }
 }
@@ -635,109 +619,6 @@ absl::StatusOr<ShardStore::PreparedPush> ShardStore::PrepareSlices(
     out.schedules_.push_back(t->schedule.get());
   }
   return out;
-}
-
-absl::Status ShardStore::Export(
-    absl::FunctionRef<absl::Status(const TensorSpec&)> tensor,
-    absl::FunctionRef<absl::Status(const SliceView&)> slice) const {
-  // Tensors are never removed and their spec and slice table are fixed at
-  // creation, so the pointers taken here stay valid after the lock is let go.
-  std::vector<const Tensor*> tensors;
-  {
-    absl::ReaderMutexLock l(&mu_);
-    tensors.reserve(tensors_.size());
-    for (const auto& [name, t] : tensors_) tensors.push_back(t.get());
-  }
-  std::sort(tensors.begin(), tensors.end(),
-            [](const Tensor* a, const Tensor* b) {
-              return a->spec.name() < b->spec.name();
-            });
-  for (const Tensor* t : tensors) {
-    absl::Status s = tensor(t->Listed());
-    if (!s.ok()) return s;
-    for (const auto& local : t->slices) {
-      if (local == nullptr) continue;
-      s = local->Read(slice);
-      if (!s.ok()) return s;
-    }
-  }
-  return absl::OkStatus();
-}
-
-absl::Status ShardStore::RestoreTensor(const TensorSpec& listed) {
-  const Unlisted<TensorSpec> in = Unlist(listed);
-  absl::StatusOr<TensorSpec> spec = Resolve(in.spec);
-  if (!spec.ok()) return spec.status();
-  if (in.rate.has_value()) {
-    absl::Status s =
-        LrSchedule(spec->optimizer()).Check(spec->name(), *in.rate);
-    if (!s.ok()) return s;
-  }
-  {
-    absl::ReaderMutexLock l(&mu_);
-    if (FindTensor(spec->name()) != nullptr) {
-      return absl::FailedPreconditionError(
-          absl::StrCat("tensor ", QuoteName(spec->name()), " exists already"));
-    }
-  }
-  const uint64_t bytes = BytesOf(*spec);
-  absl::Status reserved = ReserveBytes(
-      bytes, absl::StrCat("tensor ", QuoteName(spec->name()), " needs"));
-  if (!reserved.ok()) return reserved;
-  std::unique_ptr<Tensor> t =
-      BuildTensor(*spec, /*initialize=*/false, bytes, nullptr);
-  if (in.rate.has_value()) t->schedule->Apply(*in.rate);
-  absl::MutexLock l(&mu_);
-  if (FindTensor(spec->name()) != nullptr) {
-    reserved_bytes_ -= bytes;
-    return absl::FailedPreconditionError(
-        absl::StrCat("tensor ", QuoteName(spec->name()), " exists already"));
-  }
-  tensors_.emplace(spec->name(), std::move(t));
-  return absl::OkStatus();
-}
-
-absl::Status ShardStore::RestoreSlice(
-    absl::string_view tensor, uint32_t index, uint64_t version,
-    absl::string_view values,
-    absl::Span<const absl::string_view> optimizer_state) {
-  DenseSlice* slice = nullptr;
-  int buffers = 0;
-  {
-    absl::ReaderMutexLock l(&mu_);
-    const Tensor* t = FindTensor(tensor);
-    SliceGradient g;
-    g.set_tensor(std::string(tensor));
-    g.set_slice(index);
-    absl::StatusOr<DenseSlice*> found = FindSlice(t, g);
-    if (!found.ok()) {
-      return absl::InvalidArgumentError(found.status().message());
-    }
-    slice = *found;
-    buffers = t->optimizer_buffers;
-  }
-  const size_t bytes = slice->size() * sizeof(float);
-  if (values.size() != bytes) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "slice ", index, " of tensor ", QuoteName(tensor), " holds ", bytes,
-        " bytes of values; got ", values.size()));
-  }
-  if (optimizer_state.size() != static_cast<size_t>(buffers)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("slice ", index, " of tensor ", QuoteName(tensor),
-                     ": its optimizer keeps ", buffers, " state buffers; got ",
-                     optimizer_state.size()));
-  }
-  for (size_t i = 0; i < optimizer_state.size(); ++i) {
-    if (optimizer_state[i].size() != bytes) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("slice ", index, " of tensor ", QuoteName(tensor),
-                       ": optimizer state ", i, " must hold ", bytes,
-                       " bytes; got ", optimizer_state[i].size()));
-    }
-  }
-  slice->Import(version, values, optimizer_state);
-  return absl::OkStatus();
 }
 
 StoreSize ShardStore::Size() const {

@@ -49,6 +49,7 @@
 #include "store/change_epoch.h"
 #include "store/dense_slice.h"
 #include "store/lr_schedule.h"
+#include "store/served_map.h"
 #include "store/staleness_rule.h"
 #include "store/table_store.h"
 
@@ -192,10 +193,16 @@ class ShardStore {
 
   StoreSize Size() const;
 
+  // options().map is the map the store started with; map() is the one
+  // served now.
   const ShardStoreOptions& options() const { return options_; }
-  // Where every key lives (the options' map, or the static map of their
-  // num_shards).
-  const ShardMap& map() const { return map_; }
+  // Where every key lives now: the options' map (or the static map of their
+  // num_shards) until AdoptMap changes it. A copy (cheap: the slot table is
+  // shared), consistent in itself; a caller that checks several keys
+  // against one map reads it once.
+  ShardMap map() const { return map_->get(); }
+  // map().epoch(), without a lock.
+  uint64_t map_epoch() const { return map_->epoch(); }
 
   // The sparse tables, sharing this store's memory budget.
   TableStore& tables() { return *tables_; }
@@ -216,10 +223,11 @@ class ShardStore {
   using SliceView = DenseSlice::View;
 
   // Calls tensor(spec) (with its schedule) and then slice(view) for each of
-  // its local slices in
-  // index order, for every tensor in name order; stops at the first error
-  // either returns. Each slice is read under its own lock (slice() must copy
-  // and return without blocking), so every slice is internally consistent;
+  // its local slices (those of the map served now) in index order, for
+  // every tensor in name order; stops at the first error either returns.
+  // Each slice is read under its own lock and the tensor table's shared
+  // lock (slice() must copy and return without blocking or calling the
+  // store), so every slice is internally consistent;
   // the whole export is a consistent cut only if no push applies meanwhile
   // (the caller's business). A tensor created during the walk may be missed.
   absl::Status Export(
@@ -241,6 +249,47 @@ class ShardStore {
       absl::string_view tensor, uint32_t index, uint64_t version,
       absl::string_view values,
       absl::Span<const absl::string_view> optimizer_state);
+
+  // ---- Live slot moves (proto/slot_moves.proto): a slot's state leaves
+  // one shard for another while workers train. The destination imports
+  // the slots' slices (ImportSlice) and rows (TableStore::ImportRows) in
+  // rounds while the source serves them, then both adopt the next map
+  // (AdoptMap): the destination serves what it imported, the source drops
+  // what it gave away.
+
+  // OK when AdoptMap(next) would be: `next` is slotted, of the slot count
+  // and shard count of the map served now (INVALID_ARGUMENT otherwise),
+  // and either that very map or of a higher epoch (FAILED_PRECONDITION
+  // naming both epochs). Changes nothing. Whether `next` leaves this
+  // shard's own slots as they are is OwnsSameSlots (common/shard_map.h).
+  absl::Status CheckAdoptable(const ShardMap& next) const;
+
+  // Serves `next` from now on (checked as CheckAdoptable; the map served
+  // now again is a no-op). The slices and rows of slots this shard owned
+  // and `next` gives away are dropped: slices freed, rows erased (as
+  // evictions are), their bytes given back to max_parameter_bytes. The
+  // slices imported for slots `next` gives to this shard are served from
+  // now on (a slot gained with nothing imported has no slice here: pulls
+  // skip it, pushes to it are refused); imported rows of such slots are
+  // served too. What was gained is stamped changed now, so that the next
+  // checkpoint holds it.
+  // REQUIRES: no push is between PreparePush and CommitPush (the caller
+  // holds the pushes back). Pulls may run meanwhile: one sees the slices
+  // of the map before or of the map after, never a mix (the tensor table's
+  // lock is held exclusively while the map changes and slices go).
+  absl::Status AdoptMap(const ShardMap& next);
+
+  // Sets slice `index` of `tensor`, of a slot another shard owns under the
+  // map served now, from a slot move: version, values and optimizer state
+  // as RestoreSlice takes them. Creates the slice (its bytes reserved:
+  // RESOURCE_EXHAUSTED) or overwrites the one imported before; stamps it
+  // changed now. It is not served until AdoptMap gives its slot to this
+  // shard. NOT_FOUND for an unknown tensor (every shard holds every
+  // tensor's spec); INVALID_ARGUMENT (naming the slice) for an index out
+  // of range, a slice homed here, or buffers of the wrong size.
+  absl::Status ImportSlice(absl::string_view tensor, uint32_t index,
+                           uint64_t version, absl::string_view values,
+                           absl::Span<const absl::string_view> optimizer_state);
 
  private:
   struct Tensor;
@@ -299,6 +348,20 @@ class ShardStore {
                         const SliceSink* sink) const;
   const Tensor* FindTensor(absl::string_view name) const
       ABSL_SHARED_LOCKS_REQUIRED(mu_);
+  Tensor* FindMutableTensor(absl::string_view name) const
+      ABSL_SHARED_LOCKS_REQUIRED(mu_);
+  // INVALID_ARGUMENT (naming the slice) unless `index` is a slice of `t`
+  // and the values and state buffers are of its size: RestoreSlice's and
+  // ImportSlice's checks of what they are given.
+  static absl::Status CheckSliceState(
+      const Tensor& t, uint32_t index, absl::string_view values,
+      absl::Span<const absl::string_view> optimizer_state);
+  // The part of AdoptMap under the tensor table's lock: serves `next`,
+  // drops the slices it gives away (into *dropped, freed by the caller
+  // after the lock) and installs the imported slices it gives here.
+  void AdoptSlices(const ShardMap& next,
+                   std::vector<std::unique_ptr<DenseSlice>>* dropped)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The slice of a push gradient, or why it is not one of this shard's.
   absl::StatusOr<DenseSlice*> FindSlice(const Tensor* t,
                                         const SliceGradient& g) const;
@@ -308,15 +371,22 @@ class ShardStore {
                                              PushMode mode) const;
 
   const ShardStoreOptions options_;
-  const ShardMap map_;
+  // The map served now, shared with tables_ and its tables.
+  const std::shared_ptr<ServedMap> map_;
   // Outlives the tensors and tables, which point to it.
   ChangeEpoch epoch_;
 
+  // Held exclusively by AdoptMap and shared by what places slices by the
+  // map (CreateTensors, RestoreTensor, ImportSlice), so that the map does
+  // not change under them. Locked before schedule_mu_ and mu_.
+  mutable absl::Mutex change_mu_;
   // Serializes SetLearningRates. Locked before mu_.
   absl::Mutex schedule_mu_;
-  mutable absl::Mutex mu_;
-  // Tensors are never removed, so Tensor and DenseSlice pointers stay valid for
-  // the life of the store.
+  mutable absl::Mutex mu_ ABSL_ACQUIRED_AFTER(change_mu_);
+  // Tensors are never removed, so Tensor pointers stay valid for the life of
+  // the store. A DenseSlice pointer stays valid while mu_ is held, or while
+  // change_mu_ is (only AdoptMap drops slices), or from a push's
+  // PreparePush to its CommitPush (AdoptMap requires none meanwhile).
   absl::flat_hash_map<std::string, std::unique_ptr<Tensor>> tensors_
       ABSL_GUARDED_BY(mu_);
   // Bytes held or being allocated by tensors and tables (see

@@ -70,12 +70,12 @@ absl::Status SparseTable::ValidateSpec(const TableSpec& spec) {
 }
 
 SparseTable::SparseTable(const TableSpec& spec, int shard_index,
-                         const ShardMap& map, const ChangeEpoch* epoch,
-                         bool track_removed)
+                         std::shared_ptr<const ServedMap> map,
+                         const ChangeEpoch* epoch, bool track_removed)
     : spec_(spec),
       dim_(spec.dim()),
       shard_index_(shard_index),
-      map_(map),
+      map_(std::move(map)),
       table_key_(ShardMap::KeyOf(spec.name())),
       init_(spec),
       updater_(spec.optimizer(), spec.dim()),
@@ -116,8 +116,9 @@ absl::Status SparseTable::CheckIds(absl::Span<const uint64_t> ids,
         absl::StrCat("table ", QuoteName(spec_.name()), ": ", ids.size(),
                      " row ids in one request; at most ", max_ids));
   }
+  const ShardMap map = map_->get();
   for (uint64_t id : ids) {
-    const int home = map_.RowHome(table_key_, id);
+    const int home = map.RowHome(table_key_, id);
     if (home != shard_index_) {
       return absl::InvalidArgumentError(
           absl::StrCat("row ", id, " of table ", QuoteName(spec_.name()),
@@ -445,11 +446,12 @@ SparseTable::PushCounts SparseTable::Assign(absl::Span<const uint64_t> ids,
                                             Batch* batch, const float* values,
                                             int64_t clock) {
   PushCounts counts;
-  const uint32_t now = Now();
   ForEachPartitionCreating(
       ids, batch, clock, /*admit=*/false, &counts,
       [&](Partition& p, uint32_t begin, uint32_t end) {
         p.mu.AssertHeld();  // by ForEachPartitionCreating
+        // Read under p's lock: see Stamp.
+        const uint32_t now = Now();
         for (uint32_t j = begin; j < end; ++j) {
           const uint32_t pos = batch->order[j];
           const uint32_t row = batch->rows[pos];
@@ -484,11 +486,12 @@ SparseTable::PushCounts SparseTable::Apply(
     std::copy(read_versions.begin(), read_versions.end(), read.begin());
   }
   constexpr uint32_t kMerged = Batch::kNoRow - 1;
-  const uint32_t now = Now();
   ForEachPartitionCreating(
       ids, batch, clock, /*admit=*/true, &counts,
       [&](Partition& p, uint32_t begin, uint32_t end) {
         p.mu.AssertHeld();  // by ForEachPartitionCreating
+        // Read under p's lock: see Stamp.
+        const uint32_t now = Now();
         // Duplicates: the first position of a row collects the others'
         // gradients. Tags name (this request, first position).
         if (++p.serial == 0) {
@@ -638,6 +641,8 @@ uint64_t SparseTable::EvictPartition(int k, double threshold, uint64_t quota) {
 absl::Status SparseTable::Export(
     absl::FunctionRef<absl::Status(const RowView&)> visit,
     uint32_t since) const {
+  // Only a slotted map can hold imported rows of a move in progress.
+  const ShardMap map = map_->get();
   for (int k = 0; k < kPartitions; ++k) {
     const Partition& p = partitions_[k];
     absl::ReaderMutexLock l(&p.mu);
@@ -648,6 +653,9 @@ absl::Status SparseTable::Export(
       const uint32_t at = row & (kChunkRows - 1);
       if (since > 0 &&
           c.use[at].changed.load(std::memory_order_relaxed) < since) {
+        continue;
+      }
+      if (map.slotted() && map.RowHome(table_key_, s.id) != shard_index_) {
         continue;
       }
       RowView v;
@@ -710,12 +718,18 @@ absl::Status SparseTable::Restore(uint64_t id, uint64_t version,
                                   int64_t touched, const float* values,
                                   const float* state, bool replace,
                                   bool* created) {
-  const int home = map_.RowHome(table_key_, id);
+  const int home = map_->get().RowHome(table_key_, id);
   if (home != shard_index_) {
     return absl::InvalidArgumentError(
         absl::StrCat("row ", id, " of table ", QuoteName(spec_.name()),
                      " lives on shard ", home, ", not ", shard_index_));
   }
+  return Put(id, version, touched, values, state, replace, created);
+}
+
+absl::Status SparseTable::Put(uint64_t id, uint64_t version, int64_t touched,
+                              const float* values, const float* state,
+                              bool replace, bool* created) {
   Partition& p = partitions_[PartitionOf(id)];
   absl::MutexLock l(&p.mu);
   if (!replace && Lookup(p, id) != Batch::kNoRow) {

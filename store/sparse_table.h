@@ -22,6 +22,7 @@
 #include "store/lr_schedule.h"
 #include "store/optimizer.h"
 #include "store/row_eviction.h"
+#include "store/served_map.h"
 #include "store/staleness_rule.h"
 
 namespace asyncps {
@@ -116,10 +117,13 @@ class SparseTable {
   // INVALID_ARGUMENT naming the table and the field.
   static absl::Status ValidateSpec(const TableSpec& spec);
 
-  // REQUIRES: ValidateSpec(spec).ok(), 0 <= shard_index < num_shards.
-  // `epoch` (not owned; outlives the table) stamps the rows' changes; null =
-  // no stamps. `track_removed`: remember evicted ids (RemovedSince).
-  SparseTable(const TableSpec& spec, int shard_index, const ShardMap& map,
+  // REQUIRES: ValidateSpec(spec).ok(), 0 <= shard_index < num_shards,
+  // `map` not null: the map the shard serves now (shared with the owner,
+  // which may change it: see AdoptMap). `epoch` (not owned; outlives the
+  // table) stamps the rows' changes; null = no stamps. `track_removed`:
+  // remember evicted ids (RemovedSince).
+  SparseTable(const TableSpec& spec, int shard_index,
+              std::shared_ptr<const ServedMap> map,
               const ChangeEpoch* epoch = nullptr, bool track_removed = false);
   ~SparseTable();
   SparseTable(const SparseTable&) = delete;
@@ -210,9 +214,11 @@ class SparseTable {
   // REQUIRES: as EvictBefore.
   uint64_t EvictPartition(int k, double threshold, uint64_t quota);
 
-  // Hands every row (with `since` > 0: every row changed at or after that
-  // epoch) to `visit`, partition by partition, each under its partition's
-  // lock (visit must copy and return); stops at the first error.
+  // Hands every row homed here under the map served now (with `since` > 0:
+  // every such row changed at or after that epoch) to `visit`, partition by
+  // partition, each under its partition's lock (visit must copy and
+  // return); stops at the first error. Rows imported for a slot move not
+  // committed yet (Import) are not handed out.
   // REQUIRES: as EvictBefore.
   absl::Status Export(absl::FunctionRef<absl::Status(const RowView&)> visit,
                       uint32_t since = 0) const;
@@ -232,6 +238,27 @@ class SparseTable {
   absl::Status Restore(uint64_t id, uint64_t version, int64_t touched,
                        const float* values, const float* state,
                        bool replace = false, bool* created = nullptr);
+  // ---- Live slot moves (store/sparse_table_moves.cc).
+
+  // Adds a row of a slot this shard does not own yet (a slot move copying
+  // it here), or replaces the one imported before, with the given state,
+  // stamped changed now. INVALID_ARGUMENT if the id is homed on this shard
+  // under the map served now (its row is served: it is not imported). The
+  // row is not served until the map gives its slot to this shard (requests
+  // are refused by CheckIds as for any row homed elsewhere). *created as
+  // Restore. REQUIRES: as Restore.
+  absl::Status Import(uint64_t id, uint64_t version, int64_t touched,
+                      const float* values, const float* state,
+                      bool* created = nullptr);
+  // After the map served changed from `prev` to `next`: erases the rows
+  // homed here under `prev` and elsewhere under `next` (a slot given away;
+  // remembered as removed like evicted rows, so that a delta checkpoint
+  // records them) and returns how many; stamps the rows homed
+  // elsewhere under `prev` and here under `next` (imported, now owned)
+  // changed now, so that the next checkpoint holds them.
+  // REQUIRES: as EvictBefore.
+  uint64_t AdoptMap(const ShardMap& prev, const ShardMap& next);
+
   // Whether `id` has a row here.
   bool Contains(uint64_t id) const;
   // Removes the row of `id` (a delta checkpoint's removal) without
@@ -294,7 +321,11 @@ class SparseTable {
              uint32_t now) const ABSL_SHARED_LOCKS_REQUIRED(p.mu);
   // The change epoch to stamp rows with now; 0 = no stamps.
   uint32_t Now() const;
-  // Stamps `row` changed in epoch `now` (nothing when 0).
+  // Stamps `row` changed in epoch `now` (nothing when 0). `now` is read
+  // under p's lock, after which the change is made: a capture that
+  // advanced the epoch and then read the partition either saw the change
+  // or finds it stamped with its epoch or a later one (slot moves copy in
+  // rounds while pushes apply).
   void Stamp(const Partition& p, uint32_t row, uint32_t now) const
       ABSL_SHARED_LOCKS_REQUIRED(p.mu);
   // Copies the rows of partition `k` of a batch out (see Read), marking
@@ -312,6 +343,10 @@ class SparseTable {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(p.mu);
   // Removes the row of `id` (present) from `p`.
   void EraseRow(Partition& p, uint64_t id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(p.mu);
+  // Restore and Import after their home check: sets the row of `id`.
+  absl::Status Put(uint64_t id, uint64_t version, int64_t touched,
+                   const float* values, const float* state, bool replace,
+                   bool* created);
   // Marks `row` unused and puts it on the free list (its slot is the
   // caller's business).
   void FreeRow(Partition& p, uint32_t row) ABSL_EXCLUSIVE_LOCKS_REQUIRED(p.mu);
@@ -331,7 +366,7 @@ class SparseTable {
   const TableSpec spec_;
   const int dim_;
   const int shard_index_;
-  const ShardMap map_;
+  const std::shared_ptr<const ServedMap> map_;
   const ShardMap::TableKey table_key_;  // ShardMap::KeyOf(name)
   const RowInitializer init_;
   const RowUpdater updater_;

@@ -71,8 +71,19 @@ TableStore::Staged::~Staged() {
   if (reserved_ > 0) store_->options_.release(reserved_);
 }
 
+namespace {
+
+TableStoreOptions WithMap(TableStoreOptions options) {
+  if (options.map == nullptr) {
+    options.map = std::make_shared<const ServedMap>(ShardMap());
+  }
+  return options;
+}
+
+}  // namespace
+
 TableStore::TableStore(TableStoreOptions options)
-    : options_(std::move(options)) {}
+    : options_(WithMap(std::move(options))) {}
 
 TableStore::~TableStore() = default;
 
@@ -641,96 +652,6 @@ absl::Status TableStore::ExportSince(
 
 void TableStore::ForgetRemovedBefore(uint32_t epoch) {
   for (SparseTable* t : Sorted()) t->ForgetRemovedBefore(epoch);
-}
-
-absl::Status TableStore::RemoveRows(absl::string_view table,
-                                    absl::Span<const uint64_t> ids) {
-  SparseTable* t = FindMutable(table);
-  if (t == nullptr) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("removed rows of unknown table ", QuoteName(table)));
-  }
-  uint64_t removed = 0;
-  for (uint64_t id : ids) removed += t->Remove(id);
-  options_.release(removed * t->row_bytes());
-  return absl::OkStatus();
-}
-
-absl::Status TableStore::RestoreTable(const TableSpec& listed) {
-  const Unlisted<TableSpec> in = Unlist(listed);
-  const TableSpec& spec = in.spec;
-  absl::Status s = SparseTable::ValidateSpec(spec);
-  if (!s.ok()) return s;
-  if (Contains(spec.name())) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("table ", QuoteName(spec.name()), " exists already"));
-  }
-  auto table = std::make_unique<SparseTable>(spec, options_.shard_index,
-                                             options_.map, options_.epoch,
-                                             options_.track_removed_rows);
-  s = options_.reserve(table->fixed_bytes(),
-                       absl::StrCat("table ", QuoteName(spec.name())));
-  if (!s.ok()) return s;
-  if (in.rate.has_value()) {
-    s = table->schedule().Check(spec.name(), *in.rate);
-    if (!s.ok()) {
-      options_.release(table->fixed_bytes());
-      return s;
-    }
-    table->schedule().Apply(*in.rate);
-  }
-  absl::MutexLock l(&mu_);
-  tables_.emplace(spec.name(), std::move(table));
-  return absl::OkStatus();
-}
-
-absl::Status TableStore::RestoreRows(absl::string_view table,
-                                     absl::Span<const uint64_t> ids,
-                                     absl::Span<const uint64_t> versions,
-                                     absl::Span<const int64_t> touched,
-                                     absl::string_view values,
-                                     absl::string_view state, bool replace) {
-  SparseTable* t = FindMutable(table);
-  if (t == nullptr) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("rows of unknown table ", QuoteName(table)));
-  }
-  const size_t n = ids.size();
-  const size_t value_bytes = n * t->dim() * sizeof(float);
-  const size_t state_bytes = n * t->state_floats() * sizeof(float);
-  if (versions.size() != n || touched.size() != n ||
-      values.size() != value_bytes || state.size() != state_bytes) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "rows of table ", QuoteName(table), ": ", n, " ids, ", versions.size(),
-        " versions, ", touched.size(), " clocks, ", values.size(),
-        " bytes of values (need ", value_bytes, ") and ", state.size(),
-        " bytes of optimizer state (need ", state_bytes, ")"));
-  }
-  // Replaced rows hold their bytes already.
-  size_t fresh = n;
-  if (replace) {
-    fresh = 0;
-    for (uint64_t id : ids) fresh += !t->Contains(id);
-  }
-  absl::Status s = options_.reserve(
-      fresh * t->row_bytes(),
-      absl::StrCat(fresh, " rows of table ", QuoteName(table)));
-  if (!s.ok()) return s;
-  uint64_t unused = fresh * t->row_bytes();
-  std::vector<float> v(t->dim()), st(t->state_floats());
-  for (size_t i = 0; i < n; ++i) {
-    DecodeFloats(values.substr(i * t->dim() * sizeof(float)), v.data(),
-                 v.size());
-    DecodeFloats(state.substr(i * t->state_floats() * sizeof(float)), st.data(),
-                 st.size());
-    bool created = false;
-    s = t->Restore(ids[i], versions[i], touched[i], v.data(), st.data(),
-                   replace, &created);
-    if (!s.ok()) break;
-    if (created) unused -= std::min<uint64_t>(unused, t->row_bytes());
-  }
-  if (unused > 0) options_.release(unused);
-  return s;
 }
 
 // ---------------------------------------------------------------- status

@@ -50,6 +50,7 @@
 #include "common/payload.h"
 #include "common/shard_map.h"
 #include "proto/asyncps.pb.h"
+#include "store/served_map.h"
 #include "store/sparse_table.h"
 #include "store/staleness_rule.h"
 
@@ -57,7 +58,10 @@ namespace asyncps {
 
 struct TableStoreOptions {
   int shard_index = 0;
-  ShardMap map;  // where every row lives
+  // Where every row lives: the map the shard serves now, shared with the
+  // owner (a ShardStore), which may change it (AdoptMap). Null = the map of
+  // a one-shard run.
+  std::shared_ptr<const ServedMap> map;
   // Rows not pulled or pushed for more than this many steps (worker clock
   // ticks) are evicted by EvictIdle; 0 = never.
   int64_t row_ttl_steps = 0;
@@ -245,6 +249,25 @@ class TableStore {
   absl::Status RemoveRows(absl::string_view table,
                           absl::Span<const uint64_t> ids);
 
+  // ---- Live slot moves (proto/slot_moves.proto).
+
+  // Adds or replaces rows of slots this shard does not own yet under the
+  // map served now, which a slot move copies here before the map gives
+  // them to it (SparseTable::Import): arguments and checks as RestoreRows
+  // (without `replace`), and INVALID_ARGUMENT for a row homed here. The
+  // new rows' bytes are reserved (RESOURCE_EXHAUSTED); rows are stamped
+  // changed now. Rows before a bad one stay imported.
+  absl::Status ImportRows(absl::string_view table,
+                          absl::Span<const uint64_t> ids,
+                          absl::Span<const uint64_t> versions,
+                          absl::Span<const int64_t> touched,
+                          absl::string_view values, absl::string_view state);
+  // After the map served changed from `prev` to `next`: erases the rows of
+  // slots given away and gives their bytes back, and stamps the imported
+  // rows of slots gained changed now (SparseTable::AdoptMap), one table at
+  // a time under the exclusive eviction lock. Returns the rows erased.
+  uint64_t AdoptMap(const ShardMap& prev, const ShardMap& next);
+
   // ---- Status.
 
   // Per table, in name order.
@@ -257,6 +280,13 @@ class TableStore {
   Totals totals() const;
 
  private:
+  enum class PutMode { kRestore, kReplace, kImport };
+  // RestoreRows (kRestore; kReplace with `replace`) and ImportRows.
+  absl::Status PutRows(absl::string_view table, absl::Span<const uint64_t> ids,
+                       absl::Span<const uint64_t> versions,
+                       absl::Span<const int64_t> touched,
+                       absl::string_view values, absl::string_view state,
+                       PutMode mode);
   std::vector<SparseTable*> Sorted() const;  // by name
   SparseTable* FindMutable(absl::string_view name) const;
   // The table of each request entry, checked as ValidatePull says.

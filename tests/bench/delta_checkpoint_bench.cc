@@ -195,7 +195,7 @@ void StampCost(int64_t rows, int dim) {
   adagrad.set_epsilon(1e-6f);
   adagrad.set_initial_accumulator(0.1f);
   const TableSpec spec = testing::MakeTableSpec("emb", dim, adagrad);
-  const ShardMap map = *ShardMap::Static(1);
+  const auto map = std::make_shared<const ServedMap>(*ShardMap::Static(1));
   ChangeEpoch epoch;
   SparseTable stamped(spec, 0, map, &epoch, true);
   SparseTable plain(spec, 0, map, nullptr, false);
