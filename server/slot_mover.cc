@@ -54,6 +54,8 @@ absl::StatusOr<MoveSlotsResponse> SlotMover::MoveIn(
   absl::StatusOr<std::vector<uint32_t>> slots = SlotsMoving(
       current, *next, request.source_index(), c_->shard_index);
   if (!slots.ok()) return slots.status();
+  absl::StatusOr<SlotSet> set = SlotSet::Of(*next, *slots);
+  if (!set.ok()) return set.status();
   if (request.source().empty() || request.destination().empty()) {
     return absl::InvalidArgumentError(
         "a move names the source's and this shard's addresses");
@@ -91,7 +93,7 @@ absl::StatusOr<MoveSlotsResponse> SlotMover::MoveIn(
   const absl::Time start = absl::Now();
   absl::Status s;
   for (uint32_t r = 0; r < max_rounds; ++r) {
-    absl::StatusOr<Round> done = CopyRound(stub.get(), round);
+    absl::StatusOr<Round> done = CopyRound(stub.get(), round, *set);
     if (!done.ok()) {
       s = done.status();
       break;
@@ -110,7 +112,7 @@ absl::StatusOr<MoveSlotsResponse> SlotMover::MoveIn(
   absl::StatusOr<Round> last = absl::UnknownError("not run");
   if (s.ok()) {
     round.set_fence(true);
-    last = CopyRound(stub.get(), round);
+    last = CopyRound(stub.get(), round, *set);
     s = last.status();
   }
   if (s.ok()) s = Commit(epoch, *next);
@@ -135,7 +137,8 @@ absl::StatusOr<MoveSlotsResponse> SlotMover::MoveIn(
 }
 
 absl::StatusOr<SlotMover::Round> SlotMover::CopyRound(
-    SlotMoves::Stub* source, const ExportSlotsRequest& request) {
+    SlotMoves::Stub* source, const ExportSlotsRequest& request,
+    const SlotSet& slots) {
   grpc::ClientContext ctx;
   ctx.set_deadline(absl::ToChronoTime(absl::Now() + o_.round_timeout));
   std::unique_ptr<grpc::ClientReader<ExportSlotsChunk>> reader =
@@ -143,18 +146,21 @@ absl::StatusOr<SlotMover::Round> SlotMover::CopyRound(
   Round round;
   ExportSlotsChunk chunk;
   bool last = false;
+  // Every slice and row must be of a moving slot.
+  SlotStateApplier applier(c_->store, &slots);
   absl::Status applied;
   while (applied.ok() && reader->Read(&chunk)) {
-    for (const std::string& r : chunk.records()) round.bytes += r.size();
-    SlotApplyStats stats;
-    applied = ApplySlotRecords(c_->store, chunk.records(), &stats);
-    round.slices += stats.slices;
-    round.rows += stats.rows;
+    for (const std::string& r : chunk.records()) {
+      round.bytes += r.size();
+      if (applied.ok()) applied = applier.Apply(r);
+    }
     if (chunk.last()) {
       last = true;
       round.next_since = chunk.next_since();
     }
   }
+  round.slices = applier.stats().slices;
+  round.rows = applier.stats().rows;
   if (!applied.ok()) {
     ctx.TryCancel();
     reader->Finish();
@@ -190,7 +196,9 @@ void SlotMover::Abort(uint64_t epoch) {
   incoming_[epoch] = Outcome::kAborted;
   // What was imported of slots this shard does not own goes.
   PushGate::Closed closed(c_->gate);
-  c_->store->DropUnowned();
+  const auto [slices, rows] = c_->store->DropImports();
+  c_->logger->info("dropped what the aborted move imported: {} slices, {} rows",
+                   slices, rows);
 }
 
 void SlotMover::TellSource(SlotMoves::Stub* source, uint64_t epoch,
@@ -267,6 +275,8 @@ absl::Status SlotMover::Export(
   absl::StatusOr<std::vector<uint32_t>> slots = SlotsMoving(
       current, *next, c_->shard_index, request.destination_index());
   if (!slots.ok()) return slots.status();
+  absl::StatusOr<SlotSet> set = SlotSet::Of(current, *slots);
+  if (!set.ok()) return set.status();
   // The fence goes up once; a repeated fenced round (its answer was lost)
   // is answered from the fenced state: nothing changed since.
   bool raise = false;
@@ -283,9 +293,9 @@ absl::Status SlotMover::Export(
     fence_->Raise(absl::StrCat("slots of this shard are moving to shard ",
                                request.destination_index(), " (map epoch ",
                                next->epoch(), "); retry"));
-    capture = CaptureSlots(*c_->store, *slots, request.since());
+    capture = CaptureSlots(c_->store, *set, request.since());
   } else {
-    capture = CaptureSlots(*c_->store, *slots, request.since());
+    capture = CaptureSlots(c_->store, *set, request.since());
   }
   if (!capture.ok()) return capture.status();
   ExportSlotsChunk chunk;

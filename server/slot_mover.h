@@ -48,6 +48,7 @@
 #include "proto/slot_moves.grpc.pb.h"
 #include "server/service_context.h"
 #include "server/slot_fence.h"
+#include "server/slot_state.h"
 
 namespace asyncps {
 
@@ -111,7 +112,8 @@ class SlotMover {
   absl::Status CheckLeaving(const ExportSlotsRequest& request,
                             const ShardMap& next) ABSL_LOCKS_EXCLUDED(mu_);
   absl::StatusOr<Round> CopyRound(SlotMoves::Stub* source,
-                                  const ExportSlotsRequest& request);
+                                  const ExportSlotsRequest& request,
+                                  const SlotSet& slots);
   absl::Status Commit(uint64_t epoch, const ShardMap& next)
       ABSL_LOCKS_EXCLUDED(mu_);
   void Abort(uint64_t epoch) ABSL_LOCKS_EXCLUDED(mu_);

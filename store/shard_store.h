@@ -33,6 +33,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
@@ -290,6 +291,11 @@ class ShardStore {
   absl::Status ImportSlice(absl::string_view tensor, uint32_t index,
                            uint64_t version, absl::string_view values,
                            absl::Span<const absl::string_view> optimizer_state);
+
+  // Drops everything imported (ImportSlice, TableStore::ImportRows) and not
+  // served yet, giving its bytes back: a move that was aborted. Returns the
+  // slices and rows dropped.
+  std::pair<uint64_t, uint64_t> DropImports();
 
  private:
   struct Tensor;

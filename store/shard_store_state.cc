@@ -258,4 +258,33 @@ void ShardStore::AdoptSlices(
   }
 }
 
+std::pair<uint64_t, uint64_t> ShardStore::DropImports() {
+  absl::MutexLock change(&change_mu_);
+  const ShardMap now = map_->get();
+  uint64_t slices = 0;
+  {
+    // Freed after the lock is let go.
+    std::vector<std::unique_ptr<DenseSlice>> dropped;
+    absl::MutexLock l(&mu_);
+    for (auto& [name, t] : tensors_) {
+      for (auto& [index, slice] : t->incoming) {
+        const uint64_t bytes = t->SliceBytes(index);
+        t->reserved_bytes -= bytes;
+        reserved_bytes_ -= bytes;
+        dropped.push_back(std::move(slice));
+      }
+      t->incoming.clear();
+    }
+    slices = dropped.size();
+  }
+  if (!now.slotted()) return {slices, 0};
+  // The rows held here that the map served homes elsewhere are imported
+  // ones: dropped as a change from a map giving this shard every slot.
+  const std::vector<uint16_t> all(static_cast<size_t>(now.num_slots()),
+                                  static_cast<uint16_t>(options_.shard_index));
+  const absl::StatusOr<ShardMap> everything =
+      ShardMap::Slotted(now.num_shards(), all, now.epoch());
+  return {slices, tables_->AdoptMap(*everything, now)};
+}
+
 }  // namespace asyncps
