@@ -150,10 +150,32 @@ const ShardStore::Tensor* ShardStore::FindTensor(absl::string_view name) const {
   return it == tensors_.end() ? nullptr : it->second.get();
 }
 
+absl::Status ShardStore::AdoptMap(const ShardMap& next) {
+  absl::MutexLock l(&map_mu_);
+  if (next.epoch() < map_.epoch() || next.num_shards() != map_.num_shards() ||
+      next.num_slots() != map_.num_slots()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("cannot serve the ", next.DebugString(), " after the ",
+                     map_.DebugString()));
+  }
+  const auto before = map_.owners();
+  const auto after = next.owners();
+  for (size_t s = 0; s < before.size(); ++s) {
+    if ((before[s] == options_.shard_index) !=
+        (after[s] == options_.shard_index)) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("the ", next.DebugString(), " moves slot ", s,
+                       " to or from shard ", options_.shard_index));
+    }
+  }
+  map_ = next;
+  return absl::OkStatus();
+}
+
 uint64_t ShardStore::BytesOf(const TensorSpec& spec) const {
   const TensorLayout layout = *TensorLayout::FromSpec(spec);
   uint64_t bytes = 0;
-  if (!TensorBytes(spec, layout, options_.shard_index, map_, &bytes)) {
+  if (!TensorBytes(spec, layout, options_.shard_index, map(), &bytes)) {
     bytes = ~uint64_t{0};
   }
   return bytes;
@@ -171,8 +193,9 @@ std::unique_ptr<ShardStore::Tensor> ShardStore::BuildTensor(
              bytes,
              std::make_unique<LrSchedule>(spec.optimizer())});
   t->slices.resize(layout.num_slices());
+  const ShardMap map = this->map();
   for (uint32_t i = 0; i < layout.num_slices(); ++i) {
-    if (map_.SliceHome(spec.name(), i) == options_.shard_index) {
+    if (map.SliceHome(spec.name(), i) == options_.shard_index) {
       t->slices[i] =
           std::make_unique<DenseSlice>(spec, layout, i, initialize, given);
       t->slices[i]->MarkChanged(epoch_.current());
@@ -533,7 +556,7 @@ absl::StatusOr<DenseSlice*> ShardStore::FindSlice(
   if (slice == nullptr) {
     return absl::InvalidArgumentError(
         absl::StrCat("slice ", g.slice(), " of tensor ", QuoteName(g.tensor()),
-                     " lives on shard ", map_.SliceHome(g.tensor(), g.slice()),
+                     " lives on shard ", map().SliceHome(g.tensor(), g.slice()),
                      ", not ", options_.shard_index));
   }
   return slice;

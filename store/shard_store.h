@@ -194,8 +194,20 @@ class ShardStore {
 
   const ShardStoreOptions& options() const { return options_; }
   // Where every key lives (the options' map, or the static map of their
-  // num_shards).
-  const ShardMap& map() const { return map_; }
+  // num_shards, until AdoptMap), and its epoch.
+  ShardMap map() const ABSL_LOCKS_EXCLUDED(map_mu_) {
+    absl::MutexLock l(&map_mu_);
+    return map_;
+  }
+  uint64_t map_epoch() const ABSL_LOCKS_EXCLUDED(map_mu_) {
+    absl::MutexLock l(&map_mu_);
+    return map_.epoch();
+  }
+  // Serves `next` from now on. Only maps that leave this shard's own slots
+  // as they are (no key arrives or leaves): FAILED_PRECONDITION otherwise,
+  // and for an older epoch. REQUIRES: no push being applied (the caller
+  // holds the push gate closed).
+  absl::Status AdoptMap(const ShardMap& next) ABSL_LOCKS_EXCLUDED(map_mu_);
 
   // The sparse tables, sharing this store's memory budget.
   TableStore& tables() { return *tables_; }
@@ -308,7 +320,8 @@ class ShardStore {
                                              PushMode mode) const;
 
   const ShardStoreOptions options_;
-  const ShardMap map_;
+  mutable absl::Mutex map_mu_;
+  ShardMap map_ ABSL_GUARDED_BY(map_mu_);
   // Outlives the tensors and tables, which point to it.
   ChangeEpoch epoch_;
 
