@@ -251,10 +251,18 @@ absl::Status PsServer::Serve(
     feed_ = std::make_unique<ReplicaFeedService>(std::move(f));
     builder.RegisterService(feed_.get());
   }
-  reflection_v1_ = std::make_unique<ReflectionV1Service>(
-      std::vector<std::string>{kServiceName, "grpc.health.v1.Health",
-                               "grpc.reflection.v1.ServerReflection",
-                               "grpc.reflection.v1alpha.ServerReflection"});
+  SlotMovesOptions moves;
+  moves.shard_index = options.store.shard_index;
+  moves.store = store_.get();
+  moves.gate = &gate_;
+  moves.logger = options.logger;
+  slot_moves_ = std::make_unique<SlotMovesService>(std::move(moves));
+  builder.RegisterService(slot_moves_.get());
+  reflection_v1_ =
+      std::make_unique<ReflectionV1Service>(std::vector<std::string>{
+          kServiceName, "asyncps.SlotMoves", "grpc.health.v1.Health",
+          "grpc.reflection.v1.ServerReflection",
+          "grpc.reflection.v1alpha.ServerReflection"});
   builder.RegisterService(reflection_v1_.get());
   if (options.rpc_metrics != nullptr) {
     std::vector<

@@ -52,7 +52,13 @@ absl::Status CheckPullCaller(const PullRequest& request, const ShardMap& map) {
         "a read_only pull names no worker and no for_clock: it reads what the "
         "shard holds and registers nobody");
   }
-  return map.CheckRouted(request.map_epoch());
+  return CheckRouted(map, request.map_epoch());
+}
+
+// A refusal for the map a request was routed with (common/shard_map.h):
+// not bad input, the client routes it again or retries.
+bool IsRoutingRefusal(const absl::Status& s) {
+  return absl::IsUnavailable(s) || RefusalMap(s).has_value();
 }
 
 // A reader's pull creates nothing: every TableIds is a peek.
@@ -360,7 +366,7 @@ absl::Status PsService::BeginPull(const PullRequest& request, int64_t* target) {
         absl::StrCat("unknown wire_dtype ", request.wire_dtype()));
   }
   if (!s.ok()) {
-    c_.stats->RecordBadInput();
+    if (!IsRoutingRefusal(s)) c_.stats->RecordBadInput();
     return s;
   }
   // Validate before touching the registry: a rejected pull must not
@@ -485,7 +491,7 @@ grpc::ServerUnaryReactor* PsService::Pull(grpc::CallbackServerContext* ctx,
         "Pull answers float32; wire_dtype is for PullStream");
   }
   if (!s.ok()) {
-    c_.stats->RecordBadInput();
+    if (!IsRoutingRefusal(s)) c_.stats->RecordBadInput();
     return Finish(ctx, s);
   }
   if (!request->read_only()) s = CheckPrimary();
@@ -551,7 +557,7 @@ grpc::ServerUnaryReactor* PsService::Push(grpc::CallbackServerContext* ctx,
                                           grpc::ByteBuffer* out) {
   PushRequest request;
   absl::Status s = ParseFromByteBuffer(*in, &request);
-  if (s.ok()) s = PushTransaction::CheckCaller(request, c_.store->map());
+  if (s.ok()) s = PushTransaction::CheckCaller(request);
   if (s.ok() && request.wire_dtype() != WIRE_F32) {
     s = absl::InvalidArgumentError(
         "Push carries float32; wire_dtype is for PushStream");
