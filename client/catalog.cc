@@ -3,6 +3,7 @@
 #include <google/protobuf/util/message_differencer.h>
 
 #include <algorithm>
+#include <optional>
 
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
@@ -116,17 +117,45 @@ absl::Status PsClient::Remember(const TensorSpec& spec) {
     return Annotate(layout.status(),
                     absl::StrCat("tensor ", QuoteName(spec.name())));
   }
-  const int n = num_shards();
-  auto state = std::make_unique<TensorState>(
-      TensorState{spec, *layout, {}, std::vector<uint32_t>(n, 0)});
-  state->home.resize(layout->num_slices());
-  const ShardMap map = this->map();
-  for (uint32_t i = 0; i < layout->num_slices(); ++i) {
+  absl::MutexLock l(&mu_);
+  return RememberOnce(&tensors_, Place(spec, *layout, map_), "tensor");
+}
+
+std::unique_ptr<PsClient::TensorState> PsClient::Place(
+    const TensorSpec& spec, const TensorLayout& layout, const ShardMap& map) {
+  auto state = std::make_unique<TensorState>(TensorState{
+      spec, layout, {}, std::vector<uint32_t>(map.num_shards(), 0), 0});
+  state->home.resize(layout.num_slices());
+  for (uint32_t i = 0; i < layout.num_slices(); ++i) {
     state->home[i] = map.SliceHome(spec.name(), i);
     ++state->slices_on[state->home[i]];
   }
+  state->map_epoch = map.epoch();
+  return state;
+}
+
+absl::Status PsClient::FollowMap(const ShardMap& newer) {
   absl::MutexLock l(&mu_);
-  return RememberOnce(&tensors_, std::move(state), "tensor");
+  if (newer.epoch() < map_.epoch() || newer == map_) return absl::OkStatus();
+  if (newer.epoch() == map_.epoch() || !newer.slotted() || !map_.slotted() ||
+      newer.num_shards() != map_.num_shards() ||
+      newer.num_slots() != map_.num_slots()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("the shards now serve the ", newer.DebugString(),
+                     ", which this client, routing by the ", map_.DebugString(),
+                     ", cannot follow: restart the "
+                     "worker"));
+  }
+  for (auto& [name, state] : tensors_) {
+    std::unique_ptr<TensorState> placed =
+        Place(state->spec, state->layout, newer);
+    replaced_.push_back(std::move(state));
+    state = std::move(placed);
+  }
+  options_.logger->info("routing by the {} (was epoch {})", newer.DebugString(),
+                        map_.epoch());
+  map_ = newer;
+  return absl::OkStatus();
 }
 
 const PsClient::TensorState* PsClient::FindTensor(
@@ -166,7 +195,8 @@ const TableSpec* PsClient::FindTableSpec(const std::string& name) const {
 }
 
 absl::Status PsClient::AdoptMap(const std::vector<const ShardMapProto*>& maps) {
-  std::vector<ShardMap> got;
+  std::optional<ShardMap> newest;
+  int newest_shard = 0;
   for (size_t s = 0; s < maps.size(); ++s) {
     absl::StatusOr<ShardMap> m = ShardMapOr(*maps[s], num_shards());
     if (!m.ok() || m->num_shards() != num_shards()) {
@@ -175,27 +205,32 @@ absl::Status PsClient::AdoptMap(const std::vector<const ShardMapProto*>& maps) {
           "of ", num_shards(), " servers cannot route by: ",
           m.ok() ? m->DebugString() : m.status().message()));
     }
-    if (!got.empty() && *m != got[0]) {
+    // Epochs may differ while a move reaches the shards one by one; the
+    // slots may not.
+    if (newest.has_value() &&
+        (m->num_slots() != newest->num_slots() ||
+         (m->epoch() == newest->epoch() && *m != *newest))) {
       return absl::FailedPreconditionError(absl::StrCat(
-          ShardName(0), " serves the ", got[0].DebugString(), " but ",
-          ShardName(static_cast<int>(s)), " the ", m->DebugString(),
+          ShardName(newest_shard), " serves the ", newest->DebugString(),
+          " but ", ShardName(static_cast<int>(s)), " the ", m->DebugString(),
           ": start every shard of a run with the same --num_slots (and "
           "files of one map)"));
     }
-    got.push_back(*std::move(m));
+    if (!newest.has_value() || m->epoch() > newest->epoch()) {
+      newest = *std::move(m);
+      newest_shard = static_cast<int>(s);
+    }
   }
-  if (got.empty()) return absl::OkStatus();
-  absl::MutexLock l(&mu_);
-  if (got[0] == map_) return absl::OkStatus();
-  if (!tensors_.empty() || !row_tables_.empty()) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("the shards now serve the ", got[0].DebugString(),
-                     ", not the ", map_.DebugString(),
-                     " this client routed its tensors by: restart the "
-                     "worker"));
+  if (!newest.has_value()) return absl::OkStatus();
+  {
+    absl::MutexLock l(&mu_);
+    if (*newest == map_) return absl::OkStatus();
+    if (tensors_.empty() && row_tables_.empty()) {
+      map_ = *newest;
+      return absl::OkStatus();
+    }
   }
-  map_ = got[0];
-  return absl::OkStatus();
+  return FollowMap(*newest);
 }
 
 // ---------------------------------------------------------------- create

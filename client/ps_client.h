@@ -259,11 +259,22 @@ class PsClient {
 
   // Where every key lives (common/shard_map.h): the static map of the
   // servers until the shards answer with theirs (CreateTensors,
-  // CreateTables and WaitForTensors adopt the map every shard serves).
+  // CreateTables and WaitForTensors adopt the newest map the shards serve),
+  // then every newer map of the same slots a shard refuses a request with.
   ShardMap map() const {
     absl::MutexLock l(&mu_);
     return map_;
   }
+  // Routes every later call by `newer` when it is a newer epoch of this
+  // client's slotted map (the same shard and slot counts: slots moved
+  // between shards); calls in flight finish by the map they started with
+  // (a shard refuses what it no longer owns, and the call routes it
+  // again). OK and nothing changes for an epoch not newer than the map's;
+  // FAILED_PRECONDITION for a map this client cannot follow (another slot
+  // count, a static map: restart the worker). Thread-safe.
+  absl::Status FollowMap(const ShardMap& newer);
+  // A call gives up after this many map changes under it.
+  static constexpr int kMaxMapChanges = 4;
   int num_shards() const { return num_shards_; }
   int32_t worker_id() const { return options_.worker_id; }
   uint64_t incarnation() const { return options_.incarnation; }
@@ -337,13 +348,20 @@ class PsClient {
     ShardMap::TableKey key;
   };
 
-  // What the client knows about one tensor. Const once remembered.
+  // What the client knows about one tensor, placed by one map. Const once
+  // remembered: calls in flight read it without the lock, so a new map
+  // replaces it with a new one (the old one is kept until the client goes).
   struct TensorState {
     TensorSpec spec;  // as stored by the shards
     TensorLayout layout;
     std::vector<int> home;            // per slice: its home shard
     std::vector<uint32_t> slices_on;  // per shard: slices it holds
+    uint64_t map_epoch = 0;           // of the map it was placed by
   };
+  // `spec` placed by `map`.
+  static std::unique_ptr<TensorState> Place(const TensorSpec& spec,
+                                            const TensorLayout& layout,
+                                            const ShardMap& map);
 
   PsClient(PsClientOptions options, ShardMap map);
 
@@ -368,10 +386,11 @@ class PsClient {
   absl::Status RememberListed(
       const std::vector<std::string>& names,
       const std::vector<ListTensorsResponse>& responses);
-  // Adopts the map every shard answered (maps[s] is shard s's):
-  // FAILED_PRECONDITION when shards serve different maps, a malformed one,
-  // or another map than the one this client already routed known tensors
-  // and tables by.
+  // Adopts the newest map the shards answered (maps[s] is shard s's; a
+  // slot move may have reached only some of them): FAILED_PRECONDITION
+  // when shards serve maps of different slots, different maps of one
+  // epoch, a malformed one, or, once tensors or tables are known, a map
+  // FollowMap cannot follow.
   absl::Status AdoptMap(const std::vector<const ShardMapProto*>& maps);
 
   // ---- Calls (client/ps_client.cc).
@@ -426,12 +445,23 @@ class PsClient {
 
   // ---- Pulls (client/pull.cc).
   // Adds the tensors / rows of a pull to the shards' requests.
+  // Tensors placed by another map than `map` (it changed meanwhile):
+  // ABORTED, plan again.
   absl::Status PlanTensorPull(
-      const std::vector<std::pair<std::string, float*>>& outs, PendingPull* p,
+      const std::vector<std::pair<std::string, float*>>& outs,
+      const ShardMap& map, PendingPull* p,
       std::vector<std::unique_ptr<PullShard>>* shards) const;
   absl::Status PlanRowsPull(
-      const std::vector<RowsQuery>& queries, PendingPull* p,
-      std::vector<std::unique_ptr<PullShard>>* shards) const;
+      const std::vector<RowsQuery>& queries, const ShardMap& map,
+      PendingPull* p, std::vector<std::unique_ptr<PullShard>>* shards) const;
+  // Plans p's pull (p->what_) by the map now: p->shards_ and the calls to
+  // them (none: nothing to pull). The parts of an earlier plan move to
+  // p->earlier_.
+  absl::StatusOr<std::vector<FanOut::Call>> PlanPull(PendingPull* p);
+  // After p's attempts ended with `s`: while shards refused their part for
+  // the map it was routed with, follows their map and pulls again (the
+  // whole pull: pulls are repeatable), at most kMaxMapChanges times.
+  absl::Status RepullRefused(PendingPull* p, absl::Status s);
   // Checks one shard's answer and copies its slices and rows into the
   // caller's buffers (on the answer's thread).
   absl::Status ReadPull(const grpc::ByteBuffer& answer, PullShard* ps);
@@ -444,7 +474,9 @@ class PsClient {
   struct RowsSend;
   // Checks the tensors / rows of a push before anything is sent (the rows
   // are also summed per distinct id).
+  // Tensors placed by another map than `map`: ABORTED, check again.
   absl::Status CheckTensorSend(bool assign, const PushSet& what,
+                               const ShardMap& map,
                                std::vector<const TensorState*>* states) const;
   absl::Status CheckRowsSend(bool assign, const PushSet& what,
                              std::vector<RowsSend>* tables) const;
@@ -457,16 +489,26 @@ class PsClient {
       std::vector<PushRequest>* headers,
       std::vector<std::vector<grpc::Slice>>* payloads) const;
   void AddRowPayloads(const std::vector<RowsSend>& tables, const ReadSet& read,
-                      WireDtype dtype, std::vector<PushRequest>* headers,
+                      WireDtype dtype, const ShardMap& map,
+                      std::vector<PushRequest>* headers,
                       std::vector<std::vector<grpc::Slice>>* payloads) const;
   // StartPush (assign false) or StartAssign.
   std::unique_ptr<PendingPush> StartSend(bool assign, int64_t clock,
                                          const PushSet& what,
                                          const ReadSet& read);
   // One push header per shard: worker, clock, seq, request id, wire type,
-  // map epoch and the epoch `epochs` read from each shard.
+  // `map_epoch` and the epoch `epochs` read from each shard.
   std::vector<PushRequest> PushHeaders(int64_t clock, uint64_t seq,
+                                       uint64_t map_epoch,
                                        const std::vector<uint64_t>& epochs);
+  // The call that sends part `ps` (its frame) on connection `connection`.
+  FanOut::Call PushCall(PushShard* ps, uint32_t connection);
+  // After p's attempts ended with `s`: while shards refused their part for
+  // the map it was routed with, follows their map and sends exactly those
+  // parts again, split by it (client/push_split.h), under a fresh seq, at
+  // most kMaxMapChanges times; the parts applied are not sent again.
+  absl::Status ResendRefused(PendingPush* p, absl::Status s,
+                             const char* method);
 
   // Const after construction (the Shard objects; their endpoints change,
   // see Shard).
@@ -487,6 +529,9 @@ class PsClient {
   // Entries are never removed or changed once added.
   absl::flat_hash_map<std::string, std::unique_ptr<TensorState>> tensors_
       ABSL_GUARDED_BY(mu_);
+  // Tensor states replaced by a newer map's, which calls in flight may
+  // still read.
+  std::vector<std::unique_ptr<TensorState>> replaced_ ABSL_GUARDED_BY(mu_);
   // Entries are never removed or changed once added.
   absl::flat_hash_map<std::string, std::unique_ptr<TableState>> row_tables_
       ABSL_GUARDED_BY(mu_);
@@ -521,10 +566,17 @@ class PsClient::PendingPull {
 
   ReadSet read_;
   int64_t rows_created_ = 0;
+  // What is pulled (pulled again when a shard refused it for its map).
+  PullSet what_;
+  int64_t clock_ = 0;
+  int64_t for_clock_ = 0;
   std::vector<std::unique_ptr<RowsQueryState>> queries_;
   // Per shard asked: the request sent and where the answer goes; owned
   // here because attempts refer to them.
   std::vector<std::unique_ptr<PullShard>> shards_;
+  // The parts and tables of plans pulled again (their attempts ended).
+  std::vector<std::unique_ptr<PullShard>> earlier_shards_;
+  std::vector<std::unique_ptr<RowsQueryState>> earlier_queries_;
   PendingCall<absl::Status> call_;  // last: destroyed (and waited) first
 };
 

@@ -21,6 +21,7 @@
 #include "client/ps_client.h"
 #include "common/grpc_status.h"
 #include "common/names.h"
+#include "common/shard_map_proto.h"
 #include "proto/asyncps.grpc.pb.h"
 
 namespace asyncps {
@@ -42,10 +43,13 @@ struct PsClient::Shard {
   std::atomic<Endpoint*> current{nullptr};
 };
 
-// A stream answer's CallStatus as an absl::Status.
+// A stream answer's CallStatus as an absl::Status; the map of a refusal
+// for an older map rides along (RefusalMap, common/shard_map_proto.h).
 inline absl::Status FromCallStatus(const CallStatus& s) {
   if (s.code() == 0) return absl::OkStatus();
-  return absl::Status(static_cast<absl::StatusCode>(s.code()), s.message());
+  absl::Status status(static_cast<absl::StatusCode>(s.code()), s.message());
+  if (s.has_map()) return WithRefusalMap(std::move(status), s.map());
+  return status;
 }
 
 // Parses a PushStream answer into `response` and returns its status.

@@ -1,6 +1,7 @@
 // PsClient's pulls: one request per shard for a step's tensors and rows,
 // on the data streams, and the answers copied into the caller's buffers.
 #include <cstring>
+#include <optional>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -9,6 +10,7 @@
 #include "common/fast_frame.h"
 #include "common/names.h"
 #include "common/payload.h"
+#include "common/shard_map_proto.h"
 
 namespace asyncps {
 
@@ -42,7 +44,10 @@ struct PsClient::PullShard {
   absl::flat_hash_map<std::string, std::vector<std::pair<uint32_t, uint64_t>>>
       versions;  // tensor -> (slice, version)
   uint64_t epoch = 0;
-  uint64_t rows_created = 0;                 // summed over its tables
+  uint64_t rows_created = 0;  // summed over its tables
+  // Set when the shard refused the part for the map it was routed with:
+  // the shard's map (nothing was read).
+  std::optional<ShardMapProto> refused;
   std::atomic<DataStream*> stream{nullptr};  // of the attempt in flight
 };
 
@@ -126,7 +131,8 @@ Part& PartOf(std::vector<std::unique_ptr<Part>>* shards, int s) {
 }  // namespace
 
 absl::Status PsClient::PlanTensorPull(
-    const std::vector<std::pair<std::string, float*>>& outs, PendingPull* p,
+    const std::vector<std::pair<std::string, float*>>& outs,
+    const ShardMap& map, PendingPull* p,
     std::vector<std::unique_ptr<PullShard>>* shards) const {
   absl::flat_hash_map<std::string, std::pair<const TensorState*, float*>>
       wanted;
@@ -140,6 +146,9 @@ absl::Status PsClient::PlanTensorPull(
     if (buffer == nullptr) {
       return absl::InvalidArgumentError(
           absl::StrCat("Pull: null buffer for tensor ", QuoteName(name)));
+    }
+    if (t->map_epoch != map.epoch()) {
+      return absl::AbortedError("the map changed while the pull was planned");
     }
     if (!wanted.try_emplace(name, t, buffer).second) {
       return absl::InvalidArgumentError(
@@ -161,10 +170,9 @@ absl::Status PsClient::PlanTensorPull(
 }
 
 absl::Status PsClient::PlanRowsPull(
-    const std::vector<RowsQuery>& queries, PendingPull* p,
+    const std::vector<RowsQuery>& queries, const ShardMap& map, PendingPull* p,
     std::vector<std::unique_ptr<PullShard>>* shards) const {
   const int n = num_shards();
-  const ShardMap map = this->map();
   for (const RowsQuery& query : queries) {
     const TableState* t = FindTable(query.table);
     if (t == nullptr) {
@@ -217,29 +225,37 @@ absl::Status PsClient::PlanRowsPull(
   return absl::OkStatus();
 }
 
-std::unique_ptr<PsClient::PendingPull> PsClient::StartPull(
-    int64_t clock, int64_t for_clock, const PullSet& what) {
-  std::unique_ptr<PendingPull> p(new PendingPull());
-  const int n = num_shards();
-  p->read_.epochs.assign(n, 0);
-  std::vector<std::unique_ptr<PullShard>> shards(n);
-  absl::Status planned =
-      for_clock < clock
-          ? absl::InvalidArgumentError(absl::StrCat(
-                "Pull: for_clock ", for_clock, " is behind the clock ", clock))
-          : absl::OkStatus();
-  if (planned.ok()) planned = PlanTensorPull(what.tensors, p.get(), &shards);
-  if (planned.ok()) planned = PlanRowsPull(what.rows, p.get(), &shards);
-  if (!planned.ok()) {
-    p->call_.Fail(planned);
-    return p;
+absl::StatusOr<std::vector<FanOut::Call>> PsClient::PlanPull(PendingPull* p) {
+  for (auto& ps : p->shards_) {
+    // Rows an earlier plan's answers created count (pulled again, they
+    // exist).
+    if (!ps->refused.has_value()) p->rows_created_ += ps->rows_created;
+    p->earlier_shards_.push_back(std::move(ps));
   }
+  p->shards_.clear();
+  const int n = num_shards();
+  std::vector<std::unique_ptr<PullShard>> shards;
+  ShardMap map;
+  absl::Status planned;
+  // Tensors and rows placed by one map, and that map's epoch sent.
+  for (int tries = 0;; ++tries) {
+    for (auto& q : p->queries_) p->earlier_queries_.push_back(std::move(q));
+    p->queries_.clear();
+    shards.clear();
+    shards.resize(n);
+    map = this->map();
+    planned = PlanTensorPull(p->what_.tensors, map, p, &shards);
+    if (planned.ok()) planned = PlanRowsPull(p->what_.rows, map, p, &shards);
+    if (!absl::IsAborted(planned) || tries == kMaxMapChanges) break;
+  }
+  if (!planned.ok()) return planned;
 
   const uint32_t connection = next_connection_++;
   std::vector<FanOut::Call> calls;
   for (auto& ps : shards) {
     if (ps == nullptr) continue;  // owns nothing asked
-    SetPullCaller(clock, for_clock, &ps->request);
+    SetPullCaller(p->clock_, p->for_clock_, &ps->request);
+    ps->request.set_map_epoch(map.epoch());
     ps->request.set_wire_dtype(options_.pull_dtype);
     PullShard* raw = ps.get();
     calls.push_back(StreamCall(
@@ -256,14 +272,63 @@ std::unique_ptr<PsClient::PendingPull> PsClient::StartPull(
         }));
     p->shards_.push_back(std::move(ps));
   }
+  return calls;
+}
+
+absl::Status PsClient::RepullRefused(PendingPull* p, absl::Status s) {
+  for (int changes = 0; s.ok(); ++changes) {
+    std::vector<ShardMapProto> refused;
+    for (const auto& ps : p->shards_) {
+      if (ps->refused.has_value()) refused.push_back(*ps->refused);
+    }
+    if (refused.empty()) return s;
+    if (changes == kMaxMapChanges) {
+      return absl::UnavailableError(
+          absl::StrCat("Pull: the shard map changed ", changes,
+                       " times while the pull ran (now epoch ",
+                       refused[0].epoch(), "); giving up"));
+    }
+    for (const ShardMapProto& wire : refused) {
+      absl::StatusOr<ShardMap> m = ShardMapFromProto(wire);
+      if (!m.ok()) return absl::InternalError(m.status().message());
+      if (s = FollowMap(*m); !s.ok()) return s;
+    }
+    absl::StatusOr<std::vector<FanOut::Call>> calls = PlanPull(p);
+    if (!calls.ok()) return calls.status();
+    if (calls->empty()) return absl::OkStatus();
+    FanOut again(Env(), "Pull", WaitPolicy());
+    again.Start(*std::move(calls));
+    s = again.Wait();
+  }
+  return s;
+}
+
+std::unique_ptr<PsClient::PendingPull> PsClient::StartPull(
+    int64_t clock, int64_t for_clock, const PullSet& what) {
+  std::unique_ptr<PendingPull> p(new PendingPull());
+  p->read_.epochs.assign(num_shards(), 0);
+  p->what_ = what;
+  p->clock_ = clock;
+  p->for_clock_ = for_clock;
+  if (for_clock < clock) {
+    p->call_.Fail(absl::InvalidArgumentError(absl::StrCat(
+        "Pull: for_clock ", for_clock, " is behind the clock ", clock)));
+    return p;
+  }
+  absl::StatusOr<std::vector<FanOut::Call>> calls = PlanPull(p.get());
+  if (!calls.ok()) {
+    p->call_.Fail(calls.status());
+    return p;
+  }
   std::unique_ptr<FanOut> fanout;  // none: nothing to pull
-  if (!calls.empty()) {
+  if (!calls->empty()) {
     fanout = std::make_unique<FanOut>(Env(), "Pull", WaitPolicy());
-    fanout->Start(std::move(calls));
+    fanout->Start(*std::move(calls));
   }
   PendingPull* raw_pull = p.get();
-  p->call_.Start(std::move(fanout),
-                 [raw_pull](absl::Status s) { return raw_pull->Finish(s); });
+  p->call_.Start(std::move(fanout), [this, raw_pull](absl::Status s) {
+    return raw_pull->Finish(RepullRefused(raw_pull, s));
+  });
   return p;
 }
 
@@ -360,7 +425,13 @@ absl::Status PsClient::ReadPull(const grpc::ByteBuffer& answer, PullShard* ps) {
   absl::Status st = frame.Open(answer, &header);
   if (!st.ok()) return absl::InternalError(st.message());
   st = FromCallStatus(header.status());
-  if (!st.ok()) return st;
+  if (!st.ok()) {
+    // Routed with an older map: done here, pulled again by the shard's.
+    std::optional<ShardMapProto> newer = RefusalMap(st);
+    if (!newer.has_value()) return st;
+    ps->refused = *std::move(newer);
+    return absl::OkStatus();
+  }
   NoteEpoch(ps->shard, header.shard_epoch());
   const WireDtype dtype = header.wire_dtype();
   if (dtype != WIRE_F32 && dtype != WIRE_BF16) {

@@ -3,6 +3,7 @@
 // shard), tensor payloads sent from the caller's memory.
 #include <algorithm>
 #include <cstring>
+#include <optional>
 #include <utility>
 
 #include "absl/container/flat_hash_set.h"
@@ -10,16 +11,25 @@
 #include "absl/strings/str_cat.h"
 #include "client/ps_client.h"
 #include "client/ps_client_internal.h"
+#include "client/push_split.h"
 #include "common/fast_frame.h"
 #include "common/names.h"
 #include "common/payload.h"
+#include "common/shard_map_proto.h"
 
 namespace asyncps {
 
 struct PsClient::PushShard {
   int shard = 0;
+  // The frame's header and payload, kept to split the part again when the
+  // shard refuses it for its map.
+  PushRequest header;
+  std::vector<grpc::Slice> payload;
   grpc::ByteBuffer frame;  // built once, sent by every attempt
   PushResponse response;   // of the successful attempt
+  // Set when the shard refused the part for the map it was routed with:
+  // the shard's map (nothing was applied).
+  std::optional<ShardMapProto> refused;
   std::atomic<DataStream*> stream{nullptr};  // of the attempt in flight
 };
 
@@ -88,7 +98,9 @@ absl::StatusOr<PushSummary> PsClient::PendingPush::Finish(absl::Status s) {
   // (node_hash_map: its entries stay where they are as it grows).
   absl::node_hash_map<std::string, std::pair<TensorPushOutcome, int64_t>> per;
   for (auto& ps : shards_) {
-    ps->frame.Clear();  // our own references to the gradient memory
+    // Our own references to the gradient memory.
+    ps->frame.Clear();
+    ps->payload.clear();
     if (!s.ok()) continue;
     const PushResponse& r = ps->response;
     if (r.duplicate()) ++summary.duplicates;
@@ -162,7 +174,7 @@ std::unique_ptr<PsClient::PendingPush> PsClient::StartAssign(
 }
 
 absl::Status PsClient::CheckTensorSend(
-    bool assign, const PushSet& what,
+    bool assign, const PushSet& what, const ShardMap& map,
     std::vector<const TensorState*>* states) const {
   const SendKind k = KindOf(assign);
   absl::flat_hash_set<std::string> seen;
@@ -181,6 +193,9 @@ absl::Status PsClient::CheckTensorSend(
     if (!seen.insert(name).second) {
       return absl::InvalidArgumentError(
           absl::StrCat(k.what, ": tensor ", QuoteName(name), " given twice"));
+    }
+    if (t->map_epoch != map.epoch()) {
+      return absl::AbortedError("the map changed while the push was planned");
     }
     if (!what.tensors_checked_finite &&
         !AllFinite(reinterpret_cast<const char*>(buffer),
@@ -318,10 +333,9 @@ int64_t PsClient::AddTensorPayloads(
 
 void PsClient::AddRowPayloads(
     const std::vector<RowsSend>& tables, const ReadSet& read, WireDtype dtype,
-    std::vector<PushRequest>* headers,
+    const ShardMap& map, std::vector<PushRequest>* headers,
     std::vector<std::vector<grpc::Slice>>* payloads) const {
   const int n = num_shards();
-  const ShardMap map = this->map();
   for (const RowsSend& send : tables) {
     const RowsGrad& g = *send.grad;
     const size_t dim = static_cast<size_t>(send.table->spec.dim());
@@ -372,8 +386,15 @@ std::unique_ptr<PsClient::PendingPush> PsClient::StartSend(
   const SendKind k = KindOf(assign);
   std::vector<const TensorState*> states;
   std::vector<RowsSend> tables;
+  ShardMap map;
   absl::Status checked = CheckNotReader(k.what);
-  if (checked.ok()) checked = CheckTensorSend(assign, what, &states);
+  // Tensors placed by one map, and that map's epoch sent.
+  for (int tries = 0; checked.ok(); ++tries) {
+    map = this->map();
+    states.clear();
+    checked = CheckTensorSend(assign, what, map, &states);
+    if (!absl::IsAborted(checked) || tries == kMaxMapChanges) break;
+  }
   if (checked.ok()) checked = CheckRowsSend(assign, what, &tables);
   if (!checked.ok()) {
     p->call_.Fail(checked);
@@ -386,7 +407,8 @@ std::unique_ptr<PsClient::PendingPush> PsClient::StartSend(
   const uint64_t seq = next_seq_++;
   // Values are assigned exactly as given, whatever the gradients' wire type.
   const WireDtype dtype = assign ? WIRE_F32 : options_.push_dtype;
-  std::vector<PushRequest> headers = PushHeaders(clock, seq, read.epochs);
+  std::vector<PushRequest> headers =
+      PushHeaders(clock, seq, map.epoch(), read.epochs);
   for (PushRequest& header : headers) {
     header.set_wire_dtype(dtype);
     header.set_assign(assign);
@@ -400,39 +422,110 @@ std::unique_ptr<PsClient::PendingPush> PsClient::StartSend(
     absl::MutexLock l(&p->borrowed_->mu);
     p->borrowed_->refs = handed_over;
   }
-  AddRowPayloads(tables, read, dtype, &headers, &payloads);
+  AddRowPayloads(tables, read, dtype, map, &headers, &payloads);
 
   const uint32_t connection = next_connection_++;
   std::vector<FanOut::Call> calls;
   for (int s = 0; s < n; ++s) {
     auto ps = std::make_unique<PushShard>();
     ps->shard = s;
-    ps->frame = MakeFrame(headers[s], payloads[s]);
-    PushShard* raw = ps.get();
-    const uint64_t id = headers[s].request_id();
-    calls.push_back(StreamCall(
-        s, /*push=*/true, connection, &raw->stream,
-        [raw, id](DataStream* stream, FanOut::Done done) {
-          stream->Send(id, raw->frame,
-                       [raw, done = std::move(done)](absl::Status st,
-                                                     grpc::ByteBuffer* answer) {
-                         if (st.ok()) {
-                           st = ReadPushAnswer(*answer, &raw->response);
-                         }
-                         done(st);
-                       });
-        }));
+    ps->header = std::move(headers[s]);
+    ps->payload = std::move(payloads[s]);
+    ps->frame = MakeFrame(ps->header, ps->payload);
+    calls.push_back(PushCall(ps.get(), connection));
     p->shards_.push_back(std::move(ps));
   }
-  // The frames hold the only references to the payload slices now.
+  // The parts hold the only references to the payload slices now.
   payloads.clear();
   auto fanout = std::make_unique<FanOut>(Env(), k.what, CallPolicy());
   fanout->Start(std::move(calls));
   p->reap_ = [this] { ReapFinishedStreams(); };
   PendingPush* raw_call = p.get();
   p->call_.Start(std::move(fanout),
-                 [raw_call](absl::Status s) { return raw_call->Finish(s); });
+                 [this, raw_call, method = k.what](absl::Status s) {
+                   return raw_call->Finish(ResendRefused(raw_call, s, method));
+                 });
   return p;
+}
+
+FanOut::Call PsClient::PushCall(PushShard* ps, uint32_t connection) {
+  const uint64_t id = ps->header.request_id();
+  return StreamCall(ps->shard, /*push=*/true, connection, &ps->stream,
+                    [ps, id](DataStream* stream, FanOut::Done done) {
+                      stream->Send(
+                          id, ps->frame,
+                          [ps, done = std::move(done)](
+                              absl::Status st, grpc::ByteBuffer* answer) {
+                            if (st.ok())
+                              st = ReadPushAnswer(*answer, &ps->response);
+                            // Routed with an older map: applied nowhere, done
+                            // here; sent again by the shard's map.
+                            std::optional<ShardMapProto> newer = RefusalMap(st);
+                            if (newer.has_value()) {
+                              ps->refused = *std::move(newer);
+                              ps->response.Clear();
+                              st = absl::OkStatus();
+                            }
+                            done(st);
+                          });
+                    });
+}
+
+absl::Status PsClient::ResendRefused(PendingPush* p, absl::Status s,
+                                     const char* method) {
+  for (int changes = 0; s.ok(); ++changes) {
+    std::vector<PushPart> parts;
+    std::vector<ShardMapProto> maps;
+    for (auto& ps : p->shards_) {
+      if (!ps->refused.has_value()) continue;
+      maps.push_back(*ps->refused);
+      parts.push_back(PushPart{ps->shard, ps->header, ps->payload});
+    }
+    if (parts.empty()) return s;
+    if (changes == kMaxMapChanges) {
+      return absl::AbortedError(
+          absl::StrCat(method, ": the shard map changed ", changes,
+                       " times while the call ran (now epoch ", maps[0].epoch(),
+                       "); giving up with the parts of ", parts.size(),
+                       " shard(s) applied nowhere"));
+    }
+    for (const ShardMapProto& wire : maps) {
+      absl::StatusOr<ShardMap> m = ShardMapFromProto(wire);
+      if (!m.ok()) return absl::InternalError(m.status().message());
+      if (s = FollowMap(*m); !s.ok()) return s;
+    }
+    const ShardMap map = this->map();
+    absl::StatusOr<std::vector<PushPart>> split = SplitPushParts(parts, map);
+    if (!split.ok()) return absl::InternalError(split.status().message());
+    for (auto& ps : p->shards_) {
+      if (!ps->refused.has_value()) continue;
+      ps->refused.reset();
+      ps->frame.Clear();
+      ps->payload.clear();
+    }
+    parts.clear();
+    // A fresh seq: the refused shards gave theirs back, but the shards that
+    // applied their part of it would take a piece under it as a duplicate.
+    const uint64_t seq = next_seq_++;
+    const uint32_t connection = next_connection_++;
+    std::vector<FanOut::Call> calls;
+    for (PushPart& part : *split) {
+      auto ps = std::make_unique<PushShard>();
+      ps->shard = part.shard;
+      ps->header = std::move(part.header);
+      ps->header.set_seq(seq);
+      ps->header.set_request_id(next_request_id_++);
+      ps->header.set_map_epoch(map.epoch());
+      ps->payload = std::move(part.payload);
+      ps->frame = MakeFrame(ps->header, ps->payload);
+      calls.push_back(PushCall(ps.get(), connection));
+      p->shards_.push_back(std::move(ps));
+    }
+    FanOut again(Env(), method, CallPolicy());
+    again.Start(std::move(calls));
+    s = again.Wait();
+  }
+  return s;
 }
 
 absl::StatusOr<PushSummary> PsClient::Push(
@@ -447,9 +540,9 @@ ReadSet PsClient::LastRead() const {
 }
 
 std::vector<PushRequest> PsClient::PushHeaders(
-    int64_t clock, uint64_t seq, const std::vector<uint64_t>& epochs) {
+    int64_t clock, uint64_t seq, uint64_t map_epoch,
+    const std::vector<uint64_t>& epochs) {
   std::vector<PushRequest> headers(num_shards());
-  const uint64_t map_epoch = map().epoch();
   for (size_t s = 0; s < headers.size(); ++s) {
     *headers[s].mutable_worker() = MakeWorkerRef(clock);
     headers[s].set_seq(seq);

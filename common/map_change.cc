@@ -75,16 +75,37 @@ absl::StatusOr<std::vector<uint32_t>> SlotsMoving(const ShardMap& current,
   return moving;
 }
 
-bool OwnsSameSlots(const ShardMap& a, const ShardMap& b, int shard) {
-  if (!a.slotted() || !b.slotted() || a.num_slots() != b.num_slots()) {
-    return false;
+absl::Status CheckAdoptable(const ShardMap& current, const ShardMap& next,
+                            int shard) {
+  if (!current.slotted()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("this shard serves the ", current.DebugString(),
+                     ": maps change only in a slotted run (--num_slots)"));
   }
-  const absl::Span<const uint16_t> x = a.owners();
-  const absl::Span<const uint16_t> y = b.owners();
-  for (size_t s = 0; s < x.size(); ++s) {
-    if ((x[s] == shard) != (y[s] == shard)) return false;
+  if (!next.slotted() || next.num_shards() != current.num_shards() ||
+      next.num_slots() != current.num_slots()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the ", next.DebugString(), " is not a map of this run (",
+        current.num_slots(), " slots over ", current.num_shards(), " shards)"));
   }
-  return true;
+  if (next.epoch() < current.epoch() ||
+      (next.epoch() == current.epoch() && next != current)) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "the map of epoch ", next.epoch(), " is not newer than the ",
+        current.DebugString(), " this shard serves"));
+  }
+  const absl::Span<const uint16_t> before = current.owners();
+  const absl::Span<const uint16_t> after = next.owners();
+  for (size_t s = 0; s < before.size(); ++s) {
+    if ((before[s] == shard) != (after[s] == shard)) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "the map of epoch ", next.epoch(), " gives slot ", s, " to shard ",
+          after[s], " instead of shard ", before[s],
+          ": AdoptMap leaves this shard's slots as they are (moving slots is "
+          "MoveSlots)"));
+    }
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace asyncps

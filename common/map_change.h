@@ -38,9 +38,14 @@ absl::StatusOr<std::vector<uint32_t>> SlotsMoving(const ShardMap& current,
                                                   const ShardMap& next,
                                                   int from, int to);
 
-// True when `shard` owns the same slots under both maps (both slotted, of
-// one slot count).
-bool OwnsSameSlots(const ShardMap& a, const ShardMap& b, int shard);
+// OK when shard `shard`, serving `current`, may serve `next` without
+// moving anything: a slotted map of the same shard and slot counts, at a
+// newer epoch (or `current` itself), that gives `shard` exactly the slots it
+// owns now. INVALID_ARGUMENT for a map that is not one of this run (another
+// shard or slot count, a static map), FAILED_PRECONDITION (naming the
+// epochs or the first slot that would change hands) otherwise.
+absl::Status CheckAdoptable(const ShardMap& current, const ShardMap& next,
+                            int shard);
 
 }  // namespace asyncps
 

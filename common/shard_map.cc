@@ -100,6 +100,11 @@ int ShardMap::RowHome(TableKey key, uint64_t id) const {
 
 absl::Status ShardMap::CheckRouted(uint64_t routed) const {
   if (routed == 0 || routed == epoch_) return absl::OkStatus();
+  if (routed > epoch_) {
+    return absl::UnavailableError(
+        absl::StrCat("shard serves map epoch ", epoch_,
+                     ", the request was routed with ", routed, "; retry"));
+  }
   return absl::FailedPreconditionError(
       absl::StrCat("the request was routed with shard map epoch ", routed,
                    "; this shard serves the ", DebugString(),

@@ -10,8 +10,10 @@
 // A map has an epoch. Every pull and push carries the epoch of the map it
 // was routed with (PullRequest.map_epoch / PushRequest.map_epoch), and a
 // shard refuses a request routed with another map than its own, before it
-// reads anything else, so that a request can never be applied by a shard
-// that no longer owns its keys.
+// reads the request's keys, so that a request can never be applied by a
+// shard that no longer owns its keys: one routed with an older map is
+// refused with the shard's map (the client routes it again by that), one
+// routed with a newer map is retried (the shard learns it soon).
 //
 // Two forms. A static map (the default of a run) places keys by its shard
 // count: slices of a tensor go round-robin over the shards from a start
@@ -109,8 +111,10 @@ class ShardMap {
   }
 
   // OK when a request routed with map epoch `routed` may be served under
-  // this map: the same epoch, or 0 (not routed by a map). Else
-  // FAILED_PRECONDITION naming both epochs.
+  // this map: the same epoch, or 0 (not routed by a map). An older epoch is
+  // FAILED_PRECONDITION naming both (the caller must route the request
+  // again by this map; common/shard_map_proto.h RefuseRouted attaches it),
+  // a newer one UNAVAILABLE (this shard has not learnt that map yet: retry).
   absl::Status CheckRouted(uint64_t routed) const;
 
   // "static map of 3 shards, epoch 1" / "map of 4096 slots over 3

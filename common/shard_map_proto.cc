@@ -4,6 +4,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/strings/cord.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
@@ -23,6 +24,28 @@ void ShardMapToProto(const ShardMap& map, ShardMapProto* out) {
     (*owners)[i++] = static_cast<char>(owner & 0xff);
     (*owners)[i++] = static_cast<char>(owner >> 8);
   }
+}
+
+absl::Status CheckRouted(const ShardMap& map, uint64_t routed) {
+  absl::Status s = map.CheckRouted(routed);
+  if (!absl::IsFailedPrecondition(s)) return s;
+  ShardMapProto wire;
+  ShardMapToProto(map, &wire);
+  return WithRefusalMap(std::move(s), wire);
+}
+
+absl::Status WithRefusalMap(absl::Status status, const ShardMapProto& map) {
+  status.SetPayload(kRoutedMapPayload, absl::Cord(map.SerializeAsString()));
+  return status;
+}
+
+std::optional<ShardMapProto> RefusalMap(const absl::Status& status) {
+  if (!absl::IsFailedPrecondition(status)) return std::nullopt;
+  auto bytes = status.GetPayload(kRoutedMapPayload);
+  if (!bytes.has_value()) return std::nullopt;
+  ShardMapProto map;
+  if (!map.ParseFromString(std::string(*bytes))) return std::nullopt;
+  return map;
 }
 
 absl::StatusOr<ShardMap> ShardMapFromProto(const ShardMapProto& proto) {

@@ -14,8 +14,11 @@
 //   if (!back.ok()) return back.status();  // a malformed map
 //   assert(*back == store.map());
 
+#include <cstdint>
+#include <optional>
 #include <string>
 
+#include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "common/shard_map.h"
 #include "proto/asyncps.pb.h"
@@ -32,6 +35,21 @@ absl::StatusOr<ShardMap> ShardMapFromProto(const ShardMapProto& proto);
 // The map of a message that may carry none: an unset map (num_shards 0) is
 // the static map of `num_shards`.
 absl::StatusOr<ShardMap> ShardMapOr(const ShardMapProto& proto, int num_shards);
+
+// ShardMap::CheckRouted, and for a request routed with an older map, the
+// refusal carries `map` (as a payload of the status, kRoutedMapPayload),
+// which stream answers copy into CallStatus.map for the client.
+//
+//   absl::Status s = CheckRouted(store.map(), request.map_epoch());
+//   ...
+//   std::optional<ShardMapProto> newer = RefusalMap(s);  // set: re-route
+absl::Status CheckRouted(const ShardMap& map, uint64_t routed);
+// The map a refusal of CheckRouted (or one rebuilt with WithRefusalMap)
+// carries; none for any other status.
+std::optional<ShardMapProto> RefusalMap(const absl::Status& status);
+// `status` carrying `map` as RefusalMap reads it.
+absl::Status WithRefusalMap(absl::Status status, const ShardMapProto& map);
+inline constexpr char kRoutedMapPayload[] = "asyncps.ShardMapProto/routed";
 
 // The map as a text file (psctl rebalance writes one, psctl reshard --map
 // reads one): the proto's text format, the owners as one line per shard

@@ -2,6 +2,7 @@
 
 #include <deque>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -13,6 +14,7 @@
 #include "absl/synchronization/mutex.h"
 #include "common/fast_frame.h"
 #include "common/names.h"
+#include "common/shard_map_proto.h"
 #include "server/ps_service.h"
 #include "server/pull_wait.h"
 #include "server/push_transaction.h"
@@ -21,9 +23,13 @@ namespace asyncps {
 
 namespace {
 
+// A refusal of a request routed with an older map carries the shard's map
+// (common/shard_map_proto.h RefusalMap) to the client.
 void SetCallStatus(const absl::Status& s, CallStatus* out) {
   out->set_code(static_cast<int32_t>(s.code()));
   out->set_message(std::string(s.message()));
+  std::optional<ShardMapProto> map = RefusalMap(s);
+  if (map.has_value()) *out->mutable_map() = *std::move(map);
 }
 
 // One payload per gradient message (SliceGradient or RowsGradient) of a
@@ -229,8 +235,7 @@ class PushStreamReactor : public StreamReactor {
     std::vector<Payload> grads, rows;
     absl::Status s = reader.Open(request, &header);
     if (s.ok()) {
-      s = PushTransaction::CheckCaller(header,
-                                       service_->context().store->map());
+      s = PushTransaction::CheckCaller(header);
     }
     if (s.ok()) s = ReadFrameGradients(header, &reader, &grads, &rows);
     if (!s.ok()) service_->context().stats->RecordBadInput();

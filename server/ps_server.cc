@@ -216,6 +216,7 @@ ServiceContext PsServer::MakeServiceContext(const PsServerOptions& options,
   context.workers = workers_.get();
   context.stats = &stats_;
   context.gate = &gate_;
+  context.fence = &fence_;
   context.checkpointer = checkpointer_.get();
   context.specs = specs_.get();
   context.run_id = options.run_id;
@@ -251,10 +252,17 @@ absl::Status PsServer::Serve(
     feed_ = std::make_unique<ReplicaFeedService>(std::move(f));
     builder.RegisterService(feed_.get());
   }
-  reflection_v1_ = std::make_unique<ReflectionV1Service>(
-      std::vector<std::string>{kServiceName, "grpc.health.v1.Health",
-                               "grpc.reflection.v1.ServerReflection",
-                               "grpc.reflection.v1alpha.ServerReflection"});
+  SlotMoverOptions moves;
+  moves.security = options.security;
+  mover_ = std::make_unique<SlotMover>(&service_->context(), &fence_,
+                                       std::move(moves));
+  slot_moves_ = std::make_unique<SlotMovesService>(mover_.get());
+  builder.RegisterService(slot_moves_.get());
+  reflection_v1_ =
+      std::make_unique<ReflectionV1Service>(std::vector<std::string>{
+          kServiceName, "asyncps.SlotMoves", "grpc.health.v1.Health",
+          "grpc.reflection.v1.ServerReflection",
+          "grpc.reflection.v1alpha.ServerReflection"});
   builder.RegisterService(reflection_v1_.get());
   if (options.rpc_metrics != nullptr) {
     std::vector<

@@ -48,6 +48,9 @@
 #include "server/replication_log.h"
 #include "server/runtime_metrics.h"
 #include "server/shard_stats.h"
+#include "server/slot_fence.h"
+#include "server/slot_mover.h"
+#include "server/slot_moves_service.h"
 #include "server/spec_file.h"
 #include "server/worker_registry.h"
 #include "spdlog/spdlog.h"
@@ -230,6 +233,9 @@ class PsServer {
   std::unique_ptr<PsService> service_;
   ReplicationLog* log_ = nullptr;
   std::unique_ptr<ReplicaFeedService> feed_;  // null unless replicated
+  SlotFence fence_;  // raised while slots leave this shard
+  std::unique_ptr<SlotMover> mover_;
+  std::unique_ptr<SlotMovesService> slot_moves_;
   std::unique_ptr<ReflectionV1Service> reflection_v1_;
   std::unique_ptr<grpc::Server> server_;
   int port_ = 0;

@@ -43,7 +43,8 @@ int64_t RowsClock(const PullRequest& request) {
 // pull names a well-formed worker reference, a reader's (read_only) names no
 // worker and no for_clock.
 // Then the map it was routed with.
-absl::Status CheckPullCaller(const PullRequest& request, const ShardMap& map) {
+absl::Status CheckPullCaller(const PullRequest& request,
+                             const ServiceContext& c) {
   if (!request.read_only()) {
     absl::Status s = CheckWorkerRef(request.worker());
     if (!s.ok()) return s;
@@ -52,7 +53,13 @@ absl::Status CheckPullCaller(const PullRequest& request, const ShardMap& map) {
         "a read_only pull names no worker and no for_clock: it reads what the "
         "shard holds and registers nobody");
   }
-  return map.CheckRouted(request.map_epoch());
+  return CheckServing(c, request.map_epoch());
+}
+
+// A refusal for the map a request was routed with (common/shard_map.h):
+// not bad input, the client routes it again or retries.
+bool IsRoutingRefusal(const absl::Status& s) {
+  return absl::IsUnavailable(s) || RefusalMap(s).has_value();
 }
 
 // A reader's pull creates nothing: every TableIds is a peek.
@@ -353,14 +360,14 @@ absl::Status PsService::DoHeartbeat(const HeartbeatRequest& request,
 }
 
 absl::Status PsService::BeginPull(const PullRequest& request, int64_t* target) {
-  absl::Status s = CheckPullCaller(request, c_.store->map());
+  absl::Status s = CheckPullCaller(request, c_);
   if (s.ok() && request.wire_dtype() != WIRE_F32 &&
       request.wire_dtype() != WIRE_BF16) {
     s = absl::InvalidArgumentError(
         absl::StrCat("unknown wire_dtype ", request.wire_dtype()));
   }
   if (!s.ok()) {
-    c_.stats->RecordBadInput();
+    if (!IsRoutingRefusal(s)) c_.stats->RecordBadInput();
     return s;
   }
   // Validate before touching the registry: a rejected pull must not
@@ -410,7 +417,11 @@ void PsService::NoteWaitEnd(const PullRequest& request,
 
 absl::Status PsService::CopyPull(const PullRequest& request,
                                  PullResponse* response) {
-  absl::Status s = c_.store->Pull(request, response);
+  // Checked again where it is read: the map may have changed while the
+  // pull waited (no change while the pass is held).
+  PushGate::Pass pass(c_.gate, request.worker().worker_id());
+  absl::Status s = CheckServing(c_, request.map_epoch());
+  if (s.ok()) s = c_.store->Pull(request, response);
   if (s.ok()) {
     s = c_.store->tables().Pull(
         request, RowsClock(request), WIRE_F32, response,
@@ -437,6 +448,12 @@ absl::StatusOr<grpc::ByteBuffer> PsService::CopyPullFrame(
   const WireDtype dtype = request.wire_dtype();
   std::vector<grpc::Slice> payload;
   uint64_t bytes = 0;
+  // As CopyPull.
+  PushGate::Pass pass(c_.gate, request.worker().worker_id());
+  if (absl::Status routed = CheckServing(c_, request.map_epoch());
+      !routed.ok()) {
+    return routed;
+  }
   const absl::Status s = c_.store->Pull(
       request, [&](const std::string& tensor, uint32_t slice, uint64_t version,
                    absl::Span<const float> values) {
@@ -479,13 +496,13 @@ grpc::ServerUnaryReactor* PsService::Pull(grpc::CallbackServerContext* ctx,
                                           grpc::ByteBuffer* out) {
   auto request = std::make_shared<PullRequest>();
   absl::Status s = ParseFromByteBuffer(*in, request.get());
-  if (s.ok()) s = CheckPullCaller(*request, c_.store->map());
+  if (s.ok()) s = CheckPullCaller(*request, c_);
   if (s.ok() && request->wire_dtype() != WIRE_F32) {
     s = absl::InvalidArgumentError(
         "Pull answers float32; wire_dtype is for PullStream");
   }
   if (!s.ok()) {
-    c_.stats->RecordBadInput();
+    if (!IsRoutingRefusal(s)) c_.stats->RecordBadInput();
     return Finish(ctx, s);
   }
   if (!request->read_only()) s = CheckPrimary();
@@ -551,7 +568,7 @@ grpc::ServerUnaryReactor* PsService::Push(grpc::CallbackServerContext* ctx,
                                           grpc::ByteBuffer* out) {
   PushRequest request;
   absl::Status s = ParseFromByteBuffer(*in, &request);
-  if (s.ok()) s = PushTransaction::CheckCaller(request, c_.store->map());
+  if (s.ok()) s = PushTransaction::CheckCaller(request);
   if (s.ok() && request.wire_dtype() != WIRE_F32) {
     s = absl::InvalidArgumentError(
         "Push carries float32; wire_dtype is for PushStream");

@@ -3,6 +3,7 @@
 #include <utility>
 
 #include "absl/status/statusor.h"
+#include "common/shard_map_proto.h"
 
 namespace asyncps {
 
@@ -23,26 +24,29 @@ PushTransaction::~PushTransaction() {
   }
 }
 
-absl::Status PushTransaction::CheckCaller(const PushRequest& request,
-                                          const ShardMap& map) {
+absl::Status PushTransaction::CheckCaller(const PushRequest& request) {
   absl::Status s = CheckWorkerRef(request.worker());
   if (!s.ok()) return s;
   if (request.seq() == 0) {
     return absl::InvalidArgumentError("push seq must be > 0");
   }
-  return map.CheckRouted(request.map_epoch());
+  return absl::OkStatus();
 }
 
 absl::Status PushTransaction::Prepare(absl::Span<const Payload> grads,
                                       absl::Span<const Payload> rows) {
   const WorkerRef& ref = request_.worker();
   // Who is calling, before anything of the payload is looked at.
-  absl::Status caller = CheckCaller(request_, c_.store->map());
+  absl::Status caller = CheckCaller(request_);
   if (!caller.ok()) {
     c_.stats->RecordBadInput();
     return caller;
   }
   if (!c_.workers->IsCurrent(ref)) {
+    // Routed by this shard's map? (A known caller's retry is recognised as
+    // a duplicate first, below.)
+    absl::Status routed = CheckServing(c_, request_.map_epoch());
+    if (!routed.ok()) return routed;
     // A caller the registry does not know (yet): the push is checked as far
     // as it can be without it before the caller is registered, so that a
     // refused push registers nobody. (Known callers skip this: a retried
@@ -69,6 +73,15 @@ absl::Status PushTransaction::Prepare(absl::Span<const Payload> grads,
   }
   claim_ = *std::move(claim);
   if (claim_->duplicate()) return absl::OkStatus();
+  // Routed by this shard's map now? Read at this point: a map adopted
+  // meanwhile refuses the push (nothing applied; the destructor gives the
+  // seq back).
+  absl::Status routed = CheckServing(c_, request_.map_epoch());
+  if (!routed.ok()) {
+    c_.logger->debug("push from worker {} refused: {}", ref.worker_id(),
+                     routed.ToString());
+    return routed;
+  }
   // Parameters read from an earlier process of this shard were replaced by
   // a restore: such gradients are refused, whatever their versions say (an
   // assign was read from nothing).

@@ -75,20 +75,22 @@ class PushTransaction {
 
   // The checks of a push's caller that need no registry: a well-formed
   // worker reference (CheckWorkerRef) and seq > 0, INVALID_ARGUMENT naming
-  // them otherwise; then that it was routed with `map`'s epoch (0 = not
-  // routed by a map), FAILED_PRECONDITION otherwise. The first check of
-  // every push, before its header's other fields or its payload are looked
-  // at; Prepare makes it too.
-  static absl::Status CheckCaller(const PushRequest& request,
-                                  const ShardMap& map);
+  // them otherwise. The first check of every push, before its header's
+  // other fields or its payload are looked at; Prepare makes it too.
+  static absl::Status CheckCaller(const PushRequest& request);
 
   // grads[i] is the payload of request.grads(i), rows[k] of
   // request.rows(k); they must outlive the transaction. The caller is
   // checked first (CheckCaller), whatever the payload holds; then a caller
-  // the registry does not know has the push checked, so that a refused
-  // push registers nobody; then the caller is admitted and the seq claimed
-  // (FAILED_PRECONDITION for a replaced incarnation); a duplicate is ready
-  // at once (nothing to check); otherwise the whole push is prepared
+  // the registry does not know has the map it routed with checked and the
+  // push checked, so that a refused push registers nobody; then the caller
+  // is admitted and the seq claimed (FAILED_PRECONDITION for a replaced
+  // incarnation); a duplicate is ready at once (nothing to check: a retry
+  // of a push applied under an older map is acknowledged, not refused);
+  // otherwise the map the push was routed with is checked against the
+  // shard's map now (CheckRouted in common/shard_map_proto.h: an older one
+  // is FAILED_PRECONDITION carrying the shard's map, a newer one
+  // UNAVAILABLE; the seq is given back), then the whole push is prepared
   // (ShardStore::PreparePush: NOT_FOUND, INVALID_ARGUMENT,
   // RESOURCE_EXHAUSTED). Called once.
   absl::Status Prepare(absl::Span<const Payload> grads,

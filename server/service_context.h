@@ -6,12 +6,15 @@
 #include <memory>
 #include <string>
 
+#include "absl/status/status.h"
 #include "common/clock.h"
+#include "common/shard_map_proto.h"
 #include "proto/asyncps.pb.h"
 #include "server/checkpointer.h"
 #include "server/push_gate.h"
 #include "server/replication_log.h"
 #include "server/shard_stats.h"
+#include "server/slot_fence.h"
 #include "server/spec_file.h"
 #include "server/worker_registry.h"
 #include "spdlog/spdlog.h"
@@ -36,6 +39,9 @@ struct ServiceContext {
   WorkerRegistry* workers = nullptr;
   ShardStats* stats = nullptr;
   PushGate* gate = nullptr;
+  // Raised while this shard's slots move out (server/slot_mover.h): every
+  // pull and push is refused UNAVAILABLE meanwhile. Null: never.
+  SlotFence* fence = nullptr;
   Checkpointer* checkpointer = nullptr;  // null when checkpoints are off
   // Makes created tensors durable before CreateTensor answers; null when
   // checkpoints are off.
@@ -53,6 +59,18 @@ struct ServiceContext {
   Clock* clock = Clock::Real();
   std::shared_ptr<spdlog::logger> logger;
 };
+
+// Whether a request routed with map epoch `routed` is served now: not while
+// the shard's slots are fenced (UNAVAILABLE: retry), and only by the map
+// served now (CheckRouted: an older epoch is refused with the map, a newer
+// one is UNAVAILABLE). The common case costs two atomic loads. A caller
+// that reads or applies after this holds a push gate pass from before it,
+// so that no map change (made with the gate closed) falls in between.
+inline absl::Status CheckServing(const ServiceContext& c, uint64_t routed) {
+  if (c.fence != nullptr && c.fence->fenced()) return c.fence->Refusal();
+  if (routed == 0 || routed == c.store->map_epoch()) return absl::OkStatus();
+  return CheckRouted(c.store->map(), routed);
+}
 
 }  // namespace asyncps
 

@@ -384,18 +384,21 @@ void SlotMover::Watch() {
 absl::StatusOr<ShardMap> SlotMover::Adopt(const ShardMap& map) {
   absl::MutexLock l(&mu_);
   if (moving_in_ || leaving_.has_value()) {
-    return absl::UnavailableError("a move of this shard's slots is in progress");
+    return absl::UnavailableError(
+        "a move of this shard's slots is in progress; retry");
   }
   const ShardMap current = c_->store->map();
-  if (map.epoch() <= current.epoch()) return current;
-  if (!OwnsSameSlots(current, map, c_->shard_index)) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "the map of epoch ", map.epoch(), " changes the slots of shard ",
-        c_->shard_index, ": slots move only with MoveSlots"));
-  }
-  PushGate::Closed closed(c_->gate);
-  absl::Status s = c_->store->AdoptMap(map);
+  absl::Status s = CheckAdoptable(current, map, c_->shard_index);
   if (!s.ok()) return s;
+  if (map == current) return current;
+  {
+    // No push between its map check and its last slice.
+    PushGate::Closed closed(c_->gate);
+    s = c_->store->AdoptMap(map);
+  }
+  if (!s.ok()) return s;
+  c_->logger->info("serving the {} (was epoch {})", map.DebugString(),
+                   current.epoch());
   return map;
 }
 

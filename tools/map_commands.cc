@@ -189,7 +189,8 @@ int RunMove(ShardQuery* query, absl::Duration timeout,
   const std::vector<ShardResult> results = query->Status(timeout);
   int code = kExitDown;
   absl::StatusOr<ShardMap> map = NewestMap(results, &code);
-  absl::StatusOr<ShardMap> target = map.status();
+  absl::StatusOr<ShardMap> target = absl::UnknownError("no map");
+  if (!map.ok()) target = map.status();
   if (map.ok()) {
     if (code == kExitUsage) {
       return UsageError(absl::StrCat(

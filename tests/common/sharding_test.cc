@@ -52,9 +52,17 @@ TEST_CASE("a static map: its shard counts, epoch and routing check",
   CHECK(ShardMap() == *ShardMap::Static(1));
   CHECK(map->CheckRouted(0).ok());
   CHECK(map->CheckRouted(ShardMap::kStaticEpoch).ok());
-  const absl::Status other = map->CheckRouted(9);
-  CHECK(absl::IsFailedPrecondition(other));
-  CHECK(other.message().find("epoch 9") != std::string::npos);
+  // A newer map than the shard's: retried until the shard has it.
+  const absl::Status newer = map->CheckRouted(9);
+  CHECK(absl::IsUnavailable(newer));
+  CHECK(newer.message().find("routed with 9") != std::string::npos);
+  // An older one: routed again by the shard's map.
+  absl::StatusOr<ShardMap> moved =
+      ShardMap::Slotted(3, {0, 1, 2, 2, 1, 0}, /*epoch=*/7);
+  REQUIRE(moved.ok());
+  const absl::Status older = moved->CheckRouted(6);
+  CHECK(absl::IsFailedPrecondition(older));
+  CHECK(older.message().find("epoch 6") != std::string::npos);
   // Rows by name and by precomputed key agree; slice counts agree with
   // counting homes.
   const ShardMap::TableKey key = ShardMap::KeyOf("emb");

@@ -3,6 +3,7 @@
 // count divides the slot count, and the map survives its wire and text
 // forms exactly; malformed maps are refused with what is wrong.
 #include <catch2/catch.hpp>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -88,6 +89,28 @@ TEST_CASE("a map survives its wire form; malformed wire maps are refused") {
   ShardMapToProto(map, &wire);
   wire.set_num_slots(-1);
   CHECK(!ShardMapFromProto(wire).ok());
+}
+
+TEST_CASE(
+    "a request routed with an older map is refused with the shard's map, one "
+    "with a newer map is retried") {
+  absl::StatusOr<ShardMap> map = ShardMap::Slotted(2, {0, 1, 1, 0}, 5);
+  REQUIRE(map.ok());
+  CHECK(CheckRouted(*map, 0).ok());
+  CHECK(CheckRouted(*map, 5).ok());
+  CHECK(!RefusalMap(absl::OkStatus()).has_value());
+  const absl::Status older = CheckRouted(*map, 4);
+  CHECK(absl::IsFailedPrecondition(older));
+  std::optional<ShardMapProto> carried = RefusalMap(older);
+  REQUIRE(carried.has_value());
+  CHECK(*ShardMapFromProto(*carried) == *map);
+  const absl::Status newer = CheckRouted(*map, 6);
+  CHECK(absl::IsUnavailable(newer));
+  CHECK(newer.message() ==
+        "shard serves map epoch 5, the request was routed with 6; retry");
+  CHECK(!RefusalMap(newer).has_value());
+  // Another failure carries no map, even with the code of a refusal.
+  CHECK(!RefusalMap(absl::FailedPreconditionError("fenced")).has_value());
 }
 
 TEST_CASE("a map survives its text form; bad files say which line") {

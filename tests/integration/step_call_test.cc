@@ -190,7 +190,7 @@ TEST_CASE("a step's push is checked whole before anything is sent",
 }
 
 TEST_CASE(
-    "a request routed with another map epoch is refused before it is read",
+    "a request routed with a newer map epoch is refused before it is read",
     "[step][map]") {
   auto cluster = StartPsCluster(1);
   REQUIRE_OK(cluster.status());
@@ -238,26 +238,27 @@ TEST_CASE(
     return r.slices(0).version();
   };
 
-  // Another epoch: refused on every path, naming both epochs; nothing
-  // applied, and the unknown worker is not registered.
+  // A newer epoch than the shard's (it has not learnt that map yet):
+  // refused as unavailable (clients retry) on every path, naming both
+  // epochs; nothing applied, and the unknown worker is not registered.
+  // (Older epochs: slot_moves_test.)
   {
     grpc::ClientContext ctx;
     PushResponse r;
     const grpc::Status s = stub->Push(&ctx, push(1, 7), &r);
-    CHECK(s.error_code() == grpc::StatusCode::FAILED_PRECONDITION);
-    CHECK(s.error_message().find("epoch 7") != std::string::npos);
+    CHECK(s.error_code() == grpc::StatusCode::UNAVAILABLE);
+    CHECK(s.error_message().find("routed with 7") != std::string::npos);
     CHECK(s.error_message().find("epoch 1") != std::string::npos);
   }
   {
     grpc::ClientContext ctx;
     PullResponse r;
     const grpc::Status s = stub->Pull(&ctx, pull(7), &r);
-    CHECK(s.error_code() == grpc::StatusCode::FAILED_PRECONDITION);
+    CHECK(s.error_code() == grpc::StatusCode::UNAVAILABLE);
   }
   CHECK(streams.Push(push(2, 7)).status().code() ==
-        grpc::StatusCode::FAILED_PRECONDITION);
-  CHECK(streams.Pull(pull(7)).status().code() ==
-        grpc::StatusCode::FAILED_PRECONDITION);
+        grpc::StatusCode::UNAVAILABLE);
+  CHECK(streams.Pull(pull(7)).status().code() == grpc::StatusCode::UNAVAILABLE);
   CHECK(version() == 0);
   absl::StatusOr<std::vector<StatusResponse>> st = c->Status();
   REQUIRE_OK(st.status());

@@ -248,10 +248,11 @@ TEST_CASE("server reflection v1 lists the services and serves descriptors",
   for (const auto& svc : listed.list_services_response().service()) {
     services.insert(svc.name());
   }
-  CHECK(services == std::set<std::string>{
-                        "asyncps.ParameterServer", "grpc.health.v1.Health",
-                        "grpc.reflection.v1.ServerReflection",
-                        "grpc.reflection.v1alpha.ServerReflection"});
+  CHECK(services ==
+        std::set<std::string>{"asyncps.ParameterServer", "asyncps.SlotMoves",
+                              "grpc.health.v1.Health",
+                              "grpc.reflection.v1.ServerReflection",
+                              "grpc.reflection.v1alpha.ServerReflection"});
   REQUIRE(file.has_file_descriptor_response());
   REQUIRE(file.file_descriptor_response().file_descriptor_proto_size() >= 1);
   google::protobuf::FileDescriptorProto proto;

@@ -1,0 +1,283 @@
+// Live map changes on real ps_server shards (separate processes on port 0):
+// AdoptMap moves the shards to newer epochs of the same slots while a
+// PsClient trains, first on one shard and then on the others, and the
+// client goes on without an error (parts refused for the older map are
+// routed again, parts sent with a map a shard has not learnt yet are
+// retried); every acknowledged push is applied exactly once, checked
+// against an exact ledger (SGD at learning rate 1 on constant gradients).
+// Raw requests show the shards' rules: an older epoch is refused with the
+// shard's map, a newer one is unavailable, a push applied before is
+// acknowledged whatever epoch its retry names; AdoptMap refuses maps that
+// change the shard's slots.
+#include <atomic>
+#include <catch2/catch.hpp>
+#include <map>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "client/ps_client.h"
+#include "common/net.h"
+#include "common/shard_map.h"
+#include "common/shard_map_proto.h"
+#include "proto/slot_moves.grpc.pb.h"
+#include "tests/testing/require_ok.h"
+#include "tests/testing/stream_helpers.h"
+#include "tests/testing/subprocess.h"
+#include "tests/testing/tensor_specs.h"
+
+namespace asyncps {
+namespace {
+
+using testing::ServerProcess;
+
+constexpr int kShards = 3;
+constexpr int kSlots = 64;
+constexpr int kDim = 4;
+constexpr int kSteps = 30;
+constexpr int kElems = 200;  // "w": 13 slices of 16
+
+ShardMap EvenAt(uint64_t epoch) {
+  const ShardMap even = *ShardMap::EvenSlots(kShards, kSlots);
+  return *ShardMap::Slotted(
+      kShards,
+      std::vector<uint16_t>(even.owners().begin(), even.owners().end()), epoch);
+}
+
+grpc::Status AdoptMap(const ServerProcess& shard, const ShardMap& map,
+                      AdoptMapResponse* response) {
+  auto stub = SlotMoves::NewStub(MakeChannel(shard.address));
+  AdoptMapRequest request;
+  ShardMapToProto(map, request.mutable_map());
+  grpc::ClientContext ctx;
+  ctx.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(10)));
+  return stub->AdoptMap(&ctx, request, response);
+}
+
+void Adopt(const ServerProcess& shard, const ShardMap& map) {
+  AdoptMapResponse r;
+  const grpc::Status s = AdoptMap(shard, map, &r);
+  INFO(s.error_message());
+  REQUIRE(s.ok());
+  REQUIRE(r.map().epoch() == map.epoch());
+}
+
+// The ids of step `step`: some repeated, some new.
+std::vector<uint64_t> IdsOf(int step) {
+  std::vector<uint64_t> ids;
+  for (uint64_t i = 0; i < 24; ++i) ids.push_back(1 + (i * 7 + step) % 40);
+  ids.push_back(1000 + step);
+  ids.push_back(3);
+  return ids;
+}
+
+TEST_CASE(
+    "a client trains on through live map changes, some shards ahead of the "
+    "others, with every acknowledged push applied once",
+    "[slots][moves][exactly-once]") {
+  auto cluster =
+      testing::StartPsCluster(kShards, {absl::StrCat("--num_slots=", kSlots)});
+  REQUIRE_OK(cluster.status());
+  PsClientOptions o;
+  for (const ServerProcess& s : *cluster) o.servers.push_back(s.address);
+  o.retry.call_deadline = absl::Seconds(30);
+  std::unique_ptr<PsClient> c = PsClient::Connect(o).value();
+  REQUIRE_OK(c->WaitForShards(absl::Seconds(30)));
+  REQUIRE_OK(c->Register().status());
+  REQUIRE_OK(c->CreateTensors({testing::ConstantSpec(
+      "w", {20, 10}, 0.0f, testing::SgdSpec(1.0f), 16)}));
+  REQUIRE_OK(c->CreateTables({testing::ConstantTableSpec("emb", kDim, 0.0f)}));
+  REQUIRE(c->map() == EvenAt(ShardMap::kStaticEpoch));
+
+  // The ledger: pushes acknowledged, and per row the gradients pushed.
+  std::atomic<int> acked{0};
+  std::atomic<bool> done{false};
+  // Steps 6, 13 and 21 start once map change 1, 2, 3 began (so that each
+  // meets the shards mid-change).
+  std::atomic<int> changes{0};
+  std::map<uint64_t, int> ledger;
+  absl::Status failed;
+  int pulled_wrong = 0;
+  std::thread trainer([&] {
+    for (int step = 1; step <= kSteps && failed.ok(); ++step) {
+      const int change = step == 6 ? 1 : step == 13 ? 2 : step == 21 ? 3 : 0;
+      failed = testing::WaitFor([&] { return changes.load() >= change; },
+                                absl::Seconds(60), "a map change");
+      if (!failed.ok()) break;
+      const std::vector<uint64_t> ids = IdsOf(step);
+      std::vector<float> w(kElems), rows(ids.size() * kDim);
+      auto pull = c->StartPull(
+          step, step, PullSet{{{"w", w.data()}}, {{"emb", ids, rows.data()}}});
+      failed = pull->Wait();
+      if (!failed.ok()) break;
+      // What was pulled is the ledger so far.
+      for (float v : w) pulled_wrong += v != -static_cast<float>(step - 1);
+      for (size_t i = 0; i < ids.size(); ++i) {
+        const auto it = ledger.find(ids[i]);
+        const float want = it == ledger.end() ? 0.0f : -it->second;
+        pulled_wrong += rows[i * kDim] != want;
+      }
+      const std::vector<float> gw(kElems, 1.0f);
+      const std::vector<float> gr(ids.size() * kDim, 1.0f);
+      auto push = c->StartPush(
+          step, PushSet{{{"w", gw.data()}}, {{"emb", ids, gr.data()}}},
+          pull->read());
+      absl::StatusOr<PushSummary> summary = push->Wait();
+      failed = summary.status();
+      if (!failed.ok()) break;
+      // Counted as if routed right the first time.
+      std::map<uint64_t, int> distinct;
+      for (uint64_t id : ids) ++distinct[id];
+      if (summary->applied != 13 + static_cast<int64_t>(distinct.size()) ||
+          summary->duplicates != 0 || summary->refused_stale != 0) {
+        failed = absl::InternalError(absl::StrCat(
+            "step ", step, ": applied ", summary->applied, ", duplicates ",
+            summary->duplicates, ", refused ", summary->refused_stale));
+        break;
+      }
+      for (uint64_t id : ids) ++ledger[id];
+      acked.store(step);
+    }
+    done.store(true);
+  });
+  const auto reached = [&](int step) {
+    return testing::WaitFor([&] { return acked.load() >= step || done; },
+                            absl::Seconds(60), "training steps");
+  };
+
+  // Epoch 2 reaches shard 0 first: the client follows it from shard 0's
+  // refusal, and its requests to shards 1 and 2 (routed with epoch 2) are
+  // retried until they have it too.
+  REQUIRE_OK(reached(5));
+  Adopt((*cluster)[0], EvenAt(2));
+  changes.store(1);
+  absl::SleepFor(absl::Milliseconds(400));
+  Adopt((*cluster)[1], EvenAt(2));
+  Adopt((*cluster)[2], EvenAt(2));
+  // Epoch 3, the other way round; then 4 everywhere at once.
+  REQUIRE_OK(reached(12));
+  Adopt((*cluster)[2], EvenAt(3));
+  Adopt((*cluster)[1], EvenAt(3));
+  changes.store(2);
+  absl::SleepFor(absl::Milliseconds(400));
+  Adopt((*cluster)[0], EvenAt(3));
+  REQUIRE_OK(reached(20));
+  for (const ServerProcess& s : *cluster) Adopt(s, EvenAt(4));
+  changes.store(3);
+  REQUIRE_OK(testing::WaitFor([&] { return done.load(); }, absl::Seconds(90),
+                              "the training loop"));
+  trainer.join();
+  REQUIRE_OK(failed);
+  CHECK(acked.load() == kSteps);
+  CHECK(pulled_wrong == 0);
+  CHECK(c->map() == EvenAt(4));
+
+  // The values are exactly the ledger.
+  std::vector<uint64_t> ids;
+  for (const auto& [id, n] : ledger) ids.push_back(id);
+  std::vector<float> w(kElems), rows(ids.size() * kDim);
+  auto read = c->StartPull(
+      kSteps, kSteps,
+      PullSet{{{"w", w.data()}}, {{"emb", ids, rows.data(), /*peek=*/true}}});
+  REQUIRE_OK(read->Wait());
+  for (float v : w) REQUIRE(v == -static_cast<float>(kSteps));
+  for (size_t i = 0; i < ids.size(); ++i) {
+    INFO("row " << ids[i]);
+    for (int d = 0; d < kDim; ++d) {
+      REQUIRE(rows[i * kDim + d] == -static_cast<float>(ledger[ids[i]]));
+    }
+  }
+}
+
+PushRequest RawPush(uint64_t seq, uint64_t map_epoch) {
+  PushRequest p;
+  p.mutable_worker()->set_worker_id(7);
+  p.mutable_worker()->set_incarnation(11);
+  p.set_seq(seq);
+  p.set_map_epoch(map_epoch);
+  return p;
+}
+
+TEST_CASE(
+    "shards refuse older maps with theirs, newer ones as unavailable, and "
+    "AdoptMap keeps each shard's slots",
+    "[slots][moves][map]") {
+  auto cluster = testing::StartPsCluster(2, {absl::StrCat("--num_slots=", 16)});
+  REQUIRE_OK(cluster.status());
+  const ServerProcess& shard = (*cluster)[0];
+  const ShardMap even = *ShardMap::EvenSlots(2, 16);
+  std::vector<uint16_t> owners(even.owners().begin(), even.owners().end());
+  const ShardMap next = *ShardMap::Slotted(2, owners, 5);
+  AdoptMapResponse r;
+  REQUIRE(AdoptMap(shard, next, &r).ok());
+  CHECK(r.map().epoch() == 5);
+  CHECK(AdoptMap(shard, next, &r).ok());  // again: nothing changes
+
+  // Another owner for one of shard 0's slots, an older epoch, another slot
+  // count, a malformed map.
+  std::vector<uint16_t> moved = owners;
+  moved[0] = 1;
+  grpc::Status s = AdoptMap(shard, *ShardMap::Slotted(2, moved, 6), &r);
+  CHECK(s.error_code() == grpc::StatusCode::FAILED_PRECONDITION);
+  CHECK(s.error_message().find("slot 0") != std::string::npos);
+  s = AdoptMap(shard, *ShardMap::Slotted(2, owners, 4), &r);
+  CHECK(s.error_code() == grpc::StatusCode::FAILED_PRECONDITION);
+  s = AdoptMap(shard, *ShardMap::EvenSlots(2, 32), &r);
+  CHECK(s.error_code() == grpc::StatusCode::INVALID_ARGUMENT);
+  {
+    auto stub = SlotMoves::NewStub(MakeChannel(shard.address));
+    AdoptMapRequest bad;
+    bad.mutable_map()->set_num_shards(2);
+    bad.mutable_map()->set_num_slots(16);
+    bad.mutable_map()->set_epoch(9);
+    grpc::ClientContext ctx;
+    CHECK(stub->AdoptMap(&ctx, bad, &r).error_code() ==
+          grpc::StatusCode::INVALID_ARGUMENT);
+    // A move without a map is malformed.
+    MoveSlotsResponse unused;
+    grpc::ClientContext move_ctx;
+    CHECK(
+        stub->MoveSlots(&move_ctx, MoveSlotsRequest(), &unused).error_code() ==
+        grpc::StatusCode::INVALID_ARGUMENT);
+  }
+
+  testing::ShardStreams streams(MakeChannel(shard.address));
+  // Routed with an older map: refused with the shard's.
+  PushResponse old_push = streams.Push(RawPush(1, 4));
+  CHECK(old_push.status().code() == grpc::StatusCode::FAILED_PRECONDITION);
+  REQUIRE(old_push.status().has_map());
+  CHECK(*ShardMapFromProto(old_push.status().map()) == next);
+  PullRequest pull;
+  pull.mutable_worker()->set_worker_id(7);
+  pull.mutable_worker()->set_incarnation(11);
+  pull.set_map_epoch(3);
+  PullResponse old_pull = streams.Pull(pull);
+  CHECK(old_pull.status().code() == grpc::StatusCode::FAILED_PRECONDITION);
+  CHECK(old_pull.status().map().epoch() == 5);
+  // Routed with a newer map: unavailable (retried), no map.
+  PushResponse new_push = streams.Push(RawPush(2, 6));
+  CHECK(new_push.status().code() == grpc::StatusCode::UNAVAILABLE);
+  CHECK(!new_push.status().has_map());
+  pull.set_map_epoch(6);
+  CHECK(streams.Pull(pull).status().code() == grpc::StatusCode::UNAVAILABLE);
+  // Applied under epoch 5, then the shard moves on: a retry naming epoch 5
+  // is acknowledged as a duplicate, a new push naming it is refused.
+  PushResponse applied = streams.Push(RawPush(3, 5));
+  CHECK(applied.status().code() == 0);
+  CHECK(!applied.duplicate());
+  REQUIRE(AdoptMap(shard, *ShardMap::Slotted(2, owners, 6), &r).ok());
+  PushResponse retried = streams.Push(RawPush(3, 5));
+  CHECK(retried.status().code() == 0);
+  CHECK(retried.duplicate());
+  CHECK(streams.Push(RawPush(4, 5)).status().code() ==
+        grpc::StatusCode::FAILED_PRECONDITION);
+  // The refused seq was given back: routed again, it is applied.
+  PushResponse again = streams.Push(RawPush(4, 6));
+  CHECK(again.status().code() == 0);
+  CHECK(!again.duplicate());
+}
+
+}  // namespace
+}  // namespace asyncps
