@@ -39,11 +39,10 @@ absl::StatusOr<std::vector<uint32_t>> SlotsMoving(const ShardMap& current,
   if (!current.slotted() || !next.slotted() ||
       current.num_slots() != next.num_slots() ||
       current.num_shards() != next.num_shards()) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("a move changes a slotted map's owners only; this shard "
-                     "serves the ",
-                     current.DebugString(), ", the move makes the ",
-                     next.DebugString()));
+    return absl::FailedPreconditionError(absl::StrCat(
+        "a move changes a slotted map's owners only; this shard "
+        "serves the ",
+        current.DebugString(), ", the move makes the ", next.DebugString()));
   }
   if (next.epoch() != current.epoch() + 1) {
     return absl::FailedPreconditionError(absl::StrCat(
@@ -60,10 +59,10 @@ absl::StatusOr<std::vector<uint32_t>> SlotsMoving(const ShardMap& current,
   for (size_t s = 0; s < a.size(); ++s) {
     if (a[s] == b[s]) continue;
     if (a[s] != from || b[s] != to) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "slot ", s, " goes from shard ", a[s], " to shard ", b[s],
-          "; this move takes slots from shard ", from, " to shard ", to,
-          " only"));
+      return absl::FailedPreconditionError(
+          absl::StrCat("slot ", s, " goes from shard ", a[s], " to shard ",
+                       b[s], "; this move takes slots from shard ", from,
+                       " to shard ", to, " only"));
     }
     moving.push_back(static_cast<uint32_t>(s));
   }
@@ -97,12 +96,12 @@ absl::Status CheckAdoptable(const ShardMap& current, const ShardMap& next,
   const absl::Span<const uint16_t> before = current.owners();
   const absl::Span<const uint16_t> after = next.owners();
   for (size_t s = 0; s < before.size(); ++s) {
-    if ((before[s] == shard) != (after[s] == shard)) {
+    if (before[s] != shard && after[s] == shard) {
       return absl::FailedPreconditionError(absl::StrCat(
           "the map of epoch ", next.epoch(), " gives slot ", s, " to shard ",
-          after[s], " instead of shard ", before[s],
-          ": AdoptMap leaves this shard's slots as they are (moving slots is "
-          "MoveSlots)"));
+          shard, " instead of shard ", before[s],
+          ": a shard gains slots only by a move (MoveSlots), which copies "
+          "their state"));
     }
   }
   return absl::OkStatus();

@@ -38,12 +38,15 @@ absl::StatusOr<std::vector<uint32_t>> SlotsMoving(const ShardMap& current,
                                                   const ShardMap& next,
                                                   int from, int to);
 
-// OK when shard `shard`, serving `current`, may serve `next` without
-// moving anything: a slotted map of the same shard and slot counts, at a
-// newer epoch (or `current` itself), that gives `shard` exactly the slots it
-// owns now. INVALID_ARGUMENT for a map that is not one of this run (another
-// shard or slot count, a static map), FAILED_PRECONDITION (naming the
-// epochs or the first slot that would change hands) otherwise.
+// OK when shard `shard`, serving `current`, may serve `next` without a
+// move: a slotted map of the same shard and slot counts, at a newer epoch
+// (or `current` itself), that gives `shard` no slot it does not own now.
+// It may take slots away: those a move committed while this shard ran on
+// older files (a source restarted from a checkpoint taken before the move:
+// the destination holds them). INVALID_ARGUMENT for a map that is not one
+// of this run (another shard or slot count, a static map),
+// FAILED_PRECONDITION (naming the epochs or the first slot gained)
+// otherwise.
 absl::Status CheckAdoptable(const ShardMap& current, const ShardMap& next,
                             int shard);
 

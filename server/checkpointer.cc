@@ -66,6 +66,11 @@ void Checkpointer::Request(Done done) {
   done(absl::UnavailableError("the shard is shutting down"));
 }
 
+void Checkpointer::RequestFull(Done done) {
+  full_asked_.fetch_add(1, std::memory_order_acq_rel);
+  Request(std::move(done));
+}
+
 void Checkpointer::Stop() {
   {
     absl::MutexLock l(&mu_);
@@ -151,9 +156,12 @@ void Checkpointer::LogWritten(const CheckpointInfo& info) const {
 
 absl::StatusOr<CheckpointInfo> Checkpointer::WriteNow() {
   absl::MutexLock write(&write_mu_);
+  // A full one when asked for since the last full one was decided.
+  const uint64_t full_asked = full_asked_.load(std::memory_order_acquire);
+  const bool delta = full_asked == full_served_ && NextIsDelta();
   const CheckpointImage image =
-      NextIsDelta() ? options_.capture_delta(chain_.since, chain_.next)
-                    : options_.capture();
+      delta ? options_.capture_delta(chain_.since, chain_.next)
+            : options_.capture();
   uint32_t crc = 0;
   absl::StatusOr<CheckpointInfo> info =
       WriteCheckpoint(image, options_.dir, options_.clock, options_.fs, &crc);
@@ -163,6 +171,7 @@ absl::StatusOr<CheckpointInfo> Checkpointer::WriteNow() {
     return info;
   }
   written_.fetch_add(1, std::memory_order_relaxed);
+  if (!delta) full_served_ = full_asked;
   Advance(image, *info, crc);
   LogWritten(*info);
   absl::MutexLock l(&mu_);

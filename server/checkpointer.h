@@ -98,6 +98,9 @@ class Checkpointer {
   // it is written (or failed). After Stop, done(UNAVAILABLE) runs at once on
   // the calling thread.
   void Request(Done done);
+  // As Request, and the checkpoint is a full one (not a delta): after a
+  // change a delta cannot record, such as slices given away by a slot move.
+  void RequestFull(Done done);
 
   // Stops the thread after serving the requests already made. Idempotent.
   void Stop();
@@ -141,6 +144,10 @@ class Checkpointer {
   // held across the write's I/O and nothing else waits on it.
   absl::Mutex write_mu_;
   Chain chain_ ABSL_GUARDED_BY(write_mu_);
+  // RequestFull calls so far, and the count the last full checkpoint
+  // written served.
+  std::atomic<uint64_t> full_asked_{0};
+  uint64_t full_served_ ABSL_GUARDED_BY(write_mu_) = 0;
 
   mutable absl::Mutex mu_;
   std::vector<Done> pending_ ABSL_GUARDED_BY(mu_);

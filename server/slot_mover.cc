@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/synchronization/notification.h"
 #include "common/grpc_status.h"
 #include "common/map_change.h"
 #include "common/net.h"
@@ -47,12 +48,12 @@ absl::StatusOr<MoveSlotsResponse> SlotMover::MoveIn(
     return absl::FailedPreconditionError(
         "slots of replicated shards (--replicas > 1) do not move yet");
   }
-  absl::StatusOr<ShardMap> next = ShardMapOr(
-      request.next_map(), request.next_map().num_shards());
+  absl::StatusOr<ShardMap> next =
+      ShardMapOr(request.next_map(), request.next_map().num_shards());
   if (!next.ok()) return next.status();
   const ShardMap current = c_->store->map();
-  absl::StatusOr<std::vector<uint32_t>> slots = SlotsMoving(
-      current, *next, request.source_index(), c_->shard_index);
+  absl::StatusOr<std::vector<uint32_t>> slots =
+      SlotsMoving(current, *next, request.source_index(), c_->shard_index);
   if (!slots.ok()) return slots.status();
   absl::StatusOr<SlotSet> set = SlotSet::Of(*next, *slots);
   if (!set.ok()) return set.status();
@@ -123,6 +124,7 @@ absl::StatusOr<MoveSlotsResponse> SlotMover::MoveIn(
     if (round.fence()) TellSource(stub.get(), epoch, /*committed=*/false);
     return s;
   }
+  SaveCommit(epoch);
   TellSource(stub.get(), epoch, /*committed=*/true);
   out.set_bytes(out.bytes() + last->bytes);
   out.set_rounds(out.rounds() + 1);
@@ -201,6 +203,24 @@ void SlotMover::Abort(uint64_t epoch) {
                    slices, rows);
 }
 
+void SlotMover::SaveCommit(uint64_t epoch) {
+  if (c_->checkpointer == nullptr) return;
+  absl::Notification written;
+  absl::Status result;
+  c_->checkpointer->RequestFull(
+      [&](const absl::StatusOr<CheckpointInfo>& info) {
+        result = info.status();
+        written.Notify();
+      });
+  written.WaitForNotification();  // the checkpoint thread answers every one
+  if (!result.ok()) {
+    c_->logger->error(
+        "the checkpoint of the move to map epoch {} failed ({}): a restart "
+        "before the next one restores the map before the move",
+        epoch, result.ToString());
+  }
+}
+
 void SlotMover::TellSource(SlotMoves::Stub* source, uint64_t epoch,
                            bool committed) {
   FinishMoveRequest request;
@@ -227,8 +247,7 @@ MoveStateResponse SlotMover::State(uint64_t move_epoch) {
   if (it == incoming_.end()) {
     // Not known to this process (it restarted): its files say.
     const bool committed = c_->store->map_epoch() >= move_epoch;
-    incoming_[move_epoch] =
-        committed ? Outcome::kCommitted : Outcome::kAborted;
+    incoming_[move_epoch] = committed ? Outcome::kCommitted : Outcome::kAborted;
     out.set_committed(committed);
     return out;
   }
@@ -266,14 +285,14 @@ absl::Status SlotMover::CheckLeaving(const ExportSlotsRequest& request,
 absl::Status SlotMover::Export(
     const ExportSlotsRequest& request,
     const std::function<bool(const ExportSlotsChunk&)>& write) {
-  absl::StatusOr<ShardMap> next = ShardMapOr(
-      request.next_map(), request.next_map().num_shards());
+  absl::StatusOr<ShardMap> next =
+      ShardMapOr(request.next_map(), request.next_map().num_shards());
   if (!next.ok()) return next.status();
   absl::Status s = CheckLeaving(request, *next);
   if (!s.ok()) return s;
   const ShardMap current = c_->store->map();
-  absl::StatusOr<std::vector<uint32_t>> slots = SlotsMoving(
-      current, *next, c_->shard_index, request.destination_index());
+  absl::StatusOr<std::vector<uint32_t>> slots =
+      SlotsMoving(current, *next, c_->shard_index, request.destination_index());
   if (!slots.ok()) return slots.status();
   absl::StatusOr<SlotSet> set = SlotSet::Of(current, *slots);
   if (!set.ok()) return set.status();
@@ -293,6 +312,10 @@ absl::Status SlotMover::Export(
     fence_->Raise(absl::StrCat("slots of this shard are moving to shard ",
                                request.destination_index(), " (map epoch ",
                                next->epoch(), "); retry"));
+    c_->logger->info(
+        "fenced for the move of {} slots to shard {} (map epoch {}): the "
+        "last changes go",
+        slots->size(), request.destination_index(), next->epoch());
     capture = CaptureSlots(c_->store, *set, request.since());
   } else {
     capture = CaptureSlots(c_->store, *set, request.since());
@@ -340,6 +363,10 @@ absl::Status SlotMover::EndLeaving(uint64_t epoch, bool committed) {
       return s;
     }
   }
+  if (committed && c_->checkpointer != nullptr) {
+    // The slices given away are in no delta: the next checkpoint is full.
+    c_->checkpointer->RequestFull([](const absl::StatusOr<CheckpointInfo>&) {});
+  }
   c_->logger->info("the move to map epoch {} {}; serving again after {:.1f} ms",
                    epoch, committed ? "committed" : "was aborted",
                    Ms(absl::Now() - leaving_->fenced_at));
@@ -359,8 +386,7 @@ void SlotMover::Watch() {
     const uint64_t epoch = leaving_->next.epoch();
     const std::string destination = leaving_->destination;
     mu_.Unlock();
-    auto stub =
-        SlotMoves::NewStub(MakeChannel(destination, 0, o_.security));
+    auto stub = SlotMoves::NewStub(MakeChannel(destination, 0, o_.security));
     grpc::ClientContext ctx;
     ctx.set_deadline(absl::ToChronoTime(absl::Now() + o_.fence_timeout));
     MoveStateRequest request;
@@ -391,6 +417,17 @@ absl::StatusOr<ShardMap> SlotMover::Adopt(const ShardMap& map) {
   absl::Status s = CheckAdoptable(current, map, c_->shard_index);
   if (!s.ok()) return s;
   if (map == current) return current;
+  int lost = 0;
+  for (int slot = 0; slot < map.num_slots(); ++slot) {
+    lost += current.owners()[slot] == c_->shard_index &&
+            map.owners()[slot] != c_->shard_index;
+  }
+  if (lost > 0) {
+    c_->logger->warn(
+        "the map of epoch {} gives {} slots of this shard to others (a move "
+        "committed while this shard ran on older files): dropping them",
+        map.epoch(), lost);
+  }
   {
     // No push between its map check and its last slice.
     PushGate::Closed closed(c_->gate);

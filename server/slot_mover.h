@@ -22,6 +22,12 @@
 // epoch reached the move's). So a killed source or destination, or a lost
 // FinishMove, ends a move committed on both or aborted on both.
 //
+// With checkpoints on, the destination writes a full checkpoint after the
+// commit and before it tells the source (the source stays fenced that much
+// longer): a destination restarted after the source dropped the slots
+// restores them and the map that gives it them. The source's next
+// checkpoint is a full one too (a delta cannot record slices given away).
+//
 // Pushes already applied by the source are not copied twice and never
 // re-applied: the source refuses a request routed with the old map after
 // the move (the client routes it again by the new map, with a new
@@ -84,8 +90,9 @@ class SlotMover {
   // ---- Source side.
   // One copy round: calls `write` with each chunk (false = the caller
   // went away: stop). With `fence`, raises the fence first.
-  absl::Status Export(const ExportSlotsRequest& request,
-                      const std::function<bool(const ExportSlotsChunk&)>& write);
+  absl::Status Export(
+      const ExportSlotsRequest& request,
+      const std::function<bool(const ExportSlotsChunk&)>& write);
   // The destination's word: adopt the next map (committed) or serve the
   // old one again (aborted).
   absl::Status Finish(const FinishMoveRequest& request);
@@ -117,6 +124,9 @@ class SlotMover {
   absl::Status Commit(uint64_t epoch, const ShardMap& next)
       ABSL_LOCKS_EXCLUDED(mu_);
   void Abort(uint64_t epoch) ABSL_LOCKS_EXCLUDED(mu_);
+  // With checkpoints on, writes a full checkpoint of the committed move and
+  // waits for it: a restart then restores the map the source is told of.
+  void SaveCommit(uint64_t epoch);
   void TellSource(SlotMoves::Stub* source, uint64_t epoch, bool committed);
   // Ends the fence as the destination said, under the push gate.
   absl::Status EndLeaving(uint64_t epoch, bool committed)

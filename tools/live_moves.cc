@@ -34,9 +34,11 @@ std::map<std::pair<int, int>, std::vector<uint32_t>> MovesBetween(
 
 // Tells every shard but `skip_a` and `skip_b` the map (best effort: a shard
 // that misses it answers UNAVAILABLE to clients of the new map until it
-// has it; the next move or AdoptMap brings it).
-void Broadcast(const LiveMoveOptions& o, const ShardMap& map, int skip_a,
-               int skip_b) {
+// has it; the next move or psctl adopt brings it). Returns the shards that
+// did not take it.
+int Broadcast(const LiveMoveOptions& o, const ShardMap& map, int skip_a,
+              int skip_b) {
+  int failed = 0;
   AdoptMapRequest request;
   ShardMapToProto(map, request.mutable_map());
   for (int s = 0; s < static_cast<int>(o.servers.size()); ++s) {
@@ -47,6 +49,7 @@ void Broadcast(const LiveMoveOptions& o, const ShardMap& map, int skip_a,
     AdoptMapResponse response;
     const grpc::Status st = stub->AdoptMap(&ctx, request, &response);
     if (!st.ok()) {
+      ++failed;
       std::fprintf(stderr,
                    "psctl: warning: shard %d did not adopt map epoch %llu: "
                    "%s\n",
@@ -54,6 +57,7 @@ void Broadcast(const LiveMoveOptions& o, const ShardMap& map, int skip_a,
                    st.error_message().c_str());
     }
   }
+  return failed;
 }
 
 }  // namespace
@@ -110,6 +114,8 @@ int RunLiveMoves(const LiveMoveOptions& o, const ShardMap& current,
         ") is not one of the run's slots and shards (", current.DebugString(),
         ", ", o.servers.size(), " servers given)"));
   }
+  // Shards behind (one restarted on files older than a move) first.
+  if (Broadcast(o, current, -1, -1) > 0) return kExitDown;
   ShardMap now = current;
   Doc moves = Doc::Array();
   std::string text;
@@ -169,6 +175,19 @@ int RunLiveMoves(const LiveMoveOptions& o, const ShardMap& current,
     Print(text);
   }
   return code;
+}
+
+int RunAdopt(const LiveMoveOptions& o, const ShardMap& newest) {
+  const int failed = Broadcast(o, newest, -1, -1);
+  if (o.format == Format::kJson || o.format == Format::kYaml) {
+    Doc doc = Doc::Object();
+    doc.Set("epoch", Doc::Uint(newest.epoch()))
+        .Set("shards_failed", Doc::Int(failed));
+    Print(Render(doc, o.format));
+  } else if (failed == 0) {
+    Print(absl::StrCat("every shard serves map epoch ", newest.epoch(), "\n"));
+  }
+  return failed == 0 ? 0 : kExitDown;
 }
 
 }  // namespace asyncps

@@ -4,11 +4,13 @@
 // psctl's live slot moves: takes a running slotted run from the map its
 // shards serve to a target map, one move (slots of one shard to another,
 // one map epoch) at a time, while workers train (server/slot_mover.h
-// does the moving). After each move the shards that took no part adopt the
-// new map (AdoptMap), so that every shard answers with it.
+// does the moving). Shards behind the newest map adopt it first, and after
+// each move the shards that took no part adopt the new map (AdoptMap), so
+// that every shard answers with it.
 //
 //   psctl move --servers=... --slot_list=3,7,10-20 --to_shard=2
 //   psctl rebalance --servers=... --apply [--threshold=1.05]
+//   psctl adopt --servers=...
 
 #include <string>
 #include <vector>
@@ -45,6 +47,11 @@ struct LiveMoveOptions {
 // map of the last committed one), 2 bad usage.
 int RunLiveMoves(const LiveMoveOptions& options, const ShardMap& current,
                  const ShardMap& target);
+
+// psctl adopt: hands every shard `newest` (AdoptMap), e.g. to a shard
+// restarted on files older than a move, which drops the slots the move
+// took. Exit status: 0 every shard serves it, 1 otherwise.
+int RunAdopt(const LiveMoveOptions& options, const ShardMap& newest);
 
 }  // namespace asyncps
 

@@ -178,13 +178,28 @@ int RunRebalance(ShardQuery* query, absl::Duration timeout,
   return f.apply ? RunLiveMoves(live, *map, plan->map) : 0;
 }
 
+int RunAdoptNewest(ShardQuery* query, absl::Duration timeout,
+                   const LiveMoveOptions& live) {
+  int code = kExitDown;
+  absl::StatusOr<ShardMap> map = NewestMap(query->Status(timeout), &code);
+  if (!map.ok()) {
+    std::fprintf(stderr, "psctl: adopt: %s\n",
+                 std::string(map.status().message()).c_str());
+    return code;
+  }
+  if (code == kExitUsage) {
+    return UsageError("a static map does not change (ps_server --num_slots)");
+  }
+  return RunAdopt(live, *map);
+}
+
 int RunMove(ShardQuery* query, absl::Duration timeout,
             const std::string& slot_list, int to_shard,
             const LiveMoveOptions& live) {
   absl::StatusOr<std::vector<uint32_t>> slots = ParseSlotList(slot_list);
   if (!slots.ok()) {
-    return UsageError(absl::StrCat("move needs --slot_list: ",
-                                   slots.status().message()));
+    return UsageError(
+        absl::StrCat("move needs --slot_list: ", slots.status().message()));
   }
   const std::vector<ShardResult> results = query->Status(timeout);
   int code = kExitDown;

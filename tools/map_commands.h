@@ -38,7 +38,7 @@ struct ReshardFlags {
 int RunReshard(const ReshardFlags& flags, Format format);
 
 struct RebalanceFlags {
-  std::string out;  // where the new map goes (optional with apply)
+  std::string out;     // where the new map goes (optional with apply)
   bool apply = false;  // move the slots there now (tools/live_moves.h)
   double threshold = 1.05;
   std::string by = "bytes";  // bytes, updates or rows
@@ -50,6 +50,10 @@ struct RebalanceFlags {
 // 2 bad usage (a static map among them).
 int RunRebalance(ShardQuery* query, absl::Duration timeout,
                  const RebalanceFlags& flags, const LiveMoveOptions& live);
+
+// psctl adopt: every shard to the newest map the shards serve.
+int RunAdoptNewest(ShardQuery* query, absl::Duration timeout,
+                   const LiveMoveOptions& live);
 
 // psctl move: `slot_list` (ParseSlotList) to shard `to_shard`, live.
 int RunMove(ShardQuery* query, absl::Duration timeout,

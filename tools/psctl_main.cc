@@ -7,6 +7,7 @@
 //   psctl rebalance  --servers=h:p,h:p (--out=MAP_FILE | --apply)
 //                    [--threshold=1.05]
 //   psctl move       --servers=h:p,h:p --slot_list=3,7,10-20 --to_shard=K
+//   psctl adopt      --servers=h:p,h:p
 //   psctl reshard    --from=DIR --to=NEW_DIR --shards=M [--slots=S |
 //                    --map=MAP_FILE] [-o table|json|yaml]
 // --servers may come from ASYNCPS_SERVERS (as every flag from
@@ -26,8 +27,8 @@
 // asks the standard health service (usable as a Kubernetes exec probe).
 // `rebalance` plans a slotted run's new map from its shards' per-slot load
 // (and with --apply moves the slots there while the run trains); `move`
-// moves the given slots to one shard while the run trains
-// (tools/live_moves.h);
+// moves the given slots to one shard while the run trains, `adopt` hands
+// every shard the newest map the shards serve (tools/live_moves.h);
 // `reshard` works on files, not on shards: it rewrites the checkpoints of a
 // stopped cluster of N shards into those of M shards, or of another map
 // (tools/map_commands.h).
@@ -140,6 +141,7 @@ constexpr char kUsage[] =
     "[--threshold=1.05] [--by=bytes]\n"
     "  psctl move       --servers=h:p,h:p --slot_list=3,7,10-20 "
     "--to_shard=K\n"
+    "  psctl adopt      --servers=h:p,h:p\n"
     "  psctl reshard    --from=DIR --to=NEW_DIR --shards=M [--slots=S | "
     "--map=MAP_FILE]\n\n"
     "--servers may also come from ASYNCPS_SERVERS; in a replicated run,\n"
@@ -494,17 +496,17 @@ absl::StatusOr<std::string> CommandOf(const ParsedCommandLine& cl) {
   if (cl.positional.size() != 1) {
     return absl::InvalidArgumentError(absl::StrCat(
         "expected one command (status, tensors, checkpoint, health, "
-        "rebalance, move or reshard), got ",
+        "rebalance, move, adopt or reshard), got ",
         cl.positional.size(), " (see psctl --help)"));
   }
   const std::string command = cl.positional[0];
   if (command != "status" && command != "tensors" && command != "checkpoint" &&
       command != "health" && command != "rebalance" && command != "move" &&
-      command != "reshard") {
+      command != "adopt" && command != "reshard") {
     return absl::InvalidArgumentError(
         absl::StrCat("unknown command '", command,
                      "' (expected status, tensors, checkpoint, health, "
-                     "rebalance, move or reshard)"));
+                     "rebalance, move, adopt or reshard)"));
   }
   return command;
 }
@@ -517,11 +519,10 @@ absl::StatusOr<std::string> CommandOf(const ParsedCommandLine& cl) {
 absl::Status CheckCommandFlags(const ParsedCommandLine& cl,
                                const std::string& command) {
   const std::pair<const char*, const char*> owned[] = {
-      {"from", "reshard"},        {"to", "reshard"},  {"shards", "reshard"},
-      {"slots", "reshard"},       {"map", "reshard"}, {"out", "rebalance"},
-      {"threshold", "rebalance"}, {"by", "rebalance"},
-      {"apply", "rebalance"},     {"slot_list", "move"},
-      {"to_shard", "move"}};
+      {"from", "reshard"},        {"to", "reshard"},   {"shards", "reshard"},
+      {"slots", "reshard"},       {"map", "reshard"},  {"out", "rebalance"},
+      {"threshold", "rebalance"}, {"by", "rebalance"}, {"apply", "rebalance"},
+      {"slot_list", "move"},      {"to_shard", "move"}};
   for (const auto& [flag, owner] : owned) {
     if (!cl.IsSet(flag) || command == owner) continue;
     const std::string& by = cl.set_by.at(flag);
@@ -679,6 +680,7 @@ int Main(int argc, char** argv) {
     f.apply = absl::GetFlag(FLAGS_apply);
     return RunRebalance(&query, c->timeout, f, live);
   }
+  if (*command == "adopt") return RunAdoptNewest(&query, c->timeout, live);
   if (*command == "move") {
     return RunMove(&query, c->timeout, absl::GetFlag(FLAGS_slot_list),
                    absl::GetFlag(FLAGS_to_shard), live);

@@ -5,8 +5,8 @@
 // exact ledger: every element of the dense tensor and of every row equals
 // the number of pushes acknowledged, so an update lost or applied twice by
 // a move shows. Bad moves are refused and change nothing.
-#include <catch2/catch.hpp>
 #include <atomic>
+#include <catch2/catch.hpp>
 #include <memory>
 #include <regex>
 #include <string>
@@ -120,7 +120,8 @@ TEST_CASE(
     "slots move between live shards while a worker trains: no error, every "
     "acknowledged push applied exactly once",
     "[slots][live-move][ledger]") {
-  auto cluster = StartPsCluster(kShards, {absl::StrCat("--num_slots=", kSlots)});
+  auto cluster =
+      StartPsCluster(kShards, {absl::StrCat("--num_slots=", kSlots)});
   REQUIRE_OK(cluster.status());
   const std::string servers = "--servers=" + ServerList(*cluster);
   std::unique_ptr<PsClient> c = Connect(*cluster);

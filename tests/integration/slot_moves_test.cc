@@ -8,7 +8,7 @@
 // Raw requests show the shards' rules: an older epoch is refused with the
 // shard's map, a newer one is unavailable, a push applied before is
 // acknowledged whatever epoch its retry names; AdoptMap refuses maps that
-// change the shard's slots.
+// give the shard slots (only a move does).
 #include <atomic>
 #include <catch2/catch.hpp>
 #include <map>
@@ -202,7 +202,7 @@ PushRequest RawPush(uint64_t seq, uint64_t map_epoch) {
 
 TEST_CASE(
     "shards refuse older maps with theirs, newer ones as unavailable, and "
-    "AdoptMap keeps each shard's slots",
+    "AdoptMap never gives a shard slots",
     "[slots][moves][map]") {
   auto cluster = testing::StartPsCluster(2, {absl::StrCat("--num_slots=", 16)});
   REQUIRE_OK(cluster.status());
@@ -215,13 +215,13 @@ TEST_CASE(
   CHECK(r.map().epoch() == 5);
   CHECK(AdoptMap(shard, next, &r).ok());  // again: nothing changes
 
-  // Another owner for one of shard 0's slots, an older epoch, another slot
-  // count, a malformed map.
-  std::vector<uint16_t> moved = owners;
-  moved[0] = 1;
-  grpc::Status s = AdoptMap(shard, *ShardMap::Slotted(2, moved, 6), &r);
+  // A slot of shard 1 given to shard 0 (a gain needs a move: its state is
+  // on shard 1), an older epoch, another slot count, a malformed map.
+  std::vector<uint16_t> gained = owners;
+  gained[1] = 0;
+  grpc::Status s = AdoptMap(shard, *ShardMap::Slotted(2, gained, 6), &r);
   CHECK(s.error_code() == grpc::StatusCode::FAILED_PRECONDITION);
-  CHECK(s.error_message().find("slot 0") != std::string::npos);
+  CHECK(s.error_message().find("slot 1") != std::string::npos);
   s = AdoptMap(shard, *ShardMap::Slotted(2, owners, 4), &r);
   CHECK(s.error_code() == grpc::StatusCode::FAILED_PRECONDITION);
   s = AdoptMap(shard, *ShardMap::EvenSlots(2, 32), &r);
