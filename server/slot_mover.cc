@@ -93,20 +93,31 @@ absl::StatusOr<MoveSlotsResponse> SlotMover::MoveIn(
   out.set_slots(static_cast<uint32_t>(slots->size()));
   const absl::Time start = absl::Now();
   absl::Status s;
+  uint64_t previous = 0;
   for (uint32_t r = 0; r < max_rounds; ++r) {
+    const absl::Time round_start = absl::Now();
     absl::StatusOr<Round> done = CopyRound(stub.get(), round, *set);
     if (!done.ok()) {
       s = done.status();
       break;
     }
+    c_->logger->debug("copy round {}: {} bytes in {:.1f} ms", r + 1,
+                      done->bytes, Ms(absl::Now() - round_start));
     if (out.rounds() == 0) {  // everything of the slots
       out.set_slices(done->slices);
       out.set_rows(done->rows);
+      out.set_state_bytes(done->bytes);
+      out.set_first_round_ms(Ms(absl::Now() - round_start));
     }
     out.set_bytes(out.bytes() + done->bytes);
     out.set_rounds(out.rounds() + 1);
     round.set_since(done->next_since);
-    if (done->bytes < fence_bytes) break;
+    // Small enough to copy fenced, or not shrinking (the slots change as
+    // fast as they are copied: another round would copy them again).
+    if (done->bytes < fence_bytes || (r > 0 && 2 * done->bytes > previous)) {
+      break;
+    }
+    previous = done->bytes;
   }
   const absl::Time fenced = absl::Now();
   out.set_copy_ms(Ms(fenced - start));

@@ -37,6 +37,8 @@ ABSL_FLAG(int, tensors, 64, "big tensors the state is cut into");
 ABSL_FLAG(int, slots, 256, "slots of the run");
 ABSL_FLAG(double, window_s, 3, "seconds timed before and after the move");
 ABSL_FLAG(std::string, optimizer, "adam", "sgd or adam (3x the state)");
+ABSL_FLAG(bool, train, true,
+          "train during the move (false: the copy alone, the machine idle)");
 
 namespace asyncps {
 namespace {
@@ -80,6 +82,9 @@ TensorSpec Tensor(const std::string& name, int64_t floats) {
   t.set_init_value(0.5f);
   if (absl::GetFlag(FLAGS_optimizer) == "adam") {
     t.mutable_optimizer()->set_type(OPT_ADAM);
+    t.mutable_optimizer()->set_beta1(0.9f);
+    t.mutable_optimizer()->set_beta2(0.999f);
+    t.mutable_optimizer()->set_epsilon(1e-8f);
   }
   t.mutable_optimizer()->set_learning_rate(0.001f);
   return t;
@@ -102,7 +107,12 @@ struct Worker {
         gbig(big.size(), 0.01f);
     auto phase_start = SteadyClock::now();
     int current = 0;
+    const bool train = absl::GetFlag(FLAGS_train);
     for (int64_t step = 1; !stop.load(); ++step) {
+      if (!train) {
+        absl::SleepFor(absl::Milliseconds(10));
+        continue;
+      }
       const std::string name = absl::StrCat("big", step % tensors);
       const auto t0 = SteadyClock::now();
       auto pull = client->StartPull(
@@ -188,14 +198,17 @@ void Main() {
   w.stop = true;
   training.join();
 
-  const double mbps = r.bytes() / 1e6 / move_s;
+  // The state's rate: the first round copies all of it.
+  const double mbps = r.state_bytes() / 1e3 / r.first_round_ms();
   std::printf(
-      "move slots=%u slices=%llu bytes=%llu rounds=%u seconds=%.3f "
-      "MBps=%.0f memcpy_MBps=%.0f ratio_to_memcpy=%.3f copy_ms=%.1f "
-      "fence_ms=%.1f\n",
+      "move slots=%u slices=%llu state_bytes=%llu first_round_ms=%.1f "
+      "state_MBps=%.0f memcpy_MBps=%.0f ratio_to_memcpy=%.3f rounds=%u "
+      "record_bytes=%llu seconds=%.3f copy_ms=%.1f fence_ms=%.1f\n",
       r.slots(), static_cast<unsigned long long>(r.slices()),
-      static_cast<unsigned long long>(r.bytes()), r.rounds(), move_s, mbps,
-      memcpy_mbps, mbps / memcpy_mbps, r.copy_ms(), r.fence_ms());
+      static_cast<unsigned long long>(r.state_bytes()), r.first_round_ms(),
+      mbps, memcpy_mbps, mbps / memcpy_mbps, r.rounds(),
+      static_cast<unsigned long long>(r.bytes()), move_s, r.copy_ms(),
+      r.fence_ms());
   const char* names[3] = {"before", "during", "after"};
   const double base_rate = w.ms[0].size() / std::max(w.seconds[0], 1e-9);
   for (int p = 0; p < 3; ++p) {
