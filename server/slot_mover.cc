@@ -84,41 +84,10 @@ absl::StatusOr<MoveSlotsResponse> SlotMover::MoveIn(
   round.set_destination_index(c_->shard_index);
   round.set_destination(request.destination());
   round.set_run_id(c_->run_id);
-  const uint32_t max_rounds =
-      request.max_rounds() > 0 ? request.max_rounds() : kDefaultRounds;
-  const uint64_t fence_bytes =
-      request.fence_bytes() > 0 ? request.fence_bytes() : kDefaultFenceBytes;
-
   MoveSlotsResponse out;
   out.set_slots(static_cast<uint32_t>(slots->size()));
   const absl::Time start = absl::Now();
-  absl::Status s;
-  uint64_t previous = 0;
-  for (uint32_t r = 0; r < max_rounds; ++r) {
-    const absl::Time round_start = absl::Now();
-    absl::StatusOr<Round> done = CopyRound(stub.get(), round, *set);
-    if (!done.ok()) {
-      s = done.status();
-      break;
-    }
-    c_->logger->debug("copy round {}: {} bytes in {:.1f} ms", r + 1,
-                      done->bytes, Ms(absl::Now() - round_start));
-    if (out.rounds() == 0) {  // everything of the slots
-      out.set_slices(done->slices);
-      out.set_rows(done->rows);
-      out.set_state_bytes(done->bytes);
-      out.set_first_round_ms(Ms(absl::Now() - round_start));
-    }
-    out.set_bytes(out.bytes() + done->bytes);
-    out.set_rounds(out.rounds() + 1);
-    round.set_since(done->next_since);
-    // Small enough to copy fenced, or not shrinking (the slots change as
-    // fast as they are copied: another round would copy them again).
-    if (done->bytes < fence_bytes || (r > 0 && 2 * done->bytes > previous)) {
-      break;
-    }
-    previous = done->bytes;
-  }
+  absl::Status s = CopyUnfenced(stub.get(), request, *set, &round, &out);
   const absl::Time fenced = absl::Now();
   out.set_copy_ms(Ms(fenced - start));
   absl::StatusOr<Round> last = absl::UnknownError("not run");
@@ -147,6 +116,41 @@ absl::StatusOr<MoveSlotsResponse> SlotMover::MoveIn(
       out.slots(), request.source_index(), out.bytes(), out.rounds(),
       out.copy_ms(), out.fence_ms(), epoch);
   return out;
+}
+
+absl::Status SlotMover::CopyUnfenced(SlotMoves::Stub* source,
+                                     const MoveSlotsRequest& request,
+                                     const SlotSet& slots,
+                                     ExportSlotsRequest* round,
+                                     MoveSlotsResponse* out) {
+  const uint32_t max_rounds =
+      request.max_rounds() > 0 ? request.max_rounds() : kDefaultRounds;
+  const uint64_t fence_bytes =
+      request.fence_bytes() > 0 ? request.fence_bytes() : kDefaultFenceBytes;
+  uint64_t previous = 0;
+  for (uint32_t r = 0; r < max_rounds; ++r) {
+    const absl::Time round_start = absl::Now();
+    absl::StatusOr<Round> done = CopyRound(source, *round, slots);
+    if (!done.ok()) return done.status();
+    c_->logger->debug("copy round {}: {} bytes in {:.1f} ms", r + 1,
+                      done->bytes, Ms(absl::Now() - round_start));
+    if (out->rounds() == 0) {  // everything of the slots
+      out->set_slices(done->slices);
+      out->set_rows(done->rows);
+      out->set_state_bytes(done->bytes);
+      out->set_first_round_ms(Ms(absl::Now() - round_start));
+    }
+    out->set_bytes(out->bytes() + done->bytes);
+    out->set_rounds(out->rounds() + 1);
+    round->set_since(done->next_since);
+    // Small enough to copy fenced, or not shrinking (the slots change as
+    // fast as they are copied: another round would copy them again).
+    if (done->bytes < fence_bytes || (r > 0 && 2 * done->bytes > previous)) {
+      break;
+    }
+    previous = done->bytes;
+  }
+  return absl::OkStatus();
 }
 
 absl::StatusOr<SlotMover::Round> SlotMover::CopyRound(

@@ -118,6 +118,12 @@ class SlotMover {
 
   absl::Status CheckLeaving(const ExportSlotsRequest& request,
                             const ShardMap& next) ABSL_LOCKS_EXCLUDED(mu_);
+  // The rounds before the fence (as MoveSlotsRequest says when to stop),
+  // counted in *out; *round's `since` is left for the fenced round.
+  absl::Status CopyUnfenced(SlotMoves::Stub* source,
+                            const MoveSlotsRequest& request,
+                            const SlotSet& slots, ExportSlotsRequest* round,
+                            MoveSlotsResponse* out);
   absl::StatusOr<Round> CopyRound(SlotMoves::Stub* source,
                                   const ExportSlotsRequest& request,
                                   const SlotSet& slots);
