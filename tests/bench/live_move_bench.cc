@@ -30,6 +30,7 @@
 #include "common/net.h"
 #include "common/shard_map_proto.h"
 #include "proto/slot_moves.grpc.pb.h"
+#include "tests/bench/bench_util.h"
 #include "tests/testing/subprocess.h"
 
 ABSL_FLAG(int, state_mib, 512, "MiB of parameters in the run (both shards)");
@@ -49,16 +50,6 @@ using testing::ServerProcess;
 void Die(const absl::Status& s) {
   std::fprintf(stderr, "live_move_bench: %s\n", s.ToString().c_str());
   std::exit(1);
-}
-
-double Seconds(SteadyClock::time_point a, SteadyClock::time_point b) {
-  return std::chrono::duration<double>(b - a).count();
-}
-
-double Percentile(std::vector<double> v, double p) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  return v[std::min(v.size() - 1, static_cast<size_t>(p * v.size()))];
 }
 
 // memcpy of 256 MiB, best of 3: the machine's copy rate in MB/s.

@@ -33,6 +33,7 @@
 #include "client/ps_client.h"
 #include "common/net.h"
 #include "proto/asyncps.grpc.pb.h"
+#include "tests/bench/bench_util.h"
 #include "tests/testing/etcd_process.h"
 #include "tests/testing/subprocess.h"
 
@@ -59,16 +60,6 @@ template <typename T>
 T Check(absl::StatusOr<T> v) {
   if (!v.ok()) Die(v.status());
   return *std::move(v);
-}
-
-double Seconds(SteadyClock::time_point a, SteadyClock::time_point b) {
-  return std::chrono::duration<double>(b - a).count();
-}
-
-double Percentile(std::vector<double> v, double p) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  return v[std::min(v.size() - 1, static_cast<size_t>(p * v.size()))];
 }
 
 ServerProcess Replica(const testing::EtcdProcess& etcd, const std::string& run,

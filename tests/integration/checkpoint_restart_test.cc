@@ -175,15 +175,12 @@ void CreateTensors(Shard& shard) {
   REQUIRE(shard.stub->CreateTensor(Context().get(), req, &resp).ok());
 }
 
-// Runs psctl with `args`; returns (exit status, stdout + stderr).
+// Runs tools/psctl with `args`: its exit status and output.
 std::pair<int, std::string> Psctl(const std::vector<std::string>& args) {
-  const std::string log = testing::UniqueTmpPath("psctl") + ".log";
-  absl::StatusOr<std::unique_ptr<Subprocess>> p =
-      Subprocess::Start(RunfilePath("tools/psctl"), args, log);
-  REQUIRE_OK(p.status());
-  absl::StatusOr<int> code = (*p)->Wait(absl::Seconds(60));
-  REQUIRE_OK(code.status());
-  return {*code, (*p)->ReadLog()};
+  absl::StatusOr<testing::ToolRun> run =
+      testing::RunTool("tools/psctl", args, absl::Seconds(60));
+  REQUIRE_OK(run.status());
+  return {run->exit_code, run->output};
 }
 
 // Starts a shard that is expected to exit at once; returns (exit status,

@@ -92,12 +92,12 @@ std::vector<float> Snapshot(PsClient* c) {
   return out;
 }
 
+// Runs tools/psctl with `args`: its exit status and output.
 std::pair<int, std::string> Psctl(const std::vector<std::string>& args) {
-  auto p = Subprocess::Start(RunfilePath("tools/psctl"), args);
-  REQUIRE_OK(p.status());
-  absl::StatusOr<int> code = (*p)->Wait(absl::Seconds(120));
-  REQUIRE_OK(code.status());
-  return {*code, (*p)->ReadLog()};
+  absl::StatusOr<testing::ToolRun> run =
+      testing::RunTool("tools/psctl", args, absl::Seconds(120));
+  REQUIRE_OK(run.status());
+  return {run->exit_code, run->output};
 }
 
 // Where in a move the victim dies: `delay` after `who` (0 source, 1

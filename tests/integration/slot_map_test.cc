@@ -70,13 +70,12 @@ std::unique_ptr<PsClient> Connect(const std::vector<ServerProcess>& cluster) {
   return c;
 }
 
-// Runs runfile tools/psctl with `args`; its exit status and output.
+// Runs tools/psctl with `args`: its exit status and output.
 std::pair<int, std::string> Psctl(const std::vector<std::string>& args) {
-  auto p = Subprocess::Start(RunfilePath("tools/psctl"), args);
-  REQUIRE_OK(p.status());
-  absl::StatusOr<int> code = (*p)->Wait(absl::Seconds(60));
-  REQUIRE_OK(code.status());
-  return {*code, (*p)->ReadLog()};
+  absl::StatusOr<testing::ToolRun> run =
+      testing::RunTool("tools/psctl", args, absl::Seconds(60));
+  REQUIRE_OK(run.status());
+  return {run->exit_code, run->output};
 }
 
 std::string ReadFile(const std::string& path) {

@@ -357,6 +357,17 @@ std::string ServerList(const std::vector<ServerProcess>& servers) {
   return absl::StrJoin(addresses, ",");
 }
 
+absl::StatusOr<ToolRun> RunTool(absl::string_view relative,
+                                const std::vector<std::string>& args,
+                                absl::Duration timeout) {
+  absl::StatusOr<std::unique_ptr<Subprocess>> p =
+      Subprocess::Start(RunfilePath(relative), args);
+  if (!p.ok()) return p.status();
+  absl::StatusOr<int> code = (*p)->Wait(timeout);
+  if (!code.ok()) return code.status();
+  return ToolRun{*code, (*p)->ReadLog()};
+}
+
 absl::StatusOr<std::string> UnusedLoopbackAddress() {
   const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
   if (fd < 0) return absl::InternalError(absl::StrCat("socket: ", errno));

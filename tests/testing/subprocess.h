@@ -130,6 +130,19 @@ struct ServerProcess {
   std::string address;  // "127.0.0.1:<port>"
 };
 
+// What a tool run to its end printed and returned.
+struct ToolRun {
+  int exit_code = -1;
+  std::string output;  // stdout + stderr
+};
+
+// Runs runfile `relative` (e.g. "tools/psctl") with `args` and waits up to
+// `timeout` for it to exit (DEADLINE_EXCEEDED naming it otherwise; it is
+// killed).
+absl::StatusOr<ToolRun> RunTool(absl::string_view relative,
+                                const std::vector<std::string>& args,
+                                absl::Duration timeout = absl::Seconds(60));
+
 // Starts runfile server/ps_server as shard `shard_index` of `num_shards` with
 // --port=0 and a fresh --port_file, plus `extra_args` (e.g. "--slice_elems=8"),
 // and waits up to `timeout` for the port file to hold a full line. Fails fast,
