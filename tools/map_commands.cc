@@ -1,5 +1,7 @@
 #include "tools/map_commands.h"
 
+#include <signal.h>
+
 #include <cstdio>
 #include <fstream>
 #include <optional>
@@ -46,6 +48,13 @@ absl::Status WriteMapFile(const std::string& path, const ShardMap& map) {
         absl::StrCat("cannot rename ", tmp, " to ", path));
   }
   return absl::OkStatus();
+}
+
+// A Status request for the per-slot load.
+StatusRequest LoadRequest() {
+  StatusRequest request;
+  request.set_slot_load(true);
+  return request;
 }
 
 // The load a slot carries by --by.
@@ -104,8 +113,35 @@ int RunReshard(const ReshardFlags& f, Format format) {
   return 0;
 }
 
-int RunRebalance(ShardQuery* query, absl::Duration timeout,
-                 const RebalanceFlags& f, const LiveMoveOptions& live) {
+namespace {
+
+// The load of every slot by --by, summed over the shards (a slot that
+// moved has counts on both); with `previous` (the last reading's totals,
+// updated here), only what was added since.
+std::vector<uint64_t> SlotLoads(const std::vector<ShardResult>& results,
+                                const ShardMap& map, const std::string& by,
+                                std::vector<uint64_t>* previous) {
+  std::vector<uint64_t> load(static_cast<size_t>(map.num_slots()), 0);
+  for (const ShardResult& r : results) {
+    for (const SlotLoad& l : r.status.slot_load()) {
+      if (l.slot() < load.size()) load[l.slot()] += LoadOf(l, by);
+    }
+  }
+  if (previous == nullptr) return load;
+  std::vector<uint64_t> added = load;
+  if (previous->size() == load.size()) {
+    for (size_t s = 0; s < load.size(); ++s) {
+      // A shard restarted (its counters start again): all of it is new.
+      if (load[s] >= (*previous)[s]) added[s] = load[s] - (*previous)[s];
+    }
+  }
+  *previous = std::move(load);
+  return added;
+}
+
+int Rebalance(ShardQuery* query, absl::Duration timeout,
+              const RebalanceFlags& f, const LiveMoveOptions& live,
+              std::vector<uint64_t>* previous) {
   const Format format = live.format;
   if ((f.out.empty() && !f.apply) || !(f.threshold >= 1) || f.max_moves < 0 ||
       (f.by != "bytes" && f.by != "updates" && f.by != "rows")) {
@@ -113,22 +149,16 @@ int RunRebalance(ShardQuery* query, absl::Duration timeout,
         "rebalance needs --out=FILE or --apply, --threshold >= 1 and --by "
         "bytes, updates or rows");
   }
-  StatusRequest request;
-  request.set_slot_load(true);
-  const std::vector<ShardResult> results = query->Status(timeout, request);
+  const std::vector<ShardResult> results =
+      query->Status(timeout, LoadRequest());
   int code = kExitDown;
   absl::StatusOr<ShardMap> map = NewestMap(results, &code);
   absl::StatusOr<BalancePlan> plan = absl::UnknownError("no map");
   if (!map.ok()) {
     plan = map.status();
   } else {
-    std::vector<uint64_t> load(static_cast<size_t>(map->num_slots()), 0);
-    for (const ShardResult& r : results) {
-      for (const SlotLoad& l : r.status.slot_load()) {
-        if (l.slot() < load.size()) load[l.slot()] += LoadOf(l, f.by);
-      }
-    }
-    plan = PlanBalance(*map, load, f.threshold, f.max_moves);
+    plan = PlanBalance(*map, SlotLoads(results, *map, f.by, previous),
+                       f.threshold, f.max_moves);
   }
   absl::Status written = plan.status();
   if (plan.ok() && !f.out.empty()) written = WriteMapFile(f.out, plan->map);
@@ -176,6 +206,44 @@ int RunRebalance(ShardQuery* query, absl::Duration timeout,
   }
   Print(absl::StrCat(out, "\n"));
   return f.apply ? RunLiveMoves(live, *map, plan->map) : 0;
+}
+
+}  // namespace
+
+int RunRebalance(ShardQuery* query, absl::Duration timeout,
+                 const RebalanceFlags& f, const LiveMoveOptions& live) {
+  return Rebalance(query, timeout, f, live, nullptr);
+}
+
+int RunRebalanceEvery(ShardQuery* query, absl::Duration timeout,
+                      const RebalanceFlags& f, const LiveMoveOptions& live,
+                      absl::Duration every) {
+  if (!f.apply) return UsageError("rebalance --watch needs --apply");
+  sigset_t stop;
+  sigemptyset(&stop);
+  sigaddset(&stop, SIGINT);
+  sigaddset(&stop, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &stop, nullptr);
+  std::vector<uint64_t> previous;
+  // The first reading only sets the baseline: the load of the last
+  // interval is what is planned from.
+  {
+    const std::vector<ShardResult> results =
+        query->Status(timeout, LoadRequest());
+    int code = kExitDown;
+    absl::StatusOr<ShardMap> map = NewestMap(results, &code);
+    if (map.ok() && map->slotted()) {
+      SlotLoads(results, *map, f.by, &previous);
+    }
+  }
+  for (;;) {
+    const timespec wait = absl::ToTimespec(every);
+    siginfo_t info;
+    const int sig = sigtimedwait(&stop, &info, &wait);
+    if (sig == SIGINT || sig == SIGTERM) return 0;
+    const int code = Rebalance(query, timeout, f, live, &previous);
+    if (code == kExitUsage) return code;
+  }
 }
 
 int RunAdoptNewest(ShardQuery* query, absl::Duration timeout,

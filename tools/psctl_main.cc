@@ -5,7 +5,7 @@
 //   psctl checkpoint --servers=h:p,h:p [-o table|json|yaml] [--timeout=60s]
 //   psctl health     --servers=h:p,h:p [--service=NAME] [-o ...]
 //   psctl rebalance  --servers=h:p,h:p (--out=MAP_FILE | --apply)
-//                    [--threshold=1.05]
+//                    [--threshold=1.05] [--watch=60s (with --apply)]
 //   psctl move       --servers=h:p,h:p --slot_list=3,7,10-20 --to_shard=K
 //   psctl adopt      --servers=h:p,h:p
 //   psctl reshard    --from=DIR --to=NEW_DIR --shards=M [--slots=S |
@@ -138,7 +138,7 @@ constexpr char kUsage[] =
     "[--timeout=60s]\n"
     "  psctl health     --servers=h:p,h:p [--service=NAME]\n"
     "  psctl rebalance  --servers=h:p,h:p (--out=MAP_FILE | --apply) "
-    "[--threshold=1.05] [--by=bytes]\n"
+    "[--threshold=1.05] [--by=bytes] [--watch=60s]\n"
     "  psctl move       --servers=h:p,h:p --slot_list=3,7,10-20 "
     "--to_shard=K\n"
     "  psctl adopt      --servers=h:p,h:p\n"
@@ -601,9 +601,11 @@ absl::StatusOr<Connection> ConnectionFromFlags(const ParsedCommandLine& cl,
     return absl::InvalidArgumentError(absl::StrCat(
         "--watch must be >= 0, got ", absl::FormatDuration(c.watch)));
   }
-  if (c.watch > absl::ZeroDuration() && command != "status") {
+  if (c.watch > absl::ZeroDuration() && command != "status" &&
+      !(command == "rebalance" && absl::GetFlag(FLAGS_apply))) {
     return absl::InvalidArgumentError(
-        "--watch applies only to the status command");
+        "--watch applies only to the status command and rebalance "
+        "--apply");
   }
   if (cl.IsSet("service") && command != "health") {
     return absl::InvalidArgumentError(
@@ -678,6 +680,9 @@ int Main(int argc, char** argv) {
     f.threshold = absl::GetFlag(FLAGS_threshold);
     f.by = absl::GetFlag(FLAGS_by);
     f.apply = absl::GetFlag(FLAGS_apply);
+    if (c->watch > absl::ZeroDuration()) {
+      return RunRebalanceEvery(&query, c->timeout, f, live, c->watch);
+    }
     return RunRebalance(&query, c->timeout, f, live);
   }
   if (*command == "adopt") return RunAdoptNewest(&query, c->timeout, live);

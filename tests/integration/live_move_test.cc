@@ -5,6 +5,8 @@
 // exact ledger: every element of the dense tensor and of every row equals
 // the number of pushes acknowledged, so an update lost or applied twice by
 // a move shows. Bad moves are refused and change nothing.
+#include <signal.h>
+
 #include <atomic>
 #include <catch2/catch.hpp>
 #include <memory>
@@ -86,6 +88,7 @@ std::pair<int, std::string> Psctl(const std::vector<std::string>& args) {
 // ends it.
 struct Trainer {
   PsClient* client = nullptr;
+  std::vector<uint64_t> ids = Ids();
   std::atomic<int64_t> acked{0};
   std::atomic<bool> stop{false};
   absl::Status error;
@@ -93,9 +96,8 @@ struct Trainer {
   absl::Notification warmed;  // 10 steps done
 
   void Run() {
-    const std::vector<uint64_t> ids = Ids();
-    std::vector<float> w(kElems), rows(kRows * kDim);
-    const std::vector<float> gw(kElems, -1.0f), grows(kRows * kDim, -1.0f);
+    std::vector<float> w(kElems), rows(ids.size() * kDim);
+    const std::vector<float> gw(kElems, -1.0f), grows(rows.size(), -1.0f);
     for (int64_t step = 1; !stop.load() && step < 100000; ++step) {
       auto pull = client->StartPull(
           step, step, PullSet{{{"w", w.data()}}, {{"emb", ids, rows.data()}}});
@@ -186,6 +188,72 @@ TEST_CASE(
   for (float v : rows) wrong += v != static_cast<float>(n);
   INFO("acknowledged pushes " << n << "; w[0] " << w[0] << ", row 0 "
                               << rows[0]);
+  CHECK(wrong == 0);
+}
+
+TEST_CASE(
+    "the automatic rebalance moves hot slots off the busiest shard while a "
+    "worker trains, every push applied exactly once",
+    "[slots][live-move][rebalance][ledger]") {
+  auto cluster =
+      StartPsCluster(kShards, {absl::StrCat("--num_slots=", kSlots)});
+  REQUIRE_OK(cluster.status());
+  std::unique_ptr<PsClient> c = Connect(*cluster);
+  REQUIRE_OK(c->CreateTables({Table()}));
+  REQUIRE_OK(c->CreateTensors({Dense()}));
+  // Every row the worker pushes is homed on shard 0: it carries all the
+  // rows' load.
+  const ShardMap even = c->map();
+  const ShardMap::TableKey key = ShardMap::KeyOf("emb");
+  Trainer t;
+  t.client = c.get();
+  t.ids.clear();
+  for (uint64_t id = 1; t.ids.size() < 200; ++id) {
+    if (even.RowHome(key, id) == 0) t.ids.push_back(id);
+  }
+  std::thread training([&t] { t.Run(); });
+  REQUIRE(t.warmed.WaitForNotificationWithTimeout(absl::Seconds(60)));
+  auto watch = Subprocess::Start(
+      RunfilePath("tools/psctl"),
+      {"rebalance", "--servers=" + ServerList(*cluster), "--apply",
+       "--watch=1s", "--by=rows", "--threshold=1.1"});
+  REQUIRE_OK(watch.status());
+  // Until shard 0 gave slots away (or 30 s).
+  absl::Status moved = testing::WaitFor(
+      [&] {
+        absl::StatusOr<std::vector<StatusResponse>> st = c->Status();
+        return st.ok() && (*st)[0].map().epoch() > 1;
+      },
+      absl::Seconds(30), "an automatic move", absl::Milliseconds(100));
+  absl::SleepFor(absl::Seconds(1));
+  REQUIRE_OK((*watch)->Signal(SIGINT));
+  absl::StatusOr<int> code = (*watch)->Wait(absl::Seconds(60));
+  t.stop = true;
+  training.join();
+  INFO((*watch)->ReadLog());
+  REQUIRE_OK(moved);
+  REQUIRE_OK(code.status());
+  CHECK(*code == 0);
+  REQUIRE_OK(t.error);
+  CHECK(t.stale == 0);
+  CHECK(absl::StrContains((*watch)->ReadLog(), "shard 0 -> "));
+
+  // Shard 0 owns fewer slots; the ledger holds.
+  const ShardMap now = c->map();
+  int owned = 0;
+  for (const uint16_t o : now.owners()) owned += o == 0;
+  CHECK(owned < kSlots / kShards + 1);
+  c.reset();
+  std::unique_ptr<PsClient> reader = Connect(*cluster);
+  REQUIRE_OK(reader->WaitForTensors({"emb", "w"}, absl::Seconds(30)));
+  std::vector<float> w(kElems), rows(t.ids.size() * kDim);
+  auto pull = reader->StartPull(
+      1, 1, PullSet{{{"w", w.data()}}, {{"emb", t.ids, rows.data(), true}}});
+  REQUIRE_OK(pull->Wait());
+  const float n = static_cast<float>(t.acked.load());
+  int wrong = 0;
+  for (float v : w) wrong += v != n;
+  for (float v : rows) wrong += v != n;
   CHECK(wrong == 0);
 }
 
