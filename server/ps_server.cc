@@ -225,6 +225,10 @@ ServiceContext PsServer::MakeServiceContext(const PsServerOptions& options,
   context.log = options.log;
   context.replica_status = options.replica_status;
   context.state_digest = [this](StatusResponse* r) { FillDigest(r); };
+  // The mover starts with the server (after the context): none before.
+  context.slot_move = [this] {
+    return mover_ != nullptr ? mover_->Describe() : std::string();
+  };
   return context;
 }
 

@@ -677,6 +677,7 @@ void PsService::FillStatus(StatusResponse* r) {
   r->set_build_version(c_.build_version);
   ShardMapToProto(c_.store->map(), r->mutable_map());
   if (c_.replica_status) c_.replica_status(r);
+  if (c_.slot_move) r->set_slot_move(c_.slot_move());
   const absl::Time now = c_.clock->Now();
   r->set_uptime_ms(absl::ToInt64Milliseconds(now - start_time_));
   *r->mutable_policy() = c_.policy;

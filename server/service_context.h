@@ -56,6 +56,9 @@ struct ServiceContext {
   // Adds ReplicaStatus.state_digest (and the log index it is of); reads the
   // whole state.
   std::function<void(StatusResponse*)> state_digest;
+  // StatusResponse.slot_move: the live slot move in progress ("" for none);
+  // null when the shard has no mover.
+  std::function<std::string()> slot_move;
   Clock* clock = Clock::Real();
   std::shared_ptr<spdlog::logger> logger;
 };

@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/synchronization/notification.h"
 #include "common/grpc_status.h"
@@ -74,6 +75,9 @@ absl::StatusOr<MoveSlotsResponse> SlotMover::MoveIn(
     }
     incoming_[epoch] = Outcome::kCopying;
     moving_in_ = true;
+    moving_in_what_ =
+        absl::StrCat("copying ", slots->size(), " slots in from shard ",
+                     request.source_index(), " (map epoch ", epoch, ")");
   }
   c_->logger->info("moving {} slots in from shard {} ({}), map epoch {}",
                    slots->size(), request.source_index(), request.source(),
@@ -421,6 +425,17 @@ void SlotMover::Watch() {
 }
 
 // ---------------------------------------------------------------- any shard
+
+std::string SlotMover::Describe() const {
+  absl::MutexLock l(&mu_);
+  if (leaving_.has_value()) {
+    return absl::StrFormat(
+        "fenced for %.0f ms: slots moving to %s (map epoch %d)",
+        Ms(absl::Now() - leaving_->fenced_at), leaving_->destination,
+        leaving_->next.epoch());
+  }
+  return moving_in_ ? moving_in_what_ : std::string();
+}
 
 absl::StatusOr<ShardMap> SlotMover::Adopt(const ShardMap& map) {
   absl::MutexLock l(&mu_);

@@ -97,6 +97,9 @@ class SlotMover {
   // old one again (aborted).
   absl::Status Finish(const FinishMoveRequest& request);
 
+  // The move this shard takes part in now, for Status ("" for none).
+  std::string Describe() const ABSL_LOCKS_EXCLUDED(mu_);
+
   // ---- Any shard.
   // Adopts a newer map that leaves this shard's own slots as they are.
   absl::StatusOr<ShardMap> Adopt(const ShardMap& map);
@@ -143,10 +146,11 @@ class SlotMover {
   SlotFence* const fence_;
   const SlotMoverOptions o_;
 
-  absl::Mutex mu_;
+  mutable absl::Mutex mu_;
   // Moves into this shard by the epoch they make.
   absl::flat_hash_map<uint64_t, Outcome> incoming_ ABSL_GUARDED_BY(mu_);
   bool moving_in_ ABSL_GUARDED_BY(mu_) = false;
+  std::string moving_in_what_ ABSL_GUARDED_BY(mu_);  // while moving_in_
   std::optional<Leaving> leaving_ ABSL_GUARDED_BY(mu_);
   bool stop_ ABSL_GUARDED_BY(mu_) = false;
   std::thread watcher_;

@@ -366,6 +366,12 @@ std::string SummaryText(const std::vector<ShardResult>& shards) {
       s.run_id.empty() ? "" : absl::StrCat("   run: ", s.run_id),
       s.map.empty() || s.map == "static" ? "" : absl::StrCat("   map: ", s.map),
       "\n");
+  for (const ShardResult& r : shards) {
+    if (r.up && !r.status.slot_move().empty()) {
+      absl::StrAppend(&out, "  shard ", r.index, ": ", r.status.slot_move(),
+                      "\n");
+    }
+  }
   absl::StrAppend(&out, "  tensors ", s.tensors, "  slices ", s.slices,
                   "  parameters ", s.parameters, " (",
                   HumanBytes(s.parameter_bytes), ")\n");

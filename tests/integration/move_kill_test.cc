@@ -173,6 +173,13 @@ void KillDuringMove(bool kill_destination, KillPoint at) {
   INFO("psctl move: " << (*move)->ReadLog());
   CHECK((*moved == 0 || *moved == 1));
 
+  if (kill_destination && at.text == kFenced) {
+    // The source stays fenced until the destination says how the move
+    // ended; psctl status shows it.
+    const auto [sc, status] = Psctl({"status", "--servers=" + servers[0]});
+    INFO(status);
+    CHECK(absl::StrContains(status, "shard 0: fenced for "));
+  }
   const int port =
       std::stoi(servers[victim].substr(servers[victim].rfind(':') + 1));
   auto again = testing::StartPsServer(victim, 2, args, absl::Seconds(60), port);
