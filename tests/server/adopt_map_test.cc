@@ -9,6 +9,7 @@
 #include <thread>
 #include <vector>
 
+#include "common/map_change.h"
 #include "common/shard_map.h"
 #include "store/shard_store.h"
 #include "tests/testing/require_ok.h"
@@ -24,10 +25,9 @@ constexpr int kSliceElems = 16;
 constexpr int kSlices = 40;
 
 // The map of `base` one epoch on, with `slots` given to shard `to`.
-ShardMap Moved(const ShardMap& base, const std::vector<int>& slots, int to) {
-  std::vector<uint16_t> owners(base.owners().begin(), base.owners().end());
-  for (int s : slots) owners[s] = static_cast<uint16_t>(to);
-  return *ShardMap::Slotted(base.num_shards(), owners, base.epoch() + 1);
+ShardMap Moved(const ShardMap& base, const std::vector<uint32_t>& slots,
+               int to) {
+  return WithSlotsMoved(base, slots, to).value();
 }
 
 // Shard `shard` of 2 over 64 even slots, with tensor "w" (40 slices of 16,
@@ -153,8 +153,8 @@ TEST_CASE("adopting a map drops the slices and rows of the slots given away",
   const StoreSize before = store->Size();
 
   // Half of shard 0's slots go to shard 1.
-  std::vector<int> away;
-  for (int s = 0; s < kSlots; s += 4) away.push_back(s);
+  std::vector<uint32_t> away;
+  for (uint32_t s = 0; s < kSlots; s += 4) away.push_back(s);
   const ShardMap next = Moved(start, away, 1);
   REQUIRE_OK(store->AdoptMap(next));
 
@@ -209,7 +209,7 @@ TEST_CASE("pulls during AdoptMap see the slices of one map",
           "[adopt_map][concurrency]") {
   std::unique_ptr<ShardStore> store = MakeStore(0);
   const ShardMap start = store->map();
-  std::vector<int> away;
+  std::vector<uint32_t> away;
   for (int s = 0; s < kSlots; s += 2) {
     if (start.owners()[s] == 0 && s % 4 == 0) away.push_back(s);
   }

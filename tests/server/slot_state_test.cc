@@ -14,6 +14,7 @@
 #include <utility>
 #include <vector>
 
+#include "common/map_change.h"
 #include "common/shard_map.h"
 #include "proto/checkpoint.pb.h"
 #include "store/shard_store.h"
@@ -41,11 +42,10 @@ std::string Bytes(const float* p, size_t n) {
   return std::string(reinterpret_cast<const char*>(p), n * sizeof(float));
 }
 
+// The map of `base` one epoch on, with `slots` given to shard `to`.
 ShardMap Moved(const ShardMap& base, const std::vector<uint32_t>& slots,
                int to) {
-  std::vector<uint16_t> owners(base.owners().begin(), base.owners().end());
-  for (uint32_t s : slots) owners[s] = static_cast<uint16_t>(to);
-  return *ShardMap::Slotted(base.num_shards(), owners, base.epoch() + 1);
+  return WithSlotsMoved(base, slots, to).value();
 }
 
 // Shard `shard` of 2 over 64 even slots: tensor "w" (48 slices of 16, Adam)
