@@ -3,6 +3,7 @@
 #include <cstdio>
 #include <map>
 #include <optional>
+#include <string>
 #include <utility>
 
 #include "absl/strings/numbers.h"
@@ -13,6 +14,7 @@
 #include "common/map_change.h"
 #include "common/net.h"
 #include "common/shard_map_proto.h"
+#include "proto/asyncps.grpc.pb.h"
 #include "proto/slot_moves.grpc.pb.h"
 
 namespace asyncps {
@@ -58,6 +60,50 @@ int Broadcast(const LiveMoveOptions& o, const ShardMap& map, int skip_a,
     }
   }
   return failed;
+}
+
+// The map the shard at `address` serves, if it answers.
+std::optional<ShardMap> MapServedAt(const LiveMoveOptions& o,
+                                    const std::string& address) {
+  auto stub = ParameterServer::NewStub(MakeChannel(address, 0, o.security));
+  grpc::ClientContext ctx;
+  ctx.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(5)));
+  StatusResponse r;
+  if (!stub->Status(&ctx, StatusRequest(), &r).ok()) return std::nullopt;
+  absl::StatusOr<ShardMap> map = ShardMapOr(r.map(), r.num_shards());
+  if (!map.ok()) return std::nullopt;
+  return *map;
+}
+
+// After MoveSlots failed: whether the move committed anyway (its answer was
+// lost), as the destination, which decides, says. Prints what happened.
+bool CommittedAnyway(const LiveMoveOptions& o, int from, int to, size_t slots,
+                     const ShardMap& next, const absl::Status& error) {
+  std::fprintf(stderr,
+               "psctl: moving %zu slots from shard %d to shard %d: %s\n", slots,
+               from, to, error.ToString().c_str());
+  const std::optional<ShardMap> served = MapServedAt(o, o.servers[to]);
+  if (!served.has_value()) {
+    std::fprintf(stderr,
+                 "psctl: the destination (shard %d) does not answer: it "
+                 "decides how the move ended (the source stays fenced until "
+                 "it says); once it is back, psctl adopt brings every shard "
+                 "to the map it ended with\n",
+                 to);
+    return false;
+  }
+  if (served->epoch() >= next.epoch() && served->owners() == next.owners()) {
+    std::fprintf(stderr,
+                 "psctl: the destination serves map epoch %llu: the move "
+                 "committed (its answer was lost)\n",
+                 static_cast<unsigned long long>(served->epoch()));
+    return true;
+  }
+  std::fprintf(stderr,
+               "psctl: the move was aborted: the destination serves map "
+               "epoch %llu, nothing moved\n",
+               static_cast<unsigned long long>(served->epoch()));
+  return false;
 }
 
 }  // namespace
@@ -136,11 +182,12 @@ int RunLiveMoves(const LiveMoveOptions& o, const ShardMap& current,
     const absl::Time start = absl::Now();
     const absl::Status st = FromGrpcStatus(stub->MoveSlots(&ctx, request, &r));
     if (!st.ok()) {
-      std::fprintf(stderr,
-                   "psctl: moving %zu slots from shard %d to shard %d: %s\n",
-                   slots.size(), from, to, st.ToString().c_str());
-      code = kExitDown;
-      break;
+      if (!CommittedAnyway(o, from, to, slots.size(), *next, st)) {
+        code = kExitDown;
+        break;
+      }
+      r.Clear();  // what it moved is in the destination's log
+      r.set_slots(static_cast<uint32_t>(slots.size()));
     }
     const double seconds = absl::ToDoubleSeconds(absl::Now() - start);
     now = *next;

@@ -205,6 +205,17 @@ void KillDuringMove(bool kill_destination, KillPoint at) {
   const ShardMap b = *ShardMapOr((*st)[1].map(), 2);
   CHECK(a == b);
   CHECK((a.epoch() == 1 || a.epoch() == 2));
+  // psctl's word matches how the move ended: exit 0 only for a move that
+  // committed; a failure says why (the destination, which decides, is
+  // down, or it aborted the move).
+  const std::string said = (*move)->ReadLog();
+  if (a.epoch() == 1) CHECK(*moved == 1);
+  if (*moved == 1) {
+    const bool down = absl::StrContains(said, "does not answer");
+    const bool aborted = absl::StrContains(said, "the move was aborted");
+    CHECK((down || aborted));
+    if (aborted) CHECK(a.epoch() == 1);
+  }
   WARN((kill_destination ? "destination" : "source")
        << " killed " << absl::FormatDuration(at.delay) << " after shard "
        << at.who << " logged '" << at.text << "': psctl move exit " << *moved
