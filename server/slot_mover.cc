@@ -358,18 +358,53 @@ absl::Status SlotMover::Export(
 }
 
 absl::Status SlotMover::Finish(const FinishMoveRequest& request) {
-  return EndLeaving(request.move_epoch(), request.committed());
+  std::string destination;
+  {
+    absl::MutexLock l(&mu_);
+    if (!leaving_.has_value() ||
+        leaving_->next.epoch() != request.move_epoch()) {
+      // Told twice (a retried FinishMove, or MoveState answered first):
+      // the outcome stands.
+      if (!request.committed() ||
+          c_->store->map_epoch() >= request.move_epoch()) {
+        return absl::OkStatus();
+      }
+      return absl::FailedPreconditionError(
+          absl::StrCat("no move to map epoch ", request.move_epoch(),
+                       " is fenced on this shard"));
+    }
+    destination = leaving_->destination;
+  }
+  // The word is only a hint: the destination, which decides, is asked, so
+  // that no other caller can end the fence either way.
+  return AskDestination(request.move_epoch(), destination);
+}
+
+absl::Status SlotMover::AskDestination(uint64_t epoch,
+                                       const std::string& destination) {
+  auto stub = SlotMoves::NewStub(MakeChannel(destination, 0, o_.security));
+  grpc::ClientContext ctx;
+  ctx.set_deadline(absl::ToChronoTime(absl::Now() + o_.fence_timeout));
+  MoveStateRequest request;
+  request.set_move_epoch(epoch);
+  MoveStateResponse response;
+  const absl::Status s =
+      FromGrpcStatus(stub->MoveState(&ctx, request, &response));
+  if (!s.ok()) {
+    c_->logger->warn(
+        "fenced for the move to map epoch {}; the destination {} does not "
+        "say how it ended ({}); asking again",
+        epoch, destination, s.ToString());
+    return s;
+  }
+  return EndLeaving(epoch, response.committed());
 }
 
 absl::Status SlotMover::EndLeaving(uint64_t epoch, bool committed) {
   absl::MutexLock l(&mu_);
+  // Ended already (the watcher and FinishMove both asked): it stands.
   if (!leaving_.has_value() || leaving_->next.epoch() != epoch) {
-    // Told twice (a retried FinishMove, or the answer to MoveState came
-    // first): the outcome stands.
-    if (committed && c_->store->map_epoch() >= epoch) return absl::OkStatus();
-    if (!committed) return absl::OkStatus();
-    return absl::FailedPreconditionError(absl::StrCat(
-        "no move to map epoch ", epoch, " is fenced on this shard"));
+    return absl::OkStatus();
   }
   PushGate::Closed closed(c_->gate);
   if (committed) {
@@ -405,21 +440,7 @@ void SlotMover::Watch() {
     const uint64_t epoch = leaving_->next.epoch();
     const std::string destination = leaving_->destination;
     mu_.Unlock();
-    auto stub = SlotMoves::NewStub(MakeChannel(destination, 0, o_.security));
-    grpc::ClientContext ctx;
-    ctx.set_deadline(absl::ToChronoTime(absl::Now() + o_.fence_timeout));
-    MoveStateRequest request;
-    request.set_move_epoch(epoch);
-    MoveStateResponse response;
-    const grpc::Status s = stub->MoveState(&ctx, request, &response);
-    if (s.ok()) {
-      EndLeaving(epoch, response.committed()).IgnoreError();
-    } else {
-      c_->logger->warn(
-          "fenced for the move to map epoch {}; the destination {} does not "
-          "say how it ended ({}); asking again",
-          epoch, destination, s.error_message());
-    }
+    AskDestination(epoch, destination).IgnoreError();
     mu_.Lock();
   }
 }

@@ -93,8 +93,10 @@ class SlotMover {
   absl::Status Export(
       const ExportSlotsRequest& request,
       const std::function<bool(const ExportSlotsChunk&)>& write);
-  // The destination's word: adopt the next map (committed) or serve the
-  // old one again (aborted).
+  // The destination's word that a move ended. Taken as a hint only: the
+  // destination is asked (MoveState) and the fence ends as it answers
+  // (adopt the next map, or serve the old one again), so that a FinishMove
+  // from anyone else cannot drop slots or end a fence early.
   absl::Status Finish(const FinishMoveRequest& request);
 
   // The move this shard takes part in now, for Status ("" for none).
@@ -137,6 +139,10 @@ class SlotMover {
   // waits for it: a restart then restores the map the source is told of.
   void SaveCommit(uint64_t epoch);
   void TellSource(SlotMoves::Stub* source, uint64_t epoch, bool committed);
+  // Asks the destination how the move to `epoch` ended and ends the fence
+  // so (UNAVAILABLE, the fence kept, when it does not answer).
+  absl::Status AskDestination(uint64_t epoch, const std::string& destination)
+      ABSL_LOCKS_EXCLUDED(mu_);
   // Ends the fence as the destination said, under the push gate.
   absl::Status EndLeaving(uint64_t epoch, bool committed)
       ABSL_LOCKS_EXCLUDED(mu_);

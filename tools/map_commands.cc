@@ -13,6 +13,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "common/map_change.h"
+#include "common/net.h"
 #include "common/shard_map_proto.h"
 #include "server/file_system.h"
 #include "server/reshard.h"
@@ -219,11 +220,8 @@ int RunRebalanceEvery(ShardQuery* query, absl::Duration timeout,
                       const RebalanceFlags& f, const LiveMoveOptions& live,
                       absl::Duration every) {
   if (!f.apply) return UsageError("rebalance --watch needs --apply");
-  sigset_t stop;
-  sigemptyset(&stop);
-  sigaddset(&stop, SIGINT);
-  sigaddset(&stop, SIGTERM);
-  pthread_sigmask(SIG_BLOCK, &stop, nullptr);
+  // Blocked here too (a no-op after main's), taken between rounds.
+  const sigset_t stop = BlockStopSignals();
   std::vector<uint64_t> previous;
   // The first reading only sets the baseline: the load of the last
   // interval is what is planned from.

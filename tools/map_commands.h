@@ -55,8 +55,9 @@ int RunRebalance(ShardQuery* query, absl::Duration timeout,
 // from the load of the last D (the per-slot counters' growth since the
 // previous reading, so that a hot spot that moved on is not chased) and
 // moves the slots when the busiest shard is beyond the threshold; until
-// SIGINT or SIGTERM. A failed round is reported and the next one tries
-// again. Exit status: 0 when stopped by a signal, 2 bad usage.
+// SIGINT or SIGTERM (main blocks them first: common/net.h BlockStopSignals). A
+// failed round is reported and the next one tries again. Exit status: 0 when
+// stopped by a signal, 2 bad usage.
 int RunRebalanceEvery(ShardQuery* query, absl::Duration timeout,
                       const RebalanceFlags& flags, const LiveMoveOptions& live,
                       absl::Duration every);

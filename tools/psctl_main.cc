@@ -662,6 +662,12 @@ int Main(int argc, char** argv) {
                        absl::GetFlag(FLAGS_map)},
                       *format);
   }
+  if (*command == "rebalance" && absl::GetFlag(FLAGS_apply) &&
+      absl::GetFlag(FLAGS_watch) > absl::ZeroDuration()) {
+    // The automatic mode ends on SIGINT/SIGTERM, taken between rounds: they
+    // are blocked before any thread starts (every thread inherits the mask).
+    BlockStopSignals();
+  }
   absl::StatusOr<Connection> c = ConnectionFromFlags(cl, *command);
   if (!c.ok()) return UsageError(std::string(c.status().message()));
 

@@ -18,9 +18,11 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "client/ps_client.h"
+#include "common/net.h"
 #include "common/shard_map.h"
 #include "common/shard_map_proto.h"
 #include "proto/asyncps.pb.h"
+#include "proto/slot_moves.grpc.pb.h"
 #include "tests/testing/require_ok.h"
 #include "tests/testing/subprocess.h"
 
@@ -174,6 +176,19 @@ void KillDuringMove(bool kill_destination, KillPoint at) {
   CHECK((*moved == 0 || *moved == 1));
 
   if (kill_destination && at.text == kFenced) {
+    // A FinishMove from anyone but the destination ends nothing: the
+    // source asks the destination, which is down, and stays fenced.
+    auto stub = SlotMoves::NewStub(MakeChannel(servers[0]));
+    for (const bool committed : {true, false}) {
+      grpc::ClientContext ctx;
+      ctx.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(30)));
+      FinishMoveRequest word;
+      word.set_move_epoch(2);
+      word.set_committed(committed);
+      FinishMoveResponse unused;
+      CHECK(stub->FinishMove(&ctx, word, &unused).error_code() ==
+            grpc::StatusCode::UNAVAILABLE);
+    }
     // The source stays fenced until the destination says how the move
     // ended; psctl status shows it.
     const auto [sc, status] = Psctl({"status", "--servers=" + servers[0]});
