@@ -92,11 +92,13 @@ absl::Status CheckCreated(const std::vector<TensorSpec>& specs,
   return absl::OkStatus();
 }
 
-// The map each shard answered with, in shard order.
+// The map each shard of `parts` answered with, in shard order (null for
+// the shards not asked).
 template <typename Response>
-std::vector<const ShardMapProto*> MapsOf(const std::vector<Response>& r) {
-  std::vector<const ShardMapProto*> maps;
-  for (const Response& response : r) maps.push_back(&response.map());
+std::vector<const ShardMapProto*> MapsOf(const std::vector<Response>& r,
+                                         const std::vector<int>& parts) {
+  std::vector<const ShardMapProto*> maps(r.size(), nullptr);
+  for (const int s : parts) maps[s] = &r[s].map();
   return maps;
 }
 
@@ -198,6 +200,7 @@ absl::Status PsClient::AdoptMap(const std::vector<const ShardMapProto*>& maps) {
   std::optional<ShardMap> newest;
   int newest_shard = 0;
   for (size_t s = 0; s < maps.size(); ++s) {
+    if (maps[s] == nullptr) continue;
     absl::StatusOr<ShardMap> m = ShardMapOr(*maps[s], num_shards());
     if (!m.ok() || m->num_shards() != num_shards()) {
       return absl::FailedPreconditionError(absl::StrCat(
@@ -269,22 +272,24 @@ absl::Status PsClient::CreateTensors(
   status = AddInitialValues(specs, values, &request);
   if (!status.ok()) return status;
   std::vector<CreateTensorResponse> responses;
+  const std::vector<int> parts = Parts();
   status = ToAllShards(
-      "CreateTensor", request, &responses, IssueCreateTensor,
+      parts, "CreateTensor", request, &responses, IssueCreateTensor,
       [&specs, &responses](int s) { return CheckCreated(specs, responses[s]); },
       CallPolicy());
   if (!status.ok()) return status;
-  status = AdoptMap(MapsOf(responses));
+  status = AdoptMap(MapsOf(responses, parts));
   if (!status.ok()) return status;
 
   // Every shard must have resolved the same spec.
+  const int r = parts[0];
   for (size_t k = 0; k < specs.size(); ++k) {
-    const TensorSpec& first = responses[0].tensors(static_cast<int>(k));
-    for (int s = 1; s < num_shards(); ++s) {
+    const TensorSpec& first = responses[r].tensors(static_cast<int>(k));
+    for (const int s : parts) {
       const TensorSpec& other = responses[s].tensors(static_cast<int>(k));
       if (other.slice_elems() != first.slice_elems()) {
         return absl::FailedPreconditionError(
-            absl::StrCat("tensor ", QuoteName(first.name()), ": ", ShardName(0),
+            absl::StrCat("tensor ", QuoteName(first.name()), ": ", ShardName(r),
                          " resolved slice_elems=", first.slice_elems(), " but ",
                          ShardName(s), " resolved ", other.slice_elems(),
                          "; start every shard with the same --slice_elems"));
@@ -292,13 +297,13 @@ absl::Status PsClient::CreateTensors(
       if (!MessageDifferencer::Equals(first, other)) {
         return absl::FailedPreconditionError(absl::StrCat(
             "tensor ", QuoteName(first.name()), " differs between shards: ",
-            ShardName(0), " holds {", first.ShortDebugString(), "}, ",
+            ShardName(r), " holds {", first.ShortDebugString(), "}, ",
             ShardName(s), " holds {", other.ShortDebugString(), "}"));
       }
     }
   }
   for (size_t k = 0; k < specs.size(); ++k) {
-    absl::Status s = Remember(responses[0].tensors(static_cast<int>(k)));
+    absl::Status s = Remember(responses[r].tensors(static_cast<int>(k)));
     if (!s.ok()) return s;
   }
   return absl::OkStatus();
@@ -309,8 +314,9 @@ absl::Status PsClient::CreateTables(const std::vector<TableSpec>& specs) {
   CreateTensorRequest request;
   for (const TableSpec& spec : specs) *request.add_tables() = spec;
   std::vector<CreateTensorResponse> responses;
+  const std::vector<int> parts = Parts();
   absl::Status status = ToAllShards(
-      "CreateTensor", request, &responses, IssueCreateTensor,
+      parts, "CreateTensor", request, &responses, IssueCreateTensor,
       [&request, &responses](int s) -> absl::Status {
         // Every shard stores the specs as given.
         const auto& got = responses[s].tables();
@@ -326,7 +332,7 @@ absl::Status PsClient::CreateTables(const std::vector<TableSpec>& specs) {
       },
       CallPolicy());
   if (!status.ok()) return status;
-  status = AdoptMap(MapsOf(responses));
+  status = AdoptMap(MapsOf(responses, parts));
   if (!status.ok()) return status;
   for (const TableSpec& spec : specs) {
     absl::Status s = RememberTable(spec);
@@ -339,12 +345,13 @@ absl::Status PsClient::CreateTables(const std::vector<TableSpec>& specs) {
 
 absl::Status PsClient::RememberListed(
     const std::vector<std::string>& names,
-    const std::vector<ListTensorsResponse>& responses) {
+    const std::vector<ListTensorsResponse>& responses,
+    const std::vector<int>& parts) {
   const int n = num_shards();
-  if (absl::Status s = AdoptMap(MapsOf(responses)); !s.ok()) return s;
+  if (absl::Status s = AdoptMap(MapsOf(responses, parts)); !s.ok()) return s;
   std::vector<absl::flat_hash_map<std::string, const TensorSpec*>> held(n);
   std::vector<absl::flat_hash_map<std::string, const TableSpec*>> tables(n);
-  for (int s = 0; s < n; ++s) {
+  for (const int s : parts) {
     for (const TensorSpec& spec : responses[s].tensors()) {
       held[s][spec.name()] = &spec;
     }
@@ -352,28 +359,29 @@ absl::Status PsClient::RememberListed(
       tables[s][spec.name()] = &spec;
     }
   }
+  const int r = parts[0];  // the reference the others are compared with
   // A name is the same kind everywhere, and a table the same spec.
   for (const std::string& name : names) {
-    const bool table = tables[0].contains(name);
-    for (int s = 1; s < n; ++s) {
+    const bool table = tables[r].contains(name);
+    for (const int s : parts) {
       auto it = tables[s].find(name);
       if ((table && held[s].contains(name)) ||
-          (!table && it != tables[s].end() && held[0].contains(name))) {
+          (!table && it != tables[s].end() && held[r].contains(name))) {
         return absl::FailedPreconditionError(absl::StrCat(
-            QuoteName(name), " is a tensor on one of ", ShardName(0), " and ",
+            QuoteName(name), " is a tensor on one of ", ShardName(r), " and ",
             ShardName(s), " and a sparse table on the other"));
       }
       if (table && it != tables[s].end() &&
-          !MessageDifferencer::Equals(*tables[0][name], *it->second)) {
+          !MessageDifferencer::Equals(*tables[r][name], *it->second)) {
         return absl::FailedPreconditionError(
             absl::StrCat("table ", QuoteName(name), " differs between ",
-                         ShardName(0), " and ", ShardName(s)));
+                         ShardName(r), " and ", ShardName(s)));
       }
     }
   }
   std::vector<std::string> absent;
   for (const std::string& name : names) {
-    for (int s = 0; s < n; ++s) {
+    for (const int s : parts) {
       if (!held[s].contains(name) && !tables[s].contains(name)) {
         absent.push_back(absl::StrCat(QuoteName(name), " on ", ShardName(s)));
       }
@@ -384,20 +392,20 @@ absl::Status PsClient::RememberListed(
         absl::StrCat("missing: ", absl::StrJoin(absent, ", ")));
   }
   for (const std::string& name : names) {
-    if (tables[0].contains(name)) continue;
-    const TensorSpec& first = *held[0][name];
-    for (int s = 1; s < n; ++s) {
+    if (tables[r].contains(name)) continue;
+    const TensorSpec& first = *held[r][name];
+    for (const int s : parts) {
       if (!MessageDifferencer::Equals(first, *held[s][name])) {
         return absl::FailedPreconditionError(absl::StrCat(
             "tensor ", QuoteName(name), " differs between shards: ",
-            ShardName(0), " holds {", first.ShortDebugString(), "}, ",
+            ShardName(r), " holds {", first.ShortDebugString(), "}, ",
             ShardName(s), " holds {", held[s][name]->ShortDebugString(), "}"));
       }
     }
   }
   for (const std::string& name : names) {
-    absl::Status s = tables[0].contains(name) ? RememberTable(*tables[0][name])
-                                              : Remember(*held[0][name]);
+    absl::Status s = tables[r].contains(name) ? RememberTable(*tables[r][name])
+                                              : Remember(*held[r][name]);
     if (!s.ok()) return s;
   }
   return absl::OkStatus();
@@ -419,11 +427,12 @@ absl::Status PsClient::WaitForTensors(const std::vector<std::string>& names,
   for (;;) {
     std::vector<ListTensorsResponse> responses;
     const ListTensorsRequest request;
-    absl::Status status = ToAllShards("ListTensors", request, &responses,
+    const std::vector<int> parts = Parts();
+    absl::Status status = ToAllShards(parts, "ListTensors", request, &responses,
                                       IssueListTensors, nullptr, round);
     if (!status.ok() && !IsRetriable(status)) return status;
     if (status.ok()) {
-      status = RememberListed(names, responses);
+      status = RememberListed(names, responses, parts);
       if (status.code() != absl::StatusCode::kNotFound) return status;
       missing = std::string(status.message());
       last_error.clear();

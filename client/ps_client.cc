@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstring>
 #include <limits>
+#include <optional>
 
 #include "absl/container/flat_hash_set.h"
 #include "absl/container/node_hash_map.h"
@@ -314,6 +315,11 @@ RetryPolicy PsClient::CallPolicy() const {
   return options_.stop_ends_pushes ? WaitPolicy() : options_.retry;
 }
 
+std::vector<int> PsClient::Parts() const {
+  absl::MutexLock l(&mu_);
+  return ServingShards(map_);
+}
+
 void PsClient::ReportTrained(int64_t steps) {
   int64_t now = trained_.load(std::memory_order_relaxed);
   while (steps > now && !trained_.compare_exchange_weak(
@@ -377,6 +383,30 @@ void PsClient::DiagnoseShards(const std::vector<absl::Status>& results,
   }
 }
 
+// Per shard: whether WaitForShards waits for it. Every shard, unless a
+// shard that answered serves a slotted map under which the others own no
+// slot (ps_server --serving_shards, psctl scale): those may be stopped.
+// The newest answered map decides (a shard behind a move may serve an
+// older one).
+std::vector<bool> PsClient::NeededShards(
+    const std::vector<absl::Status>& results,
+    const std::vector<ListTensorsResponse>& responses) const {
+  std::optional<ShardMap> newest;
+  for (int s = 0; s < num_shards(); ++s) {
+    if (!results[s].ok()) continue;
+    absl::StatusOr<ShardMap> m = ShardMapOr(responses[s].map(), num_shards());
+    if (m.ok() && m->num_shards() == num_shards() &&
+        (!newest.has_value() || m->epoch() > newest->epoch())) {
+      newest = *std::move(m);
+    }
+  }
+  std::vector<bool> needed(num_shards(), true);
+  if (!newest.has_value() || !newest->slotted()) return needed;
+  std::fill(needed.begin(), needed.end(), false);
+  for (const int s : ServingShards(*newest)) needed[s] = true;
+  return needed;
+}
+
 absl::Status PsClient::WaitForShards(absl::Duration timeout) {
   const absl::Time start = options_.clock->Now();
   const absl::Time deadline = start + timeout;
@@ -395,6 +425,7 @@ absl::Status PsClient::WaitForShards(absl::Duration timeout) {
           "stop)");
     }
     std::vector<std::string> missing;
+    const std::vector<bool> needed = NeededShards(results, responses);
     for (int s = 0; s < num_shards(); ++s) {
       if (results[s].ok()) {
         if (responses[s].run_id() != options_.run_id) {
@@ -405,10 +436,18 @@ absl::Status PsClient::WaitForShards(absl::Duration timeout) {
         }
         continue;
       }
+      if (!needed[s]) continue;
       if (!IsRetriable(results[s])) return results[s];
       missing.push_back(ShardName(s));
     }
     if (missing.empty()) {
+      // Route by the newest map the shards answered with from here on (its
+      // serving shards are the ones control calls go to).
+      std::vector<const ShardMapProto*> maps(num_shards(), nullptr);
+      for (int s = 0; s < num_shards(); ++s) {
+        if (results[s].ok()) maps[s] = &responses[s].map();
+      }
+      if (absl::Status s = AdoptMap(maps); !s.ok()) return s;
       if (options_.clock->Now() - start > absl::Seconds(1)) {
         options_.logger->info(
             "all {} shards answer (waited {})", num_shards(),
@@ -426,7 +465,7 @@ absl::Status PsClient::WaitForShards(absl::Duration timeout) {
     if (now >= deadline) {
       std::vector<std::string> named;
       for (int s = 0; s < num_shards(); ++s) {
-        if (results[s].ok()) continue;
+        if (results[s].ok() || !needed[s]) continue;
         named.push_back(causes[s].empty()
                             ? ShardName(s)
                             : absl::StrCat(ShardName(s), ": ", causes[s]));
@@ -454,11 +493,12 @@ absl::StatusOr<Registration> PsClient::Register() {
   *request.mutable_worker() = MakeWorkerRef(0);
   request.set_run_id(options_.run_id);
   std::vector<HeartbeatResponse> responses;
-  absl::Status s = ToAllShards("Heartbeat", request, &responses, IssueHeartbeat,
-                               nullptr, WaitPolicy());
+  const std::vector<int> parts = Parts();
+  absl::Status s = ToAllShards(parts, "Heartbeat", request, &responses,
+                               IssueHeartbeat, nullptr, WaitPolicy());
   if (!s.ok()) return s;
   Registration r;
-  for (int i = 0; i < num_shards(); ++i) {
+  for (const int i : parts) {
     r.resume_clock = std::max(r.resume_clock, responses[i].resume_clock());
     r.previous_clock =
         std::max(r.previous_clock, responses[i].previous_clock());
@@ -504,15 +544,16 @@ absl::Status PsClient::Heartbeat(int64_t clock, bool leaving) {
   request.set_leaving(leaving);
   request.set_run_id(options_.run_id);
   std::vector<HeartbeatResponse> responses;
-  return ToAllShards("Heartbeat", request, &responses, IssueHeartbeat, nullptr,
-                     CallPolicy());
+  return ToAllShards(Parts(), "Heartbeat", request, &responses, IssueHeartbeat,
+                     nullptr, CallPolicy());
 }
 
 absl::StatusOr<ListTensorsResponse> PsClient::ListTensors() {
   const ListTensorsRequest request;
   std::vector<ListTensorsResponse> responses;
+  const std::vector<int> parts = Parts();
   absl::Status status = ToAllShards(
-      "ListTensors", request, &responses,
+      parts, "ListTensors", request, &responses,
       [](ParameterServer::Stub* stub, grpc::ClientContext* ctx,
          const ListTensorsRequest* req, ListTensorsResponse* resp,
          std::function<void(grpc::Status)> done) {
@@ -521,18 +562,19 @@ absl::StatusOr<ListTensorsResponse> PsClient::ListTensors() {
       nullptr, CallPolicy());
   if (!status.ok()) return status;
   // What every shard holds.
-  absl::flat_hash_map<std::string, int> tensors, tables;
-  for (const ListTensorsResponse& r : responses) {
-    for (const TensorSpec& t : r.tensors()) ++tensors[t.name()];
-    for (const TableSpec& t : r.tables()) ++tables[t.name()];
+  absl::flat_hash_map<std::string, size_t> tensors, tables;
+  for (const int s : parts) {
+    for (const TensorSpec& t : responses[s].tensors()) ++tensors[t.name()];
+    for (const TableSpec& t : responses[s].tables()) ++tables[t.name()];
   }
+  const ListTensorsResponse& first = responses[parts[0]];
   ListTensorsResponse out;
-  out.set_run_id(responses[0].run_id());
-  for (const TensorSpec& t : responses[0].tensors()) {
-    if (tensors[t.name()] == num_shards()) *out.add_tensors() = t;
+  out.set_run_id(first.run_id());
+  for (const TensorSpec& t : first.tensors()) {
+    if (tensors[t.name()] == parts.size()) *out.add_tensors() = t;
   }
-  for (const TableSpec& t : responses[0].tables()) {
-    if (tables[t.name()] == num_shards()) *out.add_tables() = t;
+  for (const TableSpec& t : first.tables()) {
+    if (tables[t.name()] == parts.size()) *out.add_tables() = t;
   }
   return out;
 }
@@ -542,8 +584,9 @@ absl::StatusOr<std::vector<LearningRate>> PsClient::SetLearningRates(
   SetLearningRateRequest request;
   for (const LearningRate& r : rates) *request.add_rates() = r;
   std::vector<SetLearningRateResponse> responses;
+  const std::vector<int> parts = Parts();
   absl::Status status = ToAllShards(
-      "SetLearningRate", request, &responses,
+      parts, "SetLearningRate", request, &responses,
       [](ParameterServer::Stub* stub, grpc::ClientContext* ctx,
          const SetLearningRateRequest* req, SetLearningRateResponse* resp,
          std::function<void(grpc::Status)> done) {
@@ -552,7 +595,8 @@ absl::StatusOr<std::vector<LearningRate>> PsClient::SetLearningRates(
       nullptr, CallPolicy());
   if (!status.ok()) return status;
   std::vector<LearningRate> out = rates;
-  for (const SetLearningRateResponse& r : responses) {
+  for (const int s : parts) {
+    const SetLearningRateResponse& r = responses[s];
     if (r.rates_size() != static_cast<int>(out.size())) {
       return absl::InternalError(
           absl::StrCat("a shard answered SetLearningRate with ", r.rates_size(),
@@ -569,7 +613,7 @@ absl::StatusOr<std::vector<StatusResponse>> PsClient::Status() {
   const StatusRequest request;
   std::vector<StatusResponse> responses;
   absl::Status status = ToAllShards(
-      "Status", request, &responses,
+      Parts(), "Status", request, &responses,
       [](ParameterServer::Stub* stub, grpc::ClientContext* ctx,
          const StatusRequest* req, StatusResponse* resp,
          std::function<void(grpc::Status)> done) {

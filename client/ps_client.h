@@ -242,7 +242,9 @@ class PsClient {
 
   // ---- The cluster.
 
-  // Each shard's status, in shard order.
+  // Each shard's status, in shard order; the entry of a shard that owns no
+  // slot of the map this client routes by is empty (not asked: it may be
+  // stopped).
   absl::StatusOr<std::vector<StatusResponse>> Status();
 
   // The tensors and tables the cluster holds (every shard holds every
@@ -367,8 +369,15 @@ class PsClient {
 
   // Unary RPC to every shard through one FanOut; responses in shard order.
   // issue(stub, ctx, request, response, done) starts one attempt.
+  // The shards a control call goes to: those that own a slot of the map
+  // this client routes by (every shard of a static map). A shard that owns
+  // none (a standby, or one drained by psctl scale) may be stopped.
+  std::vector<int> Parts() const;
+
+  // Calls every shard of `shards` (responses of the others stay empty).
   template <typename Request, typename Response, typename Issue>
-  absl::Status ToAllShards(const char* method, const Request& request,
+  absl::Status ToAllShards(const std::vector<int>& shards, const char* method,
+                           const Request& request,
                            std::vector<Response>* responses, Issue issue,
                            std::function<absl::Status(int shard)> on_ok,
                            const RetryPolicy& policy);
@@ -383,9 +392,9 @@ class PsClient {
   // Remembers the tensors and tables `names` once every shard in
   // `responses` holds each with the same spec; NOT_FOUND naming what is
   // still missing, FAILED_PRECONDITION when shards disagree.
-  absl::Status RememberListed(
-      const std::vector<std::string>& names,
-      const std::vector<ListTensorsResponse>& responses);
+  absl::Status RememberListed(const std::vector<std::string>& names,
+                              const std::vector<ListTensorsResponse>& responses,
+                              const std::vector<int>& parts);
   // Adopts the newest map the shards answered (maps[s] is shard s's; a
   // slot move may have reached only some of them): FAILED_PRECONDITION
   // when shards serve maps of different slots, different maps of one
@@ -440,6 +449,9 @@ class PsClient {
       std::vector<ListTensorsResponse>* responses);
   // Names why unreachable shards cannot be talked to (a probe connection),
   // the first few of them; logs causes that changed.
+  std::vector<bool> NeededShards(
+      const std::vector<absl::Status>& results,
+      const std::vector<ListTensorsResponse>& responses) const;
   void DiagnoseShards(const std::vector<absl::Status>& results,
                       std::vector<std::string>* causes);
 

@@ -87,15 +87,15 @@ absl::Status RememberOnce(
 
 // Unary RPC to every shard through one FanOut (see ps_client.h).
 template <typename Request, typename Response, typename Issue>
-absl::Status PsClient::ToAllShards(const char* method, const Request& request,
+absl::Status PsClient::ToAllShards(const std::vector<int>& shards,
+                                   const char* method, const Request& request,
                                    std::vector<Response>* responses,
                                    Issue issue,
                                    std::function<absl::Status(int)> on_ok,
                                    const RetryPolicy& policy) {
-  const int n = num_shards();
-  responses->assign(n, Response());
+  responses->assign(num_shards(), Response());
   std::vector<FanOut::Call> calls;
-  for (int s = 0; s < n; ++s) {
+  for (const int s : shards) {
     FanOut::Call call;
     call.shard = s;
     call.start = [this, s, &request, responses, issue](grpc::ClientContext* ctx,

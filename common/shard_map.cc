@@ -133,4 +133,14 @@ bool OwnsSameSlots(const ShardMap& a, const ShardMap& b, int shard) {
   return true;
 }
 
+std::vector<int> ServingShards(const ShardMap& map) {
+  std::vector<bool> owns(map.num_shards(), !map.slotted());
+  for (const uint16_t owner : map.owners()) owns[owner] = true;
+  std::vector<int> serving;
+  for (int s = 0; s < map.num_shards(); ++s) {
+    if (owns[s]) serving.push_back(s);
+  }
+  return serving;
+}
+
 }  // namespace asyncps

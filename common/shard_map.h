@@ -147,6 +147,12 @@ class ShardMap {
 // accepts only such a map).
 bool OwnsSameSlots(const ShardMap& a, const ShardMap& b, int shard);
 
+// The shards that own at least one slot of `map` (every shard of a static
+// map), in order: the ones a client talks to. A slotted run may keep
+// shards that own no slot (ps_server --serving_shards, psctl scale): they
+// take no part until a move gives them slots, and may be stopped.
+std::vector<int> ServingShards(const ShardMap& map);
+
 }  // namespace asyncps
 
 #endif  // ASYNCPS_COMMON_SHARD_MAP_H_

@@ -349,7 +349,9 @@ py::object Client::Status() {
     ShardResult r;
     r.index = static_cast<int>(i);
     r.address = servers_[i];
-    r.up = true;
+    // A shard that owns no slot was not asked (PsClient::Status).
+    r.up = (*status)[i].num_shards() > 0;
+    if (!r.up) r.error = "owns no slot of the map: not asked";
     r.status = std::move((*status)[i]);
     shards.push_back(std::move(r));
   }

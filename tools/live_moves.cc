@@ -1,5 +1,6 @@
 #include "tools/live_moves.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <map>
 #include <optional>
@@ -43,13 +44,23 @@ int Broadcast(const LiveMoveOptions& o, const ShardMap& map, int skip_a,
   int failed = 0;
   AdoptMapRequest request;
   ShardMapToProto(map, request.mutable_map());
+  const std::vector<int> serving = ServingShards(map);
   for (int s = 0; s < static_cast<int>(o.servers.size()); ++s) {
     if (s == skip_a || s == skip_b) continue;
+    // A shard that owns no slot may be stopped (psctl scale): one that is
+    // down is no failure (it learns the map when it starts, from psctl
+    // adopt or the next move); one that answers takes the map.
+    const bool may_be_down =
+        !std::binary_search(serving.begin(), serving.end(), s);
     auto stub = SlotMoves::NewStub(MakeChannel(o.servers[s], 0, o.security));
     grpc::ClientContext ctx;
     ctx.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(10)));
     AdoptMapResponse response;
     const grpc::Status st = stub->AdoptMap(&ctx, request, &response);
+    if (!st.ok() && may_be_down &&
+        st.error_code() == grpc::StatusCode::UNAVAILABLE) {
+      continue;
+    }
     if (!st.ok()) {
       ++failed;
       std::fprintf(stderr,
@@ -112,10 +123,7 @@ absl::StatusOr<ShardMap> NewestMap(const std::vector<ShardResult>& results,
                                    int* code) {
   std::optional<ShardMap> newest;
   for (const ShardResult& r : results) {
-    if (!r.up) {
-      return absl::UnavailableError(
-          absl::StrCat("shard ", r.index, " (", r.address, "): ", r.error));
-    }
+    if (!r.up) continue;
     absl::StatusOr<ShardMap> m =
         ShardMapOr(r.status.map(), r.status.num_shards());
     if (!m.ok()) return m.status();
@@ -127,7 +135,17 @@ absl::StatusOr<ShardMap> NewestMap(const std::vector<ShardResult>& results,
     }
     if (!newest.has_value() || m->epoch() > newest->epoch()) newest = *m;
   }
-  if (!newest.has_value()) return absl::InvalidArgumentError("no shards");
+  // A shard down is fine only when it owns no slot (psctl scale drained
+  // it, or it waits as a standby): nothing it holds can move or be lost.
+  for (const ShardResult& r : results) {
+    if (r.up) continue;
+    if (!newest.has_value() || !newest->slotted() ||
+        std::count(newest->owners().begin(), newest->owners().end(), r.index) >
+            0) {
+      return absl::UnavailableError(
+          absl::StrCat("shard ", r.index, " (", r.address, "): ", r.error));
+    }
+  }
   if (!newest->slotted()) *code = kExitUsage;
   return *newest;
 }

@@ -17,6 +17,7 @@
 #include "common/shard_map_proto.h"
 #include "server/file_system.h"
 #include "server/reshard.h"
+#include "tools/scale_plan.h"
 #include "tools/slot_balance.h"
 
 namespace asyncps {
@@ -292,6 +293,44 @@ int RunMove(ShardQuery* query, absl::Duration timeout,
     return code;
   }
   return RunLiveMoves(live, *map, *target);
+}
+
+int RunScale(ShardQuery* query, absl::Duration timeout, int shards,
+             const LiveMoveOptions& live) {
+  if (shards < 1) {
+    return UsageError(absl::StrCat(
+        "scale needs --shards >= 1 (a run keeps at least one shard), got ",
+        shards));
+  }
+  const std::vector<ShardResult> results = query->Status(timeout);
+  int code = kExitDown;
+  absl::StatusOr<ShardMap> map = NewestMap(results, &code);
+  if (map.ok() && code == kExitUsage) {
+    return UsageError(std::string(PlanScale(*map, shards).status().message()));
+  }
+  for (const ShardResult& r : results) {
+    if (map.ok() && !r.up && r.index < shards) {
+      map = absl::UnavailableError(absl::StrCat("shard ", r.index, " (",
+                                                r.address,
+                                                ") does not answer: start it "
+                                                "before the slots move to it (",
+                                                r.error, ")"));
+    }
+  }
+  if (!map.ok()) {
+    std::fprintf(stderr, "psctl: scale: %s\n",
+                 std::string(map.status().message()).c_str());
+    return code;
+  }
+  absl::StatusOr<ShardMap> target = PlanScale(*map, shards);
+  if (!target.ok()) return UsageError(std::string(target.status().message()));
+  code = RunLiveMoves(live, *map, *target);
+  if (code == 0 && shards < map->num_shards() &&
+      live.format == Format::kTable) {
+    Print(absl::StrCat("shards ", shards, "-", map->num_shards() - 1,
+                       " own no slot: they may be stopped\n"));
+  }
+  return code;
 }
 
 }  // namespace asyncps

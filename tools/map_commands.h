@@ -71,6 +71,15 @@ int RunMove(ShardQuery* query, absl::Duration timeout,
             const std::string& slot_list, int to_shard,
             const LiveMoveOptions& live);
 
+// psctl scale: the slots over the first `shards` shard processes
+// (tools/scale_plan.h), live; the shards from `shards` on then own no slot
+// and may be stopped. Every shard below `shards` must answer (start a
+// stopped one first). Exit status: 0 the run serves the new map, 1 a shard
+// did not answer or a move failed (the moves before it stand), 2 bad usage
+// (a static map, --shards out of range).
+int RunScale(ShardQuery* query, absl::Duration timeout, int shards,
+             const LiveMoveOptions& live);
+
 }  // namespace asyncps
 
 #endif  // ASYNCPS_TOOLS_MAP_COMMANDS_H_

@@ -8,6 +8,7 @@
 //                    [--threshold=1.05] [--watch=60s (with --apply)]
 //   psctl move       --servers=h:p,h:p --slot_list=3,7,10-20 --to_shard=K
 //   psctl adopt      --servers=h:p,h:p
+//   psctl scale      --servers=h:p,h:p --shards=M
 //   psctl reshard    --from=DIR --to=NEW_DIR --shards=M [--slots=S |
 //                    --map=MAP_FILE] [-o table|json|yaml]
 // --servers may come from ASYNCPS_SERVERS (as every flag from
@@ -28,7 +29,9 @@
 // `rebalance` plans a slotted run's new map from its shards' per-slot load
 // (and with --apply moves the slots there while the run trains); `move`
 // moves the given slots to one shard while the run trains, `adopt` hands
-// every shard the newest map the shards serve (tools/live_moves.h);
+// every shard the newest map the shards serve (tools/live_moves.h), and
+// `scale` spreads the slots over the first M shard processes, live, so
+// that the others own none and may be stopped (tools/scale_plan.h);
 // `reshard` works on files, not on shards: it rewrites the checkpoints of a
 // stopped cluster of N shards into those of M shards, or of another map
 // (tools/map_commands.h).
@@ -50,6 +53,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/algorithm/container.h"
 #include "absl/flags/flag.h"
 #include "absl/status/status.h"
 #include "absl/strings/ascii.h"
@@ -57,6 +61,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
@@ -100,7 +105,9 @@ ABSL_FLAG(std::string, from, "",
 ABSL_FLAG(std::string, to, "",
           "reshard only: the new directory for the resharded files (must not "
           "hold shard files).");
-ABSL_FLAG(int, shards, 0, "reshard only: the new shard count.");
+ABSL_FLAG(int, shards, 0,
+          "reshard: the new shard count; scale: the shard processes that "
+          "own the slots (shards 0..M-1).");
 ABSL_FLAG(int, slots, 0,
           "reshard only: the new files' map has this many slots, spread "
           "evenly (0 = the static map).");
@@ -142,6 +149,7 @@ constexpr char kUsage[] =
     "  psctl move       --servers=h:p,h:p --slot_list=3,7,10-20 "
     "--to_shard=K\n"
     "  psctl adopt      --servers=h:p,h:p\n"
+    "  psctl scale      --servers=h:p,h:p --shards=M\n"
     "  psctl reshard    --from=DIR --to=NEW_DIR --shards=M [--slots=S | "
     "--map=MAP_FILE]\n\n"
     "--servers may also come from ASYNCPS_SERVERS; in a replicated run,\n"
@@ -496,22 +504,23 @@ absl::StatusOr<std::string> CommandOf(const ParsedCommandLine& cl) {
   if (cl.positional.size() != 1) {
     return absl::InvalidArgumentError(absl::StrCat(
         "expected one command (status, tensors, checkpoint, health, "
-        "rebalance, move, adopt or reshard), got ",
+        "rebalance, move, adopt, scale or reshard), got ",
         cl.positional.size(), " (see psctl --help)"));
   }
   const std::string command = cl.positional[0];
   if (command != "status" && command != "tensors" && command != "checkpoint" &&
       command != "health" && command != "rebalance" && command != "move" &&
-      command != "adopt" && command != "reshard") {
+      command != "adopt" && command != "scale" && command != "reshard") {
     return absl::InvalidArgumentError(
         absl::StrCat("unknown command '", command,
                      "' (expected status, tensors, checkpoint, health, "
-                     "rebalance, move, adopt or reshard)"));
+                     "rebalance, move, adopt, scale or reshard)"));
   }
   return command;
 }
 
-// --from, --to, --shards, --slots and --map belong to reshard, --out,
+// --from, --to, --shards, --slots and --map belong to reshard (--shards
+// also to scale), --out,
 // --threshold, --by and --apply to rebalance, --slot_list and --to_shard
 // to move: given on the command line to another
 // command they are a usage error; set from the environment (ASYNCPS_SHARDS
@@ -519,12 +528,20 @@ absl::StatusOr<std::string> CommandOf(const ParsedCommandLine& cl) {
 absl::Status CheckCommandFlags(const ParsedCommandLine& cl,
                                const std::string& command) {
   const std::pair<const char*, const char*> owned[] = {
-      {"from", "reshard"},        {"to", "reshard"},   {"shards", "reshard"},
-      {"slots", "reshard"},       {"map", "reshard"},  {"out", "rebalance"},
-      {"threshold", "rebalance"}, {"by", "rebalance"}, {"apply", "rebalance"},
-      {"slot_list", "move"},      {"to_shard", "move"}};
+      {"from", "reshard"},
+      {"to", "reshard"},
+      {"shards", "reshard or scale"},
+      {"slots", "reshard"},
+      {"map", "reshard"},
+      {"out", "rebalance"},
+      {"threshold", "rebalance"},
+      {"by", "rebalance"},
+      {"apply", "rebalance"},
+      {"slot_list", "move"},
+      {"to_shard", "move"}};
   for (const auto& [flag, owner] : owned) {
-    if (!cl.IsSet(flag) || command == owner) continue;
+    const std::vector<std::string> owners = absl::StrSplit(owner, " or ");
+    if (!cl.IsSet(flag) || absl::c_linear_search(owners, command)) continue;
     const std::string& by = cl.set_by.at(flag);
     if (by.rfind("--", 0) == 0) {
       return absl::InvalidArgumentError(
@@ -692,6 +709,9 @@ int Main(int argc, char** argv) {
     return RunRebalance(&query, c->timeout, f, live);
   }
   if (*command == "adopt") return RunAdoptNewest(&query, c->timeout, live);
+  if (*command == "scale") {
+    return RunScale(&query, c->timeout, absl::GetFlag(FLAGS_shards), live);
+  }
   if (*command == "move") {
     return RunMove(&query, c->timeout, absl::GetFlag(FLAGS_slot_list),
                    absl::GetFlag(FLAGS_to_shard), live);

@@ -55,6 +55,16 @@ TEST_CASE(
   CHECK(*ShardMap::Static(2) != *ShardMap::EvenSlots(2, 2));
 }
 
+TEST_CASE("serving shards are the ones that own a slot") {
+  CHECK(ServingShards(*ShardMap::Static(3)) == std::vector<int>{0, 1, 2});
+  CHECK(ServingShards(*ShardMap::EvenSlots(2, 8)) == std::vector<int>{0, 1});
+  // Shards 1 and 3 of 4 own nothing (standby, or drained by psctl scale).
+  const absl::StatusOr<ShardMap> partial =
+      ShardMap::Slotted(4, {0, 2, 2, 0, 0}, 5);
+  REQUIRE(partial.ok());
+  CHECK(ServingShards(*partial) == std::vector<int>{0, 2});
+}
+
 TEST_CASE("bad maps are refused with what is wrong") {
   CHECK(ShardMap::Slotted(2, {0, 2}, 1).status().message() ==
         "slot 1 is owned by shard 2, but the map has only 2 shards");
