@@ -22,6 +22,7 @@
 #include "common/shard_map.h"
 #include "common/shard_map_proto.h"
 #include "proto/asyncps.pb.h"
+#include "tests/integration/ledger_trainer.h"
 #include "tests/testing/require_ok.h"
 #include "tests/testing/subprocess.h"
 
@@ -34,89 +35,23 @@ using testing::ServerProcess;
 using testing::StartPsCluster;
 using testing::Subprocess;
 
+using testing::ConnectLedger;
+using testing::LedgerTrainer;
+using testing::LedgerWrong;
+using testing::Psctl;
+
 constexpr int kShards = 3;
 constexpr int kSlots = 64;
-constexpr int kDim = 4;
-constexpr int kElems = 64 * 16;  // 64 slices of 16
-constexpr int kRows = 300;
 
-TensorSpec Dense() {
-  TensorSpec w;
-  w.set_name("w");
-  w.add_shape(kElems);
-  w.set_slice_elems(16);
-  w.mutable_optimizer()->set_type(OPT_SGD);
-  w.mutable_optimizer()->set_learning_rate(1.0f);
-  return w;
-}
-
-TableSpec Table() {
-  TableSpec t;
-  t.set_name("emb");
-  t.set_dim(kDim);
-  t.mutable_optimizer()->set_type(OPT_SGD);
-  t.mutable_optimizer()->set_learning_rate(1.0f);
-  return t;
-}
-
-std::vector<uint64_t> Ids() {
-  std::vector<uint64_t> ids;
-  for (int i = 0; i < kRows; ++i) ids.push_back(uint64_t{7919} * i + 3);
-  return ids;
+std::vector<std::string> Addresses(const std::vector<ServerProcess>& cluster) {
+  std::vector<std::string> addresses;
+  for (const ServerProcess& s : cluster) addresses.push_back(s.address);
+  return addresses;
 }
 
 std::unique_ptr<PsClient> Connect(const std::vector<ServerProcess>& cluster) {
-  PsClientOptions o;
-  for (const ServerProcess& s : cluster) o.servers.push_back(s.address);
-  o.retry.call_deadline = absl::Seconds(60);
-  std::unique_ptr<PsClient> c = PsClient::Connect(o).value();
-  REQUIRE_OK(c->WaitForShards(absl::Seconds(30)));
-  REQUIRE_OK(c->Register().status());
-  return c;
+  return ConnectLedger(Addresses(cluster));
 }
-
-// Runs tools/psctl with `args`: its exit status and output.
-std::pair<int, std::string> Psctl(const std::vector<std::string>& args) {
-  absl::StatusOr<testing::ToolRun> run =
-      testing::RunTool("tools/psctl", args, absl::Seconds(120));
-  REQUIRE_OK(run.status());
-  return {run->exit_code, run->output};
-}
-
-// Trains until told to stop: every step pulls everything and pushes -1 for
-// every element and row. Counts the pushes acknowledged; the first error
-// ends it.
-struct Trainer {
-  PsClient* client = nullptr;
-  std::vector<uint64_t> ids = Ids();
-  std::atomic<int64_t> acked{0};
-  std::atomic<bool> stop{false};
-  absl::Status error;
-  int64_t stale = 0;
-  absl::Notification warmed;  // 10 steps done
-
-  void Run() {
-    std::vector<float> w(kElems), rows(ids.size() * kDim);
-    const std::vector<float> gw(kElems, -1.0f), grows(rows.size(), -1.0f);
-    for (int64_t step = 1; !stop.load() && step < 100000; ++step) {
-      auto pull = client->StartPull(
-          step, step, PullSet{{{"w", w.data()}}, {{"emb", ids, rows.data()}}});
-      error = pull->Wait();
-      if (!error.ok()) return;
-      auto push = client->StartPush(
-          step, PushSet{{{"w", gw.data()}}, {{"emb", ids, grows.data()}}},
-          pull->read());
-      absl::StatusOr<PushSummary> done = push->Wait();
-      if (!done.ok()) {
-        error = done.status();
-        return;
-      }
-      stale += done->refused_stale + done->refused_restored;
-      acked.fetch_add(1);
-      if (step == 10) warmed.Notify();
-    }
-  }
-};
 
 TEST_CASE(
     "slots move between live shards while a worker trains: no error, every "
@@ -127,10 +62,10 @@ TEST_CASE(
   REQUIRE_OK(cluster.status());
   const std::string servers = "--servers=" + ServerList(*cluster);
   std::unique_ptr<PsClient> c = Connect(*cluster);
-  REQUIRE_OK(c->CreateTables({Table()}));
-  REQUIRE_OK(c->CreateTensors({Dense()}));
+  REQUIRE_OK(c->CreateTables({testing::LedgerTable()}));
+  REQUIRE_OK(c->CreateTensors({testing::LedgerTensor()}));
 
-  Trainer t;
+  LedgerTrainer t;
   t.client = c.get();
   std::thread training([&t] { t.Run(); });
   REQUIRE(t.warmed.WaitForNotificationWithTimeout(absl::Seconds(60)));
@@ -154,11 +89,7 @@ TEST_CASE(
   INFO(out3);
   CHECK(c3 == 0);
   // Training went on through the moves.
-  const absl::Time until = absl::Now() + absl::Seconds(30);
-  while (t.acked.load() < after_first + 20 && absl::Now() < until &&
-         t.error.ok()) {
-    absl::SleepFor(absl::Milliseconds(20));
-  }
+  t.WaitForPushes(after_first, 20);
   t.stop = true;
   training.join();
   REQUIRE_OK(t.error);
@@ -178,17 +109,8 @@ TEST_CASE(
   std::unique_ptr<PsClient> reader = Connect(*cluster);
   REQUIRE_OK(reader->WaitForTensors({"emb", "w"}, absl::Seconds(30)));
   CHECK(reader->map() == last);
-  const std::vector<uint64_t> ids = Ids();
-  std::vector<float> w(kElems), rows(kRows * kDim);
-  auto pull = reader->StartPull(
-      1, 1, PullSet{{{"w", w.data()}}, {{"emb", ids, rows.data(), true}}});
-  REQUIRE_OK(pull->Wait());
-  int wrong = 0;
-  for (float v : w) wrong += v != static_cast<float>(n);
-  for (float v : rows) wrong += v != static_cast<float>(n);
-  INFO("acknowledged pushes " << n << "; w[0] " << w[0] << ", row 0 "
-                              << rows[0]);
-  CHECK(wrong == 0);
+  INFO("acknowledged pushes " << n);
+  CHECK(LedgerWrong(reader.get(), t.ids, n) == 0);
 }
 
 TEST_CASE(
@@ -199,13 +121,13 @@ TEST_CASE(
       StartPsCluster(kShards, {absl::StrCat("--num_slots=", kSlots)});
   REQUIRE_OK(cluster.status());
   std::unique_ptr<PsClient> c = Connect(*cluster);
-  REQUIRE_OK(c->CreateTables({Table()}));
-  REQUIRE_OK(c->CreateTensors({Dense()}));
+  REQUIRE_OK(c->CreateTables({testing::LedgerTable()}));
+  REQUIRE_OK(c->CreateTensors({testing::LedgerTensor()}));
   // Every row the worker pushes is homed on shard 0: it carries all the
   // rows' load.
   const ShardMap even = c->map();
   const ShardMap::TableKey key = ShardMap::KeyOf("emb");
-  Trainer t;
+  LedgerTrainer t;
   t.client = c.get();
   t.ids.clear();
   for (uint64_t id = 1; t.ids.size() < 200; ++id) {
@@ -246,15 +168,7 @@ TEST_CASE(
   c.reset();
   std::unique_ptr<PsClient> reader = Connect(*cluster);
   REQUIRE_OK(reader->WaitForTensors({"emb", "w"}, absl::Seconds(30)));
-  std::vector<float> w(kElems), rows(t.ids.size() * kDim);
-  auto pull = reader->StartPull(
-      1, 1, PullSet{{{"w", w.data()}}, {{"emb", t.ids, rows.data(), true}}});
-  REQUIRE_OK(pull->Wait());
-  const float n = static_cast<float>(t.acked.load());
-  int wrong = 0;
-  for (float v : w) wrong += v != n;
-  for (float v : rows) wrong += v != n;
-  CHECK(wrong == 0);
+  CHECK(LedgerWrong(reader.get(), t.ids, t.acked.load()) == 0);
 }
 
 TEST_CASE("bad moves are refused and change nothing",

@@ -1,0 +1,160 @@
+// psctl scale on real ps_server processes while a worker trains: a run of
+// four shard processes starts with two owning the slots (ps_server
+// --serving_shards) and the other two stopped, grows to three and four as
+// fresh processes start where the worker looks for them, shrinks back to
+// two, and the drained processes stop with exit status 0; the worker never
+// sees an error, and the exact ledger (tests/integration/ledger_trainer.h)
+// shows every acknowledged push applied once. Bad scales are refused and
+// change nothing.
+#include <signal.h>
+
+#include <catch2/catch.hpp>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "client/ps_client.h"
+#include "common/shard_map.h"
+#include "tests/integration/ledger_trainer.h"
+#include "tests/testing/require_ok.h"
+#include "tests/testing/subprocess.h"
+
+namespace asyncps {
+namespace {
+
+using testing::ConnectLedger;
+using testing::LedgerTrainer;
+using testing::LedgerWrong;
+using testing::Psctl;
+using testing::ServerProcess;
+using testing::StartPsServer;
+
+constexpr int kProcesses = 4;
+const std::vector<std::string> kFlags = {"--num_slots=64",
+                                         "--serving_shards=2"};
+
+// Stops shard `s` with SIGTERM and checks that it exits 0.
+void StopShard(std::vector<ServerProcess>* cluster, int s) {
+  ServerProcess& p = (*cluster)[s];
+  REQUIRE_OK(p.process->Signal(SIGTERM));
+  absl::StatusOr<int> code = p.process->Wait(absl::Seconds(30));
+  INFO(p.process->LogTail());
+  REQUIRE_OK(code.status());
+  CHECK(*code == 0);
+}
+
+// Starts shard `s` as a fresh process (no files) where it was.
+void StartShard(std::vector<ServerProcess>* cluster, int s) {
+  const std::string& address = (*cluster)[s].address;
+  const int port = std::stoi(address.substr(address.rfind(':') + 1));
+  absl::StatusOr<ServerProcess> p =
+      StartPsServer(s, kProcesses, kFlags, absl::Seconds(30), port);
+  REQUIRE_OK(p.status());
+  (*cluster)[s] = *std::move(p);
+}
+
+TEST_CASE(
+    "a run grows from 2 to 3 to 4 shard processes and shrinks back to 2 "
+    "while a worker trains: no error, every acknowledged push applied once",
+    "[slots][scale][ledger]") {
+  std::vector<ServerProcess> cluster;
+  std::vector<std::string> addresses;
+  for (int s = 0; s < kProcesses; ++s) {
+    absl::StatusOr<ServerProcess> p = StartPsServer(s, kProcesses, kFlags);
+    REQUIRE_OK(p.status());
+    addresses.push_back(p->address);
+    cluster.push_back(*std::move(p));
+  }
+  const std::string servers = "--servers=" + testing::ServerList(cluster);
+  // Shards 2 and 3 own no slot: they may be stopped, and the worker starts
+  // without them.
+  StopShard(&cluster, 2);
+  StopShard(&cluster, 3);
+  std::unique_ptr<PsClient> c = ConnectLedger(addresses);
+  CHECK(ServingShards(c->map()) == std::vector<int>{0, 1});
+  REQUIRE_OK(c->CreateTables({testing::LedgerTable()}));
+  REQUIRE_OK(c->CreateTensors({testing::LedgerTensor()}));
+  LedgerTrainer t;
+  t.client = c.get();
+  std::thread training([&t] { t.Run(); });
+  REQUIRE(t.warmed.WaitForNotificationWithTimeout(absl::Seconds(60)));
+
+  // Slots go only to a shard that answers.
+  const auto [down, down_out] = Psctl({"scale", servers, "--shards=3"});
+  INFO(down_out);
+  CHECK(down == 1);
+  CHECK(absl::StrContains(down_out, "shard 2"));
+
+  StartShard(&cluster, 2);
+  StartShard(&cluster, 3);
+  for (const int m : {3, 4, 2}) {
+    const int64_t before = t.acked.load();
+    const auto [code, out] =
+        Psctl({"scale", servers, absl::StrCat("--shards=", m)});
+    INFO("scale to " << m << ": " << out);
+    CHECK(code == 0);
+    t.WaitForPushes(before, 10);
+    CHECK(t.acked.load() >= before + 10);
+  }
+  // Drained: shards 2 and 3 stop; the worker goes on with 0 and 1.
+  StopShard(&cluster, 2);
+  StopShard(&cluster, 3);
+  const int64_t before = t.acked.load();
+  t.WaitForPushes(before, 20);
+  t.stop = true;
+  training.join();
+  REQUIRE_OK(t.error);
+  CHECK(t.stale == 0);
+  CHECK(t.acked.load() >= before + 20);
+  CHECK(ServingShards(c->map()) == std::vector<int>{0, 1});
+  CHECK(c->map().epoch() >= 5);
+
+  // The ledger, read by a client that starts now, without shards 2 and 3.
+  c.reset();
+  std::unique_ptr<PsClient> reader = ConnectLedger(addresses);
+  REQUIRE_OK(reader->WaitForTensors({"emb", "w"}, absl::Seconds(30)));
+  INFO("acknowledged pushes " << t.acked.load());
+  CHECK(LedgerWrong(reader.get(), t.ids, t.acked.load()) == 0);
+}
+
+TEST_CASE("bad scales are refused and change nothing",
+          "[slots][scale][bad-input]") {
+  auto cluster = testing::StartPsCluster(2, {"--num_slots=16"});
+  REQUIRE_OK(cluster.status());
+  const std::string servers = "--servers=" + testing::ServerList(*cluster);
+  for (const std::vector<std::string>& bad :
+       std::vector<std::vector<std::string>>{
+           {"--shards=0"}, {"--shards=3"}, {"--shards=-1"}, {}}) {
+    std::vector<std::string> args = {"scale", servers};
+    args.insert(args.end(), bad.begin(), bad.end());
+    const auto [code, out] = Psctl(args);
+    INFO(out);
+    CHECK(code == 2);
+    CHECK(absl::StrContains(out, "--shards"));
+  }
+  // --slot_list belongs to move.
+  const auto [misplaced, mout] =
+      Psctl({"scale", servers, "--shards=1", "--slot_list=3"});
+  INFO(mout);
+  CHECK(misplaced == 2);
+  // A static run scales only on stopped files (psctl reshard).
+  auto fixed = testing::StartPsCluster(2);
+  REQUIRE_OK(fixed.status());
+  const auto [sc, sout] = Psctl(
+      {"scale", "--servers=" + testing::ServerList(*fixed), "--shards=1"});
+  INFO(sout);
+  CHECK(sc == 2);
+  CHECK(absl::StrContains(sout, "slotted run"));
+  std::vector<std::string> addresses;
+  for (const ServerProcess& s : *cluster) addresses.push_back(s.address);
+  std::unique_ptr<PsClient> c = ConnectLedger(addresses);
+  absl::StatusOr<std::vector<StatusResponse>> st = c->Status();
+  REQUIRE_OK(st.status());
+  for (const StatusResponse& s : *st) CHECK(s.map().epoch() == 1);
+}
+
+}  // namespace
+}  // namespace asyncps
