@@ -135,7 +135,8 @@ absl::Status PsServer::CreateState(PsServerOptions* options) {
   }
   absl::StatusOr<ShardMap> map = StartingShardMap(
       {options->checkpoint_dir, options->restore, options->store.shard_index,
-       options->store.num_shards, options->num_slots, options->fs});
+       options->store.num_shards, options->num_slots, options->fs,
+       options->serving_shards});
   if (!map.ok()) return map.status();
   options->store.map = *map;
   // Incremental checkpoints record evicted rows.

@@ -69,6 +69,10 @@ struct PsServerOptions {
   // that restores files serves their map instead (store.map is set from
   // them at Start).
   int num_slots = 0;
+  // With num_slots: 0 = the slots start spread over every shard; K = over
+  // shards 0..K-1 only, the others standing by with no slot (psctl scale
+  // moves slots to them). Ignored when the files' map is restored.
+  int serving_shards = 0;
   StalenessRule staleness;
   RegistryOptions workers;  // its logger, clock and executor are set here
   // Checkpoints (server/checkpoint.h); off when checkpoint_dir is empty.

@@ -45,6 +45,7 @@
 #include "server/ps_server.h"
 #include "server/replica_setup.h"
 #include "server/runtime_metrics.h"
+#include "server/starting_map.h"
 
 ABSL_FLAG(std::string, host, "0.0.0.0", "Address to listen on.");
 ABSL_FLAG(int, port, 0,
@@ -92,6 +93,11 @@ ABSL_FLAG(int, num_slots, 0,
           "evenly, moved between shards by psctl rebalance / reshard --map. "
           "Every shard of a run gives the same value; a shard restoring "
           "files serves the map they hold (0 accepts it).");
+ABSL_FLAG(int, serving_shards, 0,
+          "With --num_slots: 0 = the slots of a new run are spread over "
+          "every shard; K = over shards 0..K-1 only, the others standing by "
+          "with no slot until psctl scale moves slots to them. Every shard "
+          "of a run gives the same value; restored files' maps win.");
 ABSL_FLAG(int64_t, slice_elems, 4096,
           "Default slice size in float32 elements for tensors whose spec "
           "leaves it at 0. Every shard must use the same value.");
@@ -268,8 +274,17 @@ absl::Status ShardFlags(PsServerOptions* o) {
         "), got ", o->store.shard_index));
   }
   o->num_slots = absl::GetFlag(FLAGS_num_slots);
-  if (o->num_slots != 0 && (o->num_slots < o->store.num_shards ||
-                            o->num_slots > ShardMap::kMaxSlots)) {
+  o->serving_shards = absl::GetFlag(FLAGS_serving_shards);
+  if (o->serving_shards != 0) {
+    // The map's own checks (server/starting_map.h), with the flags' words;
+    // the same check the shard makes at Start, made before anything else.
+    absl::Status s =
+        StartingShardMap({"", false, o->store.shard_index, o->store.num_shards,
+                          o->num_slots, nullptr, o->serving_shards})
+            .status();
+    if (!s.ok()) return s;
+  } else if (o->num_slots != 0 && (o->num_slots < o->store.num_shards ||
+                                   o->num_slots > ShardMap::kMaxSlots)) {
     return absl::InvalidArgumentError(
         absl::StrCat("--num_slots must be 0 (static map) or in [--num_shards=",
                      o->store.num_shards, ", ", ShardMap::kMaxSlots, "], got ",

@@ -25,6 +25,29 @@ constexpr int kFinishTries = 3;
 
 double Ms(absl::Duration d) { return absl::ToDoubleMilliseconds(d); }
 
+void ToProto(const MovedWorkerRecord& r, MovedWorker* out) {
+  out->set_worker_id(r.worker_id);
+  out->set_incarnation(r.incarnation);
+  for (uint64_t inc : r.retired) out->add_retired_incarnations(inc);
+  out->set_clock(r.clock);
+  out->set_trained(r.trained);
+  out->set_live(r.live);
+  out->set_left(r.left);
+}
+
+MovedWorkerRecord FromProto(const MovedWorker& w) {
+  MovedWorkerRecord r;
+  r.worker_id = w.worker_id();
+  r.incarnation = w.incarnation();
+  r.retired.assign(w.retired_incarnations().begin(),
+                   w.retired_incarnations().end());
+  r.clock = w.clock();
+  r.trained = w.trained();
+  r.live = w.live();
+  r.left = w.left();
+  return r;
+}
+
 }  // namespace
 
 SlotMover::SlotMover(const ServiceContext* context, SlotFence* fence,
@@ -100,7 +123,7 @@ absl::StatusOr<MoveSlotsResponse> SlotMover::MoveIn(
     last = CopyRound(stub.get(), round, *set);
     s = last.status();
   }
-  if (s.ok()) s = Commit(epoch, *next);
+  if (s.ok()) s = Commit(epoch, *next, last->workers);
   if (!s.ok()) {
     c_->logger->warn("moving slots in from shard {} failed: {}",
                      request.source_index(), s.ToString());
@@ -178,6 +201,9 @@ absl::StatusOr<SlotMover::Round> SlotMover::CopyRound(
     if (chunk.last()) {
       last = true;
       round.next_since = chunk.next_since();
+      for (const MovedWorker& w : chunk.workers()) {
+        round.workers.push_back(FromProto(w));
+      }
     }
   }
   round.slices = applier.stats().slices;
@@ -193,10 +219,13 @@ absl::StatusOr<SlotMover::Round> SlotMover::CopyRound(
     return absl::UnavailableError(
         "the source ended a copy round without its last chunk");
   }
+  s = WorkerRegistry::CheckMoved(round.workers);
+  if (!s.ok()) return s;
   return round;
 }
 
-absl::Status SlotMover::Commit(uint64_t epoch, const ShardMap& next) {
+absl::Status SlotMover::Commit(uint64_t epoch, const ShardMap& next,
+                               const std::vector<MovedWorkerRecord>& workers) {
   absl::MutexLock l(&mu_);
   moving_in_ = false;
   if (incoming_[epoch] == Outcome::kAborted) {
@@ -205,7 +234,13 @@ absl::Status SlotMover::Commit(uint64_t epoch, const ShardMap& next) {
         " ended before it was committed (it waited too long): aborted"));
   }
   PushGate::Closed closed(c_->gate);
-  absl::Status s = c_->store->AdoptMap(next);
+  // The clocks first, so that no pull of the slots is answered here by
+  // the new map before the slow workers' clocks are known. The records are
+  // facts about the run's workers, true whether or not the map change
+  // below succeeds.
+  absl::Status s = c_->workers->ImportWorkers(workers);
+  if (!s.ok()) return s;
+  s = c_->store->AdoptMap(next);
   if (!s.ok()) return s;
   incoming_[epoch] = Outcome::kCommitted;
   return absl::OkStatus();
@@ -223,6 +258,14 @@ void SlotMover::Abort(uint64_t epoch) {
 }
 
 void SlotMover::SaveCommit(uint64_t epoch) {
+  if (c_->specs != nullptr) {
+    // Tensors and tables the move created here, as CreateTensor would.
+    absl::Status synced = c_->specs->Sync();
+    if (!synced.ok()) {
+      c_->logger->error("the spec file after the move to map epoch {}: {}",
+                        epoch, synced.ToString());
+    }
+  }
   if (c_->checkpointer == nullptr) return;
   absl::Notification written;
   absl::Status result;
@@ -353,6 +396,13 @@ absl::Status SlotMover::Export(
   }
   chunk.set_last(true);
   chunk.set_next_since(capture->next_since);
+  if (request.fence()) {
+    // Read after the fence went up; clocks that move on meanwhile reach
+    // the destination with the workers' next calls.
+    for (const MovedWorkerRecord& w : c_->workers->ExportMoved()) {
+      ToProto(w, chunk.add_workers());
+    }
+  }
   if (!write(chunk)) return absl::CancelledError("the destination left");
   return absl::OkStatus();
 }

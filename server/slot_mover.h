@@ -32,8 +32,11 @@
 // re-applied: the source refuses a request routed with the old map after
 // the move (the client routes it again by the new map, with a new
 // sequence number), and answers a retry of one it applied before as a
-// duplicate. Worker records stay where they are: every shard has every
-// worker's (each push goes to every shard).
+// duplicate. The fenced round carries the source's worker records (ids,
+// incarnations, clocks, not the de-duplication windows), which the
+// destination imports at the commit (WorkerRegistry::ImportWorkers): a
+// shard that owned no slot may never have heard from a slow worker, and
+// SSP/BSP must not let a fast one run ahead there.
 //
 // Thread-safe. One move in or out at a time per shard.
 
@@ -43,6 +46,7 @@
 #include <optional>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
@@ -55,6 +59,7 @@
 #include "server/service_context.h"
 #include "server/slot_fence.h"
 #include "server/slot_state.h"
+#include "server/worker_registry.h"
 
 namespace asyncps {
 
@@ -119,6 +124,8 @@ class SlotMover {
     uint64_t slices = 0;
     uint64_t rows = 0;
     uint32_t next_since = 0;
+    // The source's workers (the fenced round only), checked.
+    std::vector<MovedWorkerRecord> workers;
   };
 
   absl::Status CheckLeaving(const ExportSlotsRequest& request,
@@ -132,11 +139,15 @@ class SlotMover {
   absl::StatusOr<Round> CopyRound(SlotMoves::Stub* source,
                                   const ExportSlotsRequest& request,
                                   const SlotSet& slots);
-  absl::Status Commit(uint64_t epoch, const ShardMap& next)
+  // Imports `workers` and adopts `next` with pushes held back.
+  absl::Status Commit(uint64_t epoch, const ShardMap& next,
+                      const std::vector<MovedWorkerRecord>& workers)
       ABSL_LOCKS_EXCLUDED(mu_);
   void Abort(uint64_t epoch) ABSL_LOCKS_EXCLUDED(mu_);
-  // With checkpoints on, writes a full checkpoint of the committed move and
-  // waits for it: a restart then restores the map the source is told of.
+  // With checkpoints on, makes the specs of tensors and tables the move
+  // created (and schedules it adopted) durable in the spec file, and writes
+  // a full checkpoint of the committed move and waits for it: a restart
+  // then restores the map the source is told of.
   void SaveCommit(uint64_t epoch);
   void TellSource(SlotMoves::Stub* source, uint64_t epoch, bool committed);
   // Asks the destination how the move to `epoch` ended and ends the fence

@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/names.h"
+#include "common/tensor_layout.h"
 #include "google/protobuf/util/message_differencer.h"
 #include "server/checkpoint_records.h"
 #include "store/lr_schedule.h"
@@ -123,12 +124,62 @@ absl::Status SlotStateApplier::StartTensor(const TensorSpec& spec) {
                        " of the moved slots has another spec on the shard "
                        "they leave than on this one"));
     }
+    absl::Status s =
+        FollowSchedule(spec.name(), here.optimizer(), spec.optimizer());
+    if (!s.ok()) return s;
     tensor_ = spec.name();
     return absl::OkStatus();
   }
-  return absl::FailedPreconditionError(
-      absl::StrCat("tensor ", QuoteName(spec.name()),
-                   " of the moved slots does not exist on this shard"));
+  absl::Status s = CreateTensor(spec);
+  if (!s.ok()) return s;
+  tensor_ = spec.name();
+  return absl::OkStatus();
+}
+
+absl::Status SlotStateApplier::CreateTensor(const TensorSpec& spec) {
+  // A shard that never saw CreateTensor (a standby started after it) gets
+  // the tensor from the record. Only one that serves none of its slices:
+  // restored slices start at zero, which is right for slices that are all
+  // imported and wrong for ones this shard would serve at once.
+  absl::StatusOr<TensorLayout> layout = TensorLayout::FromSpec(spec);
+  if (!layout.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("tensor record ",
+                                                   QuoteName(spec.name()), ": ",
+                                                   layout.status().message()));
+  }
+  const uint32_t served = store_->map().SlicesOn(
+      spec.name(), layout->num_slices(), store_->options().shard_index);
+  if (served > 0) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "tensor ", QuoteName(spec.name()),
+        " of the moved slots does not exist on this shard, which serves ",
+        served, " of its slices: create it here first"));
+  }
+  // The listed spec carries its schedule, restored with it.
+  absl::Status s = store_->RestoreTensor(spec);
+  if (!s.ok()) return s;
+  ++stats_.tensors_created;
+  return absl::OkStatus();
+}
+
+absl::Status SlotStateApplier::FollowSchedule(absl::string_view name,
+                                              const OptimizerSpec& here,
+                                              const OptimizerSpec& moved) {
+  // A shard that missed SetLearningRate calls (a standby, or one that was
+  // down) takes the source's step when it is newer, as SetLearningRates
+  // would; an older or equal one leaves its own in effect.
+  LearningRate theirs, ours;
+  if (!ScheduleOf(name, moved, &theirs)) return absl::OkStatus();
+  if (ScheduleOf(name, here, &ours) && ours.step() >= theirs.step()) {
+    return absl::OkStatus();
+  }
+  SetLearningRateRequest request;
+  *request.add_rates() = theirs;
+  bool changed = false;
+  absl::Status s = store_->SetLearningRates(request, &changed).status();
+  if (!s.ok()) return s;
+  stats_.schedules_adopted += changed;
+  return absl::OkStatus();
 }
 
 absl::Status SlotStateApplier::AddSlice(const CheckpointSlice& slice) {
@@ -162,6 +213,10 @@ absl::Status SlotStateApplier::StartTable(const TableSpec& spec) {
         absl::StrCat("table ", QuoteName(spec.name()),
                      " of the moved slots has another spec on the shard "
                      "they leave than on this one"));
+  } else {
+    absl::Status s = FollowSchedule(spec.name(), here->Listed().optimizer(),
+                                    spec.optimizer());
+    if (!s.ok()) return s;
   }
   table_ = spec.name();
   table_key_ = ShardMap::KeyOf(table_);

@@ -102,16 +102,23 @@ absl::StatusOr<SlotCapture> CaptureSlots(ShardStore* store,
 struct SlotApplyStats {
   int32_t tensors = 0;  // tensor records (specs checked)
   int32_t tables = 0;   // table records
+  int32_t tensors_created = 0;
   int32_t tables_created = 0;
+  // Tensors and tables whose newer schedule step was taken from a record.
+  int32_t schedules_adopted = 0;
   int64_t slices = 0;
   int64_t rows = 0;
   int64_t removed_rows = 0;
 };
 
 // Applies the records of one slot move, round after round, to the store
-// the slots go to: a tensor record must name a tensor of the same spec
-// here, a table record a table of the same spec or one that does not
-// exist yet (created from it: TableStore::RestoreTable); slices go to
+// the slots go to: a tensor or table record must name one of the same
+// spec here, or one that does not exist yet, created from it
+// (ShardStore::RestoreTensor, TableStore::RestoreTable: a standby shard
+// that never saw CreateTensor; a tensor only if this shard serves none of
+// its slices). A record whose schedule step (store/lr_schedule.h) is newer
+// than the one in effect here brings it along, as SetLearningRates would
+// (a shard that missed SetLearningRate calls); slices go to
 // ShardStore::ImportSlice and rows to TableStore::ImportRows (both refuse
 // state of slots this shard serves), removed ids to TableStore::RemoveRows.
 // The records of a stream may be split between calls anywhere (a slice or
@@ -127,7 +134,8 @@ class SlotStateApplier {
   // for a malformed record, one out of place or of a kind a move does not
   // carry, or a slice or rows of the wrong shape or size;
   // FAILED_PRECONDITION naming the tensor or table whose spec differs from
-  // (or which is missing on) this shard; RESOURCE_EXHAUSTED when the state
+  // this shard's (or a tensor missing here of which this shard serves
+  // slices); RESOURCE_EXHAUSTED when the state
   // does not fit in max_parameter_bytes. What was applied before stays.
   absl::Status Apply(absl::string_view record);
 
@@ -135,6 +143,11 @@ class SlotStateApplier {
 
  private:
   absl::Status StartTensor(const TensorSpec& spec);
+  absl::Status CreateTensor(const TensorSpec& spec);
+  // Applies the schedule step `moved` carries when it is newer than the
+  // one `here` carries (the spec of `name` on this shard).
+  absl::Status FollowSchedule(absl::string_view name, const OptimizerSpec& here,
+                              const OptimizerSpec& moved);
   absl::Status StartTable(const TableSpec& spec);
   absl::Status AddSlice(const CheckpointSlice& slice);
   absl::Status AddRows(const CheckpointRows& rows);

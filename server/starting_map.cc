@@ -1,5 +1,9 @@
 #include "server/starting_map.h"
 
+#include <cstdint>
+#include <utility>
+#include <vector>
+
 #include "absl/strings/str_cat.h"
 #include "proto/checkpoint.pb.h"
 #include "server/checkpoint.h"
@@ -21,7 +25,37 @@ absl::StatusOr<CheckpointIdentity> FilesIdentity(const StartingMapInputs& in) {
   return specs->identity;
 }
 
+// The map of a run whose slots start on shards 0..serving_shards-1 only:
+// a standby shard (index >= serving_shards) owns no slot until a move
+// gives it some.
+absl::StatusOr<ShardMap> ServingMap(const StartingMapInputs& in) {
+  const int k = in.serving_shards;
+  if (in.num_slots <= 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--serving_shards=", k,
+                     " needs a slotted run: set --num_slots (e.g. 4096), or "
+                     "--serving_shards=0"));
+  }
+  if (k < 1 || k > in.num_shards) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--serving_shards must be 0 (all) or in [1, --num_shards=",
+                     in.num_shards, "], got ", k));
+  }
+  if (in.num_slots < k || in.num_slots > ShardMap::kMaxSlots) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--num_slots must be in [--serving_shards=", k, ", ",
+                     ShardMap::kMaxSlots, "], got ", in.num_slots));
+  }
+  std::vector<uint16_t> owners(static_cast<size_t>(in.num_slots));
+  for (int s = 0; s < in.num_slots; ++s) {
+    owners[s] = static_cast<uint16_t>(s % k);
+  }
+  return ShardMap::Slotted(in.num_shards, std::move(owners),
+                           ShardMap::kStaticEpoch);
+}
+
 absl::StatusOr<ShardMap> FlagsMap(const StartingMapInputs& in) {
+  if (in.serving_shards != 0) return ServingMap(in);
   if (in.num_slots == 0) return ShardMap::Static(in.num_shards);
   absl::StatusOr<ShardMap> map =
       ShardMap::EvenSlots(in.num_shards, in.num_slots);

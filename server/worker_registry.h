@@ -43,6 +43,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "absl/types/span.h"
 #include "common/clock.h"
 #include "common/executor.h"
 #include "proto/asyncps.pb.h"
@@ -96,6 +97,21 @@ struct WorkerInfo {
   uint32_t restarts = 0;
   uint32_t waiting_pulls = 0;
   int64_t trained = 0;  // data position (WorkerRef.trained)
+};
+
+// A worker's record as a live slot move carries it from the shard the
+// slots leave to the one they go to (proto/slot_moves.proto MovedWorker),
+// so that the destination's consistency waits know every worker's clock.
+// Without the de-duplication window: clients re-send the pushes a move
+// refused under fresh sequence numbers.
+struct MovedWorkerRecord {
+  int32_t worker_id = 0;
+  uint64_t incarnation = 0;
+  std::vector<uint64_t> retired;  // replaced incarnations, oldest first
+  int64_t clock = 0;
+  int64_t trained = 0;
+  bool live = false;
+  bool left = false;
 };
 
 struct RegistryCounters {
@@ -259,6 +275,25 @@ class WorkerRegistry {
   // Loads a checkpoint's records; only before any call was admitted.
   absl::Status Import(const std::vector<CheckpointWorker>& records);
 
+  // ---- Live slot moves (server/slot_mover.h; server/worker_moves.cc).
+  // Every admitted worker's record, for the fenced round of a move out.
+  std::vector<MovedWorkerRecord> ExportMoved() const;
+  // INVALID_ARGUMENT naming the first malformed record (worker_id >= 0,
+  // nonzero incarnations, clock >= 0, trained >= 0 needed).
+  static absl::Status CheckMoved(absl::Span<const MovedWorkerRecord> records);
+  // Takes in the records of the shard the slots came from, at the move's
+  // commit, then releases the waits the clocks allow. Per record:
+  //   unknown worker id: added with that incarnation, clock, data position
+  //     and replaced incarnations; live (with a fresh lease) only if it was
+  //     live there;
+  //   the same incarnation: clock and data position the larger of both;
+  //     live again (fresh lease) if it was live there and was not seen
+  //     leaving here;
+  //   another incarnation: see ImportMovedLocked. A record never fences
+  //     an incarnation that may be the newer one.
+  // All or nothing as to validation (CheckMoved first).
+  absl::Status ImportWorkers(absl::Span<const MovedWorkerRecord> records);
+
  private:
   struct Waiter {
     Worker* worker;
@@ -275,6 +310,14 @@ class WorkerRegistry {
   std::vector<Worker*> AllWorkers() const;
   // Identity check and registration under the worker's lock.
   absl::StatusOr<Admission> AdmitLocked(Worker* w, const WorkerRef& ref)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(w->mu);
+  // One record of ImportWorkers.
+  void ImportMovedLocked(Worker* w, const MovedWorkerRecord& r)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(w->mu);
+  // Appends `incarnations` (oldest first) to w's replaced ones, skipping
+  // those it holds and its current one, keeping the newest
+  // retired_incarnations.
+  void AddRetired(Worker* w, absl::Span<const uint64_t> incarnations)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(w->mu);
   int64_t MinLiveClockExcept(const Worker* except) const;
   // "worker 3 at clock 5, worker 7 at clock 6" for the live workers below

@@ -404,5 +404,160 @@ TEST_CASE("slot records are checked before they are applied", "[slot_moves]") {
       m.b->ImportSlice("w", kSlices, 1, std::string(64, '\0'), {})));
 }
 
+// A run of 2 shards in which shard 1 stands by (owns no slot): shard 0
+// with "w" and "emb" trained a little, shard 1 a fresh process holding
+// nothing; the move gives shard 1 every other slot.
+struct StandbyMove {
+  ShardMap start;
+  ShardMap next;
+  std::vector<uint32_t> moving;
+  std::unique_ptr<ShardStore> a, b;
+
+  StandbyMove() {
+    start = *ShardMap::Slotted(2, std::vector<uint16_t>(kSlots, 0),
+                               ShardMap::kStaticEpoch);
+    for (uint32_t s = 1; s < kSlots; s += 2) moving.push_back(s);
+    next = Moved(start, moving, 1);
+    ShardStoreOptions o;
+    o.num_shards = 2;
+    o.map = start;
+    a = ShardStore::Create(o).value();
+    o.shard_index = 1;
+    b = ShardStore::Create(o).value();
+    REQUIRE_OK(a->CreateTensors(Specs()).status());
+    std::vector<uint32_t> all(kSlices);
+    for (uint32_t i = 0; i < kSlices; ++i) all[i] = i;
+    std::vector<uint64_t> ids;
+    for (uint64_t id = 1; id <= 200; ++id) ids.push_back(id);
+    REQUIRE_OK(Push(a.get(), all, ids, 0.5f));
+  }
+
+  static CreateTensorRequest Specs() {
+    CreateTensorRequest create;
+    *create.add_tensors() = testing::ConstantSpec(
+        "w", {kSlices * kSliceElems}, 0.5f, testing::AdamSpec(), kSliceElems);
+    *create.add_tables() =
+        testing::MakeTableSpec("emb", kDim, testing::AdamSpec());
+    return create;
+  }
+
+  // Both schedules ("w" and "emb") of `store` set to step `step`.
+  static void Schedule(ShardStore* store, int64_t step, float rate) {
+    SetLearningRateRequest request;
+    for (const char* name : {"w", "emb"}) {
+      LearningRate* r = request.add_rates();
+      r->set_name(name);
+      r->set_step(step);
+      r->set_learning_rate(rate);
+    }
+    bool changed = false;
+    REQUIRE_OK(store->SetLearningRates(request, &changed).status());
+  }
+
+  // Every round of the move, applied to b.
+  SlotApplyStats Copy() {
+    absl::StatusOr<SlotCapture> c =
+        CaptureSlots(a.get(), *SlotSet::Of(start, moving), 0);
+    REQUIRE_OK(c.status());
+    SlotApplyStats stats;
+    REQUIRE_OK(ApplySlotRecords(b.get(), c->records, &stats));
+    return stats;
+  }
+};
+
+// (name, step, rate) of every schedule step in effect on `store`.
+std::vector<std::tuple<std::string, int64_t, float>> Rates(
+    const ShardStore& store) {
+  std::vector<std::tuple<std::string, int64_t, float>> out;
+  for (const LearningRate& r : store.LearningRates()) {
+    out.emplace_back(r.name(), r.step(), r.learning_rate());
+  }
+  return out;
+}
+
+TEST_CASE(
+    "a move to a shard without the tensor creates it and serves its slices "
+    "once the map is adopted",
+    "[slot_moves][scale]") {
+  StandbyMove m;
+  // A standby shard can create tensors it serves no slice of.
+  std::unique_ptr<ShardStore> other = [&] {
+    ShardStoreOptions o;
+    o.shard_index = 1;
+    o.num_shards = 2;
+    o.map = m.start;
+    return ShardStore::Create(o).value();
+  }();
+  REQUIRE_OK(other->CreateTensors(StandbyMove::Specs()).status());
+  CHECK(other->Size().tensors == 1);
+  CHECK(other->Size().slices == 0);
+
+  const SlotApplyStats stats = m.Copy();
+  CHECK(stats.tensors_created == 1);
+  CHECK(stats.tables_created == 1);
+  CHECK(stats.slices > 0);
+  CHECK(stats.rows > 0);
+  CHECK(m.b->Size().tensors == 1);
+  // Held, none served until the map gives them.
+  Slices b0;
+  Rows b0_rows;
+  Snapshot(*m.b, &b0, &b0_rows);
+  CHECK(b0.empty());
+  CHECK(b0_rows.empty());
+  // A client's CreateTensor of the same spec afterwards is a no-op.
+  REQUIRE_OK(m.b->CreateTensors(StandbyMove::Specs()).status());
+
+  Slices a0;
+  Rows a0_rows;
+  Snapshot(*m.a, &a0, &a0_rows);
+  REQUIRE_OK(m.b->AdoptMap(m.next));
+  REQUIRE_OK(m.a->AdoptMap(m.next));
+  Slices b1;
+  Rows b1_rows;
+  Snapshot(*m.b, &b1, &b1_rows);
+  CHECK(static_cast<int64_t>(b1.size()) == stats.slices);
+  CHECK(static_cast<int64_t>(b1_rows.size()) == stats.rows);
+  for (const auto& [i, state] : b1) CHECK(a0.at(i) == state);
+  for (const auto& [id, state] : b1_rows) CHECK(a0_rows.at(id) == state);
+  REQUIRE_OK(Push(m.b.get(), {b1.begin()->first}, {}, 1.0f));
+}
+
+TEST_CASE("a newer schedule step on the source is adopted, an older one not",
+          "[slot_moves][scale]") {
+  StandbyMove m;
+  SECTION("the destination never saw the tensor") {
+    StandbyMove::Schedule(m.a.get(), 3, 0.01f);
+    m.Copy();
+    CHECK(Rates(*m.b) == Rates(*m.a));
+  }
+  SECTION("the destination missed a SetLearningRate") {
+    REQUIRE_OK(m.b->CreateTensors(StandbyMove::Specs()).status());
+    StandbyMove::Schedule(m.b.get(), 1, 0.05f);
+    StandbyMove::Schedule(m.a.get(), 1, 0.05f);
+    StandbyMove::Schedule(m.a.get(), 4, 0.02f);
+    const SlotApplyStats stats = m.Copy();
+    CHECK(stats.schedules_adopted == 2);
+    CHECK(Rates(*m.b) == Rates(*m.a));
+    CHECK(std::get<1>(Rates(*m.b)[0]) == 4);
+  }
+  SECTION("the destination's step is newer") {
+    REQUIRE_OK(m.b->CreateTensors(StandbyMove::Specs()).status());
+    StandbyMove::Schedule(m.a.get(), 2, 0.05f);
+    StandbyMove::Schedule(m.b.get(), 5, 0.001f);
+    const auto before = Rates(*m.b);
+    const SlotApplyStats stats = m.Copy();
+    CHECK(stats.schedules_adopted == 0);
+    CHECK(Rates(*m.b) == before);
+    CHECK(std::get<1>(Rates(*m.b)[0]) == 5);
+  }
+  SECTION("the source has no schedule step") {
+    REQUIRE_OK(m.b->CreateTensors(StandbyMove::Specs()).status());
+    StandbyMove::Schedule(m.b.get(), 2, 0.03f);
+    const auto before = Rates(*m.b);
+    m.Copy();
+    CHECK(Rates(*m.b) == before);
+  }
+}
+
 }  // namespace
 }  // namespace asyncps

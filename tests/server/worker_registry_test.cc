@@ -420,5 +420,146 @@ TEST_CASE("export and import keep identities, clocks and applied pushes",
           absl::StatusCode::kFailedPrecondition);
 }
 
+// A worker record as the shard the slots leave sends it.
+MovedWorkerRecord Moved(int id, uint64_t incarnation, int64_t clock,
+                        bool live = true, std::vector<uint64_t> retired = {}) {
+  MovedWorkerRecord r;
+  r.worker_id = id;
+  r.incarnation = incarnation;
+  r.clock = clock;
+  r.live = live;
+  r.left = !live;
+  r.retired = std::move(retired);
+  return r;
+}
+
+WorkerInfo Info(const WorkerRegistry& registry, int id) {
+  for (const WorkerInfo& w : registry.Workers()) {
+    if (w.worker_id == id) return w;
+  }
+  FAIL("worker " << id << " unknown");
+  return WorkerInfo();
+}
+
+TEST_CASE("moved records add unknown workers, live only if live there",
+          "[moves]") {
+  Fixture f(BSP);
+  MovedWorkerRecord slow = Moved(1, 21, 2, true, {20});
+  slow.trained = 40;
+  REQUIRE_OK(f.registry->ImportWorkers(
+      {Moved(0, 11, 5), slow, Moved(2, 31, 1, /*live=*/false)}));
+  CHECK(Info(*f.registry, 0).incarnation == 11);
+  CHECK(Info(*f.registry, 0).clock == 5);
+  CHECK(Info(*f.registry, 1).trained == 40);
+  CHECK(Info(*f.registry, 2).left);
+  CHECK_FALSE(Info(*f.registry, 2).live);
+  // The one that left holds nobody back; the slow live one does.
+  CHECK(f.registry->MinLiveClock() == 2);
+  CHECK(f.registry->IsCurrent(Ref(1, 2, 21)));
+  // A process the source saw replaced is fenced here too.
+  CHECK(absl::IsFailedPrecondition(f.registry->Admit(Ref(1, 2, 20)).status()));
+  // The lease is fresh from the import.
+  f.clock.Advance(absl::Seconds(4));
+  f.registry->Tick();
+  CHECK(Info(*f.registry, 1).live);
+  f.clock.Advance(absl::Seconds(2));
+  f.registry->Tick();
+  CHECK_FALSE(Info(*f.registry, 1).live);
+}
+
+TEST_CASE("a fast worker waits on a shard that learnt a slow one's clock",
+          "[moves][bsp]") {
+  Fixture f(BSP);
+  f.Admit(0, 3, 11);  // only the fast worker ever called this shard
+  Outcome before;
+  REQUIRE(f.registry->WhenReady(0, 3, before.Callback()) == 0);
+  REQUIRE_OK(f.registry->ImportWorkers({Moved(1, 21, 1)}));
+  Outcome pull;
+  REQUIRE(f.registry->WhenReady(0, 3, pull.Callback()) != 0);
+  CHECK_FALSE(pull.done);
+  // A later move brings the slow worker's progress: the wait is released.
+  REQUIRE_OK(f.registry->ImportWorkers({Moved(1, 21, 3)}));
+  CHECK(pull.done);
+  CHECK(pull.status.ok());
+}
+
+TEST_CASE("a moved record of the same incarnation keeps the larger clock",
+          "[moves]") {
+  Fixture f(SSP, 4);
+  f.Admit(0, 4, 11);
+  f.Admit(1, 12, 21);
+  REQUIRE_OK(f.registry->ImportWorkers({Moved(0, 11, 9), Moved(1, 21, 9)}));
+  CHECK(Info(*f.registry, 0).clock == 9);
+  CHECK(Info(*f.registry, 1).clock == 12);
+  // Evicted here (silent to this shard), live there: live again.
+  f.clock.Advance(absl::Seconds(6));
+  f.registry->Tick();
+  REQUIRE_FALSE(Info(*f.registry, 0).live);
+  REQUIRE_OK(f.registry->ImportWorkers({Moved(0, 11, 9)}));
+  CHECK(Info(*f.registry, 0).live);
+  // One that said it leaves here stays gone.
+  REQUIRE_OK(f.registry->Leave(Ref(1, 12, 21)));
+  REQUIRE_OK(f.registry->ImportWorkers({Moved(1, 21, 13)}));
+  CHECK_FALSE(Info(*f.registry, 1).live);
+  CHECK(Info(*f.registry, 1).clock == 13);
+}
+
+TEST_CASE("a moved record of another incarnation never fences a newer one",
+          "[moves][identity]") {
+  Fixture f(SSP, 4);
+  SECTION("the record's process was replaced here: ignored") {
+    f.Admit(0, 2, 11);
+    f.Admit(0, 3, 12);  // 12 replaced 11 here
+    REQUIRE_OK(f.registry->ImportWorkers({Moved(0, 11, 30)}));
+    CHECK(Info(*f.registry, 0).incarnation == 12);
+    CHECK(Info(*f.registry, 0).clock == 3);
+    CHECK(f.registry->IsCurrent(Ref(0, 3, 12)));
+  }
+  SECTION("the source saw this shard's process replaced: the record's wins") {
+    f.Admit(0, 2, 11);
+    REQUIRE_OK(f.registry->ImportWorkers({Moved(0, 12, 7, true, {11})}));
+    CHECK(Info(*f.registry, 0).incarnation == 12);
+    CHECK(Info(*f.registry, 0).clock == 7);
+    CHECK(Info(*f.registry, 0).restarts == 1);
+    CHECK(
+        absl::IsFailedPrecondition(f.registry->Admit(Ref(0, 2, 11)).status()));
+    CHECK(f.registry->IsCurrent(Ref(0, 7, 12)));
+  }
+  SECTION("neither shard saw the other's replaced: this shard's stays") {
+    f.Admit(0, 2, 11);
+    REQUIRE_OK(f.registry->ImportWorkers({Moved(0, 12, 7)}));
+    CHECK(Info(*f.registry, 0).incarnation == 11);
+    CHECK(Info(*f.registry, 0).clock == 7);  // a worker id's clock only grows
+    CHECK(f.registry->IsCurrent(Ref(0, 7, 11)));
+    // Whichever calls next is admitted by the usual rules.
+    f.Admit(0, 7, 12);
+    CHECK(
+        absl::IsFailedPrecondition(f.registry->Admit(Ref(0, 7, 11)).status()));
+  }
+}
+
+TEST_CASE("malformed moved records are INVALID_ARGUMENT and change nothing",
+          "[moves]") {
+  Fixture f(SSP, 1);
+  for (const MovedWorkerRecord& bad :
+       {Moved(-1, 1, 0), Moved(0, 0, 0), Moved(0, 1, -2),
+        Moved(0, 1, 0, true, {0})}) {
+    CHECK(absl::IsInvalidArgument(
+        f.registry->ImportWorkers({Moved(3, 5, 1), bad})));
+  }
+  CHECK(f.registry->Workers().empty());
+  // Export gives what the registry holds, for the next move.
+  f.Admit(0, 2, 11);
+  f.Admit(0, 3, 12);
+  REQUIRE_OK(f.registry->Leave(Ref(0, 3, 12)));
+  const std::vector<MovedWorkerRecord> out = f.registry->ExportMoved();
+  REQUIRE(out.size() == 1);
+  CHECK(out[0].incarnation == 12);
+  CHECK(out[0].retired == std::vector<uint64_t>{11});
+  CHECK(out[0].clock == 3);
+  CHECK(out[0].left);
+  CHECK_FALSE(out[0].live);
+}
+
 }  // namespace
 }  // namespace asyncps
