@@ -317,7 +317,7 @@ RetryPolicy PsClient::CallPolicy() const {
 
 std::vector<int> PsClient::Parts() const {
   absl::MutexLock l(&mu_);
-  return ServingShards(map_);
+  return map_.serving_shards();
 }
 
 void PsClient::ReportTrained(int64_t steps) {
@@ -403,7 +403,7 @@ std::vector<bool> PsClient::NeededShards(
   std::vector<bool> needed(num_shards(), true);
   if (!newest.has_value() || !newest->slotted()) return needed;
   std::fill(needed.begin(), needed.end(), false);
-  for (const int s : ServingShards(*newest)) needed[s] = true;
+  for (const int s : newest->serving_shards()) needed[s] = true;
   return needed;
 }
 

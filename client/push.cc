@@ -401,8 +401,9 @@ std::unique_ptr<PsClient::PendingPush> PsClient::StartSend(
     return p;
   }
 
-  // Every shard gets a request, so that each sees the clock; the sequence
-  // number is shared by all of them and by their retries.
+  // Every shard that owns a slot gets a request, so that each sees the
+  // clock; the sequence number is shared by all of them and by their
+  // retries.
   const int n = num_shards();
   const uint64_t seq = next_seq_++;
   // Values are assigned exactly as given, whatever the gradients' wire type.
@@ -426,7 +427,7 @@ std::unique_ptr<PsClient::PendingPush> PsClient::StartSend(
 
   const uint32_t connection = next_connection_++;
   std::vector<FanOut::Call> calls;
-  for (int s = 0; s < n; ++s) {
+  for (const int s : map.serving_shards()) {
     auto ps = std::make_unique<PushShard>();
     ps->shard = s;
     ps->header = std::move(headers[s]);

@@ -137,8 +137,12 @@ absl::StatusOr<std::vector<PushPart>> SplitPushParts(
       return absl::InvalidArgumentError(absl::StrCat(
           "a part of shard ", part.shard, " for a map of ", n, " shards"));
     }
+    // A refused shard that still owns slots gets its (maybe empty) part
+    // again, so that it sees the clock; one that owns none any more (psctl
+    // scale drained it, and it may be stopped) gets only what goes to it.
     Building& own = out[part.shard];
-    own.used = true;
+    const std::vector<int>& serving = map.serving_shards();
+    own.used = std::binary_search(serving.begin(), serving.end(), part.shard);
     own.header.set_read_epoch(part.header.read_epoch());
   }
   for (const PushPart& part : parts) {

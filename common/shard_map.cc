@@ -8,6 +8,20 @@
 
 namespace asyncps {
 
+ShardMap::ShardMap(int num_shards, uint64_t epoch,
+                   std::shared_ptr<const std::vector<uint16_t>> owners)
+    : num_shards_(num_shards), epoch_(epoch), owners_(std::move(owners)) {
+  std::vector<bool> owns(num_shards, owners_ == nullptr);
+  if (owners_ != nullptr) {
+    for (const uint16_t owner : *owners_) owns[owner] = true;
+  }
+  auto serving = std::make_shared<std::vector<int>>();
+  for (int s = 0; s < num_shards; ++s) {
+    if (owns[s]) serving->push_back(s);
+  }
+  serving_ = std::move(serving);
+}
+
 absl::StatusOr<ShardMap> ShardMap::Static(int num_shards) {
   if (num_shards < 1 || num_shards > kMaxShards) {
     return absl::InvalidArgumentError(
@@ -131,16 +145,6 @@ bool OwnsSameSlots(const ShardMap& a, const ShardMap& b, int shard) {
     if ((x[s] == shard) != (y[s] == shard)) return false;
   }
   return true;
-}
-
-std::vector<int> ServingShards(const ShardMap& map) {
-  std::vector<bool> owns(map.num_shards(), !map.slotted());
-  for (const uint16_t owner : map.owners()) owns[owner] = true;
-  std::vector<int> serving;
-  for (int s = 0; s < map.num_shards(); ++s) {
-    if (owns[s]) serving.push_back(s);
-  }
-  return serving;
 }
 
 }  // namespace asyncps

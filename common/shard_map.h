@@ -92,6 +92,12 @@ class ShardMap {
     return owners_ != nullptr ? absl::Span<const uint16_t>(*owners_)
                               : absl::Span<const uint16_t>();
   }
+  // The shards that own at least one slot (every shard of a static map),
+  // in order: the ones a client talks to. A slotted run may keep shards
+  // that own no slot (ps_server --serving_shards, psctl scale): they take
+  // no part until a move gives them slots, and may be stopped.
+  const std::vector<int>& serving_shards() const { return *serving_; }
+
   // The slot of a slice / a row. REQUIRES: slotted().
   uint32_t SliceSlot(absl::string_view tensor, uint32_t slice) const;
   uint32_t RowSlot(uint64_t table_key, uint64_t id) const;
@@ -131,13 +137,14 @@ class ShardMap {
 
  private:
   ShardMap(int num_shards, uint64_t epoch,
-           std::shared_ptr<const std::vector<uint16_t>> owners = nullptr)
-      : num_shards_(num_shards), epoch_(epoch), owners_(std::move(owners)) {}
+           std::shared_ptr<const std::vector<uint16_t>> owners = nullptr);
 
   int num_shards_;
   uint64_t epoch_;
   // Null for a static map; shared by copies (immutable).
   std::shared_ptr<const std::vector<uint16_t>> owners_;
+  // Computed once per map: clients read it per call.
+  std::shared_ptr<const std::vector<int>> serving_;
 };
 
 // Whether `shard` owns the same keys under `a` and `b`: two slotted maps of
@@ -146,12 +153,6 @@ class ShardMap {
 // shard's own state as it is (the AdoptMap RPC of proto/slot_moves.proto
 // accepts only such a map).
 bool OwnsSameSlots(const ShardMap& a, const ShardMap& b, int shard);
-
-// The shards that own at least one slot of `map` (every shard of a static
-// map), in order: the ones a client talks to. A slotted run may keep
-// shards that own no slot (ps_server --serving_shards, psctl scale): they
-// take no part until a move gives them slots, and may be stopped.
-std::vector<int> ServingShards(const ShardMap& map);
 
 }  // namespace asyncps
 

@@ -44,7 +44,7 @@ int Broadcast(const LiveMoveOptions& o, const ShardMap& map, int skip_a,
   int failed = 0;
   AdoptMapRequest request;
   ShardMapToProto(map, request.mutable_map());
-  const std::vector<int> serving = ServingShards(map);
+  const std::vector<int>& serving = map.serving_shards();
   for (int s = 0; s < static_cast<int>(o.servers.size()); ++s) {
     if (s == skip_a || s == skip_b) continue;
     // A shard that owns no slot may be stopped (psctl scale): one that is

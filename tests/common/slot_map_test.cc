@@ -56,13 +56,13 @@ TEST_CASE(
 }
 
 TEST_CASE("serving shards are the ones that own a slot") {
-  CHECK(ServingShards(*ShardMap::Static(3)) == std::vector<int>{0, 1, 2});
-  CHECK(ServingShards(*ShardMap::EvenSlots(2, 8)) == std::vector<int>{0, 1});
+  CHECK(ShardMap::Static(3)->serving_shards() == std::vector<int>{0, 1, 2});
+  CHECK(ShardMap::EvenSlots(2, 8)->serving_shards() == std::vector<int>{0, 1});
   // Shards 1 and 3 of 4 own nothing (standby, or drained by psctl scale).
   const absl::StatusOr<ShardMap> partial =
       ShardMap::Slotted(4, {0, 2, 2, 0, 0}, 5);
   REQUIRE(partial.ok());
-  CHECK(ServingShards(*partial) == std::vector<int>{0, 2});
+  CHECK(partial->serving_shards() == std::vector<int>{0, 2});
 }
 
 TEST_CASE("bad maps are refused with what is wrong") {

@@ -53,6 +53,13 @@ std::pair<int, std::string> Psctl(const std::vector<std::string>& args) {
 }
 
 void LedgerTrainer::Run() {
+  // Ended early (an error): whoever waits for the warm-up sees `error`.
+  struct Warm {
+    absl::Notification* n;
+    ~Warm() {
+      if (!n->HasBeenNotified()) n->Notify();
+    }
+  } warm{&warmed};
   std::vector<float> w(kLedgerElems), rows(ids.size() * kLedgerDim);
   const std::vector<float> gw(kLedgerElems, -1.0f), grows(rows.size(), -1.0f);
   for (int64_t step = 1; !stop.load() && step < 100000; ++step) {

@@ -62,7 +62,7 @@ struct LedgerTrainer {
   std::atomic<bool> stop{false};
   absl::Status error;
   int64_t stale = 0;
-  absl::Notification warmed;  // 10 steps done
+  absl::Notification warmed;  // 10 steps done, or ended by an error
 
   void Run();
   // Until `more` pushes beyond `from` are acknowledged, an error, or 30 s.

@@ -74,13 +74,15 @@ TEST_CASE(
   StopShard(&cluster, 2);
   StopShard(&cluster, 3);
   std::unique_ptr<PsClient> c = ConnectLedger(addresses);
-  CHECK(ServingShards(c->map()) == std::vector<int>{0, 1});
+  CHECK(c->map().serving_shards() == std::vector<int>{0, 1});
   REQUIRE_OK(c->CreateTables({testing::LedgerTable()}));
   REQUIRE_OK(c->CreateTensors({testing::LedgerTensor()}));
   LedgerTrainer t;
   t.client = c.get();
   std::thread training([&t] { t.Run(); });
   REQUIRE(t.warmed.WaitForNotificationWithTimeout(absl::Seconds(60)));
+  if (!t.error.ok()) training.join();
+  REQUIRE_OK(t.error);
 
   // Slots go only to a shard that answers.
   const auto [down, down_out] = Psctl({"scale", servers, "--shards=3"});
@@ -109,7 +111,7 @@ TEST_CASE(
   REQUIRE_OK(t.error);
   CHECK(t.stale == 0);
   CHECK(t.acked.load() >= before + 20);
-  CHECK(ServingShards(c->map()) == std::vector<int>{0, 1});
+  CHECK(c->map().serving_shards() == std::vector<int>{0, 1});
   CHECK(c->map().epoch() >= 5);
 
   // The ledger, read by a client that starts now, without shards 2 and 3.
