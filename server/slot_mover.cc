@@ -302,10 +302,16 @@ void SlotMover::TellSource(SlotMoves::Stub* source, uint64_t epoch,
   // The source asks (MoveState) once its fence is old.
 }
 
-MoveStateResponse SlotMover::State(uint64_t move_epoch) {
+MoveStateResponse SlotMover::State(const MoveStateRequest& request) {
+  const uint64_t move_epoch = request.move_epoch();
   MoveStateResponse out;
   absl::MutexLock l(&mu_);
   auto it = incoming_.find(move_epoch);
+  if (request.confirm()) {
+    out.set_copying(moving_in_ && it != incoming_.end() &&
+                    it->second == Outcome::kCopying);
+    return out;
+  }
   if (it == incoming_.end()) {
     // Not known to this process (it restarted): its files say.
     const bool committed = c_->store->map_epoch() >= move_epoch;
@@ -362,6 +368,16 @@ absl::Status SlotMover::Export(
   // is answered from the fenced state: nothing changed since.
   bool raise = false;
   if (request.fence()) {
+    bool fenced;
+    {
+      absl::MutexLock l(&mu_);
+      fenced = leaving_.has_value();
+    }
+    // Only for a destination that says it is copying this move: a fence
+    // asked by anyone else (naming a destination that does not answer)
+    // would hold the slots until that destination answers.
+    if (!fenced) s = ConfirmDestination(next->epoch(), request.destination());
+    if (!s.ok()) return s;
     absl::MutexLock l(&mu_);
     if (!leaving_.has_value()) {
       leaving_ = Leaving{*next, request.destination(), absl::Now()};
@@ -428,6 +444,24 @@ absl::Status SlotMover::Finish(const FinishMoveRequest& request) {
   // The word is only a hint: the destination, which decides, is asked, so
   // that no other caller can end the fence either way.
   return AskDestination(request.move_epoch(), destination);
+}
+
+absl::Status SlotMover::ConfirmDestination(uint64_t epoch,
+                                           const std::string& destination) {
+  auto stub = SlotMoves::NewStub(MakeChannel(destination, 0, o_.security));
+  grpc::ClientContext ctx;
+  ctx.set_deadline(absl::ToChronoTime(absl::Now() + o_.fence_timeout));
+  MoveStateRequest request;
+  request.set_move_epoch(epoch);
+  request.set_confirm(true);
+  MoveStateResponse response;
+  const absl::Status s =
+      FromGrpcStatus(stub->MoveState(&ctx, request, &response));
+  if (s.ok() && response.copying()) return absl::OkStatus();
+  return absl::FailedPreconditionError(absl::StrCat(
+      "not fencing for the move to map epoch ", epoch, ": the destination ",
+      destination, " does not confirm it is copying it (",
+      s.ok() ? "it is not" : s.ToString(), ")"));
 }
 
 absl::Status SlotMover::AskDestination(uint64_t epoch,

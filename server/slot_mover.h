@@ -89,12 +89,15 @@ class SlotMover {
   // replicated shard; the copy's error otherwise (the move aborted).
   absl::StatusOr<MoveSlotsResponse> MoveIn(const MoveSlotsRequest& request);
   // Whether the move to epoch `move_epoch` committed; one in progress is
-  // aborted by the question.
-  MoveStateResponse State(uint64_t move_epoch);
+  // aborted by the question. With `confirm`: whether it is being copied
+  // now (deciding nothing).
+  MoveStateResponse State(const MoveStateRequest& request);
 
   // ---- Source side.
   // One copy round: calls `write` with each chunk (false = the caller
-  // went away: stop). With `fence`, raises the fence first.
+  // went away: stop). With `fence`, raises the fence first, once the
+  // destination confirmed it copies this move (FAILED_PRECONDITION, no
+  // fence, when it does not).
   absl::Status Export(
       const ExportSlotsRequest& request,
       const std::function<bool(const ExportSlotsChunk&)>& write);
@@ -150,6 +153,10 @@ class SlotMover {
   // then restores the map the source is told of.
   void SaveCommit(uint64_t epoch);
   void TellSource(SlotMoves::Stub* source, uint64_t epoch, bool committed);
+  // OK when the destination says it is copying the move to `epoch`
+  // (MoveState with confirm); FAILED_PRECONDITION otherwise.
+  absl::Status ConfirmDestination(uint64_t epoch,
+                                  const std::string& destination);
   // Asks the destination how the move to `epoch` ended and ends the fence
   // so (UNAVAILABLE, the fence kept, when it does not answer).
   absl::Status AskDestination(uint64_t epoch, const std::string& destination)

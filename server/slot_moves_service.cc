@@ -32,7 +32,7 @@ grpc::Status SlotMovesService::FinishMove(grpc::ServerContext* /*ctx*/,
 grpc::Status SlotMovesService::MoveState(grpc::ServerContext* /*ctx*/,
                                          const MoveStateRequest* request,
                                          MoveStateResponse* response) {
-  *response = mover_->State(request->move_epoch());
+  *response = mover_->State(*request);
   return grpc::Status::OK;
 }
 

@@ -279,5 +279,45 @@ TEST_CASE(
   CHECK(!again.duplicate());
 }
 
+TEST_CASE(
+    "a source fences its slots only for a destination that is copying the "
+    "move",
+    "[slots][moves][bad-input]") {
+  auto cluster = testing::StartPsCluster(2, {absl::StrCat("--num_slots=", 16)});
+  REQUIRE_OK(cluster.status());
+  const ServerProcess& source = (*cluster)[0];
+  const ShardMap even = *ShardMap::EvenSlots(2, 16);
+  std::vector<uint16_t> owners(even.owners().begin(), even.owners().end());
+  owners[0] = 1;  // slot 0 of shard 0 to shard 1
+  const ShardMap next = *ShardMap::Slotted(2, owners, 2);
+  auto stub = SlotMoves::NewStub(MakeChannel(source.address));
+  // A destination that does not answer, and a real one that is not
+  // copying: neither makes the source fence.
+  for (const std::string& destination :
+       {std::string("127.0.0.1:1"), (*cluster)[1].address}) {
+    ExportSlotsRequest request;
+    ShardMapToProto(next, request.mutable_next_map());
+    request.set_destination_index(1);
+    request.set_destination(destination);
+    request.set_fence(true);
+    grpc::ClientContext ctx;
+    ctx.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(30)));
+    auto reader = stub->ExportSlots(&ctx, request);
+    ExportSlotsChunk chunk;
+    int chunks = 0;
+    while (reader->Read(&chunk)) ++chunks;
+    const grpc::Status s = reader->Finish();
+    INFO(destination << ": " << s.error_message());
+    CHECK(s.error_code() == grpc::StatusCode::FAILED_PRECONDITION);
+    CHECK(s.error_message().find("does not confirm") != std::string::npos);
+    CHECK(chunks == 0);
+  }
+  // Not fenced: a push routed with the shard's map is applied.
+  testing::ShardStreams streams(MakeChannel(source.address));
+  const PushResponse push = streams.Push(RawPush(1, 1));
+  INFO(push.status().message());
+  CHECK(push.status().code() == 0);
+}
+
 }  // namespace
 }  // namespace asyncps
