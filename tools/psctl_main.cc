@@ -1,6 +1,7 @@
 // psctl: operator's view of an asyncps cluster.
 //
 //   psctl status     --servers=h:p,h:p [-o table|wide|json|yaml] [--watch=2s]
+//                    [--digests]
 //   psctl tensors    --servers=h:p,h:p [-o table|wide|json|yaml]
 //   psctl checkpoint --servers=h:p,h:p [-o table|json|yaml] [--timeout=60s]
 //   psctl health     --servers=h:p,h:p [--service=NAME] [-o ...]
@@ -79,6 +80,7 @@
 #include "tools/live_moves.h"
 #include "tools/map_commands.h"
 #include "tools/psctl_output.h"
+#include "tools/replica_digests.h"
 #include "tools/shard_query.h"
 #include "tools/status_table.h"
 
@@ -129,6 +131,10 @@ ABSL_FLAG(std::string, by, "bytes",
           "rebalance only: the load to even out: bytes (gradient bytes "
           "pushed), updates (slices and rows updated) or rows (rows "
           "pushed).");
+ABSL_FLAG(bool, digests, false,
+          "status only: also the state digest of every replica of a "
+          "replicated run (primaries and their backups, each asked; replicas "
+          "at one log entry must agree).");
 ABSL_FLAG(std::string, service, "",
           "health only: the service to ask about; empty = the server as a "
           "whole (asyncps.ParameterServer works as well).");
@@ -139,7 +145,7 @@ namespace {
 constexpr char kUsage[] =
     "psctl: inspects an asyncps cluster.\n\n"
     "  psctl status     --servers=h:p,h:p [-o table|wide|json|yaml] "
-    "[--watch=2s]\n"
+    "[--watch=2s] [--digests]\n"
     "  psctl tensors    --servers=h:p,h:p [-o table|wide|json|yaml]\n"
     "  psctl checkpoint --servers=h:p,h:p [-o table|json|yaml] "
     "[--timeout=60s]\n"
@@ -208,7 +214,7 @@ ShardQuery* Follow(const Cluster& c, uint64_t* seen,
   return followed->get();
 }
 
-int RunStatus(const Cluster& c, absl::Duration watch) {
+int RunStatus(const Cluster& c, absl::Duration watch, bool digests) {
   // SIGINT ends --watch: it is blocked here (before gRPC starts threads that
   // would inherit the mask) and taken by sigtimedwait between refreshes.
   sigset_t sigint;
@@ -223,8 +229,10 @@ int RunStatus(const Cluster& c, absl::Duration watch) {
   uint64_t seen = c.router != nullptr ? c.router->generation() : 0;
   std::unique_ptr<ShardQuery> followed;  // once a primary moved
   while (true) {
+    StatusRequest request;
+    request.set_state_digest(digests);
     std::vector<ShardResult> results =
-        Follow(c, &seen, &followed)->Status(c.timeout);
+        Follow(c, &seen, &followed)->Status(c.timeout, request);
     code = 0;
     for (ShardResult& r : results) {
       if (!r.up) {
@@ -233,8 +241,19 @@ int RunStatus(const Cluster& c, absl::Duration watch) {
       }
     }
     if (!Problems(results).empty()) code = kExitDown;
-    std::string out = text ? RenderText(results, c.format == Format::kWide)
-                           : Render(StatusDoc(results), c.format);
+    std::string out;
+    if (digests) {
+      const std::vector<ReplicaDigest> d =
+          GatherDigests(results, c.security, c.timeout);
+      if (!DigestProblems(d).empty()) code = kExitDown;
+      out = text ? absl::StrCat(RenderText(results, c.format == Format::kWide),
+                                DigestsText(d))
+                 : Render(StatusDoc(results).Set("digests", DigestsDoc(d)),
+                          c.format);
+    } else {
+      out = text ? RenderText(results, c.format == Format::kWide)
+                 : Render(StatusDoc(results), c.format);
+    }
     if (watching && text) {
       out = absl::StrCat(clear ? "\033[H\033[2J" : "", LocalTime(), "  (every ",
                          absl::FormatDuration(watch), ", Ctrl-C to stop)\n",
@@ -624,6 +643,10 @@ absl::StatusOr<Connection> ConnectionFromFlags(const ParsedCommandLine& cl,
         "--watch applies only to the status command and rebalance "
         "--apply");
   }
+  if (cl.IsSet("digests") && command != "status") {
+    return absl::InvalidArgumentError(
+        "--digests applies only to the status command");
+  }
   if (cl.IsSet("service") && command != "health") {
     return absl::InvalidArgumentError(
         "--service applies only to the health command");
@@ -719,8 +742,9 @@ int Main(int argc, char** argv) {
   if (*command == "health") {
     return RunHealth(cluster, absl::GetFlag(FLAGS_service));
   }
-  return *command == "status" ? RunStatus(cluster, c->watch)
-                              : RunTensors(cluster);
+  return *command == "status"
+             ? RunStatus(cluster, c->watch, absl::GetFlag(FLAGS_digests))
+             : RunTensors(cluster);
 }
 
 }  // namespace

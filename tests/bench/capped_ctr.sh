@@ -77,6 +77,8 @@ run() {  # name, server flags..., then -- worker flags...
   [ $# -gt 0 ] && shift
   wflags=("$@")
   mkdir -p "$dir"
+  # A port file of an earlier run in the same --out names a dead port.
+  rm -f "$dir"/shard*.port
   pids=()
   for i in 0 1; do
     "$ps_server" --shard_index=$i --num_shards=2 --port=0 \

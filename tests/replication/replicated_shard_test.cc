@@ -8,6 +8,7 @@
 
 #include <catch2/catch.hpp>
 #include <memory>
+#include <regex>
 #include <string>
 #include <utility>
 #include <vector>
@@ -167,13 +168,17 @@ void ExpectAll(const std::vector<float>& values, float expected) {
   CHECK(wrong == 0);
 }
 
-// psctl status of run `run` found through etcd: exit status and output.
+// psctl status of run `run` found through etcd (plus `extra` flags): exit
+// status and output.
 std::pair<int, std::string> Psctl(const testing::EtcdProcess& etcd,
-                                  const std::string& run) {
-  absl::StatusOr<std::unique_ptr<Subprocess>> p = Subprocess::Start(
-      RunfilePath("tools/psctl"),
-      {"status", absl::StrCat("--etcd_endpoints=", etcd.endpoint),
-       absl::StrCat("--run_id=", run)});
+                                  const std::string& run,
+                                  const std::vector<std::string>& extra = {}) {
+  std::vector<std::string> args = {
+      "status", absl::StrCat("--etcd_endpoints=", etcd.endpoint),
+      absl::StrCat("--run_id=", run)};
+  args.insert(args.end(), extra.begin(), extra.end());
+  absl::StatusOr<std::unique_ptr<Subprocess>> p =
+      Subprocess::Start(RunfilePath("tools/psctl"), args);
   REQUIRE_OK(p.status());
   absl::StatusOr<int> exit = (*p)->Wait(absl::Seconds(30));
   REQUIRE_OK(exit.status());
@@ -203,6 +208,21 @@ TEST_CASE(
     CHECK(exit == 0);
     CHECK(absl::StrContains(out, "primary"));
     CHECK(absl::StrContains(out, "backup"));
+  }
+  {
+    // Both replicas' digests, asked of each: equal at the same entry.
+    auto [exit, out] = Psctl(*etcd, "kill", {"--digests", "-o", "json"});
+    INFO(out);
+    CHECK(exit == 0);
+    const std::regex digest("\"digest\":\"([0-9a-f]{16})\"");
+    std::vector<std::string> seen;
+    for (std::sregex_iterator it(out.begin(), out.end(), digest), end;
+         it != end; ++it) {
+      seen.push_back((*it)[1]);
+    }
+    REQUIRE(seen.size() == 2);
+    CHECK(seen[0] == seen[1]);
+    CHECK(absl::StrContains(out, "\"problems\":[]"));
   }
 
   const absl::Time killed = absl::Now();
