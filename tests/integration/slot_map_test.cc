@@ -203,8 +203,12 @@ TEST_CASE("shards serving different maps, or bad --num_slots, are refused",
   std::vector<ServerProcess> mixed;
   mixed.push_back(*std::move(a));
   mixed.push_back(*std::move(b));
-  std::unique_ptr<PsClient> c = Connect(mixed);
-  const absl::Status s = c->CreateTables({Table()});
+  // Refused as soon as the client has heard from both.
+  PsClientOptions o;
+  for (const ServerProcess& p : mixed) o.servers.push_back(p.address);
+  std::unique_ptr<PsClient> c = PsClient::Connect(o).value();
+  const absl::Status s = c->WaitForShards(absl::Seconds(30));
+  INFO(s.ToString());
   CHECK(absl::IsFailedPrecondition(s));
   CHECK(absl::StrContains(s.message(), "--num_slots"));
 

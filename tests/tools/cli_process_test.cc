@@ -135,7 +135,8 @@ TEST_CASE("unknown and mistyped flags exit 2 naming the flag",
   const Run shards_flag = RunBinary("tools/psctl", {"health", "--shards=3"});
   CHECK(shards_flag.code == 2);
   CHECK(absl::StrContains(shards_flag.err,
-                          "--shards applies only to the reshard command"));
+                          "--shards applies only to the reshard or scale "
+                          "command"));
   const Run shards_env = RunBinary(
       "tools/psctl", {"health", "--servers=127.0.0.1:1", "--timeout=1s"},
       {"ASYNCPS_SHARDS=3"});
