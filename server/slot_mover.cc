@@ -446,34 +446,37 @@ absl::Status SlotMover::Finish(const FinishMoveRequest& request) {
   return AskDestination(request.move_epoch(), destination);
 }
 
-absl::Status SlotMover::ConfirmDestination(uint64_t epoch,
-                                           const std::string& destination) {
+absl::StatusOr<MoveStateResponse> SlotMover::CallMoveState(
+    const std::string& destination, uint64_t epoch, bool confirm) const {
   auto stub = SlotMoves::NewStub(MakeChannel(destination, 0, o_.security));
   grpc::ClientContext ctx;
   ctx.set_deadline(absl::ToChronoTime(absl::Now() + o_.fence_timeout));
   MoveStateRequest request;
   request.set_move_epoch(epoch);
-  request.set_confirm(true);
+  request.set_confirm(confirm);
   MoveStateResponse response;
   const absl::Status s =
       FromGrpcStatus(stub->MoveState(&ctx, request, &response));
-  if (s.ok() && response.copying()) return absl::OkStatus();
+  if (!s.ok()) return s;
+  return response;
+}
+
+absl::Status SlotMover::ConfirmDestination(uint64_t epoch,
+                                           const std::string& destination) {
+  const absl::StatusOr<MoveStateResponse> r =
+      CallMoveState(destination, epoch, /*confirm=*/true);
+  if (r.ok() && r->copying()) return absl::OkStatus();
   return absl::FailedPreconditionError(absl::StrCat(
       "not fencing for the move to map epoch ", epoch, ": the destination ",
       destination, " does not confirm it is copying it (",
-      s.ok() ? "it is not" : s.ToString(), ")"));
+      r.ok() ? "it is not" : r.status().ToString(), ")"));
 }
 
 absl::Status SlotMover::AskDestination(uint64_t epoch,
                                        const std::string& destination) {
-  auto stub = SlotMoves::NewStub(MakeChannel(destination, 0, o_.security));
-  grpc::ClientContext ctx;
-  ctx.set_deadline(absl::ToChronoTime(absl::Now() + o_.fence_timeout));
-  MoveStateRequest request;
-  request.set_move_epoch(epoch);
-  MoveStateResponse response;
-  const absl::Status s =
-      FromGrpcStatus(stub->MoveState(&ctx, request, &response));
+  const absl::StatusOr<MoveStateResponse> response =
+      CallMoveState(destination, epoch, /*confirm=*/false);
+  const absl::Status s = response.status();
   if (!s.ok()) {
     c_->logger->warn(
         "fenced for the move to map epoch {}; the destination {} does not "
@@ -481,7 +484,7 @@ absl::Status SlotMover::AskDestination(uint64_t epoch,
         epoch, destination, s.ToString());
     return s;
   }
-  return EndLeaving(epoch, response.committed());
+  return EndLeaving(epoch, response->committed());
 }
 
 absl::Status SlotMover::EndLeaving(uint64_t epoch, bool committed) {

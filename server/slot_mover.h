@@ -153,6 +153,9 @@ class SlotMover {
   // then restores the map the source is told of.
   void SaveCommit(uint64_t epoch);
   void TellSource(SlotMoves::Stub* source, uint64_t epoch, bool committed);
+  // MoveState at `destination` (within fence_timeout).
+  absl::StatusOr<MoveStateResponse> CallMoveState(
+      const std::string& destination, uint64_t epoch, bool confirm) const;
   // OK when the destination says it is copying the move to `epoch`
   // (MoveState with confirm); FAILED_PRECONDITION otherwise.
   absl::Status ConfirmDestination(uint64_t epoch,

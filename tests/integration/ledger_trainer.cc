@@ -34,7 +34,14 @@ std::vector<uint64_t> LedgerIds() {
   return ids;
 }
 
-std::unique_ptr<PsClient> ConnectLedger(
+std::unique_ptr<PsClient> ConnectClient(
+    const std::vector<ServerProcess>& cluster) {
+  std::vector<std::string> addresses;
+  for (const ServerProcess& s : cluster) addresses.push_back(s.address);
+  return ConnectClient(addresses);
+}
+
+std::unique_ptr<PsClient> ConnectClient(
     const std::vector<std::string>& addresses) {
   PsClientOptions o;
   o.servers = addresses;
@@ -50,6 +57,20 @@ std::pair<int, std::string> Psctl(const std::vector<std::string>& args) {
       RunTool("tools/psctl", args, absl::Seconds(120));
   REQUIRE_OK(run.status());
   return {run->exit_code, run->output};
+}
+
+void LedgerTrainer::Start(PsClient* c) {
+  REQUIRE_OK(c->CreateTables({LedgerTable()}));
+  REQUIRE_OK(c->CreateTensors({LedgerTensor()}));
+  client = c;
+  thread = std::thread([this] { Run(); });
+  REQUIRE(warmed.WaitForNotificationWithTimeout(absl::Seconds(60)));
+  REQUIRE_OK(error);
+}
+
+void LedgerTrainer::Stop() {
+  stop = true;
+  if (thread.joinable()) thread.join();
 }
 
 void LedgerTrainer::Run() {

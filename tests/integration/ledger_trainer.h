@@ -9,22 +9,20 @@
 //
 // Example:
 //
-//   std::unique_ptr<PsClient> c = ConnectLedger(addresses);
-//   REQUIRE_OK(c->CreateTables({LedgerTable()}));
-//   REQUIRE_OK(c->CreateTensors({LedgerTensor()}));
+//   std::unique_ptr<PsClient> c = ConnectClient(addresses);
 //   LedgerTrainer t;
-//   t.client = c.get();
-//   std::thread training([&t] { t.Run(); });
+//   t.Start(c.get());          // creates the ledger, trains 10 steps
 //   ... move slots ...
-//   t.stop = true;
-//   training.join();
-//   CHECK(LedgerWrong(ConnectLedger(addresses).get(), t.ids,
+//   t.Stop();
+//   REQUIRE_OK(t.error);
+//   CHECK(LedgerWrong(ConnectClient(addresses).get(), t.ids,
 //                     t.acked.load()) == 0);
 
 #include <atomic>
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -32,6 +30,7 @@
 #include "absl/synchronization/notification.h"
 #include "client/ps_client.h"
 #include "proto/asyncps.pb.h"
+#include "tests/testing/subprocess.h"
 
 namespace asyncps {
 namespace testing {
@@ -46,8 +45,10 @@ std::vector<uint64_t> LedgerIds();
 
 // A client of the shards at `addresses` (60 s call deadline), waited for
 // and registered; the test fails (REQUIRE) when they do not answer.
-std::unique_ptr<PsClient> ConnectLedger(
+std::unique_ptr<PsClient> ConnectClient(
     const std::vector<std::string>& addresses);
+std::unique_ptr<PsClient> ConnectClient(
+    const std::vector<ServerProcess>& cluster);
 
 // Runs tools/psctl with `args` (120 s at most): its exit status and output.
 std::pair<int, std::string> Psctl(const std::vector<std::string>& args);
@@ -63,6 +64,15 @@ struct LedgerTrainer {
   absl::Status error;
   int64_t stale = 0;
   absl::Notification warmed;  // 10 steps done, or ended by an error
+  std::thread thread;         // Start's
+
+  // Creates the ledger's table and tensor through `c`, then trains on a
+  // thread of its own; returns once 10 steps are done (the test fails,
+  // REQUIRE, when that takes over 60 s or the training fails).
+  void Start(PsClient* c);
+  // Ends the training and joins its thread (also on destruction).
+  void Stop();
+  ~LedgerTrainer() { Stop(); }
 
   void Run();
   // Until `more` pushes beyond `from` are acknowledged, an error, or 30 s.

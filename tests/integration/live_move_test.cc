@@ -7,17 +7,14 @@
 // a move shows. Bad moves are refused and change nothing.
 #include <signal.h>
 
-#include <atomic>
 #include <catch2/catch.hpp>
 #include <memory>
 #include <regex>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "absl/synchronization/notification.h"
 #include "client/ps_client.h"
 #include "common/shard_map.h"
 #include "common/shard_map_proto.h"
@@ -35,23 +32,13 @@ using testing::ServerProcess;
 using testing::StartPsCluster;
 using testing::Subprocess;
 
-using testing::ConnectLedger;
+using testing::ConnectClient;
 using testing::LedgerTrainer;
 using testing::LedgerWrong;
 using testing::Psctl;
 
 constexpr int kShards = 3;
 constexpr int kSlots = 64;
-
-std::vector<std::string> Addresses(const std::vector<ServerProcess>& cluster) {
-  std::vector<std::string> addresses;
-  for (const ServerProcess& s : cluster) addresses.push_back(s.address);
-  return addresses;
-}
-
-std::unique_ptr<PsClient> Connect(const std::vector<ServerProcess>& cluster) {
-  return ConnectLedger(Addresses(cluster));
-}
 
 TEST_CASE(
     "slots move between live shards while a worker trains: no error, every "
@@ -61,14 +48,9 @@ TEST_CASE(
       StartPsCluster(kShards, {absl::StrCat("--num_slots=", kSlots)});
   REQUIRE_OK(cluster.status());
   const std::string servers = "--servers=" + ServerList(*cluster);
-  std::unique_ptr<PsClient> c = Connect(*cluster);
-  REQUIRE_OK(c->CreateTables({testing::LedgerTable()}));
-  REQUIRE_OK(c->CreateTensors({testing::LedgerTensor()}));
-
+  std::unique_ptr<PsClient> c = ConnectClient(*cluster);
   LedgerTrainer t;
-  t.client = c.get();
-  std::thread training([&t] { t.Run(); });
-  REQUIRE(t.warmed.WaitForNotificationWithTimeout(absl::Seconds(60)));
+  t.Start(c.get());
 
   // Slots 0-15 to shard 1 (from shards 0 and 2: two moves), then 0-7 to
   // shard 2, then an even-out by rows pushed.
@@ -90,8 +72,7 @@ TEST_CASE(
   CHECK(c3 == 0);
   // Training went on through the moves.
   t.WaitForPushes(after_first, 20);
-  t.stop = true;
-  training.join();
+  t.Stop();
   REQUIRE_OK(t.error);
   CHECK(t.stale == 0);
   const int64_t n = t.acked.load();
@@ -106,7 +87,7 @@ TEST_CASE(
 
   // The ledger, read by a client that starts now (it adopts the new map).
   c.reset();
-  std::unique_ptr<PsClient> reader = Connect(*cluster);
+  std::unique_ptr<PsClient> reader = ConnectClient(*cluster);
   REQUIRE_OK(reader->WaitForTensors({"emb", "w"}, absl::Seconds(30)));
   CHECK(reader->map() == last);
   INFO("acknowledged pushes " << n);
@@ -120,21 +101,17 @@ TEST_CASE(
   auto cluster =
       StartPsCluster(kShards, {absl::StrCat("--num_slots=", kSlots)});
   REQUIRE_OK(cluster.status());
-  std::unique_ptr<PsClient> c = Connect(*cluster);
-  REQUIRE_OK(c->CreateTables({testing::LedgerTable()}));
-  REQUIRE_OK(c->CreateTensors({testing::LedgerTensor()}));
+  std::unique_ptr<PsClient> c = ConnectClient(*cluster);
   // Every row the worker pushes is homed on shard 0: it carries all the
   // rows' load.
   const ShardMap even = c->map();
   const ShardMap::TableKey key = ShardMap::KeyOf("emb");
   LedgerTrainer t;
-  t.client = c.get();
   t.ids.clear();
   for (uint64_t id = 1; t.ids.size() < 200; ++id) {
     if (even.RowHome(key, id) == 0) t.ids.push_back(id);
   }
-  std::thread training([&t] { t.Run(); });
-  REQUIRE(t.warmed.WaitForNotificationWithTimeout(absl::Seconds(60)));
+  t.Start(c.get());
   auto watch = Subprocess::Start(
       RunfilePath("tools/psctl"),
       {"rebalance", "--servers=" + ServerList(*cluster), "--apply",
@@ -150,8 +127,7 @@ TEST_CASE(
   absl::SleepFor(absl::Seconds(1));
   REQUIRE_OK((*watch)->Signal(SIGINT));
   absl::StatusOr<int> code = (*watch)->Wait(absl::Seconds(60));
-  t.stop = true;
-  training.join();
+  t.Stop();
   INFO((*watch)->ReadLog());
   REQUIRE_OK(moved);
   REQUIRE_OK(code.status());
@@ -166,7 +142,7 @@ TEST_CASE(
   for (const uint16_t o : now.owners()) owned += o == 0;
   CHECK(owned < kSlots / kShards + 1);
   c.reset();
-  std::unique_ptr<PsClient> reader = Connect(*cluster);
+  std::unique_ptr<PsClient> reader = ConnectClient(*cluster);
   REQUIRE_OK(reader->WaitForTensors({"emb", "w"}, absl::Seconds(30)));
   CHECK(LedgerWrong(reader.get(), t.ids, t.acked.load()) == 0);
 }
@@ -203,7 +179,7 @@ TEST_CASE("bad moves are refused and change nothing",
   INFO(sout);
   CHECK(sc == 2);
   CHECK(absl::StrContains(sout, "--num_slots"));
-  std::unique_ptr<PsClient> c = Connect(*cluster);
+  std::unique_ptr<PsClient> c = ConnectClient(*cluster);
   absl::StatusOr<std::vector<StatusResponse>> st = c->Status();
   REQUIRE_OK(st.status());
   for (const StatusResponse& s : *st) CHECK(s.map().epoch() == 1);

@@ -23,6 +23,7 @@
 #include "common/shard_map_proto.h"
 #include "proto/asyncps.pb.h"
 #include "proto/slot_moves.grpc.pb.h"
+#include "tests/integration/ledger_trainer.h"
 #include "tests/testing/require_ok.h"
 #include "tests/testing/subprocess.h"
 
@@ -73,16 +74,6 @@ std::vector<uint64_t> Ids() {
   return ids;
 }
 
-std::unique_ptr<PsClient> Connect(const std::vector<std::string>& servers) {
-  PsClientOptions o;
-  o.servers = servers;
-  o.retry.call_deadline = absl::Seconds(60);
-  std::unique_ptr<PsClient> c = PsClient::Connect(o).value();
-  REQUIRE_OK(c->WaitForShards(absl::Seconds(30)));
-  REQUIRE_OK(c->Register().status());
-  return c;
-}
-
 // Every value of w and every row, as the shards hold them now.
 std::vector<float> Snapshot(PsClient* c) {
   std::vector<float> out(kElems + kRows * kDim);
@@ -129,7 +120,7 @@ void KillDuringMove(bool kill_destination, KillPoint at) {
   const std::string list = "--servers=" + servers[0] + "," + servers[1];
   std::vector<float> before;
   {
-    std::unique_ptr<PsClient> c = Connect(servers);
+    std::unique_ptr<PsClient> c = testing::ConnectClient(servers);
     REQUIRE_OK(c->CreateTables({Table()}));
     REQUIRE_OK(c->CreateTensors({Dense()}));
     // One step, so that versions and optimizer state are not the start's.
@@ -212,7 +203,7 @@ void KillDuringMove(bool kill_destination, KillPoint at) {
       absl::Seconds(60), "both shards to serve the newest map",
       absl::Milliseconds(500)));
 
-  std::unique_ptr<PsClient> c = Connect(servers);
+  std::unique_ptr<PsClient> c = testing::ConnectClient(servers);
   REQUIRE_OK(c->WaitForTensors({"emb", "w"}, absl::Seconds(30)));
   absl::StatusOr<std::vector<StatusResponse>> st = c->Status();
   REQUIRE_OK(st.status());

@@ -11,7 +11,6 @@
 #include <catch2/catch.hpp>
 #include <memory>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "absl/strings/match.h"
@@ -25,7 +24,7 @@
 namespace asyncps {
 namespace {
 
-using testing::ConnectLedger;
+using testing::ConnectClient;
 using testing::LedgerTrainer;
 using testing::LedgerWrong;
 using testing::Psctl;
@@ -73,16 +72,10 @@ TEST_CASE(
   // without them.
   StopShard(&cluster, 2);
   StopShard(&cluster, 3);
-  std::unique_ptr<PsClient> c = ConnectLedger(addresses);
+  std::unique_ptr<PsClient> c = ConnectClient(addresses);
   CHECK(c->map().serving_shards() == std::vector<int>{0, 1});
-  REQUIRE_OK(c->CreateTables({testing::LedgerTable()}));
-  REQUIRE_OK(c->CreateTensors({testing::LedgerTensor()}));
   LedgerTrainer t;
-  t.client = c.get();
-  std::thread training([&t] { t.Run(); });
-  REQUIRE(t.warmed.WaitForNotificationWithTimeout(absl::Seconds(60)));
-  if (!t.error.ok()) training.join();
-  REQUIRE_OK(t.error);
+  t.Start(c.get());
 
   // Slots go only to a shard that answers.
   const auto [down, down_out] = Psctl({"scale", servers, "--shards=3"});
@@ -106,8 +99,7 @@ TEST_CASE(
   StopShard(&cluster, 3);
   const int64_t before = t.acked.load();
   t.WaitForPushes(before, 20);
-  t.stop = true;
-  training.join();
+  t.Stop();
   REQUIRE_OK(t.error);
   CHECK(t.stale == 0);
   CHECK(t.acked.load() >= before + 20);
@@ -116,7 +108,7 @@ TEST_CASE(
 
   // The ledger, read by a client that starts now, without shards 2 and 3.
   c.reset();
-  std::unique_ptr<PsClient> reader = ConnectLedger(addresses);
+  std::unique_ptr<PsClient> reader = ConnectClient(addresses);
   REQUIRE_OK(reader->WaitForTensors({"emb", "w"}, absl::Seconds(30)));
   INFO("acknowledged pushes " << t.acked.load());
   CHECK(LedgerWrong(reader.get(), t.ids, t.acked.load()) == 0);
@@ -152,7 +144,7 @@ TEST_CASE("bad scales are refused and change nothing",
   CHECK(absl::StrContains(sout, "slotted run"));
   std::vector<std::string> addresses;
   for (const ServerProcess& s : *cluster) addresses.push_back(s.address);
-  std::unique_ptr<PsClient> c = ConnectLedger(addresses);
+  std::unique_ptr<PsClient> c = ConnectClient(addresses);
   absl::StatusOr<std::vector<StatusResponse>> st = c->Status();
   REQUIRE_OK(st.status());
   for (const StatusResponse& s : *st) CHECK(s.map().epoch() == 1);

@@ -19,6 +19,7 @@
 #include "common/shard_map.h"
 #include "common/shard_map_proto.h"
 #include "proto/asyncps.pb.h"
+#include "tests/integration/ledger_trainer.h"
 #include "tests/testing/require_ok.h"
 #include "tests/testing/subprocess.h"
 
@@ -58,16 +59,6 @@ TensorSpec Dense() {
   w.mutable_optimizer()->set_type(OPT_SGD);
   w.mutable_optimizer()->set_learning_rate(0.01f);
   return w;
-}
-
-std::unique_ptr<PsClient> Connect(const std::vector<ServerProcess>& cluster) {
-  PsClientOptions o;
-  for (const ServerProcess& s : cluster) o.servers.push_back(s.address);
-  o.retry.call_deadline = absl::Seconds(30);
-  std::unique_ptr<PsClient> c = PsClient::Connect(o).value();
-  REQUIRE_OK(c->WaitForShards(absl::Seconds(30)));
-  REQUIRE_OK(c->Register().status());
-  return c;
 }
 
 // Runs tools/psctl with `args`: its exit status and output.
@@ -111,7 +102,7 @@ TEST_CASE(
   auto cluster = StartPsCluster(
       kShards, {"--num_slots=256", absl::StrCat("--checkpoint_dir=", dir)});
   REQUIRE_OK(cluster.status());
-  std::unique_ptr<PsClient> c = Connect(*cluster);
+  std::unique_ptr<PsClient> c = testing::ConnectClient(*cluster);
   REQUIRE_OK(c->CreateTables({Table()}));
   REQUIRE_OK(c->CreateTensors({Dense()}));
   const ShardMap even = c->map();
@@ -185,7 +176,7 @@ TEST_CASE(
   auto restarted =
       StartPsCluster(kShards, {absl::StrCat("--checkpoint_dir=", moved)});
   REQUIRE_OK(restarted.status());
-  std::unique_ptr<PsClient> again = Connect(*restarted);
+  std::unique_ptr<PsClient> again = testing::ConnectClient(*restarted);
   REQUIRE_OK(again->WaitForTensors({"emb", "w"}, absl::Seconds(30)));
   CHECK(again->map() == *planned);
   CHECK(Snapshot(again.get(), all, 1) == held);
