@@ -157,6 +157,7 @@ absl::Status PsClient::FollowMap(const ShardMap& newer) {
   options_.logger->info("routing by the {} (was epoch {})", newer.DebugString(),
                         map_.epoch());
   map_ = newer;
+  map_epoch_.store(newer.epoch(), std::memory_order_release);
   return absl::OkStatus();
 }
 
@@ -230,6 +231,7 @@ absl::Status PsClient::AdoptMap(const std::vector<const ShardMapProto*>& maps) {
     if (*newest == map_) return absl::OkStatus();
     if (tensors_.empty() && row_tables_.empty()) {
       map_ = *newest;
+      map_epoch_.store(newest->epoch(), std::memory_order_release);
       return absl::OkStatus();
     }
   }

@@ -61,7 +61,8 @@ absl::StatusOr<uint64_t> PushAnswerId(const grpc::ByteBuffer& answer) {
 PsClient::PsClient(PsClientOptions options, ShardMap map)
     : options_(std::move(options)),
       num_shards_(map.num_shards()),
-      map_(std::move(map)) {}
+      map_(std::move(map)),
+      map_epoch_(map_.epoch()) {}
 
 PsClient::~PsClient() = default;
 
@@ -313,6 +314,30 @@ void PsClient::SleepUnlessStopped(absl::Duration d) const {
 
 RetryPolicy PsClient::CallPolicy() const {
   return options_.stop_ends_pushes ? WaitPolicy() : options_.retry;
+}
+
+std::optional<ShardMapProto> PsClient::StaleRoute(int shard,
+                                                  uint64_t routed) const {
+  // The common case, on every send: one atomic load.
+  if (map_epoch_.load(std::memory_order_acquire) <= routed || routed == 0) {
+    return std::nullopt;
+  }
+  absl::MutexLock l(&mu_);
+  const std::vector<int>& serving = map_.serving_shards();
+  if (std::binary_search(serving.begin(), serving.end(), shard)) {
+    return std::nullopt;
+  }
+  ShardMapProto newer;
+  ShardMapToProto(map_, &newer);
+  return newer;
+}
+
+void PsClient::LearnMap(const ShardMapProto& newer) {
+  absl::StatusOr<ShardMap> map = ShardMapFromProto(newer);
+  absl::Status s = map.ok() ? FollowMap(*map) : map.status();
+  // The call that was refused follows the map again and reports it.
+  if (!s.ok())
+    options_.logger->debug("not following a refusal's map: {}", s.ToString());
 }
 
 std::vector<int> PsClient::Parts() const {

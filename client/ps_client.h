@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -369,6 +370,18 @@ class PsClient {
 
   // Unary RPC to every shard through one FanOut; responses in shard order.
   // issue(stub, ctx, request, response, done) starts one attempt.
+  // A part routed with map epoch `routed` to `shard`, about to be sent:
+  // the newer map this client learnt since (from another shard's refusal),
+  // when under it `shard` owns no slot (psctl scale drained it, and it may
+  // be stopped: retrying it would last until the deadline). The part is
+  // then refused here as that shard would have refused it and routed again.
+  // Only for what may be sent twice: pulls, and a push part not sent yet.
+  std::optional<ShardMapProto> StaleRoute(int shard, uint64_t routed) const;
+
+  // Follows the map of a shard's refusal at once (on gRPC's thread), so that
+  // the call's other parts, still retrying, see it (StaleRoute).
+  void LearnMap(const ShardMapProto& newer);
+
   // The shards a control call goes to: those that own a slot of the map
   // this client routes by (every shard of a static map). A shard that owns
   // none (a standby, or one drained by psctl scale) may be stopped.
@@ -538,6 +551,7 @@ class PsClient {
 
   mutable absl::Mutex mu_;
   ShardMap map_ ABSL_GUARDED_BY(mu_);
+  std::atomic<uint64_t> map_epoch_;  // map_.epoch(), read without mu_
   // Entries are never removed or changed once added.
   absl::flat_hash_map<std::string, std::unique_ptr<TensorState>> tensors_
       ABSL_GUARDED_BY(mu_);

@@ -261,6 +261,12 @@ absl::StatusOr<std::vector<FanOut::Call>> PsClient::PlanPull(PendingPull* p) {
     calls.push_back(StreamCall(
         raw->shard, /*push=*/false, connection, &raw->stream,
         [this, raw](DataStream* stream, FanOut::Done done) {
+          std::optional<ShardMapProto> newer =
+              StaleRoute(raw->shard, raw->request.map_epoch());
+          if (newer.has_value()) {
+            raw->refused = *std::move(newer);
+            return done(absl::OkStatus());
+          }
           const uint64_t id = next_request_id_++;
           raw->request.set_request_id(id);
           stream->Send(id, SerializeToByteBuffer(raw->request),
@@ -429,6 +435,7 @@ absl::Status PsClient::ReadPull(const grpc::ByteBuffer& answer, PullShard* ps) {
     // Routed with an older map: done here, pulled again by the shard's.
     std::optional<ShardMapProto> newer = RefusalMap(st);
     if (!newer.has_value()) return st;
+    LearnMap(*newer);
     ps->refused = *std::move(newer);
     return absl::OkStatus();
   }

@@ -31,6 +31,9 @@ struct PsClient::PushShard {
   // the shard's map (nothing was applied).
   std::optional<ShardMapProto> refused;
   std::atomic<DataStream*> stream{nullptr};  // of the attempt in flight
+  // An attempt was handed to a stream: the part may have been applied, so
+  // only the shard may refuse it from then on (its de-duplication first).
+  bool sent = false;
 };
 
 // gRPC's references to the gradient memory: one per slice handed over,
@@ -452,10 +455,19 @@ std::unique_ptr<PsClient::PendingPush> PsClient::StartSend(
 FanOut::Call PsClient::PushCall(PushShard* ps, uint32_t connection) {
   const uint64_t id = ps->header.request_id();
   return StreamCall(ps->shard, /*push=*/true, connection, &ps->stream,
-                    [ps, id](DataStream* stream, FanOut::Done done) {
+                    [this, ps, id](DataStream* stream, FanOut::Done done) {
+                      if (!ps->sent) {
+                        std::optional<ShardMapProto> newer =
+                            StaleRoute(ps->shard, ps->header.map_epoch());
+                        if (newer.has_value()) {
+                          ps->refused = *std::move(newer);
+                          return done(absl::OkStatus());
+                        }
+                      }
+                      ps->sent = true;
                       stream->Send(
                           id, ps->frame,
-                          [ps, done = std::move(done)](
+                          [this, ps, done = std::move(done)](
                               absl::Status st, grpc::ByteBuffer* answer) {
                             if (st.ok())
                               st = ReadPushAnswer(*answer, &ps->response);
@@ -463,6 +475,7 @@ FanOut::Call PsClient::PushCall(PushShard* ps, uint32_t connection) {
                             // here; sent again by the shard's map.
                             std::optional<ShardMapProto> newer = RefusalMap(st);
                             if (newer.has_value()) {
+                              LearnMap(*newer);
                               ps->refused = *std::move(newer);
                               ps->response.Clear();
                               st = absl::OkStatus();

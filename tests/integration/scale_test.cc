@@ -85,6 +85,8 @@ TEST_CASE(
 
   StartShard(&cluster, 2);
   StartShard(&cluster, 3);
+  // A reader that learns the map of 4 shards and then stays idle.
+  std::unique_ptr<PsClient> idle;
   for (const int m : {3, 4, 2}) {
     const int64_t before = t.acked.load();
     const auto [code, out] =
@@ -93,6 +95,15 @@ TEST_CASE(
     CHECK(code == 0);
     t.WaitForPushes(before, 10);
     CHECK(t.acked.load() >= before + 10);
+    if (m == 4) {  // a reader (as ps_serve): it registers no worker
+      PsClientOptions o;
+      o.servers = addresses;
+      o.reader = true;
+      idle = PsClient::Connect(o).value();
+      REQUIRE_OK(idle->WaitForShards(absl::Seconds(30)));
+      REQUIRE_OK(idle->WaitForTensors({"emb", "w"}, absl::Seconds(30)));
+      CHECK(idle->map().serving_shards().size() == 4);
+    }
   }
   // Drained: shards 2 and 3 stop; the worker goes on with 0 and 1.
   StopShard(&cluster, 2);
@@ -106,11 +117,19 @@ TEST_CASE(
   CHECK(c->map().serving_shards() == std::vector<int>{0, 1});
   CHECK(c->map().epoch() >= 5);
 
-  // The ledger, read by a client that starts now, without shards 2 and 3.
+  // The ledger, read by the idle reader: it still routes by the map of 4
+  // shards, two of them stopped; shards 0 and 1 refuse its pull with the
+  // map of 2, and the parts for the stopped shards are routed again by it
+  // instead of retried until the deadline.
   c.reset();
+  INFO("acknowledged pushes " << t.acked.load());
+  const absl::Time read_at = absl::Now();
+  CHECK(LedgerWrong(idle.get(), t.ids, t.acked.load()) == 0);
+  CHECK(absl::Now() - read_at < absl::Seconds(20));
+  CHECK(idle->map().serving_shards() == std::vector<int>{0, 1});
+  // And a client that starts now, without shards 2 and 3.
   std::unique_ptr<PsClient> reader = ConnectClient(addresses);
   REQUIRE_OK(reader->WaitForTensors({"emb", "w"}, absl::Seconds(30)));
-  INFO("acknowledged pushes " << t.acked.load());
   CHECK(LedgerWrong(reader.get(), t.ids, t.acked.load()) == 0);
 }
 
