@@ -150,6 +150,21 @@ absl::StatusOr<ShardMap> NewestMap(const std::vector<ShardResult>& results,
   return *newest;
 }
 
+bool OwnsNoSlot(const std::vector<ShardResult>& results, int shard) {
+  std::optional<ShardMap> newest;
+  for (const ShardResult& r : results) {
+    if (!r.up) continue;
+    absl::StatusOr<ShardMap> m =
+        ShardMapOr(r.status.map(), r.status.num_shards());
+    if (m.ok() && (!newest.has_value() || m->epoch() > newest->epoch())) {
+      newest = *std::move(m);
+    }
+  }
+  if (!newest.has_value() || !newest->slotted()) return false;
+  const std::vector<int>& serving = newest->serving_shards();
+  return !std::binary_search(serving.begin(), serving.end(), shard);
+}
+
 absl::StatusOr<std::vector<uint32_t>> ParseSlotList(const std::string& text) {
   std::vector<uint32_t> slots;
   for (absl::string_view part : absl::StrSplit(text, ',', absl::SkipEmpty())) {

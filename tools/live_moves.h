@@ -26,10 +26,15 @@ namespace asyncps {
 
 // The map to plan from: the newest one the shards serve (a shard that took
 // no part in a move may not have adopted it yet). UNAVAILABLE for a shard
-// down, FAILED_PRECONDITION for shards of different slot counts, and
-// *code = kExitUsage for a static map (nothing moves).
+// down that owns slots under it, FAILED_PRECONDITION for shards of different
+// slot counts, and *code = kExitUsage for a static map (nothing moves).
 absl::StatusOr<ShardMap> NewestMap(const std::vector<ShardResult>& results,
                                    int* code);
+
+// Whether `shard` owns no slot of the newest slotted map the shards that
+// answered serve (psctl scale drained it, or it stands by): one that does
+// not answer is then no fault of the run.
+bool OwnsNoSlot(const std::vector<ShardResult>& results, int shard);
 
 // "3,7,10-20" -> {3, 7, 10, ..., 20}; INVALID_ARGUMENT naming the bad part.
 absl::StatusOr<std::vector<uint32_t>> ParseSlotList(const std::string& text);

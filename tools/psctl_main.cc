@@ -41,7 +41,8 @@
 // (common/connection_check.h): nothing listening, TLS against plain TCP,
 // certificates.
 //
-// Exit status: 0 when every shard answered (checkpoint: wrote its
+// Exit status: 0 when every shard answered (status: or owns no slot of a
+// slotted run, drained or standing by; checkpoint: wrote its
 // checkpoint; health: SERVING) and none is misplaced, 1 otherwise, 2 on bad
 // flags or usage (the message names the flag).
 #include <signal.h>
@@ -235,10 +236,13 @@ int RunStatus(const Cluster& c, absl::Duration watch, bool digests) {
         Follow(c, &seen, &followed)->Status(c.timeout, request);
     code = 0;
     for (ShardResult& r : results) {
-      if (!r.up) {
-        code = kExitDown;
-        Explain(r.address, c.security, &r.error);
+      if (r.up) continue;
+      if (OwnsNoSlot(results, r.index)) {  // drained or standing by
+        r.error = absl::StrCat("owns no slot (psctl scale): ", r.error);
+        continue;
       }
+      code = kExitDown;
+      Explain(r.address, c.security, &r.error);
     }
     if (!Problems(results).empty()) code = kExitDown;
     std::string out;
