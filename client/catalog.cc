@@ -228,7 +228,11 @@ absl::Status PsClient::AdoptMap(const std::vector<const ShardMapProto*>& maps) {
   if (!newest.has_value()) return absl::OkStatus();
   {
     absl::MutexLock l(&mu_);
-    if (*newest == map_) return absl::OkStatus();
+    // Never back to an older map (one learnt from a refusal is newer than
+    // what a shard behind a move answers).
+    if (*newest == map_ || newest->epoch() < map_.epoch()) {
+      return absl::OkStatus();
+    }
     if (tensors_.empty() && row_tables_.empty()) {
       map_ = *newest;
       map_epoch_.store(newest->epoch(), std::memory_order_release);

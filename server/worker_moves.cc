@@ -32,14 +32,20 @@ std::vector<MovedWorkerRecord> WorkerRegistry::ExportMoved() const {
 absl::Status WorkerRegistry::CheckMoved(
     absl::Span<const MovedWorkerRecord> records) {
   for (const MovedWorkerRecord& r : records) {
-    const bool zero_retired =
-        std::find(r.retired.begin(), r.retired.end(), 0) != r.retired.end();
-    if (r.worker_id < 0 || r.incarnation == 0 || zero_retired || r.clock < 0 ||
-        r.trained < 0) {
+    const auto holds = [&r](uint64_t inc) {
+      return std::find(r.retired.begin(), r.retired.end(), inc) !=
+             r.retired.end();
+    };
+    const bool zero_retired = holds(0);
+    const bool self_retired = holds(r.incarnation);
+    if (r.worker_id < 0 || r.incarnation == 0 || zero_retired || self_retired ||
+        r.clock < 0 || r.trained < 0) {
       return absl::InvalidArgumentError(absl::StrCat(
           "moved worker record of id ", r.worker_id, " incarnation ",
           r.incarnation, " clock ", r.clock, " trained ", r.trained,
-          zero_retired ? " (a replaced incarnation 0)" : "", " is malformed"));
+          zero_retired ? " (a replaced incarnation 0)" : "",
+          self_retired ? " (its own incarnation among the replaced)" : "",
+          " is malformed"));
     }
   }
   return absl::OkStatus();
@@ -63,8 +69,8 @@ absl::Status WorkerRegistry::ImportWorkers(
 void WorkerRegistry::AddRetired(Worker* w,
                                 absl::Span<const uint64_t> incarnations) {
   for (uint64_t inc : incarnations) {
-    if (inc == w->incarnation || std::find(w->retired.begin(), w->retired.end(),
-                                           inc) != w->retired.end()) {
+    if (std::find(w->retired.begin(), w->retired.end(), inc) !=
+        w->retired.end()) {
       continue;
     }
     w->retired.push_back(inc);
@@ -87,13 +93,8 @@ void WorkerRegistry::ImportMovedLocked(Worker* w, const MovedWorkerRecord& r) {
     // Unknown here, or the source saw this shard's incarnation replaced by
     // the record's: the record's process is the current one. A replaced
     // incarnation here is fenced as the source fences it.
-    const bool replaces = w->incarnation != 0;
-    if (replaces) {
-      w->retired.push_back(w->incarnation);
-      w->dedup = DedupWindow(options_.dedup_window);
-      ++w->restarts;
-      restarts_.fetch_add(1, std::memory_order_relaxed);
-      w->fenced_logged = false;
+    if (w->incarnation != 0) {
+      RetireCurrent(w);
       options_.logger->info(
           "worker {}: incarnation {} (from a slot move) replaces {}", w->id,
           absl::StrFormat("%016x", r.incarnation),

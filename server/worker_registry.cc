@@ -127,6 +127,14 @@ std::string WorkerRegistry::LiveWorkersBelow(int64_t clock) const {
   return named.empty() ? "none" : absl::StrJoin(named, ", ");
 }
 
+void WorkerRegistry::RetireCurrent(Worker* w) {
+  AddRetired(w, {w->incarnation});
+  w->dedup = DedupWindow(options_.dedup_window);
+  ++w->restarts;
+  restarts_.fetch_add(1, std::memory_order_relaxed);
+  w->fenced_logged = false;
+}
+
 absl::StatusOr<WorkerRegistry::Admission> WorkerRegistry::AdmitLocked(
     Worker* w, const WorkerRef& ref) {
   Admission a;
@@ -163,15 +171,7 @@ absl::StatusOr<WorkerRegistry::Admission> WorkerRegistry::AdmitLocked(
                             w->id, Hex(ref.incarnation()), w->clock.load());
     } else {
       a.previous_clock = current;
-      w->retired.push_back(w->incarnation);
-      if (w->retired.size() >
-          static_cast<size_t>(options_.retired_incarnations)) {
-        w->retired.erase(w->retired.begin());
-      }
-      w->dedup = DedupWindow(options_.dedup_window);
-      ++w->restarts;
-      restarts_.fetch_add(1, std::memory_order_relaxed);
-      w->fenced_logged = false;
+      RetireCurrent(w);
       w->clock.store(std::max({ref.clock(), current, floor}));
       options_.logger->info(
           "worker {} restarted: incarnation {} replaces {}; resumes at clock "

@@ -279,7 +279,8 @@ class WorkerRegistry {
   // Every admitted worker's record, for the fenced round of a move out.
   std::vector<MovedWorkerRecord> ExportMoved() const;
   // INVALID_ARGUMENT naming the first malformed record (worker_id >= 0,
-  // nonzero incarnations, clock >= 0, trained >= 0 needed).
+  // nonzero incarnations, its own not among the replaced, clock >= 0,
+  // trained >= 0 needed).
   static absl::Status CheckMoved(absl::Span<const MovedWorkerRecord> records);
   // Takes in the records of the shard the slots came from, at the move's
   // commit, then releases the waits the clocks allow. Per record:
@@ -315,10 +316,13 @@ class WorkerRegistry {
   void ImportMovedLocked(Worker* w, const MovedWorkerRecord& r)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(w->mu);
   // Appends `incarnations` (oldest first) to w's replaced ones, skipping
-  // those it holds and its current one, keeping the newest
-  // retired_incarnations.
+  // those it holds, keeping the newest retired_incarnations.
   void AddRetired(Worker* w, absl::Span<const uint64_t> incarnations)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(w->mu);
+  // w's current incarnation is replaced (a restart, or a moved record of
+  // the newer process): it is fenced from now on, its de-duplication window
+  // starts over, and the restart is counted. The caller sets the new one.
+  void RetireCurrent(Worker* w) ABSL_EXCLUSIVE_LOCKS_REQUIRED(w->mu);
   int64_t MinLiveClockExcept(const Worker* except) const;
   // "worker 3 at clock 5, worker 7 at clock 6" for the live workers below
   // `clock` (the first few), for a timed-out wait's message.

@@ -39,6 +39,10 @@ constexpr int kLedgerDim = 4;          // of the table's rows
 constexpr int kLedgerElems = 64 * 16;  // 64 slices of 16
 constexpr int kLedgerRows = 300;       // ids LedgerIds() gives
 
+// A table with state beyond its values (uniform init, Adagrad), for the
+// tests that check a move or a reshard carries every byte of it.
+TableSpec AdagradTable(int dim);
+
 TensorSpec LedgerTensor();  // "w"
 TableSpec LedgerTable();    // "emb"
 std::vector<uint64_t> LedgerIds();
@@ -61,9 +65,12 @@ struct LedgerTrainer {
   std::vector<uint64_t> ids = LedgerIds();
   std::atomic<int64_t> acked{0};
   std::atomic<bool> stop{false};
+  // Written by the training thread only as it ends (read it once `ended`,
+  // or after Stop).
   absl::Status error;
+  std::atomic<bool> ended{false};
   int64_t stale = 0;
-  absl::Notification warmed;  // 10 steps done, or ended by an error
+  absl::Notification warmed;  // 10 steps done, or ended
   std::thread thread;         // Start's
 
   // Creates the ledger's table and tensor through `c`, then trains on a

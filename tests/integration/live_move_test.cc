@@ -9,7 +9,6 @@
 
 #include <catch2/catch.hpp>
 #include <memory>
-#include <regex>
 #include <string>
 #include <vector>
 

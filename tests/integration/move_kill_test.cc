@@ -55,19 +55,6 @@ TensorSpec Dense() {
   return w;
 }
 
-TableSpec Table() {
-  TableSpec t;
-  t.set_name("emb");
-  t.set_dim(kDim);
-  t.set_init(INIT_UNIFORM);
-  t.set_init_value(0.1f);
-  t.set_seed(5);
-  t.mutable_optimizer()->set_type(OPT_ADAGRAD);
-  t.mutable_optimizer()->set_learning_rate(0.05f);
-  t.mutable_optimizer()->set_epsilon(1e-8f);
-  return t;
-}
-
 std::vector<uint64_t> Ids() {
   std::vector<uint64_t> ids;
   for (int i = 0; i < kRows; ++i) ids.push_back(uint64_t{104729} * i + 1);
@@ -121,7 +108,7 @@ void KillDuringMove(bool kill_destination, KillPoint at) {
   std::vector<float> before;
   {
     std::unique_ptr<PsClient> c = testing::ConnectClient(servers);
-    REQUIRE_OK(c->CreateTables({Table()}));
+    REQUIRE_OK(c->CreateTables({testing::AdagradTable(kDim)}));
     REQUIRE_OK(c->CreateTensors({Dense()}));
     // One step, so that versions and optimizer state are not the start's.
     const std::vector<uint64_t> ids = Ids();

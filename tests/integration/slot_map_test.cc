@@ -34,19 +34,6 @@ using testing::Subprocess;
 constexpr int kDim = 8;
 constexpr int kShards = 3;
 
-TableSpec Table() {
-  TableSpec t;
-  t.set_name("emb");
-  t.set_dim(kDim);
-  t.set_init(INIT_UNIFORM);
-  t.set_init_value(0.1f);
-  t.set_seed(5);
-  t.mutable_optimizer()->set_type(OPT_ADAGRAD);
-  t.mutable_optimizer()->set_learning_rate(0.05f);
-  t.mutable_optimizer()->set_epsilon(1e-8f);
-  return t;
-}
-
 TensorSpec Dense() {
   TensorSpec w;
   w.set_name("w");
@@ -103,7 +90,7 @@ TEST_CASE(
       kShards, {"--num_slots=256", absl::StrCat("--checkpoint_dir=", dir)});
   REQUIRE_OK(cluster.status());
   std::unique_ptr<PsClient> c = testing::ConnectClient(*cluster);
-  REQUIRE_OK(c->CreateTables({Table()}));
+  REQUIRE_OK(c->CreateTables({testing::AdagradTable(kDim)}));
   REQUIRE_OK(c->CreateTensors({Dense()}));
   const ShardMap even = c->map();
   REQUIRE(even == *ShardMap::EvenSlots(kShards, 256));

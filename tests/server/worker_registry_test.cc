@@ -543,7 +543,7 @@ TEST_CASE("malformed moved records are INVALID_ARGUMENT and change nothing",
   Fixture f(SSP, 1);
   for (const MovedWorkerRecord& bad :
        {Moved(-1, 1, 0), Moved(0, 0, 0), Moved(0, 1, -2),
-        Moved(0, 1, 0, true, {0})}) {
+        Moved(0, 1, 0, true, {0}), Moved(0, 7, 0, true, {6, 7})}) {
     CHECK(absl::IsInvalidArgument(
         f.registry->ImportWorkers({Moved(3, 5, 1), bad})));
   }
