@@ -102,11 +102,11 @@ std::vector<const ShardMapProto*> MapsOf(const std::vector<Response>& r,
   return maps;
 }
 
-// Unary ListTensors attempt (for ToAllShards).
-void IssueListTensors(ParameterServer::Stub* stub, grpc::ClientContext* ctx,
-                      const ListTensorsRequest* req, ListTensorsResponse* resp,
-                      std::function<void(grpc::Status)> done) {
-  stub->async()->ListTensors(ctx, req, resp, std::move(done));
+// Prepares one ListTensors attempt (for ToAllShards).
+std::unique_ptr<grpc::ClientAsyncResponseReader<ListTensorsResponse>>
+PrepareListTensors(ParameterServer::Stub* stub, grpc::ClientContext* ctx,
+                   const ListTensorsRequest& req, grpc::CompletionQueue* cq) {
+  return stub->PrepareAsyncListTensors(ctx, req, cq);
 }
 
 }  // namespace
@@ -280,7 +280,7 @@ absl::Status PsClient::CreateTensors(
   std::vector<CreateTensorResponse> responses;
   const std::vector<int> parts = Parts();
   status = ToAllShards(
-      parts, "CreateTensor", request, &responses, IssueCreateTensor,
+      parts, "CreateTensor", request, &responses, PrepareCreateTensor,
       [&specs, &responses](int s) { return CheckCreated(specs, responses[s]); },
       CallPolicy());
   if (!status.ok()) return status;
@@ -322,7 +322,7 @@ absl::Status PsClient::CreateTables(const std::vector<TableSpec>& specs) {
   std::vector<CreateTensorResponse> responses;
   const std::vector<int> parts = Parts();
   absl::Status status = ToAllShards(
-      parts, "CreateTensor", request, &responses, IssueCreateTensor,
+      parts, "CreateTensor", request, &responses, PrepareCreateTensor,
       [&request, &responses](int s) -> absl::Status {
         // Every shard stores the specs as given.
         const auto& got = responses[s].tables();
@@ -435,7 +435,7 @@ absl::Status PsClient::WaitForTensors(const std::vector<std::string>& names,
     const ListTensorsRequest request;
     const std::vector<int> parts = Parts();
     absl::Status status = ToAllShards(parts, "ListTensors", request, &responses,
-                                      IssueListTensors, nullptr, round);
+                                      PrepareListTensors, nullptr, round);
     if (!status.ok() && !IsRetriable(status)) return status;
     if (status.ok()) {
       status = RememberListed(names, responses, parts);

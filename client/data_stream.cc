@@ -10,21 +10,20 @@
 
 namespace asyncps {
 
-// One stream (one gRPC call), owned by its DataStream, which keeps it until
-// OnDone has run. A hold is taken at the start and released once no write
-// will be started any more, so OnDone cannot come while a write is being
-// started.
-class DataStream::Call
-    : public grpc::ClientBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer> {
+// One stream (one gRPC call on the owner's DrivenQueue), kept by its
+// DataStream until its last operation completed. At most one write and one
+// read are in flight; the start of the call counts as the first write, so
+// requests queue behind it. Once the stream has ended (a read or write
+// failed) and neither is in flight, Finish collects the status, fails the
+// requests still pending with it, and hands the stream back to its owner.
+class DataStream::Call {
  public:
   explicit Call(DataStream* owner) : owner_(owner) {}
 
   void Begin() {
-    owner_->stub_.PrepareBidiStreamingCall(&ctx_, owner_->method_,
-                                           grpc::StubOptions(), this);
-    AddHold();
-    StartRead(&in_);
-    StartCall();
+    rw_ =
+        owner_->stub_.PrepareCall(&ctx_, owner_->method_, owner_->queue_->cq());
+    rw_->StartCall(&start_op_);
   }
 
   // Queues a request; false once the stream has ended (open a new one).
@@ -40,42 +39,77 @@ class DataStream::Call
         start = &writes_.front();
       }
     }
-    if (start != nullptr) StartWrite(start);
+    // No Finish while writing_ holds: the stream is still there.
+    if (start != nullptr) rw_->Write(*start, &write_op_);
     return true;
   }
 
   void Cancel() { ctx_.TryCancel(); }
 
-  void OnWriteDone(bool ok) override {
+ private:
+  // One kind of operation's tag.
+  class Op : public DrivenQueue::Op {
+   public:
+    Op(Call* call, void (Call::*on_complete)(bool))
+        : call_(call), on_complete_(on_complete) {}
+    void Complete(bool ok) override { (call_->*on_complete_)(ok); }
+
+   private:
+    Call* const call_;
+    void (Call::*const on_complete_)(bool);
+  };
+
+  void OnStarted(bool ok) {
+    grpc::ByteBuffer* first = nullptr;
+    bool finish = false;
+    {
+      absl::MutexLock l(&mu_);
+      if (ok) {
+        reading_ = true;
+        if (!writes_.empty()) first = &writes_.front();
+      } else {
+        ended_ = true;
+      }
+      if (first == nullptr) {
+        writing_ = false;
+        writes_.clear();
+        finish = TakeFinish();
+      }
+    }
+    if (ok) rw_->Read(&in_, &read_op_);
+    if (first != nullptr) rw_->Write(*first, &write_op_);
+    if (finish) rw_->Finish(&status_, &finish_op_);
+  }
+
+  void OnWriteDone(bool ok) {
     grpc::ByteBuffer* next = nullptr;
-    bool release = false;
+    bool finish = false;
     {
       absl::MutexLock l(&mu_);
       writes_.pop_front();
-      if (!ok) End();
+      if (!ok) ended_ = true;
       if (!ended_ && !writes_.empty()) {
         next = &writes_.front();
       } else {
         writing_ = false;
         writes_.clear();
-        release = ended_ && !released_;
-        if (release) released_ = true;
+        finish = TakeFinish();
       }
     }
-    if (next != nullptr) StartWrite(next);
-    if (release) RemoveHold();
+    if (next != nullptr) rw_->Write(*next, &write_op_);
+    if (finish) rw_->Finish(&status_, &finish_op_);
   }
 
-  void OnReadDone(bool ok) override {
+  void OnReadDone(bool ok) {
     if (!ok) {
-      bool release = false;
+      bool finish = false;
       {
         absl::MutexLock l(&mu_);
-        End();
-        release = !writing_ && !released_;
-        if (release) released_ = true;
+        ended_ = true;
+        reading_ = false;
+        finish = TakeFinish();
       }
-      if (release) RemoveHold();
+      if (finish) rw_->Finish(&status_, &finish_op_);
       return;
     }
     absl::StatusOr<uint64_t> id = owner_->id_of_(in_);
@@ -90,42 +124,54 @@ class DataStream::Call
     }
     if (done) done(absl::OkStatus(), &in_);
     in_.Clear();
-    StartRead(&in_);
+    rw_->Read(&in_, &read_op_);
   }
 
-  void OnDone(const grpc::Status& status) override {
-    absl::Status s = FromGrpcStatus(status);
+  void OnFinished(bool) {
+    absl::Status s = FromGrpcStatus(status_);
     if (s.ok()) s = absl::UnavailableError("the shard ended the stream");
     absl::flat_hash_map<uint64_t, Done> pending;
     {
       absl::MutexLock l(&mu_);
-      ended_ = true;
       pending.swap(pending_);
     }
     for (auto& [id, done] : pending) done(s, nullptr);
     owner_->Finished(this);  // may delete this
   }
 
- private:
-  // No further requests are taken.
-  void End() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { ended_ = true; }
+  // True once (the caller calls Finish) when the stream has ended and no
+  // read or write is in flight any more.
+  bool TakeFinish() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    if (!ended_ || reading_ || writing_ || finishing_) return false;
+    finishing_ = true;
+    return true;
+  }
 
   DataStream* const owner_;
   grpc::ClientContext ctx_;
+  std::unique_ptr<grpc::GenericClientAsyncReaderWriter> rw_;
+  Op start_op_{this, &Call::OnStarted};
+  Op write_op_{this, &Call::OnWriteDone};
+  Op read_op_{this, &Call::OnReadDone};
+  Op finish_op_{this, &Call::OnFinished};
   grpc::ByteBuffer in_;  // touched only by the one read in flight
+  grpc::Status status_;  // written by Finish
   absl::Mutex mu_;
   absl::flat_hash_map<uint64_t, Done> pending_ ABSL_GUARDED_BY(mu_);
   std::deque<grpc::ByteBuffer> writes_ ABSL_GUARDED_BY(mu_);
-  bool writing_ ABSL_GUARDED_BY(mu_) = false;
+  // The start, then a write, is in flight.
+  bool writing_ ABSL_GUARDED_BY(mu_) = true;
+  bool reading_ ABSL_GUARDED_BY(mu_) = false;
   bool ended_ ABSL_GUARDED_BY(mu_) = false;
-  bool released_ ABSL_GUARDED_BY(mu_) = false;
+  bool finishing_ ABSL_GUARDED_BY(mu_) = false;
 };
 
 DataStream::DataStream(std::shared_ptr<grpc::Channel> channel,
-                       std::string method, IdOf id_of)
+                       std::string method, IdOf id_of, DrivenQueue* queue)
     : channel_(std::move(channel)),
       method_(std::move(method)),
       id_of_(std::move(id_of)),
+      queue_(queue),
       stub_(channel_) {}
 
 DataStream::~DataStream() {
@@ -136,12 +182,10 @@ DataStream::~DataStream() {
     calls = calls_;
   }
   for (const auto& call : calls) call->Cancel();
-  absl::MutexLock l(&mu_);
-  mu_.Await(absl::Condition(
-      +[](DataStream* s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(s->mu_) {
-        return s->finished_.size() == s->calls_.size();
-      },
-      this));
+  queue_->WaitUntil(absl::InfiniteDuration(), [this] {
+    absl::MutexLock l(&mu_);
+    return finished_.size() == calls_.size();
+  });
   // `calls` and calls_ delete the streams here, on the caller's thread.
 }
 

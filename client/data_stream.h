@@ -15,6 +15,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "client/driven_queue.h"
 
 namespace asyncps {
 
@@ -25,11 +26,13 @@ namespace asyncps {
 // the next Send, so a restarted shard is reached again without the caller's
 // help (the caller retries what failed).
 //
-// Thread-safe. Answer callbacks run on gRPC's threads and must not block.
-// Streams are deleted only on the caller's threads (in Send and in the
-// destructor), never on gRPC's: deleting one drops its context's channel
-// reference, and the last reference of a channel dropped on one of gRPC's
-// callback threads tears down the queue that thread is serving.
+// The streams' operations complete on a DrivenQueue: answer callbacks run on
+// whichever thread waits on that queue (DrivenQueue::WaitUntil), so a caller
+// waits for its answers through the queue, never on a plain condition
+// variable. Callbacks must not block.
+//
+// Thread-safe. Streams are deleted only on the caller's threads (in Send,
+// ReapFinished and the destructor), after their last operation completed.
 class DataStream {
  public:
   // Called once per request: OK and the answer (the callback may keep or
@@ -38,10 +41,12 @@ class DataStream {
   // Reads the request id out of an answer.
   using IdOf = std::function<absl::StatusOr<uint64_t>(const grpc::ByteBuffer&)>;
 
-  // `method`: the full method name. `channel` is shared with others.
+  // `method`: the full method name. `channel` is shared with others; so is
+  // `queue`, which must outlive this.
   DataStream(std::shared_ptr<grpc::Channel> channel, std::string method,
-             IdOf id_of);
-  // Cancels the stream and waits until it has ended (every callback ran).
+             IdOf id_of, DrivenQueue* queue);
+  // Cancels the stream and waits until it has ended (every callback ran),
+  // driving the queue meanwhile.
   ~DataStream();
   DataStream(const DataStream&) = delete;
   DataStream& operator=(const DataStream&) = delete;
@@ -50,6 +55,9 @@ class DataStream {
   // requests); done runs once it is answered or the stream fails.
   void Send(uint64_t id, grpc::ByteBuffer request, Done done);
 
+  // The queue the answers complete on: wait for them with its WaitUntil.
+  DrivenQueue* queue() const { return queue_; }
+
   // Ends the current stream: its pending requests fail with CANCELLED. The
   // next Send opens a new one.
   void Cancel();
@@ -57,14 +65,14 @@ class DataStream {
   // Deletes the streams that have ended (the current one too, if it has),
   // which releases what gRPC still holds of their requests. Send does this
   // on its way; a stream no one sends on any more (to a shard that died or
-  // moved) needs it from a caller's thread. Never call it from one of
-  // gRPC's threads.
+  // moved) needs it from a caller's thread. Never call it from an answer
+  // callback.
   void ReapFinished();
 
  private:
   class Call;
 
-  // Called by a stream's OnDone, its last touch of the stream.
+  // Called when a stream's last operation completed, its last touch of it.
   void Finished(const Call* call);
   // Takes the streams that have ended out of calls_, to delete them.
   std::vector<std::shared_ptr<Call>> TakeFinished()
@@ -73,6 +81,7 @@ class DataStream {
   const std::shared_ptr<grpc::Channel> channel_;
   const std::string method_;
   const IdOf id_of_;
+  DrivenQueue* const queue_;
   grpc::GenericStub stub_;
   absl::Mutex mu_;
   std::shared_ptr<Call> current_ ABSL_GUARDED_BY(mu_);

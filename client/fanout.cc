@@ -1,6 +1,7 @@
 #include "client/fanout.h"
 
 #include <algorithm>
+#include <atomic>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -32,6 +33,8 @@ struct FanOut::Shared {
   std::vector<std::pair<int, absl::Status>> done ABSL_GUARDED_BY(mu);
   int in_flight ABSL_GUARDED_BY(mu) = 0;   // attempts started, not done
   bool ready ABSL_GUARDED_BY(mu) = false;  // the waiter has work
+  // `ready`, for a waiter that drives a DrivenQueue (read without mu).
+  std::atomic<bool> has_work{false};
 };
 
 struct FanOut::Slot {
@@ -90,15 +93,20 @@ void FanOut::StartAttempt(int i) {
     absl::MutexLock l(&shared->mu);
     ++shared->in_flight;
   }
-  calls_[i].start(slot.ctx.get(), [shared, i](absl::Status s) {
-    absl::MutexLock l(&shared->mu);
-    const bool failed = !s.ok();
-    shared->done.emplace_back(i, std::move(s));
-    if (--shared->in_flight == 0 || failed) {
-      shared->ready = true;
-      shared->cv.Signal();
-    }
-  });
+  calls_[i].start(slot.ctx.get(),
+                  [shared, i, queue = env_.queue](absl::Status s) {
+                    absl::MutexLock l(&shared->mu);
+                    const bool failed = !s.ok();
+                    shared->done.emplace_back(i, std::move(s));
+                    if (--shared->in_flight == 0 || failed) {
+                      shared->ready = true;
+                      shared->has_work.store(true, std::memory_order_release);
+                      shared->cv.Signal();
+                      // Under mu: the waiter cannot be gone (it takes mu to
+                      // consume this).
+                      if (queue != nullptr) queue->Notify();
+                    }
+                  });
 }
 
 void FanOut::CancelInFlight() {
@@ -270,13 +278,21 @@ void FanOut::Run() {
 
     // One wake-up per batch of completions.
     std::vector<std::pair<int, absl::Status>> done;
+    const absl::Duration wait = wake - env_.clock->Now();
+    if (env_.queue != nullptr && wait > absl::ZeroDuration()) {
+      Shared* shared = shared_.get();
+      env_.queue->WaitUntil(wait, [shared] {
+        return shared->has_work.load(std::memory_order_acquire);
+      });
+    }
     {
       absl::MutexLock l(&shared_->mu);
-      const absl::Duration wait = wake - env_.clock->Now();
-      if (!shared_->ready && wait > absl::ZeroDuration()) {
+      if (env_.queue == nullptr && !shared_->ready &&
+          wait > absl::ZeroDuration()) {
         shared_->cv.WaitWithTimeout(&shared_->mu, wait);
       }
       shared_->ready = false;
+      shared_->has_work.store(false, std::memory_order_relaxed);
       done.swap(shared_->done);
     }
     for (auto& [i, status] : done) Settle(i, std::move(status), gave_up);

@@ -12,6 +12,7 @@
 #include "absl/random/random.h"
 #include "absl/status/status.h"
 #include "absl/time/time.h"
+#include "client/driven_queue.h"
 #include "common/clock.h"
 #include "spdlog/spdlog.h"
 
@@ -60,6 +61,10 @@ struct FanOutEnv {
   std::shared_ptr<spdlog::logger> logger;  // required
   // "shard 1 (10.0.0.2:7000)", for messages.
   std::function<std::string(int shard)> shard_name;
+  // The queue every attempt completes on (DataStream::queue(),
+  // DrivenQueue::StartUnary): the waiting thread drives it. Null: attempts
+  // complete on gRPC's threads (the callback API).
+  DrivenQueue* queue = nullptr;
 };
 
 // One call to a set of shards: one attempt per shard at a time, all shards

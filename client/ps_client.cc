@@ -31,12 +31,11 @@ constexpr absl::Duration kMaxPollInterval = absl::Seconds(1);
 constexpr absl::Duration kShardWaitReport = absl::Seconds(5);
 constexpr int kShardsProbedPerRound = 4;
 
-// Starts one Heartbeat attempt (for ToAllShards).
-void IssueHeartbeat(ParameterServer::Stub* stub, grpc::ClientContext* ctx,
-                    const HeartbeatRequest* request,
-                    HeartbeatResponse* response,
-                    std::function<void(grpc::Status)> done) {
-  stub->async()->Heartbeat(ctx, request, response, std::move(done));
+// Prepares one Heartbeat attempt (for ToAllShards).
+std::unique_ptr<grpc::ClientAsyncResponseReader<HeartbeatResponse>>
+PrepareHeartbeat(ParameterServer::Stub* stub, grpc::ClientContext* ctx,
+                 const HeartbeatRequest& request, grpc::CompletionQueue* cq) {
+  return stub->PrepareAsyncHeartbeat(ctx, request, cq);
 }
 
 absl::StatusOr<uint64_t> PullAnswerId(const grpc::ByteBuffer& answer) {
@@ -168,10 +167,10 @@ std::unique_ptr<PsClient::Endpoint> PsClient::OpenEndpoint(
     std::shared_ptr<grpc::Channel> channel =
         MakeChannel(address, c, options_.security);
     if (c == 0) endpoint->stub = ParameterServer::NewStub(channel);
-    endpoint->pulls.push_back(
-        std::make_unique<DataStream>(channel, kPullStreamMethod, PullAnswerId));
-    endpoint->pushes.push_back(
-        std::make_unique<DataStream>(channel, kPushStreamMethod, PushAnswerId));
+    endpoint->pulls.push_back(std::make_unique<DataStream>(
+        channel, kPullStreamMethod, PullAnswerId, &queue_));
+    endpoint->pushes.push_back(std::make_unique<DataStream>(
+        channel, kPushStreamMethod, PushAnswerId, &queue_));
   }
   return endpoint;
 }
@@ -258,6 +257,7 @@ FanOutEnv PsClient::Env() const {
   env.clock = options_.clock;
   env.logger = options_.logger;
   env.shard_name = [this](int shard) { return ShardName(shard); };
+  env.queue = &queue_;
   return env;
 }
 
@@ -371,9 +371,9 @@ std::vector<absl::Status> PsClient::ProbeShards(
                                                 FanOut::Done done) {
       Endpoint* endpoint = EndpointOf(s);
       if (endpoint == nullptr) return done(NoAddress(s));
-      endpoint->stub->async()->ListTensors(
-          ctx, &request, &(*responses)[s],
-          [done = std::move(done)](grpc::Status st) {
+      queue_.StartUnary(
+          endpoint->stub->PrepareAsyncListTensors(ctx, request, queue_.cq()),
+          &(*responses)[s], [done = std::move(done)](grpc::Status st) {
             done(FromGrpcStatus(st));
           });
     };
@@ -520,7 +520,7 @@ absl::StatusOr<Registration> PsClient::Register() {
   std::vector<HeartbeatResponse> responses;
   const std::vector<int> parts = Parts();
   absl::Status s = ToAllShards(parts, "Heartbeat", request, &responses,
-                               IssueHeartbeat, nullptr, WaitPolicy());
+                               PrepareHeartbeat, nullptr, WaitPolicy());
   if (!s.ok()) return s;
   Registration r;
   for (const int i : parts) {
@@ -553,11 +553,11 @@ void PsClient::NoteEpoch(int shard, uint64_t epoch) {
 
 // ---------------------------------------------------------------- calls
 
-void IssueCreateTensor(ParameterServer::Stub* stub, grpc::ClientContext* ctx,
-                       const CreateTensorRequest* request,
-                       CreateTensorResponse* response,
-                       std::function<void(grpc::Status)> done) {
-  stub->async()->CreateTensor(ctx, request, response, std::move(done));
+std::unique_ptr<grpc::ClientAsyncResponseReader<CreateTensorResponse>>
+PrepareCreateTensor(ParameterServer::Stub* stub, grpc::ClientContext* ctx,
+                    const CreateTensorRequest& request,
+                    grpc::CompletionQueue* cq) {
+  return stub->PrepareAsyncCreateTensor(ctx, request, cq);
 }
 
 // ---------------------------------------------------------------- other
@@ -569,8 +569,8 @@ absl::Status PsClient::Heartbeat(int64_t clock, bool leaving) {
   request.set_leaving(leaving);
   request.set_run_id(options_.run_id);
   std::vector<HeartbeatResponse> responses;
-  return ToAllShards(Parts(), "Heartbeat", request, &responses, IssueHeartbeat,
-                     nullptr, CallPolicy());
+  return ToAllShards(Parts(), "Heartbeat", request, &responses,
+                     PrepareHeartbeat, nullptr, CallPolicy());
 }
 
 absl::StatusOr<ListTensorsResponse> PsClient::ListTensors() {
@@ -580,9 +580,8 @@ absl::StatusOr<ListTensorsResponse> PsClient::ListTensors() {
   absl::Status status = ToAllShards(
       parts, "ListTensors", request, &responses,
       [](ParameterServer::Stub* stub, grpc::ClientContext* ctx,
-         const ListTensorsRequest* req, ListTensorsResponse* resp,
-         std::function<void(grpc::Status)> done) {
-        stub->async()->ListTensors(ctx, req, resp, std::move(done));
+         const ListTensorsRequest& req, grpc::CompletionQueue* cq) {
+        return stub->PrepareAsyncListTensors(ctx, req, cq);
       },
       nullptr, CallPolicy());
   if (!status.ok()) return status;
@@ -613,9 +612,8 @@ absl::StatusOr<std::vector<LearningRate>> PsClient::SetLearningRates(
   absl::Status status = ToAllShards(
       parts, "SetLearningRate", request, &responses,
       [](ParameterServer::Stub* stub, grpc::ClientContext* ctx,
-         const SetLearningRateRequest* req, SetLearningRateResponse* resp,
-         std::function<void(grpc::Status)> done) {
-        stub->async()->SetLearningRate(ctx, req, resp, std::move(done));
+         const SetLearningRateRequest& req, grpc::CompletionQueue* cq) {
+        return stub->PrepareAsyncSetLearningRate(ctx, req, cq);
       },
       nullptr, CallPolicy());
   if (!status.ok()) return status;
@@ -640,9 +638,8 @@ absl::StatusOr<std::vector<StatusResponse>> PsClient::Status() {
   absl::Status status = ToAllShards(
       Parts(), "Status", request, &responses,
       [](ParameterServer::Stub* stub, grpc::ClientContext* ctx,
-         const StatusRequest* req, StatusResponse* resp,
-         std::function<void(grpc::Status)> done) {
-        stub->async()->Status(ctx, req, resp, std::move(done));
+         const StatusRequest& req, grpc::CompletionQueue* cq) {
+        return stub->PrepareAsyncStatus(ctx, req, cq);
       },
       nullptr, CallPolicy());
   if (!status.ok()) return status;

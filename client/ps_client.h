@@ -19,6 +19,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
+#include "client/driven_queue.h"
 #include "client/fanout.h"
 #include "client/pending_call.h"
 #include "client/step_sets.h"
@@ -141,7 +142,9 @@ struct Registration {
 // PushStream, common/fast_frame.h), several connections per shard, several
 // requests in flight; pushed gradients are sent from the caller's memory
 // (or a bfloat16 copy) without copies, and pulled values copied once, from
-// gRPC's receive buffers into the caller's, on gRPC's threads. Calls fan out
+// gRPC's receive buffers into the caller's. Every answer completes on the
+// client's DrivenQueue, run by the thread that waits for it (no gRPC
+// callback thread and no hand-over per call). Calls fan out
 // to all shards at once and retry transient failures (a shard restarting,
 // a connection lost) with backoff until the call deadline; a push keeps its
 // sequence number across retries, so it is applied at most once.
@@ -368,8 +371,6 @@ class PsClient {
 
   PsClient(PsClientOptions options, ShardMap map);
 
-  // Unary RPC to every shard through one FanOut; responses in shard order.
-  // issue(stub, ctx, request, response, done) starts one attempt.
   // A part routed with map epoch `routed` to `shard`, about to be sent:
   // the newer map this client learnt since (from another shard's refusal),
   // when under it `shard` owns no slot (psctl scale drained it, and it may
@@ -378,8 +379,8 @@ class PsClient {
   // Only for what may be sent twice: pulls, and a push part not sent yet.
   std::optional<ShardMapProto> StaleRoute(int shard, uint64_t routed) const;
 
-  // Follows the map of a shard's refusal at once (on gRPC's thread), so that
-  // the call's other parts, still retrying, see it (StaleRoute).
+  // Follows the map of a shard's refusal at once (as the answer completes), so
+  // that the call's other parts, still retrying, see it (StaleRoute).
   void LearnMap(const ShardMapProto& newer);
 
   // The shards a control call goes to: those that own a slot of the map
@@ -387,11 +388,13 @@ class PsClient {
   // none (a standby, or one drained by psctl scale) may be stopped.
   std::vector<int> Parts() const;
 
-  // Calls every shard of `shards` (responses of the others stay empty).
-  template <typename Request, typename Response, typename Issue>
+  // Unary RPC to every shard of `shards` through one FanOut; responses in
+  // shard order (those of the others stay empty). prepare(stub, ctx,
+  // request, cq) prepares one attempt (stub->PrepareAsyncMethod).
+  template <typename Request, typename Response, typename Prepare>
   absl::Status ToAllShards(const std::vector<int>& shards, const char* method,
                            const Request& request,
-                           std::vector<Response>* responses, Issue issue,
+                           std::vector<Response>* responses, Prepare prepare,
                            std::function<absl::Status(int shard)> on_ok,
                            const RetryPolicy& policy);
 
@@ -541,6 +544,9 @@ class PsClient {
   const int num_shards_;
   std::vector<std::unique_ptr<Shard>> shards_;
 
+  // The data streams' operations complete here, driven by the threads that
+  // wait for them; declared before the endpoints, which it outlives.
+  mutable DrivenQueue queue_;
   // Serialises following the router (opening endpoints).
   mutable absl::Mutex route_mu_;
   // Every endpoint opened, those in use and those replaced; appended only.
@@ -625,6 +631,9 @@ class PsClient::PendingPush {
   // Deletes the client's ended streams (PsClient::ReapFinishedStreams),
   // which release what they held, while Finish waits for the memory.
   std::function<void()> reap_;
+  // The client's stream queue, driven while Finish waits for the memory
+  // (a write's completion releases its request).
+  DrivenQueue* queue_ = nullptr;
   std::vector<uint16_t> bf16_;  // the gradients as bfloat16, when asked
   PendingCall<absl::StatusOr<PushSummary>> call_;  // last: waited first
 };

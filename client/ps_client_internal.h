@@ -56,11 +56,11 @@ inline absl::Status FromCallStatus(const CallStatus& s) {
 absl::Status ReadPushAnswer(const grpc::ByteBuffer& answer,
                             PushResponse* response);
 
-// Starts one CreateTensor attempt (for ToAllShards).
-void IssueCreateTensor(ParameterServer::Stub* stub, grpc::ClientContext* ctx,
-                       const CreateTensorRequest* request,
-                       CreateTensorResponse* response,
-                       std::function<void(grpc::Status)> done);
+// Prepares one CreateTensor attempt (for ToAllShards).
+std::unique_ptr<grpc::ClientAsyncResponseReader<CreateTensorResponse>>
+PrepareCreateTensor(ParameterServer::Stub* stub, grpc::ClientContext* ctx,
+                    const CreateTensorRequest& request,
+                    grpc::CompletionQueue* cq);
 
 // Adds `state` to `known` under its spec's name, unless the name is known:
 // then OK when the spec is the same, FAILED_PRECONDITION (naming `kind`)
@@ -86,11 +86,11 @@ absl::Status RememberOnce(
 }
 
 // Unary RPC to every shard through one FanOut (see ps_client.h).
-template <typename Request, typename Response, typename Issue>
+template <typename Request, typename Response, typename Prepare>
 absl::Status PsClient::ToAllShards(const std::vector<int>& shards,
                                    const char* method, const Request& request,
                                    std::vector<Response>* responses,
-                                   Issue issue,
+                                   Prepare prepare,
                                    std::function<absl::Status(int)> on_ok,
                                    const RetryPolicy& policy) {
   responses->assign(num_shards(), Response());
@@ -98,15 +98,16 @@ absl::Status PsClient::ToAllShards(const std::vector<int>& shards,
   for (const int s : shards) {
     FanOut::Call call;
     call.shard = s;
-    call.start = [this, s, &request, responses, issue](grpc::ClientContext* ctx,
-                                                       FanOut::Done done) {
+    call.start = [this, s, &request, responses, prepare](
+                     grpc::ClientContext* ctx, FanOut::Done done) {
       (*responses)[s].Clear();
       Endpoint* endpoint = EndpointOf(s);
       if (endpoint == nullptr) return done(NoAddress(s));
-      issue(endpoint->stub.get(), ctx, &request, &(*responses)[s],
-            [done = std::move(done)](grpc::Status st) {
-              done(FromGrpcStatus(st));
-            });
+      queue_.StartUnary(
+          prepare(endpoint->stub.get(), ctx, request, queue_.cq()),
+          &(*responses)[s], [done = std::move(done)](grpc::Status st) {
+            done(FromGrpcStatus(st));
+          });
     };
     if (on_ok) call.on_ok = [s, on_ok] { return on_ok(s); };
     calls.push_back(std::move(call));

@@ -147,15 +147,14 @@ absl::StatusOr<PushSummary> PsClient::PendingPush::Finish(absl::Status s) {
   // caller's thread: on the stream's next Send, or here, for a stream that
   // gets none any more (its shard died or moved: a failover).
   while (borrowed_ != nullptr) {
-    {
-      absl::MutexLock l(&borrowed_->mu);
-      if (borrowed_->mu.AwaitWithTimeout(
-              absl::Condition(&Borrowed::AllReleased, borrowed_.get()),
-              absl::Milliseconds(20))) {
-        break;
-      }
+    Borrowed* b = borrowed_.get();
+    if (queue_->WaitUntil(absl::Milliseconds(20), [b] {
+          absl::MutexLock l(&b->mu);
+          return Borrowed::AllReleased(b);
+        })) {
+      break;
     }
-    if (reap_) reap_();
+    reap_();
   }
   if (!s.ok()) return s;
   const int64_t counted = summary.applied + summary.refused_stale;
@@ -444,6 +443,7 @@ std::unique_ptr<PsClient::PendingPush> PsClient::StartSend(
   auto fanout = std::make_unique<FanOut>(Env(), k.what, CallPolicy());
   fanout->Start(std::move(calls));
   p->reap_ = [this] { ReapFinishedStreams(); };
+  p->queue_ = &queue_;
   PendingPush* raw_call = p.get();
   p->call_.Start(std::move(fanout),
                  [this, raw_call, method = k.what](absl::Status s) {

@@ -4,7 +4,7 @@
 #include <grpcpp/grpcpp.h>
 
 #include <algorithm>
-#include <condition_variable>
+#include <atomic>
 #include <cstdio>
 #include <cstring>
 #include <deque>
@@ -245,6 +245,9 @@ int GrpcCeilingServerMain(const std::string& port_file, int64_t model_bytes) {
   builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
   builder.AddChannelArgument(GRPC_ARG_HTTP2_STREAM_LOOKAHEAD_BYTES, 16 << 20);
   builder.AddChannelArgument(GRPC_ARG_HTTP2_MAX_FRAME_SIZE, 16 << 20);
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
+  builder.AddChannelArgument(
+      GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, 1000);
   builder.RegisterCallbackGenericService(&service);
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   if (server == nullptr || !WritePortFile(port_file, port).ok()) {
@@ -263,6 +266,7 @@ absl::StatusOr<int64_t> RunGrpcCeilingClient(
   const size_t k = load.servers.size();
   const size_t floats = static_cast<size_t>(load.bytes) / sizeof(float);
   const int slots = std::max(1, load.inflight);
+  DrivenQueue queue;  // outlives the streams
   std::vector<std::vector<std::unique_ptr<DataStream>>> streams(k);
   // bufs[slot][server]: a call's share for each server.
   std::vector<std::vector<std::vector<float>>> bufs(
@@ -276,7 +280,7 @@ absl::StatusOr<int64_t> RunGrpcCeilingClient(
             absl::StrCat("no connection to ", load.servers[s], " within 30 s"));
       }
       streams[s].push_back(
-          std::make_unique<DataStream>(channel, kMethod, &AnswerId));
+          std::make_unique<DataStream>(channel, kMethod, &AnswerId, &queue));
     }
     for (auto& slot : bufs) {
       slot[s].assign(floats / k + (s < floats % k ? 1 : 0), 0.001f);
@@ -286,20 +290,21 @@ absl::StatusOr<int64_t> RunGrpcCeilingClient(
   std::this_thread::sleep_until(start);
   on_start(std::max(start, std::chrono::steady_clock::now()));
 
+  // The answers complete on `queue`, driven by this thread while it waits
+  // for a free slot (as PsClient's callers do).
+  std::atomic<int> outstanding{0};  // calls in flight
+  std::atomic<bool> failed{false};
   std::mutex mu;
-  std::condition_variable cv;
-  int outstanding = 0;   // calls in flight, guarded by mu
   int64_t moved = 0;     // guarded by mu
   absl::Status failure;  // guarded by mu
   uint64_t next_id = 0;
   for (uint64_t call = 0;; ++call) {
-    {
-      std::unique_lock<std::mutex> l(mu);
-      cv.wait(l, [&] { return outstanding < slots || !failure.ok(); });
-      if (!failure.ok() || std::chrono::steady_clock::now() >= until) break;
-      ++outstanding;
-    }
-    auto remaining = std::make_shared<size_t>(k);  // guarded by mu
+    queue.WaitUntil(absl::InfiniteDuration(), [&] {
+      return outstanding.load() < slots || failed.load();
+    });
+    if (failed.load() || std::chrono::steady_clock::now() >= until) break;
+    ++outstanding;
+    auto remaining = std::make_shared<size_t>(k);  // touched by the driver
     std::vector<std::vector<float>>& slot = bufs[call % slots];
     for (size_t s = 0; s < k; ++s) {
       const Header h{next_id++, load.push ? kPush : kPull,
@@ -316,18 +321,17 @@ absl::StatusOr<int64_t> RunGrpcCeilingClient(
                                                      grpc::ByteBuffer* answer) {
             if (st.ok() && !push) CopyPayload(*answer, out, bytes);
             std::lock_guard<std::mutex> l(mu);
-            if (!st.ok() && failure.ok()) failure = st;
+            if (!st.ok() && failure.ok()) {
+              failure = st;
+              failed.store(true);
+            }
             if (--*remaining > 0) return;
-            --outstanding;
             if (failure.ok()) moved += load.bytes;
-            cv.notify_all();
+            --outstanding;
           });
     }
   }
-  {
-    std::unique_lock<std::mutex> l(mu);
-    cv.wait_for(l, std::chrono::seconds(30), [&] { return outstanding == 0; });
-  }
+  queue.WaitUntil(absl::Seconds(30), [&] { return outstanding.load() == 0; });
   // Ends the streams; every callback has run once this returns.
   streams.clear();
   std::lock_guard<std::mutex> l(mu);

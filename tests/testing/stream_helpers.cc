@@ -38,7 +38,8 @@ grpc::ByteBuffer Exchange(DataStream* stream, uint64_t id,
                  if (a != nullptr) answer = *a;
                  done.Notify();
                });
-  REQUIRE(done.WaitForNotificationWithTimeout(absl::Seconds(15)));
+  REQUIRE(stream->queue()->WaitUntil(
+      absl::Seconds(15), [&done] { return done.HasBeenNotified(); }));
   REQUIRE_OK(status);
   return answer;
 }
@@ -88,9 +89,9 @@ grpc::ByteBuffer PushFrameOf(const PushRequest& push, uint64_t id) {
 
 ShardStreams::ShardStreams(const std::shared_ptr<grpc::Channel>& channel)
     : pushes_(std::make_unique<DataStream>(channel, kPushStreamMethod,
-                                           PushAnswerId)),
+                                           PushAnswerId, &queue_)),
       pulls_(std::make_unique<DataStream>(channel, kPullStreamMethod,
-                                          PullAnswerId)) {}
+                                          PullAnswerId, &queue_)) {}
 
 PushResponse ShardStreams::PushFrame(uint64_t id,
                                      const grpc::ByteBuffer& frame) {

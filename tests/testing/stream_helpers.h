@@ -31,7 +31,8 @@ namespace testing {
 absl::StatusOr<uint64_t> PushAnswerId(const grpc::ByteBuffer& answer);
 absl::StatusOr<uint64_t> PullAnswerId(const grpc::ByteBuffer& answer);
 
-// Sends one request on `stream` and waits for its answer.
+// Sends one request on `stream` and waits for its answer (driving the
+// stream's queue).
 grpc::ByteBuffer Exchange(DataStream* stream, uint64_t id,
                           grpc::ByteBuffer request);
 
@@ -69,6 +70,7 @@ class ShardStreams {
   PullResponse Pull(PullRequest pull);
 
  private:
+  DrivenQueue queue_;  // outlives the streams
   std::unique_ptr<DataStream> pushes_, pulls_;
   uint64_t next_id_ = 1000;
 };
