@@ -1,0 +1,115 @@
+// DrivenQueue: operations complete on the threads that wait for them, one
+// driver at a time, and every waiter sees its own condition: after another
+// thread's completion, after Notify, at its timeout. Operations are
+// grpc::Alarm expiries, which complete on a queue like any call.
+#include "client/driven_queue.h"
+
+#include <grpcpp/alarm.h>
+
+#include <atomic>
+#include <catch2/catch.hpp>
+#include <chrono>
+#include <thread>
+
+#include "absl/time/time.h"
+
+namespace asyncps {
+namespace {
+
+// An alarm on the queue that records the thread it completed on.
+class AlarmOp : public DrivenQueue::Op {
+ public:
+  AlarmOp(DrivenQueue* queue, absl::Duration after) {
+    alarm_.Set(queue->cq(), absl::ToChronoTime(absl::Now() + after), this);
+  }
+  void Complete(bool ok) override {
+    ok_ = ok;
+    thread_ = std::this_thread::get_id();
+    done_.store(true);
+  }
+  bool done() const { return done_.load(); }
+  bool ok() const { return ok_; }
+  std::thread::id thread() const { return thread_; }
+
+ private:
+  grpc::Alarm alarm_;
+  bool ok_ = false;
+  std::thread::id thread_;
+  std::atomic<bool> done_{false};
+};
+
+TEST_CASE("an operation completes on the thread that waits for it") {
+  DrivenQueue queue;
+  AlarmOp op(&queue, absl::Milliseconds(20));
+  REQUIRE(queue.WaitUntil(absl::Seconds(10), [&] { return op.done(); }));
+  CHECK(op.ok());
+  CHECK(op.thread() == std::this_thread::get_id());
+}
+
+TEST_CASE("a wait ends at its timeout when nothing completes") {
+  DrivenQueue queue;
+  AlarmOp late(&queue, absl::Seconds(30));
+  CHECK_FALSE(
+      queue.WaitUntil(absl::Milliseconds(50), [&] { return late.done(); }));
+  CHECK_FALSE(late.done());
+  // A condition that holds already ends the wait at once.
+  CHECK(queue.WaitUntil(absl::Seconds(30), [] { return true; }));
+}
+
+TEST_CASE("a waiter is woken when the driver runs its completion") {
+  DrivenQueue queue;
+  AlarmOp slow(&queue, absl::Seconds(3));
+  std::atomic<bool> driving{false};
+  bool slow_waited = false;
+  std::thread::id driver_id;
+  std::thread driver([&] {
+    driver_id = std::this_thread::get_id();
+    driving.store(true);
+    slow_waited =
+        queue.WaitUntil(absl::Seconds(20), [&] { return slow.done(); });
+  });
+  while (!driving.load()) std::this_thread::yield();
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  AlarmOp fast(&queue, absl::Milliseconds(50));
+  REQUIRE(queue.WaitUntil(absl::Seconds(20), [&] { return fast.done(); }));
+  // The driver ran it (this thread only waited) and woke this one before
+  // its own alarm.
+  CHECK_FALSE(slow.done());
+  CHECK(fast.thread() == driver_id);
+  driver.join();
+  CHECK(slow_waited);
+  CHECK(slow.thread() == driver_id);
+}
+
+TEST_CASE("Notify wakes a waiter whose condition changed elsewhere") {
+  DrivenQueue queue;
+  AlarmOp slow(&queue, absl::Seconds(3));
+  std::thread driver(
+      [&] { queue.WaitUntil(absl::Seconds(20), [&] { return slow.done(); }); });
+  std::atomic<bool> flag{false};
+  std::atomic<bool> woken{false};
+  std::thread waiter([&] {
+    woken.store(
+        queue.WaitUntil(absl::Seconds(20), [&] { return flag.load(); }));
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  flag.store(true);
+  queue.Notify();
+  waiter.join();
+  CHECK(woken.load());
+  CHECK_FALSE(slow.done());  // it did not wait for the driver's alarm
+  driver.join();
+  CHECK(slow.done());
+}
+
+TEST_CASE("a wait that ends runs what has completed already") {
+  DrivenQueue queue;
+  AlarmOp op(&queue, absl::ZeroDuration());
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  CHECK_FALSE(op.done());  // nobody drives: it waits in the queue
+  CHECK(queue.WaitUntil(absl::Seconds(10), [] { return true; }));
+  CHECK(op.done());
+}
+
+}  // namespace
+}  // namespace asyncps
