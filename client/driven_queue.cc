@@ -1,10 +1,28 @@
 #include "client/driven_queue.h"
 
+#include <algorithm>
 #include <chrono>
 
 namespace asyncps {
 
+namespace {
+// How long the idle thread drives before it looks whether it still should.
+constexpr absl::Duration kIdleSlice = absl::Seconds(1);
+}  // namespace
+
+DrivenQueue::DrivenQueue(absl::Duration idle_after)
+    : idle_after_(idle_after),
+      last_wait_(absl::Now()),
+      idle_([this] { IdleLoop(); }) {}
+
 DrivenQueue::~DrivenQueue() {
+  {
+    absl::MutexLock l(&mu_);
+    stop_ = true;
+    KickIdle();
+    idle_cv_.Signal();
+  }
+  idle_.join();
   cq_.Shutdown();
   void* tag = nullptr;
   bool ok = false;
@@ -17,9 +35,11 @@ bool DrivenQueue::WaitUntil(absl::Duration timeout,
                             absl::FunctionRef<bool()> ready) {
   const absl::Time deadline = absl::Now() + timeout;
   mu_.Lock();
+  ++waiters_;
   bool done = ready();
   while (!done && absl::Now() < deadline) {
     if (driving_) {
+      KickIdle();
       cv_.WaitWithDeadline(&mu_, deadline);
     } else {
       driving_ = true;
@@ -54,6 +74,8 @@ bool DrivenQueue::WaitUntil(absl::Duration timeout,
     driving_ = false;
     cv_.SignalAll();
   }
+  --waiters_;
+  last_wait_ = absl::Now();
   mu_.Unlock();
   return done;
 }
@@ -63,4 +85,42 @@ void DrivenQueue::Notify() {
   cv_.SignalAll();
 }
 
+void DrivenQueue::KickIdle() {
+  if (!idle_driving_ || kick_pending_) return;
+  kick_pending_ = true;
+  kick_.Set(&cq_, std::chrono::system_clock::time_point(), &kick_op_);
+}
+
+void DrivenQueue::KickOp::Complete(bool) {
+  absl::MutexLock l(&queue_->mu_);
+  queue_->kick_pending_ = false;
+}
+
+void DrivenQueue::IdleLoop() {
+  mu_.Lock();
+  while (!stop_) {
+    if (waiters_ > 0 || driving_ || absl::Now() < last_wait_ + idle_after_) {
+      // Looks again later; waiters never wake this thread (that would cost
+      // every call a wake-up).
+      idle_cv_.WaitWithTimeout(
+          &mu_, std::max(idle_after_ / 2, absl::Milliseconds(10)));
+      continue;
+    }
+    driving_ = true;
+    idle_driving_ = true;
+    mu_.Unlock();
+    void* tag = nullptr;
+    bool ok = false;
+    if (cq_.AsyncNext(&tag, &ok,
+                      absl::ToChronoTime(absl::Now() + kIdleSlice)) ==
+        grpc::CompletionQueue::GOT_EVENT) {
+      static_cast<Op*>(tag)->Complete(ok);
+    }
+    mu_.Lock();
+    driving_ = false;
+    idle_driving_ = false;
+    cv_.SignalAll();
+  }
+  mu_.Unlock();
+}
 }  // namespace asyncps

@@ -1,10 +1,12 @@
 #ifndef ASYNCPS_CLIENT_DRIVEN_QUEUE_H_
 #define ASYNCPS_CLIENT_DRIVEN_QUEUE_H_
 
+#include <grpcpp/alarm.h>
 #include <grpcpp/grpcpp.h>
 
 #include <functional>
 #include <memory>
+#include <thread>
 #include <utility>
 
 #include "absl/base/thread_annotations.h"
@@ -24,8 +26,11 @@ namespace asyncps {
 // One thread at a time drives (polls the queue and runs what completes);
 // the others wait and are woken after every completion to look at their own
 // condition, and one of them takes over when the driver's condition holds.
-// Operations complete only while some thread waits: an answer that arrives
-// while none does stays queued until the next one.
+// Once no thread has waited for `idle_after`, the queue's own thread drives
+// it until one does again (the first waiter then wakes it with an alarm and
+// takes over): what arrives while the process waits for nothing is still
+// read, an HTTP/2 keepalive answer above all, which would otherwise wait
+// for gRPC's backup poll (every 5 s) and the connection be closed as dead.
 //
 // Thread-safe.
 class DrivenQueue {
@@ -40,9 +45,9 @@ class DrivenQueue {
     ~Op() = default;
   };
 
-  DrivenQueue() = default;
-  // Shuts the queue down. Every operation started on it must have completed
-  // (its owner waited for it).
+  explicit DrivenQueue(absl::Duration idle_after = absl::Milliseconds(500));
+  // Stops the idle thread and shuts the queue down. Every operation started
+  // on it must have completed (its owner waited for it).
   ~DrivenQueue();
   DrivenQueue(const DrivenQueue&) = delete;
   DrivenQueue& operator=(const DrivenQueue&) = delete;
@@ -68,10 +73,35 @@ class DrivenQueue {
   void Notify();
 
  private:
+  // The alarm's tag that makes the idle thread give up driving.
+  class KickOp : public Op {
+   public:
+    explicit KickOp(DrivenQueue* queue) : queue_(queue) {}
+    void Complete(bool ok) override;
+
+   private:
+    DrivenQueue* const queue_;
+  };
+
+  // Drives the queue while no thread waits on it (see above).
+  void IdleLoop();
+  // Wakes the idle thread out of the queue, if it drives it.
+  void KickIdle() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  const absl::Duration idle_after_;
   grpc::CompletionQueue cq_;
+  grpc::Alarm kick_;
+  KickOp kick_op_{this};
   absl::Mutex mu_;
-  absl::CondVar cv_;
+  absl::CondVar cv_;       // waiters: a completion ran, or Notify
+  absl::CondVar idle_cv_;  // the idle thread: stop
   bool driving_ ABSL_GUARDED_BY(mu_) = false;
+  bool idle_driving_ ABSL_GUARDED_BY(mu_) = false;  // the idle thread drives
+  bool kick_pending_ ABSL_GUARDED_BY(mu_) = false;  // kick_ set, not run
+  int waiters_ ABSL_GUARDED_BY(mu_) = 0;            // threads in WaitUntil
+  absl::Time last_wait_ ABSL_GUARDED_BY(mu_);       // when one last left
+  bool stop_ ABSL_GUARDED_BY(mu_) = false;
+  std::thread idle_;  // last: starts once the rest is set up
 };
 
 namespace driven_queue_internal {

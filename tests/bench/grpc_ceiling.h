@@ -3,7 +3,8 @@
 
 // The gRPC ceiling of push_pull_bench: what gRPC itself moves in the shape
 // asyncps's data path uses (one bidirectional stream of raw ByteBuffers per
-// connection, callback reactors on both ends, several requests in flight,
+// connection, answers completing on a DrivenQueue the client's waiting
+// thread drives, callback reactors on the server, several requests in flight,
 // several connections per server) with the same SGD apply on the server and
 // nothing else: no protobuf, no validation, no versions, no de-dup, no
 // locks. asyncps's distance to it is asyncps's own cost; its distance to the

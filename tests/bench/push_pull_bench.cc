@@ -4,8 +4,9 @@
 //   tcp   a plain TCP socket server and client written here, moving the same
 //         bytes with the same SGD apply (w -= lr * g) on the server, one
 //         connection per client and server, one request at a time;
-//   grpc  gRPC streams of raw ByteBuffers in asyncps's shape (callback
-//         reactors, --inflight calls, --connections per server) with the
+//   grpc  gRPC streams of raw ByteBuffers in asyncps's shape (DataStream on
+//         a DrivenQueue, callback reactors on the server, --inflight calls,
+//         --connections per server) with the
 //         same apply and nothing else (grpc_ceiling.h).
 // asyncps / grpc is what asyncps's own code costs; grpc / tcp is gRPC's.
 //

@@ -1,7 +1,9 @@
 // DrivenQueue: operations complete on the threads that wait for them, one
 // driver at a time, and every waiter sees its own condition: after another
-// thread's completion, after Notify, at its timeout. Operations are
-// grpc::Alarm expiries, which complete on a queue like any call.
+// thread's completion, after Notify, at its timeout; while nobody waits,
+// the queue's idle thread runs them, and gives way to the next waiter.
+// Operations are grpc::Alarm expiries, which complete on a queue like any
+// call. The queues of the first cases never go idle within the test.
 #include "client/driven_queue.h"
 
 #include <grpcpp/alarm.h>
@@ -39,7 +41,7 @@ class AlarmOp : public DrivenQueue::Op {
 };
 
 TEST_CASE("an operation completes on the thread that waits for it") {
-  DrivenQueue queue;
+  DrivenQueue queue(absl::Minutes(10));
   AlarmOp op(&queue, absl::Milliseconds(20));
   REQUIRE(queue.WaitUntil(absl::Seconds(10), [&] { return op.done(); }));
   CHECK(op.ok());
@@ -47,7 +49,7 @@ TEST_CASE("an operation completes on the thread that waits for it") {
 }
 
 TEST_CASE("a wait ends at its timeout when nothing completes") {
-  DrivenQueue queue;
+  DrivenQueue queue(absl::Minutes(10));
   AlarmOp late(&queue, absl::Seconds(30));
   CHECK_FALSE(
       queue.WaitUntil(absl::Milliseconds(50), [&] { return late.done(); }));
@@ -57,7 +59,7 @@ TEST_CASE("a wait ends at its timeout when nothing completes") {
 }
 
 TEST_CASE("a waiter is woken when the driver runs its completion") {
-  DrivenQueue queue;
+  DrivenQueue queue(absl::Minutes(10));
   AlarmOp slow(&queue, absl::Seconds(3));
   std::atomic<bool> driving{false};
   bool slow_waited = false;
@@ -82,7 +84,7 @@ TEST_CASE("a waiter is woken when the driver runs its completion") {
 }
 
 TEST_CASE("Notify wakes a waiter whose condition changed elsewhere") {
-  DrivenQueue queue;
+  DrivenQueue queue(absl::Minutes(10));
   AlarmOp slow(&queue, absl::Seconds(3));
   std::thread driver(
       [&] { queue.WaitUntil(absl::Seconds(20), [&] { return slow.done(); }); });
@@ -103,12 +105,35 @@ TEST_CASE("Notify wakes a waiter whose condition changed elsewhere") {
 }
 
 TEST_CASE("a wait that ends runs what has completed already") {
-  DrivenQueue queue;
+  DrivenQueue queue(absl::Minutes(10));
   AlarmOp op(&queue, absl::ZeroDuration());
   std::this_thread::sleep_for(std::chrono::milliseconds(200));
   CHECK_FALSE(op.done());  // nobody drives: it waits in the queue
   CHECK(queue.WaitUntil(absl::Seconds(10), [] { return true; }));
   CHECK(op.done());
+}
+
+TEST_CASE("while nobody waits, the idle thread runs completions") {
+  DrivenQueue queue(absl::Milliseconds(50));
+  AlarmOp op(&queue, absl::Milliseconds(100));
+  const absl::Time give_up = absl::Now() + absl::Seconds(20);
+  while (!op.done() && absl::Now() < give_up) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  REQUIRE(op.done());
+  CHECK(op.ok());
+  CHECK(op.thread() != std::this_thread::get_id());
+}
+
+TEST_CASE("a waiter takes over from the idle thread") {
+  DrivenQueue queue(absl::Milliseconds(20));
+  // Long enough for the idle thread to be driving, blocked in the queue
+  // for up to a second at a time.
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  AlarmOp op(&queue, absl::Milliseconds(100));
+  REQUIRE(queue.WaitUntil(absl::Seconds(20), [&] { return op.done(); }));
+  // The waiter drove: the idle thread gave way at once (an alarm woke it).
+  CHECK(op.thread() == std::this_thread::get_id());
 }
 
 }  // namespace
