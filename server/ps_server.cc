@@ -489,17 +489,17 @@ void PsServer::FillDigest(StatusResponse* response) {
 
 void PsServer::EvictIdleRows() {
   // Tables that evict under the cap keep some room free, so that requests
-  // rarely wait for eviction.
-  const uint64_t made = store_->tables().EvictToWatermark();
-  if (made > 0) logger_->debug("evicted {} row(s) to keep room", made);
-  if (store_->options().row_ttl_steps <= 0) return;
+  // rarely wait for eviction; rows unused for row_ttl_steps steps of the
+  // fastest live worker go. A replicated shard's primary logs what it
+  // evicts; a backup evicts nothing of its own.
+  if (store_->tables().totals().tables == 0) return;
   int64_t clock = 0;
   for (const WorkerInfo& w : workers_->Workers()) {
     if (w.live) clock = std::max(clock, w.clock);
   }
-  const uint64_t evicted = store_->tables().EvictIdle(clock);
+  const uint64_t evicted = service_->RunEviction(clock);
   if (evicted > 0) {
-    logger_->debug("evicted {} row(s) unused for {} steps (clock {})", evicted,
+    logger_->debug("evicted {} row(s) (row_ttl_steps {}, clock {})", evicted,
                    store_->options().row_ttl_steps, clock);
   }
 }

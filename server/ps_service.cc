@@ -101,7 +101,13 @@ PsService::PsService(ServiceContext context)
     : c_(std::move(context)),
       start_time_(c_.clock->Now()),
       epoch_(c_.epoch),
-      slot_load_(c_.store->map()) {}
+      slot_load_(c_.store->map()) {
+  if (c_.log != nullptr) {
+    c_.store->tables().set_eviction_listener(
+        [this](absl::string_view table, absl::Span<const uint64_t> ids,
+               bool idle) { NoteEviction(table, ids, idle); });
+  }
+}
 
 // Parses a unary request, runs handle(request, &response) and answers.
 template <typename Request, typename Response, typename Handler>

@@ -199,8 +199,14 @@ class PsService final : public RawParameterServerService {
                    absl::FunctionRef<absl::Status()> copy,
                    std::function<void(absl::Status)> answer);
   // A backup runs its primary's entry through the same steps as the
-  // primary did (its answer is dropped; the primary's was the same).
+  // primary did (its answer is dropped; the primary's was the same), after
+  // evicting the rows the primary evicted while it ran them.
   absl::Status ApplyEntry(const LogEntry& entry);
+  // The shard's own eviction round (rows idle for row_ttl_steps before
+  // `clock`, room kept free under the cap), as a step: a replicated
+  // primary logs the rows it evicts; a backup evicts only what its
+  // primary's entries say. Returns the rows evicted.
+  uint64_t RunEviction(int64_t clock);
   // The log entry of a push: its header and a copy of its payloads.
   static LogEntry PushEntry(const PushRequest& header,
                             absl::Span<const Payload> grads,
@@ -231,6 +237,13 @@ class PsService final : public RawParameterServerService {
   std::atomic<uint64_t> values_saved_{0};
   absl::Mutex mu_;
   std::string address_ ABSL_GUARDED_BY(mu_);
+  // The log entry the primary is running (RunStep): the rows evicted
+  // meanwhile are added to it (TableStore::set_eviction_listener).
+  absl::Mutex running_mu_;
+  LogEntry* running_ ABSL_GUARDED_BY(running_mu_) = nullptr;
+  uint64_t unlogged_evictions_ ABSL_GUARDED_BY(running_mu_) = 0;
+  void NoteEviction(absl::string_view table, absl::Span<const uint64_t> ids,
+                    bool idle);
   // The state digest being computed (Status with state_digest), if any.
   absl::Mutex digest_mu_;
   bool digesting_ ABSL_GUARDED_BY(digest_mu_) = false;

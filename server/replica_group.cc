@@ -358,8 +358,9 @@ void ReplicaGroup::TendBackups(
   for (int i = 1; i < group.replicas_size(); ++i) {
     const ReplicaRecord& r = group.replicas(i);
     const std::string id = IdOf(r);
+    // Drop logs (or fences) what fails; the next round tries again.
     if (!IsLive(live, r)) {
-      Drop(id, "its lease expired");
+      Drop(id, "its lease expired").IgnoreError();
       continue;
     }
     auto st = states.find(id);
@@ -372,7 +373,8 @@ void ReplicaGroup::TendBackups(
         Drop(id,
              absl::StrCat("it acknowledged nothing for ",
                           absl::FormatDuration(now - st->second.last_progress),
-                          " (entry ", st->second.acked, " of ", last, ")"));
+                          " (entry ", st->second.acked, " of ", last, ")"))
+            .IgnoreError();
       }
       continue;
     }

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "common/names.h"
 #include "server/ps_service.h"
 #include "store/table_store.h"
 
@@ -33,8 +34,15 @@ void PsService::RunStep(absl::FunctionRef<LogEntry()> entry,
                         bool through_earlier) {
   if (c_.log == nullptr) return answer(apply());
   absl::Status applied;
-  absl::StatusOr<uint64_t> index =
-      c_.log->Run(entry(), [&] { applied = apply(); });
+  absl::StatusOr<uint64_t> index = c_.log->Run(entry(), [&](LogEntry* e) {
+    {
+      absl::MutexLock l(&running_mu_);
+      running_ = e;
+    }
+    applied = apply();
+    absl::MutexLock l(&running_mu_);
+    running_ = nullptr;
+  });
   if (!index.ok()) return answer(index.status());
   c_.log->WhenAcked(*index - (through_earlier ? 1 : 0),
                     [applied, answer = std::move(answer)](absl::Status held) {
@@ -99,7 +107,56 @@ LogEntry PsService::PushEntry(const PushRequest& header,
   return entry;
 }
 
+void PsService::NoteEviction(absl::string_view table,
+                             absl::Span<const uint64_t> ids, bool idle) {
+  absl::MutexLock l(&running_mu_);
+  if (running_ == nullptr) {
+    // A backup that had to make room itself: its state has left its
+    // primary's (it evicts only what the entries say, which should leave
+    // the room the primary had).
+    if (unlogged_evictions_ == 0) {
+      c_.logger->warn(
+          "evicted {} row(s) of table {} outside a log entry: this replica's "
+          "rows may differ from its primary's",
+          ids.size(), QuoteName(table));
+    }
+    unlogged_evictions_ += ids.size();
+    return;
+  }
+  EvictedRows* rows = running_->add_evicted();
+  rows->set_table(std::string(table));
+  rows->mutable_ids()->Add(ids.begin(), ids.end());
+  rows->set_idle(idle);
+}
+
+uint64_t PsService::RunEviction(int64_t clock) {
+  uint64_t evicted = 0;
+  const auto evict = [&] {
+    evicted = c_.store->tables().EvictToWatermark();
+    evicted += c_.store->tables().EvictIdle(clock);
+    return absl::OkStatus();
+  };
+  if (c_.log == nullptr) {
+    evict().IgnoreError();
+    return evicted;
+  }
+  // On a backup the log refuses the step: nothing is evicted.
+  RunStep(
+      [] {
+        LogEntry entry;
+        entry.mutable_evict();
+        return entry;
+      },
+      evict, [](absl::Status) {});
+  return evicted;
+}
+
 absl::Status PsService::ApplyEntry(const LogEntry& entry) {
+  for (const EvictedRows& rows : entry.evicted()) {
+    absl::StatusOr<uint64_t> n =
+        c_.store->tables().EvictRows(rows.table(), rows.ids(), rows.idle());
+    if (!n.ok()) return n.status();
+  }
   switch (entry.request_case()) {
     case LogEntry::kPush: {
       const WireDtype dtype = entry.push().wire_dtype();
@@ -133,6 +190,8 @@ absl::Status PsService::ApplyEntry(const LogEntry& entry) {
       HeartbeatResponse response;
       return DoHeartbeat(entry.heartbeat(), &response);
     }
+    case LogEntry::kEvict:
+      return absl::OkStatus();  // its rows were evicted above
     case LogEntry::REQUEST_NOT_SET:
       break;
   }

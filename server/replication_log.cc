@@ -28,18 +28,19 @@ bool ReplicationLog::primary() const {
   return primary_ && fenced_.ok();
 }
 
-absl::StatusOr<uint64_t> ReplicationLog::Run(LogEntry entry,
-                                             absl::FunctionRef<void()> apply) {
+absl::StatusOr<uint64_t> ReplicationLog::Run(
+    LogEntry entry, absl::FunctionRef<void(LogEntry*)> apply) {
   auto feed = std::make_shared<FollowFeed>();
   *feed->mutable_entry() = std::move(entry);
-  const uint64_t bytes = feed->ByteSizeLong();
+  uint64_t bytes = feed->ByteSizeLong();
   absl::MutexLock l(&mu_);
   if (!fenced_.ok()) return fenced_;
   if (!primary_) {
     return absl::UnavailableError(
         "this replica is a backup: requests go to the shard's primary");
   }
-  apply();
+  apply(feed->mutable_entry());
+  if (feed->entry().evicted_size() > 0) bytes = feed->ByteSizeLong();
   feed->mutable_entry()->set_index(++last_index_);
   feed->mutable_entry()->set_epoch(epoch_);
   last_epoch_ = epoch_;

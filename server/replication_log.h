@@ -81,7 +81,13 @@ class ReplicationLog {
   // The primary's step: runs `apply`, then appends `entry` with the next
   // index and this primary's epoch, both under the log's lock. UNAVAILABLE
   // (and nothing run) when this replica is not (or no longer) the primary.
-  absl::StatusOr<uint64_t> Run(LogEntry entry, absl::FunctionRef<void()> apply);
+  // `apply` may add to the entry (what it evicted) before it is appended.
+  absl::StatusOr<uint64_t> Run(LogEntry entry,
+                               absl::FunctionRef<void(LogEntry*)> apply);
+  absl::StatusOr<uint64_t> Run(LogEntry entry,
+                               absl::FunctionRef<void()> apply) {
+    return Run(std::move(entry), [&](LogEntry*) { apply(); });
+  }
   // Runs `cut` under the lock with the last entry's index and epoch: no
   // entry is run meanwhile (a snapshot's consistent cut).
   void AtCut(absl::FunctionRef<void(uint64_t index, uint64_t epoch)> cut);

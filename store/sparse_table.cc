@@ -553,7 +553,7 @@ SparseTable::PushCounts SparseTable::Apply(
   return counts;
 }
 
-uint64_t SparseTable::EvictBefore(int64_t clock) {
+uint64_t SparseTable::EvictBefore(int64_t clock, std::vector<uint64_t>* ids) {
   uint64_t evicted = 0;
   std::vector<uint64_t> idle;
   for (int k = 0; k < kPartitions; ++k) {
@@ -571,8 +571,23 @@ uint64_t SparseTable::EvictBefore(int64_t clock) {
     }
     for (uint64_t id : idle) EraseRow(p, id);
     evicted += idle.size();
+    if (ids != nullptr) ids->insert(ids->end(), idle.begin(), idle.end());
   }
   evicted_idle_.fetch_add(evicted, std::memory_order_relaxed);
+  return evicted;
+}
+
+uint64_t SparseTable::EvictIds(absl::Span<const uint64_t> ids, bool idle) {
+  uint64_t evicted = 0;
+  for (uint64_t id : ids) {
+    Partition& p = partitions_[PartitionOf(id)];
+    absl::MutexLock l(&p.mu);
+    if (Lookup(p, id) == Batch::kNoRow) continue;
+    EraseRow(p, id);
+    ++evicted;
+  }
+  (idle ? evicted_idle_ : evicted_cap_)
+      .fetch_add(evicted, std::memory_order_relaxed);
   return evicted;
 }
 
@@ -619,7 +634,8 @@ double SparseTable::EvictionThreshold(uint64_t rows) const {
   return ScoreQuantile(&samples, static_cast<double>(rows) / held);
 }
 
-uint64_t SparseTable::EvictPartition(int k, double threshold, uint64_t quota) {
+uint64_t SparseTable::EvictPartition(int k, double threshold, uint64_t quota,
+                                     std::vector<uint64_t>* ids) {
   const int64_t now = latest_clock_.load(std::memory_order_relaxed);
   Partition& p = partitions_[k];
   absl::MutexLock l(&p.mu);
@@ -635,6 +651,7 @@ uint64_t SparseTable::EvictPartition(int k, double threshold, uint64_t quota) {
   }
   for (uint64_t id : cold) EraseRow(p, id);
   evicted_cap_.fetch_add(cold.size(), std::memory_order_relaxed);
+  if (ids != nullptr) ids->insert(ids->end(), cold.begin(), cold.end());
   return cold.size();
 }
 

@@ -203,7 +203,8 @@ class SparseTable {
 
   // Removes the rows last used before `clock` and returns how many.
   // REQUIRES: no request is between Find and Read / Apply on this table.
-  uint64_t EvictBefore(int64_t clock);
+  // The ids go to *ids (if given) too.
+  uint64_t EvictBefore(int64_t clock, std::vector<uint64_t>* ids = nullptr);
 
   // Under the cap (evicts_under_cap()): the score (store/row_eviction.h) at
   // or below which about `rows` rows lie, from a sample of at most 4096
@@ -212,7 +213,13 @@ class SparseTable {
   // Removes up to `quota` rows of partition `k` whose score is at most
   // `threshold` (under that partition's lock); returns how many.
   // REQUIRES: as EvictBefore.
-  uint64_t EvictPartition(int k, double threshold, uint64_t quota);
+  // The ids go to *ids (if given) too.
+  uint64_t EvictPartition(int k, double threshold, uint64_t quota,
+                          std::vector<uint64_t>* ids = nullptr);
+  // Evicts the rows of `ids` that exist (another replica's choice), counted
+  // as evicted idle or under the cap; returns how many.
+  // REQUIRES: as EvictBefore.
+  uint64_t EvictIds(absl::Span<const uint64_t> ids, bool idle);
 
   // Hands every row homed here under the map served now (with `since` > 0:
   // every such row changed at or after that epoch) to `visit`, partition by

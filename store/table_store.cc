@@ -544,15 +544,40 @@ uint64_t TableStore::EvictIdle(int64_t clock) {
     absl::ReaderMutexLock l(&evict_mu_);
     if (clock - last_evict_clock_ < std::max<int64_t>(1, ttl / 8)) return 0;
   }
-  absl::MutexLock l(&evict_mu_);
-  last_evict_clock_ = clock;
+  std::vector<std::pair<SparseTable*, std::vector<uint64_t>>> ids;
   uint64_t evicted = 0;
-  for (SparseTable* table : Sorted()) {
-    const uint64_t n = table->EvictBefore(clock - ttl);
-    if (n > 0) options_.release(n * table->row_bytes());
-    evicted += n;
+  {
+    absl::MutexLock l(&evict_mu_);
+    last_evict_clock_ = clock;
+    for (SparseTable* table : Sorted()) {
+      std::vector<uint64_t>* out = nullptr;
+      if (listener_) out = &ids.emplace_back(table, 0).second;
+      const uint64_t n = table->EvictBefore(clock - ttl, out);
+      if (n > 0) options_.release(n * table->row_bytes());
+      evicted += n;
+    }
+  }
+  for (const auto& [table, list] : ids) {
+    if (!list.empty()) listener_(table->spec().name(), list, /*idle=*/true);
   }
   return evicted;
+}
+
+absl::StatusOr<uint64_t> TableStore::EvictRows(absl::string_view table,
+                                               absl::Span<const uint64_t> ids,
+                                               bool idle) {
+  SparseTable* t = FindMutable(table);
+  if (t == nullptr) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("evicted rows of unknown table ", QuoteName(table)));
+  }
+  uint64_t n;
+  {
+    absl::MutexLock l(&evict_mu_);
+    n = t->EvictIds(ids, idle);
+  }
+  options_.release(n * t->row_bytes());
+  return n;
 }
 
 uint64_t TableStore::MakeRoom(uint64_t bytes) {
@@ -599,18 +624,21 @@ uint64_t TableStore::FreeBytes(uint64_t bytes) {
           victim->rows(), static_cast<uint64_t>(std::ceil(share / row_bytes)));
       if (left == 0) continue;
       const double threshold = victim->EvictionThreshold(left);
+      std::vector<uint64_t> ids;
+      std::vector<uint64_t>* out = listener_ ? &ids : nullptr;
       // One partition per step: requests run between the steps.
       for (int k = 0; k < SparseTable::kPartitions && left > 0; ++k) {
         uint64_t n;
         {
           absl::MutexLock l(&evict_mu_);
-          n = victim->EvictPartition(k, threshold, left);
+          n = victim->EvictPartition(k, threshold, left, out);
         }
         if (n > 0) options_.release(n * row_bytes);
         left -= n;
         freed += n * row_bytes;
         evicted += n;
       }
+      if (!ids.empty()) listener_(victim->spec().name(), ids, /*idle=*/false);
     }
   }
   return evicted;

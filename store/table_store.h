@@ -211,6 +211,21 @@ class TableStore {
   // evicted.
   uint64_t EvictToWatermark();
 
+  // Called with the ids of every eviction (EvictIdle, MakeRoom,
+  // EvictToWatermark) on the thread that evicted, once per table and
+  // round, without the eviction lock: a replicated shard's primary logs
+  // them for its backups. Set before the store serves requests.
+  using EvictionListener = std::function<void(
+      absl::string_view table, absl::Span<const uint64_t> ids, bool idle)>;
+  void set_eviction_listener(EvictionListener listener) {
+    listener_ = std::move(listener);
+  }
+  // Evicts the rows of `ids` that exist, as another replica chose them
+  // (idle: for row_ttl_steps, else under the cap), and gives their bytes
+  // back; returns how many. INVALID_ARGUMENT for an unknown table.
+  absl::StatusOr<uint64_t> EvictRows(absl::string_view table,
+                                     absl::Span<const uint64_t> ids, bool idle);
+
   // ---- Checkpoints.
 
   // Calls table(spec) (with its schedule), then row(view) for each of its
@@ -329,6 +344,7 @@ class TableStore {
   int64_t last_evict_clock_ ABSL_GUARDED_BY(evict_mu_) = 0;
   // One MakeRoom at a time (a second one may find the room made).
   absl::Mutex room_mu_ ABSL_ACQUIRED_BEFORE(evict_mu_);
+  EvictionListener listener_;  // may be empty; set before requests
 
   mutable absl::Mutex mu_;
   absl::flat_hash_map<std::string, std::unique_ptr<SparseTable>> tables_

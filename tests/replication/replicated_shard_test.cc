@@ -44,9 +44,11 @@ std::vector<std::string> ReplicaArgs(const testing::EtcdProcess& etcd,
 }
 
 ServerProcess StartReplica(const testing::EtcdProcess& etcd,
-                           const std::string& run) {
-  absl::StatusOr<ServerProcess> s =
-      testing::StartPsServer(0, 1, ReplicaArgs(etcd, run));
+                           const std::string& run,
+                           const std::vector<std::string>& extra = {}) {
+  std::vector<std::string> args = ReplicaArgs(etcd, run);
+  args.insert(args.end(), extra.begin(), extra.end());
+  absl::StatusOr<ServerProcess> s = testing::StartPsServer(0, 1, args);
   REQUIRE_OK(s.status());
   return *std::move(s);
 }
@@ -252,6 +254,74 @@ TEST_CASE(
   Push("kill", b.address, 3, 5, 2);
   ExpectSameState(b.address, c.address);
   ExpectAll(Values(b.address), kInit - 60);
+}
+
+TEST_CASE(
+    "replicas of a capped table with a row TTL evict the same rows: the "
+    "primary's evictions reach the backup in log order",
+    "[replication][eviction]") {
+  if (testing::SkipWithoutEtcd()) return;
+  absl::StatusOr<testing::EtcdProcess> etcd = testing::StartEtcd();
+  REQUIRE_OK(etcd.status());
+  // Room for about 2900 rows of dim 8 (SGD: 32 + 64 bytes each); rows
+  // unused for 8 steps go too.
+  const std::vector<std::string> capped = {"--max_parameter_bytes=300K",
+                                           "--row_ttl_steps=8"};
+  ServerProcess a = StartReplica(*etcd, "evict", capped);
+  WaitForRole(a.address, "primary");
+  ServerProcess b = StartReplica(*etcd, "evict", capped);
+  WaitForRole(b.address, "backup");
+  WaitForCounted(a.address, 1);
+
+  std::unique_ptr<PsClient> c = Client("evict", a.address, 1);
+  REQUIRE_OK(c->Register().status());
+  TableSpec spec;
+  spec.set_name("emb");
+  spec.set_dim(8);
+  spec.set_init(INIT_UNIFORM);
+  spec.set_init_value(0.1f);
+  spec.mutable_optimizer()->set_type(OPT_SGD);
+  spec.mutable_optimizer()->set_learning_rate(0.125f);
+  spec.set_eviction(EVICT_LRU);
+  REQUIRE_OK(c->CreateTables({spec}));
+  // Each step: 100 hot ids and 600 fresh ones, pulled (created) and pushed;
+  // the fresh rows overflow the cap every few steps.
+  std::vector<uint64_t> hot;
+  for (uint64_t i = 1; i <= 100; ++i) hot.push_back(i * 7919);
+  uint64_t fresh = 1u << 30;
+  const int steps = 30;
+  for (int step = 1; step <= steps; ++step) {
+    std::vector<uint64_t> ids = hot;
+    for (int i = 0; i < 600; ++i) ids.push_back(fresh++);
+    std::vector<float> values(ids.size() * 8);
+    auto pull = c->StartPullRows(step, step, {{"emb", ids, values.data()}});
+    REQUIRE_OK(pull->Wait());
+    const std::vector<float> grads(ids.size() * 8, 1.0f);
+    REQUIRE_OK(
+        c->StartPushRows(step, {{"emb", ids, grads.data()}}, pull->read())
+            ->Wait()
+            .status());
+  }
+  // The primary's sampler evicts the rows idle for 8 steps.
+  REQUIRE_OK(WaitFor(
+      [&] {
+        absl::StatusOr<StatusResponse> s = Status(a.address);
+        return s.ok() && s->tables_size() == 1 &&
+               s->tables(0).rows_evicted_idle() > 0;
+      },
+      absl::Seconds(20), "the primary evicts idle rows"));
+  ExpectSameState(a.address, b.address);
+  absl::StatusOr<StatusResponse> sa = Status(a.address);
+  absl::StatusOr<StatusResponse> sb = Status(b.address);
+  REQUIRE_OK(sa.status());
+  REQUIRE_OK(sb.status());
+  REQUIRE(sb->tables_size() == 1);
+  const TableStatus& ta = sa->tables(0);
+  const TableStatus& tb = sb->tables(0);
+  CHECK(ta.rows_evicted_cap() > 0);
+  CHECK(tb.rows_evicted_cap() == ta.rows_evicted_cap());
+  CHECK(tb.rows_evicted_idle() == ta.rows_evicted_idle());
+  CHECK(tb.rows() == ta.rows());
 }
 
 TEST_CASE(

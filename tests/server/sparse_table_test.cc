@@ -1,6 +1,7 @@
 // Sparse tables in the shard store: creation rules, deterministic rows,
 // exact optimizer arithmetic, duplicate ids, bad input, the memory cap, TTL
 // eviction and the hash index under churn.
+#include <algorithm>
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <limits>
@@ -559,6 +560,43 @@ TEST_CASE(
       PushRows(store.get(), "emb", {1}, {1.0f, 1.0f}, {1}, {}, 21);
   REQUIRE_OK(r.status());
   REQUIRE(r->refused_restored() == 1);
+}
+
+TEST_CASE(
+    "a listener hears the ids of every eviction, and another store evicts "
+    "exactly those (a replicated shard's backup)",
+    "[tables][ttl][replication]") {
+  const TableSpec spec = MakeTableSpec("emb", 2, Opt(OPT_SGD, 1.0f));
+  auto primary = Store(0, 1, 0, /*ttl=*/10);
+  auto backup = Store(0, 1, 0, /*ttl=*/10);
+  std::vector<uint64_t> heard;
+  bool heard_idle = false;
+  primary->tables().set_eviction_listener(
+      [&](absl::string_view table, absl::Span<const uint64_t> ids, bool idle) {
+        CHECK(table == "emb");
+        heard.insert(heard.end(), ids.begin(), ids.end());
+        heard_idle = idle;
+      });
+  for (auto* store : {primary.get(), backup.get()}) {
+    REQUIRE_OK(CreateTable(store, spec));
+    REQUIRE_OK(PullRows(store, "emb", {1, 2, 3, 4}, /*clock=*/0).status());
+    REQUIRE_OK(PullRows(store, "emb", {2}, /*clock=*/15).status());
+  }
+  REQUIRE(primary->tables().EvictIdle(20) == 3);
+  std::sort(heard.begin(), heard.end());
+  REQUIRE(heard == std::vector<uint64_t>{1, 3, 4});
+  REQUIRE(heard_idle);
+  // The backup evicts what it is told (and skips ids it does not hold),
+  // gives the bytes back and counts them idle, as the primary did.
+  heard.push_back(99);
+  absl::StatusOr<uint64_t> n = backup->tables().EvictRows("emb", heard, true);
+  REQUIRE_OK(n.status());
+  REQUIRE(*n == 3);
+  REQUIRE(backup->Size().reserved_bytes == primary->Size().reserved_bytes);
+  REQUIRE(backup->tables().Status()[0].rows_evicted_idle() == 3);
+  REQUIRE(backup->tables().Status()[0].rows() == 1);
+  REQUIRE(absl::IsInvalidArgument(
+      backup->tables().EvictRows("nope", heard, true).status()));
 }
 
 TEST_CASE("the hash index stays right through growth and eviction churn",
