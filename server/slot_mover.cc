@@ -127,7 +127,9 @@ absl::StatusOr<MoveSlotsResponse> SlotMover::MoveIn(
   if (!s.ok()) {
     c_->logger->warn("moving slots in from shard {} failed: {}",
                      request.source_index(), s.ToString());
-    Abort(epoch);
+    // Before the fenced round no source waits to ask how the move ended:
+    // psctl may plan the same map epoch again (the map stays one epoch on).
+    Abort(epoch, /*forget=*/!round.fence());
     if (round.fence()) TellSource(stub.get(), epoch, /*committed=*/false);
     return s;
   }
@@ -246,10 +248,14 @@ absl::Status SlotMover::Commit(uint64_t epoch, const ShardMap& next,
   return absl::OkStatus();
 }
 
-void SlotMover::Abort(uint64_t epoch) {
+void SlotMover::Abort(uint64_t epoch, bool forget) {
   absl::MutexLock l(&mu_);
   moving_in_ = false;
-  incoming_[epoch] = Outcome::kAborted;
+  if (forget) {
+    incoming_.erase(epoch);
+  } else {
+    incoming_[epoch] = Outcome::kAborted;
+  }
   // What was imported of slots this shard does not own goes.
   PushGate::Closed closed(c_->gate);
   const auto [slices, rows] = c_->store->DropImports();
@@ -342,10 +348,14 @@ absl::Status SlotMover::CheckLeaving(const ExportSlotsRequest& request,
     return absl::FailedPreconditionError(
         "this shard is taking slots in; one move at a time");
   }
-  if (leaving_.has_value() && leaving_->next.epoch() != next.epoch()) {
+  // A round of another move (another epoch, or the same epoch asked by
+  // another destination) is not answered from this fence.
+  if (leaving_.has_value() &&
+      (leaving_->next.epoch() != next.epoch() ||
+       leaving_->destination != request.destination())) {
     return absl::FailedPreconditionError(
         absl::StrCat("this shard is fenced for the move to map epoch ",
-                     leaving_->next.epoch()));
+                     leaving_->next.epoch(), " to ", leaving_->destination));
   }
   return absl::OkStatus();
 }

@@ -146,7 +146,11 @@ class SlotMover {
   absl::Status Commit(uint64_t epoch, const ShardMap& next,
                       const std::vector<MovedWorkerRecord>& workers)
       ABSL_LOCKS_EXCLUDED(mu_);
-  void Abort(uint64_t epoch) ABSL_LOCKS_EXCLUDED(mu_);
+  // Drops what the move imported. The move to `epoch` is remembered as
+  // aborted (a fenced source asking gets that answer, and the epoch is not
+  // tried again), or with `forget` (no source was fenced for it) forgotten,
+  // so that the same map epoch can be planned again.
+  void Abort(uint64_t epoch, bool forget) ABSL_LOCKS_EXCLUDED(mu_);
   // With checkpoints on, makes the specs of tensors and tables the move
   // created (and schedules it adopted) durable in the spec file, and writes
   // a full checkpoint of the committed move and waits for it: a restart

@@ -22,6 +22,7 @@
 #include "common/net.h"
 #include "common/shard_map.h"
 #include "common/shard_map_proto.h"
+#include "proto/asyncps.grpc.pb.h"
 #include "proto/slot_moves.grpc.pb.h"
 #include "tests/testing/require_ok.h"
 #include "tests/testing/stream_helpers.h"
@@ -317,6 +318,49 @@ TEST_CASE(
   const PushResponse push = streams.Push(RawPush(1, 1));
   INFO(push.status().message());
   CHECK(push.status().code() == 0);
+}
+
+TEST_CASE(
+    "a move whose source cannot be reached is aborted before any fence, and "
+    "the same map epoch can be moved to again",
+    "[slots][moves]") {
+  auto cluster = testing::StartPsCluster(2, {absl::StrCat("--num_slots=", 16)});
+  REQUIRE_OK(cluster.status());
+  const ShardMap even = *ShardMap::EvenSlots(2, 16);
+  std::vector<uint16_t> owners(even.owners().begin(), even.owners().end());
+  owners[0] = 1;  // slot 0 of shard 0 to shard 1
+  const ShardMap next = *ShardMap::Slotted(2, owners, 2);
+  auto destination = SlotMoves::NewStub(MakeChannel((*cluster)[1].address));
+  const auto move = [&](const std::string& source, MoveSlotsResponse* out) {
+    MoveSlotsRequest request;
+    request.set_source(source);
+    request.set_source_index(0);
+    request.set_destination((*cluster)[1].address);
+    ShardMapToProto(next, request.mutable_next_map());
+    grpc::ClientContext ctx;
+    ctx.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(30)));
+    return destination->MoveSlots(&ctx, request, out);
+  };
+  const auto epoch_served = [&] {
+    auto stub = ParameterServer::NewStub(MakeChannel((*cluster)[1].address));
+    grpc::ClientContext ctx;
+    ctx.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(10)));
+    StatusResponse status;
+    REQUIRE(stub->Status(&ctx, StatusRequest(), &status).ok());
+    return status.map().epoch();
+  };
+  MoveSlotsResponse r;
+  const grpc::Status lost = move("127.0.0.1:1", &r);
+  INFO(lost.error_message());
+  REQUIRE(lost.error_code() == grpc::StatusCode::UNAVAILABLE);
+  // Nothing moved; psctl plans the same map (epoch 2) again, and with the
+  // source back the move goes through (it was refused as "tried already").
+  REQUIRE(epoch_served() == 1);
+  const grpc::Status moved = move((*cluster)[0].address, &r);
+  INFO(moved.error_message());
+  REQUIRE(moved.ok());
+  CHECK(r.slots() == 1);
+  CHECK(epoch_served() == 2);
 }
 
 }  // namespace
