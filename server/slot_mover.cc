@@ -1,5 +1,6 @@
 #include "server/slot_mover.h"
 
+#include <algorithm>
 #include <utility>
 #include <vector>
 
@@ -9,8 +10,10 @@
 #include "absl/synchronization/notification.h"
 #include "common/grpc_status.h"
 #include "common/map_change.h"
+#include "common/names.h"
 #include "common/net.h"
 #include "common/shard_map_proto.h"
+#include "common/tensor_layout.h"
 #include "server/push_gate.h"
 #include "server/slot_state.h"
 
@@ -92,9 +95,10 @@ absl::StatusOr<MoveSlotsResponse> SlotMover::MoveIn(
       return absl::FailedPreconditionError(
           "another move of this shard's slots is in progress");
     }
-    if (incoming_.contains(epoch)) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "the move to map epoch ", epoch, " was tried already; plan again"));
+    if (incoming_.contains(epoch) && !MayRetry(epoch)) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("the move to map epoch ", epoch,
+                       " was tried already; plan again in a few seconds"));
     }
     incoming_[epoch] = Outcome::kCopying;
     moving_in_ = true;
@@ -128,7 +132,9 @@ absl::StatusOr<MoveSlotsResponse> SlotMover::MoveIn(
     c_->logger->warn("moving slots in from shard {} failed: {}",
                      request.source_index(), s.ToString());
     // Before the fenced round no source waits to ask how the move ended:
-    // psctl may plan the same map epoch again (the map stays one epoch on).
+    // psctl may plan the same map epoch again at once (the map stays one
+    // epoch on); after it, once no answer about this try can be in flight
+    // (MayRetry).
     Abort(epoch, /*forget=*/!round.fence());
     if (round.fence()) TellSource(stub.get(), epoch, /*committed=*/false);
     return s;
@@ -161,6 +167,10 @@ absl::Status SlotMover::CopyUnfenced(SlotMoves::Stub* source,
     const absl::Time round_start = absl::Now();
     absl::StatusOr<Round> done = CopyRound(source, *round, slots);
     if (!done.ok()) return done.status();
+    if (r == 0) {
+      absl::Status s = CheckSourceTensors(done->tensors, slots);
+      if (!s.ok()) return s;
+    }
     c_->logger->debug("copy round {}: {} bytes in {:.1f} ms", r + 1,
                       done->bytes, Ms(absl::Now() - round_start));
     if (out->rounds() == 0) {  // everything of the slots
@@ -178,6 +188,25 @@ absl::Status SlotMover::CopyUnfenced(SlotMoves::Stub* source,
       break;
     }
     previous = done->bytes;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status SlotMover::CheckSourceTensors(const std::vector<std::string>& sent,
+                                           const SlotSet& slots) const {
+  for (const TensorSpec& spec : c_->store->ListTensors()) {
+    if (std::find(sent.begin(), sent.end(), spec.name()) != sent.end()) {
+      continue;
+    }
+    absl::StatusOr<TensorLayout> layout = TensorLayout::FromSpec(spec);
+    if (!layout.ok()) return layout.status();
+    for (uint32_t i = 0; i < layout->num_slices(); ++i) {
+      if (!slots.HasSlice(spec.name(), i)) continue;
+      return absl::FailedPreconditionError(absl::StrCat(
+          "tensor ", QuoteName(spec.name()),
+          " exists here but not on the source, which its creation has not "
+          "reached yet; plan the move again once it has"));
+    }
   }
   return absl::OkStatus();
 }
@@ -210,6 +239,7 @@ absl::StatusOr<SlotMover::Round> SlotMover::CopyRound(
   }
   round.slices = applier.stats().slices;
   round.rows = applier.stats().rows;
+  round.tensors = applier.stats().tensor_names;
   if (!applied.ok()) {
     ctx.TryCancel();
     reader->Finish();
@@ -248,13 +278,24 @@ absl::Status SlotMover::Commit(uint64_t epoch, const ShardMap& next,
   return absl::OkStatus();
 }
 
+bool SlotMover::MayRetry(uint64_t epoch) const {
+  auto it = incoming_.find(epoch);
+  if (it == incoming_.end()) return true;
+  if (it->second != Outcome::kAborted) return false;
+  auto word = last_word_.find(epoch);
+  return word == last_word_.end() ||
+         absl::Now() >= word->second + 2 * o_.fence_timeout;
+}
+
 void SlotMover::Abort(uint64_t epoch, bool forget) {
   absl::MutexLock l(&mu_);
   moving_in_ = false;
   if (forget) {
     incoming_.erase(epoch);
+    last_word_.erase(epoch);
   } else {
     incoming_[epoch] = Outcome::kAborted;
+    last_word_[epoch] = absl::Now();
   }
   // What was imported of slots this shard does not own goes.
   PushGate::Closed closed(c_->gate);
@@ -312,6 +353,7 @@ MoveStateResponse SlotMover::State(const MoveStateRequest& request) {
   const uint64_t move_epoch = request.move_epoch();
   MoveStateResponse out;
   absl::MutexLock l(&mu_);
+  last_word_[move_epoch] = absl::Now();
   auto it = incoming_.find(move_epoch);
   if (request.confirm()) {
     out.set_copying(moving_in_ && it != incoming_.end() &&

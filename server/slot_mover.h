@@ -129,7 +129,16 @@ class SlotMover {
     uint32_t next_since = 0;
     // The source's workers (the fenced round only), checked.
     std::vector<MovedWorkerRecord> workers;
+    std::vector<std::string> tensors;  // named by the round's records
   };
+
+  // After the first copy round: FAILED_PRECONDITION if this shard has a
+  // tensor with slices in `slots` that the source did not send (its
+  // creation has not reached the source yet): moved on, those slices would
+  // exist on no shard, and the creation, when it reaches the source, would
+  // not make them here.
+  absl::Status CheckSourceTensors(const std::vector<std::string>& sent,
+                                  const SlotSet& slots) const;
 
   absl::Status CheckLeaving(const ExportSlotsRequest& request,
                             const ShardMap& next) ABSL_LOCKS_EXCLUDED(mu_);
@@ -147,10 +156,15 @@ class SlotMover {
                       const std::vector<MovedWorkerRecord>& workers)
       ABSL_LOCKS_EXCLUDED(mu_);
   // Drops what the move imported. The move to `epoch` is remembered as
-  // aborted (a fenced source asking gets that answer, and the epoch is not
-  // tried again), or with `forget` (no source was fenced for it) forgotten,
-  // so that the same map epoch can be planned again.
+  // aborted (a fenced source asking gets that answer), or with `forget` (no
+  // source was fenced for it) forgotten.
   void Abort(uint64_t epoch, bool forget) ABSL_LOCKS_EXCLUDED(mu_);
+  // Whether a move to `epoch`, aborted, may be tried again now: a source
+  // learns how a move ended only by asking (MoveState, whose answer is
+  // dropped after fence_timeout), so once two fence_timeouts passed since
+  // the abort and since the last answer about it, no answer about the old
+  // try can reach a source fenced for a new one.
+  bool MayRetry(uint64_t epoch) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // With checkpoints on, makes the specs of tensors and tables the move
   // created (and schedules it adopted) durable in the spec file, and writes
   // a full checkpoint of the committed move and waits for it: a restart
@@ -178,8 +192,10 @@ class SlotMover {
   const SlotMoverOptions o_;
 
   mutable absl::Mutex mu_;
-  // Moves into this shard by the epoch they make.
+  // Moves into this shard by the epoch they make, and when each was last
+  // aborted or answered about (MoveState).
   absl::flat_hash_map<uint64_t, Outcome> incoming_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<uint64_t, absl::Time> last_word_ ABSL_GUARDED_BY(mu_);
   bool moving_in_ ABSL_GUARDED_BY(mu_) = false;
   std::string moving_in_what_ ABSL_GUARDED_BY(mu_);  // while moving_in_
   std::optional<Leaving> leaving_ ABSL_GUARDED_BY(mu_);

@@ -116,6 +116,7 @@ absl::Status SlotStateApplier::StartTensor(const TensorSpec& spec) {
   tensor_.clear();
   table_.clear();
   ++stats_.tensors;
+  stats_.tensor_names.push_back(spec.name());
   for (const TensorSpec& here : store_->ListTensors()) {
     if (here.name() != spec.name()) continue;
     if (!SameSpec(here, spec)) {

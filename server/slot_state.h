@@ -109,6 +109,8 @@ struct SlotApplyStats {
   int64_t slices = 0;
   int64_t rows = 0;
   int64_t removed_rows = 0;
+  // The tensors the records named, in order.
+  std::vector<std::string> tensor_names;
 };
 
 // Applies the records of one slot move, round after round, to the store

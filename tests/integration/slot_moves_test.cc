@@ -363,5 +363,126 @@ TEST_CASE(
   CHECK(epoch_served() == 2);
 }
 
+// A source whose copy rounds hold nothing and whose fenced round fails:
+// the destination aborts a move after its fenced round.
+class FencedRoundFails final : public SlotMoves::Service {
+ public:
+  grpc::Status ExportSlots(grpc::ServerContext* /*ctx*/,
+                           const ExportSlotsRequest* request,
+                           grpc::ServerWriter<ExportSlotsChunk>* out) override {
+    if (request->fence()) {
+      return grpc::Status(grpc::StatusCode::UNAVAILABLE,
+                          "the fenced round fails here");
+    }
+    ExportSlotsChunk chunk;
+    chunk.set_last(true);
+    chunk.set_next_since(request->since() + 1);
+    out->Write(chunk);
+    return grpc::Status::OK;
+  }
+};
+
+TEST_CASE(
+    "a move aborted after its fenced round is tried again at the same map "
+    "epoch only once no answer about it can be in flight",
+    "[slots][moves]") {
+  auto cluster = testing::StartPsCluster(2, {absl::StrCat("--num_slots=", 16)});
+  REQUIRE_OK(cluster.status());
+  FencedRoundFails fake;
+  int fake_port = 0;
+  grpc::ServerBuilder builder;
+  builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(),
+                           &fake_port);
+  builder.RegisterService(&fake);
+  std::unique_ptr<grpc::Server> fake_server = builder.BuildAndStart();
+  REQUIRE(fake_port > 0);
+  const ShardMap even = *ShardMap::EvenSlots(2, 16);
+  std::vector<uint16_t> owners(even.owners().begin(), even.owners().end());
+  owners[0] = 1;
+  const ShardMap next = *ShardMap::Slotted(2, owners, 2);
+  auto destination = SlotMoves::NewStub(MakeChannel((*cluster)[1].address));
+  const auto move = [&](const std::string& source) {
+    MoveSlotsRequest request;
+    request.set_source(source);
+    request.set_source_index(0);
+    request.set_destination((*cluster)[1].address);
+    ShardMapToProto(next, request.mutable_next_map());
+    grpc::ClientContext ctx;
+    ctx.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(30)));
+    MoveSlotsResponse r;
+    return destination->MoveSlots(&ctx, request, &r);
+  };
+  const grpc::Status failed = move(absl::StrCat("127.0.0.1:", fake_port));
+  const absl::Time aborted = absl::Now();  // the destination aborted before
+  INFO(failed.error_message());
+  REQUIRE(failed.error_code() == grpc::StatusCode::UNAVAILABLE);
+  // At once: refused (a fenced source may still hear about the first try).
+  const grpc::Status early = move((*cluster)[0].address);
+  INFO(early.error_message());
+  if (absl::Now() - aborted < absl::Seconds(3)) {
+    REQUIRE(early.error_code() == grpc::StatusCode::FAILED_PRECONDITION);
+    CHECK(early.error_message().find("tried already") != std::string::npos);
+  }
+  // After two fence timeouts (2 s each): tried again, and it moves.
+  absl::SleepFor(absl::Seconds(4.5) - (absl::Now() - aborted));
+  const grpc::Status moved = move((*cluster)[0].address);
+  INFO(moved.error_message());
+  REQUIRE(moved.ok());
+  fake_server->Shutdown();
+}
+
+TEST_CASE(
+    "a move is refused while the tensor of its slices exists on the "
+    "destination only (its creation has not reached the source)",
+    "[slots][moves]") {
+  auto cluster = testing::StartPsCluster(2, {absl::StrCat("--num_slots=", 16)});
+  REQUIRE_OK(cluster.status());
+  const TensorSpec spec =
+      testing::ConstantSpec("late", {64}, 1.0f, testing::SgdSpec(1.0f), 16);
+  const ShardMap even = *ShardMap::EvenSlots(2, 16);
+  const uint32_t slot = even.SliceSlot("late", 0);
+  const int from = even.owners()[slot];
+  const int to = 1 - from;
+  const auto create = [&](int shard) {
+    auto stub =
+        ParameterServer::NewStub(MakeChannel((*cluster)[shard].address));
+    grpc::ClientContext ctx;
+    ctx.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(10)));
+    CreateTensorRequest request;
+    *request.add_tensors() = spec;
+    CreateTensorResponse response;
+    const grpc::Status st = stub->CreateTensor(&ctx, request, &response);
+    INFO(st.error_message());
+    REQUIRE(st.ok());
+  };
+  std::vector<uint16_t> owners(even.owners().begin(), even.owners().end());
+  owners[slot] = static_cast<uint16_t>(to);
+  const ShardMap next = *ShardMap::Slotted(2, owners, 2);
+  auto destination = SlotMoves::NewStub(MakeChannel((*cluster)[to].address));
+  const auto move = [&] {
+    MoveSlotsRequest request;
+    request.set_source((*cluster)[from].address);
+    request.set_source_index(from);
+    request.set_destination((*cluster)[to].address);
+    ShardMapToProto(next, request.mutable_next_map());
+    grpc::ClientContext ctx;
+    ctx.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(30)));
+    MoveSlotsResponse r;
+    return destination->MoveSlots(&ctx, request, &r);
+  };
+  // Created on the destination only: moved on, the slot's slices of
+  // "late" would exist on no shard.
+  create(to);
+  const grpc::Status refused = move();
+  INFO(refused.error_message());
+  REQUIRE(refused.error_code() == grpc::StatusCode::FAILED_PRECONDITION);
+  CHECK(refused.error_message().find("not on the source") != std::string::npos);
+  // Once the creation reached the source, the same move goes through.
+  create(from);
+  const grpc::Status moved = move();
+  INFO(moved.error_message());
+  REQUIRE(moved.ok());
+}
+
 }  // namespace
 }  // namespace asyncps
