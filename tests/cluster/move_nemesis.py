@@ -34,6 +34,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
 import emulated_cluster as ec  # noqa: E402
+import push_ledger  # noqa: E402
 
 PORT = 7000
 SHARDS = 4
@@ -84,11 +85,9 @@ def main():
             s.wait_for_log(r"serving on", 30)
         common = [f"--servers={servers}", "--run_id=moves", "--tensors=w",
                   "--log_level=warn"]
-        workers = [
-            h0.spawn([push_client, *common, f"--worker_id={w}",
-                      f"--pushes={args.pushes}", f"--grad={w + 1}",
-                      "--create_elems=200000"], name=f"worker{w}")
-            for w in range(args.workers)]
+        workers = push_ledger.start_workers(h0, push_client, common,
+                                            args.workers, args.pushes,
+                                            ["--create_elems=200000"])
 
         def scale(to, name):
             return h0.spawn([psctl, "scale", f"--servers={servers}",
@@ -143,27 +142,16 @@ def main():
         final = p.wait(180)
         print(f"final psctl scale --shards=2: exit {final}: "
               f"{p.log_text().strip()[-300:]}")
-        failed = 0
-        for w, proc in enumerate(workers):
-            code = proc.wait(300)
-            acked = proc.log_text().count("acked ")
-            if code != 0 or acked != args.pushes:
-                failed += 1
-                print(f"worker {w}: exit {code}, {acked} of {args.pushes} "
-                      f"acknowledged:\n{proc.log_text()[-2000:]}")
-        expect = 1 - sum((w + 1) * args.pushes for w in range(args.workers))
-        verifier = h0.spawn([push_client, *common, "--worker_id=99",
-                             "--pushes=0", f"--expect={expect}"],
-                            name="verifier")
-        code = verifier.wait(120)
-        print(verifier.log_text().strip())
-        ok = failed == 0 and code == 0 and final == 0
+        failed, verified, expect = push_ledger.settle(
+            h0, push_client, common, workers, args.pushes)
+        ok = failed == 0 and verified and final == 0
         print(f"ledger: {args.workers} workers x {args.pushes} pushes through "
               f"{events} scales ({scales_ok} completed, {scales_failed} "
               f"failed under the nemesis): every push acknowledged; final "
               f"values equal {expect} (0 lost, 0 applied twice)" if ok else
-              f"ledger: VIOLATED (workers failed {failed}, verifier exit "
-              f"{code}, final scale exit {final})")
+              f"ledger: VIOLATED (workers failed {failed}, verifier "
+              f"{'read' if verified else 'did NOT read'} {expect}, final "
+              f"scale exit {final})")
         return 0 if ok else 1
 
 

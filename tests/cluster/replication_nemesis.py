@@ -34,6 +34,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
 import emulated_cluster as ec  # noqa: E402
+import push_ledger  # noqa: E402
 
 PORT = 7000
 ETCD_PORT = 2379
@@ -89,11 +90,9 @@ def main():
         time.sleep(3)
         common = [f"--etcd_endpoints={endpoint}", "--run_id=nemesis",
                   "--tensors=w", "--log_level=warn"]
-        workers = [
-            h0.spawn([push_client, *common, f"--worker_id={w}",
-                      f"--pushes={args.pushes}", f"--grad={w + 1}",
-                      "--create_elems=1000"], name=f"worker{w}")
-            for w in range(args.workers)]
+        workers = push_ledger.start_workers(h0, push_client, common,
+                                            args.workers, args.pushes,
+                                            ["--create_elems=1000"])
 
         end = time.monotonic() + args.seconds
         events = 0
@@ -119,25 +118,13 @@ def main():
                 servers[h].wait(10)
                 servers[h] = start_server(h)
 
-        failed = 0
-        for w, p in enumerate(workers):
-            code = p.wait(300)
-            acked = p.log_text().count("acked ")
-            if code != 0 or acked != args.pushes:
-                failed += 1
-                print(f"worker {w}: exit {code}, {acked} of {args.pushes} "
-                      f"acknowledged:\n{p.log_text()[-2000:]}")
-        expect = 1 - sum((w + 1) * args.pushes for w in range(args.workers))
-        verifier = h0.spawn([push_client, *common, "--worker_id=99",
-                             "--pushes=0", f"--expect={expect}"],
-                            name="verifier")
-        code = verifier.wait(120)
-        print(verifier.log_text().strip())
-        ok = failed == 0 and code == 0
+        failed, verified, expect = push_ledger.settle(
+            h0, push_client, common, workers, args.pushes)
+        ok = failed == 0 and verified
         print(f"ledger: {args.workers} workers x {args.pushes} pushes through "
               f"{events} nemesis events: {'every' if failed == 0 else 'NOT every'} "
               f"push acknowledged; final values "
-              f"{'equal' if code == 0 else 'DIFFER from'} {expect} "
+              f"{'equal' if verified else 'DIFFER from'} {expect} "
               f"(0 lost, 0 applied twice)" if ok else "ledger: VIOLATED")
         return 0 if ok else 1
 

@@ -40,6 +40,23 @@ constexpr int kDim = 4;
 constexpr int kSteps = 30;
 constexpr int kElems = 200;  // "w": 13 slices of 16
 
+// MoveSlots asked of the shard at `destination`: the slots `next` gives it
+// from shard `source_index` at `source`.
+grpc::Status MoveSlots(const std::string& destination,
+                       const std::string& source, int source_index,
+                       const ShardMap& next, MoveSlotsResponse* out = nullptr) {
+  MoveSlotsRequest request;
+  request.set_source(source);
+  request.set_source_index(source_index);
+  request.set_destination(destination);
+  ShardMapToProto(next, request.mutable_next_map());
+  grpc::ClientContext ctx;
+  ctx.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(30)));
+  MoveSlotsResponse r;
+  return SlotMoves::NewStub(MakeChannel(destination))
+      ->MoveSlots(&ctx, request, out != nullptr ? out : &r);
+}
+
 ShardMap EvenAt(uint64_t epoch) {
   const ShardMap even = *ShardMap::EvenSlots(kShards, kSlots);
   return *ShardMap::Slotted(
@@ -330,16 +347,8 @@ TEST_CASE(
   std::vector<uint16_t> owners(even.owners().begin(), even.owners().end());
   owners[0] = 1;  // slot 0 of shard 0 to shard 1
   const ShardMap next = *ShardMap::Slotted(2, owners, 2);
-  auto destination = SlotMoves::NewStub(MakeChannel((*cluster)[1].address));
   const auto move = [&](const std::string& source, MoveSlotsResponse* out) {
-    MoveSlotsRequest request;
-    request.set_source(source);
-    request.set_source_index(0);
-    request.set_destination((*cluster)[1].address);
-    ShardMapToProto(next, request.mutable_next_map());
-    grpc::ClientContext ctx;
-    ctx.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(30)));
-    return destination->MoveSlots(&ctx, request, out);
+    return MoveSlots((*cluster)[1].address, source, 0, next, out);
   };
   const auto epoch_served = [&] {
     auto stub = ParameterServer::NewStub(MakeChannel((*cluster)[1].address));
@@ -400,17 +409,8 @@ TEST_CASE(
   std::vector<uint16_t> owners(even.owners().begin(), even.owners().end());
   owners[0] = 1;
   const ShardMap next = *ShardMap::Slotted(2, owners, 2);
-  auto destination = SlotMoves::NewStub(MakeChannel((*cluster)[1].address));
   const auto move = [&](const std::string& source) {
-    MoveSlotsRequest request;
-    request.set_source(source);
-    request.set_source_index(0);
-    request.set_destination((*cluster)[1].address);
-    ShardMapToProto(next, request.mutable_next_map());
-    grpc::ClientContext ctx;
-    ctx.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(30)));
-    MoveSlotsResponse r;
-    return destination->MoveSlots(&ctx, request, &r);
+    return MoveSlots((*cluster)[1].address, source, 0, next);
   };
   const grpc::Status failed = move(absl::StrCat("127.0.0.1:", fake_port));
   const absl::Time aborted = absl::Now();  // the destination aborted before
@@ -458,17 +458,9 @@ TEST_CASE(
   std::vector<uint16_t> owners(even.owners().begin(), even.owners().end());
   owners[slot] = static_cast<uint16_t>(to);
   const ShardMap next = *ShardMap::Slotted(2, owners, 2);
-  auto destination = SlotMoves::NewStub(MakeChannel((*cluster)[to].address));
   const auto move = [&] {
-    MoveSlotsRequest request;
-    request.set_source((*cluster)[from].address);
-    request.set_source_index(from);
-    request.set_destination((*cluster)[to].address);
-    ShardMapToProto(next, request.mutable_next_map());
-    grpc::ClientContext ctx;
-    ctx.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(30)));
-    MoveSlotsResponse r;
-    return destination->MoveSlots(&ctx, request, &r);
+    return MoveSlots((*cluster)[to].address, (*cluster)[from].address, from,
+                     next);
   };
   // Created on the destination only: moved on, the slot's slices of
   // "late" would exist on no shard.
