@@ -90,6 +90,13 @@ def _tool(name):
     return found
 
 
+def binary(bin_dir, pkg, name):
+    """The binary `name` of Bazel package `pkg` under bin_dir (a bazel-bin),
+    or bin_dir/name when bin_dir is a flat folder of binaries."""
+    flat = os.path.join(bin_dir, name)
+    return flat if os.path.exists(flat) else os.path.join(bin_dir, pkg, name)
+
+
 def run_cmd(argv, timeout=COMMAND_TIMEOUT_S, check=True, log=None):
     """Runs argv with a deadline; returns CompletedProcess (text output).
 

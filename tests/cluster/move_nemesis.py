@@ -62,13 +62,9 @@ def main():
     args = ap.parse_args()
     rng = random.Random(args.seed)
 
-    def binary(pkg, name):
-        flat = os.path.join(args.bin, name)
-        return flat if os.path.exists(flat) else os.path.join(args.bin, pkg, name)
-
-    ps_server = binary("server", "ps_server")
-    push_client = binary("tests/integration", "push_client")
-    psctl = binary("tools", "psctl")
+    ps_server = ec.binary(args.bin, "server", "ps_server")
+    push_client = ec.binary(args.bin, "tests/integration", "push_client")
+    psctl = ec.binary(args.bin, "tools", "psctl")
     ec.install_signal_handlers()
     with ec.EmulatedCluster(1 + SHARDS, log=print) as c:
         h0 = c.host(0)

@@ -51,12 +51,8 @@ def main():
     args = ap.parse_args()
     rng = random.Random(args.seed)
 
-    def binary(pkg, name):
-        flat = os.path.join(args.bin, name)
-        return flat if os.path.exists(flat) else os.path.join(args.bin, pkg, name)
-
-    ps_server = binary("server", "ps_server")
-    push_client = binary("tests/integration", "push_client")
+    ps_server = ec.binary(args.bin, "server", "ps_server")
+    push_client = ec.binary(args.bin, "tests/integration", "push_client")
     etcd = shutil.which("etcd")
     if etcd is None:
         print("etcd not installed (deploy/install_deps.sh installs it)")

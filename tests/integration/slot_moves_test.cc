@@ -19,6 +19,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "client/ps_client.h"
+#include "common/map_change.h"
 #include "common/net.h"
 #include "common/shard_map.h"
 #include "common/shard_map_proto.h"
@@ -305,9 +306,8 @@ TEST_CASE(
   REQUIRE_OK(cluster.status());
   const ServerProcess& source = (*cluster)[0];
   const ShardMap even = *ShardMap::EvenSlots(2, 16);
-  std::vector<uint16_t> owners(even.owners().begin(), even.owners().end());
-  owners[0] = 1;  // slot 0 of shard 0 to shard 1
-  const ShardMap next = *ShardMap::Slotted(2, owners, 2);
+  // Slot 0 of shard 0 to shard 1, map epoch 2.
+  const ShardMap next = *WithSlotsMoved(even, {0}, 1);
   auto stub = SlotMoves::NewStub(MakeChannel(source.address));
   // A destination that does not answer, and a real one that is not
   // copying: neither makes the source fence.
@@ -344,9 +344,8 @@ TEST_CASE(
   auto cluster = testing::StartPsCluster(2, {absl::StrCat("--num_slots=", 16)});
   REQUIRE_OK(cluster.status());
   const ShardMap even = *ShardMap::EvenSlots(2, 16);
-  std::vector<uint16_t> owners(even.owners().begin(), even.owners().end());
-  owners[0] = 1;  // slot 0 of shard 0 to shard 1
-  const ShardMap next = *ShardMap::Slotted(2, owners, 2);
+  // Slot 0 of shard 0 to shard 1, map epoch 2.
+  const ShardMap next = *WithSlotsMoved(even, {0}, 1);
   const auto move = [&](const std::string& source, MoveSlotsResponse* out) {
     return MoveSlots((*cluster)[1].address, source, 0, next, out);
   };
@@ -406,9 +405,8 @@ TEST_CASE(
   std::unique_ptr<grpc::Server> fake_server = builder.BuildAndStart();
   REQUIRE(fake_port > 0);
   const ShardMap even = *ShardMap::EvenSlots(2, 16);
-  std::vector<uint16_t> owners(even.owners().begin(), even.owners().end());
-  owners[0] = 1;
-  const ShardMap next = *ShardMap::Slotted(2, owners, 2);
+  // Slot 0 of shard 0 to shard 1, map epoch 2.
+  const ShardMap next = *WithSlotsMoved(even, {0}, 1);
   const auto move = [&](const std::string& source) {
     return MoveSlots((*cluster)[1].address, source, 0, next);
   };
@@ -455,9 +453,7 @@ TEST_CASE(
     INFO(st.error_message());
     REQUIRE(st.ok());
   };
-  std::vector<uint16_t> owners(even.owners().begin(), even.owners().end());
-  owners[slot] = static_cast<uint16_t>(to);
-  const ShardMap next = *ShardMap::Slotted(2, owners, 2);
+  const ShardMap next = *WithSlotsMoved(even, {slot}, to);
   const auto move = [&] {
     return MoveSlots((*cluster)[to].address, (*cluster)[from].address, from,
                      next);
