@@ -118,7 +118,8 @@ absl::StatusOr<MoveSlotsResponse> SlotMover::MoveIn(
   MoveSlotsResponse out;
   out.set_slots(static_cast<uint32_t>(slots->size()));
   const absl::Time start = absl::Now();
-  absl::Status s = CopyUnfenced(stub.get(), request, *set, &round, &out);
+  std::vector<std::string> sent;  // the tensors the source named
+  absl::Status s = CopyUnfenced(stub.get(), request, *set, &round, &out, &sent);
   const absl::Time fenced = absl::Now();
   out.set_copy_ms(Ms(fenced - start));
   absl::StatusOr<Round> last = absl::UnknownError("not run");
@@ -127,7 +128,10 @@ absl::StatusOr<MoveSlotsResponse> SlotMover::MoveIn(
     last = CopyRound(stub.get(), round, *set);
     s = last.status();
   }
-  if (s.ok()) s = Commit(epoch, *next, last->workers);
+  if (s.ok()) {
+    sent.insert(sent.end(), last->tensors.begin(), last->tensors.end());
+    s = Commit(epoch, *next, last->workers, sent, *set);
+  }
   if (!s.ok()) {
     c_->logger->warn("moving slots in from shard {} failed: {}",
                      request.source_index(), s.ToString());
@@ -157,7 +161,8 @@ absl::Status SlotMover::CopyUnfenced(SlotMoves::Stub* source,
                                      const MoveSlotsRequest& request,
                                      const SlotSet& slots,
                                      ExportSlotsRequest* round,
-                                     MoveSlotsResponse* out) {
+                                     MoveSlotsResponse* out,
+                                     std::vector<std::string>* sent) {
   const uint32_t max_rounds =
       request.max_rounds() > 0 ? request.max_rounds() : kDefaultRounds;
   const uint64_t fence_bytes =
@@ -167,8 +172,10 @@ absl::Status SlotMover::CopyUnfenced(SlotMoves::Stub* source,
     const absl::Time round_start = absl::Now();
     absl::StatusOr<Round> done = CopyRound(source, *round, slots);
     if (!done.ok()) return done.status();
+    sent->insert(sent->end(), done->tensors.begin(), done->tensors.end());
     if (r == 0) {
-      absl::Status s = CheckSourceTensors(done->tensors, slots);
+      // Early, while no source is fenced: the next try can go at once.
+      absl::Status s = CheckSourceTensors(*sent, slots);
       if (!s.ok()) return s;
     }
     c_->logger->debug("copy round {}: {} bytes in {:.1f} ms", r + 1,
@@ -257,7 +264,9 @@ absl::StatusOr<SlotMover::Round> SlotMover::CopyRound(
 }
 
 absl::Status SlotMover::Commit(uint64_t epoch, const ShardMap& next,
-                               const std::vector<MovedWorkerRecord>& workers) {
+                               const std::vector<MovedWorkerRecord>& workers,
+                               const std::vector<std::string>& sent,
+                               const SlotSet& slots) {
   absl::MutexLock l(&mu_);
   moving_in_ = false;
   if (incoming_[epoch] == Outcome::kAborted) {
@@ -272,7 +281,10 @@ absl::Status SlotMover::Commit(uint64_t epoch, const ShardMap& next,
   // below succeeds.
   absl::Status s = c_->workers->ImportWorkers(workers);
   if (!s.ok()) return s;
-  s = c_->store->AdoptMap(next);
+  // A tensor created here since the first round, which the source has not
+  // heard of either, would lose the moving slots' slices too.
+  s = c_->store->AdoptMap(next,
+                          [&] { return CheckSourceTensors(sent, slots); });
   if (!s.ok()) return s;
   incoming_[epoch] = Outcome::kCommitted;
   return absl::OkStatus();

@@ -132,7 +132,8 @@ class SlotMover {
     std::vector<std::string> tensors;  // named by the round's records
   };
 
-  // After the first copy round: FAILED_PRECONDITION if this shard has a
+  // After the first copy round and at the commit: FAILED_PRECONDITION if
+  // this shard has a
   // tensor with slices in `slots` that the source did not send (its
   // creation has not reached the source yet): moved on, those slices would
   // exist on no shard, and the creation, when it reaches the source, would
@@ -144,17 +145,23 @@ class SlotMover {
                             const ShardMap& next) ABSL_LOCKS_EXCLUDED(mu_);
   // The rounds before the fence (as MoveSlotsRequest says when to stop),
   // counted in *out; *round's `since` is left for the fenced round.
+  // The copy rounds before the fence; the tensors their records named go
+  // to *sent.
   absl::Status CopyUnfenced(SlotMoves::Stub* source,
                             const MoveSlotsRequest& request,
                             const SlotSet& slots, ExportSlotsRequest* round,
-                            MoveSlotsResponse* out);
+                            MoveSlotsResponse* out,
+                            std::vector<std::string>* sent);
   absl::StatusOr<Round> CopyRound(SlotMoves::Stub* source,
                                   const ExportSlotsRequest& request,
                                   const SlotSet& slots);
   // Imports `workers` and adopts `next` with pushes held back.
+  // ... after CheckSourceTensors(sent, slots) under the store's map lock,
+  // so that no tensor created here meanwhile is missed.
   absl::Status Commit(uint64_t epoch, const ShardMap& next,
-                      const std::vector<MovedWorkerRecord>& workers)
-      ABSL_LOCKS_EXCLUDED(mu_);
+                      const std::vector<MovedWorkerRecord>& workers,
+                      const std::vector<std::string>& sent,
+                      const SlotSet& slots) ABSL_LOCKS_EXCLUDED(mu_);
   // Drops what the move imported. The move to `epoch` is remembered as
   // aborted (a fenced source asking gets that answer), or with `forget` (no
   // source was fenced for it) forgotten.

@@ -279,6 +279,11 @@ class ShardStore {
   // of the map before or of the map after, never a mix (the tensor table's
   // lock is held exclusively while the map changes and slices go).
   absl::Status AdoptMap(const ShardMap& next);
+  // The same, once `check` (called under the lock that creations of
+  // tensors and tables take too) returned OK; its error otherwise, and
+  // nothing changed.
+  absl::Status AdoptMap(const ShardMap& next,
+                        absl::FunctionRef<absl::Status()> check);
 
   // Sets slice `index` of `tensor`, of a slot another shard owns under the
   // map served now, from a slot move: version, values and optimizer state

@@ -220,7 +220,14 @@ absl::Status ShardStore::CheckAdoptable(const ShardMap& next) const {
 }
 
 absl::Status ShardStore::AdoptMap(const ShardMap& next) {
+  return AdoptMap(next, [] { return absl::OkStatus(); });
+}
+
+absl::Status ShardStore::AdoptMap(const ShardMap& next,
+                                  absl::FunctionRef<absl::Status()> check) {
   absl::MutexLock change(&change_mu_);
+  absl::Status checked = check();
+  if (!checked.ok()) return checked;
   const ShardMap prev = map_->get();
   absl::Status s = CheckNextMap(prev, next);
   if (!s.ok() || next == prev) return s;

@@ -118,6 +118,12 @@ TEST_CASE(
 
   REQUIRE_OK(store->CheckAdoptable(next));
   CHECK(store->map() == start);  // checking changes nothing
+  // A precondition that fails (a slot move's, under the store's map lock):
+  // its error, and nothing changed.
+  const absl::Status refused = store->AdoptMap(
+      next, [] { return absl::FailedPreconditionError("not yet"); });
+  CHECK(refused.message() == "not yet");
+  CHECK(store->map() == start);
   REQUIRE_OK(store->AdoptMap(next));
   CHECK(store->map() == next);
   CHECK(store->map_epoch() == next.epoch());
