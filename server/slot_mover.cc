@@ -24,6 +24,8 @@ constexpr uint32_t kDefaultRounds = 4;
 constexpr uint64_t kDefaultFenceBytes = uint64_t{1} << 20;
 // Records per ExportSlotsChunk, at most this many bytes (one may exceed it).
 constexpr size_t kChunkBytes = size_t{4} << 20;
+// Groups of slots a copy round captures one after the other.
+constexpr size_t kCaptureGroups = 8;
 constexpr int kFinishTries = 3;
 
 double Ms(absl::Duration d) { return absl::ToDoubleMilliseconds(d); }
@@ -426,8 +428,6 @@ absl::Status SlotMover::Export(
   absl::StatusOr<std::vector<uint32_t>> slots =
       SlotsMoving(current, *next, c_->shard_index, request.destination_index());
   if (!slots.ok()) return slots.status();
-  absl::StatusOr<SlotSet> set = SlotSet::Of(current, *slots);
-  if (!set.ok()) return set.status();
   // The fence goes up once; a repeated fenced round (its answer was lost)
   // is answered from the fenced state: nothing changed since.
   bool raise = false;
@@ -448,8 +448,9 @@ absl::Status SlotMover::Export(
       raise = true;
     }
   }
-  absl::StatusOr<SlotCapture> capture = absl::UnknownError("not captured");
   if (raise) {
+    // Pushes in flight end before the fence goes up; those after it are
+    // refused for these slots.
     PushGate::Closed closed(c_->gate);
     fence_->Raise(absl::StrCat("slots of this shard are moving to shard ",
                                request.destination_index(), " (map epoch ",
@@ -458,24 +459,38 @@ absl::Status SlotMover::Export(
         "fenced for the move of {} slots to shard {} (map epoch {}): the "
         "last changes go",
         slots->size(), request.destination_index(), next->epoch());
-    capture = CaptureSlots(c_->store, *set, request.since());
-  } else {
-    capture = CaptureSlots(c_->store, *set, request.since());
   }
-  if (!capture.ok()) return capture.status();
+  // The slots are captured in a few groups, each sent before the next is
+  // read: the source holds one group's records at a time, not the whole
+  // round's, and reuses their memory (fresh pages cost the kernel's
+  // zeroing). The round's next_since is the first group's: what changed
+  // after that is stamped later and goes in the next round.
   ExportSlotsChunk chunk;
   size_t bytes = 0;
-  for (std::string& r : capture->records) {
-    if (bytes > 0 && bytes + r.size() > kChunkBytes) {
-      if (!write(chunk)) return absl::CancelledError("the destination left");
-      chunk.Clear();
-      bytes = 0;
+  uint32_t next_since = 0;
+  const size_t per_group = std::max<size_t>(
+      1, (slots->size() + kCaptureGroups - 1) / kCaptureGroups);
+  for (size_t first = 0; first < slots->size(); first += per_group) {
+    const absl::Span<const uint32_t> part = absl::MakeConstSpan(*slots).subspan(
+        first, std::min(per_group, slots->size() - first));
+    absl::StatusOr<SlotSet> group = SlotSet::Of(current, part);
+    if (!group.ok()) return group.status();
+    absl::StatusOr<SlotCapture> capture =
+        CaptureSlots(c_->store, *group, request.since());
+    if (!capture.ok()) return capture.status();
+    if (first == 0) next_since = capture->next_since;
+    for (std::string& r : capture->records) {
+      if (bytes > 0 && bytes + r.size() > kChunkBytes) {
+        if (!write(chunk)) return absl::CancelledError("the destination left");
+        chunk.Clear();
+        bytes = 0;
+      }
+      bytes += r.size();
+      chunk.add_records(std::move(r));
     }
-    bytes += r.size();
-    chunk.add_records(std::move(r));
   }
   chunk.set_last(true);
-  chunk.set_next_since(capture->next_since);
+  chunk.set_next_since(next_since);
   if (request.fence()) {
     // Read after the fence went up; clocks that move on meanwhile reach
     // the destination with the workers' next calls.
