@@ -537,13 +537,25 @@ void TableStore::CommitPush(PreparedRows* rows, const StalenessRule& rule,
   rows->Release();
 }
 
+bool TableStore::IdleDue(int64_t clock) const {
+  const int64_t ttl = options_.row_ttl_steps;
+  if (ttl <= 0) return false;
+  absl::ReaderMutexLock l(&evict_mu_);
+  return clock - last_evict_clock_ >= std::max<int64_t>(1, ttl / 8);
+}
+
+bool TableStore::WatermarkDue() const {
+  const uint64_t cap = options_.max_bytes;
+  return cap != 0 && CanEvict() && options_.reserved() + cap / 32 > cap;
+}
+
+bool TableStore::EvictionDue(int64_t clock) const {
+  return WatermarkDue() || IdleDue(clock);
+}
+
 uint64_t TableStore::EvictIdle(int64_t clock) {
   const int64_t ttl = options_.row_ttl_steps;
-  if (ttl <= 0) return 0;
-  {
-    absl::ReaderMutexLock l(&evict_mu_);
-    if (clock - last_evict_clock_ < std::max<int64_t>(1, ttl / 8)) return 0;
-  }
+  if (!IdleDue(clock)) return 0;
   std::vector<std::pair<SparseTable*, std::vector<uint64_t>>> ids;
   uint64_t evicted = 0;
   {
@@ -591,9 +603,8 @@ uint64_t TableStore::MakeRoom(uint64_t bytes) {
 }
 
 uint64_t TableStore::EvictToWatermark() {
-  if (options_.max_bytes == 0 || !CanEvict()) return 0;
+  if (!WatermarkDue()) return 0;
   const uint64_t cap = options_.max_bytes;
-  if (options_.reserved() + cap / 32 <= cap) return 0;
   absl::MutexLock room(&room_mu_);
   const uint64_t reserved = options_.reserved();
   const uint64_t low = cap - cap / 16;

@@ -210,6 +210,9 @@ class TableStore {
   // MakeRoom); the shard's background thread calls it. Returns the rows
   // evicted.
   uint64_t EvictToWatermark();
+  // Whether EvictToWatermark or EvictIdle(clock) has anything to do now
+  // (cheap: no row is read).
+  bool EvictionDue(int64_t clock) const;
 
   // Called with the ids of every eviction (EvictIdle, MakeRoom,
   // EvictToWatermark) on the thread that evicted, once per table and
@@ -311,6 +314,10 @@ class TableStore {
   uint64_t TableBytes(const SparseTable& t) const;
   // Whether some table evicts under the cap and holds rows.
   bool CanEvict() const;
+  // EvictionDue's halves: under the cap with little room left; rows idle
+  // long enough may have accrued since the last EvictIdle.
+  bool WatermarkDue() const;
+  bool IdleDue(int64_t clock) const;
   // Evicts about `bytes` of rows (see MakeRoom).
   uint64_t FreeBytes(uint64_t bytes);
   // Reserves `bytes`, making room by eviction when they do not fit.
