@@ -158,8 +158,12 @@ TEST_CASE(
   REQUIRE_OK(back.status());
   shards[1] = *std::move(back);
 
+  // Shard 1's half of the model starts over at step 100 of 2 epochs and
+  // catches up with the other half: at least 0.8 alone, 0.786 once in a
+  // loaded full suite; a shard back without its tensors fails the run, one
+  // serving garbage stays near chance (0.1).
   const double acc = Finish(workers);
-  CHECK(acc >= 0.8);
+  CHECK(acc >= 0.75);
   const std::string shard_log = shards[1].process->ReadLog();
   INFO(shard_log);
   CHECK(absl::StrContains(shard_log, "no checkpoint at"));
