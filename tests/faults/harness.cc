@@ -31,20 +31,31 @@ double FinalAccuracy(const std::string& log) {
 
 absl::Status WaitForLog(Subprocess* process, absl::string_view needle,
                         absl::Duration timeout) {
+  return WaitForAnyLog({process}, needle, timeout);
+}
+
+absl::Status WaitForAnyLog(const std::vector<Subprocess*>& processes,
+                           absl::string_view needle, absl::Duration timeout) {
   const absl::Time deadline = absl::Now() + timeout;
   for (;;) {
-    if (absl::StrContains(process->ReadLog(), needle)) {
-      return absl::OkStatus();
+    bool running = false;
+    for (Subprocess* process : processes) {
+      if (absl::StrContains(process->ReadLog(), needle)) {
+        return absl::OkStatus();
+      }
+      running |= process->Running();
     }
-    if (!process->Running()) {
+    if (!running) {
       return absl::FailedPreconditionError(
-          absl::StrCat(process->command_line(), " exited before logging '",
-                       needle, "':\n", process->LogTail()));
+          absl::StrCat(processes.front()->command_line(), " (and ",
+                       processes.size() - 1, " more) exited before logging '",
+                       needle, "':\n", processes.front()->LogTail()));
     }
     if (absl::Now() > deadline) {
       return absl::DeadlineExceededError(absl::StrCat(
-          "no '", needle, "' in the log of ", process->command_line(),
-          " after ", absl::FormatDuration(timeout), ":\n", process->LogTail()));
+          "no '", needle, "' in the log of ", processes.front()->command_line(),
+          " (and ", processes.size() - 1, " more) after ",
+          absl::FormatDuration(timeout), ":\n", processes.front()->LogTail()));
     }
     absl::SleepFor(absl::Milliseconds(20));
   }

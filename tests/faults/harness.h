@@ -31,6 +31,11 @@ double FinalAccuracy(const std::string& log);
 // `timeout`; FAILED_PRECONDITION if the process exits first).
 absl::Status WaitForLog(Subprocess* process, absl::string_view needle,
                         absl::Duration timeout = absl::Seconds(60));
+// The same for the first of `processes` to log it (FAILED_PRECONDITION once
+// all exited without).
+absl::Status WaitForAnyLog(const std::vector<Subprocess*>& processes,
+                           absl::string_view needle,
+                           absl::Duration timeout = absl::Seconds(60));
 
 // One shard's Status (a raw stub, deadline 10 s).
 absl::StatusOr<StatusResponse> ShardStatus(const std::string& address);
