@@ -230,6 +230,11 @@ ServiceContext PsServer::MakeServiceContext(const PsServerOptions& options,
   context.slot_move = [this] {
     return mover_ != nullptr ? mover_->Describe() : std::string();
   };
+  // A backup takes its primary's move steps (entries come once serving).
+  context.apply_move = [this](const MoveStep& step) {
+    return mover_ != nullptr ? mover_->ApplyStep(step)
+                             : absl::UnavailableError("no slot mover yet");
+  };
   return context;
 }
 
@@ -259,6 +264,7 @@ absl::Status PsServer::Serve(
   }
   SlotMoverOptions moves;
   moves.security = options.security;
+  moves.primary_of = options.primary_of;
   mover_ = std::make_unique<SlotMover>(&service_->context(), &fence_,
                                        std::move(moves));
   slot_moves_ = std::make_unique<SlotMovesService>(mover_.get());
@@ -453,11 +459,21 @@ CheckpointImage PsServer::Capture(const DeltaChain* chain, uint32_t since) {
 absl::StatusOr<FeedSnapshot> PsServer::Snapshot() {
   FeedSnapshot snapshot;
   CheckpointImage image;
+  bool moving = false;
   log_->AtCut([&](uint64_t index, uint64_t epoch) {
+    // A move's state in the middle of it (imports of slots not owned yet,
+    // a source's fence) is in no checkpoint: a spare is sent its snapshot
+    // before the move's first step or after its last (it asks again).
+    moving = mover_ != nullptr && mover_->Moving();
+    if (moving) return;
     image = Capture(nullptr, 0);
     snapshot.index = index;
     snapshot.epoch = epoch;
   });
+  if (moving) {
+    return absl::UnavailableError(
+        "a slot move is in progress; the snapshot waits for its end");
+  }
   snapshot.shard_epoch = service_->epoch();
   // The checkpoint file's exact bytes, written in memory (no disk, no
   // fsync): the spare writes and restores them as any checkpoint.

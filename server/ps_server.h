@@ -122,6 +122,9 @@ struct PsServerOptions {
   std::function<void(StatusResponse*)> replica_status;
   // Which replicas the Follow stream serves (ReplicaFeedOptions::admits).
   std::function<bool(const std::string& id)> replica_admits;
+  // The current primary of another shard's group (with `log`): where a
+  // fenced source asks how a move ended (SlotMoverOptions::primary_of).
+  std::function<absl::StatusOr<std::string>(int shard)> primary_of;
 };
 
 // One running shard: the store, the worker registry, and a gRPC server with

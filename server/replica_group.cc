@@ -581,6 +581,17 @@ bool ReplicaGroup::Admits(const std::string& id) {
   return read.ok() && Find(read->map.groups(o_.shard_index), id) >= 0;
 }
 
+absl::StatusOr<std::string> ReplicaGroup::PrimaryOf(int shard) {
+  absl::StatusOr<MapStore::Read> read = maps_->Get();
+  if (!read.ok()) return read.status();
+  if (shard < 0 || shard >= read->map.groups_size() ||
+      read->map.groups(shard).replicas().empty()) {
+    return absl::UnavailableError(
+        absl::StrCat("the run's map names no primary of shard ", shard));
+  }
+  return read->map.groups(shard).replicas(0).address();
+}
+
 void ReplicaGroup::FillStatus(StatusResponse* response) const {
   ReplicaStatus* r = response->mutable_replica();
   r->set_role(log_.primary() ? "primary" : log_.fenced() ? "fenced" : "backup");

@@ -115,6 +115,10 @@ class ReplicaGroup {
   // from etcd; false when etcd does not answer).
   bool Admits(const std::string& id);
 
+  // The address of shard `shard`'s primary in the map now (read from
+  // etcd): UNAVAILABLE when etcd does not answer or the group has none.
+  absl::StatusOr<std::string> PrimaryOf(int shard);
+
   // Role, epoch and backups, for Status.
   void FillStatus(StatusResponse* response) const;
 

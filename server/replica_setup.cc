@@ -122,6 +122,7 @@ absl::StatusOr<std::unique_ptr<ReplicaGroup>> SetUpReplica(
   ReplicaGroup* raw = group->get();
   o->replica_status = [raw](StatusResponse* r) { raw->FillStatus(r); };
   o->replica_admits = [raw](const std::string& id) { return raw->Admits(id); };
+  o->primary_of = [raw](int shard) { return raw->PrimaryOf(shard); };
   return group;
 }
 

@@ -198,6 +198,11 @@ absl::Status PsService::ApplyEntry(const LogEntry& entry) {
     }
     case LogEntry::kEvict:
       return absl::OkStatus();  // its rows were evicted above
+    case LogEntry::kMove:
+      if (!c_.apply_move) {
+        return absl::FailedPreconditionError("this shard moves no slots");
+      }
+      return c_.apply_move(entry.move());
     case LogEntry::REQUEST_NOT_SET:
       break;
   }

@@ -10,6 +10,7 @@
 #include "common/clock.h"
 #include "common/shard_map_proto.h"
 #include "proto/asyncps.pb.h"
+#include "proto/replication.pb.h"
 #include "server/checkpointer.h"
 #include "server/push_gate.h"
 #include "server/replication_log.h"
@@ -59,6 +60,9 @@ struct ServiceContext {
   // StatusResponse.slot_move: the live slot move in progress ("" for none);
   // null when the shard has no mover.
   std::function<std::string()> slot_move;
+  // Takes one step of a live slot move from the primary's log entry (a
+  // backup; server/slot_mover.h); null when the shard has no mover.
+  std::function<absl::Status(const MoveStep&)> apply_move;
   Clock* clock = Clock::Real();
   std::shared_ptr<spdlog::logger> logger;
 };

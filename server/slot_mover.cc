@@ -30,29 +30,6 @@ constexpr int kFinishTries = 3;
 
 double Ms(absl::Duration d) { return absl::ToDoubleMilliseconds(d); }
 
-void ToProto(const MovedWorkerRecord& r, MovedWorker* out) {
-  out->set_worker_id(r.worker_id);
-  out->set_incarnation(r.incarnation);
-  for (uint64_t inc : r.retired) out->add_retired_incarnations(inc);
-  out->set_clock(r.clock);
-  out->set_trained(r.trained);
-  out->set_live(r.live);
-  out->set_left(r.left);
-}
-
-MovedWorkerRecord FromProto(const MovedWorker& w) {
-  MovedWorkerRecord r;
-  r.worker_id = w.worker_id();
-  r.incarnation = w.incarnation();
-  r.retired.assign(w.retired_incarnations().begin(),
-                   w.retired_incarnations().end());
-  r.clock = w.clock();
-  r.trained = w.trained();
-  r.live = w.live();
-  r.left = w.left();
-  return r;
-}
-
 }  // namespace
 
 SlotMover::SlotMover(const ServiceContext* context, SlotFence* fence,
@@ -73,10 +50,7 @@ SlotMover::~SlotMover() {
 
 absl::StatusOr<MoveSlotsResponse> SlotMover::MoveIn(
     const MoveSlotsRequest& request) {
-  if (c_->log != nullptr) {
-    return absl::FailedPreconditionError(
-        "slots of replicated shards (--replicas > 1) do not move yet");
-  }
+  if (absl::Status s = CheckPrimary(); !s.ok()) return s;
   absl::StatusOr<ShardMap> next =
       ShardMapOr(request.next_map(), request.next_map().num_shards());
   if (!next.ok()) return next.status();
@@ -112,6 +86,15 @@ absl::StatusOr<MoveSlotsResponse> SlotMover::MoveIn(
                    slots->size(), request.source_index(), request.source(),
                    epoch);
   auto stub = SlotMoves::NewStub(MakeChannel(request.source(), 0, o_.security));
+  absl::Status s;
+  if (c_->log != nullptr) {
+    // What a move this group's earlier primary did not finish imported.
+    MoveStep drop = MoveStepTo(*next);
+    drop.mutable_dropped();
+    s = Step(
+        std::move(drop), [&](const MoveStep&) { return DropBody(); },
+        /*acked=*/false);
+  }
   ExportSlotsRequest round;
   *round.mutable_next_map() = request.next_map();
   round.set_destination_index(c_->shard_index);
@@ -121,13 +104,15 @@ absl::StatusOr<MoveSlotsResponse> SlotMover::MoveIn(
   out.set_slots(static_cast<uint32_t>(slots->size()));
   const absl::Time start = absl::Now();
   std::vector<std::string> sent;  // the tensors the source named
-  absl::Status s = CopyUnfenced(stub.get(), request, *set, &round, &out, &sent);
+  if (s.ok()) {
+    s = CopyUnfenced(stub.get(), request, *next, *set, &round, &out, &sent);
+  }
   const absl::Time fenced = absl::Now();
   out.set_copy_ms(Ms(fenced - start));
   absl::StatusOr<Round> last = absl::UnknownError("not run");
   if (s.ok()) {
     round.set_fence(true);
-    last = CopyRound(stub.get(), round, *set);
+    last = CopyRound(stub.get(), round, *next, request.source_index());
     s = last.status();
   }
   if (s.ok()) {
@@ -141,7 +126,7 @@ absl::StatusOr<MoveSlotsResponse> SlotMover::MoveIn(
     // psctl may plan the same map epoch again at once (the map stays one
     // epoch on); after it, once no answer about this try can be in flight
     // (MayRetry).
-    Abort(epoch, /*forget=*/!round.fence());
+    Abort(*next, /*forget=*/!round.fence());
     if (round.fence()) TellSource(stub.get(), epoch, /*committed=*/false);
     return s;
   }
@@ -161,7 +146,7 @@ absl::StatusOr<MoveSlotsResponse> SlotMover::MoveIn(
 
 absl::Status SlotMover::CopyUnfenced(SlotMoves::Stub* source,
                                      const MoveSlotsRequest& request,
-                                     const SlotSet& slots,
+                                     const ShardMap& next, const SlotSet& slots,
                                      ExportSlotsRequest* round,
                                      MoveSlotsResponse* out,
                                      std::vector<std::string>* sent) {
@@ -172,7 +157,8 @@ absl::Status SlotMover::CopyUnfenced(SlotMoves::Stub* source,
   uint64_t previous = 0;
   for (uint32_t r = 0; r < max_rounds; ++r) {
     const absl::Time round_start = absl::Now();
-    absl::StatusOr<Round> done = CopyRound(source, *round, slots);
+    absl::StatusOr<Round> done =
+        CopyRound(source, *round, next, request.source_index());
     if (!done.ok()) return done.status();
     sent->insert(sent->end(), done->tensors.begin(), done->tensors.end());
     if (r == 0) {
@@ -222,7 +208,7 @@ absl::Status SlotMover::CheckSourceTensors(const std::vector<std::string>& sent,
 
 absl::StatusOr<SlotMover::Round> SlotMover::CopyRound(
     SlotMoves::Stub* source, const ExportSlotsRequest& request,
-    const SlotSet& slots) {
+    const ShardMap& next, int source_index) {
   grpc::ClientContext ctx;
   ctx.set_deadline(absl::ToChronoTime(absl::Now() + o_.round_timeout));
   std::unique_ptr<grpc::ClientReader<ExportSlotsChunk>> reader =
@@ -230,25 +216,35 @@ absl::StatusOr<SlotMover::Round> SlotMover::CopyRound(
   Round round;
   ExportSlotsChunk chunk;
   bool last = false;
-  // Every slice and row must be of a moving slot.
-  SlotStateApplier applier(c_->store, &slots);
+  // Each chunk is one step (a log entry on a replicated shard), starting
+  // with the tensor or table record the chunk before left off in.
+  SlotApplyStats stats;
+  std::string context;
   absl::Status applied;
   while (applied.ok() && reader->Read(&chunk)) {
-    for (const std::string& r : chunk.records()) {
+    MoveStep step = MoveStepTo(next);
+    ImportedSlots* imported = step.mutable_imported();
+    imported->set_source_index(source_index);
+    if (!context.empty()) imported->add_records(context);
+    for (std::string& r : *chunk.mutable_records()) {
       round.bytes += r.size();
-      if (applied.ok()) applied = applier.Apply(r);
+      imported->add_records(std::move(r));
     }
+    applied = Step(
+        std::move(step),
+        [&](const MoveStep& s) { return ImportBody(s, &stats, &context); },
+        /*acked=*/false);
     if (chunk.last()) {
       last = true;
       round.next_since = chunk.next_since();
       for (const MovedWorker& w : chunk.workers()) {
-        round.workers.push_back(FromProto(w));
+        round.workers.push_back(WorkerFromProto(w));
       }
     }
   }
-  round.slices = applier.stats().slices;
-  round.rows = applier.stats().rows;
-  round.tensors = applier.stats().tensor_names;
+  round.slices = stats.slices;
+  round.rows = stats.rows;
+  round.tensors = stats.tensor_names;
   if (!applied.ok()) {
     ctx.TryCancel();
     reader->Finish();
@@ -269,27 +265,37 @@ absl::Status SlotMover::Commit(uint64_t epoch, const ShardMap& next,
                                const std::vector<MovedWorkerRecord>& workers,
                                const std::vector<std::string>& sent,
                                const SlotSet& slots) {
-  absl::MutexLock l(&mu_);
-  moving_in_ = false;
-  if (incoming_[epoch] == Outcome::kAborted) {
-    return absl::AbortedError(absl::StrCat(
-        "the source asked how the move to map epoch ", epoch,
-        " ended before it was committed (it waited too long): aborted"));
+  {
+    absl::MutexLock l(&mu_);
+    if (incoming_[epoch] == Outcome::kAborted) {
+      moving_in_ = false;
+      return absl::AbortedError(absl::StrCat(
+          "the source asked how the move to map epoch ", epoch,
+          " ended before it was committed (it waited too long): aborted"));
+    }
+    // A source asking from now on is told to ask again, until the commit
+    // is certain (on a replicated shard: every counted backup holds it).
+    incoming_[epoch] = Outcome::kCommitting;
   }
-  PushGate::Closed closed(c_->gate);
-  // The clocks first, so that no pull of the slots is answered here by
-  // the new map before the slow workers' clocks are known. The records are
-  // facts about the run's workers, true whether or not the map change
-  // below succeeds.
-  absl::Status s = c_->workers->ImportWorkers(workers);
-  if (!s.ok()) return s;
+  MoveStep step = MoveStepTo(next);
+  for (const MovedWorkerRecord& w : workers) {
+    WorkerToProto(w, step.mutable_committed()->add_workers());
+  }
   // A tensor created here since the first round, which the source has not
   // heard of either, would lose the moving slots' slices too.
-  s = c_->store->AdoptMap(next,
-                          [&] { return CheckSourceTensors(sent, slots); });
-  if (!s.ok()) return s;
-  incoming_[epoch] = Outcome::kCommitted;
-  return absl::OkStatus();
+  const absl::Status s = Step(
+      std::move(step),
+      [&](const MoveStep& st) {
+        return CommitBody(st, [&] { return CheckSourceTensors(sent, slots); });
+      },
+      /*acked=*/true);
+  absl::MutexLock l(&mu_);
+  moving_in_ = false;
+  // Failed: the caller aborts (on a replica that lost its primary role the
+  // abort changes nothing either: its log refuses, and it answers no
+  // source).
+  if (s.ok()) incoming_[epoch] = Outcome::kCommitted;
+  return s;
 }
 
 bool SlotMover::MayRetry(uint64_t epoch) const {
@@ -301,21 +307,29 @@ bool SlotMover::MayRetry(uint64_t epoch) const {
          absl::Now() >= word->second + 2 * o_.fence_timeout;
 }
 
-void SlotMover::Abort(uint64_t epoch, bool forget) {
-  absl::MutexLock l(&mu_);
-  moving_in_ = false;
-  if (forget) {
-    incoming_.erase(epoch);
-    last_word_.erase(epoch);
-  } else {
-    incoming_[epoch] = Outcome::kAborted;
-    last_word_[epoch] = absl::Now();
+void SlotMover::Abort(const ShardMap& next, bool forget) {
+  const uint64_t epoch = next.epoch();
+  {
+    absl::MutexLock l(&mu_);
+    moving_in_ = false;
+    if (forget) {
+      incoming_.erase(epoch);
+      last_word_.erase(epoch);
+    } else {
+      incoming_[epoch] = Outcome::kAborted;
+      last_word_[epoch] = absl::Now();
+    }
   }
   // What was imported of slots this shard does not own goes.
-  PushGate::Closed closed(c_->gate);
-  const auto [slices, rows] = c_->store->DropImports();
-  c_->logger->info("dropped what the aborted move imported: {} slices, {} rows",
-                   slices, rows);
+  MoveStep step = MoveStepTo(next);
+  step.mutable_dropped();
+  const absl::Status s = Step(
+      std::move(step), [&](const MoveStep&) { return DropBody(); },
+      /*acked=*/false);
+  if (!s.ok()) {
+    c_->logger->warn("dropping what the aborted move imported: {}",
+                     s.ToString());
+  }
 }
 
 void SlotMover::SaveCommit(uint64_t epoch) {
@@ -363,7 +377,10 @@ void SlotMover::TellSource(SlotMoves::Stub* source, uint64_t epoch,
   // The source asks (MoveState) once its fence is old.
 }
 
-MoveStateResponse SlotMover::State(const MoveStateRequest& request) {
+absl::StatusOr<MoveStateResponse> SlotMover::State(
+    const MoveStateRequest& request) {
+  // A backup's word could be older than its primary's decision.
+  if (absl::Status s = CheckPrimary(); !s.ok()) return s;
   const uint64_t move_epoch = request.move_epoch();
   MoveStateResponse out;
   absl::MutexLock l(&mu_);
@@ -375,11 +392,16 @@ MoveStateResponse SlotMover::State(const MoveStateRequest& request) {
     return out;
   }
   if (it == incoming_.end()) {
-    // Not known to this process (it restarted): its files say.
+    // Not known to this process (it restarted, or was promoted): its files
+    // (or the entries it applied) say.
     const bool committed = c_->store->map_epoch() >= move_epoch;
     incoming_[move_epoch] = committed ? Outcome::kCommitted : Outcome::kAborted;
     out.set_committed(committed);
     return out;
+  }
+  if (it->second == Outcome::kCommitting) {
+    return absl::UnavailableError(absl::StrCat(
+        "the move to map epoch ", move_epoch, " is committing; ask again"));
   }
   if (it->second == Outcome::kCopying) it->second = Outcome::kAborted;
   out.set_committed(it->second == Outcome::kCommitted);
@@ -390,10 +412,7 @@ MoveStateResponse SlotMover::State(const MoveStateRequest& request) {
 
 absl::Status SlotMover::CheckLeaving(const ExportSlotsRequest& request,
                                      const ShardMap& next) {
-  if (c_->log != nullptr) {
-    return absl::FailedPreconditionError(
-        "slots of replicated shards (--replicas > 1) do not move yet");
-  }
+  if (absl::Status s = CheckPrimary(); !s.ok()) return s;
   if (request.run_id() != c_->run_id) {
     return absl::FailedPreconditionError(
         absl::StrCat("the destination is of run \"", request.run_id(),
@@ -444,17 +463,22 @@ absl::Status SlotMover::Export(
     if (!s.ok()) return s;
     absl::MutexLock l(&mu_);
     if (!leaving_.has_value()) {
-      leaving_ = Leaving{*next, request.destination(), absl::Now()};
+      leaving_ = Leaving{*next, request.destination(),
+                         request.destination_index(), absl::Now()};
       raise = true;
     }
   }
   if (raise) {
-    // Pushes in flight end before the fence goes up; those after it are
-    // refused for these slots.
-    PushGate::Closed closed(c_->gate);
-    fence_->Raise(absl::StrCat("slots of this shard are moving to shard ",
-                               request.destination_index(), " (map epoch ",
-                               next->epoch(), "); retry"));
+    // On a replicated shard every counted backup holds the fence before
+    // the fenced round goes out: a backup promoted once the destination
+    // may have committed stays fenced and asks how the move ended.
+    MoveStep step = MoveStepTo(*next);
+    step.mutable_fenced()->set_destination_index(request.destination_index());
+    step.mutable_fenced()->set_destination(request.destination());
+    s = Step(
+        std::move(step), [&](const MoveStep& st) { return FenceBody(st); },
+        /*acked=*/true);
+    if (!s.ok()) return s;
     c_->logger->info(
         "fenced for the move of {} slots to shard {} (map epoch {}): the "
         "last changes go",
@@ -495,7 +519,7 @@ absl::Status SlotMover::Export(
     // Read after the fence went up; clocks that move on meanwhile reach
     // the destination with the workers' next calls.
     for (const MovedWorkerRecord& w : c_->workers->ExportMoved()) {
-      ToProto(w, chunk.add_workers());
+      WorkerToProto(w, chunk.add_workers());
     }
   }
   if (!write(chunk)) return absl::CancelledError("the destination left");
@@ -504,6 +528,7 @@ absl::Status SlotMover::Export(
 
 absl::Status SlotMover::Finish(const FinishMoveRequest& request) {
   std::string destination;
+  int destination_index = 0;
   {
     absl::MutexLock l(&mu_);
     if (!leaving_.has_value() ||
@@ -519,10 +544,11 @@ absl::Status SlotMover::Finish(const FinishMoveRequest& request) {
                        " is fenced on this shard"));
     }
     destination = leaving_->destination;
+    destination_index = leaving_->destination_index;
   }
   // The word is only a hint: the destination, which decides, is asked, so
   // that no other caller can end the fence either way.
-  return AskDestination(request.move_epoch(), destination);
+  return AskDestination(request.move_epoch(), destination, destination_index);
 }
 
 absl::StatusOr<MoveStateResponse> SlotMover::CallMoveState(
@@ -551,8 +577,13 @@ absl::Status SlotMover::ConfirmDestination(uint64_t epoch,
       r.ok() ? "it is not" : r.status().ToString(), ")"));
 }
 
-absl::Status SlotMover::AskDestination(uint64_t epoch,
-                                       const std::string& destination) {
+absl::Status SlotMover::AskDestination(uint64_t epoch, std::string destination,
+                                       int destination_index) {
+  if (o_.primary_of) {
+    // The destination group's primary may have changed since the move.
+    absl::StatusOr<std::string> primary = o_.primary_of(destination_index);
+    if (primary.ok() && !primary->empty()) destination = *std::move(primary);
+  }
   const absl::StatusOr<MoveStateResponse> response =
       CallMoveState(destination, epoch, /*confirm=*/false);
   const absl::Status s = response.status();
@@ -567,31 +598,31 @@ absl::Status SlotMover::AskDestination(uint64_t epoch,
 }
 
 absl::Status SlotMover::EndLeaving(uint64_t epoch, bool committed) {
-  absl::MutexLock l(&mu_);
-  // Ended already (the watcher and FinishMove both asked): it stands.
-  if (!leaving_.has_value() || leaving_->next.epoch() != epoch) {
-    return absl::OkStatus();
-  }
-  PushGate::Closed closed(c_->gate);
-  if (committed) {
-    absl::Status s = c_->store->AdoptMap(leaving_->next);
-    if (!s.ok()) {
-      // Cannot happen for a map that SlotsMoving accepted; stay fenced
-      // rather than serve slots that moved.
-      c_->logger->error("adopting the map of epoch {} after a move: {}", epoch,
-                        s.ToString());
-      return s;
+  absl::MutexLock end(&end_mu_);
+  MoveStep step;
+  absl::Time fenced_at;
+  {
+    absl::MutexLock l(&mu_);
+    // Ended already (the watcher and FinishMove both asked): it stands.
+    if (!leaving_.has_value() || leaving_->next.epoch() != epoch) {
+      return absl::OkStatus();
     }
+    step = MoveStepTo(leaving_->next);
+    fenced_at = leaving_->fenced_at;
   }
-  if (committed && c_->checkpointer != nullptr) {
-    // The slices given away are in no delta: the next checkpoint is full.
-    c_->checkpointer->RequestFull([](const absl::StatusOr<CheckpointInfo>&) {});
+  step.mutable_ended()->set_committed(committed);
+  const absl::Status s = Step(
+      std::move(step), [&](const MoveStep& st) { return EndBody(st); },
+      /*acked=*/false);
+  if (!s.ok()) {
+    // Still fenced (rather than serve slots that moved): asked again.
+    c_->logger->error("ending the fence of the move to map epoch {}: {}", epoch,
+                      s.ToString());
+    return s;
   }
   c_->logger->info("the move to map epoch {} {}; serving again after {:.1f} ms",
                    epoch, committed ? "committed" : "was aborted",
-                   Ms(absl::Now() - leaving_->fenced_at));
-  leaving_.reset();
-  fence_->Lower();
+                   Ms(absl::Now() - fenced_at));
   return absl::OkStatus();
 }
 
@@ -599,19 +630,27 @@ void SlotMover::Watch() {
   absl::MutexLock l(&mu_);
   while (!stop_) {
     mu_.AwaitWithTimeout(absl::Condition(&stop_), o_.fence_timeout / 2);
+    // A backup's fence ends with its primary's entry.
     if (stop_ || !leaving_.has_value() ||
-        absl::Now() - leaving_->fenced_at < o_.fence_timeout) {
+        absl::Now() - leaving_->fenced_at < o_.fence_timeout ||
+        CheckPrimary().ok() == false) {
       continue;
     }
     const uint64_t epoch = leaving_->next.epoch();
     const std::string destination = leaving_->destination;
+    const int destination_index = leaving_->destination_index;
     mu_.Unlock();
-    AskDestination(epoch, destination).IgnoreError();
+    AskDestination(epoch, destination, destination_index).IgnoreError();
     mu_.Lock();
   }
 }
 
 // ---------------------------------------------------------------- any shard
+
+bool SlotMover::Moving() const {
+  absl::MutexLock l(&mu_);
+  return moving_in_ || leaving_.has_value();
+}
 
 std::string SlotMover::Describe() const {
   absl::MutexLock l(&mu_);
@@ -625,10 +664,13 @@ std::string SlotMover::Describe() const {
 }
 
 absl::StatusOr<ShardMap> SlotMover::Adopt(const ShardMap& map) {
-  absl::MutexLock l(&mu_);
-  if (moving_in_ || leaving_.has_value()) {
-    return absl::UnavailableError(
-        "a move of this shard's slots is in progress; retry");
+  if (absl::Status s = CheckPrimary(); !s.ok()) return s;
+  {
+    absl::MutexLock l(&mu_);
+    if (moving_in_ || leaving_.has_value()) {
+      return absl::UnavailableError(
+          "a move of this shard's slots is in progress; retry");
+    }
   }
   const ShardMap current = c_->store->map();
   absl::Status s = CheckAdoptable(current, map, c_->shard_index);
@@ -645,11 +687,11 @@ absl::StatusOr<ShardMap> SlotMover::Adopt(const ShardMap& map) {
         "committed while this shard ran on older files): dropping them",
         map.epoch(), lost);
   }
-  {
-    // No push between its map check and its last slice.
-    PushGate::Closed closed(c_->gate);
-    s = c_->store->AdoptMap(map);
-  }
+  MoveStep step = MoveStepTo(map);
+  step.mutable_adopted();
+  s = Step(
+      std::move(step), [&](const MoveStep& st) { return AdoptBody(st); },
+      /*acked=*/false);
   if (!s.ok()) return s;
   c_->logger->info("serving the {} (was epoch {})", map.DebugString(),
                    current.epoch());

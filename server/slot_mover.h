@@ -38,6 +38,18 @@
 // shard that owned no slot may never have heard from a slow worker, and
 // SSP/BSP must not let a fast one run ahead there.
 //
+// Replicated shards (ps_server --replicas): the primaries of the two
+// groups move the slots, and every step that changes a replica's state
+// runs through its group's log (server/slot_move_steps.cc), so that each
+// backup takes it too: the destination's imports (a round in pieces), its
+// commit (acknowledged by every counted backup before the move counts as
+// committed: a backup promoted after that holds the slots), a drop of
+// imports, the source's fence (acknowledged before the fenced round goes
+// out: a backup promoted after that stays fenced and asks how the move
+// ended) and its end. Only a primary moves, answers MoveState or exports;
+// a fenced source asks the destination group's primary of the moment
+// (SlotMoverOptions::primary_of).
+//
 // Thread-safe. One move in or out at a time per shard.
 
 #include <cstdint>
@@ -50,11 +62,13 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
+#include "absl/functional/function_ref.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "common/security.h"
 #include "common/shard_map.h"
+#include "proto/replication.pb.h"
 #include "proto/slot_moves.grpc.pb.h"
 #include "server/service_context.h"
 #include "server/slot_fence.h"
@@ -71,6 +85,10 @@ struct SlotMoverOptions {
   absl::Duration fence_timeout = absl::Seconds(2);
   // Deadline of one copy round.
   absl::Duration round_timeout = absl::Minutes(5);
+  // In a replicated run: the address of shard `shard`'s primary now (a
+  // fenced source asks it how the move ended; the move named the primary
+  // of its start). Null: the address the move named.
+  std::function<absl::StatusOr<std::string>(int shard)> primary_of;
 };
 
 class SlotMover {
@@ -90,8 +108,9 @@ class SlotMover {
   absl::StatusOr<MoveSlotsResponse> MoveIn(const MoveSlotsRequest& request);
   // Whether the move to epoch `move_epoch` committed; one in progress is
   // aborted by the question. With `confirm`: whether it is being copied
-  // now (deciding nothing).
-  MoveStateResponse State(const MoveStateRequest& request);
+  // now (deciding nothing). UNAVAILABLE on a backup, and while the commit
+  // waits for the backups (ask again).
+  absl::StatusOr<MoveStateResponse> State(const MoveStateRequest& request);
 
   // ---- Source side.
   // One copy round: calls `write` with each chunk (false = the caller
@@ -107,6 +126,8 @@ class SlotMover {
   // from anyone else cannot drop slots or end a fence early.
   absl::Status Finish(const FinishMoveRequest& request);
 
+  // Whether a move in or out of this shard is in progress.
+  bool Moving() const ABSL_LOCKS_EXCLUDED(mu_);
   // The move this shard takes part in now, for Status ("" for none).
   std::string Describe() const ABSL_LOCKS_EXCLUDED(mu_);
 
@@ -114,12 +135,16 @@ class SlotMover {
   // Adopts a newer map that leaves this shard's own slots as they are.
   absl::StatusOr<ShardMap> Adopt(const ShardMap& map);
 
+  // ---- A backup of a replicated shard: takes its primary's step.
+  absl::Status ApplyStep(const MoveStep& step) ABSL_LOCKS_EXCLUDED(mu_);
+
  private:
-  enum class Outcome { kCopying, kCommitted, kAborted };
+  enum class Outcome { kCopying, kCommitting, kCommitted, kAborted };
   // A move out of this shard that raised the fence.
   struct Leaving {
     ShardMap next;
     std::string destination;
+    int destination_index = 0;
     absl::Time fenced_at;
   };
   struct Round {
@@ -141,6 +166,8 @@ class SlotMover {
   absl::Status CheckSourceTensors(const std::vector<std::string>& sent,
                                   const SlotSet& slots) const;
 
+  // UNAVAILABLE on a backup of a replicated shard.
+  absl::Status CheckPrimary() const;
   absl::Status CheckLeaving(const ExportSlotsRequest& request,
                             const ShardMap& next) ABSL_LOCKS_EXCLUDED(mu_);
   // The rounds before the fence (as MoveSlotsRequest says when to stop),
@@ -149,12 +176,14 @@ class SlotMover {
   // to *sent.
   absl::Status CopyUnfenced(SlotMoves::Stub* source,
                             const MoveSlotsRequest& request,
-                            const SlotSet& slots, ExportSlotsRequest* round,
-                            MoveSlotsResponse* out,
+                            const ShardMap& next, const SlotSet& slots,
+                            ExportSlotsRequest* round, MoveSlotsResponse* out,
                             std::vector<std::string>* sent);
+  // One copy round of the move to `next` from shard `source_index`; each
+  // chunk is imported as one step.
   absl::StatusOr<Round> CopyRound(SlotMoves::Stub* source,
                                   const ExportSlotsRequest& request,
-                                  const SlotSet& slots);
+                                  const ShardMap& next, int source_index);
   // Imports `workers` and adopts `next` with pushes held back.
   // ... after CheckSourceTensors(sent, slots) under the store's map lock,
   // so that no tensor created here meanwhile is missed.
@@ -162,10 +191,10 @@ class SlotMover {
                       const std::vector<MovedWorkerRecord>& workers,
                       const std::vector<std::string>& sent,
                       const SlotSet& slots) ABSL_LOCKS_EXCLUDED(mu_);
-  // Drops what the move imported. The move to `epoch` is remembered as
+  // Drops what the move imported. The move to `next` is remembered as
   // aborted (a fenced source asking gets that answer), or with `forget` (no
   // source was fenced for it) forgotten.
-  void Abort(uint64_t epoch, bool forget) ABSL_LOCKS_EXCLUDED(mu_);
+  void Abort(const ShardMap& next, bool forget) ABSL_LOCKS_EXCLUDED(mu_);
   // Whether a move to `epoch`, aborted, may be tried again now: a source
   // learns how a move ended only by asking (MoveState, whose answer is
   // dropped after fence_timeout), so once two fence_timeouts passed since
@@ -185,19 +214,49 @@ class SlotMover {
   // (MoveState with confirm); FAILED_PRECONDITION otherwise.
   absl::Status ConfirmDestination(uint64_t epoch,
                                   const std::string& destination);
-  // Asks the destination how the move to `epoch` ended and ends the fence
-  // so (UNAVAILABLE, the fence kept, when it does not answer).
-  absl::Status AskDestination(uint64_t epoch, const std::string& destination)
-      ABSL_LOCKS_EXCLUDED(mu_);
+  // Asks the destination (its group's primary now, with primary_of) how
+  // the move to `epoch` ended and ends the fence so (UNAVAILABLE, the
+  // fence kept, when it does not answer).
+  absl::Status AskDestination(uint64_t epoch, std::string destination,
+                              int destination_index) ABSL_LOCKS_EXCLUDED(mu_);
   // Ends the fence as the destination said, under the push gate.
   absl::Status EndLeaving(uint64_t epoch, bool committed)
       ABSL_LOCKS_EXCLUDED(mu_);
   void Watch() ABSL_LOCKS_EXCLUDED(mu_);
 
+  // ---- The steps (server/slot_move_steps.cc).
+  static MoveStep MoveStepTo(const ShardMap& next);
+  static void WorkerToProto(const MovedWorkerRecord& r, MovedWorker* out);
+  static MovedWorkerRecord WorkerFromProto(const MovedWorker& w);
+  // Runs `body` on this replica: directly, or on a replicated shard as the
+  // primary's next log entry (UNAVAILABLE, nothing run, on a backup); a
+  // step whose body failed is logged empty (the backups do nothing). With
+  // `acked`, OK only once every counted backup holds the step.
+  absl::Status Step(MoveStep step,
+                    absl::FunctionRef<absl::Status(const MoveStep&)> body,
+                    bool acked) ABSL_LOCKS_EXCLUDED(mu_);
+  absl::Status WaitAcked(uint64_t index);
+  // The bodies, the same on the primary and on a backup. ImportBody adds
+  // what it applied to *stats and the record the next piece starts with
+  // to *last_spec (each may be null).
+  absl::Status ImportBody(const MoveStep& step, SlotApplyStats* stats,
+                          std::string* last_spec);
+  // With `check` (the primary): refuses before anything changes, and
+  // again under the store's map lock.
+  absl::Status CommitBody(const MoveStep& step,
+                          const std::function<absl::Status()>& check);
+  absl::Status DropBody();
+  absl::Status FenceBody(const MoveStep& step) ABSL_LOCKS_EXCLUDED(mu_);
+  absl::Status EndBody(const MoveStep& step) ABSL_LOCKS_EXCLUDED(mu_);
+  absl::Status AdoptBody(const MoveStep& step);
+
   const ServiceContext* const c_;
   SlotFence* const fence_;
   const SlotMoverOptions o_;
 
+  // Serializes the ends of a fence (the watcher and FinishMove may both
+  // learn it); taken before the log's lock, which is taken before mu_.
+  absl::Mutex end_mu_ ABSL_ACQUIRED_BEFORE(mu_);
   mutable absl::Mutex mu_;
   // Moves into this shard by the epoch they make, and when each was last
   // aborted or answered about (MoveState).

@@ -32,7 +32,9 @@ grpc::Status SlotMovesService::FinishMove(grpc::ServerContext* /*ctx*/,
 grpc::Status SlotMovesService::MoveState(grpc::ServerContext* /*ctx*/,
                                          const MoveStateRequest* request,
                                          MoveStateResponse* response) {
-  *response = mover_->State(*request);
+  absl::StatusOr<MoveStateResponse> state = mover_->State(*request);
+  if (!state.ok()) return ToGrpcStatus(state.status());
+  *response = *std::move(state);
   return grpc::Status::OK;
 }
 

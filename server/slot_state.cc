@@ -95,10 +95,12 @@ absl::Status SlotStateApplier::Apply(absl::string_view bytes) {
   }
   switch (record.record_case()) {
     case CheckpointRecord::kTensor:
+      last_spec_.assign(bytes.data(), bytes.size());
       return StartTensor(record.tensor());
     case CheckpointRecord::kSlice:
       return AddSlice(record.slice());
     case CheckpointRecord::kTable:
+      last_spec_.assign(bytes.data(), bytes.size());
       return StartTable(record.table());
     case CheckpointRecord::kRows:
       return AddRows(record.rows());

@@ -142,6 +142,10 @@ class SlotStateApplier {
   absl::Status Apply(absl::string_view record);
 
   const SlotApplyStats& stats() const { return stats_; }
+  // The last tensor or table record applied ("" before any): what the
+  // records after it belong to. A replicated destination logs a round in
+  // pieces, each starting with the record the one before left off in.
+  const std::string& last_spec() const { return last_spec_; }
 
  private:
   absl::Status StartTensor(const TensorSpec& spec);
@@ -162,6 +166,7 @@ class SlotStateApplier {
   std::string tensor_;
   std::string table_;
   ShardMap::TableKey table_key_;
+  std::string last_spec_;
   SlotApplyStats stats_;
 };
 

@@ -5,18 +5,22 @@
 # run 2 -> 3 -> 4 -> 2 shards at a quarter, half and three quarters of the
 # undisturbed run's time; ROUNDS times, alternating. Prints each run's exit
 # status, examples/s and final accuracy, each scale's moves, and the median
-# accuracy and examples/s of each kind.
+# accuracy and examples/s of each kind. With REPLICAS = 2 each shard is a
+# group of two processes (etcd started by local.sh) and psctl finds the
+# groups' primaries in etcd.
 #
-#   tests/bench/scale_training.sh [ROUNDS] [EPOCHS] [WORKERS]   # default 3 5 4
+#   tests/bench/scale_training.sh [ROUNDS] [EPOCHS] [WORKERS] [REPLICAS]
+#   # default 3 5 4 1
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 rounds=${1:-3}
 epochs=${2:-5}
 workers=${3:-4}
+replicas=${4:-1}
 bazel build //server:ps_server //worker:ps_worker //tools:psctl >/dev/null 2>&1
 psctl=$(bazel info bazel-bin 2>/dev/null)/tools/psctl
-flags=(--no-build --shards 4 --workers "$workers" --epochs "$epochs"
-       --server-flags "--num_slots=64 --serving_shards=2")
+flags=(--no-build --shards 4 --replicas "$replicas" --workers "$workers"
+       --epochs "$epochs" --server-flags "--num_slots=64 --serving_shards=2")
 result() {  # LOG -> "examples/s accuracy"
   local rate acc
   rate=$(sed -nE 's/.* ([0-9]+) examples\/s in total.*/\1/p' "$1" | tail -n 1)
@@ -43,13 +47,16 @@ for ((round = 0; round < rounds; round++)); do
 
   deploy/local.sh "${flags[@]}" >"$log/scaled" 2>&1 &
   run=$!
-  servers=""
+  find=""
   for _ in $(seq 600); do
     servers=$(sed -nE 's/^cluster: [0-9]+ shard\(s\) at ([^;]+);.*/\1/p' "$log/scaled")
-    [ -n "$servers" ] && break
+    [ -n "$servers" ] && find="--servers=$servers"
+    etcd=$(sed -nE 's/^cluster: .*shard map in etcd at ([^,]+), run ([^)]+)\).*/--etcd_endpoints=\1 --run_id=\2/p' "$log/scaled")
+    [ -n "$etcd" ] && find="$etcd"
+    [ -n "$find" ] && break
     sleep 0.1
   done
-  [ -n "$servers" ] || { echo "no cluster line"; kill "$run"; exit 1; }
+  [ -n "$find" ] || { echo "no cluster line"; kill "$run"; exit 1; }
   t0=$(ms)
   step=$((base_ms / 4))
   i=1
@@ -58,7 +65,8 @@ for ((round = 0; round < rounds; round++)); do
     if [ "$wait_ms" -gt 0 ]; then sleep "$((wait_ms / 1000)).$(printf %03d $((wait_ms % 1000)))"; fi
     kill -0 "$run" 2>/dev/null || { echo "the run ended before scale to $m"; break; }
     echo "  scale to $m at $((($(ms) - t0) / 1000))s:"
-    "$psctl" scale --servers="$servers" --shards="$m" | sed 's/^/    /'
+    # shellcheck disable=SC2086  # $find holds one or two flags
+    "$psctl" scale $find --shards="$m" | sed 's/^/    /'
     i=$((i + 1))
   done
   set +e

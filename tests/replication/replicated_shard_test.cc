@@ -21,6 +21,7 @@
 #include "proto/asyncps.grpc.pb.h"
 #include "proto/replication.grpc.pb.h"
 #include "tests/faults/harness.h"
+#include "tests/replication/replica_harness.h"
 #include "tests/testing/etcd_process.h"
 #include "tests/testing/require_ok.h"
 #include "tests/testing/subprocess.h"
@@ -28,88 +29,19 @@
 namespace asyncps {
 namespace {
 
+using testing::ExpectSameState;
+using testing::ReplicaArgs;
 using testing::RunfilePath;
 using testing::ServerProcess;
 using testing::ShardStatus;
+using testing::StartReplica;
 using testing::Subprocess;
 using testing::WaitFor;
+using testing::WaitForCounted;
+using testing::WaitForRole;
 
 constexpr int kElems = 1000;
 constexpr float kInit = 1.0f;
-
-std::vector<std::string> ReplicaArgs(const testing::EtcdProcess& etcd,
-                                     const std::string& run) {
-  return {"--host=127.0.0.1", absl::StrCat("--run_id=", run), "--replicas=2",
-          absl::StrCat("--etcd_endpoints=", etcd.endpoint), "--lease_ms=1000"};
-}
-
-ServerProcess StartReplica(const testing::EtcdProcess& etcd,
-                           const std::string& run,
-                           const std::vector<std::string>& extra = {}) {
-  std::vector<std::string> args = ReplicaArgs(etcd, run);
-  args.insert(args.end(), extra.begin(), extra.end());
-  absl::StatusOr<ServerProcess> s = testing::StartPsServer(0, 1, args);
-  REQUIRE_OK(s.status());
-  return *std::move(s);
-}
-
-// The replica's Status, with its state digest when `digest`.
-absl::StatusOr<StatusResponse> Status(const std::string& address,
-                                      bool digest = false) {
-  if (!digest) return ShardStatus(address);
-  auto stub = ParameterServer::NewStub(MakeChannel(address));
-  grpc::ClientContext ctx;
-  ctx.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(20)));
-  StatusRequest request;
-  request.set_state_digest(true);
-  StatusResponse response;
-  grpc::Status s = stub->Status(&ctx, request, &response);
-  if (!s.ok()) return absl::UnavailableError(s.error_message());
-  return response;
-}
-
-void WaitForRole(const std::string& address, const std::string& role,
-                 absl::Duration timeout = absl::Seconds(20)) {
-  REQUIRE_OK(WaitFor(
-      [&] {
-        absl::StatusOr<StatusResponse> s = Status(address);
-        return s.ok() && s->replica().role() == role;
-      },
-      timeout, absl::StrCat(address, " becomes ", role)));
-}
-
-// Until the primary waits for `n` backups and the map calls them caught
-// up (they may be promoted).
-void WaitForCounted(const std::string& primary, int n) {
-  REQUIRE_OK(WaitFor(
-      [&] {
-        absl::StatusOr<StatusResponse> s = Status(primary);
-        if (!s.ok()) return false;
-        int counted = 0;
-        for (const auto& b : s->replica().backups()) {
-          counted += b.counted() && b.caught_up();
-        }
-        return counted == n;
-      },
-      absl::Seconds(30), absl::StrCat(primary, " counts ", n, " backups")));
-}
-
-// Waits until both replicas stand at the same entry, then compares their
-// digests there.
-void ExpectSameState(const std::string& a, const std::string& b) {
-  absl::StatusOr<StatusResponse> sa, sb;
-  REQUIRE_OK(WaitFor(
-      [&] {
-        sa = Status(a, true);
-        sb = Status(b, true);
-        return sa.ok() && sb.ok() &&
-               sa->replica().log_index() == sb->replica().log_index();
-      },
-      absl::Seconds(20), "both replicas at the same entry"));
-  INFO("entry " << sa->replica().log_index());
-  CHECK(sa->replica().log_index() > 0);
-  CHECK(sa->replica().state_digest() == sb->replica().state_digest());
-}
 
 std::unique_ptr<PsClient> Client(const std::string& run,
                                  const std::string& address, int worker_id) {
@@ -305,14 +237,14 @@ TEST_CASE(
   // The primary's sampler evicts the rows idle for 8 steps.
   REQUIRE_OK(WaitFor(
       [&] {
-        absl::StatusOr<StatusResponse> s = Status(a.address);
+        absl::StatusOr<StatusResponse> s = testing::ReplicaStatus(a.address);
         return s.ok() && s->tables_size() == 1 &&
                s->tables(0).rows_evicted_idle() > 0;
       },
       absl::Seconds(20), "the primary evicts idle rows"));
   ExpectSameState(a.address, b.address);
-  absl::StatusOr<StatusResponse> sa = Status(a.address);
-  absl::StatusOr<StatusResponse> sb = Status(b.address);
+  absl::StatusOr<StatusResponse> sa = testing::ReplicaStatus(a.address);
+  absl::StatusOr<StatusResponse> sb = testing::ReplicaStatus(b.address);
   REQUIRE_OK(sa.status());
   REQUIRE_OK(sb.status());
   REQUIRE(sb->tables_size() == 1);
@@ -361,7 +293,7 @@ TEST_CASE(
   // The fenced process starts over and follows the new primary.
   WaitForCounted(b.address, 1);
   Push("freeze", b.address, 3, 1, 1);
-  absl::StatusOr<StatusResponse> sb = Status(b.address);
+  absl::StatusOr<StatusResponse> sb = testing::ReplicaStatus(b.address);
   REQUIRE_OK(sb.status());
   REQUIRE(sb->replica().backups_size() == 1);
   ExpectSameState(b.address, sb->replica().backups(0).address());

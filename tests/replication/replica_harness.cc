@@ -1,0 +1,106 @@
+#include "tests/replication/replica_harness.h"
+
+#include <catch2/catch.hpp>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "common/net.h"
+#include "membership/shard_addressing.h"
+#include "proto/asyncps.grpc.pb.h"
+#include "tests/faults/harness.h"
+#include "tests/testing/require_ok.h"
+
+namespace asyncps {
+namespace testing {
+
+std::vector<std::string> ReplicaArgs(const EtcdProcess& etcd,
+                                     const std::string& run) {
+  return {"--host=127.0.0.1", absl::StrCat("--run_id=", run), "--replicas=2",
+          absl::StrCat("--etcd_endpoints=", etcd.endpoint), "--lease_ms=1000"};
+}
+
+ServerProcess StartReplica(const EtcdProcess& etcd, const std::string& run,
+                           const std::vector<std::string>& extra, int shard,
+                           int num_shards) {
+  std::vector<std::string> args = ReplicaArgs(etcd, run);
+  args.insert(args.end(), extra.begin(), extra.end());
+  absl::StatusOr<ServerProcess> s = StartPsServer(shard, num_shards, args);
+  REQUIRE_OK(s.status());
+  return *std::move(s);
+}
+
+absl::StatusOr<StatusResponse> ReplicaStatus(const std::string& address,
+                                             bool digest) {
+  if (!digest) return ShardStatus(address);
+  auto stub = ParameterServer::NewStub(MakeChannel(address));
+  grpc::ClientContext ctx;
+  ctx.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(20)));
+  StatusRequest request;
+  request.set_state_digest(true);
+  StatusResponse response;
+  grpc::Status s = stub->Status(&ctx, request, &response);
+  if (!s.ok()) return absl::UnavailableError(s.error_message());
+  return response;
+}
+
+void WaitForRole(const std::string& address, const std::string& role,
+                 absl::Duration timeout) {
+  REQUIRE_OK(WaitFor(
+      [&] {
+        absl::StatusOr<StatusResponse> s = ReplicaStatus(address);
+        return s.ok() && s->replica().role() == role;
+      },
+      timeout, absl::StrCat(address, " becomes ", role)));
+}
+
+void WaitForCounted(const std::string& primary, int n) {
+  REQUIRE_OK(WaitFor(
+      [&] {
+        absl::StatusOr<StatusResponse> s = ReplicaStatus(primary);
+        if (!s.ok()) return false;
+        int counted = 0;
+        for (const auto& b : s->replica().backups()) {
+          counted += b.counted() && b.caught_up();
+        }
+        return counted == n;
+      },
+      absl::Seconds(30), absl::StrCat(primary, " counts ", n, " backups")));
+}
+
+void ExpectSameState(const std::string& a, const std::string& b) {
+  absl::StatusOr<StatusResponse> sa, sb;
+  REQUIRE_OK(WaitFor(
+      [&] {
+        sa = ReplicaStatus(a, true);
+        sb = ReplicaStatus(b, true);
+        return sa.ok() && sb.ok() &&
+               sa->replica().log_index() == sb->replica().log_index();
+      },
+      absl::Seconds(20), "both replicas at the same entry"));
+  INFO("entry " << sa->replica().log_index());
+  CHECK(sa->replica().log_index() > 0);
+  CHECK(sa->replica().state_digest() == sb->replica().state_digest());
+}
+
+std::unique_ptr<PsClient> MapClient(const EtcdProcess& etcd,
+                                    const std::string& run, bool reader) {
+  ShardAddressingOptions a;
+  a.etcd_endpoints = etcd.endpoint;
+  a.run_id = run;
+  absl::StatusOr<ShardAddressing> shards = ResolveShardAddressing(a);
+  REQUIRE_OK(shards.status());
+  PsClientOptions o;
+  o.servers = shards->servers;
+  o.router = shards->router;
+  o.run_id = run;
+  o.reader = reader;
+  o.retry.call_deadline = absl::Seconds(60);
+  absl::StatusOr<std::unique_ptr<PsClient>> c = PsClient::Connect(o);
+  REQUIRE_OK(c.status());
+  REQUIRE_OK((*c)->WaitForShards(absl::Seconds(30)));
+  if (!reader) REQUIRE_OK((*c)->Register().status());
+  return *std::move(c);
+}
+
+}  // namespace testing
+}  // namespace asyncps

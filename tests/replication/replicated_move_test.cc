@@ -1,0 +1,221 @@
+// Live slot moves between replicated shard groups (ps_server --replicas=2
+// --num_slots), real processes and a real etcd: psctl scale moves the
+// slots between the groups' primaries while a worker trains the exact
+// ledger (tests/integration/ledger_trainer.h); every replica of a group
+// holds the same state after a move; a primary killed (SIGKILL) after a
+// move or in the middle of one is replaced by its backup, which holds
+// every slot the group owns: no acknowledged push lost or applied twice.
+
+#include <signal.h>
+
+#include <catch2/catch.hpp>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "client/ps_client.h"
+#include "tests/integration/ledger_trainer.h"
+#include "tests/replication/replica_harness.h"
+#include "tests/testing/etcd_process.h"
+#include "tests/testing/require_ok.h"
+#include "tests/testing/subprocess.h"
+
+namespace asyncps {
+namespace {
+
+using testing::ExpectSameState;
+using testing::LedgerTrainer;
+using testing::LedgerWrong;
+using testing::MapClient;
+using testing::ServerProcess;
+using testing::StartReplica;
+using testing::WaitFor;
+using testing::WaitForCounted;
+using testing::WaitForRole;
+
+// Two groups of two replicas; the 64 slots start on group 0.
+struct Groups {
+  testing::EtcdProcess etcd;
+  std::string run;
+  std::vector<ServerProcess> replicas;  // a0, b0, a1, b1
+
+  ServerProcess Start(int shard, const std::vector<std::string>& extra = {}) {
+    std::vector<std::string> flags = {"--num_slots=64", "--serving_shards=1"};
+    flags.insert(flags.end(), extra.begin(), extra.end());
+    return StartReplica(etcd, run, flags, shard, 2);
+  }
+  void StartAll(const std::vector<std::string>& extra = {}) {
+    for (int shard = 0; shard < 2; ++shard) {
+      replicas.push_back(Start(shard, extra));
+      WaitForRole(replicas.back().address, "primary");
+      replicas.push_back(Start(shard, extra));
+      WaitForRole(replicas.back().address, "backup");
+      WaitForCounted(replicas[2 * shard].address, 1);
+    }
+  }
+  // psctl scale to `shards` groups through etcd: its exit status, retried
+  // a few times while a group has no primary (a failover under way).
+  int Scale(int shards, std::string* out) {
+    int code = -1;
+    for (int i = 0; i < 5 && code != 0; ++i) {
+      if (i > 0) absl::SleepFor(absl::Seconds(2));
+      auto [c, o] = testing::Psctl(
+          {"scale", absl::StrCat("--etcd_endpoints=", etcd.endpoint),
+           absl::StrCat("--run_id=", run), absl::StrCat("--shards=", shards)});
+      code = c;
+      *out += o;
+    }
+    return code;
+  }
+  void Kill(int i) {
+    REQUIRE(replicas[i].process->Signal(SIGKILL).ok());
+    (void)replicas[i].process->Wait(absl::Seconds(10));
+  }
+};
+
+Groups StartGroups(const std::string& run,
+                   const std::vector<std::string>& extra = {}) {
+  absl::StatusOr<testing::EtcdProcess> etcd = testing::StartEtcd();
+  REQUIRE_OK(etcd.status());
+  Groups g{*std::move(etcd), run, {}};
+  g.StartAll(extra);
+  return g;
+}
+
+TEST_CASE(
+    "slots move between replicated groups while a worker trains; the "
+    "replicas agree, and a primary killed after a move loses nothing",
+    "[replication][slots][ledger]") {
+  if (testing::SkipWithoutEtcd()) return;
+  Groups g = StartGroups("rmove");
+  std::unique_ptr<PsClient> c = MapClient(g.etcd, g.run);
+  CHECK(c->map().serving_shards() == std::vector<int>{0});
+  int64_t acked = 0;
+  {
+    LedgerTrainer t;
+    t.Start(c.get());
+    std::string out;
+    const int code = g.Scale(2, &out);
+    INFO(out);
+    REQUIRE(code == 0);
+    const int64_t before = t.acked.load();
+    t.WaitForPushes(before, 10);
+    t.Stop();
+    REQUIRE_OK(t.error);
+    acked += t.acked.load();
+  }
+  CHECK(c->map().serving_shards() == std::vector<int>{0, 1});
+  // Each group's backup took the move's steps: the same state as its
+  // primary (the destination's imports and commit, the source's fence,
+  // its end and the slots it gave away).
+  ExpectSameState(g.replicas[0].address, g.replicas[1].address);
+  ExpectSameState(g.replicas[2].address, g.replicas[3].address);
+
+  // The destination's primary dies: its backup serves the moved slots.
+  g.Kill(2);
+  WaitForRole(g.replicas[3].address, "primary");
+  {
+    LedgerTrainer t;
+    t.Start(c.get());
+    // And the slots move back, from the promoted backup.
+    std::string out;
+    const int code = g.Scale(1, &out);
+    INFO(out);
+    CHECK(code == 0);
+    const int64_t before = t.acked.load();
+    t.WaitForPushes(before, 10);
+    // The group that owns every slot loses its primary.
+    g.Kill(0);
+    WaitForRole(g.replicas[1].address, "primary");
+    t.WaitForPushes(t.acked.load(), 10);
+    t.Stop();
+    REQUIRE_OK(t.error);
+    CHECK(t.stale == 0);
+    acked += t.acked.load();
+  }
+  INFO("acknowledged pushes " << acked);
+  std::unique_ptr<PsClient> reader = MapClient(g.etcd, g.run, true);
+  REQUIRE_OK(reader->WaitForTensors({"emb", "w"}, absl::Seconds(30)));
+  CHECK(LedgerWrong(reader.get(), testing::LedgerIds(), acked) == 0);
+  CHECK(reader->map().serving_shards() == std::vector<int>{0});
+}
+
+// A tensor of 32 MiB of values under Adam (96 MiB of state), so that a
+// move takes long enough to be killed in the middle.
+TensorSpec Big() {
+  TensorSpec w;
+  w.set_name("big");
+  w.add_shape(int64_t{8} << 20);
+  w.set_slice_elems(1 << 16);
+  w.set_init(INIT_CONSTANT);
+  w.set_init_value(0.5f);
+  w.mutable_optimizer()->set_type(OPT_ADAM);
+  w.mutable_optimizer()->set_learning_rate(0.01f);
+  w.mutable_optimizer()->set_beta1(0.9f);
+  w.mutable_optimizer()->set_beta2(0.999f);
+  w.mutable_optimizer()->set_epsilon(1e-8f);
+  return w;
+}
+
+TEST_CASE(
+    "a primary killed in the middle of a move between replicated groups: "
+    "the move completes or rolls back, its backup goes on, the next scale "
+    "completes, nothing is lost",
+    "[replication][slots][ledger]") {
+  if (testing::SkipWithoutEtcd()) return;
+  // The victim: the destination's primary (replica 2) or the source's (0).
+  const int victim = GENERATE(2, 0);
+  const int delay_ms = GENERATE(150, 250, 400);
+  INFO("killing replica " << victim << " " << delay_ms << " ms into the scale");
+  Groups g = StartGroups("rkill");
+  std::unique_ptr<PsClient> c = MapClient(g.etcd, g.run);
+  REQUIRE_OK(c->CreateTensors({Big()}));
+  int64_t acked = 0;
+  {
+    LedgerTrainer t;
+    t.Start(c.get());
+    absl::StatusOr<std::unique_ptr<testing::Subprocess>> scale =
+        testing::Subprocess::Start(
+            testing::RunfilePath("tools/psctl"),
+            {"scale", absl::StrCat("--etcd_endpoints=", g.etcd.endpoint),
+             absl::StrCat("--run_id=", g.run), "--shards=2"});
+    REQUIRE_OK(scale.status());
+    absl::SleepFor(absl::Milliseconds(delay_ms));
+    g.Kill(victim);
+    absl::StatusOr<int> exit = (*scale)->Wait(absl::Seconds(120));
+    REQUIRE_OK(exit.status());
+    const std::string first = (*scale)->ReadLog();
+    INFO(first);
+    WARN("replica " << victim << " killed " << delay_ms
+                    << " ms into the scale; it exited " << *exit << ": "
+                    << first);
+    WaitForRole(g.replicas[victim + 1].address, "primary");
+    // Whether or not that move went through, the next one does.
+    std::string out;
+    const int code = g.Scale(2, &out);
+    INFO(out);
+    CHECK(code == 0);
+    const int64_t before = t.acked.load();
+    t.WaitForPushes(before, 10);
+    t.Stop();
+    REQUIRE_OK(t.error);
+    CHECK(t.stale == 0);
+    acked = t.acked.load();
+  }
+  INFO("acknowledged pushes " << acked);
+  std::unique_ptr<PsClient> reader = MapClient(g.etcd, g.run, true);
+  REQUIRE_OK(reader->WaitForTensors({"emb", "w"}, absl::Seconds(30)));
+  CHECK(LedgerWrong(reader.get(), testing::LedgerIds(), acked) == 0);
+  CHECK(reader->map().serving_shards() == std::vector<int>{0, 1});
+  // The victim's group takes a new replica: its snapshot holds what the
+  // group owns after the moves.
+  const int shard = victim / 2;
+  ServerProcess spare = g.Start(shard);
+  WaitForCounted(g.replicas[victim + 1].address, 1);
+  ExpectSameState(g.replicas[victim + 1].address, spare.address);
+}
+
+}  // namespace
+}  // namespace asyncps
