@@ -11,13 +11,18 @@ random server process, kill -9 every process of a random server host, cut a
 random server host off from everyone for a few seconds, or split it from its
 shard's other replica and etcd only (the workers still reach it: an old
 primary that keeps receiving pushes must acknowledge none once its backup
-took over); a killed process is started again (it rejoins as a spare). At the end the workers must all
+took over); a killed process is started again (it rejoins as a spare). With
+--scale the run is slotted (64 slots, on shard 0 at first) and each event
+also moves slots between the groups: `psctl scale` (through etcd) to 2 or
+back to 1 group, started up to 0.5 s before the nemesis strikes; a scale
+may fail, and must leave its move committed or rolled back; one more scale
+to 2 without a nemesis must succeed at the end. At the end the workers must all
 have exited 0 with every push acknowledged, and a verifier reads every
 element: it must equal 1 - sum(grad x pushes) exactly (0 pushes lost, 0
 applied twice).
 
   tests/cluster/replication_nemesis.py --bin "$(bazel info bazel-bin)" \\
-      [--seconds 60] [--every 4] [--workers 4] [--pushes 3000]
+      [--seconds 60] [--every 4] [--workers 4] [--pushes 3000] [--scale]
 
 Needs root (namespaces). Prints one line per nemesis event and a closing
 "ledger: ..." line; exits 1 on any violation.
@@ -48,11 +53,17 @@ def main():
     ap.add_argument("--workers", type=int, default=4)
     ap.add_argument("--pushes", type=int, default=3000)
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--scale", action="store_true",
+                    help="move slots between the groups at every event")
     args = ap.parse_args()
     rng = random.Random(args.seed)
 
     ps_server = ec.binary(args.bin, "server", "ps_server")
     push_client = ec.binary(args.bin, "tests/integration", "push_client")
+    psctl = ec.binary(args.bin, "tools", "psctl")
+    slotted = ["--num_slots=64", "--serving_shards=1"] if args.scale else []
+    # Moves carry slices of a tensor of 2000 slices.
+    elems = 200000 if args.scale else 1000
     etcd = shutil.which("etcd")
     if etcd is None:
         print("etcd not installed (deploy/install_deps.sh installs it)")
@@ -77,7 +88,7 @@ def main():
                 [ps_server, f"--host={host.ip}", f"--port={PORT}",
                  f"--shard_index={(h - 1) // 2}", "--num_shards=2",
                  "--replicas=2", f"--etcd_endpoints={endpoint}",
-                 "--run_id=nemesis", f"--host_label={host.name}"],
+                 "--run_id=nemesis", f"--host_label={host.name}"] + slotted,
                 name="ps_server")
 
         servers = {h: start_server(h) for h in (1, 3)}
@@ -88,17 +99,30 @@ def main():
                   "--tensors=w", "--log_level=warn"]
         workers = push_ledger.start_workers(h0, push_client, common,
                                             args.workers, args.pushes,
-                                            ["--create_elems=1000"])
+                                            [f"--create_elems={elems}"])
+
+        def scale(to, name):
+            return h0.spawn([psctl, "scale", f"--etcd_endpoints={endpoint}",
+                             "--run_id=nemesis", f"--shards={to}"], name=name)
 
         end = time.monotonic() + args.seconds
-        events = 0
+        events = scales_ok = 0
         while time.monotonic() < end and any(w.alive() for w in workers):
             time.sleep(args.every)
             events += 1
             h = rng.choice([1, 2, 3, 4])
             kind = rng.choice(["kill process", "kill host", "partition",
                                "split"])
-            print(f"nemesis {events}: {kind} h{h}", flush=True)
+            mover = None
+            if args.scale:
+                to = 1 + events % 2
+                lead = rng.uniform(0, 0.5)
+                print(f"nemesis {events}: scale to {to}, {kind} h{h} "
+                      f"{lead:.2f} s later", flush=True)
+                mover = scale(to, f"scale{events}")
+                time.sleep(lead)
+            else:
+                print(f"nemesis {events}: {kind} h{h}", flush=True)
             if kind in ("partition", "split"):
                 partner = h + 1 if h % 2 == 1 else h - 1
                 others = ([partner, 5] if kind == "split" else
@@ -113,12 +137,30 @@ def main():
                 servers[h].signal(9)
                 servers[h].wait(10)
                 servers[h] = start_server(h)
+            if mover is not None:
+                code = mover.wait(180)
+                scales_ok += code == 0
+                tail = mover.log_text().strip().splitlines()[-1:] or [""]
+                print(f"  psctl scale: exit {code}: {tail[0]}", flush=True)
+
+        final = 0
+        if args.scale:
+            for attempt in range(10):  # a failover may still be under way
+                p = scale(2, f"final_scale{attempt}")
+                final = p.wait(180)
+                if final == 0:
+                    break
+                time.sleep(2)
+            print(f"final psctl scale --shards=2: exit {final}: "
+                  f"{p.log_text().strip()[-300:]}", flush=True)
 
         failed, verified, expect = push_ledger.settle(
             h0, push_client, common, workers, args.pushes)
-        ok = failed == 0 and verified
+        ok = failed == 0 and verified and final == 0
+        moved = f" ({scales_ok} scales completed)" if args.scale else ""
         print(f"ledger: {args.workers} workers x {args.pushes} pushes through "
-              f"{events} nemesis events: {'every' if failed == 0 else 'NOT every'} "
+              f"{events} nemesis events{moved}: "
+              f"{'every' if failed == 0 else 'NOT every'} "
               f"push acknowledged; final values "
               f"{'equal' if verified else 'DIFFER from'} {expect} "
               f"(0 lost, 0 applied twice)" if ok else "ledger: VIOLATED")

@@ -47,11 +47,7 @@ TensorSpec Dense() {
   w.set_init(INIT_NORMAL);
   w.set_init_value(0.1f);
   w.set_seed(11);
-  w.mutable_optimizer()->set_type(OPT_ADAM);
-  w.mutable_optimizer()->set_learning_rate(0.01f);
-  w.mutable_optimizer()->set_beta1(0.9f);
-  w.mutable_optimizer()->set_beta2(0.999f);
-  w.mutable_optimizer()->set_epsilon(1e-8f);
+  *w.mutable_optimizer() = testing::Adam();
   return w;
 }
 
