@@ -25,6 +25,7 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "client/ps_client.h"
 #include "common/map_change.h"
 #include "common/net.h"
@@ -38,6 +39,8 @@ ABSL_FLAG(int, tensors, 64, "big tensors the state is cut into");
 ABSL_FLAG(int, slots, 256, "slots of the run");
 ABSL_FLAG(double, window_s, 3, "seconds timed before and after the move");
 ABSL_FLAG(std::string, optimizer, "adam", "sgd or adam (3x the state)");
+ABSL_FLAG(std::string, server_flags, "",
+          "more ps_server flags, space-separated (e.g. --move_copy_nice=0)");
 ABSL_FLAG(bool, train, true,
           "train during the move (false: the copy alone, the machine idle)");
 
@@ -135,8 +138,13 @@ void Main() {
       int64_t{absl::GetFlag(FLAGS_state_mib)} * 262144 / tensors;
   std::vector<ServerProcess> shards;
   for (int i = 0; i < 2; ++i) {
-    absl::StatusOr<ServerProcess> s = testing::StartPsServer(
-        i, 2, {absl::StrCat("--num_slots=", slots), "--log_level=warn"});
+    std::vector<std::string> flags = {absl::StrCat("--num_slots=", slots),
+                                      "--log_level=warn"};
+    for (absl::string_view f : absl::StrSplit(absl::GetFlag(FLAGS_server_flags),
+                                              ' ', absl::SkipEmpty())) {
+      flags.emplace_back(f);
+    }
+    absl::StatusOr<ServerProcess> s = testing::StartPsServer(i, 2, flags);
     if (!s.ok()) Die(s.status());
     shards.push_back(*std::move(s));
   }
