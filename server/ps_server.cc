@@ -230,6 +230,7 @@ ServiceContext PsServer::MakeServiceContext(const PsServerOptions& options,
   context.slot_move = [this] {
     return mover_ != nullptr ? mover_->Describe() : std::string();
   };
+  context.drained = [this] { return mover_ != nullptr && mover_->drained(); };
   // A backup takes its primary's move steps (entries come once serving).
   context.apply_move = [this](const MoveStep& step) {
     return mover_ != nullptr ? mover_->ApplyStep(step)

@@ -684,6 +684,7 @@ void PsService::FillStatus(StatusResponse* r) {
   ShardMapToProto(c_.store->map(), r->mutable_map());
   if (c_.replica_status) c_.replica_status(r);
   if (c_.slot_move) r->set_slot_move(c_.slot_move());
+  if (c_.drained) r->set_drained(c_.drained());
   const absl::Time now = c_.clock->Now();
   r->set_uptime_ms(absl::ToInt64Milliseconds(now - start_time_));
   *r->mutable_policy() = c_.policy;

@@ -60,6 +60,8 @@ struct ServiceContext {
   // StatusResponse.slot_move: the live slot move in progress ("" for none);
   // null when the shard has no mover.
   std::function<std::string()> slot_move;
+  // StatusResponse.drained; null: never.
+  std::function<bool()> drained;
   // Takes one step of a live slot move from the primary's log entry (a
   // backup; server/slot_mover.h); null when the shard has no mover.
   std::function<absl::Status(const MoveStep&)> apply_move;

@@ -2,6 +2,7 @@
 // log (ps_server --replicas; server/replication_log.h), and a backup's
 // replay of its primary's steps.
 
+#include <algorithm>
 #include <memory>
 #include <string>
 #include <utility>
@@ -171,7 +172,9 @@ absl::Status SlotMover::CommitBody(const MoveStep& step,
   absl::Status s = c_->workers->ImportWorkers(workers);
   if (!s.ok()) return s;
   // Checked again under the store's map lock, which creations take.
-  return check ? c_->store->AdoptMap(*next, check) : c_->store->AdoptMap(*next);
+  s = check ? c_->store->AdoptMap(*next, check) : c_->store->AdoptMap(*next);
+  if (s.ok()) drained_ = false;
+  return s;
 }
 
 absl::Status SlotMover::DropBody() {
@@ -218,6 +221,9 @@ absl::Status SlotMover::EndBody(const MoveStep& step) {
       c_->checkpointer->RequestFull(
           [](const absl::StatusOr<CheckpointInfo>&) {});
     }
+    const std::vector<int> serving = next->serving_shards();
+    drained_ = std::find(serving.begin(), serving.end(), c_->shard_index) ==
+               serving.end();
   }
   absl::MutexLock l(&mu_);
   if (leaving_.has_value() && leaving_->next.epoch() == next->epoch()) {

@@ -52,6 +52,7 @@
 //
 // Thread-safe. One move in or out at a time per shard.
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -126,6 +127,9 @@ class SlotMover {
   // from anyone else cannot drop slots or end a fence early.
   absl::Status Finish(const FinishMoveRequest& request);
 
+  // Whether moves out gave away every slot this process owned (and none
+  // came in since).
+  bool drained() const { return drained_.load(); }
   // Whether a move in or out of this shard is in progress.
   bool Moving() const ABSL_LOCKS_EXCLUDED(mu_);
   // The move this shard takes part in now, for Status ("" for none).
@@ -266,6 +270,7 @@ class SlotMover {
   std::string moving_in_what_ ABSL_GUARDED_BY(mu_);  // while moving_in_
   std::optional<Leaving> leaving_ ABSL_GUARDED_BY(mu_);
   bool stop_ ABSL_GUARDED_BY(mu_) = false;
+  std::atomic<bool> drained_{false};
   std::thread watcher_;
 };
 

@@ -333,4 +333,42 @@ int RunScale(ShardQuery* query, absl::Duration timeout, int shards,
   return code;
 }
 
+namespace {
+
+// The shards to spread the slots over now (see RunScaleFollow), or 0 when
+// the run should stay as it is.
+int WantedShards(ShardQuery* query, absl::Duration timeout) {
+  const std::vector<ShardResult> results = query->Status(timeout);
+  int code = kExitDown;
+  absl::StatusOr<ShardMap> map = NewestMap(results, &code);
+  if (!map.ok() || code == kExitUsage) return 0;
+  int wanted = 0;
+  while (wanted < static_cast<int>(results.size()) && results[wanted].up &&
+         !results[wanted].status.drained()) {
+    ++wanted;
+  }
+  const int serving = static_cast<int>(map->serving_shards().size());
+  // Only growth, and only onto shards 0..wanted-1 once every one of them
+  // answers: the plan keeps the slots on a prefix.
+  return wanted > serving ? wanted : 0;
+}
+
+}  // namespace
+
+int RunScaleFollow(ShardQuery* query, absl::Duration timeout,
+                   const LiveMoveOptions& live, absl::Duration every) {
+  const sigset_t stop = BlockStopSignals();
+  for (;;) {
+    const int wanted = WantedShards(query, timeout);
+    if (wanted > 0) {
+      Print(absl::StrCat("scale to ", wanted, " shards:\n"));
+      RunScale(query, timeout, wanted, live);
+    }
+    const timespec wait = absl::ToTimespec(every);
+    siginfo_t info;
+    const int sig = sigtimedwait(&stop, &info, &wait);
+    if (sig == SIGINT || sig == SIGTERM) return 0;
+  }
+}
+
 }  // namespace asyncps

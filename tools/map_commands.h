@@ -80,6 +80,18 @@ int RunMove(ShardQuery* query, absl::Duration timeout,
 int RunScale(ShardQuery* query, absl::Duration timeout, int shards,
              const LiveMoveOptions& live);
 
+// psctl scale --watch=D (no --shards): the run grows by itself onto the
+// shard processes that come up. Every D, the longest run of shards from 0
+// that answer and are not drained (StatusResponse.drained: their slots
+// were moved away by a scale down) is taken as the wanted count, and the
+// slots are spread over it when it is larger than the shards serving now.
+// It never shrinks the run: a shard that stops answering may have crashed
+// with its slots; a scale down is `psctl scale --shards=M` (on Kubernetes
+// the preStop hook of the pod that goes, deploy/k8s/elastic). Until SIGINT
+// or SIGTERM (exit 0); a failed round is reported and tried again.
+int RunScaleFollow(ShardQuery* query, absl::Duration timeout,
+                   const LiveMoveOptions& live, absl::Duration every);
+
 }  // namespace asyncps
 
 #endif  // ASYNCPS_TOOLS_MAP_COMMANDS_H_

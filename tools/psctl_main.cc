@@ -10,6 +10,7 @@
 //   psctl move       --servers=h:p,h:p --slot_list=3,7,10-20 --to_shard=K
 //   psctl adopt      --servers=h:p,h:p
 //   psctl scale      --servers=h:p,h:p --shards=M
+//   psctl scale      --servers=h:p,h:p --watch=5s   # grows onto new ones
 //   psctl reshard    --from=DIR --to=NEW_DIR --shards=M [--slots=S |
 //                    --map=MAP_FILE] [-o table|json|yaml]
 // --servers may come from ASYNCPS_SERVERS (as every flag from
@@ -32,7 +33,8 @@
 // moves the given slots to one shard while the run trains, `adopt` hands
 // every shard the newest map the shards serve (tools/live_moves.h), and
 // `scale` spreads the slots over the first M shard processes, live, so
-// that the others own none and may be stopped (tools/scale_plan.h);
+// that the others own none and may be stopped (tools/scale_plan.h), or
+// with --watch grows the run onto the processes that come up;
 // `reshard` works on files, not on shards: it rewrites the checkpoints of a
 // stopped cluster of N shards into those of M shards, or of another map
 // (tools/map_commands.h).
@@ -157,6 +159,8 @@ constexpr char kUsage[] =
     "--to_shard=K\n"
     "  psctl adopt      --servers=h:p,h:p\n"
     "  psctl scale      --servers=h:p,h:p --shards=M\n"
+    "  psctl scale      --servers=h:p,h:p --watch=5s  (grows the run onto "
+    "the shards that come up)\n"
     "  psctl reshard    --from=DIR --to=NEW_DIR --shards=M [--slots=S | "
     "--map=MAP_FILE]\n\n"
     "--servers may also come from ASYNCPS_SERVERS; in a replicated run,\n"
@@ -642,9 +646,10 @@ absl::StatusOr<Connection> ConnectionFromFlags(const ParsedCommandLine& cl,
         "--watch must be >= 0, got ", absl::FormatDuration(c.watch)));
   }
   if (c.watch > absl::ZeroDuration() && command != "status" &&
+      command != "scale" &&
       !(command == "rebalance" && absl::GetFlag(FLAGS_apply))) {
     return absl::InvalidArgumentError(
-        "--watch applies only to the status command and rebalance "
+        "--watch applies only to the status command, scale and rebalance "
         "--apply");
   }
   if (cl.IsSet("digests") && command != "status") {
@@ -706,7 +711,8 @@ int Main(int argc, char** argv) {
                        absl::GetFlag(FLAGS_map)},
                       *format);
   }
-  if (*command == "rebalance" && absl::GetFlag(FLAGS_apply) &&
+  if (((*command == "rebalance" && absl::GetFlag(FLAGS_apply)) ||
+       *command == "scale") &&
       absl::GetFlag(FLAGS_watch) > absl::ZeroDuration()) {
     // The automatic mode ends on SIGINT/SIGTERM, taken between rounds: they
     // are blocked before any thread starts (every thread inherits the mask).
@@ -737,6 +743,14 @@ int Main(int argc, char** argv) {
   }
   if (*command == "adopt") return RunAdoptNewest(&query, c->timeout, live);
   if (*command == "scale") {
+    if (c->watch > absl::ZeroDuration()) {
+      if (cl.IsSet("shards")) {
+        return UsageError(
+            "scale --watch follows the shards that come up; it takes no "
+            "--shards");
+      }
+      return RunScaleFollow(&query, c->timeout, live, c->watch);
+    }
     return RunScale(&query, c->timeout, absl::GetFlag(FLAGS_shards), live);
   }
   if (*command == "move") {

@@ -3,7 +3,9 @@
 
 Six hosts (network namespaces on one bridge, emulated_cluster.py): h0 runs
 the workers, h5 etcd; h1..h4 run a 2-shard x R=2 cluster (shard 0 on h1 and
-h2, shard 1 on h3 and h4, each replica with its host's label). Workers
+h2, shard 1 on h3 and h4, each replica with its host's label); with
+--replicas R, hosts h1..h2R hold the two groups and h(2R+1) etcd, and the
+nemesis may also kill two replicas of one group 0.5 s apart (R >= 3). Workers
 (tests/integration:push_client, following the shard map in etcd) push
 integer gradients (worker w pushes w + 1 to every element), so the sums are
 exact in float32. Every --every seconds the nemesis picks one of: kill -9 a
@@ -53,6 +55,10 @@ def main():
     ap.add_argument("--workers", type=int, default=4)
     ap.add_argument("--pushes", type=int, default=3000)
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--replicas", type=int, default=2,
+                    help="R: processes per shard group (hosts 1..2R); with "
+                    "R >= 3 the nemesis also kills two replicas of one "
+                    "group 0.5 s apart")
     ap.add_argument("--scale", action="store_true",
                     help="move slots between the groups at every event")
     args = ap.parse_args()
@@ -69,8 +75,11 @@ def main():
         print("etcd not installed (deploy/install_deps.sh installs it)")
         return 1
     ec.install_signal_handlers()
-    with ec.EmulatedCluster(6, log=print) as c:
-        h0, h5 = c.host(0), c.host(5)
+    r = args.replicas
+    server_hosts = list(range(1, 2 * r + 1))
+    etcd_host = 2 * r + 1
+    with ec.EmulatedCluster(2 * r + 2, log=print) as c:
+        h0, h5 = c.host(0), c.host(etcd_host)
         endpoint = f"{h5.ip}:{ETCD_PORT}"
         h5.spawn([etcd, "--name=n", f"--data-dir={c.log_dir}/etcd",
                   f"--listen-client-urls=http://{h5.ip}:{ETCD_PORT}",
@@ -86,14 +95,16 @@ def main():
             host = c.host(h)
             return host.spawn(
                 [ps_server, f"--host={host.ip}", f"--port={PORT}",
-                 f"--shard_index={(h - 1) // 2}", "--num_shards=2",
-                 "--replicas=2", f"--etcd_endpoints={endpoint}",
+                 f"--shard_index={(h - 1) // r}", "--num_shards=2",
+                 f"--replicas={r}", f"--etcd_endpoints={endpoint}",
                  "--run_id=nemesis", f"--host_label={host.name}"] + slotted,
                 name="ps_server")
 
-        servers = {h: start_server(h) for h in (1, 3)}
+        firsts = (1, 1 + r)
+        servers = {h: start_server(h) for h in firsts}
         time.sleep(2)  # the first of each group claims it
-        servers.update({h: start_server(h) for h in (2, 4)})
+        servers.update({h: start_server(h) for h in server_hosts
+                        if h not in firsts})
         time.sleep(3)
         common = [f"--etcd_endpoints={endpoint}", "--run_id=nemesis",
                   "--tensors=w", "--log_level=warn"]
@@ -110,9 +121,9 @@ def main():
         while time.monotonic() < end and any(w.alive() for w in workers):
             time.sleep(args.every)
             events += 1
-            h = rng.choice([1, 2, 3, 4])
-            kind = rng.choice(["kill process", "kill host", "partition",
-                               "split"])
+            h = rng.choice(server_hosts)
+            kinds = ["kill process", "kill host", "partition", "split"]
+            kind = rng.choice(kinds + (["double kill"] if r >= 3 else []))
             mover = None
             if args.scale:
                 to = 1 + events % 2
@@ -124,12 +135,26 @@ def main():
             else:
                 print(f"nemesis {events}: {kind} h{h}", flush=True)
             if kind in ("partition", "split"):
-                partner = h + 1 if h % 2 == 1 else h - 1
-                others = ([partner, 5] if kind == "split" else
-                          [i for i in range(6) if i != h])
+                group = (h - 1) // r
+                partners = [i for i in server_hosts
+                            if (i - 1) // r == group and i != h]
+                others = (partners + [etcd_host] if kind == "split" else
+                          [i for i in range(2 * r + 2) if i != h])
                 c.partition([h], others)
                 time.sleep(3)
                 c.heal()
+            elif kind == "double kill":
+                # Two replicas of one group, the second before the first
+                # came back and caught up: R - 1 = 2 may be lost.
+                group = (h - 1) // r
+                second = rng.choice([i for i in server_hosts
+                                     if (i - 1) // r == group and i != h])
+                servers[h].signal(9)
+                time.sleep(0.5)
+                servers[second].signal(9)
+                for k in (h, second):
+                    servers[k].wait(10)
+                    servers[k] = start_server(k)
             elif kind == "kill host":
                 c.kill_host(h)
                 servers[h] = start_server(h)

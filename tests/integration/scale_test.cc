@@ -16,7 +16,10 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "client/ps_client.h"
+#include "common/net.h"
 #include "common/shard_map.h"
+#include "common/shard_map_proto.h"
+#include "proto/asyncps.grpc.pb.h"
 #include "tests/integration/ledger_trainer.h"
 #include "tests/testing/require_ok.h"
 #include "tests/testing/subprocess.h"
@@ -140,14 +143,102 @@ TEST_CASE(
   CHECK(LedgerWrong(reader.get(), t.ids, t.acked.load()) == 0);
 }
 
+// Shard `p`'s Status (5 s deadline).
+absl::StatusOr<StatusResponse> Status(const ServerProcess& p) {
+  auto stub = ParameterServer::NewStub(MakeChannel(p.address));
+  grpc::ClientContext ctx;
+  ctx.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(5)));
+  StatusResponse response;
+  const grpc::Status s = stub->Status(&ctx, StatusRequest(), &response);
+  if (!s.ok()) return absl::UnavailableError(s.error_message());
+  return response;
+}
+
+// The shards that own slots under the map shard 0 serves (empty when it
+// does not answer).
+std::vector<int> Serving(const std::vector<ServerProcess>& cluster) {
+  absl::StatusOr<StatusResponse> st = Status(cluster[0]);
+  if (!st.ok()) return {};
+  absl::StatusOr<ShardMap> map = ShardMapFromProto(st->map());
+  return map.ok() ? map->serving_shards() : std::vector<int>{};
+}
+
+void WaitForServing(const std::vector<ServerProcess>& cluster,
+                    const std::vector<int>& serving) {
+  REQUIRE_OK(testing::WaitFor([&] { return Serving(cluster) == serving; },
+                              absl::Seconds(30),
+                              absl::StrCat(serving.size(), " serving shards")));
+}
+
+TEST_CASE(
+    "psctl scale --watch grows the run onto the shard processes that come "
+    "up, never onto drained ones, and never shrinks it",
+    "[slots][scale]") {
+  std::vector<ServerProcess> cluster;
+  for (int s = 0; s < kProcesses; ++s) {
+    absl::StatusOr<ServerProcess> p = StartPsServer(s, kProcesses, kFlags);
+    REQUIRE_OK(p.status());
+    cluster.push_back(*std::move(p));
+  }
+  const std::string servers = "--servers=" + testing::ServerList(cluster);
+  StopShard(&cluster, 2);
+  StopShard(&cluster, 3);
+  absl::StatusOr<std::unique_ptr<testing::Subprocess>> follower =
+      testing::Subprocess::Start(
+          testing::RunfilePath("tools/psctl"),
+          {"scale", servers, "--watch=300ms", "--timeout=2s"});
+  REQUIRE_OK(follower.status());
+  // Shards 2 and 3 are down: nothing moves.
+  absl::SleepFor(absl::Seconds(1));
+  CHECK(Serving(cluster) == std::vector<int>{0, 1});
+  StartShard(&cluster, 2);
+  WaitForServing(cluster, {0, 1, 2});
+
+  // A scale down (a pod's preStop hook on Kubernetes) drains shard 2: the
+  // follower leaves it out while it runs on, and shard 3 beyond it.
+  const auto [code, out] = Psctl({"scale", servers, "--shards=2"});
+  INFO(out);
+  REQUIRE(code == 0);
+  absl::StatusOr<StatusResponse> drained = Status(cluster[2]);
+  REQUIRE_OK(drained.status());
+  CHECK(drained->drained());
+  StartShard(&cluster, 3);
+  absl::SleepFor(absl::Seconds(2));
+  CHECK(Serving(cluster) == std::vector<int>{0, 1});
+
+  // A fresh process where shard 2 was: the run grows onto it and shard 3.
+  StopShard(&cluster, 2);
+  StartShard(&cluster, 2);
+  WaitForServing(cluster, {0, 1, 2, 3});
+  for (const ServerProcess& p : cluster) {
+    absl::StatusOr<StatusResponse> st = Status(p);
+    REQUIRE_OK(st.status());
+    CHECK_FALSE(st->drained());
+  }
+  // A shard that stops answering is not scaled away (it may hold slots).
+  StopShard(&cluster, 3);  // its slots are unreachable until it is back
+  absl::SleepFor(absl::Seconds(1));
+  CHECK(Serving(cluster) == std::vector<int>{0, 1, 2, 3});
+
+  REQUIRE_OK((*follower)->Signal(SIGTERM));
+  absl::StatusOr<int> exit = (*follower)->Wait(absl::Seconds(10));
+  INFO((*follower)->ReadLog());
+  REQUIRE_OK(exit.status());
+  CHECK(*exit == 0);
+  CHECK(absl::StrContains((*follower)->ReadLog(), "scale to 4 shards"));
+}
+
 TEST_CASE("bad scales are refused and change nothing",
           "[slots][scale][bad-input]") {
   auto cluster = testing::StartPsCluster(2, {"--num_slots=16"});
   REQUIRE_OK(cluster.status());
   const std::string servers = "--servers=" + testing::ServerList(*cluster);
   for (const std::vector<std::string>& bad :
-       std::vector<std::vector<std::string>>{
-           {"--shards=0"}, {"--shards=3"}, {"--shards=-1"}, {}}) {
+       std::vector<std::vector<std::string>>{{"--shards=0"},
+                                             {"--shards=3"},
+                                             {"--shards=-1"},
+                                             {},
+                                             {"--watch=1s", "--shards=1"}}) {
     std::vector<std::string> args = {"scale", servers};
     args.insert(args.end(), bad.begin(), bad.end());
     const auto [code, out] = Psctl(args);
