@@ -21,6 +21,11 @@
 #      anti-affinity and a disruption budget selecting exactly each group,
 #      etcd endpoints and run id the same everywhere; mutated copies (a
 #      group without anti-affinity, --replicas 3 of 2 pods) fail;
+#   3f. deploy/k8s/elastic (check_k8s_elastic.py): pods made and removed
+#      one at a time, the starting map on as many as run, a grace period
+#      to drain, each leaving pod's preStop hook (run with a stand-in psctl)
+#      draining exactly it, the scaler watching the same shards; mutated
+#      copies (pods removed in parallel, a fixed drain count) fail;
 #   4. the identity mapping, with the real binaries in the environment a pod
 #      gets (HOSTNAME=asyncps-shard-<i>, JOB_COMPLETION_INDEX, ConfigMap and
 #      container variables): shards 0 and 1 report their index and
@@ -220,6 +225,44 @@ PY
 else
   cat "$tmp/kustomize.err"
   fail "kubectl kustomize deploy/k8s/replicated"
+fi
+
+# Elastic shards (deploy/k8s/elastic): pods one at a time, the slots on as
+# many as run, each leaving pod's preStop drains exactly it (run with a
+# stand-in psctl), the scaler watches the same shards. Its workloads decode
+# offline. Mutated copies fail: pods removed in parallel, a preStop that
+# drains into a fixed count.
+check_elastic() {
+  python3 "$runfiles/tests/deploy/check_k8s_elastic.py" "$1" \
+    "$tmp/server.help" "$tmp/psctl.help"
+}
+if kubectl kustomize "$tmp/k8s/elastic" >"$tmp/elastic.yaml" 2>"$tmp/kustomize.err"; then
+  check_elastic "$tmp/elastic.yaml" || fail "elastic checks"
+  python3 - "$tmp/elastic.yaml" "$tmp/elastic-workloads.yaml" <<'PY'
+import sys, yaml
+docs = [d for d in yaml.safe_load_all(open(sys.argv[1])) if d]
+yaml.safe_dump_all([d for d in docs
+                    if d["kind"] in ("StatefulSet", "Job", "Deployment")],
+                   open(sys.argv[2], "w"))
+PY
+  kubectl set env --local --list -f "$tmp/elastic-workloads.yaml" \
+    >"$tmp/eenv.txt" 2>&1 ||
+    { cat "$tmp/eenv.txt"; fail "kubectl decodes the elastic workloads"; }
+  sed 's/podManagementPolicy: OrderedReady/podManagementPolicy: Parallel/' \
+    "$tmp/elastic.yaml" >"$tmp/elastic-parallel.yaml"
+  if cmp -s "$tmp/elastic.yaml" "$tmp/elastic-parallel.yaml" ||
+      check_elastic "$tmp/elastic-parallel.yaml" >/dev/null; then
+    fail "shard pods removed in parallel pass the elastic checks"
+  fi
+  sed 's/--shards="${HOSTNAME##\*-}"/--shards=2/' "$tmp/elastic.yaml" \
+    >"$tmp/elastic-fixed.yaml"
+  if cmp -s "$tmp/elastic.yaml" "$tmp/elastic-fixed.yaml" ||
+      check_elastic "$tmp/elastic-fixed.yaml" >/dev/null; then
+    fail "a preStop that drains into a fixed count passes the elastic checks"
+  fi
+else
+  cat "$tmp/kustomize.err"
+  fail "kubectl kustomize deploy/k8s/elastic"
 fi
 [ "$failed" = 0 ] || exit 1
 

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Strict schema validation of every Kubernetes manifest deploy/k8s renders
 # (the plain layout, monitoring/, jobset/, serving/, jobset-serving/,
-# replicated/), offline:
+# replicated/, elastic/), offline:
 #   1. each rendered object against the OpenAPI schema of its kind
 #      (k8s_schemas/validate.mjs: types, enumerations, required fields, and
 #      every field the schema does not define refused, as `kubectl apply
@@ -72,7 +72,7 @@ kustomize_lacks_replacements() {
   ! kubectl kustomize "$tmp/k8s/jobset" >/dev/null 2>"$tmp/v2.err" &&
     grep -q 'unknown field "replacements"' "$tmp/v2.err"
 }
-for layout in plain monitoring jobset serving jobset-serving replicated; do
+for layout in plain monitoring jobset serving jobset-serving replicated elastic; do
   dir="$tmp/k8s"
   [ "$layout" = plain ] || dir="$tmp/k8s/$layout"
   if kubectl kustomize "$dir" >"$tmp/$layout.yaml" 2>"$tmp/kustomize.err"; then
