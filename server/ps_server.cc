@@ -521,6 +521,32 @@ void PsServer::EvictIdleRows() {
   }
 }
 
+void PsServer::LingerIfDrained(absl::Duration quiet, absl::Duration most) {
+  if (mover_ == nullptr || !mover_->drained()) return;
+  // A client that still routes by the map from before the drain, or
+  // retries a push part it sent here, gets a definite answer (the map to
+  // route by, or a duplicate) instead of retrying at a stopped process
+  // until its deadline.
+  const absl::Time start = clock_->Now();
+  uint64_t seen = stats_.DataCalls();
+  const uint64_t first = seen;
+  absl::Time last_call = start;
+  while (clock_->Now() - last_call < quiet && clock_->Now() - start < most) {
+    absl::SleepFor(absl::Milliseconds(50));
+    const uint64_t now = stats_.DataCalls();
+    if (now != seen) {
+      seen = now;
+      last_call = clock_->Now();
+    }
+  }
+  logger_->info(
+      "drained: answered {} call(s) routed by older maps in {} before "
+      "stopping",
+      seen - first,
+      absl::FormatDuration(
+          absl::Trunc(clock_->Now() - start, absl::Milliseconds(1))));
+}
+
 absl::Status PsServer::Shutdown(absl::Duration grace) {
   {
     absl::MutexLock l(&shutdown_mu_);

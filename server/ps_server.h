@@ -153,6 +153,14 @@ class PsServer {
   // The gRPC service name the health service also reports for.
   static constexpr char kServiceName[] = "asyncps.ParameterServer";
 
+  // Before Shutdown at a stop signal: a shard that psctl scale drained
+  // (SlotMover::drained) keeps answering until no pull or push reached it
+  // for `quiet` (at most `most`): clients still routing by the older map
+  // learn the new one from it, and a push part they sent here is answered
+  // (a duplicate, or refused with the map) instead of retried at a stopped
+  // process until the call's deadline. Returns at once otherwise.
+  void LingerIfDrained(absl::Duration quiet, absl::Duration most);
+
   // Refuses new calls, fails waiting pulls with UNAVAILABLE, ends the data
   // streams once their requests in progress are answered, lets other
   // in-flight calls finish within `grace`, then cancels the rest; then,

@@ -601,6 +601,7 @@ int ServeUntilSignal(const sigset_t& signals, PsServer* server,
   }
   if (sig > 0) {
     logger.info("received signal {}; shutting down", sig);
+    server->LingerIfDrained(absl::Seconds(1), absl::Seconds(30));
   } else {
     logger.warn("starting over as a spare of the shard group: {}", why);
   }

@@ -76,9 +76,14 @@ struct ServiceContext {
 // that reads or applies after this holds a push gate pass from before it,
 // so that no map change (made with the gate closed) falls in between.
 inline absl::Status CheckServing(const ServiceContext& c, uint64_t routed) {
-  if (c.fence != nullptr && c.fence->fenced()) return c.fence->Refusal();
+  if (c.fence != nullptr && c.fence->fenced()) {
+    if (c.stats != nullptr) c.stats->RecordMisrouted();
+    return c.fence->Refusal();
+  }
   if (routed == 0 || routed == c.store->map_epoch()) return absl::OkStatus();
-  return CheckRouted(c.store->map(), routed);
+  absl::Status s = CheckRouted(c.store->map(), routed);
+  if (!s.ok() && c.stats != nullptr) c.stats->RecordMisrouted();
+  return s;
 }
 
 }  // namespace asyncps

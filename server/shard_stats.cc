@@ -45,6 +45,13 @@ void ShardStats::RecordBadInput() {
   rejected_bad_input_.fetch_add(1, kRelaxed);
 }
 
+void ShardStats::RecordMisrouted() { misrouted_.fetch_add(1, kRelaxed); }
+
+uint64_t ShardStats::DataCalls() const {
+  return pulls_.load(kRelaxed) + pushes_.load(kRelaxed) +
+         duplicate_pushes_.load(kRelaxed) + misrouted_.load(kRelaxed);
+}
+
 void ShardStats::RecordPush(uint64_t bytes_in, bool duplicate,
                             const PushResponse& response) {
   pushes_.fetch_add(1, kRelaxed);

@@ -163,6 +163,18 @@ std::vector<int> Serving(const std::vector<ServerProcess>& cluster) {
   return map.ok() ? map->serving_shards() : std::vector<int>{};
 }
 
+// A reader's pull routed by map epoch `epoch` at shard `p`: its status.
+grpc::StatusCode PullRoutedBy(const ServerProcess& p, uint64_t epoch) {
+  auto stub = ParameterServer::NewStub(MakeChannel(p.address));
+  grpc::ClientContext ctx;
+  ctx.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(2)));
+  PullRequest request;
+  request.set_read_only(true);
+  request.set_map_epoch(epoch);
+  PullResponse response;
+  return stub->Pull(&ctx, request, &response).error_code();
+}
+
 void WaitForServing(const std::vector<ServerProcess>& cluster,
                     const std::vector<int>& serving) {
   REQUIRE_OK(testing::WaitFor([&] { return Serving(cluster) == serving; },
@@ -206,8 +218,26 @@ TEST_CASE(
   absl::SleepFor(absl::Seconds(2));
   CHECK(Serving(cluster) == std::vector<int>{0, 1});
 
+  // Stopped, the drained shard still answers calls routed by the map that
+  // gave it slots (the map to route by: FAILED_PRECONDITION), and exits
+  // once none came for a second.
+  const uint64_t gave = drained->map().epoch() - 1;
+  REQUIRE(cluster[2].process->Signal(SIGTERM).ok());
+  int answered = 0;
+  for (int i = 0; i < 8; ++i) {
+    absl::SleepFor(absl::Milliseconds(150));
+    answered +=
+        PullRoutedBy(cluster[2], gave) == grpc::StatusCode::FAILED_PRECONDITION;
+  }
+  CHECK(answered == 8);
+  CHECK(cluster[2].process->Running());
+  absl::StatusOr<int> stopped = cluster[2].process->Wait(absl::Seconds(10));
+  INFO(cluster[2].process->LogTail());
+  REQUIRE_OK(stopped.status());
+  CHECK(*stopped == 0);
+  CHECK(absl::StrContains(cluster[2].process->ReadLog(), "drained: answered"));
+
   // A fresh process where shard 2 was: the run grows onto it and shard 3.
-  StopShard(&cluster, 2);
   StartShard(&cluster, 2);
   WaitForServing(cluster, {0, 1, 2, 3});
   for (const ServerProcess& p : cluster) {
