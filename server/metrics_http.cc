@@ -118,6 +118,10 @@ void AppendCounters(const Counters& c, Exposition* out) {
           c.checkpoints_written());
   counter("asyncps_checkpoints_failed_total", "Checkpoint writes that failed.",
           c.checkpoints_failed());
+  counter("asyncps_misrouted_calls_total",
+          "Pulls and pushes refused for the shard map they were routed with, "
+          "or while this shard's slots moved out.",
+          c.misrouted_calls());
 }
 
 // The replica's place in its group (ps_server --replicas).
@@ -353,6 +357,9 @@ void AppendMap(const StatusResponse& s, Exposition* out) {
            absl::StrCat(m.num_slots()));
   e.Single("asyncps_map_slots_owned", "gauge",
            "Slots of the shard map this shard owns.", absl::StrCat(owned));
+  e.Single("asyncps_drained", "gauge",
+           "1 once live moves gave every slot of this process away.",
+           s.drained() ? "1" : "0");
   e.Single("asyncps_slot_push_bytes_max", "gauge",
            "Gradient bytes pushed into this shard's busiest slot since it "
            "started.",

@@ -111,6 +111,7 @@ void ShardStats::FillCounters(Counters* c) const {
   c->set_bytes_out(bytes_out_.load(kRelaxed));
   c->set_pull_waits(pull_waits_.load(kRelaxed));
   c->set_pull_wait_timeouts(pull_wait_timeouts_.load(kRelaxed));
+  c->set_misrouted_calls(misrouted_.load(kRelaxed));
 }
 
 void ShardStats::Sample(absl::Time now) {

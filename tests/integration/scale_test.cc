@@ -222,6 +222,13 @@ TEST_CASE(
   // gave it slots (the map to route by: FAILED_PRECONDITION), and exits
   // once none came for a second.
   const uint64_t gave = drained->map().epoch() - 1;
+  // Counted (Status, /metrics).
+  CHECK(PullRoutedBy(cluster[2], gave) ==
+        grpc::StatusCode::FAILED_PRECONDITION);
+  absl::StatusOr<StatusResponse> counted = Status(cluster[2]);
+  REQUIRE_OK(counted.status());
+  CHECK(counted->counters().misrouted_calls() ==
+        drained->counters().misrouted_calls() + 1);
   REQUIRE(cluster[2].process->Signal(SIGTERM).ok());
   int answered = 0;
   for (int i = 0; i < 8; ++i) {
