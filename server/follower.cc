@@ -96,6 +96,21 @@ void Follower::Loop(PsService* service) {
       return absl::InvalidArgumentError("the feed sent something but an entry");
     }
     const LogEntry& e = feed.entry();
+    // Acknowledged once received, before it is applied: the primary's
+    // answer does not wait for this replica's apply, which overlaps the
+    // primary's next steps. Held all the same: this thread applies it
+    // before anything else (Stop, and so a promotion, waits for it), and a
+    // replica that dies loses its applied state as much as this entry.
+    // Entries follow on (checked by Append); one that does not ends the
+    // feed, and the primary stops waiting for this replica at its timeout.
+    if (e.index() != o_.log->last_index() + 1) {
+      return absl::DataLossError(
+          absl::StrCat("the feed sent entry ", e.index(), " after ",
+                       o_.log->last_index()));
+    }
+    FollowUp up;
+    up.set_applied(e.index());
+    stream_->Write(up);
     absl::Status answered;
     absl::Status s =
         o_.log->Append(e, [&] { answered = service->ApplyEntry(e); });
@@ -104,9 +119,6 @@ void Follower::Loop(PsService* service) {
       o_.logger->debug("entry {} answered {} (as on the primary)", e.index(),
                        answered.ToString());
     }
-    FollowUp up;
-    up.set_applied(e.index());
-    stream_->Write(up);
     return absl::OkStatus();
   };
   if (pending_ != nullptr) end = apply(*pending_);

@@ -4,9 +4,11 @@
 // A backup's end of the Follow stream (proto/replication.proto): it opens
 // the stream to its primary, receives a snapshot when it needs one (into a
 // checkpoint directory, restored by PsServer::Start as any checkpoint),
-// then applies every entry in order through the same steps the primary ran
-// (PsService::ApplyEntry), keeps it in its own log (so that, promoted, it
-// can feed the others) and acknowledges it.
+// then acknowledges every entry as it receives it and applies it in order
+// through the same steps the primary ran (PsService::ApplyEntry), keeping
+// it in its own log (so that, promoted, it can feed the others). Stop
+// returns once the entry being applied is: every entry acknowledged is
+// applied before a promotion.
 //
 // Example (a spare joining its group):
 //
