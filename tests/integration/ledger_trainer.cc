@@ -72,16 +72,6 @@ TableSpec AdagradTable(int dim) {
   return t;
 }
 
-OptimizerSpec Adam() {
-  OptimizerSpec o;
-  o.set_type(OPT_ADAM);
-  o.set_learning_rate(0.01f);
-  o.set_beta1(0.9f);
-  o.set_beta2(0.999f);
-  o.set_epsilon(1e-8f);
-  return o;
-}
-
 void LedgerTrainer::Start(PsClient* c) {
   REQUIRE_OK(c->CreateTables({LedgerTable()}));
   REQUIRE_OK(c->CreateTensors({LedgerTensor()}));

@@ -42,9 +42,6 @@ constexpr int kLedgerRows = 300;       // ids LedgerIds() gives
 // A table with state beyond its values (uniform init, Adagrad), for the
 // tests that check a move or a reshard carries every byte of it.
 TableSpec AdagradTable(int dim);
-// Adam at learning rate 0.01 (state 3x the values), for the tests whose
-// moves must carry a large state.
-OptimizerSpec Adam();
 
 TensorSpec LedgerTensor();  // "w"
 TableSpec LedgerTable();    // "emb"

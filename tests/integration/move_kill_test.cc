@@ -26,6 +26,7 @@
 #include "tests/integration/ledger_trainer.h"
 #include "tests/testing/require_ok.h"
 #include "tests/testing/subprocess.h"
+#include "tests/testing/table_helpers.h"
 
 namespace asyncps {
 namespace {
@@ -47,7 +48,7 @@ TensorSpec Dense() {
   w.set_init(INIT_NORMAL);
   w.set_init_value(0.1f);
   w.set_seed(11);
-  *w.mutable_optimizer() = testing::Adam();
+  *w.mutable_optimizer() = testing::AdamSpec();
   return w;
 }
 

@@ -21,6 +21,7 @@
 #include "tests/testing/etcd_process.h"
 #include "tests/testing/require_ok.h"
 #include "tests/testing/subprocess.h"
+#include "tests/testing/table_helpers.h"
 
 namespace asyncps {
 namespace {
@@ -151,7 +152,7 @@ TensorSpec Big() {
   w.set_slice_elems(1 << 16);
   w.set_init(INIT_CONSTANT);
   w.set_init_value(0.5f);
-  *w.mutable_optimizer() = testing::Adam();
+  *w.mutable_optimizer() = testing::AdamSpec();
   return w;
 }
 
