@@ -104,9 +104,8 @@ void Follower::Loop(PsService* service) {
     // Entries follow on (checked by Append); one that does not ends the
     // feed, and the primary stops waiting for this replica at its timeout.
     if (e.index() != o_.log->last_index() + 1) {
-      return absl::DataLossError(
-          absl::StrCat("the feed sent entry ", e.index(), " after ",
-                       o_.log->last_index()));
+      return absl::DataLossError(absl::StrCat("the feed sent entry ", e.index(),
+                                              " after ", o_.log->last_index()));
     }
     FollowUp up;
     up.set_applied(e.index());
