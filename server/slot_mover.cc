@@ -283,12 +283,26 @@ absl::Status SlotMover::Commit(uint64_t epoch, const ShardMap& next,
   }
   // A tensor created here since the first round, which the source has not
   // heard of either, would lose the moving slots' slices too.
+  // A replicated destination serves the new map only once its backups hold
+  // the commit: until then its calls are refused UNAVAILABLE (retried), so
+  // no client learns a map that a takeover by a backup without the commit
+  // would undo. If they never acknowledge it (this replica lost its role)
+  // the refusal stays: the process starts over.
+  bool held = false;
   const absl::Status s = Step(
       std::move(step),
       [&](const MoveStep& st) {
-        return CommitBody(st, [&] { return CheckSourceTensors(sent, slots); });
+        absl::Status done =
+            CommitBody(st, [&] { return CheckSourceTensors(sent, slots); });
+        if (done.ok() && c_->log != nullptr) {
+          fence_->Raise(absl::StrCat("the move to map epoch ", epoch,
+                                     " is being committed; retry"));
+          held = true;
+        }
+        return done;
       },
       /*acked=*/true);
+  if (held && s.ok()) fence_->Lower();
   absl::MutexLock l(&mu_);
   moving_in_ = false;
   // Failed: the caller aborts (on a replica that lost its primary role the

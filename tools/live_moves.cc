@@ -73,47 +73,59 @@ int Broadcast(const LiveMoveOptions& o, const ShardMap& map, int skip_a,
   return failed;
 }
 
-// The map the shard at `address` serves, if it answers.
-std::optional<ShardMap> MapServedAt(const LiveMoveOptions& o,
-                                    const std::string& address) {
-  auto stub = ParameterServer::NewStub(MakeChannel(address, 0, o.security));
-  grpc::ClientContext ctx;
-  ctx.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(5)));
-  StatusResponse r;
-  if (!stub->Status(&ctx, StatusRequest(), &r).ok()) return std::nullopt;
-  absl::StatusOr<ShardMap> map = ShardMapOr(r.map(), r.num_shards());
-  if (!map.ok()) return std::nullopt;
-  return *map;
+// How the move to map epoch `epoch` ended, as the destination at
+// `address`, which decides, says (MoveState: one still copying is aborted
+// by the question). Not the map it serves: a replicated destination's
+// primary serves the new map from its commit on, before its backups hold
+// it, and a primary that loses its role then never committed it. Asked a
+// few times while the commit waits for the backups (UNAVAILABLE).
+absl::StatusOr<bool> MoveOutcome(const LiveMoveOptions& o,
+                                 const std::string& address, uint64_t epoch) {
+  auto stub = SlotMoves::NewStub(MakeChannel(address, 0, o.security));
+  MoveStateRequest request;
+  request.set_move_epoch(epoch);
+  absl::Status s;
+  for (int i = 0; i < 5; ++i) {
+    if (i > 0) absl::SleepFor(absl::Seconds(1));
+    grpc::ClientContext ctx;
+    ctx.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(5)));
+    MoveStateResponse r;
+    s = FromGrpcStatus(stub->MoveState(&ctx, request, &r));
+    if (s.ok()) return r.committed();
+    if (!absl::IsUnavailable(s)) break;
+  }
+  return s;
 }
 
 // After MoveSlots failed: whether the move committed anyway (its answer was
-// lost), as the destination, which decides, says. Prints what happened.
+// lost), as the destination says. Prints what happened.
 bool CommittedAnyway(const LiveMoveOptions& o, int from, int to, size_t slots,
                      const ShardMap& next, const absl::Status& error) {
   std::fprintf(stderr,
                "psctl: moving %zu slots from shard %d to shard %d: %s\n", slots,
                from, to, error.ToString().c_str());
-  const std::optional<ShardMap> served = MapServedAt(o, o.servers[to]);
-  if (!served.has_value()) {
-    std::fprintf(stderr,
-                 "psctl: the destination (shard %d) does not answer: it "
-                 "decides how the move ended (the source stays fenced until "
-                 "it says); once it is back, psctl adopt brings every shard "
-                 "to the map it ended with\n",
-                 to);
+  const absl::StatusOr<bool> committed =
+      MoveOutcome(o, o.servers[to], next.epoch());
+  if (!committed.ok()) {
+    std::fprintf(
+        stderr,
+        "psctl: the destination (shard %d) does not answer how the "
+        "move ended (%s): it decides (the source stays fenced until it "
+        "says); once it does, psctl adopt brings every shard to the "
+        "map it ended with\n",
+        to, committed.status().ToString().c_str());
     return false;
   }
-  if (served->epoch() >= next.epoch() && served->owners() == next.owners()) {
+  if (*committed) {
     std::fprintf(stderr,
-                 "psctl: the destination serves map epoch %llu: the move "
-                 "committed (its answer was lost)\n",
-                 static_cast<unsigned long long>(served->epoch()));
+                 "psctl: the destination committed the move to map epoch "
+                 "%llu (its answer was lost)\n",
+                 static_cast<unsigned long long>(next.epoch()));
     return true;
   }
   std::fprintf(stderr,
-               "psctl: the move was aborted: the destination serves map "
-               "epoch %llu, nothing moved\n",
-               static_cast<unsigned long long>(served->epoch()));
+               "psctl: the move was aborted (map epoch %llu): nothing moved\n",
+               static_cast<unsigned long long>(next.epoch()));
   return false;
 }
 

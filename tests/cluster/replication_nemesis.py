@@ -19,9 +19,10 @@ also moves slots between the groups: `psctl scale` (through etcd) to 2 or
 back to 1 group, started up to 0.5 s before the nemesis strikes; a scale
 may fail, and must leave its move committed or rolled back; one more scale
 to 2 without a nemesis must succeed at the end. At the end the workers must all
-have exited 0 with every push acknowledged, and a verifier reads every
+have exited 0 with every push acknowledged, a verifier reads every
 element: it must equal 1 - sum(grad x pushes) exactly (0 pushes lost, 0
-applied twice).
+applied twice), and `psctl status --digests` must find every group back
+at R caught-up replicas with equal state digests (within a minute).
 
   tests/cluster/replication_nemesis.py --bin "$(bazel info bazel-bin)" \\
       [--seconds 60] [--every 4] [--workers 4] [--pushes 3000] [--scale]
@@ -181,14 +182,31 @@ def main():
 
         failed, verified, expect = push_ledger.settle(
             h0, push_client, common, workers, args.pushes)
-        ok = failed == 0 and verified and final == 0
+        # Every group back to R caught-up replicas, with equal state
+        # digests at one entry (psctl status --digests exits 0); restarted
+        # spares may still be catching up: up to a minute.
+        digests = None
+        for attempt in range(30):
+            p = h0.spawn([psctl, "status", f"--etcd_endpoints={endpoint}",
+                          "--run_id=nemesis", "--digests"],
+                         name=f"digests{attempt}")
+            digests = p.wait(60)
+            if digests == 0:
+                break
+            time.sleep(2)
+        print(f"psctl status --digests: exit {digests}:\n"
+              f"{p.log_text().strip()[-1500:]}", flush=True)
+        ok = failed == 0 and verified and final == 0 and digests == 0
         moved = f" ({scales_ok} scales completed)" if args.scale else ""
         print(f"ledger: {args.workers} workers x {args.pushes} pushes through "
               f"{events} nemesis events{moved}: "
               f"{'every' if failed == 0 else 'NOT every'} "
               f"push acknowledged; final values "
               f"{'equal' if verified else 'DIFFER from'} {expect} "
-              f"(0 lost, 0 applied twice)" if ok else "ledger: VIOLATED")
+              f"(0 lost, 0 applied twice); replica digests equal" if ok else
+              f"ledger: VIOLATED (workers failed {failed}, verifier "
+              f"{'read' if verified else 'did NOT read'} {expect}, final "
+              f"scale exit {final}, digests exit {digests})")
         return 0 if ok else 1
 
 
