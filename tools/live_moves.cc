@@ -104,6 +104,18 @@ bool CommittedAnyway(const LiveMoveOptions& o, int from, int to, size_t slots,
   std::fprintf(stderr,
                "psctl: moving %zu slots from shard %d to shard %d: %s\n", slots,
                from, to, error.ToString().c_str());
+  // A refusal (a move tried already, a bad plan, one aborted by its
+  // source's question) is the destination's answer: nothing moved. Only a
+  // call that may have ended anywhere (no answer) is asked about; asking
+  // would also hold off the next try of an aborted move (the destination
+  // waits for questions about it to end).
+  if (!absl::IsUnavailable(error) && !absl::IsDeadlineExceeded(error) &&
+      !absl::IsCancelled(error) && !absl::IsUnknown(error)) {
+    std::fprintf(stderr,
+                 "psctl: the move was aborted: the destination refused it, "
+                 "nothing moved\n");
+    return false;
+  }
   const absl::StatusOr<bool> committed =
       MoveOutcome(o, o.servers[to], next.epoch());
   if (!committed.ok()) {

@@ -60,7 +60,7 @@ struct Groups {
   // a few times while a group has no primary (a failover under way).
   int Scale(int shards, std::string* out) {
     int code = -1;
-    for (int i = 0; i < 5 && code != 0; ++i) {
+    for (int i = 0; i < 8 && code != 0; ++i) {
       if (i > 0) absl::SleepFor(absl::Seconds(2));
       auto [c, o] = testing::Psctl(
           {"scale", absl::StrCat("--etcd_endpoints=", etcd.endpoint),
