@@ -266,6 +266,7 @@ absl::Status PsServer::Serve(
   SlotMoverOptions moves;
   moves.security = options.security;
   moves.primary_of = options.primary_of;
+  moves.run_map_record = options.run_map_record;
   mover_ = std::make_unique<SlotMover>(&service_->context(), &fence_,
                                        std::move(moves));
   slot_moves_ = std::make_unique<SlotMovesService>(mover_.get());

@@ -100,6 +100,8 @@ class ReplicaGroup {
   // The shard epoch a spare serves with (its primary's); 0 for a primary.
   uint64_t shard_epoch() const;
   ReplicationLog* log() { return &log_; }
+  // The group's etcd client (the run's map record lives there too).
+  EtcdClient* etcd() { return etcd_.get(); }
 
   // Once the server serves: the primary takes its role, a spare starts
   // applying; the role thread starts.

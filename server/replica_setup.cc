@@ -10,7 +10,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/identity.h"
+#include "membership/map_store.h"
 #include "server/checkpoint.h"
+#include "server/etcd_map_record.h"
 #include "server/spec_file.h"
 
 namespace asyncps {
@@ -123,6 +125,8 @@ absl::StatusOr<std::unique_ptr<ReplicaGroup>> SetUpReplica(
   o->replica_status = [raw](StatusResponse* r) { raw->FillStatus(r); };
   o->replica_admits = [raw](const std::string& id) { return raw->Admits(id); };
   o->primary_of = [raw](int shard) { return raw->PrimaryOf(shard); };
+  o->run_map_record =
+      std::make_shared<EtcdMapRecord>(raw->etcd(), RunPrefix(o->run_id));
   return group;
 }
 

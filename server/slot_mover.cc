@@ -14,6 +14,7 @@
 #include "common/net.h"
 #include "common/shard_map_proto.h"
 #include "common/tensor_layout.h"
+#include "server/map_keeper.h"
 #include "server/push_gate.h"
 #include "server/slot_state.h"
 
@@ -34,7 +35,11 @@ double Ms(absl::Duration d) { return absl::ToDoubleMilliseconds(d); }
 
 SlotMover::SlotMover(const ServiceContext* context, SlotFence* fence,
                      SlotMoverOptions options)
-    : c_(context), fence_(fence), o_(std::move(options)) {
+    : c_(context),
+      fence_(fence),
+      o_(std::move(options)),
+      own_record_(absl::StrCat("the run's map keeper (shard ",
+                               context->shard_index, ")")) {
   watcher_ = std::thread([this] { Watch(); });
 }
 
@@ -82,6 +87,28 @@ absl::StatusOr<MoveSlotsResponse> SlotMover::MoveIn(
         absl::StrCat("copying ", slots->size(), " slots in from shard ",
                      request.source_index(), " (map epoch ", epoch, ")");
   }
+  // The run's next epoch is this move's, or the move is refused before
+  // anything is copied (server/map_keeper.h).
+  std::unique_ptr<MapRecordStore> keeper;
+  MapRecordStore* const record = MapRecordFor(request, &keeper);
+  MapReservation reservation;
+  *reservation.mutable_next_map() = request.next_map();
+  reservation.set_source_index(request.source_index());
+  reservation.set_destination_index(c_->shard_index);
+  reservation.set_destination(request.destination());
+  reservation.set_slots(static_cast<uint32_t>(slots->size()));
+  if (absl::Status reserved =
+          ReserveMapEpoch(record, reservation,
+                          [this](const MapReservation& held, bool confirm) {
+                            return AskHolder(held, confirm);
+                          });
+      !reserved.ok()) {
+    absl::MutexLock l(&mu_);
+    moving_in_ = false;
+    incoming_.erase(epoch);
+    last_word_.erase(epoch);
+    return reserved;
+  }
   c_->logger->info("moving {} slots in from shard {} ({}), map epoch {}",
                    slots->size(), request.source_index(), request.source(),
                    epoch);
@@ -128,10 +155,12 @@ absl::StatusOr<MoveSlotsResponse> SlotMover::MoveIn(
     // (MayRetry).
     Abort(*next, /*forget=*/!round.fence());
     if (round.fence()) TellSource(stub.get(), epoch, /*committed=*/false);
+    Settle(record, reservation, /*committed=*/false);
     return s;
   }
   SaveCommit(epoch);
   TellSource(stub.get(), epoch, /*committed=*/true);
+  Settle(record, reservation, /*committed=*/true);
   out.set_bytes(out.bytes() + last->bytes);
   out.set_rounds(out.rounds() + 1);
   out.set_fence_ms(Ms(absl::Now() - fenced));
@@ -578,6 +607,49 @@ absl::StatusOr<MoveStateResponse> SlotMover::CallMoveState(
       FromGrpcStatus(stub->MoveState(&ctx, request, &response));
   if (!s.ok()) return s;
   return response;
+}
+
+MapRecordStore* SlotMover::MapRecordFor(
+    const MoveSlotsRequest& request, std::unique_ptr<MapRecordStore>* remote) {
+  if (o_.run_map_record != nullptr) return o_.run_map_record.get();
+  if (request.keeper().empty() || request.keeper() == request.destination()) {
+    return &own_record_;
+  }
+  *remote = std::make_unique<RemoteMapRecord>(request.keeper(), c_->run_id,
+                                              o_.security);
+  return remote->get();
+}
+
+absl::StatusOr<MapRecordStore*> SlotMover::KeeperRecord(
+    const std::string& run_id) {
+  if (run_id != c_->run_id) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("this shard keeps the map record of run '", c_->run_id,
+                     "', not of run '", run_id, "'"));
+  }
+  return &own_record_;
+}
+
+absl::StatusOr<MoveStateResponse> SlotMover::AskHolder(
+    const MapReservation& held, bool confirm) const {
+  std::string destination = held.destination();
+  if (o_.primary_of) {
+    absl::StatusOr<std::string> primary =
+        o_.primary_of(held.destination_index());
+    if (primary.ok() && !primary->empty()) destination = *std::move(primary);
+  }
+  return CallMoveState(destination, held.next_map().epoch(), confirm);
+}
+
+void SlotMover::Settle(MapRecordStore* record, const MapReservation& r,
+                       bool committed) {
+  if (absl::Status s = SettleMapEpoch(record, r, committed); !s.ok()) {
+    c_->logger->warn(
+        "could not record in {} that the move to map epoch {} {} ({}); the "
+        "next move asks this shard",
+        record->Where(), r.next_map().epoch(),
+        committed ? "committed" : "was aborted", s.ToString());
+  }
 }
 
 absl::Status SlotMover::ConfirmDestination(uint64_t epoch,

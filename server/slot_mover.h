@@ -71,6 +71,7 @@
 #include "common/shard_map.h"
 #include "proto/replication.pb.h"
 #include "proto/slot_moves.grpc.pb.h"
+#include "server/map_record_store.h"
 #include "server/service_context.h"
 #include "server/slot_fence.h"
 #include "server/slot_state.h"
@@ -90,6 +91,10 @@ struct SlotMoverOptions {
   // fenced source asks it how the move ended; the move named the primary
   // of its start). Null: the address the move named.
   std::function<absl::StatusOr<std::string>(int shard)> primary_of;
+  // Where the run's map record lives (server/map_keeper.h) in a run with
+  // etcd; null: at the keeper a move names (MoveSlotsRequest.keeper), or,
+  // when it names none, this shard's own.
+  std::shared_ptr<MapRecordStore> run_map_record;
 };
 
 class SlotMover {
@@ -138,6 +143,11 @@ class SlotMover {
   // ---- Any shard.
   // Adopts a newer map that leaves this shard's own slots as they are.
   absl::StatusOr<ShardMap> Adopt(const ShardMap& map);
+
+  // ---- The run's map keeper (the shard psctl names): this shard's own
+  // map record, for the SlotMoves service to serve; FAILED_PRECONDITION
+  // for another run's id.
+  absl::StatusOr<MapRecordStore*> KeeperRecord(const std::string& run_id);
 
   // ---- A backup of a replicated shard: takes its primary's step.
   absl::Status ApplyStep(const MoveStep& step) ABSL_LOCKS_EXCLUDED(mu_);
@@ -216,6 +226,14 @@ class SlotMover {
       const std::string& destination, uint64_t epoch, bool confirm) const;
   // OK when the destination says it is copying the move to `epoch`
   // (MoveState with confirm); FAILED_PRECONDITION otherwise.
+  // The record a move takes its epoch in (*remote holds a keeper's client).
+  MapRecordStore* MapRecordFor(const MoveSlotsRequest& request,
+                               std::unique_ptr<MapRecordStore>* remote);
+  // MoveState asked of the move that holds the record's next epoch.
+  absl::StatusOr<MoveStateResponse> AskHolder(const MapReservation& held,
+                                              bool confirm) const;
+  // SettleMapEpoch, its failure logged.
+  void Settle(MapRecordStore* record, const MapReservation& r, bool committed);
   absl::Status ConfirmDestination(uint64_t epoch,
                                   const std::string& destination);
   // Asks the destination (its group's primary now, with primary_of) how
@@ -271,6 +289,7 @@ class SlotMover {
   std::optional<Leaving> leaving_ ABSL_GUARDED_BY(mu_);
   bool stop_ ABSL_GUARDED_BY(mu_) = false;
   std::atomic<bool> drained_{false};
+  LocalMapRecord own_record_;
   std::thread watcher_;
 };
 

@@ -44,6 +44,15 @@ class SlotMovesService final : public SlotMoves::Service {
   grpc::Status AdoptMap(grpc::ServerContext* ctx,
                         const AdoptMapRequest* request,
                         AdoptMapResponse* response) override;
+  // This shard as the run's map keeper: its own map record
+  // (server/map_record_store.h). Another run's id is FAILED_PRECONDITION; a
+  // record whose maps do not parse INVALID_ARGUMENT (nothing written).
+  grpc::Status ReadMapRecord(grpc::ServerContext* ctx,
+                             const ReadMapRecordRequest* request,
+                             VersionedMapRecord* response) override;
+  grpc::Status SwapMapRecord(grpc::ServerContext* ctx,
+                             const SwapMapRecordRequest* request,
+                             SwapMapRecordResponse* response) override;
 
  private:
   SlotMover* const mover_;

@@ -231,6 +231,9 @@ int RunLiveMoves(const LiveMoveOptions& o, const ShardMap& current,
     request.set_source(o.servers[from]);
     request.set_source_index(from);
     request.set_destination(o.servers[to]);
+    // Shard 0 keeps the run's map record (a run with etcd keeps it there):
+    // a map change planned from the same map as this one is refused.
+    request.set_keeper(o.servers[0]);
     ShardMapToProto(*next, request.mutable_next_map());
     auto stub = SlotMoves::NewStub(MakeChannel(o.servers[to], 0, o.security));
     grpc::ClientContext ctx;
@@ -275,7 +278,7 @@ int RunLiveMoves(const LiveMoveOptions& o, const ShardMap& current,
         .Set("complete", Doc::Bool(code == 0));
     Print(Render(doc, o.format));
   } else {
-    if (text.empty()) text = "nothing to move\n";
+    if (text.empty() && code == 0) text = "nothing to move\n";
     Print(text);
   }
   return code;

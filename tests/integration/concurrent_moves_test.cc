@@ -1,0 +1,290 @@
+// One map change at a time, on real ps_server shards (separate processes
+// on port 0): two moves planned from the same map that share no shard
+// (psctl run twice, a scaler beside an operator) must not both commit the
+// run's next epoch with different maps, which left every client stopped
+// ("shard 0 serves the map of epoch 2 but shard 1 another"). A move whose
+// source holds its copy (a stand-in SlotMoves service) keeps the epoch;
+// the other move is refused with the map unchanged, goes through once the
+// first ended, and the first, planned again from the old map, is refused.
+// The run's map record lives at the keeper shard the moves name (psctl:
+// shard 0), or in etcd for a run with --etcd_endpoints, whatever keeper a
+// move names. The keeper's record refuses bad writes and other runs.
+#include <catch2/catch.hpp>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/notification.h"
+#include "common/map_change.h"
+#include "common/net.h"
+#include "common/shard_map.h"
+#include "common/shard_map_proto.h"
+#include "membership/etcd_client.h"
+#include "membership/map_store.h"
+#include "proto/asyncps.grpc.pb.h"
+#include "proto/slot_moves.grpc.pb.h"
+#include "tests/testing/etcd_process.h"
+#include "tests/testing/require_ok.h"
+#include "tests/testing/subprocess.h"
+
+namespace asyncps {
+namespace {
+
+using testing::ServerProcess;
+
+constexpr int kShards = 4;
+constexpr int kSlots = 16;
+
+// A source whose first copy round waits until released, then fails: the
+// move it serves stays in its copy for as long as the test wants.
+class HeldSource final : public SlotMoves::Service {
+ public:
+  grpc::Status ExportSlots(
+      grpc::ServerContext* /*ctx*/, const ExportSlotsRequest* /*request*/,
+      grpc::ServerWriter<ExportSlotsChunk>* /*out*/) override {
+    release_.WaitForNotificationWithTimeout(absl::Seconds(60));
+    return grpc::Status(grpc::StatusCode::UNAVAILABLE, "the source went away");
+  }
+  void Release() {
+    if (!release_.HasBeenNotified()) release_.Notify();
+  }
+
+ private:
+  absl::Notification release_;
+};
+
+struct Fake {
+  HeldSource service;
+  std::unique_ptr<grpc::Server> server;
+  std::string address;
+};
+
+std::unique_ptr<Fake> StartHeldSource() {
+  auto fake = std::make_unique<Fake>();
+  int port = 0;
+  grpc::ServerBuilder builder;
+  builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(),
+                           &port);
+  builder.RegisterService(&fake->service);
+  fake->server = builder.BuildAndStart();
+  REQUIRE(port > 0);
+  fake->address = absl::StrCat("127.0.0.1:", port);
+  return fake;
+}
+
+grpc::Status MoveSlots(const std::string& destination,
+                       const std::string& source, int source_index,
+                       const ShardMap& next, const std::string& keeper) {
+  MoveSlotsRequest request;
+  request.set_source(source);
+  request.set_source_index(source_index);
+  request.set_destination(destination);
+  request.set_keeper(keeper);
+  ShardMapToProto(next, request.mutable_next_map());
+  grpc::ClientContext ctx;
+  ctx.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(60)));
+  MoveSlotsResponse r;
+  return SlotMoves::NewStub(MakeChannel(destination))
+      ->MoveSlots(&ctx, request, &r);
+}
+
+absl::StatusOr<VersionedMapRecord> KeeperRecord(const std::string& keeper,
+                                                const std::string& run) {
+  ReadMapRecordRequest request;
+  request.set_run_id(run);
+  grpc::ClientContext ctx;
+  ctx.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(10)));
+  VersionedMapRecord out;
+  const grpc::Status s = SlotMoves::NewStub(MakeChannel(keeper))
+                             ->ReadMapRecord(&ctx, request, &out);
+  if (!s.ok()) return absl::UnknownError(s.error_message());
+  return out;
+}
+
+uint64_t ServedEpoch(const std::string& address) {
+  StatusRequest status;
+  auto stub = ParameterServer::NewStub(MakeChannel(address));
+  grpc::ClientContext ctx;
+  ctx.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(10)));
+  StatusResponse r;
+  const grpc::Status s = stub->Status(&ctx, status, &r);
+  INFO(s.error_message());
+  REQUIRE(s.ok());
+  return r.map().epoch();
+}
+
+// The scenario on `cluster`; `record` reads the run's map record; moves
+// name `keeper_a` and `keeper_b` as their keepers.
+void TwoMovesFromOneMap(
+    const std::vector<ServerProcess>& cluster, const std::string& keeper_a,
+    const std::string& keeper_b,
+    const std::function<absl::StatusOr<MapRecord>()>& record) {
+  const ShardMap even = *ShardMap::EvenSlots(kShards, kSlots);
+  // A: slots 0 and 4 of shard 0 to shard 1 (from the held stand-in for
+  // shard 0); B: slots 2 and 6 of shard 2 to shard 3. No shard in common.
+  const ShardMap a = *WithSlotsMoved(even, {0, 4}, 1);
+  const ShardMap b = *WithSlotsMoved(even, {2, 6}, 3);
+  REQUIRE(a.epoch() == b.epoch());
+  std::unique_ptr<Fake> held = StartHeldSource();
+  grpc::Status a_result;
+  std::thread first([&] {
+    a_result = MoveSlots(cluster[1].address, held->address, 0, a, keeper_a);
+  });
+  // A failed REQUIRE below still ends the first move and its thread.
+  struct Joiner {
+    Fake* held;
+    std::thread* first;
+    ~Joiner() {
+      held->service.Release();
+      if (first->joinable()) first->join();
+    }
+  } joiner{held.get(), &first};
+  // Until A holds the run's next epoch.
+  REQUIRE_OK(testing::WaitFor(
+      [&] {
+        absl::StatusOr<MapRecord> r = record();
+        return r.ok() && r->has_pending() &&
+               r->pending().destination_index() == 1;
+      },
+      absl::Seconds(20), "the first move to take the epoch"));
+  const grpc::Status refused =
+      MoveSlots(cluster[3].address, cluster[2].address, 2, b, keeper_b);
+  INFO(refused.error_message());
+  REQUIRE(refused.error_code() == grpc::StatusCode::FAILED_PRECONDITION);
+  CHECK(absl::StrContains(refused.error_message(), "another map change"));
+  CHECK(absl::StrContains(refused.error_message(), "shard 1"));
+  for (const ServerProcess& s : cluster) CHECK(ServedEpoch(s.address) == 1);
+
+  // The first move ends (aborted: its source went away); the record is
+  // free again and B goes through.
+  held->service.Release();
+  first.join();
+  INFO(a_result.error_message());
+  REQUIRE(a_result.error_code() == grpc::StatusCode::UNAVAILABLE);
+  REQUIRE_OK(testing::WaitFor(
+      [&] {
+        absl::StatusOr<MapRecord> r = record();
+        return r.ok() && !r->has_pending();
+      },
+      absl::Seconds(10), "the aborted move to give the epoch back"));
+  const grpc::Status moved =
+      MoveSlots(cluster[3].address, cluster[2].address, 2, b, keeper_b);
+  INFO(moved.error_message());
+  REQUIRE(moved.ok());
+  absl::StatusOr<MapRecord> after = record();
+  REQUIRE_OK(after.status());
+  CHECK(!after->has_pending());
+  REQUIRE(after->committed().epoch() == 2);
+  CHECK(*ShardMapFromProto(after->committed()) == b);
+  CHECK(ServedEpoch(cluster[3].address) == 2);
+  CHECK(ServedEpoch(cluster[1].address) == 1);
+
+  // A again, from the real shard 0 but still planned from epoch 1: refused,
+  // nothing moved.
+  const grpc::Status old =
+      MoveSlots(cluster[1].address, cluster[0].address, 0, a, keeper_a);
+  INFO(old.error_message());
+  REQUIRE(old.error_code() == grpc::StatusCode::FAILED_PRECONDITION);
+  CHECK(absl::StrContains(old.error_message(), "at epoch 2 already"));
+  CHECK(ServedEpoch(cluster[1].address) == 1);
+  held->server->Shutdown();
+}
+
+TEST_CASE(
+    "two moves planned from one map: the keeper shard lets one commit the "
+    "next epoch and refuses the other",
+    "[slots][moves][keeper]") {
+  auto cluster = testing::StartPsCluster(
+      kShards, {absl::StrCat("--num_slots=", kSlots), "--run_id=keep"});
+  REQUIRE_OK(cluster.status());
+  const std::string keeper = (*cluster)[0].address;
+  TwoMovesFromOneMap(
+      *cluster, keeper, keeper, [&]() -> absl::StatusOr<MapRecord> {
+        absl::StatusOr<VersionedMapRecord> r = KeeperRecord(keeper, "keep");
+        if (!r.ok()) return r.status();
+        return r->record();
+      });
+
+  // The keeper's record: another run's id, and writes that are not a
+  // record, change nothing.
+  const absl::StatusOr<VersionedMapRecord> before =
+      KeeperRecord(keeper, "keep");
+  REQUIRE_OK(before.status());
+  auto stub = SlotMoves::NewStub(MakeChannel(keeper));
+  {
+    grpc::ClientContext ctx;
+    ReadMapRecordRequest other;
+    other.set_run_id("another-run");
+    VersionedMapRecord out;
+    const grpc::Status s = stub->ReadMapRecord(&ctx, other, &out);
+    CHECK(s.error_code() == grpc::StatusCode::FAILED_PRECONDITION);
+  }
+  for (int bad = 0; bad < 3; ++bad) {
+    SwapMapRecordRequest request;
+    request.set_run_id("keep");
+    request.set_expected_version(before->version());
+    if (bad == 0) request.mutable_record()->mutable_committed()->set_epoch(3);
+    if (bad == 1) {
+      ShardMapToProto(
+          *ShardMap::EvenSlots(kShards, kSlots),
+          request.mutable_record()->mutable_pending()->mutable_next_map());
+      request.mutable_record()->mutable_pending()->set_destination_index(9);
+    }
+    if (bad == 2) request.set_run_id("another-run");
+    grpc::ClientContext ctx;
+    SwapMapRecordResponse out;
+    const grpc::Status s = stub->SwapMapRecord(&ctx, request, &out);
+    INFO(bad << ": " << s.error_message());
+    CHECK(s.error_code() == (bad == 2 ? grpc::StatusCode::FAILED_PRECONDITION
+                                      : grpc::StatusCode::INVALID_ARGUMENT));
+  }
+  const absl::StatusOr<VersionedMapRecord> unchanged =
+      KeeperRecord(keeper, "keep");
+  REQUIRE_OK(unchanged.status());
+  CHECK(unchanged->version() == before->version());
+  CHECK(unchanged->record().committed().epoch() == 2);
+}
+
+TEST_CASE(
+    "two moves planned from one map in a run with etcd: the record lives in "
+    "etcd whatever keeper a move names",
+    "[slots][moves][keeper][etcd]") {
+  if (testing::SkipWithoutEtcd()) return;
+  absl::StatusOr<testing::EtcdProcess> etcd = testing::StartEtcd();
+  REQUIRE_OK(etcd.status());
+  auto cluster = testing::StartPsCluster(
+      kShards,
+      {absl::StrCat("--num_slots=", kSlots), "--run_id=etcd-keep",
+       absl::StrCat("--etcd_endpoints=", etcd->endpoint), "--host=127.0.0.1"});
+  REQUIRE_OK(cluster.status());
+  EtcdClientOptions eo;
+  eo.endpoints = {etcd->endpoint};
+  std::unique_ptr<EtcdClient> client = EtcdClient::Connect(eo).value();
+  const std::string key = RunPrefix("etcd-keep") + "/slots";
+  // Each move names another keeper (or none): the record is etcd's.
+  TwoMovesFromOneMap(
+      *cluster, "", (*cluster)[2].address, [&]() -> absl::StatusOr<MapRecord> {
+        absl::StatusOr<std::optional<EtcdKeyValue>> kv = client->Get(key);
+        if (!kv.ok()) return kv.status();
+        MapRecord r;
+        if (kv->has_value() && !r.ParseFromString((*kv)->value)) {
+          return absl::DataLossError("does not parse");
+        }
+        return r;
+      });
+  // No shard kept a record of its own.
+  for (const ServerProcess& s : *cluster) {
+    absl::StatusOr<VersionedMapRecord> own =
+        KeeperRecord(s.address, "etcd-keep");
+    REQUIRE_OK(own.status());
+    CHECK(own->version() == 0);
+  }
+}
+
+}  // namespace
+}  // namespace asyncps
