@@ -143,6 +143,43 @@ TEST_CASE(
   CHECK(reader->map().serving_shards() == std::vector<int>{0});
 }
 
+TEST_CASE(
+    "a run with etcd grows onto a shard process started after its workers, "
+    "which find it through the map without a restart",
+    "[replication][slots][ledger]") {
+  if (testing::SkipWithoutEtcd()) return;
+  absl::StatusOr<testing::EtcdProcess> etcd = testing::StartEtcd();
+  REQUIRE_OK(etcd.status());
+  Groups g{*std::move(etcd), "grow", {}};
+  // One process per group (R = 1); group 1 has none when the worker starts.
+  g.replicas.push_back(g.Start(0, {"--replicas=1"}));
+  WaitForRole(g.replicas[0].address, "primary");
+  std::unique_ptr<PsClient> c = MapClient(g.etcd, g.run);
+  LedgerTrainer t;
+  t.Start(c.get());
+  t.WaitForPushes(0, 10);
+  g.replicas.push_back(g.Start(1, {"--replicas=1"}));
+  WaitForRole(g.replicas[1].address, "primary");
+  std::string out;
+  const int code = g.Scale(2, &out);
+  INFO(out);
+  REQUIRE(code == 0);
+  const int64_t before = t.acked.load();
+  t.WaitForPushes(before, 10);
+  t.Stop();
+  REQUIRE_OK(t.error);
+  CHECK(t.stale == 0);
+  CHECK(c->map().serving_shards() == std::vector<int>{0, 1});
+  // The new process took the worker's pushes after the move.
+  absl::StatusOr<StatusResponse> joined =
+      testing::ReplicaStatus(g.replicas[1].address);
+  REQUIRE_OK(joined.status());
+  CHECK(joined->counters().pushes() > 0);
+  std::unique_ptr<PsClient> reader = MapClient(g.etcd, g.run, true);
+  REQUIRE_OK(reader->WaitForTensors({"emb", "w"}, absl::Seconds(30)));
+  CHECK(LedgerWrong(reader.get(), testing::LedgerIds(), t.acked.load()) == 0);
+}
+
 // A tensor of 32 MiB of values under Adam (96 MiB of state), so that a
 // move takes long enough to be killed in the middle.
 TensorSpec Big() {
