@@ -258,7 +258,7 @@ grpc::ServerUnaryReactor* PsService::CreateTensor(
             DoCreate(*request, needs_checkpoint.get());
         if (r.ok()) {
           *response = *std::move(r);
-          ShardMapToProto(c_.store->map(), response->mutable_map());
+          ShardMapToProto(ShownMap(), response->mutable_map());
         }
         return r.status();
       },
@@ -282,7 +282,7 @@ grpc::ServerUnaryReactor* PsService::ListTensors(
           *response->add_tables() = std::move(spec);
         }
         response->set_run_id(c_.run_id);
-        ShardMapToProto(c_.store->map(), response->mutable_map());
+        ShardMapToProto(ShownMap(), response->mutable_map());
         return absl::OkStatus();
       });
 }
@@ -681,7 +681,7 @@ void PsService::FillStatus(StatusResponse* r) {
     r->set_address(address_);
   }
   r->set_build_version(c_.build_version);
-  ShardMapToProto(c_.store->map(), r->mutable_map());
+  ShardMapToProto(ShownMap(), r->mutable_map());
   if (c_.replica_status) c_.replica_status(r);
   if (c_.slot_move) r->set_slot_move(c_.slot_move());
   if (c_.drained) r->set_drained(c_.drained());

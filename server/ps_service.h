@@ -110,6 +110,12 @@ class PsService final : public RawParameterServerService {
 
   // The Status RPC's answer, also used by the metrics endpoint.
   void FillStatus(StatusResponse* response);
+  // The map answers show (SlotFence::Shown): the one served, except while
+  // a replicated destination's commit waits for its backups.
+  ShardMap ShownMap() const {
+    return c_.fence != nullptr ? c_.fence->Shown(c_.store->map())
+                               : c_.store->map();
+  }
   // StatusResponse.slot_load (a slotted map only).
   void FillSlotLoad(StatusResponse* response) const {
     slot_load_.Fill(response);

@@ -18,11 +18,14 @@
 // Thread-safe.
 
 #include <atomic>
+#include <optional>
 #include <string>
+#include <utility>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
+#include "common/shard_map.h"
 
 namespace asyncps {
 
@@ -41,14 +44,39 @@ class SlotFence {
   void Raise(const std::string& why) ABSL_LOCKS_EXCLUDED(mu_) {
     absl::MutexLock l(&mu_);
     why_ = why;
+    shown_.reset();
     fenced_.store(true, std::memory_order_release);
   }
-  void Lower() { fenced_.store(false, std::memory_order_release); }
+  // Raise, by a replicated destination whose commit of a move waits for
+  // its backups: until Lower, the answers that carry a map (Status,
+  // ListTensors, CreateTensor) show `before`, the map from before the
+  // commit, so that no client learns a map that a backup taking over
+  // without the commit would undo.
+  void RaiseCommitting(const std::string& why, ShardMap before)
+      ABSL_LOCKS_EXCLUDED(mu_) {
+    absl::MutexLock l(&mu_);
+    why_ = why;
+    shown_ = std::move(before);
+    fenced_.store(true, std::memory_order_release);
+  }
+  void Lower() ABSL_LOCKS_EXCLUDED(mu_) {
+    absl::MutexLock l(&mu_);
+    shown_.reset();
+    fenced_.store(false, std::memory_order_release);
+  }
+
+  // The map to show clients: `served`, or the one RaiseCommitting holds.
+  ShardMap Shown(const ShardMap& served) const ABSL_LOCKS_EXCLUDED(mu_) {
+    if (!fenced()) return served;
+    absl::MutexLock l(&mu_);
+    return shown_.has_value() ? *shown_ : served;
+  }
 
  private:
   std::atomic<bool> fenced_{false};
   mutable absl::Mutex mu_;
   std::string why_ ABSL_GUARDED_BY(mu_);
+  std::optional<ShardMap> shown_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace asyncps

@@ -318,15 +318,23 @@ absl::Status SlotMover::Commit(uint64_t epoch, const ShardMap& next,
   // would undo. If they never acknowledge it (this replica lost its role)
   // the refusal stays: the process starts over.
   bool held = false;
+  const ShardMap before = c_->store->map();
   const absl::Status s = Step(
       std::move(step),
       [&](const MoveStep& st) {
         absl::Status done =
             CommitBody(st, [&] { return CheckSourceTensors(sent, slots); });
         if (done.ok() && c_->log != nullptr) {
-          fence_->Raise(absl::StrCat("the move to map epoch ", epoch,
-                                     " is being committed; retry"));
+          fence_->RaiseCommitting(absl::StrCat("the move to map epoch ", epoch,
+                                               " is being committed; retry"),
+                                  before);
           held = true;
+          absl::MutexLock l(&mu_);
+          moving_in_what_ = absl::StrCat(
+              "committing the move to map epoch ", epoch,
+              ": waiting for the backups to hold it (calls refused, the map "
+              "shown is epoch ",
+              before.epoch(), ")");
         }
         return done;
       },

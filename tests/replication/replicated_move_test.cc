@@ -14,6 +14,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "client/ps_client.h"
 #include "tests/integration/ledger_trainer.h"
@@ -178,6 +179,46 @@ TEST_CASE(
   std::unique_ptr<PsClient> reader = MapClient(g.etcd, g.run, true);
   REQUIRE_OK(reader->WaitForTensors({"emb", "w"}, absl::Seconds(30)));
   CHECK(LedgerWrong(reader.get(), testing::LedgerIds(), t.acked.load()) == 0);
+}
+
+TEST_CASE(
+    "while a replicated destination's commit waits for its backup, the "
+    "answers that carry a map show the map from before",
+    "[replication][slots]") {
+  if (testing::SkipWithoutEtcd()) return;
+  // Long leases and replica timeouts: a stopped backup stays counted (the
+  // commit waits for it) for as long as the test looks.
+  Groups g =
+      StartGroups("rhold", {"--lease_ms=10000", "--replica_timeout_ms=10000"});
+  const std::string destination = g.replicas[2].address;
+  REQUIRE(g.replicas[3].process->Signal(SIGSTOP).ok());
+  absl::StatusOr<std::unique_ptr<testing::Subprocess>> scale =
+      testing::Subprocess::Start(
+          testing::RunfilePath("tools/psctl"),
+          {"scale", absl::StrCat("--etcd_endpoints=", g.etcd.endpoint),
+           absl::StrCat("--run_id=", g.run), "--shards=2"});
+  REQUIRE_OK(scale.status());
+  StatusResponse held;
+  const absl::Status committing = WaitFor(
+      [&] {
+        absl::StatusOr<StatusResponse> s = testing::ReplicaStatus(destination);
+        if (s.ok()) held = *s;
+        return s.ok() && absl::StrContains(s->slot_move(), "committing");
+      },
+      absl::Seconds(8), "the destination to commit");
+  REQUIRE(g.replicas[3].process->Signal(SIGCONT).ok());
+  REQUIRE_OK(committing);
+  INFO(held.slot_move());
+  // The commit is applied on the primary, not yet held by its backup.
+  CHECK(held.map().epoch() == 1);
+  absl::StatusOr<int> exit = (*scale)->Wait(absl::Seconds(60));
+  REQUIRE_OK(exit.status());
+  INFO((*scale)->ReadLog());
+  CHECK(*exit == 0);
+  absl::StatusOr<StatusResponse> after = testing::ReplicaStatus(destination);
+  REQUIRE_OK(after.status());
+  CHECK(after->map().epoch() == 2);
+  CHECK(after->slot_move().empty());
 }
 
 // A tensor of 32 MiB of values under Adam (96 MiB of state), so that a
