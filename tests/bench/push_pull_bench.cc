@@ -35,10 +35,16 @@
 // (default 64 MiB): asyncps's shards hold it as payload-sized tensors, each
 // ceiling server its share as one vector all its connections use, and each
 // call addresses the next part in turn, so that parameters come from
-// memory, not cache, as on a shard of a real model. --model_bytes=0 gives
+// memory, not cache, as on a shard of a real model (asyncps's at most 4096
+// tensors: small calls stay in cache there). --model_bytes=0 gives
 // each connection one payload-sized vector (tensor) that stays in cache:
 // the most generous ceiling.
 // Every figure is the median of --reps runs of --seconds each.
+//
+// With --baseline, asyncps is measured on a second set of shards too
+// (--baseline_ps_server, --baseline_server_args: the shard binary before a
+// change, or a static map beside a slotted one), alternating with the
+// others, and ratio_asyncps_over_baseline is printed.
 //
 // Output, one line per measurement, then the ratio:
 //   shards=1 clients=1 bytes=1048576 op=push impl=asyncps mb_per_s=1234.5
@@ -91,6 +97,15 @@ ABSL_FLAG(std::string, ps_server, "",
           "ps_server binary; empty = server/ps_server from the runfiles");
 ABSL_FLAG(std::string, server_args, "",
           "extra ps_server flags, comma-separated");
+ABSL_FLAG(bool, baseline, false,
+          "also measure asyncps on shards of --baseline_ps_server started "
+          "with --baseline_server_args, alternating with the others in every "
+          "repetition (e.g. the shard binary before a change, or another "
+          "map), and print asyncps / baseline");
+ABSL_FLAG(std::string, baseline_ps_server, "",
+          "with --baseline: its ps_server binary; empty = --ps_server");
+ABSL_FLAG(std::string, baseline_server_args, "",
+          "with --baseline: its shards' extra flags, comma-separated");
 ABSL_FLAG(std::string, sizes, "1048576,4194304",
           "payload bytes per call (multiples of 4), comma-separated");
 ABSL_FLAG(std::string, shards, "1,2", "shard counts, comma-separated");
@@ -151,10 +166,12 @@ std::vector<int64_t> Ints(const std::string& csv) {
 }
 
 // The tensors asyncps holds for calls of `bytes`: --model_bytes of them
-// (at least one), each one call's payload.
+// (at least one, at most kMaxParts: 4-float calls over 64 MiB would be 4M
+// tensors), each one call's payload.
+constexpr int64_t kMaxParts = 4096;
 std::vector<std::string> ModelParts(int64_t bytes) {
-  const int64_t parts =
-      std::max<int64_t>(1, absl::GetFlag(FLAGS_model_bytes) / bytes);
+  const int64_t parts = std::clamp<int64_t>(
+      absl::GetFlag(FLAGS_model_bytes) / bytes, 1, kMaxParts);
   std::vector<std::string> names;
   for (int64_t i = 0; i < parts; ++i) {
     names.push_back(absl::StrCat("t", bytes, "_", i));
@@ -492,7 +509,9 @@ absl::StatusOr<Figure> RunClients(const std::string& impl,
     absl::StatusOr<std::unique_ptr<testing::Subprocess>> p =
         testing::Subprocess::Start(
             SelfExe(),
-            {"--role=client", absl::StrCat("--impl=", impl),
+            {"--role=client",
+             // The baseline's shards run asyncps too.
+             absl::StrCat("--impl=", impl == "baseline" ? "asyncps" : impl),
              absl::StrCat("--servers=", absl::StrJoin(addresses, ",")),
              absl::StrCat("--op=", op), absl::StrCat("--bytes=", bytes),
              absl::StrCat("--worker_id=", (*next_worker)++),
@@ -564,22 +583,86 @@ absl::Status CreateModel(const std::vector<std::string>& servers) {
   return (*admin)->CreateTensors(specs);
 }
 
-absl::Status RunShards(int shards) {
-  std::string ps_server = absl::GetFlag(FLAGS_ps_server);
-  if (ps_server.empty()) ps_server = testing::RunfilePath("server/ps_server");
-  std::vector<Server> ps, tcp, grpc;
+// `shards` ps_server processes of `binary` (empty: the runfile) with the
+// extra flags `extra` (comma-separated), holding the model.
+absl::Status StartShards(int shards, std::string binary,
+                         const std::string& extra, std::vector<Server>* out) {
+  if (binary.empty()) binary = testing::RunfilePath("server/ps_server");
   for (int i = 0; i < shards; ++i) {
     std::vector<std::string> args = {absl::StrCat("--shard_index=", i),
                                      absl::StrCat("--num_shards=", shards),
                                      "--port=0", "--log_level=warn"};
-    for (absl::string_view a : absl::StrSplit(absl::GetFlag(FLAGS_server_args),
-                                              ',', absl::SkipEmpty())) {
+    for (absl::string_view a : absl::StrSplit(extra, ',', absl::SkipEmpty())) {
       args.emplace_back(a);
     }
     absl::StatusOr<Server> server =
-        StartWithPortFile(ps_server, std::move(args), "ps_server");
+        StartWithPortFile(binary, std::move(args), "ps_server");
     if (!server.ok()) return server.status();
-    ps.push_back(*std::move(server));
+    out->push_back(*std::move(server));
+  }
+  std::vector<std::string> addresses;
+  for (const Server& s : *out) addresses.push_back(s.address);
+  return CreateModel(addresses);
+}
+
+using Impl = std::pair<const char*, const std::vector<Server>*>;
+
+// One figure per implementation for `op` at `bytes` from `clients`,
+// alternating in every repetition, and their ratios.
+absl::Status Measure(const std::vector<Impl>& impls, int shards,
+                     const std::string& op, int64_t bytes, int64_t clients,
+                     int* next_worker) {
+  std::vector<std::vector<Figure>> runs(impls.size());
+  for (int r = 0; r < absl::GetFlag(FLAGS_reps); ++r) {
+    for (size_t i = 0; i < impls.size(); ++i) {
+      absl::StatusOr<Figure> f = RunClients(impls[i].first, *impls[i].second,
+                                            op, bytes, clients, next_worker);
+      if (!f.ok()) return f.status();
+      runs[i].push_back(*f);
+    }
+  }
+  const std::string what = absl::StrCat("shards=", shards, " clients=", clients,
+                                        " bytes=", bytes, " op=", op);
+  std::vector<double> mb;
+  for (size_t i = 0; i < impls.size(); ++i) {
+    const Figure f = Median(runs[i]);
+    mb.push_back(f.mb_per_s);
+    std::printf(
+        "%s impl=%s mb_per_s=%.1f client_cpu_s_per_gb=%.3f "
+        "server_cpu_s_per_gb=%.3f\n",
+        what.c_str(), impls[i].first, f.mb_per_s, f.client_cpu_s_per_gb,
+        f.server_cpu_s_per_gb);
+  }
+  std::printf(
+      "%s ratio_asyncps_over_tcp=%.3f ratio_asyncps_over_grpc=%.3f "
+      "ratio_grpc_over_tcp=%.3f",
+      what.c_str(), mb[0] / mb[1], mb[0] / mb[2], mb[2] / mb[1]);
+  if (impls.size() > 3) {
+    std::printf(" ratio_asyncps_over_baseline=%.3f", mb[0] / mb[3]);
+  }
+  std::printf("\n");
+  std::fflush(stdout);
+  return absl::OkStatus();
+}
+
+absl::Status RunShards(int shards) {
+  std::vector<Server> ps, tcp, grpc, baseline;
+  if (absl::Status s = StartShards(shards, absl::GetFlag(FLAGS_ps_server),
+                                   absl::GetFlag(FLAGS_server_args), &ps);
+      !s.ok()) {
+    return s;
+  }
+  if (absl::GetFlag(FLAGS_baseline)) {
+    std::string binary = absl::GetFlag(FLAGS_baseline_ps_server);
+    if (binary.empty()) binary = absl::GetFlag(FLAGS_ps_server);
+    if (absl::Status s =
+            StartShards(shards, binary,
+                        absl::GetFlag(FLAGS_baseline_server_args), &baseline);
+        !s.ok()) {
+      return s;
+    }
+  }
+  for (int i = 0; i < shards; ++i) {
     absl::StatusOr<Server> t = StartCeilingServer("tcp_server", shards);
     if (!t.ok()) return t.status();
     tcp.push_back(*std::move(t));
@@ -587,46 +670,19 @@ absl::Status RunShards(int shards) {
     if (!g.ok()) return g.status();
     grpc.push_back(*std::move(g));
   }
-  std::vector<std::string> addresses;
-  for (const Server& s : ps) addresses.push_back(s.address);
-  if (absl::Status s = CreateModel(addresses); !s.ok()) return s;
-
+  // Alternating in every repetition: asyncps, tcp, grpc (, baseline).
+  std::vector<Impl> impls = {{"asyncps", &ps}, {"tcp", &tcp}, {"grpc", &grpc}};
+  if (!baseline.empty()) impls.push_back({"baseline", &baseline});
   int next_worker = 0;
   for (int64_t bytes : Ints(absl::GetFlag(FLAGS_sizes))) {
     for (int64_t clients : Ints(absl::GetFlag(FLAGS_clients))) {
       for (absl::string_view op :
            absl::StrSplit(absl::GetFlag(FLAGS_ops), ',', absl::SkipEmpty())) {
-        // Alternating in every repetition: asyncps, tcp, grpc.
-        const std::pair<const char*, const std::vector<Server>*> impls[] = {
-            {"asyncps", &ps}, {"tcp", &tcp}, {"grpc", &grpc}};
-        std::vector<Figure> runs[3];
-        for (int r = 0; r < absl::GetFlag(FLAGS_reps); ++r) {
-          for (int i = 0; i < 3; ++i) {
-            absl::StatusOr<Figure> f =
-                RunClients(impls[i].first, *impls[i].second, std::string(op),
-                           bytes, clients, &next_worker);
-            if (!f.ok()) return f.status();
-            runs[i].push_back(*f);
-          }
+        if (absl::Status s = Measure(impls, shards, std::string(op), bytes,
+                                     clients, &next_worker);
+            !s.ok()) {
+          return s;
         }
-        const std::string what =
-            absl::StrCat("shards=", shards, " clients=", clients,
-                         " bytes=", bytes, " op=", op);
-        double mb[3];
-        for (int i = 0; i < 3; ++i) {
-          const Figure f = Median(runs[i]);
-          mb[i] = f.mb_per_s;
-          std::printf(
-              "%s impl=%s mb_per_s=%.1f client_cpu_s_per_gb=%.3f "
-              "server_cpu_s_per_gb=%.3f\n",
-              what.c_str(), impls[i].first, f.mb_per_s, f.client_cpu_s_per_gb,
-              f.server_cpu_s_per_gb);
-        }
-        std::printf(
-            "%s ratio_asyncps_over_tcp=%.3f ratio_asyncps_over_grpc=%.3f "
-            "ratio_grpc_over_tcp=%.3f\n",
-            what.c_str(), mb[0] / mb[1], mb[0] / mb[2], mb[2] / mb[1]);
-        std::fflush(stdout);
       }
     }
   }
@@ -636,11 +692,15 @@ absl::Status RunShards(int shards) {
 int BenchMain() {
   std::printf(
       "push_pull_bench reps=%d seconds=%.1f inflight=%d connections=%d "
-      "model_bytes=%ld server_args='%s'\n",
+      "model_bytes=%ld server_args='%s' baseline=%d baseline_ps_server='%s' "
+      "baseline_server_args='%s'\n",
       absl::GetFlag(FLAGS_reps), absl::GetFlag(FLAGS_seconds),
       absl::GetFlag(FLAGS_inflight), absl::GetFlag(FLAGS_connections),
       static_cast<long>(absl::GetFlag(FLAGS_model_bytes)),
-      absl::GetFlag(FLAGS_server_args).c_str());
+      absl::GetFlag(FLAGS_server_args).c_str(),
+      absl::GetFlag(FLAGS_baseline) ? 1 : 0,
+      absl::GetFlag(FLAGS_baseline_ps_server).c_str(),
+      absl::GetFlag(FLAGS_baseline_server_args).c_str());
   for (int64_t shards : Ints(absl::GetFlag(FLAGS_shards))) {
     absl::Status s = RunShards(static_cast<int>(shards));
     if (!s.ok()) {
