@@ -90,6 +90,8 @@ class MapRouter : public ShardRouter {
   ShardMapRecord map() const;
   // The key followed ("<prefix>/map").
   const std::string& key() const { return store_.key(); }
+  // The etcd client it reads through (psctl reads the run's other keys).
+  EtcdClient* etcd() const { return etcd_.get(); }
 
  private:
   MapRouter(std::shared_ptr<EtcdClient> etcd, std::string prefix,

@@ -82,6 +82,7 @@
 #include "tools/doc.h"
 #include "tools/live_moves.h"
 #include "tools/map_commands.h"
+#include "tools/map_record_view.h"
 #include "tools/psctl_output.h"
 #include "tools/replica_digests.h"
 #include "tools/shard_query.h"
@@ -201,6 +202,9 @@ struct Cluster {
   // With --etcd_endpoints: the shard map, whose primaries status --watch
   // follows. Null otherwise.
   const ShardRouter* router = nullptr;
+  // With --etcd_endpoints: the client the router reads through (the run's
+  // map record lives there too). Null otherwise.
+  EtcdClient* etcd = nullptr;
 };
 
 // Asks the primaries the router names now, when they moved since the last
@@ -249,18 +253,22 @@ int RunStatus(const Cluster& c, absl::Duration watch, bool digests) {
       Explain(r.address, c.security, &r.error);
     }
     if (!Problems(results).empty()) code = kExitDown;
+    const MapRecordView record =
+        ReadMapRecordView(results, c.etcd, c.security, c.timeout);
     std::string out;
+    Doc doc = text ? Doc::Null() : StatusDoc(results);
+    if (!text) doc.Set("map_record", MapRecordDoc(record));
     if (digests) {
       const std::vector<ReplicaDigest> d =
           GatherDigests(results, c.security, c.timeout);
       if (!DigestProblems(d).empty()) code = kExitDown;
       out = text ? absl::StrCat(RenderText(results, c.format == Format::kWide),
-                                DigestsText(d))
-                 : Render(StatusDoc(results).Set("digests", DigestsDoc(d)),
-                          c.format);
+                                MapRecordText(record), DigestsText(d))
+                 : Render(doc.Set("digests", DigestsDoc(d)), c.format);
     } else {
-      out = text ? RenderText(results, c.format == Format::kWide)
-                 : Render(StatusDoc(results), c.format);
+      out = text ? absl::StrCat(RenderText(results, c.format == Format::kWide),
+                                MapRecordText(record))
+                 : Render(doc, c.format);
     }
     if (watching && text) {
       out = absl::StrCat(clear ? "\033[H\033[2J" : "", LocalTime(), "  (every ",
@@ -723,8 +731,10 @@ int Main(int argc, char** argv) {
 
   const std::vector<std::string> servers = c->servers;
   ShardQuery query(std::move(c->servers), c->security);
-  const Cluster cluster{&query, c->security, c->timeout, *format,
-                        c->router.get()};
+  const Cluster cluster{
+      &query,          c->security,
+      c->timeout,      *format,
+      c->router.get(), c->router != nullptr ? c->router->etcd() : nullptr};
   if (*command == "checkpoint") return RunCheckpoint(cluster);
   // A move runs as long as it copies: --timeout bounds each move, at least
   // kMoveTimeout.

@@ -8,7 +8,8 @@
 // first ended, and the first, planned again from the old map, is refused.
 // The run's map record lives at the keeper shard the moves name (psctl:
 // shard 0), or in etcd for a run with --etcd_endpoints, whatever keeper a
-// move names. The keeper's record refuses bad writes and other runs.
+// move names; psctl status shows it. The keeper's record refuses bad
+// writes and other runs.
 #include <catch2/catch.hpp>
 #include <functional>
 #include <memory>
@@ -120,10 +121,25 @@ uint64_t ServedEpoch(const std::string& address) {
 
 // The scenario on `cluster`; `record` reads the run's map record; moves
 // name `keeper_a` and `keeper_b` as their keepers.
+// `psctl_where` are psctl's flags to find the shards; its status must name
+// the move that holds the record, and then the record's epoch.
 void TwoMovesFromOneMap(
     const std::vector<ServerProcess>& cluster, const std::string& keeper_a,
     const std::string& keeper_b,
-    const std::function<absl::StatusOr<MapRecord>()>& record) {
+    const std::function<absl::StatusOr<MapRecord>()>& record,
+    const std::vector<std::string>& psctl_where) {
+  const auto status_line = [&] {
+    std::vector<std::string> args = {"status"};
+    args.insert(args.end(), psctl_where.begin(), psctl_where.end());
+    absl::StatusOr<testing::ToolRun> run =
+        testing::RunTool("tools/psctl", args);
+    REQUIRE_OK(run.status());
+    INFO(run->output);
+    CHECK(run->exit_code == 0);
+    const size_t at = run->output.find("map record (");
+    REQUIRE(at != std::string::npos);
+    return run->output.substr(at, run->output.find('\n', at) - at);
+  };
   const ShardMap even = *ShardMap::EvenSlots(kShards, kSlots);
   // A: slots 0 and 4 of shard 0 to shard 1 (from the held stand-in for
   // shard 0); B: slots 2 and 6 of shard 2 to shard 3. No shard in common.
@@ -152,6 +168,10 @@ void TwoMovesFromOneMap(
                r->pending().destination_index() == 1;
       },
       absl::Seconds(20), "the first move to take the epoch"));
+  const std::string held_line = status_line();
+  CHECK(absl::StrContains(held_line, "a move holds epoch 2: shard 1 (" +
+                                         cluster[1].address +
+                                         ") moving 2 slots in from shard 0"));
   const grpc::Status refused =
       MoveSlots(cluster[3].address, cluster[2].address, 2, b, keeper_b);
   INFO(refused.error_message());
@@ -183,6 +203,7 @@ void TwoMovesFromOneMap(
   CHECK(*ShardMapFromProto(after->committed()) == b);
   CHECK(ServedEpoch(cluster[3].address) == 2);
   CHECK(ServedEpoch(cluster[1].address) == 1);
+  CHECK(absl::StrContains(status_line(), "epoch 2; no move in progress"));
 
   // A again, from the real shard 0 but still planned from epoch 1: refused,
   // nothing moved.
@@ -203,12 +224,14 @@ TEST_CASE(
       kShards, {absl::StrCat("--num_slots=", kSlots), "--run_id=keep"});
   REQUIRE_OK(cluster.status());
   const std::string keeper = (*cluster)[0].address;
-  TwoMovesFromOneMap(
-      *cluster, keeper, keeper, [&]() -> absl::StatusOr<MapRecord> {
-        absl::StatusOr<VersionedMapRecord> r = KeeperRecord(keeper, "keep");
-        if (!r.ok()) return r.status();
-        return r->record();
-      });
+  TwoMovesFromOneMap(*cluster, keeper, keeper,
+                     [&]() -> absl::StatusOr<MapRecord> {
+                       absl::StatusOr<VersionedMapRecord> r =
+                           KeeperRecord(keeper, "keep");
+                       if (!r.ok()) return r.status();
+                       return r->record();
+                     },
+                     {"--servers=" + testing::ServerList(*cluster)});
 
   // The keeper's record: another run's id, and writes that are not a
   // record, change nothing.
@@ -268,7 +291,8 @@ TEST_CASE(
   const std::string key = RunPrefix("etcd-keep") + "/slots";
   // Each move names another keeper (or none): the record is etcd's.
   TwoMovesFromOneMap(
-      *cluster, "", (*cluster)[2].address, [&]() -> absl::StatusOr<MapRecord> {
+      *cluster, "", (*cluster)[2].address,
+      [&]() -> absl::StatusOr<MapRecord> {
         absl::StatusOr<std::optional<EtcdKeyValue>> kv = client->Get(key);
         if (!kv.ok()) return kv.status();
         MapRecord r;
@@ -276,7 +300,9 @@ TEST_CASE(
           return absl::DataLossError("does not parse");
         }
         return r;
-      });
+      },
+      {absl::StrCat("--etcd_endpoints=", etcd->endpoint),
+       "--run_id=etcd-keep"});
   // No shard kept a record of its own.
   for (const ServerProcess& s : *cluster) {
     absl::StatusOr<VersionedMapRecord> own =
