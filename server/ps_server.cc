@@ -267,6 +267,7 @@ absl::Status PsServer::Serve(
   moves.security = options.security;
   moves.primary_of = options.primary_of;
   moves.run_map_record = options.run_map_record;
+  moves.copy_mb_s = options.move_copy_mb_s;
   mover_ = std::make_unique<SlotMover>(&service_->context(), &fence_,
                                        std::move(moves));
   slot_moves_ = std::make_unique<SlotMovesService>(mover_.get());

@@ -125,6 +125,9 @@ struct PsServerOptions {
   // The current primary of another shard's group (with `log`): where a
   // fenced source asks how a move ended (SlotMoverOptions::primary_of).
   std::function<absl::StatusOr<std::string>(int shard)> primary_of;
+  // Live moves out: the copy rounds before the fence send at most this
+  // many MB/s (SlotMoverOptions::copy_mb_s); 0 = unlimited.
+  double move_copy_mb_s = 0;
   // A run with etcd: where its map record lives
   // (SlotMoverOptions::run_map_record); null = at the keeper moves name.
   std::shared_ptr<MapRecordStore> run_map_record;

@@ -98,6 +98,11 @@ ABSL_FLAG(int, serving_shards, 0,
           "every shard; K = over shards 0..K-1 only, the others standing by "
           "with no slot until psctl scale moves slots to them. Every shard "
           "of a run gives the same value; restored files' maps win.");
+ABSL_FLAG(double, move_copy_mb_s, 0,
+          "Live moves out of this shard: the copy rounds before the fence "
+          "send at most this many MB/s (1e6 bytes), leaving the cores to "
+          "training; the fenced round is never held back. 0 = as fast as "
+          "it goes.");
 ABSL_FLAG(int64_t, slice_elems, 4096,
           "Default slice size in float32 elements for tensors whose spec "
           "leaves it at 0. Every shard must use the same value.");
@@ -289,6 +294,11 @@ absl::Status ShardFlags(PsServerOptions* o) {
         absl::StrCat("--num_slots must be 0 (static map) or in [--num_shards=",
                      o->store.num_shards, ", ", ShardMap::kMaxSlots, "], got ",
                      o->num_slots));
+  }
+  o->move_copy_mb_s = absl::GetFlag(FLAGS_move_copy_mb_s);
+  if (!(o->move_copy_mb_s >= 0)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--move_copy_mb_s must be >= 0, got ", o->move_copy_mb_s));
   }
   o->store.default_slice_elems = absl::GetFlag(FLAGS_slice_elems);
   if (o->store.default_slice_elems < 1 ||

@@ -70,43 +70,19 @@ absl::StatusOr<MoveSlotsResponse> SlotMover::MoveIn(
         "a move names the source's and this shard's addresses");
   }
   const uint64_t epoch = next->epoch();
-  {
-    absl::MutexLock l(&mu_);
-    if (moving_in_ || leaving_.has_value()) {
-      return absl::FailedPreconditionError(
-          "another move of this shard's slots is in progress");
-    }
-    if (incoming_.contains(epoch) && !MayRetry(epoch)) {
-      return absl::FailedPreconditionError(
-          absl::StrCat("the move to map epoch ", epoch,
-                       " was tried already; plan again in a few seconds"));
-    }
-    incoming_[epoch] = Outcome::kCopying;
-    moving_in_ = true;
-    moving_in_what_ =
-        absl::StrCat("copying ", slots->size(), " slots in from shard ",
-                     request.source_index(), " (map epoch ", epoch, ")");
+  if (absl::Status s = BeginMoveIn(
+          epoch,
+          absl::StrCat("copying ", slots->size(), " slots in from shard ",
+                       request.source_index(), " (map epoch ", epoch, ")"));
+      !s.ok()) {
+    return s;
   }
   // The run's next epoch is this move's, or the move is refused before
   // anything is copied (server/map_keeper.h).
   std::unique_ptr<MapRecordStore> keeper;
   MapRecordStore* const record = MapRecordFor(request, &keeper);
-  MapReservation reservation;
-  *reservation.mutable_next_map() = request.next_map();
-  reservation.set_source_index(request.source_index());
-  reservation.set_destination_index(c_->shard_index);
-  reservation.set_destination(request.destination());
-  reservation.set_slots(static_cast<uint32_t>(slots->size()));
-  if (absl::Status reserved =
-          ReserveMapEpoch(record, reservation,
-                          [this](const MapReservation& held, bool confirm) {
-                            return AskHolder(held, confirm);
-                          });
-      !reserved.ok()) {
-    absl::MutexLock l(&mu_);
-    moving_in_ = false;
-    incoming_.erase(epoch);
-    last_word_.erase(epoch);
+  const MapReservation reservation = ReservationOf(request, slots->size());
+  if (absl::Status reserved = TakeEpoch(record, reservation); !reserved.ok()) {
     return reserved;
   }
   c_->logger->info("moving {} slots in from shard {} ({}), map epoch {}",
@@ -288,6 +264,23 @@ absl::StatusOr<SlotMover::Round> SlotMover::CopyRound(
   s = WorkerRegistry::CheckMoved(round.workers);
   if (!s.ok()) return s;
   return round;
+}
+
+absl::Status SlotMover::BeginMoveIn(uint64_t epoch, std::string what) {
+  absl::MutexLock l(&mu_);
+  if (moving_in_ || leaving_.has_value()) {
+    return absl::FailedPreconditionError(
+        "another move of this shard's slots is in progress");
+  }
+  if (incoming_.contains(epoch) && !MayRetry(epoch)) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("the move to map epoch ", epoch,
+                     " was tried already; plan again in a few seconds"));
+  }
+  incoming_[epoch] = Outcome::kCopying;
+  moving_in_ = true;
+  moving_in_what_ = std::move(what);
+  return absl::OkStatus();
 }
 
 absl::Status SlotMover::Commit(uint64_t epoch, const ShardMap& next,
@@ -535,6 +528,13 @@ absl::Status SlotMover::Export(
         "last changes go",
         slots->size(), request.destination_index(), next->epoch());
   }
+  return SendRound(request, current, *slots, write);
+}
+
+absl::Status SlotMover::SendRound(
+    const ExportSlotsRequest& request, const ShardMap& current,
+    const std::vector<uint32_t>& slots,
+    const std::function<bool(const ExportSlotsChunk&)>& write) {
   // The slots are captured in a few groups, each sent before the next is
   // read: the source holds one group's records at a time, not the whole
   // round's, and reuses their memory (fresh pages cost the kernel's
@@ -543,11 +543,25 @@ absl::Status SlotMover::Export(
   ExportSlotsChunk chunk;
   size_t bytes = 0;
   uint32_t next_since = 0;
-  const size_t per_group = std::max<size_t>(
-      1, (slots->size() + kCaptureGroups - 1) / kCaptureGroups);
-  for (size_t first = 0; first < slots->size(); first += per_group) {
-    const absl::Span<const uint32_t> part = absl::MakeConstSpan(*slots).subspan(
-        first, std::min(per_group, slots->size() - first));
+  // Paced (--move_copy_mb_s) before the fence only: a fenced round holds
+  // the slots' pulls and pushes until it is done.
+  const double rate = request.fence() ? 0 : o_.copy_mb_s * 1e6;
+  const absl::Time start = absl::Now();
+  double sent = 0;
+  const auto send = [&]() -> bool {
+    if (!write(chunk)) return false;
+    sent += static_cast<double>(bytes);
+    if (rate > 0) {
+      const absl::Time due = start + absl::Seconds(sent / rate);
+      if (due > absl::Now()) absl::SleepFor(due - absl::Now());
+    }
+    return true;
+  };
+  const size_t per_group =
+      std::max<size_t>(1, (slots.size() + kCaptureGroups - 1) / kCaptureGroups);
+  for (size_t first = 0; first < slots.size(); first += per_group) {
+    const absl::Span<const uint32_t> part = absl::MakeConstSpan(slots).subspan(
+        first, std::min(per_group, slots.size() - first));
     absl::StatusOr<SlotSet> group = SlotSet::Of(current, part);
     if (!group.ok()) return group.status();
     absl::StatusOr<SlotCapture> capture =
@@ -556,7 +570,7 @@ absl::Status SlotMover::Export(
     if (first == 0) next_since = capture->next_since;
     for (std::string& r : capture->records) {
       if (bytes > 0 && bytes + r.size() > kChunkBytes) {
-        if (!write(chunk)) return absl::CancelledError("the destination left");
+        if (!send()) return absl::CancelledError("the destination left");
         chunk.Clear();
         bytes = 0;
       }
@@ -615,49 +629,6 @@ absl::StatusOr<MoveStateResponse> SlotMover::CallMoveState(
       FromGrpcStatus(stub->MoveState(&ctx, request, &response));
   if (!s.ok()) return s;
   return response;
-}
-
-MapRecordStore* SlotMover::MapRecordFor(
-    const MoveSlotsRequest& request, std::unique_ptr<MapRecordStore>* remote) {
-  if (o_.run_map_record != nullptr) return o_.run_map_record.get();
-  if (request.keeper().empty() || request.keeper() == request.destination()) {
-    return &own_record_;
-  }
-  *remote = std::make_unique<RemoteMapRecord>(request.keeper(), c_->run_id,
-                                              o_.security);
-  return remote->get();
-}
-
-absl::StatusOr<MapRecordStore*> SlotMover::KeeperRecord(
-    const std::string& run_id) {
-  if (run_id != c_->run_id) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("this shard keeps the map record of run '", c_->run_id,
-                     "', not of run '", run_id, "'"));
-  }
-  return &own_record_;
-}
-
-absl::StatusOr<MoveStateResponse> SlotMover::AskHolder(
-    const MapReservation& held, bool confirm) const {
-  std::string destination = held.destination();
-  if (o_.primary_of) {
-    absl::StatusOr<std::string> primary =
-        o_.primary_of(held.destination_index());
-    if (primary.ok() && !primary->empty()) destination = *std::move(primary);
-  }
-  return CallMoveState(destination, held.next_map().epoch(), confirm);
-}
-
-void SlotMover::Settle(MapRecordStore* record, const MapReservation& r,
-                       bool committed) {
-  if (absl::Status s = SettleMapEpoch(record, r, committed); !s.ok()) {
-    c_->logger->warn(
-        "could not record in {} that the move to map epoch {} {} ({}); the "
-        "next move asks this shard",
-        record->Where(), r.next_map().epoch(),
-        committed ? "committed" : "was aborted", s.ToString());
-  }
 }
 
 absl::Status SlotMover::ConfirmDestination(uint64_t epoch,

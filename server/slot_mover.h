@@ -91,6 +91,10 @@ struct SlotMoverOptions {
   // fenced source asks it how the move ended; the move named the primary
   // of its start). Null: the address the move named.
   std::function<absl::StatusOr<std::string>(int shard)> primary_of;
+  // The copy rounds before the fence (source side) send at most this many
+  // MB/s (1e6 bytes), so that a big move leaves the cores to training; the
+  // fenced round is never held back. 0 = as fast as it goes.
+  double copy_mb_s = 0;
   // Where the run's map record lives (server/map_keeper.h) in a run with
   // etcd; null: at the keeper a move names (MoveSlotsRequest.keeper), or,
   // when it names none, this shard's own.
@@ -182,6 +186,17 @@ class SlotMover {
 
   // UNAVAILABLE on a backup of a replicated shard.
   absl::Status CheckPrimary() const;
+  // Marks the move to `epoch` in progress here (`what` for Status);
+  // FAILED_PRECONDITION while another move of this shard goes on, or this
+  // one was tried too recently (MayRetry).
+  absl::Status BeginMoveIn(uint64_t epoch, std::string what)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  // The records of `slots` changed since request.since, captured in a few
+  // groups, each sent before the next is read; paced before the fence.
+  absl::Status SendRound(
+      const ExportSlotsRequest& request, const ShardMap& current,
+      const std::vector<uint32_t>& slots,
+      const std::function<bool(const ExportSlotsChunk&)>& write);
   absl::Status CheckLeaving(const ExportSlotsRequest& request,
                             const ShardMap& next) ABSL_LOCKS_EXCLUDED(mu_);
   // The rounds before the fence (as MoveSlotsRequest says when to stop),
@@ -226,9 +241,15 @@ class SlotMover {
       const std::string& destination, uint64_t epoch, bool confirm) const;
   // OK when the destination says it is copying the move to `epoch`
   // (MoveState with confirm); FAILED_PRECONDITION otherwise.
+  // ---- The run's map record (server/slot_mover_keeper.cc).
   // The record a move takes its epoch in (*remote holds a keeper's client).
   MapRecordStore* MapRecordFor(const MoveSlotsRequest& request,
                                std::unique_ptr<MapRecordStore>* remote);
+  MapReservation ReservationOf(const MoveSlotsRequest& request,
+                               size_t slots) const;
+  // ReserveMapEpoch; refused, the move is forgotten (nothing was copied).
+  absl::Status TakeEpoch(MapRecordStore* record, const MapReservation& r)
+      ABSL_LOCKS_EXCLUDED(mu_);
   // MoveState asked of the move that holds the record's next epoch.
   absl::StatusOr<MoveStateResponse> AskHolder(const MapReservation& held,
                                               bool confirm) const;

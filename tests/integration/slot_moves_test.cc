@@ -9,6 +9,7 @@
 // shard's map, a newer one is unavailable, a push applied before is
 // acknowledged whatever epoch its retry names; AdoptMap refuses maps that
 // give the shard slots (only a move does).
+#include <algorithm>
 #include <atomic>
 #include <catch2/catch.hpp>
 #include <map>
@@ -470,6 +471,55 @@ TEST_CASE(
   const grpc::Status moved = move();
   INFO(moved.error_message());
   REQUIRE(moved.ok());
+}
+
+TEST_CASE(
+    "ps_server --move_copy_mb_s paces the copy rounds before the fence; bad "
+    "values exit 2",
+    "[slots][moves]") {
+  for (const char* bad : {"--move_copy_mb_s=-1", "--move_copy_mb_s=nan"}) {
+    absl::StatusOr<testing::ToolRun> run =
+        testing::RunTool("server/ps_server", {bad});
+    REQUIRE_OK(run.status());
+    INFO(run->output);
+    CHECK(run->exit_code == 2);
+    CHECK(run->output.find("--move_copy_mb_s") != std::string::npos);
+  }
+  constexpr double kRate = 20;  // MB/s
+  auto cluster = testing::StartPsCluster(
+      2, {"--num_slots=16", absl::StrCat("--move_copy_mb_s=", kRate)});
+  REQUIRE_OK(cluster.status());
+  PsClientOptions o;
+  for (const ServerProcess& s : *cluster) o.servers.push_back(s.address);
+  std::unique_ptr<PsClient> c = PsClient::Connect(o).value();
+  REQUIRE_OK(c->WaitForShards(absl::Seconds(30)));
+  // 32 MiB of values, half of them on each shard.
+  REQUIRE_OK(c->CreateTensors({testing::ConstantSpec(
+      "paced", {int64_t{8} << 20}, 2.0f, testing::SgdSpec(1.0f), 1 << 14)}));
+  const ShardMap even = *ShardMap::EvenSlots(2, 16);
+  std::vector<uint32_t> slots;
+  for (uint32_t s = 0; s < 16; ++s) {
+    if (even.owners()[s] == 0) slots.push_back(s);
+  }
+  const ShardMap next = *WithSlotsMoved(even, slots, 1);
+  MoveSlotsResponse out;
+  const grpc::Status moved =
+      MoveSlots((*cluster)[1].address, (*cluster)[0].address, 0, next, &out);
+  INFO(moved.error_message());
+  REQUIRE(moved.ok());
+  INFO("state bytes " << out.state_bytes() << ", first round "
+                      << out.first_round_ms() << " ms");
+  REQUIRE(out.state_bytes() > 8u << 20);
+  // Every chunk but the round's last (4 MiB at most) waited for the pace.
+  const double floor_ms = (static_cast<double>(out.state_bytes()) - (4 << 20)) /
+                          (kRate * 1e6) * 1e3;
+  CHECK(out.first_round_ms() >= floor_ms);
+  // Moved whole: every value still 2.
+  std::vector<float> values(size_t{8} << 20);
+  REQUIRE_OK(
+      c->StartPull(0, 0, PullSet{{{"paced", values.data()}}, {}})->Wait());
+  CHECK(std::count(values.begin(), values.end(), 2.0f) ==
+        static_cast<long>(values.size()));
 }
 
 }  // namespace
