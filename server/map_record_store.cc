@@ -5,21 +5,66 @@
 #include "absl/strings/str_cat.h"
 #include "common/grpc_status.h"
 #include "common/net.h"
+#include "server/record_file.h"
 
 namespace asyncps {
 
+namespace {
+
+constexpr RecordFileFormat kFormat{"APSMAPR\n", 1, 1, "map record file"};
+
+}  // namespace
+
+LocalMapRecord::LocalMapRecord(std::string where, std::string path,
+                               FileSystem* fs)
+    : where_(std::move(where)),
+      path_(std::move(path)),
+      fs_(fs != nullptr ? fs : FileSystem::Default()) {
+  if (path_.empty()) return;
+  absl::MutexLock l(&mu_);
+  absl::StatusOr<RecordFileInfo> read = ReadRecordFile(
+      path_, kFormat,
+      [&](absl::string_view bytes, int64_t n) -> absl::Status {
+        if (n != 0 || !record_.ParseFromArray(bytes.data(),
+                                              static_cast<int>(bytes.size()))) {
+          return absl::DataLossError("not one map record");
+        }
+        return absl::OkStatus();
+      },
+      fs_);
+  if (!read.ok() && !absl::IsNotFound(read.status())) {
+    record_.Clear();
+    broken_ = absl::FailedPreconditionError(absl::StrCat(
+        where_, ": its record file cannot be read (", read.status().message(),
+        "); no map change until it is removed"));
+  }
+}
+
 absl::StatusOr<VersionedMapRecord> LocalMapRecord::Read() {
   absl::MutexLock l(&mu_);
+  if (!broken_.ok()) return broken_;
   return record_;
 }
 
 absl::StatusOr<SwapMapRecordResponse> LocalMapRecord::Swap(
     const MapRecord& record, uint64_t expected) {
   absl::MutexLock l(&mu_);
+  if (!broken_.ok()) return broken_;
   SwapMapRecordResponse out;
   if (record_.version() == expected) {
-    *record_.mutable_record() = record;
-    record_.set_version(record_.version() + 1);
+    VersionedMapRecord next;
+    *next.mutable_record() = record;
+    next.set_version(record_.version() + 1);
+    if (!path_.empty()) {
+      absl::StatusOr<uint64_t> written =
+          WriteRecordFile(path_, kFormat, {next.SerializeAsString()}, fs_);
+      if (!written.ok()) {
+        return absl::UnavailableError(absl::StrCat(
+            where_,
+            ": cannot write its record file: ", written.status().message()));
+      }
+    }
+    record_ = std::move(next);
     out.set_swapped(true);
   }
   *out.mutable_current() = record_;

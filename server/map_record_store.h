@@ -30,6 +30,7 @@
 #include "absl/time/time.h"
 #include "common/security.h"
 #include "proto/slot_moves.grpc.pb.h"
+#include "server/file_system.h"
 
 namespace asyncps {
 
@@ -49,13 +50,22 @@ class MapRecordStore {
   virtual std::string Where() const = 0;
 };
 
-// In this process's memory: the keeper shard's record (lost when it
-// restarts, like a move in progress there). Thread-safe.
+// The keeper shard's record: in this process's memory and, with `path`
+// (the shard's checkpoint directory, "shard-<i>-of-<n>.maprecord"), in a
+// record file written atomically (server/record_file.h) before each write
+// is answered, so that a keeper restarted on its files (kill -9, a node
+// lost) still knows which move holds the next epoch. Without a path it is
+// lost when the process restarts. A file that cannot be read (not a
+// missing one) refuses every read and write, naming it: delete it to
+// start afresh. Thread-safe.
 class LocalMapRecord final : public MapRecordStore {
  public:
-  explicit LocalMapRecord(std::string where) : where_(std::move(where)) {}
+  // Loads `path` when given (through `fs`, null = the default).
+  LocalMapRecord(std::string where, std::string path = "",
+                 FileSystem* fs = nullptr);
 
   absl::StatusOr<VersionedMapRecord> Read() override ABSL_LOCKS_EXCLUDED(mu_);
+  // Also UNAVAILABLE (nothing changed) when the file cannot be written.
   absl::StatusOr<SwapMapRecordResponse> Swap(const MapRecord& record,
                                              uint64_t expected) override
       ABSL_LOCKS_EXCLUDED(mu_);
@@ -63,7 +73,10 @@ class LocalMapRecord final : public MapRecordStore {
 
  private:
   const std::string where_;
+  const std::string path_;
+  FileSystem* const fs_;
   absl::Mutex mu_;
+  absl::Status broken_ ABSL_GUARDED_BY(mu_);  // the file did not load
   VersionedMapRecord record_ ABSL_GUARDED_BY(mu_);
 };
 

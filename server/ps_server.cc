@@ -11,6 +11,7 @@
 #include "server/checkpoint.h"
 #include "server/checkpoint_dir.h"
 #include "server/memory_file_system.h"
+#include "server/record_file.h"
 #include "server/starting_map.h"
 #include "server/state_digest.h"
 
@@ -268,6 +269,12 @@ absl::Status PsServer::Serve(
   moves.primary_of = options.primary_of;
   moves.run_map_record = options.run_map_record;
   moves.copy_mb_s = options.move_copy_mb_s;
+  if (!options.checkpoint_dir.empty()) {
+    moves.map_record_path =
+        ShardFilePath(options.checkpoint_dir, options.store.shard_index,
+                      options.store.num_shards, "maprecord");
+  }
+  moves.fs = options.fs;
   mover_ = std::make_unique<SlotMover>(&service_->context(), &fence_,
                                        std::move(moves));
   slot_moves_ = std::make_unique<SlotMovesService>(mover_.get());

@@ -39,7 +39,8 @@ SlotMover::SlotMover(const ServiceContext* context, SlotFence* fence,
       fence_(fence),
       o_(std::move(options)),
       own_record_(absl::StrCat("the run's map keeper (shard ",
-                               context->shard_index, ")")) {
+                               context->shard_index, ")"),
+                  o_.map_record_path, o_.fs) {
   watcher_ = std::thread([this] { Watch(); });
 }
 

@@ -99,6 +99,10 @@ struct SlotMoverOptions {
   // etcd; null: at the keeper a move names (MoveSlotsRequest.keeper), or,
   // when it names none, this shard's own.
   std::shared_ptr<MapRecordStore> run_map_record;
+  // Where this shard keeps its own map record when it is the run's keeper
+  // (LocalMapRecord: its checkpoint directory); "" = in memory only.
+  std::string map_record_path;
+  FileSystem* fs = nullptr;  // for map_record_path; null = the default
 };
 
 class SlotMover {

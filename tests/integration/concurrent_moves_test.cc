@@ -10,6 +10,8 @@
 // shard 0), or in etcd for a run with --etcd_endpoints, whatever keeper a
 // move names; psctl status shows it. The keeper's record refuses bad
 // writes and other runs.
+#include <signal.h>
+
 #include <catch2/catch.hpp>
 #include <functional>
 #include <memory>
@@ -310,6 +312,73 @@ TEST_CASE(
     REQUIRE_OK(own.status());
     CHECK(own->version() == 0);
   }
+}
+
+TEST_CASE(
+    "a keeper shard killed and restarted on its files still knows the move "
+    "that holds the epoch",
+    "[slots][moves][keeper][restart]") {
+  std::vector<std::string> dirs;
+  std::vector<ServerProcess> cluster;
+  const auto args = [&](int i) {
+    return std::vector<std::string>{absl::StrCat("--num_slots=", kSlots),
+                                    "--run_id=keep-restart",
+                                    "--checkpoint_dir=" + dirs[i]};
+  };
+  for (int i = 0; i < kShards; ++i) {
+    dirs.push_back(testing::MakeTmpDir(absl::StrCat("keeper-", i)));
+    absl::StatusOr<ServerProcess> s =
+        testing::StartPsServer(i, kShards, args(i));
+    REQUIRE_OK(s.status());
+    cluster.push_back(*std::move(s));
+  }
+  const std::string keeper = cluster[0].address;
+  const ShardMap even = *ShardMap::EvenSlots(kShards, kSlots);
+  const ShardMap a = *WithSlotsMoved(even, {0, 4}, 1);
+  const ShardMap b = *WithSlotsMoved(even, {2, 6}, 3);
+  std::unique_ptr<Fake> held = StartHeldSource();
+  grpc::Status a_result;
+  std::thread first([&] {
+    a_result = MoveSlots(cluster[1].address, held->address, 0, a, keeper);
+  });
+  struct Joiner {
+    Fake* held;
+    std::thread* first;
+    ~Joiner() {
+      held->service.Release();
+      if (first->joinable()) first->join();
+    }
+  } joiner{held.get(), &first};
+  REQUIRE_OK(testing::WaitFor(
+      [&] {
+        absl::StatusOr<VersionedMapRecord> r =
+            KeeperRecord(keeper, "keep-restart");
+        return r.ok() && r->record().has_pending();
+      },
+      absl::Seconds(20), "the first move to take the epoch"));
+
+  // The keeper dies and comes back on its port and files.
+  REQUIRE(cluster[0].process->Signal(SIGKILL).ok());
+  (void)cluster[0].process->Wait(absl::Seconds(10));
+  const int port = std::stoi(keeper.substr(keeper.rfind(':') + 1));
+  absl::StatusOr<ServerProcess> restarted =
+      testing::StartPsServer(0, kShards, args(0), absl::Seconds(30), port);
+  REQUIRE_OK(restarted.status());
+  cluster[0] = *std::move(restarted);
+
+  const grpc::Status refused =
+      MoveSlots(cluster[3].address, cluster[2].address, 2, b, keeper);
+  INFO(refused.error_message());
+  REQUIRE(refused.error_code() == grpc::StatusCode::FAILED_PRECONDITION);
+  CHECK(absl::StrContains(refused.error_message(), "another map change"));
+
+  held->service.Release();
+  first.join();
+  const grpc::Status moved =
+      MoveSlots(cluster[3].address, cluster[2].address, 2, b, keeper);
+  INFO(moved.error_message());
+  CHECK(moved.ok());
+  held->server->Shutdown();
 }
 
 }  // namespace

@@ -71,6 +71,24 @@ struct Groups {
     }
     return code;
   }
+  // psctl scale to `shards` (it must exit 0) while `t` trains, then 10
+  // more pushes.
+  void ScaleWhileTraining(LedgerTrainer* t, int shards) {
+    std::string out;
+    const int code = Scale(shards, &out);
+    INFO(out);
+    REQUIRE(code == 0);
+    t->WaitForPushes(t->acked.load(), 10);
+  }
+  // Every value as the `acked` pushes made it, read through the map, whose
+  // slots are on the groups `serving`.
+  void ExpectLedger(int64_t acked, const std::vector<int>& serving) {
+    INFO("acknowledged pushes " << acked);
+    std::unique_ptr<PsClient> reader = MapClient(etcd, run, true);
+    REQUIRE_OK(reader->WaitForTensors({"emb", "w"}, absl::Seconds(30)));
+    CHECK(LedgerWrong(reader.get(), testing::LedgerIds(), acked) == 0);
+    CHECK(reader->map().serving_shards() == serving);
+  }
   void Kill(int i) {
     REQUIRE(replicas[i].process->Signal(SIGKILL).ok());
     (void)replicas[i].process->Wait(absl::Seconds(10));
@@ -98,12 +116,7 @@ TEST_CASE(
   {
     LedgerTrainer t;
     t.Start(c.get());
-    std::string out;
-    const int code = g.Scale(2, &out);
-    INFO(out);
-    REQUIRE(code == 0);
-    const int64_t before = t.acked.load();
-    t.WaitForPushes(before, 10);
+    g.ScaleWhileTraining(&t, 2);
     t.Stop();
     REQUIRE_OK(t.error);
     acked += t.acked.load();
@@ -122,12 +135,7 @@ TEST_CASE(
     LedgerTrainer t;
     t.Start(c.get());
     // And the slots move back, from the promoted backup.
-    std::string out;
-    const int code = g.Scale(1, &out);
-    INFO(out);
-    CHECK(code == 0);
-    const int64_t before = t.acked.load();
-    t.WaitForPushes(before, 10);
+    g.ScaleWhileTraining(&t, 1);
     // The group that owns every slot loses its primary.
     g.Kill(0);
     WaitForRole(g.replicas[1].address, "primary");
@@ -137,11 +145,7 @@ TEST_CASE(
     CHECK(t.stale == 0);
     acked += t.acked.load();
   }
-  INFO("acknowledged pushes " << acked);
-  std::unique_ptr<PsClient> reader = MapClient(g.etcd, g.run, true);
-  REQUIRE_OK(reader->WaitForTensors({"emb", "w"}, absl::Seconds(30)));
-  CHECK(LedgerWrong(reader.get(), testing::LedgerIds(), acked) == 0);
-  CHECK(reader->map().serving_shards() == std::vector<int>{0});
+  g.ExpectLedger(acked, {0});
 }
 
 TEST_CASE(
@@ -161,12 +165,7 @@ TEST_CASE(
   t.WaitForPushes(0, 10);
   g.replicas.push_back(g.Start(1, {"--replicas=1"}));
   WaitForRole(g.replicas[1].address, "primary");
-  std::string out;
-  const int code = g.Scale(2, &out);
-  INFO(out);
-  REQUIRE(code == 0);
-  const int64_t before = t.acked.load();
-  t.WaitForPushes(before, 10);
+  g.ScaleWhileTraining(&t, 2);
   t.Stop();
   REQUIRE_OK(t.error);
   CHECK(t.stale == 0);
@@ -176,9 +175,7 @@ TEST_CASE(
       testing::ReplicaStatus(g.replicas[1].address);
   REQUIRE_OK(joined.status());
   CHECK(joined->counters().pushes() > 0);
-  std::unique_ptr<PsClient> reader = MapClient(g.etcd, g.run, true);
-  REQUIRE_OK(reader->WaitForTensors({"emb", "w"}, absl::Seconds(30)));
-  CHECK(LedgerWrong(reader.get(), testing::LedgerIds(), t.acked.load()) == 0);
+  g.ExpectLedger(t.acked.load(), {0, 1});
 }
 
 TEST_CASE(
@@ -268,22 +265,13 @@ TEST_CASE(
                     << first);
     WaitForRole(g.replicas[victim + 1].address, "primary");
     // Whether or not that move went through, the next one does.
-    std::string out;
-    const int code = g.Scale(2, &out);
-    INFO(out);
-    CHECK(code == 0);
-    const int64_t before = t.acked.load();
-    t.WaitForPushes(before, 10);
+    g.ScaleWhileTraining(&t, 2);
     t.Stop();
     REQUIRE_OK(t.error);
     CHECK(t.stale == 0);
     acked = t.acked.load();
   }
-  INFO("acknowledged pushes " << acked);
-  std::unique_ptr<PsClient> reader = MapClient(g.etcd, g.run, true);
-  REQUIRE_OK(reader->WaitForTensors({"emb", "w"}, absl::Seconds(30)));
-  CHECK(LedgerWrong(reader.get(), testing::LedgerIds(), acked) == 0);
-  CHECK(reader->map().serving_shards() == std::vector<int>{0, 1});
+  g.ExpectLedger(acked, {0, 1});
   // The victim's group takes a new replica: its snapshot holds what the
   // group owns after the moves.
   const int shard = victim / 2;

@@ -8,6 +8,9 @@
 #include "server/map_keeper.h"
 
 #include <catch2/catch.hpp>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
 #include <string>
 #include <vector>
 
@@ -161,6 +164,53 @@ TEST_CASE("the record is written only at the version it was read at",
   CHECK(!lost->swapped());
   CHECK(lost->current().record().pending().destination() == "a");
   CHECK(store.Read()->version() == 1);
+}
+
+TEST_CASE(
+    "a keeper's record file outlives the process; a bad one stops "
+    "map changes, naming it",
+    "[slots][keeper]") {
+  const std::string dir = std::getenv("TEST_TMPDIR");
+  const std::string path = dir + "/shard-0-of-4.maprecord";
+  std::remove(path.c_str());
+  const ShardMap even = *ShardMap::EvenSlots(4, 16);
+  const MapReservation a = Move(even, {0, 4}, 0, 1);
+  {
+    LocalMapRecord keeper("shard 0", path);
+    FakeHolder holder;
+    REQUIRE_OK(ReserveMapEpoch(&keeper, a, holder.Ask()));
+  }
+  // A new process on the same files: the move still holds the epoch.
+  LocalMapRecord again("shard 0", path);
+  absl::StatusOr<VersionedMapRecord> read = again.Read();
+  REQUIRE_OK(read.status());
+  CHECK(read->version() == 1);
+  CHECK(read->record().pending().destination_index() == 1);
+  FakeHolder holder;
+  holder.copying = true;
+  const absl::Status refused =
+      ReserveMapEpoch(&again, Move(even, {2, 6}, 2, 3), holder.Ask());
+  CHECK(absl::IsFailedPrecondition(refused));
+  REQUIRE_OK(SettleMapEpoch(&again, a, /*committed=*/true));
+  CHECK(LocalMapRecord("shard 0", path).Read()->record().committed().epoch() ==
+        2);
+
+  // A file that is not a map record: every read and write refused.
+  { std::ofstream(path, std::ios::trunc) << "not a record file"; }
+  LocalMapRecord broken("shard 0", path);
+  const absl::StatusOr<VersionedMapRecord> bad = broken.Read();
+  INFO(bad.status().ToString());
+  CHECK(absl::IsFailedPrecondition(bad.status()));
+  CHECK(absl::StrContains(bad.status().message(), "maprecord"));
+  CHECK(absl::IsFailedPrecondition(broken.Swap(MapRecord(), 0).status()));
+
+  // A directory that cannot be written: the write is refused, the record
+  // in memory unchanged.
+  LocalMapRecord unwritable("shard 0", dir + "/no/such/dir/x.maprecord");
+  MapRecord r;
+  r.mutable_pending()->set_destination("a");
+  CHECK(absl::IsUnavailable(unwritable.Swap(r, 0).status()));
+  CHECK(unwritable.Read()->version() == 0);
 }
 
 }  // namespace
