@@ -61,25 +61,6 @@ class HeldSource final : public SlotMoves::Service {
   absl::Notification release_;
 };
 
-struct Fake {
-  HeldSource service;
-  std::unique_ptr<grpc::Server> server;
-  std::string address;
-};
-
-std::unique_ptr<Fake> StartHeldSource() {
-  auto fake = std::make_unique<Fake>();
-  int port = 0;
-  grpc::ServerBuilder builder;
-  builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(),
-                           &port);
-  builder.RegisterService(&fake->service);
-  fake->server = builder.BuildAndStart();
-  REQUIRE(port > 0);
-  fake->address = absl::StrCat("127.0.0.1:", port);
-  return fake;
-}
-
 grpc::Status MoveSlots(const std::string& destination,
                        const std::string& source, int source_index,
                        const ShardMap& next, const std::string& keeper) {
@@ -95,6 +76,44 @@ grpc::Status MoveSlots(const std::string& destination,
   return SlotMoves::NewStub(MakeChannel(destination))
       ->MoveSlots(&ctx, request, &r);
 }
+
+// The move of `next` into `destination` from a HeldSource standing in for
+// shard 0, on its own thread: it stays in its first copy round until End,
+// then fails (UNAVAILABLE). The destructor ends it too (a failed REQUIRE).
+class HeldMove {
+ public:
+  HeldMove(const std::string& destination, const ShardMap& next,
+           const std::string& keeper) {
+    int port = 0;
+    grpc::ServerBuilder builder;
+    builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(),
+                             &port);
+    builder.RegisterService(&source_);
+    server_ = builder.BuildAndStart();
+    REQUIRE(port > 0);
+    const std::string source = absl::StrCat("127.0.0.1:", port);
+    thread_ = std::thread([this, destination, source, next, keeper] {
+      result_ = MoveSlots(destination, source, 0, next, keeper);
+    });
+  }
+  ~HeldMove() {
+    End();
+    server_->Shutdown();
+  }
+
+  // Lets the source fail; the move's answer.
+  grpc::Status End() {
+    source_.Release();
+    if (thread_.joinable()) thread_.join();
+    return result_;
+  }
+
+ private:
+  HeldSource source_;
+  std::unique_ptr<grpc::Server> server_;
+  grpc::Status result_;
+  std::thread thread_;
+};
 
 absl::StatusOr<VersionedMapRecord> KeeperRecord(const std::string& keeper,
                                                 const std::string& run) {
@@ -148,20 +167,7 @@ void TwoMovesFromOneMap(
   const ShardMap a = *WithSlotsMoved(even, {0, 4}, 1);
   const ShardMap b = *WithSlotsMoved(even, {2, 6}, 3);
   REQUIRE(a.epoch() == b.epoch());
-  std::unique_ptr<Fake> held = StartHeldSource();
-  grpc::Status a_result;
-  std::thread first([&] {
-    a_result = MoveSlots(cluster[1].address, held->address, 0, a, keeper_a);
-  });
-  // A failed REQUIRE below still ends the first move and its thread.
-  struct Joiner {
-    Fake* held;
-    std::thread* first;
-    ~Joiner() {
-      held->service.Release();
-      if (first->joinable()) first->join();
-    }
-  } joiner{held.get(), &first};
+  HeldMove first(cluster[1].address, a, keeper_a);
   // Until A holds the run's next epoch.
   REQUIRE_OK(testing::WaitFor(
       [&] {
@@ -184,8 +190,7 @@ void TwoMovesFromOneMap(
 
   // The first move ends (aborted: its source went away); the record is
   // free again and B goes through.
-  held->service.Release();
-  first.join();
+  const grpc::Status a_result = first.End();
   INFO(a_result.error_message());
   REQUIRE(a_result.error_code() == grpc::StatusCode::UNAVAILABLE);
   REQUIRE_OK(testing::WaitFor(
@@ -215,7 +220,6 @@ void TwoMovesFromOneMap(
   REQUIRE(old.error_code() == grpc::StatusCode::FAILED_PRECONDITION);
   CHECK(absl::StrContains(old.error_message(), "at epoch 2 already"));
   CHECK(ServedEpoch(cluster[1].address) == 1);
-  held->server->Shutdown();
 }
 
 TEST_CASE(
@@ -336,19 +340,7 @@ TEST_CASE(
   const ShardMap even = *ShardMap::EvenSlots(kShards, kSlots);
   const ShardMap a = *WithSlotsMoved(even, {0, 4}, 1);
   const ShardMap b = *WithSlotsMoved(even, {2, 6}, 3);
-  std::unique_ptr<Fake> held = StartHeldSource();
-  grpc::Status a_result;
-  std::thread first([&] {
-    a_result = MoveSlots(cluster[1].address, held->address, 0, a, keeper);
-  });
-  struct Joiner {
-    Fake* held;
-    std::thread* first;
-    ~Joiner() {
-      held->service.Release();
-      if (first->joinable()) first->join();
-    }
-  } joiner{held.get(), &first};
+  HeldMove first(cluster[1].address, a, keeper);
   REQUIRE_OK(testing::WaitFor(
       [&] {
         absl::StatusOr<VersionedMapRecord> r =
@@ -372,13 +364,11 @@ TEST_CASE(
   REQUIRE(refused.error_code() == grpc::StatusCode::FAILED_PRECONDITION);
   CHECK(absl::StrContains(refused.error_message(), "another map change"));
 
-  held->service.Release();
-  first.join();
+  first.End();
   const grpc::Status moved =
       MoveSlots(cluster[3].address, cluster[2].address, 2, b, keeper);
   INFO(moved.error_message());
   CHECK(moved.ok());
-  held->server->Shutdown();
 }
 
 }  // namespace
