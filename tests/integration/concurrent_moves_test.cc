@@ -33,11 +33,13 @@
 #include "proto/slot_moves.grpc.pb.h"
 #include "tests/testing/etcd_process.h"
 #include "tests/testing/require_ok.h"
+#include "tests/testing/slot_moves.h"
 #include "tests/testing/subprocess.h"
 
 namespace asyncps {
 namespace {
 
+using testing::MoveSlots;
 using testing::ServerProcess;
 
 constexpr int kShards = 4;
@@ -61,22 +63,6 @@ class HeldSource final : public SlotMoves::Service {
   absl::Notification release_;
 };
 
-grpc::Status MoveSlots(const std::string& destination,
-                       const std::string& source, int source_index,
-                       const ShardMap& next, const std::string& keeper) {
-  MoveSlotsRequest request;
-  request.set_source(source);
-  request.set_source_index(source_index);
-  request.set_destination(destination);
-  request.set_keeper(keeper);
-  ShardMapToProto(next, request.mutable_next_map());
-  grpc::ClientContext ctx;
-  ctx.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(60)));
-  MoveSlotsResponse r;
-  return SlotMoves::NewStub(MakeChannel(destination))
-      ->MoveSlots(&ctx, request, &r);
-}
-
 // The move of `next` into `destination` from a HeldSource standing in for
 // shard 0, on its own thread: it stays in its first copy round until End,
 // then fails (UNAVAILABLE). The destructor ends it too (a failed REQUIRE).
@@ -93,7 +79,7 @@ class HeldMove {
     REQUIRE(port > 0);
     const std::string source = absl::StrCat("127.0.0.1:", port);
     thread_ = std::thread([this, destination, source, next, keeper] {
-      result_ = MoveSlots(destination, source, 0, next, keeper);
+      result_ = MoveSlots(destination, source, 0, next, nullptr, keeper);
     });
   }
   ~HeldMove() {
@@ -180,8 +166,8 @@ void TwoMovesFromOneMap(
   CHECK(absl::StrContains(held_line, "a move holds epoch 2: shard 1 (" +
                                          cluster[1].address +
                                          ") moving 2 slots in from shard 0"));
-  const grpc::Status refused =
-      MoveSlots(cluster[3].address, cluster[2].address, 2, b, keeper_b);
+  const grpc::Status refused = MoveSlots(cluster[3].address, cluster[2].address,
+                                         2, b, nullptr, keeper_b);
   INFO(refused.error_message());
   REQUIRE(refused.error_code() == grpc::StatusCode::FAILED_PRECONDITION);
   CHECK(absl::StrContains(refused.error_message(), "another map change"));
@@ -199,8 +185,8 @@ void TwoMovesFromOneMap(
         return r.ok() && !r->has_pending();
       },
       absl::Seconds(10), "the aborted move to give the epoch back"));
-  const grpc::Status moved =
-      MoveSlots(cluster[3].address, cluster[2].address, 2, b, keeper_b);
+  const grpc::Status moved = MoveSlots(cluster[3].address, cluster[2].address,
+                                       2, b, nullptr, keeper_b);
   INFO(moved.error_message());
   REQUIRE(moved.ok());
   absl::StatusOr<MapRecord> after = record();
@@ -214,8 +200,8 @@ void TwoMovesFromOneMap(
 
   // A again, from the real shard 0 but still planned from epoch 1: refused,
   // nothing moved.
-  const grpc::Status old =
-      MoveSlots(cluster[1].address, cluster[0].address, 0, a, keeper_a);
+  const grpc::Status old = MoveSlots(cluster[1].address, cluster[0].address, 0,
+                                     a, nullptr, keeper_a);
   INFO(old.error_message());
   REQUIRE(old.error_code() == grpc::StatusCode::FAILED_PRECONDITION);
   CHECK(absl::StrContains(old.error_message(), "at epoch 2 already"));
@@ -359,14 +345,14 @@ TEST_CASE(
   cluster[0] = *std::move(restarted);
 
   const grpc::Status refused =
-      MoveSlots(cluster[3].address, cluster[2].address, 2, b, keeper);
+      MoveSlots(cluster[3].address, cluster[2].address, 2, b, nullptr, keeper);
   INFO(refused.error_message());
   REQUIRE(refused.error_code() == grpc::StatusCode::FAILED_PRECONDITION);
   CHECK(absl::StrContains(refused.error_message(), "another map change"));
 
   first.End();
   const grpc::Status moved =
-      MoveSlots(cluster[3].address, cluster[2].address, 2, b, keeper);
+      MoveSlots(cluster[3].address, cluster[2].address, 2, b, nullptr, keeper);
   INFO(moved.error_message());
   CHECK(moved.ok());
 }

@@ -9,6 +9,8 @@
 // shard's map, a newer one is unavailable, a push applied before is
 // acknowledged whatever epoch its retry names; AdoptMap refuses maps that
 // give the shard slots (only a move does).
+#include "tests/testing/slot_moves.h"
+
 #include <algorithm>
 #include <atomic>
 #include <catch2/catch.hpp>
@@ -34,6 +36,7 @@
 namespace asyncps {
 namespace {
 
+using testing::MoveSlots;
 using testing::ServerProcess;
 
 constexpr int kShards = 3;
@@ -41,23 +44,6 @@ constexpr int kSlots = 64;
 constexpr int kDim = 4;
 constexpr int kSteps = 30;
 constexpr int kElems = 200;  // "w": 13 slices of 16
-
-// MoveSlots asked of the shard at `destination`: the slots `next` gives it
-// from shard `source_index` at `source`.
-grpc::Status MoveSlots(const std::string& destination,
-                       const std::string& source, int source_index,
-                       const ShardMap& next, MoveSlotsResponse* out = nullptr) {
-  MoveSlotsRequest request;
-  request.set_source(source);
-  request.set_source_index(source_index);
-  request.set_destination(destination);
-  ShardMapToProto(next, request.mutable_next_map());
-  grpc::ClientContext ctx;
-  ctx.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(30)));
-  MoveSlotsResponse r;
-  return SlotMoves::NewStub(MakeChannel(destination))
-      ->MoveSlots(&ctx, request, out != nullptr ? out : &r);
-}
 
 ShardMap EvenAt(uint64_t epoch) {
   const ShardMap even = *ShardMap::EvenSlots(kShards, kSlots);

@@ -89,6 +89,17 @@ struct Groups {
     CHECK(LedgerWrong(reader.get(), testing::LedgerIds(), acked) == 0);
     CHECK(reader->map().serving_shards() == serving);
   }
+  // psctl scale to `shards` started, not waited for.
+  std::unique_ptr<testing::Subprocess> StartScale(int shards) {
+    absl::StatusOr<std::unique_ptr<testing::Subprocess>> scale =
+        testing::Subprocess::Start(
+            testing::RunfilePath("tools/psctl"),
+            {"scale", absl::StrCat("--etcd_endpoints=", etcd.endpoint),
+             absl::StrCat("--run_id=", run),
+             absl::StrCat("--shards=", shards)});
+    REQUIRE_OK(scale.status());
+    return *std::move(scale);
+  }
   void Kill(int i) {
     REQUIRE(replicas[i].process->Signal(SIGKILL).ok());
     (void)replicas[i].process->Wait(absl::Seconds(10));
@@ -189,12 +200,7 @@ TEST_CASE(
       StartGroups("rhold", {"--lease_ms=10000", "--replica_timeout_ms=10000"});
   const std::string destination = g.replicas[2].address;
   REQUIRE(g.replicas[3].process->Signal(SIGSTOP).ok());
-  absl::StatusOr<std::unique_ptr<testing::Subprocess>> scale =
-      testing::Subprocess::Start(
-          testing::RunfilePath("tools/psctl"),
-          {"scale", absl::StrCat("--etcd_endpoints=", g.etcd.endpoint),
-           absl::StrCat("--run_id=", g.run), "--shards=2"});
-  REQUIRE_OK(scale.status());
+  std::unique_ptr<testing::Subprocess> scale = g.StartScale(2);
   StatusResponse held;
   const absl::Status committing = WaitFor(
       [&] {
@@ -208,9 +214,9 @@ TEST_CASE(
   INFO(held.slot_move());
   // The commit is applied on the primary, not yet held by its backup.
   CHECK(held.map().epoch() == 1);
-  absl::StatusOr<int> exit = (*scale)->Wait(absl::Seconds(60));
+  absl::StatusOr<int> exit = scale->Wait(absl::Seconds(60));
   REQUIRE_OK(exit.status());
-  INFO((*scale)->ReadLog());
+  INFO(scale->ReadLog());
   CHECK(*exit == 0);
   absl::StatusOr<StatusResponse> after = testing::ReplicaStatus(destination);
   REQUIRE_OK(after.status());
@@ -248,17 +254,12 @@ TEST_CASE(
   {
     LedgerTrainer t;
     t.Start(c.get());
-    absl::StatusOr<std::unique_ptr<testing::Subprocess>> scale =
-        testing::Subprocess::Start(
-            testing::RunfilePath("tools/psctl"),
-            {"scale", absl::StrCat("--etcd_endpoints=", g.etcd.endpoint),
-             absl::StrCat("--run_id=", g.run), "--shards=2"});
-    REQUIRE_OK(scale.status());
+    std::unique_ptr<testing::Subprocess> scale = g.StartScale(2);
     absl::SleepFor(absl::Milliseconds(delay_ms));
     g.Kill(victim);
-    absl::StatusOr<int> exit = (*scale)->Wait(absl::Seconds(120));
+    absl::StatusOr<int> exit = scale->Wait(absl::Seconds(120));
     REQUIRE_OK(exit.status());
-    const std::string first = (*scale)->ReadLog();
+    const std::string first = scale->ReadLog();
     INFO(first);
     WARN("replica " << victim << " killed " << delay_ms
                     << " ms into the scale; it exited " << *exit << ": "
