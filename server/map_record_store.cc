@@ -21,19 +21,21 @@ LocalMapRecord::LocalMapRecord(std::string where, std::string path,
       path_(std::move(path)),
       fs_(fs != nullptr ? fs : FileSystem::Default()) {
   if (path_.empty()) return;
-  absl::MutexLock l(&mu_);
+  VersionedMapRecord loaded;
   absl::StatusOr<RecordFileInfo> read = ReadRecordFile(
       path_, kFormat,
       [&](absl::string_view bytes, int64_t n) -> absl::Status {
-        if (n != 0 || !record_.ParseFromArray(bytes.data(),
-                                              static_cast<int>(bytes.size()))) {
+        if (n != 0 || !loaded.ParseFromArray(bytes.data(),
+                                             static_cast<int>(bytes.size()))) {
           return absl::DataLossError("not one map record");
         }
         return absl::OkStatus();
       },
       fs_);
-  if (!read.ok() && !absl::IsNotFound(read.status())) {
-    record_.Clear();
+  absl::MutexLock l(&mu_);
+  if (read.ok()) {
+    record_ = std::move(loaded);
+  } else if (!absl::IsNotFound(read.status())) {
     broken_ = absl::FailedPreconditionError(absl::StrCat(
         where_, ": its record file cannot be read (", read.status().message(),
         "); no map change until it is removed"));

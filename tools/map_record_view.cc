@@ -25,8 +25,10 @@ MapRecordView ReadMapRecordView(const std::vector<ShardResult>& results,
     view.record = record.Read();
     return view;
   }
-  if (results.empty() || results[0].address.empty()) {
-    view.record = absl::UnavailableError("no address for shard 0");
+  if (results.empty() || !results[0].up) {
+    // Not asked again: its Status already did not answer.
+    view.where = "shard 0";
+    view.record = absl::UnavailableError("shard 0 does not answer");
     return view;
   }
   RemoteMapRecord record(results[0].address, run_id, security, timeout);
