@@ -14,7 +14,6 @@
 #include "common/net.h"
 #include "common/shard_map_proto.h"
 #include "common/tensor_layout.h"
-#include "server/map_keeper.h"
 #include "server/push_gate.h"
 #include "server/slot_state.h"
 
