@@ -171,6 +171,8 @@ std::unique_ptr<PsClient::Endpoint> PsClient::OpenEndpoint(
         channel, kPullStreamMethod, PullAnswerId, &queue_));
     endpoint->pushes.push_back(std::make_unique<DataStream>(
         channel, kPushStreamMethod, PushAnswerId, &queue_));
+    endpoint->steps.push_back(std::make_unique<DataStream>(
+        channel, kStepStreamMethod, PullAnswerId, &queue_));
   }
   return endpoint;
 }
@@ -217,6 +219,7 @@ void PsClient::ReapFinishedStreams() const {
   for (const std::unique_ptr<Endpoint>& e : endpoints_) {
     for (const auto& stream : e->pulls) stream->ReapFinished();
     for (const auto& stream : e->pushes) stream->ReapFinished();
+    for (const auto& stream : e->steps) stream->ReapFinished();
   }
 }
 

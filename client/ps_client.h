@@ -233,6 +233,22 @@ class PsClient {
   // may leave some shards assigned: assigning again is harmless.
   std::unique_ptr<PendingPush> StartAssign(int64_t clock, const PushSet& what);
 
+  // A step's push and the next step's pull, started together.
+  struct PendingStep {
+    std::unique_ptr<PendingPush> push;
+    std::unique_ptr<PendingPull> pull;
+  };
+  // StartPush(clock, push, read) and StartPull(clock + 1, clock + 1, pull)
+  // at once, as one request to each shard that gets a part of both
+  // (StepStream): the shard serves the pull once the push is acknowledged,
+  // so the pull reads the push's updates, as a pull started after the
+  // push's Wait would, for one message per shard instead of two. Each half
+  // is waited for, retried and refused as if started alone (a retry goes
+  // alone, on the push or pull stream); a shard without StepStream (an
+  // older asyncps) gets both halves alone, and this client stops pairing.
+  PendingStep StartStep(int64_t clock, const PushSet& push, const ReadSet& read,
+                        const PullSet& pull);
+
   // ---- Liveness and progress.
 
   // Renews this worker's lease on every shard and reports `clock`; `leaving`
@@ -323,12 +339,17 @@ class PsClient {
     return StartAssign(clock, PushSet{{}, values});
   }
   // StartPull(clock, clock, outs)->Wait(), remembering what it read; Push
-  // pushes gradients computed from the last Pull.
+  // pushes gradients computed from the last Pull; PushThenPull does both of
+  // a step boundary with StartStep (the push computed from the last Pull,
+  // then the pull for clock + 1, remembered as Pull's).
   absl::Status Pull(int64_t clock,
                     const std::vector<std::pair<std::string, float*>>& outs);
   absl::StatusOr<PushSummary> Push(
       int64_t clock,
       const std::vector<std::pair<std::string, const float*>>& grads);
+  absl::StatusOr<PushSummary> PushThenPull(
+      int64_t clock, const PushSet& grads,
+      const std::vector<std::pair<std::string, float*>>& outs);
   // Versions read by the last synchronous Pull of `name` (empty if none).
   std::vector<uint64_t> PulledVersions(const std::string& name) const;
   // What the last synchronous Pull read (what Push tags its gradients
@@ -347,6 +368,7 @@ class PsClient {
   struct PushShard;
   struct RowsQueryState;
   struct Borrowed;
+  class StepPairing;  // client/ps_client_internal.h
 
   // What the client knows about one sparse table. Const once remembered.
   struct TableState {
@@ -485,7 +507,13 @@ class PsClient {
   // Plans p's pull (p->what_) by the map now: p->shards_ and the calls to
   // them (none: nothing to pull). The parts of an earlier plan move to
   // p->earlier_.
+  // The first plan of a step's pull pairs its parts with the push's
+  // (p->pairing_, then cleared).
   absl::StatusOr<std::vector<FanOut::Call>> PlanPull(PendingPull* p);
+  // StartPull, its parts paired with a step's push when `pairing` is set.
+  std::unique_ptr<PendingPull> StartPullPaired(
+      int64_t clock, int64_t for_clock, const PullSet& what,
+      std::shared_ptr<StepPairing> pairing);
   // After p's attempts ended with `s`: while shards refused their part for
   // the map it was routed with, follows their map and pulls again (the
   // whole pull: pulls are repeatable), at most kMaxMapChanges times.
@@ -497,6 +525,22 @@ class PsClient {
                                  PullShard* ps);
   static absl::Status ReadRows(const PullResponse& header, FrameReader* frame,
                                PullShard* ps);
+
+  // ---- Steps (client/step.cc).
+  // Sends pull part `ps` together with the push part `pairing` holds for
+  // its shard, as one StepStream request; false when none is held (or the
+  // shard has no step stream): the pull goes alone. `pull_answered` is
+  // moved from only when sent.
+  // (A stream request's answer callback, as DataStream::Done.)
+  using StreamDone = std::function<void(absl::Status, grpc::ByteBuffer*)>;
+  bool SendStep(StepPairing* pairing, PullShard* ps, uint32_t connection,
+                StreamDone* pull_answered);
+  // Hands a StepStream answer (or the stream's failure) to both halves:
+  // the push part's callback gets its PushResponse, the pull part's the
+  // frame.
+  void SplitStepAnswer(absl::Status st, grpc::ByteBuffer* answer,
+                       const StreamDone& push_answered,
+                       const StreamDone& pull_answered);
 
   // ---- Pushes (client/push.cc).
   struct RowsSend;
@@ -520,10 +564,11 @@ class PsClient {
                       WireDtype dtype, const ShardMap& map,
                       std::vector<PushRequest>* headers,
                       std::vector<std::vector<grpc::Slice>>* payloads) const;
-  // StartPush (assign false) or StartAssign.
-  std::unique_ptr<PendingPush> StartSend(bool assign, int64_t clock,
-                                         const PushSet& what,
-                                         const ReadSet& read);
+  // StartPush (assign false) or StartAssign; with `pairing`, the parts'
+  // first attempts wait there for the step's pull (StartStep).
+  std::unique_ptr<PendingPush> StartSend(
+      bool assign, int64_t clock, const PushSet& what, const ReadSet& read,
+      std::shared_ptr<StepPairing> pairing = nullptr);
   // One push header per shard: worker, clock, seq, request id, wire type,
   // `map_epoch` and the epoch `epochs` read from each shard.
   std::vector<PushRequest> PushHeaders(int64_t clock, uint64_t seq,
@@ -574,6 +619,8 @@ class PsClient {
   std::atomic<uint64_t> next_seq_{1};
   std::atomic<uint64_t> next_request_id_{1};
   std::atomic<uint32_t> next_connection_{0};
+  // A shard answered StepStream UNIMPLEMENTED: steps go as two messages.
+  std::atomic<bool> steps_unsupported_{false};
 };
 
 // A pull in flight. Wait() returns when every shard answered (or the call
@@ -602,6 +649,8 @@ class PsClient::PendingPull {
   PullSet what_;
   int64_t clock_ = 0;
   int64_t for_clock_ = 0;
+  // The step's push to pair the first plan's parts with (StartStep).
+  std::shared_ptr<StepPairing> pairing_;
   std::vector<std::unique_ptr<RowsQueryState>> queries_;
   // Per shard asked: the request sent and where the answer goes; owned
   // here because attempts refer to them.

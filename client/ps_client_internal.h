@@ -2,20 +2,24 @@
 #define ASYNCPS_CLIENT_PS_CLIENT_INTERNAL_H_
 
 // Parts of PsClient shared by its source files (ps_client.cc: set-up and
-// control calls; catalog.cc: tensors and tables known; pull.cc, push.cc:
-// the data path). Not for other users.
+// control calls; catalog.cc: tensors and tables known; pull.cc, push.cc,
+// step.cc: the data path). Not for other users.
 
 #include <google/protobuf/util/message_differencer.h>
 
 #include <atomic>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
 #include "client/data_stream.h"
 #include "client/fanout.h"
 #include "client/ps_client.h"
@@ -30,8 +34,106 @@ namespace asyncps {
 struct PsClient::Endpoint {
   std::string address;
   std::unique_ptr<ParameterServer::Stub> stub;  // unary calls, connection 0
-  // One pull and one push stream per connection.
-  std::vector<std::unique_ptr<DataStream>> pulls, pushes;
+  // One pull, one push and one step stream per connection.
+  std::vector<std::unique_ptr<DataStream>> pulls, pushes, steps;
+};
+
+// One shard's part of a pull: the request, where its slices and rows go,
+// and what the answer said. Written by the answer's thread while the
+// attempt runs, read by the waiting thread once it ended.
+struct PsClient::PullShard {
+  int shard = 0;
+  PullRequest request;
+  // Tensor name -> (its state, the caller's buffer), for the tensors asked.
+  absl::flat_hash_map<std::string, std::pair<const TensorState*, float*>>
+      targets;
+  uint32_t slices = 0;  // expected in the answer
+  // Per entry k of request.rows: its table's query, and the distinct-id
+  // index of each of its ids.
+  std::vector<RowsQueryState*> queries;
+  std::vector<std::vector<uint32_t>> uniques;
+  // Of the last successful answer:
+  absl::flat_hash_map<std::string, std::vector<std::pair<uint32_t, uint64_t>>>
+      versions;  // tensor -> (slice, version)
+  uint64_t epoch = 0;
+  uint64_t rows_created = 0;  // summed over its tables
+  // Set when the shard refused the part for the map it was routed with:
+  // the shard's map (nothing was read).
+  std::optional<ShardMapProto> refused;
+  std::atomic<DataStream*> stream{nullptr};  // of the attempt in flight
+  // A step's pull (StartStep): the first attempt goes with the push part
+  // held there for this shard, if any.
+  std::shared_ptr<StepPairing> pairing;
+};
+
+// One shard's part of a push (client/push.cc).
+struct PsClient::PushShard {
+  int shard = 0;
+  // The frame's header and payload, kept to split the part again when the
+  // shard refuses it for its map.
+  PushRequest header;
+  std::vector<grpc::Slice> payload;
+  grpc::ByteBuffer frame;  // built once, sent by every attempt
+  PushResponse response;   // of the successful attempt
+  // Set when the shard refused the part for the map it was routed with:
+  // the shard's map (nothing was applied).
+  std::optional<ShardMapProto> refused;
+  std::atomic<DataStream*> stream{nullptr};  // of the attempt in flight
+  // An attempt was handed to a stream: the part may have been applied, so
+  // only the shard may refuse it from then on (its de-duplication first).
+  bool sent = false;
+  // A step's push (StartStep): the first attempt waits here for the pull.
+  std::shared_ptr<StepPairing> pairing;
+};
+
+// Where a step's push and pull (StartStep) meet: each shard's push part,
+// on its first attempt, leaves its frame here instead of sending it; the
+// pull part to the same shard takes it and sends both as one StepStream
+// request. Parts that find no partner go apart: the push parts left once
+// the pull started are sent on their own (Close). Retries always go apart.
+// Thread-safe.
+class PsClient::StepPairing {
+ public:
+  // A push part's first attempt, held.
+  struct Held {
+    PushShard* part = nullptr;
+    DataStream* alone = nullptr;  // the push stream it would have gone on
+    DataStream::Done answered;    // the push attempt's answer callback
+  };
+
+  explicit StepPairing(int num_shards) : held_(num_shards) {}
+
+  // Holds a push part's attempt (true), or leaves it to be sent now
+  // (false: the pairing is closed). *answered is moved from only when held.
+  bool Hold(int shard, PushShard* part, DataStream* alone,
+            DataStream::Done* answered) {
+    absl::MutexLock l(&mu_);
+    if (closed_) return false;
+    held_[shard] = Held{part, alone, std::move(*answered)};
+    return true;
+  }
+
+  // The push part held for `shard`, taken (part null: none).
+  Held Take(int shard) {
+    absl::MutexLock l(&mu_);
+    return std::exchange(held_[shard], Held{});
+  }
+
+  // Holds nothing more; returns the parts no pull took, to send apart.
+  std::vector<Held> Close() {
+    absl::MutexLock l(&mu_);
+    closed_ = true;
+    std::vector<Held> left;
+    for (Held& h : held_) {
+      if (h.part != nullptr) left.push_back(std::exchange(h, Held{}));
+    }
+    return left;
+  }
+
+ private:
+  absl::Mutex mu_;
+  bool closed_ ABSL_GUARDED_BY(mu_) = false;
+  std::vector<Held> held_ ABSL_GUARDED_BY(mu_);  // per shard
 };
 
 // One shard: the endpoint in use. An endpoint replaced (the shard's

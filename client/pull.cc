@@ -26,31 +26,6 @@ struct PsClient::RowsQueryState {
   std::shared_ptr<ReadSet::Table> read;  // id -> index, and versions
 };
 
-// One shard's part of a pull: the request, where its slices and rows go,
-// and what the answer said. Written by the answer's thread while the
-// attempt runs, read by the waiting thread once it ended.
-struct PsClient::PullShard {
-  int shard = 0;
-  PullRequest request;
-  // Tensor name -> (its state, the caller's buffer), for the tensors asked.
-  absl::flat_hash_map<std::string, std::pair<const TensorState*, float*>>
-      targets;
-  uint32_t slices = 0;  // expected in the answer
-  // Per entry k of request.rows: its table's query, and the distinct-id
-  // index of each of its ids.
-  std::vector<RowsQueryState*> queries;
-  std::vector<std::vector<uint32_t>> uniques;
-  // Of the last successful answer:
-  absl::flat_hash_map<std::string, std::vector<std::pair<uint32_t, uint64_t>>>
-      versions;  // tensor -> (slice, version)
-  uint64_t epoch = 0;
-  uint64_t rows_created = 0;  // summed over its tables
-  // Set when the shard refused the part for the map it was routed with:
-  // the shard's map (nothing was read).
-  std::optional<ShardMapProto> refused;
-  std::atomic<DataStream*> stream{nullptr};  // of the attempt in flight
-};
-
 namespace {
 
 // The distinct ids of `ids`: index[id] numbers them in order of first
@@ -257,10 +232,12 @@ absl::StatusOr<std::vector<FanOut::Call>> PsClient::PlanPull(PendingPull* p) {
     SetPullCaller(p->clock_, p->for_clock_, &ps->request);
     ps->request.set_map_epoch(map.epoch());
     ps->request.set_wire_dtype(options_.pull_dtype);
+    ps->pairing = p->pairing_;
     PullShard* raw = ps.get();
     calls.push_back(StreamCall(
         raw->shard, /*push=*/false, connection, &raw->stream,
-        [this, raw](DataStream* stream, FanOut::Done done) {
+        [this, raw, connection](DataStream* stream, FanOut::Done done) {
+          std::shared_ptr<StepPairing> pairing = std::move(raw->pairing);
           std::optional<ShardMapProto> newer =
               StaleRoute(raw->shard, raw->request.map_epoch());
           if (newer.has_value()) {
@@ -269,15 +246,21 @@ absl::StatusOr<std::vector<FanOut::Call>> PsClient::PlanPull(PendingPull* p) {
           }
           const uint64_t id = next_request_id_++;
           raw->request.set_request_id(id);
+          StreamDone answered = [this, raw, done = std::move(done)](
+                                    absl::Status st, grpc::ByteBuffer* answer) {
+            if (st.ok()) st = ReadPull(*answer, raw);
+            done(st);
+          };
+          if (pairing != nullptr &&
+              SendStep(pairing.get(), raw, connection, &answered)) {
+            return;
+          }
           stream->Send(id, SerializeToByteBuffer(raw->request),
-                       [this, raw, done = std::move(done)](
-                           absl::Status st, grpc::ByteBuffer* answer) {
-                         if (st.ok()) st = ReadPull(*answer, raw);
-                         done(st);
-                       });
+                       std::move(answered));
         }));
     p->shards_.push_back(std::move(ps));
   }
+  p->pairing_.reset();  // only the first plan pairs
   return calls;
 }
 
@@ -311,7 +294,14 @@ absl::Status PsClient::RepullRefused(PendingPull* p, absl::Status s) {
 
 std::unique_ptr<PsClient::PendingPull> PsClient::StartPull(
     int64_t clock, int64_t for_clock, const PullSet& what) {
+  return StartPullPaired(clock, for_clock, what, nullptr);
+}
+
+std::unique_ptr<PsClient::PendingPull> PsClient::StartPullPaired(
+    int64_t clock, int64_t for_clock, const PullSet& what,
+    std::shared_ptr<StepPairing> pairing) {
   std::unique_ptr<PendingPull> p(new PendingPull());
+  p->pairing_ = std::move(pairing);
   p->read_.epochs.assign(num_shards(), 0);
   p->what_ = what;
   p->clock_ = clock;

@@ -19,23 +19,6 @@
 
 namespace asyncps {
 
-struct PsClient::PushShard {
-  int shard = 0;
-  // The frame's header and payload, kept to split the part again when the
-  // shard refuses it for its map.
-  PushRequest header;
-  std::vector<grpc::Slice> payload;
-  grpc::ByteBuffer frame;  // built once, sent by every attempt
-  PushResponse response;   // of the successful attempt
-  // Set when the shard refused the part for the map it was routed with:
-  // the shard's map (nothing was applied).
-  std::optional<ShardMapProto> refused;
-  std::atomic<DataStream*> stream{nullptr};  // of the attempt in flight
-  // An attempt was handed to a stream: the part may have been applied, so
-  // only the shard may refuse it from then on (its de-duplication first).
-  bool sent = false;
-};
-
 // gRPC's references to the gradient memory: one per slice handed over,
 // dropped when gRPC releases that slice.
 struct PsClient::Borrowed {
@@ -383,7 +366,8 @@ void PsClient::AddRowPayloads(
 }
 
 std::unique_ptr<PsClient::PendingPush> PsClient::StartSend(
-    bool assign, int64_t clock, const PushSet& what, const ReadSet& read) {
+    bool assign, int64_t clock, const PushSet& what, const ReadSet& read,
+    std::shared_ptr<StepPairing> pairing) {
   std::unique_ptr<PendingPush> p(new PendingPush());
   const SendKind k = KindOf(assign);
   std::vector<const TensorState*> states;
@@ -435,6 +419,7 @@ std::unique_ptr<PsClient::PendingPush> PsClient::StartSend(
     ps->header = std::move(headers[s]);
     ps->payload = std::move(payloads[s]);
     ps->frame = MakeFrame(ps->header, ps->payload);
+    ps->pairing = pairing;
     calls.push_back(PushCall(ps.get(), connection));
     p->shards_.push_back(std::move(ps));
   }
@@ -454,35 +439,39 @@ std::unique_ptr<PsClient::PendingPush> PsClient::StartSend(
 
 FanOut::Call PsClient::PushCall(PushShard* ps, uint32_t connection) {
   const uint64_t id = ps->header.request_id();
-  return StreamCall(ps->shard, /*push=*/true, connection, &ps->stream,
-                    [this, ps, id](DataStream* stream, FanOut::Done done) {
-                      if (!ps->sent) {
-                        std::optional<ShardMapProto> newer =
-                            StaleRoute(ps->shard, ps->header.map_epoch());
-                        if (newer.has_value()) {
-                          ps->refused = *std::move(newer);
-                          return done(absl::OkStatus());
-                        }
-                      }
-                      ps->sent = true;
-                      stream->Send(
-                          id, ps->frame,
-                          [this, ps, done = std::move(done)](
-                              absl::Status st, grpc::ByteBuffer* answer) {
-                            if (st.ok())
-                              st = ReadPushAnswer(*answer, &ps->response);
-                            // Routed with an older map: applied nowhere, done
-                            // here; sent again by the shard's map.
-                            std::optional<ShardMapProto> newer = RefusalMap(st);
-                            if (newer.has_value()) {
-                              LearnMap(*newer);
-                              ps->refused = *std::move(newer);
-                              ps->response.Clear();
-                              st = absl::OkStatus();
-                            }
-                            done(st);
-                          });
-                    });
+  return StreamCall(
+      ps->shard, /*push=*/true, connection, &ps->stream,
+      [this, ps, id](DataStream* stream, FanOut::Done done) {
+        if (!ps->sent) {
+          std::optional<ShardMapProto> newer =
+              StaleRoute(ps->shard, ps->header.map_epoch());
+          if (newer.has_value()) {
+            ps->refused = *std::move(newer);
+            return done(absl::OkStatus());
+          }
+        }
+        ps->sent = true;
+        StreamDone answered = [this, ps, done = std::move(done)](
+                                  absl::Status st, grpc::ByteBuffer* answer) {
+          if (st.ok()) st = ReadPushAnswer(*answer, &ps->response);
+          // Routed with an older map: applied nowhere, done here; sent
+          // again by the shard's map.
+          std::optional<ShardMapProto> newer = RefusalMap(st);
+          if (newer.has_value()) {
+            LearnMap(*newer);
+            ps->refused = *std::move(newer);
+            ps->response.Clear();
+            st = absl::OkStatus();
+          }
+          done(st);
+        };
+        std::shared_ptr<StepPairing> pairing = std::move(ps->pairing);
+        if (pairing != nullptr &&
+            pairing->Hold(ps->shard, ps, stream, &answered)) {
+          return;
+        }
+        stream->Send(id, ps->frame, std::move(answered));
+      });
 }
 
 absl::Status PsClient::ResendRefused(PendingPush* p, absl::Status s,

@@ -58,6 +58,8 @@ inline constexpr char kPullStreamMethod[] =
     "/asyncps.ParameterServer/PullStream";
 inline constexpr char kPushStreamMethod[] =
     "/asyncps.ParameterServer/PushStream";
+inline constexpr char kStepStreamMethod[] =
+    "/asyncps.ParameterServer/StepStream";
 
 // A frame of `header` followed by `payload` (slices in order; not copied).
 grpc::ByteBuffer MakeFrame(const google::protobuf::MessageLite& header,

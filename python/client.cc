@@ -382,10 +382,37 @@ void Client::set_clock(int64_t clock) {
   clock_ = clock;
 }
 
+PushSummary Client::PushPullInto(const py::object& grads,
+                                 const py::object& arrays,
+                                 std::optional<int64_t> clock) {
+  Buffers in = CheckedBuffers(grads, "push_pull_into", /*writeable=*/false);
+  const PushSet set = FiniteSet(in, "push_pull_into", /*assign=*/false);
+  Buffers out = CheckedBuffers(arrays, "push_pull_into", /*writeable=*/true);
+  const int64_t c = clock.value_or(clock_);
+  const absl::StatusOr<PushSummary> summary =
+      Call([&](PsClient& client) -> absl::StatusOr<PushSummary> {
+        return client.PushThenPull(c, set, out.pointers);
+      });
+  if (!summary.ok()) ThrowStatus(summary.status());
+  return *summary;
+}
+
 PushSummary Client::Send(const py::object& arrays, std::optional<int64_t> clock,
                          bool assign) {
   const char* method = assign ? "assign" : "push";
   Buffers in = CheckedBuffers(arrays, method, /*writeable=*/false);
+  const PushSet set = FiniteSet(in, method, assign);
+  const int64_t c = clock.value_or(clock_);
+  const absl::StatusOr<PushSummary> summary =
+      Call([&](PsClient& client) -> absl::StatusOr<PushSummary> {
+        if (assign) return client.StartAssign(c, set)->Wait();
+        return client.StartPush(c, set, client.LastRead())->Wait();
+      });
+  if (!summary.ok()) ThrowStatus(summary.status());
+  return *summary;
+}
+
+PushSet Client::FiniteSet(const Buffers& in, const char* method, bool assign) {
   for (size_t i = 0; i < in.keep.size(); ++i) {
     if (!AllFiniteArray(in.keep[i])) {
       throw py::value_error(
@@ -397,14 +424,7 @@ PushSummary Client::Send(const py::object& arrays, std::optional<int64_t> clock,
   PushSet set;
   set.tensors.assign(in.pointers.begin(), in.pointers.end());
   set.tensors_checked_finite = true;  // just above
-  const int64_t c = clock.value_or(clock_);
-  const absl::StatusOr<PushSummary> summary =
-      Call([&](PsClient& client) -> absl::StatusOr<PushSummary> {
-        if (assign) return client.StartAssign(c, set)->Wait();
-        return client.StartPush(c, set, client.LastRead())->Wait();
-      });
-  if (!summary.ok()) ThrowStatus(summary.status());
-  return *summary;
+  return set;
 }
 
 Client::Buffers Client::CheckedBuffers(const py::object& arrays,

@@ -84,6 +84,8 @@ class Client {
   py::dict Pull(const py::object& names_arg, std::optional<int64_t> clock);
   void PullInto(const py::object& arrays, std::optional<int64_t> clock);
   PushSummary Push(const py::object& grads, std::optional<int64_t> clock);
+  PushSummary PushPullInto(const py::object& grads, const py::object& arrays,
+                           std::optional<int64_t> clock);
   PushSummary Assign(const py::object& values, std::optional<int64_t> clock);
 
   // Sparse tables (client_rows.cc).
@@ -126,6 +128,9 @@ class Client {
   // sent.
   PushSummary Send(const py::object& arrays, std::optional<int64_t> clock,
                    bool assign);
+  // The push of checked arrays `in`, after refusing NaN or Inf in any of
+  // them (ValueError naming the tensor, nothing sent).
+  static PushSet FiniteSet(const Buffers& in, const char* method, bool assign);
 
   Buffers CheckedBuffers(const py::object& arrays, const char* method,
                          bool writeable);

@@ -104,6 +104,15 @@ tensor and `clock` (default: self.clock). Retries reuse the push's sequence
 number, so each shard applies it exactly once. Returns a PushResult
 (applied / refused_stale slice updates, duplicates, staleness).)doc";
 
+const char kPushPullIntoDoc[] =
+    R"doc(A step boundary in one message per shard: pushes `grads` as push()
+does (at `clock`, default self.clock), then pulls into `arrays` as
+pull_into() at clock + 1, the pull served by each shard once it has
+acknowledged the push, so the values include it. Returns the push's
+PushResult. What push() and pull_into() do as two calls to every shard,
+in one; a failure of either raises (the push may have been applied:
+its retry is de-duplicated).)doc";
+
 const char kAssignDoc[] =
     R"doc(Replaces the values of whole tensors on the shards ({name: ndarray}
 of the tensors' shapes, float32, C-contiguous, finite), e.g. to load a saved
@@ -135,6 +144,8 @@ void AddClientCalls(py::class_<Client>& client) {
            py::arg("clock") = py::none(), kPullIntoDoc)
       .def("push", &Client::Push, py::arg("grads"),
            py::arg("clock") = py::none(), kPushDoc)
+      .def("push_pull_into", &Client::PushPullInto, py::arg("grads"),
+           py::arg("arrays"), py::arg("clock") = py::none(), kPushPullIntoDoc)
       .def("assign", &Client::Assign, py::arg("values"),
            py::arg("clock") = py::none(), kAssignDoc)
       .def("create_tables", &Client::CreateTables, py::arg("specs"),

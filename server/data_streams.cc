@@ -180,7 +180,7 @@ class StreamWriter {
   int pending_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
-// What both stream reactors are: one read in flight at a time, handed to
+// What every stream reactor is: one read in flight at a time, handed to
 // Handle on the thread that read it, the next read started once Handle
 // returns; the writer ends the stream once the client is done sending and
 // every answer is written. Deletes itself when the call is done.
@@ -198,13 +198,18 @@ class StreamReactor : public ByteBidiReactor {
   void OnWriteDone(bool ok) final { writer_.WriteDone(ok); }
   void OnDone() final { delete this; }
 
+  // A new reactor of type `Reactor`, reading: the first read starts once
+  // the reactor is whole (it may complete, and Handle run, at once).
+  template <typename Reactor>
+  static ByteBidiReactor* Launch(PsService* service) {
+    Reactor* reactor = new Reactor(service);
+    reactor->StartRead(&reactor->request_);
+    return reactor;
+  }
+
  protected:
   explicit StreamReactor(PsService* service)
       : service_(service), writer_(this) {}
-
-  // Starts the first read: the last step of a derived constructor (a read
-  // may complete, and Handle run, at once).
-  void StartReading() { StartRead(&request_); }
 
   // One request read from the stream, valid during the call; its answer
   // goes to writer_, now or later (AddPending / EndPending around it).
@@ -221,9 +226,7 @@ class StreamReactor : public ByteBidiReactor {
 // answered; reads continue meanwhile.
 class PushStreamReactor : public StreamReactor {
  public:
-  explicit PushStreamReactor(PsService* service) : StreamReactor(service) {
-    StartReading();
-  }
+  explicit PushStreamReactor(PsService* service) : StreamReactor(service) {}
 
  private:
   void Handle(const grpc::ByteBuffer& request) override {
@@ -266,9 +269,7 @@ class PushStreamReactor : public StreamReactor {
 // meanwhile, and answers go out in the order they become ready.
 class PullStreamReactor : public StreamReactor {
  public:
-  explicit PullStreamReactor(PsService* service) : StreamReactor(service) {
-    StartReading();
-  }
+  explicit PullStreamReactor(PsService* service) : StreamReactor(service) {}
 
   void OnCancel() override {
     std::vector<std::shared_ptr<PullWait>> waits;
@@ -279,19 +280,17 @@ class PullStreamReactor : public StreamReactor {
     for (auto& wait : waits) wait->Cancel();
   }
 
- private:
-  void Handle(const grpc::ByteBuffer& bytes) override {
-    auto request = std::make_shared<PullRequest>();
-    absl::Status s = ParseFromByteBuffer(bytes, request.get());
+ protected:
+  // Serves one validated request: begins the pull, waits as the
+  // consistency model says, then copies and writes its frame. `push`, when
+  // set, is the answer of the push the pull rode with (StepStream): it
+  // goes into the header of the answer, an error's too.
+  void ServePull(std::shared_ptr<const PullRequest> request,
+                 std::shared_ptr<const PushResponse> push) {
     int64_t target = 0;
+    absl::Status s = service_->BeginPull(*request, &target);
     if (!s.ok()) {
-      service_->context().stats->RecordBadInput();
-    } else {
-      if (!request->read_only()) s = service_->CheckPrimary();
-      if (s.ok()) s = service_->BeginPull(*request, &target);
-    }
-    if (!s.ok()) {
-      WriteError(request->request_id(), s);
+      WriteError(request->request_id(), s, push.get());
       return;
     }
     auto wait = std::make_shared<PullWait>(service_->context().workers);
@@ -305,9 +304,9 @@ class PullStreamReactor : public StreamReactor {
     const absl::Time start = service_->context().clock->Now();
     const WorkerRegistry::WaitId id = service_->WhenReady(
         *request, target,
-        [this, request, wait, key, start](absl::Status status) {
+        [this, request, push, wait, key, start](absl::Status status) {
           wait->Ended();
-          Answer(*request, status, start);
+          Answer(*request, push, status, start);
           {
             absl::MutexLock l(&mu_);
             waits_.erase(key);
@@ -318,17 +317,47 @@ class PullStreamReactor : public StreamReactor {
     wait->Started(id);
   }
 
-  void Answer(const PullRequest& request, absl::Status status,
-              absl::Time start) {
+  // The answer to a request that failed: a frame with no payload, whose
+  // header says why (and carries `push`, when set).
+  void WriteError(uint64_t request_id, const absl::Status& s,
+                  const PushResponse* push) {
+    PullResponse header;
+    header.set_request_id(request_id);
+    header.set_shard_epoch(service_->epoch());
+    SetCallStatus(s, header.mutable_status());
+    if (push != nullptr) *header.mutable_push() = *push;
+    writer_.Write(MakeFrame(header, {}));
+  }
+
+ private:
+  void Handle(const grpc::ByteBuffer& bytes) override {
+    auto request = std::make_shared<PullRequest>();
+    absl::Status s = ParseFromByteBuffer(bytes, request.get());
+    if (!s.ok()) {
+      service_->context().stats->RecordBadInput();
+    } else if (!request->read_only()) {
+      s = service_->CheckPrimary();
+    }
+    if (!s.ok()) {
+      WriteError(request->request_id(), s, nullptr);
+      return;
+    }
+    ServePull(std::move(request), nullptr);
+  }
+
+  void Answer(const PullRequest& request,
+              const std::shared_ptr<const PushResponse>& push,
+              absl::Status status, absl::Time start) {
     service_->NoteWaitEnd(request, status);
     if (!status.ok()) {
-      WriteError(request.request_id(), status);
+      WriteError(request.request_id(), status, push.get());
       return;
     }
     auto header = std::make_shared<PullResponse>();
     header->set_request_id(request.request_id());
     header->set_waited_us(
         absl::ToInt64Microseconds(service_->context().clock->Now() - start));
+    if (push != nullptr) *header->mutable_push() = *push;
     auto frame = std::make_shared<absl::StatusOr<grpc::ByteBuffer>>();
     writer_.AddPending();
     service_->RunPullStep(
@@ -337,22 +366,14 @@ class PullStreamReactor : public StreamReactor {
           *frame = service_->CopyPullFrame(request, header.get());
           return frame->status();
         },
-        [this, id = request.request_id(), frame](absl::Status st) {
+        [this, id = request.request_id(), push, frame](absl::Status st) {
           if (st.ok()) {
             writer_.Write(*std::move(*frame));
           } else {
-            WriteError(id, st);
+            WriteError(id, st, push.get());
           }
           writer_.EndPending();
         });
-  }
-
-  void WriteError(uint64_t request_id, const absl::Status& s) {
-    PullResponse header;
-    header.set_request_id(request_id);
-    header.set_shard_epoch(service_->epoch());
-    SetCallStatus(s, header.mutable_status());
-    writer_.Write(MakeFrame(header, {}));
   }
 
   absl::Mutex mu_;
@@ -361,14 +382,93 @@ class PullStreamReactor : public StreamReactor {
   uint64_t next_key_ ABSL_GUARDED_BY(mu_) = 1;
 };
 
+// The push of a StepStream request, parsed and checked: its header without
+// then_pull, its payloads (held in `reader`'s buffers) and the pull that
+// rides with it, whose request_id is the push's.
+struct StepRequest {
+  PushRequest push;
+  FrameReader reader;
+  std::vector<Payload> grads, rows;
+  std::shared_ptr<PullRequest> pull = std::make_shared<PullRequest>();
+};
+
+absl::Status ParseStepRequest(const grpc::ByteBuffer& bytes, StepRequest* out) {
+  absl::Status s = out->reader.Open(bytes, &out->push);
+  if (!s.ok()) return s;
+  if (!out->push.has_then_pull()) {
+    return absl::InvalidArgumentError(
+        "StepStream: the push carries no then_pull (the next step's pull); "
+        "a push alone goes on PushStream");
+  }
+  out->pull->Swap(out->push.mutable_then_pull());
+  out->push.clear_then_pull();
+  out->pull->set_request_id(out->push.request_id());
+  s = PushTransaction::CheckCaller(out->push);
+  if (!s.ok()) return s;
+  const WorkerRef& pusher = out->push.worker();
+  const WorkerRef& puller = out->pull->worker();
+  if (out->pull->read_only() || puller.worker_id() != pusher.worker_id() ||
+      puller.incarnation() != pusher.incarnation()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "StepStream: then_pull must be the pushing worker's own pull (worker ",
+        pusher.worker_id(), " incarnation ", pusher.incarnation(),
+        "), not a reader's or another worker's"));
+  }
+  return ReadFrameGradients(out->push, &out->reader, &out->grads, &out->rows);
+}
+
+// StepStream: each request's push is applied as on PushStream, on the
+// thread that read it; once it is acknowledged its pull is served as on
+// PullStream, and one frame answers both.
+class StepStreamReactor : public PullStreamReactor {
+ public:
+  explicit StepStreamReactor(PsService* service)
+      : PullStreamReactor(service) {}
+
+ private:
+  void Handle(const grpc::ByteBuffer& bytes) override {
+    StepRequest step;
+    absl::Status s = ParseStepRequest(bytes, &step);
+    if (!s.ok()) service_->context().stats->RecordBadInput();
+    if (s.ok()) s = service_->CheckPrimary();
+    auto answer = std::make_shared<PushResponse>();
+    if (!s.ok()) return Refuse(step.push.request_id(), s, answer.get());
+    writer_.AddPending();
+    service_->RunPushStep(
+        step.push, step.grads, step.rows, answer.get(),
+        [this, answer, pull = step.pull](absl::Status st) {
+          if (st.ok()) {
+            service_->context().stats->RecordStep();
+            ServePull(pull, answer);
+          } else {
+            Refuse(pull->request_id(), st, answer.get());
+          }
+          writer_.EndPending();
+        });
+  }
+
+  // A push refused: nothing applied, nothing pulled.
+  void Refuse(uint64_t request_id, const absl::Status& s,
+              PushResponse* answer) {
+    answer->clear_results();
+    answer->clear_row_results();
+    SetCallStatus(s, answer->mutable_status());
+    WriteError(request_id, s, answer);
+  }
+};
+
 }  // namespace
 
 ByteBidiReactor* NewPushStreamReactor(PsService* service) {
-  return new PushStreamReactor(service);
+  return StreamReactor::Launch<PushStreamReactor>(service);
 }
 
 ByteBidiReactor* NewPullStreamReactor(PsService* service) {
-  return new PullStreamReactor(service);
+  return StreamReactor::Launch<PullStreamReactor>(service);
+}
+
+ByteBidiReactor* NewStepStreamReactor(PsService* service) {
+  return StreamReactor::Launch<StepStreamReactor>(service);
 }
 
 }  // namespace asyncps

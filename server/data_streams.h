@@ -11,7 +11,7 @@ class PsService;
 using ByteBidiReactor =
     grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>;
 
-// The server side of the data streams (PullStream / PushStream in
+// The server side of the data streams (PullStream / PushStream / StepStream in
 // proto/asyncps.proto, frames as in common/fast_frame.h): one reactor per
 // call, which reads requests one after the other, runs each through the
 // service's steps (the same as the unary Pull and Push) and writes each
@@ -36,6 +36,11 @@ ByteBidiReactor* NewPushStreamReactor(PsService* service);
 // says, then its frame is copied and written; answers go out in the order
 // they become ready, and the caller going away cancels every wait.
 ByteBidiReactor* NewPullStreamReactor(PsService* service);
+
+// StepStream: each request's push is applied as on PushStream; once it is
+// acknowledged, the pull it carries (then_pull) is served as on PullStream,
+// and one frame answers both (PullResponse.push).
+ByteBidiReactor* NewStepStreamReactor(PsService* service);
 
 }  // namespace asyncps
 

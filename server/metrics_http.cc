@@ -108,6 +108,9 @@ void AppendCounters(const Counters& c, Exposition* out) {
           c.bytes_out());
   counter("asyncps_worker_evictions_total",
           "Workers evicted after their lease expired.", c.evictions());
+  counter("asyncps_steps_total",
+          "Pushes that came with the next step's pull (StepStream).",
+          c.steps());
   counter("asyncps_pull_waits_total",
           "Pulls that waited for slower workers (SSP/BSP).", c.pull_waits());
   counter("asyncps_pull_wait_timeouts_total",

@@ -606,6 +606,11 @@ PsService::PushStream(grpc::CallbackServerContext* /*ctx*/) {
   return NewPushStreamReactor(this);
 }
 
+grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>*
+PsService::StepStream(grpc::CallbackServerContext* /*ctx*/) {
+  return NewStepStreamReactor(this);
+}
+
 grpc::ServerUnaryReactor* PsService::Status(grpc::CallbackServerContext* ctx,
                                             const grpc::ByteBuffer* in,
                                             grpc::ByteBuffer* out) {

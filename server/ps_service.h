@@ -42,9 +42,11 @@ using RawParameterServerService =
                                     ParameterServer::
                                         WithRawCallbackMethod_PushStream<
                                             ParameterServer::
-                                                WithRawCallbackMethod_Checkpoint<
+                                                WithRawCallbackMethod_StepStream<
                                                     ParameterServer::
-                                                        Service>>>>>>>>>>;
+                                                        WithRawCallbackMethod_Checkpoint<
+                                                            ParameterServer::
+                                                                Service>>>>>>>>>>>;
 
 // The ParameterServer gRPC service of one shard, on gRPC's callback API.
 // Handlers validate input, then work on the store and the worker registry;
@@ -66,7 +68,7 @@ using RawParameterServerService =
 // that are sent) by the thread that releases it, or the registry's
 // executor. A pull whose caller goes away is dropped from the waits.
 //
-// The streams (PullStream / PushStream) carry the same requests, each
+// The streams (PullStream / PushStream / StepStream) carry the same requests, each
 // answered by request_id, with payloads framed as in common/fast_frame.h;
 // their reactors (server/data_streams.h) run the steps below.
 //
@@ -106,6 +108,8 @@ class PsService final : public RawParameterServerService {
   grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>* PullStream(
       grpc::CallbackServerContext* ctx) override;
   grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>* PushStream(
+      grpc::CallbackServerContext* ctx) override;
+  grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>* StepStream(
       grpc::CallbackServerContext* ctx) override;
 
   // The Status RPC's answer, also used by the metrics endpoint.

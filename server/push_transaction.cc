@@ -30,6 +30,10 @@ absl::Status PushTransaction::CheckCaller(const PushRequest& request) {
   if (request.seq() == 0) {
     return absl::InvalidArgumentError("push seq must be > 0");
   }
+  if (request.has_then_pull()) {
+    return absl::InvalidArgumentError(
+        "then_pull rides only on StepStream, not on Push or PushStream");
+  }
   return absl::OkStatus();
 }
 

@@ -74,8 +74,8 @@ class PushTransaction {
   PushTransaction& operator=(const PushTransaction&) = delete;
 
   // The checks of a push's caller that need no registry: a well-formed
-  // worker reference (CheckWorkerRef) and seq > 0, INVALID_ARGUMENT naming
-  // them otherwise. The first check of every push, before its header's
+  // worker reference (CheckWorkerRef), seq > 0 and no then_pull (StepStream
+  // takes it out first), INVALID_ARGUMENT naming them otherwise. The first check of every push, before its header's
   // other fields or its payload are looked at; Prepare makes it too.
   static absl::Status CheckCaller(const PushRequest& request);
 

@@ -41,6 +41,8 @@ void ShardStats::RecordPullWaitTimeout() {
   pull_wait_timeouts_.fetch_add(1, kRelaxed);
 }
 
+void ShardStats::RecordStep() { steps_.fetch_add(1, kRelaxed); }
+
 void ShardStats::RecordBadInput() {
   rejected_bad_input_.fetch_add(1, kRelaxed);
 }
@@ -112,6 +114,7 @@ void ShardStats::FillCounters(Counters* c) const {
   c->set_pull_waits(pull_waits_.load(kRelaxed));
   c->set_pull_wait_timeouts(pull_wait_timeouts_.load(kRelaxed));
   c->set_misrouted_calls(misrouted_.load(kRelaxed));
+  c->set_steps(steps_.load(kRelaxed));
 }
 
 void ShardStats::Sample(absl::Time now) {

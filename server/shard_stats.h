@@ -44,6 +44,8 @@ class ShardStats {
   void RecordPush(uint64_t bytes_in, bool duplicate,
                   const PushResponse& response);
   void RecordBadInput();
+  // A push that came with the next step's pull (StepStream).
+  void RecordStep();
   // A pull or push refused for the map it was routed with, or for a fence
   // (the slow path of CheckServing).
   void RecordMisrouted();
@@ -68,7 +70,7 @@ class ShardStats {
   std::atomic<uint64_t> pulls_{0}, pushes_{0}, duplicate_pushes_{0},
       updates_applied_{0}, refused_stale_{0}, refused_restored_{0}, scaled_{0},
       rejected_bad_input_{0}, bytes_in_{0}, bytes_out_{0}, pull_waits_{0},
-      pull_wait_timeouts_{0}, misrouted_{0};
+      pull_wait_timeouts_{0}, misrouted_{0}, steps_{0};
   std::array<std::atomic<uint64_t>, kBuckets> buckets_;
   std::atomic<uint64_t> staleness_sum_{0}, staleness_count_{0},
       staleness_max_{0};

@@ -32,6 +32,7 @@ void AddCounters(const Counters& c, Counters* sum) {
   sum->set_bytes_out(sum->bytes_out() + c.bytes_out());
   sum->set_evictions(sum->evictions() + c.evictions());
   sum->set_pull_waits(sum->pull_waits() + c.pull_waits());
+  sum->set_steps(sum->steps() + c.steps());
   sum->set_pull_wait_timeouts(sum->pull_wait_timeouts() +
                               c.pull_wait_timeouts());
   sum->set_checkpoints_written(sum->checkpoints_written() +
@@ -380,7 +381,8 @@ std::string SummaryText(const std::vector<ShardResult>& shards) {
                     HumanBytes(s.table_bytes), ")\n");
   }
   absl::StrAppend(&out, "  pushes ", c.pushes(), " (", c.duplicate_pushes(),
-                  " duplicate)  pulls ", c.pulls(), "  slice updates ",
+                  " duplicate, ", c.steps(), " with the next pull)  pulls ",
+                  c.pulls(), "  slice updates ",
                   c.updates_applied(), " applied / ", c.refused_stale(),
                   " refused-stale / ", c.scaled(), " scaled  bad-input ",
                   c.rejected_bad_input(), "\n");

@@ -336,6 +336,16 @@ class Worker:
         self._overlap = None  # what the overlapped pull writes into
         self._pushing = None  # Future of the overlapped push, if any
         self._param_views = _Views()  # what pulls write into
+        # Plain steps under ASP send each push with the next step's pull,
+        # one message per shard (Client.push_pull_into). Not with sparse
+        # tables, whose next rows are known only in the next forward pass;
+        # not under SSP/BSP, where the next step's pull may wait for slower
+        # workers: step() returns after its own push, as it always did.
+        self._fuse = (not self.overlap_pull and not self.overlap_push
+                      and not self._tables and bool(self._params)
+                      and all(p.get("consistency", "ASP") == "ASP"
+                              for p in policies))
+        self._pulled_for = None  # the clock the module's values are for
         self._grad_views = _Views()  # what pushes send
         for flag in ("overlap_pull", "overlap_push"):
             if getattr(self, flag) and not all(_plain_asp(p)
@@ -448,6 +458,15 @@ class Worker:
         Pulls the parameters into the module, zeroes the gradients, calls
         `closure()` (which runs forward and backward), pushes the
         gradients and advances client.clock.
+
+        Under ASP, without overlap and sparse embeddings, the push goes
+        with the next step's pull, one message per shard
+        (Client.push_pull_into): each
+        shard answers the pull once it has applied the push, so the next
+        step starts from the values it would have pulled itself, and the
+        module holds them when step() returns. A step whose clock is not
+        the one pulled for (client.clock was set), or after
+        load_state_dict(), pulls first.
         """
         self._check_open()
         if self._lr_schedule is not None:
@@ -459,8 +478,9 @@ class Worker:
                 for name, p, _ in self._params:
                     p.copy_(torch.from_numpy(self._overlap[name]).reshape(
                         p.shape))
-        else:
+        elif self._pulled_for != self.client.clock:
             self.pull()
+        self._pulled_for = None
         for _, p, _ in self._params:
             if p.grad is not None:
                 p.grad.zero_()
@@ -472,6 +492,11 @@ class Worker:
         if self.overlap_push:
             self._finish_push()
             self._start_push()
+        elif self._fuse:
+            result = self.client.push_pull_into(
+                self._gradients(), self._param_views.get(self._params))
+            self._account(result)
+            self._pulled_for = self.client.clock + 1
         else:
             self.push()
         self._tables.push()
@@ -597,6 +622,7 @@ class Worker:
         if self._pending is not None:
             pending, self._pending = self._pending, None
             pending.result()
+        self._pulled_for = None  # the next step pulls the loaded values
         rows = {layer.table: layer.module for layer in self._tables.layers
                 if layer.table in values}
         for table, m in rows.items():

@@ -77,6 +77,40 @@ def test_create_pull_push_exact_values_on_two_shards(cluster):
         assert me["state"] == "left"
 
 
+def test_push_pull_into_is_a_push_then_a_pull_in_one_message(cluster):
+    shards = cluster.start(2)
+    with connect(shards) as c:
+        c.create({"w": constant_sgd((5, 6)), "b": constant_sgd((7,))})
+        got = c.pull(["w", "b"])
+        gw = np.arange(30, dtype=np.float32).reshape(5, 6) / 4
+        gb = np.full(7, 0.5, np.float32)
+        for step in range(3):
+            r = c.push_pull_into({"w": gw, "b": gb}, got, clock=step)
+            assert (r.applied, r.refused_stale, r.duplicates) == (10, 0, 0)
+            # The pull came after the push on every shard.
+            np.testing.assert_array_equal(got["w"], 1.0 - (step + 1) * gw)
+            np.testing.assert_array_equal(got["b"],
+                                          np.full(7, 1.0 - 0.5 * (step + 1)))
+            assert c.versions("w") == [step + 1] * 8
+        summary = c.status()["summary"]
+        assert summary["steps"] == 3 * 2 and summary["pushes"] == 3 * 2
+        assert summary["pulls"] == 2 + 3 * 2
+
+        # Checked before anything is sent: a NaN, a read-only output.
+        bad = gb.copy()
+        bad[3] = np.nan
+        with pytest.raises(ValueError, match="NaN or Inf; nothing was sent"):
+            c.push_pull_into({"b": bad}, got, clock=3)
+        frozen = {"b": np.zeros(7, np.float32)}
+        frozen["b"].flags.writeable = False
+        with pytest.raises(ValueError, match="read-only"):
+            c.push_pull_into({"b": gb}, frozen, clock=3)
+        with pytest.raises(ValueError, match="unknown tensor"):
+            c.push_pull_into({"b": gb}, {"nope": got["b"]}, clock=3)
+        summary = c.status()["summary"]
+        assert summary["pushes"] == 3 * 2 and summary["steps"] == 3 * 2
+
+
 def test_create_is_idempotent_and_conflicts_raise_already_exists(cluster):
     shards = cluster.start(1)
     with connect(shards) as c:

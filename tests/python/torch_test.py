@@ -54,7 +54,9 @@ def test_step_pulls_in_place_pushes_grads_and_advances_the_clock(cluster):
             assert loss.item() == 0.0
             assert client.clock == 1 and worker.stats["steps"] == 1
             assert worker.stats["applied"] == 4  # 6 + 2 elements, slices of 2
-            # d(sum(W x + b))/dW = 1 for x = 1, so W = 0 - 0.5 after a step.
+            # d(sum(W x + b))/dW = 1 for x = 1, so W = 0 - 0.5 after a step:
+            # the push came back with the next step's pull.
+            assert torch.equal(model.fc.weight, torch.full((2, 3), -0.5))
             worker.pull()
             assert model.fc.weight.data_ptr() == weight_storage
             assert torch.equal(model.fc.weight, torch.full((2, 3), -0.5))
@@ -67,6 +69,41 @@ def test_step_pulls_in_place_pushes_grads_and_advances_the_clock(cluster):
         # Leaving the block said goodbye.
         (me,) = client.status()["workers"]
         assert me["state"] == "left" and me["clock"] == 2
+
+
+def test_plain_steps_push_with_the_next_pull_and_load_drops_it(cluster):
+    shards = cluster.start(2, ["--slice_elems=2"])
+    model = Tiny()
+    with connect(shards) as client:
+        with asyncps.torch.Worker(model, client, optimizer="sgd", lr=0.5,
+                                  init="constant") as worker:
+            seen = []
+
+            def closure():
+                seen.append(model.fc.weight.detach().clone())
+                return sum_closure(model)()
+            for step in range(3):
+                worker.step(closure)
+                # The module holds what the shards hold after this push.
+                values = client.pull(["fc.weight"])["fc.weight"]
+                np.testing.assert_array_equal(
+                    model.fc.weight.detach().numpy(), values)
+                np.testing.assert_array_equal(
+                    values, np.full((2, 3), -0.5 * (step + 1), np.float32))
+            assert [w[0, 0].item() for w in seen] == [0.0, -0.5, -1.0]
+            # Every push reached both shards with the next pull.
+            assert client.status()["summary"]["steps"] == 2 * 3
+            # Loaded values replace what the last step pulled.
+            saved = {k: torch.full_like(v, 4.0)
+                     for k, v in model.state_dict().items()}
+            worker.load_state_dict(saved)
+            worker.step(closure)
+            assert torch.equal(seen[-1], saved["fc.weight"])
+            # A clock set by hand is pulled for, not the one pulled for.
+            client.clock = 10
+            model.fc.weight.data.fill_(99.0)
+            worker.step(closure)
+            assert torch.equal(seen[-1], torch.full((2, 3), 3.5))
 
 
 def test_lr_schedule_sets_the_rate_when_it_changes(cluster):

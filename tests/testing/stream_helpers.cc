@@ -91,6 +91,8 @@ ShardStreams::ShardStreams(const std::shared_ptr<grpc::Channel>& channel)
     : pushes_(std::make_unique<DataStream>(channel, kPushStreamMethod,
                                            PushAnswerId, &queue_)),
       pulls_(std::make_unique<DataStream>(channel, kPullStreamMethod,
+                                          PullAnswerId, &queue_)),
+      steps_(std::make_unique<DataStream>(channel, kStepStreamMethod,
                                           PullAnswerId, &queue_)) {}
 
 PushResponse ShardStreams::PushFrame(uint64_t id,
@@ -110,8 +112,16 @@ PullResponse ShardStreams::Pull(PullRequest pull) {
   const uint64_t id = next_id_++;
   pull.set_request_id(id);
   pull.set_wire_dtype(WIRE_F32);
-  const grpc::ByteBuffer answer =
-      Exchange(pulls_.get(), id, SerializeToByteBuffer(pull));
+  return Unframed(Exchange(pulls_.get(), id, SerializeToByteBuffer(pull)), id);
+}
+
+PullResponse ShardStreams::Step(const PushRequest& push) {
+  const uint64_t id = next_id_++;
+  return Unframed(Exchange(steps_.get(), id, PushFrameOf(push, id)), id);
+}
+
+PullResponse ShardStreams::Unframed(const grpc::ByteBuffer& answer,
+                                    uint64_t id) {
   FrameReader reader;
   PullResponse header;
   REQUIRE_OK(reader.Open(answer, &header));

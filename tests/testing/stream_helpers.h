@@ -1,7 +1,8 @@
 #ifndef ASYNCPS_TESTS_TESTING_STREAM_HELPERS_H_
 #define ASYNCPS_TESTS_TESTING_STREAM_HELPERS_H_
 
-// Speaking the data streams (PullStream / PushStream, common/fast_frame.h)
+// Speaking the data streams (PullStream / PushStream / StepStream,
+// common/fast_frame.h)
 // to one shard request by request, for tests that compare them with the
 // protobuf Pull / Push RPCs or send them malformed frames:
 //
@@ -68,10 +69,16 @@ class ShardStreams {
   // (payload_bytes cleared), as the protobuf Pull answers. An answer with
   // an error status has no slices or rows.
   PullResponse Pull(PullRequest pull);
+  // Sends `push` (a protobuf push whose then_pull, if any, is sent as it
+  // is) on StepStream with the next request id; the answer as Pull's.
+  PullResponse Step(const PushRequest& push);
 
  private:
+  // A pull's or step's answer frame as the protobuf Pull answers it.
+  static PullResponse Unframed(const grpc::ByteBuffer& answer, uint64_t id);
+
   DrivenQueue queue_;  // outlives the streams
-  std::unique_ptr<DataStream> pushes_, pulls_;
+  std::unique_ptr<DataStream> pushes_, pulls_, steps_;
   uint64_t next_id_ = 1000;
 };
 
