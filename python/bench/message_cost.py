@@ -1,7 +1,8 @@
 #!/usr/bin/python3
 """Per-call CPU of the Python client: pulls and pushes of 4 floats, 100k
-floats and a whole 784-128-10 MLP (its four parameters in one call, and
-through asyncps.torch.Worker.step with an empty closure), against real
+floats and a whole 784-128-10 MLP (its four parameters in one call, a push
+and the next pull as one call (push_pull_into), and through
+asyncps.torch.Worker.step with an empty closure), against real
 ps_server shards on loopback.
 
 Each measurement runs in a fresh process (its own worker id) that loops
@@ -38,7 +39,7 @@ import tempfile
 import time
 
 CASES = ("pull4", "push4", "pull100k", "push100k", "model_pull",
-         "model_push", "torch_step")
+         "model_push", "model_step", "torch_step")
 # The 784-128-10 MLP's parameters, as asyncps.torch names them.
 # The cases the C++ PsClient runs too (cpp_push_pull --op, --tensor), and
 # an empty RPC: the bare cost of a call from C++.
@@ -94,6 +95,10 @@ def child_call(client, case, np):
     if case.startswith("push") or case == "model_push":
         client.pull_into(buf, clock=0)  # what the pushes are tagged with
         return lambda: client.push(buf, clock=0)
+    if case == "model_step":
+        client.pull_into(buf, clock=0)
+        grads = {n: b.copy() for n, b in buf.items()}
+        return lambda: client.push_pull_into(grads, buf, clock=0)
     import torch
 
     import asyncps.torch

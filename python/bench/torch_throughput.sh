@@ -14,12 +14,14 @@
 # asyncps setup a second time, in the same round, with the build in DIR (a
 # bazel-bin folder, or a copy holding server/ps_server and python/site,
 # e.g. of an older commit), named base_SETUP: a before/after comparison
-# under the same load. Logs go to OUTDIR.
+# under the same load. --bin DIR measures the build in DIR instead of
+# the default configuration's bazel-bin (e.g. a -c opt build). Logs go to
+# OUTDIR.
 #
 # Build first: bazel build //server:ps_server //python:asyncps
 # Usage: python/bench/torch_throughput.sh OUTDIR [--rounds N] [--examples N]
 #            [--model cnn|mlp] [--shards "1 2"] [--workers "1 2 4"]
-#            [--overlap] [--baseline DIR]
+#            [--overlap] [--baseline DIR] [--bin DIR]
 set -euo pipefail
 if [[ $# -lt 1 || "$1" == -* ]]; then
   echo "usage: $0 OUTDIR [--rounds N] [--examples N] [--model cnn|mlp]" \
@@ -35,6 +37,7 @@ shards="2"
 workers="1 2"
 overlap=0
 baseline=""
+bin=()
 while [ $# -gt 0 ]; do
   case "$1" in
     --rounds) rounds="$2"; shift 2 ;;
@@ -44,6 +47,7 @@ while [ $# -gt 0 ]; do
     --workers) workers="$2"; shift 2 ;;
     --overlap) overlap=1; shift ;;
     --baseline) baseline=$(cd "$2" && pwd); shift 2 ;;
+    --bin) bin=(--bin "$(cd "$2" && pwd)"); shift 2 ;;
     *) echo "torch_throughput.sh: unknown option '$1'" >&2; exit 2 ;;
   esac
 done
@@ -94,7 +98,7 @@ for ((r = 0; r < rounds; r++)); do
   if [ -n "$baseline" ] && ((r % 2 == 1)); then
     setups "$r" base_ --bin "$baseline"
   fi
-  setups "$r" ""
+  setups "$r" "" "${bin[@]}"
   if [ -n "$baseline" ] && ((r % 2 == 0)); then
     setups "$r" base_ --bin "$baseline"
   fi
