@@ -87,9 +87,9 @@ void PsClient::SplitStepAnswer(absl::Status st, grpc::ByteBuffer* answer,
           "pull",
           std::string(st.message()));
     }
-    st = absl::UnavailableError(absl::StrCat(
-        "the shard does not serve StepStream (", st.message(),
-        "); sent again as a push and a pull"));
+    st = absl::UnavailableError(
+        absl::StrCat("the shard does not serve StepStream (", st.message(),
+                     "); sent again as a push and a pull"));
   }
   push_answered(st, nullptr);
   pull_answered(st, nullptr);

@@ -422,8 +422,7 @@ absl::Status ParseStepRequest(const grpc::ByteBuffer& bytes, StepRequest* out) {
 // PullStream, and one frame answers both.
 class StepStreamReactor : public PullStreamReactor {
  public:
-  explicit StepStreamReactor(PsService* service)
-      : PullStreamReactor(service) {}
+  explicit StepStreamReactor(PsService* service) : PullStreamReactor(service) {}
 
  private:
   void Handle(const grpc::ByteBuffer& bytes) override {
@@ -434,17 +433,16 @@ class StepStreamReactor : public PullStreamReactor {
     auto answer = std::make_shared<PushResponse>();
     if (!s.ok()) return Refuse(step.push.request_id(), s, answer.get());
     writer_.AddPending();
-    service_->RunPushStep(
-        step.push, step.grads, step.rows, answer.get(),
-        [this, answer, pull = step.pull](absl::Status st) {
-          if (st.ok()) {
-            service_->context().stats->RecordStep();
-            ServePull(pull, answer);
-          } else {
-            Refuse(pull->request_id(), st, answer.get());
-          }
-          writer_.EndPending();
-        });
+    service_->RunPushStep(step.push, step.grads, step.rows, answer.get(),
+                          [this, answer, pull = step.pull](absl::Status st) {
+                            if (st.ok()) {
+                              service_->context().stats->RecordStep();
+                              ServePull(pull, answer);
+                            } else {
+                              Refuse(pull->request_id(), st, answer.get());
+                            }
+                            writer_.EndPending();
+                          });
   }
 
   // A push refused: nothing applied, nothing pulled.

@@ -30,23 +30,21 @@ namespace asyncps {
 // service parses requests itself, so a request that does not parse is
 // answered INVALID_ARGUMENT (and counted) like any other bad input instead
 // of failing inside gRPC.
-using RawParameterServerService =
-    ParameterServer::WithRawCallbackMethod_CreateTensor<
-        ParameterServer::WithRawCallbackMethod_ListTensors<
-            ParameterServer::WithRawCallbackMethod_SetLearningRate<
-                ParameterServer::WithRawCallbackMethod_Heartbeat<
-                    ParameterServer::WithRawCallbackMethod_Pull<
-                        ParameterServer::WithRawCallbackMethod_Push<
-                            ParameterServer::WithRawCallbackMethod_Status<
-                                ParameterServer::WithRawCallbackMethod_PullStream<
+using RawParameterServerService = ParameterServer::WithRawCallbackMethod_CreateTensor<
+    ParameterServer::WithRawCallbackMethod_ListTensors<
+        ParameterServer::WithRawCallbackMethod_SetLearningRate<
+            ParameterServer::WithRawCallbackMethod_Heartbeat<
+                ParameterServer::WithRawCallbackMethod_Pull<
+                    ParameterServer::WithRawCallbackMethod_Push<
+                        ParameterServer::WithRawCallbackMethod_Status<
+                            ParameterServer::WithRawCallbackMethod_PullStream<
+                                ParameterServer::WithRawCallbackMethod_PushStream<
                                     ParameterServer::
-                                        WithRawCallbackMethod_PushStream<
+                                        WithRawCallbackMethod_StepStream<
                                             ParameterServer::
-                                                WithRawCallbackMethod_StepStream<
+                                                WithRawCallbackMethod_Checkpoint<
                                                     ParameterServer::
-                                                        WithRawCallbackMethod_Checkpoint<
-                                                            ParameterServer::
-                                                                Service>>>>>>>>>>>;
+                                                        Service>>>>>>>>>>>;
 
 // The ParameterServer gRPC service of one shard, on gRPC's callback API.
 // Handlers validate input, then work on the store and the worker registry;
@@ -68,8 +66,8 @@ using RawParameterServerService =
 // that are sent) by the thread that releases it, or the registry's
 // executor. A pull whose caller goes away is dropped from the waits.
 //
-// The streams (PullStream / PushStream / StepStream) carry the same requests, each
-// answered by request_id, with payloads framed as in common/fast_frame.h;
+// The streams (PullStream / PushStream / StepStream) carry the same requests,
+// each answered by request_id, with payloads framed as in common/fast_frame.h;
 // their reactors (server/data_streams.h) run the steps below.
 //
 // Thread-safe.

@@ -75,8 +75,9 @@ class PushTransaction {
 
   // The checks of a push's caller that need no registry: a well-formed
   // worker reference (CheckWorkerRef), seq > 0 and no then_pull (StepStream
-  // takes it out first), INVALID_ARGUMENT naming them otherwise. The first check of every push, before its header's
-  // other fields or its payload are looked at; Prepare makes it too.
+  // takes it out first), INVALID_ARGUMENT naming them otherwise. The first
+  // check of every push, before its header's other fields or its payload are
+  // looked at; Prepare makes it too.
   static absl::Status CheckCaller(const PushRequest& request);
 
   // grads[i] is the payload of request.grads(i), rows[k] of

@@ -382,10 +382,10 @@ std::string SummaryText(const std::vector<ShardResult>& shards) {
   }
   absl::StrAppend(&out, "  pushes ", c.pushes(), " (", c.duplicate_pushes(),
                   " duplicate, ", c.steps(), " with the next pull)  pulls ",
-                  c.pulls(), "  slice updates ",
-                  c.updates_applied(), " applied / ", c.refused_stale(),
-                  " refused-stale / ", c.scaled(), " scaled  bad-input ",
-                  c.rejected_bad_input(), "\n");
+                  c.pulls(), "  slice updates ", c.updates_applied(),
+                  " applied / ", c.refused_stale(), " refused-stale / ",
+                  c.scaled(), " scaled  bad-input ", c.rejected_bad_input(),
+                  "\n");
   absl::StrAppend(&out, "  rates: ", Rate(s.rates.pushes_per_s()),
                   " pushes/s  ", Rate(s.rates.pulls_per_s()), " pulls/s  ",
                   Rate(s.rates.updates_per_s()), " updates/s  in ",
