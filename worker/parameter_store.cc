@@ -32,6 +32,14 @@ class RemoteStore : public ParameterStore {
                                          const ReadSet& read) override {
     return std::make_unique<RemotePush>(client_->StartPush(clock, what, read));
   }
+  Step StartStep(int64_t clock, const PushSet& push, const ReadSet& read,
+                 const PullSet& next) override {
+    PsClient::PendingStep both = client_->StartStep(clock, push, read, next);
+    Step step;
+    step.push = std::make_unique<RemotePush>(std::move(both.push));
+    step.pull = std::make_unique<RemotePull>(std::move(both.pull));
+    return step;
+  }
   absl::Status Heartbeat(int64_t clock, bool leaving) override {
     return client_->Heartbeat(clock, leaving);
   }

@@ -61,6 +61,20 @@ class ParameterStore {
   virtual std::unique_ptr<PendingPush> StartPush(int64_t clock,
                                                  const PushSet& what,
                                                  const ReadSet& read) = 0;
+  // StartPush(clock, push, read), then StartPull(clock + 1, clock + 1,
+  // next): on the cluster one message per shard (PsClient::StartStep), the
+  // pull served once the push is acknowledged.
+  struct Step {
+    std::unique_ptr<PendingPush> push;
+    std::unique_ptr<PendingPull> pull;
+  };
+  virtual Step StartStep(int64_t clock, const PushSet& push,
+                         const ReadSet& read, const PullSet& next) {
+    Step step;
+    step.push = StartPush(clock, push, read);
+    step.pull = StartPull(clock + 1, clock + 1, next);
+    return step;
+  }
   // Renews the lease / says goodbye; a no-op locally.
   virtual absl::Status Heartbeat(int64_t clock, bool leaving) = 0;
   // The data position every later call reports: steps of this worker's

@@ -165,6 +165,15 @@ class MlpModel : public TrainingModel {
                           reads_[set].pull->read());
   }
 
+  void StartPushThenRead(int set, int grads, int64_t clock, int64_t /*step*/,
+                         absl::Span<const int64_t> /*examples*/) override {
+    ParameterStore::Step step = store_->StartStep(
+        clock, PushSet{grads_[grads].set->named_const, {}},
+        reads_[set].pull->read(), PullSet{reads_[set].set->named, {}});
+    grads_[grads].push = std::move(step.push);
+    reads_[set].pull = std::move(step.pull);
+  }
+
   absl::Status WaitPush(int grads) override {
     absl::StatusOr<PushSummary> push = grads_[grads].push->Wait();
     grads_[grads].push.reset();

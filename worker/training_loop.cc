@@ -173,15 +173,17 @@ class Loop {
           if (!s.ok()) return s;
         }
       }
-      model_->StartPush(cur, grads, clock_);
+      if (!ahead && steps_done_ < total) {
+        // The push and the next round's read, as one step.
+        model_->StartPushThenRead(cur, grads, clock_, steps_done_,
+                                  Examples(steps_done_));
+      } else {
+        model_->StartPush(cur, grads, clock_);
+      }
       in_flight_.push_back({grads, steps_done_});
       ++pushes_made_;
       ++clock_;
-      if (ahead) {
-        cur = 1 - cur;
-      } else if (steps_done_ < total) {
-        StartRead(cur, steps_done_, clock_);
-      }
+      if (ahead) cur = 1 - cur;
     }
     return absl::OkStatus();
   }

@@ -121,6 +121,16 @@ class TrainingModel {
   // Starts pushing gradient set `grads` as `clock`, tagged with what read
   // set `set` read.
   virtual void StartPush(int set, int grads, int64_t clock) = 0;
+  // StartPush(set, grads, clock), then StartRead(set, step, examples,
+  // clock + 1, clock + 1) once the push is started; a model whose read
+  // does not depend on the examples sends both as one step
+  // (ParameterStore::StartStep), the read served after the push.
+  virtual void StartPushThenRead(int set, int grads, int64_t clock,
+                                 int64_t step,
+                                 absl::Span<const int64_t> examples) {
+    StartPush(set, grads, clock);
+    StartRead(set, step, examples, clock + 1, clock + 1);
+  }
   // Waits for the push of gradient set `grads` and tallies its outcome.
   virtual absl::Status WaitPush(int grads) = 0;
   // Forgets the pushes in flight (each waits for its own end): a failed run.

@@ -4,8 +4,8 @@
 # single-process PyTorch loop (torch.optim; 1 and 2 torch threads) against
 # asynchronous training through asyncps with each count of --shards shards
 # (default 2) and of --workers worker processes (1 torch thread per
-# worker). Each setup trains one epoch over the first --examples training
-# images; the setups run one after the other, --rounds times (the machine's
+# worker). Each setup trains --epochs (default 1) over the first --examples
+# training images; the setups run one after the other, --rounds times (the machine's
 # load drifts, so every round has all of them), and the median examples/s
 # of each is printed with its ratio to the 1-thread loop, and the final test
 # accuracy. --overlap adds, for each shard and worker count, a run whose
@@ -21,7 +21,7 @@
 # Build first: bazel build //server:ps_server //python:asyncps
 # Usage: python/bench/torch_throughput.sh OUTDIR [--rounds N] [--examples N]
 #            [--model cnn|mlp] [--shards "1 2"] [--workers "1 2 4"]
-#            [--overlap] [--baseline DIR] [--bin DIR]
+#            [--overlap] [--baseline DIR] [--bin DIR] [--epochs N]
 set -euo pipefail
 if [[ $# -lt 1 || "$1" == -* ]]; then
   echo "usage: $0 OUTDIR [--rounds N] [--examples N] [--model cnn|mlp]" \
@@ -37,6 +37,7 @@ shards="2"
 workers="1 2"
 overlap=0
 baseline=""
+epochs=1
 bin=()
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -48,6 +49,7 @@ while [ $# -gt 0 ]; do
     --overlap) overlap=1; shift ;;
     --baseline) baseline=$(cd "$2" && pwd); shift 2 ;;
     --bin) bin=(--bin "$(cd "$2" && pwd)"); shift 2 ;;
+    --epochs) epochs="$2"; shift 2 ;;
     *) echo "torch_throughput.sh: unknown option '$1'" >&2; exit 2 ;;
   esac
 done
@@ -67,7 +69,7 @@ accuracy() {  # the final test accuracy of a run's log
 run() {  # NAME ROUND ARGS...
   local name=$1 round=$2
   shift 2
-  "$launch" --no-build --epochs 1 "$@" >"$out/$name.$round.log" 2>&1 ||
+  "$launch" --no-build --epochs "$epochs" "$@" >"$out/$name.$round.log" 2>&1 ||
     { echo "torch_throughput.sh: $name failed; see $out/$name.$round.log" >&2; exit 1; }
   echo "$name $(rate "$out/$name.$round.log") $(accuracy "$out/$name.$round.log")"
 }

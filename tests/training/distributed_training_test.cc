@@ -2,13 +2,20 @@
 // ps_server shards and 2 ps_worker processes, two epochs, and checks the
 // accuracy the evaluating worker reports (pipelined workers reach 0.79-0.83
 // after one epoch, depending on the machine's load, and 0.83-0.85 after two).
-// Also the --local baseline and the worker's flag validation.
+// Also that a worker without the pipeline sends each push with the next
+// step's pull (StepStream), the --local baseline and the worker's flag
+// validation.
+#include <grpcpp/grpcpp.h>
+
 #include <catch2/catch.hpp>
+#include <chrono>
 #include <regex>
 #include <string>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "common/net.h"
+#include "proto/asyncps.grpc.pb.h"
 #include "tests/testing/subprocess.h"
 
 namespace asyncps {
@@ -63,6 +70,30 @@ TEST_CASE("2 shards + 2 workers reach >= 0.80 test accuracy in two epochs",
   REQUIRE(log0.find("worker 0 done: steps 0..938") != std::string::npos);
   REQUIRE(workers[1]->ReadLog().find("worker 1 done: steps 0..938") !=
           std::string::npos);
+}
+
+TEST_CASE("an unpipelined worker pushes each step with the next step's pull",
+          "[training][step]") {
+  auto servers = StartPsCluster(1);
+  REQUIRE(servers.ok());
+  auto worker = StartWorker({absl::StrCat("--servers=", ServerList(*servers)),
+                             "--worker_id=0", "--num_workers=1", "--epochs=1",
+                             "--steps=40", "--pipeline=false",
+                             "--log_every_steps=1000"});
+  auto rc = worker->Wait(absl::Minutes(2));
+  INFO(worker->LogTail());
+  REQUIRE(rc.ok());
+  REQUIRE(*rc == 0);
+  auto stub = ParameterServer::NewStub(MakeChannel((*servers)[0].address));
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+  StatusResponse status;
+  REQUIRE(stub->Status(&ctx, StatusRequest(), &status).ok());
+  // 40 pushes; every one but the last carried the next step's pull.
+  CHECK(status.counters().pushes() == 40);
+  CHECK(status.counters().steps() == 39);
+  CHECK(status.counters().updates_applied() ==
+        40 * static_cast<uint64_t>(status.slices()));
 }
 
 TEST_CASE("--local trains the same model without servers", "[training]") {
