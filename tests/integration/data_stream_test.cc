@@ -46,11 +46,7 @@ std::unique_ptr<grpc::ClientContext> Context() {
 }
 
 // One shard holding "w": kElems floats, all 1, one slice, SGD with lr 1.
-struct Shard {
-  testing::ServerProcess server;
-  std::unique_ptr<ParameterServer::Stub> stub;
-  std::unique_ptr<testing::ShardStreams> streams;
-
+struct Shard : testing::OneTensorShard {
   PushResponse PushFrame(uint64_t id, const grpc::ByteBuffer& frame) {
     return streams->PushFrame(id, frame);
   }
@@ -86,26 +82,7 @@ struct Shard {
   }
 };
 
-Shard StartOne() {
-  auto server = StartPsServer(0, 1, {"--log_level=warn"});
-  REQUIRE(server.ok());
-  Shard shard{*std::move(server), nullptr, nullptr};
-  std::shared_ptr<grpc::Channel> channel = MakeChannel(shard.server.address);
-  shard.stub = ParameterServer::NewStub(channel);
-  shard.streams = std::make_unique<testing::ShardStreams>(channel);
-  CreateTensorRequest create;
-  TensorSpec* s = create.add_tensors();
-  s->set_name("w");
-  s->add_shape(kElems);
-  s->set_init(INIT_CONSTANT);
-  s->set_init_value(1.0f);
-  s->set_slice_elems(kElems);
-  s->mutable_optimizer()->set_type(OPT_SGD);
-  s->mutable_optimizer()->set_learning_rate(1.0f);
-  CreateTensorResponse created;
-  REQUIRE(shard.stub->CreateTensor(Context().get(), create, &created).ok());
-  return shard;
-}
+Shard StartOne() { return Shard{testing::StartOneTensorShard(kElems)}; }
 
 PushRequest Header(uint64_t seq, uint64_t grad_bytes, uint64_t id,
                    WireDtype dtype = WIRE_F32) {

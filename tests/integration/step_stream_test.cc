@@ -31,11 +31,7 @@ using testing::Floats;
 constexpr int kElems = 10;
 
 // One shard holding "w": kElems floats, all 1, one slice, SGD with lr 1.
-struct Shard {
-  testing::ServerProcess server;
-  std::unique_ptr<ParameterServer::Stub> stub;
-  std::unique_ptr<testing::ShardStreams> streams;
-
+struct Shard : testing::OneTensorShard {
   Counters GetCounters() {
     grpc::ClientContext ctx;
     ctx.set_deadline(std::chrono::system_clock::now() +
@@ -63,27 +59,7 @@ struct Shard {
   }
 };
 
-Shard StartOne() {
-  auto server = testing::StartPsServer(0, 1, {"--log_level=warn"});
-  REQUIRE_OK(server.status());
-  Shard shard{*std::move(server), nullptr, nullptr};
-  std::shared_ptr<grpc::Channel> channel = MakeChannel(shard.server.address);
-  shard.stub = ParameterServer::NewStub(channel);
-  shard.streams = std::make_unique<testing::ShardStreams>(channel);
-  CreateTensorRequest create;
-  TensorSpec* s = create.add_tensors();
-  s->set_name("w");
-  s->add_shape(kElems);
-  s->set_init(INIT_CONSTANT);
-  s->set_init_value(1.0f);
-  s->set_slice_elems(kElems);
-  s->mutable_optimizer()->set_type(OPT_SGD);
-  s->mutable_optimizer()->set_learning_rate(1.0f);
-  grpc::ClientContext ctx;
-  CreateTensorResponse created;
-  REQUIRE(shard.stub->CreateTensor(&ctx, create, &created).ok());
-  return shard;
-}
+Shard StartOne() { return Shard{testing::StartOneTensorShard(kElems)}; }
 
 // Worker 0's push of `grad` to every element of "w" with sequence number
 // `seq`, carrying the pull of the next step (clock 1) of "w".

@@ -1,11 +1,14 @@
 #include "tests/testing/stream_helpers.h"
 
 #include <catch2/catch.hpp>
+#include <chrono>
+#include <memory>
 #include <utility>
 
 #include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
 #include "common/fast_frame.h"
+#include "common/net.h"
 #include "common/payload.h"
 #include "tests/testing/require_ok.h"
 
@@ -140,6 +143,30 @@ PullResponse ShardStreams::Unframed(const grpc::ByteBuffer& answer,
   }
   REQUIRE(reader.remaining() == 0);
   return header;
+}
+
+OneTensorShard StartOneTensorShard(int64_t elems) {
+  absl::StatusOr<ServerProcess> server =
+      StartPsServer(0, 1, {"--log_level=warn"});
+  REQUIRE_OK(server.status());
+  OneTensorShard shard{*std::move(server), nullptr, nullptr};
+  std::shared_ptr<grpc::Channel> channel = MakeChannel(shard.server.address);
+  shard.stub = ParameterServer::NewStub(channel);
+  shard.streams = std::make_unique<ShardStreams>(channel);
+  CreateTensorRequest create;
+  TensorSpec* s = create.add_tensors();
+  s->set_name("w");
+  s->add_shape(elems);
+  s->set_init(INIT_CONSTANT);
+  s->set_init_value(1.0f);
+  s->set_slice_elems(elems);
+  s->mutable_optimizer()->set_type(OPT_SGD);
+  s->mutable_optimizer()->set_learning_rate(1.0f);
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+  CreateTensorResponse created;
+  REQUIRE(shard.stub->CreateTensor(&ctx, create, &created).ok());
+  return shard;
 }
 
 }  // namespace testing

@@ -23,7 +23,9 @@
 
 #include "absl/status/statusor.h"
 #include "client/data_stream.h"
+#include "proto/asyncps.grpc.pb.h"
 #include "proto/asyncps.pb.h"
+#include "tests/testing/subprocess.h"
 
 namespace asyncps {
 namespace testing {
@@ -81,6 +83,15 @@ class ShardStreams {
   std::unique_ptr<DataStream> pushes_, pulls_, steps_;
   uint64_t next_id_ = 1000;
 };
+
+// A real ps_server of one shard holding "w": `elems` floats, all 1, in one
+// slice, SGD with learning rate 1; its stub and data streams.
+struct OneTensorShard {
+  ServerProcess server;
+  std::unique_ptr<ParameterServer::Stub> stub;
+  std::unique_ptr<ShardStreams> streams;
+};
+OneTensorShard StartOneTensorShard(int64_t elems);
 
 }  // namespace testing
 }  // namespace asyncps

@@ -76,10 +76,10 @@ TEST_CASE("an unpipelined worker pushes each step with the next step's pull",
           "[training][step]") {
   auto servers = StartPsCluster(1);
   REQUIRE(servers.ok());
-  auto worker = StartWorker({absl::StrCat("--servers=", ServerList(*servers)),
-                             "--worker_id=0", "--num_workers=1", "--epochs=1",
-                             "--steps=40", "--pipeline=false",
-                             "--log_every_steps=1000"});
+  auto worker =
+      StartWorker({absl::StrCat("--servers=", ServerList(*servers)),
+                   "--worker_id=0", "--num_workers=1", "--epochs=1",
+                   "--steps=40", "--pipeline=false", "--log_every_steps=1000"});
   auto rc = worker->Wait(absl::Minutes(2));
   INFO(worker->LogTail());
   REQUIRE(rc.ok());
