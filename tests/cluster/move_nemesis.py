@@ -59,6 +59,9 @@ def main():
     ap.add_argument("--cut", type=float, default=3,
                     help="seconds a source stays cut off")
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--steps", action="store_true",
+                    help="workers send each push with the next pull "
+                    "(StepStream)")
     args = ap.parse_args()
     rng = random.Random(args.seed)
 
@@ -83,7 +86,8 @@ def main():
                   "--log_level=warn"]
         workers = push_ledger.start_workers(h0, push_client, common,
                                             args.workers, args.pushes,
-                                            ["--create_elems=200000"])
+                                            ["--create_elems=200000",
+                                             *push_ledger.step_flags(args)])
 
         def scale(to, name):
             return h0.spawn([psctl, "scale", f"--servers={servers}",

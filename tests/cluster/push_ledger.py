@@ -20,6 +20,12 @@ def start_workers(host, push_client, common, count, pushes, extra=()):
             for w in range(count)]
 
 
+def step_flags(args):
+    """The push_client flags of a nemesis run's --steps: each push sent
+    with the next round's pull, one StepStream request per shard."""
+    return ["--steps"] if args.steps else []
+
+
 def settle(host, push_client, common, workers, pushes):
     """Waits for the workers (printing each that did not exit 0 with every
     push acknowledged) and runs the verifier. Returns (workers failed,

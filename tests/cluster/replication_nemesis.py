@@ -56,6 +56,9 @@ def main():
     ap.add_argument("--workers", type=int, default=4)
     ap.add_argument("--pushes", type=int, default=3000)
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--steps", action="store_true",
+                    help="workers send each push with the next pull "
+                    "(StepStream)")
     ap.add_argument("--replicas", type=int, default=2,
                     help="R: processes per shard group (hosts 1..2R); with "
                     "R >= 3 the nemesis also kills two replicas of one "
@@ -111,7 +114,8 @@ def main():
                   "--tensors=w", "--log_level=warn"]
         workers = push_ledger.start_workers(h0, push_client, common,
                                             args.workers, args.pushes,
-                                            [f"--create_elems={elems}"])
+                                            [f"--create_elems={elems}",
+                                             *push_ledger.step_flags(args)])
 
         def scale(to, name):
             return h0.spawn([psctl, "scale", f"--etcd_endpoints={endpoint}",

@@ -32,6 +32,9 @@ ABSL_FLAG(std::string, servers, "", "Shard addresses, host:port,...");
 ABSL_FLAG(int, worker_id, 0, "This worker's id.");
 ABSL_FLAG(int, pushes, 10, "Pull + push rounds.");
 ABSL_FLAG(double, grad, 1.0, "Value of every gradient element.");
+ABSL_FLAG(bool, steps, false,
+          "Send each push with the next round's pull (PsClient::PushThenPull, "
+          "one StepStream request per shard) instead of a pull and a push.");
 ABSL_FLAG(std::string, tensors, "", "Tensors to push to, name,name,...");
 ABSL_FLAG(int, wait_timeout_s, 60, "How long to wait for the tensors.");
 ABSL_FLAG(std::string, run_id, "", "The shards' --run_id.");
@@ -114,10 +117,19 @@ absl::Status Run() {
   const int pushes = absl::GetFlag(FLAGS_pushes);
   uint64_t max_staleness = 0;
   int64_t clock = reg->resume_clock;
+  const bool steps = absl::GetFlag(FLAGS_steps);
+  PushSet push_set;
+  push_set.tensors = push_from;
   for (int64_t step = reg->trained; step < pushes; ++step, ++clock) {
-    s = ps.Pull(clock, pull_into);
-    if (!s.ok()) return s;
-    absl::StatusOr<PushSummary> summary = ps.Push(clock, push_from);
+    // With --steps the pull of every round but the first came with the
+    // push before it.
+    if (!steps || step == reg->trained) {
+      s = ps.Pull(clock, pull_into);
+      if (!s.ok()) return s;
+    }
+    absl::StatusOr<PushSummary> summary =
+        steps ? ps.PushThenPull(clock, push_set, pull_into)
+              : ps.Push(clock, push_from);
     if (!summary.ok()) return summary.status();
     // A shard whose answer was lost answers the retry as a duplicate.
     if ((summary->applied != slices && summary->duplicates == 0) ||
