@@ -99,8 +99,10 @@ absl::StatusOr<PushSummary> PsClient::PushThenPull(
     int64_t clock, const PushSet& grads,
     const std::vector<std::pair<std::string, float*>>& outs) {
   PendingStep step = StartStep(clock, grads, LastRead(), PullSet{outs, {}});
-  absl::StatusOr<PushSummary> pushed = step.push->Wait();
+  // The pull first: a stop ends its wait (and so the shared request's), and
+  // the push then finishes alone.
   absl::Status pulled = step.pull->Wait();
+  absl::StatusOr<PushSummary> pushed = step.push->Wait();
   if (!pushed.ok()) return pushed.status();
   if (!pulled.ok()) return pulled;
   absl::MutexLock l(&mu_);

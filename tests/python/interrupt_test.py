@@ -23,13 +23,19 @@ SCRIPT = textwrap.dedent("""
     servers, mode = sys.argv[1], sys.argv[2]
     c = asyncps.Client(servers, 1, rpc_timeout=300, call_deadline=300)
     spec = asyncps.TensorSpec((4,), init="constant", init_value=1.0, lr=1.0)
-    if mode == "pull":
+    out = {"t": np.zeros(4, np.float32)}
+    if mode in ("pull", "step"):
         c.wait_for(["t"], timeout=30)
+    if mode == "step":
+        c.pull_into(out, clock=0)
     print("blocking", flush=True)
     start = time.monotonic()
     try:
         if mode == "create":
             c.create({"t": spec})
+        elif mode == "step":
+            # The push applies; the pull for clock 1 that rides with it waits.
+            c.push_pull_into({"t": np.ones(4, np.float32)}, out, clock=0)
         else:
             c.pull(["t"], clock=1)
         print("returned", flush=True)
@@ -86,6 +92,30 @@ def test_ctrl_c_ends_a_pull_held_back_by_bsp(cluster, tmp_path):
                                    "pull")
         assert lasted < 30
         # The shard dropped the wait.
+        def waiting():
+            return sum(w.get("waiting_pulls", 0)
+                       for shard in other.status()["shards"]
+                       for w in shard["status"].get("workers", []))
+        wait_until(lambda: waiting() == 0, 30, "the shard to drop the wait")
+
+
+def test_ctrl_c_ends_a_step_whose_pull_waits_and_keeps_its_push(cluster,
+                                                                tmp_path):
+    import asyncps
+    shards = cluster.start(1, ["--consistency=bsp",
+                               "--pull_wait_timeout_ms=300000",
+                               "--worker_lease_ms=300000"])
+    with asyncps.Client(addresses(shards), 0) as other:
+        other.create({"t": asyncps.TensorSpec((4,), lr=1.0)})
+        other.heartbeat(clock=0)  # live at clock 0: a pull for clock 1 waits
+        lasted = run_and_interrupt(tmp_path, ",".join(addresses(shards)),
+                                   "step")
+        assert lasted < 30
+        # The push was applied once; the shard dropped the pull's wait.
+        got = other.pull(["t"], clock=0)["t"]
+        assert other.versions("t") == [1]
+        assert list(got) == [-1.0] * 4
+
         def waiting():
             return sum(w.get("waiting_pulls", 0)
                        for shard in other.status()["shards"]
