@@ -138,6 +138,7 @@ StatusResponse HandBuiltStatus() {
   c->set_bytes_out(2000);
   c->set_evictions(1);
   c->set_pull_waits(6);
+  c->set_steps(5);
   c->set_misrouted_calls(9);
   c->set_pull_wait_timeouts(1);
   // Buckets [0,1) [1,2) [2,32) [32,inf): counts 5 3 0 2.
@@ -184,6 +185,7 @@ TEST_CASE("RenderPrometheus writes valid text format with every metric",
   CHECK(Sample(e, R"(asyncps_bytes_sent_total{shard="3"})") == 2000);
   CHECK(Sample(e, R"(asyncps_worker_evictions_total{shard="3"})") == 1);
   CHECK(Sample(e, R"(asyncps_pull_waits_total{shard="3"})") == 6);
+  CHECK(Sample(e, R"(asyncps_steps_total{shard="3"})") == 5);
   CHECK(Sample(e, R"(asyncps_misrouted_calls_total{shard="3"})") == 9);
   CHECK(Sample(e, R"(asyncps_uptime_seconds{shard="3"})") == Approx(12.345));
   CHECK(Sample(e, R"(asyncps_parameters_bytes{shard="3"})") == 80);
