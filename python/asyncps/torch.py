@@ -336,13 +336,13 @@ class Worker:
         self._overlap = None  # what the overlapped pull writes into
         self._pushing = None  # Future of the overlapped push, if any
         self._param_views = _Views()  # what pulls write into
-        # Plain steps under ASP send each push with the next step's pull,
-        # one message per shard (Client.push_pull_into). Not with sparse
-        # tables, whose next rows are known only in the next forward pass;
-        # not under SSP/BSP, where the next step's pull may wait for slower
-        # workers: step() returns after its own push, as it always did.
+        # Plain steps under ASP send each dense push with the next step's
+        # pull, one message per shard (Client.push_pull_into); sparse rows
+        # are still pulled by the forward pass that needs them. Not under
+        # SSP/BSP, where the next step's pull may wait for slower workers:
+        # step() returns after its own push, as it always did.
         self._fuse = (not self.overlap_pull and not self.overlap_push
-                      and not self._tables and bool(self._params)
+                      and bool(self._params)
                       and all(p.get("consistency", "ASP") == "ASP"
                               for p in policies))
         self._pulled_for = None  # the clock the module's values are for
@@ -459,9 +459,10 @@ class Worker:
         `closure()` (which runs forward and backward), pushes the
         gradients and advances client.clock.
 
-        Under ASP, without overlap and sparse embeddings, the push goes
+        Under ASP without overlap, the push of the dense parameters goes
         with the next step's pull, one message per shard
-        (Client.push_pull_into): each
+        (Client.push_pull_into; the rows of sparse embeddings are pushed
+        first, on their own, and pulled by the next forward pass): each
         shard answers the pull once it has applied the push, so the next
         step starts from the values it would have pulled itself, and the
         module holds them when step() returns. A step whose clock is not
@@ -489,17 +490,21 @@ class Worker:
             self._pending = self._executor.submit(
                 self.client.pull_into, self._overlap, self.client.clock)
         loss = closure()
-        if self.overlap_push:
-            self._finish_push()
-            self._start_push()
-        elif self._fuse:
+        if self._fuse:
+            # This step's rows first: every push of the step at its clock
+            # before the pull that reports the next one.
+            self._tables.push()
             result = self.client.push_pull_into(
                 self._gradients(), self._param_views.get(self._params))
             self._account(result)
             self._pulled_for = self.client.clock + 1
         else:
-            self.push()
-        self._tables.push()
+            if self.overlap_push:
+                self._finish_push()
+                self._start_push()
+            else:
+                self.push()
+            self._tables.push()
         if self._shared is not None and self._shared.due(self.client.clock):
             self._shared.sync(self.client)
         self.client.clock += 1

@@ -86,9 +86,16 @@ def test_sparse_embedding_trains_rows_exactly(cluster):
             assert worker.stats["rows_pulled"] == 3
             assert worker.stats["rows_pushed"] == 3
             assert worker.stats["rows_applied"] == 3
+            # The dense push went to both shards with the next step's pull,
+            # and the module holds what it pulled.
+            assert client.status()["summary"]["steps"] == 2
+            np.testing.assert_array_equal(
+                model.out.weight.detach().numpy(),
+                client.pull("out.weight")["out.weight"])
             # The next forward pulls the trained rows into the layer.
             worker.step(closure_of(model, ids))
             assert worker.stats["rows_pulled"] == 6
+            assert client.status()["summary"]["steps"] == 4
             # Evaluation (no_grad or eval mode) reads without creating.
             model.eval()
             with torch.no_grad():
@@ -137,12 +144,15 @@ def test_load_state_dict_assigns_every_row_of_a_sparse_embedding(cluster):
             def closure():
                 loss = w1.module(ids)
                 seen["rows"] = w1.module.emb.weight[[3, 69999]].detach().clone()
+                seen["out"] = w1.module.out.weight.detach().clone()
                 loss.backward()
                 return loss
 
+            # The step computes on the loaded values (after it, the module
+            # holds the values its push left: the next step's).
             w1.step(closure)
             assert torch.equal(seen["rows"], saved["emb.weight"][[3, 69999]])
-            assert torch.equal(w1.module.out.weight, saved["out.weight"])
+            assert torch.equal(seen["out"], saved["out.weight"])
             # Client-level: an id twice is refused before anything is sent.
             with pytest.raises(ValueError, match="given twice; nothing"):
                 c0.assign_rows({"emb.weight": (
