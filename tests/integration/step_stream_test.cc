@@ -162,6 +162,32 @@ TEST_CASE("a malformed step is refused whole: nothing applied, nothing pulled",
   CHECK(c.rejected_bad_input() >= 1);
 }
 
+TEST_CASE("unreadable step frames are refused and the stream goes on",
+          "[stream][step][bad_input]") {
+  Shard shard = StartOne();
+  const std::string huge_length("\xff\xff\xff\x7f", 4);
+  const std::vector<std::string> unreadable = {
+      "",
+      std::string("\x05\x00", 2),
+      huge_length + "abc",
+      std::string("\x05\x00\x00\x00", 4) + std::string(60, '\xff'),
+  };
+  for (const std::string& bytes : unreadable) {
+    const PullResponse r =
+        shard.streams->StepFrame(0, testing::Sliced(bytes, 3));
+    CHECK(r.status().code() == static_cast<int>(grpc::INVALID_ARGUMENT));
+    CHECK(r.push().status().code() == static_cast<int>(grpc::INVALID_ARGUMENT));
+    CHECK(r.slices_size() == 0);
+  }
+  CHECK(shard.GetCounters().rejected_bad_input() == unreadable.size());
+  CHECK(shard.Read().second == 0);
+  // The same stream still serves a good step.
+  const PullResponse r = shard.streams->Step(StepOf(1, 0.25f));
+  REQUIRE(r.status().code() == 0);
+  REQUIRE(r.slices_size() == 1);
+  CHECK(r.slices(0).version() == 1);
+}
+
 TEST_CASE("then_pull is refused on PushStream, with nothing applied",
           "[stream][step][bad_input]") {
   Shard shard = StartOne();

@@ -120,7 +120,12 @@ PullResponse ShardStreams::Pull(PullRequest pull) {
 
 PullResponse ShardStreams::Step(const PushRequest& push) {
   const uint64_t id = next_id_++;
-  return Unframed(Exchange(steps_.get(), id, PushFrameOf(push, id)), id);
+  return StepFrame(id, PushFrameOf(push, id));
+}
+
+PullResponse ShardStreams::StepFrame(uint64_t id,
+                                     const grpc::ByteBuffer& frame) {
+  return Unframed(Exchange(steps_.get(), id, frame), id);
 }
 
 PullResponse ShardStreams::Unframed(const grpc::ByteBuffer& answer,

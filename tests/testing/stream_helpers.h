@@ -74,6 +74,9 @@ class ShardStreams {
   // Sends `push` (a protobuf push whose then_pull, if any, is sent as it
   // is) on StepStream with the next request id; the answer as Pull's.
   PullResponse Step(const PushRequest& push);
+  // Sends `frame` as StepStream request `id`; the answer, whose id must be
+  // `id` (0 for a frame the shard cannot read).
+  PullResponse StepFrame(uint64_t id, const grpc::ByteBuffer& frame);
 
  private:
   // A pull's or step's answer frame as the protobuf Pull answers it.
