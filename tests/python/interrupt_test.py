@@ -80,34 +80,40 @@ def test_ctrl_c_ends_a_create_against_shards_that_do_not_answer(tmp_path):
     assert lasted < 30  # the call's own deadline is 300 s
 
 
-def test_ctrl_c_ends_a_pull_held_back_by_bsp(cluster, tmp_path):
+def bsp_shard_and_a_worker_at_clock_0(cluster):
+    """One BSP shard holding "t" and a client live there at clock 0 (the
+    returned Client, to close), so that a pull for clock 1 waits."""
     import asyncps
     shards = cluster.start(1, ["--consistency=bsp",
                                "--pull_wait_timeout_ms=300000",
                                "--worker_lease_ms=300000"])
-    with asyncps.Client(addresses(shards), 0) as other:
-        other.create({"t": asyncps.TensorSpec((4,), lr=1.0)})
-        other.heartbeat(clock=0)  # live at clock 0: a pull for clock 1 waits
+    other = asyncps.Client(addresses(shards), 0)
+    other.create({"t": asyncps.TensorSpec((4,), lr=1.0)})
+    other.heartbeat(clock=0)
+    return shards, other
+
+
+def wait_until_no_pull_waits(other):
+    def waiting():
+        return sum(w.get("waiting_pulls", 0)
+                   for shard in other.status()["shards"]
+                   for w in shard["status"].get("workers", []))
+    wait_until(lambda: waiting() == 0, 30, "the shard to drop the wait")
+
+
+def test_ctrl_c_ends_a_pull_held_back_by_bsp(cluster, tmp_path):
+    shards, other = bsp_shard_and_a_worker_at_clock_0(cluster)
+    with other:
         lasted = run_and_interrupt(tmp_path, ",".join(addresses(shards)),
                                    "pull")
         assert lasted < 30
-        # The shard dropped the wait.
-        def waiting():
-            return sum(w.get("waiting_pulls", 0)
-                       for shard in other.status()["shards"]
-                       for w in shard["status"].get("workers", []))
-        wait_until(lambda: waiting() == 0, 30, "the shard to drop the wait")
+        wait_until_no_pull_waits(other)
 
 
 def test_ctrl_c_ends_a_step_whose_pull_waits_and_keeps_its_push(cluster,
                                                                 tmp_path):
-    import asyncps
-    shards = cluster.start(1, ["--consistency=bsp",
-                               "--pull_wait_timeout_ms=300000",
-                               "--worker_lease_ms=300000"])
-    with asyncps.Client(addresses(shards), 0) as other:
-        other.create({"t": asyncps.TensorSpec((4,), lr=1.0)})
-        other.heartbeat(clock=0)  # live at clock 0: a pull for clock 1 waits
+    shards, other = bsp_shard_and_a_worker_at_clock_0(cluster)
+    with other:
         lasted = run_and_interrupt(tmp_path, ",".join(addresses(shards)),
                                    "step")
         assert lasted < 30
@@ -115,9 +121,4 @@ def test_ctrl_c_ends_a_step_whose_pull_waits_and_keeps_its_push(cluster,
         got = other.pull(["t"], clock=0)["t"]
         assert other.versions("t") == [1]
         assert list(got) == [-1.0] * 4
-
-        def waiting():
-            return sum(w.get("waiting_pulls", 0)
-                       for shard in other.status()["shards"]
-                       for w in shard["status"].get("workers", []))
-        wait_until(lambda: waiting() == 0, 30, "the shard to drop the wait")
+        wait_until_no_pull_waits(other)
