@@ -574,6 +574,9 @@ class PsClient {
   std::vector<PushRequest> PushHeaders(int64_t clock, uint64_t seq,
                                        uint64_t map_epoch,
                                        const std::vector<uint64_t>& epochs);
+  // Part `ps`'s frame, made on first use (a step's part may never need
+  // one).
+  static const grpc::ByteBuffer& FrameOf(PushShard* ps);
   // The call that sends part `ps` (its frame) on connection `connection`.
   FanOut::Call PushCall(PushShard* ps, uint32_t connection);
   // After p's attempts ended with `s`: while shards refused their part for

@@ -73,7 +73,7 @@ struct PsClient::PushShard {
   // shard refuses it for its map.
   PushRequest header;
   std::vector<grpc::Slice> payload;
-  grpc::ByteBuffer frame;  // built once, sent by every attempt
+  grpc::ByteBuffer frame;  // built once (FrameOf), sent by every attempt
   PushResponse response;   // of the successful attempt
   // Set when the shard refused the part for the map it was routed with:
   // the shard's map (nothing was applied).

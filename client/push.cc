@@ -418,7 +418,9 @@ std::unique_ptr<PsClient::PendingPush> PsClient::StartSend(
     ps->shard = s;
     ps->header = std::move(headers[s]);
     ps->payload = std::move(payloads[s]);
-    ps->frame = MakeFrame(ps->header, ps->payload);
+    // A step's part goes with its pull first: its own frame is made only
+    // when it is sent alone (FrameOf).
+    if (pairing == nullptr) ps->frame = MakeFrame(ps->header, ps->payload);
     ps->pairing = pairing;
     calls.push_back(PushCall(ps.get(), connection));
     p->shards_.push_back(std::move(ps));
@@ -435,6 +437,11 @@ std::unique_ptr<PsClient::PendingPush> PsClient::StartSend(
                    return raw_call->Finish(ResendRefused(raw_call, s, method));
                  });
   return p;
+}
+
+const grpc::ByteBuffer& PsClient::FrameOf(PushShard* ps) {
+  if (!ps->frame.Valid()) ps->frame = MakeFrame(ps->header, ps->payload);
+  return ps->frame;
 }
 
 FanOut::Call PsClient::PushCall(PushShard* ps, uint32_t connection) {
@@ -470,7 +477,7 @@ FanOut::Call PsClient::PushCall(PushShard* ps, uint32_t connection) {
             pairing->Hold(ps->shard, ps, stream, &answered)) {
           return;
         }
-        stream->Send(id, ps->frame, std::move(answered));
+        stream->Send(id, FrameOf(ps), std::move(answered));
       });
 }
 

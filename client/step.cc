@@ -28,7 +28,7 @@ PsClient::PendingStep PsClient::StartStep(int64_t clock, const PushSet& push,
   step.pull = StartPullPaired(clock + 1, clock + 1, pull, pairing);
   if (pairing != nullptr) {
     for (StepPairing::Held& h : pairing->Close()) {
-      h.alone->Send(h.part->header.request_id(), h.part->frame,
+      h.alone->Send(h.part->header.request_id(), FrameOf(h.part),
                     std::move(h.answered));
     }
   }
@@ -42,7 +42,7 @@ bool PsClient::SendStep(StepPairing* pairing, PullShard* ps,
   const Endpoint* endpoint = EndpointOf(ps->shard);
   if (endpoint == nullptr || endpoint->steps.empty()) {
     // No step stream after all: both halves go alone.
-    held.alone->Send(held.part->header.request_id(), held.part->frame,
+    held.alone->Send(held.part->header.request_id(), FrameOf(held.part),
                      std::move(held.answered));
     return false;
   }
