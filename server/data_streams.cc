@@ -430,6 +430,9 @@ class StepStreamReactor : public PullStreamReactor {
     absl::Status s = ParseStepRequest(bytes, &step);
     if (!s.ok()) service_->context().stats->RecordBadInput();
     if (s.ok()) s = service_->CheckPrimary();
+    // The pull is checked before the push applies: a bad one refuses the
+    // step whole (its checks run again once the push is acknowledged).
+    if (s.ok()) s = service_->CheckPull(*step.pull);
     auto answer = std::make_shared<PushResponse>();
     if (!s.ok()) return Refuse(step.push.request_id(), s, answer.get());
     writer_.AddPending();

@@ -366,24 +366,8 @@ absl::Status PsService::DoHeartbeat(const HeartbeatRequest& request,
 }
 
 absl::Status PsService::BeginPull(const PullRequest& request, int64_t* target) {
-  absl::Status s = CheckPullCaller(request, c_);
-  if (s.ok() && request.wire_dtype() != WIRE_F32 &&
-      request.wire_dtype() != WIRE_BF16) {
-    s = absl::InvalidArgumentError(
-        absl::StrCat("unknown wire_dtype ", request.wire_dtype()));
-  }
-  if (!s.ok()) {
-    if (!IsRoutingRefusal(s)) c_.stats->RecordBadInput();
-    return s;
-  }
-  // Validate before touching the registry: a rejected pull must not
-  // register the worker or move its clock (that could release other pulls).
-  s = c_.store->ValidatePull(request);
-  if (s.ok()) s = c_.store->tables().ValidatePull(request);
-  if (!s.ok()) {
-    c_.stats->RecordBadInput();
-    return s;
-  }
+  absl::Status s = CheckPull(request);
+  if (!s.ok()) return s;
   if (request.read_only()) {
     s = CheckReadOnlyRows(request);
     if (!s.ok()) c_.stats->RecordBadInput();
@@ -398,6 +382,25 @@ absl::Status PsService::BeginPull(const PullRequest& request, int64_t* target) {
   }
   *target = std::max(a->clock, request.for_clock());
   return absl::OkStatus();
+}
+
+absl::Status PsService::CheckPull(const PullRequest& request) {
+  absl::Status s = CheckPullCaller(request, c_);
+  if (s.ok() && request.wire_dtype() != WIRE_F32 &&
+      request.wire_dtype() != WIRE_BF16) {
+    s = absl::InvalidArgumentError(
+        absl::StrCat("unknown wire_dtype ", request.wire_dtype()));
+  }
+  if (!s.ok()) {
+    if (!IsRoutingRefusal(s)) c_.stats->RecordBadInput();
+    return s;
+  }
+  // Validate before touching the registry: a rejected pull must not
+  // register the worker or move its clock (that could release other pulls).
+  s = c_.store->ValidatePull(request);
+  if (s.ok()) s = c_.store->tables().ValidatePull(request);
+  if (!s.ok()) c_.stats->RecordBadInput();
+  return s;
 }
 
 WorkerRegistry::WaitId PsService::WhenReady(const PullRequest& request,

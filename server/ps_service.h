@@ -165,6 +165,11 @@ class PsService final : public RawParameterServerService {
   // caller (a read_only pull admits nobody); *target is the clock the
   // consistency model waits for.
   absl::Status BeginPull(const PullRequest& request, int64_t* target);
+  // BeginPull's checks alone (caller, routing, wire type, tensors and
+  // rows), changing nothing but the bad-input counter: a StepStream request
+  // checks its pull before its push is applied, so that a bad pull refuses
+  // the whole step.
+  absl::Status CheckPull(const PullRequest& request);
   // Calls `done` once the pull may be answered: at once for a read_only
   // pull, else as WorkerRegistry::WhenReady for its worker and `target`.
   WorkerRegistry::WaitId WhenReady(const PullRequest& request, int64_t target,

@@ -1,7 +1,8 @@
 // A step as one message per shard (StepStream, proto/asyncps.proto)
 // against real ps_server processes: the push is applied exactly as on
 // PushStream, then the pull it carries answers with the values after it;
-// a retry applies nothing twice; a malformed step changes nothing; and
+// a retry applies nothing twice; a malformed step (its push or its pull)
+// changes nothing; and
 // PsClient::StartStep sends one request per shard, with the values a push
 // and then a pull would give.
 #include <grpcpp/grpcpp.h>
@@ -197,20 +198,30 @@ TEST_CASE("then_pull is refused on PushStream, with nothing applied",
   CHECK(shard.Read().second == 0);
 }
 
-TEST_CASE("a step whose pull fails keeps its push, and says both",
-          "[stream][step]") {
+TEST_CASE("a step whose pull is bad is refused whole, its push not applied",
+          "[stream][step][bad_input]") {
   Shard shard = StartOne();
   PushRequest step = StepOf(1, 0.25f);
-  step.mutable_then_pull()->add_tensors("nope");
+  SECTION("an unknown tensor") {
+    step.mutable_then_pull()->add_tensors("nope");
+  }
+  SECTION("an unknown wire type") {
+    step.mutable_then_pull()->set_wire_dtype(static_cast<WireDtype>(9));
+  }
   PullResponse r = shard.streams->Step(step);
-  CHECK(r.status().code() == static_cast<int>(grpc::NOT_FOUND));
-  CHECK(r.push().status().code() == 0);
-  REQUIRE(r.push().results_size() == 1);
-  CHECK(r.push().results(0).outcome() == APPLIED);
+  CHECK(r.status().code() != 0);
+  CHECK(r.push().status().code() == r.status().code());
+  CHECK(r.push().results_size() == 0);
   CHECK(r.slices_size() == 0);
   const auto [values, version] = shard.Read();
-  CHECK(values == std::vector<float>(kElems, 0.75f));
-  CHECK(version == 1);
+  CHECK(values == std::vector<float>(kElems, 1.0f));
+  CHECK(version == 0);
+  CHECK(shard.GetCounters().updates_applied() == 0);
+  CHECK(shard.GetCounters().rejected_bad_input() == 1);
+  // The same step with a good pull goes through.
+  r = shard.streams->Step(StepOf(1, 0.25f));
+  REQUIRE(r.status().code() == 0);
+  CHECK(r.push().results(0).outcome() == APPLIED);
 }
 
 TEST_CASE(
