@@ -55,17 +55,23 @@ void SetTransportArguments(const PsServerOptions& options,
       GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, 1000);
   builder->AddChannelArgument(GRPC_ARG_HTTP2_MAX_PING_STRIKES, 0);
   // A stream's flow-control window opens as the shard reads it, up to the
-  // lookahead, which it does only for calls that passed the token check.
-  // With gRPC's BDP probe the windows of new streams grow with the
-  // connection's measured bandwidth instead, so that a caller without the
-  // token could make the shard buffer megabytes per stream before the
-  // refusal (measured: 16 connections of 8 MiB requests without the token,
-  // RSS 20 -> 243 MiB over 10 rounds with the probe, flat at 23 MiB
-  // without; push_pull_bench, 2 shards + 2 clients, medians of 3 runs
-  // alternated, probe on/off: 64 KiB push 211/226 MB/s, pull 256/245;
-  // 1 MiB push 1148/1011, pull 1234/1334: within the bench's noise).
+  // lookahead. gRPC's BDP probe also grows the window of new streams with
+  // the connection's measured bandwidth, before the shard has read
+  // anything: with the probe a large push goes out without waiting for
+  // window updates (push_pull_bench, 1 shard + 1 client, 256 KiB pushes:
+  // 1.14-1.58x the MB/s without it, shard CPU per GB lower in proportion;
+  // 16 B - 16 KiB and pulls unchanged within noise). With a cluster token
+  // the probe stays off: the shard reads only calls that passed the token
+  // check, and with the probe a caller without the token could make it
+  // buffer megabytes per stream before the refusal (measured: 16
+  // connections of 8 MiB requests without the token, RSS 20 -> 243 MiB
+  // over 10 rounds with the probe, flat at 23 MiB without;
+  // tests/integration/request_isolation_test.cc). Without a token every
+  // caller may send whole messages anyway, so the probe exposes nothing.
   builder->AddChannelArgument(GRPC_ARG_HTTP2_STREAM_LOOKAHEAD_BYTES, 16 << 20);
-  builder->AddChannelArgument(GRPC_ARG_HTTP2_BDP_PROBE, 0);
+  if (!options.security.cluster_token.empty()) {
+    builder->AddChannelArgument(GRPC_ARG_HTTP2_BDP_PROBE, 0);
+  }
   builder->AddChannelArgument(GRPC_ARG_HTTP2_MAX_FRAME_SIZE, 16 << 20);
 }
 

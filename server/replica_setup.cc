@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <cstdlib>
 
 #include "absl/strings/str_cat.h"
 #include "common/identity.h"
@@ -82,11 +83,17 @@ absl::StatusOr<std::unique_ptr<ReplicaGroup>> SetUpReplica(
   }
   std::string dir = o->checkpoint_dir;
   if (dir.empty()) {
-    char tmp[] = "/tmp/asyncps-replica-XXXXXX";
-    if (mkdtemp(tmp) == nullptr) {
-      return absl::InternalError("cannot create a temporary directory");
+    // Under $TMPDIR when set (removed at a clean exit; a killed process
+    // leaves it to whoever owns that directory).
+    const char* env = std::getenv("TMPDIR");
+    std::string pattern =
+        absl::StrCat(env != nullptr && *env != '\0' ? env : "/tmp",
+                     "/asyncps-replica-XXXXXX");
+    if (mkdtemp(pattern.data()) == nullptr) {
+      return absl::InternalError(
+          absl::StrCat("cannot create a temporary directory ", pattern));
     }
-    dir = *temp_dir = tmp;
+    dir = *temp_dir = pattern;
   }
   // A spare writes the snapshot it receives here before the checkpointer
   // (which creates its directory) starts.

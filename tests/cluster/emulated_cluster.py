@@ -262,6 +262,12 @@ class Host:
             self.cluster.log_dir, f"{self.name}-{name}-{len(self.processes)}.log")
         self.cluster.log(f"[{self.name}] start {name}: {' '.join(argv)} "
                          f"(log {log_path})")
+        if env is None:
+            # Temporary files of a process (a replica's snapshot directory)
+            # go beside the logs, also when the process is killed.
+            tmp = os.path.join(self.cluster.log_dir, "tmp")
+            os.makedirs(tmp, exist_ok=True)
+            env = dict(os.environ, TMPDIR=tmp)
         with open(log_path, "wb") as log_file:
             popen = subprocess.Popen(
                 [_tool("ip"), "netns", "exec", self.namespace, *argv],

@@ -7,6 +7,7 @@
 #include <signal.h>
 
 #include <catch2/catch.hpp>
+#include <filesystem>
 #include <memory>
 #include <regex>
 #include <string>
@@ -119,6 +120,16 @@ std::pair<int, std::string> Psctl(const testing::EtcdProcess& etcd,
   return {*exit, (*p)->ReadLog()};
 }
 
+// Replicas' temporary snapshot directories in `dir`.
+int ReplicaTempDirs(const std::string& dir) {
+  int n = 0;
+  for (const auto& entry : std::filesystem::directory_iterator(dir)) {
+    n += entry.is_directory() &&
+         absl::StartsWith(entry.path().filename().string(), "asyncps-replica-");
+  }
+  return n;
+}
+
 TEST_CASE(
     "a backup holds every acknowledged push; a killed primary is replaced "
     "with nothing lost; the restarted process catches up",
@@ -131,6 +142,9 @@ TEST_CASE(
   ServerProcess b = StartReplica(*etcd, "kill");
   WaitForRole(b.address, "backup");
   WaitForCounted(a.address, 1);
+  // A replica without --checkpoint_dir keeps its snapshots under $TMPDIR
+  // (here the test's directory): what a killed one leaves goes with it.
+  CHECK(ReplicaTempDirs(testing::TestTmpDir()) >= 2);
 
   CreateTensor("kill", a.address);
   Push("kill", a.address, 1, 40, 1);

@@ -19,6 +19,7 @@
 #include <sstream>
 
 #include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -114,6 +115,20 @@ absl::StatusOr<std::unique_ptr<Subprocess>> Subprocess::Start(
   for (const std::string& a : args)
     argv.push_back(const_cast<char*>(a.c_str()));
   argv.push_back(nullptr);
+  // The child's environment: this process's, with TMPDIR set to the test's
+  // temporary directory under a test runner, so that what a killed child
+  // leaves there goes with the test's files.
+  const char* test_tmp = std::getenv("TEST_TMPDIR");
+  const std::string tmpdir = test_tmp != nullptr && *test_tmp != '\0'
+                                 ? absl::StrCat("TMPDIR=", test_tmp)
+                                 : "";
+  std::vector<char*> envp;
+  for (char** e = environ; *e != nullptr; ++e) {
+    if (!tmpdir.empty() && absl::StartsWith(*e, "TMPDIR=")) continue;
+    envp.push_back(*e);
+  }
+  if (!tmpdir.empty()) envp.push_back(const_cast<char*>(tmpdir.c_str()));
+  envp.push_back(nullptr);
 
   const int log_fd =
       open(log.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
@@ -158,7 +173,7 @@ absl::StatusOr<std::unique_ptr<Subprocess>> Subprocess::Start(
     sigset_t none;
     sigemptyset(&none);
     sigprocmask(SIG_SETMASK, &none, nullptr);
-    execv(binary.c_str(), argv.data());
+    execve(binary.c_str(), argv.data(), envp.data());
     const int err = errno;
     ssize_t ignored = write(err_pipe[1], &err, sizeof(err));
     (void)ignored;
