@@ -29,7 +29,9 @@
 // The clients of one measurement start their timed loops together (after
 // connecting); MB/s counts payload bytes (1e6) moved by all clients
 // together over the time from the first client's start to the last one's end.
-// CPU seconds per GB moved are the clients' (summed) and the servers'.
+// CPU seconds per GB moved are the clients' (summed) and the servers';
+// CPU microseconds per call the same CPU over the calls made (the servers'
+// figure: every shard's part of one call together).
 //
 // Every implementation works on a model of --model_bytes per payload size
 // (default 64 MiB): asyncps's shards hold it as payload-sized tensors, each
@@ -48,7 +50,8 @@
 //
 // Output, one line per measurement, then the ratio:
 //   shards=1 clients=1 bytes=1048576 op=push impl=asyncps mb_per_s=1234.5
-//     client_cpu_s_per_gb=0.41 server_cpu_s_per_gb=0.38
+//     calls_per_s=1177 client_cpu_s_per_gb=0.41 server_cpu_s_per_gb=0.38
+//     client_cpu_us_per_call=429.9 server_cpu_us_per_call=398.5
 //   shards=1 clients=1 bytes=1048576 op=push ratio_asyncps_over_tcp=0.57
 //     ratio_asyncps_over_grpc=0.91 ratio_grpc_over_tcp=0.63
 
@@ -627,11 +630,17 @@ absl::Status Measure(const std::vector<Impl>& impls, int shards,
   for (size_t i = 0; i < impls.size(); ++i) {
     const Figure f = Median(runs[i]);
     mb.push_back(f.mb_per_s);
+    // CPU per call: a call moves `bytes` (split over the shards); the
+    // servers' figure is all shards' CPU for one client call.
+    const double us_per_call_per_s_per_gb = static_cast<double>(bytes) / 1e3;
     std::printf(
-        "%s impl=%s mb_per_s=%.1f client_cpu_s_per_gb=%.3f "
-        "server_cpu_s_per_gb=%.3f\n",
-        what.c_str(), impls[i].first, f.mb_per_s, f.client_cpu_s_per_gb,
-        f.server_cpu_s_per_gb);
+        "%s impl=%s mb_per_s=%.1f calls_per_s=%.0f client_cpu_s_per_gb=%.3f "
+        "server_cpu_s_per_gb=%.3f client_cpu_us_per_call=%.1f "
+        "server_cpu_us_per_call=%.1f\n",
+        what.c_str(), impls[i].first, f.mb_per_s,
+        f.mb_per_s * 1e6 / static_cast<double>(bytes), f.client_cpu_s_per_gb,
+        f.server_cpu_s_per_gb, f.client_cpu_s_per_gb * us_per_call_per_s_per_gb,
+        f.server_cpu_s_per_gb * us_per_call_per_s_per_gb);
   }
   std::printf(
       "%s ratio_asyncps_over_tcp=%.3f ratio_asyncps_over_grpc=%.3f "
