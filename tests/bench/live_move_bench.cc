@@ -7,7 +7,11 @@
 // half of shard 0's slots to shard 1 (SlotMoves/MoveSlots, as psctl move
 // does). Printed: the state moved and its rate (MB/s, against memcpy's rate
 // measured in the same run), copy and fence times, and the worker's steps/s
-// and step p50/p99/max before, during and after, as ratios to before.
+// and step p50/p99/max before, during and after, as ratios to before, and
+// the CPU each shard used during the move, also per GB of records moved
+// (with --train=false: what the copy alone costs each side), the
+// destination's CPU in the kernel, how much its resident memory grew
+// (against the state it took) and the page faults that took.
 //
 // Output: one "key=value ..." line per measurement.
 
@@ -66,6 +70,13 @@ double MemcpyMBps() {
     best = std::max(best, n / 1e6 / Seconds(t0, SteadyClock::now()));
   }
   return best + b[n / 2] * 0;
+}
+
+// What the shard's process has used so far (zeros once it is gone).
+testing::ProcessResources Resources(const ServerProcess& shard) {
+  absl::StatusOr<testing::ProcessResources> r =
+      testing::ReadProcessResources(shard.process->pid());
+  return r.ok() ? *r : testing::ProcessResources{};
 }
 
 TensorSpec Tensor(const std::string& name, int64_t floats) {
@@ -188,9 +199,16 @@ void Main() {
   ctx.set_deadline(absl::ToChronoTime(absl::Now() + absl::Minutes(10)));
   MoveSlotsResponse r;
   w.phase = 1;
+  const testing::ProcessResources source0 = Resources(shards[0]);
+  const testing::ProcessResources destination0 = Resources(shards[1]);
   const auto t0 = SteadyClock::now();
   const grpc::Status st = stub->MoveSlots(&ctx, request, &r);
   const double move_s = Seconds(t0, SteadyClock::now());
+  const testing::ProcessResources source1 = Resources(shards[0]);
+  const testing::ProcessResources destination1 = Resources(shards[1]);
+  const double source_cpu = source1.cpu_seconds - source0.cpu_seconds;
+  const double destination_cpu =
+      destination1.cpu_seconds - destination0.cpu_seconds;
   w.phase = 2;
   if (!st.ok()) Die(absl::UnknownError(st.error_message()));
   absl::SleepFor(absl::Seconds(absl::GetFlag(FLAGS_window_s)));
@@ -202,12 +220,21 @@ void Main() {
   std::printf(
       "move slots=%u slices=%llu state_bytes=%llu first_round_ms=%.1f "
       "state_MBps=%.0f memcpy_MBps=%.0f ratio_to_memcpy=%.3f rounds=%u "
-      "record_bytes=%llu seconds=%.3f copy_ms=%.1f fence_ms=%.1f\n",
+      "record_bytes=%llu seconds=%.3f copy_ms=%.1f fence_ms=%.1f "
+      "source_cpu_s=%.2f destination_cpu_s=%.2f source_cpu_s_per_gb=%.2f "
+      "destination_cpu_s_per_gb=%.2f destination_system_cpu_s=%.2f "
+      "destination_rss_growth_mb=%.0f destination_page_faults=%lld\n",
       r.slots(), static_cast<unsigned long long>(r.slices()),
       static_cast<unsigned long long>(r.state_bytes()), r.first_round_ms(),
       mbps, memcpy_mbps, mbps / memcpy_mbps, r.rounds(),
       static_cast<unsigned long long>(r.bytes()), move_s, r.copy_ms(),
-      r.fence_ms());
+      r.fence_ms(), source_cpu, destination_cpu,
+      source_cpu / std::max(r.bytes() / 1e9, 1e-9),
+      destination_cpu / std::max(r.bytes() / 1e9, 1e-9),
+      destination1.system_seconds - destination0.system_seconds,
+      (destination1.rss_bytes - destination0.rss_bytes) / 1e6,
+      static_cast<long long>(destination1.minor_faults -
+                             destination0.minor_faults));
   const char* names[3] = {"before", "during", "after"};
   const double base_rate = w.ms[0].size() / std::max(w.seconds[0], 1e-9);
   for (int p = 0; p < 3; ++p) {

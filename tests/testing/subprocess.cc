@@ -416,9 +416,9 @@ absl::StatusOr<ProcessResources> ReadProcessResources(pid_t pid) {
       threads = static_cast<bool>(status >> r.threads);
     }
   }
-  // /proc/<pid>/stat: fields 14 and 15 (utime, stime, in clock ticks) count
-  // from the one after the parenthesised command name, which may hold
-  // spaces.
+  // /proc/<pid>/stat: fields 10 (minflt), 14 and 15 (utime, stime, in
+  // clock ticks) count from the one after the parenthesised command name,
+  // which may hold spaces.
   std::ifstream stat(absl::StrCat("/proc/", pid, "/stat"));
   std::string line;
   std::getline(stat, line);
@@ -429,11 +429,14 @@ absl::StatusOr<ProcessResources> ReadProcessResources(pid_t pid) {
     f = absl::StrSplit(line.substr(close + 2), ' ', absl::SkipEmpty());
   }
   if (!rss || !threads || f.size() < 13 || !absl::SimpleAtod(f[11], &utime) ||
-      !absl::SimpleAtod(f[12], &stime)) {
+      !absl::SimpleAtod(f[12], &stime) ||
+      !absl::SimpleAtoi(f[7], &r.minor_faults)) {
     return absl::NotFoundError(
         absl::StrCat("cannot read /proc/", pid, " (process gone?)"));
   }
-  r.cpu_seconds = (utime + stime) / static_cast<double>(sysconf(_SC_CLK_TCK));
+  const double tick = static_cast<double>(sysconf(_SC_CLK_TCK));
+  r.cpu_seconds = (utime + stime) / tick;
+  r.system_seconds = stime / tick;
   return r;
 }
 
