@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/net.h"
+#include "common/parse_refusal.h"
 #include "common/version.h"
 #include "server/checkpoint.h"
 #include "server/checkpoint_dir.h"
@@ -291,13 +292,16 @@ absl::Status PsServer::Serve(
           "grpc.reflection.v1.ServerReflection",
           "grpc.reflection.v1alpha.ServerReflection"});
   builder.RegisterService(reflection_v1_.get());
+  std::vector<
+      std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>>
+      interceptors;
   if (options.rpc_metrics != nullptr) {
-    std::vector<
-        std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>>
-        interceptors;
     interceptors.push_back(options.rpc_metrics->InterceptorFactory());
-    builder.experimental().SetInterceptorCreators(std::move(interceptors));
   }
+  // The ParameterServer service parses its own requests.
+  interceptors.push_back(
+      ParseRefusalFactory({absl::StrCat("/", kServiceName, "/")}));
+  builder.experimental().SetInterceptorCreators(std::move(interceptors));
   server_ = builder.BuildAndStart();
   if (server_ == nullptr || port_ == 0) {
     workers_->Shutdown();

@@ -27,6 +27,7 @@
 #include "common/cli.h"
 #include "common/logging.h"
 #include "common/net.h"
+#include "common/parse_refusal.h"
 #include "common/port_file.h"
 #include "common/security.h"
 #include "common/security_flags.h"
@@ -292,6 +293,11 @@ absl::StatusOr<std::unique_ptr<grpc::Server>> StartGrpc(KServeService* service,
   builder.SetMaxReceiveMessageSize(
       static_cast<int>(absl::GetFlag(FLAGS_max_request_bytes)));
   builder.RegisterService(service);
+  std::vector<
+      std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>>
+      interceptors;
+  interceptors.push_back(ParseRefusalFactory({}));
+  builder.experimental().SetInterceptorCreators(std::move(interceptors));
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   if (server == nullptr || *port == 0) {
     return absl::UnavailableError(absl::StrCat("cannot listen on ", host, ":",

@@ -5,12 +5,14 @@
 // same parameters, shards left unchanged, parameters that follow training,
 // a shard restart, and serving a checkpoint with no shards.
 
+#include <grpcpp/generic/generic_stub.h>
 #include <grpcpp/grpcpp.h>
 #include <httplib.h>
 #include <signal.h>
 
 #include <atomic>
 #include <catch2/catch.hpp>
+#include <chrono>
 #include <cmath>
 #include <cstring>
 #include <fstream>
@@ -162,6 +164,27 @@ std::unique_ptr<grpc::ClientContext> Context() {
 grpc::Status Infer(ServeProcess& s, const ModelInferRequest& r,
                    ModelInferResponse* out) {
   return s.stub->ModelInfer(Context().get(), r, out);
+}
+
+// `bytes` sent to `method` as they are: the call's status.
+grpc::Status RawUnary(const std::string& address, const std::string& method,
+                      const std::string& bytes) {
+  grpc::GenericStub stub(
+      grpc::CreateChannel(address, grpc::InsecureChannelCredentials()));
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+  grpc::CompletionQueue cq;
+  grpc::Slice slice(bytes.data(), bytes.size());
+  grpc::ByteBuffer request(&slice, 1), response;
+  std::unique_ptr<grpc::GenericClientAsyncResponseReader> call =
+      stub.PrepareUnaryCall(&ctx, method, request, &cq);
+  call->StartCall();
+  grpc::Status status;
+  call->Finish(&response, &status, nullptr);
+  void* tag;
+  bool ok;
+  REQUIRE(cq.Next(&tag, &ok));
+  return status;
 }
 
 std::unique_ptr<PsClient> Connect(const std::vector<ServerProcess>& cluster) {
@@ -336,6 +359,13 @@ TEST_CASE("ps_serve answers every KServe v2 RPC, over gRPC and REST",
   bad = Request(x, 3);
   (*bad.mutable_parameters())["timeout_ms"].set_string_param("soon");
   REQUIRE(Infer(serve, bad, &response).error_code() == grpc::INVALID_ARGUMENT);
+  // Bytes that do not parse as a ModelInferRequest (field 3 announced as
+  // 1000 bytes long, followed by 3): INVALID_ARGUMENT naming the method,
+  // not gRPC's INTERNAL.
+  s = RawUnary(serve.address, "/inference.GRPCInferenceService/ModelInfer",
+               std::string("\x1a\xe8\x07" "abc", 6));
+  REQUIRE(s.error_code() == grpc::INVALID_ARGUMENT);
+  REQUIRE(absl::StrContains(s.error_message(), "does not parse"));
 
   // Requests in flight together, good and bad: the bad ones are refused
   // alone, the good ones batched and equal to their unbatched answers.

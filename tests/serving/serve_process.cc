@@ -26,8 +26,9 @@ ServeProcess StartServe(const std::vector<std::string>& flags) {
   REQUIRE_OK(http.status());
   ServeProcess s;
   s.process = *std::move(proc);
-  s.stub = inference::GRPCInferenceService::NewStub(grpc::CreateChannel(
-      absl::StrCat("127.0.0.1:", *port), grpc::InsecureChannelCredentials()));
+  s.address = absl::StrCat("127.0.0.1:", *port);
+  s.stub = inference::GRPCInferenceService::NewStub(
+      grpc::CreateChannel(s.address, grpc::InsecureChannelCredentials()));
   s.http_port = *http;
   return s;
 }

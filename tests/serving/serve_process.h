@@ -24,6 +24,7 @@ namespace asyncps {
 
 struct ServeProcess {
   std::unique_ptr<testing::Subprocess> process;
+  std::string address;  // gRPC's, "127.0.0.1:<port>"
   std::unique_ptr<inference::GRPCInferenceService::Stub> stub;
   int http_port = 0;
 };
