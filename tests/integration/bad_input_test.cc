@@ -1,13 +1,10 @@
 // Bad input over the wire, against a real ps_server process: every case gets
 // the documented gRPC status (on the streams, the answer's status), nothing
 // is applied, and the shard keeps serving.
-#include <grpcpp/generic/generic_stub.h>
 #include <grpcpp/grpcpp.h>
 
 #include <catch2/catch.hpp>
 #include <cmath>
-#include <condition_variable>
-#include <mutex>
 #include <string>
 #include <utility>
 #include <vector>
@@ -15,6 +12,7 @@
 #include "common/net.h"
 #include "common/payload.h"
 #include "proto/asyncps.grpc.pb.h"
+#include "tests/testing/raw_calls.h"
 #include "tests/testing/stream_helpers.h"
 #include "tests/testing/subprocess.h"
 
@@ -236,30 +234,6 @@ TEST_CASE("an oversized request is RESOURCE_EXHAUSTED and changes nothing",
   REQUIRE(values.back() == 1.0f);
 }
 
-// Sends `bytes` to `method` through a generic stub; the call's status.
-grpc::Status RawCall(const std::string& address, const std::string& method,
-                     const std::string& bytes) {
-  grpc::GenericStub generic(MakeChannel(address));
-  grpc::Slice slice(bytes.data(), bytes.size());
-  grpc::ByteBuffer request(&slice, 1);
-  grpc::ByteBuffer response;
-  auto ctx = Context();
-  grpc::Status result;
-  std::mutex mu;
-  std::condition_variable cv;
-  bool done = false;
-  generic.UnaryCall(ctx.get(), method, grpc::StubOptions(), &request, &response,
-                    [&](grpc::Status s) {
-                      std::lock_guard<std::mutex> l(mu);
-                      result = s;
-                      done = true;
-                      cv.notify_all();
-                    });
-  std::unique_lock<std::mutex> l(mu);
-  REQUIRE(cv.wait_for(l, std::chrono::seconds(10), [&] { return done; }));
-  return result;
-}
-
 Counters GetCounters(Shard& shard) {
   StatusResponse r;
   REQUIRE(shard.stub->Status(Context().get(), StatusRequest(), &r).ok());
@@ -282,7 +256,8 @@ TEST_CASE(
   for (const std::string& m : methods) {
     INFO(m);
     const grpc::Status s =
-        RawCall(shard.server.address, "/asyncps.ParameterServer/" + m, garbage);
+        testing::RawUnary(MakeChannel(shard.server.address),
+                          "/asyncps.ParameterServer/" + m, garbage);
     CHECK(s.error_code() == grpc::StatusCode::INVALID_ARGUMENT);
     CHECK(s.error_message().find("does not parse") != std::string::npos);
   }

@@ -5,14 +5,12 @@
 // same parameters, shards left unchanged, parameters that follow training,
 // a shard restart, and serving a checkpoint with no shards.
 
-#include <grpcpp/generic/generic_stub.h>
 #include <grpcpp/grpcpp.h>
 #include <httplib.h>
 #include <signal.h>
 
 #include <atomic>
 #include <catch2/catch.hpp>
-#include <chrono>
 #include <cmath>
 #include <cstring>
 #include <fstream>
@@ -36,6 +34,7 @@
 #include "models/mlp.h"
 #include "proto/grpc_predict_v2.grpc.pb.h"
 #include "tests/serving/serve_process.h"
+#include "tests/testing/raw_calls.h"
 #include "tests/testing/require_ok.h"
 #include "tests/testing/subprocess.h"
 
@@ -164,27 +163,6 @@ std::unique_ptr<grpc::ClientContext> Context() {
 grpc::Status Infer(ServeProcess& s, const ModelInferRequest& r,
                    ModelInferResponse* out) {
   return s.stub->ModelInfer(Context().get(), r, out);
-}
-
-// `bytes` sent to `method` as they are: the call's status.
-grpc::Status RawUnary(const std::string& address, const std::string& method,
-                      const std::string& bytes) {
-  grpc::GenericStub stub(
-      grpc::CreateChannel(address, grpc::InsecureChannelCredentials()));
-  grpc::ClientContext ctx;
-  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
-  grpc::CompletionQueue cq;
-  grpc::Slice slice(bytes.data(), bytes.size());
-  grpc::ByteBuffer request(&slice, 1), response;
-  std::unique_ptr<grpc::GenericClientAsyncResponseReader> call =
-      stub.PrepareUnaryCall(&ctx, method, request, &cq);
-  call->StartCall();
-  grpc::Status status;
-  call->Finish(&response, &status, nullptr);
-  void* tag;
-  bool ok;
-  REQUIRE(cq.Next(&tag, &ok));
-  return status;
 }
 
 std::unique_ptr<PsClient> Connect(const std::vector<ServerProcess>& cluster) {
@@ -362,7 +340,9 @@ TEST_CASE("ps_serve answers every KServe v2 RPC, over gRPC and REST",
   // Bytes that do not parse as a ModelInferRequest (field 3 announced as
   // 1000 bytes long, followed by 3): INVALID_ARGUMENT naming the method,
   // not gRPC's INTERNAL.
-  s = RawUnary(serve.address, "/inference.GRPCInferenceService/ModelInfer",
+  s = testing::RawUnary(grpc::CreateChannel(serve.address,
+                                            grpc::InsecureChannelCredentials()),
+                        "/inference.GRPCInferenceService/ModelInfer",
                std::string("\x1a\xe8\x07" "abc", 6));
   REQUIRE(s.error_code() == grpc::INVALID_ARGUMENT);
   REQUIRE(absl::StrContains(s.error_message(), "does not parse"));
@@ -484,6 +464,30 @@ ModelInferResponse AwaitVersion(ServeProcess& serve,
     if (SnapshotVersion(response) >= version) return response;
     REQUIRE(absl::Now() < until);
     absl::SleepFor(absl::Milliseconds(50));
+  }
+  // Last (metrics above count the refusals): random bytes and random
+  // protobuf wire data on every method never get an answer that reads as a
+  // bug or a missing method, nor crash ps_serve.
+  {
+    testing::RandomWire input(612);
+    auto channel =
+        grpc::CreateChannel(serve.address, grpc::InsecureChannelCredentials());
+    for (const char* method :
+         {"ServerLive", "ServerReady", "ModelReady", "ServerMetadata",
+          "ModelMetadata", "ModelInfer"}) {
+      for (int i = 0; i < 60; ++i) {
+        const grpc::Status r = testing::RawUnary(
+            channel, absl::StrCat("/inference.GRPCInferenceService/", method),
+            input.Next());
+        INFO(method << " input " << i << ": " << r.error_code() << " "
+                    << r.error_message());
+        REQUIRE(r.error_code() != grpc::UNKNOWN);
+        REQUIRE(r.error_code() != grpc::INTERNAL);
+        REQUIRE(r.error_code() != grpc::UNIMPLEMENTED);
+        REQUIRE(r.error_code() != grpc::DEADLINE_EXCEEDED);
+      }
+    }
+    REQUIRE(serve.process->Running());
   }
 }
 
