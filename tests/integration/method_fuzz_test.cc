@@ -4,19 +4,15 @@
 // answers as if it had a bug (UNKNOWN, INTERNAL, DATA_LOSS), and the run's
 // state stays as it was.
 
-#include <grpcpp/grpcpp.h>
-
 #include <catch2/catch.hpp>
-#include <map>
 #include <memory>
 #include <string>
 #include <vector>
 
-#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "client/ps_client.h"
-#include "common/net.h"
-#include "tests/testing/raw_calls.h"
 #include "tests/testing/require_ok.h"
+#include "tests/testing/shard_fuzz.h"
 #include "tests/testing/subprocess.h"
 #include "tests/testing/tensor_specs.h"
 
@@ -50,64 +46,12 @@ TEST_CASE(
   const std::vector<float> before = Read(c.get());
   const uint64_t epoch = c->map().epoch();
 
-  const std::vector<std::string> unary = {
-      "/asyncps.ParameterServer/CreateTensor",
-      "/asyncps.ParameterServer/ListTensors",
-      "/asyncps.ParameterServer/SetLearningRate",
-      "/asyncps.ParameterServer/Heartbeat",
-      "/asyncps.ParameterServer/Pull",
-      "/asyncps.ParameterServer/Push",
-      "/asyncps.ParameterServer/Status",
-      "/asyncps.ParameterServer/Checkpoint",
-      "/asyncps.SlotMoves/MoveSlots",
-      "/asyncps.SlotMoves/FinishMove",
-      "/asyncps.SlotMoves/MoveState",
-      "/asyncps.SlotMoves/AdoptMap",
-      "/asyncps.SlotMoves/ReadMapRecord",
-      "/asyncps.SlotMoves/SwapMapRecord",
-      "/grpc.health.v1.Health/Check",
-  };
-  const std::vector<std::string> streaming = {
-      "/asyncps.ParameterServer/PullStream",
-      "/asyncps.ParameterServer/PushStream",
-      "/asyncps.ParameterServer/StepStream",
-      "/asyncps.SlotMoves/ExportSlots",
-      "/asyncps.ReplicaFeed/Follow",
-      "/grpc.reflection.v1.ServerReflection/ServerReflectionInfo",
-      "/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo",
-  };
-  const grpc::StatusCode kBug[] = {grpc::StatusCode::UNKNOWN,
-                                   grpc::StatusCode::INTERNAL,
-                                   grpc::StatusCode::DATA_LOSS};
   testing::RandomWire input(20261206);
   for (const ServerProcess& shard : *cluster) {
-    const std::shared_ptr<grpc::Channel> channel = MakeChannel(shard.address);
-    auto check = [&](const std::string& method, const grpc::Status& s,
-                     const std::string& what) {
-      INFO(method << " at " << shard.address << ": " << what << " -> "
-                  << s.error_code() << " " << s.error_message());
-      for (grpc::StatusCode bug : kBug) CHECK(s.error_code() != bug);
-      CHECK(s.error_code() != grpc::StatusCode::DEADLINE_EXCEEDED);
-      CHECK(s.error_code() != grpc::StatusCode::UNAVAILABLE);
-    };
-    for (const std::string& method : unary) {
-      std::map<int, int> codes;
-      for (int i = 0; i < 120; ++i) {
-        const std::string bytes = input.Next();
-        const grpc::Status s = testing::RawUnary(channel, method, bytes, 5);
-        ++codes[s.error_code()];
-        check(method, s, absl::StrCat("input ", i, " of ", bytes.size(), " B"));
-      }
-      for (auto [code, n] : codes) INFO(method << ": code " << code << " x" << n);
-    }
-    for (const std::string& method : streaming) {
-      for (int i = 0; i < 30; ++i) {
-        std::vector<std::string> messages(1 + i % 3);
-        for (std::string& m : messages) m = input.Next();
-        check(method, testing::RawStreaming(channel, method, messages, 5),
-              absl::StrCat("stream ", i));
-      }
-    }
+    const std::vector<std::string> bugs =
+        testing::FuzzShardMethods(shard.address, &input, 120, 30);
+    INFO(absl::StrJoin(bugs, "\n"));
+    CHECK(bugs.empty());
     REQUIRE(shard.process->Running());
   }
   CHECK(Read(c.get()) == before);

@@ -1,0 +1,85 @@
+// A replicated shard group fed random bytes and random protobuf wire data
+// on every method of both replicas, the replication stream (ReplicaFeed
+// Follow) included: neither replica crashes, hangs or answers as if it had
+// a bug, the group keeps acknowledging pushes, and the replicas stay
+// identical with every acknowledged push applied once.
+
+#include <catch2/catch.hpp>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_join.h"
+#include "client/ps_client.h"
+#include "tests/replication/replica_harness.h"
+#include "tests/testing/etcd_process.h"
+#include "tests/testing/require_ok.h"
+#include "tests/testing/shard_fuzz.h"
+#include "tests/testing/subprocess.h"
+
+namespace asyncps {
+namespace {
+
+using testing::ServerProcess;
+
+constexpr int kElems = 64;
+
+TensorSpec Tensor() {
+  TensorSpec t;
+  t.set_name("w");
+  t.add_shape(kElems);
+  t.set_init(INIT_CONSTANT);
+  t.set_init_value(1.0f);
+  t.mutable_optimizer()->set_type(OPT_SGD);
+  t.mutable_optimizer()->set_learning_rate(1.0f);
+  return t;
+}
+
+// Pulls w, then pushes a gradient of ones: w goes down by 1.
+std::vector<float> Step(PsClient* c, int64_t step) {
+  std::vector<float> w(kElems);
+  auto pull = c->StartPull(step, step, PullSet{{{"w", w.data()}}, {}});
+  REQUIRE_OK(pull->Wait());
+  const std::vector<float> g(kElems, 1.0f);
+  REQUIRE_OK(c->StartPush(step, PushSet{{{"w", g.data()}}, {}}, pull->read())
+                 ->Wait()
+                 .status());
+  return w;
+}
+
+TEST_CASE(
+    "random inputs on every method of a replicated group, its replication "
+    "stream included, change nothing and stop nothing",
+    "[replication][bad_input][fuzz]") {
+  if (testing::SkipWithoutEtcd()) return;
+  absl::StatusOr<testing::EtcdProcess> etcd = testing::StartEtcd();
+  REQUIRE_OK(etcd.status());
+  ServerProcess a = testing::StartReplica(*etcd, "fuzz");
+  testing::WaitForRole(a.address, "primary");
+  ServerProcess b = testing::StartReplica(*etcd, "fuzz");
+  testing::WaitForRole(b.address, "backup");
+  testing::WaitForCounted(a.address, 1);
+  std::unique_ptr<PsClient> c = testing::MapClient(*etcd, "fuzz");
+  REQUIRE_OK(c->CreateTensors({Tensor()}));
+  REQUIRE(Step(c.get(), 1) == std::vector<float>(kElems, 1.0f));
+
+  testing::RandomWire input(4061);
+  for (const ServerProcess* replica : {&a, &b}) {
+    const std::vector<std::string> bugs =
+        testing::FuzzShardMethods(replica->address, &input, 40, 20);
+    INFO(absl::StrJoin(bugs, "\n"));
+    CHECK(bugs.empty());
+    REQUIRE(replica->process->Running());
+  }
+  // The group still acknowledges pushes through both replicas (the
+  // primary waits for its backup), every one applied once.
+  REQUIRE(Step(c.get(), 2) == std::vector<float>(kElems, 0.0f));
+  REQUIRE(Step(c.get(), 3) == std::vector<float>(kElems, -1.0f));
+  testing::ExpectSameState(a.address, b.address);
+  absl::StatusOr<StatusResponse> sa = testing::ReplicaStatus(a.address);
+  REQUIRE_OK(sa.status());
+  CHECK(sa->replica().role() == "primary");
+}
+
+}  // namespace
+}  // namespace asyncps
