@@ -23,8 +23,9 @@ class ParseRefusal final : public grpc::experimental::Interceptor {
         m->GetRecvMessage() == nullptr) {
       unparsed_ = true;
     }
-    if (unparsed_ && m->QueryInterceptionHookPoint(
-                         InterceptionHookPoints::PRE_SEND_STATUS) &&
+    if (unparsed_ &&
+        m->QueryInterceptionHookPoint(
+            InterceptionHookPoints::PRE_SEND_STATUS) &&
         Refusal(m->GetSendStatus().error_code())) {
       m->ModifySendStatus(grpc::Status(
           grpc::StatusCode::INVALID_ARGUMENT,

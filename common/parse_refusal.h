@@ -5,8 +5,8 @@
 // generated services (typed messages) answer them INTERNAL with an empty
 // message (synchronous handlers: grpcpp's GenericDeserialize) or
 // UNIMPLEMENTED (callback handlers), which read as a bug in the server or
-// a missing method; services that parse their own bytes (the ParameterServer data
-// path) answer INVALID_ARGUMENT "does not parse". The interceptors of this
+// a missing method; services that parse their own bytes (the ParameterServer
+// data path) answer INVALID_ARGUMENT "does not parse". The interceptors of this
 // factory give the generated services' unary and server-streaming methods
 // the same answer: INVALID_ARGUMENT naming the method; nothing ran.
 //
@@ -15,11 +15,11 @@
 //   interceptors.push_back(ParseRefusalFactory({"/asyncps.ParameterServer/"}));
 //   builder.experimental().SetInterceptorCreators(std::move(interceptors));
 
+#include <grpcpp/support/server_interceptor.h>
+
 #include <memory>
 #include <string>
 #include <vector>
-
-#include <grpcpp/support/server_interceptor.h>
 
 namespace asyncps {
 

@@ -340,10 +340,12 @@ TEST_CASE("ps_serve answers every KServe v2 RPC, over gRPC and REST",
   // Bytes that do not parse as a ModelInferRequest (field 3 announced as
   // 1000 bytes long, followed by 3): INVALID_ARGUMENT naming the method,
   // not gRPC's INTERNAL.
-  s = testing::RawUnary(grpc::CreateChannel(serve.address,
-                                            grpc::InsecureChannelCredentials()),
-                        "/inference.GRPCInferenceService/ModelInfer",
-               std::string("\x1a\xe8\x07" "abc", 6));
+  s = testing::RawUnary(
+      grpc::CreateChannel(serve.address, grpc::InsecureChannelCredentials()),
+      "/inference.GRPCInferenceService/ModelInfer",
+      std::string("\x1a\xe8\x07"
+                  "abc",
+                  6));
   REQUIRE(s.error_code() == grpc::INVALID_ARGUMENT);
   REQUIRE(absl::StrContains(s.error_message(), "does not parse"));
 

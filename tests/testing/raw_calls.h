@@ -26,8 +26,8 @@ namespace testing {
 // `bytes` as the request of unary `method` over `channel`: the call's
 // status (the call is cancelled after `deadline_s`).
 grpc::Status RawUnary(const std::shared_ptr<grpc::Channel>& channel,
-                      const std::string& method,
-                      const std::string& bytes, int deadline_s = 10);
+                      const std::string& method, const std::string& bytes,
+                      int deadline_s = 10);
 
 // A call of streaming `method` that sends `messages`, is done sending and
 // reads every answer (up to 1000): its status. Every step waits at most
