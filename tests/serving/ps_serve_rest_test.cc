@@ -404,6 +404,11 @@ TEST_CASE(
       R"("shape":[1,784],"parameters":{"binary_data_size":)";
   const std::string ok_json = header + "3136}}]}";
   const std::string short_json = header + "3132}}]}";
+  const std::string deep_list = std::string(400000, '[');
+  const std::string deep_data = absl::StrCat(
+      R"({"inputs":[{"name":"input","datatype":"FP32","shape":[1,784],)",
+      R"("data":)", std::string(100000, '['), "1", std::string(100000, ']'),
+      "}]}");
   const std::string bomb = Deflate(std::string(100 << 20, '\0'), true);
   REQUIRE(bomb.size() < kLimit);
   struct Bad {
@@ -432,6 +437,9 @@ TEST_CASE(
        absl::StrCat(kLimit)},
       {InferHead(9, "\r\nContent-Encoding: gzip"), "not gzip!", 400,
        "not valid gzip"},
+      // JSON nested deeper than any parser's stack: refused, no crash.
+      {InferHead(deep_list.size(), ""), deep_list, 400, "deeper than 50"},
+      {InferHead(deep_data.size(), ""), deep_data, 400, "deeper than 50"},
   };
   const absl::StatusOr<testing::ProcessResources> before =
       testing::ReadProcessResources(serve.process->pid());
@@ -483,7 +491,7 @@ TEST_CASE(
   REQUIRE(Metric(metrics, "asyncps_serve_requests_total{outcome=\"ok\"}") ==
           kGood + 2);
   REQUIRE(Metric(metrics,
-                 "asyncps_serve_requests_total{outcome=\"invalid\"}") == 5);
+                 "asyncps_serve_requests_total{outcome=\"invalid\"}") == 7);
   REQUIRE(Metric(metrics, "asyncps_serve_batch_rows_count") < kGood + 2);
   REQUIRE_OK(serve.process->Kill().status());
 }

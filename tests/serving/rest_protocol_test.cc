@@ -59,6 +59,31 @@ TEST_CASE("a JSON body parses to contents, parameters and outputs", "[rest]") {
       "not a JSON object"));
 }
 
+TEST_CASE(
+    "JSON nested deeper than 50 levels is refused before it is parsed; "
+    "brackets in strings do not count",
+    "[rest][bad_input]") {
+  // data nested `rank` deep under {"inputs":[{ ... }]}: 3 + rank levels.
+  const auto body = [](int rank, const std::string& id) {
+    return absl::StrCat(R"({"id":")", id, R"(","inputs":[{"name":"input",)",
+                        R"("datatype":"FP32","shape":[1],"data":)",
+                        std::string(rank, '['), "1", std::string(rank, ']'),
+                        "}]}");
+  };
+  // 50 levels: parsed (and refused for its shape, not its depth).
+  absl::Status s = ParseRestInferRequest(body(47, ""), "", "mlp").status();
+  REQUIRE_FALSE(absl::StrContains(s.message(), "deeper than"));
+  s = ParseRestInferRequest(body(48, ""), "", "mlp").status();
+  REQUIRE(s.code() == absl::StatusCode::kInvalidArgument);
+  REQUIRE(absl::StrContains(s.message(), "deeper than 50 levels"));
+  // The same brackets inside a string are text.
+  const std::string text = std::string(200, '[') + "\\\"" + "{{";
+  REQUIRE_OK(ParseRestInferRequest(body(1, text), "", "mlp").status());
+  // 200,000 levels: refused at once (protobuf's parser would take minutes).
+  s = ParseRestInferRequest(body(200000, ""), "", "mlp").status();
+  REQUIRE(absl::StrContains(s.message(), "deeper than 50 levels"));
+}
+
 TEST_CASE("binary inputs mix with JSON ones, in input order", "[rest]") {
   const std::vector<float> x = {0.5f, -1.25f, 3e-8f, 7};
   const std::vector<int64_t> ids = {1LL << 60, 3};
