@@ -5,6 +5,8 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
+#include "common/parse_cost.h"
+#include "google/protobuf/message.h"
 
 namespace asyncps {
 
@@ -51,24 +53,39 @@ grpc::ByteBuffer SerializeToByteBuffer(
 absl::Status ParseFromByteBuffer(const grpc::ByteBuffer& buffer,
                                  google::protobuf::MessageLite* message) {
   std::vector<grpc::Slice> slices;
-  bool ok;
-  if (!buffer.Valid()) {
-    ok = message->ParseFromArray(nullptr, 0);
-  } else if (!buffer.Dump(&slices).ok()) {
-    ok = false;
-  } else if (slices.size() == 1) {
-    ok = message->ParseFromArray(slices[0].begin(),
-                                 static_cast<int>(slices[0].size()));
-  } else {
-    std::string bytes;
-    for (const grpc::Slice& s : slices) {
-      bytes.append(reinterpret_cast<const char*>(s.begin()), s.size());
+  std::string joined;
+  absl::string_view bytes;
+  if (buffer.Valid()) {
+    if (!buffer.Dump(&slices).ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("request does not parse as ", message->GetTypeName()));
     }
-    ok = message->ParseFromString(bytes);
+    if (slices.size() == 1) {
+      bytes = absl::string_view(
+          reinterpret_cast<const char*>(slices[0].begin()), slices[0].size());
+    } else {
+      for (const grpc::Slice& s : slices) {
+        joined.append(reinterpret_cast<const char*>(s.begin()), s.size());
+      }
+      bytes = joined;
+    }
   }
-  return ok ? absl::OkStatus()
-            : absl::InvalidArgumentError(absl::StrCat(
-                  "request does not parse as ", message->GetTypeName()));
+  return ParseBounded(bytes, message, "request");
+}
+
+absl::Status ParseBounded(absl::string_view bytes,
+                          google::protobuf::MessageLite* message,
+                          absl::string_view what) {
+  const auto* full = dynamic_cast<const google::protobuf::Message*>(message);
+  if (full != nullptr) {
+    absl::Status s = CheckParseCost(bytes, *full->GetDescriptor());
+    if (!s.ok()) return s;
+  }
+  if (!message->ParseFromArray(bytes.data(), static_cast<int>(bytes.size()))) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(what, " does not parse as ", message->GetTypeName()));
+  }
+  return absl::OkStatus();
 }
 
 template <typename F>
@@ -121,11 +138,7 @@ absl::Status FrameReader::Open(const grpc::ByteBuffer& buffer,
   Consume(length,
           [&bytes](absl::string_view v) { bytes.append(v.data(), v.size()); });
   Consume(padding, [](absl::string_view) {});
-  if (!header->ParseFromString(bytes)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "frame: header does not parse as ", header->GetTypeName()));
-  }
-  return absl::OkStatus();
+  return ParseBounded(bytes, header, "frame: header");
 }
 
 absl::Status FrameReader::Next(uint64_t n, Payload* out) {

@@ -68,9 +68,15 @@ grpc::ByteBuffer MakeFrame(const google::protobuf::MessageLite& header,
 // A plain protobuf message in a ByteBuffer (one slice), and back.
 grpc::ByteBuffer SerializeToByteBuffer(
     const google::protobuf::MessageLite& message);
-// INVALID_ARGUMENT naming the message type when the bytes do not parse.
+// INVALID_ARGUMENT naming the message type when the bytes do not parse;
+// RESOURCE_EXHAUSTED, before parsing, when the parsed form would take far
+// more memory than the bytes (common/parse_cost.h).
 absl::Status ParseFromByteBuffer(const grpc::ByteBuffer& buffer,
                                  google::protobuf::MessageLite* message);
+// The same for contiguous bytes; errors start with `what` ("request").
+absl::Status ParseBounded(absl::string_view bytes,
+                          google::protobuf::MessageLite* message,
+                          absl::string_view what);
 
 // Reads one frame: the header, then the payload piece by piece, in place.
 // Network input: every length is checked against what the buffer holds.

@@ -1,8 +1,10 @@
 #include "serving/kserve_service.h"
 
+#include <memory>
 #include <utility>
 
 #include "absl/time/time.h"
+#include "common/fast_frame.h"
 #include "common/grpc_status.h"
 
 namespace asyncps {
@@ -60,17 +62,23 @@ grpc::ServerUnaryReactor* KServeService::ModelMetadata(
 }
 
 grpc::ServerUnaryReactor* KServeService::ModelInfer(
-    grpc::CallbackServerContext* ctx,
-    const inference::ModelInferRequest* request,
-    inference::ModelInferResponse* response) {
+    grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* bytes,
+    grpc::ByteBuffer* response) {
+  auto request = std::make_shared<inference::ModelInferRequest>();
+  const absl::Status parsed = ParseFromByteBuffer(*bytes, request.get());
+  if (!parsed.ok()) {
+    handler_->metrics()->RecordRequest(parsed, absl::ZeroDuration());
+    return Answer(ctx, parsed);
+  }
   grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
   const absl::Time deadline = absl::FromChrono(ctx->deadline());
-  handler_->Infer(
-      *request, deadline,
-      [reactor, response](absl::StatusOr<inference::ModelInferResponse> r) {
-        if (r.ok()) *response = *std::move(r);
-        reactor->Finish(ToGrpcStatus(r.status()));
-      });
+  // The request stays alive until its answer is in.
+  handler_->Infer(*request, deadline,
+                  [reactor, response,
+                   request](absl::StatusOr<inference::ModelInferResponse> r) {
+                    if (r.ok()) *response = SerializeToByteBuffer(*r);
+                    reactor->Finish(ToGrpcStatus(r.status()));
+                  });
   return reactor;
 }
 

@@ -3,7 +3,10 @@
 
 // inference.GRPCInferenceService (proto/grpc_predict_v2.proto) over an
 // InferenceHandler, on gRPC's callback API: a request waiting for its batch
-// holds no thread.
+// holds no thread. ModelInfer takes its request as bytes and parses it
+// itself, after checking what the parsed form would take in memory
+// (common/parse_cost.h): up to --max_request_bytes of tiny repeated inputs
+// would otherwise parse into gigabytes before any check.
 
 #include <string>
 
@@ -12,8 +15,21 @@
 
 namespace asyncps {
 
-class KServeService final
-    : public inference::GRPCInferenceService::CallbackService {
+// The callback service with ModelInfer's request and answer as bytes.
+using KServeBase =
+    inference::GRPCInferenceService::WithCallbackMethod_ServerLive<
+        inference::GRPCInferenceService::WithCallbackMethod_ServerReady<
+            inference::GRPCInferenceService::WithCallbackMethod_ModelReady<
+                inference::GRPCInferenceService::
+                    WithCallbackMethod_ServerMetadata<
+                        inference::GRPCInferenceService::
+                            WithCallbackMethod_ModelMetadata<
+                                inference::GRPCInferenceService::
+                                    WithRawCallbackMethod_ModelInfer<
+                                        inference::GRPCInferenceService::
+                                            Service>>>>>>;
+
+class KServeService final : public KServeBase {
  public:
   // `handler` is not owned and must outlive the service.
   KServeService(InferenceHandler* handler, std::string server_version)
@@ -36,10 +52,10 @@ class KServeService final
       grpc::CallbackServerContext* ctx,
       const inference::ModelMetadataRequest* request,
       inference::ModelMetadataResponse* response) override;
-  grpc::ServerUnaryReactor* ModelInfer(
-      grpc::CallbackServerContext* ctx,
-      const inference::ModelInferRequest* request,
-      inference::ModelInferResponse* response) override;
+  // A ModelInferRequest in, a ModelInferResponse out.
+  grpc::ServerUnaryReactor* ModelInfer(grpc::CallbackServerContext* ctx,
+                                       const grpc::ByteBuffer* request,
+                                       grpc::ByteBuffer* response) override;
 
  private:
   InferenceHandler* const handler_;

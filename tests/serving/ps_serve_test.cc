@@ -429,10 +429,11 @@ TEST_CASE("ps_serve answers every KServe v2 RPC, over gRPC and REST",
   REQUIRE(metrics);
   REQUIRE(absl::StrContains(metrics->body,
                             "asyncps_serve_requests_total{outcome=\"ok\"} 12"));
-  // 8 refused bad gRPC requests, 3 concurrent ones, malformed JSON and an
-  // unknown model over REST (the oversized ones never reach ps_serve's code).
+  // 8 refused bad gRPC requests, one whose bytes do not parse, 3 concurrent
+  // ones, malformed JSON and an unknown model over REST (the oversized ones
+  // never reach ps_serve's code).
   REQUIRE(absl::StrContains(
-      metrics->body, "asyncps_serve_requests_total{outcome=\"invalid\"} 13"));
+      metrics->body, "asyncps_serve_requests_total{outcome=\"invalid\"} 14"));
   REQUIRE(absl::StrContains(metrics->body, "asyncps_serve_batch_rows_count"));
   REQUIRE(absl::StrContains(metrics->body, "asyncps_serve_ready 1"));
   auto status = http.Get("/status");
