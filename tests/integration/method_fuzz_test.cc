@@ -11,6 +11,7 @@
 
 #include "absl/strings/str_join.h"
 #include "client/ps_client.h"
+#include "tests/testing/cluster_client.h"
 #include "tests/testing/require_ok.h"
 #include "tests/testing/shard_fuzz.h"
 #include "tests/testing/subprocess.h"
@@ -35,10 +36,7 @@ TEST_CASE(
     "[bad_input][fuzz]") {
   auto cluster = testing::StartPsCluster(2, {"--num_slots=16"});
   REQUIRE_OK(cluster.status());
-  PsClientOptions o;
-  for (const ServerProcess& s : *cluster) o.servers.push_back(s.address);
-  o.retry.call_deadline = absl::Seconds(30);
-  std::unique_ptr<PsClient> c = PsClient::Connect(o).value();
+  std::unique_ptr<PsClient> c = testing::ClusterClient(*cluster);
   REQUIRE_OK(c->WaitForShards(absl::Seconds(30)));
   REQUIRE_OK(c->Register().status());
   REQUIRE_OK(c->CreateTensors({testing::ConstantSpec(

@@ -28,6 +28,7 @@
 #include "common/shard_map_proto.h"
 #include "proto/asyncps.grpc.pb.h"
 #include "proto/slot_moves.grpc.pb.h"
+#include "tests/testing/cluster_client.h"
 #include "tests/testing/require_ok.h"
 #include "tests/testing/stream_helpers.h"
 #include "tests/testing/subprocess.h"
@@ -86,10 +87,7 @@ TEST_CASE(
   auto cluster =
       testing::StartPsCluster(kShards, {absl::StrCat("--num_slots=", kSlots)});
   REQUIRE_OK(cluster.status());
-  PsClientOptions o;
-  for (const ServerProcess& s : *cluster) o.servers.push_back(s.address);
-  o.retry.call_deadline = absl::Seconds(30);
-  std::unique_ptr<PsClient> c = PsClient::Connect(o).value();
+  std::unique_ptr<PsClient> c = testing::ClusterClient(*cluster);
   REQUIRE_OK(c->WaitForShards(absl::Seconds(30)));
   REQUIRE_OK(c->Register().status());
   REQUIRE_OK(c->CreateTensors({testing::ConstantSpec(
@@ -475,9 +473,7 @@ TEST_CASE(
   auto cluster = testing::StartPsCluster(
       2, {"--num_slots=16", absl::StrCat("--move_copy_mb_s=", kRate)});
   REQUIRE_OK(cluster.status());
-  PsClientOptions o;
-  for (const ServerProcess& s : *cluster) o.servers.push_back(s.address);
-  std::unique_ptr<PsClient> c = PsClient::Connect(o).value();
+  std::unique_ptr<PsClient> c = testing::ClusterClient(*cluster);
   REQUIRE_OK(c->WaitForShards(absl::Seconds(30)));
   // 32 MiB of values, half of them on each shard.
   REQUIRE_OK(c->CreateTensors({testing::ConstantSpec(

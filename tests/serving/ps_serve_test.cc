@@ -34,6 +34,7 @@
 #include "models/mlp.h"
 #include "proto/grpc_predict_v2.grpc.pb.h"
 #include "tests/serving/serve_process.h"
+#include "tests/testing/cluster_client.h"
 #include "tests/testing/raw_calls.h"
 #include "tests/testing/require_ok.h"
 #include "tests/testing/subprocess.h"
@@ -165,18 +166,9 @@ grpc::Status Infer(ServeProcess& s, const ModelInferRequest& r,
   return s.stub->ModelInfer(Context().get(), r, out);
 }
 
-std::unique_ptr<PsClient> Connect(const std::vector<ServerProcess>& cluster) {
-  PsClientOptions o;
-  for (const ServerProcess& s : cluster) o.servers.push_back(s.address);
-  o.retry.call_deadline = absl::Seconds(30);
-  auto c = PsClient::Connect(o);
-  REQUIRE_OK(c.status());
-  return *std::move(c);
-}
-
 std::unique_ptr<PsClient> CreateModel(const std::vector<ServerProcess>& cluster,
                                       std::vector<std::vector<float>>* values) {
-  auto worker = Connect(cluster);
+  auto worker = testing::ClusterClient(cluster);
   REQUIRE_OK(worker->WaitForShards(absl::Seconds(30)));
   REQUIRE_OK(worker->Register().status());
   *values = InitialValues();
@@ -651,7 +643,7 @@ TEST_CASE("ps_serve serves the click model's embedding rows and weights",
   const std::string dir = testing::MakeTmpDir("serve_ctr");
   auto cluster = StartPsCluster(2, {"--checkpoint_dir=" + dir});
   REQUIRE_OK(cluster.status());
-  auto worker = Connect(*cluster);
+  auto worker = testing::ClusterClient(*cluster);
   REQUIRE_OK(worker->WaitForShards(absl::Seconds(30)));
   REQUIRE_OK(worker->Register().status());
   CtrModelConfig config;
