@@ -23,6 +23,11 @@ constexpr int64_t kNumberCost = 8;    // one element of a repeated number
 constexpr int64_t kUnknownCost = 32;  // an UnknownField
 constexpr int kMaxDepth = 100;        // protobuf's own recursion limit
 
+// The most any wire byte can be charged: an unknown group, 2 bytes of
+// tags for an UnknownField and a message. A request smaller than the
+// slack over this cannot pass the limit, and is not scanned.
+constexpr int64_t kMostPerByte = (kUnknownCost + kMessageCost) / 2;
+
 constexpr int64_t kSlackBytes = int64_t{16} << 20;
 constexpr int64_t kTimesSize = 16;
 constexpr int64_t kCeilingBytes = int64_t{1} << 30;
@@ -184,6 +189,9 @@ int64_t EstimateParseCost(absl::string_view wire, const Descriptor& type,
 
 absl::Status CheckParseCost(absl::string_view wire, const Descriptor& type) {
   const int64_t limit = Limit(wire.size());
+  if (kMostPerByte * static_cast<int64_t>(wire.size()) <= limit) {
+    return absl::OkStatus();  // e.g. every stream frame's header
+  }
   const int64_t cost = EstimateParseCost(wire, type, limit);
   if (cost <= limit) return absl::OkStatus();
   return absl::ResourceExhaustedError(absl::StrCat(

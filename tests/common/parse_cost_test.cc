@@ -79,6 +79,13 @@ TEST_CASE(
   s = ParseFromByteBuffer(buffer, &parsed);
   REQUIRE(s.code() == absl::StatusCode::kResourceExhausted);
   REQUIRE(parsed.grads_size() == 0);  // nothing parsed
+  // No item costs more than 64 bytes per wire byte (unknown groups, the
+  // dearest): requests under 256 KiB are not scanned.
+  const std::string groups = Repeat("\x5b\x5c", 1 << 20);
+  REQUIRE(EstimateParseCost(groups, *PushRequest::descriptor(),
+                            int64_t{1} << 40) <= 64 * int64_t{groups.size()});
+  REQUIRE(CheckParseCost(groups, *PushRequest::descriptor()).code() ==
+          absl::StatusCode::kResourceExhausted);
   // Small floods stay under the 16 MiB that any request may take.
   REQUIRE(CheckParseCost(Repeat(std::string("\x1a\x00", 2), 64 << 10),
                          *PushRequest::descriptor())
