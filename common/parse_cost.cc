@@ -181,7 +181,6 @@ int64_t EstimateParseCost(absl::string_view wire, const Descriptor& type,
                           int64_t stop) {
   CodedInputStream in(reinterpret_cast<const uint8_t*>(wire.data()),
                       static_cast<int>(wire.size()));
-  in.SetRecursionLimit(kMaxDepth);
   CostCounter counter(stop);
   counter.Message(&in, &type, 0);
   return counter.cost();
