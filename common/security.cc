@@ -26,8 +26,11 @@ namespace {
 
 constexpr char kAuthorizationKey[] = "authorization";
 constexpr char kBearerPrefix[] = "Bearer ";
-// Calls under this service are never checked for the token: load balancers
-// and orchestrators probe health without cluster secrets.
+// Health checks need the token too: gRPC reads a whole request before any
+// handler, so a method open to every caller lets anyone make the process
+// hold max-message-sized requests (four unauthenticated 250 MB health
+// checks at once took a shard to 2.2 GB). Probes without the token go to a
+// shard's --health_port (server/health_listener.h), whose requests are tiny.
 constexpr absl::string_view kHealthPathPrefix = "/grpc.health.v1.Health/";
 
 absl::string_view SliceView(const grpc_slice& s) {
@@ -65,14 +68,13 @@ void ProcessTokenMetadata(void* state, grpc_auth_context* /*context*/,
     cb(user_data, token, 1, nullptr, 0, GRPC_STATUS_OK, nullptr);
     return;
   }
-  if (health) {
-    cb(user_data, nullptr, 0, nullptr, 0, GRPC_STATUS_OK, nullptr);
-    return;
-  }
   if (s->on_refused) s->on_refused(token == nullptr);
-  cb(user_data, nullptr, 0, nullptr, 0, GRPC_STATUS_UNAUTHENTICATED,
-     token == nullptr ? "missing cluster token (authorization metadata)"
-                      : "wrong cluster token");
+  const char* why =
+      token != nullptr ? "wrong cluster token"
+      : health ? "missing cluster token (authorization metadata); health "
+                 "checks without it go to the shard's --health_port"
+               : "missing cluster token (authorization metadata)";
+  cb(user_data, nullptr, 0, nullptr, 0, GRPC_STATUS_UNAUTHENTICATED, why);
 }
 
 void DestroyTokenProcessor(void* state) {

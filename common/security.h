@@ -13,7 +13,9 @@
 //   - with cluster_token set, every call must carry the metadata
 //     `authorization: Bearer <token>`; the server answers UNAUTHENTICATED,
 //     before any handler runs, to a call without it or with another token.
-//     grpc.health.v1.Health stays open so probes need no token.
+//     Health checks too (a method open to all would let any caller make the
+//     process hold whole max-sized requests); a shard's --health_port
+//     serves probes without the token.
 // The token works over plain TCP as well, but there it is sent in clear text.
 
 #include <grpcpp/grpcpp.h>

@@ -18,8 +18,9 @@ ABSL_FLAG(bool, tls_require_client_cert, false,
           "without a certificate signed by --tls_ca.");
 ABSL_FLAG(std::string, cluster_token_file, "",
           "File holding the shared cluster token (e.g. from `openssl rand "
-          "-hex 32`, chmod 600). ps_server: every call except health checks "
-          "must carry it, others get UNAUTHENTICATED. Clients send it with "
+          "-hex 32`, chmod 600). ps_server: every call must carry it, health "
+          "checks too (probes without it use --health_port), others get "
+          "UNAUTHENTICATED. Clients send it with "
           "every call. Empty = no token.");
 
 namespace asyncps {

@@ -1,6 +1,7 @@
 #include "server/health_listener.h"
 
 #include <grpcpp/health_check_service_interface.h>
+#include <grpcpp/resource_quota.h>
 
 #include <chrono>
 #include <utility>
@@ -26,6 +27,13 @@ absl::StatusOr<std::unique_ptr<HealthListener>> HealthListener::Start(
   builder.AddListeningPort(listen, grpc::InsecureServerCredentials(),
                            &h->port_);
   builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
+  builder.SetMaxReceiveMessageSize(kMaxHealthRequestBytes);
+  // gRPC checks a request's size only once it has read all of it (four
+  // requests of 250 MB at once took a shard to 950 MB); the quota makes it
+  // reset streams and close connections that hold more.
+  grpc::ResourceQuota quota("asyncps-health-listener");
+  quota.Resize(kMemoryQuotaBytes);
+  builder.SetResourceQuota(quota);
   h->server_ = builder.BuildAndStart();
   if (h->server_ == nullptr || h->port_ == 0) {
     return absl::UnavailableError(

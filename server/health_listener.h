@@ -15,12 +15,21 @@ namespace asyncps {
 // standard grpc.health.v1.Health service (and gRPC's reflection, which then
 // lists nothing else). For probes that cannot speak TLS or present a client
 // certificate, such as Kubernetes' gRPC probes, when the shard's own port
-// uses TLS or mutual TLS. It exposes nothing but SERVING / NOT_SERVING.
+// uses TLS or mutual TLS or a cluster token (which health checks on the
+// shard's own port need too). It exposes nothing but SERVING / NOT_SERVING,
+// and takes small requests only: an open port must not let callers make the
+// shard hold large messages.
 //
 // Thread-compatible: SetServing and Stop from one thread (main's); health
 // calls are answered on gRPC's threads.
 class HealthListener {
  public:
+  // A health check names a service (a few dozen bytes): larger requests are
+  // refused RESOURCE_EXHAUSTED, and what requests in flight hold together
+  // is bounded by a gRPC memory quota.
+  static constexpr int kMaxHealthRequestBytes = 4096;
+  static constexpr int kMemoryQuotaBytes = 16 << 20;
+
   // Binds host:port (0 = a free port) and answers `serving` (SERVING or
   // NOT_SERVING) for "" and every name in `services` until SetServing.
   // UNAVAILABLE when the address cannot be bound.

@@ -78,8 +78,10 @@ ABSL_FLAG(std::string, shard_index, "0",
           "(asyncps-shard-2 -> 2).");
 ABSL_FLAG(int, health_port, -1,
           "Also serve grpc.health.v1.Health alone on this port of --host, "
-          "plain TCP without token, for probes that cannot do TLS (e.g. "
-          "Kubernetes gRPC probes); -1 = off, 0 picks a free one (written to "
+          "plain TCP without token (requests of at most 4 KiB), for probes "
+          "that cannot do TLS or send the --cluster_token_file token, which "
+          "health checks on --port need too (e.g. Kubernetes gRPC probes); "
+          "-1 = off, 0 picks a free one (written to "
           "--health_port_file). Up before the checkpoint is restored: "
           "NOT_SERVING until the shard serves (a startup probe waits for "
           "the restore), NOT_SERVING again once it stops.");

@@ -7,11 +7,14 @@
 #include <grpcpp/grpcpp.h>
 #include <httplib.h>
 
+#include <atomic>
 #include <catch2/catch.hpp>
 #include <cstdlib>
 #include <fstream>
 #include <memory>
+#include <mutex>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -22,6 +25,7 @@
 #include "common/net.h"
 #include "proto/asyncps.grpc.pb.h"
 #include "proto/grpc_health_v1.grpc.pb.h"
+#include "tests/testing/raw_calls.h"
 #include "tests/testing/require_ok.h"
 #include "tests/testing/subprocess.h"
 
@@ -234,8 +238,13 @@ TEST_CASE(
             .error_code() == grpc::StatusCode::UNAUTHENTICATED);
   CHECK(CallStatus(shard.address, WithToken(kToken)).ok());
 
-  // Health stays open for probes.
-  CHECK(CallHealth(shard.address, {}).ok());
+  // Health checks on the shard's port need the token too (an open method
+  // would let any caller make the shard hold whole large requests); probes
+  // without it use --health_port (below).
+  const grpc::Status open_health = CallHealth(shard.address, {});
+  CHECK(open_health.error_code() == grpc::StatusCode::UNAUTHENTICATED);
+  CHECK(absl::StrContains(open_health.error_message(), "--health_port"));
+  CHECK(CallHealth(shard.address, WithToken(kToken)).ok());
 
   // A tensor created without the token does not exist afterwards.
   {
@@ -362,7 +371,9 @@ TEST_CASE("mutual TLS: only clients with a certificate from the CA get in",
   cert_only.cluster_token.clear();
   CHECK(CallStatus(shard.address, cert_only).error_code() ==
         grpc::StatusCode::UNAUTHENTICATED);
-  CHECK(CallHealth(shard.address, cert_only).ok());
+  CHECK(CallHealth(shard.address, cert_only).error_code() ==
+        grpc::StatusCode::UNAUTHENTICATED);
+  CHECK(CallHealth(shard.address, good).ok());
 }
 
 TEST_CASE(
@@ -527,6 +538,49 @@ TEST_CASE(
   INFO(probe.out << probe.err);
   CHECK(probe.code == 0);
   CHECK(absl::StrContains(probe.out, "SERVING"));
+  // It is open to everyone, so it takes only requests of a health check's
+  // size, and bounds what requests in flight may hold: gRPC reads a whole
+  // request before it checks its size, so without that bound 4 requests of
+  // 250 MB at once took the shard to 950 MB.
+  const std::string big(64 << 10, 'x');
+  const grpc::Status large = testing::RawUnary(
+      MakeChannel(health), "/grpc.health.v1.Health/Check", big);
+  CHECK(large.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED);
+  const pid_t pid = shard.process->pid();
+  absl::StatusOr<testing::ProcessResources> before =
+      testing::ReadProcessResources(pid);
+  REQUIRE_OK(before.status());
+  const std::string huge(int64_t{48} << 20, 'x');
+  std::vector<std::thread> floods;
+  std::mutex mu;
+  std::vector<std::string> answers;
+  for (int i = 0; i < 6; ++i) {
+    floods.emplace_back([&, i] {
+      grpc::ChannelArguments args;
+      args.SetMaxSendMessageSize(-1);
+      args.SetInt("asyncps.test.connection", i);  // a connection each
+      const grpc::Status s = testing::RawUnary(
+          grpc::CreateCustomChannel(health, grpc::InsecureChannelCredentials(),
+                                    args),
+          "/grpc.health.v1.Health/Check", huge, 30);
+      std::lock_guard<std::mutex> l(mu);
+      answers.push_back(absl::StrCat(s.error_code(), " ", s.error_message()));
+    });
+  }
+  for (std::thread& t : floods) t.join();
+  absl::StatusOr<testing::ProcessResources> after =
+      testing::ReadProcessResources(pid);
+  REQUIRE_OK(after.status());
+  INFO("peak RSS " << before->peak_rss_bytes / (1 << 20) << " MiB before, "
+                   << after->peak_rss_bytes / (1 << 20)
+                   << " MiB after 6 x 48 MiB health checks");
+  for (const std::string& a : answers) {
+    INFO(a);
+    // RESOURCE_EXHAUSTED, or the connection closed (GOAWAY) to free memory
+    CHECK((absl::StartsWith(a, "8 ") || absl::StartsWith(a, "14 ")));
+  }
+  CHECK(after->peak_rss_bytes - before->peak_rss_bytes < 96 << 20);
+  CHECK(CallHealth(health, {}).ok());
 }
 
 TEST_CASE(

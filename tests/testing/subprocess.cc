@@ -412,6 +412,9 @@ absl::StatusOr<ProcessResources> ReadProcessResources(pid_t pid) {
       int64_t kb = 0;
       rss = static_cast<bool>(status >> kb);
       r.rss_bytes = kb * 1024;
+    } else if (key == "VmHWM:") {
+      int64_t kb = 0;
+      if (status >> kb) r.peak_rss_bytes = kb * 1024;
     } else if (key == "Threads:") {
       threads = static_cast<bool>(status >> r.threads);
     }

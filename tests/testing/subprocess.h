@@ -166,11 +166,12 @@ std::string ServerList(const std::vector<ServerProcess>& servers);
 // What a running process holds and has used, from /proc/<pid>/status and
 // /proc/<pid>/stat.
 struct ProcessResources {
-  int64_t rss_bytes = 0;      // VmRSS
-  int threads = 0;            // Threads
-  double cpu_seconds = 0;     // user + system time so far
-  double system_seconds = 0;  // of which in the kernel
-  int64_t minor_faults = 0;   // pages the kernel gave it on first touch
+  int64_t rss_bytes = 0;       // VmRSS
+  int64_t peak_rss_bytes = 0;  // VmHWM: the most it has held
+  int threads = 0;             // Threads
+  double cpu_seconds = 0;      // user + system time so far
+  double system_seconds = 0;   // of which in the kernel
+  int64_t minor_faults = 0;    // pages the kernel gave it on first touch
 };
 
 // NOT_FOUND when the process is gone (or /proc cannot be read).
