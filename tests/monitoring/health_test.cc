@@ -194,11 +194,14 @@ TEST_CASE(
   bool port_before_serving = false;
   REQUIRE(testing::WaitFor(
               [&] {
+                // The port file is read before the check: read after it,
+                // it may have been written between the two.
+                const bool port_announced = ReadPort(port_file) > 0;
                 HealthCheckResponse resp;
                 if (!Check(stub.get(), "", &resp).ok()) return false;
                 if (resp.status() == HealthCheckResponse::SERVING) return true;
                 ++not_serving;
-                port_before_serving |= ReadPort(port_file) > 0;
+                port_before_serving |= port_announced;
                 return false;
               },
               absl::Seconds(120), "SERVING after the restore",
