@@ -33,6 +33,26 @@ absl::StatusOr<int> HttpListener::Start(const std::string& host, int port) {
   server->set_keep_alive_timeout(1);
   server->set_read_timeout(5);
   server->set_write_timeout(5);
+  // Bodies larger than this are refused (413) unread; routes that take
+  // larger ones (REST inference) raise it. httplib's default is unlimited:
+  // three 400 MB POSTs to a shard's /metrics took it to 914 MB.
+  server->set_payload_max_length(kDefaultMaxBodyBytes);
+  // httplib checks that limit before reading only against Content-Length;
+  // a chunked body it reads whole first (three chunked 400 MB POSTs to
+  // /metrics, limit set: 1.1 GB), so bodies must come with their length.
+  server->set_pre_routing_handler(
+      [](const httplib::Request& req, httplib::Response& res) {
+        if (!req.has_header("Transfer-Encoding")) {
+          return httplib::Server::HandlerResponse::Unhandled;
+        }
+        res.status = 411;  // Length Required
+        res.set_header("Connection", "close");
+        res.set_content(
+            "request bodies must be sent with Content-Length (chunked "
+            "transfer encoding is not accepted)\n",
+            "text/plain");
+        return httplib::Server::HandlerResponse::Handled;
+      });
   // httplib's default also sets SO_REUSEPORT, which would let a leftover
   // process share the port and answer half the requests; keep only
   // SO_REUSEADDR (fast restart after TIME_WAIT).

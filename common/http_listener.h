@@ -5,6 +5,7 @@
 // metrics of ps_server and the REST form of ps_serve: binds, serves the
 // routes its owner installs, and stops promptly.
 
+#include <cstddef>
 #include <functional>
 #include <memory>
 #include <string>
@@ -22,6 +23,10 @@ namespace asyncps {
 
 class HttpListener {
  public:
+  // The largest request body taken unless the routes set another limit
+  // (httplib::Server::set_payload_max_length).
+  static constexpr size_t kDefaultMaxBodyBytes = 64 << 10;
+
   // Installs the handlers on a new server; called once per Start.
   using Routes = std::function<void(httplib::Server* server)>;
 

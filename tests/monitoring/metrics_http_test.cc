@@ -20,6 +20,7 @@
 #include <set>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/match.h"
@@ -29,6 +30,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "tests/monitoring/shard_rpc.h"
+#include "tests/testing/raw_http.h"
 #include "tests/testing/subprocess.h"
 
 namespace asyncps {
@@ -481,6 +483,51 @@ TEST_CASE(
   CHECK(absl::StrContains(server->process->ReadLog(),
                           "Prometheus metrics on http://[::]:"));
   CHECK(MetricsStatus("::1", metrics_port) == 200);
+}
+
+TEST_CASE(
+    "the metrics endpoint reads no large bodies: with Content-Length they "
+    "are refused 413 unread, chunked ones 411",
+    "[monitoring][metrics][process][bad_input]") {
+  const std::string port_file = testing::UniqueTmpPath("metrics_port");
+  absl::StatusOr<ServerProcess> server = testing::StartPsServer(
+      0, 1,
+      {"--metrics_port=0", absl::StrCat("--metrics_port_file=", port_file)});
+  REQUIRE(server.ok());
+  INFO("server log:\n" << server->process->LogTail());
+  const int metrics_port = ReadPortFile(port_file);
+  REQUIRE(metrics_port > 0);
+  const pid_t pid = server->process->pid();
+  absl::StatusOr<testing::ProcessResources> before =
+      testing::ReadProcessResources(pid);
+  REQUIRE(before.ok());
+  // Three callers at once each way, 48 MiB each (httplib's default reads
+  // any body whole: such POSTs took a shard to 914 MB for 3 x 400 MB).
+  std::vector<int> codes(6, -1);
+  std::vector<std::thread> callers;
+  for (int i = 0; i < 6; ++i) {
+    callers.emplace_back([&, i] {
+      testing::RawPost post;
+      post.host = "127.0.0.1";
+      post.port = metrics_port;
+      post.path = "/metrics";
+      post.body_bytes = int64_t{48} << 20;
+      post.chunked = i % 2 == 1;
+      codes[i] = testing::SendRawPost(post);
+    });
+  }
+  for (std::thread& t : callers) t.join();
+  absl::StatusOr<testing::ProcessResources> after =
+      testing::ReadProcessResources(pid);
+  REQUIRE(after.ok());
+  INFO("peak RSS " << before->peak_rss_bytes / (1 << 20) << " MiB -> "
+                   << after->peak_rss_bytes / (1 << 20) << " MiB");
+  for (int i = 0; i < 6; ++i) {
+    INFO("caller " << i << (i % 2 == 1 ? " (chunked)" : ""));
+    CHECK(codes[i] == (i % 2 == 1 ? 411 : 413));
+  }
+  CHECK(after->peak_rss_bytes - before->peak_rss_bytes < 24 << 20);
+  CHECK(MetricsStatus("127.0.0.1", metrics_port) == 200);
 }
 
 TEST_CASE("--metrics_host binds the endpoint to another address than --host",

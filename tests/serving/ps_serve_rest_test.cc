@@ -409,6 +409,11 @@ TEST_CASE(
       R"({"inputs":[{"name":"input","datatype":"FP32","shape":[1,784],)",
       R"("data":)", std::string(100000, '['), "1", std::string(100000, ']'),
       "}]}");
+  std::string chunked;  // 48 MiB in 1 MiB chunks: no length up front
+  for (int i = 0; i < 48; ++i) {
+    absl::StrAppend(&chunked, "100000\r\n", std::string(1 << 20, 'x'), "\r\n");
+  }
+  chunked += "0\r\n\r\n";
   const std::string bomb = Deflate(std::string(100 << 20, '\0'), true);
   REQUIRE(bomb.size() < kLimit);
   struct Bad {
@@ -437,6 +442,11 @@ TEST_CASE(
        absl::StrCat(kLimit)},
       {InferHead(9, "\r\nContent-Encoding: gzip"), "not gzip!", 400,
        "not valid gzip"},
+      // The HTTP layer checks the limit before reading only against
+      // Content-Length and would read a chunked body whole: refused first.
+      {"POST /v2/models/mlp/infer HTTP/1.1\r\nHost: ps_serve\r\n"
+       "Transfer-Encoding: chunked",
+       chunked, 411, "Content-Length"},
       // JSON nested deeper than any parser's stack: refused, no crash.
       {InferHead(deep_list.size(), ""), deep_list, 400, "deeper than 50"},
       {InferHead(deep_data.size(), ""), deep_data, 400, "deeper than 50"},
