@@ -1,7 +1,5 @@
 #include "server/follower.h"
 
-#include <cstdio>
-#include <fstream>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -49,9 +47,16 @@ absl::Status Follower::ReadSnapshot(const FollowFeed& first) {
         "the primary cannot continue after this replica's last entry (it "
         "needs a snapshot, which only a starting replica can load)");
   }
+  FileSystem* fs = o_.fs != nullptr ? o_.fs : FileSystem::Default();
   FollowFeed feed = first;
   std::string path, tmp;
-  std::ofstream out;
+  std::unique_ptr<WritableFile> out;
+  // Every failure removes the partial file (it may fill the disk).
+  auto fail = [&](absl::Status s) {
+    out.reset();
+    if (!tmp.empty()) fs->Remove(tmp).IgnoreError();
+    return s;
+  };
   uint64_t bytes = 0;
   while (feed.has_file()) {
     if (path.empty()) {
@@ -61,25 +66,36 @@ absl::Status Follower::ReadSnapshot(const FollowFeed& first) {
       }
       path = absl::StrCat(o_.snapshot_dir, "/", name);
       tmp = path + ".part";
-      out.open(tmp, std::ios::binary | std::ios::trunc);
-      if (!out) return absl::InternalError(absl::StrCat("cannot write ", tmp));
+      absl::StatusOr<std::unique_ptr<WritableFile>> f =
+          fs->NewWritableFile(tmp);
+      if (!f.ok()) {
+        tmp.clear();  // not made
+        return f.status();
+      }
+      out = *std::move(f);
     }
-    out.write(feed.file().data().data(), feed.file().data().size());
+    if (absl::Status w = out->Append(feed.file().data()); !w.ok()) {
+      return fail(w);
+    }
     bytes += feed.file().data().size();
     if (!stream_->Read(&feed)) {
       finished_ = true;
-      return FromGrpcStatus(stream_->Finish());
+      return fail(FromGrpcStatus(stream_->Finish()));
     }
   }
-  out.close();
-  if (!out || !feed.has_snapshot_end() || path.empty()) {
-    return absl::DataLossError("the snapshot ended early or is malformed");
+  if (!feed.has_snapshot_end() || path.empty()) {
+    return fail(
+        absl::DataLossError("the snapshot ended early or is malformed"));
   }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-    return absl::InternalError(absl::StrCat("cannot rename ", tmp));
-  }
+  if (absl::Status s = out->Sync(); !s.ok()) return fail(s);
+  if (absl::Status s = out->Close(); !s.ok()) return fail(s);
+  out.reset();
+  if (absl::Status s = fs->Rename(tmp, path); !s.ok()) return fail(s);
+  if (absl::Status s = fs->SyncDir(o_.snapshot_dir); !s.ok()) return s;
   o_.log->ResetTo(feed.snapshot_end().index(), feed.snapshot_end().epoch());
   shard_epoch_ = feed.snapshot_end().shard_epoch();
+  snapshot_ = true;
+  snapshot_index_ = feed.snapshot_end().index();
   o_.logger->info("received a snapshot from {} ({} bytes, at entry {})",
                   o_.primary, bytes, feed.snapshot_end().index());
   return absl::OkStatus();
@@ -120,7 +136,13 @@ void Follower::Loop(PsService* service) {
     }
     return absl::OkStatus();
   };
-  if (pending_ != nullptr) end = apply(*pending_);
+  if (snapshot_) {
+    // The server restored the snapshot: it holds the state up to the cut.
+    FollowUp up;
+    up.set_applied(snapshot_index_);
+    if (!stream_->Write(up)) end = absl::UnavailableError("the feed ended");
+  }
+  if (end.ok() && pending_ != nullptr) end = apply(*pending_);
   pending_.reset();
   FollowFeed feed;
   while (end.ok() && stream_->Read(&feed)) end = apply(feed);

@@ -3,7 +3,8 @@
 
 // A backup's end of the Follow stream (proto/replication.proto): it opens
 // the stream to its primary, receives a snapshot when it needs one (into a
-// checkpoint directory, restored by PsServer::Start as any checkpoint),
+// checkpoint directory, written as checkpoints are: a temporary file,
+// synced, renamed; restored by PsServer::Start as any checkpoint),
 // then acknowledges every entry as it receives it and applies it in order
 // through the same steps the primary ran (PsService::ApplyEntry), keeping
 // it in its own log (so that, promoted, it can feed the others). Stop
@@ -30,6 +31,7 @@
 #include "absl/synchronization/mutex.h"
 #include "common/security.h"
 #include "proto/replication.grpc.pb.h"
+#include "server/file_system.h"
 #include "server/ps_service.h"
 #include "server/replication_log.h"
 #include "spdlog/spdlog.h"
@@ -42,6 +44,9 @@ struct FollowerOptions {
   // Where a snapshot's file goes; when empty, a snapshot is refused
   // (FAILED_PRECONDITION: a running replica cannot load one).
   std::string snapshot_dir;
+  // Where the snapshot is written (not owned); FileSystem::Default() when
+  // null.
+  FileSystem* fs = nullptr;
   ReplicationLog* log = nullptr;  // not owned
   SecurityOptions security;       // as the workers' channels
   std::shared_ptr<spdlog::logger> logger;
@@ -61,7 +66,11 @@ class Follower {
   // The snapshot's shard epoch (0 when there was none).
   uint64_t snapshot_shard_epoch() const { return shard_epoch_; }
 
-  // Applies entries on a thread of its own from now on.
+  // Applies entries on a thread of its own from now on. After a snapshot,
+  // first tells the primary that this replica holds the state up to its
+  // cut (the server restored it): the primary counts on a spare only from
+  // then, not once it sent the snapshot, which the spare may have failed to
+  // store (a full disk).
   void Start(PsService* service);
   // Ends the stream and waits for the thread: every entry received whole
   // is applied.
@@ -80,6 +89,8 @@ class Follower {
   std::unique_ptr<Replication::Stub> stub_;
   std::unique_ptr<grpc::ClientReaderWriter<FollowUp, FollowFeed>> stream_;
   uint64_t shard_epoch_ = 0;
+  bool snapshot_ = false;        // a snapshot was stored
+  uint64_t snapshot_index_ = 0;  // its cut (0 for an empty log)
   // The first entry, read by Connect, applied first by Loop.
   std::unique_ptr<FollowFeed> pending_;
   bool finished_ = false;  // the stream's Finish was called

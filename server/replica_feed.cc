@@ -104,9 +104,11 @@ grpc::Status ReplicaFeedService::Follow(
       return ToGrpcStatus(cut.status());
     }
     next = *cut;
-    // It holds the state up to the cut once restored (before it applies
-    // anything or can be promoted).
-    o_.log->Ack(id, next);
+    // It holds the state up to the cut only once it stored and restored
+    // it, which it acknowledges then (a spare that cannot store it, its
+    // disk full, must never be counted on: it would be promoted with
+    // nothing, and while it kept asking again the primary's pushes waited
+    // for it each time).
   }
   o_.log->MoveReader(reader, next);
   o_.logger->info("backup {} follows from entry {}", id, next);

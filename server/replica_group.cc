@@ -158,11 +158,19 @@ absl::Status ReplicaGroup::JoinAsSpare(const ShardGroupRecord& group) {
   absl::StatusOr<std::unique_ptr<Follower>> f =
       ConnectFollower(primary, o_.snapshot_dir, absl::Seconds(5));
   if (!f.ok()) {
-    o_.logger->warn("cannot follow primary {} yet: {}", primary,
-                    f.status().ToString());
-    absl::SleepFor(absl::Milliseconds(200));
+    // The primary unreachable: look again soon (it may have changed). A
+    // failure on this side (its disk full: the status says so) would come
+    // again at once, and each try costs the primary a whole snapshot.
+    constexpr absl::Duration kFirst = absl::Milliseconds(200);
+    spare_retry_ = absl::IsUnavailable(f.status())
+                       ? kFirst
+                       : std::min(2 * spare_retry_, absl::Seconds(5));
+    o_.logger->warn("cannot follow primary {} yet: {} (again in {})", primary,
+                    f.status().ToString(), absl::FormatDuration(spare_retry_));
+    absl::SleepFor(spare_retry_);
     return absl::AbortedError("look again");
   }
+  spare_retry_ = absl::Milliseconds(200);
   absl::MutexLock l(&mu_);
   follower_ = *std::move(f);
   following_ = primary_id;
@@ -261,6 +269,7 @@ absl::StatusOr<std::unique_ptr<Follower>> ReplicaGroup::ConnectFollower(
   fo.snapshot_dir = snapshot_dir;
   fo.log = &log_;
   fo.security = o_.security;
+  fo.fs = o_.fs;
   fo.logger = o_.logger;
   return Follower::Connect(std::move(fo), timeout);
 }

@@ -74,8 +74,10 @@ struct ReplicaGroupOptions {
   // waited is dropped from the map.
   absl::Duration replica_timeout = absl::Seconds(2);
   // Where a spare's snapshot is written (the checkpoint directory the
-  // server restores from).
+  // server restores from), through `fs` (not owned; FileSystem::Default()
+  // when null).
   std::string snapshot_dir;
+  FileSystem* fs = nullptr;
   // How long Join waits for its group to have a primary or none at all.
   absl::Duration join_timeout = absl::Seconds(60);
   SecurityOptions security;
@@ -158,6 +160,10 @@ class ReplicaGroup {
   ReplicationLog log_;
   uint64_t incarnation_ = 0;  // this process at o_.address; nonzero
   std::string self_;          // ReplicaId(o_.address, incarnation_)
+  // How long a spare waits before it asks its primary again after a try
+  // that failed on its side (doubling up to 5 s: each try costs the primary
+  // a whole snapshot).
+  absl::Duration spare_retry_ = absl::Milliseconds(200);
   bool claimed_ = false;
   uint64_t claimed_epoch_ = 0;
   PsServer* server_ = nullptr;

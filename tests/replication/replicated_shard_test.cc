@@ -7,10 +7,12 @@
 #include <signal.h>
 
 #include <catch2/catch.hpp>
+#include <cstdlib>
 #include <filesystem>
 #include <memory>
 #include <regex>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -438,6 +440,89 @@ std::pair<int, std::string> RunServer(const std::vector<std::string>& args) {
   absl::StatusOr<int> exit = (*p)->Wait(absl::Seconds(30));
   REQUIRE_OK(exit.status());
   return {*exit, (*p)->ReadLog()};
+}
+
+TEST_CASE(
+    "a spare that cannot store its snapshot is never counted on: pushes do "
+    "not wait for it, and it catches up once it can",
+    "[replication][disk]") {
+  if (testing::SkipWithoutEtcd()) return;
+  absl::StatusOr<testing::EtcdProcess> etcd = testing::StartEtcd();
+  REQUIRE_OK(etcd.status());
+  const std::string run = "capped";
+  ServerProcess a = StartReplica(*etcd, run);
+  WaitForRole(a.address, "primary");
+  CreateTensor(run, a.address);
+  {
+    TensorSpec big;  // 2 MB more state: a snapshot far beyond the cap below
+    big.set_name("big");
+    big.add_shape(512 * 1024);
+    big.set_init(INIT_CONSTANT);
+    big.mutable_optimizer()->set_learning_rate(0.1f);
+    REQUIRE_OK(Client(run, a.address, 901)->CreateTensors({big}));
+  }
+  Push(run, a.address, 1, 40, 1);
+
+  // The spare's files may not grow past 64 KiB (a soft limit, lifted
+  // below): its snapshot's write fails midway (EFBIG, as ENOSPC on a full
+  // disk). Before, the primary counted a spare once it had sent it the
+  // snapshot: this one was marked caught up (it would have been promoted
+  // holding nothing), and each time it asked again the pushes waiting for
+  // it went on, a few per second.
+  const std::string dir = testing::UniqueTmpPath("spare");
+  const std::string port_file = dir + ".port";
+  std::vector<std::string> args = {
+      "-c",
+      "trap '' XFSZ; ulimit -S -f 128; exec \"$0\" \"$@\"",
+      RunfilePath("server/ps_server"),
+      "--port=0",
+      absl::StrCat("--port_file=", port_file),
+      absl::StrCat("--checkpoint_dir=", dir)};
+  const std::vector<std::string> replica = ReplicaArgs(*etcd, run);
+  args.insert(args.end(), replica.begin(), replica.end());
+  absl::StatusOr<std::unique_ptr<Subprocess>> spare =
+      Subprocess::Start("/bin/sh", args, dir + ".log");
+  REQUIRE_OK(spare.status());
+  INFO("spare's log:\n" << (*spare)->LogTail());
+  REQUIRE_OK(WaitFor(
+      [&] {
+        const std::string log = (*spare)->ReadLog();
+        return absl::StrContains(log, "cannot follow primary") &&
+               absl::StrContains(log, "shard-0-of-1.ckpt.part: File too large");
+      },
+      absl::Seconds(30), "the spare fails to store its snapshot"));
+  // Pushes go on meanwhile, and the primary never counts the spare.
+  bool counted = false;
+  std::thread pusher([&] { Push(run, a.address, 2, 40, 1); });
+  const absl::Time until = absl::Now() + absl::Seconds(3);
+  while (absl::Now() < until) {
+    absl::StatusOr<StatusResponse> st = testing::ReplicaStatus(a.address);
+    REQUIRE_OK(st.status());
+    for (const auto& b : st->replica().backups()) {
+      counted = counted || b.counted() || b.caught_up();
+    }
+    absl::SleepFor(absl::Milliseconds(50));
+  }
+  pusher.join();
+  CHECK_FALSE(counted);
+  // Nothing of the failed snapshots is left to fill the disk.
+  CHECK_FALSE(std::filesystem::exists(dir + "/shard-0-of-1.ckpt.part"));
+  CHECK_FALSE(std::filesystem::exists(dir + "/shard-0-of-1.ckpt"));
+  // Its retries slow down (each costs the primary a whole snapshot).
+  CHECK(absl::StrContains((*spare)->ReadLog(), "(again in 1.6s)"));
+
+  // Room again: the spare stores the snapshot, restores it, catches up.
+  REQUIRE(std::system(absl::StrCat("prlimit --pid ", (*spare)->pid(),
+                                   " --fsize=unlimited")
+                          .c_str()) == 0);
+  absl::StatusOr<int> port = testing::WaitForPortFile(
+      port_file, spare->get(), absl::Seconds(60), "the spare");
+  REQUIRE_OK(port.status());
+  const std::string b = absl::StrCat("127.0.0.1:", *port);
+  WaitForCounted(a.address, 1);
+  Push(run, a.address, 3, 20, 1);
+  ExpectSameState(a.address, b);
+  ExpectAll(Values(a.address), kInit - 100);
 }
 
 TEST_CASE("bad replication settings exit 2 saying what to fix",
