@@ -65,8 +65,13 @@ absl::StatusOr<std::unique_ptr<ReplicaGroup>> ReplicaGroup::Join(
   absl::StatusOr<std::unique_ptr<EtcdClient>> etcd = EtcdClient::Connect(eo);
   if (!etcd.ok()) return etcd.status();
   g->etcd_ = *std::move(etcd);
-  LeaseKeeperOptions lo;
+  LeaseKeeperOptions& lo = g->lease_options_;
   lo.etcd = g->etcd_.get();
+  // Fenced at once (the role thread may be waiting on etcd meanwhile);
+  // Rejoin decides what comes next.
+  lo.on_lost = [group = g.get()] {
+    group->log_.Fence(absl::UnavailableError("its lease in etcd was lost"));
+  };
   lo.ttl = std::max(absl::Seconds(1), absl::Trunc(o.lease, absl::Seconds(1)));
   absl::StatusOr<std::unique_ptr<LeaseKeeper>> lease = LeaseKeeper::Start(lo);
   if (!lease.ok()) {
@@ -301,6 +306,76 @@ void ReplicaGroup::Restart(const std::string& why) {
   o_.logger->error("replica of shard {} starts over: {}", o_.shard_index, why);
 }
 
+void ReplicaGroup::Rejoin() {
+  const absl::Time now = absl::Now();
+  if (lease_lost_since_ == absl::InfiniteFuture()) {
+    lease_lost_since_ = now;
+    log_.Fence(absl::UnavailableError("its lease in etcd was lost"));
+    o_.logger->warn(
+        "replica of shard {} lost its lease in etcd (etcd unreachable?): it "
+        "acknowledges nothing until it holds a new one and the map still "
+        "gives it its role",
+        o_.shard_index);
+  }
+  // A new lease and the same member key, once etcd answers (each tick).
+  if (lease_ == nullptr || !lease_->Held()) {
+    absl::StatusOr<std::unique_ptr<LeaseKeeper>> lease =
+        LeaseKeeper::Start(lease_options_);
+    if (!lease.ok()) return;
+    lease_ = *std::move(lease);
+  }
+  if (!Register().ok()) return;
+  absl::StatusOr<MapStore::Read> read = maps_->Get();
+  if (!read.ok()) return;
+  const ShardGroupRecord& group = read->map.groups(o_.shard_index);
+  const int me = Find(group, self_);
+  const std::string away = absl::FormatDuration(
+      absl::Trunc(absl::Now() - lease_lost_since_, absl::Milliseconds(1)));
+  if (me < 0) {
+    return Restart(absl::StrCat("its lease was lost for ", away,
+                                " and the map (epoch ", read->map.epoch(),
+                                ") no longer lists it; it rejoins as a spare"));
+  }
+  if (log_.took_primary()) {
+    // Under a new epoch, so that nothing of the old one is taken for it.
+    absl::StatusOr<ShardMapRecord> m =
+        maps_->Update([&](ShardMapRecord* m) -> absl::StatusOr<bool> {
+          const ShardGroupRecord& g = m->groups(o_.shard_index);
+          if (g.replicas_size() == 0 || IdOf(g.replicas(0)) != self_) {
+            return absl::AbortedError("another replica took over");
+          }
+          return true;
+        });
+    if (absl::IsAborted(m.status())) {
+      return Restart(absl::StrCat("its lease was lost for ", away,
+                                  " and another replica took over"));
+    }
+    if (!m.ok()) return;  // etcd away again: the next tick retries
+    log_.Resume(m->epoch());
+    {
+      absl::MutexLock l(&mu_);
+      map_epoch_ = m->epoch();
+      group_ = m->groups(o_.shard_index);
+    }
+    o_.logger->warn(
+        "replica of shard {} holds a lease again after {}: still its "
+        "primary, now at map epoch {}, after entry {}",
+        o_.shard_index, away, m->epoch(), log_.last_index());
+  } else {
+    if (!group.replicas(me).caught_up()) {
+      return Restart(absl::StrCat("its lease was lost for ", away,
+                                  " before it caught up"));
+    }
+    log_.Resume(0);
+    o_.logger->warn(
+        "replica of shard {} holds a lease again after {}: still a backup "
+        "(map epoch {})",
+        o_.shard_index, away, read->map.epoch());
+  }
+  lease_lost_since_ = absl::InfiniteFuture();
+  resumed_at_ = now;
+}
+
 bool ReplicaGroup::must_restart(std::string* why) const {
   absl::MutexLock l(&mu_);
   *why = restart_;
@@ -312,9 +387,8 @@ void ReplicaGroup::Tick() {
     absl::MutexLock l(&mu_);
     if (!restart_.empty()) return;
   }
-  if (!lease_->Held()) {
-    log_.Fence(absl::UnavailableError("its lease in etcd was lost"));
-    return Restart("its lease in etcd was lost (etcd unreachable?)");
+  if (lease_lost_since_ != absl::InfiniteFuture() || !lease_->Held()) {
+    return Rejoin();
   }
   absl::StatusOr<MapStore::Read> read = maps_->Get();
   if (!read.ok()) return;  // the lease bounds how long this may last
@@ -369,6 +443,9 @@ void ReplicaGroup::TendBackups(
     const std::string id = IdOf(r);
     // Drop logs (or fences) what fails; the next round tries again.
     if (!IsLive(live, r)) {
+      // Just back from a lost lease (etcd away): its backups lost theirs
+      // too and register again within a tick or two.
+      if (now - resumed_at_ < 2 * o_.lease) continue;
       Drop(id, "its lease expired").IgnoreError();
       continue;
     }
@@ -510,6 +587,10 @@ void ReplicaGroup::FollowPrimary(
     return;
   }
   const absl::Time now = absl::Now();
+  // Just back from a lost lease (etcd away): the primary lost its lease
+  // too and registers again within a tick or two; taking over from it
+  // would only cost its pushes in flight.
+  if (now - resumed_at_ < 2 * o_.lease) return;
   if (primary_gone_since_ == absl::InfiniteFuture()) primary_gone_since_ = now;
   int turn = 0;
   for (int i = 1; i < me; ++i) {

@@ -19,8 +19,10 @@
 // checkpoints applies only then: when every replica of a shard was lost).
 //
 // Running (the role thread, every tick):
-//   primary: fences itself and asks for a restart when its lease is not
-//     certainly held or the map names another primary; drops from the map
+//   primary: fences itself when its lease is not certainly held (and
+//     resumes once it holds a new one and the map, unchanged, still names
+//     it; see Rejoin), asks for a restart when the map names another
+//     primary; drops from the map
 //     (then stops waiting for) a backup whose key expired or that made no
 //     progress for replica_timeout; counts a spare that caught up (waits
 //     for it from then on), then marks it caught up in the map.
@@ -152,10 +154,17 @@ class ReplicaGroup {
       const std::string& primary, const std::string& snapshot_dir,
       absl::Duration timeout);
   void Restart(const std::string& why);
+  // While its lease is lost: fenced, it takes a new lease once etcd answers,
+  // registers again under the same id and, when the map still gives it its
+  // role (nobody took over meanwhile), resumes it with its state; else it
+  // starts over. (Starting over at once threw away every replica's state
+  // when etcd itself was away: the group was claimed anew, empty.)
+  void Rejoin();
 
   const ReplicaGroupOptions o_;
   std::unique_ptr<EtcdClient> etcd_;
   std::unique_ptr<LeaseKeeper> lease_;
+  LeaseKeeperOptions lease_options_;
   std::unique_ptr<MapStore> maps_;
   ReplicationLog log_;
   uint64_t incarnation_ = 0;  // this process at o_.address; nonzero
@@ -179,6 +188,11 @@ class ReplicaGroup {
   absl::flat_hash_map<std::string, uint64_t> catching_up_;
   // When this backup first saw its primary gone.
   absl::Time primary_gone_since_ = absl::InfiniteFuture();
+  // Role thread only: since when its lease is lost (InfiniteFuture: held),
+  // and when it last resumed its role after that (backups whose keys are
+  // not back yet are given a lease's time to register again).
+  absl::Time lease_lost_since_ = absl::InfiniteFuture();
+  absl::Time resumed_at_ = absl::InfinitePast();
   std::atomic<uint64_t> failovers_{0};
 
   absl::Notification stop_;

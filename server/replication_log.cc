@@ -203,6 +203,19 @@ void ReplicationLog::Fence(const absl::Status& why) {
   Complete(std::move(all), status);
 }
 
+void ReplicationLog::Resume(uint64_t epoch) {
+  absl::MutexLock l(&mu_);
+  fenced_ = absl::OkStatus();
+  if (primary_) epoch_ = epoch;
+  const absl::Time now = options_.clock->Now();
+  for (auto& [address, b] : backups_) b.last_progress = now;
+}
+
+bool ReplicationLog::took_primary() const {
+  absl::MutexLock l(&mu_);
+  return primary_;
+}
+
 bool ReplicationLog::fenced() const {
   absl::MutexLock l(&mu_);
   return !fenced_.ok();

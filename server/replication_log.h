@@ -115,9 +115,16 @@ class ReplicationLog {
   // it complete.
   void StopCounting(const std::string& address);
 
-  // Ends the primary's role for good; see above.
+  // Ends the primary's role (a backup's: stops its appends) until Resume.
   void Fence(const absl::Status& why);
   bool fenced() const;
+  // Lifts the fence of a replica whose role the map confirmed after it
+  // lost its lease (etcd was away, nobody took over): a primary goes on
+  // under `epoch` (the map's, one on), with the backups it counted; what
+  // waited when it was fenced was answered UNAVAILABLE (clients retry).
+  void Resume(uint64_t epoch);
+  // Whether this replica took the primary's role (fenced or not).
+  bool took_primary() const;
 
   // The entry after `index` for a backup's feed: waits up to `wait` for it
   // (null when none came); OUT_OF_RANGE when the log no longer holds it

@@ -117,11 +117,13 @@ absl::StatusOr<EtcdProcess> StartEtcd(absl::Duration timeout) {
   return etcd;
 }
 
-absl::Status RestartEtcd(EtcdProcess* etcd, absl::Duration timeout) {
+absl::Status RestartEtcd(EtcdProcess* etcd, absl::Duration timeout,
+                         absl::Duration down) {
   if (etcd->process != nullptr) {
     absl::StatusOr<int> killed = etcd->process->Kill(absl::ZeroDuration());
     if (!killed.ok()) return killed.status();
   }
+  absl::SleepFor(down);
   return Launch(etcd, timeout);
 }
 

@@ -44,10 +44,11 @@ bool SkipWithoutEtcd();
 absl::StatusOr<EtcdProcess> StartEtcd(
     absl::Duration timeout = absl::Seconds(30));
 
-// Kills the process (SIGKILL) and starts it again on the same ports and
-// data directory, healthy again.
+// Kills the process (SIGKILL), waits `down`, and starts it again on the
+// same ports and data directory, healthy again.
 absl::Status RestartEtcd(EtcdProcess* etcd,
-                         absl::Duration timeout = absl::Seconds(30));
+                         absl::Duration timeout = absl::Seconds(30),
+                         absl::Duration down = absl::ZeroDuration());
 
 }  // namespace testing
 }  // namespace asyncps
