@@ -10,10 +10,12 @@ nemesis may also kill two replicas of one group 0.5 s apart (R >= 3). Workers
 integer gradients (worker w pushes w + 1 to every element), so the sums are
 exact in float32. Every --every seconds the nemesis picks one of: kill -9 a
 random server process, kill -9 every process of a random server host, cut a
-random server host off from everyone for a few seconds, or split it from its
+random server host off from everyone for a few seconds, split it from its
 shard's other replica and etcd only (the workers still reach it: an old
 primary that keeps receiving pushes must acknowledge none once its backup
-took over); a killed process is started again (it rejoins as a spare). With
+took over), or kill -9 etcd and start it again on its data 2-4 s later
+(every replica loses its lease: each must keep its state and resume its
+role); a killed server process is started again (it rejoins as a spare). With
 --scale the run is slotted (64 slots, on shard 0 at first) and each event
 also moves slots between the groups: `psctl scale` (through etcd) to 2 or
 back to 1 group, started up to 0.5 s before the nemesis strikes; a scale
@@ -85,14 +87,18 @@ def main():
     with ec.EmulatedCluster(2 * r + 2, log=print) as c:
         h0, h5 = c.host(0), c.host(etcd_host)
         endpoint = f"{h5.ip}:{ETCD_PORT}"
-        h5.spawn([etcd, "--name=n", f"--data-dir={c.log_dir}/etcd",
-                  f"--listen-client-urls=http://{h5.ip}:{ETCD_PORT}",
-                  f"--advertise-client-urls=http://{h5.ip}:{ETCD_PORT}",
-                  f"--listen-peer-urls=http://{h5.ip}:2380",
-                  f"--initial-advertise-peer-urls=http://{h5.ip}:2380",
-                  f"--initial-cluster=n=http://{h5.ip}:2380",
-                  "--heartbeat-interval=50", "--election-timeout=500",
-                  "--log-level=warn"], name="etcd")
+        def start_etcd():
+            return h5.spawn(
+                [etcd, "--name=n", f"--data-dir={c.log_dir}/etcd",
+                 f"--listen-client-urls=http://{h5.ip}:{ETCD_PORT}",
+                 f"--advertise-client-urls=http://{h5.ip}:{ETCD_PORT}",
+                 f"--listen-peer-urls=http://{h5.ip}:2380",
+                 f"--initial-advertise-peer-urls=http://{h5.ip}:2380",
+                 f"--initial-cluster=n=http://{h5.ip}:2380",
+                 "--heartbeat-interval=50", "--election-timeout=500",
+                 "--log-level=warn"], name="etcd")
+
+        etcd_process = start_etcd()
         time.sleep(2)
 
         def start_server(h):
@@ -127,7 +133,8 @@ def main():
             time.sleep(args.every)
             events += 1
             h = rng.choice(server_hosts)
-            kinds = ["kill process", "kill host", "partition", "split"]
+            kinds = ["kill process", "kill host", "partition", "split",
+                     "etcd away"]
             kind = rng.choice(kinds + (["double kill"] if r >= 3 else []))
             mover = None
             if args.scale:
@@ -160,6 +167,13 @@ def main():
                 for k in (h, second):
                     servers[k].wait(10)
                     servers[k] = start_server(k)
+            elif kind == "etcd away":
+                # Every replica loses its lease: each must keep its state
+                # and resume its role once etcd is back (same data).
+                etcd_process.signal(9)
+                etcd_process.wait(10)
+                time.sleep(rng.uniform(2, 4))
+                etcd_process = start_etcd()
             elif kind == "kill host":
                 c.kill_host(h)
                 servers[h] = start_server(h)
