@@ -338,19 +338,33 @@ int ReadPortFile(const std::string& path) {
   return port;
 }
 
-TEST_CASE("a ps_server's /metrics agrees with its Status RPC",
-          "[monitoring][metrics][process]") {
+// A ps_server (shard 0 of 1) with `flags` and its metrics endpoint on a
+// free port.
+struct MetricsShard {
+  ServerProcess server;
+  int metrics_port = 0;
+};
+
+MetricsShard StartMetricsShard(const std::vector<std::string>& flags) {
   const std::string port_file = testing::UniqueTmpPath("metrics_port");
-  absl::StatusOr<ServerProcess> server = testing::StartPsServer(
-      0, 1,
-      {"--metrics_port=0", absl::StrCat("--metrics_port_file=", port_file),
-       "--max_staleness=0", "--log_level=info"});
+  std::vector<std::string> args = {
+      "--metrics_port=0", absl::StrCat("--metrics_port_file=", port_file)};
+  args.insert(args.end(), flags.begin(), flags.end());
+  absl::StatusOr<ServerProcess> server = testing::StartPsServer(0, 1, args);
   REQUIRE(server.ok());
-  INFO("server log:\n" << server->process->LogTail());
   // The metrics port file is written before the gRPC one that StartPsServer
   // waited for.
-  const int metrics_port = ReadPortFile(port_file);
-  REQUIRE(metrics_port > 0);
+  MetricsShard m{*std::move(server), ReadPortFile(port_file)};
+  REQUIRE(m.metrics_port > 0);
+  return m;
+}
+
+TEST_CASE("a ps_server's /metrics agrees with its Status RPC",
+          "[monitoring][metrics][process]") {
+  MetricsShard m = StartMetricsShard({"--max_staleness=0", "--log_level=info"});
+  ServerProcess* server = &m.server;
+  INFO("server log:\n" << server->process->LogTail());
+  const int metrics_port = m.metrics_port;
 
   ShardRpc rpc(server->address);
   REQUIRE(rpc.Create(testing::ZerosSpec("v", 8, 4)).ok());
@@ -462,15 +476,10 @@ TEST_CASE(
     "with the default --host the endpoint answers on IPv4 and, where the "
     "kernel has it, IPv6",
     "[monitoring][metrics][process]") {
-  const std::string port_file = testing::UniqueTmpPath("metrics_port");
-  absl::StatusOr<ServerProcess> server = testing::StartPsServer(
-      0, 1,
-      {"--metrics_port=0", absl::StrCat("--metrics_port_file=", port_file),
-       "--log_level=info"});
-  REQUIRE(server.ok());
+  MetricsShard m = StartMetricsShard({"--log_level=info"});
+  ServerProcess* server = &m.server;
   INFO("server log:\n" << server->process->LogTail());
-  const int metrics_port = ReadPortFile(port_file);
-  REQUIRE(metrics_port > 0);
+  const int metrics_port = m.metrics_port;
   CHECK(MetricsStatus("127.0.0.1", metrics_port) == 200);
   const int probe = socket(AF_INET6, SOCK_STREAM, 0);
   if (probe < 0) {
@@ -489,15 +498,10 @@ TEST_CASE(
     "the metrics endpoint reads no large bodies: with Content-Length they "
     "are refused 413 unread, chunked ones 411",
     "[monitoring][metrics][process][bad_input]") {
-  const std::string port_file = testing::UniqueTmpPath("metrics_port");
-  absl::StatusOr<ServerProcess> server = testing::StartPsServer(
-      0, 1,
-      {"--metrics_port=0", absl::StrCat("--metrics_port_file=", port_file)});
-  REQUIRE(server.ok());
-  INFO("server log:\n" << server->process->LogTail());
-  const int metrics_port = ReadPortFile(port_file);
-  REQUIRE(metrics_port > 0);
-  const pid_t pid = server->process->pid();
+  MetricsShard m = StartMetricsShard({});
+  INFO("server log:\n" << m.server.process->LogTail());
+  const int metrics_port = m.metrics_port;
+  const pid_t pid = m.server.process->pid();
   absl::StatusOr<testing::ProcessResources> before =
       testing::ReadProcessResources(pid);
   REQUIRE(before.ok());
@@ -532,19 +536,15 @@ TEST_CASE(
 
 TEST_CASE("--metrics_host binds the endpoint to another address than --host",
           "[monitoring][metrics][process]") {
-  const std::string port_file = testing::UniqueTmpPath("metrics_port");
   // gRPC on loopback only, metrics on all interfaces (and the reverse is
   // what operators do; either way the two are independent).
-  absl::StatusOr<ServerProcess> server = testing::StartPsServer(
-      0, 1,
-      {"--host=127.0.0.1", "--metrics_host=0.0.0.0", "--metrics_port=0",
-       absl::StrCat("--metrics_port_file=", port_file), "--log_level=info"});
-  REQUIRE(server.ok());
+  MetricsShard m = StartMetricsShard(
+      {"--host=127.0.0.1", "--metrics_host=0.0.0.0", "--log_level=info"});
+  ServerProcess* server = &m.server;
   INFO("server log:\n" << server->process->LogTail());
   CHECK(absl::StrContains(server->process->ReadLog(),
                           "Prometheus metrics on http://0.0.0.0:"));
-  const int metrics_port = ReadPortFile(port_file);
-  REQUIRE(metrics_port > 0);
+  const int metrics_port = m.metrics_port;
   CHECK(MetricsStatus("127.0.0.1", metrics_port) == 200);
 }
 
