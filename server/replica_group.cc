@@ -318,7 +318,7 @@ void ReplicaGroup::Rejoin() {
         o_.shard_index);
   }
   // A new lease and the same member key, once etcd answers (each tick).
-  if (lease_ == nullptr || !lease_->Held()) {
+  if (!lease_->Held()) {
     absl::StatusOr<std::unique_ptr<LeaseKeeper>> lease =
         LeaseKeeper::Start(lease_options_);
     if (!lease.ok()) return;

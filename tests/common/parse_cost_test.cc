@@ -22,6 +22,22 @@ std::string Repeat(const std::string& unit, size_t bytes) {
   return out;
 }
 
+// A worker's push of `slices` slices of `tensor`, `bytes` of gradient each.
+PushRequest RealPush(const std::string& tensor, int slices, size_t bytes) {
+  PushRequest push;
+  push.mutable_worker()->set_worker_id(3);
+  push.mutable_worker()->set_incarnation(7);
+  push.set_seq(9);
+  for (int i = 0; i < slices; ++i) {
+    SliceGradient* g = push.add_grads();
+    g->set_tensor(tensor);
+    g->set_slice(i);
+    g->set_read_version(100 + i);
+    g->set_grad(std::string(bytes, 'g'));
+  }
+  return push;
+}
+
 // The estimate is not below what the parsed message holds (protobuf's own
 // count, which leaves out malloc's overhead), and not far above it.
 template <typename Message>
@@ -49,18 +65,8 @@ TEST_CASE("the estimate covers what the parsed form holds", "[parse_cost]") {
   for (int i = 0; i < 100000; ++i) ids.add_ids(i % 100);
   RequireCovers<TableIds>(ids.SerializeAsString());
   // Real traffic: a push of 1000 slices of 16 floats each.
-  PushRequest push;
-  push.mutable_worker()->set_worker_id(3);
-  push.mutable_worker()->set_incarnation(7);
-  push.set_seq(9);
-  for (int i = 0; i < 1000; ++i) {
-    SliceGradient* g = push.add_grads();
-    g->set_tensor("layer1/weights");
-    g->set_slice(i);
-    g->set_read_version(100 + i);
-    g->set_grad(std::string(64, 'g'));
-  }
-  RequireCovers<PushRequest>(push.SerializeAsString());
+  RequireCovers<PushRequest>(
+      RealPush("layer1/weights", 1000, 64).SerializeAsString());
 }
 
 TEST_CASE(
@@ -91,17 +97,7 @@ TEST_CASE(
                          *PushRequest::descriptor())
               .ok());
   // A real 8 MiB push (128 slices of 64 KiB) parses.
-  PushRequest push;
-  push.mutable_worker()->set_worker_id(1);
-  push.mutable_worker()->set_incarnation(1);
-  push.set_seq(1);
-  for (int i = 0; i < 128; ++i) {
-    SliceGradient* g = push.add_grads();
-    g->set_tensor("w");
-    g->set_slice(i);
-    g->set_grad(std::string(64 << 10, 'g'));
-  }
-  const std::string wire = push.SerializeAsString();
+  const std::string wire = RealPush("w", 128, 64 << 10).SerializeAsString();
   REQUIRE(CheckParseCost(wire, *PushRequest::descriptor()).ok());
   grpc::Slice whole(wire.data(), wire.size());
   REQUIRE(ParseFromByteBuffer(grpc::ByteBuffer(&whole, 1), &parsed).ok());
