@@ -9,8 +9,9 @@
 
 namespace asyncps {
 
-HttpListener::HttpListener(std::string what, int threads, Routes routes)
-    : what_(std::move(what)), threads_(threads), routes_(std::move(routes)) {}
+HttpListener::HttpListener(std::string what, HttpConnectionLimits limits,
+                           Routes routes)
+    : what_(std::move(what)), limits_(limits), routes_(std::move(routes)) {}
 
 HttpListener::~HttpListener() { Stop(); }
 
@@ -24,11 +25,7 @@ absl::StatusOr<int> HttpListener::Start(const std::string& host, int port) {
     return absl::FailedPreconditionError(
         absl::StrCat(what_, " server already started"));
   }
-  auto server = std::make_unique<httplib::Server>();
-  const int threads = threads_;
-  server->new_task_queue = [threads] {
-    return new httplib::ThreadPool(threads);
-  };
+  auto server = std::make_unique<GatedHttpServer>(limits_);
   // Idle keep-alive connections do not delay Stop() for long.
   server->set_keep_alive_timeout(1);
   server->set_read_timeout(5);
@@ -72,12 +69,12 @@ absl::StatusOr<int> HttpListener::Start(const std::string& host, int port) {
   } else if (!server->bind_to_port(host, port)) {
     bound = -1;
   }
-  if (bound < 0) {
+  if (bound < 0 || !server->SetBacklog(SOMAXCONN)) {
     return absl::UnavailableError(
         absl::StrCat("cannot listen for ", what_, " on ", host, ":", port,
                      " (address in use or not available?)"));
   }
-  httplib::Server* raw = server.get();
+  GatedHttpServer* raw = server.get();
   thread_ = std::thread([raw] { raw->listen_after_bind(); });
   // stop() is a no-op until the loop runs, so Stop() could miss a server
   // still starting up; wait (bounded) for the loop before returning.
@@ -94,8 +91,13 @@ absl::StatusOr<int> HttpListener::Start(const std::string& host, int port) {
   return bound;
 }
 
+int HttpListener::active_connections() {
+  absl::MutexLock l(&mu_);
+  return server_ == nullptr ? 0 : server_->gate().active();
+}
+
 void HttpListener::Stop() {
-  std::unique_ptr<httplib::Server> server;
+  std::unique_ptr<GatedHttpServer> server;
   std::thread thread;
   {
     absl::MutexLock l(&mu_);

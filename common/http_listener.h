@@ -3,7 +3,8 @@
 
 // A plain-HTTP endpoint on a thread of its own (cpp-httplib), for the
 // metrics of ps_server and the REST form of ps_serve: binds, serves the
-// routes its owner installs, and stops promptly.
+// routes its owner installs (each connection on a thread of its own, up to
+// a cap: http_connections.h), and stops promptly.
 
 #include <cstddef>
 #include <functional>
@@ -14,6 +15,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "common/http_connections.h"
 
 namespace httplib {
 class Server;
@@ -30,9 +32,9 @@ class HttpListener {
   // Installs the handlers on a new server; called once per Start.
   using Routes = std::function<void(httplib::Server* server)>;
 
-  // `what` names the endpoint in errors ("metrics"); `threads` handle
-  // requests (a request holds its thread until answered).
-  HttpListener(std::string what, int threads, Routes routes);
+  // `what` names the endpoint in errors ("metrics"); `limits` bound the
+  // connections served at once and how long each may stay open.
+  HttpListener(std::string what, HttpConnectionLimits limits, Routes routes);
   ~HttpListener();  // Stop()
   HttpListener(const HttpListener&) = delete;
   HttpListener& operator=(const HttpListener&) = delete;
@@ -45,15 +47,19 @@ class HttpListener {
   // before starting again.
   absl::StatusOr<int> Start(const std::string& host, int port);
 
-  // Stops accepting, finishes the serving thread. Idempotent.
+  // Stops accepting, ends every open connection, finishes the serving
+  // threads. Idempotent.
   void Stop();
+
+  // Connections being served now (0 when stopped).
+  int active_connections();
 
  private:
   const std::string what_;
-  const int threads_;
+  const HttpConnectionLimits limits_;
   const Routes routes_;
   absl::Mutex mu_;
-  std::unique_ptr<httplib::Server> server_ ABSL_GUARDED_BY(mu_);
+  std::unique_ptr<GatedHttpServer> server_ ABSL_GUARDED_BY(mu_);
   std::thread thread_ ABSL_GUARDED_BY(mu_);
 };
 

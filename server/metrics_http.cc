@@ -385,18 +385,22 @@ std::string RenderPrometheus(const StatusResponse& s) {
 MetricsHttpServer::MetricsHttpServer(StatusSource source, TextSource extra)
     : source_(std::move(source)),
       extra_(std::move(extra)),
-      // Scrapes are rare and small: two handler threads.
-      listener_("metrics", 2, [this](httplib::Server* server) {
-        server->Get("/metrics",
-                    [this](const httplib::Request&, httplib::Response& res) {
-                      std::string text = RenderPrometheus(source_());
-                      if (extra_) text += extra_();
-                      res.set_content(std::move(text), kPrometheusContentType);
-                    });
-        server->Get("/", [](const httplib::Request&, httplib::Response& res) {
-          res.set_content("asyncps shard: metrics at /metrics\n", "text/plain");
-        });
-      }) {}
+      // Each scrape on a thread of its own (up to 512 connections, none
+      // open longer than a minute), so idle or slow ones hold no other.
+      listener_("metrics", HttpConnectionLimits{},
+                [this](httplib::Server* server) {
+                  server->Get("/metrics", [this](const httplib::Request&,
+                                                 httplib::Response& res) {
+                    std::string text = RenderPrometheus(source_());
+                    if (extra_) text += extra_();
+                    res.set_content(std::move(text), kPrometheusContentType);
+                  });
+                  server->Get(
+                      "/", [](const httplib::Request&, httplib::Response& res) {
+                        res.set_content("asyncps shard: metrics at /metrics\n",
+                                        "text/plain");
+                      });
+                }) {}
 
 MetricsHttpServer::~MetricsHttpServer() { Stop(); }
 

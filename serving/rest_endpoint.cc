@@ -73,7 +73,7 @@ int HttpStatusOf(const absl::Status& status) {
 }
 
 RestEndpoint::RestEndpoint(InferenceHandler* handler,
-                           std::string server_version, int threads,
+                           std::string server_version, int max_connections,
                            size_t max_body_bytes, TextSource metrics,
                            TextSource status)
     : handler_(handler),
@@ -81,7 +81,7 @@ RestEndpoint::RestEndpoint(InferenceHandler* handler,
       max_body_bytes_(max_body_bytes),
       metrics_(std::move(metrics)),
       status_(std::move(status)),
-      listener_("REST", threads,
+      listener_("REST", HttpConnectionLimits{max_connections},
                 [this](httplib::Server* server) { Routes(server); }) {}
 
 void RestEndpoint::Routes(httplib::Server* server) {

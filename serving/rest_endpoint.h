@@ -44,12 +44,13 @@ class RestEndpoint {
   using TextSource = std::function<std::string()>;
 
   // Not owned; must outlive the endpoint. `metrics` renders /metrics,
-  // `status` /status. `threads` handle requests (each waits for its batch).
+  // `status` /status. Up to `max_connections` connections are served at
+  // once, each on a thread of its own (a request waits for its batch there).
   // A request body over `max_body_bytes` is refused (413): by its
   // Content-Length before it is read, or, compressed or chunked, as soon
   // as its decompressed bytes pass the limit.
   RestEndpoint(InferenceHandler* handler, std::string server_version,
-               int threads, size_t max_body_bytes, TextSource metrics,
+               int max_connections, size_t max_body_bytes, TextSource metrics,
                TextSource status);
 
   absl::StatusOr<int> Start(const std::string& host, int port) {

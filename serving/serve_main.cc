@@ -80,7 +80,9 @@ ABSL_FLAG(int, http_port, -1,
           "free one (written to --http_port_file).");
 ABSL_FLAG(std::string, http_port_file, "",
           "If set, the bound HTTP port is written here (before --port_file).");
-ABSL_FLAG(int, http_threads, 8, "Threads answering REST requests.");
+ABSL_FLAG(int, http_connections, 512,
+          "REST connections served at once, each on a thread of its own; one "
+          "more is answered 503.");
 ABSL_FLAG(int, max_batch_size, 64,
           "Most rows computed together; also the most rows of one request.");
 ABSL_FLAG(std::string, batch_timeout_us, "auto",
@@ -170,9 +172,10 @@ absl::StatusOr<Flags> FlagsFromCommandLine() {
     return absl::InvalidArgumentError("--refresh_s must be in [0, 86400]");
   }
   f.refresh = absl::Seconds(refresh);
-  if (absl::GetFlag(FLAGS_http_threads) < 1 ||
-      absl::GetFlag(FLAGS_http_threads) > 1024) {
-    return absl::InvalidArgumentError("--http_threads must be in [1, 1024]");
+  if (absl::GetFlag(FLAGS_http_connections) < 1 ||
+      absl::GetFlag(FLAGS_http_connections) > 4096) {
+    return absl::InvalidArgumentError(
+        "--http_connections must be in [1, 4096]");
   }
   const int64_t max_request = absl::GetFlag(FLAGS_max_request_bytes);
   if (max_request < 1024 || max_request > (int64_t{1} << 30)) {
@@ -314,7 +317,7 @@ absl::StatusOr<std::unique_ptr<RestEndpoint>> StartRest(
   if (absl::GetFlag(FLAGS_http_port) < 0) return nullptr;
   const std::string host = absl::GetFlag(FLAGS_host);
   auto rest = std::make_unique<RestEndpoint>(
-      handler, kVersion, absl::GetFlag(FLAGS_http_threads),
+      handler, kVersion, absl::GetFlag(FLAGS_http_connections),
       static_cast<size_t>(absl::GetFlag(FLAGS_max_request_bytes)),
       [status] { return status->Metrics(); },
       [status] { return status->Line(); });

@@ -395,7 +395,7 @@ TEST_CASE(
   ServeProcess serve = StartServe(
       {"--servers=" + testing::ServerList(*cluster), "--refresh_s=60",
        "--batch_timeout_us=100000", "--max_batch_size=64",
-       absl::StrCat("--max_request_bytes=", kLimit), "--http_threads=16"});
+       absl::StrCat("--max_request_bytes=", kLimit), "--http_connections=16"});
   const std::vector<float> x = AsFloats(Images(1, 1));
   const std::string expected = GrpcOutput(serve, x, 1);
   auto [good, length] = BinaryBody(x, 1, true);
