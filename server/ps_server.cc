@@ -55,6 +55,10 @@ void SetTransportArguments(const PsServerOptions& options,
   builder->AddChannelArgument(
       GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, 1000);
   builder->AddChannelArgument(GRPC_ARG_HTTP2_MAX_PING_STRIKES, 0);
+  // A connection that has not finished its handshake (TLS, HTTP/2
+  // settings) within this goes; gRPC's default of 120 s let silent
+  // connections hold their descriptors that long.
+  builder->AddChannelArgument(GRPC_ARG_SERVER_HANDSHAKE_TIMEOUT_MS, 10000);
   // A stream's flow-control window opens as the shard reads it, up to the
   // lookahead. gRPC's BDP probe also grows the window of new streams with
   // the connection's measured bandwidth, before the shard has read

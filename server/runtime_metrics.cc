@@ -18,6 +18,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
+#include "common/accept_guard.h"
 
 namespace asyncps {
 
@@ -343,6 +344,10 @@ void AppendProcessMetrics(absl::string_view labels, std::string* out) {
     Gauge(out, "process_max_fds", "gauge", "Limit on open file descriptors.",
           labels, Number(static_cast<double>(limit.rlim_cur)));
   }
+  Gauge(out, "asyncps_connections_shed_total", "counter",
+        "Connections closed unserved to keep descriptors free "
+        "(common/accept_guard.h).",
+        labels, absl::StrCat(ConnectionsShed()));
   double boot = 0;
   for (absl::string_view line :
        absl::StrSplit(ReadSmallFile("/proc/stat"), '\n')) {

@@ -26,6 +26,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "common/accept_guard.h"
 #include "common/cli.h"
 #include "common/identity.h"
 #include "common/logging.h"
@@ -663,6 +664,11 @@ int Main(int argc, char** argv) {
   };
   const sigset_t signals = BlockStopSignals();
   TuneProcess();
+  const AcceptGuardReport fds = GuardAccepts();
+  options->logger->info(
+      "open files: limit {} (hard {}); connections beyond descriptor {} are "
+      "refused",
+      fds.soft_limit, fds.hard_limit, fds.ceiling);
 
   absl::StatusOr<ReplicaFlags> replica_flags = ReplicaFlagsFromFlags(*options);
   if (!replica_flags.ok()) {

@@ -24,6 +24,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
+#include "common/accept_guard.h"
 #include "common/cli.h"
 #include "common/logging.h"
 #include "common/net.h"
@@ -364,6 +365,9 @@ int Main(int argc, char** argv) {
   // No Abseil deadlock detection (it costs every gRPC call a lock-graph
   // update), malloc tuned for large messages.
   TuneProcess();
+  // A flood of connections neither takes the descriptors it needs nor
+  // stops its gRPC port for good (common/accept_guard.h).
+  GuardAccepts();
 
   absl::StatusOr<std::unique_ptr<ParameterSource>> source =
       SourceFromFlags(*logger);
