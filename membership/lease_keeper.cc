@@ -1,5 +1,6 @@
 #include "membership/lease_keeper.h"
 
+#include <algorithm>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -66,7 +67,15 @@ void LeaseKeeper::Lose() {
 
 void LeaseKeeper::Renew() {
   const absl::Duration every = options_.ttl / 3;
-  while (!stop_.WaitForNotificationWithTimeout(every)) {
+  for (;;) {
+    // Every ttl / 3, and sooner when less is left: a grant or renewal that
+    // etcd answered slowly (a restarted etcd) leaves its lease little time
+    // from when it was sent, and it was lost at the next renewal, a third
+    // of a TTL on. Renew at the latest half way to the expiry.
+    const absl::Duration rest = HeldUntil() - options_.clock->Now();
+    const absl::Duration wait =
+        std::clamp(rest / 2, absl::Milliseconds(10), every);
+    if (stop_.WaitForNotificationWithTimeout(wait)) return;
     const absl::Time sent = options_.clock->Now();
     if (sent >= HeldUntil()) {  // expired before this renewal
       Lose();

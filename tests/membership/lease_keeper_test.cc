@@ -9,6 +9,7 @@
 #include <memory>
 
 #include "absl/time/clock.h"
+#include "common/clock.h"
 #include "tests/testing/etcd_process.h"
 #include "tests/testing/require_ok.h"
 #include "tests/testing/subprocess.h"
@@ -97,6 +98,48 @@ TEST_CASE("etcd gone for a TTL: the lease is lost once and never revived",
   CHECK(!(*lease)->Held());
   CHECK((*lease)->HeldUntil() == absl::InfinitePast());
   CHECK(lost == 1);
+}
+
+// The real clock, but its first reading is `late` earlier: a grant that
+// etcd answered that long after it was sent (a restarted etcd answers
+// slowly).
+class SlowGrantClock : public Clock {
+ public:
+  explicit SlowGrantClock(absl::Duration late) : late_(late) {}
+  absl::Time Now() const override {
+    return first_.exchange(false) ? absl::Now() - late_ : absl::Now();
+  }
+
+ private:
+  const absl::Duration late_;
+  mutable std::atomic<bool> first_{true};
+};
+
+TEST_CASE("a lease granted slowly is renewed before its short rest runs out",
+          "[lease][faults]") {
+  if (testing::SkipWithoutEtcd()) return;
+  absl::StatusOr<testing::EtcdProcess> etcd = testing::StartEtcd();
+  REQUIRE_OK(etcd.status());
+  auto c = Connect(*etcd);
+  SlowGrantClock clock(absl::Milliseconds(800));
+  std::atomic<int> lost{0};
+  LeaseKeeperOptions o;
+  o.etcd = c.get();
+  o.ttl = absl::Seconds(1);
+  o.clock = &clock;
+  o.on_lost = [&] { ++lost; };
+  absl::StatusOr<std::unique_ptr<LeaseKeeper>> lease = LeaseKeeper::Start(o);
+  REQUIRE_OK(lease.status());
+  // Counted from the grant's send time, 0.2 s of it are left; renewals
+  // every ttl / 3 came too late and lost it at once.
+  CHECK((*lease)->HeldUntil() < absl::Now() + absl::Milliseconds(250));
+  const absl::Time until = absl::Now() + absl::Seconds(3);
+  while (absl::Now() < until && lost == 0) {
+    CHECK((*lease)->Held());
+    absl::SleepFor(absl::Milliseconds(50));
+  }
+  CHECK(lost == 0);
+  CHECK((*lease)->Held());
 }
 
 TEST_CASE("a lease revoked elsewhere is lost at the next renewal", "[lease]") {
