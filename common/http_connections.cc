@@ -10,7 +10,6 @@
 #include <cerrno>
 #include <cstring>
 #include <string>
-#include <system_error>
 #include <utility>
 
 #include "absl/time/clock.h"
@@ -148,32 +147,15 @@ class GateQueue : public httplib::TaskQueue {
 }  // namespace
 
 HttpConnectionGate::HttpConnectionGate(HttpConnectionLimits limits)
-    : limits_(limits), reaper_([this] { ReapLoop(); }) {}
+    : limits_(limits),
+      threads_(limits.max_connections),
+      reaper_([this] { ReapLoop(); }) {}
 
 HttpConnectionGate::~HttpConnectionGate() { Shutdown(); }
 
 void HttpConnectionGate::Run(std::function<void()> serve) {
-  {
-    absl::MutexLock l(&mu_);
-    JoinFinished();
-    if (!shut_down_ && threads_running_ < limits_.max_connections) {
-      const uint64_t id = next_thread_++;
-      try {
-        threads_[id] = std::thread([this, id, serve] {
-          serve();
-          absl::MutexLock done(&mu_);
-          --threads_running_;
-          auto it = threads_.find(id);
-          finished_.push_back(std::move(it->second));
-          threads_.erase(it);
-        });
-        ++threads_running_;
-        return;
-      } catch (const std::system_error&) {
-        // No thread to be had: refused like one past the cap.
-      }
-    }
-  }
+  if (threads_.TryRun(serve)) return;
+  // At the cap (or shut down): refused on this thread.
   refusing = true;
   serve();
   refusing = false;
@@ -206,22 +188,12 @@ void HttpConnectionGate::Shutdown() {
         shutdown(sock, SHUT_RDWR);
       }
     }
-    mu_.Await(absl::Condition(
-        +[](int* running) { return *running == 0; }, &threads_running_));
-    JoinFinished();
   }
+  threads_.Shutdown();
   if (first && reaper_.joinable()) reaper_.join();
 }
 
-int HttpConnectionGate::active() const {
-  absl::MutexLock l(&mu_);
-  return threads_running_;
-}
-
-void HttpConnectionGate::JoinFinished() {
-  for (std::thread& t : finished_) t.join();
-  finished_.clear();
-}
+int HttpConnectionGate::active() const { return threads_.running(); }
 
 void HttpConnectionGate::ReapLoop() {
   absl::MutexLock l(&mu_);

@@ -14,7 +14,6 @@
 
 #include <cstddef>
 #include <functional>
-#include <list>
 #include <map>
 #include <memory>
 #include <thread>
@@ -22,6 +21,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "common/task_threads.h"
 
 namespace asyncps {
 
@@ -61,15 +61,11 @@ class HttpConnectionGate {
 
  private:
   void ReapLoop();
-  void JoinFinished() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const HttpConnectionLimits limits_;
+  TaskThreads threads_;
   mutable absl::Mutex mu_;
   bool shut_down_ ABSL_GUARDED_BY(mu_) = false;
-  int threads_running_ ABSL_GUARDED_BY(mu_) = 0;
-  uint64_t next_thread_ ABSL_GUARDED_BY(mu_) = 0;
-  std::map<uint64_t, std::thread> threads_ ABSL_GUARDED_BY(mu_);
-  std::list<std::thread> finished_ ABSL_GUARDED_BY(mu_);
   // Admitted sockets and when they must end.
   std::map<int, absl::Time> deadlines_ ABSL_GUARDED_BY(mu_);
   std::thread reaper_;

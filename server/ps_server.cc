@@ -302,9 +302,9 @@ absl::Status PsServer::Serve(
   if (options.rpc_metrics != nullptr) {
     interceptors.push_back(options.rpc_metrics->InterceptorFactory());
   }
-  // The ParameterServer service parses its own requests.
-  interceptors.push_back(
-      ParseRefusalFactory({absl::StrCat("/", kServiceName, "/")}));
+  // The ParameterServer and SlotMoves services parse their own requests.
+  interceptors.push_back(ParseRefusalFactory(
+      {absl::StrCat("/", kServiceName, "/"), "/asyncps.SlotMoves/"}));
   builder.experimental().SetInterceptorCreators(std::move(interceptors));
   server_ = builder.BuildAndStart();
   if (server_ == nullptr || port_ == 0) {

@@ -283,6 +283,42 @@ TEST_CASE(
 }
 
 TEST_CASE(
+    "SlotMoves requests that would parse into far more memory than their "
+    "size, or do not parse, are refused before anything runs",
+    "[bad_input][isolation]") {
+  Shard shard = Start({}, 4);
+  const pid_t pid = shard.server.process->pid();
+  const int64_t before = testing::ReadProcessResources(pid)->rss_bytes;
+  // 32 MiB of empty unknown fields (field 15): gRPC's typed parse of 64 MiB
+  // of them sent to MoveState took a shard to 2.2 GB.
+  std::string flood;
+  flood.reserve(32 << 20);
+  while (flood.size() < (32u << 20)) flood += std::string("\x7a\x00", 2);
+  const std::string garbage("\x1a\xe8\x07abc", 6);
+  const auto channel = MakeChannel(shard.server.address);
+  for (const std::string m :
+       {"MoveSlots", "ExportSlots", "FinishMove", "MoveState", "AdoptMap",
+        "ReadMapRecord", "SwapMapRecord"}) {
+    INFO(m);
+    grpc::Status s =
+        testing::RawUnary(channel, "/asyncps.SlotMoves/" + m, flood, 60);
+    INFO(s.error_message());
+    CHECK(s.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED);
+    CHECK(s.error_message().find("parsing it would take more than") !=
+          std::string::npos);
+    s = testing::RawUnary(channel, "/asyncps.SlotMoves/" + m, garbage);
+    CHECK(s.error_code() == grpc::StatusCode::INVALID_ARGUMENT);
+    CHECK(s.error_message().find("does not parse") != std::string::npos);
+  }
+  const int64_t after = testing::ReadProcessResources(pid)->rss_bytes;
+  INFO("RSS " << before / 1e6 << " MB -> " << after / 1e6 << " MB");
+  CHECK(after - before < (400 << 20));
+  auto [values, version] = shard.Read();
+  CHECK(version == 0);
+  CHECK(values == std::vector<float>(4, 1.0f));
+}
+
+TEST_CASE(
     "request bytes that do not parse are INVALID_ARGUMENT on every "
     "method, counted, and change nothing",
     "[bad_input]") {
