@@ -1,11 +1,12 @@
 #include "server/replica_feed.h"
 
 #include <algorithm>
-#include <atomic>
-#include <thread>
+#include <functional>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "common/fast_frame.h"
 #include "common/grpc_status.h"
 
 namespace asyncps {
@@ -25,11 +26,133 @@ absl::string_view ReplicaAddress(absl::string_view id) {
   return slash == absl::string_view::npos ? id : id.substr(0, slash);
 }
 
-ReplicaFeedService::ReplicaFeedService(ReplicaFeedOptions options)
-    : o_(std::move(options)) {}
+// One Follow call: the first message and the acknowledgements read as
+// bytes on gRPC's threads; the feed thread waits for the first, writes
+// (waiting for each write), and ends the call.
+class ReplicaFeedService::Stream final
+    : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer> {
+ public:
+  explicit Stream(grpc::CallbackServerContext* ctx) : ctx_(ctx) {
+    StartRead(&in_);
+  }
 
-absl::StatusOr<uint64_t> ReplicaFeedService::SendSnapshot(
-    grpc::ServerReaderWriter<FollowFeed, FollowUp>* stream, uint64_t reader) {
+  // The first message, once read; else why there is none.
+  absl::StatusOr<FollowUp> First() {
+    absl::MutexLock l(&mu_);
+    mu_.Await(absl::Condition(&first_read_));
+    if (!first_status_.ok()) return first_status_;
+    return first_;
+  }
+
+  // From now on every acknowledgement goes to `ack` (on gRPC's threads).
+  void ReadAcks(std::function<void(uint64_t applied)> ack) {
+    {
+      absl::MutexLock l(&mu_);
+      ack_ = std::move(ack);
+    }
+    StartRead(&in_);
+  }
+
+  bool reading() const {
+    absl::MutexLock l(&mu_);
+    return reading_;
+  }
+  bool cancelled() const { return ctx_->IsCancelled(); }
+
+  // Sends `feed` and waits until it is written; false once the call is
+  // gone. `more`: more follows at once (gRPC may coalesce the writes).
+  bool Write(const FollowFeed& feed, bool more) {
+    out_ = SerializeToByteBuffer(feed);
+    grpc::WriteOptions options;
+    if (more) options.set_buffer_hint();
+    {
+      absl::MutexLock l(&mu_);
+      writing_ = true;
+    }
+    StartWrite(&out_, options);
+    absl::MutexLock l(&mu_);
+    mu_.Await(absl::Condition(
+        +[](bool* writing) { return !*writing; }, &writing_));
+    return write_ok_;
+  }
+
+  // Ends the call: the feed thread's last use of the stream (it deletes
+  // itself once gRPC is done with it).
+  void End(const grpc::Status& status) { Finish(status); }
+
+  void OnReadDone(bool ok) override {
+    FollowUp up;
+    absl::Status parsed = ok ? ParseFromByteBuffer(in_, &up)
+                             : absl::UnavailableError("the stream ended");
+    std::function<void(uint64_t)> ack;
+    {
+      absl::MutexLock l(&mu_);
+      if (!first_read_) {
+        first_read_ = true;
+        if (parsed.ok() && !up.has_follow()) {
+          parsed = absl::InvalidArgumentError(
+              "a Follow stream starts with a follow");
+        }
+        if (!ok) {
+          parsed = absl::InvalidArgumentError(
+              "the Follow stream ended before its follow");
+        }
+        first_status_ = parsed;
+        if (parsed.ok()) first_ = std::move(up);
+        reading_ = parsed.ok();
+        return;  // acknowledgements are read once the feed asks
+      }
+      if (!parsed.ok()) {
+        reading_ = false;
+        return;
+      }
+      ack = ack_;
+    }
+    ack(up.applied());
+    StartRead(&in_);
+  }
+
+  void OnWriteDone(bool ok) override {
+    absl::MutexLock l(&mu_);
+    write_ok_ = ok;
+    writing_ = false;
+  }
+
+  void OnDone() override { delete this; }
+
+ private:
+  grpc::CallbackServerContext* const ctx_;
+  grpc::ByteBuffer in_;
+  grpc::ByteBuffer out_;  // the feed thread's
+  mutable absl::Mutex mu_;
+  bool first_read_ ABSL_GUARDED_BY(mu_) = false;
+  absl::Status first_status_ ABSL_GUARDED_BY(mu_);
+  FollowUp first_ ABSL_GUARDED_BY(mu_);
+  bool reading_ ABSL_GUARDED_BY(mu_) = true;
+  std::function<void(uint64_t)> ack_ ABSL_GUARDED_BY(mu_);
+  bool writing_ ABSL_GUARDED_BY(mu_) = false;
+  bool write_ok_ ABSL_GUARDED_BY(mu_) = false;
+};
+
+ReplicaFeedService::ReplicaFeedService(ReplicaFeedOptions options)
+    : o_(std::move(options)), feeds_(kMaxFeeds) {}
+
+ReplicaFeedService::~ReplicaFeedService() { feeds_.Shutdown(); }
+
+grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>*
+ReplicaFeedService::Follow(grpc::CallbackServerContext* ctx) {
+  auto* stream = new Stream(ctx);
+  if (!feeds_.TryRun(
+          [this, stream] { stream->End(ToGrpcStatus(Serve(stream))); })) {
+    stream->End(grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
+                             absl::StrCat("this replica feeds ", kMaxFeeds,
+                                          " streams already; retry later")));
+  }
+  return stream;
+}
+
+absl::StatusOr<uint64_t> ReplicaFeedService::SendSnapshot(Stream* stream,
+                                                          uint64_t reader) {
   const absl::Time start = absl::Now();
   absl::StatusOr<FeedSnapshot> snapshot = o_.snapshot();
   if (!snapshot.ok()) return snapshot.status();
@@ -44,7 +167,7 @@ absl::StatusOr<uint64_t> ReplicaFeedService::SendSnapshot(
     file->set_data(bytes.data() + sent, n);
     sent += n;
     file->set_last_piece(sent == bytes.size());
-    if (!stream->Write(feed)) {
+    if (!stream->Write(feed, /*more=*/false)) {
       return absl::UnavailableError("the backup went away during the snapshot");
     }
   } while (sent < bytes.size());
@@ -52,7 +175,7 @@ absl::StatusOr<uint64_t> ReplicaFeedService::SendSnapshot(
   end.mutable_snapshot_end()->set_index(snapshot->index);
   end.mutable_snapshot_end()->set_epoch(snapshot->epoch);
   end.mutable_snapshot_end()->set_shard_epoch(snapshot->shard_epoch);
-  if (!stream->Write(end)) {
+  if (!stream->Write(end, /*more=*/false)) {
     return absl::UnavailableError("the backup went away during the snapshot");
   }
   const absl::Duration took = absl::Now() - start;
@@ -64,32 +187,26 @@ absl::StatusOr<uint64_t> ReplicaFeedService::SendSnapshot(
   return snapshot->index;
 }
 
-grpc::Status ReplicaFeedService::Follow(
-    grpc::ServerContext* ctx,
-    grpc::ServerReaderWriter<FollowFeed, FollowUp>* stream) {
-  FollowUp first;
-  if (!stream->Read(&first) || !first.has_follow()) {
-    return ToGrpcStatus(
-        absl::InvalidArgumentError("a Follow stream starts with a follow"));
-  }
-  const FollowRequest& f = first.follow();
+absl::Status ReplicaFeedService::Serve(Stream* stream) {
+  absl::StatusOr<FollowUp> first = stream->First();
+  if (!first.ok()) return first.status();
+  const FollowRequest& f = first->follow();
   if (f.run_id() != o_.run_id || f.shard_index() != o_.shard_index ||
       f.num_shards() != o_.num_shards || f.address().empty()) {
-    return ToGrpcStatus(absl::FailedPreconditionError(
+    return absl::FailedPreconditionError(
         absl::StrCat("this is shard ", o_.shard_index, "/", o_.num_shards,
                      " of run '", o_.run_id, "'; the follower asked for shard ",
                      f.shard_index(), "/", f.num_shards(), " of run '",
-                     f.run_id(), "' (address '", f.address(), "')")));
+                     f.run_id(), "' (address '", f.address(), "')"));
   }
   if (!o_.log->primary()) {
-    return ToGrpcStatus(
-        absl::UnavailableError("this replica is not the primary"));
+    return absl::UnavailableError("this replica is not the primary");
   }
   const std::string id = ReplicaId(f.address(), f.incarnation());
   if (o_.admits && !o_.admits(id)) {
-    return ToGrpcStatus(absl::PermissionDeniedError(absl::StrCat(
+    return absl::PermissionDeniedError(absl::StrCat(
         "replica ", id, " is not in shard ", o_.shard_index,
-        "'s group in the shard map: it joins through the map first")));
+        "'s group in the shard map: it joins through the map first"));
   }
   uint64_t next = f.last_index();
   // Keeps the entries after the backup's position (or after the cut) while
@@ -101,7 +218,7 @@ grpc::Status ReplicaFeedService::Follow(
     absl::StatusOr<uint64_t> cut = SendSnapshot(stream, reader);
     if (!cut.ok()) {
       o_.log->RemoveReader(reader);
-      return ToGrpcStatus(cut.status());
+      return cut.status();
     }
     next = *cut;
     // It holds the state up to the cut only once it stored and restored
@@ -112,14 +229,10 @@ grpc::Status ReplicaFeedService::Follow(
   }
   o_.log->MoveReader(reader, next);
   o_.logger->info("backup {} follows from entry {}", id, next);
-  std::atomic<bool> reading{true};
-  std::thread acks([&] {
-    FollowUp up;
-    while (stream->Read(&up)) o_.log->Ack(id, up.applied());
-    reading = false;
-  });
+  ReplicationLog* log = o_.log;
+  stream->ReadAcks([log, id](uint64_t applied) { log->Ack(id, applied); });
   absl::Status end;
-  while (reading && !ctx->IsCancelled()) {
+  while (stream->reading() && !stream->cancelled()) {
     absl::StatusOr<ReplicationLog::Entry> e =
         o_.log->Next(next, absl::Milliseconds(200));
     if (!e.ok()) {
@@ -129,17 +242,13 @@ grpc::Status ReplicaFeedService::Follow(
     if (*e == nullptr) continue;
     // While more entries are waiting, let gRPC coalesce them into fewer
     // writes; the last one of a burst goes out at once.
-    grpc::WriteOptions options;
-    if (o_.log->last_index() > next + 1) options.set_buffer_hint();
-    if (!stream->Write(**e, options)) break;
+    if (!stream->Write(**e, /*more=*/o_.log->last_index() > next + 1)) break;
     o_.log->MoveReader(reader, ++next);
   }
   o_.log->RemoveReader(reader);
-  ctx->TryCancel();
-  acks.join();
   o_.logger->info("backup {} stopped following at entry {}: {}", id, next,
                   end.ok() ? "stream ended" : end.ToString());
-  return ToGrpcStatus(end);
+  return end;
 }
 
 }  // namespace asyncps

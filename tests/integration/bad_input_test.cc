@@ -288,7 +288,7 @@ TEST_CASE(
     "[bad_input][isolation]") {
   Shard shard = Start({}, 4);
   const pid_t pid = shard.server.process->pid();
-  const int64_t before = testing::ReadProcessResources(pid)->rss_bytes;
+  const int64_t before = testing::ReadProcessResources(pid)->peak_rss_bytes;
   // 32 MiB of empty unknown fields (field 15): gRPC's typed parse of 64 MiB
   // of them sent to MoveState took a shard to 2.2 GB.
   std::string flood;
@@ -310,8 +310,8 @@ TEST_CASE(
     CHECK(s.error_code() == grpc::StatusCode::INVALID_ARGUMENT);
     CHECK(s.error_message().find("does not parse") != std::string::npos);
   }
-  const int64_t after = testing::ReadProcessResources(pid)->rss_bytes;
-  INFO("RSS " << before / 1e6 << " MB -> " << after / 1e6 << " MB");
+  const int64_t after = testing::ReadProcessResources(pid)->peak_rss_bytes;
+  INFO("peak RSS " << before / 1e6 << " MB -> " << after / 1e6 << " MB");
   CHECK(after - before < (400 << 20));
   auto [values, version] = shard.Read();
   CHECK(version == 0);
