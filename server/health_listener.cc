@@ -34,6 +34,8 @@ absl::StatusOr<std::unique_ptr<HealthListener>> HealthListener::Start(
   grpc::ResourceQuota quota("asyncps-health-listener");
   quota.Resize(kMemoryQuotaBytes);
   builder.SetResourceQuota(quota);
+  builder.RegisterService(&h->reflection_v1_);
+  builder.RegisterService(&h->reflection_v1alpha_);
   h->server_ = builder.BuildAndStart();
   if (h->server_ == nullptr || h->port_ == 0) {
     return absl::UnavailableError(

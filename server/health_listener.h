@@ -8,17 +8,18 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "server/reflection.h"
 
 namespace asyncps {
 
 // A second gRPC listener, plain TCP without a token, that serves only the
-// standard grpc.health.v1.Health service (and gRPC's reflection, which then
-// lists nothing else). For probes that cannot speak TLS or present a client
-// certificate, such as Kubernetes' gRPC probes, when the shard's own port
-// uses TLS or mutual TLS or a cluster token (which health checks on the
-// shard's own port need too). It exposes nothing but SERVING / NOT_SERVING,
-// and takes small requests only: an open port must not let callers make the
-// shard hold large messages.
+// standard grpc.health.v1.Health service (and server reflection, which
+// lists nothing else: server/reflection.h). For probes that cannot speak TLS or
+// present a client certificate, such as Kubernetes' gRPC probes, when the
+// shard's own port uses TLS or mutual TLS or a cluster token (which health
+// checks on the shard's own port need too). It exposes nothing but SERVING /
+// NOT_SERVING, and takes small requests only: an open port must not let callers
+// make the shard hold large messages.
 //
 // Thread-compatible: SetServing and Stop from one thread (main's); health
 // calls are answered on gRPC's threads.
@@ -50,6 +51,11 @@ class HealthListener {
   HealthListener() = default;
 
   std::vector<std::string> services_;
+  ReflectionAnswers reflection_{{"grpc.health.v1.Health",
+                                 "grpc.reflection.v1.ServerReflection",
+                                 "grpc.reflection.v1alpha.ServerReflection"}};
+  ReflectionV1Service reflection_v1_{&reflection_};
+  ReflectionV1AlphaService reflection_v1alpha_{&reflection_};
   std::unique_ptr<grpc::Server> server_;
   int port_ = 0;
 };

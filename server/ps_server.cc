@@ -1,6 +1,5 @@
 #include "server/ps_server.h"
 
-#include <grpcpp/ext/proto_server_reflection_plugin.h>
 #include <grpcpp/health_check_service_interface.h>
 
 #include "absl/random/random.h"
@@ -256,7 +255,6 @@ absl::Status PsServer::Serve(
     const std::shared_ptr<grpc::ServerCredentials>& credentials,
     const CheckpointInfo& restored) {
   grpc::EnableDefaultHealthCheckService(true);
-  grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
   const std::string listen = JoinHostPort(options.host, options.port);
   builder.AddListeningPort(listen, credentials, &port_);
@@ -290,12 +288,15 @@ absl::Status PsServer::Serve(
                                        std::move(moves));
   slot_moves_ = std::make_unique<SlotMovesService>(mover_.get());
   builder.RegisterService(slot_moves_.get());
-  reflection_v1_ =
-      std::make_unique<ReflectionV1Service>(std::vector<std::string>{
-          kServiceName, "asyncps.SlotMoves", "grpc.health.v1.Health",
-          "grpc.reflection.v1.ServerReflection",
-          "grpc.reflection.v1alpha.ServerReflection"});
+  reflection_ = std::make_unique<ReflectionAnswers>(std::vector<std::string>{
+      kServiceName, "asyncps.SlotMoves", "grpc.health.v1.Health",
+      "grpc.reflection.v1.ServerReflection",
+      "grpc.reflection.v1alpha.ServerReflection"});
+  reflection_v1_ = std::make_unique<ReflectionV1Service>(reflection_.get());
+  reflection_v1alpha_ =
+      std::make_unique<ReflectionV1AlphaService>(reflection_.get());
   builder.RegisterService(reflection_v1_.get());
+  builder.RegisterService(reflection_v1alpha_.get());
   std::vector<
       std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>>
       interceptors;

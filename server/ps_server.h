@@ -43,7 +43,7 @@
 #include "server/file_system.h"
 #include "server/ps_service.h"
 #include "server/push_gate.h"
-#include "server/reflection_v1.h"
+#include "server/reflection.h"
 #include "server/replica_feed.h"
 #include "server/replication_log.h"
 #include "server/runtime_metrics.h"
@@ -257,7 +257,9 @@ class PsServer {
   SlotFence fence_;  // raised while slots leave this shard
   std::unique_ptr<SlotMover> mover_;
   std::unique_ptr<SlotMovesService> slot_moves_;
+  std::unique_ptr<ReflectionAnswers> reflection_;
   std::unique_ptr<ReflectionV1Service> reflection_v1_;
+  std::unique_ptr<ReflectionV1AlphaService> reflection_v1alpha_;
   std::unique_ptr<grpc::Server> server_;
   int port_ = 0;
   std::string host_;

@@ -20,6 +20,7 @@
 #include "proto/grpc_health_v1.grpc.pb.h"
 #include "proto/grpc_reflection_v1.grpc.pb.h"
 #include "proto/grpc_reflection_v1alpha.grpc.pb.h"
+#include "tests/testing/raw_calls.h"
 #include "tests/testing/subprocess.h"
 
 namespace asyncps {
@@ -269,6 +270,53 @@ TEST_CASE("server reflection v1 lists the services and serves descriptors",
   CHECK(has_service);
   CHECK(not_found.error_response().error_code() ==
         static_cast<int>(grpc::StatusCode::NOT_FOUND));
+}
+
+TEST_CASE(
+    "server reflection, v1 and v1alpha, refuses a request over 64 KiB before "
+    "parsing it, and the next stream is answered",
+    "[monitoring][reflection][bad_input]") {
+  absl::StatusOr<ServerProcess> server =
+      testing::StartPsServer(0, 1, {"--log_level=warn"});
+  REQUIRE(server.ok());
+  INFO("server log:\n" << server->process->LogTail());
+  // 32 MiB of empty unknown fields: gRPC's own v1alpha service parsed them
+  // (and echoed the request in its answer): 64 MiB took a shard to 4.3 GB.
+  std::string flood;
+  flood.reserve(32 << 20);
+  while (flood.size() < (32u << 20)) flood += std::string("\x7a\x00", 2);
+  const pid_t pid = server->process->pid();
+  const int64_t before = testing::ReadProcessResources(pid)->peak_rss_bytes;
+  const auto channel = MakeChannel(server->address);
+  for (const std::string version : {"v1", "v1alpha"}) {
+    const std::string method = "/grpc.reflection." + version +
+                               ".ServerReflection/ServerReflectionInfo";
+    INFO(method);
+    grpc::Status s = testing::RawStreaming(channel, method, {flood}, 60);
+    CHECK(s.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED);
+    CHECK(s.error_message().find("the limit is 65536") != std::string::npos);
+    // Bytes that do not parse end the stream INVALID_ARGUMENT.
+    s = testing::RawStreaming(channel, method,
+                              {std::string("\x1a\xe8\x07abc", 6)});
+    CHECK(s.error_code() == grpc::StatusCode::INVALID_ARGUMENT);
+  }
+  const int64_t after = testing::ReadProcessResources(pid)->peak_rss_bytes;
+  INFO("peak RSS " << before / 1e6 << " MB -> " << after / 1e6 << " MB");
+  CHECK(after - before < (200 << 20));
+  // A real request on a new stream is answered.
+  namespace refl = grpc::reflection::v1alpha;
+  auto stub = refl::ServerReflection::NewStub(channel);
+  grpc::ClientContext ctx;
+  ctx.set_deadline(absl::ToChronoTime(absl::Now() + kDeadline));
+  auto stream = stub->ServerReflectionInfo(&ctx);
+  refl::ServerReflectionRequest list;
+  list.set_list_services("");
+  REQUIRE(stream->Write(list));
+  REQUIRE(stream->WritesDone());
+  refl::ServerReflectionResponse listed;
+  REQUIRE(stream->Read(&listed));
+  CHECK(listed.list_services_response().service_size() == 5);
+  CHECK(stream->Finish().ok());
 }
 
 }  // namespace

@@ -1,9 +1,10 @@
-#include "server/reflection_v1.h"
+#include "server/reflection.h"
 
 #include <set>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "common/fast_frame.h"
 #include "google/protobuf/descriptor.h"
 #include "google/protobuf/descriptor.pb.h"
 
@@ -36,11 +37,12 @@ void NotFound(const std::string& what, ServerReflectionResponse* response) {
   e->set_error_message(what);
 }
 
-class Reactor final : public grpc::ServerBidiReactor<ServerReflectionRequest,
-                                                     ServerReflectionResponse> {
+// One stream: each request read as bytes, answered in order.
+class Reactor final
+    : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer> {
  public:
-  explicit Reactor(const ReflectionV1Service* service) : service_(service) {
-    StartRead(&request_);
+  explicit Reactor(const ReflectionAnswers* answers) : answers_(answers) {
+    StartRead(&in_);
   }
 
   void OnReadDone(bool ok) override {
@@ -48,9 +50,23 @@ class Reactor final : public grpc::ServerBidiReactor<ServerReflectionRequest,
       Finish(grpc::Status::OK);
       return;
     }
-    response_.Clear();
-    service_->Answer(request_, &response_);
-    StartWrite(&response_);
+    if (in_.Length() > ReflectionAnswers::kMaxRequestBytes) {
+      Finish(grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
+                          absl::StrCat("a reflection request of ", in_.Length(),
+                                       " bytes: the limit is ",
+                                       ReflectionAnswers::kMaxRequestBytes)));
+      return;
+    }
+    ServerReflectionRequest request;
+    if (absl::Status s = ParseFromByteBuffer(in_, &request); !s.ok()) {
+      Finish(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                          std::string(s.message())));
+      return;
+    }
+    ServerReflectionResponse response;
+    answers_->Answer(request, &response);
+    out_ = SerializeToByteBuffer(response);
+    StartWrite(&out_);
   }
 
   void OnWriteDone(bool ok) override {
@@ -58,30 +74,34 @@ class Reactor final : public grpc::ServerBidiReactor<ServerReflectionRequest,
       Finish(grpc::Status(grpc::StatusCode::UNAVAILABLE, "write failed"));
       return;
     }
-    StartRead(&request_);
+    StartRead(&in_);
   }
 
   void OnDone() override { delete this; }
 
  private:
-  const ReflectionV1Service* const service_;
-  ServerReflectionRequest request_;
-  ServerReflectionResponse response_;
+  const ReflectionAnswers* const answers_;
+  grpc::ByteBuffer in_;
+  grpc::ByteBuffer out_;
 };
 
 }  // namespace
 
-ReflectionV1Service::ReflectionV1Service(std::vector<std::string> services)
+ReflectionAnswers::ReflectionAnswers(std::vector<std::string> services)
     : services_(std::move(services)) {}
 
-grpc::ServerBidiReactor<ServerReflectionRequest, ServerReflectionResponse>*
-ReflectionV1Service::ServerReflectionInfo(
+template <typename Generated>
+grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>*
+ReflectionService<Generated>::ServerReflectionInfo(
     grpc::CallbackServerContext* /*context*/) {
-  return new Reactor(this);
+  return new Reactor(answers_);
 }
 
-void ReflectionV1Service::Answer(const ServerReflectionRequest& request,
-                                 ServerReflectionResponse* response) const {
+template class ReflectionService<grpc::reflection::v1::ServerReflection>;
+template class ReflectionService<grpc::reflection::v1alpha::ServerReflection>;
+
+void ReflectionAnswers::Answer(const ServerReflectionRequest& request,
+                               ServerReflectionResponse* response) const {
   response->set_valid_host(request.host());
   *response->mutable_original_request() = request;
   const DescriptorPool* pool = DescriptorPool::generated_pool();
