@@ -78,6 +78,21 @@ absl::Status ParseBounded(absl::string_view bytes,
                           google::protobuf::MessageLite* message,
                           absl::string_view what);
 
+// A unary call taken as bytes: parses `in` as a Request (as above), runs
+// body(request, &response) and, when it succeeds, serializes the response
+// into `out`. Returns the parse's or the body's status.
+template <typename Request, typename Response, typename Body>
+absl::Status AnswerBytes(const grpc::ByteBuffer& in, grpc::ByteBuffer* out,
+                         Body body) {
+  Request request;
+  absl::Status s = ParseFromByteBuffer(in, &request);
+  if (!s.ok()) return s;
+  Response response;
+  s = body(request, &response);
+  if (s.ok()) *out = SerializeToByteBuffer(response);
+  return s;
+}
+
 // Reads one frame: the header, then the payload piece by piece, in place.
 // Network input: every length is checked against what the buffer holds.
 // Holds references to the buffer's slices, so the views it hands out stay

@@ -20,45 +20,77 @@ grpc::ServerUnaryReactor* Answer(grpc::CallbackServerContext* ctx,
 }  // namespace
 
 grpc::ServerUnaryReactor* KServeService::ServerLive(
-    grpc::CallbackServerContext* ctx, const inference::ServerLiveRequest*,
-    inference::ServerLiveResponse* response) {
-  response->set_live(true);
-  return Answer(ctx, absl::OkStatus());
+    grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* request,
+    grpc::ByteBuffer* response) {
+  using inference::ServerLiveRequest;
+  using inference::ServerLiveResponse;
+  return Answer(ctx, AnswerBytes<ServerLiveRequest, ServerLiveResponse>(
+                         *request, response,
+                         [](const ServerLiveRequest&, ServerLiveResponse* r) {
+                           r->set_live(true);
+                           return absl::OkStatus();
+                         }));
 }
 
 grpc::ServerUnaryReactor* KServeService::ServerReady(
-    grpc::CallbackServerContext* ctx, const inference::ServerReadyRequest*,
-    inference::ServerReadyResponse* response) {
-  response->set_ready(handler_->Ready());
-  return Answer(ctx, absl::OkStatus());
+    grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* request,
+    grpc::ByteBuffer* response) {
+  using inference::ServerReadyRequest;
+  using inference::ServerReadyResponse;
+  return Answer(ctx,
+                AnswerBytes<ServerReadyRequest, ServerReadyResponse>(
+                    *request, response,
+                    [this](const ServerReadyRequest&, ServerReadyResponse* r) {
+                      r->set_ready(handler_->Ready());
+                      return absl::OkStatus();
+                    }));
 }
 
 grpc::ServerUnaryReactor* KServeService::ModelReady(
-    grpc::CallbackServerContext* ctx,
-    const inference::ModelReadyRequest* request,
-    inference::ModelReadyResponse* response) {
-  absl::Status s =
-      CheckModel(handler_->model(), request->name(), request->version());
-  if (s.ok()) response->set_ready(handler_->Ready());
-  return Answer(ctx, s);
+    grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* request,
+    grpc::ByteBuffer* response) {
+  using inference::ModelReadyRequest;
+  using inference::ModelReadyResponse;
+  return Answer(ctx,
+                AnswerBytes<ModelReadyRequest, ModelReadyResponse>(
+                    *request, response,
+                    [this](const ModelReadyRequest& q, ModelReadyResponse* r) {
+                      absl::Status s =
+                          CheckModel(handler_->model(), q.name(), q.version());
+                      if (s.ok()) r->set_ready(handler_->Ready());
+                      return s;
+                    }));
 }
 
 grpc::ServerUnaryReactor* KServeService::ServerMetadata(
-    grpc::CallbackServerContext* ctx, const inference::ServerMetadataRequest*,
-    inference::ServerMetadataResponse* response) {
-  response->set_name("asyncps");
-  response->set_version(version_);
-  return Answer(ctx, absl::OkStatus());
+    grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* request,
+    grpc::ByteBuffer* response) {
+  using inference::ServerMetadataRequest;
+  using inference::ServerMetadataResponse;
+  return Answer(
+      ctx, AnswerBytes<ServerMetadataRequest, ServerMetadataResponse>(
+               *request, response,
+               [this](const ServerMetadataRequest&, ServerMetadataResponse* r) {
+                 r->set_name("asyncps");
+                 r->set_version(version_);
+                 return absl::OkStatus();
+               }));
 }
 
 grpc::ServerUnaryReactor* KServeService::ModelMetadata(
-    grpc::CallbackServerContext* ctx,
-    const inference::ModelMetadataRequest* request,
-    inference::ModelMetadataResponse* response) {
-  absl::Status s =
-      CheckModel(handler_->model(), request->name(), request->version());
-  if (s.ok()) *response = asyncps::ModelMetadata(handler_->model());
-  return Answer(ctx, s);
+    grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* request,
+    grpc::ByteBuffer* response) {
+  using inference::ModelMetadataRequest;
+  using inference::ModelMetadataResponse;
+  return Answer(
+      ctx, AnswerBytes<ModelMetadataRequest, ModelMetadataResponse>(
+               *request, response,
+               [this](const ModelMetadataRequest& q, ModelMetadataResponse* r) {
+                 absl::Status s =
+                     CheckModel(handler_->model(), q.name(), q.version());
+                 if (s.ok()) *r = asyncps::ModelMetadata(handler_->model());
+                 return s;
+               }));
 }
 
 grpc::ServerUnaryReactor* KServeService::ModelInfer(

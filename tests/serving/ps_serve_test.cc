@@ -483,7 +483,46 @@ ModelInferResponse AwaitVersion(ServeProcess& serve,
       }
     }
     REQUIRE(serve.process->Running());
+    REQUIRE(serve.process->Running());
   }
+}
+
+TEST_CASE(
+    "requests that would parse into far more memory than their size are "
+    "refused on every KServe method before parsing",
+    "[serving][bad_input]") {
+  auto cluster = StartPsCluster(2);
+  REQUIRE_OK(cluster.status());
+  std::vector<std::vector<float>> values;
+  auto worker = CreateModel(*cluster, &values);
+  // The default --max_request_bytes (64 MiB).
+  ServeProcess serve =
+      StartServe({"--servers=" + testing::ServerList(*cluster)});
+  auto channel =
+      grpc::CreateChannel(serve.address, grpc::InsecureChannelCredentials());
+  // 32 MiB of empty unknown fields to each method: gRPC's typed parse of
+  // such requests took the process to gigabytes.
+  std::string flood;
+  flood.reserve(32 << 20);
+  while (flood.size() < (32u << 20)) flood += std::string("\x7a\x00", 2);
+  const pid_t pid = serve.process->pid();
+  const int64_t before = testing::ReadProcessResources(pid)->peak_rss_bytes;
+  for (const char* method : {"ServerLive", "ServerReady", "ModelReady",
+                             "ServerMetadata", "ModelMetadata", "ModelInfer"}) {
+    const grpc::Status r = testing::RawUnary(
+        channel, absl::StrCat("/inference.GRPCInferenceService/", method),
+        flood, 60);
+    INFO(method << ": " << r.error_message());
+    CHECK(r.error_code() == grpc::RESOURCE_EXHAUSTED);
+    CHECK(r.error_message().find("parsing it would take more than") !=
+          std::string::npos);
+  }
+  const int64_t after = testing::ReadProcessResources(pid)->peak_rss_bytes;
+  INFO("peak RSS " << before / 1e6 << " MB -> " << after / 1e6 << " MB");
+  CHECK(after - before < (400 << 20));
+  inference::ServerLiveResponse live;
+  REQUIRE(serve.stub->ServerLive(Context().get(), {}, &live).ok());
+  CHECK(live.live());
 }
 
 TEST_CASE(
