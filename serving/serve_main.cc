@@ -296,6 +296,9 @@ absl::StatusOr<std::unique_ptr<grpc::Server>> StartGrpc(KServeService* service,
                            grpc::InsecureServerCredentials(), port);
   builder.SetMaxReceiveMessageSize(
       static_cast<int>(absl::GetFlag(FLAGS_max_request_bytes)));
+  // As on a shard: a connection that has not finished its handshake in 10
+  // s goes (gRPC's default is 120 s).
+  builder.AddChannelArgument(GRPC_ARG_SERVER_HANDSHAKE_TIMEOUT_MS, 10000);
   builder.RegisterService(service);
   std::vector<
       std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>>
