@@ -8,6 +8,7 @@
 #include "absl/synchronization/mutex.h"
 #include "common/fast_frame.h"
 #include "common/grpc_status.h"
+#include "server/write_waiter.h"
 
 namespace asyncps {
 
@@ -65,15 +66,9 @@ class ReplicaFeedService::Stream final
     out_ = SerializeToByteBuffer(feed);
     grpc::WriteOptions options;
     if (more) options.set_buffer_hint();
-    {
-      absl::MutexLock l(&mu_);
-      writing_ = true;
-    }
+    writes_.Started();
     StartWrite(&out_, options);
-    absl::MutexLock l(&mu_);
-    mu_.Await(absl::Condition(
-        +[](bool* writing) { return !*writing; }, &writing_));
-    return write_ok_;
+    return writes_.Wait();
   }
 
   // Ends the call: the feed thread's last use of the stream (it deletes
@@ -112,11 +107,7 @@ class ReplicaFeedService::Stream final
     StartRead(&in_);
   }
 
-  void OnWriteDone(bool ok) override {
-    absl::MutexLock l(&mu_);
-    write_ok_ = ok;
-    writing_ = false;
-  }
+  void OnWriteDone(bool ok) override { writes_.Done(ok); }
 
   void OnDone() override { delete this; }
 
@@ -130,8 +121,7 @@ class ReplicaFeedService::Stream final
   FollowUp first_ ABSL_GUARDED_BY(mu_);
   bool reading_ ABSL_GUARDED_BY(mu_) = true;
   std::function<void(uint64_t)> ack_ ABSL_GUARDED_BY(mu_);
-  bool writing_ ABSL_GUARDED_BY(mu_) = false;
-  bool write_ok_ ABSL_GUARDED_BY(mu_) = false;
+  WriteWaiter writes_;
 };
 
 ReplicaFeedService::ReplicaFeedService(ReplicaFeedOptions options)

@@ -4,10 +4,10 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "absl/synchronization/mutex.h"
 #include "common/fast_frame.h"
 #include "common/grpc_status.h"
 #include "common/shard_map_proto.h"
+#include "server/write_waiter.h"
 
 namespace asyncps {
 
@@ -30,30 +30,18 @@ class ExportReactor final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
   bool Write(const ExportSlotsChunk& chunk) {
     if (ctx_->IsCancelled()) return false;
     buffer_ = SerializeToByteBuffer(chunk);
-    {
-      absl::MutexLock l(&mu_);
-      writing_ = true;
-    }
+    writes_.Started();
     StartWrite(&buffer_);
-    absl::MutexLock l(&mu_);
-    mu_.Await(absl::Condition(
-        +[](bool* writing) { return !*writing; }, &writing_));
-    return ok_;
+    return writes_.Wait();
   }
 
-  void OnWriteDone(bool ok) override {
-    absl::MutexLock l(&mu_);
-    ok_ = ok;
-    writing_ = false;
-  }
+  void OnWriteDone(bool ok) override { writes_.Done(ok); }
   void OnDone() override { delete this; }
 
  private:
   grpc::CallbackServerContext* const ctx_;
   grpc::ByteBuffer buffer_;
-  absl::Mutex mu_;
-  bool writing_ ABSL_GUARDED_BY(mu_) = false;
-  bool ok_ ABSL_GUARDED_BY(mu_) = false;
+  WriteWaiter writes_;
 };
 
 absl::Status CheckRecord(const MapRecord& record) {

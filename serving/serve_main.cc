@@ -365,11 +365,8 @@ int Main(int argc, char** argv) {
     (*logger)->warn("{}", w);
   }
   RouteGrpcLogs(*logger, spdlog::level::debug);
-  // No Abseil deadlock detection (it costs every gRPC call a lock-graph
-  // update), malloc tuned for large messages.
+  // Process tuning (common/net.h), descriptors kept (common/accept_guard.h).
   TuneProcess();
-  // A flood of connections neither takes the descriptors it needs nor
-  // stops its gRPC port for good (common/accept_guard.h).
   GuardAccepts();
 
   absl::StatusOr<std::unique_ptr<ParameterSource>> source =

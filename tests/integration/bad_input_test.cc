@@ -291,9 +291,7 @@ TEST_CASE(
   const int64_t before = testing::ReadProcessResources(pid)->peak_rss_bytes;
   // 32 MiB of empty unknown fields (field 15): gRPC's typed parse of 64 MiB
   // of them sent to MoveState took a shard to 2.2 GB.
-  std::string flood;
-  flood.reserve(32 << 20);
-  while (flood.size() < (32u << 20)) flood += std::string("\x7a\x00", 2);
+  const std::string flood = testing::EmptyUnknownFields(32 << 20);
   const std::string garbage("\x1a\xe8\x07abc", 6);
   const auto channel = MakeChannel(shard.server.address);
   for (const std::string m :

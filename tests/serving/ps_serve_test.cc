@@ -502,9 +502,7 @@ TEST_CASE(
       grpc::CreateChannel(serve.address, grpc::InsecureChannelCredentials());
   // 32 MiB of empty unknown fields to each method: gRPC's typed parse of
   // such requests took the process to gigabytes.
-  std::string flood;
-  flood.reserve(32 << 20);
-  while (flood.size() < (32u << 20)) flood += std::string("\x7a\x00", 2);
+  const std::string flood = testing::EmptyUnknownFields(32 << 20);
   const pid_t pid = serve.process->pid();
   const int64_t before = testing::ReadProcessResources(pid)->peak_rss_bytes;
   for (const char* method : {"ServerLive", "ServerReady", "ModelReady",

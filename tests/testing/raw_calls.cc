@@ -171,5 +171,12 @@ std::string RandomWire::Next() {
   }
 }
 
+std::string EmptyUnknownFields(size_t bytes) {
+  std::string out;
+  out.reserve(bytes + 1);
+  while (out.size() + 2 <= bytes) out.append("\x7a\x00", 2);
+  return out;
+}
+
 }  // namespace testing
 }  // namespace asyncps

@@ -37,6 +37,11 @@ grpc::Status RawStreaming(const std::shared_ptr<grpc::Channel>& channel,
                           const std::vector<std::string>& messages,
                           int deadline_s = 10);
 
+// `bytes` of empty unknown fields (field 15, two bytes each): a request
+// that parses (into any message type) but would take far more memory than
+// its size, protobuf keeping an object for each.
+std::string EmptyUnknownFields(size_t bytes);
+
 // Random inputs from one seeded generator: plain bytes, protobuf wire data
 // (1-8 fields of numbers 1-24, any wire type; length-delimited ones hold
 // bytes, text, packed numbers or a nested message; now and then a length
