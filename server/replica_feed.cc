@@ -28,22 +28,21 @@ absl::string_view ReplicaAddress(absl::string_view id) {
 }
 
 // One Follow call: the first message and the acknowledgements read as
-// bytes on gRPC's threads; the feed thread waits for the first, writes
-// (waiting for each write), and ends the call.
+// bytes on gRPC's threads. A well-formed first message starts the feed's
+// thread (a stream that sends nothing holds none), which writes (waiting
+// for each write) and ends the call.
 class ReplicaFeedService::Stream final
     : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer> {
  public:
-  explicit Stream(grpc::CallbackServerContext* ctx) : ctx_(ctx) {
+  // `start` starts the feed of a stream whose first message came (false:
+  // no thread for it).
+  Stream(grpc::CallbackServerContext* ctx, std::function<bool(Stream*)> start)
+      : ctx_(ctx), start_(std::move(start)) {
     StartRead(&in_);
   }
 
-  // The first message, once read; else why there is none.
-  absl::StatusOr<FollowUp> First() {
-    absl::MutexLock l(&mu_);
-    mu_.Await(absl::Condition(&first_read_));
-    if (!first_status_.ok()) return first_status_;
-    return first_;
-  }
+  // The first message (set before the feed starts).
+  const FollowUp& first() const { return first_; }
 
   // From now on every acknowledgement goes to `ack` (on gRPC's threads).
   void ReadAcks(std::function<void(uint64_t applied)> ack) {
@@ -79,24 +78,32 @@ class ReplicaFeedService::Stream final
     FollowUp up;
     absl::Status parsed = ok ? ParseFromByteBuffer(in_, &up)
                              : absl::UnavailableError("the stream ended");
+    if (!first_read_) {
+      first_read_ = true;
+      if (parsed.ok() && !up.has_follow()) {
+        parsed =
+            absl::InvalidArgumentError("a Follow stream starts with a follow");
+      }
+      if (!ok) {
+        parsed = absl::InvalidArgumentError(
+            "the Follow stream ended before its follow");
+      }
+      if (!parsed.ok()) {
+        Finish(ToGrpcStatus(parsed));
+        return;
+      }
+      first_ = std::move(up);
+      // Acknowledgements are read once the feed asks for them.
+      if (!start_(this)) {
+        Finish(grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
+                            absl::StrCat("this replica feeds ", kMaxFeeds,
+                                         " streams already; retry later")));
+      }
+      return;
+    }
     std::function<void(uint64_t)> ack;
     {
       absl::MutexLock l(&mu_);
-      if (!first_read_) {
-        first_read_ = true;
-        if (parsed.ok() && !up.has_follow()) {
-          parsed = absl::InvalidArgumentError(
-              "a Follow stream starts with a follow");
-        }
-        if (!ok) {
-          parsed = absl::InvalidArgumentError(
-              "the Follow stream ended before its follow");
-        }
-        first_status_ = parsed;
-        if (parsed.ok()) first_ = std::move(up);
-        reading_ = parsed.ok();
-        return;  // acknowledgements are read once the feed asks
-      }
       if (!parsed.ok()) {
         reading_ = false;
         return;
@@ -113,12 +120,14 @@ class ReplicaFeedService::Stream final
 
  private:
   grpc::CallbackServerContext* const ctx_;
+  const std::function<bool(Stream*)> start_;
   grpc::ByteBuffer in_;
   grpc::ByteBuffer out_;  // the feed thread's
+  // Reads are one at a time: the first one's completion writes these
+  // before the feed starts, and nothing after.
+  bool first_read_ = false;
+  FollowUp first_;
   mutable absl::Mutex mu_;
-  bool first_read_ ABSL_GUARDED_BY(mu_) = false;
-  absl::Status first_status_ ABSL_GUARDED_BY(mu_);
-  FollowUp first_ ABSL_GUARDED_BY(mu_);
   bool reading_ ABSL_GUARDED_BY(mu_) = true;
   std::function<void(uint64_t)> ack_ ABSL_GUARDED_BY(mu_);
   WriteWaiter writes_;
@@ -131,14 +140,10 @@ ReplicaFeedService::~ReplicaFeedService() { feeds_.Shutdown(); }
 
 grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>*
 ReplicaFeedService::Follow(grpc::CallbackServerContext* ctx) {
-  auto* stream = new Stream(ctx);
-  if (!feeds_.TryRun(
-          [this, stream] { stream->End(ToGrpcStatus(Serve(stream))); })) {
-    stream->End(grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
-                             absl::StrCat("this replica feeds ", kMaxFeeds,
-                                          " streams already; retry later")));
-  }
-  return stream;
+  return new Stream(ctx, [this](Stream* stream) {
+    return feeds_.TryRun(
+        [this, stream] { stream->End(ToGrpcStatus(Serve(stream))); });
+  });
 }
 
 absl::StatusOr<uint64_t> ReplicaFeedService::SendSnapshot(Stream* stream,
@@ -178,9 +183,7 @@ absl::StatusOr<uint64_t> ReplicaFeedService::SendSnapshot(Stream* stream,
 }
 
 absl::Status ReplicaFeedService::Serve(Stream* stream) {
-  absl::StatusOr<FollowUp> first = stream->First();
-  if (!first.ok()) return first.status();
-  const FollowRequest& f = first->follow();
+  const FollowRequest& f = stream->first().follow();
   if (f.run_id() != o_.run_id || f.shard_index() != o_.shard_index ||
       f.num_shards() != o_.num_shards || f.address().empty()) {
     return absl::FailedPreconditionError(

@@ -6,8 +6,9 @@
 // one that cannot gets a snapshot first (a checkpoint file taken at a cut
 // of the log, server/replication_log.h), then the entries after the cut.
 // Acknowledgements go to the log (ReplicationLog::Ack). Each stream's feed
-// runs on a thread of its own (it blocks on the log and on the backup's
-// flow control), kMaxFeeds at once; the backup's messages are read as
+// runs on a thread of its own from its first message on (it blocks on the
+// log and on the backup's flow control), kMaxFeeds at once (streams that
+// send nothing hold no thread); the backup's messages are read as
 // bytes and parsed only once their cost in memory is known to be bounded
 // (common/parse_cost.h: gRPC's typed parse of one 64 MiB message of empty
 // unknown fields took a primary to 2.2 GB).

@@ -12,6 +12,7 @@
 #include "absl/strings/str_join.h"
 #include "client/ps_client.h"
 #include "common/net.h"
+#include "proto/replication.grpc.pb.h"
 #include "tests/replication/replica_harness.h"
 #include "tests/testing/etcd_process.h"
 #include "tests/testing/raw_calls.h"
@@ -99,6 +100,37 @@ TEST_CASE(
   CHECK(after - before < (400 << 20));
   REQUIRE(Step(c.get(), 4) == std::vector<float>(kElems, -2.0f));
   testing::ExpectSameState(a.address, b.address);
+
+  // Follow streams that never send their first message hold no feed
+  // thread: with more of them open than the primary feeds at once, a
+  // well-formed follow is still served (here: refused by the map, as a
+  // stray replica is).
+  auto stub = Replication::NewStub(MakeChannel(a.address));
+  std::vector<std::unique_ptr<grpc::ClientContext>> contexts;
+  std::vector<std::unique_ptr<grpc::ClientReaderWriter<FollowUp, FollowFeed>>>
+      silent;
+  for (int i = 0; i < 32; ++i) {  // ReplicaFeedService::kMaxFeeds is 16
+    contexts.push_back(std::make_unique<grpc::ClientContext>());
+    silent.push_back(stub->Follow(contexts.back().get()));
+  }
+  grpc::ClientContext ctx;
+  ctx.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(10)));
+  auto stray = stub->Follow(&ctx);
+  FollowUp follow;
+  follow.mutable_follow()->set_run_id("fuzz");
+  follow.mutable_follow()->set_num_shards(1);
+  follow.mutable_follow()->set_address("127.0.0.1:1");
+  follow.mutable_follow()->set_incarnation(5);
+  REQUIRE(stray->Write(follow));
+  stray->WritesDone();
+  FollowFeed feed;
+  CHECK_FALSE(stray->Read(&feed));
+  const grpc::Status refused = stray->Finish();
+  INFO(refused.error_message());
+  CHECK(refused.error_code() == grpc::StatusCode::PERMISSION_DENIED);
+  for (auto& c : contexts) c->TryCancel();
+  for (auto& s : silent) s->Finish().IgnoreError();
+  REQUIRE(Step(c.get(), 5) == std::vector<float>(kElems, -3.0f));
 }
 
 }  // namespace
