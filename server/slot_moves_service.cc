@@ -81,16 +81,10 @@ grpc::ServerUnaryReactor* SlotMovesService::Unary(
     grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* in,
     grpc::ByteBuffer* out, Body body) {
   grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
-  auto request = std::make_shared<Request>();
-  if (absl::Status s = ParseFromByteBuffer(*in, request.get()); !s.ok()) {
-    reactor->Finish(ToGrpcStatus(s));
-    return reactor;
-  }
-  if (!calls_.TryRun([reactor, out, request, body] {
-        Response response;
-        const absl::Status s = body(*request, &response);
-        if (s.ok()) *out = SerializeToByteBuffer(response);
-        reactor->Finish(ToGrpcStatus(s));
+  // `in` and `out` live until Finish.
+  if (!calls_.TryRun([reactor, in, out, body] {
+        reactor->Finish(
+            ToGrpcStatus(AnswerBytes<Request, Response>(*in, out, body)));
       })) {
     reactor->Finish(TooManyCalls());
   }

@@ -72,8 +72,8 @@ class SlotMovesService final : public RawSlotMovesService {
                                           grpc::ByteBuffer* out) override;
 
  private:
-  // Parses the request, runs body(request, &response) on a call thread and
-  // answers.
+  // On a call thread: parses the request, runs body(request, &response)
+  // and answers (AnswerBytes, common/fast_frame.h).
   template <typename Request, typename Response, typename Body>
   grpc::ServerUnaryReactor* Unary(grpc::CallbackServerContext* ctx,
                                   const grpc::ByteBuffer* in,
