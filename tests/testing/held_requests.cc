@@ -1,0 +1,284 @@
+#include "tests/testing/held_requests.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <map>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+
+namespace asyncps {
+namespace testing {
+namespace {
+
+constexpr uint8_t kData = 0, kHeaders = 1, kRstStream = 3, kSettings = 4,
+                  kPing = 6, kGoaway = 7, kWindowUpdate = 8;
+constexpr uint8_t kAck = 0x1, kEndHeaders = 0x4;
+constexpr int64_t kDefaultWindow = 65535;
+// Bytes queued per connection before the next write; bounds the overshoot
+// of max_bytes.
+constexpr size_t kQueueBytes = 256 << 10;
+
+void AppendFrame(uint8_t type, uint8_t flags, uint32_t stream,
+                 const std::string& payload, std::string* out) {
+  const uint32_t n = payload.size();
+  const char header[9] = {static_cast<char>(n >> 16),
+                          static_cast<char>(n >> 8),
+                          static_cast<char>(n),
+                          static_cast<char>(type),
+                          static_cast<char>(flags),
+                          static_cast<char>(stream >> 24),
+                          static_cast<char>(stream >> 16),
+                          static_cast<char>(stream >> 8),
+                          static_cast<char>(stream)};
+  out->append(header, 9);
+  out->append(payload);
+}
+
+uint32_t ReadU32(const std::string& s, size_t at) {
+  return (uint32_t{static_cast<uint8_t>(s[at])} << 24) |
+         (uint32_t{static_cast<uint8_t>(s[at + 1])} << 16) |
+         (uint32_t{static_cast<uint8_t>(s[at + 2])} << 8) |
+         uint32_t{static_cast<uint8_t>(s[at + 3])};
+}
+
+// An HPACK string: no Huffman coding, its length a 7-bit-prefix integer.
+void AppendHpackString(const std::string& s, std::string* out) {
+  size_t n = s.size();
+  if (n < 127) {
+    out->push_back(static_cast<char>(n));
+  } else {
+    out->push_back(static_cast<char>(127));
+    for (n -= 127; n >= 128; n >>= 7) {
+      out->push_back(static_cast<char>((n & 0x7f) | 0x80));
+    }
+    out->push_back(static_cast<char>(n));
+  }
+  out->append(s);
+}
+
+// A gRPC call's request headers, each a literal without indexing.
+std::string RequestHeaders(const std::string& path) {
+  const std::pair<std::string, std::string> fields[] = {
+      {":method", "POST"},
+      {":scheme", "http"},
+      {":path", path},
+      {":authority", "127.0.0.1"},
+      {"content-type", "application/grpc"},
+      {"te", "trailers"}};
+  std::string block;
+  for (const auto& [name, value] : fields) {
+    block.push_back(0);
+    AppendHpackString(name, &block);
+    AppendHpackString(value, &block);
+  }
+  return block;
+}
+
+struct Stream {
+  int64_t window = kDefaultWindow;
+  int64_t remaining = 0;  // request bytes still to send
+};
+
+class Connection {
+ public:
+  explicit Connection(int fd) : fd_(fd) {}
+  ~Connection() { close(fd_); }
+
+  int fd() const { return fd_; }
+  bool done() const { return done_; }
+  bool wants_write() const { return !out_.empty(); }
+
+  // The preface, SETTINGS, and the streams.
+  void Open(const HeldRequestOptions& o) {
+    options_ = &o;
+    headers_ = RequestHeaders(o.path);
+    out_ = "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+    AppendFrame(kSettings, 0, 0, "", &out_);
+    for (int i = 0; i < o.streams; ++i) OpenStream();
+  }
+
+  // Queues DATA within the windows, taking from *budget.
+  void Fill(int64_t* budget, HeldRequestResult* result) {
+    static const std::string kZeros(64 << 10, '\0');
+    bool progressed = true;
+    while (progressed && out_.size() < kQueueBytes && *budget > 0) {
+      progressed = false;
+      for (auto& [id, s] : streams_) {
+        const int64_t n =
+            std::min({s.remaining, s.window, conn_window_,
+                      static_cast<int64_t>(max_frame_),
+                      static_cast<int64_t>(kZeros.size()), *budget});
+        if (n <= 0) continue;
+        AppendFrame(kData, 0, id, kZeros.substr(0, n), &out_);
+        s.window -= n;
+        s.remaining -= n;
+        conn_window_ -= n;
+        *budget -= n;
+        result->sent_bytes += n;
+        progressed = true;
+      }
+    }
+  }
+
+  void Write(HeldRequestResult* result) {
+    while (!out_.empty()) {
+      const ssize_t n = send(fd_, out_.data(), out_.size(), MSG_NOSIGNAL);
+      if (n > 0) {
+        out_.erase(0, n);
+      } else if (n < 0 && (errno == EAGAIN || errno == EINTR)) {
+        return;
+      } else {
+        Close(result);
+        return;
+      }
+    }
+  }
+
+  void Read(HeldRequestResult* result) {
+    char buf[64 << 10];
+    const ssize_t n = recv(fd_, buf, sizeof(buf), 0);
+    if (n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR)) {
+      Close(result);
+      return;
+    }
+    if (n > 0) in_.append(buf, n);
+    while (in_.size() >= 9) {
+      const size_t len = (size_t{static_cast<uint8_t>(in_[0])} << 16) |
+                         (size_t{static_cast<uint8_t>(in_[1])} << 8) |
+                         static_cast<uint8_t>(in_[2]);
+      if (in_.size() < 9 + len) break;
+      Handle(static_cast<uint8_t>(in_[3]), static_cast<uint8_t>(in_[4]),
+             ReadU32(in_, 5) & 0x7fffffff, in_.substr(9, len), result);
+      in_.erase(0, 9 + len);
+    }
+  }
+
+ private:
+  void Handle(uint8_t type, uint8_t flags, uint32_t id,
+              const std::string& payload, HeldRequestResult* result) {
+    if (type == kSettings && !(flags & kAck)) {
+      for (size_t at = 0; at + 6 <= payload.size(); at += 6) {
+        const int key = (static_cast<uint8_t>(payload[at]) << 8) |
+                        static_cast<uint8_t>(payload[at + 1]);
+        const uint32_t value = ReadU32(payload, at + 2);
+        if (key == 4) {  // SETTINGS_INITIAL_WINDOW_SIZE
+          for (auto& [sid, s] : streams_) s.window += value - initial_window_;
+          initial_window_ = value;
+        } else if (key == 5) {  // SETTINGS_MAX_FRAME_SIZE
+          max_frame_ = value;
+        }
+      }
+      AppendFrame(kSettings, kAck, 0, "", &out_);
+    } else if (type == kPing && !(flags & kAck)) {
+      AppendFrame(kPing, kAck, 0, payload, &out_);
+    } else if (type == kWindowUpdate && payload.size() == 4) {
+      const int64_t inc = ReadU32(payload, 0) & 0x7fffffff;
+      if (id == 0) {
+        conn_window_ += inc;
+      } else if (auto it = streams_.find(id); it != streams_.end()) {
+        it->second.window += inc;
+      }
+    } else if (type == kRstStream) {
+      if (streams_.erase(id) == 1 && !done_) OpenStream();  // one more
+      ++result->streams_reset;
+    } else if (type == kGoaway) {
+      ++result->goaways;
+      done_ = true;
+    }
+  }
+
+  // A stream's headers and length prefix.
+  void OpenStream() {
+    const uint32_t id = next_id_;
+    next_id_ += 2;
+    AppendFrame(kHeaders, kEndHeaders, id, headers_, &out_);
+    const uint32_t d = options_->declared_bytes;
+    const std::string prefix = {
+        0, static_cast<char>(d >> 24), static_cast<char>(d >> 16),
+        static_cast<char>(d >> 8), static_cast<char>(d)};
+    AppendFrame(kData, 0, id, prefix, &out_);
+    Stream& s = streams_[id];
+    s.window = initial_window_ - 5;
+    s.remaining = int64_t{d} - 1;  // never all of it
+    conn_window_ -= 5;
+  }
+
+  void Close(HeldRequestResult* result) {
+    if (!done_) ++result->closed;
+    done_ = true;
+    out_.clear();
+  }
+
+  const int fd_;
+  const HeldRequestOptions* options_ = nullptr;
+  std::string headers_;
+  uint32_t next_id_ = 1;
+  bool done_ = false;
+  std::string out_, in_;
+  std::map<uint32_t, Stream> streams_;
+  int64_t conn_window_ = kDefaultWindow;
+  int64_t initial_window_ = kDefaultWindow;
+  uint32_t max_frame_ = 16384;
+};
+
+absl::StatusOr<int> Connect(int port) {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  if (fd < 0) return absl::InternalError("socket() failed");
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(port);
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
+    close(fd);
+    return absl::UnavailableError(
+        absl::StrCat("cannot connect to 127.0.0.1:", port));
+  }
+  fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);
+  return fd;
+}
+
+}  // namespace
+
+absl::StatusOr<HeldRequestResult> HoldRequests(
+    const HeldRequestOptions& options) {
+  std::vector<std::unique_ptr<Connection>> conns;
+  for (int i = 0; i < options.connections; ++i) {
+    absl::StatusOr<int> fd = Connect(options.port);
+    if (!fd.ok()) return fd.status();
+    conns.push_back(std::make_unique<Connection>(*fd));
+    conns.back()->Open(options);
+  }
+  HeldRequestResult result;
+  int64_t budget = options.max_bytes;
+  const absl::Time end = absl::Now() + options.hold;
+  std::vector<pollfd> fds(conns.size());
+  while (absl::Now() < end) {
+    for (size_t i = 0; i < conns.size(); ++i) {
+      if (!conns[i]->done()) conns[i]->Fill(&budget, &result);
+      fds[i] = {conns[i]->done() ? -1 : conns[i]->fd(),
+                static_cast<int16_t>(POLLIN |
+                                     (conns[i]->wants_write() ? POLLOUT : 0)),
+                0};
+    }
+    if (poll(fds.data(), fds.size(), 20) <= 0) continue;
+    for (size_t i = 0; i < conns.size(); ++i) {
+      if (fds[i].revents & (POLLIN | POLLERR | POLLHUP)) {
+        conns[i]->Read(&result);
+      }
+      if (!conns[i]->done()) conns[i]->Write(&result);
+    }
+  }
+  return result;
+}
+
+}  // namespace testing
+}  // namespace asyncps

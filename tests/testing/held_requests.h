@@ -1,0 +1,48 @@
+#ifndef ASYNCPS_TESTS_TESTING_HELD_REQUESTS_H_
+#define ASYNCPS_TESTS_TESTING_HELD_REQUESTS_H_
+
+// gRPC calls whose requests never finish, spoken in plain HTTP/2 over TCP:
+// each stream declares a request of `declared_bytes` in its gRPC length
+// prefix, then sends as much of it as the server's flow-control windows
+// allow (acknowledging its SETTINGS and PINGs, as a live client does, so
+// keepalive does not close the connection), and never the rest; a stream
+// the server resets is replaced by a new one. gRPC keeps what arrived until
+// the whole request has; this measures what that costs a server.
+
+#include <cstdint>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+
+namespace asyncps {
+namespace testing {
+
+struct HeldRequestOptions {
+  int port = 0;  // on 127.0.0.1
+  int connections = 1;
+  int streams = 1;  // per connection
+  std::string path = "/asyncps.ParameterServer/Push";
+  uint32_t declared_bytes = 1 << 20;
+  // Stops sending once this many bytes went out, all connections together.
+  int64_t max_bytes = int64_t{1} << 30;
+  // How long the connections stay open (sending, then holding).
+  absl::Duration hold = absl::Seconds(5);
+};
+
+struct HeldRequestResult {
+  int64_t sent_bytes = 0;  // request bytes written, prefixes included
+  int streams_reset = 0;   // RST_STREAM frames from the server
+  int goaways = 0;         // connections the server sent GOAWAY on
+  int closed = 0;          // connections the server closed
+};
+
+// Runs the calls for `options.hold`, then closes every connection.
+// Fails only when a connection cannot be made at all.
+absl::StatusOr<HeldRequestResult> HoldRequests(
+    const HeldRequestOptions& options);
+
+}  // namespace testing
+}  // namespace asyncps
+
+#endif  // ASYNCPS_TESTS_TESTING_HELD_REQUESTS_H_
