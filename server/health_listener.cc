@@ -1,7 +1,6 @@
 #include "server/health_listener.h"
 
 #include <grpcpp/health_check_service_interface.h>
-#include <grpcpp/resource_quota.h>
 
 #include <chrono>
 #include <utility>
@@ -21,27 +20,27 @@ absl::StatusOr<std::unique_ptr<HealthListener>> HealthListener::Start(
   h->services_ = std::move(services);
   grpc::EnableDefaultHealthCheckService(true);
   grpc::ServerBuilder builder;
-  const bool v6 = host.find(':') != std::string::npos;
-  const std::string listen =
-      absl::StrCat(v6 ? "[" : "", host, v6 ? "]" : "", ":", port);
-  builder.AddListeningPort(listen, grpc::InsecureServerCredentials(),
-                           &h->port_);
+  // gRPC listens on loopback; callers reach it through the relay, which
+  // bounds what each connection can send (common/capped_relay.h).
+  int backend_port = 0;
+  builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(),
+                           &backend_port);
   builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
   builder.SetMaxReceiveMessageSize(kMaxHealthRequestBytes);
-  // gRPC checks a request's size only once it has read all of it (four
-  // requests of 250 MB at once took a shard to 950 MB); the quota makes it
-  // reset streams and close connections that hold more.
-  grpc::ResourceQuota quota("asyncps-health-listener");
-  quota.Resize(kMemoryQuotaBytes);
-  builder.SetResourceQuota(quota);
   builder.RegisterService(&h->reflection_v1_);
   builder.RegisterService(&h->reflection_v1alpha_);
   h->server_ = builder.BuildAndStart();
-  if (h->server_ == nullptr || h->port_ == 0) {
+  if (h->server_ == nullptr || backend_port == 0) {
     return absl::UnavailableError(
-        absl::StrCat("cannot listen for health checks on ", listen,
-                     " (address in use or not available?)"));
+        "cannot listen for health checks on a loopback port");
   }
+  absl::StatusOr<std::unique_ptr<CappedRelay>> relay =
+      CappedRelay::Start(host, port, backend_port, CappedRelayOptions());
+  if (!relay.ok()) {
+    return absl::UnavailableError(absl::StrCat(
+        "cannot listen for health checks: ", relay.status().message()));
+  }
+  h->relay_ = *std::move(relay);
   h->SetServing(serving);
   return h;
 }
@@ -57,6 +56,7 @@ void HealthListener::SetServing(bool serving) {
 void HealthListener::Stop() {
   if (server_ == nullptr) return;
   SetServing(false);
+  if (relay_ != nullptr) relay_->Stop();
   server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(1));
   server_->Wait();
   server_.reset();

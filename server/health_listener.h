@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "common/capped_relay.h"
 #include "server/reflection.h"
 
 namespace asyncps {
@@ -26,10 +27,9 @@ namespace asyncps {
 class HealthListener {
  public:
   // A health check names a service (a few dozen bytes): larger requests are
-  // refused RESOURCE_EXHAUSTED, and what requests in flight hold together
-  // is bounded by a gRPC memory quota.
+  // refused RESOURCE_EXHAUSTED, and what callers can make gRPC hold is
+  // bounded by the relay in front of it (common/capped_relay.h).
   static constexpr int kMaxHealthRequestBytes = 4096;
-  static constexpr int kMemoryQuotaBytes = 16 << 20;
 
   // Binds host:port (0 = a free port) and answers `serving` (SERVING or
   // NOT_SERVING) for "" and every name in `services` until SetServing.
@@ -39,7 +39,7 @@ class HealthListener {
       bool serving = true);
   ~HealthListener();  // Stop()
 
-  int port() const { return port_; }
+  int port() const { return relay_->port(); }
 
   // The status of "" and every service given to Start.
   void SetServing(bool serving);
@@ -57,7 +57,7 @@ class HealthListener {
   ReflectionV1Service reflection_v1_{&reflection_};
   ReflectionV1AlphaService reflection_v1alpha_{&reflection_};
   std::unique_ptr<grpc::Server> server_;
-  int port_ = 0;
+  std::unique_ptr<CappedRelay> relay_;
 };
 
 }  // namespace asyncps
