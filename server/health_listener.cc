@@ -20,27 +20,21 @@ absl::StatusOr<std::unique_ptr<HealthListener>> HealthListener::Start(
   h->services_ = std::move(services);
   grpc::EnableDefaultHealthCheckService(true);
   grpc::ServerBuilder builder;
-  // gRPC listens on loopback; callers reach it through the relay, which
-  // bounds what each connection can send (common/capped_relay.h).
-  int backend_port = 0;
-  builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(),
-                           &backend_port);
+  const bool v6 = host.find(':') != std::string::npos;
+  const std::string listen =
+      absl::StrCat(v6 ? "[" : "", host, v6 ? "]" : "", ":", port);
+  builder.AddListeningPort(listen, grpc::InsecureServerCredentials(),
+                           &h->port_);
   builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
   builder.SetMaxReceiveMessageSize(kMaxHealthRequestBytes);
   builder.RegisterService(&h->reflection_v1_);
   builder.RegisterService(&h->reflection_v1alpha_);
   h->server_ = builder.BuildAndStart();
-  if (h->server_ == nullptr || backend_port == 0) {
+  if (h->server_ == nullptr || h->port_ == 0) {
     return absl::UnavailableError(
-        "cannot listen for health checks on a loopback port");
+        absl::StrCat("cannot listen for health checks on ", listen,
+                     " (address in use or not available?)"));
   }
-  absl::StatusOr<std::unique_ptr<CappedRelay>> relay =
-      CappedRelay::Start(host, port, backend_port, CappedRelayOptions());
-  if (!relay.ok()) {
-    return absl::UnavailableError(absl::StrCat(
-        "cannot listen for health checks: ", relay.status().message()));
-  }
-  h->relay_ = *std::move(relay);
   h->SetServing(serving);
   return h;
 }
@@ -56,7 +50,6 @@ void HealthListener::SetServing(bool serving) {
 void HealthListener::Stop() {
   if (server_ == nullptr) return;
   SetServing(false);
-  if (relay_ != nullptr) relay_->Stop();
   server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(1));
   server_->Wait();
   server_.reset();

@@ -8,7 +8,6 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "common/capped_relay.h"
 #include "server/reflection.h"
 
 namespace asyncps {
@@ -27,9 +26,11 @@ namespace asyncps {
 class HealthListener {
  public:
   // A health check names a service (a few dozen bytes): larger requests are
-  // refused RESOURCE_EXHAUSTED, and what callers can make gRPC hold is
-  // bounded by the relay in front of it (common/capped_relay.h).
+  // refused RESOURCE_EXHAUSTED. gRPC reads a whole request before it checks
+  // its size, so what unfinished ones hold together is bounded apart
+  // (common/request_guard.h): 256 checks in flight.
   static constexpr int kMaxHealthRequestBytes = 4096;
+  static constexpr int64_t kMaxUnfinishedBytes = 1 << 20;
 
   // Binds host:port (0 = a free port) and answers `serving` (SERVING or
   // NOT_SERVING) for "" and every name in `services` until SetServing.
@@ -39,7 +40,7 @@ class HealthListener {
       bool serving = true);
   ~HealthListener();  // Stop()
 
-  int port() const { return relay_->port(); }
+  int port() const { return port_; }
 
   // The status of "" and every service given to Start.
   void SetServing(bool serving);
@@ -57,7 +58,7 @@ class HealthListener {
   ReflectionV1Service reflection_v1_{&reflection_};
   ReflectionV1AlphaService reflection_v1alpha_{&reflection_};
   std::unique_ptr<grpc::Server> server_;
-  std::unique_ptr<CappedRelay> relay_;
+  int port_ = 0;
 };
 
 }  // namespace asyncps

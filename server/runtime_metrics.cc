@@ -19,6 +19,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "common/accept_guard.h"
+#include "common/request_guard.h"
 
 namespace asyncps {
 
@@ -348,6 +349,15 @@ void AppendProcessMetrics(absl::string_view labels, std::string* out) {
         "Connections closed unserved to keep descriptors free "
         "(common/accept_guard.h).",
         labels, absl::StrCat(ConnectionsShed()));
+  const UnfinishedRequestStats unfinished = UnfinishedRequests();
+  Gauge(out, "asyncps_unfinished_request_bytes", "gauge",
+        "Bytes callers hold in gRPC calls whose message is not whole yet "
+        "(common/request_guard.h).",
+        labels, absl::StrCat(unfinished.pending_bytes));
+  Gauge(out, "asyncps_request_connections_shut_total", "counter",
+        "Connections shut for holding the most unfinished request bytes "
+        "past the budget (common/request_guard.h).",
+        labels, absl::StrCat(unfinished.connections_shut));
   double boot = 0;
   for (absl::string_view line :
        absl::StrSplit(ReadSmallFile("/proc/stat"), '\n')) {

@@ -15,6 +15,7 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -27,6 +28,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "common/accept_guard.h"
+#include "common/call_ledger.h"
 #include "common/cli.h"
 #include "common/identity.h"
 #include "common/logging.h"
@@ -34,6 +36,7 @@
 #include "common/names.h"
 #include "common/net.h"
 #include "common/port_file.h"
+#include "common/request_guard.h"
 #include "common/security.h"
 #include "common/security_flags.h"
 #include "common/shard_map.h"
@@ -57,6 +60,12 @@ ABSL_FLAG(std::string, port_file, "",
 ABSL_FLAG(int64_t, max_message_bytes, asyncps::kMaxMessageBytes,
           "Largest request a shard accepts; larger ones get "
           "RESOURCE_EXHAUSTED before they are read.");
+ABSL_FLAG(int64_t, max_unfinished_bytes, 0,
+          "Most bytes all callers together may have sent in gRPC messages "
+          "not yet whole (plus 4 KiB per open call): gRPC holds them before "
+          "any check, so beyond it the connection holding the most is shut "
+          "(common/request_guard.h). 0 = the larger of 1 GiB and 4 x "
+          "--max_message_bytes.");
 ABSL_FLAG(std::string, advertise_address, "",
           "host:port this shard reports in Status and logs (e.g. the name "
           "workers dial); empty = the address actually bound, e.g. "
@@ -477,6 +486,20 @@ absl::StatusOr<PsServerOptions> OptionsFromFlags() {
   }
   return o;
 }
+// --max_unfinished_bytes, 0 resolved.
+absl::StatusOr<int64_t> UnfinishedBudget(int64_t max_message_bytes) {
+  const int64_t flag = absl::GetFlag(FLAGS_max_unfinished_bytes);
+  if (flag == 0)
+    return std::max<int64_t>(int64_t{1} << 30, 4 * max_message_bytes);
+  if (flag < max_message_bytes + CallLedger::kCallBytes) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--max_unfinished_bytes must be 0 (auto) or at least "
+        "--max_message_bytes + 4096 (",
+        max_message_bytes + CallLedger::kCallBytes, "), got ", flag));
+  }
+  return flag;
+}
+
 // The health listener (--health_port), started NOT_SERVING; null when off.
 // The error is the message to exit with.
 absl::StatusOr<std::unique_ptr<HealthListener>> StartHealth(
@@ -490,6 +513,8 @@ absl::StatusOr<std::unique_ptr<HealthListener>> StartHealth(
     return absl::UnavailableError("--health_port: " +
                                   health.status().ToString());
   }
+  GuardUnfinishedRequests((*health)->port(),
+                          HealthListener::kMaxUnfinishedBytes);
   logger.info(
       "health checks (plain TCP) on port {}: NOT_SERVING until the shard "
       "has restored and serves",
@@ -665,6 +690,9 @@ int Main(int argc, char** argv) {
   const sigset_t signals = BlockStopSignals();
   TuneProcess();
   const AcceptGuardReport fds = GuardAccepts();
+  absl::StatusOr<int64_t> unfinished =
+      UnfinishedBudget(options->max_message_bytes);
+  if (!unfinished.ok()) return Fail(std::string(unfinished.status().message()));
   options->logger->info(
       "open files: limit {} (hard {}); connections beyond descriptor {} are "
       "refused",
@@ -700,6 +728,7 @@ int Main(int argc, char** argv) {
   absl::StatusOr<std::unique_ptr<PsServer>> server =
       PsServer::Start(*std::move(options));
   if (!server.ok()) return StartFailure(server.status(), restore);
+  GuardUnfinishedRequests((*server)->port(), *unfinished);
   if (*group != nullptr) (*group)->Run(server->get());
   if (*health != nullptr) (*health)->SetServing(true);
 

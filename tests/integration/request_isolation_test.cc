@@ -5,7 +5,7 @@
 // callers without the cluster token cannot make a shard hold ever more
 // memory: over repeated rounds of large requests its RSS stays within the
 // bound the first round set, and calls whose requests never finish hold
-// nothing.
+// nothing; without a token they hold at most --max_unfinished_bytes.
 
 #include <grpcpp/generic/generic_stub.h>
 #include <grpcpp/grpcpp.h>
@@ -282,6 +282,67 @@ TEST_CASE(
                << " -> " << peak / kMiB << " MiB");
   CHECK(result->streams_reset >= held.connections * held.streams);
   CHECK(peak - start <= 16 * kMiB);
+}
+
+TEST_CASE(
+    "without a token, calls whose requests never finish hold at most "
+    "--max_unfinished_bytes, and the shard serves on",
+    "[bad_input][isolation]") {
+  absl::StatusOr<testing::ServerProcess> shard = StartPsServer(
+      0, 1,
+      {absl::StrCat("--max_message_bytes=", 16 * kMiB),
+       absl::StrCat("--max_unfinished_bytes=", 64 * kMiB), "--metrics_port=0"});
+  REQUIRE_OK(shard.status());
+  auto stub = ParameterServer::NewStub(MakeChannel(shard->address));
+  CreateTensorRequest create;
+  *create.add_tensors() = Dense("w", 4);
+  CreateTensorResponse created;
+  REQUIRE(stub->CreateTensor(Context().get(), create, &created).ok());
+  const pid_t pid = shard->process->pid();
+  const int64_t start = testing::ReadProcessResources(pid)->peak_rss_bytes;
+  // The same 256 calls as above, at a shard with no token: the connection
+  // holding the most is shut each time they hold more than the budget
+  // (before, the shard held every byte sent: peak +1,035 MiB).
+  testing::HeldRequestOptions held;
+  held.port = std::stoi(shard->address.substr(shard->address.rfind(':') + 1));
+  held.connections = 4;
+  held.streams = 64;
+  held.declared_bytes = 16 * kMiB;
+  held.max_bytes = 1024 * kMiB;
+  held.hold = absl::Seconds(4);
+  absl::StatusOr<testing::HeldRequestResult> result =
+      testing::HoldRequests(held);
+  REQUIRE_OK(result.status());
+  const int64_t peak = testing::ReadProcessResources(pid)->peak_rss_bytes;
+  INFO("sent " << result->sent_bytes / kMiB << " MiB, connections closed "
+               << result->closed << "; peak RSS " << start / kMiB << " -> "
+               << peak / kMiB << " MiB");
+  CHECK(result->closed == held.connections);
+  CHECK(peak - start < 64 * kMiB + 64 * kMiB);
+  // Pushes and pulls go on.
+  PushRequest push;
+  push.mutable_worker()->set_worker_id(0);
+  push.mutable_worker()->set_incarnation(1);
+  push.set_seq(1);
+  SliceGradient* g = push.add_grads();
+  g->set_tensor("w");
+  g->set_slice(0);
+  const std::vector<float> ones(4, 1.0f);
+  EncodeFloats(ones.data(), ones.size(), g->mutable_grad());
+  PushResponse pushed;
+  const grpc::Status s = stub->Push(Context().get(), push, &pushed);
+  INFO(s.error_message());
+  REQUIRE(s.ok());
+  PullRequest pull;
+  pull.mutable_worker()->set_worker_id(1);
+  pull.mutable_worker()->set_incarnation(1);
+  pull.add_tensors("w");
+  PullResponse pulled;
+  REQUIRE(stub->Pull(Context().get(), pull, &pulled).ok());
+  REQUIRE(pulled.slices_size() == 1);
+  std::vector<float> values(4);
+  DecodeFloats(pulled.slices(0).values(), values.data(), values.size());
+  CHECK(values == std::vector<float>(4, 0.0f));
 }
 
 }  // namespace

@@ -35,6 +35,7 @@
 #include "proto/grpc_predict_v2.grpc.pb.h"
 #include "tests/serving/serve_process.h"
 #include "tests/testing/cluster_client.h"
+#include "tests/testing/held_requests.h"
 #include "tests/testing/raw_calls.h"
 #include "tests/testing/require_ok.h"
 #include "tests/testing/subprocess.h"
@@ -485,6 +486,45 @@ ModelInferResponse AwaitVersion(ServeProcess& serve,
     REQUIRE(serve.process->Running());
     REQUIRE(serve.process->Running());
   }
+}
+
+TEST_CASE(
+    "calls whose requests never finish hold at most --max_unfinished_bytes; "
+    "inference goes on",
+    "[serving][bad_input]") {
+  auto cluster = StartPsCluster(2);
+  REQUIRE_OK(cluster.status());
+  std::vector<std::vector<float>> values;
+  auto worker = CreateModel(*cluster, &values);
+  ServeProcess serve = StartServe({"--servers=" + testing::ServerList(*cluster),
+                                   "--max_request_bytes=16777216",
+                                   "--max_unfinished_bytes=67108864"});
+  const pid_t pid = serve.process->pid();
+  const int64_t before = testing::ReadProcessResources(pid)->peak_rss_bytes;
+  // 256 ModelInfer calls announcing 16 MiB each, never finished: gRPC
+  // holds what they send before any check (1.8 GB in 8 s before the
+  // bound, from 4 connections of 200 such calls).
+  testing::HeldRequestOptions held;
+  held.port = std::stoi(serve.address.substr(serve.address.rfind(':') + 1));
+  held.connections = 4;
+  held.streams = 64;
+  held.path = "/inference.GRPCInferenceService/ModelInfer";
+  held.declared_bytes = 16 << 20;
+  held.max_bytes = int64_t{1} << 30;
+  held.hold = absl::Seconds(4);
+  absl::StatusOr<testing::HeldRequestResult> result =
+      testing::HoldRequests(held);
+  REQUIRE_OK(result.status());
+  const int64_t after = testing::ReadProcessResources(pid)->peak_rss_bytes;
+  INFO("sent " << result->sent_bytes / (1 << 20) << " MiB, connections closed "
+               << result->closed << "; peak RSS " << before / (1 << 20)
+               << " -> " << after / (1 << 20) << " MiB");
+  CHECK(result->closed == held.connections);
+  CHECK(after - before < (128 << 20));
+  const std::vector<float> x = Features(2, 1.0f);
+  ModelInferResponse r;
+  REQUIRE(Infer(serve, Request(x, 2), &r).ok());
+  RequireNear(Output(r), Expected(values, x, 2));
 }
 
 TEST_CASE(

@@ -14,14 +14,12 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "tests/testing/h2_frames.h"
 
 namespace asyncps {
 namespace testing {
 namespace {
 
-constexpr uint8_t kData = 0, kHeaders = 1, kRstStream = 3, kSettings = 4,
-                  kPing = 6, kGoaway = 7, kWindowUpdate = 8;
-constexpr uint8_t kAck = 0x1, kEndHeaders = 0x4;
 constexpr int64_t kDefaultWindow = 65535;
 // Bytes queued per connection before the next write; bounds the overshoot
 // of max_bytes.
@@ -29,18 +27,7 @@ constexpr size_t kQueueBytes = 256 << 10;
 
 void AppendFrame(uint8_t type, uint8_t flags, uint32_t stream,
                  const std::string& payload, std::string* out) {
-  const uint32_t n = payload.size();
-  const char header[9] = {static_cast<char>(n >> 16),
-                          static_cast<char>(n >> 8),
-                          static_cast<char>(n),
-                          static_cast<char>(type),
-                          static_cast<char>(flags),
-                          static_cast<char>(stream >> 24),
-                          static_cast<char>(stream >> 16),
-                          static_cast<char>(stream >> 8),
-                          static_cast<char>(stream)};
-  out->append(header, 9);
-  out->append(payload);
+  out->append(H2Frame(type, flags, stream, payload));
 }
 
 uint32_t ReadU32(const std::string& s, size_t at) {
@@ -101,8 +88,8 @@ class Connection {
   void Open(const HeldRequestOptions& o) {
     options_ = &o;
     headers_ = RequestHeaders(o.path);
-    out_ = "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
-    AppendFrame(kSettings, 0, 0, "", &out_);
+    out_ = kH2Preface;
+    AppendFrame(kH2Settings, 0, 0, "", &out_);
     for (int i = 0; i < o.streams; ++i) OpenStream();
   }
 
@@ -118,7 +105,7 @@ class Connection {
                       static_cast<int64_t>(max_frame_),
                       static_cast<int64_t>(kZeros.size()), *budget});
         if (n <= 0) continue;
-        AppendFrame(kData, 0, id, kZeros.substr(0, n), &out_);
+        AppendFrame(kH2Data, 0, id, kZeros.substr(0, n), &out_);
         s.window -= n;
         s.remaining -= n;
         conn_window_ -= n;
@@ -165,7 +152,7 @@ class Connection {
  private:
   void Handle(uint8_t type, uint8_t flags, uint32_t id,
               const std::string& payload, HeldRequestResult* result) {
-    if (type == kSettings && !(flags & kAck)) {
+    if (type == kH2Settings && !(flags & kH2Ack)) {
       for (size_t at = 0; at + 6 <= payload.size(); at += 6) {
         const int key = (static_cast<uint8_t>(payload[at]) << 8) |
                         static_cast<uint8_t>(payload[at + 1]);
@@ -177,20 +164,20 @@ class Connection {
           max_frame_ = value;
         }
       }
-      AppendFrame(kSettings, kAck, 0, "", &out_);
-    } else if (type == kPing && !(flags & kAck)) {
-      AppendFrame(kPing, kAck, 0, payload, &out_);
-    } else if (type == kWindowUpdate && payload.size() == 4) {
+      AppendFrame(kH2Settings, kH2Ack, 0, "", &out_);
+    } else if (type == kH2Ping && !(flags & kH2Ack)) {
+      AppendFrame(kH2Ping, kH2Ack, 0, payload, &out_);
+    } else if (type == kH2WindowUpdate && payload.size() == 4) {
       const int64_t inc = ReadU32(payload, 0) & 0x7fffffff;
       if (id == 0) {
         conn_window_ += inc;
       } else if (auto it = streams_.find(id); it != streams_.end()) {
         it->second.window += inc;
       }
-    } else if (type == kRstStream) {
+    } else if (type == kH2RstStream) {
       if (streams_.erase(id) == 1 && !done_) OpenStream();  // one more
       ++result->streams_reset;
-    } else if (type == kGoaway) {
+    } else if (type == kH2Goaway) {
       ++result->goaways;
       done_ = true;
     }
@@ -200,12 +187,12 @@ class Connection {
   void OpenStream() {
     const uint32_t id = next_id_;
     next_id_ += 2;
-    AppendFrame(kHeaders, kEndHeaders, id, headers_, &out_);
+    AppendFrame(kH2Headers, kH2EndHeaders, id, headers_, &out_);
     const uint32_t d = options_->declared_bytes;
     const std::string prefix = {
         0, static_cast<char>(d >> 24), static_cast<char>(d >> 16),
         static_cast<char>(d >> 8), static_cast<char>(d)};
-    AppendFrame(kData, 0, id, prefix, &out_);
+    AppendFrame(kH2Data, 0, id, prefix, &out_);
     Stream& s = streams_[id];
     s.window = initial_window_ - 5;
     s.remaining = int64_t{d} - 1;  // never all of it

@@ -1,0 +1,213 @@
+#include "common/request_guard.h"
+
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <memory>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/synchronization/mutex.h"
+#include "common/call_ledger.h"
+
+namespace asyncps {
+namespace {
+
+// Descriptors at or above this pass through unguarded.
+constexpr int kMaxFd = 1 << 20;
+constexpr int kMaxPorts = 8;
+
+enum : uint8_t { kUnknown = 0, kPassThrough = 1, kGuarded = 2 };
+
+// Per descriptor: kUnknown until its first read classifies it.
+std::atomic<uint8_t> fd_state[kMaxFd];
+std::atomic<bool> enabled{false};
+std::atomic<uint64_t> shut_total{0};
+
+struct Port {
+  int port = 0;
+  int64_t max_bytes = 0;
+  int64_t pending = 0;  // of its live guarded connections
+};
+
+struct Connection {
+  CallLedger calls;
+  int port_index = 0;
+  bool shut = false;  // shut down for the budget; no longer counted
+};
+
+absl::Mutex mu;
+Port ports[kMaxPorts] ABSL_GUARDED_BY(mu);
+int num_ports ABSL_GUARDED_BY(mu) = 0;
+absl::flat_hash_map<int, std::unique_ptr<Connection>>& Connections()
+    ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+  static auto* map = new absl::flat_hash_map<int, std::unique_ptr<Connection>>;
+  return *map;
+}
+
+int LocalPort(int fd) {
+  sockaddr_storage addr{};
+  socklen_t len = sizeof(addr);
+  if (getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) return -1;
+  if (addr.ss_family == AF_INET) {
+    return ntohs(reinterpret_cast<sockaddr_in*>(&addr)->sin_port);
+  }
+  if (addr.ss_family == AF_INET6) {
+    return ntohs(reinterpret_cast<sockaddr_in6*>(&addr)->sin6_port);
+  }
+  return -1;
+}
+
+// The connection behind `fd`, classifying a new descriptor; null when it
+// is not guarded (or was shut).
+Connection* Find(int fd) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+  if (fd_state[fd].load(std::memory_order_relaxed) == kUnknown) {
+    const int local = LocalPort(fd);
+    for (int i = 0; i < num_ports; ++i) {
+      if (ports[i].port == local) {
+        auto c = std::make_unique<Connection>();
+        c->port_index = i;
+        Connections()[fd] = std::move(c);
+        fd_state[fd].store(kGuarded, std::memory_order_relaxed);
+        break;
+      }
+    }
+    if (fd_state[fd].load(std::memory_order_relaxed) == kUnknown) {
+      fd_state[fd].store(kPassThrough, std::memory_order_relaxed);
+      return nullptr;
+    }
+  }
+  auto it = Connections().find(fd);
+  if (it == Connections().end() || it->second->shut) return nullptr;
+  return it->second.get();
+}
+
+// Shuts the connections of port `index` holding the most until the rest
+// fit its budget.
+void Shed(int index) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+  Port& port = ports[index];
+  while (port.pending > port.max_bytes) {
+    int worst = -1;
+    Connection* most = nullptr;
+    for (auto& [fd, c] : Connections()) {
+      if (c->shut || c->port_index != index) continue;
+      if (most == nullptr || c->calls.pending() > most->calls.pending()) {
+        worst = fd;
+        most = c.get();
+      }
+    }
+    if (most == nullptr) return;
+    most->shut = true;
+    port.pending -= most->calls.pending();
+    // gRPC reads the end and closes the descriptor; with no linger that
+    // close resets the connection, so that the sender stops at once (a
+    // plain close left clients sending into a zero window for minutes).
+    const linger abort{1, 0};
+    setsockopt(worst, SOL_SOCKET, SO_LINGER, &abort, sizeof(abort));
+    shutdown(worst, SHUT_RDWR);
+    shut_total.fetch_add(1, std::memory_order_relaxed);
+  }
+}
+
+// Feeds the first `n` bytes of `msg`'s buffers to fd's ledger.
+void Saw(int fd, const msghdr* msg, size_t n, bool received) {
+  if (fd < 0 || fd >= kMaxFd ||
+      fd_state[fd].load(std::memory_order_relaxed) == kPassThrough) {
+    return;
+  }
+  absl::MutexLock lock(&mu);
+  Connection* c = Find(fd);
+  if (c == nullptr) return;
+  const int64_t before = c->calls.pending();
+  for (size_t i = 0; i < msg->msg_iovlen && n > 0; ++i) {
+    const size_t part = std::min(n, msg->msg_iov[i].iov_len);
+    const char* base = static_cast<const char*>(msg->msg_iov[i].iov_base);
+    if (received) {
+      c->calls.FromClient(base, part);
+    } else {
+      c->calls.FromServer(base, part);
+    }
+    n -= part;
+  }
+  ports[c->port_index].pending += c->calls.pending() - before;
+  if (received) Shed(c->port_index);
+}
+
+// Forgets `fd` before it is closed, so that a shutdown never reaches a
+// descriptor number reused for something else.
+int Close(int fd) {
+  if (fd >= 0 && fd < kMaxFd && enabled.load(std::memory_order_relaxed)) {
+    const uint8_t state = fd_state[fd].load(std::memory_order_relaxed);
+    if (state == kGuarded) {
+      absl::MutexLock lock(&mu);
+      auto it = Connections().find(fd);
+      if (it != Connections().end()) {
+        if (!it->second->shut) {
+          ports[it->second->port_index].pending -= it->second->calls.pending();
+        }
+        Connections().erase(it);
+      }
+      fd_state[fd].store(kUnknown, std::memory_order_relaxed);
+      return static_cast<int>(syscall(SYS_close, fd));
+    }
+    if (state != kUnknown) fd_state[fd].store(kUnknown);
+  }
+  return static_cast<int>(syscall(SYS_close, fd));
+}
+
+}  // namespace
+
+void GuardUnfinishedRequests(int port, int64_t max_bytes) {
+  absl::MutexLock lock(&mu);
+  for (int i = 0; i < num_ports; ++i) {
+    if (ports[i].port == port) {
+      ports[i].max_bytes = max_bytes;
+      return;
+    }
+  }
+  if (num_ports == kMaxPorts) return;
+  ports[num_ports++] = {port, max_bytes, 0};
+  enabled.store(true);
+  // Connections that read before the port was guarded are looked at again.
+  for (std::atomic<uint8_t>& state : fd_state) {
+    if (state.load(std::memory_order_relaxed) == kPassThrough) {
+      state.store(kUnknown, std::memory_order_relaxed);
+    }
+  }
+}
+
+UnfinishedRequestStats UnfinishedRequests() {
+  UnfinishedRequestStats stats;
+  absl::MutexLock lock(&mu);
+  for (int i = 0; i < num_ports; ++i) stats.pending_bytes += ports[i].pending;
+  stats.connections_shut = shut_total.load(std::memory_order_relaxed);
+  return stats;
+}
+
+}  // namespace asyncps
+
+// The process's recvmsg, sendmsg and close (gRPC's endpoints call them
+// through the PLT).
+extern "C" ssize_t recvmsg(int fd, msghdr* msg, int flags) {
+  const ssize_t r = syscall(SYS_recvmsg, fd, msg, flags);
+  if (r > 0 && !(flags & (MSG_PEEK | MSG_ERRQUEUE)) &&
+      asyncps::enabled.load(std::memory_order_relaxed)) {
+    asyncps::Saw(fd, msg, static_cast<size_t>(r), /*received=*/true);
+  }
+  return r;
+}
+
+extern "C" ssize_t sendmsg(int fd, const msghdr* msg, int flags) {
+  const ssize_t r = syscall(SYS_sendmsg, fd, msg, flags);
+  if (r > 0 && asyncps::enabled.load(std::memory_order_relaxed)) {
+    asyncps::Saw(fd, msg, static_cast<size_t>(r), /*received=*/false);
+  }
+  return r;
+}
+
+extern "C" int close(int fd) { return asyncps::Close(fd); }

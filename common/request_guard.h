@@ -1,0 +1,41 @@
+#ifndef ASYNCPS_COMMON_REQUEST_GUARD_H_
+#define ASYNCPS_COMMON_REQUEST_GUARD_H_
+
+// Bounds what callers can make the process's gRPC servers hold in requests
+// they never finish.
+//
+// gRPC (1.51) opens a stream's flow-control window to the size a message's
+// length prefix announces, whatever the server's maximum message size, and
+// keeps what arrives until all of it has, before any handler or size check
+// runs. Calls that announce large messages and never finish them take as
+// much memory as their sender sends: 4 connections of 200 such calls took
+// a shard's health port (4 KiB requests at most, behind a 16 MiB gRPC
+// memory quota) to 2.8 GB in 8 s, ps_serve from 27 MB to 1.8 GB, a shard
+// without a cluster token likewise.
+//
+// This library defines recvmsg(), sendmsg() and close() for the process
+// (the symbols gRPC's endpoints call, ahead of libc's; link it into servers
+// only, alwayslink). On connections accepted on a guarded port it reads the
+// bytes gRPC receives and sends through a CallLedger (common/call_ledger.h):
+// when the calls of all of a port's connections hold more than its budget,
+// the connection holding the most is shut down (gRPC reads its end and
+// frees what it held). Other descriptors pass through with one atomic load.
+
+#include <cstdint>
+
+namespace asyncps {
+
+// Guards connections on local TCP port `port` (those that read before too),
+// with `max_bytes` for what their unfinished calls hold together. A port
+// given again gets the new budget. At most 8 ports.
+void GuardUnfinishedRequests(int port, int64_t max_bytes);
+
+struct UnfinishedRequestStats {
+  int64_t pending_bytes = 0;      // held now, all guarded ports together
+  uint64_t connections_shut = 0;  // for holding the most past a budget
+};
+UnfinishedRequestStats UnfinishedRequests();
+
+}  // namespace asyncps
+
+#endif  // ASYNCPS_COMMON_REQUEST_GUARD_H_
