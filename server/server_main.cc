@@ -486,11 +486,13 @@ absl::StatusOr<PsServerOptions> OptionsFromFlags() {
   }
   return o;
 }
+
 // --max_unfinished_bytes, 0 resolved.
 absl::StatusOr<int64_t> UnfinishedBudget(int64_t max_message_bytes) {
   const int64_t flag = absl::GetFlag(FLAGS_max_unfinished_bytes);
-  if (flag == 0)
+  if (flag == 0) {
     return std::max<int64_t>(int64_t{1} << 30, 4 * max_message_bytes);
+  }
   if (flag < max_message_bytes + CallLedger::kCallBytes) {
     return absl::InvalidArgumentError(absl::StrCat(
         "--max_unfinished_bytes must be 0 (auto) or at least "
@@ -498,6 +500,16 @@ absl::StatusOr<int64_t> UnfinishedBudget(int64_t max_message_bytes) {
         max_message_bytes + CallLedger::kCallBytes, "), got ", flag));
   }
   return flag;
+}
+
+// Raises the open-files limit and keeps descriptors free of connection
+// floods (common/accept_guard.h).
+void GuardDescriptors(spdlog::logger& logger) {
+  const AcceptGuardReport fds = GuardAccepts();
+  logger.info(
+      "open files: limit {} (hard {}); connections beyond descriptor {} are "
+      "refused",
+      fds.soft_limit, fds.hard_limit, fds.ceiling);
 }
 
 // The health listener (--health_port), started NOT_SERVING; null when off.
@@ -689,14 +701,10 @@ int Main(int argc, char** argv) {
   };
   const sigset_t signals = BlockStopSignals();
   TuneProcess();
-  const AcceptGuardReport fds = GuardAccepts();
+  GuardDescriptors(*options->logger);
   absl::StatusOr<int64_t> unfinished =
       UnfinishedBudget(options->max_message_bytes);
   if (!unfinished.ok()) return Fail(std::string(unfinished.status().message()));
-  options->logger->info(
-      "open files: limit {} (hard {}); connections beyond descriptor {} are "
-      "refused",
-      fds.soft_limit, fds.hard_limit, fds.ceiling);
 
   absl::StatusOr<ReplicaFlags> replica_flags = ReplicaFlagsFromFlags(*options);
   if (!replica_flags.ok()) {

@@ -132,8 +132,12 @@ int Fail(const std::string& message) {
 struct Flags {
   BatcherOptions batcher;
   absl::Duration refresh;
-  int blas_threads = 1;              // 0: OpenBLAS's own
-  int64_t max_unfinished_bytes = 0;  // common/request_guard.h
+  int blas_threads = 1;  // 0: OpenBLAS's own
+  // gRPC holds a request's bytes until all of it has come, before any
+  // check (4 connections of 200 calls announcing 16 MiB each and never
+  // finishing took ps_serve from 27 MB to 1.8 GB in 8 s); the request
+  // guard bounds them (common/request_guard.h).
+  int64_t max_unfinished_bytes = 0;
 };
 
 absl::StatusOr<Flags> FlagsFromCommandLine() {
@@ -425,9 +429,6 @@ int Main(int argc, char** argv) {
   absl::StatusOr<std::unique_ptr<grpc::Server>> server =
       StartGrpc(&service, &port);
   if (!server.ok()) return Fail(std::string(server.status().message()));
-  // gRPC holds a request's bytes until all of it has come, before any
-  // check: 4 connections of 200 calls announcing 16 MiB each and never
-  // finishing took ps_serve from 27 MB to 1.8 GB in 8 s.
   GuardUnfinishedRequests(port, flags->max_unfinished_bytes);
   absl::StatusOr<std::unique_ptr<RestEndpoint>> rest =
       StartRest(&handler, &status, **logger);

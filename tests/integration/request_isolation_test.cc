@@ -318,7 +318,7 @@ TEST_CASE(
                << result->closed << "; peak RSS " << start / kMiB << " -> "
                << peak / kMiB << " MiB");
   CHECK(result->closed == held.connections);
-  CHECK(peak - start < 64 * kMiB + 64 * kMiB);
+  CHECK(peak - start < 64 * kMiB + 96 * kMiB);
   // Pushes and pulls go on.
   PushRequest push;
   push.mutable_worker()->set_worker_id(0);
