@@ -93,6 +93,7 @@ void CallLedger::OnHeader(Frames* f, bool from_client) {
 void CallLedger::OnFrameEnd(const Frames& f, bool from_client) {
   if (f.stream == 0) return;  // the connection's own frames
   if (f.type == kRstStream) {
+    if (from_client) ++client_resets_;
     End(f.stream);
   } else if (from_client) {
     // The client's END_STREAM: its request is whole.

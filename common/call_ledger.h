@@ -35,6 +35,8 @@ class CallLedger {
   // kCallBytes per open call plus the bytes of unfinished messages.
   int64_t pending() const { return pending_; }
   size_t open_calls() const { return calls_.size(); }
+  // RST_STREAM frames the client sent for calls, all told.
+  uint64_t client_resets() const { return client_resets_; }
 
  private:
   // An open call and its current message.
@@ -71,6 +73,7 @@ class CallLedger {
   Frames server_{0};
   absl::flat_hash_map<uint32_t, Call> calls_;
   int64_t pending_ = 0;
+  uint64_t client_resets_ = 0;
 };
 
 }  // namespace asyncps

@@ -13,6 +13,8 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
 #include "common/call_ledger.h"
 
 namespace asyncps {
@@ -28,6 +30,12 @@ enum : uint8_t { kUnknown = 0, kPassThrough = 1, kGuarded = 2 };
 std::atomic<uint8_t> fd_state[kMaxFd];
 std::atomic<bool> enabled{false};
 std::atomic<uint64_t> shut_total{0};
+std::atomic<uint64_t> reset_floods_total{0};
+
+// A client that resets more calls than this within a second is flooding
+// ("rapid reset", CVE-2023-44487: gRPC 1.51 does the work of every call it
+// opens, and holds memory for it, whether or not the client keeps it).
+constexpr uint64_t kMaxResetsPerSecond = 1000;
 
 struct Port {
   int port = 0;
@@ -38,7 +46,10 @@ struct Port {
 struct Connection {
   CallLedger calls;
   int port_index = 0;
-  bool shut = false;  // shut down for the budget; no longer counted
+  bool shut = false;  // shut down; no longer counted
+  // The one-second window its resets are counted in.
+  absl::Time window_start = absl::InfinitePast();
+  uint64_t resets_before_window = 0;
 };
 
 absl::Mutex mu;
@@ -87,11 +98,21 @@ Connection* Find(int fd) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
   return it->second.get();
 }
 
+// Shuts `c` down: gRPC reads the end and closes the descriptor; with no
+// linger that close resets the connection, so that the sender stops at once
+// (a plain close left clients sending into a zero window for minutes).
+void Shut(int fd, Connection* c) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+  c->shut = true;
+  ports[c->port_index].pending -= c->calls.pending();
+  const linger abort{1, 0};
+  setsockopt(fd, SOL_SOCKET, SO_LINGER, &abort, sizeof(abort));
+  shutdown(fd, SHUT_RDWR);
+}
+
 // Shuts the connections of port `index` holding the most until the rest
 // fit its budget.
 void Shed(int index) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
-  Port& port = ports[index];
-  while (port.pending > port.max_bytes) {
+  while (ports[index].pending > ports[index].max_bytes) {
     int worst = -1;
     Connection* most = nullptr;
     for (auto& [fd, c] : Connections()) {
@@ -102,16 +123,23 @@ void Shed(int index) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
       }
     }
     if (most == nullptr) return;
-    most->shut = true;
-    port.pending -= most->calls.pending();
-    // gRPC reads the end and closes the descriptor; with no linger that
-    // close resets the connection, so that the sender stops at once (a
-    // plain close left clients sending into a zero window for minutes).
-    const linger abort{1, 0};
-    setsockopt(worst, SOL_SOCKET, SO_LINGER, &abort, sizeof(abort));
-    shutdown(worst, SHUT_RDWR);
+    Shut(worst, most);
     shut_total.fetch_add(1, std::memory_order_relaxed);
   }
+}
+
+// True when `c` reset more than kMaxResetsPerSecond calls in its current
+// one-second window.
+bool ResetFlood(Connection* c) {
+  const uint64_t resets = c->calls.client_resets();
+  if (resets - c->resets_before_window <= kMaxResetsPerSecond / 2) return false;
+  const absl::Time now = absl::Now();
+  if (now - c->window_start > absl::Seconds(1)) {
+    c->window_start = now;
+    c->resets_before_window = resets;
+    return false;
+  }
+  return resets - c->resets_before_window > kMaxResetsPerSecond;
 }
 
 // Feeds the first `n` bytes of `msg`'s buffers to fd's ledger.
@@ -135,7 +163,13 @@ void Saw(int fd, const msghdr* msg, size_t n, bool received) {
     n -= part;
   }
   ports[c->port_index].pending += c->calls.pending() - before;
-  if (received) Shed(c->port_index);
+  if (!received) return;
+  if (ResetFlood(c)) {
+    Shut(fd, c);
+    reset_floods_total.fetch_add(1, std::memory_order_relaxed);
+    return;
+  }
+  Shed(c->port_index);
 }
 
 // Forgets `fd` before it is closed, so that a shutdown never reaches a
@@ -186,6 +220,7 @@ UnfinishedRequestStats UnfinishedRequests() {
   absl::MutexLock lock(&mu);
   for (int i = 0; i < num_ports; ++i) stats.pending_bytes += ports[i].pending;
   stats.connections_shut = shut_total.load(std::memory_order_relaxed);
+  stats.reset_floods_shut = reset_floods_total.load(std::memory_order_relaxed);
   return stats;
 }
 

@@ -107,6 +107,7 @@ TEST_CASE("a reset from either side or the server's trailers end a call",
   const std::string reset = H2Frame(kH2RstStream, 0, 1, std::string(4, '\0'));
   ledger.FromClient(reset.data(), reset.size());
   CHECK(ledger.pending() == 2 * (kCall + 100));
+  CHECK(ledger.client_resets() == 1);
   // The server: SETTINGS, a reset of 3, response headers of 5 (not the
   // end), then 5's trailers.
   std::string back = H2Frame(kH2Settings, 0, 0, "");
@@ -119,6 +120,7 @@ TEST_CASE("a reset from either side or the server's trailers end a call",
   ledger.FromServer(trailers.data(), trailers.size());
   CHECK(ledger.pending() == 0);
   CHECK(ledger.open_calls() == 0);
+  CHECK(ledger.client_resets() == 1);  // the server's resets are its own
 }
 
 }  // namespace

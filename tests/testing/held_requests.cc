@@ -90,11 +90,24 @@ class Connection {
     headers_ = RequestHeaders(o.path);
     out_ = kH2Preface;
     AppendFrame(kH2Settings, 0, 0, "", &out_);
+    if (o.reset_at_once) return;
     for (int i = 0; i < o.streams; ++i) OpenStream();
   }
 
-  // Queues DATA within the windows, taking from *budget.
+  // Queues DATA within the windows, taking from *budget; or, when the
+  // calls are reset, new calls and their resets.
   void Fill(int64_t* budget, HeldRequestResult* result) {
+    if (options_->reset_at_once) {
+      while (out_.size() < kQueueBytes && next_id_ < (1u << 30)) {
+        const uint32_t id = next_id_;
+        next_id_ += 2;
+        AppendFrame(kH2Headers, kH2EndHeaders, id, headers_, &out_);
+        AppendFrame(kH2RstStream, 0, id, std::string("\0\0\0\x08", 4),
+                    &out_);  // CANCEL
+        ++result->calls_reset;
+      }
+      return;
+    }
     static const std::string kZeros(64 << 10, '\0');
     bool progressed = true;
     while (progressed && out_.size() < kQueueBytes && *budget > 0) {

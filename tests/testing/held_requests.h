@@ -7,7 +7,8 @@
 // allow (acknowledging its SETTINGS and PINGs, as a live client does, so
 // keepalive does not close the connection), and never the rest; a stream
 // the server resets is replaced by a new one. gRPC keeps what arrived until
-// the whole request has; this measures what that costs a server.
+// the whole request has; this measures what that costs a server. Or calls
+// reset as soon as they are opened (reset_at_once).
 
 #include <cstdint>
 #include <string>
@@ -28,13 +29,17 @@ struct HeldRequestOptions {
   int64_t max_bytes = int64_t{1} << 30;
   // How long the connections stay open (sending, then holding).
   absl::Duration hold = absl::Seconds(5);
+  // Instead: open calls and reset each right after its headers, as fast
+  // as the connection takes them ("rapid reset").
+  bool reset_at_once = false;
 };
 
 struct HeldRequestResult {
-  int64_t sent_bytes = 0;  // request bytes written, prefixes included
-  int streams_reset = 0;   // RST_STREAM frames from the server
-  int goaways = 0;         // connections the server sent GOAWAY on
-  int closed = 0;          // connections the server closed
+  int64_t sent_bytes = 0;   // request bytes written, prefixes included
+  int streams_reset = 0;    // RST_STREAM frames from the server
+  int goaways = 0;          // connections the server sent GOAWAY on
+  int closed = 0;           // connections the server closed
+  int64_t calls_reset = 0;  // by this side, with reset_at_once
 };
 
 // Runs the calls for `options.hold`, then closes every connection.
