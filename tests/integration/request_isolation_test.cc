@@ -62,6 +62,92 @@ TensorSpec Dense(const std::string& name, int64_t n) {
   return s;
 }
 
+// A token file no caller in these tests sends.
+std::string TokenFile() {
+  const std::string token = testing::UniqueTmpPath("token");
+  {
+    std::ofstream out(token);
+    out << "a-token-nobody-sends\n";
+  }
+  REQUIRE(::chmod(token.c_str(), 0600) == 0);
+  return token;
+}
+
+int PortOf(const std::string& address) {
+  return std::stoi(address.substr(address.rfind(':') + 1));
+}
+
+// 256 pushes at a time that each announce 16 MiB and never send the last
+// byte, each replaced when the shard resets it, for 4 s.
+testing::HeldRequestOptions NeverFinished(int port) {
+  testing::HeldRequestOptions held;
+  held.port = port;
+  held.connections = 4;
+  held.streams = 64;
+  held.declared_bytes = 16 * kMiB;
+  held.max_bytes = 1024 * kMiB;
+  held.hold = absl::Seconds(4);
+  return held;
+}
+
+// What NeverFinished calls did to `shard`, and its peak memory growth.
+struct HeldRun {
+  testing::HeldRequestResult result;
+  int64_t peak_growth = 0;
+};
+
+HeldRun RunNeverFinished(const testing::ServerProcess& shard) {
+  const pid_t pid = shard.process->pid();
+  const int64_t start = testing::ReadProcessResources(pid)->peak_rss_bytes;
+  absl::StatusOr<testing::HeldRequestResult> result =
+      testing::HoldRequests(NeverFinished(PortOf(shard.address)));
+  REQUIRE_OK(result.status());
+  HeldRun run{*result,
+              testing::ReadProcessResources(pid)->peak_rss_bytes - start};
+  UNSCOPED_INFO("sent " << run.result.sent_bytes / kMiB
+                        << " MiB, streams reset " << run.result.streams_reset
+                        << ", connections closed " << run.result.closed
+                        << "; peak RSS +" << run.peak_growth / kMiB << " MiB");
+  return run;
+}
+
+// A stub of the shard at `address`, which holds "w": 4 ones, SGD at 1.0.
+std::unique_ptr<ParameterServer::Stub> StubWithW(const std::string& address) {
+  auto stub = ParameterServer::NewStub(MakeChannel(address));
+  CreateTensorRequest create;
+  *create.add_tensors() = Dense("w", 4);
+  CreateTensorResponse created;
+  REQUIRE(stub->CreateTensor(Context().get(), create, &created).ok());
+  return stub;
+}
+
+grpc::Status PushOnes(ParameterServer::Stub* stub, uint64_t seq) {
+  PushRequest push;
+  push.mutable_worker()->set_worker_id(0);
+  push.mutable_worker()->set_incarnation(1);
+  push.set_seq(seq);
+  SliceGradient* g = push.add_grads();
+  g->set_tensor("w");
+  g->set_slice(0);
+  const std::vector<float> ones(4, 1.0f);
+  EncodeFloats(ones.data(), ones.size(), g->mutable_grad());
+  PushResponse pushed;
+  return stub->Push(Context().get(), push, &pushed);
+}
+
+std::vector<float> ReadW(ParameterServer::Stub* stub) {
+  PullRequest pull;
+  pull.mutable_worker()->set_worker_id(1);
+  pull.mutable_worker()->set_incarnation(1);
+  pull.add_tensors("w");
+  PullResponse pulled;
+  REQUIRE(stub->Pull(Context().get(), pull, &pulled).ok());
+  REQUIRE(pulled.slices_size() == 1);
+  std::vector<float> values(4);
+  DecodeFloats(pulled.slices(0).values(), values.data(), values.size());
+  return values;
+}
+
 int Held(ParameterServer::Stub* stub) {
   ListTensorsResponse list;
   REQUIRE(stub->ListTensors(Context().get(), ListTensorsRequest(), &list).ok());
@@ -209,14 +295,8 @@ TEST_CASE(
     "callers without the token cannot make a shard hold more memory round "
     "after round",
     "[bad_input][isolation][security]") {
-  const std::string token = testing::UniqueTmpPath("token");
-  {
-    std::ofstream out(token);
-    out << "a-token-nobody-sends\n";
-  }
-  REQUIRE(::chmod(token.c_str(), 0600) == 0);
   absl::StatusOr<testing::ServerProcess> shard =
-      StartPsServer(0, 1, {absl::StrCat("--cluster_token_file=", token)});
+      StartPsServer(0, 1, {absl::StrCat("--cluster_token_file=", TokenFile())});
   REQUIRE_OK(shard.status());
   const pid_t pid = shard->process->pid();
   constexpr int kConnections = 16;
@@ -249,39 +329,17 @@ TEST_CASE(
     "calls without the token whose requests never finish hold nothing: "
     "refused at their headers",
     "[bad_input][isolation][security]") {
-  const std::string token = testing::UniqueTmpPath("token");
-  {
-    std::ofstream out(token);
-    out << "a-token-nobody-sends\n";
-  }
-  REQUIRE(::chmod(token.c_str(), 0600) == 0);
   absl::StatusOr<testing::ServerProcess> shard =
-      StartPsServer(0, 1, {absl::StrCat("--cluster_token_file=", token)});
+      StartPsServer(0, 1, {absl::StrCat("--cluster_token_file=", TokenFile())});
   REQUIRE_OK(shard.status());
-  const pid_t pid = shard->process->pid();
-  const int64_t start = testing::ReadProcessResources(pid)->peak_rss_bytes;
-  // 256 pushes at a time that each announce 16 MiB and never send the last
-  // byte, each replaced when refused. gRPC opens a stream's window to the
-  // request it announces and holds what arrives until all of it has; with
-  // no token configured the shard held every byte sent this way (4
-  // connections of 200 such streams: 2.8 GB in 10 s). A refusal at the
-  // headers leaves each stream its initial 64 KiB window.
-  testing::HeldRequestOptions held;
-  held.port = std::stoi(shard->address.substr(shard->address.rfind(':') + 1));
-  held.connections = 4;
-  held.streams = 64;
-  held.declared_bytes = 16 * kMiB;
-  held.max_bytes = 1024 * kMiB;
-  held.hold = absl::Seconds(4);
-  absl::StatusOr<testing::HeldRequestResult> result =
-      testing::HoldRequests(held);
-  REQUIRE_OK(result.status());
-  const int64_t peak = testing::ReadProcessResources(pid)->peak_rss_bytes;
-  INFO("sent " << result->sent_bytes / kMiB << " MiB, streams reset "
-               << result->streams_reset << "; peak RSS " << start / kMiB
-               << " -> " << peak / kMiB << " MiB");
-  CHECK(result->streams_reset >= held.connections * held.streams);
-  CHECK(peak - start <= 16 * kMiB);
+  // gRPC opens a stream's window to the request it announces and holds
+  // what arrives until all of it has; with no token and no bound the shard
+  // held every byte sent this way (4 connections of 200 such streams: 2.8
+  // GB in 10 s). A refusal at the headers leaves each stream its initial
+  // 64 KiB window.
+  const HeldRun run = RunNeverFinished(*shard);
+  CHECK(run.result.streams_reset >= 4 * 64);
+  CHECK(run.peak_growth <= 16 * kMiB);
 }
 
 TEST_CASE(
@@ -293,56 +351,18 @@ TEST_CASE(
       {absl::StrCat("--max_message_bytes=", 16 * kMiB),
        absl::StrCat("--max_unfinished_bytes=", 64 * kMiB), "--metrics_port=0"});
   REQUIRE_OK(shard.status());
-  auto stub = ParameterServer::NewStub(MakeChannel(shard->address));
-  CreateTensorRequest create;
-  *create.add_tensors() = Dense("w", 4);
-  CreateTensorResponse created;
-  REQUIRE(stub->CreateTensor(Context().get(), create, &created).ok());
-  const pid_t pid = shard->process->pid();
-  const int64_t start = testing::ReadProcessResources(pid)->peak_rss_bytes;
+  auto stub = StubWithW(shard->address);
   // The same 256 calls as above, at a shard with no token: the connection
   // holding the most is shut each time they hold more than the budget
   // (before, the shard held every byte sent: peak +1,035 MiB).
-  testing::HeldRequestOptions held;
-  held.port = std::stoi(shard->address.substr(shard->address.rfind(':') + 1));
-  held.connections = 4;
-  held.streams = 64;
-  held.declared_bytes = 16 * kMiB;
-  held.max_bytes = 1024 * kMiB;
-  held.hold = absl::Seconds(4);
-  absl::StatusOr<testing::HeldRequestResult> result =
-      testing::HoldRequests(held);
-  REQUIRE_OK(result.status());
-  const int64_t peak = testing::ReadProcessResources(pid)->peak_rss_bytes;
-  INFO("sent " << result->sent_bytes / kMiB << " MiB, connections closed "
-               << result->closed << "; peak RSS " << start / kMiB << " -> "
-               << peak / kMiB << " MiB");
-  CHECK(result->closed == held.connections);
-  CHECK(peak - start < 64 * kMiB + 96 * kMiB);
+  const HeldRun run = RunNeverFinished(*shard);
+  CHECK(run.result.closed == 4);
+  CHECK(run.peak_growth < 64 * kMiB + 96 * kMiB);
   // Pushes and pulls go on.
-  PushRequest push;
-  push.mutable_worker()->set_worker_id(0);
-  push.mutable_worker()->set_incarnation(1);
-  push.set_seq(1);
-  SliceGradient* g = push.add_grads();
-  g->set_tensor("w");
-  g->set_slice(0);
-  const std::vector<float> ones(4, 1.0f);
-  EncodeFloats(ones.data(), ones.size(), g->mutable_grad());
-  PushResponse pushed;
-  const grpc::Status s = stub->Push(Context().get(), push, &pushed);
-  INFO(s.error_message());
-  REQUIRE(s.ok());
-  PullRequest pull;
-  pull.mutable_worker()->set_worker_id(1);
-  pull.mutable_worker()->set_incarnation(1);
-  pull.add_tensors("w");
-  PullResponse pulled;
-  REQUIRE(stub->Pull(Context().get(), pull, &pulled).ok());
-  REQUIRE(pulled.slices_size() == 1);
-  std::vector<float> values(4);
-  DecodeFloats(pulled.slices(0).values(), values.data(), values.size());
-  CHECK(values == std::vector<float>(4, 0.0f));
+  const grpc::Status pushed = PushOnes(stub.get(), 1);
+  INFO(pushed.error_message());
+  REQUIRE(pushed.ok());
+  CHECK(ReadW(stub.get()) == std::vector<float>(4, 0.0f));
 }
 
 TEST_CASE(
@@ -351,18 +371,14 @@ TEST_CASE(
     "[bad_input][isolation]") {
   absl::StatusOr<testing::ServerProcess> shard = StartPsServer(0, 1);
   REQUIRE_OK(shard.status());
-  auto stub = ParameterServer::NewStub(MakeChannel(shard->address));
-  CreateTensorRequest create;
-  *create.add_tensors() = Dense("w", 4);
-  CreateTensorResponse created;
-  REQUIRE(stub->CreateTensor(Context().get(), create, &created).ok());
+  auto stub = StubWithW(shard->address);
   const pid_t pid = shard->process->pid();
   const int64_t start = testing::ReadProcessResources(pid)->peak_rss_bytes;
   // gRPC 1.51 does the work of every call opened, reset or not ("rapid
   // reset"): two Python connections doing this made 1000 pushes of another
   // client take 26 s instead of 0.6 s, and the shard hold 1.7 GB.
   testing::HeldRequestOptions flood;
-  flood.port = std::stoi(shard->address.substr(shard->address.rfind(':') + 1));
+  flood.port = PortOf(shard->address);
   flood.connections = 2;
   flood.reset_at_once = true;
   flood.hold = absl::Seconds(3);
@@ -370,17 +386,7 @@ TEST_CASE(
   std::thread attacker([&] { result = testing::HoldRequests(flood); });
   int applied = 0;
   for (int seq = 1; seq <= 50; ++seq) {
-    PushRequest push;
-    push.mutable_worker()->set_worker_id(0);
-    push.mutable_worker()->set_incarnation(1);
-    push.set_seq(seq);
-    SliceGradient* g = push.add_grads();
-    g->set_tensor("w");
-    g->set_slice(0);
-    const std::vector<float> one(4, 1.0f);
-    EncodeFloats(one.data(), one.size(), g->mutable_grad());
-    PushResponse pushed;
-    applied += stub->Push(Context().get(), push, &pushed).ok() ? 1 : 0;
+    applied += PushOnes(stub.get(), seq).ok() ? 1 : 0;
   }
   attacker.join();
   REQUIRE_OK(result.status());
@@ -390,6 +396,7 @@ TEST_CASE(
                       << " -> " << peak / kMiB << " MiB");
   CHECK(result->closed == flood.connections);
   CHECK(applied == 50);
+  CHECK(ReadW(stub.get()) == std::vector<float>(4, -49.0f));
   CHECK(peak - start < 128 * kMiB);
 }
 
