@@ -5,8 +5,9 @@
 namespace asyncps {
 namespace {
 
-constexpr uint8_t kData = 0x0, kHeaders = 0x1, kRstStream = 0x3;
-constexpr uint8_t kEndStream = 0x1, kPadded = 0x8;
+constexpr uint8_t kData = 0x0, kHeaders = 0x1, kRstStream = 0x3,
+                  kContinuation = 0x9;
+constexpr uint8_t kEndStream = 0x1, kEndHeaders = 0x4, kPadded = 0x8;
 
 }  // namespace
 
@@ -82,6 +83,11 @@ void CallLedger::OnHeader(Frames* f, bool from_client) {
   f->padding = 0;
   f->pad_length_next =
       f->type == kData && (f->flags & kPadded) && f->payload_left > 0;
+  if (from_client && (f->type == kHeaders || f->type == kContinuation)) {
+    const int64_t length = static_cast<int64_t>(f->payload_left);
+    header_block_ += length;
+    pending_ += length;
+  }
   if (from_client && f->type == kHeaders && f->stream != 0 &&
       !calls_.contains(f->stream)) {
     calls_.emplace(f->stream, Call());
@@ -91,6 +97,11 @@ void CallLedger::OnHeader(Frames* f, bool from_client) {
 }
 
 void CallLedger::OnFrameEnd(const Frames& f, bool from_client) {
+  if (from_client && (f.type == kHeaders || f.type == kContinuation) &&
+      (f.flags & kEndHeaders)) {
+    pending_ -= header_block_;  // gRPC has decoded the block
+    header_block_ = 0;
+  }
   if (f.stream == 0) return;  // the connection's own frames
   if (f.type == kRstStream) {
     if (from_client) ++client_resets_;

@@ -12,7 +12,8 @@
 // kCallBytes plus the bytes of its current message so far: gRPC keeps a
 // message's bytes until all of it has arrived, before any handler or size
 // check runs (and opens the stream's window to the size the prefix
-// announces). A whole message no longer counts; the handler has it.
+// announces). A whole message no longer counts; the handler has it. A
+// header block counts until its END_HEADERS.
 //
 // Thread-compatible.
 
@@ -37,6 +38,10 @@ class CallLedger {
   size_t open_calls() const { return calls_.size(); }
   // RST_STREAM frames the client sent for calls, all told.
   uint64_t client_resets() const { return client_resets_; }
+  // Bytes of the client's header block in progress (a HEADERS frame and
+  // the CONTINUATION frames after it, until END_HEADERS), which gRPC holds
+  // whole; also counted in pending().
+  int64_t header_block() const { return header_block_; }
 
  private:
   // An open call and its current message.
@@ -74,6 +79,7 @@ class CallLedger {
   absl::flat_hash_map<uint32_t, Call> calls_;
   int64_t pending_ = 0;
   uint64_t client_resets_ = 0;
+  int64_t header_block_ = 0;
 };
 
 }  // namespace asyncps

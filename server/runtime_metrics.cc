@@ -358,10 +358,10 @@ void AppendProcessMetrics(absl::string_view labels, std::string* out) {
         "Connections shut for holding the most unfinished request bytes "
         "past the budget (common/request_guard.h).",
         labels, absl::StrCat(unfinished.connections_shut));
-  Gauge(out, "asyncps_reset_flood_connections_shut_total", "counter",
-        "Connections shut for resetting more than 1000 calls a second "
-        "(common/request_guard.h).",
-        labels, absl::StrCat(unfinished.reset_floods_shut));
+  Gauge(out, "asyncps_flood_connections_shut_total", "counter",
+        "Connections shut for resetting more than 1000 calls a second or "
+        "sending a header block over 256 KiB (common/request_guard.h).",
+        labels, absl::StrCat(unfinished.floods_shut));
   double boot = 0;
   for (absl::string_view line :
        absl::StrSplit(ReadSmallFile("/proc/stat"), '\n')) {

@@ -123,5 +123,23 @@ TEST_CASE("a reset from either side or the server's trailers end a call",
   CHECK(ledger.client_resets() == 1);  // the server's resets are its own
 }
 
+TEST_CASE("a header block counts until its END_HEADERS", "[call_ledger]") {
+  using testing::kH2Continuation;
+  CallLedger ledger;
+  std::string bytes = kH2Preface;
+  bytes += H2Frame(kH2Headers, 0, 1, std::string(100, 'h'));
+  bytes += H2Frame(kH2Continuation, 0, 1, std::string(300, 'c'));
+  FromClient(&ledger, bytes, 7);
+  CHECK(ledger.header_block() == 400);
+  CHECK(ledger.pending() == kCall + 400);
+  FromClient(&ledger, H2Frame(kH2Continuation, kH2EndHeaders, 1, "cc"), 7);
+  CHECK(ledger.header_block() == 0);
+  CHECK(ledger.pending() == kCall);
+  // The server's header blocks are its own.
+  const std::string back = H2Frame(kH2Headers, 0, 1, std::string(50, 'r'));
+  ledger.FromServer(back.data(), back.size());
+  CHECK(ledger.header_block() == 0);
+}
+
 }  // namespace
 }  // namespace asyncps

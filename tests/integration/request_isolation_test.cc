@@ -400,5 +400,32 @@ TEST_CASE(
   CHECK(peak - start < 128 * kMiB);
 }
 
+TEST_CASE("a header block that never ends is cut off at 256 KiB",
+          "[bad_input][isolation]") {
+  absl::StatusOr<testing::ServerProcess> shard = StartPsServer(0, 1);
+  REQUIRE_OK(shard.status());
+  auto stub = StubWithW(shard->address);
+  const pid_t pid = shard->process->pid();
+  const int64_t start = testing::ReadProcessResources(pid)->peak_rss_bytes;
+  // gRPC 1.51 reads CONTINUATION frames into one header block for as long
+  // as they come: one connection took a shard to 3.4 GB in 8 s.
+  testing::HeldRequestOptions flood;
+  flood.port = PortOf(shard->address);
+  flood.endless_headers = true;
+  flood.max_bytes = 1024 * kMiB;
+  flood.hold = absl::Seconds(3);
+  absl::StatusOr<testing::HeldRequestResult> result =
+      testing::HoldRequests(flood);
+  REQUIRE_OK(result.status());
+  const int64_t peak = testing::ReadProcessResources(pid)->peak_rss_bytes;
+  INFO("sent " << result->sent_bytes / kMiB << " MiB, connections closed "
+               << result->closed << "; peak RSS " << start / kMiB << " -> "
+               << peak / kMiB << " MiB");
+  CHECK(result->closed == 1);
+  CHECK(peak - start < 32 * kMiB);
+  REQUIRE(PushOnes(stub.get(), 1).ok());
+  CHECK(ReadW(stub.get()) == std::vector<float>(4, 0.0f));
+}
+
 }  // namespace
 }  // namespace asyncps

@@ -91,6 +91,10 @@ class Connection {
     out_ = kH2Preface;
     AppendFrame(kH2Settings, 0, 0, "", &out_);
     if (o.reset_at_once) return;
+    if (o.endless_headers) {
+      AppendFrame(kH2Headers, 0, 1, headers_, &out_);  // no END_HEADERS
+      return;
+    }
     for (int i = 0; i < o.streams; ++i) OpenStream();
   }
 
@@ -105,6 +109,24 @@ class Connection {
         AppendFrame(kH2RstStream, 0, id, std::string("\0\0\0\x08", 4),
                     &out_);  // CANCEL
         ++result->calls_reset;
+      }
+      return;
+    }
+    if (options_->endless_headers) {
+      // Literal header fields of 4000 bytes, 4 to a CONTINUATION frame.
+      static const std::string kFields = [] {
+        std::string field;
+        field.push_back(0);
+        AppendHpackString("x-pad", &field);
+        AppendHpackString(std::string(4000, 'a'), &field);
+        std::string four;
+        for (int i = 0; i < 4; ++i) four += field;
+        return four;
+      }();
+      while (out_.size() < kQueueBytes && *budget > 0) {
+        AppendFrame(kH2Continuation, 0, 1, kFields, &out_);
+        *budget -= kFields.size();
+        result->sent_bytes += kFields.size();
       }
       return;
     }
@@ -177,9 +199,14 @@ class Connection {
           max_frame_ = value;
         }
       }
-      AppendFrame(kH2Settings, kH2Ack, 0, "", &out_);
+      // Nothing may come between a header block's frames.
+      if (!options_->endless_headers) {
+        AppendFrame(kH2Settings, kH2Ack, 0, "", &out_);
+      }
     } else if (type == kH2Ping && !(flags & kH2Ack)) {
-      AppendFrame(kH2Ping, kH2Ack, 0, payload, &out_);
+      if (!options_->endless_headers) {
+        AppendFrame(kH2Ping, kH2Ack, 0, payload, &out_);
+      }
     } else if (type == kH2WindowUpdate && payload.size() == 4) {
       const int64_t inc = ReadU32(payload, 0) & 0x7fffffff;
       if (id == 0) {

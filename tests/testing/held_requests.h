@@ -8,7 +8,8 @@
 // keepalive does not close the connection), and never the rest; a stream
 // the server resets is replaced by a new one. gRPC keeps what arrived until
 // the whole request has; this measures what that costs a server. Or calls
-// reset as soon as they are opened (reset_at_once).
+// reset as soon as they are opened (reset_at_once), or a header block that
+// never ends (endless_headers).
 
 #include <cstdint>
 #include <string>
@@ -32,6 +33,9 @@ struct HeldRequestOptions {
   // Instead: open calls and reset each right after its headers, as fast
   // as the connection takes them ("rapid reset").
   bool reset_at_once = false;
+  // Instead: one call whose header block never ends (HEADERS without
+  // END_HEADERS, then CONTINUATION frames up to max_bytes).
+  bool endless_headers = false;
 };
 
 struct HeldRequestResult {
