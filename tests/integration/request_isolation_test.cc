@@ -15,6 +15,7 @@
 #include <cmath>
 #include <condition_variable>
 #include <fstream>
+#include <functional>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -90,22 +91,29 @@ testing::HeldRequestOptions NeverFinished(int port) {
   return held;
 }
 
-// What NeverFinished calls did to `shard`, and its peak memory growth.
+// What calls of `options` did to `shard`, and its peak memory growth.
 struct HeldRun {
   testing::HeldRequestResult result;
   int64_t peak_growth = 0;
 };
 
-HeldRun RunNeverFinished(const testing::ServerProcess& shard) {
+// Runs the calls on a thread of their own while `meanwhile` runs here.
+HeldRun RunHeld(
+    const testing::ServerProcess& shard,
+    const testing::HeldRequestOptions& options,
+    const std::function<void()>& meanwhile = [] {}) {
   const pid_t pid = shard.process->pid();
   const int64_t start = testing::ReadProcessResources(pid)->peak_rss_bytes;
-  absl::StatusOr<testing::HeldRequestResult> result =
-      testing::HoldRequests(NeverFinished(PortOf(shard.address)));
+  absl::StatusOr<testing::HeldRequestResult> result;
+  std::thread calls([&] { result = testing::HoldRequests(options); });
+  meanwhile();
+  calls.join();
   REQUIRE_OK(result.status());
   HeldRun run{*result,
               testing::ReadProcessResources(pid)->peak_rss_bytes - start};
   UNSCOPED_INFO("sent " << run.result.sent_bytes / kMiB
                         << " MiB, streams reset " << run.result.streams_reset
+                        << ", calls reset " << run.result.calls_reset
                         << ", connections closed " << run.result.closed
                         << "; peak RSS +" << run.peak_growth / kMiB << " MiB");
   return run;
@@ -337,7 +345,7 @@ TEST_CASE(
   // held every byte sent this way (4 connections of 200 such streams: 2.8
   // GB in 10 s). A refusal at the headers leaves each stream its initial
   // 64 KiB window.
-  const HeldRun run = RunNeverFinished(*shard);
+  const HeldRun run = RunHeld(*shard, NeverFinished(PortOf(shard->address)));
   CHECK(run.result.streams_reset >= 4 * 64);
   CHECK(run.peak_growth <= 16 * kMiB);
 }
@@ -355,7 +363,7 @@ TEST_CASE(
   // The same 256 calls as above, at a shard with no token: the connection
   // holding the most is shut each time they hold more than the budget
   // (before, the shard held every byte sent: peak +1,035 MiB).
-  const HeldRun run = RunNeverFinished(*shard);
+  const HeldRun run = RunHeld(*shard, NeverFinished(PortOf(shard->address)));
   CHECK(run.result.closed == 4);
   CHECK(run.peak_growth < 64 * kMiB + 96 * kMiB);
   // Pushes and pulls go on.
@@ -372,8 +380,6 @@ TEST_CASE(
   absl::StatusOr<testing::ServerProcess> shard = StartPsServer(0, 1);
   REQUIRE_OK(shard.status());
   auto stub = StubWithW(shard->address);
-  const pid_t pid = shard->process->pid();
-  const int64_t start = testing::ReadProcessResources(pid)->peak_rss_bytes;
   // gRPC 1.51 does the work of every call opened, reset or not ("rapid
   // reset"): two Python connections doing this made 1000 pushes of another
   // client take 26 s instead of 0.6 s, and the shard hold 1.7 GB.
@@ -382,22 +388,16 @@ TEST_CASE(
   flood.connections = 2;
   flood.reset_at_once = true;
   flood.hold = absl::Seconds(3);
-  absl::StatusOr<testing::HeldRequestResult> result;
-  std::thread attacker([&] { result = testing::HoldRequests(flood); });
   int applied = 0;
-  for (int seq = 1; seq <= 50; ++seq) {
-    applied += PushOnes(stub.get(), seq).ok() ? 1 : 0;
-  }
-  attacker.join();
-  REQUIRE_OK(result.status());
-  const int64_t peak = testing::ReadProcessResources(pid)->peak_rss_bytes;
-  INFO("calls reset " << result->calls_reset << ", connections closed "
-                      << result->closed << "; peak RSS " << start / kMiB
-                      << " -> " << peak / kMiB << " MiB");
-  CHECK(result->closed == flood.connections);
+  const HeldRun run = RunHeld(*shard, flood, [&] {
+    for (int seq = 1; seq <= 50; ++seq) {
+      applied += PushOnes(stub.get(), seq).ok() ? 1 : 0;
+    }
+  });
+  CHECK(run.result.closed == flood.connections);
   CHECK(applied == 50);
   CHECK(ReadW(stub.get()) == std::vector<float>(4, -49.0f));
-  CHECK(peak - start < 128 * kMiB);
+  CHECK(run.peak_growth < 128 * kMiB);
 }
 
 TEST_CASE("a header block that never ends is cut off at 256 KiB",
@@ -405,8 +405,6 @@ TEST_CASE("a header block that never ends is cut off at 256 KiB",
   absl::StatusOr<testing::ServerProcess> shard = StartPsServer(0, 1);
   REQUIRE_OK(shard.status());
   auto stub = StubWithW(shard->address);
-  const pid_t pid = shard->process->pid();
-  const int64_t start = testing::ReadProcessResources(pid)->peak_rss_bytes;
   // gRPC 1.51 reads CONTINUATION frames into one header block for as long
   // as they come: one connection took a shard to 3.4 GB in 8 s.
   testing::HeldRequestOptions flood;
@@ -414,15 +412,9 @@ TEST_CASE("a header block that never ends is cut off at 256 KiB",
   flood.endless_headers = true;
   flood.max_bytes = 1024 * kMiB;
   flood.hold = absl::Seconds(3);
-  absl::StatusOr<testing::HeldRequestResult> result =
-      testing::HoldRequests(flood);
-  REQUIRE_OK(result.status());
-  const int64_t peak = testing::ReadProcessResources(pid)->peak_rss_bytes;
-  INFO("sent " << result->sent_bytes / kMiB << " MiB, connections closed "
-               << result->closed << "; peak RSS " << start / kMiB << " -> "
-               << peak / kMiB << " MiB");
-  CHECK(result->closed == 1);
-  CHECK(peak - start < 32 * kMiB);
+  const HeldRun run = RunHeld(*shard, flood);
+  CHECK(run.result.closed == 1);
+  CHECK(run.peak_growth < 32 * kMiB);
   REQUIRE(PushOnes(stub.get(), 1).ok());
   CHECK(ReadW(stub.get()) == std::vector<float>(4, 0.0f));
 }
