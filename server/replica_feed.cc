@@ -27,52 +27,98 @@ absl::string_view ReplicaAddress(absl::string_view id) {
   return slash == absl::string_view::npos ? id : id.substr(0, slash);
 }
 
-// One Follow call: the first message and the acknowledgements read as
+// One Follow call. The first message and the acknowledgements are read as
 // bytes on gRPC's threads. A well-formed first message starts the feed's
-// thread (a stream that sends nothing holds none), which writes (waiting
-// for each write) and ends the call.
+// thread (a stream that sends nothing holds none), which sends a snapshot
+// when one is needed, waiting for each write, then makes the stream live:
+// from then on Pump writes the next entry whenever the write before it is
+// done and the log holds one, on the thread that appended it or that
+// completed the write before. The stream owns itself (self_) until gRPC is
+// done with it; the live set holds it too, so a pump never touches a
+// deleted stream (only an ended one, which writes nothing).
 class ReplicaFeedService::Stream final
     : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer> {
  public:
   // `start` starts the feed of a stream whose first message came (false:
-  // no thread for it).
-  Stream(grpc::CallbackServerContext* ctx, std::function<bool(Stream*)> start)
-      : ctx_(ctx), start_(std::move(start)) {
-    StartRead(&in_);
+  // no room for it); `ended` runs once a started stream ends.
+  static Stream* Open(std::function<bool(std::shared_ptr<Stream>)> start,
+                      std::function<void(Stream*)> ended) {
+    std::shared_ptr<Stream> stream(
+        new Stream(std::move(start), std::move(ended)));
+    stream->self_ = stream;
+    stream->StartRead(&stream->in_);
+    return stream.get();
   }
 
   // The first message (set before the feed starts).
   const FollowUp& first() const { return first_; }
 
-  // From now on every acknowledgement goes to `ack` (on gRPC's threads).
-  void ReadAcks(std::function<void(uint64_t applied)> ack) {
-    {
-      absl::MutexLock l(&mu_);
-      ack_ = std::move(ack);
-    }
-    StartRead(&in_);
-  }
-
-  bool reading() const {
-    absl::MutexLock l(&mu_);
-    return reading_;
-  }
-  bool cancelled() const { return ctx_->IsCancelled(); }
-
-  // Sends `feed` and waits until it is written; false once the call is
-  // gone. `more`: more follows at once (gRPC may coalesce the writes).
+  // Before Live: sends `feed` and waits until it is written; false once
+  // the call is gone. `more`: more follows at once (gRPC may coalesce the
+  // writes).
   bool Write(const FollowFeed& feed, bool more) {
     out_ = SerializeToByteBuffer(feed);
-    grpc::WriteOptions options;
-    if (more) options.set_buffer_hint();
     writes_.Started();
-    StartWrite(&out_, options);
+    StartWrite(&out_, WriteOptionsFor(more));
     return writes_.Wait();
   }
 
-  // Ends the call: the feed thread's last use of the stream (it deletes
-  // itself once gRPC is done with it).
-  void End(const grpc::Status& status) { Finish(status); }
+  // From now on acknowledgements go to `log` as `id`'s, and the entries
+  // after `next` are written as they come (`reader` keeps them in the log
+  // until then). No write may be in flight.
+  void Live(ReplicationLog* log, uint64_t reader, uint64_t next, std::string id,
+            std::shared_ptr<spdlog::logger> logger) {
+    log_ = log;
+    reader_ = reader;
+    id_ = std::move(id);
+    logger_ = std::move(logger);
+    {
+      absl::MutexLock l(&mu_);
+      next_ = next;
+      live_ = true;
+    }
+    StartRead(&in_);
+    Pump();
+  }
+
+  // Writes the next entry unless a write is in flight (its completion
+  // pumps again) or there is none yet (its append pumps). Ends the call
+  // when the log cannot go on (fenced, or the entry is no longer kept).
+  void Pump() {
+    bool more = false;
+    absl::Status failed;
+    {
+      absl::MutexLock l(&mu_);
+      if (!live_ || ended_ || writing_) return;
+      absl::StatusOr<ReplicationLog::Entry> e =
+          log_->Next(next_, absl::ZeroDuration());
+      if (!e.ok()) {
+        failed = e.status();
+      } else if (*e == nullptr) {
+        return;
+      } else {
+        writing_ = true;
+        out_ = SerializeToByteBuffer(**e);
+        // While more entries wait, let gRPC coalesce them into fewer
+        // writes; the last one of a burst goes out at once.
+        more = log_->last_index() > next_ + 1;
+      }
+    }
+    if (!failed.ok()) return End(ToGrpcStatus(failed));
+    StartWrite(&out_, WriteOptionsFor(more));
+  }
+
+  // Ends the call (once; after the write in flight, if any).
+  void End(const grpc::Status& status) {
+    {
+      absl::MutexLock l(&mu_);
+      if (ended_) return;
+      ended_ = true;
+      end_ = status;
+      if (writing_) return;  // Written finishes it
+    }
+    FinishNow(status);
+  }
 
   void OnReadDone(bool ok) override {
     FollowUp up;
@@ -93,57 +139,175 @@ class ReplicaFeedService::Stream final
         return;
       }
       first_ = std::move(up);
-      // Acknowledgements are read once the feed asks for them.
-      if (!start_(this)) {
+      // Acknowledgements are read once the stream is live.
+      if (!start_(self_)) {
         Finish(grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
                             absl::StrCat("this replica feeds ", kMaxFeeds,
                                          " streams already; retry later")));
       }
       return;
     }
-    std::function<void(uint64_t)> ack;
-    {
-      absl::MutexLock l(&mu_);
-      if (!parsed.ok()) {
-        reading_ = false;
-        return;
-      }
-      ack = ack_;
-    }
-    ack(up.applied());
+    // The backup ended its side (or sent garbage): the feed ends.
+    if (!parsed.ok()) return End(grpc::Status::OK);
+    log_->Ack(id_, up.applied());
     StartRead(&in_);
   }
 
-  void OnWriteDone(bool ok) override { writes_.Done(ok); }
+  void OnWriteDone(bool ok) override {
+    {
+      absl::MutexLock l(&mu_);
+      if (!live_) {
+        writes_.Done(ok);
+        return;
+      }
+    }
+    Written(ok);
+  }
 
-  void OnDone() override { delete this; }
+  void OnCancel() override {
+    // Before Live the feed's thread sees its writes fail.
+    bool live;
+    {
+      absl::MutexLock l(&mu_);
+      live = live_;
+    }
+    if (live) End(grpc::Status::CANCELLED);
+  }
+
+  void OnDone() override {
+    std::shared_ptr<Stream> me = std::move(self_);  // freed with the last
+  }
 
  private:
-  grpc::CallbackServerContext* const ctx_;
-  const std::function<bool(Stream*)> start_;
+  Stream(std::function<bool(std::shared_ptr<Stream>)> start,
+         std::function<void(Stream*)> ended)
+      : start_(std::move(start)), ended_callback_(std::move(ended)) {}
+
+  static grpc::WriteOptions WriteOptionsFor(bool more) {
+    grpc::WriteOptions options;
+    if (more) options.set_buffer_hint();
+    return options;
+  }
+
+  // A live write's completion.
+  void Written(bool ok) {
+    bool ended = false;
+    grpc::Status finish;
+    {
+      absl::MutexLock l(&mu_);
+      writing_ = false;
+      if (ok) {
+        log_->MoveReader(reader_, ++next_);
+      } else if (!ended_) {
+        ended_ = true;
+        end_ =
+            grpc::Status(grpc::StatusCode::UNAVAILABLE, "the backup went away");
+      }
+      ended = ended_;
+      finish = end_;
+    }
+    if (!ended) return Pump();
+    FinishNow(finish);
+  }
+
+  void FinishNow(const grpc::Status& status) {
+    uint64_t next = 0;
+    bool live = false;
+    {
+      absl::MutexLock l(&mu_);
+      if (finished_) return;
+      finished_ = true;
+      live = live_;
+      next = next_;
+    }
+    if (live) {
+      log_->RemoveReader(reader_);
+      logger_->info("backup {} stopped following at entry {}: {}", id_, next,
+                    status.ok() ? "stream ended" : status.error_message());
+    }
+    ended_callback_(this);
+    Finish(status);
+  }
+
+  const std::function<bool(std::shared_ptr<Stream>)> start_;
+  const std::function<void(Stream*)> ended_callback_;
+  std::shared_ptr<Stream> self_;  // until OnDone
   grpc::ByteBuffer in_;
-  grpc::ByteBuffer out_;  // the feed thread's
   // Reads are one at a time: the first one's completion writes these
   // before the feed starts, and nothing after.
   bool first_read_ = false;
   FollowUp first_;
+  // Set by Live before the first acknowledgement is read; read-only after.
+  ReplicationLog* log_ = nullptr;
+  uint64_t reader_ = 0;
+  std::string id_;
+  std::shared_ptr<spdlog::logger> logger_;
+  WriteWaiter writes_;  // the writes before Live
   mutable absl::Mutex mu_;
-  bool reading_ ABSL_GUARDED_BY(mu_) = true;
-  std::function<void(uint64_t)> ack_ ABSL_GUARDED_BY(mu_);
-  WriteWaiter writes_;
+  // Written by the feed's thread before Live, by whoever set writing_
+  // after.
+  grpc::ByteBuffer out_;
+  bool live_ ABSL_GUARDED_BY(mu_) = false;
+  bool writing_ ABSL_GUARDED_BY(mu_) = false;  // a live write in flight
+  bool ended_ ABSL_GUARDED_BY(mu_) = false;
+  bool finished_ ABSL_GUARDED_BY(mu_) = false;
+  grpc::Status end_ ABSL_GUARDED_BY(mu_);
+  uint64_t next_ ABSL_GUARDED_BY(mu_) = 0;  // the last entry written
 };
 
-ReplicaFeedService::ReplicaFeedService(ReplicaFeedOptions options)
-    : o_(std::move(options)), feeds_(kMaxFeeds) {}
+void ReplicaFeedService::Live::Pump() {
+  std::vector<std::shared_ptr<Stream>> live;
+  {
+    absl::MutexLock l(&mu);
+    if (streams.empty()) return;
+    live = streams;
+  }
+  for (const std::shared_ptr<Stream>& s : live) s->Pump();
+}
 
-ReplicaFeedService::~ReplicaFeedService() { feeds_.Shutdown(); }
+ReplicaFeedService::ReplicaFeedService(ReplicaFeedOptions options)
+    : o_(std::move(options)),
+      live_(std::make_shared<Live>()),
+      feeds_(kMaxFeeds) {
+  std::shared_ptr<Live> live = live_;
+  o_.log->SetAppendListener([live] { live->Pump(); });
+}
+
+ReplicaFeedService::~ReplicaFeedService() {
+  o_.log->SetAppendListener(nullptr);
+  feeds_.Shutdown();
+}
 
 grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>*
-ReplicaFeedService::Follow(grpc::CallbackServerContext* ctx) {
-  return new Stream(ctx, [this](Stream* stream) {
-    return feeds_.TryRun(
-        [this, stream] { stream->End(ToGrpcStatus(Serve(stream))); });
-  });
+ReplicaFeedService::Follow(grpc::CallbackServerContext* /*ctx*/) {
+  std::shared_ptr<Live> live = live_;
+  auto start = [this, live](std::shared_ptr<Stream> stream) {
+    {
+      absl::MutexLock l(&live->mu);
+      if (live->open >= kMaxFeeds) return false;
+      ++live->open;
+    }
+    if (feeds_.TryRun([this, stream] {
+          absl::Status s = Serve(stream);
+          if (!s.ok()) stream->End(ToGrpcStatus(s));
+        })) {
+      return true;
+    }
+    absl::MutexLock l(&live->mu);
+    --live->open;
+    return false;
+  };
+  auto ended = [live](Stream* stream) {
+    absl::MutexLock l(&live->mu);
+    --live->open;
+    auto& v = live->streams;
+    v.erase(std::remove_if(v.begin(), v.end(),
+                           [stream](const std::shared_ptr<Stream>& s) {
+                             return s.get() == stream;
+                           }),
+            v.end());
+  };
+  return Stream::Open(std::move(start), std::move(ended));
 }
 
 absl::StatusOr<uint64_t> ReplicaFeedService::SendSnapshot(Stream* stream,
@@ -182,7 +346,7 @@ absl::StatusOr<uint64_t> ReplicaFeedService::SendSnapshot(Stream* stream,
   return snapshot->index;
 }
 
-absl::Status ReplicaFeedService::Serve(Stream* stream) {
+absl::Status ReplicaFeedService::Serve(const std::shared_ptr<Stream>& stream) {
   const FollowRequest& f = stream->first().follow();
   if (f.run_id() != o_.run_id || f.shard_index() != o_.shard_index ||
       f.num_shards() != o_.num_shards || f.address().empty()) {
@@ -208,7 +372,7 @@ absl::Status ReplicaFeedService::Serve(Stream* stream) {
   if (o_.log->CanContinue(f.last_index(), f.last_epoch())) {
     o_.log->Ack(id, f.last_index());
   } else {
-    absl::StatusOr<uint64_t> cut = SendSnapshot(stream, reader);
+    absl::StatusOr<uint64_t> cut = SendSnapshot(stream.get(), reader);
     if (!cut.ok()) {
       o_.log->RemoveReader(reader);
       return cut.status();
@@ -222,26 +386,12 @@ absl::Status ReplicaFeedService::Serve(Stream* stream) {
   }
   o_.log->MoveReader(reader, next);
   o_.logger->info("backup {} follows from entry {}", id, next);
-  ReplicationLog* log = o_.log;
-  stream->ReadAcks([log, id](uint64_t applied) { log->Ack(id, applied); });
-  absl::Status end;
-  while (stream->reading() && !stream->cancelled()) {
-    absl::StatusOr<ReplicationLog::Entry> e =
-        o_.log->Next(next, absl::Milliseconds(200));
-    if (!e.ok()) {
-      end = e.status();
-      break;
-    }
-    if (*e == nullptr) continue;
-    // While more entries are waiting, let gRPC coalesce them into fewer
-    // writes; the last one of a burst goes out at once.
-    if (!stream->Write(**e, /*more=*/o_.log->last_index() > next + 1)) break;
-    o_.log->MoveReader(reader, ++next);
+  {
+    absl::MutexLock l(&live_->mu);
+    live_->streams.push_back(stream);
   }
-  o_.log->RemoveReader(reader);
-  o_.logger->info("backup {} stopped following at entry {}: {}", id, next,
-                  end.ok() ? "stream ended" : end.ToString());
-  return end;
+  stream->Live(o_.log, reader, next, id, o_.logger);
+  return absl::OkStatus();
 }
 
 }  // namespace asyncps

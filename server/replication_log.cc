@@ -33,19 +33,41 @@ absl::StatusOr<uint64_t> ReplicationLog::Run(
   auto feed = std::make_shared<FollowFeed>();
   *feed->mutable_entry() = std::move(entry);
   uint64_t bytes = feed->ByteSizeLong();
-  absl::MutexLock l(&mu_);
-  if (!fenced_.ok()) return fenced_;
-  if (!primary_) {
-    return absl::UnavailableError(
-        "this replica is a backup: requests go to the shard's primary");
+  uint64_t index = 0;
+  {
+    absl::MutexLock l(&mu_);
+    if (!fenced_.ok()) return fenced_;
+    if (!primary_) {
+      return absl::UnavailableError(
+          "this replica is a backup: requests go to the shard's primary");
+    }
+    apply(feed->mutable_entry());
+    if (feed->entry().evicted_size() > 0) bytes = feed->ByteSizeLong();
+    index = ++last_index_;
+    feed->mutable_entry()->set_index(index);
+    feed->mutable_entry()->set_epoch(epoch_);
+    last_epoch_ = epoch_;
+    Keep(std::move(feed), bytes);
   }
-  apply(feed->mutable_entry());
-  if (feed->entry().evicted_size() > 0) bytes = feed->ByteSizeLong();
-  feed->mutable_entry()->set_index(++last_index_);
-  feed->mutable_entry()->set_epoch(epoch_);
-  last_epoch_ = epoch_;
-  Keep(std::move(feed), bytes);
-  return last_index_;
+  NotifyAppended();
+  return index;
+}
+
+void ReplicationLog::SetAppendListener(std::function<void()> appended) {
+  absl::MutexLock l(&listener_mu_);
+  listener_ =
+      appended
+          ? std::make_shared<const std::function<void()>>(std::move(appended))
+          : nullptr;
+}
+
+void ReplicationLog::NotifyAppended() {
+  std::shared_ptr<const std::function<void()>> listener;
+  {
+    absl::MutexLock l(&listener_mu_);
+    listener = listener_;
+  }
+  if (listener != nullptr) (*listener)();
 }
 
 void ReplicationLog::AtCut(
@@ -201,6 +223,7 @@ void ReplicationLog::Fence(const absl::Status& why) {
     waiters_.clear();
   }
   Complete(std::move(all), status);
+  NotifyAppended();  // feeds end
 }
 
 void ReplicationLog::Resume(uint64_t epoch) {

@@ -88,6 +88,12 @@ class ReplicationLog {
                                absl::FunctionRef<void()> apply) {
     return Run(std::move(entry), [&](LogEntry*) { apply(); });
   }
+  // Calls `appended` after every entry Run appends and after Fence, on
+  // that thread and outside the log's lock: a feed writes the entry from
+  // there (server/replica_feed.h) instead of waking a thread of its own.
+  // Null: none.
+  void SetAppendListener(std::function<void()> appended);
+
   // Runs `cut` under the lock with the last entry's index and epoch: no
   // entry is run meanwhile (a snapshot's consistent cut).
   void AtCut(absl::FunctionRef<void(uint64_t index, uint64_t epoch)> cut);
@@ -176,6 +182,7 @@ class ReplicationLog {
   uint64_t MinCountedAck() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Keep(Entry entry, uint64_t bytes) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   static void Complete(std::vector<Waiter> ready, const absl::Status& s);
+  void NotifyAppended() ABSL_LOCKS_EXCLUDED(mu_, listener_mu_);
 
   const Options options_;
   mutable absl::Mutex mu_;
@@ -194,6 +201,10 @@ class ReplicationLog {
   Stats stats_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<uint64_t, uint64_t> readers_ ABSL_GUARDED_BY(mu_);
   uint64_t next_reader_ ABSL_GUARDED_BY(mu_) = 1;
+  // Copied under its own lock, called outside both.
+  absl::Mutex listener_mu_;
+  std::shared_ptr<const std::function<void()>> listener_
+      ABSL_GUARDED_BY(listener_mu_);
 };
 
 }  // namespace asyncps

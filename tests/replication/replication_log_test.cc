@@ -48,6 +48,28 @@ TEST_CASE(
   CHECK(*none == nullptr);
 }
 
+TEST_CASE(
+    "the append listener runs after each entry is appended and at the fence, "
+    "outside the lock",
+    "[replication]") {
+  ReplicationLog log({});
+  std::vector<uint64_t> seen;  // the last index each call could read
+  log.SetAppendListener([&] { seen.push_back(log.last_index()); });
+  log.BecomePrimary(1, {});
+  REQUIRE_OK(log.Run(Entry(), [] {}).status());
+  REQUIRE_OK(log.Run(Entry(), [] {}).status());
+  CHECK(seen == std::vector<uint64_t>{1, 2});
+  log.Fence(absl::UnavailableError("lease lost"));
+  CHECK(seen == std::vector<uint64_t>{1, 2, 2});
+  // A refused step appends nothing and calls nobody.
+  CHECK(absl::IsUnavailable(log.Run(Entry(), [] {}).status()));
+  CHECK(seen.size() == 3);
+  log.SetAppendListener(nullptr);
+  log.Resume(2);
+  REQUIRE_OK(log.Run(Entry(), [] {}).status());
+  CHECK(seen.size() == 3);
+}
+
 TEST_CASE("an answer waits for every counted backup, and only for those",
           "[replication]") {
   ReplicationLog log({});
