@@ -1,5 +1,6 @@
 #include "server/follower.h"
 
+#include <deque>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -7,6 +8,201 @@
 #include "common/net.h"
 
 namespace asyncps {
+
+namespace {
+
+// Entries received and not yet applied: past this many bytes the stream
+// reads no more until the applying thread took half of them (the primary's
+// writes then wait on flow control).
+constexpr size_t kMaxQueuedBytes = size_t{64} << 20;
+
+}  // namespace
+
+// The Follow call on gRPC's callbacks. Messages received go to a queue
+// taken by Connect (the snapshot) and then by the applying thread; once
+// Live, each entry is acknowledged on the thread that read it, if it
+// follows on from the one before (a gap or a repeat is never
+// acknowledged: the applying thread reaches it and ends the stream).
+// Acknowledgements are cumulative: while one is being written, the next
+// carries the latest index. A hold keeps the call from ending while the
+// applying thread may still resume paused reads (Release).
+class Follower::Stream final
+    : public grpc::ClientBidiReactor<FollowUp, FollowFeed> {
+ public:
+  Stream(Replication::Stub* stub, grpc::ClientContext* ctx,
+         const FollowUp& first) {
+    stub->async()->Follow(ctx, this);
+    AddHold();
+    out_ = first;
+    {
+      absl::MutexLock l(&mu_);
+      writing_ = true;
+    }
+    StartWrite(&out_);
+    StartRead(&in_);
+    StartCall();
+  }
+
+  // The first message not yet taken, waiting for it; null once the stream
+  // ended with none left. Valid until Pop.
+  const FollowFeed* Peek() {
+    absl::MutexLock l(&mu_);
+    mu_.Await(absl::Condition(this, &Stream::MessageOrEnd));
+    return queue_.empty() ? nullptr : queue_.front().first.get();
+  }
+
+  // Takes the first message, waiting for it; null once the stream ended
+  // with none left.
+  std::unique_ptr<FollowFeed> Pop() {
+    std::unique_ptr<FollowFeed> m;
+    bool resume = false;
+    {
+      absl::MutexLock l(&mu_);
+      mu_.Await(absl::Condition(this, &Stream::MessageOrEnd));
+      if (queue_.empty()) return nullptr;
+      m = std::move(queue_.front().first);
+      queued_bytes_ -= queue_.front().second;
+      queue_.pop_front();
+      if (paused_ && !released_ && queued_bytes_ <= kMaxQueuedBytes / 2) {
+        paused_ = false;
+        resume = true;
+      }
+    }
+    if (resume) StartRead(&in_);
+    return m;
+  }
+
+  // From now on every entry received is acknowledged at once. `last`: the
+  // log's last entry (after a snapshot, its cut, which the server
+  // restored: acknowledged first); the entries already queued that follow
+  // on from it are acknowledged too.
+  void Live(uint64_t last) {
+    bool write = false;
+    {
+      absl::MutexLock l(&mu_);
+      live_ = true;
+      first_ack_ = true;  // sent even when nothing followed `last`
+      received_ = last;
+      for (const auto& [m, bytes] : queue_) {
+        if (!Follows(*m)) break;
+        ++received_;
+      }
+      write = TakeWrite();
+    }
+    if (write) StartWrite(&out_);
+  }
+
+  // Lets the call end (once); no read is resumed after.
+  void Release() {
+    {
+      absl::MutexLock l(&mu_);
+      if (released_) return;
+      released_ = true;
+    }
+    RemoveHold();
+  }
+
+  // Releases the call and waits for its end: its status.
+  grpc::Status WaitDone() {
+    Release();
+    absl::MutexLock l(&mu_);
+    mu_.Await(absl::Condition(&done_));
+    return status_;
+  }
+
+  void OnReadDone(bool ok) override {
+    if (!ok) {
+      absl::MutexLock l(&mu_);
+      read_ended_ = true;
+      return;
+    }
+    auto m = std::make_unique<FollowFeed>();
+    m->Swap(&in_);
+    const size_t bytes = m->ByteSizeLong();
+    bool write = false;
+    bool read = true;
+    {
+      absl::MutexLock l(&mu_);
+      if (live_ && !gap_) {
+        if (Follows(*m)) {
+          ++received_;
+          write = TakeWrite();
+        } else {
+          gap_ = true;
+        }
+      }
+      queue_.emplace_back(std::move(m), bytes);
+      queued_bytes_ += bytes;
+      if (queued_bytes_ > kMaxQueuedBytes) {
+        paused_ = true;
+        read = false;
+      }
+    }
+    if (write) StartWrite(&out_);
+    if (read) StartRead(&in_);
+  }
+
+  void OnWriteDone(bool ok) override {
+    bool write = false;
+    {
+      absl::MutexLock l(&mu_);
+      writing_ = false;
+      if (!ok) {
+        write_failed_ = true;
+      } else {
+        write = TakeWrite();
+      }
+    }
+    if (write) StartWrite(&out_);
+  }
+
+  void OnDone(const grpc::Status& s) override {
+    absl::MutexLock l(&mu_);
+    status_ = s;
+    read_ended_ = true;
+    done_ = true;
+  }
+
+ private:
+  bool MessageOrEnd() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return !queue_.empty() || read_ended_;
+  }
+  bool Follows(const FollowFeed& m) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return m.has_entry() && m.entry().index() == received_ + 1;
+  }
+  // Whether to write an acknowledgement of received_ now (out_ set).
+  bool TakeWrite() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    if (!live_ || writing_ || write_failed_ ||
+        (received_ <= acked_ && !first_ack_)) {
+      return false;
+    }
+    first_ack_ = false;
+    acked_ = received_;
+    out_.Clear();
+    out_.set_applied(acked_);
+    writing_ = true;
+    return true;
+  }
+
+  FollowFeed in_;  // the read in flight's
+  absl::Mutex mu_;
+  FollowUp out_;  // written under mu_ while no write is in flight
+  bool writing_ ABSL_GUARDED_BY(mu_) = false;
+  bool write_failed_ ABSL_GUARDED_BY(mu_) = false;
+  bool live_ ABSL_GUARDED_BY(mu_) = false;
+  bool gap_ ABSL_GUARDED_BY(mu_) = false;        // an entry did not follow on
+  bool first_ack_ ABSL_GUARDED_BY(mu_) = false;  // Live: acknowledge once
+  uint64_t received_ ABSL_GUARDED_BY(mu_) = 0;   // the last entry in order
+  uint64_t acked_ ABSL_GUARDED_BY(mu_) = 0;      // the last acknowledged
+  std::deque<std::pair<std::unique_ptr<FollowFeed>, size_t>> queue_
+      ABSL_GUARDED_BY(mu_);
+  size_t queued_bytes_ ABSL_GUARDED_BY(mu_) = 0;
+  bool paused_ ABSL_GUARDED_BY(mu_) = false;  // no read in flight: full
+  bool read_ended_ ABSL_GUARDED_BY(mu_) = false;
+  bool released_ ABSL_GUARDED_BY(mu_) = false;
+  bool done_ ABSL_GUARDED_BY(mu_) = false;
+  grpc::Status status_ ABSL_GUARDED_BY(mu_);
+};
 
 Follower::Follower(FollowerOptions options) : o_(std::move(options)) {}
 
@@ -21,34 +217,29 @@ absl::StatusOr<std::unique_ptr<Follower>> Follower::Connect(
         absl::StrCat("cannot reach the primary at ", f->o_.primary));
   }
   f->stub_ = Replication::NewStub(channel);
-  f->stream_ = f->stub_->Follow(&f->ctx_);
   FollowUp first;
   *first.mutable_follow() = f->o_.request;
   first.mutable_follow()->set_last_index(f->o_.log->last_index());
   first.mutable_follow()->set_last_epoch(f->o_.log->last_epoch());
-  FollowFeed feed;
-  if (!f->stream_->Write(first) || !f->stream_->Read(&feed)) {
-    f->finished_ = true;
-    return FromGrpcStatus(f->stream_->Finish());
-  }
-  if (feed.has_entry()) {
-    // Continues after the log's last entry: Loop applies this one first.
-    f->pending_ = std::make_unique<FollowFeed>(std::move(feed));
-    return f;
-  }
-  absl::Status s = f->ReadSnapshot(feed);
+  f->stream_ = std::make_unique<Stream>(f->stub_.get(), &f->ctx_, first);
+  const FollowFeed* head = f->stream_->Peek();
+  if (head == nullptr) return FromGrpcStatus(f->stream_->WaitDone());
+  // An entry: the primary continues after the log's last one (Loop
+  // applies it first). Otherwise a snapshot comes first.
+  if (head->has_entry()) return f;
+  absl::Status s = f->ReadSnapshot();
   if (!s.ok()) return s;  // the destructor ends the stream
   return f;
 }
 
-absl::Status Follower::ReadSnapshot(const FollowFeed& first) {
+absl::Status Follower::ReadSnapshot() {
   if (o_.snapshot_dir.empty()) {
     return absl::FailedPreconditionError(
         "the primary cannot continue after this replica's last entry (it "
         "needs a snapshot, which only a starting replica can load)");
   }
   FileSystem* fs = o_.fs != nullptr ? o_.fs : FileSystem::Default();
-  FollowFeed feed = first;
+  std::unique_ptr<FollowFeed> feed = stream_->Pop();  // Connect saw it
   std::string path, tmp;
   std::unique_ptr<WritableFile> out;
   // Every failure removes the partial file (it may fill the disk).
@@ -58,9 +249,9 @@ absl::Status Follower::ReadSnapshot(const FollowFeed& first) {
     return s;
   };
   uint64_t bytes = 0;
-  while (feed.has_file()) {
+  while (feed->has_file()) {
     if (path.empty()) {
-      const std::string& name = feed.file().name();
+      const std::string& name = feed->file().name();
       if (name.empty() || name.find('/') != std::string::npos) {
         return absl::InvalidArgumentError("a snapshot file's name is bad");
       }
@@ -74,16 +265,14 @@ absl::Status Follower::ReadSnapshot(const FollowFeed& first) {
       }
       out = *std::move(f);
     }
-    if (absl::Status w = out->Append(feed.file().data()); !w.ok()) {
+    if (absl::Status w = out->Append(feed->file().data()); !w.ok()) {
       return fail(w);
     }
-    bytes += feed.file().data().size();
-    if (!stream_->Read(&feed)) {
-      finished_ = true;
-      return fail(FromGrpcStatus(stream_->Finish()));
-    }
+    bytes += feed->file().data().size();
+    feed = stream_->Pop();
+    if (feed == nullptr) return fail(FromGrpcStatus(stream_->WaitDone()));
   }
-  if (!feed.has_snapshot_end() || path.empty()) {
+  if (!feed->has_snapshot_end() || path.empty()) {
     return fail(
         absl::DataLossError("the snapshot ended early or is malformed"));
   }
@@ -92,12 +281,12 @@ absl::Status Follower::ReadSnapshot(const FollowFeed& first) {
   out.reset();
   if (absl::Status s = fs->Rename(tmp, path); !s.ok()) return fail(s);
   if (absl::Status s = fs->SyncDir(o_.snapshot_dir); !s.ok()) return s;
-  o_.log->ResetTo(feed.snapshot_end().index(), feed.snapshot_end().epoch());
-  shard_epoch_ = feed.snapshot_end().shard_epoch();
+  o_.log->ResetTo(feed->snapshot_end().index(), feed->snapshot_end().epoch());
+  shard_epoch_ = feed->snapshot_end().shard_epoch();
   snapshot_ = true;
-  snapshot_index_ = feed.snapshot_end().index();
+  snapshot_index_ = feed->snapshot_end().index();
   o_.logger->info("received a snapshot from {} ({} bytes, at entry {})",
-                  o_.primary, bytes, feed.snapshot_end().index());
+                  o_.primary, bytes, feed->snapshot_end().index());
   return absl::OkStatus();
 }
 
@@ -106,49 +295,35 @@ void Follower::Start(PsService* service) {
 }
 
 void Follower::Loop(PsService* service) {
+  // The snapshot's cut (the server restored it: the primary counts on this
+  // replica from now, not once it sent the snapshot, which a spare may
+  // have failed to store) or the log's last entry is acknowledged first.
+  stream_->Live(o_.log->last_index());
   absl::Status end;
-  auto apply = [&](const FollowFeed& feed) {
-    if (!feed.has_entry()) {
-      return absl::InvalidArgumentError("the feed sent something but an entry");
+  while (std::unique_ptr<FollowFeed> feed = stream_->Pop()) {
+    if (!feed->has_entry()) {
+      end = absl::InvalidArgumentError("the feed sent something but an entry");
+      break;
     }
-    const LogEntry& e = feed.entry();
-    // Acknowledged once received, before it is applied: the primary's
-    // answer does not wait for this replica's apply, which overlaps the
-    // primary's next steps. Held all the same: this thread applies it
-    // before anything else (Stop, and so a promotion, waits for it), and a
-    // replica that dies loses its applied state as much as this entry.
-    // Entries follow on (checked by Append); one that does not ends the
-    // feed, and the primary stops waiting for this replica at its timeout.
+    const LogEntry& e = feed->entry();
+    // Entries follow on (the stream acknowledged only those); one that
+    // does not ends the feed, and the primary stops waiting for this
+    // replica at its timeout.
     if (e.index() != o_.log->last_index() + 1) {
-      return absl::DataLossError(absl::StrCat("the feed sent entry ", e.index(),
-                                              " after ", o_.log->last_index()));
+      end = absl::DataLossError(absl::StrCat("the feed sent entry ", e.index(),
+                                             " after ", o_.log->last_index()));
+      break;
     }
-    FollowUp up;
-    up.set_applied(e.index());
-    stream_->Write(up);
     absl::Status answered;
-    absl::Status s =
-        o_.log->Append(e, [&] { answered = service->ApplyEntry(e); });
-    if (!s.ok()) return s;
+    end = o_.log->Append(e, [&] { answered = service->ApplyEntry(e); });
+    if (!end.ok()) break;
     if (!answered.ok()) {
       o_.logger->debug("entry {} answered {} (as on the primary)", e.index(),
                        answered.ToString());
     }
-    return absl::OkStatus();
-  };
-  if (snapshot_) {
-    // The server restored the snapshot: it holds the state up to the cut.
-    FollowUp up;
-    up.set_applied(snapshot_index_);
-    if (!stream_->Write(up)) end = absl::UnavailableError("the feed ended");
   }
-  if (end.ok() && pending_ != nullptr) end = apply(*pending_);
-  pending_.reset();
-  FollowFeed feed;
-  while (end.ok() && stream_->Read(&feed)) end = apply(feed);
   ctx_.TryCancel();
-  const absl::Status finished = FromGrpcStatus(stream_->Finish());
-  finished_ = true;
+  const absl::Status finished = FromGrpcStatus(stream_->WaitDone());
   if (end.ok()) {
     end = finished.ok() ? absl::UnavailableError("the primary ended the feed")
                         : finished;
@@ -163,12 +338,9 @@ void Follower::Loop(PsService* service) {
 
 void Follower::Stop() {
   ctx_.TryCancel();
-  if (thread_.joinable()) {
-    thread_.join();
-  } else if (stream_ != nullptr && !finished_) {
-    stream_->Finish();
-  }
-  finished_ = true;
+  // The thread applies every entry received (all acknowledged) first.
+  if (thread_.joinable()) thread_.join();
+  if (stream_ != nullptr) stream_->WaitDone();
 }
 
 absl::Status Follower::end_status() const {

@@ -5,11 +5,14 @@
 // the stream to its primary, receives a snapshot when it needs one (into a
 // checkpoint directory, written as checkpoints are: a temporary file,
 // synced, renamed; restored by PsServer::Start as any checkpoint),
-// then acknowledges every entry as it receives it and applies it in order
-// through the same steps the primary ran (PsService::ApplyEntry), keeping
-// it in its own log (so that, promoted, it can feed the others). Stop
-// returns once the entry being applied is: every entry acknowledged is
-// applied before a promotion.
+// then acknowledges every entry as it receives it, on the gRPC thread that
+// read it, and applies the entries in order on a thread of its own through
+// the same steps the primary ran (PsService::ApplyEntry), keeping them in
+// its own log (so that, promoted, it can feed the others). An entry's
+// acknowledgement waits neither for the entries before it to be applied
+// nor for a thread to wake (each such wait, on a loaded machine, delayed
+// every answer of the primary). Stop returns once every entry received is
+// applied: every entry acknowledged is applied before a promotion.
 //
 // Example (a spare joining its group):
 //
@@ -80,20 +83,19 @@ class Follower {
   absl::Status end_status() const;
 
  private:
+  class Stream;  // the call, as gRPC's callbacks see it
+
   explicit Follower(FollowerOptions options);
-  absl::Status ReadSnapshot(const FollowFeed& first);
+  absl::Status ReadSnapshot();
   void Loop(PsService* service);
 
   const FollowerOptions o_;
   grpc::ClientContext ctx_;
   std::unique_ptr<Replication::Stub> stub_;
-  std::unique_ptr<grpc::ClientReaderWriter<FollowUp, FollowFeed>> stream_;
+  std::unique_ptr<Stream> stream_;
   uint64_t shard_epoch_ = 0;
   bool snapshot_ = false;        // a snapshot was stored
   uint64_t snapshot_index_ = 0;  // its cut (0 for an empty log)
-  // The first entry, read by Connect, applied first by Loop.
-  std::unique_ptr<FollowFeed> pending_;
-  bool finished_ = false;  // the stream's Finish was called
   std::thread thread_;
   std::atomic<bool> ended_{false};
   mutable absl::Mutex mu_;
