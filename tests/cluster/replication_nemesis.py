@@ -127,10 +127,30 @@ def main():
             return h0.spawn([psctl, "scale", f"--etcd_endpoints={endpoint}",
                              "--run_id=nemesis", f"--shards={to}"], name=name)
 
+        def whole(deadline_s):
+            # Every group at R caught-up replicas (psctl status exits 0).
+            give_up = time.monotonic() + deadline_s
+            while True:
+                p = h0.spawn([psctl, "status", f"--etcd_endpoints={endpoint}",
+                              "--run_id=nemesis", "-o", "json"],
+                             name="whole")
+                if p.wait(30) == 0:
+                    return True
+                if time.monotonic() > give_up:
+                    return False
+                time.sleep(0.5)
+
         end = time.monotonic() + args.seconds
-        events = scales_ok = 0
+        events = scales_ok = not_whole = 0
         while time.monotonic() < end and any(w.alive() for w in workers):
             time.sleep(args.every)
+            # R replicas survive R - 1 faults at a time: the next one waits
+            # until every group is whole again (a replica cut off long
+            # enough to be dropped, then the other one killed, is two).
+            if not whole(60):
+                not_whole += 1
+                print("nemesis: a group is still below R caught-up replicas "
+                      "after 60 s", flush=True)
             events += 1
             h = rng.choice(server_hosts)
             kinds = ["kill process", "kill host", "partition", "split",
@@ -214,7 +234,8 @@ def main():
             time.sleep(2)
         print(f"psctl status --digests: exit {digests}:\n"
               f"{p.log_text().strip()[-1500:]}", flush=True)
-        ok = failed == 0 and verified and final == 0 and digests == 0
+        ok = (failed == 0 and verified and final == 0 and digests == 0
+              and not_whole == 0)
         moved = f" ({scales_ok} scales completed)" if args.scale else ""
         print(f"ledger: {args.workers} workers x {args.pushes} pushes through "
               f"{events} nemesis events{moved}: "
@@ -224,7 +245,8 @@ def main():
               f"(0 lost, 0 applied twice); replica digests equal" if ok else
               f"ledger: VIOLATED (workers failed {failed}, verifier "
               f"{'read' if verified else 'did NOT read'} {expect}, final "
-              f"scale exit {final}, digests exit {digests})")
+              f"scale exit {final}, digests exit {digests}, "
+              f"{not_whole} strike(s) on a group not whole)")
         return 0 if ok else 1
 
 
