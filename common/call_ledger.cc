@@ -83,6 +83,7 @@ void CallLedger::OnHeader(Frames* f, bool from_client) {
   f->padding = 0;
   f->pad_length_next =
       f->type == kData && (f->flags & kPadded) && f->payload_left > 0;
+  if (from_client) CountFrame(*f);
   if (from_client && (f->type == kHeaders || f->type == kContinuation)) {
     const int64_t length = static_cast<int64_t>(f->payload_left);
     header_block_ += length;
@@ -94,6 +95,26 @@ void CallLedger::OnHeader(Frames* f, bool from_client) {
     pending_ += kCallBytes;
   }
   if (f->payload_left == 0) OnFrameEnd(*f, from_client);
+}
+
+void CallLedger::CountFrame(const Frames& f) {
+  switch (f.type) {
+    case kHeaders:
+      ++client_work_frames_;
+      break;
+    case kData:
+      if (f.payload_left > 0 || (f.flags & kEndStream)) {
+        ++client_work_frames_;
+      } else {
+        ++client_idle_frames_;
+      }
+      break;
+    case kRstStream:
+    case kContinuation:
+      break;  // resets and header blocks are bounded apart
+    default:
+      ++client_idle_frames_;
+  }
 }
 
 void CallLedger::OnFrameEnd(const Frames& f, bool from_client) {

@@ -38,6 +38,13 @@ class CallLedger {
   size_t open_calls() const { return calls_.size(); }
   // RST_STREAM frames the client sent for calls, all told.
   uint64_t client_resets() const { return client_resets_; }
+  // The client's frames that do no call's work (WINDOW_UPDATE, PING,
+  // SETTINGS, PRIORITY, GOAWAY, unknown types, empty DATA that does not
+  // end its stream), and those that do (HEADERS, DATA with bytes or
+  // END_STREAM), all told. gRPC parses each; a client sending nothing else
+  // keeps a core busy (RST_STREAM and CONTINUATION are counted apart).
+  uint64_t client_idle_frames() const { return client_idle_frames_; }
+  uint64_t client_work_frames() const { return client_work_frames_; }
   // Bytes of the client's header block in progress (a HEADERS frame and
   // the CONTINUATION frames after it, until END_HEADERS), which gRPC holds
   // whole; also counted in pending().
@@ -70,6 +77,8 @@ class CallLedger {
   size_t Step(Frames* f, bool from_client, const char* data, size_t n);
   void OnHeader(Frames* f, bool from_client);
   void OnFrameEnd(const Frames& f, bool from_client);
+  // Counts a client frame whose header is in (idle or work).
+  void CountFrame(const Frames& f);
   // Message bytes of a client DATA frame for `call`.
   void Message(Call* call, const unsigned char* data, size_t n);
   void End(uint32_t stream);
@@ -79,6 +88,8 @@ class CallLedger {
   absl::flat_hash_map<uint32_t, Call> calls_;
   int64_t pending_ = 0;
   uint64_t client_resets_ = 0;
+  uint64_t client_idle_frames_ = 0;
+  uint64_t client_work_frames_ = 0;
   int64_t header_block_ = 0;
 };
 

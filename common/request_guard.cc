@@ -36,6 +36,12 @@ std::atomic<uint64_t> floods_total{0};
 // ("rapid reset", CVE-2023-44487: gRPC 1.51 does the work of every call it
 // opens, and holds memory for it, whether or not the client keeps it).
 constexpr uint64_t kMaxResetsPerSecond = 1000;
+// Frames that do no call's work (CallLedger::client_idle_frames) beyond
+// this within a second, plus four per frame that does: a flood. gRPC
+// parses each at once; one connection sending WINDOW_UPDATE, PRIORITY or
+// empty DATA frames (12 million a second) kept a shard's core busy for as
+// long as it went on. A gRPC client sends a few per call at most.
+constexpr uint64_t kMaxIdleFramesPerSecond = 10000;
 // A header block larger than this is no gRPC call's (gRPC refuses metadata
 // over 16 KiB), but gRPC 1.51 keeps reading CONTINUATION frames into it:
 // one connection sending them took a shard to 3.4 GB in 8 s.
@@ -51,9 +57,11 @@ struct Connection {
   CallLedger calls;
   int port_index = 0;
   bool shut = false;  // shut down; no longer counted
-  // The one-second window its resets are counted in.
+  // The one-second window its resets and idle frames are counted in.
   absl::Time window_start = absl::InfinitePast();
   uint64_t resets_before_window = 0;
+  uint64_t idle_before_window = 0;
+  uint64_t work_before_window = 0;
 };
 
 absl::Mutex mu;
@@ -132,18 +140,28 @@ void Shed(int index) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
   }
 }
 
-// True when `c` reset more than kMaxResetsPerSecond calls in its current
-// one-second window.
-bool ResetFlood(Connection* c) {
-  const uint64_t resets = c->calls.client_resets();
-  if (resets - c->resets_before_window <= kMaxResetsPerSecond / 2) return false;
+// True when `c` reset more than kMaxResetsPerSecond calls, or sent more
+// idle frames than allowed, in its current one-second window.
+bool Flooding(Connection* c) {
+  const CallLedger& l = c->calls;
+  const uint64_t resets = l.client_resets() - c->resets_before_window;
+  const uint64_t idle = l.client_idle_frames() - c->idle_before_window;
+  const uint64_t idle_allowed =
+      kMaxIdleFramesPerSecond +
+      4 * (l.client_work_frames() - c->work_before_window);
+  // The clock is read only once a window is half full.
+  if (resets <= kMaxResetsPerSecond / 2 && idle <= idle_allowed / 2) {
+    return false;
+  }
   const absl::Time now = absl::Now();
   if (now - c->window_start > absl::Seconds(1)) {
     c->window_start = now;
-    c->resets_before_window = resets;
+    c->resets_before_window = l.client_resets();
+    c->idle_before_window = l.client_idle_frames();
+    c->work_before_window = l.client_work_frames();
     return false;
   }
-  return resets - c->resets_before_window > kMaxResetsPerSecond;
+  return resets > kMaxResetsPerSecond || idle > idle_allowed;
 }
 
 // Feeds the first `n` bytes of `msg`'s buffers to fd's ledger.
@@ -168,7 +186,7 @@ void Saw(int fd, const msghdr* msg, size_t n, bool received) {
   }
   ports[c->port_index].pending += c->calls.pending() - before;
   if (!received) return;
-  if (ResetFlood(c) || c->calls.header_block() > kMaxHeaderBlockBytes) {
+  if (Flooding(c) || c->calls.header_block() > kMaxHeaderBlockBytes) {
     Shut(fd, c);
     floods_total.fetch_add(1, std::memory_order_relaxed);
     return;

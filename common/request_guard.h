@@ -25,7 +25,11 @@
 // made 1000 pushes of another client take 26 s instead of 0.6 s and the
 // shard hold 1.7 GB), and so is one whose header block (HEADERS and the
 // CONTINUATION frames after it) passes 256 KiB: gRPC keeps reading them
-// into one block (3.4 GB in 8 s from one connection). Other descriptors
+// into one block (3.4 GB in 8 s from one connection), and so is one that
+// sends more than 10000 frames within a second that do no call's work
+// (WINDOW_UPDATE, PING, SETTINGS, PRIORITY, empty DATA...) beyond four per
+// frame that does: gRPC parses each, and one connection sending 12 million
+// a second kept a core busy for as long as it went on. Other descriptors
 // pass through with one atomic load.
 
 #include <cstdint>
@@ -40,7 +44,7 @@ void GuardUnfinishedRequests(int port, int64_t max_bytes);
 struct UnfinishedRequestStats {
   int64_t pending_bytes = 0;      // held now, all guarded ports together
   uint64_t connections_shut = 0;  // for holding the most past a budget
-  uint64_t floods_shut = 0;       // resets > 1000/s, header blocks > 256 KiB
+  uint64_t floods_shut = 0;       // resets, idle frames, header blocks
 };
 UnfinishedRequestStats UnfinishedRequests();
 

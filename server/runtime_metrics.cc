@@ -359,8 +359,9 @@ void AppendProcessMetrics(absl::string_view labels, std::string* out) {
         "past the budget (common/request_guard.h).",
         labels, absl::StrCat(unfinished.connections_shut));
   Gauge(out, "asyncps_flood_connections_shut_total", "counter",
-        "Connections shut for resetting more than 1000 calls a second or "
-        "sending a header block over 256 KiB (common/request_guard.h).",
+        "Connections shut for resetting more than 1000 calls a second, "
+        "sending more than 10000 frames a second that do no call's work, or "
+        "a header block over 256 KiB (common/request_guard.h).",
         labels, absl::StrCat(unfinished.floods_shut));
   double boot = 0;
   for (absl::string_view line :

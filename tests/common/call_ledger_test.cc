@@ -16,9 +16,12 @@ using testing::kH2Data;
 using testing::kH2EndHeaders;
 using testing::kH2EndStream;
 using testing::kH2Headers;
+using testing::kH2Ping;
 using testing::kH2Preface;
+using testing::kH2Priority;
 using testing::kH2RstStream;
 using testing::kH2Settings;
+using testing::kH2WindowUpdate;
 
 constexpr int64_t kCall = CallLedger::kCallBytes;
 
@@ -139,6 +142,33 @@ TEST_CASE("a header block counts until its END_HEADERS", "[call_ledger]") {
   const std::string back = H2Frame(kH2Headers, 0, 1, std::string(50, 'r'));
   ledger.FromServer(back.data(), back.size());
   CHECK(ledger.header_block() == 0);
+}
+
+TEST_CASE("the client's frames are told apart: work or idle", "[call_ledger]") {
+  for (size_t step : {size_t{1}, size_t{5}, size_t{1} << 20}) {
+    INFO("step " << step);
+    CallLedger ledger;
+    std::string bytes = kH2Preface;
+    bytes += H2Frame(kH2Settings, 0, 0, "");                        // idle
+    bytes += H2Frame(kH2Headers, kH2EndHeaders, 1, "h");            // work
+    bytes += H2Frame(kH2Data, 0, 1, "");                            // idle
+    bytes += H2Frame(kH2Data, 0, 1, std::string(10, 'x'));          // work
+    bytes += H2Frame(kH2Data, kH2EndStream, 1, "");                 // work
+    bytes += H2Frame(kH2WindowUpdate, 0, 0, std::string(4, '\1'));  // idle
+    bytes += H2Frame(kH2Priority, 0, 3, std::string(5, '\0'));      // idle
+    bytes += H2Frame(kH2Ping, 0, 0, std::string(8, '\0'));          // idle
+    bytes += H2Frame(0x20, 0, 0, "unknown");                        // idle
+    bytes += H2Frame(kH2RstStream, 0, 5, std::string(4, '\0'));     // apart
+    FromClient(&ledger, bytes, step);
+    CHECK(ledger.client_work_frames() == 3);
+    CHECK(ledger.client_idle_frames() == 6);
+    CHECK(ledger.client_resets() == 1);
+    // The server's frames are not the client's.
+    const std::string back =
+        H2Frame(kH2WindowUpdate, 0, 0, std::string(4, '\1'));
+    ledger.FromServer(back.data(), back.size());
+    CHECK(ledger.client_idle_frames() == 6);
+  }
 }
 
 }  // namespace

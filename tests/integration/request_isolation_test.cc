@@ -419,5 +419,31 @@ TEST_CASE("a header block that never ends is cut off at 256 KiB",
   CHECK(ReadW(stub.get()) == std::vector<float>(4, 0.0f));
 }
 
+TEST_CASE("a connection of frames that do no call's work is cut off",
+          "[bad_input][isolation]") {
+  absl::StatusOr<testing::ServerProcess> shard = StartPsServer(0, 1);
+  REQUIRE_OK(shard.status());
+  auto stub = StubWithW(shard->address);
+  // gRPC 1.51 parses every WINDOW_UPDATE, PRIORITY, PING, SETTINGS or
+  // empty DATA frame at once: one connection sending 12 million a second
+  // kept a shard's core busy for as long as it went on, never cut.
+  testing::HeldRequestOptions flood;
+  flood.port = PortOf(shard->address);
+  flood.idle_frames = true;
+  flood.max_bytes = 2048 * kMiB;
+  flood.hold = absl::Seconds(3);
+  int applied = 0;
+  const HeldRun run = RunHeld(*shard, flood, [&] {
+    for (int seq = 1; seq <= 20; ++seq) {
+      applied += PushOnes(stub.get(), seq).ok() ? 1 : 0;
+    }
+  });
+  CHECK(run.result.closed == 1);
+  // Cut within its first frames' worth, not after gigabytes.
+  CHECK(run.result.sent_bytes < 256 * kMiB);
+  CHECK(applied == 20);
+  CHECK(ReadW(stub.get()) == std::vector<float>(4, -19.0f));
+}
+
 }  // namespace
 }  // namespace asyncps

@@ -9,9 +9,10 @@
 namespace asyncps {
 namespace testing {
 
-inline constexpr uint8_t kH2Data = 0, kH2Headers = 1, kH2RstStream = 3,
-                         kH2Settings = 4, kH2Ping = 6, kH2Goaway = 7,
-                         kH2WindowUpdate = 8, kH2Continuation = 9;
+inline constexpr uint8_t kH2Data = 0, kH2Headers = 1, kH2Priority = 2,
+                         kH2RstStream = 3, kH2Settings = 4, kH2Ping = 6,
+                         kH2Goaway = 7, kH2WindowUpdate = 8,
+                         kH2Continuation = 9;
 inline constexpr uint8_t kH2Ack = 0x1, kH2EndStream = 0x1, kH2EndHeaders = 0x4;
 inline constexpr char kH2Preface[] = "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
 

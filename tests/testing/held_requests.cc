@@ -90,7 +90,7 @@ class Connection {
     headers_ = RequestHeaders(o.path);
     out_ = kH2Preface;
     AppendFrame(kH2Settings, 0, 0, "", &out_);
-    if (o.reset_at_once) return;
+    if (o.reset_at_once || o.idle_frames) return;
     if (o.endless_headers) {
       AppendFrame(kH2Headers, 0, 1, headers_, &out_);  // no END_HEADERS
       return;
@@ -109,6 +109,18 @@ class Connection {
         AppendFrame(kH2RstStream, 0, id, std::string("\0\0\0\x08", 4),
                     &out_);  // CANCEL
         ++result->calls_reset;
+      }
+      return;
+    }
+    if (options_->idle_frames) {
+      // The connection's window one byte larger; stream 1's priority.
+      static const std::string kIdle =
+          H2Frame(kH2WindowUpdate, 0, 0, std::string("\0\0\0\x01", 4)) +
+          H2Frame(kH2Priority, 0, 1, std::string("\0\0\0\0\x0f", 5));
+      while (out_.size() < kQueueBytes && *budget > 0) {
+        out_ += kIdle;
+        *budget -= kIdle.size();
+        result->sent_bytes += kIdle.size();
       }
       return;
     }

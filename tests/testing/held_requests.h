@@ -8,8 +8,8 @@
 // keepalive does not close the connection), and never the rest; a stream
 // the server resets is replaced by a new one. gRPC keeps what arrived until
 // the whole request has; this measures what that costs a server. Or calls
-// reset as soon as they are opened (reset_at_once), or a header block that
-// never ends (endless_headers).
+// reset as soon as they are opened (reset_at_once), a header block that
+// never ends (endless_headers), or frames that do nothing (idle_frames).
 
 #include <cstdint>
 #include <string>
@@ -36,6 +36,9 @@ struct HeldRequestOptions {
   // Instead: one call whose header block never ends (HEADERS without
   // END_HEADERS, then CONTINUATION frames up to max_bytes).
   bool endless_headers = false;
+  // Instead: frames that do no call's work (WINDOW_UPDATE and PRIORITY)
+  // as fast as the connection takes them, up to max_bytes.
+  bool idle_frames = false;
 };
 
 struct HeldRequestResult {
