@@ -84,7 +84,10 @@ class Follower::Stream final
       first_ack_ = true;  // sent even when nothing followed `last`
       received_ = last;
       for (const auto& [m, bytes] : queue_) {
-        if (!Follows(*m)) break;
+        if (!Follows(*m)) {
+          gap_ = true;
+          break;
+        }
         ++received_;
       }
       write = TakeWrite();
