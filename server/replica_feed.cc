@@ -54,12 +54,11 @@ class ReplicaFeedService::Stream final
   const FollowUp& first() const { return first_; }
 
   // Before Live: sends `feed` and waits until it is written; false once
-  // the call is gone. `more`: more follows at once (gRPC may coalesce the
-  // writes).
-  bool Write(const FollowFeed& feed, bool more) {
+  // the call is gone.
+  bool Write(const FollowFeed& feed) {
     out_ = SerializeToByteBuffer(feed);
     writes_.Started();
-    StartWrite(&out_, WriteOptionsFor(more));
+    StartWrite(&out_);
     return writes_.Wait();
   }
 
@@ -84,8 +83,11 @@ class ReplicaFeedService::Stream final
   // Writes the next entry unless a write is in flight (its completion
   // pumps again) or there is none yet (its append pumps). Ends the call
   // when the log cannot go on (fenced, or the entry is no longer kept).
+  // No write carries gRPC's buffer hint: a hinted write completes only
+  // once a later write flushes it, and the next write waits for that
+  // completion (with the hint on bursts, a backup that reconnected while
+  // entries came got none: its primary dropped it 2 s later).
   void Pump() {
-    bool more = false;
     absl::Status failed;
     {
       absl::MutexLock l(&mu_);
@@ -99,13 +101,10 @@ class ReplicaFeedService::Stream final
       } else {
         writing_ = true;
         out_ = SerializeToByteBuffer(**e);
-        // While more entries wait, let gRPC coalesce them into fewer
-        // writes; the last one of a burst goes out at once.
-        more = log_->last_index() > next_ + 1;
       }
     }
     if (!failed.ok()) return End(ToGrpcStatus(failed));
-    StartWrite(&out_, WriteOptionsFor(more));
+    StartWrite(&out_);
   }
 
   // Ends the call (once; after the write in flight, if any).
@@ -182,12 +181,6 @@ class ReplicaFeedService::Stream final
   Stream(std::function<bool(std::shared_ptr<Stream>)> start,
          std::function<void(Stream*)> ended)
       : start_(std::move(start)), ended_callback_(std::move(ended)) {}
-
-  static grpc::WriteOptions WriteOptionsFor(bool more) {
-    grpc::WriteOptions options;
-    if (more) options.set_buffer_hint();
-    return options;
-  }
 
   // A live write's completion.
   void Written(bool ok) {
@@ -326,7 +319,7 @@ absl::StatusOr<uint64_t> ReplicaFeedService::SendSnapshot(Stream* stream,
     file->set_data(bytes.data() + sent, n);
     sent += n;
     file->set_last_piece(sent == bytes.size());
-    if (!stream->Write(feed, /*more=*/false)) {
+    if (!stream->Write(feed)) {
       return absl::UnavailableError("the backup went away during the snapshot");
     }
   } while (sent < bytes.size());
@@ -334,7 +327,7 @@ absl::StatusOr<uint64_t> ReplicaFeedService::SendSnapshot(Stream* stream,
   end.mutable_snapshot_end()->set_index(snapshot->index);
   end.mutable_snapshot_end()->set_epoch(snapshot->epoch);
   end.mutable_snapshot_end()->set_shard_epoch(snapshot->shard_epoch);
-  if (!stream->Write(end, /*more=*/false)) {
+  if (!stream->Write(end)) {
     return absl::UnavailableError("the backup went away during the snapshot");
   }
   const absl::Duration took = absl::Now() - start;
