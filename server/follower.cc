@@ -286,8 +286,6 @@ absl::Status Follower::ReadSnapshot() {
   if (absl::Status s = fs->SyncDir(o_.snapshot_dir); !s.ok()) return s;
   o_.log->ResetTo(feed->snapshot_end().index(), feed->snapshot_end().epoch());
   shard_epoch_ = feed->snapshot_end().shard_epoch();
-  snapshot_ = true;
-  snapshot_index_ = feed->snapshot_end().index();
   o_.logger->info("received a snapshot from {} ({} bytes, at entry {})",
                   o_.primary, bytes, feed->snapshot_end().index());
   return absl::OkStatus();

@@ -94,8 +94,6 @@ class Follower {
   std::unique_ptr<Replication::Stub> stub_;
   std::unique_ptr<Stream> stream_;
   uint64_t shard_epoch_ = 0;
-  bool snapshot_ = false;        // a snapshot was stored
-  uint64_t snapshot_index_ = 0;  // its cut (0 for an empty log)
   std::thread thread_;
   std::atomic<bool> ended_{false};
   mutable absl::Mutex mu_;

@@ -373,6 +373,16 @@ TEST_CASE(
   CHECK(ReadW(stub.get()) == std::vector<float>(4, 0.0f));
 }
 
+// A flood against `shard` from `connections` connections, for 3 s.
+testing::HeldRequestOptions Flood(const testing::ServerProcess& shard,
+                                  int connections) {
+  testing::HeldRequestOptions flood;
+  flood.port = PortOf(shard.address);
+  flood.connections = connections;
+  flood.hold = absl::Seconds(3);
+  return flood;
+}
+
 TEST_CASE(
     "a client that resets calls as fast as it opens them is cut off; "
     "pushes of others go on",
@@ -383,11 +393,8 @@ TEST_CASE(
   // gRPC 1.51 does the work of every call opened, reset or not ("rapid
   // reset"): two Python connections doing this made 1000 pushes of another
   // client take 26 s instead of 0.6 s, and the shard hold 1.7 GB.
-  testing::HeldRequestOptions flood;
-  flood.port = PortOf(shard->address);
-  flood.connections = 2;
+  testing::HeldRequestOptions flood = Flood(*shard, 2);
   flood.reset_at_once = true;
-  flood.hold = absl::Seconds(3);
   int applied = 0;
   const HeldRun run = RunHeld(*shard, flood, [&] {
     for (int seq = 1; seq <= 50; ++seq) {
@@ -407,11 +414,9 @@ TEST_CASE("a header block that never ends is cut off at 256 KiB",
   auto stub = StubWithW(shard->address);
   // gRPC 1.51 reads CONTINUATION frames into one header block for as long
   // as they come: one connection took a shard to 3.4 GB in 8 s.
-  testing::HeldRequestOptions flood;
-  flood.port = PortOf(shard->address);
+  testing::HeldRequestOptions flood = Flood(*shard, 1);
   flood.endless_headers = true;
   flood.max_bytes = 1024 * kMiB;
-  flood.hold = absl::Seconds(3);
   const HeldRun run = RunHeld(*shard, flood);
   CHECK(run.result.closed == 1);
   CHECK(run.peak_growth < 32 * kMiB);
@@ -427,11 +432,9 @@ TEST_CASE("a connection of frames that do no call's work is cut off",
   // gRPC 1.51 parses every WINDOW_UPDATE, PRIORITY, PING, SETTINGS or
   // empty DATA frame at once: one connection sending 12 million a second
   // kept a shard's core busy for as long as it went on, never cut.
-  testing::HeldRequestOptions flood;
-  flood.port = PortOf(shard->address);
+  testing::HeldRequestOptions flood = Flood(*shard, 1);
   flood.idle_frames = true;
   flood.max_bytes = 2048 * kMiB;
-  flood.hold = absl::Seconds(3);
   int applied = 0;
   const HeldRun run = RunHeld(*shard, flood, [&] {
     for (int seq = 1; seq <= 20; ++seq) {
