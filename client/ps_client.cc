@@ -57,13 +57,26 @@ absl::StatusOr<uint64_t> PushAnswerId(const grpc::ByteBuffer& answer) {
 
 // ---------------------------------------------------------------- set-up
 
+struct PsClient::MapAsks {
+  absl::Mutex mu;
+  bool alive ABSL_GUARDED_BY(mu) = true;  // false once the client goes
+  bool in_flight ABSL_GUARDED_BY(mu) = false;
+  absl::Time last ABSL_GUARDED_BY(mu) = absl::InfinitePast();
+  size_t next ABSL_GUARDED_BY(mu) = 0;  // round robin over the shards
+};
+
 PsClient::PsClient(PsClientOptions options, ShardMap map)
     : options_(std::move(options)),
       num_shards_(map.num_shards()),
       map_(std::move(map)),
-      map_epoch_(map_.epoch()) {}
+      map_epoch_(map_.epoch()),
+      map_asks_(std::make_shared<MapAsks>()) {}
 
-PsClient::~PsClient() = default;
+PsClient::~PsClient() {
+  // An ask still in flight completes without following its answer.
+  absl::MutexLock l(&map_asks_->mu);
+  map_asks_->alive = false;
+}
 
 namespace {
 
@@ -333,6 +346,46 @@ std::optional<ShardMapProto> PsClient::StaleRoute(int shard,
   ShardMapProto newer;
   ShardMapToProto(map_, &newer);
   return newer;
+}
+
+void PsClient::AskForNewerMap(int shard) {
+  if (!map().slotted()) return;
+  const std::vector<int> serving = Parts();
+  const Endpoint* endpoint = nullptr;
+  {
+    absl::MutexLock l(&map_asks_->mu);
+    const absl::Time now = options_.clock->Now();
+    if (map_asks_->in_flight ||
+        now - map_asks_->last < absl::Milliseconds(500)) {
+      return;
+    }
+    int target = -1;
+    for (size_t i = 0; i < serving.size() && target < 0; ++i) {
+      const int s = serving[(map_asks_->next + i) % serving.size()];
+      if (s != shard) target = s;
+    }
+    endpoint = target < 0 ? nullptr : EndpointOf(target);
+    if (endpoint == nullptr) return;
+    ++map_asks_->next;
+    map_asks_->in_flight = true;
+    map_asks_->last = now;
+  }
+  struct Ask {
+    grpc::ClientContext ctx;
+    ListTensorsResponse response;
+  };
+  auto ask = std::make_shared<Ask>();
+  ask->ctx.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(2)));
+  queue_.StartUnary(endpoint->stub->PrepareAsyncListTensors(
+                        &ask->ctx, ListTensorsRequest(), queue_.cq()),
+                    &ask->response,
+                    [this, ask, asks = map_asks_](grpc::Status st) {
+                      absl::MutexLock l(&asks->mu);
+                      asks->in_flight = false;
+                      if (asks->alive && st.ok() && ask->response.has_map()) {
+                        LearnMap(ask->response.map());
+                      }
+                    });
 }
 
 void PsClient::LearnMap(const ShardMapProto& newer) {

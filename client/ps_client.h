@@ -297,6 +297,9 @@ class PsClient {
   absl::Status FollowMap(const ShardMap& newer);
   // A call gives up after this many map changes under it.
   static constexpr int kMaxMapChanges = 4;
+  // Shards a push part may be re-routed from before it is answered
+  // (PushRequest.moved_from), as many as a shard takes.
+  static constexpr int kMaxPushOrigins = 8;
   int num_shards() const { return num_shards_; }
   int32_t worker_id() const { return options_.worker_id; }
   uint64_t incarnation() const { return options_.incarnation; }
@@ -580,11 +583,32 @@ class PsClient {
   // The call that sends part `ps` (its frame) on connection `connection`.
   FanOut::Call PushCall(PushShard* ps, uint32_t connection);
   // After p's attempts ended with `s`: while shards refused their part for
-  // the map it was routed with, follows their map and sends exactly those
-  // parts again, split by it (client/push_split.h), under a fresh seq, at
+  // the map it was routed with, or a part sent to a shard a newer map
+  // drained could not be answered there (PushShard::moved), follows the
+  // newer map and sends exactly those parts again, split by it
+  // (client/push_split.h), under a fresh seq (one per set of origins), at
   // most kMaxMapChanges times; the parts applied are not sent again.
   absl::Status ResendRefused(PendingPush* p, absl::Status s,
                              const char* method);
+  // A part for `shard` is tried again (its last attempt failed) and no map
+  // newer than the client's is known: asks another shard that serves the
+  // client's map for its own (ListTensors, on the queue, answered
+  // whenever) and follows it, at most one ask at a time and one per 500 ms,
+  // slotted maps only. So a part whose shard a scale drained and that was
+  // stopped since finds the slots' new owner even when no other answer
+  // brings the newer map.
+  void AskForNewerMap(int shard);
+  struct MapAsks;  // shared with the asks' callbacks (client/ps_client.cc)
+
+  // The parts of p to send again (refused or moved; taken out of p),
+  // grouped by the origins their pieces must name, and the maps that sent
+  // them back (client/push.cc).
+  struct Resend;
+  static absl::StatusOr<Resend> TakeResends(PendingPush* p);
+  // Sends each group of `resend` split by `map` under a fresh seq, as new
+  // parts of p; their outcome.
+  absl::Status SendAgain(PendingPush* p, Resend resend, const ShardMap& map,
+                         const char* method);
 
   // Const after construction (the Shard objects; their endpoints change,
   // see Shard).
@@ -624,6 +648,7 @@ class PsClient {
   std::atomic<uint32_t> next_connection_{0};
   // A shard answered StepStream UNIMPLEMENTED: steps go as two messages.
   std::atomic<bool> steps_unsupported_{false};
+  const std::shared_ptr<MapAsks> map_asks_;  // AskForNewerMap
 };
 
 // A pull in flight. Wait() returns when every shard answered (or the call

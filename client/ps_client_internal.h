@@ -60,6 +60,7 @@ struct PsClient::PullShard {
   // Set when the shard refused the part for the map it was routed with:
   // the shard's map (nothing was read).
   std::optional<ShardMapProto> refused;
+  bool tried = false;  // an attempt was made: the next is a retry
   std::atomic<DataStream*> stream{nullptr};  // of the attempt in flight
   // A step's pull (StartStep): the first attempt goes with the push part
   // held there for this shard, if any.
@@ -78,6 +79,12 @@ struct PsClient::PushShard {
   // Set when the shard refused the part for the map it was routed with:
   // the shard's map (nothing was applied).
   std::optional<ShardMapProto> refused;
+  // Set when the part was sent (it may have been applied there) and its
+  // attempt failed, and a newer map gives the shard no slot (psctl scale
+  // drained it; it may be stopped): that map. The part goes to the new
+  // owners naming this shard and its seq (PushRequest.moved_from), which
+  // apply it unless this shard had.
+  std::optional<ShardMapProto> moved;
   std::atomic<DataStream*> stream{nullptr};  // of the attempt in flight
   // An attempt was handed to a stream: the part may have been applied, so
   // only the shard may refuse it from then on (its de-duplication first).

@@ -244,6 +244,8 @@ absl::StatusOr<std::vector<FanOut::Call>> PsClient::PlanPull(PendingPull* p) {
             raw->refused = *std::move(newer);
             return done(absl::OkStatus());
           }
+          if (raw->tried) AskForNewerMap(raw->shard);
+          raw->tried = true;
           const uint64_t id = next_request_id_++;
           raw->request.set_request_id(id);
           StreamDone answered = [this, raw, done = std::move(done)](

@@ -3,8 +3,10 @@
 // shard), tensor payloads sent from the caller's memory.
 #include <algorithm>
 #include <cstring>
+#include <map>
 #include <optional>
 #include <utility>
+#include <vector>
 
 #include "absl/container/flat_hash_set.h"
 #include "absl/container/node_hash_map.h"
@@ -449,14 +451,17 @@ FanOut::Call PsClient::PushCall(PushShard* ps, uint32_t connection) {
   return StreamCall(
       ps->shard, /*push=*/true, connection, &ps->stream,
       [this, ps, id](DataStream* stream, FanOut::Done done) {
-        if (!ps->sent) {
-          std::optional<ShardMapProto> newer =
-              StaleRoute(ps->shard, ps->header.map_epoch());
-          if (newer.has_value()) {
-            ps->refused = *std::move(newer);
-            return done(absl::OkStatus());
-          }
+        // Routed by a map in which the shard has no slot any more: a part
+        // not sent yet goes by the newer map; one sent before (this is a
+        // retry: its answer was lost) goes there naming this shard, whose
+        // applied seqs the new owners hold from the moves.
+        std::optional<ShardMapProto> newer =
+            StaleRoute(ps->shard, ps->header.map_epoch());
+        if (newer.has_value()) {
+          (ps->sent ? ps->moved : ps->refused) = *std::move(newer);
+          return done(absl::OkStatus());
         }
+        if (ps->sent) AskForNewerMap(ps->shard);
         ps->sent = true;
         StreamDone answered = [this, ps, done = std::move(done)](
                                   absl::Status st, grpc::ByteBuffer* answer) {
@@ -481,44 +486,55 @@ FanOut::Call PsClient::PushCall(PushShard* ps, uint32_t connection) {
       });
 }
 
-absl::Status PsClient::ResendRefused(PendingPush* p, absl::Status s,
-                                     const char* method) {
-  for (int changes = 0; s.ok(); ++changes) {
-    std::vector<PushPart> parts;
-    std::vector<ShardMapProto> maps;
-    for (auto& ps : p->shards_) {
-      if (!ps->refused.has_value()) continue;
-      maps.push_back(*ps->refused);
-      parts.push_back(PushPart{ps->shard, ps->header, ps->payload});
+struct PsClient::Resend {
+  std::vector<ShardMapProto> maps;
+  // By the origins (shard, seq) the pieces name: a refused part keeps its
+  // own (it was applied nowhere), a moved part adds itself to them.
+  std::map<std::vector<std::pair<uint32_t, uint64_t>>, std::vector<PushPart>>
+      groups;
+};
+
+absl::StatusOr<PsClient::Resend> PsClient::TakeResends(PendingPush* p) {
+  Resend out;
+  for (auto& ps : p->shards_) {
+    const bool moved = ps->moved.has_value();
+    if (!ps->refused.has_value() && !moved) continue;
+    out.maps.push_back(moved ? *ps->moved : *ps->refused);
+    PushPart part{ps->shard, ps->header, std::move(ps->payload)};
+    if (moved) {
+      PushOrigin* origin = part.header.add_moved_from();
+      origin->set_shard(static_cast<uint32_t>(ps->shard));
+      origin->set_seq(ps->header.seq());
     }
-    if (parts.empty()) return s;
-    if (changes == kMaxMapChanges) {
-      return absl::AbortedError(
-          absl::StrCat(method, ": the shard map changed ", changes,
-                       " times while the call ran (now epoch ", maps[0].epoch(),
-                       "); giving up with the parts of ", parts.size(),
-                       " shard(s) applied nowhere"));
+    if (part.header.moved_from_size() > kMaxPushOrigins) {
+      return absl::AbortedError(absl::StrCat(
+          "a push part went to ", part.header.moved_from_size(),
+          " shards that were drained before it could be answered"));
     }
-    for (const ShardMapProto& wire : maps) {
-      absl::StatusOr<ShardMap> m = ShardMapFromProto(wire);
-      if (!m.ok()) return absl::InternalError(m.status().message());
-      if (s = FollowMap(*m); !s.ok()) return s;
+    std::vector<std::pair<uint32_t, uint64_t>> key;
+    for (const PushOrigin& o : part.header.moved_from()) {
+      key.emplace_back(o.shard(), o.seq());
     }
-    const ShardMap map = this->map();
+    out.groups[key].push_back(std::move(part));
+    ps->refused.reset();
+    ps->moved.reset();
+    ps->frame.Clear();
+    ps->payload.clear();
+  }
+  return out;
+}
+
+absl::Status PsClient::SendAgain(PendingPush* p, Resend resend,
+                                 const ShardMap& map, const char* method) {
+  const uint32_t connection = next_connection_++;
+  std::vector<FanOut::Call> calls;
+  for (auto& [origins, parts] : resend.groups) {
     absl::StatusOr<std::vector<PushPart>> split = SplitPushParts(parts, map);
     if (!split.ok()) return absl::InternalError(split.status().message());
-    for (auto& ps : p->shards_) {
-      if (!ps->refused.has_value()) continue;
-      ps->refused.reset();
-      ps->frame.Clear();
-      ps->payload.clear();
-    }
     parts.clear();
     // A fresh seq: the refused shards gave theirs back, but the shards that
     // applied their part of it would take a piece under it as a duplicate.
     const uint64_t seq = next_seq_++;
-    const uint32_t connection = next_connection_++;
-    std::vector<FanOut::Call> calls;
     for (PushPart& part : *split) {
       auto ps = std::make_unique<PushShard>();
       ps->shard = part.shard;
@@ -531,9 +547,31 @@ absl::Status PsClient::ResendRefused(PendingPush* p, absl::Status s,
       calls.push_back(PushCall(ps.get(), connection));
       p->shards_.push_back(std::move(ps));
     }
-    FanOut again(Env(), method, CallPolicy());
-    again.Start(std::move(calls));
-    s = again.Wait();
+  }
+  FanOut again(Env(), method, CallPolicy());
+  again.Start(std::move(calls));
+  return again.Wait();
+}
+
+absl::Status PsClient::ResendRefused(PendingPush* p, absl::Status s,
+                                     const char* method) {
+  for (int changes = 0; s.ok(); ++changes) {
+    absl::StatusOr<Resend> resend = TakeResends(p);
+    if (!resend.ok()) return resend.status();
+    if (resend->groups.empty()) return s;
+    if (changes == kMaxMapChanges) {
+      return absl::AbortedError(absl::StrCat(
+          method, ": the shard map changed ", changes,
+          " times while the call ran (now epoch ", resend->maps[0].epoch(),
+          "); giving up with the parts of ", resend->maps.size(),
+          " shard(s) applied nowhere"));
+    }
+    for (const ShardMapProto& wire : resend->maps) {
+      absl::StatusOr<ShardMap> m = ShardMapFromProto(wire);
+      if (!m.ok()) return absl::InternalError(m.status().message());
+      if (s = FollowMap(*m); !s.ok()) return s;
+    }
+    s = SendAgain(p, *std::move(resend), this->map(), method);
   }
   return s;
 }

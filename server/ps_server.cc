@@ -160,6 +160,8 @@ absl::Status PsServer::CreateState(PsServerOptions* options) {
 
   executor_ = std::make_unique<Executor>(1);
   options->workers.logger = options->logger;
+  options->workers.shard_index =
+      static_cast<uint32_t>(options->store.shard_index);
   options->workers.clock = options->clock;
   options->workers.executor = executor_.get();
   absl::StatusOr<std::unique_ptr<WorkerRegistry>> workers =

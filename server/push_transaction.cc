@@ -2,7 +2,10 @@
 
 #include <utility>
 
+#include "absl/container/inlined_vector.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
+#include "common/shard_map.h"
 #include "common/shard_map_proto.h"
 
 namespace asyncps {
@@ -33,6 +36,18 @@ absl::Status PushTransaction::CheckCaller(const PushRequest& request) {
   if (request.has_then_pull()) {
     return absl::InvalidArgumentError(
         "then_pull rides only on StepStream, not on Push or PushStream");
+  }
+  if (request.moved_from_size() > kMaxOrigins) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("push moved_from names ", request.moved_from_size(),
+                     " origins (at most ", kMaxOrigins, ")"));
+  }
+  for (const PushOrigin& o : request.moved_from()) {
+    if (o.seq() == 0 || o.shard() >= ShardMap::kMaxShards) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "push moved_from names shard ", o.shard(), " seq ", o.seq(),
+          " (a shard below ", ShardMap::kMaxShards, " and a seq > 0 needed)"));
+    }
   }
   return absl::OkStatus();
 }
@@ -69,8 +84,12 @@ absl::Status PushTransaction::Prepare(absl::Span<const Payload> grads,
   }
   // Is the caller current (fencing), and was this push applied before?
   // Both before a known caller's payload is looked at.
+  absl::InlinedVector<PushOriginRef, 2> origins;
+  for (const PushOrigin& o : request_.moved_from()) {
+    origins.push_back({o.shard(), o.seq()});
+  }
   absl::StatusOr<WorkerRegistry::PushClaim> claim =
-      c_.workers->BeginPush(ref, request_.seq());
+      c_.workers->BeginPush(ref, request_.seq(), origins);
   if (!claim.ok()) {
     if (absl::IsInvalidArgument(claim.status())) c_.stats->RecordBadInput();
     return claim.status();

@@ -74,11 +74,13 @@ class PushTransaction {
   PushTransaction& operator=(const PushTransaction&) = delete;
 
   // The checks of a push's caller that need no registry: a well-formed
-  // worker reference (CheckWorkerRef), seq > 0 and no then_pull (StepStream
-  // takes it out first), INVALID_ARGUMENT naming them otherwise. The first
-  // check of every push, before its header's other fields or its payload are
-  // looked at; Prepare makes it too.
+  // worker reference (CheckWorkerRef), seq > 0, no then_pull (StepStream
+  // takes it out first) and at most kMaxOrigins well-formed moved_from
+  // origins, INVALID_ARGUMENT naming them otherwise. The first check of
+  // every push, before its header's other fields or its payload are looked
+  // at; Prepare makes it too.
   static absl::Status CheckCaller(const PushRequest& request);
+  static constexpr int kMaxOrigins = 8;
 
   // grads[i] is the payload of request.grads(i), rows[k] of
   // request.rows(k); they must outlive the transaction. The caller is

@@ -39,6 +39,9 @@ void SlotMover::WorkerToProto(const MovedWorkerRecord& r, MovedWorker* out) {
   out->set_trained(r.trained);
   out->set_live(r.live);
   out->set_left(r.left);
+  for (const auto& [shard, seqs] : r.applied_seqs) {
+    seqs.ToProto(shard, out->add_applied_seqs());
+  }
 }
 
 MovedWorkerRecord SlotMover::WorkerFromProto(const MovedWorker& w) {
@@ -51,6 +54,9 @@ MovedWorkerRecord SlotMover::WorkerFromProto(const MovedWorker& w) {
   r.trained = w.trained();
   r.live = w.live();
   r.left = w.left();
+  for (const AppliedSeqs& seqs : w.applied_seqs()) {
+    r.applied_seqs[seqs.shard()].Merge(AppliedSeqSet::FromProto(seqs));
+  }
   return r;
 }
 

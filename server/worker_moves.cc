@@ -24,6 +24,8 @@ std::vector<MovedWorkerRecord> WorkerRegistry::ExportMoved() const {
     r.trained = w->trained;
     r.live = w->live.load();
     r.left = w->left;
+    r.applied_seqs = w->moved_seqs;
+    r.applied_seqs[options_.shard_index] = AppliedSeqSet::Of(w->dedup);
     out.push_back(std::move(r));
   }
   return out;
@@ -38,6 +40,15 @@ absl::Status WorkerRegistry::CheckMoved(
     };
     const bool zero_retired = holds(0);
     const bool self_retired = holds(r.incarnation);
+    size_t seqs = 0;
+    for (const auto& [shard, set] : r.applied_seqs) {
+      seqs += set.applied().size();
+    }
+    if (seqs > kMaxMovedSeqs) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("moved worker record of id ", r.worker_id, " carries ",
+                       seqs, " applied seqs (at most ", kMaxMovedSeqs, ")"));
+    }
     if (r.worker_id < 0 || r.incarnation == 0 || zero_retired || self_retired ||
         r.clock < 0 || r.trained < 0) {
       return absl::InvalidArgumentError(absl::StrCat(
@@ -64,6 +75,15 @@ absl::Status WorkerRegistry::ImportWorkers(
   // waits may go ahead now, as after any clock change.
   ReleaseWaiters();
   return absl::OkStatus();
+}
+
+void WorkerRegistry::MergeMovedSeqs(Worker* w, const MovedWorkerRecord& r) {
+  for (const auto& [shard, set] : r.applied_seqs) {
+    // This shard's own window, sent back by a move of slots it had given
+    // away: the window here holds all of it and more.
+    if (shard == options_.shard_index) continue;
+    w->moved_seqs[shard].Merge(set);
+  }
 }
 
 void WorkerRegistry::AddRetired(Worker* w,
@@ -102,6 +122,7 @@ void WorkerRegistry::ImportMovedLocked(Worker* w, const MovedWorkerRecord& r) {
     }
     w->incarnation = r.incarnation;
     AddRetired(w, r.retired);
+    MergeMovedSeqs(w, r);
     w->clock.store(std::max(w->clock.load(), r.clock));
     w->live.store(r.live);
     w->left = r.left;
@@ -122,6 +143,7 @@ void WorkerRegistry::ImportMovedLocked(Worker* w, const MovedWorkerRecord& r) {
   w->clock.store(std::max(w->clock.load(), r.clock));
   if (r.incarnation != w->incarnation) return;
   AddRetired(w, r.retired);
+  MergeMovedSeqs(w, r);
   if (r.live && !w->live.load() && !w->left) {
     // Evicted here (silent to this shard), heard from there: it holds
     // others back again until its lease runs out.

@@ -130,6 +130,7 @@ std::string WorkerRegistry::LiveWorkersBelow(int64_t clock) const {
 void WorkerRegistry::RetireCurrent(Worker* w) {
   AddRetired(w, {w->incarnation});
   w->dedup = DedupWindow(options_.dedup_window);
+  w->moved_seqs.clear();
   ++w->restarts;
   restarts_.fetch_add(1, std::memory_order_relaxed);
   w->fenced_logged = false;
@@ -232,8 +233,32 @@ absl::Status WorkerRegistry::Leave(const WorkerRef& ref) {
   return absl::OkStatus();
 }
 
+DedupWindow::State WorkerRegistry::OriginsState(
+    Worker* w, absl::Span<const PushOriginRef> moved_from,
+    uint64_t* busy) const {
+  DedupWindow::State state = DedupWindow::State::kNew;
+  for (const PushOriginRef& o : moved_from) {
+    if (o.shard == options_.shard_index) {
+      // Sent here before, under an older map: this shard's own window.
+      const DedupWindow::State own = w->dedup.Check(o.seq);
+      if (own == DedupWindow::State::kApplied) return own;
+      if (own == DedupWindow::State::kInFlight) {
+        state = own;
+        *busy = o.seq;
+      }
+      continue;
+    }
+    const auto it = w->moved_seqs.find(o.shard);
+    if (it != w->moved_seqs.end() && it->second.Holds(o.seq)) {
+      return DedupWindow::State::kApplied;
+    }
+  }
+  return state;
+}
+
 absl::StatusOr<WorkerRegistry::PushClaim> WorkerRegistry::BeginPush(
-    const WorkerRef& ref, uint64_t seq) {
+    const WorkerRef& ref, uint64_t seq,
+    absl::Span<const PushOriginRef> moved_from) {
   absl::Status s = CheckWorkerRef(ref);
   if (!s.ok()) return s;
   if (seq == 0) {
@@ -249,7 +274,11 @@ absl::StatusOr<WorkerRegistry::PushClaim> WorkerRegistry::BeginPush(
       absl::StatusOr<Admission> a = AdmitLocked(w, ref);
       if (!a.ok()) return a.status();
       advanced = advanced || a->clock != before;
-      const DedupWindow::State state = w->dedup.Check(seq);
+      uint64_t busy = seq;
+      DedupWindow::State state = w->dedup.Check(seq);
+      if (state == DedupWindow::State::kNew && !moved_from.empty()) {
+        state = OriginsState(w, moved_from, &busy);
+      }
       if (state == DedupWindow::State::kApplied) {
         claim.duplicate_ = true;
         break;
@@ -262,13 +291,14 @@ absl::StatusOr<WorkerRegistry::PushClaim> WorkerRegistry::BeginPush(
         claim.clock_ = ref.clock();
         break;
       }
-      // The same push is being applied by another call: wait for it (or for
-      // this incarnation to be replaced), then look again.
+      // The same push (or an origin's part) is being applied by another
+      // call: wait for it (or for this incarnation to be replaced), then
+      // look again.
       const uint64_t incarnation = w->incarnation;
-      auto settled = [w, seq,
+      auto settled = [w, busy,
                       incarnation]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(w->mu) {
         return w->incarnation != incarnation ||
-               w->dedup.Check(seq) != DedupWindow::State::kInFlight;
+               w->dedup.Check(busy) != DedupWindow::State::kInFlight;
       };
       w->mu.Await(absl::Condition(&settled));
     }
@@ -526,6 +556,9 @@ std::vector<CheckpointWorker> WorkerRegistry::Export() const {
     r.set_trained(w->trained);
     r.set_dedup_base(w->dedup.base());
     for (uint64_t seq : w->dedup.AppliedAboveBase()) r.add_dedup_applied(seq);
+    for (const auto& [shard, seqs] : w->moved_seqs) {
+      seqs.ToProto(shard, r.add_moved_seqs());
+    }
     out.push_back(std::move(r));
   }
   return out;
@@ -557,6 +590,9 @@ absl::Status WorkerRegistry::Import(
     w->dedup.Import(r.dedup_base(),
                     std::vector<uint64_t>(r.dedup_applied().begin(),
                                           r.dedup_applied().end()));
+    for (const AppliedSeqs& seqs : r.moved_seqs()) {
+      w->moved_seqs[seqs.shard()].Merge(AppliedSeqSet::FromProto(seqs));
+    }
     // Restored workers count as live from now (those that are gone are
     // evicted after a lease), so that SSP/BSP waits keep their meaning.
     w->live.store(!r.left());

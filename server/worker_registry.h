@@ -32,6 +32,7 @@
 #include <atomic>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
 #include <thread>
@@ -48,6 +49,7 @@
 #include "common/executor.h"
 #include "proto/asyncps.pb.h"
 #include "proto/checkpoint.pb.h"
+#include "server/applied_seq_set.h"
 #include "server/dedup_window.h"
 #include "spdlog/spdlog.h"
 
@@ -67,6 +69,10 @@ struct RegistryOptions {
   int retired_incarnations = 16;
   // Push sequence numbers tracked per incarnation (see DedupWindow).
   int dedup_window = 4096;
+  // This shard's index: the tag of its own window among the applied seqs a
+  // move carries (MovedWorkerRecord::applied_seqs), and the origin of a
+  // re-routed push part whose own window decides (BeginPush).
+  uint32_t shard_index = 0;
   Clock* clock = Clock::Real();  // not owned
   // Runs the callbacks of waiting pulls that another call released, so the
   // releasing call does not do their work. Null: run them on the releasing
@@ -101,9 +107,11 @@ struct WorkerInfo {
 
 // A worker's record as a live slot move carries it from the shard the
 // slots leave to the one they go to (proto/slot_moves.proto MovedWorker),
-// so that the destination's consistency waits know every worker's clock.
-// Without the de-duplication window: clients re-send the pushes a move
-// refused under fresh sequence numbers.
+// so that the destination's consistency waits know every worker's clock,
+// and which of its pushes the source (and the shards whose slots it took
+// before) had applied, so that a push part re-routed from there is applied
+// exactly once. (Clients re-send the pushes a move refused under fresh
+// sequence numbers; only a part whose answer was lost is re-routed.)
 struct MovedWorkerRecord {
   int32_t worker_id = 0;
   uint64_t incarnation = 0;
@@ -112,6 +120,15 @@ struct MovedWorkerRecord {
   int64_t trained = 0;
   bool live = false;
   bool left = false;
+  // By shard: the source's own window and those moves brought it, for
+  // this incarnation.
+  std::map<uint32_t, AppliedSeqSet> applied_seqs;
+};
+
+// Where a re-routed push part went before (PushRequest.moved_from).
+struct PushOriginRef {
+  uint32_t shard = 0;
+  uint64_t seq = 0;
 };
 
 struct RegistryCounters {
@@ -168,6 +185,9 @@ class WorkerRegistry {
     uint64_t incarnation ABSL_GUARDED_BY(mu) = 0;  // 0 until first admitted
     std::vector<uint64_t> retired ABSL_GUARDED_BY(mu);  // oldest first
     DedupWindow dedup ABSL_GUARDED_BY(mu);
+    // Other shards' applied seqs of this incarnation, from the moves that
+    // brought their slots here (directly or through other shards).
+    std::map<uint32_t, AppliedSeqSet> moved_seqs ABSL_GUARDED_BY(mu);
     uint64_t pushes ABSL_GUARDED_BY(mu) = 0;
     uint32_t restarts ABSL_GUARDED_BY(mu) = 0;
     int64_t trained ABSL_GUARDED_BY(mu) = 0;  // data position, monotonic
@@ -235,7 +255,15 @@ class WorkerRegistry {
   // applies the push and then calls FinishPush. A retry that arrives while
   // its original is being applied waits for it and is then a duplicate.
   // INVALID_ARGUMENT for seq 0.
-  absl::StatusOr<PushClaim> BeginPush(const WorkerRef& ref, uint64_t seq);
+  //
+  // A part re-routed from other shards (`moved_from`, PushRequest) is also a
+  // duplicate when any origin applied it there: this shard's own window
+  // answers for itself (waiting while it is being applied), the applied
+  // seqs that moves brought answer for the others (a shard none came from
+  // applied nothing of this incarnation's that moved here).
+  absl::StatusOr<PushClaim> BeginPush(
+      const WorkerRef& ref, uint64_t seq,
+      absl::Span<const PushOriginRef> moved_from = {});
 
   // Records the outcome of a claimed push: applied (the seq is settled, the
   // push counted, the worker's clock moved to ref.clock + 1) or not (it
@@ -280,8 +308,9 @@ class WorkerRegistry {
   std::vector<MovedWorkerRecord> ExportMoved() const;
   // INVALID_ARGUMENT naming the first malformed record (worker_id >= 0,
   // nonzero incarnations, its own not among the replaced, clock >= 0,
-  // trained >= 0 needed).
+  // trained >= 0, at most kMaxMovedSeqs applied seqs needed).
   static absl::Status CheckMoved(absl::Span<const MovedWorkerRecord> records);
+  static constexpr size_t kMaxMovedSeqs = size_t{1} << 20;
   // Takes in the records of the shard the slots came from, at the move's
   // commit, then releases the waits the clocks allow. Per record:
   //   unknown worker id: added with that incarnation, clock, data position
@@ -314,6 +343,15 @@ class WorkerRegistry {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(w->mu);
   // One record of ImportWorkers.
   void ImportMovedLocked(Worker* w, const MovedWorkerRecord& r)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(w->mu);
+  // Merges a record's applied seqs of other shards into w's.
+  void MergeMovedSeqs(Worker* w, const MovedWorkerRecord& r)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(w->mu);
+  // Whether a re-routed part was applied at one of its origins: kApplied,
+  // kInFlight (*busy: the seq to wait for) or kNew.
+  DedupWindow::State OriginsState(Worker* w,
+                                  absl::Span<const PushOriginRef> moved_from,
+                                  uint64_t* busy) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(w->mu);
   // Appends `incarnations` (oldest first) to w's replaced ones, skipping
   // those it holds, keeping the newest retired_incarnations.

@@ -561,5 +561,82 @@ TEST_CASE("malformed moved records are INVALID_ARGUMENT and change nothing",
   CHECK_FALSE(out[0].live);
 }
 
+// Claims `seq` naming `origins`: whether it is a duplicate (a new claim is
+// applied).
+bool PushNaming(Fixture* f, int id, uint64_t incarnation, uint64_t seq,
+                std::vector<PushOriginRef> origins) {
+  absl::StatusOr<WorkerRegistry::PushClaim> c =
+      f->registry->BeginPush(Ref(id, 1, incarnation), seq, origins);
+  REQUIRE_OK(c.status());
+  if (!c->duplicate()) f->registry->FinishPush(&*c, /*applied=*/true);
+  return c->duplicate();
+}
+
+TEST_CASE(
+    "a re-routed part is a duplicate when an origin applied it: moved seqs "
+    "for other shards, the own window for this one",
+    "[moves][dedup]") {
+  Fixture f(ASP);  // shard 0
+  MovedWorkerRecord from1 = Moved(0, 11, 3);
+  from1.applied_seqs[1] = AppliedSeqSet(2, {5});   // shard 1's window
+  from1.applied_seqs[0] = AppliedSeqSet(100, {});  // this shard's: skipped
+  from1.applied_seqs[4] = AppliedSeqSet(0, {40});  // brought to shard 1
+  REQUIRE_OK(f.registry->ImportWorkers({from1}));
+  CHECK(PushNaming(&f, 0, 11, 50, {{1, 5}}));
+  CHECK(PushNaming(&f, 0, 11, 51, {{1, 2}}));  // settled below the base
+  CHECK(PushNaming(&f, 0, 11, 52, {{7, 1}, {4, 40}}));
+  // Not applied at any origin: applied here, once, under its own seq.
+  CHECK_FALSE(PushNaming(&f, 0, 11, 53, {{1, 4}, {4, 41}}));
+  CHECK(PushNaming(&f, 0, 11, 53, {{1, 4}, {4, 41}}));
+  // This shard's own window answers for it (the record's copy was not
+  // taken: seq 60 is not settled here).
+  CHECK_FALSE(PushNaming(&f, 0, 11, 54, {{0, 60}}));
+  CHECK(PushNaming(&f, 0, 11, 55, {{0, 53}}));
+  // Seqs of another incarnation are not this one's.
+  CHECK_FALSE(PushNaming(&f, 0, 12, 5, {{1, 5}}));
+
+  // The next move out carries the own window (tagged 0) and the moved
+  // ones of the current incarnation (12: a fresh start).
+  const std::vector<MovedWorkerRecord> out = f.registry->ExportMoved();
+  REQUIRE(out.size() == 1);
+  CHECK(out[0].incarnation == 12);
+  REQUIRE(out[0].applied_seqs.size() == 1);
+  CHECK(out[0].applied_seqs.at(0).Holds(5));
+  CHECK_FALSE(out[0].applied_seqs.at(0).Holds(4));
+}
+
+TEST_CASE("moved seqs merge by union and survive export and import",
+          "[moves][dedup][checkpoint]") {
+  Fixture f(ASP);
+  MovedWorkerRecord early = Moved(0, 11, 3);
+  early.applied_seqs[1] = AppliedSeqSet(2, {5, 9});
+  MovedWorkerRecord later = Moved(0, 11, 4);
+  later.applied_seqs[1] = AppliedSeqSet(6, {9, 12});
+  REQUIRE_OK(f.registry->ImportWorkers({early}));
+  REQUIRE_OK(f.registry->ImportWorkers({later}));
+  f.Push(0, 4, 1, 11);
+  const std::vector<CheckpointWorker> saved = f.registry->Export();
+  REQUIRE(saved.size() == 1);
+  REQUIRE(saved[0].moved_seqs_size() == 1);
+  CHECK(saved[0].moved_seqs(0).shard() == 1);
+  CHECK(saved[0].moved_seqs(0).base() == 6);
+  CHECK(std::vector<uint64_t>(saved[0].moved_seqs(0).applied().begin(),
+                              saved[0].moved_seqs(0).applied().end()) ==
+        std::vector<uint64_t>{9, 12});
+
+  Fixture g(ASP);
+  REQUIRE_OK(g.registry->Import(saved));
+  CHECK(PushNaming(&g, 0, 11, 20, {{1, 12}}));
+  CHECK(PushNaming(&g, 0, 11, 21, {{1, 6}}));
+  CHECK_FALSE(PushNaming(&g, 0, 11, 22, {{1, 7}}));
+  // Too many seqs in one record: refused whole.
+  MovedWorkerRecord huge = Moved(0, 11, 4);
+  std::vector<uint64_t> many(WorkerRegistry::kMaxMovedSeqs + 1);
+  for (size_t i = 0; i < many.size(); ++i) many[i] = i + 1;
+  huge.applied_seqs[2] = AppliedSeqSet(0, std::move(many));
+  CHECK(absl::IsInvalidArgument(g.registry->ImportWorkers({huge})));
+  CHECK_FALSE(PushNaming(&g, 0, 11, 23, {{2, 1}}));
+}
+
 }  // namespace
 }  // namespace asyncps
