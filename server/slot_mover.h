@@ -33,10 +33,13 @@
 // the move (the client routes it again by the new map, with a new
 // sequence number), and answers a retry of one it applied before as a
 // duplicate. The fenced round carries the source's worker records (ids,
-// incarnations, clocks, not the de-duplication windows), which the
-// destination imports at the commit (WorkerRegistry::ImportWorkers): a
-// shard that owned no slot may never have heard from a slow worker, and
-// SSP/BSP must not let a fast one run ahead there.
+// incarnations, clocks, and the seqs it had applied, with those earlier
+// moves brought it), which the destination imports at the commit
+// (WorkerRegistry::ImportWorkers): a shard that owned no slot may never
+// have heard from a slow worker, and SSP/BSP must not let a fast one run
+// ahead there; and a push part whose answer was lost at the source, which
+// a client re-routes naming it (PushRequest.moved_from), is applied here
+// only if the source had not.
 //
 // Replicated shards (ps_server --replicas): the primaries of the two
 // groups move the slots, and every step that changes a replica's state
