@@ -143,20 +143,25 @@ void Kill(ServerProcess* p) {
   CHECK(*code == -SIGKILL);
 }
 
+// Worker 0 on `cluster`, its calls given 40 s: a part retried at a killed
+// shard fails the call at that deadline.
+std::unique_ptr<PsClient> Connect(const std::vector<ServerProcess>& cluster) {
+  PsClientOptions o;
+  for (const ServerProcess& p : cluster) o.servers.push_back(p.address);
+  o.worker_id = 0;
+  o.retry.call_deadline = absl::Seconds(40);
+  std::unique_ptr<PsClient> c = PsClient::Connect(o).value();
+  REQUIRE_OK(c->WaitForShards(absl::Seconds(30)));
+  return c;
+}
+
 TEST_CASE(
     "a push part sent to a shard that is drained and killed before it "
     "answers goes to the slots' new owner and is applied once",
     "[slots][scale][exactly-once]") {
   auto cluster = testing::StartPsCluster(2, kFlags);
   REQUIRE_OK(cluster.status());
-  PsClientOptions o;
-  for (const ServerProcess& p : *cluster) o.servers.push_back(p.address);
-  o.worker_id = 0;
-  // Retried at the killed shard, the part would fail the push at this
-  // deadline.
-  o.retry.call_deadline = absl::Seconds(40);
-  std::unique_ptr<PsClient> c = PsClient::Connect(o).value();
-  REQUIRE_OK(c->WaitForShards(absl::Seconds(30)));
+  std::unique_ptr<PsClient> c = Connect(*cluster);
   REQUIRE_OK(c->CreateTensors({Spec()}));
   std::vector<float> values(kElems);
   REQUIRE_OK(c->Pull(0, {{"w", values.data()}}));
@@ -202,11 +207,7 @@ TEST_CASE(
       name = absl::StrCat("solo", i);
     }
   }
-  PsClientOptions o;
-  for (const ServerProcess& p : *cluster) o.servers.push_back(p.address);
-  o.retry.call_deadline = absl::Seconds(40);
-  std::unique_ptr<PsClient> c = PsClient::Connect(o).value();
-  REQUIRE_OK(c->WaitForShards(absl::Seconds(30)));
+  std::unique_ptr<PsClient> c = Connect(*cluster);
   REQUIRE_OK(c->CreateTensors({testing::ConstantSpec(
       name, {kSliceElems}, 3.0f, testing::SgdSpec(1.0f), kSliceElems)}));
   const auto [code, out] = Psctl(
