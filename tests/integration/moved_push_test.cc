@@ -193,6 +193,35 @@ TEST_CASE(
 }
 
 TEST_CASE(
+    "drained shards killed (SIGKILL) as soon as a scale down returns, while "
+    "a worker trains, cost no error and no acknowledged push",
+    "[slots][scale][ledger]") {
+  auto cluster = testing::StartPsCluster(3, {"--num_slots=64"});
+  REQUIRE_OK(cluster.status());
+  std::unique_ptr<PsClient> c = Connect(*cluster);
+  testing::LedgerTrainer t;
+  t.Start(c.get());
+  const std::string servers = "--servers=" + testing::ServerList(*cluster);
+  for (const int m : {2, 1}) {
+    const int64_t before = t.acked.load();
+    t.WaitForPushes(before, 10);
+    const auto [code, out] =
+        Psctl({"scale", servers, absl::StrCat("--shards=", m)});
+    INFO(out);
+    REQUIRE(code == 0);
+    Kill(&(*cluster)[m]);
+  }
+  const int64_t before = t.acked.load();
+  t.WaitForPushes(before, 20);
+  t.Stop();
+  REQUIRE_OK(t.error);
+  CHECK(t.acked.load() >= before + 20);
+  CHECK(c->map().serving_shards() == std::vector<int>{0});
+  INFO("acknowledged pushes " << t.acked.load());
+  CHECK(testing::LedgerWrong(c.get(), t.ids, t.acked.load()) == 0);
+}
+
+TEST_CASE(
     "a pull bound only for a drained shard that was killed asks another "
     "shard for the map and reads from the new owner",
     "[slots][scale]") {
