@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "common/shard_map.h"
 #include "server/worker_registry.h"
 
 namespace asyncps {
@@ -40,14 +41,21 @@ absl::Status WorkerRegistry::CheckMoved(
     };
     const bool zero_retired = holds(0);
     const bool self_retired = holds(r.incarnation);
+    // Each shard's set counts as one more, so that many empty sets do
+    // not pass either.
     size_t seqs = 0;
     for (const auto& [shard, set] : r.applied_seqs) {
-      seqs += set.applied().size();
+      if (shard >= static_cast<uint32_t>(ShardMap::kMaxShards)) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("moved worker record of id ", r.worker_id,
+                         " carries applied seqs of shard ", shard));
+      }
+      seqs += 1 + set.applied().size();
     }
     if (seqs > kMaxMovedSeqs) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("moved worker record of id ", r.worker_id, " carries ",
-                       seqs, " applied seqs (at most ", kMaxMovedSeqs, ")"));
+      return absl::InvalidArgumentError(absl::StrCat(
+          "moved worker record of id ", r.worker_id, " carries ", seqs,
+          " applied seqs and shards (at most ", kMaxMovedSeqs, ")"));
     }
     if (r.worker_id < 0 || r.incarnation == 0 || zero_retired || self_retired ||
         r.clock < 0 || r.trained < 0) {

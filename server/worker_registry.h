@@ -308,7 +308,8 @@ class WorkerRegistry {
   std::vector<MovedWorkerRecord> ExportMoved() const;
   // INVALID_ARGUMENT naming the first malformed record (worker_id >= 0,
   // nonzero incarnations, its own not among the replaced, clock >= 0,
-  // trained >= 0, at most kMaxMovedSeqs applied seqs needed).
+  // trained >= 0, applied seqs of shards below ShardMap::kMaxShards, at
+  // most kMaxMovedSeqs seqs and shards in all needed).
   static absl::Status CheckMoved(absl::Span<const MovedWorkerRecord> records);
   static constexpr size_t kMaxMovedSeqs = size_t{1} << 20;
   // Takes in the records of the shard the slots came from, at the move's

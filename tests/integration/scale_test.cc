@@ -60,7 +60,8 @@ void StartShard(std::vector<ServerProcess>* cluster, int s) {
 
 TEST_CASE(
     "a run grows from 2 to 3 to 4 shard processes and shrinks back to 2 "
-    "while a worker trains: no error, every acknowledged push applied once",
+    "while a worker trains, with no error and every acknowledged push "
+    "applied once",
     "[slots][scale][ledger]") {
   std::vector<ServerProcess> cluster;
   std::vector<std::string> addresses;

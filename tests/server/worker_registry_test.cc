@@ -635,6 +635,9 @@ TEST_CASE("moved seqs merge by union and survive export and import",
   for (size_t i = 0; i < many.size(); ++i) many[i] = i + 1;
   huge.applied_seqs[2] = AppliedSeqSet(0, std::move(many));
   CHECK(absl::IsInvalidArgument(g.registry->ImportWorkers({huge})));
+  MovedWorkerRecord far = Moved(0, 11, 4);
+  far.applied_seqs[70000] = AppliedSeqSet(0, {1});
+  CHECK(absl::IsInvalidArgument(g.registry->ImportWorkers({far})));
   CHECK_FALSE(PushNaming(&g, 0, 11, 23, {{2, 1}}));
 }
 
