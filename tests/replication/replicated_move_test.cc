@@ -160,6 +160,31 @@ TEST_CASE(
 }
 
 TEST_CASE(
+    "both replicas of a drained group killed (SIGKILL) as soon as the scale "
+    "down returns, while a worker trains, cost no error and no push",
+    "[replication][slots][ledger]") {
+  if (testing::SkipWithoutEtcd()) return;
+  Groups g = StartGroups("rdrain");
+  std::unique_ptr<PsClient> c = MapClient(g.etcd, g.run);
+  LedgerTrainer t;
+  t.Start(c.get());
+  g.ScaleWhileTraining(&t, 2);
+  // Parts in flight to group 1 when it dies go to group 0 naming it; group
+  // 0's backup takes the same decisions from its log.
+  std::string out;
+  const int code = g.Scale(1, &out);
+  INFO(out);
+  REQUIRE(code == 0);
+  g.Kill(2);
+  g.Kill(3);
+  t.WaitForPushes(t.acked.load(), 20);
+  t.Stop();
+  REQUIRE_OK(t.error);
+  ExpectSameState(g.replicas[0].address, g.replicas[1].address);
+  g.ExpectLedger(t.acked.load(), {0});
+}
+
+TEST_CASE(
     "a run with etcd grows onto a shard process started after its workers, "
     "which find it through the map without a restart",
     "[replication][slots][ledger]") {
