@@ -87,6 +87,7 @@ void CallLedger::OnHeader(Frames* f, bool from_client) {
   if (from_client && (f->type == kHeaders || f->type == kContinuation)) {
     const int64_t length = static_cast<int64_t>(f->payload_left);
     header_block_ += length;
+    ++header_block_frames_;
     pending_ += length;
   }
   if (from_client && f->type == kHeaders && f->stream != 0 &&
@@ -122,6 +123,7 @@ void CallLedger::OnFrameEnd(const Frames& f, bool from_client) {
       (f.flags & kEndHeaders)) {
     pending_ -= header_block_;  // gRPC has decoded the block
     header_block_ = 0;
+    header_block_frames_ = 0;
   }
   if (f.stream == 0) return;  // the connection's own frames
   if (f.type == kRstStream) {

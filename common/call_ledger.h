@@ -49,6 +49,11 @@ class CallLedger {
   // the CONTINUATION frames after it, until END_HEADERS), which gRPC holds
   // whole; also counted in pending().
   int64_t header_block() const { return header_block_; }
+  // Frames of that block so far (the HEADERS frame and its CONTINUATION
+  // frames): gRPC 1.51's HPACK parser copies the block read so far once
+  // per frame (CVE-2023-33953), so many small frames cost it quadratic
+  // time.
+  int header_block_frames() const { return header_block_frames_; }
 
  private:
   // An open call and its current message.
@@ -91,6 +96,7 @@ class CallLedger {
   uint64_t client_idle_frames_ = 0;
   uint64_t client_work_frames_ = 0;
   int64_t header_block_ = 0;
+  int header_block_frames_ = 0;
 };
 
 }  // namespace asyncps

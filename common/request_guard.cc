@@ -46,6 +46,13 @@ constexpr uint64_t kMaxIdleFramesPerSecond = 10000;
 // over 16 KiB), but gRPC 1.51 keeps reading CONTINUATION frames into it:
 // one connection sending them took a shard to 3.4 GB in 8 s.
 constexpr int64_t kMaxHeaderBlockBytes = 256 << 10;
+// A header block in more frames than this is no gRPC call's either (a
+// gRPC client sends metadata in one HEADERS frame, and 16 KiB frames
+// would carry the largest block above in 16), and gRPC 1.51 copies the
+// block read so far once per frame (CVE-2023-33953): one connection
+// sending 1-byte CONTINUATION frames (7 MB on the wire) kept a shard at
+// 1.2-1.5 cores for 12 s, 96% of it in memmove.
+constexpr int kMaxHeaderBlockFrames = 32;
 
 struct Port {
   int port = 0;
@@ -164,15 +171,16 @@ bool Flooding(Connection* c) {
   return resets > kMaxResetsPerSecond || idle > idle_allowed;
 }
 
-// Feeds the first `n` bytes of `msg`'s buffers to fd's ledger.
-void Saw(int fd, const msghdr* msg, size_t n, bool received) {
+// Feeds the first `n` bytes of `msg`'s buffers to fd's ledger. True when
+// those bytes got the connection shut: they are not handed to gRPC.
+bool Saw(int fd, const msghdr* msg, size_t n, bool received) {
   if (fd < 0 || fd >= kMaxFd ||
       fd_state[fd].load(std::memory_order_relaxed) == kPassThrough) {
-    return;
+    return false;
   }
   absl::MutexLock lock(&mu);
   Connection* c = Find(fd);
-  if (c == nullptr) return;
+  if (c == nullptr) return false;
   const int64_t before = c->calls.pending();
   for (size_t i = 0; i < msg->msg_iovlen && n > 0; ++i) {
     const size_t part = std::min(n, msg->msg_iov[i].iov_len);
@@ -185,13 +193,15 @@ void Saw(int fd, const msghdr* msg, size_t n, bool received) {
     n -= part;
   }
   ports[c->port_index].pending += c->calls.pending() - before;
-  if (!received) return;
-  if (Flooding(c) || c->calls.header_block() > kMaxHeaderBlockBytes) {
+  if (!received) return false;
+  if (Flooding(c) || c->calls.header_block() > kMaxHeaderBlockBytes ||
+      c->calls.header_block_frames() > kMaxHeaderBlockFrames) {
     Shut(fd, c);
     floods_total.fetch_add(1, std::memory_order_relaxed);
-    return;
+    return true;
   }
   Shed(c->port_index);
+  return false;
 }
 
 // Forgets `fd` before it is closed, so that a shutdown never reaches a
@@ -253,8 +263,12 @@ UnfinishedRequestStats UnfinishedRequests() {
 extern "C" ssize_t recvmsg(int fd, msghdr* msg, int flags) {
   const ssize_t r = syscall(SYS_recvmsg, fd, msg, flags);
   if (r > 0 && !(flags & (MSG_PEEK | MSG_ERRQUEUE)) &&
-      asyncps::enabled.load(std::memory_order_relaxed)) {
-    asyncps::Saw(fd, msg, static_cast<size_t>(r), /*received=*/true);
+      asyncps::enabled.load(std::memory_order_relaxed) &&
+      asyncps::Saw(fd, msg, static_cast<size_t>(r), /*received=*/true)) {
+    // The flood stops here: gRPC sees the reset, not the frames that made
+    // it (their parsing is the work the cut saves).
+    errno = ECONNRESET;
+    return -1;
   }
   return r;
 }
@@ -262,7 +276,7 @@ extern "C" ssize_t recvmsg(int fd, msghdr* msg, int flags) {
 extern "C" ssize_t sendmsg(int fd, const msghdr* msg, int flags) {
   const ssize_t r = syscall(SYS_sendmsg, fd, msg, flags);
   if (r > 0 && asyncps::enabled.load(std::memory_order_relaxed)) {
-    asyncps::Saw(fd, msg, static_cast<size_t>(r), /*received=*/false);
+    (void)asyncps::Saw(fd, msg, static_cast<size_t>(r), /*received=*/false);
   }
   return r;
 }

@@ -24,8 +24,10 @@
 // call opened ("rapid reset", CVE-2023-44487; two connections doing so
 // made 1000 pushes of another client take 26 s instead of 0.6 s and the
 // shard hold 1.7 GB), and so is one whose header block (HEADERS and the
-// CONTINUATION frames after it) passes 256 KiB: gRPC keeps reading them
-// into one block (3.4 GB in 8 s from one connection), and so is one that
+// CONTINUATION frames after it) passes 256 KiB or 32 frames: gRPC keeps
+// reading them into one block (3.4 GB in 8 s from one connection), copying
+// it once per frame (CVE-2023-33953: 1-byte frames kept a core and a half
+// busy for 12 s), and so is one that
 // sends more than 10000 frames within a second that do no call's work
 // (WINDOW_UPDATE, PING, SETTINGS, PRIORITY, empty DATA...) beyond four per
 // frame that does: gRPC parses each, and one connection sending 12 million

@@ -134,9 +134,11 @@ TEST_CASE("a header block counts until its END_HEADERS", "[call_ledger]") {
   bytes += H2Frame(kH2Continuation, 0, 1, std::string(300, 'c'));
   FromClient(&ledger, bytes, 7);
   CHECK(ledger.header_block() == 400);
+  CHECK(ledger.header_block_frames() == 2);
   CHECK(ledger.pending() == kCall + 400);
   FromClient(&ledger, H2Frame(kH2Continuation, kH2EndHeaders, 1, "cc"), 7);
   CHECK(ledger.header_block() == 0);
+  CHECK(ledger.header_block_frames() == 0);
   CHECK(ledger.pending() == kCall);
   // The server's header blocks are its own.
   const std::string back = H2Frame(kH2Headers, 0, 1, std::string(50, 'r'));

@@ -135,6 +135,31 @@ class Connection {
         for (int i = 0; i < 4; ++i) four += field;
         return four;
       }();
+      if (options_->header_frame_bytes > 0) {
+        // One literal field whose name is 1 GiB long, its bytes
+        // header_frame_bytes to a frame: gRPC holds the name read so far.
+        static const std::string kLongName = [] {
+          std::string start = "\x40\x7f";  // new name, length >= 127
+          for (uint64_t v = (uint64_t{1} << 30) - 127;; v >>= 7) {
+            start.push_back(
+                static_cast<char>((v & 127) | (v >= 128 ? 128 : 0)));
+            if (v < 128) break;
+          }
+          return start;
+        }();
+        const size_t frame = static_cast<size_t>(options_->header_frame_bytes);
+        while (out_.size() < kQueueBytes && *budget > 0) {
+          std::string piece;
+          for (; piece.size() < frame; ++fields_at_) {
+            piece.push_back(
+                fields_at_ < kLongName.size() ? kLongName[fields_at_] : 'a');
+          }
+          AppendFrame(kH2Continuation, 0, 1, piece, &out_);
+          *budget -= piece.size();
+          result->sent_bytes += piece.size();
+        }
+        return;
+      }
       while (out_.size() < kQueueBytes && *budget > 0) {
         AppendFrame(kH2Continuation, 0, 1, kFields, &out_);
         *budget -= kFields.size();
@@ -263,6 +288,8 @@ class Connection {
   uint32_t next_id_ = 1;
   bool done_ = false;
   std::string out_, in_;
+  // endless_headers in small frames: the next byte of its long field.
+  uint64_t fields_at_ = 0;
   std::map<uint32_t, Stream> streams_;
   int64_t conn_window_ = kDefaultWindow;
   int64_t initial_window_ = kDefaultWindow;

@@ -36,6 +36,9 @@ struct HeldRequestOptions {
   // Instead: one call whose header block never ends (HEADERS without
   // END_HEADERS, then CONTINUATION frames up to max_bytes).
   bool endless_headers = false;
+  // With endless_headers: CONTINUATION frames of this many bytes of one
+  // field whose name never ends (0: four 4000-byte fields to a frame).
+  int header_frame_bytes = 0;
   // Instead: frames that do no call's work (WINDOW_UPDATE and PRIORITY)
   // as fast as the connection takes them, up to max_bytes.
   bool idle_frames = false;
