@@ -556,11 +556,12 @@ class PsClient {
   absl::Status CheckRowsSend(bool assign, const PushSet& what,
                              std::vector<RowsSend>* tables) const;
   // Adds the tensors' slices (borrowed from the caller's memory, or p's
-  // bfloat16 copy) / the rows to the shards' headers and payloads. Returns
+  // bfloat16 copy) / the rows to the shards' headers and payloads, which
+  // are indexed by the shards' positions in map.serving_shards(). Returns
   // the number of pieces of memory handed to gRPC.
   int64_t AddTensorPayloads(
       const PushSet& what, const std::vector<const TensorState*>& states,
-      const ReadSet& read, WireDtype dtype, PendingPush* p,
+      const ReadSet& read, WireDtype dtype, const ShardMap& map, PendingPush* p,
       std::vector<PushRequest>* headers,
       std::vector<std::vector<grpc::Slice>>* payloads) const;
   void AddRowPayloads(const std::vector<RowsSend>& tables, const ReadSet& read,
@@ -572,11 +573,13 @@ class PsClient {
   std::unique_ptr<PendingPush> StartSend(
       bool assign, int64_t clock, const PushSet& what, const ReadSet& read,
       std::shared_ptr<StepPairing> pairing = nullptr);
-  // One push header per shard: worker, clock, seq, request id, wire type,
-  // `map_epoch` and the epoch `epochs` read from each shard.
-  std::vector<PushRequest> PushHeaders(int64_t clock, uint64_t seq,
-                                       uint64_t map_epoch,
-                                       const std::vector<uint64_t>& epochs);
+  // One push header per shard of `shards`, in order: worker, clock, seq,
+  // request id, wire type, `map_epoch` and the epoch `epochs` read from
+  // each shard.
+  std::vector<PushRequest> PushHeaders(
+      int64_t clock, uint64_t seq, uint64_t map_epoch,
+      const std::vector<int>& shards,
+      const absl::flat_hash_map<int, uint64_t>& epochs);
   // Part `ps`'s frame, made on first use (a step's part may never need
   // one).
   static const grpc::ByteBuffer& FrameOf(PushShard* ps);

@@ -108,8 +108,6 @@ class PsClient::StepPairing {
     DataStream::Done answered;    // the push attempt's answer callback
   };
 
-  explicit StepPairing(int num_shards) : held_(num_shards) {}
-
   // Holds a push part's attempt (true), or leaves it to be sent now
   // (false: the pairing is closed). *answered is moved from only when held.
   bool Hold(int shard, PushShard* part, DataStream* alone,
@@ -123,7 +121,11 @@ class PsClient::StepPairing {
   // The push part held for `shard`, taken (part null: none).
   Held Take(int shard) {
     absl::MutexLock l(&mu_);
-    return std::exchange(held_[shard], Held{});
+    auto it = held_.find(shard);
+    if (it == held_.end()) return Held{};
+    Held h = std::move(it->second);
+    held_.erase(it);
+    return h;
   }
 
   // Holds nothing more; returns the parts no pull took, to send apart.
@@ -131,16 +133,15 @@ class PsClient::StepPairing {
     absl::MutexLock l(&mu_);
     closed_ = true;
     std::vector<Held> left;
-    for (Held& h : held_) {
-      if (h.part != nullptr) left.push_back(std::exchange(h, Held{}));
-    }
+    for (auto& [shard, h] : held_) left.push_back(std::move(h));
+    held_.clear();
     return left;
   }
 
  private:
   absl::Mutex mu_;
   bool closed_ ABSL_GUARDED_BY(mu_) = false;
-  std::vector<Held> held_ ABSL_GUARDED_BY(mu_);  // per shard
+  absl::flat_hash_map<int, Held> held_ ABSL_GUARDED_BY(mu_);  // by shard
 };
 
 // One shard: the endpoint in use. An endpoint replaced (the shard's

@@ -56,9 +56,8 @@ uint64_t ReadSet::VersionOf(const std::string& table, uint64_t id) const {
 void ReadSet::Update(const ReadSet& newer) {
   for (const auto& [name, v] : newer.versions) versions[name] = v;
   for (const auto& [name, t] : newer.tables) tables[name] = t;
-  if (epochs.size() < newer.epochs.size()) epochs.resize(newer.epochs.size());
-  for (size_t i = 0; i < newer.epochs.size(); ++i) {
-    if (newer.epochs[i] != 0) epochs[i] = newer.epochs[i];
+  for (const auto& [shard, epoch] : newer.epochs) {
+    if (epoch != 0) epochs[shard] = epoch;
   }
 }
 
@@ -92,10 +91,12 @@ absl::Status PsClient::PendingPull::Finish(absl::Status s) {
 
 namespace {
 
-// shards[s], made when first needed.
+// The part for shard s, made when first needed: parts[i] is that of the
+// shard at position i of map.serving_shards() (a shard that owns a slot).
 template <typename Part>
-Part& PartOf(std::vector<std::unique_ptr<Part>>* shards, int s) {
-  std::unique_ptr<Part>& part = (*shards)[s];
+Part& PartOf(std::vector<std::unique_ptr<Part>>* parts, const ShardMap& map,
+             int s) {
+  std::unique_ptr<Part>& part = (*parts)[map.ServingPosition(s)];
   if (part == nullptr) {
     part = std::make_unique<Part>();
     part->shard = s;
@@ -131,13 +132,16 @@ absl::Status PsClient::PlanTensorPull(
     }
     p->read_.versions[name].assign(t->layout.num_slices(), 0);
   }
-  for (int s = 0; s < num_shards(); ++s) {
-    for (const auto& [name, buffer] : outs) {
-      const auto& target = wanted.at(name);
+  std::vector<const std::pair<const TensorState*, float*>*> targets;
+  targets.reserve(outs.size());
+  for (const auto& out : outs) targets.push_back(&wanted.at(out.first));
+  for (const int s : map.serving_shards()) {
+    for (size_t k = 0; k < outs.size(); ++k) {
+      const auto& target = *targets[k];
       if (target.first->slices_on[s] == 0) continue;
-      PullShard& ps = PartOf(shards, s);
-      ps.request.add_tensors(name);
-      ps.targets.emplace(name, target);
+      PullShard& ps = PartOf(shards, map, s);
+      ps.request.add_tensors(outs[k].first);
+      ps.targets.emplace(outs[k].first, target);
       ps.slices += target.first->slices_on[s];
     }
   }
@@ -147,7 +151,7 @@ absl::Status PsClient::PlanTensorPull(
 absl::Status PsClient::PlanRowsPull(
     const std::vector<RowsQuery>& queries, const ShardMap& map, PendingPull* p,
     std::vector<std::unique_ptr<PullShard>>* shards) const {
-  const int n = num_shards();
+  const size_t n = map.serving_shards().size();
   for (const RowsQuery& query : queries) {
     const TableState* t = FindTable(query.table);
     if (t == nullptr) {
@@ -179,21 +183,23 @@ absl::Status PsClient::PlanRowsPull(
     Distinct(query.ids, &q->read->index, &q->unique_of, &q->first);
     q->read->versions.assign(q->first.size(), 0);
     // Each distinct id to its home shard, in order of first appearance.
-    std::vector<int> entry(n, -1);  // this table's entry in each request
+    // This table's entry in each request, by the shard's serving position.
+    std::vector<int> entry(n, -1);
     for (uint32_t u = 0; u < q->first.size(); ++u) {
       const uint64_t id = query.ids[q->first[u]];
       const int home = map.RowHome(t->key, id);
-      PullShard& ps = PartOf(shards, home);
-      if (entry[home] < 0) {
-        entry[home] = ps.request.rows_size();
+      PullShard& ps = PartOf(shards, map, home);
+      int& at = entry[map.ServingPosition(home)];
+      if (at < 0) {
+        at = ps.request.rows_size();
         TableIds* rows = ps.request.add_rows();
         rows->set_table(query.table);
         rows->set_peek(query.peek);
         ps.queries.push_back(q.get());
         ps.uniques.emplace_back();
       }
-      ps.request.mutable_rows(entry[home])->add_ids(id);
-      ps.uniques[entry[home]].push_back(u);
+      ps.request.mutable_rows(at)->add_ids(id);
+      ps.uniques[at].push_back(u);
     }
     p->queries_.push_back(std::move(q));
   }
@@ -208,7 +214,6 @@ absl::StatusOr<std::vector<FanOut::Call>> PsClient::PlanPull(PendingPull* p) {
     p->earlier_shards_.push_back(std::move(ps));
   }
   p->shards_.clear();
-  const int n = num_shards();
   std::vector<std::unique_ptr<PullShard>> shards;
   ShardMap map;
   absl::Status planned;
@@ -216,9 +221,9 @@ absl::StatusOr<std::vector<FanOut::Call>> PsClient::PlanPull(PendingPull* p) {
   for (int tries = 0;; ++tries) {
     for (auto& q : p->queries_) p->earlier_queries_.push_back(std::move(q));
     p->queries_.clear();
-    shards.clear();
-    shards.resize(n);
     map = this->map();
+    shards.clear();
+    shards.resize(map.serving_shards().size());
     planned = PlanTensorPull(p->what_.tensors, map, p, &shards);
     if (planned.ok()) planned = PlanRowsPull(p->what_.rows, map, p, &shards);
     if (!absl::IsAborted(planned) || tries == kMaxMapChanges) break;
@@ -304,7 +309,6 @@ std::unique_ptr<PsClient::PendingPull> PsClient::StartPullPaired(
     std::shared_ptr<StepPairing> pairing) {
   std::unique_ptr<PendingPull> p(new PendingPull());
   p->pairing_ = std::move(pairing);
-  p->read_.epochs.assign(num_shards(), 0);
   p->what_ = what;
   p->clock_ = clock;
   p->for_clock_ = for_clock;

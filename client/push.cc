@@ -257,7 +257,7 @@ absl::Status PsClient::CheckRowsSend(bool assign, const PushSet& what,
 
 int64_t PsClient::AddTensorPayloads(
     const PushSet& what, const std::vector<const TensorState*>& states,
-    const ReadSet& read, WireDtype dtype, PendingPush* p,
+    const ReadSet& read, WireDtype dtype, const ShardMap& map, PendingPush* p,
     std::vector<PushRequest>* headers,
     std::vector<std::vector<grpc::Slice>>* payloads) const {
   int64_t total_elems = 0;
@@ -294,7 +294,7 @@ int64_t PsClient::AddTensorPayloads(
       run_bytes = 0;
     };
     for (uint32_t i = 0; i < t.layout.num_slices(); ++i) {
-      const int home = t.home[i];
+      const int home = map.ServingPosition(t.home[i]);
       SliceGradient* g = (*headers)[home].add_grads();
       g->set_tensor(t.spec.name());
       g->set_slice(i);
@@ -322,20 +322,21 @@ void PsClient::AddRowPayloads(
     const std::vector<RowsSend>& tables, const ReadSet& read, WireDtype dtype,
     const ShardMap& map, std::vector<PushRequest>* headers,
     std::vector<std::vector<grpc::Slice>>* payloads) const {
-  const int n = num_shards();
+  const size_t n = map.serving_shards().size();
   for (const RowsSend& send : tables) {
     const RowsGrad& g = *send.grad;
     const size_t dim = static_cast<size_t>(send.table->spec.dim());
-    // Each distinct id to its home shard.
+    // Each distinct id to its home shard's position.
     std::vector<std::vector<uint32_t>> on(n);
     for (uint32_t u = 0; u < send.first.size(); ++u) {
-      on[map.RowHome(send.table->key, g.ids[send.first[u]])].push_back(u);
+      const int home = map.RowHome(send.table->key, g.ids[send.first[u]]);
+      on[map.ServingPosition(home)].push_back(u);
     }
     auto read_table = read.tables.find(g.table);
     const ReadSet::Table* versions =
         read_table == read.tables.end() ? nullptr : read_table->second.get();
     const size_t row_bytes = dim * WireBytes(dtype);
-    for (int s = 0; s < n; ++s) {
+    for (size_t s = 0; s < n; ++s) {
       if (on[s].empty()) continue;
       RowsGradient* out = (*headers)[s].add_rows();
       out->set_table(g.table);
@@ -391,21 +392,21 @@ std::unique_ptr<PsClient::PendingPush> PsClient::StartSend(
 
   // Every shard that owns a slot gets a request, so that each sees the
   // clock; the sequence number is shared by all of them and by their
-  // retries.
-  const int n = num_shards();
+  // retries. Headers and payloads by position in `serving`.
+  const std::vector<int>& serving = map.serving_shards();
   const uint64_t seq = next_seq_++;
   // Values are assigned exactly as given, whatever the gradients' wire type.
   const WireDtype dtype = assign ? WIRE_F32 : options_.push_dtype;
   std::vector<PushRequest> headers =
-      PushHeaders(clock, seq, map.epoch(), read.epochs);
+      PushHeaders(clock, seq, map.epoch(), serving, read.epochs);
   for (PushRequest& header : headers) {
     header.set_wire_dtype(dtype);
     header.set_assign(assign);
   }
   // A shard reads the slices' payloads first, then the rows'.
-  std::vector<std::vector<grpc::Slice>> payloads(n);
+  std::vector<std::vector<grpc::Slice>> payloads(serving.size());
   p->borrowed_ = std::make_shared<Borrowed>();
-  const int64_t handed_over = AddTensorPayloads(what, states, read, dtype,
+  const int64_t handed_over = AddTensorPayloads(what, states, read, dtype, map,
                                                 p.get(), &headers, &payloads);
   {
     absl::MutexLock l(&p->borrowed_->mu);
@@ -415,11 +416,11 @@ std::unique_ptr<PsClient::PendingPush> PsClient::StartSend(
 
   const uint32_t connection = next_connection_++;
   std::vector<FanOut::Call> calls;
-  for (const int s : map.serving_shards()) {
+  for (size_t i = 0; i < serving.size(); ++i) {
     auto ps = std::make_unique<PushShard>();
-    ps->shard = s;
-    ps->header = std::move(headers[s]);
-    ps->payload = std::move(payloads[s]);
+    ps->shard = serving[i];
+    ps->header = std::move(headers[i]);
+    ps->payload = std::move(payloads[i]);
     // A step's part goes with its pull first: its own frame is made only
     // when it is sent alone (FrameOf).
     if (pairing == nullptr) ps->frame = MakeFrame(ps->header, ps->payload);
@@ -589,15 +590,18 @@ ReadSet PsClient::LastRead() const {
 
 std::vector<PushRequest> PsClient::PushHeaders(
     int64_t clock, uint64_t seq, uint64_t map_epoch,
-    const std::vector<uint64_t>& epochs) {
-  std::vector<PushRequest> headers(num_shards());
-  for (size_t s = 0; s < headers.size(); ++s) {
-    *headers[s].mutable_worker() = MakeWorkerRef(clock);
-    headers[s].set_seq(seq);
-    headers[s].set_request_id(next_request_id_++);
-    headers[s].set_wire_dtype(options_.push_dtype);
-    headers[s].set_map_epoch(map_epoch);
-    if (s < epochs.size()) headers[s].set_read_epoch(epochs[s]);
+    const std::vector<int>& shards,
+    const absl::flat_hash_map<int, uint64_t>& epochs) {
+  std::vector<PushRequest> headers(shards.size());
+  for (size_t i = 0; i < shards.size(); ++i) {
+    PushRequest& h = headers[i];
+    *h.mutable_worker() = MakeWorkerRef(clock);
+    h.set_seq(seq);
+    h.set_request_id(next_request_id_++);
+    h.set_wire_dtype(options_.push_dtype);
+    h.set_map_epoch(map_epoch);
+    auto read = epochs.find(shards[i]);
+    if (read != epochs.end()) h.set_read_epoch(read->second);
   }
   return headers;
 }

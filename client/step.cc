@@ -19,7 +19,7 @@ PsClient::PendingStep PsClient::StartStep(int64_t clock, const PushSet& push,
                                           const PullSet& pull) {
   std::shared_ptr<StepPairing> pairing;
   if (!steps_unsupported_.load(std::memory_order_relaxed)) {
-    pairing = std::make_shared<StepPairing>(num_shards());
+    pairing = std::make_shared<StepPairing>();
   }
   PendingStep step;
   // The push's first attempts start (and are held) before the pull's,

@@ -93,7 +93,9 @@ struct ReadSet {
   // Table name -> its rows' versions; immutable once read, shared between
   // copies.
   absl::flat_hash_map<std::string, std::shared_ptr<const Table>> tables;
-  std::vector<uint64_t> epochs;  // per shard; 0 = not read
+  // Per shard read: the shard epoch it answered with (absent or 0: not
+  // read).
+  absl::flat_hash_map<int, uint64_t> epochs;
   uint64_t VersionOf(const std::string& table, uint64_t id) const;
   // Takes what `newer` read over what this one holds (a later pull of
   // some of the same tensors or tables).

@@ -15,9 +15,12 @@ ShardMap::ShardMap(int num_shards, uint64_t epoch,
   if (owners_ != nullptr) {
     for (const uint16_t owner : *owners_) owns[owner] = true;
   }
-  auto serving = std::make_shared<std::vector<int>>();
+  auto serving = std::make_shared<Serving>();
+  serving->position.assign(num_shards, -1);
   for (int s = 0; s < num_shards; ++s) {
-    if (owns[s]) serving->push_back(s);
+    if (!owns[s]) continue;
+    serving->position[s] = static_cast<int>(serving->shards.size());
+    serving->shards.push_back(s);
   }
   serving_ = std::move(serving);
 }

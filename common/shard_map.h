@@ -96,7 +96,12 @@ class ShardMap {
   // in order: the ones a client talks to. A slotted run may keep shards
   // that own no slot (ps_server --serving_shards, psctl scale): they take
   // no part until a move gives them slots, and may be stopped.
-  const std::vector<int>& serving_shards() const { return *serving_; }
+  const std::vector<int>& serving_shards() const { return serving_->shards; }
+  // The position of `shard` in serving_shards(), or -1 when it owns no slot:
+  // a client's per-call state is indexed by it, so that a run declared with
+  // many more shards than serve costs a call nothing more.
+  // REQUIRES: 0 <= shard < num_shards().
+  int ServingPosition(int shard) const { return serving_->position[shard]; }
 
   // The slot of a slice / a row. REQUIRES: slotted().
   uint32_t SliceSlot(absl::string_view tensor, uint32_t slice) const;
@@ -144,7 +149,11 @@ class ShardMap {
   // Null for a static map; shared by copies (immutable).
   std::shared_ptr<const std::vector<uint16_t>> owners_;
   // Computed once per map: clients read it per call.
-  std::shared_ptr<const std::vector<int>> serving_;
+  struct Serving {
+    std::vector<int> shards;
+    std::vector<int> position;  // per shard
+  };
+  std::shared_ptr<const Serving> serving_;
 };
 
 // Whether `shard` owns the same keys under `a` and `b`: two slotted maps of

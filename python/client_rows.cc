@@ -152,10 +152,8 @@ void Client::Remember(const ReadSet& read) {
   for (const auto& [table, versions] : read.tables) {
     rows_read_.tables[table] = versions;
   }
-  rows_read_.epochs.resize(
-      std::max(rows_read_.epochs.size(), read.epochs.size()), 0);
-  for (size_t i = 0; i < read.epochs.size(); ++i) {
-    if (read.epochs[i] != 0) rows_read_.epochs[i] = read.epochs[i];
+  for (const auto& [shard, epoch] : read.epochs) {
+    if (epoch != 0) rows_read_.epochs[shard] = epoch;
   }
 }
 

@@ -73,7 +73,7 @@ class LocalStore : public ParameterStore {
   std::unique_ptr<PendingPull> StartPull(int64_t clock, int64_t for_clock,
                                          const PullSet& what) override {
     ReadSet read;
-    read.epochs = {1};
+    read.epochs = {{0, 1}};
     int64_t created = 0;
     absl::Status s = PullTensors(what, &read);
     if (s.ok()) s = PullRows(std::max(clock, for_clock), what, &read, &created);

@@ -11,6 +11,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/match.h"
@@ -68,7 +69,7 @@ TEST_CASE("pulls hand out the initial values and a read set of version 0",
   CHECK(w == std::vector<float>(10, 1.5f));
   CHECK(b == std::vector<float>(3, -2.0f));
   const ReadSet& read = pull->read();
-  CHECK(read.epochs == std::vector<uint64_t>{1});
+  CHECK(read.epochs == absl::flat_hash_map<int, uint64_t>{{0, 1}});
   REQUIRE(read.versions.size() == 2);
   // 10 elements in slices of 4: 3 slices; 3 in slices of 8: 1.
   CHECK(read.versions.at("w") == std::vector<uint64_t>{0, 0, 0});
