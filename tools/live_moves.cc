@@ -52,6 +52,16 @@ int Broadcast(const LiveMoveOptions& o, const ShardMap& map, int skip_a,
     // adopt or the next move); one that answers takes the map.
     const bool may_be_down =
         !std::binary_search(serving.begin(), serving.end(), s);
+    // A group no process holds yet (declared in etcd as room to grow).
+    if (o.servers[s].empty()) {
+      if (may_be_down) continue;
+      ++failed;
+      std::fprintf(stderr,
+                   "psctl: warning: shard %d did not adopt map epoch %llu: "
+                   "no process holds it\n",
+                   s, static_cast<unsigned long long>(map.epoch()));
+      continue;
+    }
     auto stub = SlotMoves::NewStub(MakeChannel(o.servers[s], 0, o.security));
     grpc::ClientContext ctx;
     ctx.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(10)));
@@ -174,7 +184,8 @@ absl::StatusOr<ShardMap> NewestMap(const std::vector<ShardResult>& results,
   return *newest;
 }
 
-bool OwnsNoSlot(const std::vector<ShardResult>& results, int shard) {
+std::vector<bool> OwningNoSlot(const std::vector<ShardResult>& results) {
+  std::vector<bool> none(results.size(), false);
   std::optional<ShardMap> newest;
   for (const ShardResult& r : results) {
     if (!r.up) continue;
@@ -184,9 +195,13 @@ bool OwnsNoSlot(const std::vector<ShardResult>& results, int shard) {
       newest = *std::move(m);
     }
   }
-  if (!newest.has_value() || !newest->slotted()) return false;
-  const std::vector<int>& serving = newest->serving_shards();
-  return !std::binary_search(serving.begin(), serving.end(), shard);
+  if (!newest.has_value() || !newest->slotted()) return none;
+  for (size_t i = 0; i < results.size(); ++i) {
+    const int s = results[i].index;
+    none[i] =
+        s >= 0 && s < newest->num_shards() && newest->ServingPosition(s) < 0;
+  }
+  return none;
 }
 
 absl::StatusOr<std::vector<uint32_t>> ParseSlotList(const std::string& text) {

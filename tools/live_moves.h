@@ -31,10 +31,11 @@ namespace asyncps {
 absl::StatusOr<ShardMap> NewestMap(const std::vector<ShardResult>& results,
                                    int* code);
 
-// Whether `shard` owns no slot of the newest slotted map the shards that
-// answered serve (psctl scale drained it, or it stands by): one that does
-// not answer is then no fault of the run.
-bool OwnsNoSlot(const std::vector<ShardResult>& results, int shard);
+// Per shard of `results`, whether it owns no slot of the newest slotted map
+// the shards that answered serve (psctl scale drained it, or it stands by):
+// one that does not answer is then no fault of the run. All false without
+// a slotted map.
+std::vector<bool> OwningNoSlot(const std::vector<ShardResult>& results);
 
 // "3,7,10-20" -> {3, 7, 10, ..., 20}; INVALID_ARGUMENT naming the bad part.
 absl::StatusOr<std::vector<uint32_t>> ParseSlotList(const std::string& text);

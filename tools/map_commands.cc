@@ -309,13 +309,18 @@ int RunScale(ShardQuery* query, absl::Duration timeout, int shards,
     return UsageError(std::string(PlanScale(*map, shards).status().message()));
   }
   for (const ShardResult& r : results) {
-    if (map.ok() && !r.up && r.index < shards) {
-      map = absl::UnavailableError(absl::StrCat("shard ", r.index, " (",
-                                                r.address,
-                                                ") does not answer: start it "
-                                                "before the slots move to it (",
-                                                r.error, ")"));
-    }
+    if (!map.ok() || r.up || r.index >= shards) continue;
+    map = absl::UnavailableError(
+        r.address.empty()
+            ? absl::StrCat(
+                  "shard ", r.index,
+                  " has no process: start ps_server --shard_index=", r.index,
+                  " with the run's etcd flags before the slots move "
+                  "to it")
+            : absl::StrCat("shard ", r.index, " (", r.address,
+                           ") does not answer: start it before the slots move "
+                           "to it (",
+                           r.error, ")"));
   }
   if (!map.ok()) {
     std::fprintf(stderr, "psctl: scale: %s\n",

@@ -243,9 +243,11 @@ int RunStatus(const Cluster& c, absl::Duration watch, bool digests) {
     std::vector<ShardResult> results =
         Follow(c, &seen, &followed)->Status(c.timeout, request);
     code = 0;
-    for (ShardResult& r : results) {
+    const std::vector<bool> owns_none = OwningNoSlot(results);
+    for (size_t i = 0; i < results.size(); ++i) {
+      ShardResult& r = results[i];
       if (r.up) continue;
-      if (OwnsNoSlot(results, r.index)) {  // drained or standing by
+      if (owns_none[i]) {  // drained, standing by, or no process yet
         r.error = absl::StrCat("owns no slot (psctl scale): ", r.error);
         continue;
       }

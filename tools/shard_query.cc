@@ -35,9 +35,15 @@ using Issue =
     std::function<void(int shard, grpc::ClientContext* ctx, Response* response,
                        std::function<void(grpc::Status)> done)>;
 
+// Why a shard with no address is not asked: a run whose shard map is in
+// etcd may declare groups that no process holds yet (room to grow onto).
+constexpr char kNoProcess[] =
+    "no process holds this shard group (the shard map names none)";
+
 // Runs `issue` on every shard at once through a FanOut that lets every shard
 // run to its own end, and waits for all of them. Every call, retries
-// included, ends within `timeout`.
+// included, ends within `timeout`. A shard without an address fails
+// UNAVAILABLE at once, unasked.
 template <typename Response>
 std::vector<Answer<Response>> Ask(const char* method,
                                   const std::vector<std::string>& addresses,
@@ -50,7 +56,14 @@ std::vector<Answer<Response>> Ask(const char* method,
   // return).
   std::vector<absl::Status> last(n);
   std::vector<FanOut::Call> calls;
+  std::vector<int> asked;  // the shard of each call
   for (int s = 0; s < n; ++s) {
+    if (addresses[s].empty()) {
+      answers[s].status = absl::UnavailableError(kNoProcess);
+      answers[s].error = answers[s].status.ToString();
+      continue;
+    }
+    asked.push_back(s);
     FanOut::Call call;
     call.shard = s;
     call.start = [s, &answers, &last, &issue](grpc::ClientContext* ctx,
@@ -64,6 +77,7 @@ std::vector<Answer<Response>> Ask(const char* method,
     };
     calls.push_back(std::move(call));
   }
+  if (calls.empty()) return answers;
   FanOutEnv env;
   env.logger = NullLogger();  // psctl reports failures itself
   env.shard_name = [&addresses](int shard) {
@@ -79,10 +93,11 @@ std::vector<Answer<Response>> Ask(const char* method,
   FanOut fanout(std::move(env), method, policy, /*stop_on_error=*/false);
   fanout.Start(std::move(calls));
   const std::vector<absl::Status> results = fanout.WaitAll();
-  for (int s = 0; s < n; ++s) {
-    answers[s].status = results[s];
-    if (!results[s].ok()) {
-      answers[s].error = (last[s].ok() ? results[s] : last[s]).ToString();
+  for (size_t i = 0; i < asked.size(); ++i) {
+    const int s = asked[i];
+    answers[s].status = results[i];
+    if (!results[i].ok()) {
+      answers[s].error = (last[s].ok() ? results[i] : last[s]).ToString();
     }
   }
   return answers;

@@ -206,6 +206,7 @@ ClusterSummary Summarize(const std::vector<ShardResult>& shards) {
   for (const ShardResult& r : shards) {
     if (!r.up) {
       ++sum.shards_down;
+      if (r.address.empty()) ++sum.shards_unheld;
       continue;
     }
     ++sum.shards_up;
@@ -362,7 +363,12 @@ std::string SummaryText(const std::vector<ShardResult>& shards) {
   }
   absl::StrAppend(
       &out, "cluster: ", s.shards_up, "/", shards.size(), " shards up",
-      s.shards_down > 0 ? absl::StrCat(" (", s.shards_down, " DOWN)") : "",
+      s.shards_down > s.shards_unheld
+          ? absl::StrCat(" (", s.shards_down - s.shards_unheld, " DOWN)")
+          : "",
+      s.shards_unheld > 0
+          ? absl::StrCat(" (", s.shards_unheld, " with no process)")
+          : "",
       s.policy.empty() ? "" : absl::StrCat("   policy: ", s.policy),
       s.run_id.empty() ? "" : absl::StrCat("   run: ", s.run_id),
       s.map.empty() || s.map == "static" ? "" : absl::StrCat("   map: ", s.map),
@@ -476,12 +482,24 @@ std::string ShardsText(const std::vector<ShardResult>& shards, bool wide) {
     }
   }
   TextTable table(std::move(header), /*left_columns=*/3);
-  for (const ShardResult& r : shards) {
+  for (size_t i = 0; i < shards.size(); ++i) {
+    const ShardResult& r = shards[i];
     if (r.up) {
       table.AddRow(ShardRow(r, shards.size(), wide));
-    } else {
-      table.AddRow({absl::StrCat(r.index), r.address, "DOWN", r.error});
+      continue;
     }
+    // Groups no process holds, one row per run of them (a run in etcd may
+    // declare thousands as room to grow onto).
+    size_t last = i;
+    while (r.address.empty() && last + 1 < shards.size() &&
+           !shards[last + 1].up && shards[last + 1].address.empty() &&
+           shards[last + 1].error == r.error) {
+      ++last;
+    }
+    table.AddRow({last == i ? absl::StrCat(r.index)
+                            : absl::StrCat(r.index, "-", shards[last].index),
+                  r.address, "DOWN", r.error});
+    i = last;
   }
   return table.Render();
 }
@@ -589,6 +607,7 @@ Doc StatusDoc(const std::vector<ShardResult>& shards) {
   Doc summary = Doc::Object();
   summary.Set("shards_up", Doc::Int(s.shards_up))
       .Set("shards_down", Doc::Int(s.shards_down))
+      .Set("shards_with_no_process", Doc::Int(s.shards_unheld))
       .Set("tensors", Doc::Int(s.tensors))
       .Set("slices", Doc::Int(s.slices))
       .Set("parameters", Doc::Uint(s.parameters))

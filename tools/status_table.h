@@ -27,7 +27,8 @@ struct ShardResult {
 // Totals over the shards that answered.
 struct ClusterSummary {
   int shards_up = 0;
-  int shards_down = 0;
+  int shards_down = 0;  // of them, those no process holds (no address):
+  int shards_unheld = 0;
   int32_t tensors = 0;  // most tensors any shard knows (every shard has all)
   int64_t slices = 0;
   uint64_t parameter_bytes = 0;

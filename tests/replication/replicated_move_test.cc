@@ -11,6 +11,7 @@
 #include <catch2/catch.hpp>
 #include <memory>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -43,10 +44,20 @@ struct Groups {
   std::string run;
   std::vector<ServerProcess> replicas;  // a0, b0, a1, b1
 
+  int num_shards = 2;  // groups declared
+
   ServerProcess Start(int shard, const std::vector<std::string>& extra = {}) {
     std::vector<std::string> flags = {"--num_slots=64", "--serving_shards=1"};
     flags.insert(flags.end(), extra.begin(), extra.end());
-    return StartReplica(etcd, run, flags, shard, 2);
+    return StartReplica(etcd, run, flags, shard, num_shards);
+  }
+  // psctl COMMAND through etcd, with `more` flags: exit status and output.
+  std::pair<int, std::string> Psctl(const std::string& command,
+                                    std::vector<std::string> more = {}) {
+    more.insert(more.begin(),
+                {command, absl::StrCat("--etcd_endpoints=", etcd.endpoint),
+                 absl::StrCat("--run_id=", run)});
+    return testing::Psctl(more);
   }
   void StartAll(const std::vector<std::string>& extra = {}) {
     for (int shard = 0; shard < 2; ++shard) {
@@ -63,9 +74,7 @@ struct Groups {
     int code = -1;
     for (int i = 0; i < 8 && code != 0; ++i) {
       if (i > 0) absl::SleepFor(absl::Seconds(2));
-      auto [c, o] = testing::Psctl(
-          {"scale", absl::StrCat("--etcd_endpoints=", etcd.endpoint),
-           absl::StrCat("--run_id=", run), absl::StrCat("--shards=", shards)});
+      auto [c, o] = Psctl("scale", {absl::StrCat("--shards=", shards)});
       code = c;
       *out += o;
     }
@@ -186,12 +195,14 @@ TEST_CASE(
 
 TEST_CASE(
     "a run with etcd grows onto a shard process started after its workers, "
-    "which find it through the map without a restart",
+    "which find it through the map without a restart; the groups declared "
+    "beyond those with a process are skipped, shown as one row",
     "[replication][slots][ledger]") {
   if (testing::SkipWithoutEtcd()) return;
   absl::StatusOr<testing::EtcdProcess> etcd = testing::StartEtcd();
   REQUIRE_OK(etcd.status());
   Groups g{*std::move(etcd), "grow", {}};
+  g.num_shards = 300;  // room to grow: groups 1-299 have no process
   // One process per group (R = 1); group 1 has none when the worker starts.
   g.replicas.push_back(g.Start(0, {"--replicas=1"}));
   WaitForRole(g.replicas[0].address, "primary");
@@ -199,6 +210,20 @@ TEST_CASE(
   LedgerTrainer t;
   t.Start(c.get());
   t.WaitForPushes(0, 10);
+  {
+    auto [code, out] = g.Psctl("status");
+    INFO(out);
+    CHECK(code == 0);
+    CHECK(absl::StrContains(out, "1/300 shards up (299 with no process)"));
+    CHECK(absl::StrContains(out, "\n1-299 "));
+    CHECK(absl::StrContains(out, "no process holds this shard group"));
+    std::tie(code, out) = g.Psctl("scale", {"--shards=2"});
+    INFO(out);
+    CHECK(code == 1);
+    CHECK(absl::StrContains(out,
+                            "shard 1 has no process: start ps_server "
+                            "--shard_index=1"));
+  }
   g.replicas.push_back(g.Start(1, {"--replicas=1"}));
   WaitForRole(g.replicas[1].address, "primary");
   g.ScaleWhileTraining(&t, 2);
