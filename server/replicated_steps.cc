@@ -34,7 +34,7 @@ void PsService::RunStep(absl::FunctionRef<LogEntry()> entry,
                         bool through_earlier) {
   if (c_.log == nullptr) return answer(apply());
   absl::Status applied;
-  absl::StatusOr<uint64_t> index = c_.log->Run(entry(), [&](LogEntry* e) {
+  absl::StatusOr<uint64_t> index = c_.log->Run(entry, [&](LogEntry* e) {
     {
       absl::MutexLock l(&running_mu_);
       running_ = e;

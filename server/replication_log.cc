@@ -21,6 +21,7 @@ void ReplicationLog::BecomePrimary(uint64_t epoch,
     b.counted = true;
     b.last_progress = options_.clock->Now();
   }
+  NoteFollowers();
 }
 
 bool ReplicationLog::primary() const {
@@ -28,11 +29,15 @@ bool ReplicationLog::primary() const {
   return primary_ && fenced_.ok();
 }
 
-absl::StatusOr<uint64_t> ReplicationLog::Run(
-    LogEntry entry, absl::FunctionRef<void(LogEntry*)> apply) {
-  auto feed = std::make_shared<FollowFeed>();
-  *feed->mutable_entry() = std::move(entry);
-  uint64_t bytes = feed->ByteSizeLong();
+absl::StatusOr<uint64_t> ReplicationLog::RunEntry(
+    LogEntry* given, absl::FunctionRef<LogEntry()> make,
+    absl::FunctionRef<void(LogEntry*)> apply) {
+  std::shared_ptr<FollowFeed> feed;
+  const auto made = [&] {
+    feed = std::make_shared<FollowFeed>();
+    *feed->mutable_entry() = given != nullptr ? std::move(*given) : make();
+  };
+  if (followed_.load(std::memory_order_acquire)) made();
   uint64_t index = 0;
   {
     absl::MutexLock l(&mu_);
@@ -41,13 +46,24 @@ absl::StatusOr<uint64_t> ReplicationLog::Run(
       return absl::UnavailableError(
           "this replica is a backup: requests go to the shard's primary");
     }
-    apply(feed->mutable_entry());
-    if (feed->entry().evicted_size() > 0) bytes = feed->ByteSizeLong();
+    if (feed == nullptr && Followed()) made();
+    LogEntry scratch;
+    apply(feed != nullptr    ? feed->mutable_entry()
+          : given != nullptr ? given
+                             : &scratch);
     index = ++last_index_;
-    feed->mutable_entry()->set_index(index);
-    feed->mutable_entry()->set_epoch(epoch_);
     last_epoch_ = epoch_;
-    Keep(std::move(feed), bytes);
+    if (feed != nullptr) {
+      feed->mutable_entry()->set_index(index);
+      feed->mutable_entry()->set_epoch(epoch_);
+      const uint64_t bytes = feed->ByteSizeLong();
+      Keep(std::move(feed), bytes);
+    } else {
+      // Nobody may ever ask for this entry or those before it.
+      kept_.clear();
+      kept_bytes_ = 0;
+      first_kept_ = index + 1;
+    }
   }
   NotifyAppended();
   return index;
@@ -182,6 +198,7 @@ void ReplicationLog::Ack(const std::string& address, uint64_t applied) {
     absl::MutexLock l(&mu_);
     BackupState& b = backups_[address];
     b.address = address;
+    NoteFollowers();
     if (applied > b.acked) {
       b.acked = applied;
       b.last_progress = options_.clock->Now();
@@ -195,6 +212,7 @@ uint64_t ReplicationLog::StartCounting(const std::string& address) {
   absl::MutexLock l(&mu_);
   BackupState& b = backups_[address];
   b.address = address;
+  NoteFollowers();
   if (!b.counted) b.last_progress = options_.clock->Now();
   b.counted = true;
   return last_index_;
@@ -205,6 +223,7 @@ void ReplicationLog::StopCounting(const std::string& address) {
   {
     absl::MutexLock l(&mu_);
     backups_.erase(address);
+    NoteFollowers();
     if (fenced_.ok()) ready = TakeReady();
   }
   Complete(std::move(ready), absl::OkStatus());
@@ -277,6 +296,7 @@ absl::StatusOr<ReplicationLog::Entry> ReplicationLog::Next(
 uint64_t ReplicationLog::AddReader(uint64_t index) {
   absl::MutexLock l(&mu_);
   readers_[next_reader_] = index;
+  NoteFollowers();
   return next_reader_++;
 }
 
@@ -288,6 +308,7 @@ void ReplicationLog::MoveReader(uint64_t reader, uint64_t index) {
 void ReplicationLog::RemoveReader(uint64_t reader) {
   absl::MutexLock l(&mu_);
   readers_.erase(reader);
+  NoteFollowers();
 }
 
 std::vector<ReplicationLog::BackupState> ReplicationLog::Backups() const {

@@ -34,6 +34,7 @@
 //
 // Thread-safe.
 
+#include <atomic>
 #include <cstdint>
 #include <deque>
 #include <functional>
@@ -78,12 +79,27 @@ class ReplicationLog {
   void BecomePrimary(uint64_t epoch, const std::vector<std::string>& counted);
   bool primary() const;
 
-  // The primary's step: runs `apply`, then appends `entry` with the next
-  // index and this primary's epoch, both under the log's lock. UNAVAILABLE
-  // (and nothing run) when this replica is not (or no longer) the primary.
-  // `apply` may add to the entry (what it evicted) before it is appended.
+  // The primary's step: runs `apply`, then appends the entry `make` built
+  // with the next index and this primary's epoch, both under the log's
+  // lock. UNAVAILABLE (and nothing run) when this replica is not (or no
+  // longer) the primary. `apply` may add to the entry (what it evicted)
+  // before it is appended.
+  //
+  // A primary that nobody follows (no backup, no feed: a group of one
+  // process) keeps no entry and makes none: a spare that comes later
+  // starts from a snapshot cut after it. `make` then does not run, and
+  // `apply` gets a scratch entry. It runs outside the lock, or under it
+  // when a follower came meanwhile.
+  absl::StatusOr<uint64_t> Run(absl::FunctionRef<LogEntry()> make,
+                               absl::FunctionRef<void(LogEntry*)> apply) {
+    return RunEntry(nullptr, make, apply);
+  }
+  // The same for an entry made already, which `apply` gets either way.
   absl::StatusOr<uint64_t> Run(LogEntry entry,
-                               absl::FunctionRef<void(LogEntry*)> apply);
+                               absl::FunctionRef<void(LogEntry*)> apply) {
+    return RunEntry(
+        &entry, [] { return LogEntry(); }, apply);
+  }
   absl::StatusOr<uint64_t> Run(LogEntry entry,
                                absl::FunctionRef<void()> apply) {
     return Run(std::move(entry), [&](LogEntry*) { apply(); });
@@ -177,9 +193,21 @@ class ReplicationLog {
     std::function<void(absl::Status)> done;
     absl::Time since;
   };
+  // Run's body: the entry is *given, or make()'s when `given` is null.
+  absl::StatusOr<uint64_t> RunEntry(LogEntry* given,
+                                    absl::FunctionRef<LogEntry()> make,
+                                    absl::FunctionRef<void(LogEntry*)> apply);
   // Takes the waiters whose index every counted backup acknowledged.
   std::vector<Waiter> TakeReady() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   uint64_t MinCountedAck() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Whether a backup or a feed may read entries still to come; kept in
+  // followed_ for Run's look before it takes the lock.
+  bool Followed() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return !backups_.empty() || !readers_.empty();
+  }
+  void NoteFollowers() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    followed_.store(Followed(), std::memory_order_release);
+  }
   void Keep(Entry entry, uint64_t bytes) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   static void Complete(std::vector<Waiter> ready, const absl::Status& s);
   void NotifyAppended() ABSL_LOCKS_EXCLUDED(mu_, listener_mu_);
@@ -201,6 +229,7 @@ class ReplicationLog {
   Stats stats_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<uint64_t, uint64_t> readers_ ABSL_GUARDED_BY(mu_);
   uint64_t next_reader_ ABSL_GUARDED_BY(mu_) = 1;
+  std::atomic<bool> followed_{false};
   // Copied under its own lock, called outside both.
   absl::Mutex listener_mu_;
   std::shared_ptr<const std::function<void()>> listener_

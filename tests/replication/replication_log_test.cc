@@ -4,6 +4,7 @@
 #include "server/replication_log.h"
 
 #include <catch2/catch.hpp>
+#include <string>
 #include <vector>
 
 #include "tests/testing/require_ok.h"
@@ -27,6 +28,7 @@ TEST_CASE(
   CHECK(absl::IsUnavailable(refused.status()));
   CHECK(order.empty());
   log.BecomePrimary(5, {});
+  log.AddReader(0);  // a feed from the start
   for (int i = 1; i <= 3; ++i) {
     absl::StatusOr<uint64_t> index =
         log.Run(Entry(), [&] { order.push_back(i); });
@@ -170,7 +172,7 @@ TEST_CASE("old entries are dropped past the size bound", "[replication]") {
   ReplicationLog::Options o;
   o.max_bytes = 1000;
   ReplicationLog log(o);
-  log.BecomePrimary(1, {});
+  log.BecomePrimary(1, {"b1"});
   for (int i = 0; i < 100; ++i) {
     LogEntry e = Entry();
     e.add_grads(std::string(100, 'x'));
@@ -181,6 +183,62 @@ TEST_CASE("old entries are dropped past the size bound", "[replication]") {
       log.Next(99, absl::ZeroDuration());
   REQUIRE_OK(last.status());
   CHECK((*last)->entry().index() == 100);
+}
+
+TEST_CASE(
+    "a primary nobody follows makes and keeps no entry; a follower that "
+    "comes gets every entry from then on",
+    "[replication]") {
+  ReplicationLog log({});
+  log.BecomePrimary(1, {});
+  int made = 0;
+  const auto make = [&] {
+    ++made;
+    return Entry();
+  };
+  int evicted_into_scratch = 0;
+  for (int i = 0; i < 3; ++i) {
+    REQUIRE_OK(log.Run(make,
+                       [&](LogEntry* e) {
+                         e->add_evicted()->set_table("t");
+                         ++evicted_into_scratch;
+                       })
+                   .status());
+  }
+  CHECK(made == 0);
+  CHECK(evicted_into_scratch == 3);
+  CHECK(log.last_index() == 3);
+  CHECK(absl::IsOutOfRange(log.Next(1, absl::ZeroDuration()).status()));
+  // An entry made already still reaches `apply` (a slot move's step reads
+  // its own entry).
+  LogEntry given = Entry();
+  given.mutable_heartbeat()->set_run_id("given");
+  std::string seen;
+  REQUIRE_OK(log.Run(std::move(given),
+                     [&](LogEntry* e) { seen = e->heartbeat().run_id(); })
+                 .status());
+  CHECK(seen == "given");
+
+  // A feed from entry 4 on: entries are made and kept again.
+  const uint64_t reader = log.AddReader(log.last_index());
+  REQUIRE_OK(log.Run(make, [](LogEntry*) {}).status());
+  CHECK(made == 1);
+  absl::StatusOr<ReplicationLog::Entry> fifth =
+      log.Next(4, absl::ZeroDuration());
+  REQUIRE_OK(fifth.status());
+  REQUIRE(*fifth != nullptr);
+  CHECK((*fifth)->entry().index() == 5);
+  CHECK((*fifth)->entry().heartbeat().run_id() == "r");
+  log.RemoveReader(reader);
+  REQUIRE_OK(log.Run(make, [](LogEntry*) {}).status());
+  CHECK(made == 1);
+  // A backup (a spare's acknowledgement) is a follower too.
+  log.Ack("spare", 6);
+  REQUIRE_OK(log.Run(make, [](LogEntry*) {}).status());
+  CHECK(made == 2);
+  REQUIRE_OK(log.Next(6, absl::ZeroDuration()).status());
+  // A backup that knew entry 3 cannot continue: it needs a snapshot.
+  CHECK_FALSE(log.CanContinue(3, 1));
 }
 
 }  // namespace
