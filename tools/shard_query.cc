@@ -123,8 +123,10 @@ ShardQuery::ShardQuery(std::vector<std::string> addresses,
                        const SecurityOptions& security)
     : addresses_(std::move(addresses)) {
   for (const std::string& a : addresses_) {
-    channels_.push_back(MakeChannel(a, 0, security));
-    stubs_.push_back(ParameterServer::NewStub(channels_.back()));
+    // A group no process holds is never asked (Ask): no channel.
+    channels_.push_back(a.empty() ? nullptr : MakeChannel(a, 0, security));
+    stubs_.push_back(a.empty() ? nullptr
+                               : ParameterServer::NewStub(channels_.back()));
   }
 }
 
@@ -197,7 +199,9 @@ std::vector<HealthResult> ShardQuery::Health(absl::Duration timeout,
   using grpc::health::v1::HealthCheckResponse;
   std::vector<std::unique_ptr<grpc::health::v1::Health::Stub>> stubs;
   for (const auto& channel : channels_) {
-    stubs.push_back(grpc::health::v1::Health::NewStub(channel));
+    stubs.push_back(channel == nullptr
+                        ? nullptr
+                        : grpc::health::v1::Health::NewStub(channel));
   }
   HealthCheckRequest request;
   request.set_service(service);
