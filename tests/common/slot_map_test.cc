@@ -63,6 +63,22 @@ TEST_CASE("serving shards are the ones that own a slot") {
       ShardMap::Slotted(4, {0, 2, 2, 0, 0}, 5);
   REQUIRE(partial.ok());
   CHECK(partial->serving_shards() == std::vector<int>{0, 2});
+  // A client indexes a call's per-shard state by these positions.
+  CHECK(partial->ServingPosition(0) == 0);
+  CHECK(partial->ServingPosition(1) == -1);
+  CHECK(partial->ServingPosition(2) == 1);
+  CHECK(partial->ServingPosition(3) == -1);
+  CHECK(ShardMap::Static(3)->ServingPosition(2) == 2);
+  // Many groups declared, two serving.
+  std::vector<uint16_t> owners(64);
+  for (size_t s = 0; s < owners.size(); ++s) owners[s] = s % 2 ? 60000 : 7;
+  const absl::StatusOr<ShardMap> wide =
+      ShardMap::Slotted(ShardMap::kMaxShards, owners, 2);
+  REQUIRE(wide.ok());
+  CHECK(wide->serving_shards() == std::vector<int>{7, 60000});
+  CHECK(wide->ServingPosition(7) == 0);
+  CHECK(wide->ServingPosition(60000) == 1);
+  CHECK(wide->ServingPosition(ShardMap::kMaxShards - 1) == -1);
 }
 
 TEST_CASE("bad maps are refused with what is wrong") {

@@ -14,6 +14,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "client/ps_client.h"
 #include "common/shard_map.h"
 #include "common/shard_map_proto.h"
@@ -69,20 +70,42 @@ TEST_CASE(
       {"rebalance", servers, "--apply", "--by=updates", "--threshold=1.0"});
   INFO(out3);
   CHECK(c3 == 0);
+  // Every slot of shard 1 to shard 0: the shards that own slots are 0 and
+  // 2, so a call's parts are no longer at the positions of their shards.
+  {
+    absl::StatusOr<std::vector<StatusResponse>> now = c->Status();
+    REQUIRE_OK(now.status());
+    const ShardMap map = *ShardMapOr((*now)[0].map(), kShards);
+    std::vector<std::string> slots;
+    for (size_t s = 0; s < map.owners().size(); ++s) {
+      if (map.owners()[s] == 1) slots.push_back(absl::StrCat(s));
+    }
+    REQUIRE(!slots.empty());
+    const auto [c4, out4] =
+        Psctl({"move", servers, "--slot_list=" + absl::StrJoin(slots, ","),
+               "--to_shard=0"});
+    INFO(out4);
+    CHECK(c4 == 0);
+  }
   // Training went on through the moves.
   t.WaitForPushes(after_first, 20);
+  t.WaitForPushes(t.acked.load(), 20);
   t.Stop();
   REQUIRE_OK(t.error);
   CHECK(t.stale == 0);
   const int64_t n = t.acked.load();
   CHECK(n > after_first);
 
-  // Every shard serves the last map; slots 0-7 on shard 2, 8-15 on 1.
+  // The shards that own slots serve the last map.
   absl::StatusOr<std::vector<StatusResponse>> st = c->Status();
   REQUIRE_OK(st.status());
   const ShardMap last = *ShardMapOr((*st)[0].map(), kShards);
-  CHECK(last.epoch() >= 4);
-  for (const StatusResponse& s : *st) CHECK(s.map().epoch() == last.epoch());
+  CHECK(last.epoch() >= 5);
+  CHECK(last.serving_shards() == std::vector<int>{0, 2});
+  // (Shard 1 owns no slot: the client asks it nothing.)
+  for (const int s : last.serving_shards()) {
+    CHECK((*st)[s].map().epoch() == last.epoch());
+  }
 
   // The ledger, read by a client that starts now (it adopts the new map).
   c.reset();
