@@ -170,13 +170,15 @@ int Rebalance(ShardQuery* query, absl::Duration timeout,
     return code;
   }
   if (format == Format::kJson || format == Format::kYaml) {
-    Doc before = Doc::Array(), after = Doc::Array();
+    Doc shards = Doc::Array(), before = Doc::Array(), after = Doc::Array();
+    for (const int s : plan->shards) shards.Add(Doc::Int(s));
     for (const uint64_t b : plan->before) before.Add(Doc::Uint(b));
     for (const uint64_t a : plan->after) after.Add(Doc::Uint(a));
     Doc doc = Doc::Object();
     doc.Set("by", Doc::String(f.by))
         .Set("epoch", Doc::Uint(plan->map.epoch()))
         .Set("moved_slots", Doc::Int(plan->moved_slots))
+        .Set("shards", std::move(shards))
         .Set("before", std::move(before))
         .Set("after", std::move(after))
         .Set("imbalance_before", Doc::Double(Imbalance(plan->before)))
@@ -187,9 +189,9 @@ int Rebalance(ShardQuery* query, absl::Duration timeout,
   }
   std::string out =
       absl::StrFormat("%-6s %16s %16s\n", "SHARD", "LOAD_BEFORE", "LOAD_AFTER");
-  for (size_t s = 0; s < plan->before.size(); ++s) {
-    absl::StrAppendFormat(&out, "%-6d %16d %16d\n", s, plan->before[s],
-                          plan->after[s]);
+  for (size_t i = 0; i < plan->shards.size(); ++i) {
+    absl::StrAppendFormat(&out, "%-6d %16d %16d\n", plan->shards[i],
+                          plan->before[i], plan->after[i]);
   }
   absl::StrAppendFormat(
       &out,

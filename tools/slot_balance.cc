@@ -56,35 +56,38 @@ absl::StatusOr<BalancePlan> PlanBalance(const ShardMap& map,
         " slots, threshold ", threshold, " (>= 1), max_moves ", max_moves));
   }
   std::vector<uint16_t> owners(map.owners().begin(), map.owners().end());
-  const int n = map.num_shards();
-  BalancePlan plan{map, std::vector<uint64_t>(n, 0), {}, 0, 0, 0};
+  const std::vector<int>& serving = map.serving_shards();
+  BalancePlan plan{
+      map, serving, std::vector<uint64_t>(serving.size(), 0), {}, 0, 0, 0};
+  // Loads by serving position.
+  std::vector<uint64_t> t(serving.size(), 0);
   long double total = 0;
   for (size_t s = 0; s < owners.size(); ++s) {
-    plan.before[owners[s]] += load[s];
+    t[map.ServingPosition(owners[s])] += load[s];
     total += load[s];
     if (load[s] > plan.hottest_slot_load) {
       plan.hottest_slot_load = load[s];
       plan.hottest_slot = static_cast<uint32_t>(s);
     }
   }
-  std::vector<uint64_t> t = plan.before;
-  const long double limit = threshold * total / n;
+  plan.before = t;
+  const long double limit = threshold * total / serving.size();
   while (plan.moved_slots < max_moves) {
     const int b =
         static_cast<int>(std::max_element(t.begin(), t.end()) - t.begin());
     const int d =
         static_cast<int>(std::min_element(t.begin(), t.end()) - t.begin());
     if (t[b] <= limit || b == d) break;
-    const int64_t slot = BestSlot(owners, load, b, t[b] - t[d]);
+    const int64_t slot = BestSlot(owners, load, serving[b], t[b] - t[d]);
     if (slot < 0) break;
-    owners[slot] = static_cast<uint16_t>(d);
+    owners[slot] = static_cast<uint16_t>(serving[d]);
     t[b] -= load[slot];
     t[d] += load[slot];
     ++plan.moved_slots;
   }
   plan.after = std::move(t);
   absl::StatusOr<ShardMap> next =
-      ShardMap::Slotted(n, std::move(owners), map.epoch() + 1);
+      ShardMap::Slotted(map.num_shards(), std::move(owners), map.epoch() + 1);
   if (!next.ok()) return next.status();
   plan.map = *std::move(next);
   return plan;

@@ -28,10 +28,15 @@
 
 namespace asyncps {
 
+// Only the shards that own slots take part: a rebalance moves slots among
+// them and never onto a shard that owns none (a standby, a drained shard,
+// a group no process holds: changing the count is psctl scale's).
 struct BalancePlan {
-  ShardMap map;                  // the new map, at the old epoch + 1
-  std::vector<uint64_t> before;  // each shard's load under the old map
-  std::vector<uint64_t> after;   // and under the new one
+  ShardMap map;             // the new map, at the old epoch + 1
+  std::vector<int> shards;  // the shards balanced: map.serving_shards()
+  // Each of their loads under the old map, and under the new one.
+  std::vector<uint64_t> before;
+  std::vector<uint64_t> after;
   int moved_slots = 0;
   uint64_t hottest_slot_load = 0;
   uint32_t hottest_slot = 0;

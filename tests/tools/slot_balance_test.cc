@@ -43,6 +43,24 @@ TEST_CASE("Zipf(1.2) rows on 4 shards: busiest / mean ends within 1.10") {
   CHECK(recount == plan->after);
 }
 
+TEST_CASE("slots move only among the shards that own slots") {
+  // 4 shards declared, slots on 0 and 2; 1 and 3 stand by (or have no
+  // process yet): a rebalance never gives them slots.
+  std::vector<uint16_t> owners(16);
+  for (size_t s = 0; s < owners.size(); ++s) owners[s] = s < 12 ? 0 : 2;
+  const ShardMap map = *ShardMap::Slotted(4, owners, 3);
+  const std::vector<uint64_t> load(16, 10);
+  absl::StatusOr<BalancePlan> plan = PlanBalance(map, load, 1.0, 100);
+  REQUIRE(plan.ok());
+  CHECK(plan->shards == std::vector<int>{0, 2});
+  CHECK(plan->before == std::vector<uint64_t>{120, 40});
+  CHECK(plan->after == std::vector<uint64_t>{80, 80});
+  CHECK(plan->moved_slots == 4);
+  CHECK(plan->map.serving_shards() == std::vector<int>{0, 2});
+  CHECK(Imbalance(plan->before) == 1.5);
+  CHECK(Imbalance(plan->after) == 1.0);
+}
+
 TEST_CASE("an even load moves nothing") {
   const ShardMap map = *ShardMap::EvenSlots(3, 30);
   const std::vector<uint64_t> load(30, 7);
