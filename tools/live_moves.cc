@@ -232,6 +232,15 @@ int RunLiveMoves(const LiveMoveOptions& o, const ShardMap& current,
         ") is not one of the run's slots and shards (", current.DebugString(),
         ", ", o.servers.size(), " servers given)"));
   }
+  for (const int s : target.serving_shards()) {
+    if (!o.servers[s].empty()) continue;
+    std::fprintf(stderr,
+                 "psctl: shard %d has no process: start ps_server "
+                 "--shard_index=%d with the run's etcd flags before slots "
+                 "move to it\n",
+                 s, s);
+    return kExitDown;
+  }
   // Shards behind (one restarted on files older than a move) first.
   if (Broadcast(o, current, -1, -1) > 0) return kExitDown;
   ShardMap now = current;

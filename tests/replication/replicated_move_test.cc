@@ -223,6 +223,16 @@ TEST_CASE(
     CHECK(absl::StrContains(out,
                             "shard 1 has no process: start ps_server "
                             "--shard_index=1"));
+    std::tie(code, out) =
+        g.Psctl("move", {"--slot_list=0-3", "--to_shard=250"});
+    INFO(out);
+    CHECK(code == 1);
+    CHECK(absl::StrContains(out, "shard 250 has no process"));
+    // A rebalance has nothing to balance: one shard owns every slot.
+    std::tie(code, out) = g.Psctl("rebalance", {"--apply", "--by=updates"});
+    INFO(out);
+    CHECK(code == 0);
+    CHECK(absl::StrContains(out, "0 slots move"));
   }
   g.replicas.push_back(g.Start(1, {"--replicas=1"}));
   WaitForRole(g.replicas[1].address, "primary");
