@@ -26,8 +26,14 @@ element: it must equal 1 - sum(grad x pushes) exactly (0 pushes lost, 0
 applied twice), and `psctl status --digests` must find every group back
 at R caught-up replicas with equal state digests (within a minute).
 
+With --mlp EPOCHS the workers are ps_worker processes training the MLP on
+Fashion-MNIST through the map instead (no ledger): each must exit 0, and
+the run prints the final test accuracy and the examples/s, to compare with
+an undisturbed run of the same flags and --seconds 0.
+
   tests/cluster/replication_nemesis.py --bin "$(bazel info bazel-bin)" \\
       [--seconds 60] [--every 4] [--workers 4] [--pushes 3000] [--scale]
+      [--mlp EPOCHS]
 
 Needs root (namespaces). Prints one line per nemesis event and a closing
 "ledger: ..." line; exits 1 on any violation.
@@ -36,6 +42,7 @@ Needs root (namespaces). Prints one line per nemesis event and a closing
 import argparse
 import os
 import random
+import re
 import shutil
 import sys
 import time
@@ -48,6 +55,38 @@ import push_ledger  # noqa: E402
 
 PORT = 7000
 ETCD_PORT = 2379
+
+
+def start_trainers(cluster, host, args, endpoint):
+    """ps_worker processes training the MLP through the map in etcd."""
+    ps_worker = ec.binary(args.bin, "worker", "ps_worker")
+    tmp = os.path.join(cluster.log_dir, "tmp")
+    os.makedirs(tmp, exist_ok=True)
+    env = dict(os.environ, TMPDIR=tmp, OPENBLAS_NUM_THREADS="1")
+    return [host.spawn([ps_worker, f"--etcd_endpoints={endpoint}",
+                        "--run_id=nemesis", f"--worker_id={w}",
+                        f"--num_workers={args.workers}",
+                        f"--epochs={args.mlp}"], name=f"worker{w}", env=env)
+            for w in range(args.workers)]
+
+
+def settle_trainers(workers):
+    """Waits for the trainers; prints each one's exit status, examples/s
+    and the final test accuracy. Returns how many did not exit 0."""
+    failed = 0
+    for w, proc in enumerate(workers):
+        code = proc.wait(900)
+        text = proc.log_text()
+        rate = re.findall(r"done: .* ([0-9]+) examples/s", text)
+        accuracy = re.findall(r"^final test accuracy: ([0-9.]+)$", text,
+                              re.MULTILINE)
+        print(f"worker {w}: exit {code}, "
+              f"{rate[-1] if rate else '?'} examples/s, final test accuracy "
+              f"{accuracy[-1] if accuracy else '-'}", flush=True)
+        if code != 0:
+            failed += 1
+            print(text[-2000:])
+    return failed
 
 
 def main():
@@ -65,6 +104,9 @@ def main():
                     help="R: processes per shard group (hosts 1..2R); with "
                     "R >= 3 the nemesis also kills two replicas of one "
                     "group 0.5 s apart")
+    ap.add_argument("--mlp", type=int, default=0, metavar="EPOCHS",
+                    help="train the MLP for EPOCHS epochs instead of the "
+                    "ledger's pushes")
     ap.add_argument("--scale", action="store_true",
                     help="move slots between the groups at every event")
     args = ap.parse_args()
@@ -118,10 +160,12 @@ def main():
         time.sleep(3)
         common = [f"--etcd_endpoints={endpoint}", "--run_id=nemesis",
                   "--tensors=w", "--log_level=warn"]
-        workers = push_ledger.start_workers(h0, push_client, common,
-                                            args.workers, args.pushes,
-                                            [f"--create_elems={elems}",
-                                             *push_ledger.step_flags(args)])
+        if args.mlp:
+            workers = start_trainers(c, h0, args, endpoint)
+        else:
+            workers = push_ledger.start_workers(
+                h0, push_client, common, args.workers, args.pushes,
+                [f"--create_elems={elems}", *push_ledger.step_flags(args)])
 
         def scale(to, name):
             return h0.spawn([psctl, "scale", f"--etcd_endpoints={endpoint}",
@@ -218,8 +262,11 @@ def main():
             print(f"final psctl scale --shards=2: exit {final}: "
                   f"{p.log_text().strip()[-300:]}", flush=True)
 
-        failed, verified, expect = push_ledger.settle(
-            h0, push_client, common, workers, args.pushes)
+        if args.mlp:
+            failed, verified, expect = settle_trainers(workers), True, None
+        else:
+            failed, verified, expect = push_ledger.settle(
+                h0, push_client, common, workers, args.pushes)
         # Every group back to R caught-up replicas, with equal state
         # digests at one entry (psctl status --digests exits 0); restarted
         # spares may still be catching up: up to a minute.
@@ -237,6 +284,12 @@ def main():
         ok = (failed == 0 and verified and final == 0 and digests == 0
               and not_whole == 0)
         moved = f" ({scales_ok} scales completed)" if args.scale else ""
+        if args.mlp:
+            print(f"mlp: {args.workers} workers x {args.mlp} epochs through "
+                  f"{events} nemesis events{moved}: {failed} worker(s) "
+                  f"failed; final scale exit {final}; digests exit {digests}; "
+                  f"{not_whole} strike(s) on a group not whole")
+            return 0 if ok else 1
         print(f"ledger: {args.workers} workers x {args.pushes} pushes through "
               f"{events} nemesis events{moved}: "
               f"{'every' if failed == 0 else 'NOT every'} "
