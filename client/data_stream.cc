@@ -1,6 +1,11 @@
 #include "client/data_stream.h"
 
+#include <grpc/grpc.h>
+#include <grpcpp/impl/codegen/completion_queue_tag.h>
+
+#include <cstring>
 #include <deque>
+#include <optional>
 #include <utility>
 #include <vector>
 
@@ -8,14 +13,44 @@
 #include "absl/strings/str_cat.h"
 #include "common/grpc_status.h"
 
+// gRPC's ByteBuffer names this class its friend, for code that hands a
+// ByteBuffer's core buffer to gRPC's C API, as its own call operations do.
+// Defined here, once in the program: the exchange below sends a request
+// and receives an answer in one batch of that API.
+namespace grpc::internal {
+class GrpcByteBufferPeer {
+ public:
+  explicit GrpcByteBufferPeer(ByteBuffer* buffer) : buffer_(buffer) {}
+  grpc_byte_buffer* c_buffer() { return buffer_->c_buffer(); }
+  grpc_byte_buffer** c_buffer_ptr() { return buffer_->c_buffer_ptr(); }
+
+ private:
+  ByteBuffer* const buffer_;
+};
+}  // namespace grpc::internal
+
 namespace asyncps {
 
 // One stream (one gRPC call on the owner's DrivenQueue), kept by its
 // DataStream until its last operation completed. At most one write and one
 // read are in flight; the start of the call counts as the first write, so
 // requests queue behind it. Once the stream has ended (a read or write
-// failed) and neither is in flight, Finish collects the status, fails the
-// requests still pending with it, and hands the stream back to its owner.
+// failed, or Cancel) and neither is in flight, Finish collects the status,
+// fails the requests still pending with it, and hands the stream back to its
+// owner.
+//
+// A read is in flight only while an answer is awaited. gRPC 1.51 announces
+// the window a newly posted read may fill at once, in a WINDOW_UPDATE of its
+// own, whenever the stream has taken in bytes since its last announcement:
+// a read posted as soon as each answer arrived cost every call a second
+// write on the client and a second wake-up and read on the shard. So once no
+// answer is awaited the stream posts no read (it is parked), and the next
+// request goes out together with the read of its answer in one batch of
+// gRPC's C API (an exchange), whose single write carries the window update.
+// An exchange completes once both have, so a request sent while one is in
+// flight waits for the exchange's answer: a stream that sees that keeps a
+// read posted for its next kPipelinedSends requests, as pipelined callers
+// need.
 class DataStream::Call {
  public:
   explicit Call(DataStream* owner) : owner_(owner) {}
@@ -28,25 +63,37 @@ class DataStream::Call {
 
   // Queues a request; false once the stream has ended (open a new one).
   bool Send(uint64_t id, grpc::ByteBuffer request, Done done) {
-    grpc::ByteBuffer* start = nullptr;
+    Next next;
     {
       absl::MutexLock l(&mu_);
       if (ended_) return false;
       pending_.emplace(id, std::move(done));
-      writes_.push_back(std::move(request));
-      if (!writing_) {
-        writing_ = true;
-        start = &writes_.front();
-      }
+      writes_.push_back({id, std::move(request)});
+      if (exchanging_) pipelined_left_ = kPipelinedSends;
+      next = TakeNext();
     }
     // No Finish while writing_ holds: the stream is still there.
-    if (start != nullptr) rw_->Write(*start, &write_op_);
+    Start(next);
     return true;
   }
 
-  void Cancel() { ctx_.TryCancel(); }
+  void Cancel() {
+    ctx_.TryCancel();
+    bool finish = false;
+    {
+      absl::MutexLock l(&mu_);
+      cancelled_ = true;
+      ended_ = true;
+      finish = TakeFinish();  // a parked stream has nothing in flight
+    }
+    if (finish) rw_->Finish(&status_, &finish_op_);
+  }
 
  private:
+  // Requests that keep a read posted after a request had to wait for an
+  // exchange.
+  static constexpr int kPipelinedSends = 64;
+
   // One kind of operation's tag.
   class Op : public DrivenQueue::Op {
    public:
@@ -59,6 +106,83 @@ class DataStream::Call {
     void (Call::*const on_complete_)(bool);
   };
 
+  // An exchange's tag for gRPC's C API: the queue hands on the Op, as the
+  // C++ API's operation sets do theirs.
+  class CoreTag final : public grpc::internal::CompletionQueueTag {
+   public:
+    explicit CoreTag(DrivenQueue::Op* op) : op_(op) {}
+    bool FinalizeResult(void** tag, bool* /*status*/) override {
+      *tag = op_;
+      return true;
+    }
+
+   private:
+    DrivenQueue::Op* const op_;
+  };
+
+  // A request whose exchange failed, to be sent once more on a new stream.
+  struct Resend {
+    uint64_t id;
+    grpc::ByteBuffer request;
+    Done done;
+  };
+
+  // A request waiting to be written, and its id.
+  struct Write {
+    uint64_t id;
+    grpc::ByteBuffer request;
+  };
+
+  // What to start once no write is in flight: the next queued request, as
+  // an exchange when no read is posted (the stream is parked).
+  struct Next {
+    grpc::ByteBuffer* request = nullptr;  // writes_.front(); null: nothing
+    bool exchange = false;
+  };
+
+  Next TakeNext() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    Next next;
+    if (writing_ || ended_ || writes_.empty()) return next;
+    writing_ = true;
+    next.request = &writes_.front().request;
+    if (pipelined_left_ > 0) --pipelined_left_;
+    if (!reading_) {  // parked: a read has completed, so the shard's initial
+      reading_ = true;  // metadata has come (the first read asked for it)
+      next.exchange = exchanging_ = true;
+      exchange_id_ = writes_.front().id;
+    }
+    return next;
+  }
+
+  void Start(const Next& next) {
+    if (next.exchange) {
+      StartExchange(next.request);
+    } else if (next.request != nullptr) {
+      rw_->Write(*next.request, &write_op_);
+    }
+  }
+
+  // Sends `request` (the front write) and reads its answer into in_, as
+  // one batch.
+  void StartExchange(grpc::ByteBuffer* request) {
+    grpc_op ops[2];
+    std::memset(ops, 0, sizeof(ops));
+    // gRPC takes the slices out of the buffer it is given: hand it a copy
+    // (of references, as the C++ API does), so that the request stays
+    // whole for a resend.
+    exchange_request_ = *request;
+    ops[0].op = GRPC_OP_SEND_MESSAGE;
+    ops[0].data.send_message.send_message =
+        grpc::internal::GrpcByteBufferPeer(&exchange_request_).c_buffer();
+    ops[1].op = GRPC_OP_RECV_MESSAGE;
+    ops[1].data.recv_message.recv_message =
+        grpc::internal::GrpcByteBufferPeer(&in_).c_buffer_ptr();
+    // As gRPC's C++ API does with its own batches: a refused batch is a
+    // broken invariant (one write and one read at a time).
+    GPR_ASSERT(grpc_call_start_batch(ctx_.c_call(), ops, 2, &exchange_tag_,
+                                     nullptr) == GRPC_CALL_OK);
+  }
+
   void OnStarted(bool ok) {
     grpc::ByteBuffer* first = nullptr;
     bool finish = false;
@@ -66,7 +190,7 @@ class DataStream::Call {
       absl::MutexLock l(&mu_);
       if (ok) {
         reading_ = true;
-        if (!writes_.empty()) first = &writes_.front();
+        if (!writes_.empty()) first = &writes_.front().request;
       } else {
         ended_ = true;
       }
@@ -76,27 +200,28 @@ class DataStream::Call {
         finish = TakeFinish();
       }
     }
+    // The first read asks for the shard's initial metadata too.
     if (ok) rw_->Read(&in_, &read_op_);
     if (first != nullptr) rw_->Write(*first, &write_op_);
     if (finish) rw_->Finish(&status_, &finish_op_);
   }
 
   void OnWriteDone(bool ok) {
-    grpc::ByteBuffer* next = nullptr;
+    Next next;
     bool finish = false;
     {
       absl::MutexLock l(&mu_);
       writes_.pop_front();
+      writing_ = false;
       if (!ok) ended_ = true;
-      if (!ended_ && !writes_.empty()) {
-        next = &writes_.front();
-      } else {
-        writing_ = false;
+      if (ended_) {
         writes_.clear();
         finish = TakeFinish();
+      } else {
+        next = TakeNext();
       }
     }
-    if (next != nullptr) rw_->Write(*next, &write_op_);
+    Start(next);
     if (finish) rw_->Finish(&status_, &finish_op_);
   }
 
@@ -124,18 +249,58 @@ class DataStream::Call {
     }
     if (done) done(absl::OkStatus(), &in_);
     in_.Clear();
-    rw_->Read(&in_, &read_op_);
+    bool read = true;
+    bool finish = false;
+    {
+      absl::MutexLock l(&mu_);
+      if (pending_.empty() && pipelined_left_ == 0) {
+        read = false;  // parked until the next request
+        reading_ = false;
+        finish = TakeFinish();
+      }
+    }
+    if (read) rw_->Read(&in_, &read_op_);
+    if (finish) rw_->Finish(&status_, &finish_op_);
+  }
+
+  void OnExchanged(bool ok) {
+    // ok with no message: the shard ended the stream.
+    const bool answered = ok && in_.Valid();
+    exchange_request_.Clear();
+    {
+      absl::MutexLock l(&mu_);
+      exchanging_ = false;
+      // The stream was parked, so it may have ended long before this
+      // request was written to it: unless it is being cancelled, the
+      // request goes to a new stream once this one has finished (a repeat
+      // is harmless: pushes are de-duplicated by their sequence numbers).
+      auto it = pending_.find(exchange_id_);
+      if (!answered && !cancelled_ && it != pending_.end()) {
+        resend_ = Resend{exchange_id_, writes_.front().request,
+                         std::move(it->second)};
+        pending_.erase(it);
+      }
+    }
+    OnWriteDone(answered);
+    OnReadDone(answered);
   }
 
   void OnFinished(bool) {
     absl::Status s = FromGrpcStatus(status_);
     if (s.ok()) s = absl::UnavailableError("the shard ended the stream");
     absl::flat_hash_map<uint64_t, Done> pending;
+    std::optional<Resend> resend;
     {
       absl::MutexLock l(&mu_);
       pending.swap(pending_);
+      resend.swap(resend_);
     }
     for (auto& [id, done] : pending) done(s, nullptr);
+    if (resend.has_value() &&
+        !owner_->SendOn(resend->id, resend->request, resend->done,
+                        /*reap=*/false)) {
+      resend->done(s, nullptr);  // the owner is closing
+    }
     owner_->Finished(this);  // may delete this
   }
 
@@ -154,15 +319,24 @@ class DataStream::Call {
   Op write_op_{this, &Call::OnWriteDone};
   Op read_op_{this, &Call::OnReadDone};
   Op finish_op_{this, &Call::OnFinished};
+  Op exchange_op_{this, &Call::OnExchanged};
+  CoreTag exchange_tag_{&exchange_op_};
   grpc::ByteBuffer in_;  // touched only by the one read in flight
+  grpc::ByteBuffer exchange_request_;  // what the exchange in flight sends
   grpc::Status status_;  // written by Finish
   absl::Mutex mu_;
   absl::flat_hash_map<uint64_t, Done> pending_ ABSL_GUARDED_BY(mu_);
-  std::deque<grpc::ByteBuffer> writes_ ABSL_GUARDED_BY(mu_);
-  // The start, then a write, is in flight.
+  std::deque<Write> writes_ ABSL_GUARDED_BY(mu_);
+  // The start, then a write or an exchange, is in flight.
   bool writing_ ABSL_GUARDED_BY(mu_) = true;
+  // A read or an exchange is in flight.
   bool reading_ ABSL_GUARDED_BY(mu_) = false;
+  bool exchanging_ ABSL_GUARDED_BY(mu_) = false;
+  uint64_t exchange_id_ ABSL_GUARDED_BY(mu_) = 0;
+  int pipelined_left_ ABSL_GUARDED_BY(mu_) = 0;
+  std::optional<Resend> resend_ ABSL_GUARDED_BY(mu_);
   bool ended_ ABSL_GUARDED_BY(mu_) = false;
+  bool cancelled_ ABSL_GUARDED_BY(mu_) = false;
   bool finishing_ ABSL_GUARDED_BY(mu_) = false;
 };
 
@@ -178,6 +352,7 @@ DataStream::~DataStream() {
   std::vector<std::shared_ptr<Call>> calls;
   {
     absl::MutexLock l(&mu_);
+    closing_ = true;  // no stream starts after this snapshot
     current_ = nullptr;
     calls = calls_;
   }
@@ -209,13 +384,21 @@ std::vector<std::shared_ptr<DataStream::Call>> DataStream::TakeFinished() {
 }
 
 void DataStream::Send(uint64_t id, grpc::ByteBuffer request, Done done) {
+  if (!SendOn(id, std::move(request), done, /*reap=*/true)) {
+    done(absl::CancelledError("the stream is being closed"), nullptr);
+  }
+}
+
+bool DataStream::SendOn(uint64_t id, grpc::ByteBuffer request, Done done,
+                        bool reap) {
   for (;;) {
     std::shared_ptr<Call> call;
     std::vector<std::shared_ptr<Call>> ended;  // deleted on return
     bool fresh = false;
     {
       absl::MutexLock l(&mu_);
-      ended = TakeFinished();
+      if (closing_) return false;
+      if (reap) ended = TakeFinished();
       if (current_ == nullptr) {
         current_ = std::make_shared<Call>(this);
         calls_.push_back(current_);
@@ -225,7 +408,7 @@ void DataStream::Send(uint64_t id, grpc::ByteBuffer request, Done done) {
     }
     if (fresh) call->Begin();
     // A copy: if the stream has just ended, the request goes to the next.
-    if (call->Send(id, request, done)) return;
+    if (call->Send(id, request, done)) return true;
     absl::MutexLock l(&mu_);
     if (current_ == call) current_ = nullptr;
   }

@@ -24,7 +24,10 @@ namespace asyncps {
 // ids and are answered in any order; each Send's callback gets its answer or
 // the stream's failure. A failed or ended stream is replaced by a new one on
 // the next Send, so a restarted shard is reached again without the caller's
-// help (the caller retries what failed).
+// help (the caller retries what failed). A stream that awaits no answer
+// posts no read, so it learns that the shard ended it only from the next
+// request, which then goes to a new stream by itself (requests must be safe
+// to repeat: pushes carry sequence numbers).
 //
 // The streams' operations complete on a DrivenQueue: answer callbacks run on
 // whichever thread waits on that queue (DrivenQueue::WaitUntil), so a caller
@@ -72,6 +75,10 @@ class DataStream {
  private:
   class Call;
 
+  // Sends on the current stream, opening one if there is none or it has
+  // ended; false once the destructor has begun. `reap`: delete the streams
+  // that have finished on the way (only on a caller's thread).
+  bool SendOn(uint64_t id, grpc::ByteBuffer request, Done done, bool reap);
   // Called when a stream's last operation completed, its last touch of it.
   void Finished(const Call* call);
   // Takes the streams that have ended out of calls_, to delete them.
@@ -89,6 +96,7 @@ class DataStream {
   // OnDone may not have run), and those whose OnDone has run.
   std::vector<std::shared_ptr<Call>> calls_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_set<const Call*> finished_ ABSL_GUARDED_BY(mu_);
+  bool closing_ ABSL_GUARDED_BY(mu_) = false;
 };
 
 }  // namespace asyncps

@@ -25,6 +25,7 @@
 #include "tests/testing/require_ok.h"
 #include "tests/testing/stream_helpers.h"
 #include "tests/testing/subprocess.h"
+#include "tests/testing/tcp_proxy.h"
 
 namespace asyncps {
 namespace {
@@ -263,6 +264,52 @@ TEST_CASE("a pull that waits does not hold up the next one on its stream",
   REQUIRE_OK(waiting->Wait());
   CHECK(waiting->read().versions.at("w")[0] == 1);
   CHECK(a == std::vector<float>(4, -1.0f));
+}
+
+// A stream posts the read of an answer with its request (an exchange), so
+// that gRPC's window update for the read rides in the request's write
+// instead of a write of its own after every answer; and a stream whose
+// connection died while no answer was awaited sends its next request on a
+// new one without the caller seeing an error.
+TEST_CASE("one write per request when idle, and a lost idle stream is "
+          "replaced unseen",
+          "[stream]") {
+  Shard shard = StartOne();
+  absl::StatusOr<std::unique_ptr<testing::TcpProxy>> proxy =
+      testing::TcpProxy::Start(shard.server.address);
+  REQUIRE_OK(proxy.status());
+  testing::ShardStreams streams(MakeChannel((*proxy)->address()));
+  PullRequest req;
+  req.mutable_worker()->set_worker_id(9);
+  req.mutable_worker()->set_incarnation(1);
+  req.add_tensors("w");
+  const auto pull = [&] {
+    const PullResponse r = streams.Pull(req);
+    REQUIRE(r.status().code() == 0);
+    REQUIRE(r.slices_size() == 1);
+    CHECK(r.slices(0).values().size() == kElems * sizeof(float));
+  };
+  pull();  // connects
+  const uint64_t work0 = (*proxy)->client_work_frames();
+  const uint64_t idle0 = (*proxy)->client_idle_only_reads();
+  constexpr int kPulls = 50;
+  for (int i = 0; i < kPulls; ++i) {
+    pull();
+    // A pause between calls, as a training step's compute: a window update
+    // written after the answer would reach the proxy alone.
+    absl::SleepFor(absl::Milliseconds(2));
+  }
+  CHECK((*proxy)->client_work_frames() - work0 >= kPulls);
+  // Pings may go alone (at most a few in this time); a window update after
+  // every answer made kPulls of them.
+  CHECK((*proxy)->client_idle_only_reads() - idle0 <= 5);
+
+  // The connection dies while the stream awaits nothing: the next pulls are
+  // answered, the first on a new stream the caller never sees fail.
+  (*proxy)->ResetAll();
+  for (int i = 0; i < 3; ++i) pull();
+  CHECK((*proxy)->connections() == 2);
+  CHECK(shard.GetCounters().rejected_bad_input() == 0);
 }
 
 // The same pushes and pulls through PsClient (the streams) and through the

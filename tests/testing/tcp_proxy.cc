@@ -10,11 +10,13 @@
 
 #include <cerrno>
 #include <cstring>
+#include <memory>
 #include <vector>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "common/call_ledger.h"
 
 namespace asyncps {
 namespace testing {
@@ -66,6 +68,8 @@ class TcpProxy::Impl {
   struct Pair {
     int client = -1;
     int backend = -1;
+    // The client's HTTP/2 frames, counted as they pass.
+    std::shared_ptr<CallLedger> frames = std::make_shared<CallLedger>();
   };
 
   void Wake() {
@@ -85,11 +89,22 @@ class TcpProxy::Impl {
     p->client = p->backend = -1;
   }
 
-  // Moves what `from` has to `to`; false when either side is gone.
-  bool Forward(int from, int to, int64_t* moved) {
+  // Moves what `from` has to `to`, passing it through `frames` when given;
+  // false when either side is gone.
+  bool Forward(int from, int to, int64_t* moved, CallLedger* frames) {
     char buf[64 << 10];
     const ssize_t n = read(from, buf, sizeof(buf));
     if (n <= 0) return false;
+    if (frames != nullptr) {
+      const uint64_t idle = frames->client_idle_frames();
+      const uint64_t work = frames->client_work_frames();
+      frames->FromClient(buf, static_cast<size_t>(n));
+      const uint64_t new_work = frames->client_work_frames() - work;
+      owner_->work_frames_.fetch_add(new_work);
+      if (new_work == 0 && frames->client_idle_frames() > idle) {
+        owner_->idle_only_reads_.fetch_add(1);
+      }
+    }
     ssize_t off = 0;
     while (off < n) {
       // MSG_NOSIGNAL: a peer that closed gives EPIPE here, not a SIGPIPE
@@ -149,7 +164,7 @@ class TcpProxy::Impl {
         const short from_backend = fds[3 + 2 * i].revents;
         int64_t moved = 0;
         if (from_client & (POLLIN | POLLHUP | POLLERR)) {
-          if (!Forward(p.client, p.backend, &moved)) {
+          if (!Forward(p.client, p.backend, &moved, p.frames.get())) {
             ClosePair(&p, false);
             continue;
           }
@@ -169,7 +184,9 @@ class TcpProxy::Impl {
             owner_->lost_.fetch_add(1);
             break;
           }
-          if (!Forward(p.backend, p.client, &moved)) ClosePair(&p, false);
+          if (!Forward(p.backend, p.client, &moved, nullptr)) {
+            ClosePair(&p, false);
+          }
         }
       }
       if (cut) {

@@ -42,6 +42,13 @@ class TcpProxy {
 
   int answers_lost() const { return lost_.load(); }
   int connections() const { return accepted_.load(); }
+  // HTTP/2 frames the clients sent that do a call's work (HEADERS, DATA),
+  // as CallLedger counts them, over every connection.
+  uint64_t client_work_frames() const { return work_frames_.load(); }
+  // Reads of the clients' bytes that held frames but none of those: a
+  // WINDOW_UPDATE or PING the client wrote on its own, which woke the
+  // server for nothing.
+  uint64_t client_idle_only_reads() const { return idle_only_reads_.load(); }
 
  private:
   class Impl;
@@ -50,6 +57,8 @@ class TcpProxy {
   std::unique_ptr<Impl> impl_;
   std::atomic<int> lost_{0};
   std::atomic<int> accepted_{0};
+  std::atomic<uint64_t> work_frames_{0};
+  std::atomic<uint64_t> idle_only_reads_{0};
 };
 
 }  // namespace testing
