@@ -47,13 +47,22 @@ namespace asyncps {
 // answer is awaited the stream posts no read (it is parked), and the next
 // request goes out together with the read of its answer in one batch of
 // gRPC's C API (an exchange), whose single write carries the window update.
-// An exchange completes once both have, so a request sent while one is in
-// flight waits for the exchange's answer: a stream that sees that keeps a
-// read posted for its next kPipelinedSends requests, as pipelined callers
-// need.
+// An exchange's write completes only with its answer, which the shard may
+// hold (a pull waiting under SSP or BSP), so a request sent while one is in
+// flight goes to a new stream instead of waiting behind it; that stream keeps
+// a read posted for its first kPipelinedSends requests (pipelined callers),
+// and the old one ends once it awaits nothing (it is retired).
 class DataStream::Call {
  public:
-  explicit Call(DataStream* owner) : owner_(owner) {}
+  // What Send did with a request.
+  enum class Sent { kQueued, kEnded, kBusy };
+
+  // Requests that keep a read posted on a stream opened because the last
+  // one was busy.
+  static constexpr int kPipelinedSends = 64;
+
+  Call(DataStream* owner, int pipelined_sends)
+      : owner_(owner), pipelined_left_(pipelined_sends) {}
 
   void Begin() {
     rw_ =
@@ -61,20 +70,33 @@ class DataStream::Call {
     rw_->StartCall(&start_op_);
   }
 
-  // Queues a request; false once the stream has ended (open a new one).
-  bool Send(uint64_t id, grpc::ByteBuffer request, Done done) {
+  // Queues a request (kQueued); kEnded once the stream has ended, kBusy while
+  // an exchange is in flight: send it on a new stream.
+  Sent Send(uint64_t id, grpc::ByteBuffer request, Done done) {
     Next next;
     {
       absl::MutexLock l(&mu_);
-      if (ended_) return false;
+      if (ended_) return Sent::kEnded;
+      if (exchanging_) return Sent::kBusy;
       pending_.emplace(id, std::move(done));
       writes_.push_back({id, std::move(request)});
-      if (exchanging_) pipelined_left_ = kPipelinedSends;
       next = TakeNext();
     }
     // No Finish while writing_ holds: the stream is still there.
     Start(next);
-    return true;
+    return Sent::kQueued;
+  }
+
+  // The owner sends on another stream now: this one ends as soon as it
+  // awaits no answer.
+  void Retire() {
+    bool end = false;
+    {
+      absl::MutexLock l(&mu_);
+      retired_ = true;
+      end = !reading_ && !writing_ && pending_.empty() && !ended_;
+    }
+    if (end) Cancel();
   }
 
   void Cancel() {
@@ -90,10 +112,6 @@ class DataStream::Call {
   }
 
  private:
-  // Requests that keep a read posted after a request had to wait for an
-  // exchange.
-  static constexpr int kPipelinedSends = 64;
-
   // One kind of operation's tag.
   class Op : public DrivenQueue::Op {
    public:
@@ -146,7 +164,7 @@ class DataStream::Call {
     writing_ = true;
     next.request = &writes_.front().request;
     if (pipelined_left_ > 0) --pipelined_left_;
-    if (!reading_) {  // parked: a read has completed, so the shard's initial
+    if (!reading_) {    // parked: a read has completed, so the shard's initial
       reading_ = true;  // metadata has come (the first read asked for it)
       next.exchange = exchanging_ = true;
       exchange_id_ = writes_.front().id;
@@ -251,16 +269,19 @@ class DataStream::Call {
     in_.Clear();
     bool read = true;
     bool finish = false;
+    bool end = false;
     {
       absl::MutexLock l(&mu_);
-      if (pending_.empty() && pipelined_left_ == 0) {
+      if (pending_.empty() && (pipelined_left_ == 0 || retired_)) {
         read = false;  // parked until the next request
         reading_ = false;
         finish = TakeFinish();
+        end = retired_ && !ended_ && !writing_;
       }
     }
     if (read) rw_->Read(&in_, &read_op_);
     if (finish) rw_->Finish(&status_, &finish_op_);
+    if (end) Cancel();  // retired: nothing more will come this way
   }
 
   void OnExchanged(bool ok) {
@@ -321,9 +342,9 @@ class DataStream::Call {
   Op finish_op_{this, &Call::OnFinished};
   Op exchange_op_{this, &Call::OnExchanged};
   CoreTag exchange_tag_{&exchange_op_};
-  grpc::ByteBuffer in_;  // touched only by the one read in flight
+  grpc::ByteBuffer in_;                // touched only by the one read in flight
   grpc::ByteBuffer exchange_request_;  // what the exchange in flight sends
-  grpc::Status status_;  // written by Finish
+  grpc::Status status_;                // written by Finish
   absl::Mutex mu_;
   absl::flat_hash_map<uint64_t, Done> pending_ ABSL_GUARDED_BY(mu_);
   std::deque<Write> writes_ ABSL_GUARDED_BY(mu_);
@@ -333,7 +354,8 @@ class DataStream::Call {
   bool reading_ ABSL_GUARDED_BY(mu_) = false;
   bool exchanging_ ABSL_GUARDED_BY(mu_) = false;
   uint64_t exchange_id_ ABSL_GUARDED_BY(mu_) = 0;
-  int pipelined_left_ ABSL_GUARDED_BY(mu_) = 0;
+  int pipelined_left_ ABSL_GUARDED_BY(mu_);
+  bool retired_ ABSL_GUARDED_BY(mu_) = false;
   std::optional<Resend> resend_ ABSL_GUARDED_BY(mu_);
   bool ended_ ABSL_GUARDED_BY(mu_) = false;
   bool cancelled_ ABSL_GUARDED_BY(mu_) = false;
@@ -391,6 +413,7 @@ void DataStream::Send(uint64_t id, grpc::ByteBuffer request, Done done) {
 
 bool DataStream::SendOn(uint64_t id, grpc::ByteBuffer request, Done done,
                         bool reap) {
+  int pipelined = 0;  // a new stream's first requests that keep a read posted
   for (;;) {
     std::shared_ptr<Call> call;
     std::vector<std::shared_ptr<Call>> ended;  // deleted on return
@@ -400,7 +423,7 @@ bool DataStream::SendOn(uint64_t id, grpc::ByteBuffer request, Done done,
       if (closing_) return false;
       if (reap) ended = TakeFinished();
       if (current_ == nullptr) {
-        current_ = std::make_shared<Call>(this);
+        current_ = std::make_shared<Call>(this, pipelined);
         calls_.push_back(current_);
         fresh = true;
       }
@@ -408,9 +431,16 @@ bool DataStream::SendOn(uint64_t id, grpc::ByteBuffer request, Done done,
     }
     if (fresh) call->Begin();
     // A copy: if the stream has just ended, the request goes to the next.
-    if (call->Send(id, request, done)) return true;
-    absl::MutexLock l(&mu_);
-    if (current_ == call) current_ = nullptr;
+    const Call::Sent sent = call->Send(id, request, done);
+    if (sent == Call::Sent::kQueued) return true;
+    {
+      absl::MutexLock l(&mu_);
+      if (current_ == call) current_ = nullptr;
+    }
+    if (sent == Call::Sent::kBusy) {
+      call->Retire();
+      pipelined = Call::kPipelinedSends;
+    }
   }
 }
 
@@ -428,12 +458,13 @@ void DataStream::ReapFinished() {
 }
 
 void DataStream::Cancel() {
-  std::shared_ptr<Call> call;
+  std::vector<std::shared_ptr<Call>> calls;
   {
     absl::MutexLock l(&mu_);
-    call = std::move(current_);
+    current_ = nullptr;
+    calls = calls_;  // the current stream and retired ones still answering
   }
-  if (call != nullptr) call->Cancel();
+  for (const auto& call : calls) call->Cancel();
 }
 
 }  // namespace asyncps

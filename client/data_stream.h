@@ -61,8 +61,9 @@ class DataStream {
   // The queue the answers complete on: wait for them with its WaitUntil.
   DrivenQueue* queue() const { return queue_; }
 
-  // Ends the current stream: its pending requests fail with CANCELLED. The
-  // next Send opens a new one.
+  // Ends the streams in use (the current one, and those still answering
+  // requests sent before it took over): their pending requests fail with
+  // CANCELLED. The next Send opens a new one.
   void Cancel();
 
   // Deletes the streams that have ended (the current one too, if it has),

@@ -252,10 +252,17 @@ TEST_CASE("a pull that waits does not hold up the next one on its stream",
   REQUIRE_OK((*client)->CreateTensors({spec}));
   REQUIRE_OK((*client)->Register().status());
   std::vector<float> a(4), b(4);
+  // Answered at once: the stream then awaits nothing, and the waiting pull
+  // below goes out with the read of its answer (DataStream's exchange).
+  REQUIRE_OK((*client)->StartPull(0, 0, {{"w", b.data()}})->Wait());
   // For clock 1 under BSP: waits until this worker finished step 0.
   auto waiting = (*client)->StartPull(0, 1, {{"w", a.data()}});
+  const absl::Time sent = absl::Now();
   auto ready = (*client)->StartPull(0, 0, {{"w", b.data()}});
   REQUIRE_OK(ready->Wait());  // answered while the first one waits
+  // Held behind the waiting pull, it would be answered only when that one
+  // gives up (the shard's 20 s wait).
+  CHECK(absl::Now() - sent < absl::Seconds(10));
   std::vector<float> grad(4, 1.0f);
   REQUIRE_OK((*client)
                  ->StartPush(0, {{"w", grad.data()}}, ready->read())
@@ -271,9 +278,10 @@ TEST_CASE("a pull that waits does not hold up the next one on its stream",
 // instead of a write of its own after every answer; and a stream whose
 // connection died while no answer was awaited sends its next request on a
 // new one without the caller seeing an error.
-TEST_CASE("one write per request when idle, and a lost idle stream is "
-          "replaced unseen",
-          "[stream]") {
+TEST_CASE(
+    "one write per request when idle, and a lost idle stream is "
+    "replaced unseen",
+    "[stream]") {
   Shard shard = StartOne();
   absl::StatusOr<std::unique_ptr<testing::TcpProxy>> proxy =
       testing::TcpProxy::Start(shard.server.address);
