@@ -100,12 +100,16 @@ class DataStream::Call {
   }
 
   void Cancel() {
+    {
+      // Before the cancel, so that an exchange it fails is not sent again.
+      absl::MutexLock l(&mu_);
+      cancelled_ = true;
+      ended_ = true;
+    }
     ctx_.TryCancel();
     bool finish = false;
     {
       absl::MutexLock l(&mu_);
-      cancelled_ = true;
-      ended_ = true;
       finish = TakeFinish();  // a parked stream has nothing in flight
     }
     if (finish) rw_->Finish(&status_, &finish_op_);
