@@ -8,11 +8,15 @@ namespace {
 constexpr uint8_t kData = 0x0, kHeaders = 0x1, kRstStream = 0x3,
                   kContinuation = 0x9;
 constexpr uint8_t kEndStream = 0x1, kEndHeaders = 0x4, kPadded = 0x8;
+// The client's connection preface (RFC 9113, 3.4), before its first frame.
+constexpr char kPreface[] = "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+constexpr size_t kPrefaceBytes = sizeof(kPreface) - 1;
+static_assert(kPrefaceBytes == 24, "CallLedger::client_ starts with it left");
 
 }  // namespace
 
 void CallLedger::FromClient(const char* data, size_t n) {
-  while (n > 0) {
+  while (n > 0 && !not_http2_) {
     const size_t used = Step(&client_, true, data, n);
     data += used;
     n -= used;
@@ -20,7 +24,7 @@ void CallLedger::FromClient(const char* data, size_t n) {
 }
 
 void CallLedger::FromServer(const char* data, size_t n) {
-  while (n > 0) {
+  while (n > 0 && !not_http2_) {
     const size_t used = Step(&server_, false, data, n);
     data += used;
     n -= used;
@@ -31,6 +35,11 @@ size_t CallLedger::Step(Frames* f, bool from_client, const char* data,
                         size_t n) {
   if (f->preface_left > 0) {
     const size_t skip = std::min(n, f->preface_left);
+    const char* expected = kPreface + (kPrefaceBytes - f->preface_left);
+    if (!std::equal(data, data + skip, expected)) {
+      not_http2_ = true;
+      return n;
+    }
     f->preface_left -= skip;
     return skip;
   }

@@ -54,6 +54,9 @@ class CallLedger {
   // per frame (CVE-2023-33953), so many small frames cost it quadratic
   // time.
   int header_block_frames() const { return header_block_frames_; }
+  // The client's first bytes were not the HTTP/2 connection preface (a TLS
+  // handshake, or no HTTP/2 client at all): nothing is counted from then on.
+  bool not_http2() const { return not_http2_; }
 
  private:
   // An open call and its current message.
@@ -97,6 +100,7 @@ class CallLedger {
   uint64_t client_work_frames_ = 0;
   int64_t header_block_ = 0;
   int header_block_frames_ = 0;
+  bool not_http2_ = false;
 };
 
 }  // namespace asyncps

@@ -50,10 +50,13 @@ absl::Time handshake_logged ABSL_GUARDED_BY(handshake_log_mu) =
     absl::InfinitePast();
 uint64_t handshake_held ABSL_GUARDED_BY(handshake_log_mu) = 0;
 
+// Also the lines of a TLS connection the request guard cut
+// (common/request_guard.h): "Corruption detected" and "Decryption error".
 bool IsHandshakeLine(const char* file, const char* message) {
   return absl::StrContains(message, "Handshake failed") ||
          absl::StrContains(file, "ssl_transport_security") ||
-         absl::StrContains(file, "security_handshaker");
+         absl::StrContains(file, "security_handshaker") ||
+         absl::StrContains(file, "secure_endpoint");
 }
 
 void LogGrpcLine(gpr_log_func_args* args) {
@@ -83,8 +86,8 @@ void LogGrpcLine(gpr_log_func_args* args) {
               args->message,
               held == 0 ? std::string()
                         : absl::StrCat(" (and ", held,
-                                       " more TLS handshake line(s) in the "
-                                       "last interval, not shown)"));
+                                       " more TLS line(s) in the last "
+                                       "interval, not shown)"));
     return;
   }
   (*grpc_logger)

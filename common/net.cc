@@ -78,8 +78,9 @@ std::shared_ptr<grpc::Channel> MakeChannel(const std::string& address,
   // Reconnect within half a second once a restarted shard listens again,
   // instead of sitting out gRPC's default backoff (up to 120 s).
   args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
-  args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 100);
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 500);
+  // gRPC's name for the connection attempt's timeout (common/net.h).
+  args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, kConnectTimeoutMs);
   args.SetInt(GRPC_ARG_HTTP2_STREAM_LOOKAHEAD_BYTES, 16 << 20);
   args.SetInt(GRPC_ARG_HTTP2_MAX_FRAME_SIZE, 16 << 20);
   // asyncps retries by itself (client/fanout.h), with its own rules.

@@ -1,6 +1,9 @@
 #include "common/request_guard.h"
 
+#include <dlfcn.h>
 #include <netinet/in.h>
+#include <openssl/err.h>
+#include <openssl/ssl.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -58,11 +61,13 @@ struct Port {
   int port = 0;
   int64_t max_bytes = 0;
   int64_t pending = 0;  // of its live guarded connections
+  bool tls = false;     // read through SSL_read, not recvmsg
 };
 
 struct Connection {
   CallLedger calls;
   int port_index = 0;
+  int fd = -1;        // -1: a TLS connection, known by its SSL object
   bool shut = false;  // shut down; no longer counted
   // The one-second window its resets and idle frames are counted in.
   absl::Time window_start = absl::InfinitePast();
@@ -74,9 +79,19 @@ struct Connection {
 absl::Mutex mu;
 Port ports[kMaxPorts] ABSL_GUARDED_BY(mu);
 int num_ports ABSL_GUARDED_BY(mu) = 0;
+// The index in `ports` of the port whose connections speak TLS; -1: none.
+int tls_port ABSL_GUARDED_BY(mu) = -1;
+std::atomic<bool> tls_enabled{false};
 absl::flat_hash_map<int, std::unique_ptr<Connection>>& Connections()
     ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
   static auto* map = new absl::flat_hash_map<int, std::unique_ptr<Connection>>;
+  return *map;
+}
+// TLS connections by their SSL object (server side).
+absl::flat_hash_map<const SSL*, std::unique_ptr<Connection>>& TlsConnections()
+    ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+  static auto* map =
+      new absl::flat_hash_map<const SSL*, std::unique_ptr<Connection>>;
   return *map;
 }
 
@@ -99,9 +114,11 @@ Connection* Find(int fd) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
   if (fd_state[fd].load(std::memory_order_relaxed) == kUnknown) {
     const int local = LocalPort(fd);
     for (int i = 0; i < num_ports; ++i) {
-      if (ports[i].port == local) {
+      // A TLS port's bytes here are ciphertext; SSL_read sees its frames.
+      if (ports[i].port == local && !ports[i].tls) {
         auto c = std::make_unique<Connection>();
         c->port_index = i;
+        c->fd = fd;
         Connections()[fd] = std::move(c);
         fd_state[fd].store(kGuarded, std::memory_order_relaxed);
         break;
@@ -117,32 +134,44 @@ Connection* Find(int fd) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
   return it->second.get();
 }
 
-// Shuts `c` down: gRPC reads the end and closes the descriptor; with no
-// linger that close resets the connection, so that the sender stops at once
-// (a plain close left clients sending into a zero window for minutes).
-void Shut(int fd, Connection* c) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+// Shuts `c` down. A TCP connection: gRPC reads the end and closes the
+// descriptor; with no linger that close resets the connection, so that the
+// sender stops at once (a plain close left clients sending into a zero
+// window for minutes). A TLS connection: its next SSL_read fails, which
+// makes gRPC close it (the shard's keepalive pings bring one within 15 s).
+void Shut(Connection* c) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
   c->shut = true;
   ports[c->port_index].pending -= c->calls.pending();
+  if (c->fd < 0) return;
   const linger abort{1, 0};
-  setsockopt(fd, SOL_SOCKET, SO_LINGER, &abort, sizeof(abort));
-  shutdown(fd, SHUT_RDWR);
+  setsockopt(c->fd, SOL_SOCKET, SO_LINGER, &abort, sizeof(abort));
+  shutdown(c->fd, SHUT_RDWR);
+}
+
+// Of `map`'s live connections on port `index`, the one holding the most if
+// it holds more than *most.
+template <typename Map>
+void Heaviest(Map& map, int index, Connection** most) {
+  for (auto& [key, c] : map) {
+    if (c->shut || c->port_index != index) continue;
+    if (*most == nullptr || c->calls.pending() > (*most)->calls.pending()) {
+      *most = c.get();
+    }
+  }
 }
 
 // Shuts the connections of port `index` holding the most until the rest
 // fit its budget.
 void Shed(int index) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
   while (ports[index].pending > ports[index].max_bytes) {
-    int worst = -1;
     Connection* most = nullptr;
-    for (auto& [fd, c] : Connections()) {
-      if (c->shut || c->port_index != index) continue;
-      if (most == nullptr || c->calls.pending() > most->calls.pending()) {
-        worst = fd;
-        most = c.get();
-      }
+    if (ports[index].tls) {
+      Heaviest(TlsConnections(), index, &most);
+    } else {
+      Heaviest(Connections(), index, &most);
     }
     if (most == nullptr) return;
-    Shut(worst, most);
+    Shut(most);
     shut_total.fetch_add(1, std::memory_order_relaxed);
   }
 }
@@ -171,6 +200,33 @@ bool Flooding(Connection* c) {
   return resets > kMaxResetsPerSecond || idle > idle_allowed;
 }
 
+// Feeds `n` bytes at `data` that passed one way to c's ledger.
+void Feed(Connection* c, const char* data, size_t n, bool received)
+    ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+  const int64_t before = c->calls.pending();
+  if (received) {
+    c->calls.FromClient(data, n);
+  } else {
+    c->calls.FromServer(data, n);
+  }
+  ports[c->port_index].pending += c->calls.pending() - before;
+}
+
+// After bytes were fed to `c`: shuts it if its client floods, else sheds
+// its port down to budget. True when `c` itself was shut by a flood (the
+// bytes that made it are not handed to gRPC).
+bool Judge(Connection* c, bool received) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+  if (!received) return false;
+  if (Flooding(c) || c->calls.header_block() > kMaxHeaderBlockBytes ||
+      c->calls.header_block_frames() > kMaxHeaderBlockFrames) {
+    Shut(c);
+    floods_total.fetch_add(1, std::memory_order_relaxed);
+    return true;
+  }
+  Shed(c->port_index);
+  return false;
+}
+
 // Feeds the first `n` bytes of `msg`'s buffers to fd's ledger. True when
 // those bytes got the connection shut: they are not handed to gRPC.
 bool Saw(int fd, const msghdr* msg, size_t n, bool received) {
@@ -181,28 +237,74 @@ bool Saw(int fd, const msghdr* msg, size_t n, bool received) {
   absl::MutexLock lock(&mu);
   Connection* c = Find(fd);
   if (c == nullptr) return false;
-  const int64_t before = c->calls.pending();
   for (size_t i = 0; i < msg->msg_iovlen && n > 0; ++i) {
     const size_t part = std::min(n, msg->msg_iov[i].iov_len);
-    const char* base = static_cast<const char*>(msg->msg_iov[i].iov_base);
-    if (received) {
-      c->calls.FromClient(base, part);
-    } else {
-      c->calls.FromServer(base, part);
-    }
+    Feed(c, static_cast<const char*>(msg->msg_iov[i].iov_base), part, received);
     n -= part;
   }
-  ports[c->port_index].pending += c->calls.pending() - before;
-  if (!received) return false;
-  if (Flooding(c) || c->calls.header_block() > kMaxHeaderBlockBytes ||
-      c->calls.header_block_frames() > kMaxHeaderBlockFrames) {
-    Shut(fd, c);
-    floods_total.fetch_add(1, std::memory_order_relaxed);
-    return true;
+  if (c->calls.not_http2()) {
+    // Not HTTP/2 in plain text (a TLS handshake on a port not declared
+    // TLS, or no gRPC client): its bytes read as frames would cut healthy
+    // connections at random, so it passes through; gRPC refuses what is
+    // not HTTP/2 itself.
+    ports[c->port_index].pending -= c->calls.pending();
+    Connections().erase(fd);
+    fd_state[fd].store(kPassThrough, std::memory_order_relaxed);
+    return false;
   }
-  Shed(c->port_index);
-  return false;
+  return Judge(c, received);
 }
+
+// The server side of a TLS connection on the TLS port, created at its first
+// bytes; null when it is not guarded, was shut, or is not HTTP/2.
+Connection* FindTls(const SSL* ssl) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+  auto it = TlsConnections().find(ssl);
+  if (it == TlsConnections().end()) {
+    if (tls_port < 0) return nullptr;
+    auto c = std::make_unique<Connection>();
+    c->port_index = tls_port;
+    it = TlsConnections().emplace(ssl, std::move(c)).first;
+  }
+  Connection* c = it->second.get();
+  return c->shut || c->calls.not_http2() ? nullptr : c;
+}
+
+// Plaintext `n` bytes at `data` through a server-side SSL object. True
+// when the connection is (or was) shut: the read fails.
+bool SawTls(const SSL* ssl, const void* data, size_t n, bool received) {
+  absl::MutexLock lock(&mu);
+  auto it = TlsConnections().find(ssl);
+  if (it != TlsConnections().end() && it->second->shut) return true;
+  Connection* c = FindTls(ssl);
+  if (c == nullptr) return false;
+  Feed(c, static_cast<const char*>(data), n, received);
+  if (c->calls.not_http2()) {
+    ports[c->port_index].pending -= c->calls.pending();
+    return false;
+  }
+  // Shut by its own flood, or as the heaviest past the budget.
+  return Judge(c, received) || c->shut;
+}
+
+void ForgetTls(const SSL* ssl) {
+  absl::MutexLock lock(&mu);
+  auto it = TlsConnections().find(ssl);
+  if (it == TlsConnections().end()) return;
+  Connection* c = it->second.get();
+  if (!c->shut && !c->calls.not_http2()) {
+    ports[c->port_index].pending -= c->calls.pending();
+  }
+  TlsConnections().erase(it);
+}
+
+// OpenSSL's own functions, which the ones below wrap.
+template <typename F>
+F Next(const char* name) {
+  return reinterpret_cast<F>(dlsym(RTLD_NEXT, name));
+}
+using SslReadFn = int (*)(SSL*, void*, int);
+using SslWriteFn = int (*)(SSL*, const void*, int);
+using SslFreeFn = void (*)(SSL*);
 
 // Forgets `fd` before it is closed, so that a shutdown never reaches a
 // descriptor number reused for something else.
@@ -228,7 +330,7 @@ int Close(int fd) {
 
 }  // namespace
 
-void GuardUnfinishedRequests(int port, int64_t max_bytes) {
+void GuardUnfinishedRequests(int port, int64_t max_bytes, bool tls) {
   absl::MutexLock lock(&mu);
   for (int i = 0; i < num_ports; ++i) {
     if (ports[i].port == port) {
@@ -236,8 +338,12 @@ void GuardUnfinishedRequests(int port, int64_t max_bytes) {
       return;
     }
   }
-  if (num_ports == kMaxPorts) return;
-  ports[num_ports++] = {port, max_bytes, 0};
+  if (num_ports == kMaxPorts || (tls && tls_port >= 0)) return;
+  if (tls) {
+    tls_port = num_ports;
+    tls_enabled.store(true);
+  }
+  ports[num_ports++] = {port, max_bytes, 0, tls};
   enabled.store(true);
   // Connections that read before the port was guarded are looked at again.
   for (std::atomic<uint8_t>& state : fd_state) {
@@ -282,3 +388,39 @@ extern "C" ssize_t sendmsg(int fd, const msghdr* msg, int flags) {
 }
 
 extern "C" int close(int fd) { return asyncps::Close(fd); }
+
+// And OpenSSL's SSL_read, SSL_write and SSL_free, for the TLS port (gRPC's
+// TLS endpoints call them through the PLT): the same ledger reads the
+// plaintext of the server side's connections.
+extern "C" int SSL_read(SSL* ssl, void* buf, int num) {
+  static const auto next = asyncps::Next<asyncps::SslReadFn>("SSL_read");
+  const int r = next(ssl, buf, num);
+  if (r > 0 && asyncps::tls_enabled.load(std::memory_order_relaxed) &&
+      SSL_is_server(ssl) == 1 &&
+      asyncps::SawTls(ssl, buf, static_cast<size_t>(r), /*received=*/true)) {
+    // gRPC sees a failed read (SSL_ERROR_SSL: it logs and drains the error
+    // queue) and closes the connection.
+    ERR_raise(ERR_LIB_SSL, SSL_R_EXCESSIVE_MESSAGE_SIZE);
+    return -1;
+  }
+  return r;
+}
+
+extern "C" int SSL_write(SSL* ssl, const void* buf, int num) {
+  static const auto next = asyncps::Next<asyncps::SslWriteFn>("SSL_write");
+  const int r = next(ssl, buf, num);
+  if (r > 0 && asyncps::tls_enabled.load(std::memory_order_relaxed) &&
+      SSL_is_server(ssl) == 1) {
+    (void)asyncps::SawTls(ssl, buf, static_cast<size_t>(r),
+                          /*received=*/false);
+  }
+  return r;
+}
+
+extern "C" void SSL_free(SSL* ssl) {
+  static const auto next = asyncps::Next<asyncps::SslFreeFn>("SSL_free");
+  if (ssl != nullptr && asyncps::tls_enabled.load(std::memory_order_relaxed)) {
+    asyncps::ForgetTls(ssl);
+  }
+  next(ssl);
+}

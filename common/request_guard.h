@@ -41,7 +41,15 @@ namespace asyncps {
 // Guards connections on local TCP port `port` (those that read before too),
 // with `max_bytes` for what their unfinished calls hold together. A port
 // given again gets the new budget. At most 8 ports.
-void GuardUnfinishedRequests(int port, int64_t max_bytes);
+//
+// `tls`: the port's connections speak TLS, so the bytes recvmsg() sees are
+// ciphertext; the ledger reads what SSL_read() and SSL_write() pass on the
+// server side of TLS connections instead (this library defines those too),
+// and a cut connection's next SSL_read() fails. One TLS port per process
+// (server-side TLS connections cannot be told apart by port there). A
+// connection on a plain port whose client does not begin with the HTTP/2
+// preface (e.g. a TLS handshake) passes through unread.
+void GuardUnfinishedRequests(int port, int64_t max_bytes, bool tls = false);
 
 struct UnfinishedRequestStats {
   int64_t pending_bytes = 0;      // held now, all guarded ports together

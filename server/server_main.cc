@@ -733,10 +733,11 @@ int Main(int argc, char** argv) {
                              group.status().ToString()));
   }
   const bool restore = options->restore;
+  const bool tls = !options->security.tls_cert.empty();
   absl::StatusOr<std::unique_ptr<PsServer>> server =
       PsServer::Start(*std::move(options));
   if (!server.ok()) return StartFailure(server.status(), restore);
-  GuardUnfinishedRequests((*server)->port(), *unfinished);
+  GuardUnfinishedRequests((*server)->port(), *unfinished, tls);
   if (*group != nullptr) (*group)->Run(server->get());
   if (*health != nullptr) (*health)->SetServing(true);
 

@@ -146,6 +146,44 @@ TEST_CASE("a header block counts until its END_HEADERS", "[call_ledger]") {
   CHECK(ledger.header_block() == 0);
 }
 
+TEST_CASE(
+    "a client that does not begin with the HTTP/2 preface is not read as "
+    "frames",
+    "[call_ledger]") {
+  // The start of a TLS ClientHello of 0x0120 bytes: as a frame header it
+  // reads as a HEADERS frame of 1.4 MB without END_HEADERS, which had the
+  // shard's guard cut healthy TLS connections.
+  std::string hello = {0x16, 0x03, 0x01, 0x01, 0x20, 0x01, 0x00, 0x01, 0x1c};
+  hello += std::string(0x120 - 4, '\x5a');
+  for (size_t step : {size_t{1}, size_t{3}, size_t{1} << 20}) {
+    INFO("step " << step);
+    CallLedger ledger;
+    FromClient(&ledger, hello, step);
+    CHECK(ledger.not_http2());
+    CHECK(ledger.header_block() == 0);
+    CHECK(ledger.pending() == 0);
+    CHECK(ledger.client_idle_frames() + ledger.client_work_frames() == 0);
+    // Nothing after it counts either, whichever way it goes.
+    const std::string call = H2Frame(kH2Headers, kH2EndHeaders, 1, "h");
+    FromClient(&ledger, call, step);
+    ledger.FromServer(call.data(), call.size());
+    CHECK(ledger.open_calls() == 0);
+    CHECK(ledger.pending() == 0);
+  }
+  // A preface that goes wrong past its first bytes is no HTTP/2 either.
+  CallLedger almost;
+  std::string bytes = kH2Preface;
+  bytes[20] = 'X';
+  FromClient(&almost, bytes + H2Frame(kH2Headers, kH2EndHeaders, 1, "h"), 5);
+  CHECK(almost.not_http2());
+  CHECK(almost.open_calls() == 0);
+  // The real preface is.
+  CallLedger real;
+  FromClient(&real, kH2Preface + H2Frame(kH2Headers, kH2EndHeaders, 1, "h"), 5);
+  CHECK_FALSE(real.not_http2());
+  CHECK(real.open_calls() == 1);
+}
+
 TEST_CASE("the client's frames are told apart: work or idle", "[call_ledger]") {
   for (size_t step : {size_t{1}, size_t{5}, size_t{1} << 20}) {
     INFO("step " << step);

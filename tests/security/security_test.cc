@@ -345,6 +345,31 @@ TEST_CASE("TLS: a client with the CA works, a plain TCP client fails",
   CHECK(w == std::vector<float>(3, 1.0f));
 }
 
+TEST_CASE("TLS connections one after another are all served",
+          "[security][tls]") {
+  // Two causes made about 1 TLS connection in 150 fail UNAVAILABLE here:
+  // the clients gave a connection attempt 100 ms (gRPC takes that from
+  // GRPC_ARG_MIN_RECONNECT_BACKOFF_MS), and the shard's request guard read
+  // the TLS handshake as HTTP/2 frames and cut the connection when they
+  // looked like an endless header block.
+  const Pki& pki = TestPki();
+  ServerProcess shard = StartShard({"--tls_cert=" + pki.server_cert,
+                                    "--tls_key=" + pki.server_key,
+                                    "--cluster_token_file=" + pki.token_file});
+  SecurityOptions tls = WithToken(kToken);
+  tls.tls_ca = pki.ca;
+  int failed = 0;
+  std::string first_error;
+  for (int i = 0; i < 300; ++i) {
+    const grpc::Status s = CallHealth(shard.address, tls);  // a new channel
+    if (!s.ok()) {
+      if (failed++ == 0) first_error = s.error_message();
+    }
+  }
+  INFO(first_error);
+  CHECK(failed == 0);
+}
+
 TEST_CASE("mutual TLS: only clients with a certificate from the CA get in",
           "[security][mtls]") {
   const Pki& pki = TestPki();
@@ -661,6 +686,65 @@ TEST_CASE(
   ServerProcess quiet = StartShard({"--cluster_token_file=" + pki.token_file});
   CHECK_FALSE(
       absl::StrContains(quiet.process->ReadLog(), "accessible to other users"));
+}
+
+int PortOf(const std::string& address) {
+  return std::stoi(address.substr(address.rfind(':') + 1));
+}
+
+TEST_CASE(
+    "over TLS the request guard reads the decrypted frames: requests never "
+    "finished, rapid resets and endless header blocks are cut",
+    "[security][tls][isolation]") {
+  // The guard of tests/integration/request_isolation_test.cc, through TLS:
+  // recvmsg() sees only ciphertext there, so it reads what SSL_read()
+  // decrypts (common/request_guard.h). Before, none of these connections
+  // was cut.
+  constexpr int64_t kMiB = int64_t{1} << 20;
+  const Pki& pki = TestPki();
+  ServerProcess shard = StartShard(
+      {"--tls_cert=" + pki.server_cert, "--tls_key=" + pki.server_key,
+       absl::StrCat("--max_message_bytes=", 16 * kMiB),
+       absl::StrCat("--max_unfinished_bytes=", 64 * kMiB)});
+  const pid_t pid = shard.process->pid();
+  testing::HeldRequestOptions held;
+  held.port = PortOf(shard.address);
+  held.tls = true;
+  held.hold = absl::Seconds(3);
+  SECTION("requests never finished, past --max_unfinished_bytes") {
+    held.connections = 4;
+    held.streams = 64;
+    held.declared_bytes = 16 * kMiB;
+    held.max_bytes = 1024 * kMiB;
+  }
+  SECTION("calls reset as fast as they are opened") {
+    held.connections = 2;
+    held.reset_at_once = true;
+  }
+  SECTION("a header block that never ends") {
+    held.connections = 1;
+    held.endless_headers = true;
+    held.max_bytes = 1024 * kMiB;
+  }
+  const int64_t start = testing::ReadProcessResources(pid)->peak_rss_bytes;
+  absl::StatusOr<testing::HeldRequestResult> result =
+      testing::HoldRequests(held);
+  REQUIRE_OK(result.status());
+  const int64_t growth =
+      testing::ReadProcessResources(pid)->peak_rss_bytes - start;
+  INFO("sent " << result->sent_bytes / kMiB << " MiB, calls reset "
+               << result->calls_reset << ", connections closed "
+               << result->closed << "; peak RSS +" << growth / kMiB << " MiB");
+  CHECK(result->closed == held.connections);
+  CHECK(growth < 64 * kMiB + 96 * kMiB);
+  // A TLS client is served after.
+  SecurityOptions tls;
+  tls.tls_ca = pki.ca;
+  std::unique_ptr<PsClient> worker = Client(shard.address, tls);
+  REQUIRE_OK(worker->CreateTensors({OnesSgd("w", 3)}));
+  std::vector<float> w(3, 0.0f);
+  REQUIRE_OK(worker->Pull(0, {{"w", w.data()}}));
+  CHECK(w == std::vector<float>(3, 1.0f));
 }
 
 TEST_CASE("bad security flag combinations exit 2 naming the flag",

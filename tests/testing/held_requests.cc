@@ -4,12 +4,16 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <netinet/in.h>
+#include <openssl/err.h>
+#include <openssl/ssl.h>
 #include <poll.h>
+#include <signal.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <map>
+#include <memory>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -75,12 +79,70 @@ struct Stream {
   int64_t remaining = 0;  // request bytes still to send
 };
 
-class Connection {
+// A connected socket, its bytes in plain text or through TLS.
+class Transport {
  public:
-  explicit Connection(int fd) : fd_(fd) {}
-  ~Connection() { close(fd_); }
+  // Takes `fd` (blocking); with `tls` non-null, makes the TLS handshake
+  // first. The socket is non-blocking afterwards.
+  static absl::StatusOr<std::unique_ptr<Transport>> Open(int fd, SSL_CTX* tls) {
+    std::unique_ptr<Transport> t(new Transport(fd));
+    if (tls != nullptr) {
+      t->ssl_ = SSL_new(tls);
+      SSL_set_fd(t->ssl_, fd);
+      if (SSL_connect(t->ssl_) != 1) {
+        ERR_clear_error();
+        return absl::UnavailableError("TLS handshake failed");
+      }
+    }
+    fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);
+    return t;
+  }
+  ~Transport() {
+    if (ssl_ != nullptr) SSL_free(ssl_);
+    close(fd_);
+  }
 
   int fd() const { return fd_; }
+
+  // Bytes moved; 0 when the socket would block; -1 when the connection is
+  // closed or failed.
+  ssize_t Send(const char* data, size_t n) {
+    if (ssl_ == nullptr) {
+      const ssize_t r = send(fd_, data, n, MSG_NOSIGNAL);
+      return r >= 0 ? r : (errno == EAGAIN || errno == EINTR ? 0 : -1);
+    }
+    return Tls(
+        SSL_write(ssl_, data, static_cast<int>(std::min<size_t>(n, 1 << 20))));
+  }
+  ssize_t Receive(char* data, size_t n) {
+    if (ssl_ == nullptr) {
+      const ssize_t r = recv(fd_, data, n, 0);
+      if (r == 0) return -1;
+      return r > 0 ? r : (errno == EAGAIN || errno == EINTR ? 0 : -1);
+    }
+    return Tls(SSL_read(ssl_, data, static_cast<int>(n)));
+  }
+
+ private:
+  explicit Transport(int fd) : fd_(fd) {}
+
+  ssize_t Tls(int r) {
+    if (r > 0) return r;
+    const int e = SSL_get_error(ssl_, r);
+    ERR_clear_error();
+    return e == SSL_ERROR_WANT_READ || e == SSL_ERROR_WANT_WRITE ? 0 : -1;
+  }
+
+  const int fd_;
+  SSL* ssl_ = nullptr;
+};
+
+class Connection {
+ public:
+  explicit Connection(std::unique_ptr<Transport> transport)
+      : transport_(std::move(transport)) {}
+
+  int fd() const { return transport_->fd(); }
   bool done() const { return done_; }
   bool wants_write() const { return !out_.empty(); }
 
@@ -190,26 +252,29 @@ class Connection {
 
   void Write(HeldRequestResult* result) {
     while (!out_.empty()) {
-      const ssize_t n = send(fd_, out_.data(), out_.size(), MSG_NOSIGNAL);
-      if (n > 0) {
-        out_.erase(0, n);
-      } else if (n < 0 && (errno == EAGAIN || errno == EINTR)) {
-        return;
-      } else {
+      const ssize_t n = transport_->Send(out_.data(), out_.size());
+      if (n == 0) return;
+      if (n < 0) {
         Close(result);
         return;
       }
+      out_.erase(0, n);
     }
   }
 
+  // Everything there is to read (TLS may hold decrypted bytes the socket
+  // no longer shows).
   void Read(HeldRequestResult* result) {
     char buf[64 << 10];
-    const ssize_t n = recv(fd_, buf, sizeof(buf), 0);
-    if (n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR)) {
-      Close(result);
-      return;
+    for (;;) {
+      const ssize_t n = transport_->Receive(buf, sizeof(buf));
+      if (n == 0) break;
+      if (n < 0) {
+        Close(result);
+        return;
+      }
+      in_.append(buf, n);
     }
-    if (n > 0) in_.append(buf, n);
     while (in_.size() >= 9) {
       const size_t len = (size_t{static_cast<uint8_t>(in_[0])} << 16) |
                          (size_t{static_cast<uint8_t>(in_[1])} << 8) |
@@ -282,7 +347,7 @@ class Connection {
     out_.clear();
   }
 
-  const int fd_;
+  std::unique_ptr<Transport> transport_;
   const HeldRequestOptions* options_ = nullptr;
   std::string headers_;
   uint32_t next_id_ = 1;
@@ -308,19 +373,52 @@ absl::StatusOr<int> Connect(int port) {
     return absl::UnavailableError(
         absl::StrCat("cannot connect to 127.0.0.1:", port));
   }
-  fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);
   return fd;
 }
+
+// Holds SIGPIPE off the calling thread (TLS writes to a socket the server
+// closed raise it) and discards those raised, while it lives.
+class NoSigpipe {
+ public:
+  NoSigpipe() {
+    sigemptyset(&pipe_);
+    sigaddset(&pipe_, SIGPIPE);
+    pthread_sigmask(SIG_BLOCK, &pipe_, &old_);
+  }
+  ~NoSigpipe() {
+    const timespec zero = {0, 0};
+    while (sigtimedwait(&pipe_, nullptr, &zero) == SIGPIPE) {
+    }
+    pthread_sigmask(SIG_SETMASK, &old_, nullptr);
+  }
+
+ private:
+  sigset_t pipe_;
+  sigset_t old_;
+};
 
 }  // namespace
 
 absl::StatusOr<HeldRequestResult> HoldRequests(
     const HeldRequestOptions& options) {
+  NoSigpipe no_sigpipe;
+  std::unique_ptr<SSL_CTX, decltype(&SSL_CTX_free)> tls(nullptr, &SSL_CTX_free);
+  if (options.tls) {
+    tls.reset(SSL_CTX_new(TLS_client_method()));
+    SSL_CTX_set_verify(tls.get(), SSL_VERIFY_NONE, nullptr);
+    static const unsigned char kAlpn[] = {2, 'h', '2'};
+    SSL_CTX_set_alpn_protos(tls.get(), kAlpn, sizeof(kAlpn));
+    SSL_CTX_set_mode(tls.get(), SSL_MODE_ENABLE_PARTIAL_WRITE |
+                                    SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER);
+  }
   std::vector<std::unique_ptr<Connection>> conns;
   for (int i = 0; i < options.connections; ++i) {
     absl::StatusOr<int> fd = Connect(options.port);
     if (!fd.ok()) return fd.status();
-    conns.push_back(std::make_unique<Connection>(*fd));
+    absl::StatusOr<std::unique_ptr<Transport>> transport =
+        Transport::Open(*fd, tls.get());
+    if (!transport.ok()) return transport.status();
+    conns.push_back(std::make_unique<Connection>(*std::move(transport)));
     conns.back()->Open(options);
   }
   HeldRequestResult result;

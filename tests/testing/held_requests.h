@@ -1,7 +1,8 @@
 #ifndef ASYNCPS_TESTS_TESTING_HELD_REQUESTS_H_
 #define ASYNCPS_TESTS_TESTING_HELD_REQUESTS_H_
 
-// gRPC calls whose requests never finish, spoken in plain HTTP/2 over TCP:
+// gRPC calls whose requests never finish, spoken in HTTP/2 over TCP (plain,
+// or over TLS with `tls`):
 // each stream declares a request of `declared_bytes` in its gRPC length
 // prefix, then sends as much of it as the server's flow-control windows
 // allow (acknowledging its SETTINGS and PINGs, as a live client does, so
@@ -42,6 +43,9 @@ struct HeldRequestOptions {
   // Instead: frames that do no call's work (WINDOW_UPDATE and PRIORITY)
   // as fast as the connection takes them, up to max_bytes.
   bool idle_frames = false;
+  // Over TLS (ALPN h2; the server's certificate is not checked, as an
+  // attacker would not).
+  bool tls = false;
 };
 
 struct HeldRequestResult {
