@@ -35,11 +35,11 @@ inline constexpr int kKeepaliveTimeoutMs = 3000;
 
 // How long one connection attempt of a client channel may take: TCP
 // connect, TLS handshake and the server's HTTP/2 SETTINGS. gRPC (1.51)
-// takes it from GRPC_ARG_MIN_RECONNECT_BACKOFF_MS; at 100 ms, about 1 TLS
-// connection in 150 to a shard on this 2-core machine failed UNAVAILABLE
-// ("connection attempt timed out before receiving SETTINGS frame"), and
-// every one would across a link of 50 ms round trip. A host that drops
-// packets is given up after this long; one that refuses at once is
+// takes it from GRPC_ARG_MIN_RECONNECT_BACKOFF_MS; at 100 ms, 1-6 of 1,500
+// TLS connections in a row to a shard on a 2-core machine failed
+// UNAVAILABLE ("connection attempt timed out before receiving SETTINGS
+// frame"), and every one would across a link of 50 ms round trip. A host that
+// drops packets is given up after this long; one that refuses at once is
 // retried after the backoff (100 ms, up to 500 ms).
 inline constexpr int kConnectTimeoutMs = 3000;
 

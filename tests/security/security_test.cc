@@ -347,7 +347,7 @@ TEST_CASE("TLS: a client with the CA works, a plain TCP client fails",
 
 TEST_CASE("TLS connections one after another are all served",
           "[security][tls]") {
-  // Two causes made about 1 TLS connection in 150 fail UNAVAILABLE here:
+  // Two causes made 8-13 of 1,000 TLS connections fail UNAVAILABLE here:
   // the clients gave a connection attempt 100 ms (gRPC takes that from
   // GRPC_ARG_MIN_RECONNECT_BACKOFF_MS), and the shard's request guard read
   // the TLS handshake as HTTP/2 frames and cut the connection when they
