@@ -8,7 +8,6 @@
 #include <openssl/x509.h>
 #include <openssl/x509v3.h>
 #include <poll.h>
-#include <signal.h>
 #include <sys/socket.h>
 #include <sys/time.h>
 #include <unistd.h>
@@ -22,6 +21,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
+#include "common/no_sigpipe.h"
 
 namespace asyncps {
 namespace {
@@ -286,34 +286,6 @@ std::string CheckOwnCertificate(const SecurityOptions& security) {
   X509_free(cert);
   return problem;
 }
-
-// Holds SIGPIPE off this thread while the probe writes to sockets a peer
-// may have closed (OpenSSL writes with write(2)), and discards one it
-// raised; the process's signal handling stays as it was.
-class NoSigpipe {
- public:
-  NoSigpipe() {
-    sigemptyset(&pipe_);
-    sigaddset(&pipe_, SIGPIPE);
-    sigset_t pending;
-    sigpending(&pending);
-    was_pending_ = sigismember(&pending, SIGPIPE) == 1;
-    pthread_sigmask(SIG_BLOCK, &pipe_, &old_);
-  }
-  ~NoSigpipe() {
-    if (!was_pending_) {
-      const timespec zero = {0, 0};
-      while (sigtimedwait(&pipe_, nullptr, &zero) == SIGPIPE) {
-      }
-    }
-    pthread_sigmask(SIG_SETMASK, &old_, nullptr);
-  }
-
- private:
-  sigset_t pipe_;
-  sigset_t old_;
-  bool was_pending_ = false;
-};
 
 std::string DiagnoseConnection(const std::string& address,
                                const SecurityOptions& security,

@@ -310,7 +310,9 @@ class EmulatedCluster:
         self.prefix = None  # Set once claimed: close() removes only what is ours.
         self.log = log or (lambda line: None)
         self.verbose = verbose
-        self.log_dir = log_dir or tempfile.mkdtemp(prefix="emulated-cluster-")
+        # Made once the cluster is ours (start()), so that a refused start
+        # leaves nothing behind; kept afterwards for the logs it holds.
+        self.log_dir = log_dir
         self.hosts = []
         self.bridge = None
         self.subnet = None
@@ -343,6 +345,8 @@ class EmulatedCluster:
         self._started = True
         try:
             self._claim_prefix()
+            if self.log_dir is None:
+                self.log_dir = tempfile.mkdtemp(prefix="emulated-cluster-")
             self.subnet = _choose_subnet(self.prefix)
             self.log(f"cluster {self.prefix}: {self.num_hosts} hosts on bridge "
                      f"{self.bridge}, subnet {self.subnet}, logs in {self.log_dir}")

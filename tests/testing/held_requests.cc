@@ -7,7 +7,6 @@
 #include <openssl/err.h>
 #include <openssl/ssl.h>
 #include <poll.h>
-#include <signal.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -18,6 +17,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "common/no_sigpipe.h"
 #include "tests/testing/h2_frames.h"
 
 namespace asyncps {
@@ -376,32 +376,11 @@ absl::StatusOr<int> Connect(int port) {
   return fd;
 }
 
-// Holds SIGPIPE off the calling thread (TLS writes to a socket the server
-// closed raise it) and discards those raised, while it lives.
-class NoSigpipe {
- public:
-  NoSigpipe() {
-    sigemptyset(&pipe_);
-    sigaddset(&pipe_, SIGPIPE);
-    pthread_sigmask(SIG_BLOCK, &pipe_, &old_);
-  }
-  ~NoSigpipe() {
-    const timespec zero = {0, 0};
-    while (sigtimedwait(&pipe_, nullptr, &zero) == SIGPIPE) {
-    }
-    pthread_sigmask(SIG_SETMASK, &old_, nullptr);
-  }
-
- private:
-  sigset_t pipe_;
-  sigset_t old_;
-};
-
 }  // namespace
 
 absl::StatusOr<HeldRequestResult> HoldRequests(
     const HeldRequestOptions& options) {
-  NoSigpipe no_sigpipe;
+  NoSigpipe no_sigpipe;  // TLS writes to connections the server closed
   std::unique_ptr<SSL_CTX, decltype(&SSL_CTX_free)> tls(nullptr, &SSL_CTX_free);
   if (options.tls) {
     tls.reset(SSL_CTX_new(TLS_client_method()));
