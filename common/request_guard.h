@@ -15,8 +15,10 @@
 //
 // This library defines recvmsg(), sendmsg() and close() for the process
 // (the symbols gRPC's endpoints call, ahead of libc's; link it into servers
-// only, alwayslink). On connections accepted on a guarded port it reads the
-// bytes gRPC receives and sends through a CallLedger (common/call_ledger.h):
+// only, alwayslink), and OpenSSL's SSL_read(), SSL_write() and SSL_free()
+// for a port that speaks TLS. On connections accepted on a guarded port it
+// reads the bytes gRPC receives and sends (their plaintext, under TLS)
+// through a CallLedger (common/call_ledger.h):
 // when the calls of all of a port's connections hold more than its budget,
 // the connection holding the most is shut down (gRPC reads its end and
 // frees what it held). A connection whose client resets more than 1000
