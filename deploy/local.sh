@@ -13,6 +13,7 @@
 #                   --worker-flags "--optimizer=adam --lr=0.001"
 #   deploy/local.sh --model ctr          # embedding tables, prints the AUC
 #   deploy/local.sh --serve              # also serve the model as it trains
+#   deploy/local.sh --tls                # TLS and a cluster token throughout
 #   ASYNCPS_BIN=/opt/asyncps/bin deploy/local.sh   # prebuilt binaries
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -31,6 +32,7 @@ logdir=""
 straggler=""
 build=1
 serve=0
+tls=0
 bazel_flags=()
 
 usage() {
@@ -67,6 +69,12 @@ options:
                        classifies the test set through it every few seconds,
                        then prints "served test accuracy: ..." of the final
                        model (mlp only)
+  --tls                every connection in TLS with a cluster token: makes a
+                       throwaway CA, a certificate for 127.0.0.1 and a token
+                       in the log folder (pki/), and gives the servers
+                       --tls_cert/--tls_key/--tls_ca/--cluster_token_file
+                       and the workers (and ps_serve) --tls_ca and
+                       --cluster_token_file (see README "Security")
   --logdir DIR         keep logs here (default: a fresh temporary folder)
   --cuda               build and run the CUDA build (bazel --config=cuda)
   --no-build           use the binaries already built (bazel-bin)
@@ -95,6 +103,7 @@ while [ $# -gt 0 ]; do
     --straggler) straggler="$2"; shift 2 ;;
     --no-build) build=0; shift ;;
     --serve) serve=1; shift ;;
+    --tls) tls=1; shift ;;
     --cuda) bazel_flags=(--config=cuda); shift ;;
     -h|--help) usage; exit 0 ;;
     *) echo "local.sh: unknown option '$1' (see --help)" >&2; exit 2 ;;
@@ -169,6 +178,29 @@ fi
 # shellcheck source=deploy/cluster_lib.sh
 . deploy/cluster_lib.sh
 cluster_init local.sh "$logdir"
+# With --tls: what the workers and ps_serve add to reach the shards.
+tls_client=()
+if [ "$tls" = 1 ]; then
+  command -v openssl >/dev/null || { echo "local.sh: --tls needs openssl (apt-get install openssl)" >&2; exit 1; }
+  pki="$logdir/pki"
+  mkdir -p "$pki"
+  (
+    cd "$pki"
+    openssl req -x509 -newkey rsa:2048 -nodes -keyout ca.key -out ca.pem \
+      -days 30 -subj /CN=asyncps-local-ca
+    openssl req -newkey rsa:2048 -nodes -keyout server.key -out server.csr \
+      -subj /CN=localhost
+    printf 'subjectAltName=IP:127.0.0.1,DNS:localhost\nextendedKeyUsage=serverAuth,clientAuth\n' >server.ext
+    openssl x509 -req -in server.csr -CA ca.pem -CAkey ca.key \
+      -CAcreateserial -out server.pem -days 30 -extfile server.ext
+    umask 077
+    openssl rand -hex 32 >token
+  ) >"$logdir/pki.log" 2>&1 || { cat "$logdir/pki.log" >&2; echo "local.sh: --tls: openssl failed" >&2; exit 1; }
+  # The servers' --tls_ca is for their own connections to each other
+  # (replicas); clients are not asked for certificates.
+  server_flags="--tls_cert=$pki/server.pem --tls_key=$pki/server.key --tls_ca=$pki/ca.pem --cluster_token_file=$pki/token $server_flags"
+  tls_client=(--tls_ca="$pki/ca.pem" --cluster_token_file="$pki/token")
+fi
 # Where the workers (and ps_serve) find the shards.
 find_shards=()
 if [ "$replicas" -gt 1 ]; then
@@ -186,10 +218,13 @@ if [ "$replicas" -gt 1 ]; then
 else
   echo "cluster: $shards shard(s) at $servers; $workers worker(s); logs in $logdir"
 fi
+if [ "$tls" = 1 ]; then
+  echo "cluster: TLS and a cluster token on every connection (psctl ... ${tls_client[*]})"
+fi
 
 if [ "$serve" = 1 ]; then
   rm -f "$logdir/serve.port" "$logdir/serve.http_port" "$logdir/trained"
-  OPENBLAS_NUM_THREADS=1 "$serve_bin" "${find_shards[@]}" --host=127.0.0.1 \
+  OPENBLAS_NUM_THREADS=1 "$serve_bin" "${find_shards[@]}" "${tls_client[@]}" --host=127.0.0.1 \
     --port=0 --port_file="$logdir/serve.port" --http_port=0 \
     --http_port_file="$logdir/serve.http_port" --refresh_s=1 \
     >"$logdir/serve.log" 2>&1 &
@@ -201,7 +236,7 @@ for ((w = 0; w < workers; w++)); do
   [ "$w" = "$straggler_id" ] && extra="--straggler_delay_ms=$straggler_ms"
   # One BLAS thread per worker: the workers already share the cores.
   # shellcheck disable=SC2086
-  OPENBLAS_NUM_THREADS=1 "$worker_bin" "${find_shards[@]}" --worker_id=$w \
+  OPENBLAS_NUM_THREADS=1 "$worker_bin" "${find_shards[@]}" "${tls_client[@]}" --worker_id=$w \
     --num_workers=$workers "${model_flags[@]}" $worker_flags $extra \
     > >(tee "$logdir/worker$w.out" | grep --line-buffered -E "worker $w |eval epoch|eval step|^final|^test split") \
     2>"$logdir/worker$w.log" &
