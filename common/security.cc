@@ -309,6 +309,21 @@ absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> ServerCredentials(
   return creds;
 }
 
+SecurityOptions PeerSecurity(const SecurityOptions& server) {
+  SecurityOptions peer;
+  peer.tls_cert = server.tls_cert;
+  peer.tls_key = server.tls_key;
+  peer.tls_ca = server.tls_ca;
+  peer.cluster_token = server.cluster_token;
+  // Without tls_ca a peer asks for no certificate (and the certificate
+  // keeps the channel in TLS, with the system's roots).
+  if (!server.tls_ca.empty() && !server.require_client_cert) {
+    peer.tls_cert.clear();
+    peer.tls_key.clear();
+  }
+  return peer;
+}
+
 absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> ChannelCredentials(
     const SecurityOptions& options) {
   if (!HasTls(options)) return grpc::InsecureChannelCredentials();

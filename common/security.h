@@ -82,6 +82,16 @@ absl::StatusOr<std::string> ReadPemFile(const std::string& path,
 absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> ServerCredentials(
     const SecurityOptions& options);
 
+// What a server presents when it calls another server of its run (a backup
+// its primary, a shard a move's source): its tls_ca to verify the peer and
+// its token; its own certificate under mutual TLS (require_client_cert),
+// where the peer requires one, and without tls_ca, where the peer asks for
+// none; not with tls_ca alone. There a server asks for client certificates
+// and verifies those it gets, and server certificates are usually issued
+// for serverAuth only: a backup presenting one was refused by its primary
+// ("cannot reach the primary").
+SecurityOptions PeerSecurity(const SecurityOptions& server);
+
 // Insecure when neither tls_ca nor tls_cert is given, else SslCredentials
 // with tls_ca as roots (system roots when empty) and tls_cert/tls_key as the
 // client certificate when given. The token is not part of these credentials

@@ -276,7 +276,7 @@ absl::Status PsServer::Serve(
     builder.RegisterService(feed_.get());
   }
   SlotMoverOptions moves;
-  moves.security = options.security;
+  moves.security = PeerSecurity(options.security);
   moves.primary_of = options.primary_of;
   moves.run_map_record = options.run_map_record;
   moves.copy_mb_s = options.move_copy_mb_s;

@@ -113,7 +113,7 @@ absl::StatusOr<std::unique_ptr<ReplicaGroup>> SetUpReplica(
                           : 2 * flags.lease;
   g.snapshot_dir = dir;
   g.fs = o->fs;
-  g.security = o->security;
+  g.security = PeerSecurity(o->security);
   g.logger = o->logger;
   // A spare's old spec file must not add to the snapshot it restores.
   const std::string specs =

@@ -30,9 +30,12 @@ ServerProcess StartReplica(const EtcdProcess& etcd, const std::string& run,
 }
 
 absl::StatusOr<StatusResponse> ReplicaStatus(const std::string& address,
-                                             bool digest) {
-  if (!digest) return ShardStatus(address);
-  auto stub = ParameterServer::NewStub(MakeChannel(address));
+                                             bool digest,
+                                             const SecurityOptions& security) {
+  const bool plain = security.tls_ca.empty() && security.tls_cert.empty() &&
+                     security.cluster_token.empty();
+  if (!digest && plain) return ShardStatus(address);
+  auto stub = ParameterServer::NewStub(MakeChannel(address, 0, security));
   grpc::ClientContext ctx;
   ctx.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(20)));
   StatusRequest request;
@@ -44,19 +47,22 @@ absl::StatusOr<StatusResponse> ReplicaStatus(const std::string& address,
 }
 
 void WaitForRole(const std::string& address, const std::string& role,
-                 absl::Duration timeout) {
+                 absl::Duration timeout, const SecurityOptions& security) {
   REQUIRE_OK(WaitFor(
       [&] {
-        absl::StatusOr<StatusResponse> s = ReplicaStatus(address);
+        absl::StatusOr<StatusResponse> s =
+            ReplicaStatus(address, false, security);
         return s.ok() && s->replica().role() == role;
       },
       timeout, absl::StrCat(address, " becomes ", role)));
 }
 
-void WaitForCounted(const std::string& primary, int n) {
+void WaitForCounted(const std::string& primary, int n,
+                    const SecurityOptions& security) {
   REQUIRE_OK(WaitFor(
       [&] {
-        absl::StatusOr<StatusResponse> s = ReplicaStatus(primary);
+        absl::StatusOr<StatusResponse> s =
+            ReplicaStatus(primary, false, security);
         if (!s.ok()) return false;
         int counted = 0;
         for (const auto& b : s->replica().backups()) {
@@ -67,12 +73,13 @@ void WaitForCounted(const std::string& primary, int n) {
       absl::Seconds(30), absl::StrCat(primary, " counts ", n, " backups")));
 }
 
-void ExpectSameState(const std::string& a, const std::string& b) {
+void ExpectSameState(const std::string& a, const std::string& b,
+                     const SecurityOptions& security) {
   absl::StatusOr<StatusResponse> sa, sb;
   REQUIRE_OK(WaitFor(
       [&] {
-        sa = ReplicaStatus(a, true);
-        sb = ReplicaStatus(b, true);
+        sa = ReplicaStatus(a, true, security);
+        sb = ReplicaStatus(b, true, security);
         return sa.ok() && sb.ok() &&
                sa->replica().log_index() == sb->replica().log_index();
       },
@@ -83,7 +90,8 @@ void ExpectSameState(const std::string& a, const std::string& b) {
 }
 
 std::unique_ptr<PsClient> MapClient(const EtcdProcess& etcd,
-                                    const std::string& run, bool reader) {
+                                    const std::string& run, bool reader,
+                                    const SecurityOptions& security) {
   ShardAddressingOptions a;
   a.etcd_endpoints = etcd.endpoint;
   a.run_id = run;
@@ -94,6 +102,7 @@ std::unique_ptr<PsClient> MapClient(const EtcdProcess& etcd,
   o.router = shards->router;
   o.run_id = run;
   o.reader = reader;
+  o.security = security;
   o.retry.call_deadline = absl::Seconds(60);
   absl::StatusOr<std::unique_ptr<PsClient>> c = PsClient::Connect(o);
   REQUIRE_OK(c.status());

@@ -23,6 +23,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "client/ps_client.h"
+#include "common/security.h"
 #include "proto/asyncps.pb.h"
 #include "tests/testing/etcd_process.h"
 #include "tests/testing/subprocess.h"
@@ -40,26 +41,33 @@ ServerProcess StartReplica(const EtcdProcess& etcd, const std::string& run,
                            const std::vector<std::string>& extra = {},
                            int shard = 0, int num_shards = 1);
 
+// `security` below: how to reach replicas that serve TLS or need a
+// cluster token (default: plain TCP, no token).
+
 // The replica's Status, with its state digest when `digest`.
-absl::StatusOr<StatusResponse> ReplicaStatus(const std::string& address,
-                                             bool digest = false);
+absl::StatusOr<StatusResponse> ReplicaStatus(
+    const std::string& address, bool digest = false,
+    const SecurityOptions& security = {});
 
 void WaitForRole(const std::string& address, const std::string& role,
-                 absl::Duration timeout = absl::Seconds(20));
+                 absl::Duration timeout = absl::Seconds(20),
+                 const SecurityOptions& security = {});
 
 // Until the primary waits for `n` backups and the map calls them caught
 // up (they may be promoted).
-void WaitForCounted(const std::string& primary, int n);
+void WaitForCounted(const std::string& primary, int n,
+                    const SecurityOptions& security = {});
 
 // Waits until both replicas stand at the same entry, then compares their
 // digests there.
-void ExpectSameState(const std::string& a, const std::string& b);
+void ExpectSameState(const std::string& a, const std::string& b,
+                     const SecurityOptions& security = {});
 
 // A client of run `run` that follows its map in etcd (60 s call
 // deadline), waited for; registered unless `reader`.
 std::unique_ptr<PsClient> MapClient(const EtcdProcess& etcd,
-                                    const std::string& run,
-                                    bool reader = false);
+                                    const std::string& run, bool reader = false,
+                                    const SecurityOptions& security = {});
 
 }  // namespace testing
 }  // namespace asyncps

@@ -29,6 +29,7 @@
 #include "tests/testing/etcd_process.h"
 #include "tests/testing/require_ok.h"
 #include "tests/testing/subprocess.h"
+#include "tests/testing/test_pki.h"
 
 namespace asyncps {
 namespace {
@@ -58,7 +59,8 @@ std::unique_ptr<PsClient> Client(const std::string& run,
   return *std::move(c);
 }
 
-void CreateTensor(const std::string& run, const std::string& address) {
+// w: kElems floats of kInit in slices of 100, SGD at 1.0.
+TensorSpec WSpec() {
   TensorSpec spec;
   spec.set_name("w");
   spec.add_shape(kElems);
@@ -66,7 +68,11 @@ void CreateTensor(const std::string& run, const std::string& address) {
   spec.set_init_value(kInit);
   spec.set_slice_elems(100);
   spec.mutable_optimizer()->set_learning_rate(1.0f);
-  REQUIRE_OK(Client(run, address, 900)->CreateTensors({spec}));
+  return spec;
+}
+
+void CreateTensor(const std::string& run, const std::string& address) {
+  REQUIRE_OK(Client(run, address, 900)->CreateTensors({WSpec()}));
 }
 
 // A push_client process of run `run`: `pushes` pushes of `grad` by
@@ -596,6 +602,50 @@ TEST_CASE(
   WaitForCounted(primary, 1);
   ExpectSameState(primary, backup);
   ExpectAll(Values(primary), kInit - acked.load());
+}
+
+TEST_CASE(
+    "replicas over TLS with a cluster token: the backup follows over TLS "
+    "and takes over with every acknowledged push",
+    "[replication][tls]") {
+  if (testing::SkipWithoutEtcd()) return;
+  absl::StatusOr<testing::EtcdProcess> etcd = testing::StartEtcd();
+  REQUIRE_OK(etcd.status());
+  const testing::Pki& pki = testing::TestPki();
+  // A replica's --tls_ca is for its own connections to the other.
+  const std::vector<std::string> tls = {
+      "--tls_cert=" + pki.server_cert, "--tls_key=" + pki.server_key,
+      "--tls_ca=" + pki.ca, "--cluster_token_file=" + pki.token_file};
+  SecurityOptions client;
+  client.tls_ca = pki.ca;
+  client.cluster_token = testing::kClusterToken;
+  ServerProcess a = StartReplica(*etcd, "tls", tls);
+  WaitForRole(a.address, "primary", absl::Seconds(20), client);
+  ServerProcess b = StartReplica(*etcd, "tls", tls);
+  WaitForRole(b.address, "backup", absl::Seconds(20), client);
+  WaitForCounted(a.address, 1, client);
+  // Neither answers in plain TCP.
+  CHECK_FALSE(testing::ReplicaStatus(a.address).ok());
+  CHECK_FALSE(testing::ReplicaStatus(b.address).ok());
+
+  std::unique_ptr<PsClient> worker =
+      testing::MapClient(*etcd, "tls", /*reader=*/false, client);
+  REQUIRE_OK(worker->CreateTensors({WSpec()}));
+  const std::vector<float> grad(kElems, 1.0f);
+  for (int i = 0; i < 20; ++i) {
+    REQUIRE_OK(worker->Push(i, {{"w", grad.data()}}).status());
+  }
+  testing::ExpectSameState(a.address, b.address, client);
+
+  REQUIRE(a.process->Signal(SIGKILL).ok());
+  (void)a.process->Wait(absl::Seconds(10));
+  WaitForRole(b.address, "primary", absl::Seconds(20), client);
+  std::unique_ptr<PsClient> reader =
+      testing::MapClient(*etcd, "tls", /*reader=*/true, client);
+  REQUIRE_OK(reader->WaitForTensors({"w"}, absl::Seconds(20)));
+  std::vector<float> values(kElems, -1e9f);
+  REQUIRE_OK(reader->Pull(0, {{"w", values.data()}}));
+  ExpectAll(values, kInit - 20);
 }
 
 TEST_CASE("bad replication settings exit 2 saying what to fix",
