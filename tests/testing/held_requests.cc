@@ -8,6 +8,7 @@
 #include <openssl/ssl.h>
 #include <poll.h>
 #include <sys/socket.h>
+#include <sys/time.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -83,10 +84,13 @@ struct Stream {
 class Transport {
  public:
   // Takes `fd` (blocking); with `tls` non-null, makes the TLS handshake
-  // first. The socket is non-blocking afterwards.
+  // first, within 10 s. The socket is non-blocking afterwards.
   static absl::StatusOr<std::unique_ptr<Transport>> Open(int fd, SSL_CTX* tls) {
     std::unique_ptr<Transport> t(new Transport(fd));
     if (tls != nullptr) {
+      const timeval limit = {10, 0};  // each read and write of the handshake
+      setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &limit, sizeof(limit));
+      setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &limit, sizeof(limit));
       t->ssl_ = SSL_new(tls);
       SSL_set_fd(t->ssl_, fd);
       if (SSL_connect(t->ssl_) != 1) {
