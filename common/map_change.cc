@@ -75,7 +75,7 @@ absl::StatusOr<std::vector<uint32_t>> SlotsMoving(const ShardMap& current,
 }
 
 absl::Status CheckAdoptable(const ShardMap& current, const ShardMap& next,
-                            int shard) {
+                            int shard, bool may_gain) {
   if (!current.slotted()) {
     return absl::FailedPreconditionError(
         absl::StrCat("this shard serves the ", current.DebugString(),
@@ -93,6 +93,7 @@ absl::Status CheckAdoptable(const ShardMap& current, const ShardMap& next,
         "the map of epoch ", next.epoch(), " is not newer than the ",
         current.DebugString(), " this shard serves"));
   }
+  if (may_gain) return absl::OkStatus();
   const absl::Span<const uint16_t> before = current.owners();
   const absl::Span<const uint16_t> after = next.owners();
   for (size_t s = 0; s < before.size(); ++s) {

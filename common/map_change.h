@@ -46,9 +46,10 @@ absl::StatusOr<std::vector<uint32_t>> SlotsMoving(const ShardMap& current,
 // the destination holds them). INVALID_ARGUMENT for a map that is not one
 // of this run (another shard or slot count, a static map),
 // FAILED_PRECONDITION (naming the epochs or the first slot gained)
-// otherwise.
+// otherwise. With `may_gain`, slots gained are no reason to refuse (a map
+// read from the run's record, whose moves into this shard its state lost).
 absl::Status CheckAdoptable(const ShardMap& current, const ShardMap& next,
-                            int shard);
+                            int shard, bool may_gain = false);
 
 }  // namespace asyncps
 

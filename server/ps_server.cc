@@ -249,6 +249,9 @@ ServiceContext PsServer::MakeServiceContext(const PsServerOptions& options,
     return mover_ != nullptr ? mover_->ApplyStep(step)
                              : absl::UnavailableError("no slot mover yet");
   };
+  context.newer_map_routed = [this] {
+    if (mover_ != nullptr) mover_->NewerMapRouted();
+  };
   return context;
 }
 
@@ -321,6 +324,8 @@ absl::Status PsServer::Serve(
   service_->set_address(advertised_);
   server_->GetHealthCheckService()->SetServingStatus(true);
   server_->GetHealthCheckService()->SetServingStatus(kServiceName, true);
+  // Files older than the run's map in etcd: catch up before a client asks.
+  mover_->NewerMapRouted();
   return absl::OkStatus();
 }
 

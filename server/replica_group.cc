@@ -202,7 +202,9 @@ absl::Status ReplicaGroup::Claim() {
             LiveMembers();
         if (!now.ok()) return now.status();
         for (const ReplicaRecord& r : g->replicas()) {
-          if (IsLive(*now, r)) return absl::AbortedError("a replica came back");
+          if (IdOf(r) != self_ && IsLive(*now, r)) {
+            return absl::AbortedError("a replica came back");
+          }
         }
         g->clear_replicas();
         *g->add_replicas() = SelfRecord(/*caught_up=*/true);
@@ -232,6 +234,9 @@ absl::Status ReplicaGroup::Decide() {
     int earlier = -1;  // an earlier process at this address
     for (int i = 0; i < group.replicas_size(); ++i) {
       const ReplicaRecord& r = group.replicas(i);
+      // Its own record, added by a join whose primary then died, is none
+      // of the others: counted, it would wait for itself to take over.
+      if (IdOf(r) == self_) continue;
       any_live = any_live || IsLive(*live, r);
       backup_live = backup_live || (i > 0 && r.caught_up() && IsLive(*live, r));
       if (r.address() == o_.address && IdOf(r) != self_) earlier = i;

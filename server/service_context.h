@@ -65,6 +65,10 @@ struct ServiceContext {
   // Takes one step of a live slot move from the primary's log entry (a
   // backup; server/slot_mover.h); null when the shard has no mover.
   std::function<absl::Status(const MoveStep&)> apply_move;
+  // Called when a request was routed with a newer map than the shard
+  // serves (SlotMover::NewerMapRouted: the shard may be behind the run's
+  // map); null: nothing to do.
+  std::function<void()> newer_map_routed;
   Clock* clock = Clock::Real();
   std::shared_ptr<spdlog::logger> logger;
 };
@@ -82,7 +86,9 @@ inline absl::Status CheckServing(const ServiceContext& c, uint64_t routed) {
   }
   if (routed == 0 || routed == c.store->map_epoch()) return absl::OkStatus();
   absl::Status s = CheckRouted(c.store->map(), routed);
-  if (!s.ok() && c.stats != nullptr) c.stats->RecordMisrouted();
+  if (s.ok()) return s;
+  if (c.stats != nullptr) c.stats->RecordMisrouted();
+  if (absl::IsUnavailable(s) && c.newer_map_routed) c.newer_map_routed();
   return s;
 }
 

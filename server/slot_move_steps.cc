@@ -244,7 +244,14 @@ absl::Status SlotMover::AdoptBody(const MoveStep& step) {
   if (!map.ok()) return map.status();
   // No push between its map check and its last slice.
   PushGate::Closed closed(c_->gate);
-  return c_->store->AdoptMap(*map);
+  if (!step.adopted().remake_lost()) return c_->store->AdoptMap(*map);
+  absl::StatusOr<uint64_t> made = c_->store->AdoptMapRemakingLost(*map);
+  if (!made.ok()) return made.status();
+  c_->logger->warn(
+      "made {} slices anew for the slots the map of epoch {} "
+      "gave this shard",
+      *made, map->epoch());
+  return absl::OkStatus();
 }
 
 }  // namespace asyncps

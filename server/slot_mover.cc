@@ -691,13 +691,34 @@ absl::Status SlotMover::EndLeaving(uint64_t epoch, bool committed) {
   return absl::OkStatus();
 }
 
+bool SlotMover::WatcherWoken() const {
+  return stop_ || (catch_up_wanted_.load() && absl::Now() >= next_catch_up_);
+}
+
 void SlotMover::Watch() {
+  // Between two catch-ups with the run's map record.
+  constexpr absl::Duration kCatchUpEvery = absl::Milliseconds(500);
   absl::MutexLock l(&mu_);
+  absl::Time next_ask = absl::Now() + o_.fence_timeout / 2;
   while (!stop_) {
-    mu_.AwaitWithTimeout(absl::Condition(&stop_), o_.fence_timeout / 2);
+    absl::Time until = next_ask;
+    if (catch_up_wanted_.load()) until = std::min(until, next_catch_up_);
+    mu_.AwaitWithDeadline(absl::Condition(this, &SlotMover::WatcherWoken),
+                          until);
+    if (stop_) break;
+    const absl::Time now = absl::Now();
+    if (catch_up_wanted_.load() && now >= next_catch_up_) {
+      catch_up_wanted_.store(false);
+      next_catch_up_ = now + kCatchUpEvery;
+      mu_.Unlock();
+      CatchUpWithRun();
+      mu_.Lock();
+      continue;
+    }
+    if (now < next_ask) continue;
+    next_ask = now + o_.fence_timeout / 2;
     // A backup's fence ends with its primary's entry.
-    if (stop_ || !leaving_.has_value() ||
-        absl::Now() - leaving_->fenced_at < o_.fence_timeout ||
+    if (!leaving_.has_value() || now - leaving_->fenced_at < o_.fence_timeout ||
         CheckPrimary().ok() == false) {
       continue;
     }
@@ -728,7 +749,8 @@ std::string SlotMover::Describe() const {
   return moving_in_ ? moving_in_what_ : std::string();
 }
 
-absl::StatusOr<ShardMap> SlotMover::Adopt(const ShardMap& map) {
+absl::StatusOr<ShardMap> SlotMover::Adopt(const ShardMap& map,
+                                          bool remake_lost) {
   if (absl::Status s = CheckPrimary(); !s.ok()) return s;
   {
     absl::MutexLock l(&mu_);
@@ -738,13 +760,16 @@ absl::StatusOr<ShardMap> SlotMover::Adopt(const ShardMap& map) {
     }
   }
   const ShardMap current = c_->store->map();
-  absl::Status s = CheckAdoptable(current, map, c_->shard_index);
+  absl::Status s =
+      CheckAdoptable(current, map, c_->shard_index, /*may_gain=*/remake_lost);
   if (!s.ok()) return s;
   if (map == current) return current;
-  int lost = 0;
+  int lost = 0, gained = 0;
   for (int slot = 0; slot < map.num_slots(); ++slot) {
-    lost += current.owners()[slot] == c_->shard_index &&
-            map.owners()[slot] != c_->shard_index;
+    const bool before = current.owners()[slot] == c_->shard_index;
+    const bool after = map.owners()[slot] == c_->shard_index;
+    lost += before && !after;
+    gained += after && !before;
   }
   if (lost > 0) {
     c_->logger->warn(
@@ -752,8 +777,16 @@ absl::StatusOr<ShardMap> SlotMover::Adopt(const ShardMap& map) {
         "committed while this shard ran on older files): dropping them",
         map.epoch(), lost);
   }
+  if (gained > 0) {
+    c_->logger->error(
+        "the run's map of epoch {} gives this shard {} slots whose state it "
+        "does not hold (moved here after its files were written, and every "
+        "replica that held them is gone): their slices are made anew as "
+        "when created, and the updates they had are lost",
+        map.epoch(), gained);
+  }
   MoveStep step = MoveStepTo(map);
-  step.mutable_adopted();
+  step.mutable_adopted()->set_remake_lost(gained > 0);
   s = Step(
       std::move(step), [&](const MoveStep& st) { return AdoptBody(st); },
       /*acked=*/false);

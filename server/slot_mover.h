@@ -152,8 +152,24 @@ class SlotMover {
   std::string Describe() const ABSL_LOCKS_EXCLUDED(mu_);
 
   // ---- Any shard.
-  // Adopts a newer map that leaves this shard's own slots as they are.
-  absl::StatusOr<ShardMap> Adopt(const ShardMap& map);
+  // Adopts a newer map that gives this shard no slot (it may take some:
+  // those a move committed while this shard ran on older files). With
+  // `remake_lost` it may give slots too, whose slices are then made anew
+  // (ShardStore::AdoptMapRemakingLost): for the run's own map only.
+  absl::StatusOr<ShardMap> Adopt(const ShardMap& map, bool remake_lost = false);
+
+  // A request was routed with a newer map than this shard serves. In a
+  // run whose map record is in etcd (run_map_record), the watcher thread
+  // then reads the record (at most every 500 ms) and, when its committed
+  // map is newer than the one served, adopts it (Adopt with remake_lost):
+  // a shard restarted on files older than the run's map (a move among
+  // other shards it missed the hand-out of, a move out of it, or, when
+  // every replica of a group was lost, a move into it) catches up by
+  // itself instead of refusing every request until psctl adopt. While
+  // the record stays ahead (this replica is no primary yet, or a move of
+  // its slots is under way) it is read again every 500 ms. Cheap: the
+  // first call wakes the watcher, the others return at once.
+  void NewerMapRouted();
 
   // ---- The run's map keeper (the shard psctl names): this shard's own
   // map record, for the SlotMoves service to serve; FAILED_PRECONDITION
@@ -273,6 +289,13 @@ class SlotMover {
   absl::Status EndLeaving(uint64_t epoch, bool committed)
       ABSL_LOCKS_EXCLUDED(mu_);
   void Watch() ABSL_LOCKS_EXCLUDED(mu_);
+  bool WatcherWoken() const ABSL_SHARED_LOCKS_REQUIRED(mu_);
+
+  // ---- Catching up with the run's map record
+  // (server/slot_mover_catch_up.cc).
+  void CatchUpWithRun() ABSL_LOCKS_EXCLUDED(mu_);
+  // Logs why a catch-up failed, a warning at most every 10 s.
+  void CatchUpFailed(const std::string& why);
 
   // ---- The steps (server/slot_move_steps.cc).
   static MoveStep MoveStepTo(const ShardMap& next);
@@ -317,6 +340,10 @@ class SlotMover {
   std::optional<Leaving> leaving_ ABSL_GUARDED_BY(mu_);
   bool stop_ ABSL_GUARDED_BY(mu_) = false;
   std::atomic<bool> drained_{false};
+  // NewerMapRouted asked for a catch-up the watcher has not begun.
+  std::atomic<bool> catch_up_wanted_{false};
+  absl::Time next_catch_up_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
+  absl::Time last_catch_up_warning_ = absl::InfinitePast();  // watcher's
   LocalMapRecord own_record_;
   std::thread watcher_;
 };

@@ -284,6 +284,17 @@ class ShardStore {
   // nothing changed.
   absl::Status AdoptMap(const ShardMap& next,
                         absl::FunctionRef<absl::Status()> check);
+  // AdoptMap for a map that gives this shard slots whose state is gone:
+  // the run's map moved them here, and every process that held them was
+  // lost before this one's files (or snapshot) caught up with that move.
+  // After adopting `next`, every slice of such a slot (gained with nothing
+  // imported) is made anew of its tensor's spec, initialized as
+  // CreateTensor does (the same values on every replica; a tensor created
+  // with INIT_VALUES gets zeros, its values being only in checkpoints), its
+  // bytes counted against max_parameter_bytes without a cap. Rows need
+  // nothing: a missing row is made when first pulled. Returns how many
+  // slices were made.
+  absl::StatusOr<uint64_t> AdoptMapRemakingLost(const ShardMap& next);
 
   // Sets slice `index` of `tensor`, of a slot another shard owns under the
   // map served now, from a slot move: version, values and optimizer state
@@ -373,6 +384,9 @@ class ShardStore {
   void AdoptSlices(const ShardMap& next,
                    std::vector<std::unique_ptr<DenseSlice>>* dropped)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // AdoptMapRemakingLost's part under the same lock, after AdoptSlices:
+  // makes the slices this shard owns and lacks; returns how many.
+  uint64_t RemakeMissingSlices() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The slice of a push gradient, or why it is not one of this shard's.
   absl::StatusOr<DenseSlice*> FindSlice(const Tensor* t,
                                         const SliceGradient& g) const;

@@ -241,6 +241,48 @@ absl::Status ShardStore::AdoptMap(const ShardMap& next,
   return absl::OkStatus();
 }
 
+absl::StatusOr<uint64_t> ShardStore::AdoptMapRemakingLost(
+    const ShardMap& next) {
+  absl::MutexLock change(&change_mu_);
+  const ShardMap prev = map_->get();
+  absl::Status s = CheckNextMap(prev, next);
+  if (!s.ok()) return s;
+  if (next == prev) return 0;
+  uint64_t made = 0;
+  {
+    // Freed after the lock is let go.
+    std::vector<std::unique_ptr<DenseSlice>> dropped;
+    absl::MutexLock l(&mu_);
+    AdoptSlices(next, &dropped);
+    made = RemakeMissingSlices();
+  }
+  tables_->AdoptMap(prev, next);
+  return made;
+}
+
+uint64_t ShardStore::RemakeMissingSlices() {
+  const ShardMap map = map_->get();
+  const uint32_t now = epoch_.current();
+  uint64_t made = 0;
+  for (auto& [name, t] : tensors_) {
+    for (uint32_t i = 0; i < t->slices.size(); ++i) {
+      std::unique_ptr<DenseSlice>& local = t->slices[i];
+      if (local != nullptr || map.SliceHome(name, i) != options_.shard_index) {
+        continue;
+      }
+      local = std::make_unique<DenseSlice>(t->spec, t->layout, i,
+                                           /*initialize=*/true,
+                                           /*given=*/nullptr);
+      local->MarkChanged(now);
+      const uint64_t bytes = t->SliceBytes(i);
+      t->reserved_bytes += bytes;
+      reserved_bytes_ += bytes;
+      ++made;
+    }
+  }
+  return made;
+}
+
 void ShardStore::AdoptSlices(
     const ShardMap& next, std::vector<std::unique_ptr<DenseSlice>>* dropped) {
   map_->Set(next);

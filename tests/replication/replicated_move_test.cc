@@ -18,6 +18,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "client/ps_client.h"
+#include "common/shard_map.h"
 #include "tests/integration/ledger_trainer.h"
 #include "tests/replication/replica_harness.h"
 #include "tests/testing/etcd_process.h"
@@ -339,6 +340,136 @@ TEST_CASE(
   ServerProcess spare = g.Start(shard);
   WaitForCounted(g.replicas[victim + 1].address, 1);
   ExpectSameState(g.replicas[victim + 1].address, spare.address);
+}
+
+// The map epoch the shard at `address` serves (0 when it does not answer).
+uint64_t ServedEpoch(const std::string& address) {
+  absl::StatusOr<StatusResponse> s = testing::ReplicaStatus(address);
+  return s.ok() ? s->map().epoch() : 0;
+}
+
+TEST_CASE(
+    "a group that lost every replica comes back under the run's map: its "
+    "backup, restarted on a snapshot from before a move into the group, "
+    "adopts the map in etcd and makes the moved slots anew",
+    "[replication][slots][ledger]") {
+  if (testing::SkipWithoutEtcd()) return;
+  absl::StatusOr<testing::EtcdProcess> etcd = testing::StartEtcd();
+  REQUIRE_OK(etcd.status());
+  Groups g{*std::move(etcd), "rlost", {}};
+  // Each replica keeps its files: b1's hold the snapshot it joined with,
+  // taken while group 1 owned no slot (map epoch 1).
+  std::vector<std::string> dirs;
+  for (int i = 0; i < 4; ++i) {
+    dirs.push_back(testing::MakeTmpDir(absl::StrCat("replica", i)));
+  }
+  const auto dir_flag = [&](int i) {
+    return std::vector<std::string>{absl::StrCat("--checkpoint_dir=", dirs[i])};
+  };
+  for (int shard = 0; shard < 2; ++shard) {
+    g.replicas.push_back(g.Start(shard, dir_flag(2 * shard)));
+    WaitForRole(g.replicas.back().address, "primary");
+    g.replicas.push_back(g.Start(shard, dir_flag(2 * shard + 1)));
+    WaitForRole(g.replicas.back().address, "backup");
+    WaitForCounted(g.replicas[2 * shard].address, 1);
+  }
+  std::unique_ptr<PsClient> c = MapClient(g.etcd, g.run);
+  int64_t acked = 0;
+  {
+    LedgerTrainer t;
+    t.Start(c.get());
+    g.ScaleWhileTraining(&t, 2);
+    t.Stop();
+    REQUIRE_OK(t.error);
+    acked = t.acked.load();
+  }
+  const uint64_t epoch = ServedEpoch(g.replicas[0].address);
+  REQUIRE(epoch > 1);
+  REQUIRE(ServedEpoch(g.replicas[2].address) == epoch);
+  // Both replicas of group 1 lost; its backup comes back first, on its
+  // files, and claims the group.
+  g.Kill(2);
+  g.Kill(3);
+  ServerProcess back = g.Start(1, dir_flag(3));
+  WaitForRole(back.address, "primary", absl::Seconds(30));
+  // It serves the run's map (before: the map of its files, epoch 1, and
+  // every request routed by the run's map was refused "retry" for ever).
+  REQUIRE_OK(WaitFor([&] { return ServedEpoch(back.address) == epoch; },
+                     absl::Seconds(20), "the run's map epoch at the claimant",
+                     absl::Milliseconds(100)));
+  // One map over the run (it exits 1: group 1 is below R replicas).
+  const std::string status = g.Psctl("status").second;
+  INFO(status);
+  CHECK(
+      absl::StrContains(status, absl::StrCat("map: 64 slots, epoch ", epoch)));
+  // A reader routed by that map reads every slice: group 0's as the ledger
+  // made them, group 1's made anew (zeros: "w" starts at 0).
+  std::unique_ptr<PsClient> reader = MapClient(g.etcd, g.run, true);
+  REQUIRE_OK(reader->WaitForTensors({"w"}, absl::Seconds(30)));
+  const ShardMap map = reader->map();
+  REQUIRE(map.epoch() == epoch);
+  std::vector<float> w(testing::kLedgerElems);
+  auto pull = reader->StartPull(1, 1, PullSet{{{"w", w.data()}}, {}});
+  REQUIRE_OK(pull->Wait());
+  const int slice_elems = testing::kLedgerElems / 64;
+  int kept = 0, remade = 0, wrong = 0;
+  for (int i = 0; i < testing::kLedgerElems; ++i) {
+    const bool on_lost = map.SliceHome("w", i / slice_elems) == 1;
+    const float want = on_lost ? 0.0f : static_cast<float>(acked);
+    wrong += w[i] != want;
+    (on_lost ? remade : kept) += 1;
+  }
+  CHECK(wrong == 0);
+  CHECK(kept > 0);
+  CHECK(remade > 0);
+}
+
+TEST_CASE(
+    "a shard restarted on files from before a move it took no part in "
+    "serves the run's map from etcd without psctl adopt",
+    "[replication][slots]") {
+  if (testing::SkipWithoutEtcd()) return;
+  absl::StatusOr<testing::EtcdProcess> etcd = testing::StartEtcd();
+  REQUIRE_OK(etcd.status());
+  Groups g{*std::move(etcd), "rbehind", {}};
+  g.num_shards = 3;
+  // Three groups of one process each, the slots spread over all three.
+  const std::string dir = testing::MakeTmpDir("shard2");
+  for (int shard = 0; shard < 3; ++shard) {
+    g.replicas.push_back(
+        StartReplica(g.etcd, g.run,
+                     {"--num_slots=64", "--replicas=1",
+                      absl::StrCat("--checkpoint_dir=", shard == 2 ? dir : "")},
+                     shard, 3));
+    WaitForRole(g.replicas.back().address, "primary");
+  }
+  std::unique_ptr<PsClient> c = MapClient(g.etcd, g.run);
+  REQUIRE_OK(c->CreateTensors({testing::LedgerTensor()}));
+  // Slot 0 (shard 0's) moves to shard 1; shard 2 is handed the new map.
+  auto [moved, out] = g.Psctl("move", {"--slot_list=0", "--to_shard=1"});
+  INFO(out);
+  REQUIRE(moved == 0);
+  const uint64_t epoch = ServedEpoch(g.replicas[0].address);
+  REQUIRE(epoch > 1);
+  REQUIRE(ServedEpoch(g.replicas[2].address) == epoch);
+  g.Kill(2);
+  ServerProcess back = StartReplica(g.etcd, g.run,
+                                    {"--num_slots=64", "--replicas=1",
+                                     absl::StrCat("--checkpoint_dir=", dir)},
+                                    2, 3);
+  // Before: it served its files' map (epoch 1), and every request routed
+  // by the run's map was refused "retry" until psctl adopt.
+  REQUIRE_OK(WaitFor([&] { return ServedEpoch(back.address) == epoch; },
+                     absl::Seconds(20), "the run's map epoch at the restart",
+                     absl::Milliseconds(100)));
+  std::unique_ptr<PsClient> reader = MapClient(g.etcd, g.run, true);
+  REQUIRE_OK(reader->WaitForTensors({"w"}, absl::Seconds(30)));
+  std::vector<float> w(testing::kLedgerElems, -1.0f);
+  auto pull = reader->StartPull(1, 1, PullSet{{{"w", w.data()}}, {}});
+  REQUIRE_OK(pull->Wait());
+  int zeros = 0;
+  for (float v : w) zeros += v == 0.0f;
+  CHECK(zeros == testing::kLedgerElems);  // as created ("w" starts at 0)
 }
 
 }  // namespace

@@ -251,5 +251,51 @@ TEST_CASE("pulls during AdoptMap see the slices of one map",
   CHECK(PulledSlices(*store) == new_slices);
 }
 
+TEST_CASE(
+    "slots a map gives a store that never received them are made anew, "
+    "as created, when the map is the run's own",
+    "[adopt_map]") {
+  std::unique_ptr<ShardStore> store = MakeStore(1);
+  const ShardMap start = store->map();
+  // Half of shard 0's slots moved here by a move whose state was lost.
+  std::vector<uint32_t> slots;
+  for (uint32_t slot = 0; slot < kSlots; slot += 4) slots.push_back(slot);
+  const ShardMap next = Moved(start, slots, 1);
+  const std::set<uint32_t> gained = [&] {
+    std::set<uint32_t> out = SlicesHomed(next, 1);
+    for (uint32_t i : SlicesHomed(start, 1)) out.erase(i);
+    return out;
+  }();
+  REQUIRE_FALSE(gained.empty());
+  const uint64_t bytes_before = store->Size().reserved_bytes;
+
+  absl::StatusOr<uint64_t> made = store->AdoptMapRemakingLost(next);
+  REQUIRE_OK(made.status());
+  CHECK(*made == gained.size());
+  CHECK(store->map_epoch() == next.epoch());
+  CHECK(PulledSlices(*store) == SlicesHomed(next, 1));
+  CHECK(store->Size().reserved_bytes > bytes_before);
+  // Their values are the spec's (constant 0.5), and they take pushes.
+  PullRequest pull;
+  pull.add_tensors("w");
+  PullResponse response;
+  REQUIRE_OK(store->Pull(pull, &response));
+  for (const SliceData& d : response.slices()) {
+    if (gained.count(d.slice()) == 0) continue;
+    std::vector<float> v(d.values().size() / sizeof(float));
+    std::memcpy(v.data(), d.values().data(), d.values().size());
+    for (float x : v) CHECK(x == 0.5f);
+  }
+  REQUIRE_OK(PushSlice(store.get(), *gained.begin()));
+  // Adopting it again is a no-op that makes nothing.
+  made = store->AdoptMapRemakingLost(next);
+  REQUIRE_OK(made.status());
+  CHECK(*made == 0);
+  // An older map is refused, nothing changed.
+  CHECK(
+      absl::IsFailedPrecondition(store->AdoptMapRemakingLost(start).status()));
+  CHECK(store->map_epoch() == next.epoch());
+}
+
 }  // namespace
 }  // namespace asyncps
