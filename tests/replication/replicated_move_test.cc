@@ -9,6 +9,7 @@
 #include <signal.h>
 
 #include <catch2/catch.hpp>
+#include <functional>
 #include <memory>
 #include <string>
 #include <tuple>
@@ -60,12 +61,22 @@ struct Groups {
                  absl::StrCat("--run_id=", run)});
     return testing::Psctl(more);
   }
-  void StartAll(const std::vector<std::string>& extra = {}) {
+  // Two groups of two, each replica with `extra` and `own(i)` (i: a0, b0,
+  // a1, b1) flags.
+  void StartAll(
+      const std::vector<std::string>& extra = {},
+      const std::function<std::vector<std::string>(int)>& own = nullptr) {
     for (int shard = 0; shard < 2; ++shard) {
-      replicas.push_back(Start(shard, extra));
-      WaitForRole(replicas.back().address, "primary");
-      replicas.push_back(Start(shard, extra));
-      WaitForRole(replicas.back().address, "backup");
+      for (const char* role : {"primary", "backup"}) {
+        std::vector<std::string> flags = extra;
+        if (own) {
+          const std::vector<std::string> more =
+              own(static_cast<int>(replicas.size()));
+          flags.insert(flags.end(), more.begin(), more.end());
+        }
+        replicas.push_back(Start(shard, flags));
+        WaitForRole(replicas.back().address, role);
+      }
       WaitForCounted(replicas[2 * shard].address, 1);
     }
   }
@@ -89,6 +100,16 @@ struct Groups {
     INFO(out);
     REQUIRE(code == 0);
     t->WaitForPushes(t->acked.load(), 10);
+  }
+  // A worker trains through `c` while psctl scales to `shards`: the pushes
+  // it had acknowledged when stopped (the test fails on its error).
+  int64_t ScaleUnderTraining(PsClient* c, int shards) {
+    LedgerTrainer t;
+    t.Start(c);
+    ScaleWhileTraining(&t, shards);
+    t.Stop();
+    REQUIRE_OK(t.error);
+    return t.acked.load();
   }
   // Every value as the `acked` pushes made it, read through the map, whose
   // slots are on the groups `serving`.
@@ -116,11 +137,16 @@ struct Groups {
   }
 };
 
-Groups StartGroups(const std::string& run,
-                   const std::vector<std::string>& extra = {}) {
+// A run with its etcd and no process yet.
+Groups NoGroups(const std::string& run) {
   absl::StatusOr<testing::EtcdProcess> etcd = testing::StartEtcd();
   REQUIRE_OK(etcd.status());
-  Groups g{*std::move(etcd), run, {}};
+  return Groups{*std::move(etcd), run, {}};
+}
+
+Groups StartGroups(const std::string& run,
+                   const std::vector<std::string>& extra = {}) {
+  Groups g = NoGroups(run);
   g.StartAll(extra);
   return g;
 }
@@ -133,15 +159,7 @@ TEST_CASE(
   Groups g = StartGroups("rmove");
   std::unique_ptr<PsClient> c = MapClient(g.etcd, g.run);
   CHECK(c->map().serving_shards() == std::vector<int>{0});
-  int64_t acked = 0;
-  {
-    LedgerTrainer t;
-    t.Start(c.get());
-    g.ScaleWhileTraining(&t, 2);
-    t.Stop();
-    REQUIRE_OK(t.error);
-    acked += t.acked.load();
-  }
+  int64_t acked = g.ScaleUnderTraining(c.get(), 2);
   CHECK(c->map().serving_shards() == std::vector<int>{0, 1});
   // Each group's backup took the move's steps: the same state as its
   // primary (the destination's imports and commit, the source's fence,
@@ -200,9 +218,7 @@ TEST_CASE(
     "beyond those with a process are skipped, shown as one row",
     "[replication][slots][ledger]") {
   if (testing::SkipWithoutEtcd()) return;
-  absl::StatusOr<testing::EtcdProcess> etcd = testing::StartEtcd();
-  REQUIRE_OK(etcd.status());
-  Groups g{*std::move(etcd), "grow", {}};
+  Groups g = NoGroups("grow");
   g.num_shards = 300;  // room to grow: groups 1-299 have no process
   // One process per group (R = 1); group 1 has none when the worker starts.
   g.replicas.push_back(g.Start(0, {"--replicas=1"}));
@@ -354,9 +370,7 @@ TEST_CASE(
     "adopts the map in etcd and makes the moved slots anew",
     "[replication][slots][ledger]") {
   if (testing::SkipWithoutEtcd()) return;
-  absl::StatusOr<testing::EtcdProcess> etcd = testing::StartEtcd();
-  REQUIRE_OK(etcd.status());
-  Groups g{*std::move(etcd), "rlost", {}};
+  Groups g = NoGroups("rlost");
   // Each replica keeps its files: b1's hold the snapshot it joined with,
   // taken while group 1 owned no slot (map epoch 1).
   std::vector<std::string> dirs;
@@ -366,23 +380,9 @@ TEST_CASE(
   const auto dir_flag = [&](int i) {
     return std::vector<std::string>{absl::StrCat("--checkpoint_dir=", dirs[i])};
   };
-  for (int shard = 0; shard < 2; ++shard) {
-    g.replicas.push_back(g.Start(shard, dir_flag(2 * shard)));
-    WaitForRole(g.replicas.back().address, "primary");
-    g.replicas.push_back(g.Start(shard, dir_flag(2 * shard + 1)));
-    WaitForRole(g.replicas.back().address, "backup");
-    WaitForCounted(g.replicas[2 * shard].address, 1);
-  }
+  g.StartAll({}, dir_flag);
   std::unique_ptr<PsClient> c = MapClient(g.etcd, g.run);
-  int64_t acked = 0;
-  {
-    LedgerTrainer t;
-    t.Start(c.get());
-    g.ScaleWhileTraining(&t, 2);
-    t.Stop();
-    REQUIRE_OK(t.error);
-    acked = t.acked.load();
-  }
+  const int64_t acked = g.ScaleUnderTraining(c.get(), 2);
   const uint64_t epoch = ServedEpoch(g.replicas[0].address);
   REQUIRE(epoch > 1);
   REQUIRE(ServedEpoch(g.replicas[2].address) == epoch);
@@ -429,9 +429,7 @@ TEST_CASE(
     "serves the run's map from etcd without psctl adopt",
     "[replication][slots]") {
   if (testing::SkipWithoutEtcd()) return;
-  absl::StatusOr<testing::EtcdProcess> etcd = testing::StartEtcd();
-  REQUIRE_OK(etcd.status());
-  Groups g{*std::move(etcd), "rbehind", {}};
+  Groups g = NoGroups("rbehind");
   g.num_shards = 3;
   // Three groups of one process each, the slots spread over all three.
   const std::string dir = testing::MakeTmpDir("shard2");
