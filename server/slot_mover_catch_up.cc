@@ -35,17 +35,17 @@ void SlotMover::CatchUpWithRun() {
   // replica that is no primary yet, a move of this shard under way).
   catch_up_wanted_.store(true);
   if (c_->log != nullptr && !c_->log->primary()) return;  // its primary's
-  c_->logger->warn(
-      "serving map epoch {} while the run's map in {} is at epoch {} (this "
-      "shard started on older files, or missed the map's hand-out): "
-      "adopting it",
-      served, o_.run_map_record->Where(), map->epoch());
   absl::StatusOr<ShardMap> adopted = Adopt(*map, /*remake_lost=*/true);
   if (!adopted.ok()) {
-    CatchUpFailed(absl::StrCat("cannot adopt the run's map of epoch ",
-                               map->epoch(), ": ",
-                               adopted.status().ToString()));
+    return CatchUpFailed(
+        absl::StrCat("serving map epoch ", served, " while the run's map in ",
+                     o_.run_map_record->Where(), " is at epoch ", map->epoch(),
+                     "; cannot adopt it yet: ", adopted.status().ToString()));
   }
+  c_->logger->warn(
+      "caught up with the run's map in {}: epoch {}, where this shard served "
+      "epoch {} (it started on older files, or missed the map's hand-out)",
+      o_.run_map_record->Where(), map->epoch(), served);
 }
 
 void SlotMover::CatchUpFailed(const std::string& why) {
@@ -55,10 +55,7 @@ void SlotMover::CatchUpFailed(const std::string& why) {
     return;
   }
   last_catch_up_warning_ = now;
-  c_->logger->warn(
-      "{} (tried again when a request routed with a newer map "
-      "comes)",
-      why);
+  c_->logger->warn("{} (tried again soon)", why);
 }
 
 }  // namespace asyncps
