@@ -125,6 +125,26 @@ std::vector<std::string> Problems(const std::vector<ShardResult>& shards) {
                                "): workers of one run are refused by the "
                                "others"));
   }
+  // Shards behind the map of the others refuse every request routed by
+  // it ("retry") until they adopt it. A move leaves them so for
+  // milliseconds; longer, a shard restarted on older files missed it.
+  std::map<uint64_t, std::vector<std::string>> by_epoch;
+  for (const ShardResult& r : shards) {
+    if (r.up && runs.size() == 1) {
+      by_epoch[r.status.map().epoch()].push_back(r.address);
+    }
+  }
+  if (by_epoch.size() > 1) {
+    std::vector<std::string> parts;
+    for (const auto& [epoch, addresses] : by_epoch) {
+      parts.push_back(absl::StrCat("epoch ", epoch, " at ",
+                                   absl::StrJoin(addresses, ", ")));
+    }
+    out.push_back(absl::StrCat(
+        "the shards serve different maps (", absl::StrJoin(parts, "; "),
+        "): requests routed by the newest are refused by the others until "
+        "they adopt it (with etcd they do by themselves; else psctl adopt)"));
+  }
   // A schedule step some up shard lacks (a SetLearningRate that failed
   // there and was not retried).
   for (const LearningRate& latest : MergeLearningRates(shards)) {

@@ -212,6 +212,25 @@ TEST_CASE(
   CHECK(absl::StrContains(text, "left"));
 }
 
+TEST_CASE("shards that serve different maps are a warning", "[psctl]") {
+  std::vector<ShardResult> shards = Cluster();  // shard 2 is down
+  for (ShardResult& r : shards) {
+    r.status.mutable_map()->set_epoch(4);
+    r.status.mutable_map()->set_num_slots(64);
+  }
+  CHECK(Problems(shards).empty());
+  shards[1].status.mutable_map()->set_epoch(3);
+  const std::vector<std::string> problems = Problems(shards);
+  REQUIRE(problems.size() == 1);
+  CHECK(absl::StrContains(problems[0],
+                          "different maps (epoch 3 at 10.0.0.1:7000; epoch 4 "
+                          "at 10.0.0.0:7000)"));
+  CHECK(absl::StrContains(problems[0], "psctl adopt"));
+  // A shard that is down serves nothing.
+  shards[1].up = false;
+  CHECK(Problems(shards).empty());
+}
+
 TEST_CASE("RenderText of an all-down cluster does not need any status",
           "[psctl]") {
   const std::string text = RenderText({Down(0, "DEADLINE_EXCEEDED: x")});
