@@ -24,7 +24,7 @@ int Find(const ShardGroupRecord& group, const std::string& id) {
   return -1;
 }
 
-bool IsLive(const absl::flat_hash_map<std::string, bool>& live,
+bool IsLive(const absl::flat_hash_set<std::string>& live,
             const ReplicaRecord& r) {
   return live.contains(IdOf(r));
 }
@@ -81,6 +81,7 @@ absl::StatusOr<std::unique_ptr<ReplicaGroup>> ReplicaGroup::Join(
   }
   g->lease_ = *std::move(lease);
   g->maps_ = std::make_unique<MapStore>(g->etcd_.get(), RunPrefix(o.run_id));
+  g->view_ = std::make_unique<RunView>(g->etcd_.get(), RunPrefix(o.run_id));
   ShardMapRecord initial;
   initial.set_run_id(o.run_id);
   initial.set_num_shards(o.num_shards);
@@ -103,14 +104,13 @@ absl::Status ReplicaGroup::Register() {
   return put.status();
 }
 
-absl::StatusOr<absl::flat_hash_map<std::string, bool>>
-ReplicaGroup::LiveMembers() {
+absl::StatusOr<absl::flat_hash_set<std::string>> ReplicaGroup::LiveMembers() {
   const std::string prefix = absl::StrCat(RunPrefix(o_.run_id), "/members/");
   absl::StatusOr<EtcdClient::Listing> listing = etcd_->List(prefix);
   if (!listing.ok()) return listing.status();
-  absl::flat_hash_map<std::string, bool> live;
+  absl::flat_hash_set<std::string> live;
   for (const EtcdKeyValue& kv : listing->kvs) {
-    live[kv.key.substr(prefix.size())] = true;
+    live.insert(kv.key.substr(prefix.size()));
   }
   return live;
 }
@@ -198,8 +198,7 @@ absl::Status ReplicaGroup::Claim() {
   absl::StatusOr<ShardMapRecord> m =
       maps_->Update([&](ShardMapRecord* m) -> absl::StatusOr<bool> {
         ShardGroupRecord* g = m->mutable_groups(o_.shard_index);
-        absl::StatusOr<absl::flat_hash_map<std::string, bool>> now =
-            LiveMembers();
+        absl::StatusOr<absl::flat_hash_set<std::string>> now = LiveMembers();
         if (!now.ok()) return now.status();
         for (const ReplicaRecord& r : g->replicas()) {
           if (IdOf(r) != self_ && IsLive(*now, r)) {
@@ -227,7 +226,7 @@ absl::Status ReplicaGroup::Decide() {
   while (absl::Now() < deadline) {
     absl::StatusOr<MapStore::Read> read = maps_->Get();
     if (!read.ok()) return read.status();
-    absl::StatusOr<absl::flat_hash_map<std::string, bool>> live = LiveMembers();
+    absl::StatusOr<absl::flat_hash_set<std::string>> live = LiveMembers();
     if (!live.ok()) return live.status();
     const ShardGroupRecord& group = read->map.groups(o_.shard_index);
     bool any_live = false, backup_live = false;
@@ -395,10 +394,10 @@ void ReplicaGroup::Tick() {
   if (lease_lost_since_ != absl::InfiniteFuture() || !lease_->Held()) {
     return Rejoin();
   }
-  absl::StatusOr<MapStore::Read> read = maps_->Get();
+  // The map and the members as the watch keeps them (membership/run_view.h).
+  absl::StatusOr<RunView::Snapshot> read = view_->Read();
   if (!read.ok()) return;  // the lease bounds how long this may last
-  absl::StatusOr<absl::flat_hash_map<std::string, bool>> live = LiveMembers();
-  if (!live.ok()) return;
+  const absl::flat_hash_set<std::string>* live = &read->live;
   const ShardGroupRecord& group = read->map.groups(o_.shard_index);
   {
     absl::MutexLock l(&mu_);
@@ -429,9 +428,8 @@ void ReplicaGroup::Tick() {
   FollowPrimary(group, *live);
 }
 
-void ReplicaGroup::TendBackups(
-    const ShardGroupRecord& group,
-    const absl::flat_hash_map<std::string, bool>& live) {
+void ReplicaGroup::TendBackups(const ShardGroupRecord& group,
+                               const absl::flat_hash_set<std::string>& live) {
   absl::flat_hash_map<std::string, ReplicationLog::BackupState> states;
   for (ReplicationLog::BackupState& b : log_.Backups()) {
     states[b.address] = std::move(b);
@@ -541,9 +539,8 @@ absl::Status ReplicaGroup::MarkCaughtUp(const std::string& address) {
   return m.status();
 }
 
-void ReplicaGroup::FollowPrimary(
-    const ShardGroupRecord& group,
-    const absl::flat_hash_map<std::string, bool>& live) {
+void ReplicaGroup::FollowPrimary(const ShardGroupRecord& group,
+                                 const absl::flat_hash_set<std::string>& live) {
   const std::string primary = group.replicas(0).address();
   const std::string primary_id = IdOf(group.replicas(0));
   if (IsLive(live, group.replicas(0))) {

@@ -47,6 +47,7 @@
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
@@ -55,6 +56,7 @@
 #include "membership/etcd_client.h"
 #include "membership/lease_keeper.h"
 #include "membership/map_store.h"
+#include "membership/run_view.h"
 #include "proto/membership.pb.h"
 #include "server/follower.h"
 #include "server/ps_server.h"
@@ -139,13 +141,13 @@ class ReplicaGroup {
   // This process's entry in its group's map record.
   ReplicaRecord SelfRecord(bool caught_up) const;
   // Members alive now: address -> its key exists.
-  absl::StatusOr<absl::flat_hash_map<std::string, bool>> LiveMembers();
+  absl::StatusOr<absl::flat_hash_set<std::string>> LiveMembers();
   void Loop();
   void Tick();
   void TendBackups(const ShardGroupRecord& group,
-                   const absl::flat_hash_map<std::string, bool>& live);
+                   const absl::flat_hash_set<std::string>& live);
   void FollowPrimary(const ShardGroupRecord& group,
-                     const absl::flat_hash_map<std::string, bool>& live);
+                     const absl::flat_hash_set<std::string>& live);
   // Removes `address` from the group by a map change made as its primary.
   absl::Status Drop(const std::string& address, const std::string& why);
   absl::Status MarkCaughtUp(const std::string& address);
@@ -166,6 +168,7 @@ class ReplicaGroup {
   std::unique_ptr<LeaseKeeper> lease_;
   LeaseKeeperOptions lease_options_;
   std::unique_ptr<MapStore> maps_;
+  std::unique_ptr<RunView> view_;  // read by the role thread's ticks
   ReplicationLog log_;
   uint64_t incarnation_ = 0;  // this process at o_.address; nonzero
   std::string self_;          // ReplicaId(o_.address, incarnation_)
