@@ -696,12 +696,21 @@ bool SlotMover::WatcherWoken() const {
 }
 
 void SlotMover::Watch() {
-  // Between two catch-ups with the run's map record.
+  // Between two catch-ups with the run's map record; and between two
+  // looks at it when nothing asked (a shard no request reaches, one that
+  // owns no slot, may have missed a map too).
   constexpr absl::Duration kCatchUpEvery = absl::Milliseconds(500);
+  constexpr absl::Duration kLookEvery = absl::Seconds(5);
   absl::MutexLock l(&mu_);
   absl::Time next_ask = absl::Now() + o_.fence_timeout / 2;
+  absl::Time next_look = o_.run_map_record != nullptr ? absl::Now() + kLookEvery
+                                                      : absl::InfiniteFuture();
   while (!stop_) {
-    absl::Time until = next_ask;
+    if (absl::Now() >= next_look) {
+      next_look = absl::Now() + kLookEvery;
+      catch_up_wanted_.store(true);
+    }
+    absl::Time until = std::min(next_ask, next_look);
     if (catch_up_wanted_.load()) until = std::min(until, next_catch_up_);
     mu_.AwaitWithDeadline(absl::Condition(this, &SlotMover::WatcherWoken),
                           until);

@@ -167,8 +167,10 @@ class SlotMover {
   // every replica of a group was lost, a move into it) catches up by
   // itself instead of refusing every request until psctl adopt. While
   // the record stays ahead (this replica is no primary yet, or a move of
-  // its slots is under way) it is read again every 500 ms. Cheap: the
-  // first call wakes the watcher, the others return at once.
+  // its slots is under way) it is read again every 500 ms, and it is read
+  // every 5 s anyway (a shard that no request reaches, such as one that
+  // owns no slot, may have missed a map too). Cheap: the first call wakes
+  // the watcher, the others return at once.
   void NewerMapRouted();
 
   // ---- The run's map keeper (the shard psctl names): this shard's own
