@@ -19,10 +19,26 @@
 namespace asyncps {
 namespace {
 
-std::shared_ptr<EtcdClient> Connect(const testing::EtcdProcess& etcd) {
-  absl::StatusOr<std::shared_ptr<EtcdClient>> c = testing::ConnectToEtcd(etcd);
+// A test etcd, a client of it, and run `run`'s prefix there, holding
+// TwoByTwoMap(run) when `with_map`.
+struct Run {
+  testing::EtcdProcess etcd;
+  std::shared_ptr<EtcdClient> client;
+  std::string prefix;
+
+  MapStore maps() const { return MapStore(client.get(), prefix); }
+};
+
+Run StartRun(const std::string& run, bool with_map) {
+  absl::StatusOr<testing::EtcdProcess> etcd = testing::StartEtcd();
+  REQUIRE_OK(etcd.status());
+  absl::StatusOr<std::shared_ptr<EtcdClient>> c = testing::ConnectToEtcd(*etcd);
   REQUIRE_OK(c.status());
-  return *c;
+  Run r{*std::move(etcd), *c, RunPrefix(run)};
+  if (with_map) {
+    REQUIRE_OK(r.maps().Initialize(testing::TwoByTwoMap(run)).status());
+  }
+  return r;
 }
 
 // Until `view` shows `want` (its reads may list or not).
@@ -39,14 +55,13 @@ void AwaitView(RunView* view, const std::string& what,
 TEST_CASE("a RunView follows the map and the members with one listing",
           "[run_view]") {
   if (testing::SkipWithoutEtcd()) return;
-  absl::StatusOr<testing::EtcdProcess> etcd = testing::StartEtcd();
-  REQUIRE_OK(etcd.status());
-  std::shared_ptr<EtcdClient> c = Connect(*etcd);
-  const std::string prefix = RunPrefix("run-v");
+  Run run = StartRun("run-v", /*with_map=*/false);
+  EtcdClient* c = run.client.get();
+  const std::string& prefix = run.prefix;
   // Only the watch may bring what changes after the first listing.
-  RunView view(c.get(), prefix, absl::Hours(1));
+  RunView view(c, prefix, absl::Hours(1));
   CHECK(absl::IsNotFound(view.Read().status()));
-  MapStore maps(c.get(), prefix);
+  MapStore maps = run.maps();
   REQUIRE_OK(maps.Initialize(testing::TwoByTwoMap("run-v")).status());
   REQUIRE_OK(c->Put(prefix + "/members/a", "shard=0").status());
   absl::StatusOr<RunView::Snapshot> first = view.Read();
@@ -78,18 +93,15 @@ TEST_CASE("a RunView follows the map and the members with one listing",
 TEST_CASE("a RunView lists again after an etcd restart and every relist_every",
           "[run_view]") {
   if (testing::SkipWithoutEtcd()) return;
-  absl::StatusOr<testing::EtcdProcess> etcd = testing::StartEtcd();
-  REQUIRE_OK(etcd.status());
-  std::shared_ptr<EtcdClient> c = Connect(*etcd);
-  const std::string prefix = RunPrefix("run-w");
-  MapStore maps(c.get(), prefix);
-  REQUIRE_OK(maps.Initialize(testing::TwoByTwoMap("run-w")).status());
-  RunView view(c.get(), prefix, absl::Hours(1));
+  Run run = StartRun("run-w", /*with_map=*/true);
+  EtcdClient* c = run.client.get();
+  const std::string& prefix = run.prefix;
+  RunView view(c, prefix, absl::Hours(1));
   REQUIRE_OK(view.Read().status());
   CHECK(view.listings() == 1);
 
   // The watch ends with etcd; the next read lists (and watches) anew.
-  REQUIRE_OK(testing::RestartEtcd(&*etcd));
+  REQUIRE_OK(testing::RestartEtcd(&run.etcd));
   REQUIRE_OK(c->Put(prefix + "/members/c", "shard=0").status());
   AwaitView(&view, "member c after the restart",
             [](const RunView::Snapshot& s) { return s.live.contains("c"); });
@@ -102,7 +114,7 @@ TEST_CASE("a RunView lists again after an etcd restart and every relist_every",
   CHECK(view.listings() == listed);
 
   // With a short relist_every, reads list that often (the watch alive).
-  RunView often(c.get(), prefix, absl::Milliseconds(50));
+  RunView often(c, prefix, absl::Milliseconds(50));
   REQUIRE_OK(often.Read().status());
   absl::SleepFor(absl::Milliseconds(120));
   REQUIRE_OK(often.Read().status());
