@@ -384,6 +384,11 @@ class ShardStore {
   void AdoptSlices(const ShardMap& next,
                    std::vector<std::unique_ptr<DenseSlice>>* dropped)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // AdoptMap's work, and with `remake_lost` AdoptMapRemakingLost's: how
+  // many slices it made.
+  absl::StatusOr<uint64_t> AdoptMapMaking(
+      const ShardMap& next, absl::FunctionRef<absl::Status()> check,
+      bool remake_lost);
   // AdoptMapRemakingLost's part under the same lock, after AdoptSlices:
   // makes the slices this shard owns and lacks; returns how many.
   uint64_t RemakeMissingSlices() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

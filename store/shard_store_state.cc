@@ -225,25 +225,21 @@ absl::Status ShardStore::AdoptMap(const ShardMap& next) {
 
 absl::Status ShardStore::AdoptMap(const ShardMap& next,
                                   absl::FunctionRef<absl::Status()> check) {
-  absl::MutexLock change(&change_mu_);
-  absl::Status checked = check();
-  if (!checked.ok()) return checked;
-  const ShardMap prev = map_->get();
-  absl::Status s = CheckNextMap(prev, next);
-  if (!s.ok() || next == prev) return s;
-  {
-    // Freed after the lock is let go.
-    std::vector<std::unique_ptr<DenseSlice>> dropped;
-    absl::MutexLock l(&mu_);
-    AdoptSlices(next, &dropped);
-  }
-  tables_->AdoptMap(prev, next);
-  return absl::OkStatus();
+  return AdoptMapMaking(next, check, /*remake_lost=*/false).status();
 }
 
 absl::StatusOr<uint64_t> ShardStore::AdoptMapRemakingLost(
     const ShardMap& next) {
+  return AdoptMapMaking(
+      next, [] { return absl::OkStatus(); }, /*remake_lost=*/true);
+}
+
+absl::StatusOr<uint64_t> ShardStore::AdoptMapMaking(
+    const ShardMap& next, absl::FunctionRef<absl::Status()> check,
+    bool remake_lost) {
   absl::MutexLock change(&change_mu_);
+  absl::Status checked = check();
+  if (!checked.ok()) return checked;
   const ShardMap prev = map_->get();
   absl::Status s = CheckNextMap(prev, next);
   if (!s.ok()) return s;
@@ -254,7 +250,7 @@ absl::StatusOr<uint64_t> ShardStore::AdoptMapRemakingLost(
     std::vector<std::unique_ptr<DenseSlice>> dropped;
     absl::MutexLock l(&mu_);
     AdoptSlices(next, &dropped);
-    made = RemakeMissingSlices();
+    if (remake_lost) made = RemakeMissingSlices();
   }
   tables_->AdoptMap(prev, next);
   return made;
