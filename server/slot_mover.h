@@ -294,7 +294,7 @@ class SlotMover {
   bool WatcherWoken() const ABSL_SHARED_LOCKS_REQUIRED(mu_);
 
   // ---- Catching up with the run's map record
-  // (server/slot_mover_catch_up.cc).
+  // (server/slot_mover_adopt.cc).
   void CatchUpWithRun() ABSL_LOCKS_EXCLUDED(mu_);
   // Logs why a catch-up failed, a warning at most every 10 s.
   void CatchUpFailed(const std::string& why);

@@ -1,12 +1,61 @@
-// A shard behind the run's map catches up with the map record in etcd
+// Any shard: adopting a newer map, handed by psctl adopt (the AdoptMap RPC)
+// or read from the run's map record in etcd by a shard behind it
 // (SlotMover::NewerMapRouted).
 #include <string>
 
 #include "absl/strings/str_cat.h"
+#include "common/map_change.h"
 #include "common/shard_map_proto.h"
 #include "server/slot_mover.h"
 
 namespace asyncps {
+
+absl::StatusOr<ShardMap> SlotMover::Adopt(const ShardMap& map,
+                                          bool remake_lost) {
+  if (absl::Status s = CheckPrimary(); !s.ok()) return s;
+  {
+    absl::MutexLock l(&mu_);
+    if (moving_in_ || leaving_.has_value()) {
+      return absl::UnavailableError(
+          "a move of this shard's slots is in progress; retry");
+    }
+  }
+  const ShardMap current = c_->store->map();
+  absl::Status s =
+      CheckAdoptable(current, map, c_->shard_index, /*may_gain=*/remake_lost);
+  if (!s.ok()) return s;
+  if (map == current) return current;
+  int lost = 0, gained = 0;
+  for (int slot = 0; slot < map.num_slots(); ++slot) {
+    const bool before = current.owners()[slot] == c_->shard_index;
+    const bool after = map.owners()[slot] == c_->shard_index;
+    lost += before && !after;
+    gained += after && !before;
+  }
+  if (lost > 0) {
+    c_->logger->warn(
+        "the map of epoch {} gives {} slots of this shard to others (a move "
+        "committed while this shard ran on older files): dropping them",
+        map.epoch(), lost);
+  }
+  if (gained > 0) {
+    c_->logger->error(
+        "the run's map of epoch {} gives this shard {} slots whose state it "
+        "does not hold (moved here after its files were written, and every "
+        "replica that held them is gone): their slices are made anew as "
+        "when created, and the updates they had are lost",
+        map.epoch(), gained);
+  }
+  MoveStep step = MoveStepTo(map);
+  step.mutable_adopted()->set_remake_lost(gained > 0);
+  s = Step(
+      std::move(step), [&](const MoveStep& st) { return AdoptBody(st); },
+      /*acked=*/false);
+  if (!s.ok()) return s;
+  c_->logger->info("serving the {} (was epoch {})", map.DebugString(),
+                   current.epoch());
+  return map;
+}
 
 void SlotMover::NewerMapRouted() {
   if (o_.run_map_record == nullptr || catch_up_wanted_.exchange(true)) return;
