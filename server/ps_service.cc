@@ -702,6 +702,7 @@ void PsService::FillStatus(StatusResponse* r) {
   r->set_parameter_bytes(size.parameter_bytes);
   r->set_max_parameter_bytes(c_.max_parameter_bytes);
   r->set_reserved_parameter_bytes(size.reserved_bytes);
+  r->set_slices_remade(size.slices_remade);
   for (TableStatus& t : c_.store->tables().Status()) {
     *r->add_tables() = std::move(t);
   }

@@ -630,6 +630,7 @@ StoreSize ShardStore::Size() const {
   absl::ReaderMutexLock l(&mu_);
   size.tensors = static_cast<int32_t>(tensors_.size());
   size.reserved_bytes = reserved_bytes_;
+  size.slices_remade = slices_remade_;
   for (const auto& [name, t] : tensors_) {
     for (const auto& s : t->slices) {
       if (s == nullptr) continue;

@@ -92,6 +92,8 @@ struct StoreSize {
   int32_t tables = 0;
   uint64_t table_rows = 0;
   uint64_t table_bytes = 0;
+  // Slices AdoptMapRemakingLost made anew since the store was created.
+  uint64_t slices_remade = 0;
 };
 
 // The parameters one shard owns: dense float32 tensors, of which this shard
@@ -392,6 +394,7 @@ class ShardStore {
   // AdoptMapRemakingLost's part under the same lock, after AdoptSlices:
   // makes the slices this shard owns and lacks; returns how many.
   uint64_t RemakeMissingSlices() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  uint64_t slices_remade_ ABSL_GUARDED_BY(mu_) = 0;
   // The slice of a push gradient, or why it is not one of this shard's.
   absl::StatusOr<DenseSlice*> FindSlice(const Tensor* t,
                                         const SliceGradient& g) const;

@@ -251,6 +251,7 @@ absl::StatusOr<uint64_t> ShardStore::AdoptMapMaking(
     absl::MutexLock l(&mu_);
     AdoptSlices(next, &dropped);
     if (remake_lost) made = RemakeMissingSlices();
+    slices_remade_ += made;
   }
   tables_->AdoptMap(prev, next);
   return made;

@@ -102,6 +102,13 @@ std::vector<std::string> Problems(const std::vector<ShardResult>& shards) {
             "): start server processes for it, or wait for its spares"));
       }
     }
+    if (st.slices_remade() > 0) {
+      out.push_back(absl::StrCat(
+          "shard ", r.index, " (", r.address, ") made ", st.slices_remade(),
+          " slices anew: the run's map gave it slots whose state was lost "
+          "with every replica that held them, and their updates are gone "
+          "(its log names the map epoch)"));
+    }
     if (st.shard_index() != r.index) {
       out.push_back(absl::StrCat(
           "the shard at ", r.address, " is number ", r.index,

@@ -402,6 +402,9 @@ TEST_CASE(
   INFO(status);
   CHECK(
       absl::StrContains(status, absl::StrCat("map: 64 slots, epoch ", epoch)));
+  // The loss is loud: a warning naming the shard and what it made anew.
+  CHECK(absl::StrContains(status, "shard 1 ("));
+  CHECK(absl::StrContains(status, "slices anew"));
   // A reader routed by that map reads every slice: group 0's as the ledger
   // made them, group 1's made anew (zeros: "w" starts at 0).
   std::unique_ptr<PsClient> reader = MapClient(g.etcd, g.run, true);

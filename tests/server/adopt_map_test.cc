@@ -272,6 +272,7 @@ TEST_CASE(
   absl::StatusOr<uint64_t> made = store->AdoptMapRemakingLost(next);
   REQUIRE_OK(made.status());
   CHECK(*made == gained.size());
+  CHECK(store->Size().slices_remade == gained.size());
   CHECK(store->map_epoch() == next.epoch());
   CHECK(PulledSlices(*store) == SlicesHomed(next, 1));
   CHECK(store->Size().reserved_bytes > bytes_before);
@@ -291,6 +292,7 @@ TEST_CASE(
   made = store->AdoptMapRemakingLost(next);
   REQUIRE_OK(made.status());
   CHECK(*made == 0);
+  CHECK(store->Size().slices_remade == gained.size());
   // An older map is refused, nothing changed.
   CHECK(
       absl::IsFailedPrecondition(store->AdoptMapRemakingLost(start).status()));

@@ -212,6 +212,16 @@ TEST_CASE(
   CHECK(absl::StrContains(text, "left"));
 }
 
+TEST_CASE("a shard that made lost slices anew is a warning", "[psctl]") {
+  std::vector<ShardResult> shards = Cluster();  // shard 2 is down
+  CHECK(Problems(shards).empty());
+  shards[1].status.set_slices_remade(998);
+  const std::vector<std::string> problems = Problems(shards);
+  REQUIRE(problems.size() == 1);
+  CHECK(absl::StrContains(problems[0],
+                          "shard 1 (10.0.0.1:7000) made 998 slices anew"));
+}
+
 TEST_CASE("shards that serve different maps are a warning", "[psctl]") {
   std::vector<ShardResult> shards = Cluster();  // shard 2 is down
   for (ShardResult& r : shards) {
