@@ -194,30 +194,106 @@ absl::StatusOr<int64_t> EtcdClient::GrantLease(absl::Duration ttl) {
   return response.id();
 }
 
-absl::StatusOr<absl::Duration> EtcdClient::RenewLease(int64_t id) {
-  std::unique_ptr<grpc::ClientContext> ctx = Context();
-  auto stream = lease_->LeaseKeepAlive(ctx.get());
-  etcdserverpb::LeaseKeepAliveRequest request;
-  request.set_id(id);
-  etcdserverpb::LeaseKeepAliveResponse response;
-  const bool ok = stream->Write(request) && stream->Read(&response);
-  stream->WritesDone();
-  if (!ok) {
-    ctx->TryCancel();
-    const grpc::Status s = stream->Finish();
-    return Annotate(s.ok() ? grpc::Status(grpc::StatusCode::UNAVAILABLE,
-                                          "keep-alive stream ended")
-                           : s,
-                    "lease renewal");
+std::unique_ptr<EtcdClient::LeaseStream> EtcdClient::OpenLeaseStream() {
+  return std::unique_ptr<LeaseStream>(new LeaseStream(this));
+}
+
+EtcdClient::LeaseStream::LeaseStream(EtcdClient* client) : client_(client) {
+  // No deadline of its own (each renewal has one); waits for a connection
+  // (an endpoint restarting) until a renewal gives up on it.
+  context_.set_wait_for_ready(true);
+}
+
+EtcdClient::LeaseStream::~LeaseStream() {
+  if (!started_) return;
+  context_.TryCancel();
+  absl::MutexLock l(&mu_);
+  mu_.Await(absl::Condition(&done_));
+}
+
+absl::StatusOr<absl::Duration> EtcdClient::LeaseStream::Renew(int64_t id) {
+  const absl::Time deadline = absl::Now() + client_->options_.call_timeout;
+  {
+    absl::MutexLock l(&mu_);
+    // The write of the renewal before may complete after its answer.
+    const auto writable = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+      return !writing_ || !ended_.ok();
+    };
+    if (!mu_.AwaitWithDeadline(absl::Condition(&writable), deadline)) {
+      End(absl::DeadlineExceededError(
+          "etcd lease renewal: the last renewal's write never completed"));
+    }
+    if (!ended_.ok()) return ended_;
+    answer_.reset();
+    writing_ = true;
   }
-  // The rest of the stream is not needed: end it.
-  ctx->TryCancel();
-  (void)stream->Finish();
-  if (response.ttl() <= 0) {
+  request_.set_id(id);
+  // Not under mu_: a reaction may run inline.
+  if (started_) {
+    StartWrite(&request_);
+  } else {
+    started_ = true;
+    client_->lease_->async()->LeaseKeepAlive(&context_, this);
+    StartWrite(&request_);
+    StartRead(&response_);
+    StartCall();
+  }
+  etcdserverpb::LeaseKeepAliveResponse answer;
+  absl::Status ended;
+  {
+    absl::MutexLock l(&mu_);
+    const auto settled = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+      return answer_.has_value() || !ended_.ok();
+    };
+    mu_.AwaitWithDeadline(absl::Condition(&settled), deadline);
+    if (answer_.has_value()) {
+      answer = *std::move(answer_);
+      answer_.reset();
+    } else {
+      End(absl::DeadlineExceededError(
+          absl::StrCat("etcd lease renewal: no answer within ",
+                       absl::FormatDuration(client_->options_.call_timeout))));
+      ended = ended_;
+    }
+  }
+  if (!ended.ok()) {
+    context_.TryCancel();  // outside mu_: OnDone may run inline
+    return ended;
+  }
+  if (answer.ttl() <= 0) {
     return absl::NotFoundError(
         absl::StrCat("etcd lease ", id, " expired (its keys are gone)"));
   }
-  return absl::Seconds(response.ttl());
+  return absl::Seconds(answer.ttl());
+}
+
+void EtcdClient::LeaseStream::End(absl::Status why) {
+  if (ended_.ok()) ended_ = std::move(why);
+}
+
+void EtcdClient::LeaseStream::OnWriteDone(bool ok) {
+  absl::MutexLock l(&mu_);
+  writing_ = false;
+  if (!ok) End(absl::UnavailableError("etcd lease renewal: stream ended"));
+}
+
+void EtcdClient::LeaseStream::OnReadDone(bool ok) {
+  {
+    absl::MutexLock l(&mu_);
+    if (!ok) {
+      End(absl::UnavailableError("etcd lease renewal: stream ended"));
+      return;
+    }
+    answer_ = response_;
+  }
+  StartRead(&response_);
+}
+
+void EtcdClient::LeaseStream::OnDone(const grpc::Status& s) {
+  absl::MutexLock l(&mu_);
+  End(s.ok() ? absl::UnavailableError("etcd lease renewal: stream ended")
+             : Annotate(s, "lease renewal"));
+  done_ = true;
 }
 
 absl::Status EtcdClient::RevokeLease(int64_t id) {

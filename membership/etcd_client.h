@@ -35,9 +35,11 @@
 #include <thread>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "proto/etcd_v3.grpc.pb.h"
 
@@ -69,6 +71,7 @@ struct EtcdEvent {
 
 class EtcdClient {
  public:
+  class LeaseStream;
   class Watcher;
 
   // Validates the options and opens the channel (contacts nobody).
@@ -109,9 +112,9 @@ class EtcdClient {
 
   // A lease of `ttl` (whole seconds, at least 1); returns its id.
   absl::StatusOr<int64_t> GrantLease(absl::Duration ttl);
-  // Renews the lease; returns the time it has left. NOT_FOUND once it
-  // expired (its keys are gone).
-  absl::StatusOr<absl::Duration> RenewLease(int64_t id);
+  // A keep-alive stream that renews leases (LeaseStream::Renew); opened
+  // by its first renewal. Destroy it before this client.
+  std::unique_ptr<LeaseStream> OpenLeaseStream();
   // Ends the lease now and deletes its keys.
   absl::Status RevokeLease(int64_t id);
 
@@ -139,6 +142,57 @@ class EtcdClient {
   const std::unique_ptr<etcdserverpb::KV::Stub> kv_;
   const std::unique_ptr<etcdserverpb::Lease::Stub> lease_;
   const std::unique_ptr<etcdserverpb::Watch::Stub> watch_;
+};
+
+// Renewals on one LeaseKeepAlive stream, kept open from one renewal to the
+// next as etcd's own client keeps it (a stream per renewal cost etcd a new
+// HTTP/2 stream and its handler three times a second per process). One
+// renewal at a time; each waits for its answer at most the client's call
+// timeout. A renewal that fails or times out ends the stream (cancelled):
+// every later one fails at once with its error, and the caller opens a new
+// stream. The destructor cancels the stream and waits until gRPC is done
+// with it. Thread-compatible.
+//
+//   std::unique_ptr<EtcdClient::LeaseStream> stream = etcd->OpenLeaseStream();
+//   absl::StatusOr<absl::Duration> left = stream->Renew(lease);
+//   if (absl::IsNotFound(left.status())) ... the lease is gone ...
+//   else if (!left.ok()) stream = etcd->OpenLeaseStream();  // next time
+class EtcdClient::LeaseStream final
+    : public grpc::ClientBidiReactor<etcdserverpb::LeaseKeepAliveRequest,
+                                     etcdserverpb::LeaseKeepAliveResponse> {
+ public:
+  ~LeaseStream() override;
+  LeaseStream(const LeaseStream&) = delete;
+  LeaseStream& operator=(const LeaseStream&) = delete;
+
+  // Renews the lease; returns the time it has left. NOT_FOUND once it
+  // expired (its keys are gone); UNAVAILABLE or DEADLINE_EXCEEDED when etcd
+  // did not answer (the stream has ended).
+  absl::StatusOr<absl::Duration> Renew(int64_t id);
+
+ private:
+  friend class EtcdClient;
+  explicit LeaseStream(EtcdClient* client);
+
+  void OnWriteDone(bool ok) override;
+  void OnReadDone(bool ok) override;
+  void OnDone(const grpc::Status& s) override;
+  // Marks the stream ended with `why` (the first reason stays).
+  void End(absl::Status why) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  EtcdClient* const client_;
+  grpc::ClientContext context_;
+  etcdserverpb::LeaseKeepAliveRequest request_;    // the posted write's
+  etcdserverpb::LeaseKeepAliveResponse response_;  // the posted read's
+  bool started_ = false;  // only touched by Renew and the destructor
+
+  absl::Mutex mu_;
+  bool writing_ ABSL_GUARDED_BY(mu_) = false;  // a write is posted
+  // The answer to the renewal in progress, once read.
+  std::optional<etcdserverpb::LeaseKeepAliveResponse> answer_
+      ABSL_GUARDED_BY(mu_);
+  absl::Status ended_ ABSL_GUARDED_BY(mu_);  // not OK once ended
+  bool done_ ABSL_GUARDED_BY(mu_) = false;   // OnDone ran
 };
 
 // A watch in progress (EtcdClient::WatchPrefix); the destructor cancels it

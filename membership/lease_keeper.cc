@@ -67,6 +67,8 @@ void LeaseKeeper::Lose() {
 
 void LeaseKeeper::Renew() {
   const absl::Duration every = options_.ttl / 3;
+  // One keep-alive stream for every renewal, opened anew after one failed.
+  std::unique_ptr<EtcdClient::LeaseStream> stream;
   for (;;) {
     // Every ttl / 3, and sooner when less is left: a grant or renewal that
     // etcd answered slowly (a restarted etcd) leaves its lease little time
@@ -81,12 +83,16 @@ void LeaseKeeper::Renew() {
       Lose();
       return;
     }
-    absl::StatusOr<absl::Duration> left = options_.etcd->RenewLease(id_);
+    if (stream == nullptr) stream = options_.etcd->OpenLeaseStream();
+    absl::StatusOr<absl::Duration> left = stream->Renew(id_);
     if (absl::IsNotFound(left.status())) {  // etcd says it is gone
       Lose();
       return;
     }
-    if (!left.ok()) continue;  // etcd unreachable: try again, or expire
+    if (!left.ok()) {  // etcd unreachable: try again, or expire
+      stream.reset();
+      continue;
+    }
     absl::MutexLock l(&mu_);
     if (!lost_) held_until_ = std::max(held_until_, sent + *left);
   }

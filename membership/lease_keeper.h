@@ -48,7 +48,8 @@ struct LeaseKeeperOptions {
   EtcdClient* etcd = nullptr;  // not owned; outlives the keeper
   // The lease's time to live (whole seconds, >= 1). Renewals are sent
   // every ttl / 3 (sooner when less than two of those are left), so two
-  // may fail before the lease is lost.
+  // may fail before the lease is lost; they share one keep-alive stream
+  // (EtcdClient::LeaseStream), opened anew after a renewal failed.
   absl::Duration ttl = absl::Seconds(2);
   // Runs once, on the keeper's thread, when the lease is lost (expired
   // unrenewed, or etcd answered that it is gone).

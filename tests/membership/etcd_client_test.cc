@@ -113,14 +113,21 @@ TEST_CASE("a key on a lease lives while the lease is renewed", "[etcd]") {
   REQUIRE_OK(dropped.status());
   REQUIRE_OK(c->Put("/live/kept", "1", *kept).status());
   REQUIRE_OK(c->Put("/live/dropped", "1", *dropped).status());
-  // Renew one lease for twice its TTL; the other lapses.
+  absl::StatusOr<int64_t> streams0 =
+      testing::EtcdCallsStarted(*etcd, "LeaseKeepAlive");
+  REQUIRE_OK(streams0.status());
+  // Renew one lease for twice its TTL, on one stream; the other lapses.
+  std::unique_ptr<EtcdClient::LeaseStream> stream = c->OpenLeaseStream();
   const absl::Time until = absl::Now() + absl::Seconds(4);
+  int renewals = 0;
   while (absl::Now() < until) {
-    absl::StatusOr<absl::Duration> left = c->RenewLease(*kept);
+    absl::StatusOr<absl::Duration> left = stream->Renew(*kept);
     REQUIRE_OK(left.status());
     CHECK(*left > absl::ZeroDuration());
+    ++renewals;
     absl::SleepFor(absl::Milliseconds(500));
   }
+  CHECK(renewals >= 6);
   REQUIRE_OK(testing::WaitFor(
       [&] {
         auto kv = c->Get("/live/dropped");
@@ -130,7 +137,13 @@ TEST_CASE("a key on a lease lives while the lease is renewed", "[etcd]") {
   absl::StatusOr<std::optional<EtcdKeyValue>> still = c->Get("/live/kept");
   REQUIRE_OK(still.status());
   CHECK(still->has_value());
-  CHECK(absl::IsNotFound(c->RenewLease(*dropped).status()));
+  // A lease that is gone is NOT_FOUND, and the stream goes on.
+  CHECK(absl::IsNotFound(stream->Renew(*dropped).status()));
+  REQUIRE_OK(stream->Renew(*kept).status());
+  absl::StatusOr<int64_t> streams =
+      testing::EtcdCallsStarted(*etcd, "LeaseKeepAlive");
+  REQUIRE_OK(streams.status());
+  CHECK(*streams - *streams0 == 1);
   // Revoking ends the lease and its keys at once.
   REQUIRE_OK(c->RevokeLease(*kept));
   still = c->Get("/live/kept");
@@ -197,22 +210,35 @@ TEST_CASE("a watch sees every change under its prefix, in order", "[etcd]") {
 }
 
 TEST_CASE(
-    "etcd killed: calls fail within their deadline; restarted: the "
-    "data is back",
+    "etcd killed: calls and renewals fail within their deadline; "
+    "restarted: the data and the lease are back",
     "[etcd][faults]") {
   if (testing::SkipWithoutEtcd()) return;
   absl::StatusOr<testing::EtcdProcess> etcd = testing::StartEtcd();
   REQUIRE_OK(etcd.status());
   auto c = Connect(*etcd, absl::Seconds(2));
   REQUIRE_OK(c->Put("/durable", "yes").status());
+  absl::StatusOr<int64_t> lease = c->GrantLease(absl::Seconds(30));
+  REQUIRE_OK(lease.status());
+  std::unique_ptr<EtcdClient::LeaseStream> stream = c->OpenLeaseStream();
+  REQUIRE_OK(stream->Renew(*lease).status());
   Seen seen;
   auto w = Watch(c.get(), "/durable", 0, &seen);
   absl::SleepFor(absl::Milliseconds(200));
   REQUIRE_OK(etcd->process->Kill(absl::ZeroDuration()).status());
-  const absl::Time start = absl::Now();
+  absl::Time start = absl::Now();
   const absl::Status s = c->Put("/durable", "no").status();
   CHECK((absl::IsUnavailable(s) || absl::IsDeadlineExceeded(s)));
   CHECK(absl::Now() - start < absl::Seconds(10));
+  // A renewal fails within the call timeout and ends its stream: the next
+  // one on it fails at once.
+  start = absl::Now();
+  const absl::Status renewal = stream->Renew(*lease).status();
+  CHECK((absl::IsUnavailable(renewal) || absl::IsDeadlineExceeded(renewal)));
+  CHECK(absl::Now() - start < absl::Seconds(4));
+  start = absl::Now();
+  CHECK(stream->Renew(*lease).status() == renewal);
+  CHECK(absl::Now() - start < absl::Milliseconds(500));
   REQUIRE_OK(testing::WaitFor(
       [&] {
         absl::MutexLock l(&seen.mu);
@@ -228,6 +254,11 @@ TEST_CASE(
   REQUIRE_OK(kv.status());
   REQUIRE(kv->has_value());
   CHECK((*kv)->value == "yes");
+  // A new stream renews the lease, which etcd kept through its restart.
+  stream = c->OpenLeaseStream();
+  absl::StatusOr<absl::Duration> left = stream->Renew(*lease);
+  REQUIRE_OK(left.status());
+  CHECK(*left > absl::Seconds(20));
 }
 
 }  // namespace

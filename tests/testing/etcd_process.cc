@@ -11,22 +11,24 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 
 namespace asyncps {
 namespace testing {
 namespace {
 
-// Whether etcd at "127.0.0.1:<port>" serves requests: its /health answer
-// says so once it has a leader (a request before that may time out).
-bool Healthy(const std::string& address) {
+// The whole answer (head and body) to "GET <path>" from etcd at
+// "127.0.0.1:<port>"; empty when it did not answer within a second.
+std::string HttpGet(const std::string& address, const std::string& path) {
   int port = 0;
   if (!absl::SimpleAtoi(address.substr(address.rfind(':') + 1), &port)) {
-    return false;
+    return "";
   }
   const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (fd < 0) return false;
+  if (fd < 0) return "";
   const timeval timeout{1, 0};
   setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof(timeout));
   sockaddr_in addr{};
@@ -36,16 +38,23 @@ bool Healthy(const std::string& address) {
   std::string answer;
   if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0) {
     const std::string request =
-        "GET /health HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n";
+        absl::StrCat("GET ", path, " HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n");
     if (write(fd, request.data(), request.size()) ==
         static_cast<ssize_t>(request.size())) {
-      char buf[512];
+      char buf[4096];
       ssize_t n;
       while ((n = read(fd, buf, sizeof(buf))) > 0) answer.append(buf, n);
     }
   }
   close(fd);
-  return answer.find("\"health\":\"true\"") != std::string::npos;
+  return answer;
+}
+
+// Whether etcd at "127.0.0.1:<port>" serves requests: its /health answer
+// says so once it has a leader (a request before that may time out).
+bool Healthy(const std::string& address) {
+  return HttpGet(address, "/health").find("\"health\":\"true\"") !=
+         std::string::npos;
 }
 
 absl::Status Launch(EtcdProcess* etcd, absl::Duration timeout) {
@@ -82,6 +91,26 @@ absl::Status Launch(EtcdProcess* etcd, absl::Duration timeout) {
 }
 
 }  // namespace
+
+absl::StatusOr<int64_t> EtcdCallsStarted(const EtcdProcess& etcd,
+                                         absl::string_view method) {
+  const std::string metrics = HttpGet(etcd.endpoint, "/metrics");
+  // grpc_server_started_total{grpc_method="Range",grpc_service=...} 12
+  const std::string name =
+      absl::StrCat("grpc_server_started_total{grpc_method=\"", method, "\"");
+  for (absl::string_view line : absl::StrSplit(metrics, '\n')) {
+    if (!absl::StartsWith(line, name)) continue;
+    double n = 0;
+    if (absl::SimpleAtod(line.substr(line.rfind(' ') + 1), &n)) {
+      return static_cast<int64_t>(n);
+    }
+  }
+  if (metrics.find("grpc_server_started_total") == std::string::npos) {
+    return absl::UnavailableError(
+        absl::StrCat("etcd at ", etcd.endpoint, " served no gRPC metrics"));
+  }
+  return 0;  // no call of `method` yet
+}
 
 std::string EtcdBinary() {
   const char* env = std::getenv("ASYNCPS_ETCD");

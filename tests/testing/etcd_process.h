@@ -14,10 +14,12 @@
 //   ...
 //   REQUIRE_OK(testing::RestartEtcd(&*etcd));  // same ports and data
 
+#include <cstdint>
 #include <memory>
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "tests/testing/subprocess.h"
 
@@ -43,6 +45,11 @@ bool SkipWithoutEtcd();
 // up to `timeout` until it reports itself healthy (it has a leader).
 absl::StatusOr<EtcdProcess> StartEtcd(
     absl::Duration timeout = absl::Seconds(30));
+
+// How many calls of gRPC method `method` (e.g. "LeaseKeepAlive"; a stream
+// counts once) etcd has started, from its /metrics.
+absl::StatusOr<int64_t> EtcdCallsStarted(const EtcdProcess& etcd,
+                                         absl::string_view method);
 
 // Kills the process (SIGKILL), waits `down`, and starts it again on the
 // same ports and data directory, healthy again.
