@@ -1,7 +1,7 @@
 // LeaseKeeper (membership/lease_keeper.h) against a real etcd process: the
-// lease is held while it is renewed, lost (once, never revived) when etcd
-// cannot be reached for a TTL or revokes it, and revoked when the keeper
-// goes.
+// lease is held while it is renewed (on one keep-alive stream), lost (once,
+// never revived) when etcd cannot be reached for a TTL or revokes it, and
+// revoked when the keeper goes.
 #include "membership/lease_keeper.h"
 
 #include <atomic>
@@ -51,6 +51,9 @@ TEST_CASE("a renewed lease is held past its TTL and revoked at the end",
   std::atomic<int> lost{0};
   o.ttl = absl::Seconds(2);
   o.on_lost = [&] { ++lost; };
+  absl::StatusOr<int64_t> streams0 =
+      testing::EtcdCallsStarted(*etcd, "LeaseKeepAlive");
+  REQUIRE_OK(streams0.status());
   absl::StatusOr<std::unique_ptr<LeaseKeeper>> lease = LeaseKeeper::Start(o);
   REQUIRE_OK(lease.status());
   REQUIRE_OK(c->Put("/servers/a", "10.0.0.5:7000", (*lease)->id()).status());
@@ -62,6 +65,11 @@ TEST_CASE("a renewed lease is held past its TTL and revoked at the end",
     absl::SleepFor(absl::Milliseconds(200));
   }
   CHECK(lost == 0);
+  // About 7 renewals in 5 s, all on one keep-alive stream.
+  absl::StatusOr<int64_t> streams =
+      testing::EtcdCallsStarted(*etcd, "LeaseKeepAlive");
+  REQUIRE_OK(streams.status());
+  CHECK(*streams - *streams0 == 1);
   absl::StatusOr<std::optional<EtcdKeyValue>> kv = c->Get("/servers/a");
   REQUIRE_OK(kv.status());
   CHECK(kv->has_value());
