@@ -306,7 +306,11 @@ void Follower::Loop(PsService* service) {
       end = absl::InvalidArgumentError("the feed sent something but an entry");
       break;
     }
-    const LogEntry& e = feed->entry();
+    // Kept by the log as received (a promoted replica feeds it on).
+    feed->clear_file();
+    feed->clear_snapshot_end();
+    const ReplicationLog::Entry fed = std::move(feed);
+    const LogEntry& e = fed->entry();
     // Entries follow on (the stream acknowledged only those); one that
     // does not ends the feed, and the primary stops waiting for this
     // replica at its timeout.
@@ -316,7 +320,7 @@ void Follower::Loop(PsService* service) {
       break;
     }
     absl::Status answered;
-    end = o_.log->Append(e, [&] { answered = service->ApplyEntry(e); });
+    end = o_.log->Append(fed, [&] { answered = service->ApplyEntry(e); });
     if (!end.ok()) break;
     if (!answered.ok()) {
       o_.logger->debug("entry {} answered {} (as on the primary)", e.index(),

@@ -92,11 +92,10 @@ void ReplicationLog::AtCut(
   cut(last_index_, last_epoch_);
 }
 
-absl::Status ReplicationLog::Append(const LogEntry& entry,
+absl::Status ReplicationLog::Append(Entry fed,
                                     absl::FunctionRef<void()> apply) {
-  auto feed = std::make_shared<FollowFeed>();
-  *feed->mutable_entry() = entry;
-  const uint64_t bytes = feed->ByteSizeLong();
+  const LogEntry& entry = fed->entry();
+  const uint64_t bytes = fed->ByteSizeLong();
   absl::MutexLock l(&mu_);
   if (primary_) {
     return absl::FailedPreconditionError("the primary appends through Run");
@@ -109,7 +108,7 @@ absl::Status ReplicationLog::Append(const LogEntry& entry,
   apply();
   last_index_ = entry.index();
   last_epoch_ = entry.epoch();
-  Keep(std::move(feed), bytes);
+  Keep(std::move(fed), bytes);
   return absl::OkStatus();
 }
 

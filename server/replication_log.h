@@ -116,8 +116,10 @@ class ReplicationLog {
 
   // A backup's step: runs `apply` and appends the entry as its primary
   // numbered it (indices must follow on), under the lock, so that AtCut
-  // sees the state of a whole number of entries.
-  absl::Status Append(const LogEntry& entry, absl::FunctionRef<void()> apply);
+  // sees the state of a whole number of entries. `fed` is the message
+  // that brought it, kept as received (its entry set, nothing else): no
+  // copy of its payloads.
+  absl::Status Append(Entry fed, absl::FunctionRef<void()> apply);
   // A backup starting from a snapshot taken after entry (index, epoch).
   void ResetTo(uint64_t index, uint64_t epoch);
 

@@ -18,6 +18,13 @@ LogEntry Entry() {
   return e;
 }
 
+// The message that brings entry `e` to a backup.
+ReplicationLog::Entry Fed(const LogEntry& e) {
+  auto feed = std::make_shared<FollowFeed>();
+  *feed->mutable_entry() = e;
+  return feed;
+}
+
 TEST_CASE(
     "entries are numbered in the order they ran; a backup refuses to run them",
     "[replication]") {
@@ -145,12 +152,12 @@ TEST_CASE("a backup continues from its last entry only when the log holds it",
   LogEntry e = Entry();
   e.set_index(12);
   e.set_epoch(3);
-  CHECK(absl::IsFailedPrecondition(backup.Append(e, [] {})));
+  CHECK(absl::IsFailedPrecondition(backup.Append(Fed(e), [] {})));
   for (uint64_t i = 11; i <= 13; ++i) {
     e.set_index(i);
     e.set_epoch(i < 13 ? 3 : 4);
     int applied = 0;
-    REQUIRE_OK(backup.Append(e, [&] { ++applied; }));
+    REQUIRE_OK(backup.Append(Fed(e), [&] { ++applied; }));
     CHECK(applied == 1);
   }
   CHECK(backup.CanContinue(11, 3));
