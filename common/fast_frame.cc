@@ -108,6 +108,30 @@ void FrameReader::Consume(uint64_t n, F piece) {
   }
 }
 
+std::vector<grpc::Slice> FrameReader::Share(const Payload& payload) const {
+  std::vector<grpc::Slice> out;
+  size_t k = 0;  // pieces come in the buffer's order
+  for (absl::string_view piece : payload.pieces()) {
+    const char* p = piece.data();
+    size_t at = k;
+    while (at < slices_.size() &&
+           !(reinterpret_cast<const char*>(slices_[at].begin()) <= p &&
+             p + piece.size() <=
+                 reinterpret_cast<const char*>(slices_[at].end()))) {
+      ++at;
+    }
+    if (at == slices_.size()) {
+      out.emplace_back(piece.data(), piece.size());  // a copy
+      continue;
+    }
+    k = at;
+    const size_t begin = static_cast<size_t>(
+        p - reinterpret_cast<const char*>(slices_[k].begin()));
+    out.push_back(slices_[k].sub(begin, begin + piece.size()));
+  }
+  return out;
+}
+
 absl::Status FrameReader::Open(const grpc::ByteBuffer& buffer,
                                google::protobuf::MessageLite* header) {
   slices_.clear();

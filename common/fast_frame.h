@@ -117,6 +117,12 @@ class FrameReader {
   // Payload bytes not read yet.
   uint64_t remaining() const { return remaining_; }
 
+  // The bytes of `payload`, which Next gave from this reader's buffer, as
+  // slices that share the buffer's memory (no copy of a refcounted slice):
+  // they keep it alive once the reader and the buffer are gone. Bytes not
+  // from this buffer are copied.
+  std::vector<grpc::Slice> Share(const Payload& payload) const;
+
  private:
   // Consumes n bytes, calling piece(view) for each contiguous run.
   // REQUIRES: n <= remaining_.

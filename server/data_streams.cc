@@ -248,7 +248,7 @@ class PushStreamReactor : public StreamReactor {
     // Answered once the push is applied (and held by the backups, and
     // checkpointed when an assign needs it); the stream goes on meanwhile.
     writer_.AddPending();
-    service_->RunPushStep(header, grads, rows, answer.get(),
+    service_->RunPushStep(header, grads, rows, &reader, answer.get(),
                           [this, answer](absl::Status st) {
                             Write(answer.get(), st);
                             writer_.EndPending();
@@ -436,7 +436,8 @@ class StepStreamReactor : public PullStreamReactor {
     auto answer = std::make_shared<PushResponse>();
     if (!s.ok()) return Refuse(step.push.request_id(), s, answer.get());
     writer_.AddPending();
-    service_->RunPushStep(step.push, step.grads, step.rows, answer.get(),
+    service_->RunPushStep(step.push, step.grads, step.rows, &step.reader,
+                          answer.get(),
                           [this, answer, pull = step.pull](absl::Status st) {
                             if (st.ok()) {
                               service_->context().stats->RecordStep();

@@ -591,8 +591,8 @@ grpc::ServerUnaryReactor* PsService::Push(grpc::CallbackServerContext* ctx,
   auto response = std::make_shared<PushResponse>();
   grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
   RunPushStep(request, ShardStore::PayloadsOf(request),
-              TableStore::PayloadsOf(request), response.get(),
-              [reactor, out, response](absl::Status st) {
+              TableStore::PayloadsOf(request), /*frames=*/nullptr,
+              response.get(), [reactor, out, response](absl::Status st) {
                 if (st.ok()) *out = SerializeToByteBuffer(*response);
                 reactor->Finish(ToGrpcStatus(st));
               });

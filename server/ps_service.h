@@ -16,6 +16,7 @@
 #include "absl/time/time.h"
 #include "absl/types/span.h"
 #include "common/clock.h"
+#include "common/fast_frame.h"
 #include "common/payload.h"
 #include "proto/asyncps.grpc.pb.h"
 #include "proto/replication.pb.h"
@@ -197,14 +198,17 @@ class PsService final : public RawParameterServerService {
   // `through_earlier`: answer once the entries before this one are held
   // (a pull: what it read survives a failover; its own effects, a worker's
   // admission and rows created at their initial values, need not wait).
-  void RunStep(absl::FunctionRef<LogEntry()> entry,
+  void RunStep(absl::FunctionRef<MadeEntry()> entry,
                absl::FunctionRef<absl::Status()> apply,
                std::function<void(absl::Status)> answer,
                bool through_earlier = false);
   // RunStep of a push (DoPush), whose answer waits for a checkpoint when
-  // DoPush says so. `response` must live until `answer` ran.
+  // DoPush says so. `response` must live until `answer` ran. `frames`: the
+  // reader of the stream frame the payloads came from (its entry shares
+  // their memory), null for a unary push (its entry copies them).
   void RunPushStep(const PushRequest& request, absl::Span<const Payload> grads,
-                   absl::Span<const Payload> rows, PushResponse* response,
+                   absl::Span<const Payload> rows, const FrameReader* frames,
+                   PushResponse* response,
                    std::function<void(absl::Status)> answer);
   // RunStep of a worker's pull's copy (a reader's pull is no step: it
   // changes nothing and is answered at once, also by a backup).
@@ -220,10 +224,13 @@ class PsService final : public RawParameterServerService {
   // primary logs the rows it evicts; a backup evicts only what its
   // primary's entries say. Returns the rows evicted.
   uint64_t RunEviction(int64_t clock);
-  // The log entry of a push: its header and a copy of its payloads.
-  static LogEntry PushEntry(const PushRequest& header,
-                            absl::Span<const Payload> grads,
-                            absl::Span<const Payload> rows);
+  // The log entry of a push: its header, and its payloads outside it,
+  // shared with `frames` (FrameReader::Share; those under 16 KiB copied),
+  // or copied into it when `frames` is null.
+  static MadeEntry PushEntry(const PushRequest& header,
+                             absl::Span<const Payload> grads,
+                             absl::Span<const Payload> rows,
+                             const FrameReader* frames);
   // The steps of SetLearningRate and Heartbeat.
   absl::Status DoSetLearningRate(const SetLearningRateRequest& request,
                                  SetLearningRateResponse* response);

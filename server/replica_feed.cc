@@ -92,15 +92,14 @@ class ReplicaFeedService::Stream final
     {
       absl::MutexLock l(&mu_);
       if (!live_ || ended_ || writing_) return;
-      absl::StatusOr<ReplicationLog::Entry> e =
-          log_->Next(next_, absl::ZeroDuration());
+      absl::StatusOr<KeptEntry> e = log_->Next(next_, absl::ZeroDuration());
       if (!e.ok()) {
         failed = e.status();
-      } else if (*e == nullptr) {
+      } else if (e->feed == nullptr) {
         return;
       } else {
         writing_ = true;
-        out_ = SerializeToByteBuffer(**e);
+        out_ = EntryWire(*e);
       }
     }
     if (!failed.ok()) return End(ToGrpcStatus(failed));

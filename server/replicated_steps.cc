@@ -28,7 +28,7 @@ absl::Status PsService::CheckPrimary() const {
                    "the shard map names"));
 }
 
-void PsService::RunStep(absl::FunctionRef<LogEntry()> entry,
+void PsService::RunStep(absl::FunctionRef<MadeEntry()> entry,
                         absl::FunctionRef<absl::Status()> apply,
                         std::function<void(absl::Status)> answer,
                         bool through_earlier) {
@@ -53,10 +53,10 @@ void PsService::RunStep(absl::FunctionRef<LogEntry()> entry,
 void PsService::RunPushStep(const PushRequest& request,
                             absl::Span<const Payload> grads,
                             absl::Span<const Payload> rows,
-                            PushResponse* response,
+                            const FrameReader* frames, PushResponse* response,
                             std::function<void(absl::Status)> answer) {
   auto needs_checkpoint = std::make_shared<bool>(false);
-  RunStep([&] { return PushEntry(request, grads, rows); },
+  RunStep([&] { return PushEntry(request, grads, rows, frames); },
           [&] {
             return DoPush(request, grads, response, rows,
                           needs_checkpoint.get());
@@ -92,9 +92,10 @@ std::string Concat(const Payload& p) {
 
 }  // namespace
 
-LogEntry PsService::PushEntry(const PushRequest& header,
-                              absl::Span<const Payload> grads,
-                              absl::Span<const Payload> rows) {
+MadeEntry PsService::PushEntry(const PushRequest& header,
+                               absl::Span<const Payload> grads,
+                               absl::Span<const Payload> rows,
+                               const FrameReader* frames) {
   LogEntry entry;
   PushRequest* push = entry.mutable_push();
   *push = header;
@@ -102,9 +103,23 @@ LogEntry PsService::PushEntry(const PushRequest& header,
   // carries them once, outside.
   for (SliceGradient& g : *push->mutable_grads()) g.clear_grad();
   for (RowsGradient& r : *push->mutable_rows()) r.clear_grad();
-  for (const Payload& g : grads) entry.add_grads(Concat(g));
-  for (const Payload& r : rows) entry.add_rows(Concat(r));
-  return entry;
+  if (frames == nullptr) {
+    for (const Payload& g : grads) entry.add_grads(Concat(g));
+    for (const Payload& r : rows) entry.add_rows(Concat(r));
+    return entry;
+  }
+  // A shared slice keeps the whole receive buffer it is part of alive
+  // while the log keeps the entry; small payloads, where that buffer can
+  // be much larger than they are, are copied (cheaply) instead.
+  constexpr size_t kShareFrom = 16 << 10;
+  const auto kept = [frames](const Payload& p) {
+    if (p.size() >= kShareFrom) return frames->Share(p);
+    return std::vector<grpc::Slice>{grpc::Slice(Concat(p))};
+  };
+  auto outside = std::make_shared<EntryPayloads>();
+  for (const Payload& g : grads) outside->grads.push_back(kept(g));
+  for (const Payload& r : rows) outside->rows.push_back(kept(r));
+  return MadeEntry(std::move(entry), std::move(outside));
 }
 
 void PsService::NoteEviction(absl::string_view table,

@@ -5,8 +5,62 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "common/fast_frame.h"
 
 namespace asyncps {
+namespace {
+
+// Appends a protobuf varint.
+void PutVarint(uint64_t v, std::string* out) {
+  while (v >= 0x80) {
+    out->push_back(static_cast<char>(v | 0x80));
+    v >>= 7;
+  }
+  out->push_back(static_cast<char>(v));
+}
+
+size_t SizeOf(const std::vector<grpc::Slice>& payload) {
+  size_t n = 0;
+  for (const grpc::Slice& piece : payload) n += piece.size();
+  return n;
+}
+
+}  // namespace
+
+grpc::ByteBuffer EntryWire(const KeptEntry& kept) {
+  if (kept.payloads == nullptr) return SerializeToByteBuffer(*kept.feed);
+  // FollowFeed.entry (field 2) is the feed's only field; each payload
+  // follows the entry's own fields as a LogEntry.grads (8) or rows (9)
+  // field: a tag, a length, the bytes (fields may come in any order).
+  constexpr uint8_t kEntryTag = (2 << 3) | 2;
+  constexpr uint8_t kGradTag = (8 << 3) | 2;
+  constexpr uint8_t kRowsTag = (9 << 3) | 2;
+  const std::string entry = kept.feed->entry().SerializeAsString();
+  std::vector<std::string> heads;  // each payload's tag and length
+  uint64_t entry_bytes = entry.size();
+  for (const auto& [tag, part] : {std::pair{kGradTag, &kept.payloads->grads},
+                                  std::pair{kRowsTag, &kept.payloads->rows}}) {
+    for (const std::vector<grpc::Slice>& payload : *part) {
+      std::string& head = heads.emplace_back(1, static_cast<char>(tag));
+      const size_t n = SizeOf(payload);
+      PutVarint(n, &head);
+      entry_bytes += head.size() + n;
+    }
+  }
+  std::string first(1, static_cast<char>(kEntryTag));
+  PutVarint(entry_bytes, &first);
+  first += entry;
+  std::vector<grpc::Slice> slices;
+  slices.emplace_back(first);
+  size_t h = 0;
+  for (const auto* part : {&kept.payloads->grads, &kept.payloads->rows}) {
+    for (const std::vector<grpc::Slice>& payload : *part) {
+      slices.emplace_back(heads[h++]);
+      slices.insert(slices.end(), payload.begin(), payload.end());
+    }
+  }
+  return grpc::ByteBuffer(slices.data(), slices.size());
+}
 
 ReplicationLog::ReplicationLog(Options options) : options_(options) {}
 
@@ -30,12 +84,19 @@ bool ReplicationLog::primary() const {
 }
 
 absl::StatusOr<uint64_t> ReplicationLog::RunEntry(
-    LogEntry* given, absl::FunctionRef<LogEntry()> make,
+    LogEntry* given, absl::FunctionRef<MadeEntry()> make,
     absl::FunctionRef<void(LogEntry*)> apply) {
   std::shared_ptr<FollowFeed> feed;
+  std::shared_ptr<const EntryPayloads> payloads;
   const auto made = [&] {
     feed = std::make_shared<FollowFeed>();
-    *feed->mutable_entry() = given != nullptr ? std::move(*given) : make();
+    if (given != nullptr) {
+      *feed->mutable_entry() = std::move(*given);
+      return;
+    }
+    MadeEntry m = make();
+    *feed->mutable_entry() = std::move(m.entry);
+    payloads = std::move(m.payloads);
   };
   if (followed_.load(std::memory_order_acquire)) made();
   uint64_t index = 0;
@@ -56,8 +117,15 @@ absl::StatusOr<uint64_t> ReplicationLog::RunEntry(
     if (feed != nullptr) {
       feed->mutable_entry()->set_index(index);
       feed->mutable_entry()->set_epoch(epoch_);
-      const uint64_t bytes = feed->ByteSizeLong();
-      Keep(std::move(feed), bytes);
+      uint64_t bytes = feed->ByteSizeLong();
+      if (payloads != nullptr) {
+        for (const auto* part : {&payloads->grads, &payloads->rows}) {
+          for (const std::vector<grpc::Slice>& p : *part) {
+            for (const grpc::Slice& piece : p) bytes += piece.size();
+          }
+        }
+      }
+      Keep(KeptEntry{std::move(feed), std::move(payloads)}, bytes);
     } else {
       // Nobody may ever ask for this entry or those before it.
       kept_.clear();
@@ -108,7 +176,7 @@ absl::Status ReplicationLog::Append(Entry fed,
   apply();
   last_index_ = entry.index();
   last_epoch_ = entry.epoch();
-  Keep(std::move(fed), bytes);
+  Keep(KeptEntry{std::move(fed), nullptr}, bytes);
   return absl::OkStatus();
 }
 
@@ -121,7 +189,7 @@ void ReplicationLog::ResetTo(uint64_t index, uint64_t epoch) {
   first_kept_ = index + 1;
 }
 
-void ReplicationLog::Keep(Entry entry, uint64_t bytes) {
+void ReplicationLog::Keep(KeptEntry entry, uint64_t bytes) {
   kept_.emplace_back(std::move(entry), bytes);
   kept_bytes_ += bytes;
   uint64_t needed = std::numeric_limits<uint64_t>::max();
@@ -270,21 +338,21 @@ bool ReplicationLog::CanContinue(uint64_t index, uint64_t epoch) const {
   // The entry after it must be held; the backup's last entry must be the
   // same one (same epoch) as this log's.
   if (index >= first_kept_) {
-    return kept_[index - first_kept_].first->entry().epoch() == epoch;
+    return kept_[index - first_kept_].first.feed->entry().epoch() == epoch;
   }
   // index == first_kept_ - 1: its epoch is no longer known here.
   return false;
 }
 
-absl::StatusOr<ReplicationLog::Entry> ReplicationLog::Next(
-    uint64_t index, absl::Duration wait) {
+absl::StatusOr<KeptEntry> ReplicationLog::Next(uint64_t index,
+                                               absl::Duration wait) {
   absl::MutexLock l(&mu_);
   auto ready = [this, index]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     return !fenced_.ok() || last_index_ > index;
   };
   mu_.AwaitWithTimeout(absl::Condition(&ready), wait);
   if (!fenced_.ok()) return fenced_;
-  if (last_index_ <= index) return Entry();
+  if (last_index_ <= index) return KeptEntry();
   if (index + 1 < first_kept_) {
     return absl::OutOfRangeError(absl::StrCat(
         "entry ", index + 1, " is no longer kept (oldest ", first_kept_, ")"));

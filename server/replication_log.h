@@ -52,9 +52,42 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "common/clock.h"
+#include "grpcpp/support/byte_buffer.h"
+#include "grpcpp/support/slice.h"
 #include "proto/replication.pb.h"
 
 namespace asyncps {
+
+// A push's payloads kept outside its entry's message: slices that share
+// the memory of the request that brought them (FrameReader::Share), in
+// the order of LogEntry.grads and LogEntry.rows. No copy of the bytes is
+// made for the log; EntryWire sends them as those fields.
+struct EntryPayloads {
+  std::vector<std::vector<grpc::Slice>> grads, rows;
+};
+
+// What a step's `make` gives the log: the entry, and its payloads when
+// they are kept outside it (null: the entry holds them).
+struct MadeEntry {
+  MadeEntry(LogEntry e) : entry(std::move(e)) {}  // NOLINT: implicit
+  MadeEntry(LogEntry e, std::shared_ptr<const EntryPayloads> p)
+      : entry(std::move(e)), payloads(std::move(p)) {}
+  LogEntry entry;
+  std::shared_ptr<const EntryPayloads> payloads;
+};
+
+// An entry as the log keeps it: the FollowFeed that carries it (its entry
+// set, nothing else) and the payloads kept outside it, if any. `feed` is
+// null for "no entry yet" (ReplicationLog::Next).
+struct KeptEntry {
+  std::shared_ptr<const FollowFeed> feed;
+  std::shared_ptr<const EntryPayloads> payloads;
+};
+
+// The entry's FollowFeed as sent to a backup: the message as serialized,
+// with the outside payloads as its entry's grads and rows fields (the
+// backup parses one FollowFeed either way).
+grpc::ByteBuffer EntryWire(const KeptEntry& kept);
 
 class ReplicationLog {
  public:
@@ -90,7 +123,7 @@ class ReplicationLog {
   // starts from a snapshot cut after it. `make` then does not run, and
   // `apply` gets a scratch entry. It runs outside the lock, or under it
   // when a follower came meanwhile.
-  absl::StatusOr<uint64_t> Run(absl::FunctionRef<LogEntry()> make,
+  absl::StatusOr<uint64_t> Run(absl::FunctionRef<MadeEntry()> make,
                                absl::FunctionRef<void(LogEntry*)> apply) {
     return RunEntry(nullptr, make, apply);
   }
@@ -98,7 +131,7 @@ class ReplicationLog {
   absl::StatusOr<uint64_t> Run(LogEntry entry,
                                absl::FunctionRef<void(LogEntry*)> apply) {
     return RunEntry(
-        &entry, [] { return LogEntry(); }, apply);
+        &entry, [] { return MadeEntry(LogEntry()); }, apply);
   }
   absl::StatusOr<uint64_t> Run(LogEntry entry,
                                absl::FunctionRef<void()> apply) {
@@ -154,7 +187,7 @@ class ReplicationLog {
   // (null when none came); OUT_OF_RANGE when the log no longer holds it
   // (or never held entries of that epoch: a diverged backup), UNAVAILABLE
   // once fenced.
-  absl::StatusOr<Entry> Next(uint64_t index, absl::Duration wait);
+  absl::StatusOr<KeptEntry> Next(uint64_t index, absl::Duration wait);
   // A feed's position (the last entry it sent): entries after it are kept
   // (see Options.max_bytes) until RemoveReader.
   uint64_t AddReader(uint64_t index);
@@ -197,7 +230,7 @@ class ReplicationLog {
   };
   // Run's body: the entry is *given, or make()'s when `given` is null.
   absl::StatusOr<uint64_t> RunEntry(LogEntry* given,
-                                    absl::FunctionRef<LogEntry()> make,
+                                    absl::FunctionRef<MadeEntry()> make,
                                     absl::FunctionRef<void(LogEntry*)> apply);
   // Takes the waiters whose index every counted backup acknowledged.
   std::vector<Waiter> TakeReady() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -210,7 +243,7 @@ class ReplicationLog {
   void NoteFollowers() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     followed_.store(Followed(), std::memory_order_release);
   }
-  void Keep(Entry entry, uint64_t bytes) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void Keep(KeptEntry entry, uint64_t bytes) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   static void Complete(std::vector<Waiter> ready, const absl::Status& s);
   void NotifyAppended() ABSL_LOCKS_EXCLUDED(mu_, listener_mu_);
 
@@ -222,7 +255,7 @@ class ReplicationLog {
   uint64_t last_index_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t last_epoch_ ABSL_GUARDED_BY(mu_) = 0;
   // Entries kept: kept_[i] has index first_kept_ + i.
-  std::deque<std::pair<Entry, uint64_t>> kept_ ABSL_GUARDED_BY(mu_);
+  std::deque<std::pair<KeptEntry, uint64_t>> kept_ ABSL_GUARDED_BY(mu_);
   uint64_t first_kept_ ABSL_GUARDED_BY(mu_) = 1;
   uint64_t kept_bytes_ ABSL_GUARDED_BY(mu_) = 0;
   absl::flat_hash_map<std::string, BackupState> backups_ ABSL_GUARDED_BY(mu_);

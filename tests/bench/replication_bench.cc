@@ -178,23 +178,41 @@ void Cost(const testing::EtcdProcess& etcd) {
   Loop loops[2] = {MakeLoop(one.address, "cost1", "w", floats, true),
                    MakeLoop(p.address, "cost2", "w", floats, true)};
   std::vector<double> pull[2], push[2], rate[2];
+  // CPU per step of the serving processes: R = 1's shard; R = 2's primary
+  // and backup.
+  const pid_t pids[2][2] = {{one.process->pid(), 0},
+                            {p.process->pid(), b.process->pid()}};
+  std::vector<double> cpu[2][2];
+  const auto cpu_of = [](pid_t pid) {
+    absl::StatusOr<testing::ProcessResources> r =
+        testing::ReadProcessResources(pid);
+    return pid != 0 && r.ok() ? r->cpu_seconds : 0.0;
+  };
+  const int steps = absl::GetFlag(FLAGS_steps);
   for (int rep = 0; rep < absl::GetFlag(FLAGS_reps); ++rep) {
     for (int r = 0; r < 2; ++r) {
+      const double cpu0[2] = {cpu_of(pids[r][0]), cpu_of(pids[r][1])};
       const auto t0 = SteadyClock::now();
-      for (int i = 0; i < absl::GetFlag(FLAGS_steps); ++i) {
-        loops[r].Step(&pull[r], &push[r]);
+      for (int i = 0; i < steps; ++i) loops[r].Step(&pull[r], &push[r]);
+      rate[r].push_back(steps / Seconds(t0, SteadyClock::now()));
+      for (int k = 0; k < 2; ++k) {
+        cpu[r][k].push_back((cpu_of(pids[r][k]) - cpu0[k]) * 1e6 / steps);
       }
-      rate[r].push_back(absl::GetFlag(FLAGS_steps) /
-                        Seconds(t0, SteadyClock::now()));
     }
   }
   for (int r = 0; r < 2; ++r) {
     std::printf(
         "part=cost replicas=%d push_kib=%d push_p50_us=%.0f push_p99_us=%.0f "
-        "pull_p50_us=%.0f pull_p99_us=%.0f steps_per_s=%.0f\n",
+        "pull_p50_us=%.0f pull_p99_us=%.0f steps_per_s=%.0f "
+        "%s_cpu_us_per_step=%.0f",
         r + 1, absl::GetFlag(FLAGS_push_kib), Percentile(push[r], 0.5),
         Percentile(push[r], 0.99), Percentile(pull[r], 0.5),
-        Percentile(pull[r], 0.99), Percentile(rate[r], 0.5));
+        Percentile(pull[r], 0.99), Percentile(rate[r], 0.5),
+        r == 0 ? "shard" : "primary", Percentile(cpu[r][0], 0.5));
+    if (r == 1) {
+      std::printf(" backup_cpu_us_per_step=%.0f", Percentile(cpu[r][1], 0.5));
+    }
+    std::printf("\n");
   }
   std::printf("part=cost r2_over_r1_steps_per_s=%.3f\n",
               Percentile(rate[1], 0.5) / Percentile(rate[0], 0.5));

@@ -648,6 +648,50 @@ TEST_CASE(
   ExpectAll(values, kInit - 20);
 }
 
+TEST_CASE(
+    "payloads of 16 KiB and more reach the backup from the pushes' own "
+    "buffers, bit for bit, and outlive the primary",
+    "[replication]") {
+  if (testing::SkipWithoutEtcd()) return;
+  absl::StatusOr<testing::EtcdProcess> etcd = testing::StartEtcd();
+  REQUIRE_OK(etcd.status());
+  ServerProcess a = StartReplica(*etcd, "big");
+  WaitForRole(a.address, "primary");
+  ServerProcess b = StartReplica(*etcd, "big");
+  WaitForRole(b.address, "backup");
+  WaitForCounted(a.address, 1);
+  // Three slices of 8192 floats (32 KiB payloads: the entries share the
+  // primary's receive buffers) and a tail of 100 (copied).
+  constexpr int kBig = 3 * 8192 + 100;
+  TensorSpec spec = WSpec();
+  spec.set_name("big");
+  spec.clear_shape();
+  spec.add_shape(kBig);
+  spec.set_slice_elems(8192);
+  std::unique_ptr<PsClient> worker = testing::MapClient(*etcd, "big");
+  REQUIRE_OK(worker->CreateTensors({spec}));
+  std::vector<float> expected(kBig, kInit), grad(kBig);
+  for (int step = 0; step < 20; ++step) {
+    // Integers that differ per element and per push: exact sums.
+    for (int i = 0; i < kBig; ++i) grad[i] = (i * 7 + step) % 13;
+    REQUIRE_OK(worker->Push(step, {{"big", grad.data()}}).status());
+    for (int i = 0; i < kBig; ++i) expected[i] -= grad[i];
+  }
+  testing::ExpectSameState(a.address, b.address);
+
+  REQUIRE(a.process->Signal(SIGKILL).ok());
+  (void)a.process->Wait(absl::Seconds(10));
+  WaitForRole(b.address, "primary", absl::Seconds(20));
+  std::unique_ptr<PsClient> reader =
+      testing::MapClient(*etcd, "big", /*reader=*/true);
+  REQUIRE_OK(reader->WaitForTensors({"big"}, absl::Seconds(20)));
+  std::vector<float> values(kBig, -1e9f);
+  REQUIRE_OK(reader->Pull(0, {{"big", values.data()}}));
+  int wrong = 0;
+  for (int i = 0; i < kBig; ++i) wrong += values[i] != expected[i];
+  CHECK(wrong == 0);
+}
+
 TEST_CASE("bad replication settings exit 2 saying what to fix",
           "[replication]") {
   {

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "common/fast_frame.h"
 #include "tests/testing/require_ok.h"
 
 namespace asyncps {
@@ -45,16 +46,14 @@ TEST_CASE(
   CHECK(order == std::vector<int>{1, 2, 3});
   CHECK(log.last_index() == 3);
   CHECK(log.last_epoch() == 5);
-  absl::StatusOr<ReplicationLog::Entry> second =
-      log.Next(1, absl::ZeroDuration());
+  absl::StatusOr<KeptEntry> second = log.Next(1, absl::ZeroDuration());
   REQUIRE_OK(second.status());
-  REQUIRE(*second != nullptr);
-  CHECK((*second)->entry().index() == 2);
-  CHECK((*second)->entry().epoch() == 5);
-  absl::StatusOr<ReplicationLog::Entry> none =
-      log.Next(3, absl::Milliseconds(1));
+  REQUIRE(second->feed != nullptr);
+  CHECK(second->feed->entry().index() == 2);
+  CHECK(second->feed->entry().epoch() == 5);
+  absl::StatusOr<KeptEntry> none = log.Next(3, absl::Milliseconds(1));
   REQUIRE_OK(none.status());
-  CHECK(*none == nullptr);
+  CHECK(none->feed == nullptr);
 }
 
 TEST_CASE(
@@ -186,10 +185,9 @@ TEST_CASE("old entries are dropped past the size bound", "[replication]") {
     REQUIRE_OK(log.Run(std::move(e), [] {}).status());
   }
   CHECK(absl::IsOutOfRange(log.Next(1, absl::ZeroDuration()).status()));
-  absl::StatusOr<ReplicationLog::Entry> last =
-      log.Next(99, absl::ZeroDuration());
+  absl::StatusOr<KeptEntry> last = log.Next(99, absl::ZeroDuration());
   REQUIRE_OK(last.status());
-  CHECK((*last)->entry().index() == 100);
+  CHECK(last->feed->entry().index() == 100);
 }
 
 TEST_CASE(
@@ -230,12 +228,11 @@ TEST_CASE(
   const uint64_t reader = log.AddReader(log.last_index());
   REQUIRE_OK(log.Run(make, [](LogEntry*) {}).status());
   CHECK(made == 1);
-  absl::StatusOr<ReplicationLog::Entry> fifth =
-      log.Next(4, absl::ZeroDuration());
+  absl::StatusOr<KeptEntry> fifth = log.Next(4, absl::ZeroDuration());
   REQUIRE_OK(fifth.status());
-  REQUIRE(*fifth != nullptr);
-  CHECK((*fifth)->entry().index() == 5);
-  CHECK((*fifth)->entry().heartbeat().run_id() == "r");
+  REQUIRE(fifth->feed != nullptr);
+  CHECK(fifth->feed->entry().index() == 5);
+  CHECK(fifth->feed->entry().heartbeat().run_id() == "r");
   log.RemoveReader(reader);
   REQUIRE_OK(log.Run(make, [](LogEntry*) {}).status());
   CHECK(made == 1);
@@ -246,6 +243,54 @@ TEST_CASE(
   REQUIRE_OK(log.Next(6, absl::ZeroDuration()).status());
   // A backup that knew entry 3 cannot continue: it needs a snapshot.
   CHECK_FALSE(log.CanContinue(3, 1));
+}
+
+TEST_CASE(
+    "an entry whose payloads are kept outside it goes out as the same "
+    "FollowFeed as one that holds them",
+    "[replication]") {
+  ReplicationLog log({});
+  log.BecomePrimary(3, {});
+  const uint64_t reader = log.AddReader(0);
+  LogEntry header;
+  PushRequest* push = header.mutable_push();
+  push->set_request_id(41);
+  push->add_grads()->set_grad_bytes(700);
+  push->add_grads()->set_grad_bytes(0);
+  push->add_rows()->set_table("emb");
+  const std::string g0 = std::string(300, 'x') + std::string(400, 'y');
+  const std::string r0(20000, 'r');  // a length of three varint bytes
+  auto payloads = std::make_shared<EntryPayloads>();
+  payloads->grads.push_back(
+      {grpc::Slice(g0.substr(0, 300)), grpc::Slice(g0.substr(300))});
+  payloads->grads.push_back({});  // an empty payload
+  payloads->rows.push_back({grpc::Slice(r0)});
+  REQUIRE_OK(log.Run([&] { return MadeEntry(header, payloads); },
+                     [](LogEntry* e) { e->add_evicted()->set_table("emb"); })
+                 .status());
+  absl::StatusOr<KeptEntry> kept = log.Next(0, absl::ZeroDuration());
+  REQUIRE_OK(kept.status());
+  REQUIRE(kept->feed != nullptr);
+  CHECK(kept->feed->entry().grads_size() == 0);  // not copied in
+
+  FollowFeed sent;
+  REQUIRE_OK(ParseFromByteBuffer(EntryWire(*kept), &sent));
+  // The same entry with its payloads inside, as a backup keeps it.
+  FollowFeed inside = *kept->feed;
+  inside.mutable_entry()->add_grads(g0);
+  inside.mutable_entry()->add_grads("");
+  inside.mutable_entry()->add_rows(r0);
+  CHECK(sent.entry().index() == 1);
+  CHECK(sent.entry().epoch() == 3);
+  CHECK(sent.entry().evicted_size() == 1);
+  REQUIRE(sent.entry().grads_size() == 2);
+  CHECK(sent.entry().grads(0) == g0);
+  CHECK(sent.SerializeAsString() == inside.SerializeAsString());
+  // A kept entry without outside payloads goes out as serialized.
+  FollowFeed plain;
+  REQUIRE_OK(ParseFromByteBuffer(EntryWire({kept->feed, nullptr}), &plain));
+  CHECK(plain.SerializeAsString() == kept->feed->SerializeAsString());
+  log.RemoveReader(reader);
 }
 
 }  // namespace
