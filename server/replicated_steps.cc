@@ -2,6 +2,7 @@
 // log (ps_server --replicas; server/replication_log.h), and a backup's
 // replay of its primary's entries.
 
+#include <cstring>
 #include <memory>
 #include <string>
 #include <utility>
@@ -114,7 +115,13 @@ MadeEntry PsService::PushEntry(const PushRequest& header,
   constexpr size_t kShareFrom = 16 << 10;
   const auto kept = [frames](const Payload& p) {
     if (p.size() >= kShareFrom) return frames->Share(p);
-    return std::vector<grpc::Slice>{grpc::Slice(Concat(p))};
+    grpc::Slice copy(p.size());
+    char* out = reinterpret_cast<char*>(const_cast<uint8_t*>(copy.begin()));
+    for (absl::string_view piece : p.pieces()) {
+      std::memcpy(out, piece.data(), piece.size());
+      out += piece.size();
+    }
+    return std::vector<grpc::Slice>{std::move(copy)};
   };
   auto outside = std::make_shared<EntryPayloads>();
   for (const Payload& g : grads) outside->grads.push_back(kept(g));

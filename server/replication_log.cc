@@ -35,9 +35,9 @@ grpc::ByteBuffer EntryWire(const KeptEntry& kept) {
   constexpr uint8_t kEntryTag = (2 << 3) | 2;
   constexpr uint8_t kGradTag = (8 << 3) | 2;
   constexpr uint8_t kRowsTag = (9 << 3) | 2;
-  const std::string entry = kept.feed->entry().SerializeAsString();
+  const LogEntry& entry = kept.feed->entry();
   std::vector<std::string> heads;  // each payload's tag and length
-  uint64_t entry_bytes = entry.size();
+  uint64_t entry_bytes = entry.ByteSizeLong();
   for (const auto& [tag, part] : {std::pair{kGradTag, &kept.payloads->grads},
                                   std::pair{kRowsTag, &kept.payloads->rows}}) {
     for (const std::vector<grpc::Slice>& payload : *part) {
@@ -49,7 +49,7 @@ grpc::ByteBuffer EntryWire(const KeptEntry& kept) {
   }
   std::string first(1, static_cast<char>(kEntryTag));
   PutVarint(entry_bytes, &first);
-  first += entry;
+  entry.AppendToString(&first);
   std::vector<grpc::Slice> slices;
   slices.emplace_back(first);
   size_t h = 0;

@@ -13,17 +13,12 @@
 
 #include "common/shard_map.h"
 #include "proto/asyncps.pb.h"
+#include "tests/testing/slices.h"
 
 namespace asyncps {
 namespace {
 
-std::string Concat(const std::vector<grpc::Slice>& pieces) {
-  std::string out;
-  for (const grpc::Slice& p : pieces) {
-    out.append(reinterpret_cast<const char*>(p.begin()), p.size());
-  }
-  return out;
-}
+using testing::JoinSlices;
 
 // `bytes` cut into pieces of `piece` bytes (so gradients straddle pieces).
 std::vector<grpc::Slice> Pieces(const std::string& bytes, size_t piece) {
@@ -98,7 +93,7 @@ std::map<std::string, int> Check(
     const bool sender =
         std::find(senders.begin(), senders.end(), p.shard) != senders.end();
     CHECK(h.read_epoch() == (sender ? 900u + p.shard : 0u));
-    const std::string bytes = Concat(p.payload);
+    const std::string bytes = JoinSlices(p.payload);
     size_t at = 0;
     for (const SliceGradient& g : h.grads()) {
       CHECK(map.SliceHome(g.tensor(), g.slice()) == p.shard);
@@ -165,7 +160,7 @@ TEST_CASE("a part whose payload disagrees with its header is not split",
   std::map<std::string, std::string> expected;
   PushPart part = MakePart(0, map, 4, &expected);
   PushPart short_part = part;
-  short_part.payload = Pieces(Concat(part.payload).substr(1), 5);
+  short_part.payload = Pieces(JoinSlices(part.payload).substr(1), 5);
   CHECK(absl::IsInvalidArgument(SplitPushParts({short_part}, map).status()));
   PushPart long_part = part;
   long_part.payload.emplace_back("x", 1);
@@ -178,7 +173,7 @@ TEST_CASE("a part whose payload disagrees with its header is not split",
   absl::StatusOr<std::vector<PushPart>> same = SplitPushParts({part}, map);
   REQUIRE(same.ok());
   REQUIRE(same->size() == 1);
-  CHECK(Concat((*same)[0].payload) == Concat(part.payload));
+  CHECK(JoinSlices((*same)[0].payload) == JoinSlices(part.payload));
   CHECK((*same)[0].header.read_epoch() == 900);
 }
 

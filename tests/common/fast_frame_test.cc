@@ -9,17 +9,12 @@
 #include <vector>
 
 #include "proto/asyncps.pb.h"
+#include "tests/testing/slices.h"
 
 namespace asyncps {
 namespace {
 
-std::string Joined(const std::vector<grpc::Slice>& slices) {
-  std::string out;
-  for (const grpc::Slice& s : slices) {
-    out.append(reinterpret_cast<const char*>(s.begin()), s.size());
-  }
-  return out;
-}
+using testing::JoinSlices;
 
 TEST_CASE("a payload's shared slices hold its bytes without a copy",
           "[frame]") {
@@ -46,24 +41,24 @@ TEST_CASE("a payload's shared slices hold its bytes without a copy",
 
     shared = reader.Share(second);
     REQUIRE(shared.size() == 3);
-    CHECK(Joined(shared) == a.substr(60) + b + c.substr(0, 100));
+    CHECK(JoinSlices(shared) == a.substr(60) + b + c.substr(0, 100));
     // The same memory as the frame's (the payload's own pieces).
     for (size_t i = 0; i < shared.size(); ++i) {
       at.push_back(second.pieces()[i].data());
       CHECK(reinterpret_cast<const char*>(shared[i].begin()) == at[i]);
     }
-    CHECK(Joined(reader.Share(third)) == c.substr(100));
-    CHECK(Joined(reader.Share(first)) == a.substr(0, 60));
+    CHECK(JoinSlices(reader.Share(third)) == c.substr(100));
+    CHECK(JoinSlices(reader.Share(first)) == a.substr(0, 60));
     reader = FrameReader();
   }
   // The slices outlive the reader, the frame and the payload's slices.
-  CHECK(Joined(shared) == a.substr(60) + b + c.substr(0, 100));
+  CHECK(JoinSlices(shared) == a.substr(60) + b + c.substr(0, 100));
   CHECK(reinterpret_cast<const char*>(shared[1].begin()) == at[1]);
 
   // Bytes from elsewhere are copied.
   const std::string other = "not from the frame";
   std::vector<grpc::Slice> copied = reader.Share(Payload(other));
-  CHECK(Joined(copied) == other);
+  CHECK(JoinSlices(copied) == other);
   CHECK(reinterpret_cast<const char*>(copied[0].begin()) != other.data());
 }
 
