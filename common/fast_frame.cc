@@ -132,8 +132,18 @@ std::vector<grpc::Slice> FrameReader::Share(const Payload& payload) const {
   return out;
 }
 
-absl::Status FrameReader::Open(const grpc::ByteBuffer& buffer,
-                               google::protobuf::MessageLite* header) {
+std::vector<grpc::Slice> FrameReader::Keep(const Payload& payload) const {
+  if (payload.size() >= kKeepSharedFrom) return Share(payload);
+  grpc::Slice copy(payload.size());
+  char* out = reinterpret_cast<char*>(const_cast<uint8_t*>(copy.begin()));
+  for (absl::string_view piece : payload.pieces()) {
+    std::memcpy(out, piece.data(), piece.size());
+    out += piece.size();
+  }
+  return {std::move(copy)};
+}
+
+absl::Status FrameReader::OpenBytes(const grpc::ByteBuffer& buffer) {
   slices_.clear();
   index_ = offset_ = 0;
   remaining_ = 0;
@@ -141,6 +151,12 @@ absl::Status FrameReader::Open(const grpc::ByteBuffer& buffer,
     return absl::InvalidArgumentError("frame: unreadable buffer");
   }
   for (const grpc::Slice& s : slices_) remaining_ += s.size();
+  return absl::OkStatus();
+}
+
+absl::Status FrameReader::Open(const grpc::ByteBuffer& buffer,
+                               google::protobuf::MessageLite* header) {
+  if (absl::Status s = OpenBytes(buffer); !s.ok()) return s;
   if (remaining_ < kLengthBytes) {
     return absl::InvalidArgumentError(absl::StrCat(
         "frame: ", remaining_, " bytes, too short for the length prefix"));

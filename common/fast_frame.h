@@ -104,6 +104,9 @@ class FrameReader {
   // the buffer, or the header does not parse.
   absl::Status Open(const grpc::ByteBuffer& buffer,
                     google::protobuf::MessageLite* header);
+  // Opens `buffer` as payload alone (no prefix, no header): to read other
+  // wire bytes in place. INVALID_ARGUMENT when the buffer is unreadable.
+  absl::Status OpenBytes(const grpc::ByteBuffer& buffer);
 
   // Appends the next n payload bytes to `out` as views of the buffer.
   // INVALID_ARGUMENT (nothing consumed) if fewer than n bytes remain.
@@ -122,6 +125,12 @@ class FrameReader {
   // they keep it alive once the reader and the buffer are gone. Bytes not
   // from this buffer are copied.
   std::vector<grpc::Slice> Share(const Payload& payload) const;
+  // What to keep of `payload` once the buffer is gone: Share's slices for
+  // payloads of kKeepSharedFrom bytes or more; a smaller one is copied into
+  // a slice of its own, since a shared slice keeps its whole receive
+  // buffer alive, which can be much larger than the payload.
+  static constexpr size_t kKeepSharedFrom = 16 << 10;
+  std::vector<grpc::Slice> Keep(const Payload& payload) const;
 
  private:
   // Consumes n bytes, calling piece(view) for each contiguous run.

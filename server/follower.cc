@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/grpc_status.h"
 #include "common/net.h"
+#include "server/entry_wire.h"
 
 namespace asyncps {
 
@@ -16,6 +17,10 @@ namespace {
 // writes then wait on flow control).
 constexpr size_t kMaxQueuedBytes = size_t{64} << 20;
 
+// Replication.Follow, called through a generic stub: its messages are read
+// as bytes (ReadFeedWire), so that an entry's payloads are not copied.
+constexpr char kFollowMethod[] = "/asyncps.Replication/Follow";
+
 }  // namespace
 
 // The Follow call on gRPC's callbacks. Messages received go to a queue
@@ -25,13 +30,21 @@ constexpr size_t kMaxQueuedBytes = size_t{64} << 20;
 // acknowledged: the applying thread reaches it and ends the stream).
 // Acknowledgements are cumulative: while one is being written, the next
 // carries the latest index. A hold keeps the call from ending while the
-// applying thread may still resume paused reads (Release).
+// applying thread may still resume paused reads (Release). A message that
+// does not read ends the call with that error.
 class Follower::Stream final
-    : public grpc::ClientBidiReactor<FollowUp, FollowFeed> {
+    : public grpc::ClientBidiReactor<FollowUp, grpc::ByteBuffer> {
  public:
-  Stream(Replication::Stub* stub, grpc::ClientContext* ctx,
-         const FollowUp& first) {
-    stub->async()->Follow(ctx, this);
+  // A message taken off the stream; feed is null at the end.
+  struct Received {
+    std::shared_ptr<FollowFeed> feed;
+    std::shared_ptr<const EntryPayloads> payloads;
+  };
+
+  Stream(FollowStub* stub, grpc::ClientContext* ctx, const FollowUp& first)
+      : ctx_(ctx) {
+    stub->PrepareBidiStreamingCall(ctx, kFollowMethod, grpc::StubOptions(),
+                                   this);
     AddHold();
     out_ = first;
     {
@@ -48,20 +61,20 @@ class Follower::Stream final
   const FollowFeed* Peek() {
     absl::MutexLock l(&mu_);
     mu_.Await(absl::Condition(this, &Stream::MessageOrEnd));
-    return queue_.empty() ? nullptr : queue_.front().first.get();
+    return queue_.empty() ? nullptr : queue_.front().message.feed.get();
   }
 
   // Takes the first message, waiting for it; null once the stream ended
   // with none left.
-  std::unique_ptr<FollowFeed> Pop() {
-    std::unique_ptr<FollowFeed> m;
+  Received Pop() {
+    Received m;
     bool resume = false;
     {
       absl::MutexLock l(&mu_);
       mu_.Await(absl::Condition(this, &Stream::MessageOrEnd));
-      if (queue_.empty()) return nullptr;
-      m = std::move(queue_.front().first);
-      queued_bytes_ -= queue_.front().second;
+      if (queue_.empty()) return m;
+      m = std::move(queue_.front().message);
+      queued_bytes_ -= queue_.front().bytes;
       queue_.pop_front();
       if (paused_ && !released_ && queued_bytes_ <= kMaxQueuedBytes / 2) {
         paused_ = false;
@@ -83,8 +96,8 @@ class Follower::Stream final
       live_ = true;
       first_ack_ = true;  // sent even when nothing followed `last`
       received_ = last;
-      for (const auto& [m, bytes] : queue_) {
-        if (!Follows(*m)) {
+      for (const Queued& q : queue_) {
+        if (!Follows(*q.message.feed)) {
           gap_ = true;
           break;
         }
@@ -105,12 +118,14 @@ class Follower::Stream final
     RemoveHold();
   }
 
-  // Releases the call and waits for its end: its status.
-  grpc::Status WaitDone() {
+  // Releases the call and waits for its end: its status (a message's that
+  // did not read, if one did not).
+  absl::Status WaitDone() {
     Release();
     absl::MutexLock l(&mu_);
     mu_.Await(absl::Condition(&done_));
-    return status_;
+    if (!unread_.ok()) return unread_;
+    return FromGrpcStatus(status_);
   }
 
   void OnReadDone(bool ok) override {
@@ -119,22 +134,31 @@ class Follower::Stream final
       read_ended_ = true;
       return;
     }
-    auto m = std::make_unique<FollowFeed>();
-    m->Swap(&in_);
-    const size_t bytes = m->ByteSizeLong();
+    const size_t bytes = in_.Length();
+    Received m{std::make_shared<FollowFeed>(), nullptr};
+    if (absl::Status s = ReadFeedWire(&in_, m.feed.get(), &m.payloads);
+        !s.ok()) {
+      {
+        absl::MutexLock l(&mu_);
+        unread_ = s;
+        read_ended_ = true;
+      }
+      ctx_->TryCancel();
+      return;
+    }
     bool write = false;
     bool read = true;
     {
       absl::MutexLock l(&mu_);
       if (live_ && !gap_) {
-        if (Follows(*m)) {
+        if (Follows(*m.feed)) {
           ++received_;
           write = TakeWrite();
         } else {
           gap_ = true;
         }
       }
-      queue_.emplace_back(std::move(m), bytes);
+      queue_.push_back(Queued{std::move(m), bytes});
       queued_bytes_ += bytes;
       if (queued_bytes_ > kMaxQueuedBytes) {
         paused_ = true;
@@ -187,7 +211,13 @@ class Follower::Stream final
     return true;
   }
 
-  FollowFeed in_;  // the read in flight's
+  struct Queued {
+    Received message;
+    size_t bytes;  // as received
+  };
+
+  grpc::ClientContext* const ctx_;
+  grpc::ByteBuffer in_;  // the read in flight's
   absl::Mutex mu_;
   FollowUp out_;  // written under mu_ while no write is in flight
   bool writing_ ABSL_GUARDED_BY(mu_) = false;
@@ -197,14 +227,14 @@ class Follower::Stream final
   bool first_ack_ ABSL_GUARDED_BY(mu_) = false;  // Live: acknowledge once
   uint64_t received_ ABSL_GUARDED_BY(mu_) = 0;   // the last entry in order
   uint64_t acked_ ABSL_GUARDED_BY(mu_) = 0;      // the last acknowledged
-  std::deque<std::pair<std::unique_ptr<FollowFeed>, size_t>> queue_
-      ABSL_GUARDED_BY(mu_);
+  std::deque<Queued> queue_ ABSL_GUARDED_BY(mu_);
   size_t queued_bytes_ ABSL_GUARDED_BY(mu_) = 0;
   bool paused_ ABSL_GUARDED_BY(mu_) = false;  // no read in flight: full
   bool read_ended_ ABSL_GUARDED_BY(mu_) = false;
   bool released_ ABSL_GUARDED_BY(mu_) = false;
   bool done_ ABSL_GUARDED_BY(mu_) = false;
   grpc::Status status_ ABSL_GUARDED_BY(mu_);
+  absl::Status unread_ ABSL_GUARDED_BY(mu_);  // a message that did not read
 };
 
 Follower::Follower(FollowerOptions options) : o_(std::move(options)) {}
@@ -219,14 +249,14 @@ absl::StatusOr<std::unique_ptr<Follower>> Follower::Connect(
     return absl::UnavailableError(
         absl::StrCat("cannot reach the primary at ", f->o_.primary));
   }
-  f->stub_ = Replication::NewStub(channel);
+  f->stub_ = std::make_unique<FollowStub>(channel);
   FollowUp first;
   *first.mutable_follow() = f->o_.request;
   first.mutable_follow()->set_last_index(f->o_.log->last_index());
   first.mutable_follow()->set_last_epoch(f->o_.log->last_epoch());
   f->stream_ = std::make_unique<Stream>(f->stub_.get(), &f->ctx_, first);
   const FollowFeed* head = f->stream_->Peek();
-  if (head == nullptr) return FromGrpcStatus(f->stream_->WaitDone());
+  if (head == nullptr) return f->stream_->WaitDone();
   // An entry: the primary continues after the log's last one (Loop
   // applies it first). Otherwise a snapshot comes first.
   if (head->has_entry()) return f;
@@ -242,7 +272,7 @@ absl::Status Follower::ReadSnapshot() {
         "needs a snapshot, which only a starting replica can load)");
   }
   FileSystem* fs = o_.fs != nullptr ? o_.fs : FileSystem::Default();
-  std::unique_ptr<FollowFeed> feed = stream_->Pop();  // Connect saw it
+  std::shared_ptr<FollowFeed> feed = stream_->Pop().feed;  // Connect saw it
   std::string path, tmp;
   std::unique_ptr<WritableFile> out;
   // Every failure removes the partial file (it may fill the disk).
@@ -272,8 +302,8 @@ absl::Status Follower::ReadSnapshot() {
       return fail(w);
     }
     bytes += feed->file().data().size();
-    feed = stream_->Pop();
-    if (feed == nullptr) return fail(FromGrpcStatus(stream_->WaitDone()));
+    feed = stream_->Pop().feed;
+    if (feed == nullptr) return fail(stream_->WaitDone());
   }
   if (!feed->has_snapshot_end() || path.empty()) {
     return fail(
@@ -301,16 +331,18 @@ void Follower::Loop(PsService* service) {
   // have failed to store) or the log's last entry is acknowledged first.
   stream_->Live(o_.log->last_index());
   absl::Status end;
-  while (std::unique_ptr<FollowFeed> feed = stream_->Pop()) {
-    if (!feed->has_entry()) {
+  for (;;) {
+    Stream::Received got = stream_->Pop();
+    if (got.feed == nullptr) break;
+    if (!got.feed->has_entry()) {
       end = absl::InvalidArgumentError("the feed sent something but an entry");
       break;
     }
     // Kept by the log as received (a promoted replica feeds it on).
-    feed->clear_file();
-    feed->clear_snapshot_end();
-    const ReplicationLog::Entry fed = std::move(feed);
-    const LogEntry& e = fed->entry();
+    got.feed->clear_file();
+    got.feed->clear_snapshot_end();
+    const KeptEntry fed{std::move(got.feed), std::move(got.payloads)};
+    const LogEntry& e = fed.feed->entry();
     // Entries follow on (the stream acknowledged only those); one that
     // does not ends the feed, and the primary stops waiting for this
     // replica at its timeout.
@@ -320,7 +352,8 @@ void Follower::Loop(PsService* service) {
       break;
     }
     absl::Status answered;
-    end = o_.log->Append(fed, [&] { answered = service->ApplyEntry(e); });
+    end = o_.log->Append(
+        fed, [&] { answered = service->ApplyEntry(e, fed.payloads.get()); });
     if (!end.ok()) break;
     if (!answered.ok()) {
       o_.logger->debug("entry {} answered {} (as on the primary)", e.index(),
@@ -328,7 +361,7 @@ void Follower::Loop(PsService* service) {
     }
   }
   ctx_.TryCancel();
-  const absl::Status finished = FromGrpcStatus(stream_->WaitDone());
+  const absl::Status finished = stream_->WaitDone();
   if (end.ok()) {
     end = finished.ok() ? absl::UnavailableError("the primary ended the feed")
                         : finished;

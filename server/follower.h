@@ -22,6 +22,7 @@
 //   ...
 //   follower->Stop();                          // promoted, or moving on
 
+#include <grpcpp/generic/generic_stub.h>
 #include <grpcpp/grpcpp.h>
 
 #include <atomic>
@@ -33,7 +34,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "common/security.h"
-#include "proto/replication.grpc.pb.h"
+#include "proto/replication.pb.h"
 #include "server/file_system.h"
 #include "server/ps_service.h"
 #include "server/replication_log.h"
@@ -84,6 +85,7 @@ class Follower {
 
  private:
   class Stream;  // the call, as gRPC's callbacks see it
+  using FollowStub = grpc::TemplatedGenericStub<FollowUp, grpc::ByteBuffer>;
 
   explicit Follower(FollowerOptions options);
   absl::Status ReadSnapshot();
@@ -91,7 +93,7 @@ class Follower {
 
   const FollowerOptions o_;
   grpc::ClientContext ctx_;
-  std::unique_ptr<Replication::Stub> stub_;
+  std::unique_ptr<FollowStub> stub_;
   std::unique_ptr<Stream> stream_;
   uint64_t shard_epoch_ = 0;
   std::thread thread_;

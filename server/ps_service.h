@@ -20,6 +20,7 @@
 #include "common/payload.h"
 #include "proto/asyncps.grpc.pb.h"
 #include "proto/replication.pb.h"
+#include "server/entry_wire.h"
 #include "server/service_context.h"
 #include "server/slot_load_meter.h"
 #include "spdlog/spdlog.h"
@@ -217,8 +218,10 @@ class PsService final : public RawParameterServerService {
                    std::function<void(absl::Status)> answer);
   // A backup runs its primary's entry through the same steps as the
   // primary did (its answer is dropped; the primary's was the same), after
-  // evicting the rows the primary evicted while it ran them.
-  absl::Status ApplyEntry(const LogEntry& entry);
+  // evicting the rows the primary evicted while it ran them. `outside`:
+  // the entry's payloads when they came outside it (ReadFeedWire).
+  absl::Status ApplyEntry(const LogEntry& entry,
+                          const EntryPayloads* outside = nullptr);
   // The shard's own eviction round (rows idle for row_ttl_steps before
   // `clock`, room kept free under the cap), as a step: a replicated
   // primary logs the rows it evicts; a backup evicts only what its

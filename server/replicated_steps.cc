@@ -109,23 +109,9 @@ MadeEntry PsService::PushEntry(const PushRequest& header,
     for (const Payload& r : rows) entry.add_rows(Concat(r));
     return entry;
   }
-  // A shared slice keeps the whole receive buffer it is part of alive
-  // while the log keeps the entry; small payloads, where that buffer can
-  // be much larger than they are, are copied (cheaply) instead.
-  constexpr size_t kShareFrom = 16 << 10;
-  const auto kept = [frames](const Payload& p) {
-    if (p.size() >= kShareFrom) return frames->Share(p);
-    grpc::Slice copy(p.size());
-    char* out = reinterpret_cast<char*>(const_cast<uint8_t*>(copy.begin()));
-    for (absl::string_view piece : p.pieces()) {
-      std::memcpy(out, piece.data(), piece.size());
-      out += piece.size();
-    }
-    return std::vector<grpc::Slice>{std::move(copy)};
-  };
   auto outside = std::make_shared<EntryPayloads>();
-  for (const Payload& g : grads) outside->grads.push_back(kept(g));
-  for (const Payload& r : rows) outside->rows.push_back(kept(r));
+  for (const Payload& g : grads) outside->grads.push_back(frames->Keep(g));
+  for (const Payload& r : rows) outside->rows.push_back(frames->Keep(r));
   return MadeEntry(std::move(entry), std::move(outside));
 }
 
@@ -175,7 +161,8 @@ uint64_t PsService::RunEviction(int64_t clock) {
   return evicted;
 }
 
-absl::Status PsService::ApplyEntry(const LogEntry& entry) {
+absl::Status PsService::ApplyEntry(const LogEntry& entry,
+                                   const EntryPayloads* outside) {
   for (const EvictedRows& rows : entry.evicted()) {
     absl::StatusOr<uint64_t> n =
         c_.store->tables().EvictRows(rows.table(), rows.ids(), rows.idle());
@@ -191,6 +178,11 @@ absl::Status PsService::ApplyEntry(const LogEntry& entry) {
       std::vector<Payload> grads, rows;
       for (const std::string& g : entry.grads()) grads.emplace_back(g, dtype);
       for (const std::string& r : entry.rows()) rows.emplace_back(r, dtype);
+      if (outside != nullptr) {
+        for (const auto& g : outside->grads)
+          grads.push_back(PayloadOf(g, dtype));
+        for (const auto& r : outside->rows) rows.push_back(PayloadOf(r, dtype));
+      }
       PushResponse response;
       bool needs_checkpoint = false;
       return DoPush(entry.push(), grads, &response, rows, &needs_checkpoint);

@@ -5,63 +5,8 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "common/fast_frame.h"
 
 namespace asyncps {
-namespace {
-
-// Appends a protobuf varint.
-void PutVarint(uint64_t v, std::string* out) {
-  while (v >= 0x80) {
-    out->push_back(static_cast<char>(v | 0x80));
-    v >>= 7;
-  }
-  out->push_back(static_cast<char>(v));
-}
-
-size_t SizeOf(const std::vector<grpc::Slice>& payload) {
-  size_t n = 0;
-  for (const grpc::Slice& piece : payload) n += piece.size();
-  return n;
-}
-
-}  // namespace
-
-grpc::ByteBuffer EntryWire(const KeptEntry& kept) {
-  if (kept.payloads == nullptr) return SerializeToByteBuffer(*kept.feed);
-  // FollowFeed.entry (field 2) is the feed's only field; each payload
-  // follows the entry's own fields as a LogEntry.grads (8) or rows (9)
-  // field: a tag, a length, the bytes (fields may come in any order).
-  constexpr uint8_t kEntryTag = (2 << 3) | 2;
-  constexpr uint8_t kGradTag = (8 << 3) | 2;
-  constexpr uint8_t kRowsTag = (9 << 3) | 2;
-  const LogEntry& entry = kept.feed->entry();
-  std::vector<std::string> heads;  // each payload's tag and length
-  uint64_t entry_bytes = entry.ByteSizeLong();
-  for (const auto& [tag, part] : {std::pair{kGradTag, &kept.payloads->grads},
-                                  std::pair{kRowsTag, &kept.payloads->rows}}) {
-    for (const std::vector<grpc::Slice>& payload : *part) {
-      std::string& head = heads.emplace_back(1, static_cast<char>(tag));
-      const size_t n = SizeOf(payload);
-      PutVarint(n, &head);
-      entry_bytes += head.size() + n;
-    }
-  }
-  std::string first(1, static_cast<char>(kEntryTag));
-  PutVarint(entry_bytes, &first);
-  entry.AppendToString(&first);
-  std::vector<grpc::Slice> slices;
-  slices.emplace_back(first);
-  size_t h = 0;
-  for (const auto* part : {&kept.payloads->grads, &kept.payloads->rows}) {
-    for (const std::vector<grpc::Slice>& payload : *part) {
-      slices.emplace_back(heads[h++]);
-      slices.insert(slices.end(), payload.begin(), payload.end());
-    }
-  }
-  return grpc::ByteBuffer(slices.data(), slices.size());
-}
-
 ReplicationLog::ReplicationLog(Options options) : options_(options) {}
 
 void ReplicationLog::BecomePrimary(uint64_t epoch,
@@ -117,15 +62,9 @@ absl::StatusOr<uint64_t> ReplicationLog::RunEntry(
     if (feed != nullptr) {
       feed->mutable_entry()->set_index(index);
       feed->mutable_entry()->set_epoch(epoch_);
-      uint64_t bytes = feed->ByteSizeLong();
-      if (payloads != nullptr) {
-        for (const auto* part : {&payloads->grads, &payloads->rows}) {
-          for (const std::vector<grpc::Slice>& p : *part) {
-            for (const grpc::Slice& piece : p) bytes += piece.size();
-          }
-        }
-      }
-      Keep(KeptEntry{std::move(feed), std::move(payloads)}, bytes);
+      KeptEntry kept{std::move(feed), std::move(payloads)};
+      const uint64_t bytes = KeptBytes(kept);
+      Keep(std::move(kept), bytes);
     } else {
       // Nobody may ever ask for this entry or those before it.
       kept_.clear();
@@ -160,10 +99,10 @@ void ReplicationLog::AtCut(
   cut(last_index_, last_epoch_);
 }
 
-absl::Status ReplicationLog::Append(Entry fed,
+absl::Status ReplicationLog::Append(KeptEntry fed,
                                     absl::FunctionRef<void()> apply) {
-  const LogEntry& entry = fed->entry();
-  const uint64_t bytes = fed->ByteSizeLong();
+  const LogEntry& entry = fed.feed->entry();
+  const uint64_t bytes = KeptBytes(fed);
   absl::MutexLock l(&mu_);
   if (primary_) {
     return absl::FailedPreconditionError("the primary appends through Run");
@@ -176,7 +115,7 @@ absl::Status ReplicationLog::Append(Entry fed,
   apply();
   last_index_ = entry.index();
   last_epoch_ = entry.epoch();
-  Keep(KeptEntry{std::move(fed), nullptr}, bytes);
+  Keep(std::move(fed), bytes);
   return absl::OkStatus();
 }
 

@@ -52,19 +52,10 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "common/clock.h"
-#include "grpcpp/support/byte_buffer.h"
-#include "grpcpp/support/slice.h"
 #include "proto/replication.pb.h"
+#include "server/entry_wire.h"
 
 namespace asyncps {
-
-// A push's payloads kept outside its entry's message: slices that share
-// the memory of the request that brought them (FrameReader::Share), in
-// the order of LogEntry.grads and LogEntry.rows. No copy of the bytes is
-// made for the log; EntryWire sends them as those fields.
-struct EntryPayloads {
-  std::vector<std::vector<grpc::Slice>> grads, rows;
-};
 
 // What a step's `make` gives the log: the entry, and its payloads when
 // they are kept outside it (null: the entry holds them).
@@ -75,19 +66,6 @@ struct MadeEntry {
   LogEntry entry;
   std::shared_ptr<const EntryPayloads> payloads;
 };
-
-// An entry as the log keeps it: the FollowFeed that carries it (its entry
-// set, nothing else) and the payloads kept outside it, if any. `feed` is
-// null for "no entry yet" (ReplicationLog::Next).
-struct KeptEntry {
-  std::shared_ptr<const FollowFeed> feed;
-  std::shared_ptr<const EntryPayloads> payloads;
-};
-
-// The entry's FollowFeed as sent to a backup: the message as serialized,
-// with the outside payloads as its entry's grads and rows fields (the
-// backup parses one FollowFeed either way).
-grpc::ByteBuffer EntryWire(const KeptEntry& kept);
 
 class ReplicationLog {
  public:
@@ -100,8 +78,6 @@ class ReplicationLog {
     uint64_t max_bytes = uint64_t{256} << 20;
     Clock* clock = Clock::Real();  // not owned
   };
-  using Entry = std::shared_ptr<const FollowFeed>;
-
   explicit ReplicationLog(Options options);
   ReplicationLog(const ReplicationLog&) = delete;
   ReplicationLog& operator=(const ReplicationLog&) = delete;
@@ -149,10 +125,9 @@ class ReplicationLog {
 
   // A backup's step: runs `apply` and appends the entry as its primary
   // numbered it (indices must follow on), under the lock, so that AtCut
-  // sees the state of a whole number of entries. `fed` is the message
-  // that brought it, kept as received (its entry set, nothing else): no
-  // copy of its payloads.
-  absl::Status Append(Entry fed, absl::FunctionRef<void()> apply);
+  // sees the state of a whole number of entries. `fed` is the entry as
+  // received (ReadFeedWire): no copy of its payloads.
+  absl::Status Append(KeptEntry fed, absl::FunctionRef<void()> apply);
   // A backup starting from a snapshot taken after entry (index, epoch).
   void ResetTo(uint64_t index, uint64_t epoch);
 

@@ -20,10 +20,10 @@ LogEntry Entry() {
 }
 
 // The message that brings entry `e` to a backup.
-ReplicationLog::Entry Fed(const LogEntry& e) {
+KeptEntry Fed(const LogEntry& e) {
   auto feed = std::make_shared<FollowFeed>();
   *feed->mutable_entry() = e;
-  return feed;
+  return {std::move(feed), nullptr};
 }
 
 TEST_CASE(
