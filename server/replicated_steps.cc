@@ -2,7 +2,6 @@
 // log (ps_server --replicas; server/replication_log.h), and a backup's
 // replay of its primary's entries.
 
-#include <cstring>
 #include <memory>
 #include <string>
 #include <utility>
