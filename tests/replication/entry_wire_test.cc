@@ -68,7 +68,8 @@ std::string Flatten(const grpc::ByteBuffer& b) {
 
 TEST_CASE(
     "an entry read off the stream keeps payloads of 16 KiB and more in "
-    "the stream's own slices, smaller ones copied",
+    "the stream's own slices, smaller ones copied, and goes out again as "
+    "the same bytes",
     "[replication]") {
   const KeptEntry kept = PushEntry();
   grpc::ByteBuffer wire = EntryWire(kept);
@@ -98,6 +99,9 @@ TEST_CASE(
   for (const grpc::Slice& s : sent) {
     CHECK_FALSE((s.begin() <= small.begin() && small.begin() < s.end()));
   }
+  // Promoted, the backup feeds it on as the same bytes.
+  CHECK(Flatten(EntryWire({std::make_shared<FollowFeed>(feed), payloads})) ==
+        Flatten(EntryWire(kept)));
   // A view for the apply: the bytes, as floats.
   const Payload view = PayloadOf(payloads->rows[0], WIRE_F32);
   CHECK(view.size() == kLarge.size());
