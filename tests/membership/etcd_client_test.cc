@@ -4,6 +4,7 @@
 #include "membership/etcd_client.h"
 
 #include <catch2/catch.hpp>
+#include <filesystem>
 #include <memory>
 #include <string>
 #include <vector>
@@ -68,6 +69,21 @@ TEST_CASE("keys, prefixes and revisions", "[etcd]") {
   a = c->Get("/run/a");
   REQUIRE_OK(a.status());
   CHECK(!a->has_value());
+}
+
+TEST_CASE("a test's etcd takes its data directory with it when it goes",
+          "[etcd]") {
+  if (testing::SkipWithoutEtcd()) return;
+  std::string dir;
+  {
+    absl::StatusOr<testing::EtcdProcess> etcd = testing::StartEtcd();
+    REQUIRE_OK(etcd.status());
+    dir = etcd->data_dir;
+    REQUIRE_OK(Connect(*etcd)->Put("/k", "v").status());
+    testing::EtcdProcess moved = *std::move(etcd);  // the owner moves along
+    CHECK(std::filesystem::exists(dir + "/member"));
+  }
+  CHECK_FALSE(std::filesystem::exists(dir));
 }
 
 TEST_CASE("compare-and-swap on a key's revision", "[etcd]") {

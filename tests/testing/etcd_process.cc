@@ -141,6 +141,7 @@ absl::StatusOr<EtcdProcess> StartEtcd(absl::Duration timeout) {
   etcd.endpoint = *client;
   etcd.peer = *peer;
   etcd.data_dir = MakeTmpDir("etcd");
+  etcd.data_dir_owner = OwnedTmpDir(etcd.data_dir);
   absl::Status s = Launch(&etcd, timeout);
   if (!s.ok()) return s;
   return etcd;

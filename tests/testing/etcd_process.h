@@ -27,6 +27,9 @@ namespace asyncps {
 namespace testing {
 
 struct EtcdProcess {
+  // Removes data_dir (etcd's write-ahead log alone takes 64 MB) once the
+  // process is gone: declared first, so destroyed last.
+  OwnedTmpDir data_dir_owner;
   std::unique_ptr<Subprocess> process;
   std::string endpoint;  // client address, "127.0.0.1:<port>"
   std::string peer;      // peer address

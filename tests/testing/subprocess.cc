@@ -15,8 +15,10 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <system_error>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
@@ -76,6 +78,20 @@ std::string MakeTmpDir(absl::string_view stem) {
   const std::string dir = UniqueTmpPath(stem);
   ::mkdir(dir.c_str(), 0755);
   return dir;
+}
+
+OwnedTmpDir& OwnedTmpDir::operator=(OwnedTmpDir&& other) noexcept {
+  if (this != &other) {
+    OwnedTmpDir gone(std::move(*this));
+    path_ = std::exchange(other.path_, std::string());
+  }
+  return *this;
+}
+
+OwnedTmpDir::~OwnedTmpDir() {
+  if (path_.empty()) return;
+  std::error_code ignored;  // nothing to do about a failure here
+  std::filesystem::remove_all(path_, ignored);
 }
 
 absl::Status WaitFor(const std::function<bool()>& condition,

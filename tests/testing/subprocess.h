@@ -12,6 +12,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -36,6 +37,24 @@ std::string UniqueTmpPath(absl::string_view stem);
 
 // A new, empty directory at UniqueTmpPath(stem).
 std::string MakeTmpDir(absl::string_view stem);
+
+// Removes a directory and everything in it when destroyed (none when
+// default-made or moved from): scratch that must not outlive a benchmark
+// run outside Bazel, whose TestTmpDir() is /tmp. Move-only.
+class OwnedTmpDir {
+ public:
+  OwnedTmpDir() = default;
+  explicit OwnedTmpDir(std::string path) : path_(std::move(path)) {}
+  OwnedTmpDir(OwnedTmpDir&& other) noexcept
+      : path_(std::exchange(other.path_, std::string())) {}
+  OwnedTmpDir& operator=(OwnedTmpDir&& other) noexcept;
+  OwnedTmpDir(const OwnedTmpDir&) = delete;
+  OwnedTmpDir& operator=(const OwnedTmpDir&) = delete;
+  ~OwnedTmpDir();
+
+ private:
+  std::string path_;
+};
 
 // "127.0.0.1:<port>" where nothing listens: a loopback port bound, read back
 // and released (for clients of a shard that is not there, or not yet).
