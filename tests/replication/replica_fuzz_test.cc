@@ -57,11 +57,8 @@ TEST_CASE(
   if (testing::SkipWithoutEtcd()) return;
   absl::StatusOr<testing::EtcdProcess> etcd = testing::StartEtcd();
   REQUIRE_OK(etcd.status());
-  ServerProcess a = testing::StartReplica(*etcd, "fuzz");
-  testing::WaitForRole(a.address, "primary");
-  ServerProcess b = testing::StartReplica(*etcd, "fuzz");
-  testing::WaitForRole(b.address, "backup");
-  testing::WaitForCounted(a.address, 1);
+  ServerProcess a, b;
+  testing::StartReplicaPair(*etcd, "fuzz", &a, &b);
   std::unique_ptr<PsClient> c = testing::MapClient(*etcd, "fuzz");
   REQUIRE_OK(c->CreateTensors({Tensor()}));
   REQUIRE(Step(c.get(), 1) == std::vector<float>(kElems, 1.0f));

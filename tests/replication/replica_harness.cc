@@ -29,6 +29,16 @@ ServerProcess StartReplica(const EtcdProcess& etcd, const std::string& run,
   return *std::move(s);
 }
 
+void StartReplicaPair(const EtcdProcess& etcd, const std::string& run,
+                      ServerProcess* primary, ServerProcess* backup,
+                      const std::vector<std::string>& extra) {
+  *primary = StartReplica(etcd, run, extra);
+  WaitForRole(primary->address, "primary");
+  *backup = StartReplica(etcd, run, extra);
+  WaitForRole(backup->address, "backup");
+  WaitForCounted(primary->address, 1);
+}
+
 absl::StatusOr<StatusResponse> ReplicaStatus(const std::string& address,
                                              bool digest,
                                              const SecurityOptions& security) {

@@ -41,6 +41,12 @@ ServerProcess StartReplica(const EtcdProcess& etcd, const std::string& run,
                            const std::vector<std::string>& extra = {},
                            int shard = 0, int num_shards = 1);
 
+// A group of two (R = 2) of run `run`: *primary started and primary,
+// then *backup started, backup, and counted by the primary.
+void StartReplicaPair(const EtcdProcess& etcd, const std::string& run,
+                      ServerProcess* primary, ServerProcess* backup,
+                      const std::vector<std::string>& extra = {});
+
 // `security` below: how to reach replicas that serve TLS or need a
 // cluster token (default: plain TCP, no token).
 

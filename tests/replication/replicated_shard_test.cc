@@ -146,11 +146,8 @@ TEST_CASE(
   if (testing::SkipWithoutEtcd()) return;
   absl::StatusOr<testing::EtcdProcess> etcd = testing::StartEtcd();
   REQUIRE_OK(etcd.status());
-  ServerProcess a = StartReplica(*etcd, "kill");
-  WaitForRole(a.address, "primary");
-  ServerProcess b = StartReplica(*etcd, "kill");
-  WaitForRole(b.address, "backup");
-  WaitForCounted(a.address, 1);
+  ServerProcess a, b;
+  StartReplicaPair(*etcd, "kill", &a, &b);
   // A replica without --checkpoint_dir keeps its snapshots under $TMPDIR
   // (here the test's directory): what a killed one leaves goes with it.
   CHECK(ReplicaTempDirs(testing::TestTmpDir()) >= 2);
@@ -222,11 +219,8 @@ TEST_CASE(
   // unused for 8 steps go too.
   const std::vector<std::string> capped = {"--max_parameter_bytes=300K",
                                            "--row_ttl_steps=8"};
-  ServerProcess a = StartReplica(*etcd, "evict", capped);
-  WaitForRole(a.address, "primary");
-  ServerProcess b = StartReplica(*etcd, "evict", capped);
-  WaitForRole(b.address, "backup");
-  WaitForCounted(a.address, 1);
+  ServerProcess a, b;
+  StartReplicaPair(*etcd, "evict", &a, &b, capped);
 
   std::unique_ptr<PsClient> c = Client("evict", a.address, 1);
   REQUIRE_OK(c->Register().status());
@@ -286,10 +280,8 @@ TEST_CASE(
   if (testing::SkipWithoutEtcd()) return;
   absl::StatusOr<testing::EtcdProcess> etcd = testing::StartEtcd();
   REQUIRE_OK(etcd.status());
-  ServerProcess a = StartReplica(*etcd, "freeze");
-  WaitForRole(a.address, "primary");
-  ServerProcess b = StartReplica(*etcd, "freeze");
-  WaitForCounted(a.address, 1);
+  ServerProcess a, b;
+  StartReplicaPair(*etcd, "freeze", &a, &b);
   CreateTensor("freeze", a.address);
   Push("freeze", a.address, 1, 5, 1);
 
@@ -338,10 +330,8 @@ TEST_CASE(
   if (testing::SkipWithoutEtcd()) return;
   absl::StatusOr<testing::EtcdProcess> etcd = testing::StartEtcd();
   REQUIRE_OK(etcd.status());
-  ServerProcess a = StartReplica(*etcd, "ledger");
-  WaitForRole(a.address, "primary");
-  ServerProcess b = StartReplica(*etcd, "ledger");
-  WaitForCounted(a.address, 1);
+  ServerProcess a, b;
+  StartReplicaPair(*etcd, "ledger", &a, &b);
   CreateTensor("ledger", a.address);
   // Three workers that find the primary in the map (and follow it), each
   // pushing its own integer gradient: the sums stay exact in float32.
@@ -540,11 +530,8 @@ TEST_CASE(
   absl::StatusOr<testing::EtcdProcess> etcd = testing::StartEtcd();
   REQUIRE_OK(etcd.status());
   const std::string run = "etcdaway";
-  ServerProcess a = StartReplica(*etcd, run);
-  WaitForRole(a.address, "primary");
-  ServerProcess b = StartReplica(*etcd, run);
-  WaitForRole(b.address, "backup");
-  WaitForCounted(a.address, 1);
+  ServerProcess a, b;
+  StartReplicaPair(*etcd, run, &a, &b);
   CreateTensor(run, a.address);
   // Steps of a client that follows the map: pull, push ones (SGD at rate 1:
   // every acknowledged push takes 1 off every element).
@@ -655,11 +642,8 @@ TEST_CASE(
   if (testing::SkipWithoutEtcd()) return;
   absl::StatusOr<testing::EtcdProcess> etcd = testing::StartEtcd();
   REQUIRE_OK(etcd.status());
-  ServerProcess a = StartReplica(*etcd, "big");
-  WaitForRole(a.address, "primary");
-  ServerProcess b = StartReplica(*etcd, "big");
-  WaitForRole(b.address, "backup");
-  WaitForCounted(a.address, 1);
+  ServerProcess a, b;
+  StartReplicaPair(*etcd, "big", &a, &b);
   // Three slices of 8192 floats (32 KiB payloads: the entries share the
   // primary's receive buffers) and a tail of 100 (copied).
   constexpr int kBig = 3 * 8192 + 100;
