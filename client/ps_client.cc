@@ -7,6 +7,7 @@
 #include <limits>
 #include <optional>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
 #include "absl/container/node_hash_map.h"
 #include "absl/random/random.h"
@@ -22,6 +23,8 @@
 #include "common/names.h"
 #include "common/net.h"
 #include "common/payload.h"
+#include "common/shard_map_proto.h"
+#include "proto/slot_moves.grpc.pb.h"
 
 namespace asyncps {
 
@@ -63,6 +66,11 @@ struct PsClient::MapAsks {
   bool in_flight ABSL_GUARDED_BY(mu) = false;
   absl::Time last ABSL_GUARDED_BY(mu) = absl::InfinitePast();
   size_t next ABSL_GUARDED_BY(mu) = 0;  // round robin over the shards
+  // HandMapIfBehind: one hand-out at a time, the last per shard, the last
+  // failure logged as a warning.
+  bool handing ABSL_GUARDED_BY(mu) = false;
+  absl::flat_hash_map<int, absl::Time> handed ABSL_GUARDED_BY(mu);
+  absl::Time warned ABSL_GUARDED_BY(mu) = absl::InfinitePast();
 };
 
 PsClient::PsClient(PsClientOptions options, ShardMap map)
@@ -179,7 +187,10 @@ std::unique_ptr<PsClient::Endpoint> PsClient::OpenEndpoint(
   for (int c = 0; c < options_.connections_per_shard; ++c) {
     std::shared_ptr<grpc::Channel> channel =
         MakeChannel(address, c, options_.security);
-    if (c == 0) endpoint->stub = ParameterServer::NewStub(channel);
+    if (c == 0) {
+      endpoint->channel = channel;
+      endpoint->stub = ParameterServer::NewStub(channel);
+    }
     endpoint->pulls.push_back(std::make_unique<DataStream>(
         channel, kPullStreamMethod, PullAnswerId, &queue_));
     endpoint->pushes.push_back(std::make_unique<DataStream>(
@@ -386,6 +397,69 @@ void PsClient::AskForNewerMap(int shard) {
                         LearnMap(ask->response.map());
                       }
                     });
+}
+
+void PsClient::HandMapIfBehind(int shard, const absl::Status& refused) {
+  const std::optional<uint64_t> served = ServedMapEpoch(refused);
+  if (!served.has_value() || options_.router != nullptr) return;
+  struct Hand {
+    grpc::ClientContext ctx;
+    std::unique_ptr<SlotMoves::Stub> stub;
+    AdoptMapRequest request;
+    AdoptMapResponse response;
+  };
+  auto hand = std::make_shared<Hand>();
+  {
+    absl::MutexLock l(&mu_);
+    if (!map_.slotted() || map_.epoch() <= *served) return;
+    ShardMapToProto(map_, hand->request.mutable_map());
+  }
+  const Endpoint* endpoint = EndpointOf(shard);
+  if (endpoint == nullptr) return;
+  {
+    absl::MutexLock l(&map_asks_->mu);
+    const absl::Time now = options_.clock->Now();
+    auto [last, first] = map_asks_->handed.try_emplace(shard, now);
+    if (map_asks_->handing ||
+        (!first && now - last->second < absl::Milliseconds(500))) {
+      return;
+    }
+    last->second = now;
+    map_asks_->handing = true;
+  }
+  hand->stub = SlotMoves::NewStub(endpoint->channel);
+  hand->ctx.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(10)));
+  const uint64_t epoch = hand->request.map().epoch();
+  queue_.StartUnary(
+      hand->stub->PrepareAsyncAdoptMap(&hand->ctx, hand->request, queue_.cq()),
+      &hand->response,
+      [this, hand, shard, served = *served, epoch,
+       asks = map_asks_](grpc::Status st) {
+        absl::MutexLock l(&asks->mu);
+        asks->handing = false;
+        if (!asks->alive) return;
+        if (st.ok()) {
+          options_.logger->info(
+              "{} served map epoch {}, behind this client's {}: handed it the "
+              "map (as psctl adopt does); it serves epoch {} now",
+              ShardName(shard), served, epoch, hand->response.map().epoch());
+          return;
+        }
+        // A move of its slots under way ends with the map anyway; a map that
+        // gives it slots whose state it lacks waits for psctl adopt.
+        const absl::Time now = options_.clock->Now();
+        if (st.error_code() == grpc::StatusCode::UNAVAILABLE ||
+            now - asks->warned < absl::Seconds(10)) {
+          options_.logger->debug("{} did not take map epoch {}: {}",
+                                 ShardName(shard), epoch, st.error_message());
+          return;
+        }
+        asks->warned = now;
+        options_.logger->warn(
+            "{} serves map epoch {}, behind this client's {}, and did not "
+            "take the map: {}",
+            ShardName(shard), served, epoch, st.error_message());
+      });
 }
 
 void PsClient::LearnMap(const ShardMapProto& newer) {

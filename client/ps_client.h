@@ -601,7 +601,19 @@ class PsClient {
   // stopped since finds the slots' new owner even when no other answer
   // brings the newer map.
   void AskForNewerMap(int shard);
-  struct MapAsks;  // shared with the asks' callbacks (client/ps_client.cc)
+  // `refused` came from `shard`, which serves an older map than the one the
+  // part was routed with (common/shard_map_proto.h ServedMapEpoch): in a
+  // run without a router, hands the shard this client's map (AdoptMap, on
+  // the queue, answered whenever), as psctl adopt does, at most one
+  // hand-out at a time and one per shard per 500 ms. So a shard restarted
+  // on files older than the run's map (a move it missed, or a move out of
+  // it since) serves the map again at the first request that reaches it,
+  // instead of refusing every request until someone runs psctl adopt. (A
+  // shard adopts no map that gives it slots; with a router, the shard
+  // reads the run's map in etcd itself.)
+  void HandMapIfBehind(int shard, const absl::Status& refused);
+  // Shared with the asks' and hand-outs' callbacks (client/ps_client.cc).
+  struct MapAsks;
 
   // The parts of p to send again (refused or moved; taken out of p),
   // grouped by the origins their pieces must name, and the maps that sent
@@ -651,7 +663,7 @@ class PsClient {
   std::atomic<uint32_t> next_connection_{0};
   // A shard answered StepStream UNIMPLEMENTED: steps go as two messages.
   std::atomic<bool> steps_unsupported_{false};
-  const std::shared_ptr<MapAsks> map_asks_;  // AskForNewerMap
+  const std::shared_ptr<MapAsks> map_asks_;  // AskForNewerMap, HandMapIfBehind
 };
 
 // A pull in flight. Wait() returns when every shard answered (or the call

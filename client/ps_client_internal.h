@@ -33,6 +33,7 @@ namespace asyncps {
 // The channels to one address of a shard. Const once opened.
 struct PsClient::Endpoint {
   std::string address;
+  std::shared_ptr<grpc::Channel> channel;       // connection 0
   std::unique_ptr<ParameterServer::Stub> stub;  // unary calls, connection 0
   // One pull, one push and one step stream per connection.
   std::vector<std::unique_ptr<DataStream>> pulls, pushes, steps;
@@ -154,11 +155,15 @@ struct PsClient::Shard {
 };
 
 // A stream answer's CallStatus as an absl::Status; the map of a refusal
-// for an older map rides along (RefusalMap, common/shard_map_proto.h).
+// for an older map rides along (RefusalMap, common/shard_map_proto.h), and
+// the epoch a shard behind the request's map serves (ServedMapEpoch).
 inline absl::Status FromCallStatus(const CallStatus& s) {
   if (s.code() == 0) return absl::OkStatus();
   absl::Status status(static_cast<absl::StatusCode>(s.code()), s.message());
   if (s.has_map()) return WithRefusalMap(std::move(status), s.map());
+  if (s.served_map_epoch() != 0) {
+    return WithServedMapEpoch(std::move(status), s.served_map_epoch());
+  }
   return status;
 }
 

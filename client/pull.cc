@@ -430,7 +430,10 @@ absl::Status PsClient::ReadPull(const grpc::ByteBuffer& answer, PullShard* ps) {
   if (!st.ok()) {
     // Routed with an older map: done here, pulled again by the shard's.
     std::optional<ShardMapProto> newer = RefusalMap(st);
-    if (!newer.has_value()) return st;
+    if (!newer.has_value()) {
+      HandMapIfBehind(ps->shard, st);
+      return st;
+    }
     LearnMap(*newer);
     ps->refused = *std::move(newer);
     return absl::OkStatus();

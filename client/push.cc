@@ -475,6 +475,8 @@ FanOut::Call PsClient::PushCall(PushShard* ps, uint32_t connection) {
             ps->refused = *std::move(newer);
             ps->response.Clear();
             st = absl::OkStatus();
+          } else if (!st.ok()) {
+            HandMapIfBehind(ps->shard, st);
           }
           done(st);
         };

@@ -28,6 +28,7 @@ void ShardMapToProto(const ShardMap& map, ShardMapProto* out) {
 
 absl::Status CheckRouted(const ShardMap& map, uint64_t routed) {
   absl::Status s = map.CheckRouted(routed);
+  if (absl::IsUnavailable(s)) return WithServedMapEpoch(s, map.epoch());
   if (!absl::IsFailedPrecondition(s)) return s;
   ShardMapProto wire;
   ShardMapToProto(map, &wire);
@@ -46,6 +47,22 @@ std::optional<ShardMapProto> RefusalMap(const absl::Status& status) {
   ShardMapProto map;
   if (!map.ParseFromString(std::string(*bytes))) return std::nullopt;
   return map;
+}
+
+absl::Status WithServedMapEpoch(absl::Status status, uint64_t epoch) {
+  status.SetPayload(kServedEpochPayload, absl::Cord(absl::StrCat(epoch)));
+  return status;
+}
+
+std::optional<uint64_t> ServedMapEpoch(const absl::Status& status) {
+  if (!absl::IsUnavailable(status)) return std::nullopt;
+  auto text = status.GetPayload(kServedEpochPayload);
+  uint64_t epoch = 0;
+  if (!text.has_value() || !absl::SimpleAtoi(std::string(*text), &epoch) ||
+      epoch == 0) {
+    return std::nullopt;
+  }
+  return epoch;
 }
 
 absl::StatusOr<ShardMap> ShardMapFromProto(const ShardMapProto& proto) {

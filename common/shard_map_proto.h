@@ -38,7 +38,8 @@ absl::StatusOr<ShardMap> ShardMapOr(const ShardMapProto& proto, int num_shards);
 
 // ShardMap::CheckRouted, and for a request routed with an older map, the
 // refusal carries `map` (as a payload of the status, kRoutedMapPayload),
-// which stream answers copy into CallStatus.map for the client.
+// which stream answers copy into CallStatus.map for the client; for one
+// routed with a newer map, the epoch served (ServedMapEpoch).
 //
 //   absl::Status s = CheckRouted(store.map(), request.map_epoch());
 //   ...
@@ -50,6 +51,17 @@ std::optional<ShardMapProto> RefusalMap(const absl::Status& status);
 // `status` carrying `map` as RefusalMap reads it.
 absl::Status WithRefusalMap(absl::Status status, const ShardMapProto& map);
 inline constexpr char kRoutedMapPayload[] = "asyncps.ShardMapProto/routed";
+
+// For a request routed with a newer map than the shard serves, the refusal
+// of CheckRouted (UNAVAILABLE) carries the epoch the shard serves (as a
+// payload, kServedEpochPayload; stream answers copy it into
+// CallStatus.served_map_epoch), so that a client holding the newer map can
+// hand it to the shard (PsClient, as psctl adopt does); none for any other
+// status.
+std::optional<uint64_t> ServedMapEpoch(const absl::Status& status);
+// `status` carrying `epoch` as ServedMapEpoch reads it.
+absl::Status WithServedMapEpoch(absl::Status status, uint64_t epoch);
+inline constexpr char kServedEpochPayload[] = "asyncps.ShardMap/served_epoch";
 
 // The map as a text file (psctl rebalance writes one, psctl reshard --map
 // reads one): the proto's text format, the owners as one line per shard

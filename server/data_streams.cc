@@ -24,12 +24,15 @@ namespace asyncps {
 namespace {
 
 // A refusal of a request routed with an older map carries the shard's map
-// (common/shard_map_proto.h RefusalMap) to the client.
+// (common/shard_map_proto.h RefusalMap) to the client, one routed with a
+// newer map the epoch served (ServedMapEpoch).
 void SetCallStatus(const absl::Status& s, CallStatus* out) {
   out->set_code(static_cast<int32_t>(s.code()));
   out->set_message(std::string(s.message()));
   std::optional<ShardMapProto> map = RefusalMap(s);
   if (map.has_value()) *out->mutable_map() = *std::move(map);
+  const std::optional<uint64_t> served = ServedMapEpoch(s);
+  if (served.has_value()) out->set_served_map_epoch(*served);
 }
 
 // One payload per gradient message (SliceGradient or RowsGradient) of a

@@ -135,6 +135,15 @@ TEST_CASE(
   CHECK(newer.message() ==
         "shard serves map epoch 5, the request was routed with 6; retry");
   CHECK(!RefusalMap(newer).has_value());
+  // The refusal of a newer map says which epoch the shard serves (a client
+  // holding the newer one hands it over); no other status does.
+  CHECK(ServedMapEpoch(newer) == std::optional<uint64_t>(5));
+  CHECK(!ServedMapEpoch(older).has_value());
+  CHECK(!ServedMapEpoch(absl::UnavailableError("fenced")).has_value());
+  CHECK(!ServedMapEpoch(WithServedMapEpoch(absl::UnavailableError("x"), 0))
+             .has_value());
+  CHECK(ServedMapEpoch(WithServedMapEpoch(absl::UnavailableError("x"), 9)) ==
+        std::optional<uint64_t>(9));
   // Another failure carries no map, even with the code of a refusal.
   CHECK(!RefusalMap(absl::FailedPreconditionError("fenced")).has_value());
 }

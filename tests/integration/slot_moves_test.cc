@@ -153,7 +153,8 @@ TEST_CASE(
 
   // Epoch 2 reaches shard 0 first: the client follows it from shard 0's
   // refusal, and its requests to shards 1 and 2 (routed with epoch 2) are
-  // retried until they have it too.
+  // refused and retried until they have it too (the client hands it to
+  // them, as psctl adopt does, or the test below does first).
   REQUIRE_OK(reached(5));
   Adopt((*cluster)[0], EvenAt(2));
   changes.store(1);
