@@ -378,7 +378,7 @@ void Follower::Stop() {
   ctx_.TryCancel();
   // The thread applies every entry received (all acknowledged) first.
   if (thread_.joinable()) thread_.join();
-  if (stream_ != nullptr) stream_->WaitDone();
+  if (stream_ != nullptr) stream_->WaitDone().IgnoreError();
 }
 
 absl::Status Follower::end_status() const {

@@ -154,6 +154,10 @@ void AppendReplica(const ReplicaStatus& r, Exposition* out) {
   e.Single("asyncps_replica_snapshot_bytes_sent_total", "counter",
            "Bytes of snapshots sent to spares catching up.",
            absl::StrCat(r.snapshot_bytes_sent()));
+  e.Single("asyncps_replica_log_bytes", "gauge",
+           "Bytes of the entries the replica's log keeps for backups that "
+           "reconnect or lag.",
+           absl::StrCat(r.log_kept_bytes()));
   e.Family("asyncps_replica_backup_lag_entries", "gauge",
            "Entries the primary ran that a backup has not acknowledged.");
   for (const ReplicaStatus::Backup& b : r.backups()) {

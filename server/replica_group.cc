@@ -39,7 +39,7 @@ constexpr uint64_t kCountWithin = 1024;
 }  // namespace
 
 ReplicaGroup::ReplicaGroup(ReplicaGroupOptions options)
-    : o_(std::move(options)), log_(ReplicationLog::Options()) {
+    : o_(std::move(options)), log_(ReplicationLog::Options{o_.log_bytes}) {
   absl::BitGen bits;
   do {
     incarnation_ = absl::Uniform<uint64_t>(bits);
@@ -697,6 +697,8 @@ void ReplicaGroup::FillStatus(StatusResponse* response) const {
   r->set_snapshots_sent(stats.snapshots);
   r->set_snapshot_bytes_sent(stats.snapshot_bytes);
   r->set_snapshot_seconds(stats.snapshot_seconds);
+  r->set_log_kept_entries(stats.kept_entries);
+  r->set_log_kept_bytes(stats.kept_bytes);
   r->set_replicas(o_.replicas);
   r->set_host(o_.host);
   {

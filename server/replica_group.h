@@ -82,6 +82,9 @@ struct ReplicaGroupOptions {
   // when null).
   std::string snapshot_dir;
   FileSystem* fs = nullptr;
+  // The bytes of entries the log keeps for backups that reconnect or lag
+  // (ReplicationLog::Options::max_bytes).
+  uint64_t log_bytes = ReplicationLog::Options().max_bytes;
   // How long Join waits for its group to have a primary or none at all.
   absl::Duration join_timeout = absl::Seconds(60);
   SecurityOptions security;

@@ -46,6 +46,11 @@ absl::Status CheckReplicaFlags(const ReplicaFlags& flags,
     return absl::InvalidArgumentError(
         absl::StrCat("--replicas must be in [1, 16], got ", flags.replicas));
   }
+  if (flags.log_mib < 1 || flags.log_mib > (int64_t{1} << 20)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--replication_log_mib must be in [1, 1048576], got ",
+                     flags.log_mib));
+  }
   if (flags.etcd_endpoints.empty()) {
     if (flags.replicas > 1) {
       return absl::InvalidArgumentError(absl::StrCat(
@@ -111,6 +116,7 @@ absl::StatusOr<std::unique_ptr<ReplicaGroup>> SetUpReplica(
   g.replica_timeout = flags.replica_timeout > absl::ZeroDuration()
                           ? flags.replica_timeout
                           : 2 * flags.lease;
+  g.log_bytes = static_cast<uint64_t>(flags.log_mib) << 20;
   g.snapshot_dir = dir;
   g.fs = o->fs;
   g.security = PeerSecurity(o->security);

@@ -21,10 +21,12 @@ struct ReplicaFlags {
   absl::Duration lease = absl::Seconds(1);  // --lease_ms
   std::string host_label;                   // --host_label / ASYNCPS_HOST
   absl::Duration replica_timeout;           // --replica_timeout_ms
+  int64_t log_mib = 256;                    // --replication_log_mib
 };
 
 // INVALID_ARGUMENT (the message says what to fix) for R < 1, R > 1 without
-// etcd, etcd without --run_id, or a lease under one second.
+// etcd, etcd without --run_id, a lease under one second, or a log bound
+// outside [1, 1048576] MiB.
 absl::Status CheckReplicaFlags(const ReplicaFlags& flags,
                                const PsServerOptions& options);
 

@@ -167,7 +167,10 @@ std::vector<ReplicationLog::Waiter> ReplicationLog::TakeReady() {
 
 ReplicationLog::Stats ReplicationLog::stats() const {
   absl::MutexLock l(&mu_);
-  return stats_;
+  Stats s = stats_;
+  s.kept_entries = kept_.size();
+  s.kept_bytes = kept_bytes_;
+  return s;
 }
 
 void ReplicationLog::NoteSnapshot(uint64_t bytes, absl::Duration took) {

@@ -191,6 +191,10 @@ class ReplicationLog {
     uint64_t snapshots = 0;
     uint64_t snapshot_bytes = 0;
     double snapshot_seconds = 0;
+    // The entries kept now (for backups that reconnect or lag) and their
+    // bytes, as received or made.
+    uint64_t kept_entries = 0;
+    uint64_t kept_bytes = 0;
   };
   Stats stats() const;
   void NoteSnapshot(uint64_t bytes, absl::Duration took);

@@ -195,6 +195,12 @@ ABSL_FLAG(std::string, host_label, "",
 ABSL_FLAG(int64_t, replica_timeout_ms, 0,
           "A backup that acknowledges nothing for this long while entries "
           "wait is dropped from the map; 0 = twice --lease_ms.");
+ABSL_FLAG(int64_t, replication_log_mib, 256,
+          "Entries each replica's log keeps for backups that reconnect or "
+          "lag, in MiB (oldest dropped first; a backup that needs a dropped "
+          "entry starts over from a snapshot). A spare catching up needs the "
+          "entries since its snapshot's cut: they are kept up to 4x this. "
+          "Range [1, 1048576].");
 ABSL_FLAG(std::string, log_level, "info",
           "trace, debug, info, warn, error or off.");
 
@@ -624,6 +630,7 @@ absl::StatusOr<ReplicaFlags> ReplicaFlagsFromFlags(const PsServerOptions& o) {
         absl::StrCat("--replica_timeout_ms must be >= 0, got ", timeout));
   }
   f.replica_timeout = absl::Milliseconds(timeout);
+  f.log_mib = absl::GetFlag(FLAGS_replication_log_mib);
   absl::Status s = CheckReplicaFlags(f, o);
   if (!s.ok()) return s;
   return f;

@@ -676,12 +676,78 @@ TEST_CASE(
   CHECK(wrong == 0);
 }
 
+TEST_CASE(
+    "a replica's log keeps at most --replication_log_mib of entries, and a "
+    "spare it no longer covers starts from a snapshot",
+    "[replication]") {
+  if (testing::SkipWithoutEtcd()) return;
+  absl::StatusOr<testing::EtcdProcess> etcd = testing::StartEtcd();
+  REQUIRE_OK(etcd.status());
+  const std::vector<std::string> small_log = {"--replication_log_mib=1"};
+  ServerProcess a, b;
+  StartReplicaPair(*etcd, "logcap", &a, &b, small_log);
+  // 256 KiB per push: 12 pushes are 3 MiB of entries.
+  constexpr int kWide = 65536;
+  TensorSpec spec = WSpec();
+  spec.set_name("wide");
+  spec.clear_shape();
+  spec.add_shape(kWide);
+  spec.set_slice_elems(16384);
+  std::unique_ptr<PsClient> worker = testing::MapClient(*etcd, "logcap");
+  REQUIRE_OK(worker->CreateTensors({spec}));
+  const std::vector<float> grad(kWide, 1.0f);
+  int pushed = 0;
+  const auto push = [&](int n) {
+    for (int i = 0; i < n; ++i, ++pushed) {
+      REQUIRE_OK(worker->Push(pushed, {{"wide", grad.data()}}).status());
+    }
+  };
+  push(12);
+  testing::ExpectSameState(a.address, b.address);
+  for (const ServerProcess* p : {&a, &b}) {
+    absl::StatusOr<StatusResponse> st = testing::ReplicaStatus(p->address);
+    REQUIRE_OK(st.status());
+    const ReplicaStatus& r = st->replica();
+    INFO(r.role() << ": " << r.log_kept_entries() << " entries, "
+                  << r.log_kept_bytes() << " bytes kept of "
+                  << r.log_index());
+    CHECK(r.log_index() >= 13);
+    CHECK(r.log_kept_bytes() <= (uint64_t{1} << 20));
+    CHECK(r.log_kept_bytes() >= 3 * (uint64_t{256} << 10));
+    CHECK(r.log_kept_entries() >= 3);
+    CHECK(r.log_kept_entries() <= 4);
+  }
+  // The backup dies; a new process joins as a spare. The entries it would
+  // need are gone from the primary's log: it is sent a snapshot.
+  REQUIRE(b.process->Signal(SIGKILL).ok());
+  (void)b.process->Wait(absl::Seconds(10));
+  ServerProcess c = StartReplica(*etcd, "logcap", small_log);
+  WaitForRole(c.address, "backup");
+  WaitForCounted(a.address, 1);
+  push(2);
+  testing::ExpectSameState(a.address, c.address);
+  absl::StatusOr<StatusResponse> st = testing::ReplicaStatus(a.address);
+  REQUIRE_OK(st.status());
+  CHECK(st->replica().snapshots_sent() >= 1);
+  std::vector<float> values(kWide, -1e9f);
+  REQUIRE_OK(worker->Pull(pushed, {{"wide", values.data()}}));
+  ExpectAll(values, kInit - pushed);
+}
+
 TEST_CASE("bad replication settings exit 2 saying what to fix",
           "[replication]") {
   {
     auto [exit, log] = RunServer({"--replicas=2", "--run_id=x"});
     CHECK(exit == 2);
     CHECK(absl::StrContains(log, "needs --etcd_endpoints"));
+  }
+  for (const char* bad : {"--replication_log_mib=0",
+                          "--replication_log_mib=-4",
+                          "--replication_log_mib=1048577"}) {
+    auto [exit, log] = RunServer({bad});
+    INFO(bad);
+    CHECK(exit == 2);
+    CHECK(absl::StrContains(log, "--replication_log_mib must be in"));
   }
   {
     auto [exit, log] = RunServer({"--etcd_endpoints=127.0.0.1:1"});
