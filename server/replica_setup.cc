@@ -47,9 +47,8 @@ absl::Status CheckReplicaFlags(const ReplicaFlags& flags,
         absl::StrCat("--replicas must be in [1, 16], got ", flags.replicas));
   }
   if (flags.log_mib < 1 || flags.log_mib > (int64_t{1} << 20)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--replication_log_mib must be in [1, 1048576], got ",
-                     flags.log_mib));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--replication_log_mib must be in [1, 1048576], got ", flags.log_mib));
   }
   if (flags.etcd_endpoints.empty()) {
     if (flags.replicas > 1) {

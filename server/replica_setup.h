@@ -21,7 +21,7 @@ struct ReplicaFlags {
   absl::Duration lease = absl::Seconds(1);  // --lease_ms
   std::string host_label;                   // --host_label / ASYNCPS_HOST
   absl::Duration replica_timeout;           // --replica_timeout_ms
-  int64_t log_mib = 256;                    // --replication_log_mib
+  int64_t log_mib = 64;                     // --replication_log_mib
 };
 
 // INVALID_ARGUMENT (the message says what to fix) for R < 1, R > 1 without

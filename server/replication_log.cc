@@ -133,8 +133,10 @@ void ReplicationLog::Keep(KeptEntry entry, uint64_t bytes) {
   kept_bytes_ += bytes;
   uint64_t needed = std::numeric_limits<uint64_t>::max();
   for (const auto& [id, at] : readers_) needed = std::min(needed, at + 1);
+  const uint64_t unsent_bound =
+      std::max(options_.max_unsent_bytes, 4 * options_.max_bytes);
   while (kept_bytes_ > options_.max_bytes && kept_.size() > 1 &&
-         (first_kept_ < needed || kept_bytes_ > 4 * options_.max_bytes)) {
+         (first_kept_ < needed || kept_bytes_ > unsent_bound)) {
     kept_bytes_ -= kept_.front().second;
     kept_.pop_front();
     ++first_kept_;

@@ -72,10 +72,12 @@ class ReplicationLog {
   struct Options {
     // Entries kept for backups that reconnect or lag (oldest dropped
     // first); a backup that needs a dropped entry starts over with a
-    // snapshot. Entries a connected feed has yet to send are kept beyond
-    // this, up to 4x (a spare receiving its snapshot while training goes
-    // on needs the entries since the cut).
-    uint64_t max_bytes = uint64_t{256} << 20;
+    // snapshot.
+    uint64_t max_bytes = uint64_t{64} << 20;
+    // Entries a connected feed has yet to send are kept beyond max_bytes,
+    // up to this or 4x max_bytes, whichever is more: a spare receiving its
+    // snapshot while training goes on needs every entry since the cut.
+    uint64_t max_unsent_bytes = uint64_t{1} << 30;
     Clock* clock = Clock::Real();  // not owned
   };
   explicit ReplicationLog(Options options);

@@ -195,12 +195,12 @@ ABSL_FLAG(std::string, host_label, "",
 ABSL_FLAG(int64_t, replica_timeout_ms, 0,
           "A backup that acknowledges nothing for this long while entries "
           "wait is dropped from the map; 0 = twice --lease_ms.");
-ABSL_FLAG(int64_t, replication_log_mib, 256,
+ABSL_FLAG(int64_t, replication_log_mib, 64,
           "Entries each replica's log keeps for backups that reconnect or "
           "lag, in MiB (oldest dropped first; a backup that needs a dropped "
           "entry starts over from a snapshot). A spare catching up needs the "
-          "entries since its snapshot's cut: they are kept up to 4x this. "
-          "Range [1, 1048576].");
+          "entries since its snapshot's cut: those are kept up to 1 GiB or "
+          "4x this, whichever is more. Range [1, 1048576].");
 ABSL_FLAG(std::string, log_level, "info",
           "trace, debug, info, warn, error or off.");
 

@@ -709,8 +709,7 @@ TEST_CASE(
     REQUIRE_OK(st.status());
     const ReplicaStatus& r = st->replica();
     INFO(r.role() << ": " << r.log_kept_entries() << " entries, "
-                  << r.log_kept_bytes() << " bytes kept of "
-                  << r.log_index());
+                  << r.log_kept_bytes() << " bytes kept of " << r.log_index());
     CHECK(r.log_index() >= 13);
     CHECK(r.log_kept_bytes() <= (uint64_t{1} << 20));
     CHECK(r.log_kept_bytes() >= 3 * (uint64_t{256} << 10));
@@ -741,8 +740,7 @@ TEST_CASE("bad replication settings exit 2 saying what to fix",
     CHECK(exit == 2);
     CHECK(absl::StrContains(log, "needs --etcd_endpoints"));
   }
-  for (const char* bad : {"--replication_log_mib=0",
-                          "--replication_log_mib=-4",
+  for (const char* bad : {"--replication_log_mib=0", "--replication_log_mib=-4",
                           "--replication_log_mib=1048577"}) {
     auto [exit, log] = RunServer({bad});
     INFO(bad);

@@ -191,6 +191,40 @@ TEST_CASE("old entries are dropped past the size bound", "[replication]") {
 }
 
 TEST_CASE(
+    "entries a feed has yet to send are kept past the size bound, up to the "
+    "bound for unsent entries",
+    "[replication]") {
+  ReplicationLog::Options o;
+  o.max_bytes = 1000;
+  o.max_unsent_bytes = 6000;  // more than 4x max_bytes
+  ReplicationLog log(o);
+  log.BecomePrimary(1, {"b1"});
+  const uint64_t reader = log.AddReader(0);  // a spare: sent nothing yet
+  const auto run = [&](int n) {
+    for (int i = 0; i < n; ++i) {
+      LogEntry e = Entry();
+      e.add_grads(std::string(100, 'x'));
+      REQUIRE_OK(log.Run(std::move(e), [] {}).status());
+    }
+  };
+  // About 4,500 bytes: past 4x max_bytes, under max_unsent_bytes.
+  run(40);
+  CHECK(log.stats().kept_entries == 40);
+  CHECK(log.stats().kept_bytes > 4 * o.max_bytes);
+  REQUIRE_OK(log.Next(0, absl::ZeroDuration()).status());
+  // Past max_unsent_bytes the oldest go, needed or not.
+  run(60);
+  CHECK(absl::IsOutOfRange(log.Next(0, absl::ZeroDuration()).status()));
+  CHECK(log.stats().kept_bytes <= o.max_unsent_bytes);
+  CHECK(log.stats().kept_bytes > o.max_unsent_bytes - 200);
+  // Nobody waits for them any more: back under max_bytes at the next entry.
+  log.RemoveReader(reader);
+  run(1);
+  CHECK(log.stats().kept_bytes <= o.max_bytes);
+  CHECK(log.stats().kept_entries >= 1);
+}
+
+TEST_CASE(
     "a primary nobody follows makes and keeps no entry; a follower that "
     "comes gets every entry from then on",
     "[replication]") {
