@@ -582,8 +582,10 @@ std::string WorkersText(const std::vector<ShardResult>& shards) {
 // Replicated shards (ps_server --replicas): each group as its primary sees
 // it, a row per replica.
 std::string ReplicasText(const std::vector<ShardResult>& shards) {
+  // LOG KEPT: the bytes (entries) the primary's log keeps for backups that
+  // reconnect or lag.
   TextTable rt({"SHARD", "ROLE", "ADDRESS", "MAP EPOCH", "ENTRY", "LAG",
-                "COUNTED", "FAILOVERS"},
+                "COUNTED", "FAILOVERS", "LOG KEPT"},
                /*left_columns=*/3);
   bool any = false;
   for (const ShardResult& r : shards) {
@@ -592,12 +594,14 @@ std::string ReplicasText(const std::vector<ShardResult>& shards) {
     const ReplicaStatus& rs = r.status.replica();
     rt.AddRow({absl::StrCat(r.index), rs.role(), r.address,
                absl::StrCat(rs.map_epoch()), absl::StrCat(rs.log_index()), "0",
-               "", absl::StrCat(rs.failovers())});
+               "", absl::StrCat(rs.failovers()),
+               absl::StrCat(HumanBytes(rs.log_kept_bytes()), " (",
+                            rs.log_kept_entries(), ")")});
     for (const ReplicaStatus::Backup& b : rs.backups()) {
       const uint64_t lag = rs.log_index() - std::min(rs.log_index(), b.acked());
       rt.AddRow({absl::StrCat(r.index), b.caught_up() ? "backup" : "spare",
                  b.address(), "", absl::StrCat(b.acked()), absl::StrCat(lag),
-                 b.counted() ? "yes" : "no", ""});
+                 b.counted() ? "yes" : "no", "", ""});
     }
   }
   return any ? absl::StrCat("\n", rt.Render()) : "";

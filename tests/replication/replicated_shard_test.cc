@@ -716,6 +716,14 @@ TEST_CASE(
     CHECK(r.log_kept_entries() >= 3);
     CHECK(r.log_kept_entries() <= 4);
   }
+  {
+    // psctl status shows what the primary's log keeps.
+    auto [exit, out] = Psctl(*etcd, "logcap");
+    INFO(out);
+    CHECK(exit == 0);
+    CHECK(absl::StrContains(out, "LOG KEPT"));
+    CHECK(std::regex_search(out, std::regex(" KiB \\([34]\\)")));
+  }
   // The backup dies; a new process joins as a spare. The entries it would
   // need are gone from the primary's log: it is sent a snapshot.
   REQUIRE(b.process->Signal(SIGKILL).ok());
