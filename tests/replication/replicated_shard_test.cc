@@ -71,6 +71,17 @@ TensorSpec WSpec() {
   return spec;
 }
 
+// WSpec's tensor under another name and shape: `elems` floats in slices
+// of `slice_elems`.
+TensorSpec WSpecOf(const std::string& name, int elems, int slice_elems) {
+  TensorSpec spec = WSpec();
+  spec.set_name(name);
+  spec.clear_shape();
+  spec.add_shape(elems);
+  spec.set_slice_elems(slice_elems);
+  return spec;
+}
+
 void CreateTensor(const std::string& run, const std::string& address) {
   REQUIRE_OK(Client(run, address, 900)->CreateTensors({WSpec()}));
 }
@@ -647,13 +658,8 @@ TEST_CASE(
   // Three slices of 8192 floats (32 KiB payloads: the entries share the
   // primary's receive buffers) and a tail of 100 (copied).
   constexpr int kBig = 3 * 8192 + 100;
-  TensorSpec spec = WSpec();
-  spec.set_name("big");
-  spec.clear_shape();
-  spec.add_shape(kBig);
-  spec.set_slice_elems(8192);
   std::unique_ptr<PsClient> worker = testing::MapClient(*etcd, "big");
-  REQUIRE_OK(worker->CreateTensors({spec}));
+  REQUIRE_OK(worker->CreateTensors({WSpecOf("big", kBig, 8192)}));
   std::vector<float> expected(kBig, kInit), grad(kBig);
   for (int step = 0; step < 20; ++step) {
     // Integers that differ per element and per push: exact sums.
@@ -688,13 +694,8 @@ TEST_CASE(
   StartReplicaPair(*etcd, "logcap", &a, &b, small_log);
   // 256 KiB per push: 12 pushes are 3 MiB of entries.
   constexpr int kWide = 65536;
-  TensorSpec spec = WSpec();
-  spec.set_name("wide");
-  spec.clear_shape();
-  spec.add_shape(kWide);
-  spec.set_slice_elems(16384);
   std::unique_ptr<PsClient> worker = testing::MapClient(*etcd, "logcap");
-  REQUIRE_OK(worker->CreateTensors({spec}));
+  REQUIRE_OK(worker->CreateTensors({WSpecOf("wide", kWide, 16384)}));
   const std::vector<float> grad(kWide, 1.0f);
   int pushed = 0;
   const auto push = [&](int n) {
