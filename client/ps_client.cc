@@ -446,7 +446,8 @@ void PsClient::HandMapIfBehind(int shard, const absl::Status& refused) {
           return;
         }
         // A move of its slots under way ends with the map anyway; a map that
-        // gives it slots whose state it lacks waits for psctl adopt.
+        // gives it slots is refused (only a move, or with etcd the shard's
+        // own catch-up, gives a shard slots).
         const absl::Time now = options_.clock->Now();
         if (st.error_code() == grpc::StatusCode::UNAVAILABLE ||
             now - asks->warned < absl::Seconds(10)) {
