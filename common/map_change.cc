@@ -102,7 +102,9 @@ absl::Status CheckAdoptable(const ShardMap& current, const ShardMap& next,
           "the map of epoch ", next.epoch(), " gives slot ", s, " to shard ",
           shard, " instead of shard ", before[s],
           ": a shard gains slots only by a move (MoveSlots), which copies "
-          "their state"));
+          "their state (when this shard's files predate a move into it, "
+          "that state is gone: psctl adopt --remake_lost makes those slices "
+          "anew)"));
     }
   }
   return absl::OkStatus();

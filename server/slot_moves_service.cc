@@ -154,7 +154,7 @@ grpc::ServerUnaryReactor* SlotMovesService::AdoptMap(
       ctx, in, out,
       [this](const AdoptMapRequest& request, AdoptMapResponse* response) {
         absl::StatusOr<ShardMap> next = ShardMapFromProto(request.map());
-        if (next.ok()) next = mover_->Adopt(*next);
+        if (next.ok()) next = mover_->Adopt(*next, request.remake_lost());
         if (!next.ok()) return next.status();
         ShardMapToProto(*next, response->mutable_map());
         return absl::OkStatus();

@@ -44,6 +44,7 @@ int Broadcast(const LiveMoveOptions& o, const ShardMap& map, int skip_a,
   int failed = 0;
   AdoptMapRequest request;
   ShardMapToProto(map, request.mutable_map());
+  request.set_remake_lost(o.remake_lost);
   const std::vector<int>& serving = map.serving_shards();
   for (int s = 0; s < static_cast<int>(o.servers.size()); ++s) {
     if (s == skip_a || s == skip_b) continue;

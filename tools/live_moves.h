@@ -45,6 +45,9 @@ struct LiveMoveOptions {
   SecurityOptions security;
   absl::Duration timeout;  // of each move
   Format format = Format::kTable;
+  // psctl adopt --remake_lost: shards may take slots whose state is gone
+  // (AdoptMapRequest.remake_lost).
+  bool remake_lost = false;
 };
 
 // Moves the run from `current` to `target` (same slot and shard counts).

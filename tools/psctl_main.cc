@@ -8,7 +8,7 @@
 //   psctl rebalance  --servers=h:p,h:p (--out=MAP_FILE | --apply)
 //                    [--threshold=1.05] [--watch=60s (with --apply)]
 //   psctl move       --servers=h:p,h:p --slot_list=3,7,10-20 --to_shard=K
-//   psctl adopt      --servers=h:p,h:p
+//   psctl adopt      --servers=h:p,h:p [--remake_lost]
 //   psctl scale      --servers=h:p,h:p --shards=M
 //   psctl scale      --servers=h:p,h:p --watch=5s   # grows onto new ones
 //   psctl reshard    --from=DIR --to=NEW_DIR --shards=M [--slots=S |
@@ -139,6 +139,12 @@ ABSL_FLAG(bool, digests, false,
           "status only: also the state digest of every replica of a "
           "replicated run (primaries and their backups, each asked; replicas "
           "at one log entry must agree).");
+ABSL_FLAG(bool, remake_lost, false,
+          "adopt only: a shard may also take slots the map gives it whose "
+          "state it does not hold (it came back on files from before a move "
+          "into it, in a run without etcd): their slices are made anew as at "
+          "creation and their updates are lost; the shard counts them "
+          "(psctl status warns).");
 ABSL_FLAG(std::string, service, "",
           "health only: the service to ask about; empty = the server as a "
           "whole (asyncps.ParameterServer works as well).");
@@ -158,7 +164,7 @@ constexpr char kUsage[] =
     "[--threshold=1.05] [--by=bytes] [--watch=60s]\n"
     "  psctl move       --servers=h:p,h:p --slot_list=3,7,10-20 "
     "--to_shard=K\n"
-    "  psctl adopt      --servers=h:p,h:p\n"
+    "  psctl adopt      --servers=h:p,h:p [--remake_lost]\n"
     "  psctl scale      --servers=h:p,h:p --shards=M\n"
     "  psctl scale      --servers=h:p,h:p --watch=5s  (grows the run onto "
     "the shards that come up)\n"
@@ -666,6 +672,10 @@ absl::StatusOr<Connection> ConnectionFromFlags(const ParsedCommandLine& cl,
     return absl::InvalidArgumentError(
         "--digests applies only to the status command");
   }
+  if (cl.IsSet("remake_lost") && command != "adopt") {
+    return absl::InvalidArgumentError(
+        "--remake_lost applies only to the adopt command");
+  }
   if (cl.IsSet("service") && command != "health") {
     return absl::InvalidArgumentError(
         "--service applies only to the health command");
@@ -741,7 +751,8 @@ int Main(int argc, char** argv) {
   // A move runs as long as it copies: --timeout bounds each move, at least
   // kMoveTimeout.
   const LiveMoveOptions live{servers, c->security,
-                             std::max(c->timeout, kMoveTimeout), *format};
+                             std::max(c->timeout, kMoveTimeout), *format,
+                             absl::GetFlag(FLAGS_remake_lost)};
   if (*command == "rebalance") {
     RebalanceFlags f;
     f.out = absl::GetFlag(FLAGS_out);

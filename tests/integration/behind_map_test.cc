@@ -8,7 +8,9 @@
 // serves); the client hands the shard its map (AdoptMap, as psctl adopt
 // does) and the push's retry is applied: training goes on without anyone
 // running psctl adopt, every value exact, and the source drops the slots
-// the move gave away.
+// the move gave away. A shard whose files predate a move *into* it is
+// refused such a map (its slots' state is gone) until an operator runs
+// psctl adopt --remake_lost, which makes those slices anew and says so.
 #include <signal.h>
 
 #include <catch2/catch.hpp>
@@ -107,74 +109,93 @@ void Restart(std::vector<ServerProcess>* shards, int i,
   victim = *std::move(again);
 }
 
-TEST_CASE(
-    "a shard restarted on files older than the run's map is handed the map "
-    "by the first client it refuses, and training goes on",
-    "[slots][moves][restart]") {
-  const std::string dir = testing::MakeTmpDir("behind-map");
-  const auto args = [&](const std::string& files) {
-    return std::vector<std::string>{
-        absl::StrCat("--num_slots=", kSlots),
-        absl::StrCat("--checkpoint_dir=", dir, "/", files)};
-  };
+// 3 shards with checkpoints (each in dir/<index>), "w" and "emb" created
+// and one step applied, every shard's files at map epoch 1 and a copy of
+// each one's files (dir/<index>-copy); then half of shard 0's slots moved
+// to shard 1 (map epoch 2, `next`), which shard 2 is handed as psctl move
+// hands it to the shards that took no part.
+struct MovedRun {
+  std::string dir;
   std::vector<ServerProcess> shards;
+  std::unique_ptr<PsClient> client;
+  ShardMap next = *ShardMap::EvenSlots(kShards, kSlots);
+
+  std::vector<std::string> Args(const std::string& files) const {
+    return {absl::StrCat("--num_slots=", kSlots),
+            absl::StrCat("--checkpoint_dir=", dir, "/", files)};
+  }
+};
+
+MovedRun StartMovedRun() {
+  MovedRun run;
+  run.dir = testing::MakeTmpDir("behind-map");
   for (int i = 0; i < kShards; ++i) {
     absl::StatusOr<ServerProcess> s =
-        testing::StartPsServer(i, kShards, args(std::to_string(i)));
+        testing::StartPsServer(i, kShards, run.Args(std::to_string(i)));
     REQUIRE_OK(s.status());
-    shards.push_back(*std::move(s));
+    run.shards.push_back(*std::move(s));
   }
-  std::unique_ptr<PsClient> c = testing::ClusterClient(shards);
+  run.client = testing::ClusterClient(run.shards);
+  PsClient* c = run.client.get();
   REQUIRE_OK(c->WaitForShards(absl::Seconds(30)));
   REQUIRE_OK(c->Register().status());
   REQUIRE_OK(c->CreateTensors({testing::ConstantSpec(
       "w", {20, 10}, 0.0f, testing::SgdSpec(1.0f), 16)}));
   REQUIRE_OK(c->CreateTables({testing::ConstantTableSpec("emb", kDim, 0.0f)}));
-  Step(c.get(), 1);
-  // Every shard's files hold map epoch 1 and step 1; a copy of the
-  // source's is kept.
-  CheckpointAll(shards);
-  std::filesystem::copy(dir + "/0", dir + "/0-copy",
-                        std::filesystem::copy_options::recursive);
-
-  // Half of shard 0's slots move to shard 1 (map epoch 2); shard 2 is
-  // handed the map as psctl move hands it to the shards that took no part.
-  const ShardMap even = *ShardMap::EvenSlots(kShards, kSlots);
-  std::vector<uint16_t> owners(even.owners().begin(), even.owners().end());
+  Step(c, 1);
+  CheckpointAll(run.shards);
+  for (int i = 0; i < kShards; ++i) {
+    std::filesystem::copy(absl::StrCat(run.dir, "/", i),
+                          absl::StrCat(run.dir, "/", i, "-copy"),
+                          std::filesystem::copy_options::recursive);
+  }
+  std::vector<uint16_t> owners(run.next.owners().begin(),
+                               run.next.owners().end());
   int moved = 0;
   for (int s = 0; s < kSlots; ++s) {
     if (owners[s] == 0 && moved++ % 2 == 0) owners[s] = 1;
   }
-  const ShardMap next = *ShardMap::Slotted(kShards, owners, 2);
+  run.next = *ShardMap::Slotted(kShards, owners, 2);
   {
     MoveSlotsResponse r;
-    const grpc::Status st = testing::MoveSlots(
-        shards[1].address, shards[0].address, 0, next, &r, shards[0].address);
+    const grpc::Status st =
+        testing::MoveSlots(run.shards[1].address, run.shards[0].address, 0,
+                           run.next, &r, run.shards[0].address);
     INFO(st.error_message());
     REQUIRE(st.ok());
   }
   {
-    auto stub = SlotMoves::NewStub(MakeChannel(shards[2].address));
+    auto stub = SlotMoves::NewStub(MakeChannel(run.shards[2].address));
     AdoptMapRequest request;
-    ShardMapToProto(next, request.mutable_map());
+    ShardMapToProto(run.next, request.mutable_map());
     grpc::ClientContext ctx;
     ctx.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(10)));
     AdoptMapResponse r;
     REQUIRE(stub->AdoptMap(&ctx, request, &r).ok());
   }
-  for (const ServerProcess& s : shards) REQUIRE(MapEpochOf(s) == 2);
+  for (const ServerProcess& s : run.shards) REQUIRE(MapEpochOf(s) == 2);
+  return run;
+}
 
+TEST_CASE(
+    "a shard restarted on files older than the run's map is handed the map "
+    "by the first client it refuses, and training goes on",
+    "[slots][moves][restart]") {
+  MovedRun run = StartMovedRun();
+  std::vector<ServerProcess>& shards = run.shards;
+  PsClient* c = run.client.get();
+  const ShardMap& next = run.next;
   // The shard that took no part dies and comes back on its files, the
-  // source on the copy: both serve map epoch 1 again, the source with the
-  // slots it gave away.
-  Restart(&shards, 2, args("2"));
-  Restart(&shards, 0, args("0-copy"));
+  // source on the copy of its files: both serve map epoch 1 again, the
+  // source with the slots it gave away.
+  Restart(&shards, 2, run.Args("2"));
+  Restart(&shards, 0, run.Args("0-copy"));
   CHECK(MapEpochOf(shards[0]) == 1);
   CHECK(MapEpochOf(shards[2]) == 1);
 
   // The client's steps reach them with map epoch 2 (learnt from shard 1's
   // refusal of epoch 1): refused, the map handed over, applied.
-  for (int step = 2; step <= 4; ++step) Step(c.get(), step);
+  for (int step = 2; step <= 4; ++step) Step(c, step);
   CHECK(c->map() == next);
   for (int i = 0; i < kShards; ++i) {
     const StatusResponse st = ShardStatusOf(shards[i]);
@@ -198,6 +219,63 @@ TEST_CASE(
   for (float v : w) wrong += v != -4.0f;
   for (float v : rows) wrong += v != -4.0f;
   CHECK(wrong == 0);
+}
+
+TEST_CASE(
+    "a shard back on files from before a move into it takes the moved slots "
+    "only from psctl adopt --remake_lost, made anew",
+    "[slots][moves][restart]") {
+  MovedRun run = StartMovedRun();
+  std::vector<ServerProcess>& shards = run.shards;
+  // The destination comes back on the copy of its files from before the
+  // move: the run's map gives it slots whose state is gone.
+  Restart(&shards, 1, run.Args("1-copy"));
+  REQUIRE(MapEpochOf(shards[1]) == 1);
+  const std::string servers = "--servers=" + testing::ServerList(shards);
+  const auto psctl = [&](std::vector<std::string> args) {
+    args.push_back(servers);
+    absl::StatusOr<testing::ToolRun> r =
+        testing::RunTool("tools/psctl", args, absl::Seconds(60));
+    REQUIRE_OK(r.status());
+    return *std::move(r);
+  };
+  // Handed the map as a client hands it (psctl adopt): refused, unchanged.
+  const testing::ToolRun plain = psctl({"adopt"});
+  INFO(plain.output);
+  CHECK(plain.exit_code == 1);
+  CHECK(absl::StrContains(plain.output, "psctl adopt --remake_lost"));
+  CHECK(MapEpochOf(shards[1]) == 1);
+  CHECK(psctl({"status", "--remake_lost"}).exit_code == 2);
+
+  const testing::ToolRun remade = psctl({"adopt", "--remake_lost"});
+  INFO(remade.output);
+  REQUIRE(remade.exit_code == 0);
+  const StatusResponse st = ShardStatusOf(shards[1]);
+  CHECK(*ShardMapOr(st.map(), kShards) == run.next);
+  CHECK(st.slices_remade() > 0);
+  const testing::ToolRun status = psctl({"status"});
+  INFO(status.output);
+  CHECK(status.exit_code == 1);
+  CHECK(absl::StrContains(status.output, "slices anew"));
+
+  // Training goes on: the moved slots from their initial values (0), the
+  // others from step 1's (-1).
+  PsClient* c = run.client.get();
+  std::vector<float> w(kElems);
+  auto pull = c->StartPull(2, 2, PullSet{{{"w", w.data()}}, {}});
+  REQUIRE_OK(pull->Wait());
+  int made_anew = 0, wrong = 0;
+  for (float v : w) {
+    made_anew += v == 0.0f;
+    wrong += v != 0.0f && v != -1.0f;
+  }
+  CHECK(made_anew > 0);
+  CHECK(made_anew < kElems);
+  CHECK(wrong == 0);
+  const std::vector<float> g(kElems, 1.0f);
+  REQUIRE_OK(c->StartPush(2, PushSet{{{"w", g.data()}}, {}}, pull->read())
+                 ->Wait()
+                 .status());
 }
 
 }  // namespace
