@@ -259,7 +259,18 @@ int RunAdoptNewest(ShardQuery* query, absl::Duration timeout,
   if (code == kExitUsage) {
     return UsageError("a static map does not change (ps_server --num_slots)");
   }
-  return RunAdopt(live, *map);
+  const int adopted = RunAdopt(live, *map);
+  if (!live.remake_lost) return adopted;
+  // What --remake_lost lost, said where the operator looks.
+  for (const ShardResult& r : query->Status(timeout)) {
+    if (!r.up || r.status.slices_remade() == 0) continue;
+    std::fprintf(stderr,
+                 "psctl: warning: shard %d (%s) made %llu slices anew (their "
+                 "updates are lost)\n",
+                 r.index, r.address.c_str(),
+                 static_cast<unsigned long long>(r.status.slices_remade()));
+  }
+  return adopted;
 }
 
 int RunMove(ShardQuery* query, absl::Duration timeout,

@@ -250,6 +250,9 @@ TEST_CASE(
   const testing::ToolRun remade = psctl({"adopt", "--remake_lost"});
   INFO(remade.output);
   REQUIRE(remade.exit_code == 0);
+  CHECK(absl::StrContains(remade.output, "shard 1 ("));
+  CHECK(
+      absl::StrContains(remade.output, "slices anew (their updates are lost)"));
   const StatusResponse st = ShardStatusOf(shards[1]);
   CHECK(*ShardMapOr(st.map(), kShards) == run.next);
   CHECK(st.slices_remade() > 0);
