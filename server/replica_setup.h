@@ -21,7 +21,9 @@ struct ReplicaFlags {
   absl::Duration lease = absl::Seconds(1);  // --lease_ms
   std::string host_label;                   // --host_label / ASYNCPS_HOST
   absl::Duration replica_timeout;           // --replica_timeout_ms
-  int64_t log_mib = 64;                     // --replication_log_mib
+  // --replication_log_mib; the log's own default.
+  int64_t log_mib =
+      static_cast<int64_t>(ReplicationLog::Options().max_bytes >> 20);
 };
 
 // INVALID_ARGUMENT (the message says what to fix) for R < 1, R > 1 without

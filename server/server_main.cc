@@ -195,7 +195,7 @@ ABSL_FLAG(std::string, host_label, "",
 ABSL_FLAG(int64_t, replica_timeout_ms, 0,
           "A backup that acknowledges nothing for this long while entries "
           "wait is dropped from the map; 0 = twice --lease_ms.");
-ABSL_FLAG(int64_t, replication_log_mib, 64,
+ABSL_FLAG(int64_t, replication_log_mib, asyncps::ReplicaFlags().log_mib,
           "Entries each replica's log keeps for backups that reconnect or "
           "lag, in MiB (oldest dropped first; a backup that needs a dropped "
           "entry starts over from a snapshot). A spare catching up needs the "
