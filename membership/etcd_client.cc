@@ -61,6 +61,10 @@ absl::StatusOr<std::unique_ptr<EtcdClient>> EtcdClient::Connect(
   if (options.call_timeout <= absl::ZeroDuration()) {
     return absl::InvalidArgumentError("etcd: call_timeout must be > 0");
   }
+  if (options.watch_check_every < absl::ZeroDuration()) {
+    return absl::InvalidArgumentError(
+        "etcd: watch_check_every must be >= 0 (0: never)");
+  }
   for (const std::string& e : options.endpoints) {
     if (e.empty() || e.find(':') == std::string::npos) {
       return absl::InvalidArgumentError(
@@ -311,6 +315,7 @@ std::unique_ptr<EtcdClient::Watcher> EtcdClient::WatchPrefix(
     std::function<void(const std::vector<EtcdEvent>&, int64_t)> on_events,
     std::function<void(const absl::Status&)> on_end) {
   std::unique_ptr<Watcher> w(new Watcher());
+  w->context_.AddMetadata("hasleader", "true");
   etcdserverpb::WatchRequest create;
   create.mutable_create_request()->set_key(std::string(prefix));
   create.mutable_create_request()->set_range_end(PrefixEnd(prefix));
@@ -318,35 +323,98 @@ std::unique_ptr<EtcdClient::Watcher> EtcdClient::WatchPrefix(
   Watcher* raw = w.get();
   w->thread_ = std::thread([this, raw, create, on_events = std::move(on_events),
                             on_end = std::move(on_end)] {
-    auto stream = watch_->Watch(&raw->context_);
-    absl::Status end;
-    if (!stream->Write(create)) {
-      end = absl::UnavailableError("etcd watch: cannot start the stream");
-    }
-    etcdserverpb::WatchResponse response;
-    while (end.ok() && stream->Read(&response)) {
-      if (response.compact_revision() != 0 || response.canceled()) {
-        end = absl::OutOfRangeError(absl::StrCat(
-            "etcd watch cancelled (compacted to revision ",
-            response.compact_revision(), "): ", response.cancel_reason()));
-        break;
-      }
-      if (response.events_size() == 0) continue;  // created, progress
-      std::vector<EtcdEvent> events;
-      for (const etcdserverpb::Event& e : response.events()) {
-        events.push_back(
-            {e.type() == etcdserverpb::Event::DELETE, FromProto(e.kv())});
-      }
-      on_events(events, response.header().revision());
-    }
-    raw->context_.TryCancel();
-    const grpc::Status s = stream->Finish();
-    if (raw->cancelled_.load()) return;  // the owner ended it
-    if (end.ok()) end = Annotate(s, "watch");
-    if (end.ok()) end = absl::UnavailableError("etcd watch: stream ended");
-    if (on_end) on_end(end);
+    raw->Read(create, options_, on_events, on_end, watch_.get());
   });
   return w;
+}
+
+void EtcdClient::Watcher::Read(
+    const etcdserverpb::WatchRequest& create, const EtcdClientOptions& options,
+    const std::function<void(const std::vector<EtcdEvent>&, int64_t)>&
+        on_events,
+    const std::function<void(const absl::Status&)>& on_end,
+    etcdserverpb::Watch::Stub* stub) {
+  std::unique_ptr<Stream> stream = stub->Watch(&context_);
+  absl::Status end;
+  if (!stream->Write(create)) {
+    end = absl::UnavailableError("etcd watch: cannot start the stream");
+  }
+  std::thread checker;
+  etcdserverpb::WatchResponse response;
+  while (end.ok() && stream->Read(&response)) {
+    Heard();
+    if (response.compact_revision() != 0 || response.canceled()) {
+      end = absl::OutOfRangeError(absl::StrCat(
+          "etcd watch cancelled (compacted to revision ",
+          response.compact_revision(), "): ", response.cancel_reason()));
+      break;
+    }
+    // Progress requests only once the watch exists: etcd answers one on a
+    // stream that watches nothing yet too.
+    if (response.created() && !checker.joinable() &&
+        options.watch_check_every > absl::ZeroDuration()) {
+      checker = std::thread([this, s = stream.get(), &options] {
+        Check(s, options.watch_check_every, options.call_timeout);
+      });
+    }
+    if (response.events_size() == 0) continue;  // created, progress
+    std::vector<EtcdEvent> events;
+    for (const etcdserverpb::Event& e : response.events()) {
+      events.push_back(
+          {e.type() == etcdserverpb::Event::DELETE, FromProto(e.kv())});
+    }
+    on_events(events, response.header().revision());
+  }
+  context_.TryCancel();  // a write the checker has posted returns
+  {
+    absl::MutexLock l(&mu_);
+    closing_ = true;
+    if (silent_) {
+      end = absl::UnavailableError(absl::StrCat(
+          "etcd watch: nothing heard for ", absl::FormatDuration(silent_for_),
+          ", a progress request unanswered for ",
+          absl::FormatDuration(options.call_timeout)));
+    }
+  }
+  if (checker.joinable()) checker.join();
+  const grpc::Status s = stream->Finish();
+  if (cancelled_.load()) return;  // the owner ended it
+  if (end.ok()) end = Annotate(s, "watch");
+  if (end.ok()) end = absl::UnavailableError("etcd watch: stream ended");
+  if (on_end) on_end(end);
+}
+
+void EtcdClient::Watcher::Heard() {
+  absl::MutexLock l(&mu_);
+  heard_ = absl::Now();
+}
+
+void EtcdClient::Watcher::Check(Stream* stream, absl::Duration every,
+                                absl::Duration answer_within) {
+  etcdserverpb::WatchRequest progress;
+  progress.mutable_progress_request();
+  absl::Time asked = absl::InfinitePast();  // the last question's time
+  for (;;) {
+    {
+      absl::MutexLock l(&mu_);
+      for (;;) {
+        if (closing_) return;
+        const absl::Time now = absl::Now();
+        const bool waiting = asked > heard_;  // no answer since the question
+        if (waiting && now - asked >= answer_within) {
+          silent_ = true;
+          silent_for_ = now - heard_;
+          context_.TryCancel();  // the reader reports it
+          return;
+        }
+        if (!waiting && now - heard_ >= every) break;
+        mu_.AwaitWithDeadline(absl::Condition(&closing_),
+                              waiting ? asked + answer_within : heard_ + every);
+      }
+    }
+    asked = absl::Now();
+    if (!stream->Write(progress)) return;  // ended: the reader reports why
+  }
 }
 
 EtcdClient::Watcher::~Watcher() {

@@ -51,6 +51,14 @@ struct EtcdClientOptions {
   // is used.
   std::vector<std::string> endpoints;
   absl::Duration call_timeout = absl::Seconds(5);
+  // A watch that has heard nothing from etcd for this long asks it how far
+  // the watch got (a progress request on the watch's stream, which etcd
+  // answers at once and at no cost beyond the answer), and one whose
+  // question goes unanswered for call_timeout ends (UNAVAILABLE): a stream
+  // on a connection that died silently, or on an etcd that stopped
+  // answering, would otherwise deliver nothing, never end, and leave its
+  // caller's view as old as its last event. Zero: never ask.
+  absl::Duration watch_check_every = absl::Seconds(1);
 };
 
 // One key as etcd holds it.
@@ -120,9 +128,11 @@ class EtcdClient {
 
   // Watches every key under `prefix` from `start_revision` (0: from now);
   // `on_events` runs on the watcher's thread with each batch, in revision
-  // order; `on_end` once when the watch ends by itself (etcd unreachable,
-  // the revision compacted: the caller lists again and watches anew). Ends
-  // when the Watcher is destroyed, which must happen before this client is.
+  // order; `on_end` once when the watch ends by itself (etcd unreachable or
+  // silent past EtcdClientOptions::watch_check_every and call_timeout, the
+  // member serving it without a leader, the revision compacted: the caller
+  // lists again and watches anew). Ends when the Watcher is destroyed,
+  // which must happen before this client is.
   std::unique_ptr<Watcher> WatchPrefix(
       absl::string_view prefix, int64_t start_revision,
       std::function<void(const std::vector<EtcdEvent>&, int64_t revision)>
@@ -195,8 +205,15 @@ class EtcdClient::LeaseStream final
   bool done_ ABSL_GUARDED_BY(mu_) = false;   // OnDone ran
 };
 
-// A watch in progress (EtcdClient::WatchPrefix); the destructor cancels it
-// and joins its thread. Thread-compatible.
+// A watch in progress (EtcdClient::WatchPrefix): one thread reads the
+// stream, another (while the stream is open, when checks are on) asks etcd
+// for progress when the stream has been silent and cancels it when etcd
+// does not answer. The stream carries etcd's "hasleader" metadata (what
+// clientv3's WithRequireLeader sends): an etcd member that has lost its
+// cluster's leader ends the stream instead of keeping it open with nothing
+// to deliver, while answering progress requests from its own stale store.
+// The destructor cancels the watch and joins its threads.
+// Thread-compatible.
 class EtcdClient::Watcher {
  public:
   ~Watcher();
@@ -205,11 +222,34 @@ class EtcdClient::Watcher {
 
  private:
   friend class EtcdClient;
+  using Stream = grpc::ClientReaderWriter<etcdserverpb::WatchRequest,
+                                          etcdserverpb::WatchResponse>;
   Watcher() = default;
+
+  // The stream's reader: creates the watch, delivers its events, reports
+  // its end.
+  void Read(const etcdserverpb::WatchRequest& create,
+            const EtcdClientOptions& options,
+            const std::function<void(const std::vector<EtcdEvent>&, int64_t)>&
+                on_events,
+            const std::function<void(const absl::Status&)>& on_end,
+            etcdserverpb::Watch::Stub* stub);
+  // The checks of EtcdClientOptions::watch_check_every, on checker_'s
+  // thread until closing_.
+  void Check(Stream* stream, absl::Duration every, absl::Duration answer_within)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  void Heard() ABSL_LOCKS_EXCLUDED(mu_);
 
   grpc::ClientContext context_;
   std::atomic<bool> cancelled_{false};
   std::thread thread_;
+
+  absl::Mutex mu_;
+  absl::Time heard_ ABSL_GUARDED_BY(mu_);      // the stream's last answer
+  bool closing_ ABSL_GUARDED_BY(mu_) = false;  // the checks end
+  // Check cancelled the stream: etcd left a progress request unanswered.
+  bool silent_ ABSL_GUARDED_BY(mu_) = false;
+  absl::Duration silent_for_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace asyncps

@@ -10,13 +10,19 @@
 //
 // The view is listed once (one read of the whole prefix: the map key and
 // the members' keys), then follows the watch's events; it is listed again
-// every `relist_every` (a net under the watch: one read a second instead of
-// twenty) and whenever the watch ended (etcd restarted, the revision
-// compacted), with a new watch then. An event at or below the revision the
-// view already holds is skipped, so a listing and the watch never undo one
-// another. Decisions made from the view stay safe when it lags: every
-// change of the map is a compare-and-swap on the map read again
-// (MapStore::Update), and leases fence the processes themselves.
+// whenever the watch ended (etcd restarted or silent: the watch asks etcd
+// for progress when it has heard nothing for the client's
+// watch_check_every and ends when that goes unanswered for its
+// call_timeout; the member it reads from without a leader; the revision
+// compacted), with a new watch then, and every `relist_every` (a net under
+// the watch). A listing reads every member's key, so listing every second,
+// as the view did while the watch had no check of its own, cost etcd P
+// keys a second per process: P^2 for a run of P processes. An event at or
+// below the revision the view already holds is skipped, so a listing and
+// the watch never undo one another. Decisions made from the view stay safe
+// when it lags: every change of the map is a compare-and-swap on the map
+// read again (MapStore::Update), and leases fence the processes
+// themselves.
 //
 // Example:
 //
@@ -47,7 +53,7 @@ class RunView {
   // `etcd` is not owned and outlives the view; `prefix` is the run's
   // (RunPrefix). Nothing is read before the first Read.
   RunView(EtcdClient* etcd, std::string prefix,
-          absl::Duration relist_every = absl::Seconds(1));
+          absl::Duration relist_every = absl::Minutes(1));
   // Ends the watch.
   ~RunView();
   RunView(const RunView&) = delete;

@@ -4,6 +4,7 @@
 #include "membership/etcd_client.h"
 
 #include <catch2/catch.hpp>
+#include <csignal>
 #include <filesystem>
 #include <memory>
 #include <string>
@@ -18,11 +19,13 @@
 namespace asyncps {
 namespace {
 
-std::unique_ptr<EtcdClient> Connect(const testing::EtcdProcess& etcd,
-                                    absl::Duration timeout = absl::Seconds(5)) {
+std::unique_ptr<EtcdClient> Connect(
+    const testing::EtcdProcess& etcd, absl::Duration timeout = absl::Seconds(5),
+    absl::Duration watch_check_every = absl::Seconds(1)) {
   EtcdClientOptions o;
   o.endpoints = {etcd.endpoint};
   o.call_timeout = timeout;
+  o.watch_check_every = watch_check_every;
   absl::StatusOr<std::unique_ptr<EtcdClient>> c = EtcdClient::Connect(o);
   REQUIRE_OK(c.status());
   return *std::move(c);
@@ -35,6 +38,9 @@ TEST_CASE("bad options are refused", "[etcd]") {
   CHECK(absl::IsInvalidArgument(EtcdClient::Connect(o).status()));
   o.endpoints = {"127.0.0.1:1"};
   o.call_timeout = absl::ZeroDuration();
+  CHECK(absl::IsInvalidArgument(EtcdClient::Connect(o).status()));
+  o.call_timeout = absl::Seconds(1);
+  o.watch_check_every = absl::Milliseconds(-1);
   CHECK(absl::IsInvalidArgument(EtcdClient::Connect(o).status()));
   CHECK(EtcdClient::PrefixEnd("/a/") == "/a0");
   CHECK(EtcdClient::PrefixEnd(std::string("a\xff", 2)) == "b");
@@ -223,6 +229,90 @@ TEST_CASE("a watch sees every change under its prefix, in order", "[etcd]") {
   CHECK(replay.events[0].kv.value == "1");
   CHECK(replay.events[0].kv.mod_revision == *before);
   CHECK(!live.ended);
+}
+
+bool Ended(Seen* seen) {
+  absl::MutexLock l(&seen->mu);
+  return seen->ended;
+}
+
+TEST_CASE(
+    "a watch that etcd stops answering ends within its check and the call "
+    "timeout; one that etcd answers stays, however idle",
+    "[etcd][faults]") {
+  if (testing::SkipWithoutEtcd()) return;
+  absl::StatusOr<testing::EtcdProcess> etcd = testing::StartEtcd();
+  REQUIRE_OK(etcd.status());
+  auto checked = Connect(*etcd, absl::Seconds(1), absl::Milliseconds(200));
+  auto unchecked = Connect(*etcd, absl::Seconds(1), absl::ZeroDuration());
+  Seen a, b;
+  auto wa = Watch(checked.get(), "/idle/", 0, &a);
+  auto wb = Watch(unchecked.get(), "/idle/", 0, &b);
+  // Idle for 10 checks: every progress request is answered.
+  absl::SleepFor(absl::Seconds(2));
+  CHECK(!Ended(&a));
+  REQUIRE_OK(checked->Put("/idle/k", "1").status());
+  REQUIRE_OK(testing::WaitFor(
+      [&] {
+        absl::MutexLock l(&a.mu);
+        return a.events.size() == 1;
+      },
+      absl::Seconds(10), "the event after the checks"));
+
+  // etcd stops answering (its connections stay open, as with a peer that
+  // died without a word): the checked watch ends within its check (0.2 s)
+  // and the call timeout (1 s), saying why.
+  REQUIRE_OK(etcd->process->Signal(SIGSTOP));
+  const absl::Time stopped = absl::Now();
+  REQUIRE_OK(
+      testing::WaitFor([&] { return Ended(&a); }, absl::Seconds(10),
+                       "the checked watch to end while etcd is stopped"));
+  CHECK(absl::Now() - stopped < absl::Seconds(3));
+  {
+    absl::MutexLock l(&a.mu);
+    CHECK(absl::IsUnavailable(a.end));
+    CHECK_THAT(std::string(a.end.message()),
+               Catch::Contains("a progress request unanswered for 1s"));
+  }
+  // A watch with no checks stays open on the silent stream: whatever
+  // changes meanwhile, its caller never learns the watch is stale.
+  absl::SleepFor(absl::Seconds(1));
+  CHECK(!Ended(&b));
+  REQUIRE_OK(etcd->process->Signal(SIGCONT));
+}
+
+TEST_CASE(
+    "a watch on an etcd member that lost its cluster's leader ends, though "
+    "the member still answers its progress requests",
+    "[etcd][faults]") {
+  if (testing::SkipWithoutEtcd()) return;
+  absl::StatusOr<std::vector<testing::EtcdProcess>> cluster =
+      testing::StartEtcdCluster(3);
+  REQUIRE_OK(cluster.status());
+  auto c = Connect((*cluster)[0], absl::Seconds(1), absl::Milliseconds(200));
+  Seen seen;
+  auto w = Watch(c.get(), "/cut/", 0, &seen);
+  REQUIRE_OK(c->Put("/cut/k", "1").status());
+  REQUIRE_OK(testing::WaitFor(
+      [&] {
+        absl::MutexLock l(&seen.mu);
+        return seen.events.size() == 1;
+      },
+      absl::Seconds(10), "the event before the cut"));
+  // Member 0 alone: it loses the leader within an election timeout (0.5 s)
+  // and ends the streams that asked for one after 3 more.
+  REQUIRE_OK((*cluster)[1].process->Signal(SIGSTOP));
+  REQUIRE_OK((*cluster)[2].process->Signal(SIGSTOP));
+  REQUIRE_OK(testing::WaitFor([&] { return Ended(&seen); }, absl::Seconds(15),
+                              "the watch on the leaderless member to end"));
+  {
+    absl::MutexLock l(&seen.mu);
+    CHECK(!seen.end.ok());
+    CHECK_THAT(std::string(seen.end.message()),
+               !Catch::Contains("progress request"));
+  }
+  REQUIRE_OK((*cluster)[1].process->Signal(SIGCONT));
+  REQUIRE_OK((*cluster)[2].process->Signal(SIGCONT));
 }
 
 TEST_CASE(

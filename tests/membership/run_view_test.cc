@@ -1,10 +1,11 @@
 // RunView (membership/run_view.h) against a real etcd: the run's map and
 // live members follow a watch with one listing; a listing comes again when
-// the watch ended (etcd restarted) and every relist_every; no map is
-// NOT_FOUND.
+// the watch ended (etcd restarted or silent) and every relist_every; no
+// map is NOT_FOUND.
 #include "membership/run_view.h"
 
 #include <catch2/catch.hpp>
+#include <csignal>
 #include <functional>
 #include <memory>
 #include <string>
@@ -119,6 +120,54 @@ TEST_CASE("a RunView lists again after an etcd restart and every relist_every",
   absl::SleepFor(absl::Milliseconds(120));
   REQUIRE_OK(often.Read().status());
   CHECK(often.listings() == 2);
+}
+
+TEST_CASE(
+    "a RunView reads etcd once while its watch answers, and lists again "
+    "once etcd stops answering and comes back",
+    "[run_view][faults]") {
+  if (testing::SkipWithoutEtcd()) return;
+  Run run = StartRun("run-q", /*with_map=*/true);
+  EtcdClientOptions o;
+  o.call_timeout = absl::Seconds(1);
+  o.watch_check_every = absl::Milliseconds(200);
+  absl::StatusOr<std::shared_ptr<EtcdClient>> c =
+      testing::ConnectToEtcd(run.etcd, o);
+  REQUIRE_OK(c.status());
+  RunView view(c->get(), run.prefix);  // the default relist_every
+  REQUIRE_OK(view.Read().status());
+  absl::StatusOr<int64_t> ranges = testing::EtcdCallsStarted(run.etcd, "Range");
+  REQUIRE_OK(ranges.status());
+  // A role thread's ticks for 2 s: no read of etcd (the watch's progress
+  // requests are no calls), the view as fresh as the watch.
+  for (int i = 0; i < 40; ++i) {
+    REQUIRE_OK(view.Read().status());
+    absl::SleepFor(absl::Milliseconds(50));
+  }
+  CHECK(view.listings() == 1);
+  absl::StatusOr<int64_t> after = testing::EtcdCallsStarted(run.etcd, "Range");
+  REQUIRE_OK(after.status());
+  CHECK(*after == *ranges);
+
+  // etcd stopped: within the check and the call timeout the watch ends and
+  // reads fail (a listing that times out), instead of returning the view
+  // the silent watch left.
+  REQUIRE_OK(run.etcd.process->Signal(SIGSTOP));
+  const absl::Time stopped = absl::Now();
+  REQUIRE_OK(testing::WaitFor(
+      [&] { return !view.Read().ok(); }, absl::Seconds(10),
+      "a read to fail while etcd is stopped", absl::Milliseconds(50)));
+  CHECK(absl::Now() - stopped < absl::Seconds(5));
+  REQUIRE_OK(run.etcd.process->Signal(SIGCONT));
+  // Back: one listing and a new watch, which brings what changes next.
+  AwaitView(&view, "the view again",
+            [](const RunView::Snapshot&) { return true; });
+  const int64_t listed = view.listings();
+  CHECK(listed >= 2);
+  REQUIRE_OK((*c)->Put(run.prefix + "/members/d", "shard=1").status());
+  AwaitView(&view, "member d",
+            [](const RunView::Snapshot& s) { return s.live.contains("d"); });
+  CHECK(view.listings() == listed);
 }
 
 }  // namespace

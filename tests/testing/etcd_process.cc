@@ -14,6 +14,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 
 namespace asyncps {
@@ -57,21 +58,23 @@ bool Healthy(const std::string& address) {
          std::string::npos;
 }
 
-absl::Status Launch(EtcdProcess* etcd, absl::Duration timeout) {
+// Starts `etcd`'s process, as member `name` of `initial_cluster`.
+absl::Status Spawn(EtcdProcess* etcd, const std::string& name,
+                   const std::string& initial_cluster) {
   const std::string client = absl::StrCat("http://", etcd->endpoint);
   const std::string peer = absl::StrCat("http://", etcd->peer);
   const std::vector<std::string> args = {
-      "--name=asyncps-test",
+      "--name=" + name,
       "--data-dir=" + etcd->data_dir,
       "--listen-client-urls=" + client,
       "--advertise-client-urls=" + client,
       "--listen-peer-urls=" + peer,
       "--initial-advertise-peer-urls=" + peer,
-      "--initial-cluster=asyncps-test=" + peer,
+      "--initial-cluster=" + initial_cluster,
       "--log-level=warn",
-      // A one-member cluster on loopback: elections in 0.5 s let etcd grant
-      // 1 s leases (its shortest lease is 1.5 election timeouts), which is
-      // what bounds a failover (ps_server --lease_ms=1000).
+      // On loopback: elections in 0.5 s let etcd grant 1 s leases (its
+      // shortest lease is 1.5 election timeouts), which is what bounds a
+      // failover (ps_server --lease_ms=1000).
       "--heartbeat-interval=50",
       "--election-timeout=500",
   };
@@ -79,6 +82,11 @@ absl::Status Launch(EtcdProcess* etcd, absl::Duration timeout) {
       Subprocess::Start(EtcdBinary(), args, etcd->data_dir + ".log");
   if (!p.ok()) return p.status();
   etcd->process = *std::move(p);
+  return absl::OkStatus();
+}
+
+// Until `etcd` reports itself healthy (it has a leader).
+absl::Status AwaitHealthy(EtcdProcess* etcd, absl::Duration timeout) {
   Subprocess* process = etcd->process.get();
   const absl::Status up =
       WaitFor([&] { return !process->Running() || Healthy(etcd->endpoint); },
@@ -88,6 +96,27 @@ absl::Status Launch(EtcdProcess* etcd, absl::Duration timeout) {
         "etcd did not start: ", up.message(), "\n", process->LogTail()));
   }
   return absl::OkStatus();
+}
+
+absl::Status Launch(EtcdProcess* etcd, absl::Duration timeout) {
+  absl::Status s = Spawn(etcd, "asyncps-test",
+                         absl::StrCat("asyncps-test=http://", etcd->peer));
+  if (!s.ok()) return s;
+  return AwaitHealthy(etcd, timeout);
+}
+
+// A member's addresses and data directory, its process not started.
+absl::StatusOr<EtcdProcess> Prepare() {
+  EtcdProcess etcd;
+  absl::StatusOr<std::string> client = UnusedLoopbackAddress();
+  if (!client.ok()) return client.status();
+  absl::StatusOr<std::string> peer = UnusedLoopbackAddress();
+  if (!peer.ok()) return peer.status();
+  etcd.endpoint = *client;
+  etcd.peer = *peer;
+  etcd.data_dir = MakeTmpDir("etcd");
+  etcd.data_dir_owner = OwnedTmpDir(etcd.data_dir);
+  return etcd;
 }
 
 }  // namespace
@@ -133,18 +162,33 @@ bool SkipWithoutEtcd() {
 }
 
 absl::StatusOr<EtcdProcess> StartEtcd(absl::Duration timeout) {
-  EtcdProcess etcd;
-  absl::StatusOr<std::string> client = UnusedLoopbackAddress();
-  if (!client.ok()) return client.status();
-  absl::StatusOr<std::string> peer = UnusedLoopbackAddress();
-  if (!peer.ok()) return peer.status();
-  etcd.endpoint = *client;
-  etcd.peer = *peer;
-  etcd.data_dir = MakeTmpDir("etcd");
-  etcd.data_dir_owner = OwnedTmpDir(etcd.data_dir);
-  absl::Status s = Launch(&etcd, timeout);
+  absl::StatusOr<EtcdProcess> etcd = Prepare();
+  if (!etcd.ok()) return etcd.status();
+  absl::Status s = Launch(&*etcd, timeout);
   if (!s.ok()) return s;
   return etcd;
+}
+
+absl::StatusOr<std::vector<EtcdProcess>> StartEtcdCluster(
+    int members, absl::Duration timeout) {
+  std::vector<EtcdProcess> cluster;
+  std::vector<std::string> peers;
+  for (int i = 0; i < members; ++i) {
+    absl::StatusOr<EtcdProcess> m = Prepare();
+    if (!m.ok()) return m.status();
+    peers.push_back(absl::StrCat("m", i, "=http://", m->peer));
+    cluster.push_back(*std::move(m));
+  }
+  const std::string initial = absl::StrJoin(peers, ",");
+  for (int i = 0; i < members; ++i) {
+    absl::Status s = Spawn(&cluster[i], absl::StrCat("m", i), initial);
+    if (!s.ok()) return s;
+  }
+  for (EtcdProcess& m : cluster) {
+    absl::Status s = AwaitHealthy(&m, timeout);
+    if (!s.ok()) return s;
+  }
+  return cluster;
 }
 
 absl::Status RestartEtcd(EtcdProcess* etcd, absl::Duration timeout,

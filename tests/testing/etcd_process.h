@@ -17,6 +17,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
@@ -48,6 +49,12 @@ bool SkipWithoutEtcd();
 // up to `timeout` until it reports itself healthy (it has a leader).
 absl::StatusOr<EtcdProcess> StartEtcd(
     absl::Duration timeout = absl::Seconds(30));
+
+// Starts a cluster of `members` etcd processes on free loopback ports and
+// waits until every member is healthy (RestartEtcd restarts StartEtcd's
+// lone members only).
+absl::StatusOr<std::vector<EtcdProcess>> StartEtcdCluster(
+    int members, absl::Duration timeout = absl::Seconds(30));
 
 // How many calls of gRPC method `method` (e.g. "LeaseKeepAlive"; a stream
 // counts once) etcd has started, from its /metrics.

@@ -17,10 +17,9 @@
 namespace asyncps {
 namespace testing {
 
-// A client of the test's etcd.
+// A client of the test's etcd (`o` with its endpoint).
 inline absl::StatusOr<std::shared_ptr<EtcdClient>> ConnectToEtcd(
-    const EtcdProcess& etcd) {
-  EtcdClientOptions o;
+    const EtcdProcess& etcd, EtcdClientOptions o = {}) {
   o.endpoints = {etcd.endpoint};
   absl::StatusOr<std::unique_ptr<EtcdClient>> c = EtcdClient::Connect(o);
   if (!c.ok()) return c.status();
