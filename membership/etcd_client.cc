@@ -28,14 +28,6 @@ absl::Status Annotate(const grpc::Status& s, absl::string_view what) {
                       absl::StrCat("etcd ", what, ": ", status.message()));
 }
 
-// True when `endpoint` is "a.b.c.d:port".
-bool IsIpv4Endpoint(absl::string_view endpoint) {
-  const size_t colon = endpoint.rfind(':');
-  if (colon == absl::string_view::npos || colon == 0) return false;
-  return std::all_of(endpoint.begin(), endpoint.begin() + colon,
-                     [](char c) { return (c >= '0' && c <= '9') || c == '.'; });
-}
-
 }  // namespace
 
 std::string EtcdClient::PrefixEnd(absl::string_view prefix) {
@@ -71,25 +63,48 @@ absl::StatusOr<std::unique_ptr<EtcdClient>> EtcdClient::Connect(
           absl::StrCat("etcd: endpoint '", e, "' is not host:port"));
     }
   }
-  const bool all_ip =
-      std::all_of(options.endpoints.begin(), options.endpoints.end(),
-                  [](const std::string& e) { return IsIpv4Endpoint(e); });
-  const std::string target =
-      all_ip ? absl::StrCat("ipv4:", absl::StrJoin(options.endpoints, ","))
-             : options.endpoints[0];
-  std::shared_ptr<grpc::Channel> channel =
-      grpc::CreateChannel(target, grpc::InsecureChannelCredentials());
-  return std::unique_ptr<EtcdClient>(
-      new EtcdClient(std::move(options), std::move(channel)));
+  return std::unique_ptr<EtcdClient>(new EtcdClient(std::move(options)));
 }
 
-EtcdClient::EtcdClient(EtcdClientOptions options,
-                       std::shared_ptr<grpc::Channel> channel)
-    : options_(std::move(options)),
-      channel_(std::move(channel)),
-      kv_(etcdserverpb::KV::NewStub(channel_)),
-      lease_(etcdserverpb::Lease::NewStub(channel_)),
-      watch_(etcdserverpb::Watch::NewStub(channel_)) {}
+EtcdClient::EtcdClient(EtcdClientOptions options)
+    : options_(std::move(options)) {
+  for (const std::string& endpoint : options_.endpoints) {
+    Member m;
+    m.endpoint = endpoint;
+    m.channel =
+        grpc::CreateChannel(endpoint, grpc::InsecureChannelCredentials());
+    // Connected before a failure moves calls to it.
+    m.channel->GetState(/*try_to_connect=*/true);
+    m.kv = etcdserverpb::KV::NewStub(m.channel);
+    m.lease = etcdserverpb::Lease::NewStub(m.channel);
+    m.watch = etcdserverpb::Watch::NewStub(m.channel);
+    members_.push_back(std::move(m));
+  }
+}
+
+const std::string& EtcdClient::current_endpoint() const {
+  return members_[Current()].endpoint;
+}
+
+void EtcdClient::Failed(size_t m, absl::StatusCode code) {
+  if (code != absl::StatusCode::kUnavailable &&
+      code != absl::StatusCode::kDeadlineExceeded) {
+    return;  // the member answered
+  }
+  size_t expected = m;
+  current_.compare_exchange_strong(expected, (m + 1) % members_.size(),
+                                   std::memory_order_acq_rel);
+}
+
+template <typename F>
+absl::Status EtcdClient::Call(absl::string_view what, F&& call) {
+  const size_t m = Current();
+  const grpc::Status s = call(members_[m], Context().get());
+  if (s.ok()) return absl::OkStatus();
+  const absl::Status status = Annotate(s, what);
+  Failed(m, status.code());
+  return status;
+}
 
 std::unique_ptr<grpc::ClientContext> EtcdClient::Context() const {
   auto ctx = std::make_unique<grpc::ClientContext>();
@@ -104,8 +119,10 @@ absl::StatusOr<std::optional<EtcdKeyValue>> EtcdClient::Get(
   etcdserverpb::RangeRequest request;
   request.set_key(std::string(key));
   etcdserverpb::RangeResponse response;
-  const grpc::Status s = kv_->Range(Context().get(), request, &response);
-  if (!s.ok()) return Annotate(s, "get");
+  absl::Status s = Call("get", [&](const Member& m, grpc::ClientContext* c) {
+    return m.kv->Range(c, request, &response);
+  });
+  if (!s.ok()) return s;
   if (response.kvs_size() == 0) return std::optional<EtcdKeyValue>();
   return std::optional<EtcdKeyValue>(FromProto(response.kvs(0)));
 }
@@ -115,8 +132,10 @@ absl::StatusOr<EtcdClient::Listing> EtcdClient::List(absl::string_view prefix) {
   request.set_key(std::string(prefix));
   request.set_range_end(PrefixEnd(prefix));
   etcdserverpb::RangeResponse response;
-  const grpc::Status s = kv_->Range(Context().get(), request, &response);
-  if (!s.ok()) return Annotate(s, "list");
+  absl::Status s = Call("list", [&](const Member& m, grpc::ClientContext* c) {
+    return m.kv->Range(c, request, &response);
+  });
+  if (!s.ok()) return s;
   Listing out;
   out.revision = response.header().revision();
   for (const etcdserverpb::KeyValue& kv : response.kvs()) {
@@ -133,8 +152,10 @@ absl::StatusOr<int64_t> EtcdClient::Put(absl::string_view key,
   request.set_value(std::string(value));
   request.set_lease(lease);
   etcdserverpb::PutResponse response;
-  const grpc::Status s = kv_->Put(Context().get(), request, &response);
-  if (!s.ok()) return Annotate(s, "put");
+  absl::Status s = Call("put", [&](const Member& m, grpc::ClientContext* c) {
+    return m.kv->Put(c, request, &response);
+  });
+  if (!s.ok()) return s;
   return response.header().revision();
 }
 
@@ -142,8 +163,10 @@ absl::StatusOr<int64_t> EtcdClient::Delete(absl::string_view key) {
   etcdserverpb::DeleteRangeRequest request;
   request.set_key(std::string(key));
   etcdserverpb::DeleteRangeResponse response;
-  const grpc::Status s = kv_->DeleteRange(Context().get(), request, &response);
-  if (!s.ok()) return Annotate(s, "delete");
+  absl::Status s = Call("delete", [&](const Member& m, grpc::ClientContext* c) {
+    return m.kv->DeleteRange(c, request, &response);
+  });
+  if (!s.ok()) return s;
   return response.deleted();
 }
 
@@ -167,8 +190,11 @@ absl::StatusOr<EtcdClient::Swap> EtcdClient::CompareAndSwap(
   put->set_lease(lease);
   request.add_failure()->mutable_request_range()->set_key(std::string(key));
   etcdserverpb::TxnResponse response;
-  const grpc::Status s = kv_->Txn(Context().get(), request, &response);
-  if (!s.ok()) return Annotate(s, "compare-and-swap");
+  absl::Status s =
+      Call("compare-and-swap", [&](const Member& m, grpc::ClientContext* c) {
+        return m.kv->Txn(c, request, &response);
+      });
+  if (!s.ok()) return s;
   Swap out;
   out.swapped = response.succeeded();
   out.revision = response.header().revision();
@@ -188,9 +214,11 @@ absl::StatusOr<int64_t> EtcdClient::GrantLease(absl::Duration ttl) {
   etcdserverpb::LeaseGrantRequest request;
   request.set_ttl(seconds);
   etcdserverpb::LeaseGrantResponse response;
-  const grpc::Status s =
-      lease_->LeaseGrant(Context().get(), request, &response);
-  if (!s.ok()) return Annotate(s, "lease grant");
+  absl::Status s =
+      Call("lease grant", [&](const Member& m, grpc::ClientContext* c) {
+        return m.lease->LeaseGrant(c, request, &response);
+      });
+  if (!s.ok()) return s;
   if (!response.error().empty()) {
     return absl::UnavailableError(
         absl::StrCat("etcd lease grant: ", response.error()));
@@ -199,10 +227,11 @@ absl::StatusOr<int64_t> EtcdClient::GrantLease(absl::Duration ttl) {
 }
 
 std::unique_ptr<EtcdClient::LeaseStream> EtcdClient::OpenLeaseStream() {
-  return std::unique_ptr<LeaseStream>(new LeaseStream(this));
+  return std::unique_ptr<LeaseStream>(new LeaseStream(this, Current()));
 }
 
-EtcdClient::LeaseStream::LeaseStream(EtcdClient* client) : client_(client) {
+EtcdClient::LeaseStream::LeaseStream(EtcdClient* client, size_t member)
+    : client_(client), member_(member) {
   // No deadline of its own (each renewal has one); waits for a connection
   // (an endpoint restarting) until a renewal gives up on it.
   context_.set_wait_for_ready(true);
@@ -215,8 +244,9 @@ EtcdClient::LeaseStream::~LeaseStream() {
   mu_.Await(absl::Condition(&done_));
 }
 
-absl::StatusOr<absl::Duration> EtcdClient::LeaseStream::Renew(int64_t id) {
-  const absl::Time deadline = absl::Now() + client_->options_.call_timeout;
+absl::StatusOr<absl::Duration> EtcdClient::LeaseStream::Renew(
+    int64_t id, absl::Time deadline) {
+  deadline = std::min(deadline, absl::Now() + client_->options_.call_timeout);
   {
     absl::MutexLock l(&mu_);
     // The write of the renewal before may complete after its answer.
@@ -237,7 +267,7 @@ absl::StatusOr<absl::Duration> EtcdClient::LeaseStream::Renew(int64_t id) {
     StartWrite(&request_);
   } else {
     started_ = true;
-    client_->lease_->async()->LeaseKeepAlive(&context_, this);
+    client_->members_[member_].lease->async()->LeaseKeepAlive(&context_, this);
     StartWrite(&request_);
     StartRead(&response_);
     StartCall();
@@ -254,14 +284,15 @@ absl::StatusOr<absl::Duration> EtcdClient::LeaseStream::Renew(int64_t id) {
       answer = *std::move(answer_);
       answer_.reset();
     } else {
-      End(absl::DeadlineExceededError(
-          absl::StrCat("etcd lease renewal: no answer within ",
-                       absl::FormatDuration(client_->options_.call_timeout))));
+      End(absl::DeadlineExceededError(absl::StrCat(
+          "etcd lease renewal: no answer from ",
+          client_->members_[member_].endpoint, " by its deadline")));
       ended = ended_;
     }
   }
   if (!ended.ok()) {
     context_.TryCancel();  // outside mu_: OnDone may run inline
+    client_->Failed(member_, ended.code());
     return ended;
   }
   if (answer.ttl() <= 0) {
@@ -304,10 +335,9 @@ absl::Status EtcdClient::RevokeLease(int64_t id) {
   etcdserverpb::LeaseRevokeRequest request;
   request.set_id(id);
   etcdserverpb::LeaseRevokeResponse response;
-  const grpc::Status s =
-      lease_->LeaseRevoke(Context().get(), request, &response);
-  if (!s.ok()) return Annotate(s, "lease revoke");
-  return absl::OkStatus();
+  return Call("lease revoke", [&](const Member& m, grpc::ClientContext* c) {
+    return m.lease->LeaseRevoke(c, request, &response);
+  });
 }
 
 std::unique_ptr<EtcdClient::Watcher> EtcdClient::WatchPrefix(
@@ -321,20 +351,22 @@ std::unique_ptr<EtcdClient::Watcher> EtcdClient::WatchPrefix(
   create.mutable_create_request()->set_range_end(PrefixEnd(prefix));
   create.mutable_create_request()->set_start_revision(start_revision);
   Watcher* raw = w.get();
-  w->thread_ = std::thread([this, raw, create, on_events = std::move(on_events),
+  w->thread_ = std::thread([this, raw, member = Current(), create,
+                            on_events = std::move(on_events),
                             on_end = std::move(on_end)] {
-    raw->Read(create, options_, on_events, on_end, watch_.get());
+    raw->Read(this, member, create, on_events, on_end);
   });
   return w;
 }
 
 void EtcdClient::Watcher::Read(
-    const etcdserverpb::WatchRequest& create, const EtcdClientOptions& options,
+    EtcdClient* client, size_t member, const etcdserverpb::WatchRequest& create,
     const std::function<void(const std::vector<EtcdEvent>&, int64_t)>&
         on_events,
-    const std::function<void(const absl::Status&)>& on_end,
-    etcdserverpb::Watch::Stub* stub) {
-  std::unique_ptr<Stream> stream = stub->Watch(&context_);
+    const std::function<void(const absl::Status&)>& on_end) {
+  const EtcdClientOptions& options = client->options_;
+  std::unique_ptr<Stream> stream =
+      client->members_[member].watch->Watch(&context_);
   absl::Status end;
   if (!stream->Write(create)) {
     end = absl::UnavailableError("etcd watch: cannot start the stream");
@@ -381,6 +413,7 @@ void EtcdClient::Watcher::Read(
   if (cancelled_.load()) return;  // the owner ended it
   if (end.ok()) end = Annotate(s, "watch");
   if (end.ok()) end = absl::UnavailableError("etcd watch: stream ended");
+  client->Failed(member, end.code());  // the owner's next watch goes on
   if (on_end) on_end(end);
 }
 

@@ -46,9 +46,14 @@
 namespace asyncps {
 
 struct EtcdClientOptions {
-  // "host:port" of etcd's client URLs; with several IP addresses the
-  // channel fails over between them (gRPC pick_first), otherwise the first
-  // is used.
+  // "host:port" of etcd's client URLs, one per member: calls go to one
+  // member at a time, each member over a channel of its own (connected from
+  // the start), and move to the next member when a call to the one in use
+  // fails as an unreachable, silent or leaderless member fails
+  // (UNAVAILABLE, DEADLINE_EXCEEDED), as etcd's own client moves between
+  // endpoints. A call that failed is not repeated on the next member (a
+  // write that timed out may have been applied): its caller's own retry
+  // goes there.
   std::vector<std::string> endpoints;
   absl::Duration call_timeout = absl::Seconds(5);
   // A watch that has heard nothing from etcd for this long asks it how far
@@ -82,7 +87,8 @@ class EtcdClient {
   class LeaseStream;
   class Watcher;
 
-  // Validates the options and opens the channel (contacts nobody).
+  // Validates the options and opens the members' channels (which connect
+  // in the background; nothing waits for them).
   static absl::StatusOr<std::unique_ptr<EtcdClient>> Connect(
       EtcdClientOptions options);
 
@@ -142,16 +148,35 @@ class EtcdClient {
   // The range end that makes [prefix, end) every key under `prefix`.
   static std::string PrefixEnd(absl::string_view prefix);
 
+  // The endpoint calls go to now (for messages and tests).
+  const std::string& current_endpoint() const;
+
  private:
-  explicit EtcdClient(EtcdClientOptions options,
-                      std::shared_ptr<grpc::Channel> channel);
+  // One etcd member's channel and stubs.
+  struct Member {
+    std::string endpoint;
+    std::shared_ptr<grpc::Channel> channel;
+    std::unique_ptr<etcdserverpb::KV::Stub> kv;
+    std::unique_ptr<etcdserverpb::Lease::Stub> lease;
+    std::unique_ptr<etcdserverpb::Watch::Stub> watch;
+  };
+
+  explicit EtcdClient(EtcdClientOptions options);
   std::unique_ptr<grpc::ClientContext> Context() const;
+  // The index of the member calls go to now.
+  size_t Current() const { return current_.load(std::memory_order_acquire); }
+  // A call to member `m` ended with `code`: when that says the member is
+  // unreachable, silent or without a leader, later calls go to the next
+  // member (unless another failure moved them on already).
+  void Failed(size_t m, absl::StatusCode code);
+  // Runs `call(member, context)` on the current member; its error,
+  // annotated with `what`, moves later calls on as Failed says.
+  template <typename F>
+  absl::Status Call(absl::string_view what, F&& call);
 
   const EtcdClientOptions options_;
-  const std::shared_ptr<grpc::Channel> channel_;
-  const std::unique_ptr<etcdserverpb::KV::Stub> kv_;
-  const std::unique_ptr<etcdserverpb::Lease::Stub> lease_;
-  const std::unique_ptr<etcdserverpb::Watch::Stub> watch_;
+  std::vector<Member> members_;  // one per endpoint, in order
+  std::atomic<size_t> current_{0};
 };
 
 // Renewals on one LeaseKeepAlive stream, kept open from one renewal to the
@@ -177,12 +202,15 @@ class EtcdClient::LeaseStream final
 
   // Renews the lease; returns the time it has left. NOT_FOUND once it
   // expired (its keys are gone); UNAVAILABLE or DEADLINE_EXCEEDED when etcd
-  // did not answer (the stream has ended).
-  absl::StatusOr<absl::Duration> Renew(int64_t id);
+  // did not answer by `deadline` or within the client's call timeout,
+  // whichever comes first (the stream has ended, and the client's later
+  // calls and streams go to another member).
+  absl::StatusOr<absl::Duration> Renew(
+      int64_t id, absl::Time deadline = absl::InfiniteFuture());
 
  private:
   friend class EtcdClient;
-  explicit LeaseStream(EtcdClient* client);
+  LeaseStream(EtcdClient* client, size_t member);
 
   void OnWriteDone(bool ok) override;
   void OnReadDone(bool ok) override;
@@ -191,6 +219,7 @@ class EtcdClient::LeaseStream final
   void End(absl::Status why) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   EtcdClient* const client_;
+  const size_t member_;  // the member it talks to
   grpc::ClientContext context_;
   etcdserverpb::LeaseKeepAliveRequest request_;    // the posted write's
   etcdserverpb::LeaseKeepAliveResponse response_;  // the posted read's
@@ -226,14 +255,13 @@ class EtcdClient::Watcher {
                                           etcdserverpb::WatchResponse>;
   Watcher() = default;
 
-  // The stream's reader: creates the watch, delivers its events, reports
-  // its end.
-  void Read(const etcdserverpb::WatchRequest& create,
-            const EtcdClientOptions& options,
+  // The stream's reader, on member `member` of `client`: creates the
+  // watch, delivers its events, reports its end.
+  void Read(EtcdClient* client, size_t member,
+            const etcdserverpb::WatchRequest& create,
             const std::function<void(const std::vector<EtcdEvent>&, int64_t)>&
                 on_events,
-            const std::function<void(const absl::Status&)>& on_end,
-            etcdserverpb::Watch::Stub* stub);
+            const std::function<void(const absl::Status&)>& on_end);
   // The checks of EtcdClientOptions::watch_check_every, on checker_'s
   // thread until closing_.
   void Check(Stream* stream, absl::Duration every, absl::Duration answer_within)

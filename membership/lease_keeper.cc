@@ -69,14 +69,17 @@ void LeaseKeeper::Renew() {
   const absl::Duration every = options_.ttl / 3;
   // One keep-alive stream for every renewal, opened anew after one failed.
   std::unique_ptr<EtcdClient::LeaseStream> stream;
+  bool failed = false;  // the last renewal failed
   for (;;) {
     // Every ttl / 3, and sooner when less is left: a grant or renewal that
     // etcd answered slowly (a restarted etcd) leaves its lease little time
     // from when it was sent, and it was lost at the next renewal, a third
-    // of a TTL on. Renew at the latest half way to the expiry.
+    // of a TTL on. Renew at the latest half way to the expiry; after a
+    // failure at once (the client has moved to another etcd member).
     const absl::Duration rest = HeldUntil() - options_.clock->Now();
     const absl::Duration wait =
-        std::clamp(rest / 2, absl::Milliseconds(10), every);
+        failed ? absl::Milliseconds(10)
+               : std::clamp(rest / 2, absl::Milliseconds(10), every);
     if (stop_.WaitForNotificationWithTimeout(wait)) return;
     const absl::Time sent = options_.clock->Now();
     if (sent >= HeldUntil()) {  // expired before this renewal
@@ -84,12 +87,16 @@ void LeaseKeeper::Renew() {
       return;
     }
     if (stream == nullptr) stream = options_.etcd->OpenLeaseStream();
-    absl::StatusOr<absl::Duration> left = stream->Renew(id_);
+    // A renewal gives up with a third of the lease's rest left, so that a
+    // member that stopped answering leaves time to renew on another.
+    const absl::Time deadline = absl::Now() + (HeldUntil() - sent) * 2 / 3;
+    absl::StatusOr<absl::Duration> left = stream->Renew(id_, deadline);
     if (absl::IsNotFound(left.status())) {  // etcd says it is gone
       Lose();
       return;
     }
-    if (!left.ok()) {  // etcd unreachable: try again, or expire
+    failed = !left.ok();
+    if (failed) {  // etcd unreachable: try again, or expire
       stream.reset();
       continue;
     }

@@ -47,8 +47,10 @@ namespace asyncps {
 struct LeaseKeeperOptions {
   EtcdClient* etcd = nullptr;  // not owned; outlives the keeper
   // The lease's time to live (whole seconds, >= 1). Renewals are sent
-  // every ttl / 3 (sooner when less than two of those are left), so two
-  // may fail before the lease is lost; they share one keep-alive stream
+  // every ttl / 3 (sooner when less than two of those are left); one gives
+  // up with a third of the lease's rest left, and the next goes at once,
+  // to the next etcd member (EtcdClientOptions::endpoints), so a member
+  // that stops answering costs no lease. They share one keep-alive stream
   // (EtcdClient::LeaseStream), opened anew after a renewal failed.
   absl::Duration ttl = absl::Seconds(2);
   // Runs once, on the keeper's thread, when the lease is lost (expired

@@ -282,40 +282,6 @@ TEST_CASE(
 }
 
 TEST_CASE(
-    "a watch on an etcd member that lost its cluster's leader ends, though "
-    "the member still answers its progress requests",
-    "[etcd][faults]") {
-  if (testing::SkipWithoutEtcd()) return;
-  absl::StatusOr<std::vector<testing::EtcdProcess>> cluster =
-      testing::StartEtcdCluster(3);
-  REQUIRE_OK(cluster.status());
-  auto c = Connect((*cluster)[0], absl::Seconds(1), absl::Milliseconds(200));
-  Seen seen;
-  auto w = Watch(c.get(), "/cut/", 0, &seen);
-  REQUIRE_OK(c->Put("/cut/k", "1").status());
-  REQUIRE_OK(testing::WaitFor(
-      [&] {
-        absl::MutexLock l(&seen.mu);
-        return seen.events.size() == 1;
-      },
-      absl::Seconds(10), "the event before the cut"));
-  // Member 0 alone: it loses the leader within an election timeout (0.5 s)
-  // and ends the streams that asked for one after 3 more.
-  REQUIRE_OK((*cluster)[1].process->Signal(SIGSTOP));
-  REQUIRE_OK((*cluster)[2].process->Signal(SIGSTOP));
-  REQUIRE_OK(testing::WaitFor([&] { return Ended(&seen); }, absl::Seconds(15),
-                              "the watch on the leaderless member to end"));
-  {
-    absl::MutexLock l(&seen.mu);
-    CHECK(!seen.end.ok());
-    CHECK_THAT(std::string(seen.end.message()),
-               !Catch::Contains("progress request"));
-  }
-  REQUIRE_OK((*cluster)[1].process->Signal(SIGCONT));
-  REQUIRE_OK((*cluster)[2].process->Signal(SIGCONT));
-}
-
-TEST_CASE(
     "etcd killed: calls and renewals fail within their deadline; "
     "restarted: the data and the lease are back",
     "[etcd][faults]") {

@@ -141,6 +141,17 @@ absl::StatusOr<int64_t> EtcdCallsStarted(const EtcdProcess& etcd,
   return 0;  // no call of `method` yet
 }
 
+absl::StatusOr<bool> EtcdIsLeader(const EtcdProcess& etcd) {
+  const std::string metrics = HttpGet(etcd.endpoint, "/metrics");
+  for (absl::string_view line : absl::StrSplit(metrics, '\n')) {
+    if (absl::StartsWith(line, "etcd_server_is_leader ")) {
+      return absl::EndsWith(line, " 1");
+    }
+  }
+  return absl::UnavailableError(
+      absl::StrCat("etcd at ", etcd.endpoint, " served no leader metric"));
+}
+
 std::string EtcdBinary() {
   const char* env = std::getenv("ASYNCPS_ETCD");
   return env != nullptr && *env != '\0' ? env : "/usr/bin/etcd";

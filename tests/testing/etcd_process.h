@@ -56,6 +56,10 @@ absl::StatusOr<EtcdProcess> StartEtcd(
 absl::StatusOr<std::vector<EtcdProcess>> StartEtcdCluster(
     int members, absl::Duration timeout = absl::Seconds(30));
 
+// Whether `etcd` is its cluster's leader now (its /metrics'
+// etcd_server_is_leader).
+absl::StatusOr<bool> EtcdIsLeader(const EtcdProcess& etcd);
+
 // How many calls of gRPC method `method` (e.g. "LeaseKeepAlive"; a stream
 // counts once) etcd has started, from its /metrics.
 absl::StatusOr<int64_t> EtcdCallsStarted(const EtcdProcess& etcd,
