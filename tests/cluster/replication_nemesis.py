@@ -15,7 +15,13 @@ shard's other replica and etcd only (the workers still reach it: an old
 primary that keeps receiving pushes must acknowledge none once its backup
 took over), or kill -9 etcd and start it again on its data 2-4 s later
 (every replica loses its lease: each must keep its state and resume its
-role); a killed server process is started again (it rejoins as a spare). With
+role); a killed server process is started again (it rejoins as a spare).
+With --etcd_members 3 etcd is a cluster of three members on hosts of their
+own (every process is given all three), "etcd away" kills every member,
+and two more events strike one member: kill -9 it and start it again 2-4 s
+later, or cut its host off from everyone for a few seconds (a member that
+stops answering with its connections open: the processes using it must
+move to another without losing their leases or the run's progress). With
 --scale the run is slotted (64 slots, on shard 0 at first) and each event
 also moves slots between the groups: `psctl scale` (through etcd) to 2 or
 back to 1 group, started up to 0.5 s before the nemesis strikes; a scale
@@ -33,7 +39,7 @@ an undisturbed run of the same flags and --seconds 0.
 
   tests/cluster/replication_nemesis.py --bin "$(bazel info bazel-bin)" \\
       [--seconds 60] [--every 4] [--workers 4] [--pushes 3000] [--scale]
-      [--mlp EPOCHS]
+      [--mlp EPOCHS] [--etcd_members 3]
 
 Needs root (namespaces). Prints one line per nemesis event and a closing
 "ledger: ..." line; exits 1 on any violation.
@@ -109,6 +115,9 @@ def main():
                     "ledger's pushes")
     ap.add_argument("--scale", action="store_true",
                     help="move slots between the groups at every event")
+    ap.add_argument("--etcd_members", type=int, default=1, choices=(1, 3),
+                    help="etcd members, each on a host of its own; with 3 "
+                    "the nemesis also kills or cuts off one member")
     args = ap.parse_args()
     rng = random.Random(args.seed)
 
@@ -125,22 +134,29 @@ def main():
     ec.install_signal_handlers()
     r = args.replicas
     server_hosts = list(range(1, 2 * r + 1))
-    etcd_host = 2 * r + 1
-    with ec.EmulatedCluster(2 * r + 2, log=print) as c:
-        h0, h5 = c.host(0), c.host(etcd_host)
-        endpoint = f"{h5.ip}:{ETCD_PORT}"
-        def start_etcd():
-            return h5.spawn(
-                [etcd, "--name=n", f"--data-dir={c.log_dir}/etcd",
-                 f"--listen-client-urls=http://{h5.ip}:{ETCD_PORT}",
-                 f"--advertise-client-urls=http://{h5.ip}:{ETCD_PORT}",
-                 f"--listen-peer-urls=http://{h5.ip}:2380",
-                 f"--initial-advertise-peer-urls=http://{h5.ip}:2380",
-                 f"--initial-cluster=n=http://{h5.ip}:2380",
-                 "--heartbeat-interval=50", "--election-timeout=500",
-                 "--log-level=warn"], name="etcd")
+    etcd_hosts = list(range(2 * r + 1, 2 * r + 1 + args.etcd_members))
+    num_hosts = 2 * r + 1 + args.etcd_members
+    with ec.EmulatedCluster(num_hosts, log=print) as c:
+        h0 = c.host(0)
+        members = [c.host(h) for h in etcd_hosts]
+        endpoint = ",".join(f"{m.ip}:{ETCD_PORT}" for m in members)
+        initial = ",".join(f"n{i}=http://{m.ip}:2380"
+                           for i, m in enumerate(members))
 
-        etcd_process = start_etcd()
+        def start_etcd(i):
+            m = members[i]
+            return m.spawn(
+                [etcd, f"--name=n{i}", f"--data-dir={c.log_dir}/etcd{i}",
+                 f"--listen-client-urls=http://{m.ip}:{ETCD_PORT}",
+                 f"--advertise-client-urls=http://{m.ip}:{ETCD_PORT}",
+                 f"--listen-peer-urls=http://{m.ip}:2380",
+                 f"--initial-advertise-peer-urls=http://{m.ip}:2380",
+                 f"--initial-cluster={initial}",
+                 "--heartbeat-interval=50", "--election-timeout=500",
+                 "--pre-vote=true",  # as deploy/k8s/replicated runs it
+                 "--log-level=warn"], name=f"etcd{i}")
+
+        etcd_processes = [start_etcd(i) for i in range(len(members))]
         time.sleep(2)
 
         def start_server(h):
@@ -199,6 +215,8 @@ def main():
             h = rng.choice(server_hosts)
             kinds = ["kill process", "kill host", "partition", "split",
                      "etcd away"]
+            if args.etcd_members > 1:
+                kinds += ["etcd member away", "etcd member cut"]
             kind = rng.choice(kinds + (["double kill"] if r >= 3 else []))
             mover = None
             if args.scale:
@@ -214,8 +232,8 @@ def main():
                 group = (h - 1) // r
                 partners = [i for i in server_hosts
                             if (i - 1) // r == group and i != h]
-                others = (partners + [etcd_host] if kind == "split" else
-                          [i for i in range(2 * r + 2) if i != h])
+                others = (partners + etcd_hosts if kind == "split" else
+                          [i for i in range(num_hosts) if i != h])
                 c.partition([h], others)
                 time.sleep(3)
                 c.heal()
@@ -234,10 +252,27 @@ def main():
             elif kind == "etcd away":
                 # Every replica loses its lease: each must keep its state
                 # and resume its role once etcd is back (same data).
-                etcd_process.signal(9)
-                etcd_process.wait(10)
+                for p in etcd_processes:
+                    p.signal(9)
+                for p in etcd_processes:
+                    p.wait(10)
                 time.sleep(rng.uniform(2, 4))
-                etcd_process = start_etcd()
+                etcd_processes = [start_etcd(i) for i in range(len(members))]
+            elif kind == "etcd member away":
+                m = rng.randrange(len(members))
+                print(f"  etcd member n{m} killed", flush=True)
+                etcd_processes[m].signal(9)
+                etcd_processes[m].wait(10)
+                time.sleep(rng.uniform(2, 4))
+                etcd_processes[m] = start_etcd(m)
+            elif kind == "etcd member cut":
+                m = rng.randrange(len(members))
+                print(f"  etcd member n{m} cut off", flush=True)
+                c.partition([etcd_hosts[m]],
+                            [i for i in range(num_hosts)
+                             if i != etcd_hosts[m]])
+                time.sleep(3)
+                c.heal()
             elif kind == "kill host":
                 c.kill_host(h)
                 servers[h] = start_server(h)
