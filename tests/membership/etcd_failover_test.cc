@@ -7,6 +7,7 @@
 #include <csignal>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/synchronization/mutex.h"
@@ -53,19 +54,26 @@ std::unique_ptr<EtcdClient::Watcher> Watch(EtcdClient* c,
       });
 }
 
-// A client of every member of `cluster`, `first` first; watches check
-// every 200 ms and calls give up after 1 s.
-std::unique_ptr<EtcdClient> ConnectAll(
-    const std::vector<testing::EtcdProcess>& cluster, size_t first) {
+// A client of `endpoints`; watches check every 200 ms and calls give up
+// after 1 s.
+std::unique_ptr<EtcdClient> Connect(std::vector<std::string> endpoints) {
   EtcdClientOptions o;
-  for (size_t i = 0; i < cluster.size(); ++i) {
-    o.endpoints.push_back(cluster[(first + i) % cluster.size()].endpoint);
-  }
+  o.endpoints = std::move(endpoints);
   o.call_timeout = absl::Seconds(1);
   o.watch_check_every = absl::Milliseconds(200);
   absl::StatusOr<std::unique_ptr<EtcdClient>> c = EtcdClient::Connect(o);
   REQUIRE_OK(c.status());
   return *std::move(c);
+}
+
+// Every member's endpoint, `first`'s first.
+std::vector<std::string> Endpoints(
+    const std::vector<testing::EtcdProcess>& cluster, size_t first) {
+  std::vector<std::string> endpoints;
+  for (size_t i = 0; i < cluster.size(); ++i) {
+    endpoints.push_back(cluster[(first + i) % cluster.size()].endpoint);
+  }
+  return endpoints;
 }
 
 // The index of a member that is not the leader.
@@ -91,7 +99,7 @@ TEST_CASE(
   // lease need not outlive).
   const size_t stopped = AFollower(*cluster);
   testing::EtcdProcess& victim = (*cluster)[stopped];
-  auto c = ConnectAll(*cluster, stopped);
+  auto c = Connect(Endpoints(*cluster, stopped));
   REQUIRE(c->current_endpoint() == victim.endpoint);
   int lost = 0;
   absl::Mutex lost_mu;
@@ -154,15 +162,10 @@ TEST_CASE(
   absl::StatusOr<std::vector<testing::EtcdProcess>> cluster =
       testing::StartEtcdCluster(3);
   REQUIRE_OK(cluster.status());
-  EtcdClientOptions o;
-  o.endpoints = {(*cluster)[0].endpoint};
-  o.call_timeout = absl::Seconds(1);
-  o.watch_check_every = absl::Milliseconds(200);
-  absl::StatusOr<std::unique_ptr<EtcdClient>> c = EtcdClient::Connect(o);
-  REQUIRE_OK(c.status());
+  auto c = Connect({(*cluster)[0].endpoint});
   Seen seen;
-  auto w = Watch(c->get(), "/cut/", &seen);
-  REQUIRE_OK((*c)->Put("/cut/k", "1").status());
+  auto w = Watch(c.get(), "/cut/", &seen);
+  REQUIRE_OK(c->Put("/cut/k", "1").status());
   REQUIRE_OK(testing::WaitFor([&] { return seen.Events() == 1; },
                               absl::Seconds(10), "the event before the cut"));
   // Member 0 alone: it loses the leader within an election timeout (0.5 s)
