@@ -127,7 +127,6 @@ TEST_CASE(
     REQUIRE(absl::Now() - t0 < absl::Seconds(10));
   }
   CHECK(failures <= 1);
-  CHECK(absl::Now() - t0 < absl::Seconds(3));
   CHECK(c->current_endpoint() != victim.endpoint);
   // The watch on the stopped member ends (its progress request
   // unanswered); a new one, on the member in use, sees what changes.

@@ -153,11 +153,9 @@ TEST_CASE(
   // reads fail (a listing that times out), instead of returning the view
   // the silent watch left.
   REQUIRE_OK(run.etcd.process->Signal(SIGSTOP));
-  const absl::Time stopped = absl::Now();
   REQUIRE_OK(testing::WaitFor(
       [&] { return !view.Read().ok(); }, absl::Seconds(10),
       "a read to fail while etcd is stopped", absl::Milliseconds(50)));
-  CHECK(absl::Now() - stopped < absl::Seconds(5));
   REQUIRE_OK(run.etcd.process->Signal(SIGCONT));
   // Back: one listing and a new watch, which brings what changes next.
   AwaitView(&view, "the view again",
