@@ -15,6 +15,12 @@ class Clock {
 
   // The real clock (absl::Now). Never null; lives for the whole process.
   static Clock* Real();
+  // The monotonic clock (CLOCK_MONOTONIC as an absl::Time after the Unix
+  // epoch): never stepped, so only its differences mean anything. For what
+  // must not move when an operator or NTP sets the real-time clock: how
+  // long a lease is certainly held. Never null; lives for the whole
+  // process.
+  static Clock* Monotonic();
 };
 
 }  // namespace asyncps

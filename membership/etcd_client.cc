@@ -4,7 +4,9 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "common/clock.h"
 #include "common/grpc_status.h"
+#include "common/steady_wait.h"
 
 namespace asyncps {
 namespace {
@@ -243,15 +245,17 @@ EtcdClient::LeaseStream::~LeaseStream() {
 }
 
 absl::StatusOr<absl::Duration> EtcdClient::LeaseStream::Renew(
-    int64_t id, absl::Time deadline) {
-  deadline = std::min(deadline, absl::Now() + client_->options_.call_timeout);
+    int64_t id, absl::Duration timeout) {
+  const absl::Time deadline = Clock::Monotonic()->Now() +
+                              std::min(timeout, client_->options_.call_timeout);
+  const auto left = [&] { return deadline - Clock::Monotonic()->Now(); };
   {
     absl::MutexLock l(&mu_);
     // The write of the renewal before may complete after its answer.
     const auto writable = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
       return !writing_ || !ended_.ok();
     };
-    if (!mu_.AwaitWithDeadline(absl::Condition(&writable), deadline)) {
+    if (!AwaitSteadily(&mu_, &changed_, left(), writable)) {
       End(absl::DeadlineExceededError(
           "etcd lease renewal: the last renewal's write never completed"));
     }
@@ -277,7 +281,7 @@ absl::StatusOr<absl::Duration> EtcdClient::LeaseStream::Renew(
     const auto settled = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
       return answer_.has_value() || !ended_.ok();
     };
-    mu_.AwaitWithDeadline(absl::Condition(&settled), deadline);
+    AwaitSteadily(&mu_, &changed_, left(), settled);
     if (answer_.has_value()) {
       answer = *std::move(answer_);
       answer_.reset();
@@ -305,28 +309,32 @@ void EtcdClient::LeaseStream::End(absl::Status why) {
 }
 
 void EtcdClient::LeaseStream::OnWriteDone(bool ok) {
-  absl::MutexLock l(&mu_);
-  writing_ = false;
-  if (!ok) End(absl::UnavailableError("etcd lease renewal: stream ended"));
+  {
+    absl::MutexLock l(&mu_);
+    writing_ = false;
+    if (!ok) End(absl::UnavailableError("etcd lease renewal: stream ended"));
+  }
+  changed_.notify_all();
 }
 
 void EtcdClient::LeaseStream::OnReadDone(bool ok) {
   {
     absl::MutexLock l(&mu_);
-    if (!ok) {
-      End(absl::UnavailableError("etcd lease renewal: stream ended"));
-      return;
-    }
-    answer_ = response_;
+    if (ok) answer_ = response_;
+    if (!ok) End(absl::UnavailableError("etcd lease renewal: stream ended"));
   }
-  StartRead(&response_);
+  changed_.notify_all();
+  if (ok) StartRead(&response_);
 }
 
 void EtcdClient::LeaseStream::OnDone(const grpc::Status& s) {
-  absl::MutexLock l(&mu_);
-  End(s.ok() ? absl::UnavailableError("etcd lease renewal: stream ended")
-             : Annotate(s, "lease renewal"));
-  done_ = true;
+  {
+    absl::MutexLock l(&mu_);
+    End(s.ok() ? absl::UnavailableError("etcd lease renewal: stream ended")
+               : Annotate(s, "lease renewal"));
+    done_ = true;
+  }
+  changed_.notify_all();
 }
 
 absl::Status EtcdClient::RevokeLease(int64_t id) {
@@ -399,6 +407,7 @@ void EtcdClient::Watcher::Read(
   {
     absl::MutexLock l(&mu_);
     closing_ = true;
+    closed_.notify_all();  // under mu_: the checker may not be waiting yet
     if (silent_) {
       end = absl::UnavailableError(absl::StrCat(
           "etcd watch: nothing heard for ", absl::FormatDuration(silent_for_),
@@ -417,7 +426,7 @@ void EtcdClient::Watcher::Read(
 
 void EtcdClient::Watcher::Heard() {
   absl::MutexLock l(&mu_);
-  heard_ = absl::Now();
+  heard_ = Clock::Monotonic()->Now();
 }
 
 void EtcdClient::Watcher::Check(Stream* stream, absl::Duration every,
@@ -430,7 +439,7 @@ void EtcdClient::Watcher::Check(Stream* stream, absl::Duration every,
       absl::MutexLock l(&mu_);
       for (;;) {
         if (closing_) return;
-        const absl::Time now = absl::Now();
+        const absl::Time now = Clock::Monotonic()->Now();
         const bool waiting = asked > heard_;  // no answer since the question
         if (waiting && now - asked >= answer_within) {
           silent_ = true;
@@ -439,11 +448,13 @@ void EtcdClient::Watcher::Check(Stream* stream, absl::Duration every,
           return;
         }
         if (!waiting && now - heard_ >= every) break;
-        mu_.AwaitWithDeadline(absl::Condition(&closing_),
-                              waiting ? asked + answer_within : heard_ + every);
+        AwaitSteadily(
+            &mu_, &closed_,
+            (waiting ? asked + answer_within : heard_ + every) - now,
+            [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return closing_; });
       }
     }
-    asked = absl::Now();
+    asked = Clock::Monotonic()->Now();
     if (!stream->Write(progress)) return;  // ended: the reader reports why
   }
 }

@@ -27,6 +27,7 @@
 #include <grpcpp/grpcpp.h>
 
 #include <atomic>
+#include <condition_variable>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -202,11 +203,13 @@ class EtcdClient::LeaseStream final
 
   // Renews the lease; returns the time it has left. NOT_FOUND once it
   // expired (its keys are gone); UNAVAILABLE or DEADLINE_EXCEEDED when etcd
-  // did not answer by `deadline` or within the client's call timeout,
-  // whichever comes first (the stream has ended, and the client's later
-  // calls and streams go to another member).
+  // did not answer within `timeout` or the client's call timeout, whichever
+  // is shorter (the stream has ended, and the client's later calls and
+  // streams go to another member). Timed on the monotonic clock
+  // (common/steady_wait.h): a step of the real-time clock does not stretch
+  // it.
   absl::StatusOr<absl::Duration> Renew(
-      int64_t id, absl::Time deadline = absl::InfiniteFuture());
+      int64_t id, absl::Duration timeout = absl::InfiniteDuration());
 
  private:
   friend class EtcdClient;
@@ -226,6 +229,7 @@ class EtcdClient::LeaseStream final
   bool started_ = false;  // only touched by Renew and the destructor
 
   absl::Mutex mu_;
+  std::condition_variable_any changed_;  // notified after what Renew awaits
   bool writing_ ABSL_GUARDED_BY(mu_) = false;  // a write is posted
   // The answer to the renewal in progress, once read.
   std::optional<etcdserverpb::LeaseKeepAliveResponse> answer_
@@ -275,6 +279,7 @@ class EtcdClient::Watcher {
   absl::Mutex mu_;
   absl::Time heard_ ABSL_GUARDED_BY(mu_);      // the stream's last answer
   bool closing_ ABSL_GUARDED_BY(mu_) = false;  // the checks end
+  std::condition_variable_any closed_;         // notified when closing_
   // Check cancelled the stream: etcd left a progress request unanswered.
   bool silent_ ABSL_GUARDED_BY(mu_) = false;
   absl::Duration silent_for_ ABSL_GUARDED_BY(mu_);

@@ -22,6 +22,7 @@ absl::StatusOr<std::unique_ptr<LeaseKeeper>> LeaseKeeper::Start(
   absl::StatusOr<int64_t> id = options.etcd->GrantLease(options.ttl);
   if (!id.ok()) return id.status();
   const absl::Time until = sent + absl::Floor(options.ttl, absl::Seconds(1));
+  if (options.on_renewed) options.on_renewed(until);
   return std::unique_ptr<LeaseKeeper>(
       new LeaseKeeper(std::move(options), *id, until));
 }
@@ -89,8 +90,8 @@ void LeaseKeeper::Renew() {
     if (stream == nullptr) stream = options_.etcd->OpenLeaseStream();
     // A renewal gives up with a third of the lease's rest left, so that a
     // member that stopped answering leaves time to renew on another.
-    const absl::Time deadline = absl::Now() + (HeldUntil() - sent) * 2 / 3;
-    absl::StatusOr<absl::Duration> left = stream->Renew(id_, deadline);
+    absl::StatusOr<absl::Duration> left =
+        stream->Renew(id_, (HeldUntil() - sent) * 2 / 3);
     if (absl::IsNotFound(left.status())) {  // etcd says it is gone
       Lose();
       return;
@@ -100,8 +101,13 @@ void LeaseKeeper::Renew() {
       stream.reset();
       continue;
     }
+    const absl::Time until = sent + *left;
+    if (until <= HeldUntil()) continue;
+    // The owner first, so that it never holds an older expiry than Held()
+    // answers with (only this thread moves it).
+    if (options_.on_renewed) options_.on_renewed(until);
     absl::MutexLock l(&mu_);
-    if (!lost_) held_until_ = std::max(held_until_, sent + *left);
+    if (!lost_) held_until_ = until;
   }
 }
 

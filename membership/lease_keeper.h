@@ -13,6 +13,12 @@
 // lease is never renewed again: the process must be given a new one (and a
 // new role) through the map.
 //
+// Its time is the monotonic clock's (Clock::Monotonic), and so are its
+// waits (common/steady_wait.h), as etcd's own lease expiry is: a step of
+// the real-time clock (an operator's `date -s`, NTP) neither lets a lapsed
+// lease look held (a step back) nor loses a held one (a step forward), and
+// the renewals go on through it.
+//
 // Example:
 //
 //   LeaseKeeperOptions o;
@@ -37,9 +43,9 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
-#include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
 #include "common/clock.h"
+#include "common/steady_wait.h"
 #include "membership/etcd_client.h"
 
 namespace asyncps {
@@ -56,7 +62,13 @@ struct LeaseKeeperOptions {
   // Runs once, on the keeper's thread, when the lease is lost (expired
   // unrenewed, or etcd answered that it is gone).
   std::function<void()> on_lost;
-  Clock* clock = Clock::Real();  // not owned
+  // Runs with HeldUntil() after the grant (in Start, before it returns)
+  // and after every renewal that moved it (on the keeper's thread): for a
+  // write path that checks the lease itself at each acknowledgement
+  // (ReplicationLog::HoldLeaseUntil), not only when on_lost came.
+  std::function<void(absl::Time)> on_renewed;
+  // Monotonic: Held(now) and HeldUntil() are on this clock.
+  Clock* clock = Clock::Monotonic();  // not owned
 };
 
 class LeaseKeeper {
@@ -93,7 +105,7 @@ class LeaseKeeper {
   absl::Time held_until_ ABSL_GUARDED_BY(mu_);
   bool lost_ ABSL_GUARDED_BY(mu_) = false;
 
-  absl::Notification stop_;
+  SteadyNotification stop_;
   std::thread thread_;  // last: started once everything else is set
 };
 

@@ -162,7 +162,6 @@ absl::Status PsServer::CreateState(PsServerOptions* options) {
   options->workers.logger = options->logger;
   options->workers.shard_index =
       static_cast<uint32_t>(options->store.shard_index);
-  options->workers.clock = options->clock;
   options->workers.executor = executor_.get();
   absl::StatusOr<std::unique_ptr<WorkerRegistry>> workers =
       WorkerRegistry::Create(options->workers);

@@ -74,7 +74,9 @@ struct PsServerOptions {
   // moves slots to them). Ignored when the files' map is restored.
   int serving_shards = 0;
   StalenessRule staleness;
-  RegistryOptions workers;  // its logger, clock and executor are set here
+  // Its logger and executor are set here; its clock stays its own
+  // (monotonic), not `clock` below.
+  RegistryOptions workers;
   // Checkpoints (server/checkpoint.h); off when checkpoint_dir is empty.
   // Otherwise one is written on every Checkpoint RPC, every
   // checkpoint_every (0 = never periodically) and at Shutdown.
@@ -100,7 +102,8 @@ struct PsServerOptions {
   // TLS / mutual TLS and the cluster token (common/security.h); default =
   // plain TCP, no token. Unreadable files fail Start.
   SecurityOptions security;
-  Clock* clock = Clock::Real();  // not owned
+  // Wall time: checkpoint times, uptime (not owned).
+  Clock* clock = Clock::Real();
   // Every file of checkpoint_dir is read (restore) and written (checkpoints,
   // spec file) through it. Not owned; never null.
   FileSystem* fs = FileSystem::Default();
@@ -190,7 +193,7 @@ class PsServer {
   // cannot start with.
   static absl::Status ValidateOptions(const PsServerOptions& options);
   // Draws the epoch; creates the store, the executor and the worker
-  // registry (whose logger, clock and executor it sets in *options).
+  // registry (whose logger and executor it sets in *options).
   absl::Status CreateState(PsServerOptions* options);
   // With checkpoints on: checks the directory, restores (Restore), makes
   // the spec file durable and starts the checkpointer (which writes at once

@@ -745,7 +745,7 @@ void PsService::FillStatus(StatusResponse* r) {
     ws->set_incarnation(w.incarnation);
     ws->set_clock(w.clock);
     ws->set_lag(w.live ? max_clock - w.clock : 0);
-    ws->set_last_heartbeat_age_ms(absl::ToInt64Milliseconds(now - w.last_seen));
+    ws->set_last_heartbeat_age_ms(absl::ToInt64Milliseconds(w.silent_for));
     ws->set_pushes(w.pushes);
     ws->set_live(w.live);
     ws->set_left(w.left);

@@ -29,6 +29,10 @@ bool IsLive(const absl::flat_hash_set<std::string>& live,
   return live.contains(IdOf(r));
 }
 
+// The role's time is monotonic, as its lease's and its log's are: a step
+// of the real-time clock neither drops a backup nor stalls a takeover.
+absl::Time Now() { return Clock::Monotonic()->Now(); }
+
 constexpr absl::Duration kTick = absl::Milliseconds(100);
 // A caught-up backup waits this long per caught-up backup before it in map
 // order before it tries to take over, so that the first one usually wins.
@@ -71,6 +75,11 @@ absl::StatusOr<std::unique_ptr<ReplicaGroup>> ReplicaGroup::Join(
   // Rejoin decides what comes next.
   lo.on_lost = [group = g.get()] {
     group->log_.Fence(absl::UnavailableError("its lease in etcd was lost"));
+  };
+  // The log checks the lease at every acknowledgement too: a keeper thread
+  // that runs late (a busy machine) calls on_lost late.
+  lo.on_renewed = [group = g.get()](absl::Time until) {
+    group->log_.HoldLeaseUntil(until);
   };
   lo.ttl = std::max(absl::Seconds(1), absl::Trunc(o.lease, absl::Seconds(1)));
   absl::StatusOr<std::unique_ptr<LeaseKeeper>> lease = LeaseKeeper::Start(lo);
@@ -222,8 +231,8 @@ absl::Status ReplicaGroup::Claim() {
 }
 
 absl::Status ReplicaGroup::Decide() {
-  const absl::Time deadline = absl::Now() + o_.join_timeout;
-  while (absl::Now() < deadline) {
+  const absl::Time deadline = Now() + o_.join_timeout;
+  while (Now() < deadline) {
     absl::StatusOr<MapStore::Read> read = maps_->Get();
     if (!read.ok()) return read.status();
     absl::StatusOr<absl::flat_hash_set<std::string>> live = LiveMembers();
@@ -311,7 +320,7 @@ void ReplicaGroup::Restart(const std::string& why) {
 }
 
 void ReplicaGroup::Rejoin() {
-  const absl::Time now = absl::Now();
+  const absl::Time now = Now();
   if (lease_lost_since_ == absl::InfiniteFuture()) {
     lease_lost_since_ = now;
     log_.Fence(absl::UnavailableError("its lease in etcd was lost"));
@@ -334,7 +343,7 @@ void ReplicaGroup::Rejoin() {
   const ShardGroupRecord& group = read->map.groups(o_.shard_index);
   const int me = Find(group, self_);
   const std::string away = absl::FormatDuration(
-      absl::Trunc(absl::Now() - lease_lost_since_, absl::Milliseconds(1)));
+      absl::Trunc(Now() - lease_lost_since_, absl::Milliseconds(1)));
   if (me < 0) {
     return Restart(absl::StrCat("its lease was lost for ", away,
                                 " and the map (epoch ", read->map.epoch(),
@@ -391,7 +400,10 @@ void ReplicaGroup::Tick() {
     absl::MutexLock l(&mu_);
     if (!restart_.empty()) return;
   }
-  if (lease_lost_since_ != absl::InfiniteFuture() || !lease_->Held()) {
+  // The log fences itself when the lease ran out before the keeper's
+  // thread noticed (log_.lapsed()), though a renewal may still come.
+  if (lease_lost_since_ != absl::InfiniteFuture() || !lease_->Held() ||
+      log_.lapsed()) {
     return Rejoin();
   }
   // The map and the members as the watch keeps them (membership/run_view.h).
@@ -435,7 +447,7 @@ void ReplicaGroup::TendBackups(const ShardGroupRecord& group,
     states[b.address] = std::move(b);
   }
   const uint64_t last = log_.last_index();
-  const absl::Time now = absl::Now();
+  const absl::Time now = Now();
   // Backups the map no longer lists (a process restarted at their address
   // took their place) are not waited for.
   for (const auto& [id, state] : states) {
@@ -584,11 +596,11 @@ void ReplicaGroup::FollowPrimary(const ShardGroupRecord& group,
           "primary {} is gone and this spare has not caught up: waiting for "
           "another replica, or for the group to be claimed again",
           primary);
-      primary_gone_since_ = absl::Now();
+      primary_gone_since_ = Now();
     }
     return;
   }
-  const absl::Time now = absl::Now();
+  const absl::Time now = Now();
   // Just back from a lost lease (etcd away): the primary lost its lease
   // too and registers again within a tick or two; taking over from it
   // would only cost its pushes in flight.

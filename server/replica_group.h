@@ -50,9 +50,10 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
-#include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
+#include "common/clock.h"
 #include "common/security.h"
+#include "common/steady_wait.h"
 #include "membership/etcd_client.h"
 #include "membership/lease_keeper.h"
 #include "membership/map_store.h"
@@ -201,7 +202,7 @@ class ReplicaGroup {
   absl::Time resumed_at_ = absl::InfinitePast();
   std::atomic<uint64_t> failovers_{0};
 
-  absl::Notification stop_;
+  SteadyNotification stop_;  // the role thread ends
   std::thread thread_;
 };
 

@@ -48,6 +48,7 @@ absl::StatusOr<uint64_t> ReplicationLog::RunEntry(
   {
     absl::MutexLock l(&mu_);
     if (!fenced_.ok()) return fenced_;
+    if (Unleased()) return Refusal(Unleasing());  // fenced at the next answer
     if (!primary_) {
       return absl::UnavailableError(
           "this replica is a backup: requests go to the shard's primary");
@@ -190,8 +191,11 @@ void ReplicationLog::Complete(std::vector<Waiter> ready,
 void ReplicationLog::WhenAcked(uint64_t index,
                                std::function<void(absl::Status)> done) {
   absl::Status status;
+  std::vector<Waiter> lapsed;
+  bool fenced_now = false;
   {
     absl::MutexLock l(&mu_);
+    fenced_now = FenceIfUnleased(&lapsed);
     if (fenced_.ok() && MinCountedAck() < index) {
       waiters_.emplace(index,
                        Waiter{index, std::move(done), options_.clock->Now()});
@@ -200,11 +204,15 @@ void ReplicationLog::WhenAcked(uint64_t index,
     if (fenced_.ok()) ++stats_.acked_steps;
     status = fenced_;
   }
+  Complete(std::move(lapsed), status);
   done(status);
+  if (fenced_now) NotifyAppended();  // feeds end
 }
 
 void ReplicationLog::Ack(const std::string& address, uint64_t applied) {
   std::vector<Waiter> ready;
+  absl::Status status;
+  bool fenced_now = false;
   {
     absl::MutexLock l(&mu_);
     BackupState& b = backups_[address];
@@ -214,9 +222,12 @@ void ReplicationLog::Ack(const std::string& address, uint64_t applied) {
       b.acked = applied;
       b.last_progress = options_.clock->Now();
     }
+    fenced_now = FenceIfUnleased(&ready);
     if (fenced_.ok()) ready = TakeReady();
+    status = fenced_;
   }
-  Complete(std::move(ready), absl::OkStatus());
+  Complete(std::move(ready), status);
+  if (fenced_now) NotifyAppended();
 }
 
 uint64_t ReplicationLog::StartCounting(const std::string& address) {
@@ -231,13 +242,61 @@ uint64_t ReplicationLog::StartCounting(const std::string& address) {
 
 void ReplicationLog::StopCounting(const std::string& address) {
   std::vector<Waiter> ready;
+  absl::Status status;
+  bool fenced_now = false;
   {
     absl::MutexLock l(&mu_);
     backups_.erase(address);
     NoteFollowers();
+    fenced_now = FenceIfUnleased(&ready);
     if (fenced_.ok()) ready = TakeReady();
+    status = fenced_;
   }
-  Complete(std::move(ready), absl::OkStatus());
+  Complete(std::move(ready), status);
+  if (fenced_now) NotifyAppended();
+}
+
+absl::Status ReplicationLog::Refusal(const absl::Status& why) {
+  return absl::UnavailableError(absl::StrCat(
+      "this replica no longer acknowledges requests: ", why.message()));
+}
+
+std::vector<ReplicationLog::Waiter> ReplicationLog::FenceLocked(
+    const absl::Status& why) {
+  std::vector<Waiter> all;
+  if (!fenced_.ok()) return all;
+  fenced_ = Refusal(why);
+  for (auto& [index, w] : waiters_) all.push_back(std::move(w));
+  waiters_.clear();
+  return all;
+}
+
+bool ReplicationLog::Unleased() const {
+  return options_.clock->Now() >= lease_until_;
+}
+
+absl::Status ReplicationLog::Unleasing() const {
+  return absl::UnavailableError(absl::StrCat(
+      "its lease in etcd is not certainly held (it ran out ",
+      absl::ToInt64Milliseconds(options_.clock->Now() - lease_until_),
+      " ms ago)"));
+}
+
+bool ReplicationLog::FenceIfUnleased(std::vector<Waiter>* waiters) {
+  if (!fenced_.ok() || !Unleased()) return false;
+  *waiters = FenceLocked(Unleasing());
+  lapsed_ = true;
+  return true;
+}
+
+bool ReplicationLog::lapsed() const {
+  absl::MutexLock l(&mu_);
+  return lapsed_;
+}
+
+void ReplicationLog::HoldLeaseUntil(absl::Time until) {
+  absl::MutexLock l(&mu_);
+  lease_until_ = until;
 }
 
 void ReplicationLog::Fence(const absl::Status& why) {
@@ -246,11 +305,8 @@ void ReplicationLog::Fence(const absl::Status& why) {
   {
     absl::MutexLock l(&mu_);
     if (!fenced_.ok()) return;
-    fenced_ = absl::UnavailableError(absl::StrCat(
-        "this replica no longer acknowledges requests: ", why.message()));
+    all = FenceLocked(why);
     status = fenced_;
-    for (auto& [index, w] : waiters_) all.push_back(std::move(w));
-    waiters_.clear();
   }
   Complete(std::move(all), status);
   NotifyAppended();  // feeds end
@@ -259,6 +315,7 @@ void ReplicationLog::Fence(const absl::Status& why) {
 void ReplicationLog::Resume(uint64_t epoch) {
   absl::MutexLock l(&mu_);
   fenced_ = absl::OkStatus();
+  lapsed_ = false;
   if (primary_) epoch_ = epoch;
   const absl::Time now = options_.clock->Now();
   for (auto& [address, b] : backups_) b.last_progress = now;

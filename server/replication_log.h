@@ -78,7 +78,8 @@ class ReplicationLog {
     // up to this or 4x max_bytes, whichever is more: a spare receiving its
     // snapshot while training goes on needs every entry since the cut.
     uint64_t max_unsent_bytes = uint64_t{1} << 30;
-    Clock* clock = Clock::Real();  // not owned
+    // Monotonic, as the lease's (HoldLeaseUntil) and the role's times.
+    Clock* clock = Clock::Monotonic();  // not owned
   };
   explicit ReplicationLog(Options options);
   ReplicationLog(const ReplicationLog&) = delete;
@@ -151,6 +152,17 @@ class ReplicationLog {
 
   // Ends the primary's role (a backup's: stops its appends) until Resume.
   void Fence(const absl::Status& why);
+  // The lease that gives this replica its role is certainly held until
+  // `until` (options.clock; LeaseKeeperOptions::on_renewed), and no
+  // further: from then on Run refuses and the first acknowledgement due
+  // (WhenAcked, Ack, StopCounting) fences the log as Fence does, whether or
+  // not the lease keeper has noticed yet and called Fence itself (its
+  // thread may run late on a busy machine). No bound until the first call.
+  void HoldLeaseUntil(absl::Time until);
+  // Whether the log fenced itself so, since the last Resume (the lease may
+  // have been renewed after all: the role must be confirmed, as after a
+  // lost lease).
+  bool lapsed() const;
   bool fenced() const;
   // Lifts the fence of a replica whose role the map confirmed after it
   // lost its lease (etcd was away, nobody took over): a primary goes on
@@ -215,6 +227,19 @@ class ReplicationLog {
                                     absl::FunctionRef<void(LogEntry*)> apply);
   // Takes the waiters whose index every counted backup acknowledged.
   std::vector<Waiter> TakeReady() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The error a fenced log answers: UNAVAILABLE, saying why.
+  static absl::Status Refusal(const absl::Status& why);
+  // Fences the log with `why` (unless it is already); returns the waiters
+  // to complete with fenced_ outside the lock.
+  std::vector<Waiter> FenceLocked(const absl::Status& why)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Whether the lease ran out (HoldLeaseUntil), and a status that says so.
+  bool Unleased() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status Unleasing() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Fences the log once Unleased() (true then, with the waiters to
+  // complete in *waiters).
+  bool FenceIfUnleased(std::vector<Waiter>* waiters)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   uint64_t MinCountedAck() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Whether a backup or a feed may read entries still to come; kept in
   // followed_ for Run's look before it takes the lock.
@@ -232,6 +257,8 @@ class ReplicationLog {
   mutable absl::Mutex mu_;
   bool primary_ ABSL_GUARDED_BY(mu_) = false;
   absl::Status fenced_ ABSL_GUARDED_BY(mu_);
+  absl::Time lease_until_ ABSL_GUARDED_BY(mu_) = absl::InfiniteFuture();
+  bool lapsed_ ABSL_GUARDED_BY(mu_) = false;  // fenced by FenceIfUnleased
   uint64_t epoch_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t last_index_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t last_epoch_ ABSL_GUARDED_BY(mu_) = 0;

@@ -507,6 +507,7 @@ void WorkerRegistry::Shutdown() {
 
 std::vector<WorkerInfo> WorkerRegistry::Workers() const {
   std::vector<WorkerInfo> out;
+  const absl::Time now = options_.clock->Now();
   for (Worker* w : AllWorkers()) {
     absl::MutexLock l(&w->mu);
     if (w->incarnation == 0) continue;  // never admitted
@@ -514,7 +515,7 @@ std::vector<WorkerInfo> WorkerRegistry::Workers() const {
     info.worker_id = w->id;
     info.incarnation = w->incarnation;
     info.clock = w->clock.load();
-    info.last_seen = absl::FromUnixNanos(w->last_seen_ns.load());
+    info.silent_for = now - absl::FromUnixNanos(w->last_seen_ns.load());
     info.pushes = w->pushes;
     info.live = w->live.load();
     info.left = w->left;

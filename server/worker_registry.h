@@ -73,7 +73,9 @@ struct RegistryOptions {
   // move carries (MovedWorkerRecord::applied_seqs), and the origin of a
   // re-routed push part whose own window decides (BeginPush).
   uint32_t shard_index = 0;
-  Clock* clock = Clock::Real();  // not owned
+  // Monotonic: worker leases and pull waits are durations, which a step of
+  // the real-time clock must not end (a step forward evicted every worker).
+  Clock* clock = Clock::Monotonic();  // not owned
   // Runs the callbacks of waiting pulls that another call released, so the
   // releasing call does not do their work. Null: run them on the releasing
   // thread. Not owned.
@@ -96,7 +98,7 @@ struct WorkerInfo {
   int32_t worker_id = 0;
   uint64_t incarnation = 0;
   int64_t clock = 0;
-  absl::Time last_seen;
+  absl::Duration silent_for;  // since it was last heard from
   uint64_t pushes = 0;
   bool live = true;
   bool left = false;

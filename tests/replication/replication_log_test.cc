@@ -1,5 +1,6 @@
 // The replication log alone: order, acknowledgements by counted backups,
-// fencing, continuing a backup from its last entry.
+// fencing (also by the lease's end), continuing a backup from its last
+// entry.
 
 #include "server/replication_log.h"
 
@@ -7,7 +8,9 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "common/fast_frame.h"
+#include "tests/testing/fake_clock.h"
 #include "tests/testing/require_ok.h"
 
 namespace asyncps {
@@ -142,6 +145,73 @@ TEST_CASE("a fenced primary fails every waiting answer and runs nothing more",
   absl::Status late;
   log.WhenAcked(1, [&](absl::Status s) { late = s; });
   CHECK(absl::IsUnavailable(late));
+}
+
+TEST_CASE(
+    "past its lease's certain end a primary answers nothing and runs nothing, "
+    "before the keeper noticed",
+    "[replication][lease]") {
+  testing::FakeClock clock;
+  ReplicationLog::Options o;
+  o.clock = &clock;
+  ReplicationLog log(o);
+  log.BecomePrimary(1, {"b1"});
+  log.HoldLeaseUntil(clock.Now() + absl::Seconds(1));
+  absl::StatusOr<uint64_t> first = log.Run(Entry(), [] {});
+  REQUIRE_OK(first.status());
+  absl::Status answer = absl::UnknownError("not yet");
+  log.WhenAcked(*first, [&](absl::Status s) { answer = s; });
+  log.Ack("b1", 1);
+  REQUIRE_OK(answer);  // within the lease
+  absl::StatusOr<uint64_t> second = log.Run(Entry(), [] {});
+  REQUIRE_OK(second.status());
+  absl::Status waiting = absl::UnknownError("not yet");
+  log.WhenAcked(*second, [&](absl::Status s) { waiting = s; });
+  CHECK(absl::IsUnknown(waiting));
+  // A renewal moves the end; then the lease runs out unrenewed.
+  clock.Advance(absl::Milliseconds(900));
+  log.HoldLeaseUntil(clock.Now() + absl::Seconds(1));
+  clock.Advance(absl::Milliseconds(900));
+  CHECK_FALSE(log.lapsed());
+  clock.Advance(absl::Milliseconds(100));
+  // The backup's acknowledgement comes after the end: not an answer OK.
+  log.Ack("b1", 2);
+  CHECK(absl::IsUnavailable(waiting));
+  CHECK(absl::StrContains(waiting.message(), "lease"));
+  CHECK(log.lapsed());
+  CHECK(log.fenced());
+  bool ran = false;
+  CHECK(absl::IsUnavailable(log.Run(Entry(), [&] { ran = true; }).status()));
+  CHECK_FALSE(ran);
+  CHECK(log.last_index() == 2);
+  // A new lease and the map's confirmation (ReplicaGroup::Rejoin).
+  log.HoldLeaseUntil(clock.Now() + absl::Seconds(1));
+  log.Resume(2);
+  CHECK_FALSE(log.lapsed());
+  absl::StatusOr<uint64_t> third = log.Run(Entry(), [] {});
+  REQUIRE_OK(third.status());
+  log.Ack("b1", 3);
+  absl::Status resumed = absl::UnknownError("not yet");
+  log.WhenAcked(*third, [&](absl::Status s) { resumed = s; });
+  REQUIRE_OK(resumed);
+}
+
+TEST_CASE("a primary nobody follows answers at once, within its lease only",
+          "[replication][lease]") {
+  testing::FakeClock clock;
+  ReplicationLog::Options o;
+  o.clock = &clock;
+  ReplicationLog log(o);
+  log.BecomePrimary(1, {});
+  log.HoldLeaseUntil(clock.Now() + absl::Seconds(1));
+  absl::StatusOr<uint64_t> index = log.Run(Entry(), [] {});
+  REQUIRE_OK(index.status());
+  clock.Advance(absl::Seconds(1));
+  // Run before the end; its answer is due after it.
+  absl::Status answer;
+  log.WhenAcked(*index, [&](absl::Status s) { answer = s; });
+  CHECK(absl::IsUnavailable(answer));
+  CHECK(log.lapsed());
 }
 
 TEST_CASE("a backup continues from its last entry only when the log holds it",

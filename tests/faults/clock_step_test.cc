@@ -1,0 +1,128 @@
+// Steps of the real-time clock (testing::StepRealTime: an operator's
+// `date -s`, NTP after a suspend) must neither let a lapsed lease look held
+// nor lose a held one, nor end a worker's lease: leases, the role's and the
+// workers' times are monotonic (Clock::Monotonic). In-process steps do not
+// reach the kernel's timed waits; tests/cluster/clock_step.py steps a
+// machine's clock under real processes, where they count too
+// (common/steady_wait.h).
+#include <signal.h>
+
+#include <atomic>
+#include <catch2/catch.hpp>
+#include <memory>
+
+#include "absl/time/clock.h"
+#include "common/clock.h"
+#include "common/logging.h"
+#include "membership/lease_keeper.h"
+#include "server/worker_registry.h"
+#include "tests/testing/etcd_process.h"
+#include "tests/testing/real_time_step.h"
+#include "tests/testing/require_ok.h"
+#include "tests/testing/subprocess.h"
+
+namespace asyncps {
+namespace {
+
+// Steps the real-time clock for one test case and back at its end.
+struct Stepped {
+  explicit Stepped(absl::Duration by) : by(by) { testing::StepRealTime(by); }
+  ~Stepped() { testing::StepRealTime(-by); }
+  const absl::Duration by;
+};
+
+std::unique_ptr<EtcdClient> Connect(const testing::EtcdProcess& etcd) {
+  EtcdClientOptions o;
+  o.endpoints = {etcd.endpoint};
+  o.call_timeout = absl::Milliseconds(500);
+  absl::StatusOr<std::unique_ptr<EtcdClient>> c = EtcdClient::Connect(o);
+  REQUIRE_OK(c.status());
+  return *std::move(c);
+}
+
+TEST_CASE("a lease is held through steps of the real-time clock either way",
+          "[clock][lease]") {
+  if (testing::SkipWithoutEtcd()) return;
+  absl::StatusOr<testing::EtcdProcess> etcd = testing::StartEtcd();
+  REQUIRE_OK(etcd.status());
+  std::unique_ptr<EtcdClient> c = Connect(*etcd);
+  std::atomic<int> lost{0};
+  std::atomic<int> renewed{0};
+  LeaseKeeperOptions o;
+  o.etcd = c.get();
+  o.ttl = absl::Seconds(1);
+  o.on_lost = [&] { ++lost; };
+  o.on_renewed = [&](absl::Time) { ++renewed; };
+  absl::StatusOr<std::unique_ptr<LeaseKeeper>> lease = LeaseKeeper::Start(o);
+  REQUIRE_OK(lease.status());
+  CHECK(renewed == 1);  // the grant
+  // Forward: a keeper on the real-time clock saw its expiry 30 s past.
+  // Back: its renewal thread slept 30 s (etcd let the lease go) while
+  // Held() said true.
+  for (const absl::Duration step : {absl::Seconds(30), absl::Seconds(-30)}) {
+    INFO("stepped by " << absl::FormatDuration(step));
+    Stepped stepped(step);
+    const absl::Time until = Clock::Monotonic()->Now() + absl::Seconds(3);
+    while (Clock::Monotonic()->Now() < until) {
+      REQUIRE((*lease)->Held());
+      absl::SleepFor(absl::Milliseconds(100));
+    }
+  }
+  CHECK(lost == 0);
+  CHECK(renewed > 10);  // every ttl / 3 for 6 s
+  // etcd agrees: the lease is alive, its key with it.
+  REQUIRE_OK(c->Put("/servers/a", "x", (*lease)->id()).status());
+}
+
+TEST_CASE(
+    "a lease etcd no longer renews is lost on time though the real-time "
+    "clock went back",
+    "[clock][lease]") {
+  if (testing::SkipWithoutEtcd()) return;
+  absl::StatusOr<testing::EtcdProcess> etcd = testing::StartEtcd();
+  REQUIRE_OK(etcd.status());
+  std::unique_ptr<EtcdClient> c = Connect(*etcd);
+  std::atomic<int> lost{0};
+  LeaseKeeperOptions o;
+  o.etcd = c.get();
+  o.ttl = absl::Seconds(1);
+  o.on_lost = [&] { ++lost; };
+  absl::StatusOr<std::unique_ptr<LeaseKeeper>> lease = LeaseKeeper::Start(o);
+  REQUIRE_OK(lease.status());
+  // etcd stops answering (SIGSTOP: its connections stay open), then the
+  // clock goes back 30 s: on the real-time clock the lease looked held
+  // for 31 s more, while etcd let it go after one.
+  REQUIRE(kill(etcd->process->pid(), SIGSTOP) == 0);
+  const absl::Time stopped = Clock::Monotonic()->Now();
+  {
+    Stepped stepped(absl::Seconds(-30));
+    REQUIRE_OK(testing::WaitFor([&] { return !(*lease)->Held(); },
+                                absl::Seconds(5), "the lease to lapse"));
+    CHECK(Clock::Monotonic()->Now() - stopped < absl::Seconds(2));
+    REQUIRE_OK(testing::WaitFor([&] { return lost.load() == 1; },
+                                absl::Seconds(5), "on_lost"));
+  }
+  REQUIRE(kill(etcd->process->pid(), SIGCONT) == 0);
+}
+
+TEST_CASE("a worker is not evicted by a step of the real-time clock forward",
+          "[clock][workers]") {
+  RegistryOptions o;  // the default clock
+  o.worker_lease = absl::Seconds(5);
+  o.background_thread = false;
+  o.logger = NullLogger();
+  absl::StatusOr<std::unique_ptr<WorkerRegistry>> r = WorkerRegistry::Create(o);
+  REQUIRE_OK(r.status());
+  WorkerRef w;
+  w.set_worker_id(0);
+  w.set_incarnation(7);
+  REQUIRE_OK((*r)->Admit(w).status());
+  Stepped stepped(absl::Seconds(60));
+  (*r)->Tick();
+  REQUIRE((*r)->Workers().size() == 1);
+  CHECK((*r)->Workers()[0].live);
+  CHECK((*r)->Workers()[0].silent_for < absl::Seconds(5));
+}
+
+}  // namespace
+}  // namespace asyncps
