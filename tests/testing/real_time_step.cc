@@ -5,7 +5,10 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <chrono>
 #include <cstdint>
+
+#include "absl/time/clock.h"
 
 namespace asyncps::testing {
 namespace {
@@ -15,7 +18,19 @@ std::atomic<int64_t> offset_ns{0};
 }  // namespace
 
 void StepRealTime(absl::Duration by) {
+  const absl::Time wall = absl::Now();
+  const auto mono = std::chrono::steady_clock::now();
   offset_ns.fetch_add(absl::ToInt64Nanoseconds(by));
+  // absl::Now() goes on from its last reading of the clock for a while
+  // (its cycle-counter estimate): wait until it shows the step too.
+  for (int i = 0; i < 1000; ++i) {
+    const absl::Time expected =
+        wall + by + absl::FromChrono(std::chrono::steady_clock::now() - mono);
+    if (absl::AbsDuration(absl::Now() - expected) < absl::Milliseconds(200)) {
+      return;
+    }
+    absl::SleepFor(absl::Milliseconds(10));
+  }
 }
 
 }  // namespace asyncps::testing

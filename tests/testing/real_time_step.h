@@ -30,7 +30,8 @@
 
 namespace asyncps::testing {
 
-// Adds `by` to the process's real-time clock from now on.
+// Adds `by` to the process's real-time clock from now on; returns once
+// absl::Now() shows it (within 10 s).
 void StepRealTime(absl::Duration by);
 
 }  // namespace asyncps::testing
