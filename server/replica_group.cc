@@ -431,7 +431,13 @@ void ReplicaGroup::Tick() {
     }
     return TendBackups(group, *live);
   }
-  if (log_.fenced()) return Restart("fenced");
+  // Every other fence comes with a restart (above, Drop): this one is the
+  // lease's (on_lost, or the log's own check), which can land while this
+  // tick read the view (etcd away: the read waits for it). Restarting
+  // here would throw the replica's state away, and every replica of the
+  // group loses its lease at once then: the role is confirmed as after a
+  // lost lease instead.
+  if (log_.fenced()) return Rejoin();
   if (me == 0) {
     return Restart(
         "the map lists it first but it is no primary (its group lost every "
