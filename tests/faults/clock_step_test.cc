@@ -19,6 +19,7 @@
 #include "tests/testing/etcd_process.h"
 #include "tests/testing/real_time_step.h"
 #include "tests/testing/require_ok.h"
+#include "tests/testing/shard_maps.h"
 #include "tests/testing/subprocess.h"
 
 namespace asyncps {
@@ -31,13 +32,29 @@ struct Stepped {
   const absl::Duration by;
 };
 
-std::unique_ptr<EtcdClient> Connect(const testing::EtcdProcess& etcd) {
-  EtcdClientOptions o;
-  o.endpoints = {etcd.endpoint};
-  o.call_timeout = absl::Milliseconds(500);
-  absl::StatusOr<std::unique_ptr<EtcdClient>> c = EtcdClient::Connect(o);
+// A 1 s lease in the test's etcd, its losses and renewals counted.
+struct CountedLease {
+  std::shared_ptr<EtcdClient> etcd;
+  std::atomic<int> lost{0};
+  std::atomic<int> renewed{0};  // the grant included
+  std::unique_ptr<LeaseKeeper> keeper;
+};
+
+void StartLease(const testing::EtcdProcess& etcd, CountedLease* l) {
+  EtcdClientOptions eo;
+  eo.call_timeout = absl::Milliseconds(500);
+  absl::StatusOr<std::shared_ptr<EtcdClient>> c =
+      testing::ConnectToEtcd(etcd, eo);
   REQUIRE_OK(c.status());
-  return *std::move(c);
+  l->etcd = *std::move(c);
+  LeaseKeeperOptions o;
+  o.etcd = l->etcd.get();
+  o.ttl = absl::Seconds(1);
+  o.on_lost = [l] { ++l->lost; };
+  o.on_renewed = [l](absl::Time) { ++l->renewed; };
+  absl::StatusOr<std::unique_ptr<LeaseKeeper>> keeper = LeaseKeeper::Start(o);
+  REQUIRE_OK(keeper.status());
+  l->keeper = *std::move(keeper);
 }
 
 TEST_CASE("a lease is held through steps of the real-time clock either way",
@@ -45,17 +62,9 @@ TEST_CASE("a lease is held through steps of the real-time clock either way",
   if (testing::SkipWithoutEtcd()) return;
   absl::StatusOr<testing::EtcdProcess> etcd = testing::StartEtcd();
   REQUIRE_OK(etcd.status());
-  std::unique_ptr<EtcdClient> c = Connect(*etcd);
-  std::atomic<int> lost{0};
-  std::atomic<int> renewed{0};
-  LeaseKeeperOptions o;
-  o.etcd = c.get();
-  o.ttl = absl::Seconds(1);
-  o.on_lost = [&] { ++lost; };
-  o.on_renewed = [&](absl::Time) { ++renewed; };
-  absl::StatusOr<std::unique_ptr<LeaseKeeper>> lease = LeaseKeeper::Start(o);
-  REQUIRE_OK(lease.status());
-  CHECK(renewed == 1);  // the grant
+  CountedLease lease;
+  StartLease(*etcd, &lease);
+  CHECK(lease.renewed == 1);  // the grant
   // Forward: a keeper on the real-time clock saw its expiry 30 s past.
   // Back: its renewal thread slept 30 s (etcd let the lease go) while
   // Held() said true.
@@ -64,14 +73,14 @@ TEST_CASE("a lease is held through steps of the real-time clock either way",
     Stepped stepped(step);
     const absl::Time until = Clock::Monotonic()->Now() + absl::Seconds(3);
     while (Clock::Monotonic()->Now() < until) {
-      REQUIRE((*lease)->Held());
+      REQUIRE(lease.keeper->Held());
       absl::SleepFor(absl::Milliseconds(100));
     }
   }
-  CHECK(lost == 0);
-  CHECK(renewed > 10);  // every ttl / 3 for 6 s
+  CHECK(lease.lost == 0);
+  CHECK(lease.renewed > 10);  // every ttl / 3 for 6 s
   // etcd agrees: the lease is alive, its key with it.
-  REQUIRE_OK(c->Put("/servers/a", "x", (*lease)->id()).status());
+  REQUIRE_OK(lease.etcd->Put("/servers/a", "x", lease.keeper->id()).status());
 }
 
 TEST_CASE(
@@ -81,25 +90,19 @@ TEST_CASE(
   if (testing::SkipWithoutEtcd()) return;
   absl::StatusOr<testing::EtcdProcess> etcd = testing::StartEtcd();
   REQUIRE_OK(etcd.status());
-  std::unique_ptr<EtcdClient> c = Connect(*etcd);
-  std::atomic<int> lost{0};
-  LeaseKeeperOptions o;
-  o.etcd = c.get();
-  o.ttl = absl::Seconds(1);
-  o.on_lost = [&] { ++lost; };
-  absl::StatusOr<std::unique_ptr<LeaseKeeper>> lease = LeaseKeeper::Start(o);
-  REQUIRE_OK(lease.status());
-  // etcd stops answering (SIGSTOP: its connections stay open), then the
-  // clock goes back 30 s: on the real-time clock the lease looked held
-  // for 31 s more, while etcd let it go after one.
-  REQUIRE(kill(etcd->process->pid(), SIGSTOP) == 0);
-  const absl::Time stopped = Clock::Monotonic()->Now();
+  CountedLease lease;
+  StartLease(*etcd, &lease);
+  // The clock goes back 30 s, then etcd stops answering (SIGSTOP: its
+  // connections stay open): on the real-time clock the lease looked held
+  // for 30 s more, while etcd let it go after one.
   {
     Stepped stepped(absl::Seconds(-30));
-    REQUIRE_OK(testing::WaitFor([&] { return !(*lease)->Held(); },
+    REQUIRE(kill(etcd->process->pid(), SIGSTOP) == 0);
+    const absl::Time stopped = Clock::Monotonic()->Now();
+    REQUIRE_OK(testing::WaitFor([&] { return !lease.keeper->Held(); },
                                 absl::Seconds(5), "the lease to lapse"));
     CHECK(Clock::Monotonic()->Now() - stopped < absl::Seconds(2));
-    REQUIRE_OK(testing::WaitFor([&] { return lost.load() == 1; },
+    REQUIRE_OK(testing::WaitFor([&] { return lease.lost.load() == 1; },
                                 absl::Seconds(5), "on_lost"));
   }
   REQUIRE(kill(etcd->process->pid(), SIGCONT) == 0);
