@@ -207,7 +207,7 @@ absl::Status SlotMover::FenceBody(const MoveStep& step) {
   absl::MutexLock l(&mu_);
   if (!leaving_.has_value()) {  // a backup's (the primary set its own)
     leaving_ = Leaving{*next, step.fenced().destination(),
-                       step.fenced().destination_index(), absl::Now()};
+                       step.fenced().destination_index(), Now()};
   }
   return absl::OkStatus();
 }

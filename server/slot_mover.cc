@@ -105,12 +105,12 @@ absl::StatusOr<MoveSlotsResponse> SlotMover::MoveIn(
   round.set_run_id(c_->run_id);
   MoveSlotsResponse out;
   out.set_slots(static_cast<uint32_t>(slots->size()));
-  const absl::Time start = absl::Now();
+  const absl::Time start = Now();
   std::vector<std::string> sent;  // the tensors the source named
   if (s.ok()) {
     s = CopyUnfenced(stub.get(), request, *next, *set, &round, &out, &sent);
   }
-  const absl::Time fenced = absl::Now();
+  const absl::Time fenced = Now();
   out.set_copy_ms(Ms(fenced - start));
   absl::StatusOr<Round> last = absl::UnknownError("not run");
   if (s.ok()) {
@@ -139,7 +139,7 @@ absl::StatusOr<MoveSlotsResponse> SlotMover::MoveIn(
   Settle(record, reservation, /*committed=*/true);
   out.set_bytes(out.bytes() + last->bytes);
   out.set_rounds(out.rounds() + 1);
-  out.set_fence_ms(Ms(absl::Now() - fenced));
+  out.set_fence_ms(Ms(Now() - fenced));
   ShardMapToProto(*next, out.mutable_map());
   c_->logger->info(
       "moved {} slots in from shard {}: {} bytes in {} rounds, copy {:.1f} "
@@ -161,7 +161,7 @@ absl::Status SlotMover::CopyUnfenced(SlotMoves::Stub* source,
       request.fence_bytes() > 0 ? request.fence_bytes() : kDefaultFenceBytes;
   uint64_t previous = 0;
   for (uint32_t r = 0; r < max_rounds; ++r) {
-    const absl::Time round_start = absl::Now();
+    const absl::Time round_start = Now();
     absl::StatusOr<Round> done =
         CopyRound(source, *round, next, request.source_index());
     if (!done.ok()) return done.status();
@@ -172,12 +172,12 @@ absl::Status SlotMover::CopyUnfenced(SlotMoves::Stub* source,
       if (!s.ok()) return s;
     }
     c_->logger->debug("copy round {}: {} bytes in {:.1f} ms", r + 1,
-                      done->bytes, Ms(absl::Now() - round_start));
+                      done->bytes, Ms(Now() - round_start));
     if (out->rounds() == 0) {  // everything of the slots
       out->set_slices(done->slices);
       out->set_rows(done->rows);
       out->set_state_bytes(done->bytes);
-      out->set_first_round_ms(Ms(absl::Now() - round_start));
+      out->set_first_round_ms(Ms(Now() - round_start));
     }
     out->set_bytes(out->bytes() + done->bytes);
     out->set_rounds(out->rounds() + 1);
@@ -348,7 +348,7 @@ bool SlotMover::MayRetry(uint64_t epoch) const {
   if (it->second != Outcome::kAborted) return false;
   auto word = last_word_.find(epoch);
   return word == last_word_.end() ||
-         absl::Now() >= word->second + 2 * o_.fence_timeout;
+         Now() >= word->second + 2 * o_.fence_timeout;
 }
 
 void SlotMover::Abort(const ShardMap& next, bool forget) {
@@ -361,7 +361,7 @@ void SlotMover::Abort(const ShardMap& next, bool forget) {
       last_word_.erase(epoch);
     } else {
       incoming_[epoch] = Outcome::kAborted;
-      last_word_[epoch] = absl::Now();
+      last_word_[epoch] = Now();
     }
   }
   // What was imported of slots this shard does not own goes.
@@ -428,7 +428,7 @@ absl::StatusOr<MoveStateResponse> SlotMover::State(
   const uint64_t move_epoch = request.move_epoch();
   MoveStateResponse out;
   absl::MutexLock l(&mu_);
-  last_word_[move_epoch] = absl::Now();
+  last_word_[move_epoch] = Now();
   auto it = incoming_.find(move_epoch);
   if (request.confirm()) {
     out.set_copying(moving_in_ && it != incoming_.end() &&
@@ -508,7 +508,7 @@ absl::Status SlotMover::Export(
     absl::MutexLock l(&mu_);
     if (!leaving_.has_value()) {
       leaving_ = Leaving{*next, request.destination(),
-                         request.destination_index(), absl::Now()};
+                         request.destination_index(), Now()};
       raise = true;
     }
   }
@@ -546,14 +546,14 @@ absl::Status SlotMover::SendRound(
   // Paced (--move_copy_mb_s) before the fence only: a fenced round holds
   // the slots' pulls and pushes until it is done.
   const double rate = request.fence() ? 0 : o_.copy_mb_s * 1e6;
-  const absl::Time start = absl::Now();
+  const absl::Time start = Now();
   double sent = 0;
   const auto send = [&]() -> bool {
     if (!write(chunk)) return false;
     sent += static_cast<double>(bytes);
     if (rate > 0) {
       const absl::Time due = start + absl::Seconds(sent / rate);
-      if (due > absl::Now()) absl::SleepFor(due - absl::Now());
+      if (due > Now()) absl::SleepFor(due - Now());
     }
     return true;
   };
@@ -687,12 +687,12 @@ absl::Status SlotMover::EndLeaving(uint64_t epoch, bool committed) {
   }
   c_->logger->info("the move to map epoch {} {}; serving again after {:.1f} ms",
                    epoch, committed ? "committed" : "was aborted",
-                   Ms(absl::Now() - fenced_at));
+                   Ms(Now() - fenced_at));
   return absl::OkStatus();
 }
 
 bool SlotMover::WatcherWoken() const {
-  return stop_ || (catch_up_wanted_.load() && absl::Now() >= next_catch_up_);
+  return stop_ || (catch_up_wanted_.load() && Now() >= next_catch_up_);
 }
 
 void SlotMover::Watch() {
@@ -702,20 +702,22 @@ void SlotMover::Watch() {
   constexpr absl::Duration kCatchUpEvery = absl::Milliseconds(500);
   constexpr absl::Duration kLookEvery = absl::Seconds(5);
   absl::MutexLock l(&mu_);
-  absl::Time next_ask = absl::Now() + o_.fence_timeout / 2;
-  absl::Time next_look = o_.run_map_record != nullptr ? absl::Now() + kLookEvery
+  absl::Time next_ask = Now() + o_.fence_timeout / 2;
+  absl::Time next_look = o_.run_map_record != nullptr ? Now() + kLookEvery
                                                       : absl::InfiniteFuture();
   while (!stop_) {
-    if (absl::Now() >= next_look) {
-      next_look = absl::Now() + kLookEvery;
+    if (Now() >= next_look) {
+      next_look = Now() + kLookEvery;
       catch_up_wanted_.store(true);
     }
     absl::Time until = std::min(next_ask, next_look);
     if (catch_up_wanted_.load()) until = std::min(until, next_catch_up_);
-    mu_.AwaitWithDeadline(absl::Condition(this, &SlotMover::WatcherWoken),
-                          until);
+    // Timed on the real-time clock (absl), decided on the monotonic one: a
+    // step back makes this one wait late once, no more.
+    mu_.AwaitWithTimeout(absl::Condition(this, &SlotMover::WatcherWoken),
+                         until - Now());
     if (stop_) break;
-    const absl::Time now = absl::Now();
+    const absl::Time now = Now();
     if (catch_up_wanted_.load() && now >= next_catch_up_) {
       catch_up_wanted_.store(false);
       next_catch_up_ = now + kCatchUpEvery;
@@ -752,7 +754,7 @@ std::string SlotMover::Describe() const {
   if (leaving_.has_value()) {
     return absl::StrFormat(
         "fenced for %.0f ms: slots moving to %s (map epoch %d)",
-        Ms(absl::Now() - leaving_->fenced_at), leaving_->destination,
+        Ms(Now() - leaving_->fenced_at), leaving_->destination,
         leaving_->next.epoch());
   }
   return moving_in_ ? moving_in_what_ : std::string();

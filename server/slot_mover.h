@@ -70,6 +70,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "common/clock.h"
 #include "common/security.h"
 #include "common/shard_map.h"
 #include "proto/replication.pb.h"
@@ -182,6 +183,11 @@ class SlotMover {
   absl::Status ApplyStep(const MoveStep& step) ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
+  // The mover's time: monotonic, so that a step of the real-time clock
+  // neither ends a fence's wait for its destination's word early nor
+  // allows an aborted epoch's retry at once (gRPC deadlines stay on the
+  // real-time clock, which gRPC expects).
+  static absl::Time Now() { return Clock::Monotonic()->Now(); }
   enum class Outcome { kCopying, kCommitting, kCommitted, kAborted };
   // A move out of this shard that raised the fence.
   struct Leaving {

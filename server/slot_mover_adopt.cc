@@ -98,7 +98,7 @@ void SlotMover::CatchUpWithRun() {
 }
 
 void SlotMover::CatchUpFailed(const std::string& why) {
-  const absl::Time now = absl::Now();
+  const absl::Time now = Now();
   if (now - last_catch_up_warning_ < absl::Seconds(10)) {
     c_->logger->debug("{}", why);
     return;
