@@ -116,8 +116,10 @@ def run_case(args, case, clock, tmp):
 
     def spawn(argv, name, **kw):
         log = open(os.path.join(tmp, f"{case}-{name}.log"), "w")
+        # A killed replica's snapshot directory goes with the logs' folder.
+        env = dict(os.environ, TMPDIR=tmp)
         p = subprocess.Popen(argv, stdout=kw.pop("stdout", log), stderr=log,
-                             text=True, **kw)
+                             text=True, env=env, **kw)
         procs.append(p)
         return p
 
