@@ -33,10 +33,9 @@ bool AwaitSteadily(absl::Mutex* mu, std::condition_variable_any* cv,
 }
 
 void SteadyNotification::Notify() {
-  {
-    absl::MutexLock l(&mu_);
-    notified_ = true;
-  }
+  absl::MutexLock l(&mu_);
+  notified_ = true;
+  // Under mu_: a waiter that sees notified_ may destroy this at once.
   cv_.notify_all();
 }
 

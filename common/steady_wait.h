@@ -20,8 +20,8 @@
 //     return answer_.has_value();
 //   });
 //   ...
-//   // The callback that sets answer_ (under mu_) then calls
-//   // cv_.notify_all().
+//   // The callback that sets answer_ calls cv_.notify_all() before it
+//   // releases mu_.
 
 #include <condition_variable>
 
@@ -34,8 +34,10 @@ namespace asyncps {
 
 // Waits, with `mu` held (released meanwhile), until `done()` or until
 // `timeout` passed on the monotonic clock; returns done(). Whoever makes
-// done() true does so under `mu` and then calls cv->notify_all(). An
-// infinite timeout waits for done() alone.
+// done() true does so under `mu` and calls cv->notify_all() before it
+// releases `mu`: a waiter that sees done() (it may have timed out just
+// then) may destroy `cv` at once, and a notify after that touches freed
+// memory. An infinite timeout waits for done() alone.
 bool AwaitSteadily(absl::Mutex* mu, std::condition_variable_any* cv,
                    absl::Duration timeout, absl::FunctionRef<bool()> done)
     ABSL_EXCLUSIVE_LOCKS_REQUIRED(*mu);

@@ -71,8 +71,13 @@ EtcdClient::EtcdClient(EtcdClientOptions options)
   for (const std::string& endpoint : options_.endpoints) {
     Member m;
     m.endpoint = endpoint;
-    m.channel =
-        grpc::CreateChannel(endpoint, grpc::InsecureChannelCredentials());
+    grpc::ChannelArguments args;
+    // A member that comes back is connected to within a second (gRPC's
+    // default backoff grows to two minutes), so that calls can move to it.
+    args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
+    args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
+    m.channel = grpc::CreateCustomChannel(
+        endpoint, grpc::InsecureChannelCredentials(), args);
     // Connected before a failure moves calls to it.
     m.channel->GetState(/*try_to_connect=*/true);
     m.kv = etcdserverpb::KV::NewStub(m.channel);
@@ -86,31 +91,74 @@ const std::string& EtcdClient::current_endpoint() const {
   return members_[Current()].endpoint;
 }
 
+bool EtcdClient::Unreachable(size_t m) const {
+  const grpc_connectivity_state state =
+      members_[m].channel->GetState(/*try_to_connect=*/true);
+  return state == GRPC_CHANNEL_TRANSIENT_FAILURE ||
+         state == GRPC_CHANNEL_SHUTDOWN;
+}
+
+void EtcdClient::MoveFrom(size_t m) {
+  const size_t n = members_.size();
+  // The next member that is not known to be down (a killed member's
+  // channel is in TRANSIENT_FAILURE within a connection attempt), else
+  // simply the next one.
+  size_t next = (m + 1) % n;
+  for (size_t k = 1; k < n; ++k) {
+    if (!Unreachable((m + k) % n)) {
+      next = (m + k) % n;
+      break;
+    }
+  }
+  size_t expected = m;
+  current_.compare_exchange_strong(expected, next, std::memory_order_acq_rel);
+}
+
+size_t EtcdClient::Pick() {
+  const size_t m = Current();
+  if (members_.size() > 1 && Unreachable(m)) MoveFrom(m);
+  return Current();
+}
+
 void EtcdClient::Failed(size_t m, absl::StatusCode code) {
   if (code != absl::StatusCode::kUnavailable &&
       code != absl::StatusCode::kDeadlineExceeded) {
     return;  // the member answered
   }
-  size_t expected = m;
-  current_.compare_exchange_strong(expected, (m + 1) % members_.size(),
-                                   std::memory_order_acq_rel);
+  MoveFrom(m);
 }
 
 template <typename F>
-absl::Status EtcdClient::Call(absl::string_view what, F&& call) {
-  const size_t m = Current();
-  const grpc::Status s = call(members_[m], Context().get());
-  if (s.ok()) return absl::OkStatus();
-  const absl::Status status = Annotate(s, what);
-  Failed(m, status.code());
+absl::Status EtcdClient::Call(absl::string_view what, F&& call,
+                              absl::Duration timeout, bool read) {
+  const absl::Time deadline =
+      absl::Now() + std::min(timeout, options_.call_timeout);
+  absl::Status status;
+  // A read goes on to the next member while time is left (a member that
+  // is down fails it at once); anything else is tried once.
+  const size_t tries = read ? members_.size() : 1;
+  for (size_t k = 0; k < tries; ++k) {
+    const absl::Duration left = deadline - absl::Now();
+    if (k > 0 && left <= absl::ZeroDuration()) break;
+    const size_t m = Pick();
+    const grpc::Status s = call(members_[m], Context(left).get());
+    if (s.ok()) return absl::OkStatus();
+    status = Annotate(s, what);
+    Failed(m, status.code());
+    if (!absl::IsUnavailable(status)) break;
+  }
   return status;
 }
 
-std::unique_ptr<grpc::ClientContext> EtcdClient::Context() const {
+std::unique_ptr<grpc::ClientContext> EtcdClient::Context(
+    absl::Duration timeout) const {
   auto ctx = std::make_unique<grpc::ClientContext>();
-  ctx->set_deadline(absl::ToChronoTime(absl::Now() + options_.call_timeout));
-  // Wait for a connection (an endpoint restarting) up to the deadline.
-  ctx->set_wait_for_ready(true);
+  ctx->set_deadline(absl::ToChronoTime(absl::Now() + timeout));
+  // The only endpoint: wait for a connection (etcd restarting) up to the
+  // deadline. With several, a call to a member that is down fails at once
+  // and moves the next call on (Failed), instead of waiting out the
+  // deadline on it while the others answer.
+  ctx->set_wait_for_ready(members_.size() == 1);
   return ctx;
 }
 
@@ -119,9 +167,12 @@ absl::StatusOr<std::optional<EtcdKeyValue>> EtcdClient::Get(
   etcdserverpb::RangeRequest request;
   request.set_key(std::string(key));
   etcdserverpb::RangeResponse response;
-  absl::Status s = Call("get", [&](const Member& m, grpc::ClientContext* c) {
-    return m.kv->Range(c, request, &response);
-  });
+  absl::Status s = Call(
+      "get",
+      [&](const Member& m, grpc::ClientContext* c) {
+        return m.kv->Range(c, request, &response);
+      },
+      absl::InfiniteDuration(), /*read=*/true);
   if (!s.ok()) return s;
   if (response.kvs_size() == 0) return std::optional<EtcdKeyValue>();
   return std::optional<EtcdKeyValue>(FromProto(response.kvs(0)));
@@ -132,9 +183,12 @@ absl::StatusOr<EtcdClient::Listing> EtcdClient::List(absl::string_view prefix) {
   request.set_key(std::string(prefix));
   request.set_range_end(PrefixEnd(prefix));
   etcdserverpb::RangeResponse response;
-  absl::Status s = Call("list", [&](const Member& m, grpc::ClientContext* c) {
-    return m.kv->Range(c, request, &response);
-  });
+  absl::Status s = Call(
+      "list",
+      [&](const Member& m, grpc::ClientContext* c) {
+        return m.kv->Range(c, request, &response);
+      },
+      absl::InfiniteDuration(), /*read=*/true);
   if (!s.ok()) return s;
   Listing out;
   out.revision = response.header().revision();
@@ -214,10 +268,16 @@ absl::StatusOr<int64_t> EtcdClient::GrantLease(absl::Duration ttl) {
   etcdserverpb::LeaseGrantRequest request;
   request.set_ttl(seconds);
   etcdserverpb::LeaseGrantResponse response;
-  absl::Status s =
-      Call("lease grant", [&](const Member& m, grpc::ClientContext* c) {
+  // A grant answered later than its TTL is of no use (its holder's clock
+  // starts when it is sent), and one etcd has not answered by then is
+  // usually lost: a member that still believes in a leader that died
+  // forwards it there and waits. Its caller asks again, on the next member.
+  absl::Status s = Call(
+      "lease grant",
+      [&](const Member& m, grpc::ClientContext* c) {
         return m.lease->LeaseGrant(c, request, &response);
-      });
+      },
+      absl::Seconds(seconds));
   if (!s.ok()) return s;
   if (!response.error().empty()) {
     return absl::UnavailableError(
@@ -227,14 +287,15 @@ absl::StatusOr<int64_t> EtcdClient::GrantLease(absl::Duration ttl) {
 }
 
 std::unique_ptr<EtcdClient::LeaseStream> EtcdClient::OpenLeaseStream() {
-  return std::unique_ptr<LeaseStream>(new LeaseStream(this, Current()));
+  return std::unique_ptr<LeaseStream>(new LeaseStream(this, Pick()));
 }
 
 EtcdClient::LeaseStream::LeaseStream(EtcdClient* client, size_t member)
     : client_(client), member_(member) {
-  // No deadline of its own (each renewal has one); waits for a connection
-  // (an endpoint restarting) until a renewal gives up on it.
-  context_.set_wait_for_ready(true);
+  // No deadline of its own (each renewal has one). With one endpoint it
+  // waits for a connection (etcd restarting) until a renewal gives up on
+  // it; with several, a member that is down fails it at once (as Context).
+  context_.set_wait_for_ready(client->members_.size() == 1);
 }
 
 EtcdClient::LeaseStream::~LeaseStream() {
@@ -313,8 +374,8 @@ void EtcdClient::LeaseStream::OnWriteDone(bool ok) {
     absl::MutexLock l(&mu_);
     writing_ = false;
     if (!ok) End(absl::UnavailableError("etcd lease renewal: stream ended"));
+    changed_.notify_all();
   }
-  changed_.notify_all();
 }
 
 void EtcdClient::LeaseStream::OnReadDone(bool ok) {
@@ -322,8 +383,8 @@ void EtcdClient::LeaseStream::OnReadDone(bool ok) {
     absl::MutexLock l(&mu_);
     if (ok) answer_ = response_;
     if (!ok) End(absl::UnavailableError("etcd lease renewal: stream ended"));
+    changed_.notify_all();
   }
-  changed_.notify_all();
   if (ok) StartRead(&response_);
 }
 
@@ -333,8 +394,10 @@ void EtcdClient::LeaseStream::OnDone(const grpc::Status& s) {
     End(s.ok() ? absl::UnavailableError("etcd lease renewal: stream ended")
                : Annotate(s, "lease renewal"));
     done_ = true;
+    // Under mu_: once it is released the destructor may go on and free
+    // changed_ (a notify after that was a use after free).
+    changed_.notify_all();
   }
-  changed_.notify_all();
 }
 
 absl::Status EtcdClient::RevokeLease(int64_t id) {
@@ -357,7 +420,7 @@ std::unique_ptr<EtcdClient::Watcher> EtcdClient::WatchPrefix(
   create.mutable_create_request()->set_range_end(PrefixEnd(prefix));
   create.mutable_create_request()->set_start_revision(start_revision);
   Watcher* raw = w.get();
-  w->thread_ = std::thread([this, raw, member = Current(), create,
+  w->thread_ = std::thread([this, raw, member = Pick(), create,
                             on_events = std::move(on_events),
                             on_end = std::move(on_end)] {
     raw->Read(this, member, create, on_events, on_end);

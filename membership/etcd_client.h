@@ -52,9 +52,12 @@ struct EtcdClientOptions {
   // the start), and move to the next member when a call to the one in use
   // fails as an unreachable, silent or leaderless member fails
   // (UNAVAILABLE, DEADLINE_EXCEEDED), as etcd's own client moves between
-  // endpoints. A call that failed is not repeated on the next member (a
-  // write that timed out may have been applied): its caller's own retry
-  // goes there.
+  // endpoints; a member whose channel cannot connect is passed over. A
+  // write that failed is not repeated on the next member (one that timed
+  // out may have been applied): its caller's own retry goes there. A read
+  // (Get, List) that failed UNAVAILABLE is, within its deadline. With one
+  // endpoint a call waits for a connection (etcd restarting) up to its
+  // deadline; with several, one to a member that is down fails at once.
   std::vector<std::string> endpoints;
   absl::Duration call_timeout = absl::Seconds(5);
   // A watch that has heard nothing from etcd for this long asks it how far
@@ -125,7 +128,8 @@ class EtcdClient {
                                       absl::string_view value,
                                       int64_t lease = 0);
 
-  // A lease of `ttl` (whole seconds, at least 1); returns its id.
+  // A lease of `ttl` (whole seconds, at least 1); returns its id. Waits at
+  // most the TTL for etcd's answer (DEADLINE_EXCEEDED).
   absl::StatusOr<int64_t> GrantLease(absl::Duration ttl);
   // A keep-alive stream that renews leases (LeaseStream::Renew); opened
   // by its first renewal. Destroy it before this client.
@@ -163,17 +167,32 @@ class EtcdClient {
   };
 
   explicit EtcdClient(EtcdClientOptions options);
-  std::unique_ptr<grpc::ClientContext> Context() const;
+  // A call's context, with its deadline `timeout` from now.
+  std::unique_ptr<grpc::ClientContext> Context(absl::Duration timeout) const;
   // The index of the member calls go to now.
   size_t Current() const { return current_.load(std::memory_order_acquire); }
+  // The member for a new call: the current one, unless its channel says it
+  // is down and another's does not.
+  size_t Pick();
+  // Whether member m's channel failed to connect (TRANSIENT_FAILURE).
+  bool Unreachable(size_t m) const;
+  // Moves later calls from member m to the next one that is not
+  // Unreachable (unless another failure moved them on already).
+  void MoveFrom(size_t m);
   // A call to member `m` ended with `code`: when that says the member is
   // unreachable, silent or without a leader, later calls go to the next
   // member (unless another failure moved them on already).
   void Failed(size_t m, absl::StatusCode code);
-  // Runs `call(member, context)` on the current member; its error,
-  // annotated with `what`, moves later calls on as Failed says.
+  // Runs `call(member, context)` on the member Pick gives, with a deadline
+  // of `timeout` or the call timeout, whichever is shorter; its error,
+  // annotated with `what`, moves later calls on as Failed says. A `read`
+  // that fails UNAVAILABLE is run again on the next member, each member
+  // at most once, within the same deadline (a read is safe to repeat; a
+  // write that failed may have been applied).
   template <typename F>
-  absl::Status Call(absl::string_view what, F&& call);
+  absl::Status Call(absl::string_view what, F&& call,
+                    absl::Duration timeout = absl::InfiniteDuration(),
+                    bool read = false);
 
   const EtcdClientOptions options_;
   std::vector<Member> members_;  // one per endpoint, in order

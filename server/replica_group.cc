@@ -7,6 +7,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/time/clock.h"
 
 namespace asyncps {
 
@@ -82,7 +83,14 @@ absl::StatusOr<std::unique_ptr<ReplicaGroup>> ReplicaGroup::Join(
     group->log_.HoldLeaseUntil(until);
   };
   lo.ttl = std::max(absl::Seconds(1), absl::Trunc(o.lease, absl::Seconds(1)));
+  // A grant waits at most the lease's TTL; etcd starting beside this
+  // process is given the call timeout.
+  const absl::Time give_up = Now() + eo.call_timeout;
   absl::StatusOr<std::unique_ptr<LeaseKeeper>> lease = LeaseKeeper::Start(lo);
+  while (!lease.ok() && Now() < give_up) {
+    absl::SleepFor(absl::Milliseconds(100));
+    lease = LeaseKeeper::Start(lo);
+  }
   if (!lease.ok()) {
     return absl::UnavailableError(absl::StrCat(
         "cannot reach etcd at ", endpoints, " (", lease.status().message(),

@@ -34,21 +34,13 @@ import argparse
 import os
 import shutil
 import signal
-import socket
-import subprocess
 import sys
 import tempfile
-import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import emulated_cluster as ec  # noqa: E402  (binary())
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+import emulated_cluster as ec  # noqa: E402  (install_signal_handlers)
+import loopback_group as lg  # noqa: E402
 
 
 class SteppedClock:
@@ -67,92 +59,29 @@ class SteppedClock:
             self.step(-self.offset)
 
 
-class Acks:
-    """Reads push_client's "acked N" lines, stamping each (monotonic)."""
-
-    def __init__(self, proc):
-        self.times = []
-        self.lock = threading.Lock()
-        self.thread = threading.Thread(target=self._read, args=(proc,),
-                                       daemon=True)
-        self.thread.start()
-
-    def _read(self, proc):
-        for line in proc.stdout:
-            if line.startswith("acked "):
-                with self.lock:
-                    self.times.append(time.monotonic())
-
-    def since(self, t):
-        with self.lock:
-            return [x for x in self.times if x > t]
-
-    def wait_for(self, count, deadline_s):
-        give_up = time.monotonic() + deadline_s
-        while time.monotonic() < give_up:
-            with self.lock:
-                if len(self.times) >= count:
-                    return True
-            time.sleep(0.05)
-        return False
-
-
-def lease_lines(log_paths):
-    lines = []
-    for path in log_paths:
-        with open(path, errors="replace") as f:
-            for line in f:
-                if "lease" in line or "starts over" in line:
-                    lines.append(f"{os.path.basename(path)}: {line.rstrip()}")
-    return lines
-
-
 def run_case(args, case, clock, tmp):
-    procs = []
-    etcd_port = free_port()
-    endpoint = f"127.0.0.1:{etcd_port}"
-    ps_server = ec.binary(args.bin, "server", "ps_server")
-    push_client = ec.binary(args.bin, "tests/integration", "push_client")
-
-    def spawn(argv, name, **kw):
-        log = open(os.path.join(tmp, f"{case}-{name}.log"), "w")
-        # A killed replica's snapshot directory goes with the logs' folder.
-        env = dict(os.environ, TMPDIR=tmp)
-        p = subprocess.Popen(argv, stdout=kw.pop("stdout", log), stderr=log,
-                             text=True, env=env, **kw)
-        procs.append(p)
-        return p
-
+    folder = os.path.join(tmp, case)
+    os.makedirs(folder)
+    procs = lg.Processes(folder)
+    endpoint = f"127.0.0.1:{lg.free_port()}"
     try:
-        etcd = spawn([args.etcd, f"--data-dir={tmp}/{case}-etcd",
-                      f"--listen-client-urls=http://{endpoint}",
-                      f"--advertise-client-urls=http://{endpoint}",
-                      f"--listen-peer-urls=http://127.0.0.1:{free_port()}",
-                      "--heartbeat-interval=50", "--election-timeout=500",
-                      "--log-level=warn"], "etcd")
+        etcd = procs.spawn([args.etcd, f"--data-dir={folder}/etcd",
+                            f"--listen-client-urls=http://{endpoint}",
+                            f"--advertise-client-urls=http://{endpoint}",
+                            "--listen-peer-urls=http://127.0.0.1:"
+                            f"{lg.free_port()}",
+                            "--heartbeat-interval=50",
+                            "--election-timeout=500", "--log-level=warn"],
+                           "etcd")
         time.sleep(1.5)
-        servers = []
-        for i, label in enumerate(("a", "b")):
-            servers.append(spawn(
-                [ps_server, "--host=127.0.0.1", f"--port={free_port()}",
-                 "--shard_index=0", "--num_shards=1", "--replicas=2",
-                 f"--etcd_endpoints={endpoint}", "--run_id=clock",
-                 f"--host_label={label}", f"--lease_ms={args.lease_ms}"],
-                f"server{i}"))
-            time.sleep(2)  # the first claims the group, the second follows
-        client = spawn([push_client, f"--etcd_endpoints={endpoint}",
-                        "--run_id=clock", "--tensors=w", "--worker_id=0",
-                        "--pushes=100000000", "--grad=1",
-                        "--create_elems=1000", "--log_level=warn"],
-                       "client", stdout=subprocess.PIPE)
-        acks = Acks(client)
-        if not acks.wait_for(200, 30):
+        acks = lg.start_group(procs, args.bin, endpoint, "clock",
+                              args.lease_ms)
+        if acks is None:
             print(f"{case}: the client acknowledged fewer than 200 pushes in "
-                  "30 s; logs in " + tmp)
+                  "30 s; logs in " + folder)
             return False
-        time.sleep(2)  # both replicas settled: backup counted, leases renewed
-        logs = [os.path.join(tmp, f"{case}-server{i}.log") for i in (0, 1)]
-        before = len(lease_lines(logs))
+        logs = [procs.log("server0"), procs.log("server1")]
+        before = len(lg.lease_lines(logs))
         t0 = time.monotonic()
         if case == "frozen":
             etcd.send_signal(signal.SIGSTOP)
@@ -165,13 +94,13 @@ def run_case(args, case, clock, tmp):
         t1 = time.monotonic()
         late = acks.since(t0)
         # Training goes on once etcd is back (a fenced primary resumes).
-        recovered = acks.wait_for(len(acks.times) + 200, 30)
+        recovered = acks.wait_for(acks.count() + 200, 30)
         resumed = acks.since(t1)
         back_after = (f"{resumed[199] - t1:.1f} s" if recovered
                       else "not within 30 s")
         per_second = [sum(1 for x in late if t0 + s <= x < t0 + s + 1)
                       for s in range(watch_s)]
-        lines = lease_lines(logs)[before:]
+        lines = lg.lease_lines(logs)[before:]
         print(f"--- {case}: clock {'+' if case == 'forward' else '-'}"
               f"{args.step} s" + (", etcd stopped" if case == "frozen" else ""))
         for line in lines:
@@ -194,17 +123,7 @@ def run_case(args, case, clock, tmp):
         return ok and recovered
     finally:
         clock.restore()
-        for p in procs:
-            try:
-                p.send_signal(signal.SIGCONT)
-                p.kill()
-            except ProcessLookupError:
-                pass
-        for p in procs:
-            try:
-                p.wait(10)
-            except subprocess.TimeoutExpired:
-                pass
+        procs.stop()
 
 
 def main():

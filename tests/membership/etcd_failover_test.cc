@@ -154,6 +154,79 @@ TEST_CASE(
 }
 
 TEST_CASE(
+    "an etcd member that is down costs no call its deadline: calls go to a "
+    "member that is up",
+    "[etcd][faults]") {
+  if (testing::SkipWithoutEtcd()) return;
+  absl::StatusOr<std::vector<testing::EtcdProcess>> cluster =
+      testing::StartEtcdCluster(3);
+  REQUIRE_OK(cluster.status());
+  // Killed: its port refuses connections (a crashed process, a restarting
+  // pod), unlike a stopped one that leaves them open and silent.
+  const size_t killed = AFollower(*cluster);
+  testing::EtcdProcess& victim = (*cluster)[killed];
+  REQUIRE_OK(victim.process->Signal(SIGKILL));
+  REQUIRE_OK(victim.process->Wait(absl::Seconds(10)).status());
+  // The killed member first, as a client's list may well have it; calls
+  // could wait 8 s for it.
+  EtcdClientOptions o;
+  o.endpoints = Endpoints(*cluster, killed);
+  o.call_timeout = absl::Seconds(8);
+  absl::StatusOr<std::unique_ptr<EtcdClient>> c = EtcdClient::Connect(o);
+  REQUIRE_OK(c.status());
+  // A read goes on to the next member within its call.
+  REQUIRE_OK((*c)->Get("/down/x").status());
+  CHECK((*c)->current_endpoint() != victim.endpoint);
+  c = EtcdClient::Connect(o);
+  REQUIRE_OK(c.status());
+  std::vector<absl::Status> failures;
+  const absl::Time t0 = absl::Now();
+  for (;;) {
+    absl::Status s = (*c)->Put("/down/x", "1").status();
+    if (s.ok()) break;
+    failures.push_back(s);
+    REQUIRE(absl::Now() - t0 < absl::Seconds(30));
+  }
+  // At most one call failed, at once (UNAVAILABLE), not by its deadline.
+  CHECK(failures.size() <= 1);
+  for (const absl::Status& s : failures) {
+    INFO(s.ToString());
+    CHECK(absl::IsUnavailable(s));
+  }
+  CHECK((*c)->current_endpoint() != victim.endpoint);
+  // A lease of 1 s is granted and kept through the member that is up.
+  LeaseKeeperOptions lo;
+  lo.etcd = c->get();
+  lo.ttl = absl::Seconds(1);
+  absl::StatusOr<std::unique_ptr<LeaseKeeper>> lease = LeaseKeeper::Start(lo);
+  REQUIRE_OK(lease.status());
+  const absl::Time t1 = absl::Now();
+  while (absl::Now() - t1 < absl::Seconds(3)) {
+    REQUIRE((*lease)->Held());
+    absl::SleepFor(absl::Milliseconds(50));
+  }
+  lease->reset();
+  // A member in use that stops answering (the other follower) moves the
+  // calls on past the one that is down, to the third (the leader).
+  size_t stopped = (killed + 1) % 3;
+  absl::StatusOr<bool> leads = testing::EtcdIsLeader((*cluster)[stopped]);
+  REQUIRE_OK(leads.status());
+  if (*leads) stopped = (killed + 2) % 3;
+  const size_t third = 3 - killed - stopped;
+  o.endpoints = {(*cluster)[stopped].endpoint, victim.endpoint,
+                 (*cluster)[third].endpoint};
+  o.call_timeout = absl::Seconds(1);
+  c = EtcdClient::Connect(o);
+  REQUIRE_OK(c.status());
+  REQUIRE_OK((*c)->Put("/down/y", "1").status());
+  REQUIRE_OK((*cluster)[stopped].process->Signal(SIGSTOP));
+  CHECK(absl::IsDeadlineExceeded((*c)->Put("/down/y", "2").status()));
+  // (Not written to: one member of three left has no quorum.)
+  CHECK((*c)->current_endpoint() == (*cluster)[third].endpoint);
+  REQUIRE_OK((*cluster)[stopped].process->Signal(SIGCONT));
+}
+
+TEST_CASE(
     "a watch on an etcd member that lost its cluster's leader ends, though "
     "the member still answers its progress requests",
     "[etcd][faults]") {
