@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "common/steady_wait.h"
 #include "server/checkpoint_dir.h"
 
 namespace asyncps {
@@ -60,6 +61,7 @@ void Checkpointer::Request(Done done) {
     absl::MutexLock l(&mu_);
     if (!stop_) {
       pending_.push_back(std::move(done));
+      woken_.notify_all();
       return;
     }
   }
@@ -75,31 +77,36 @@ void Checkpointer::Stop() {
   {
     absl::MutexLock l(&mu_);
     stop_ = true;
+    woken_.notify_all();
   }
   if (thread_.joinable()) thread_.join();
 }
 
 void Checkpointer::Loop() {
+  // The schedule is on the monotonic clock (and so is its wait: common/
+  // steady_wait.h), so that the real-time clock stepped back an hour does
+  // not put the next checkpoint off by an hour; options_.clock dates them.
+  Clock* const steady = Clock::Monotonic();
   absl::Time next = options_.every > absl::ZeroDuration()
-                        ? options_.clock->Now() + options_.every
+                        ? steady->Now() + options_.every
                         : absl::InfiniteFuture();
   while (true) {
     std::vector<Done> batch;
     {
       absl::MutexLock l(&mu_);
-      auto woken = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-        return stop_ || !pending_.empty();
-      };
-      mu_.AwaitWithDeadline(absl::Condition(&woken), next);
+      AwaitSteadily(&mu_, &woken_, next - steady->Now(),
+                    [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+                      return stop_ || !pending_.empty();
+                    });
       if (pending_.empty()) {
         if (stop_) return;
-        if (options_.clock->Now() < next) continue;  // spurious
+        if (steady->Now() < next) continue;  // spurious
       }
       batch.swap(pending_);
     }
     const absl::StatusOr<CheckpointInfo> result = WriteNow();
     if (options_.every > absl::ZeroDuration()) {
-      next = options_.clock->Now() + options_.every;
+      next = steady->Now() + options_.every;
     }
     for (Done& done : batch) done(result);
   }

@@ -28,6 +28,7 @@
 //   absl::StatusOr<CheckpointInfo> last = (*checkpointer)->WriteNow();
 
 #include <atomic>
+#include <condition_variable>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -70,6 +71,7 @@ struct CheckpointerOptions {
   // Both set CheckpointImage::epoch. Required when full_every > 1.
   std::function<CheckpointImage(uint32_t since, const DeltaChain& chain)>
       capture_delta;
+  // Dates the checkpoints; `every` is timed on the monotonic clock.
   Clock* clock = Clock::Real();            // not owned
   FileSystem* fs = FileSystem::Default();  // not owned; writes go here
   std::shared_ptr<spdlog::logger> logger;  // required
@@ -152,6 +154,7 @@ class Checkpointer {
   mutable absl::Mutex mu_;
   std::vector<Done> pending_ ABSL_GUARDED_BY(mu_);
   bool stop_ ABSL_GUARDED_BY(mu_) = false;
+  std::condition_variable_any woken_;  // notified (under mu_) as either is
   CheckpointInfo last_ ABSL_GUARDED_BY(mu_);
 
   std::thread thread_;  // started last, joined by Stop()

@@ -39,6 +39,7 @@
 #include "common/executor.h"
 #include "common/net.h"
 #include "common/security.h"
+#include "common/steady_wait.h"
 #include "server/checkpointer.h"
 #include "server/file_system.h"
 #include "server/ps_service.h"
@@ -267,7 +268,7 @@ class PsServer {
   int port_ = 0;
   std::string host_;
   // Samples the statistics once per second for the rates.
-  absl::Notification stop_sampler_;
+  SteadyNotification stop_sampler_;  // its 1 s on the monotonic clock
   std::thread sampler_;
   std::string advertised_;
   absl::Mutex shutdown_mu_;

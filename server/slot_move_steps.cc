@@ -88,7 +88,7 @@ absl::Status SlotMover::Step(
 
 absl::Status SlotMover::WaitAcked(uint64_t index) {
   struct Wait {
-    absl::Notification done;
+    SteadyNotification done;  // its timeout on the monotonic clock
     absl::Status status;
   };
   auto wait = std::make_shared<Wait>();

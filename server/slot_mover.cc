@@ -47,6 +47,7 @@ SlotMover::~SlotMover() {
   {
     absl::MutexLock l(&mu_);
     stop_ = true;
+    watcher_cv_.notify_all();
   }
   watcher_.join();
 }
@@ -691,10 +692,6 @@ absl::Status SlotMover::EndLeaving(uint64_t epoch, bool committed) {
   return absl::OkStatus();
 }
 
-bool SlotMover::WatcherWoken() const {
-  return stop_ || (catch_up_wanted_.load() && Now() >= next_catch_up_);
-}
-
 void SlotMover::Watch() {
   // Between two catch-ups with the run's map record; and between two
   // looks at it when nothing asked (a shard no request reaches, one that
@@ -712,10 +709,11 @@ void SlotMover::Watch() {
     }
     absl::Time until = std::min(next_ask, next_look);
     if (catch_up_wanted_.load()) until = std::min(until, next_catch_up_);
-    // Timed on the real-time clock (absl), decided on the monotonic one: a
-    // step back makes this one wait late once, no more.
-    mu_.AwaitWithTimeout(absl::Condition(this, &SlotMover::WatcherWoken),
-                         until - Now());
+    const uint64_t seen = wakes_;
+    AwaitSteadily(&mu_, &watcher_cv_, until - Now(),
+                  [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+                    return stop_ || wakes_ != seen;
+                  });
     if (stop_) break;
     const absl::Time now = Now();
     if (catch_up_wanted_.load() && now >= next_catch_up_) {

@@ -56,6 +56,7 @@
 // Thread-safe. One move in or out at a time per shard.
 
 #include <atomic>
+#include <condition_variable>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -73,6 +74,7 @@
 #include "common/clock.h"
 #include "common/security.h"
 #include "common/shard_map.h"
+#include "common/steady_wait.h"
 #include "proto/replication.pb.h"
 #include "proto/slot_moves.grpc.pb.h"
 #include "server/map_record_store.h"
@@ -297,7 +299,6 @@ class SlotMover {
   absl::Status EndLeaving(uint64_t epoch, bool committed)
       ABSL_LOCKS_EXCLUDED(mu_);
   void Watch() ABSL_LOCKS_EXCLUDED(mu_);
-  bool WatcherWoken() const ABSL_SHARED_LOCKS_REQUIRED(mu_);
 
   // ---- Catching up with the run's map record
   // (server/slot_mover_adopt.cc).
@@ -351,6 +352,11 @@ class SlotMover {
   // NewerMapRouted asked for a catch-up the watcher has not begun.
   std::atomic<bool> catch_up_wanted_{false};
   absl::Time next_catch_up_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
+  // The watcher's wait, on the monotonic clock (common/steady_wait.h):
+  // notified (under mu_) at stop_ and at every NewerMapRouted, which
+  // counts in wakes_.
+  std::condition_variable_any watcher_cv_;
+  uint64_t wakes_ ABSL_GUARDED_BY(mu_) = 0;
   absl::Time last_catch_up_warning_ = absl::InfinitePast();  // watcher's
   LocalMapRecord own_record_;
   std::thread watcher_;

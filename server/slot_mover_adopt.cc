@@ -59,7 +59,9 @@ absl::StatusOr<ShardMap> SlotMover::Adopt(const ShardMap& map,
 
 void SlotMover::NewerMapRouted() {
   if (o_.run_map_record == nullptr || catch_up_wanted_.exchange(true)) return;
-  absl::MutexLock l(&mu_);  // letting it go wakes the watcher
+  absl::MutexLock l(&mu_);
+  ++wakes_;
+  watcher_cv_.notify_all();
 }
 
 void SlotMover::CatchUpWithRun() {

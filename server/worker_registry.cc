@@ -473,9 +473,7 @@ void WorkerRegistry::BackgroundLoop() {
       const absl::Duration wait =
           num_waiters_.load() == 0 ? period
                                    : std::min(period, absl::Milliseconds(10));
-      absl::MutexLock l(&thread_mu_);
-      thread_mu_.AwaitWithTimeout(absl::Condition(&stop_thread_), wait);
-      if (stop_thread_) return;
+      if (stop_thread_.WaitForNotificationWithTimeout(wait)) return;
     }
     Tick();
   }
@@ -495,10 +493,7 @@ void WorkerRegistry::Shutdown() {
     waiters_.clear();
   }
   RunCallbacks(std::move(ready), /*on_executor=*/false);
-  {
-    absl::MutexLock l(&thread_mu_);
-    stop_thread_ = true;
-  }
+  stop_thread_.Notify();
   if (background_.joinable() &&
       background_.get_id() != std::this_thread::get_id()) {
     background_.join();

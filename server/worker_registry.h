@@ -47,6 +47,7 @@
 #include "absl/types/span.h"
 #include "common/clock.h"
 #include "common/executor.h"
+#include "common/steady_wait.h"
 #include "proto/asyncps.pb.h"
 #include "proto/checkpoint.pb.h"
 #include "server/applied_seq_set.h"
@@ -392,8 +393,9 @@ class WorkerRegistry {
 
   std::atomic<uint64_t> evictions_{0}, fenced_{0}, restarts_{0}, cancelled_{0};
 
-  absl::Mutex thread_mu_;
-  bool stop_thread_ ABSL_GUARDED_BY(thread_mu_) = false;
+  // Timed on the monotonic clock: a step of the real-time clock back does
+  // not hold evictions and wait deadlines up (common/steady_wait.h).
+  SteadyNotification stop_thread_;
   std::thread background_;  // started in Create, joined in Shutdown
 };
 

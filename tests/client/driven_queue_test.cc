@@ -86,8 +86,19 @@ TEST_CASE("a waiter is woken when the driver runs its completion") {
 TEST_CASE("Notify wakes a waiter whose condition changed elsewhere") {
   DrivenQueue queue(absl::Minutes(10));
   AlarmOp slow(&queue, absl::Seconds(3));
-  std::thread driver(
-      [&] { queue.WaitUntil(absl::Seconds(20), [&] { return slow.done(); }); });
+  // The waiter starts once the driver drives (its ready() is first asked
+  // under the queue's lock, where it takes the driving): a waiter that
+  // got there first would drive itself, and Notify wakes no driver.
+  std::atomic<bool> driving{false};
+  std::thread driver([&] {
+    queue.WaitUntil(absl::Seconds(20), [&] {
+      driving.store(true);
+      return slow.done();
+    });
+  });
+  while (!driving.load()) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
   std::atomic<bool> flag{false};
   std::atomic<bool> woken{false};
   std::thread waiter([&] {

@@ -12,7 +12,9 @@ the clock while the client pushes, then watches for STEP + 6 s (a wait in
 progress at a step back would end STEP s late):
 
   back      the clock goes back STEP s; etcd answers throughout.
-            A lease must not notice: no replica loses it.
+            A lease must not notice: no replica loses it. And the
+            checkpoints (every 2 s) go on on schedule: none put off by
+            the STEP s.
   forward   the clock goes forward STEP s; the same.
   frozen    etcd stopped with SIGSTOP, then the clock goes back STEP s. No
             renewal can succeed, so every replica's lease runs out 1 s
@@ -41,6 +43,18 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import emulated_cluster as ec  # noqa: E402  (install_signal_handlers)
 import loopback_group as lg  # noqa: E402
+
+
+CHECKPOINT_EVERY_S = 2
+
+
+def checkpoints_written(log_paths):
+    count = 0
+    for path in log_paths:
+        with open(path, errors="replace") as f:
+            count += sum(1 for line in f if "checkpoint written" in line
+                         or "checkpoint delta" in line and "written" in line)
+    return count
 
 
 class SteppedClock:
@@ -74,14 +88,18 @@ def run_case(args, case, clock, tmp):
                             "--election-timeout=500", "--log-level=warn"],
                            "etcd")
         time.sleep(1.5)
-        acks = lg.start_group(procs, args.bin, endpoint, "clock",
-                              args.lease_ms)
+        # Each replica checkpoints every 2 s (the primary writes them).
+        acks = lg.start_group(
+            procs, args.bin, endpoint, "clock", args.lease_ms,
+            lambda i: [f"--checkpoint_dir={folder}/checkpoints{i}",
+                       f"--checkpoint_every_s={CHECKPOINT_EVERY_S}"])
         if acks is None:
             print(f"{case}: the client acknowledged fewer than 200 pushes in "
                   "30 s; logs in " + folder)
             return False
         logs = [procs.log("server0"), procs.log("server1")]
         before = len(lg.lease_lines(logs))
+        written_before = checkpoints_written(logs)
         t0 = time.monotonic()
         if case == "frozen":
             etcd.send_signal(signal.SIGSTOP)
@@ -90,6 +108,7 @@ def run_case(args, case, clock, tmp):
         time.sleep(watch_s)
         if case == "frozen":
             etcd.send_signal(signal.SIGCONT)
+        written = checkpoints_written(logs) - written_before
         clock.restore()
         t1 = time.monotonic()
         late = acks.since(t0)
@@ -108,6 +127,11 @@ def run_case(args, case, clock, tmp):
         print(f"  pushes acknowledged in each second after: {per_second}")
         print(f"  200 more acknowledged after the clock was put back "
               f"(and etcd resumed): {back_after}")
+        # Paused while the lease is not held (frozen), else on schedule.
+        expected = watch_s // CHECKPOINT_EVERY_S
+        if case != "frozen":
+            print(f"  checkpoints written in the {watch_s} s: {written} "
+                  f"(every {CHECKPOINT_EVERY_S} s: {expected})")
         if case == "frozen":
             # The last renewal was at most a lease before the freeze.
             bound = t0 + args.lease_ms / 1000 + 0.2
@@ -117,7 +141,7 @@ def run_case(args, case, clock, tmp):
                   f"etcd stopped: {unleased}  {'PASS' if ok else 'FAIL'}")
         else:
             lost = [x for x in lines if "lost its lease" in x]
-            ok = not lost
+            ok = not lost and written >= expected - 2
             print(f"  replicas that lost their lease: {len(lost)}  "
                   f"{'PASS' if ok else 'FAIL'}")
         return ok and recovered

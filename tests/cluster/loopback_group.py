@@ -113,21 +113,23 @@ def lease_lines(log_paths):
     return lines
 
 
-def start_group(procs, bin_dir, endpoint, run_id, lease_ms=1000):
+def start_group(procs, bin_dir, endpoint, run_id, lease_ms=1000,
+                server_args=lambda i: []):
     """Shard 0 of 1 held by two replicas (servers "server0" and "server1",
     host labels a and b, the first claims the group) on the etcd at
     `endpoint` (comma-separated members), and a push_client ("client")
     pushing to it as fast as it is answered. Returns the client's Acks once
     200 pushes were acknowledged and both replicas had 2 s to settle (the
-    backup counted, leases renewed); None if not within 30 s."""
+    backup counted, leases renewed); None if not within 30 s.
+    server_args(i) gives server i's further flags."""
     ps_server = ec.binary(bin_dir, "server", "ps_server")
     push_client = ec.binary(bin_dir, "tests/integration", "push_client")
     for i, label in enumerate(("a", "b")):
         procs.spawn([ps_server, "--host=127.0.0.1", f"--port={free_port()}",
                      "--shard_index=0", "--num_shards=1", "--replicas=2",
                      f"--etcd_endpoints={endpoint}", f"--run_id={run_id}",
-                     f"--host_label={label}", f"--lease_ms={lease_ms}"],
-                    f"server{i}")
+                     f"--host_label={label}", f"--lease_ms={lease_ms}"]
+                    + server_args(i), f"server{i}")
         time.sleep(2)  # the first claims the group, the second follows
     client = procs.spawn([push_client, f"--etcd_endpoints={endpoint}",
                           f"--run_id={run_id}", "--tensors=w",
