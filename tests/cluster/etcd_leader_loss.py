@@ -10,6 +10,10 @@ it pushes, then watched for 8 s:
                  and silent, a host cut off), resumed after the watch
   leader-kill    the leader is killed (SIGKILL: its port refuses)
   follower-stop  a follower is stopped (for comparison)
+  leader-slow    the leader is slow rather than gone: stopped for
+                 --slow_stop_ms and resumed for --slow_run_ms, over and
+                 over (below an election timeout, so it stays the leader
+                 and everything it answers comes late)
 
 A leader's loss costs an election (0.5-1 s here), during which etcd grants
 and renews no lease; the replicas' 1 s leases may run out meanwhile, and a
@@ -106,9 +110,16 @@ def run_round(args, case, n, tmp):
         logs = [procs.log("server0"), procs.log("server1")]
         before = len(lg.lease_lines(logs))
         t0 = time.monotonic()
-        members[victim].send_signal(
-            signal.SIGKILL if case == "leader-kill" else signal.SIGSTOP)
-        time.sleep(WATCH_S)
+        if case == "leader-slow":
+            while time.monotonic() < t0 + WATCH_S:
+                members[victim].send_signal(signal.SIGSTOP)
+                time.sleep(args.slow_stop_ms / 1000)
+                members[victim].send_signal(signal.SIGCONT)
+                time.sleep(args.slow_run_ms / 1000)
+        else:
+            members[victim].send_signal(
+                signal.SIGKILL if case == "leader-kill" else signal.SIGSTOP)
+            time.sleep(WATCH_S)
         t1 = time.monotonic()
         gap, at = lg.longest_gap(acks, t0, t1)
         servers_and_client = procs.procs[3:]
@@ -141,6 +152,11 @@ def main():
     ap.add_argument("--max_gap_s", type=float, default=2.0,
                     help="a round fails when no push was acknowledged for "
                          "longer")
+    ap.add_argument("--slow_stop_ms", type=int, default=300,
+                    help="leader-slow: how long the leader is stopped each "
+                         "time")
+    ap.add_argument("--slow_run_ms", type=int, default=100,
+                    help="leader-slow: how long it runs between")
     ap.add_argument("--keep", action="store_true",
                     help="keep the logs' folder")
     args = ap.parse_args()
