@@ -3,16 +3,27 @@
 #include <algorithm>
 #include <chrono>
 
+#include "common/clock.h"
+#include "common/steady_wait.h"
+
 namespace asyncps {
 
 namespace {
 // How long the idle thread drives before it looks whether it still should.
 constexpr absl::Duration kIdleSlice = absl::Seconds(1);
+
+absl::Time Now() { return Clock::Monotonic()->Now(); }
+
+// `left` from now as the real-time point gRPC takes (and turns into its own
+// monotonic deadline at once).
+std::chrono::system_clock::time_point In(absl::Duration left) {
+  return absl::ToChronoTime(absl::Now() + left);
+}
 }  // namespace
 
 DrivenQueue::DrivenQueue(absl::Duration idle_after)
     : idle_after_(idle_after),
-      last_wait_(absl::Now()),
+      last_wait_(Now()),
       idle_([this] { IdleLoop(); }) {}
 
 DrivenQueue::~DrivenQueue() {
@@ -20,7 +31,7 @@ DrivenQueue::~DrivenQueue() {
     absl::MutexLock l(&mu_);
     stop_ = true;
     KickIdle();
-    idle_cv_.Signal();
+    idle_cv_.notify_all();
   }
   idle_.join();
   cq_.Shutdown();
@@ -33,20 +44,23 @@ DrivenQueue::~DrivenQueue() {
 
 bool DrivenQueue::WaitUntil(absl::Duration timeout,
                             absl::FunctionRef<bool()> ready) {
-  const absl::Time deadline = absl::Now() + timeout;
+  const absl::Time deadline = Now() + timeout;
   mu_.Lock();
   ++waiters_;
   bool done = ready();
-  while (!done && absl::Now() < deadline) {
+  while (!done && Now() < deadline) {
     if (driving_) {
       KickIdle();
-      cv_.WaitWithDeadline(&mu_, deadline);
+      // The driver wakes it after each completion, and its wait on the
+      // queue ends by a monotonic deadline: a step back of the real-time
+      // clock, which stretches this wait, does not hold it past those.
+      cv_.WaitWithTimeout(&mu_, deadline - Now());
     } else {
       driving_ = true;
       mu_.Unlock();
       void* tag = nullptr;
       bool ok = false;
-      if (cq_.AsyncNext(&tag, &ok, absl::ToChronoTime(deadline)) ==
+      if (cq_.AsyncNext(&tag, &ok, In(deadline - Now())) ==
           grpc::CompletionQueue::GOT_EVENT) {
         static_cast<Op*>(tag)->Complete(ok);
       }
@@ -75,7 +89,7 @@ bool DrivenQueue::WaitUntil(absl::Duration timeout,
     cv_.SignalAll();
   }
   --waiters_;
-  last_wait_ = absl::Now();
+  last_wait_ = Now();
   mu_.Unlock();
   return done;
 }
@@ -99,11 +113,12 @@ void DrivenQueue::KickOp::Complete(bool) {
 void DrivenQueue::IdleLoop() {
   mu_.Lock();
   while (!stop_) {
-    if (waiters_ > 0 || driving_ || absl::Now() < last_wait_ + idle_after_) {
+    if (waiters_ > 0 || driving_ || Now() < last_wait_ + idle_after_) {
       // Looks again later; waiters never wake this thread (that would cost
       // every call a wake-up).
-      idle_cv_.WaitWithTimeout(
-          &mu_, std::max(idle_after_ / 2, absl::Milliseconds(10)));
+      AwaitSteadily(
+          &mu_, &idle_cv_, std::max(idle_after_ / 2, absl::Milliseconds(10)),
+          [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return stop_; });
       continue;
     }
     driving_ = true;
@@ -111,8 +126,7 @@ void DrivenQueue::IdleLoop() {
     mu_.Unlock();
     void* tag = nullptr;
     bool ok = false;
-    if (cq_.AsyncNext(&tag, &ok,
-                      absl::ToChronoTime(absl::Now() + kIdleSlice)) ==
+    if (cq_.AsyncNext(&tag, &ok, In(kIdleSlice)) ==
         grpc::CompletionQueue::GOT_EVENT) {
       static_cast<Op*>(tag)->Complete(ok);
     }

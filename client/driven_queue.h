@@ -4,6 +4,7 @@
 #include <grpcpp/alarm.h>
 #include <grpcpp/grpcpp.h>
 
+#include <condition_variable>
 #include <functional>
 #include <memory>
 #include <thread>
@@ -93,13 +94,17 @@ class DrivenQueue {
   grpc::Alarm kick_;
   KickOp kick_op_{this};
   absl::Mutex mu_;
-  absl::CondVar cv_;       // waiters: a completion ran, or Notify
-  absl::CondVar idle_cv_;  // the idle thread: stop
+  absl::CondVar cv_;  // waiters: a completion ran, or Notify
+  // The idle thread: stop. Its waits are on the monotonic clock
+  // (common/steady_wait.h), as every time here is (Clock::Monotonic): a
+  // step of the real-time clock neither stretches a wait's timeout nor
+  // keeps the idle thread from driving.
+  std::condition_variable_any idle_cv_;
   bool driving_ ABSL_GUARDED_BY(mu_) = false;
   bool idle_driving_ ABSL_GUARDED_BY(mu_) = false;  // the idle thread drives
   bool kick_pending_ ABSL_GUARDED_BY(mu_) = false;  // kick_ set, not run
   int waiters_ ABSL_GUARDED_BY(mu_) = 0;            // threads in WaitUntil
-  absl::Time last_wait_ ABSL_GUARDED_BY(mu_);       // when one last left
+  absl::Time last_wait_ ABSL_GUARDED_BY(mu_);  // when one last left (monotonic)
   bool stop_ ABSL_GUARDED_BY(mu_) = false;
   std::thread idle_;  // last: starts once the rest is set up
 };

@@ -6,39 +6,18 @@
 // call. The queues of the first cases never go idle within the test.
 #include "client/driven_queue.h"
 
-#include <grpcpp/alarm.h>
-
 #include <atomic>
 #include <catch2/catch.hpp>
 #include <chrono>
 #include <thread>
 
 #include "absl/time/time.h"
+#include "tests/testing/alarm_op.h"
 
 namespace asyncps {
 namespace {
 
-// An alarm on the queue that records the thread it completed on.
-class AlarmOp : public DrivenQueue::Op {
- public:
-  AlarmOp(DrivenQueue* queue, absl::Duration after) {
-    alarm_.Set(queue->cq(), absl::ToChronoTime(absl::Now() + after), this);
-  }
-  void Complete(bool ok) override {
-    ok_ = ok;
-    thread_ = std::this_thread::get_id();
-    done_.store(true);
-  }
-  bool done() const { return done_.load(); }
-  bool ok() const { return ok_; }
-  std::thread::id thread() const { return thread_; }
-
- private:
-  grpc::Alarm alarm_;
-  bool ok_ = false;
-  std::thread::id thread_;
-  std::atomic<bool> done_{false};
-};
+using testing::AlarmOp;
 
 TEST_CASE("an operation completes on the thread that waits for it") {
   DrivenQueue queue(absl::Minutes(10));

@@ -10,12 +10,15 @@
 #include <atomic>
 #include <catch2/catch.hpp>
 #include <memory>
+#include <thread>
 
 #include "absl/time/clock.h"
+#include "client/driven_queue.h"
 #include "common/clock.h"
 #include "common/logging.h"
 #include "membership/lease_keeper.h"
 #include "server/worker_registry.h"
+#include "tests/testing/alarm_op.h"
 #include "tests/testing/etcd_process.h"
 #include "tests/testing/real_time_step.h"
 #include "tests/testing/require_ok.h"
@@ -119,6 +122,42 @@ TEST_CASE("a worker is not evicted by a step of the real-time clock forward",
   REQUIRE((*r)->Workers().size() == 1);
   CHECK((*r)->Workers()[0].live);
   CHECK((*r)->Workers()[0].silent_for < absl::Seconds(5));
+}
+
+TEST_CASE(
+    "a client's wait and its queue's idle driver keep their times through a "
+    "step of the real-time clock back",
+    "[clock]") {
+  Clock* const steady = Clock::Monotonic();
+  DrivenQueue queue(/*idle_after=*/absl::Milliseconds(100));
+  // A wait the clock goes back in the middle of ends at its timeout (on
+  // the real-time clock it would last the step longer).
+  std::thread stepper([] {
+    absl::SleepFor(absl::Milliseconds(200));
+    testing::StepRealTime(absl::Seconds(-30));
+  });
+  absl::Time t0 = steady->Now();
+  const bool ready = queue.WaitUntil(absl::Seconds(3), [] { return false; });
+  const absl::Duration waited = steady->Now() - t0;
+  stepper.join();
+  CHECK_FALSE(ready);
+  CHECK(waited < absl::Seconds(15));  // 3 s, and the step's lag
+  // A wait ends, then the clock goes back 30 s more: on the real-time
+  // clock that wait looks 30 s ahead. The idle thread must still take
+  // over once nobody has waited for 100 ms and run what completes with no
+  // waiter (a slice it was driving in when the step came ends within 1 s).
+  queue.WaitUntil(absl::Milliseconds(10), [] { return false; });
+  testing::StepRealTime(absl::Seconds(-30));
+  absl::SleepFor(absl::Milliseconds(1500));
+  t0 = steady->Now();
+  testing::AlarmOp op(&queue, absl::Milliseconds(50));
+  while (!op.done() && steady->Now() - t0 < absl::Seconds(40)) {
+    absl::SleepFor(absl::Milliseconds(10));
+  }
+  const absl::Duration ran_after = steady->Now() - t0;
+  testing::StepRealTime(absl::Seconds(60));
+  CHECK(op.done());
+  CHECK(ran_after < absl::Seconds(10));  // 50 ms and a look
 }
 
 }  // namespace
