@@ -57,7 +57,8 @@ bool IsRetriable(const absl::Status& s);
 
 // What a FanOut needs from its owner. Pointers are not owned.
 struct FanOutEnv {
-  Clock* clock = Clock::Real();
+  // Times deadlines, backoffs and reports (monotonic: see PsClientOptions).
+  Clock* clock = Clock::Monotonic();
   std::shared_ptr<spdlog::logger> logger;  // required
   // "shard 1 (10.0.0.2:7000)", for messages.
   std::function<std::string(int shard)> shard_name;

@@ -155,7 +155,7 @@ absl::StatusOr<std::unique_ptr<PsClient>> PsClient::Connect(
   if (absl::Status s = ChannelCredentials(options.security).status(); !s.ok()) {
     return s;
   }
-  if (options.clock == nullptr) options.clock = Clock::Real();
+  if (options.clock == nullptr) options.clock = Clock::Monotonic();
   if (options.logger == nullptr) options.logger = NullLogger();
   if (options.incarnation == 0) {
     absl::BitGen gen;
@@ -332,9 +332,9 @@ void PsClient::SleepUnlessStopped(absl::Duration d) const {
     absl::SleepFor(d);
     return;
   }
-  const absl::Time end = absl::Now() + d;
-  for (absl::Time now = absl::Now(); now < end && !Stopped();
-       now = absl::Now()) {
+  const absl::Time end = options_.clock->Now() + d;
+  for (absl::Time now = options_.clock->Now(); now < end && !Stopped();
+       now = options_.clock->Now()) {
     absl::SleepFor(std::min(end - now, absl::Milliseconds(100)));
   }
 }

@@ -83,7 +83,10 @@ struct PsClientOptions {
   // Also pushes (and leaving) end with `stop`: for a client whose stop means
   // "abandon", not "drain" (the Python binding's Ctrl-C).
   bool stop_ends_pushes = false;
-  Clock* clock = Clock::Real();  // not owned
+  // Times the client's waits, deadlines and backoffs (never a date): the
+  // monotonic clock, so that a step of the real-time clock neither cuts a
+  // call short nor stretches it. Not owned.
+  Clock* clock = Clock::Monotonic();
   // A reader (ps_serve): its pulls are read_only (PullRequest.read_only:
   // answered at once, registering nobody and creating no row; row queries
   // must peek), and it cannot register, heartbeat or push

@@ -14,6 +14,7 @@
 
 #include "absl/time/clock.h"
 #include "client/driven_queue.h"
+#include "client/ps_client.h"
 #include "common/clock.h"
 #include "common/logging.h"
 #include "membership/lease_keeper.h"
@@ -158,6 +159,32 @@ TEST_CASE(
   testing::StepRealTime(absl::Seconds(60));
   CHECK(op.done());
   CHECK(ran_after < absl::Seconds(10));  // 50 ms and a look
+}
+
+TEST_CASE(
+    "a client's call gives up at its deadline through a step of the "
+    "real-time clock back",
+    "[clock]") {
+  // Port 1 on loopback: nothing listens, so the wait retries until its
+  // deadline.
+  PsClientOptions o;
+  o.servers = {"127.0.0.1:1"};
+  o.logger = NullLogger();
+  absl::StatusOr<std::unique_ptr<PsClient>> client = PsClient::Connect(o);
+  REQUIRE_OK(client.status());
+  std::thread stepper([] {
+    absl::SleepFor(absl::Milliseconds(200));
+    testing::StepRealTime(absl::Seconds(-30));
+  });
+  Clock* const steady = Clock::Monotonic();
+  const absl::Time t0 = steady->Now();
+  const absl::Status s = (*client)->WaitForShards(absl::Seconds(3));
+  const absl::Duration waited = steady->Now() - t0;
+  stepper.join();
+  testing::StepRealTime(absl::Seconds(30));
+  INFO(s.ToString());
+  CHECK_FALSE(s.ok());
+  CHECK(waited < absl::Seconds(15));  // 3 s, and the step's lag
 }
 
 }  // namespace
