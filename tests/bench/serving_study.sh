@@ -236,9 +236,13 @@ awk -F, '
   }
   FNR > 1 { mean[$1, $2] = $9; ok[$1, $2] = $6; sent[$1, $2] = $5; f[$2] = 1 }
   END {
+    # Kept as numbers: through a string (CONVFMT, 6 digits) and then
+    # %.3f, a ratio was rounded twice (1.0875 -> 1.087 where %.3f of the
+    # ratio itself gives 1.088).
     for (k in lo) {
       split(k, pf, SUBSEP)
-      spreads[pf[2]] = spreads[pf[2]] " " hi[k] / lo[k]
+      ns[pf[2]]++
+      sv[pf[2], ns[pf[2]]] = hi[k] / lo[k]
     }
     print "fraction,best_fixed,best_fixed_mean_ms,auto_mean_ms,auto_over_best,fixed_within_10pct,round_spread"
     n = split("t50 t200 t1000 t5000", fixed, " ")
@@ -255,7 +259,8 @@ awk -F, '
         if (best != "" && ok[p, fr] == sent[p, fr] && mean[p, fr] <= 1.1 * bm) within = within " " p
       }
       ratio = (best == "" || bm == 0) ? "" : sprintf("%.3f", mean["auto", fr] / bm)
-      m = split(substr(spreads[fr], 2), v, " ")
+      m = ns[fr] + 0
+      for (i = 1; i <= m; i++) v[i] = sv[fr, i]
       for (i = 2; i <= m; i++) {  # insertion sort of a handful
         x = v[i]; j = i - 1
         while (j >= 1 && v[j] + 0 > x + 0) { v[j + 1] = v[j]; j-- }
