@@ -248,7 +248,8 @@ class EtcdClient::LeaseStream final
   bool started_ = false;  // only touched by Renew and the destructor
 
   absl::Mutex mu_;
-  std::condition_variable_any changed_;  // notified after what Renew awaits
+  // Notified, under mu_, as what Renew awaits changes.
+  std::condition_variable_any changed_;
   bool writing_ ABSL_GUARDED_BY(mu_) = false;  // a write is posted
   // The answer to the renewal in progress, once read.
   std::optional<etcdserverpb::LeaseKeepAliveResponse> answer_

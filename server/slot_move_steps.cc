@@ -9,7 +9,6 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "absl/synchronization/notification.h"
 #include "common/map_change.h"
 #include "common/shard_map_proto.h"
 #include "server/push_gate.h"
