@@ -53,7 +53,29 @@ absl::StatusOr<MapStore::Read> MapStore::Get() {
     return absl::DataLossError(
         absl::StrCat("the shard map at ", key_, " does not parse"));
   }
+  Saw(out.map);
   return out;
+}
+
+ShardMapRecord MapStore::newest() const {
+  absl::MutexLock l(&mu_);
+  return newest_;
+}
+
+void MapStore::Saw(const ShardMapRecord& map) {
+  absl::MutexLock l(&mu_);
+  if (map.epoch() > newest_.epoch()) newest_ = map;
+}
+
+absl::StatusOr<bool> MapStore::Replace(const ShardMapRecord& map,
+                                       int64_t mod_revision) {
+  absl::Status s = Check(map);
+  if (!s.ok()) return s;
+  absl::StatusOr<EtcdClient::Swap> swap =
+      etcd_->CompareAndSwap(key_, mod_revision, map.SerializeAsString());
+  if (!swap.ok()) return swap.status();
+  if (swap->swapped) Saw(map);
+  return swap->swapped;
 }
 
 absl::StatusOr<ShardMapRecord> MapStore::Initialize(ShardMapRecord initial) {
@@ -63,7 +85,10 @@ absl::StatusOr<ShardMapRecord> MapStore::Initialize(ShardMapRecord initial) {
   absl::StatusOr<EtcdClient::Swap> swap =
       etcd_->CompareAndSwap(key_, 0, initial.SerializeAsString());
   if (!swap.ok()) return swap.status();
-  if (swap->swapped) return initial;
+  if (swap->swapped) {
+    Saw(initial);
+    return initial;
+  }
   ShardMapRecord current;
   if (!swap->current.has_value() ||
       !current.ParseFromString(swap->current->value)) {
@@ -79,6 +104,7 @@ absl::StatusOr<ShardMapRecord> MapStore::Initialize(ShardMapRecord initial) {
         "), not of run '", initial.run_id(), "' (", initial.num_shards(), " x ",
         initial.replicas(), "): one prefix per run"));
   }
+  Saw(current);
   return current;
 }
 
@@ -103,7 +129,10 @@ absl::StatusOr<ShardMapRecord> MapStore::Update(const Change& change,
     absl::StatusOr<EtcdClient::Swap> swap = etcd_->CompareAndSwap(
         key_, read->mod_revision, next.SerializeAsString());
     if (!swap.ok()) return swap.status();
-    if (swap->swapped) return next;
+    if (swap->swapped) {
+      Saw(next);
+      return next;
+    }
     // Somebody else changed the map since it was read: again, from theirs.
   }
   return absl::AbortedError(

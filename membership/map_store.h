@@ -28,8 +28,10 @@
 #include <memory>
 #include <string>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "absl/synchronization/mutex.h"
 #include "membership/etcd_client.h"
 #include "proto/membership.pb.h"
 
@@ -80,6 +82,18 @@ class MapStore {
       int64_t from_revision, std::function<void(const ShardMapRecord&)> on_map,
       std::function<void(const absl::Status&)> on_end);
 
+  // Writes `map` as it is (its own epoch) if the key's revision is still
+  // `mod_revision` (0: no map there); whether it was written. For putting
+  // back a map that etcd lost (server/map_recovery.h): every other change
+  // goes through Update. INVALID_ARGUMENT (nothing written) as Check.
+  absl::StatusOr<bool> Replace(const ShardMapRecord& map, int64_t mod_revision);
+
+  // The map of the highest epoch this store has read or written (epoch 0
+  // before any), and Saw(map) for one read elsewhere (a watch): what this
+  // process knew of the run when etcd lost the map.
+  ShardMapRecord newest() const ABSL_LOCKS_EXCLUDED(mu_);
+  void Saw(const ShardMapRecord& map) ABSL_LOCKS_EXCLUDED(mu_);
+
   // INVALID_ARGUMENT unless `map` has num_shards >= 1 groups numbered in
   // order, R >= 1, no address twice, and an epoch >= 1.
   static absl::Status Check(const ShardMapRecord& map);
@@ -87,6 +101,8 @@ class MapStore {
  private:
   EtcdClient* const etcd_;
   const std::string key_;
+  mutable absl::Mutex mu_;
+  ShardMapRecord newest_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace asyncps

@@ -99,6 +99,8 @@ absl::StatusOr<std::unique_ptr<ReplicaGroup>> ReplicaGroup::Join(
   g->lease_ = *std::move(lease);
   g->maps_ = std::make_unique<MapStore>(g->etcd_.get(), RunPrefix(o.run_id));
   g->view_ = std::make_unique<RunView>(g->etcd_.get(), RunPrefix(o.run_id));
+  g->recovery_ = std::make_unique<MapRecovery>(
+      g->etcd_.get(), g->maps_.get(), RunPrefix(o.run_id), g->self_, o.logger);
   ShardMapRecord initial;
   initial.set_run_id(o.run_id);
   initial.set_num_shards(o.num_shards);
@@ -327,17 +329,19 @@ void ReplicaGroup::Restart(const std::string& why) {
   o_.logger->error("replica of shard {} starts over: {}", o_.shard_index, why);
 }
 
+void ReplicaGroup::Suspend(const std::string& why) {
+  if (lease_lost_since_ != absl::InfiniteFuture()) return;
+  lease_lost_since_ = Now();
+  log_.Fence(absl::UnavailableError(why));
+  o_.logger->warn(
+      "replica of shard {}: {}: it acknowledges nothing until it holds a "
+      "lease and the map still gives it its role",
+      o_.shard_index, why);
+}
+
 void ReplicaGroup::Rejoin() {
   const absl::Time now = Now();
-  if (lease_lost_since_ == absl::InfiniteFuture()) {
-    lease_lost_since_ = now;
-    log_.Fence(absl::UnavailableError("its lease in etcd was lost"));
-    o_.logger->warn(
-        "replica of shard {} lost its lease in etcd (etcd unreachable?): it "
-        "acknowledges nothing until it holds a new one and the map still "
-        "gives it its role",
-        o_.shard_index);
-  }
+  Suspend("lost its lease in etcd (etcd unreachable?)");
   // A new lease and the same member key, once etcd answers (each tick).
   if (!lease_->Held()) {
     absl::StatusOr<std::unique_ptr<LeaseKeeper>> lease =
@@ -347,7 +351,14 @@ void ReplicaGroup::Rejoin() {
   }
   if (!Register().ok()) return;
   absl::StatusOr<MapStore::Read> read = maps_->Get();
+  // Etcd lost the run's map (server/map_recovery.h): the replicas put back
+  // the newest one they saw, then confirm their roles in it.
+  if (recovery_->Lost(read)) {
+    (void)recovery_->Step(read.ok() ? read->mod_revision : 0, lease_->id());
+    return;
+  }
   if (!read.ok()) return;
+  recovery_->Found();
   const ShardGroupRecord& group = read->map.groups(o_.shard_index);
   const int me = Find(group, self_);
   const std::string away = absl::FormatDuration(
@@ -416,7 +427,22 @@ void ReplicaGroup::Tick() {
   }
   // The map and the members as the watch keeps them (membership/run_view.h).
   absl::StatusOr<RunView::Snapshot> read = view_->Read();
+  if (absl::IsNotFound(read.status())) {
+    Suspend("the run's shard map is gone from etcd");
+    return Rejoin();
+  }
   if (!read.ok()) return;  // the lease bounds how long this may last
+  if (read->map.epoch() < maps_->newest().epoch()) {
+    // The view lags a change this process made, or etcd lost the map and a
+    // server started meanwhile wrote a new run's first one: nothing to act
+    // on (the replica is in no group of that one) before etcd says which.
+    if (recovery_->Lost(maps_->Get())) {
+      Suspend("the run's shard map in etcd is older than one it saw");
+      return Rejoin();
+    }
+    return;
+  }
+  maps_->Saw(read->map);
   const absl::flat_hash_set<std::string>* live = &read->live;
   const ShardGroupRecord& group = read->map.groups(o_.shard_index);
   {

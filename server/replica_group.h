@@ -60,6 +60,7 @@
 #include "membership/run_view.h"
 #include "proto/membership.pb.h"
 #include "server/follower.h"
+#include "server/map_recovery.h"
 #include "server/ps_server.h"
 #include "server/replication_log.h"
 #include "spdlog/spdlog.h"
@@ -166,13 +167,16 @@ class ReplicaGroup {
   // starts over. (Starting over at once threw away every replica's state
   // when etcd itself was away: the group was claimed anew, empty.)
   void Rejoin();
+  // Fences the log for `why` and makes the next ticks Rejoin (once).
+  void Suspend(const std::string& why);
 
   const ReplicaGroupOptions o_;
   std::unique_ptr<EtcdClient> etcd_;
   std::unique_ptr<LeaseKeeper> lease_;
   LeaseKeeperOptions lease_options_;
   std::unique_ptr<MapStore> maps_;
-  std::unique_ptr<RunView> view_;  // read by the role thread's ticks
+  std::unique_ptr<RunView> view_;          // read by the role thread's ticks
+  std::unique_ptr<MapRecovery> recovery_;  // the role thread's
   ReplicationLog log_;
   uint64_t incarnation_ = 0;  // this process at o_.address; nonzero
   std::string self_;          // ReplicaId(o_.address, incarnation_)
@@ -195,7 +199,8 @@ class ReplicaGroup {
   absl::flat_hash_map<std::string, uint64_t> catching_up_;
   // When this backup first saw its primary gone.
   absl::Time primary_gone_since_ = absl::InfiniteFuture();
-  // Role thread only: since when its lease is lost (InfiniteFuture: held),
+  // Role thread only: since when its lease is lost or its map gone
+  // (InfiniteFuture: held),
   // and when it last resumed its role after that (backups whose keys are
   // not back yet are given a lease's time to register again).
   absl::Time lease_lost_since_ = absl::InfiniteFuture();

@@ -79,14 +79,7 @@ def run_case(args, case, clock, tmp):
     procs = lg.Processes(folder)
     endpoint = f"127.0.0.1:{lg.free_port()}"
     try:
-        etcd = procs.spawn([args.etcd, f"--data-dir={folder}/etcd",
-                            f"--listen-client-urls=http://{endpoint}",
-                            f"--advertise-client-urls=http://{endpoint}",
-                            "--listen-peer-urls=http://127.0.0.1:"
-                            f"{lg.free_port()}",
-                            "--heartbeat-interval=50",
-                            "--election-timeout=500", "--log-level=warn"],
-                           "etcd")
+        etcd = lg.start_etcd(procs, args.etcd, endpoint, f"{folder}/etcd")
         time.sleep(1.5)
         # Each replica writes checkpoints of its own, every 2 s.
         acks = lg.start_group(

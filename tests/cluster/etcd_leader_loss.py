@@ -33,15 +33,12 @@ on failure; --keep keeps the logs' folder.
 import argparse
 import json
 import os
-import shutil
 import signal
 import sys
-import tempfile
 import time
 import urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import emulated_cluster as ec  # noqa: E402  (install_signal_handlers)
 import loopback_group as lg  # noqa: E402
 
 WATCH_S = 8
@@ -144,52 +141,23 @@ def run_round(args, case, n, tmp):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--bin", required=True,
-                    help="bazel-bin of a -c opt build, or a flat folder")
-    ap.add_argument("--cases", default="leader-stop,leader-kill,follower-stop")
-    ap.add_argument("--rounds", type=int, default=3,
-                    help="rounds per case, each on a new cluster")
-    ap.add_argument("--max_gap_s", type=float, default=2.0,
-                    help="a round fails when no push was acknowledged for "
-                         "longer")
+    lg.add_round_args(ap, "leader-stop,leader-kill,follower-stop", 3,
+                      max_gap_s=2.0)
     ap.add_argument("--slow_stop_ms", type=int, default=300,
                     help="leader-slow: how long the leader is stopped each "
                          "time")
     ap.add_argument("--slow_run_ms", type=int, default=100,
                     help="leader-slow: how long it runs between")
-    ap.add_argument("--keep", action="store_true",
-                    help="keep the logs' folder")
     args = ap.parse_args()
-    args.etcd = shutil.which("etcd")
-    if args.etcd is None:
-        print("etcd not installed (deploy/install_deps.sh installs it)")
-        return 2
-    ec.install_signal_handlers()
-    tmp = tempfile.mkdtemp(prefix="etcd-leader-loss-")
-    failed = 0
-    summary = []
-    try:
-        for case in args.cases.split(","):
-            for n in range(1, args.rounds + 1):
-                result = run_round(args, case, n, tmp)
-                if result is False or not result[0]:
-                    failed += 1
-                if result:
-                    summary.append((case, result[1], result[2]))
-    finally:
-        if args.keep:
-            print("logs in " + tmp)
-        else:
-            shutil.rmtree(tmp, ignore_errors=True)
-    for case in args.cases.split(","):
-        gaps = sorted(g for c, g, _ in summary if c == case)
-        lost = sum(k for c, _, k in summary if c == case)
-        if gaps:
-            print(f"{case}: rounds {len(gaps)}, longest gap median "
-                  f"{gaps[len(gaps) // 2] * 1000:.0f} ms, max "
-                  f"{gaps[-1] * 1000:.0f} ms, leases lost {lost}")
-    print(f"{failed} round(s) failed")
-    return 1 if failed else 0
+
+    def summarize(case, rounds):
+        gaps = sorted(gap for _, gap, _ in rounds)
+        lost = sum(k for _, _, k in rounds)
+        print(f"{case}: rounds {len(gaps)}, longest gap median "
+              f"{gaps[len(gaps) // 2] * 1000:.0f} ms, max "
+              f"{gaps[-1] * 1000:.0f} ms, leases lost {lost}")
+
+    return lg.run_rounds(args, run_round, "etcd-leader-loss-", summarize)
 
 
 if __name__ == "__main__":

@@ -1,6 +1,7 @@
 """One replicated group on loopback and a client pushing to it, for the
 scripts that disturb what such a group relies on (clock_step.py: the
-real-time clock; etcd_leader_loss.py: etcd's leader).
+real-time clock; etcd_leader_loss.py: etcd's leader; etcd_data_loss.py:
+etcd's data).
 
     procs = Processes(folder)
     acks = start_group(procs, bin_dir, "127.0.0.1:2379", run_id="x")
@@ -12,9 +13,11 @@ Python 3 standard library only.
 """
 
 import os
+import shutil
 import signal
 import socket
 import subprocess
+import tempfile
 import threading
 import time
 
@@ -113,6 +116,18 @@ def lease_lines(log_paths):
     return lines
 
 
+def start_etcd(procs, etcd, endpoint, data_dir, name="etcd"):
+    """A one-member etcd serving `endpoint` ("127.0.0.1:PORT") from
+    `data_dir` (a new cluster when the folder is empty or missing), with the
+    election timings every deploy here uses. Returns its Popen."""
+    return procs.spawn([etcd, f"--data-dir={data_dir}",
+                        f"--listen-client-urls=http://{endpoint}",
+                        f"--advertise-client-urls=http://{endpoint}",
+                        f"--listen-peer-urls=http://127.0.0.1:{free_port()}",
+                        "--heartbeat-interval=50", "--election-timeout=500",
+                        "--log-level=warn"], name)
+
+
 def start_group(procs, bin_dir, endpoint, run_id, lease_ms=1000,
                 server_args=lambda i: []):
     """Shard 0 of 1 held by two replicas (servers "server0" and "server1",
@@ -141,3 +156,52 @@ def start_group(procs, bin_dir, endpoint, run_id, lease_ms=1000,
         return None
     time.sleep(2)
     return acks
+
+
+def add_round_args(ap, cases, rounds, max_gap_s):
+    """The flags every round-based script here takes."""
+    ap.add_argument("--bin", required=True,
+                    help="bazel-bin of a -c opt build, or a flat folder")
+    ap.add_argument("--cases", default=cases)
+    ap.add_argument("--rounds", type=int, default=rounds,
+                    help="rounds per case, each on a new cluster")
+    ap.add_argument("--keep", action="store_true",
+                    help="keep the logs' folder")
+    ap.add_argument("--max_gap_s", type=float, default=max_gap_s,
+                    help="a round fails when no push was acknowledged for "
+                         "longer")
+
+
+def run_rounds(args, run_round, prefix, summarize):
+    """Runs run_round(args, case, n, tmp) for every case of args.cases and
+    n in 1..args.rounds, in a temporary folder `tmp` (removed afterwards
+    unless --keep), with args.etcd set to the etcd binary. run_round
+    returns False when it failed before measuring, else a tuple whose first
+    item says whether it passed; summarize(case, tuples) prints a case's
+    line at the end. Returns the exit status: 0, 1 if a round failed, 2
+    when etcd is not installed."""
+    args.etcd = shutil.which("etcd")
+    if args.etcd is None:
+        print("etcd not installed (deploy/install_deps.sh installs it)")
+        return 2
+    ec.install_signal_handlers()
+    tmp = tempfile.mkdtemp(prefix=prefix)
+    failed = 0
+    results = {}
+    try:
+        for case in args.cases.split(","):
+            for n in range(1, args.rounds + 1):
+                result = run_round(args, case, n, tmp)
+                if result is False or not result[0]:
+                    failed += 1
+                if result:
+                    results.setdefault(case, []).append(result)
+    finally:
+        if args.keep:
+            print("logs in " + tmp)
+        else:
+            shutil.rmtree(tmp, ignore_errors=True)
+    for case, rounds in results.items():
+        summarize(case, rounds)
+    print(f"{failed} round(s) failed")
+    return 1 if failed else 0

@@ -534,8 +534,9 @@ TEST_CASE(
 }
 
 TEST_CASE(
-    "etcd away for longer than the leases: the group keeps its state and "
-    "both replicas, and every acknowledged push is there once",
+    "etcd away for longer than the leases, or back without its data: the "
+    "group keeps its state and both replicas, and every acknowledged push is "
+    "there once",
     "[replication][etcd]") {
   if (testing::SkipWithoutEtcd()) return;
   absl::StatusOr<testing::EtcdProcess> etcd = testing::StartEtcd();
@@ -576,10 +577,30 @@ TEST_CASE(
   // client's next pull failed ("unknown tensor 'w'"). Away for 2: the
   // replicas' reads of the run (waiting for etcd up to 3 s) come back
   // after their leases ran out, and a replica that then found itself
-  // fenced started over; both did, with the same result.
-  const absl::Duration away = GENERATE(absl::Seconds(3), absl::Seconds(2));
-  INFO("etcd away for " << absl::FormatDuration(away));
-  REQUIRE_OK(testing::RestartEtcd(&*etcd, absl::Seconds(30), away));
+  // fenced started over; both did, with the same result. Back without its
+  // data (no map, no member, no lease): both replicas waited for ever for
+  // a map that gave them their roles, and the steps for them; now they put
+  // back the newest map they saw (server/map_recovery.h). With a third
+  // server started as etcd comes back, which writes a new run's first map
+  // and claims the shard with nothing in it: the replicas put theirs back
+  // over it (they threw their state away and joined it, before the view's
+  // older map was checked), and it starts over as their spare.
+  struct Away {
+    absl::Duration down;
+    bool wipe;
+    bool newcomer;
+  };
+  const Away away = GENERATE(Away{absl::Seconds(3), false, false},
+                             Away{absl::Seconds(2), false, false},
+                             Away{absl::Seconds(1), true, false},
+                             Away{absl::Seconds(1), true, true});
+  INFO("etcd away for " << absl::FormatDuration(away.down)
+                        << (away.wipe ? ", back without its data" : "")
+                        << (away.newcomer ? ", a third server started" : ""));
+  REQUIRE_OK(
+      testing::RestartEtcd(&*etcd, absl::Seconds(30), away.down, away.wipe));
+  ServerProcess newcomer;
+  if (away.newcomer) newcomer = StartReplica(*etcd, run);
   const int at_restart = acked.load();
   const absl::Status resumed =
       WaitFor([&] { return acked.load() >= at_restart + 50 || !failed.ok(); },
@@ -593,6 +614,19 @@ TEST_CASE(
   REQUIRE_OK(resumed);
   INFO(acked.load() << " pushes acknowledged, " << at_restart
                     << " when etcd came back");
+  if (away.wipe) {
+    CHECK(absl::StrContains(a.process->ReadLog() + b.process->ReadLog(),
+                            "put the run's shard map back"));
+  }
+  if (away.newcomer) {
+    // Left out of the map put back, it served no longer as the primary it
+    // had claimed (it serves on a port of its own as a spare now).
+    const std::string log = newcomer.process->ReadLog();
+    INFO("the third server's log:\n" << log);
+    CHECK(newcomer.process->Running());
+    CHECK(absl::StrContains(log, "claimed shard 0 as its primary"));
+    CHECK(absl::StrContains(log, "starting over as a spare"));
+  }
   // Both replicas still serve the group, at the same state; every push
   // acknowledged is applied once.
   REQUIRE(a.process->Running());

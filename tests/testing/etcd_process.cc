@@ -203,10 +203,14 @@ absl::StatusOr<std::vector<EtcdProcess>> StartEtcdCluster(
 }
 
 absl::Status RestartEtcd(EtcdProcess* etcd, absl::Duration timeout,
-                         absl::Duration down) {
+                         absl::Duration down, bool wipe) {
   if (etcd->process != nullptr) {
     absl::StatusOr<int> killed = etcd->process->Kill(absl::ZeroDuration());
     if (!killed.ok()) return killed.status();
+  }
+  if (wipe) {  // the old directory goes with its owner
+    etcd->data_dir = MakeTmpDir("etcd");
+    etcd->data_dir_owner = OwnedTmpDir(etcd->data_dir);
   }
   absl::SleepFor(down);
   return Launch(etcd, timeout);

@@ -66,10 +66,12 @@ absl::StatusOr<int64_t> EtcdCallsStarted(const EtcdProcess& etcd,
                                          absl::string_view method);
 
 // Kills the process (SIGKILL), waits `down`, and starts it again on the
-// same ports and data directory, healthy again.
+// same ports, healthy again: on the same data directory, or with `wipe` on
+// a new, empty one (etcd lost its data: every key and lease is gone).
 absl::Status RestartEtcd(EtcdProcess* etcd,
                          absl::Duration timeout = absl::Seconds(30),
-                         absl::Duration down = absl::ZeroDuration());
+                         absl::Duration down = absl::ZeroDuration(),
+                         bool wipe = false);
 
 }  // namespace testing
 }  // namespace asyncps
