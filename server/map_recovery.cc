@@ -1,5 +1,6 @@
 #include "server/map_recovery.h"
 
+#include <optional>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -25,11 +26,14 @@ MapRecovery::MapRecovery(EtcdClient* etcd, MapStore* maps,
       settle_(settle) {}
 
 bool MapRecovery::Lost(const absl::StatusOr<MapStore::Read>& read) const {
-  if (!read.ok()) return absl::IsNotFound(read.status());
+  if (!read.ok()) {
+    return absl::IsNotFound(read.status()) || absl::IsDataLoss(read.status());
+  }
   return read->map.epoch() < maps_->newest().epoch();
 }
 
-absl::Status MapRecovery::Step(int64_t at_revision, int64_t lease_id) {
+absl::Status MapRecovery::Step(const absl::StatusOr<MapStore::Read>& read,
+                               int64_t lease_id) {
   const ShardMapRecord newest = maps_->newest();
   if (lost_since_ == absl::InfiniteFuture()) {
     lost_since_ = Now();
@@ -37,7 +41,10 @@ absl::Status MapRecovery::Step(int64_t at_revision, int64_t lease_id) {
         "the run's shard map at {} is {} (etcd lost its data?): this replica "
         "offers the newest map it saw ({}); in {} the newest offered is put "
         "back",
-        maps_->key(), at_revision == 0 ? "gone" : "older than one it saw",
+        maps_->key(),
+        read.ok()                         ? "older than one it saw"
+        : absl::IsDataLoss(read.status()) ? "no shard map"
+                                          : "gone",
         newest.epoch() > 0 ? absl::StrCat("epoch ", newest.epoch())
                            : std::string("none"),
         absl::FormatDuration(settle_));
@@ -59,6 +66,19 @@ absl::Status MapRecovery::Step(int64_t at_revision, int64_t lease_id) {
     }
   }
   if (best.epoch() == 0) return absl::OkStatus();  // nothing to put back
+  // What is at the key now: put back by another replica already (and
+  // maybe changed since), or still to be written over.
+  absl::StatusOr<std::optional<EtcdKeyValue>> now = etcd_->Get(maps_->key());
+  if (!now.ok()) return now.status();
+  int64_t at_revision = 0;
+  if (now->has_value()) {
+    ShardMapRecord there;
+    if (there.ParseFromString((*now)->value) && MapStore::Check(there).ok() &&
+        there.epoch() >= best.epoch()) {
+      return absl::OkStatus();
+    }
+    at_revision = (*now)->mod_revision;
+  }
   const uint64_t from = best.epoch();
   best.set_epoch(from + 1);
   absl::StatusOr<bool> put = maps_->Replace(best, at_revision);

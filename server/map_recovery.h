@@ -9,9 +9,10 @@
 // ever, acknowledging nothing (their leases went with etcd's data, and a
 // replica confirms its role in the map before it resumes).
 //
-// The map is lost when the run's map key is missing, or holds an older
-// epoch than one this process has seen (a server started meanwhile wrote a
-// new run's first map there: epochs only ever grow). Each replica that
+// The map is lost when the run's map key is missing, holds something that
+// is no map, or holds an older epoch than one this process has seen (a
+// server started meanwhile wrote a new run's first map there: epochs only
+// ever grow). Each replica that
 // finds it lost then offers the newest map it saw (MapStore::newest)
 // under `<prefix>/recovery/<its id>`, with its lease, so that the offer
 // goes with the process; once the map has been lost for `settle` (time
@@ -33,7 +34,7 @@
 //   MapRecovery recovery(etcd, maps, prefix, self, logger);
 //   absl::StatusOr<MapStore::Read> read = maps->Get();
 //   if (recovery.Lost(read)) {
-//     recovery.Step(read.ok() ? read->mod_revision : 0, lease_id);
+//     recovery.Step(read, lease_id);
 //     return;  // look again at the next tick
 //   }
 //   recovery.Found();
@@ -60,14 +61,17 @@ class MapRecovery {
               absl::Duration settle = absl::Seconds(3));
 
   // Whether `read` (MapStore::Get's answer) says the map was lost: no map
-  // at the key, or one older than the newest this process saw.
+  // at the key, a value there that is no map (DATA_LOSS), or a map older
+  // than the newest this process saw.
   bool Lost(const absl::StatusOr<MapStore::Read>& read) const;
 
-  // One look while the map is lost (`at_revision`: the key's revision, 0
-  // when there is no map): offers the newest map seen, under lease
-  // `lease_id`; once lost for `settle`, writes the newest offered at the
-  // next epoch. Errors are etcd's; the next look tries again.
-  absl::Status Step(int64_t at_revision, int64_t lease_id);
+  // One look while the map is lost (`read`: what Lost was given): offers
+  // the newest map seen, under lease `lease_id`; once lost for `settle`,
+  // writes the newest offered at the next epoch over what is at the key,
+  // unless that is a map of that epoch or newer already (another replica
+  // put it back). Errors are etcd's; the next look tries again.
+  absl::Status Step(const absl::StatusOr<MapStore::Read>& read,
+                    int64_t lease_id);
 
   // The map is there again: withdraws the offer (once per loss).
   void Found();

@@ -354,7 +354,7 @@ void ReplicaGroup::Rejoin() {
   // Etcd lost the run's map (server/map_recovery.h): the replicas put back
   // the newest one they saw, then confirm their roles in it.
   if (recovery_->Lost(read)) {
-    (void)recovery_->Step(read.ok() ? read->mod_revision : 0, lease_->id());
+    (void)recovery_->Step(read, lease_->id());
     return;
   }
   if (!read.ok()) return;
@@ -427,8 +427,9 @@ void ReplicaGroup::Tick() {
   }
   // The map and the members as the watch keeps them (membership/run_view.h).
   absl::StatusOr<RunView::Snapshot> read = view_->Read();
-  if (absl::IsNotFound(read.status())) {
-    Suspend("the run's shard map is gone from etcd");
+  if (absl::IsNotFound(read.status()) || absl::IsDataLoss(read.status())) {
+    Suspend(absl::StrCat("the run's shard map is lost from etcd (",
+                         read.status().message(), ")"));
     return Rejoin();
   }
   if (!read.ok()) return;  // the lease bounds how long this may last

@@ -2,10 +2,10 @@
 """What etcd's loss of its data costs a replicated group.
 
 One group of two replicas (1 shard, R = 2) on loopback with a one-member
-etcd, a push_client pushing as fast as it is answered, and in each round etcd
-killed, its data directory removed, and etcd started again on the same port
---down_s later: the run's map, members and leases are gone, the replicas'
-state and roles are not. The replicas put back the newest map they saw
+etcd, a push_client pushing as fast as it is answered, and in each round
+(but `garbage`) etcd killed, its data directory removed, and etcd started
+again on the same port --down_s later: the run's map, members and leases
+are gone, the replicas' state and roles are not. The replicas put back the newest map they saw
 (server/map_recovery.h) and go on. Cases:
 
   wipe           as above
@@ -14,6 +14,9 @@ state and roles are not. The replicas put back the newest map they saw
                  first one and claims the shard with its (empty) checkpoint;
                  the replicas put theirs back over it, and it must end up
                  their spare, not their primary
+  garbage        etcd is not touched; the run's map key is overwritten with
+                 bytes that are no map (an operator's mistake), through
+                 etcd's JSON gateway
 
 Per round it prints the longest time without an acknowledged push after
 the kill, the pushes acknowledged in the last 5 s of the watch (--watch_s),
@@ -22,17 +25,20 @@ process exited, one of the two replicas started over (threw its state away),
 nothing was acknowledged in the last 5 s, or the gap exceeded --max_gap_s.
 
     python3 tests/cluster/etcd_data_loss.py --bin "$(bazel info -c opt bazel-bin)" \\
-        [--cases wipe,wipe-newcomer] [--rounds 2]
+        [--cases wipe,wipe-newcomer,garbage] [--rounds 2]
 
 Exits 1 if a round failed. Every process it starts is killed at the end, also
 on failure; --keep keeps the logs' folder.
 """
 
 import argparse
+import base64
+import json
 import os
 import shutil
 import sys
 import time
+import urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import emulated_cluster as ec  # noqa: E402  (binary)
@@ -52,6 +58,18 @@ def map_lines(log_paths):
     return lines
 
 
+def put_garbage(endpoint, key):
+    """Writes bytes that are no shard map at `key` (etcd's JSON gateway)."""
+    body = json.dumps({
+        "key": base64.b64encode(key.encode()).decode(),
+        "value": base64.b64encode(b"\xff\xff\xff\xff not a map").decode(),
+    }).encode()
+    request = urllib.request.Request(f"http://{endpoint}/v3/kv/put",
+                                     data=body)
+    with urllib.request.urlopen(request, timeout=5) as r:
+        r.read()
+
+
 def run_round(args, case, n, tmp):
     folder = os.path.join(tmp, f"{case}-{n}")
     os.makedirs(folder)
@@ -69,11 +87,14 @@ def run_round(args, case, n, tmp):
         logs = [procs.log(f"server{i}") for i in range(3)]
         before = len(map_lines(logs))
         t0 = time.monotonic()
-        etcd.kill()
-        etcd.wait()
-        shutil.rmtree(data)
-        time.sleep(args.down_s)
-        lg.start_etcd(procs, args.etcd, endpoint, data, "etcd-again")
+        if case == "garbage":
+            put_garbage(endpoint, "/asyncps/wipe/map")
+        else:
+            etcd.kill()
+            etcd.wait()
+            shutil.rmtree(data)
+            time.sleep(args.down_s)
+            lg.start_etcd(procs, args.etcd, endpoint, data, "etcd-again")
         if case == "wipe-newcomer":
             time.sleep(args.newcomer_after_s)
             procs.spawn([ec.binary(args.bin, "server", "ps_server"),
@@ -92,8 +113,9 @@ def run_round(args, case, n, tmp):
                      if "starts over" in x and not x.startswith("server2")]
         ok = (not exited and not restarted and late > 0
               and gap <= args.max_gap_s)
-        print(f"--- {case} #{n}: etcd back without its data after "
-              f"{args.down_s} s")
+        print(f"--- {case} #{n}: " + (
+            "the map key overwritten" if case == "garbage" else
+            f"etcd back without its data after {args.down_s} s"))
         for line in lines:
             print("  " + line)
         print(f"  longest without an acknowledged push: {gap * 1000:.0f} ms "
@@ -107,7 +129,7 @@ def run_round(args, case, n, tmp):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    lg.add_round_args(ap, "wipe,wipe-newcomer", 2, max_gap_s=8.0)
+    lg.add_round_args(ap, "wipe,wipe-newcomer,garbage", 2, max_gap_s=8.0)
     ap.add_argument("--down_s", type=float, default=1.0,
                     help="how long etcd stays down")
     ap.add_argument("--newcomer_after_s", type=float, default=0.3,

@@ -6,6 +6,7 @@
 
 #include <catch2/catch.hpp>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "absl/strings/str_cat.h"
@@ -55,12 +56,20 @@ ShardMapRecord MapAt(uint64_t epoch, const std::string& primary1) {
   return m;
 }
 
+// One look of replica r: -1 when it finds the map in place, else the
+// epoch it found (0: none, or no map).
 int64_t Step(Replica& r) {
   absl::StatusOr<MapStore::Read> read = r.maps->Get();
   if (!r.recovery->Lost(read)) return -1;
-  REQUIRE_OK(
-      r.recovery->Step(read.ok() ? read->mod_revision : 0, r.lease->id()));
+  REQUIRE_OK(r.recovery->Step(read, r.lease->id()));
   return read.ok() ? static_cast<int64_t>(read->map.epoch()) : 0;
+}
+
+// The map key's revision (0: no key).
+int64_t Revision(Replica& r) {
+  absl::StatusOr<std::optional<EtcdKeyValue>> kv = r.etcd->Get(r.maps->key());
+  REQUIRE_OK(kv.status());
+  return kv->has_value() ? (*kv)->mod_revision : 0;
 }
 
 TEST_CASE(
@@ -84,13 +93,18 @@ TEST_CASE(
     // Seen by a's store now, but older than what a saw before.
     REQUIRE(a.maps->newest().epoch() == 7);
   }
+  SECTION("a value at the key that is no map") {
+    REQUIRE_OK(
+        a.etcd->Put(a.maps->key(), "\xff\xff\xff\xff not a map").status());
+    REQUIRE(absl::IsDataLoss(a.maps->Get().status()));
+  }
   // Both find it lost and offer; nothing is written before the settle time.
+  const int64_t lost_at = Revision(a);
   CHECK(Step(b) >= 0);
   CHECK(Step(a) >= 0);
-  absl::StatusOr<MapStore::Read> now = a.maps->Get();
-  CHECK(
-      (absl::IsNotFound(now.status()) || (now.ok() && now->map.epoch() == 1)));
+  CHECK(Revision(a) == lost_at);
   absl::SleepFor(kSettle + absl::Milliseconds(50));
+  absl::StatusOr<MapStore::Read> now;
   // b, which saw less, writes a's newer map, at epoch 8.
   CHECK(Step(b) >= 0);
   now = b.maps->Get();
@@ -101,9 +115,10 @@ TEST_CASE(
   // Nobody finds it lost now, and nobody writes it again.
   CHECK(Step(a) == -1);
   CHECK(Step(b) == -1);
-  // A recovery that looked before b wrote (at revision 0, or the old map's)
-  // finds the key changed and writes nothing.
-  REQUIRE_OK(a.recovery->Step(0, a.lease->id()));
+  // A recovery that looked before b wrote finds the map put back and
+  // writes nothing.
+  REQUIRE_OK(
+      a.recovery->Step(absl::NotFoundError("looked before"), a.lease->id()));
   now = a.maps->Get();
   REQUIRE_OK(now.status());
   CHECK(now->mod_revision == revision);
