@@ -77,19 +77,31 @@ TEST_CASE("keys, prefixes and revisions", "[etcd]") {
   CHECK(!a->has_value());
 }
 
-TEST_CASE("a test's etcd takes its data directory with it when it goes",
-          "[etcd]") {
+TEST_CASE(
+    "a test's etcd takes its data directory and its log with it when it goes",
+    "[etcd]") {
   if (testing::SkipWithoutEtcd()) return;
-  std::string dir;
+  std::string dir, log;
   {
     absl::StatusOr<testing::EtcdProcess> etcd = testing::StartEtcd();
     REQUIRE_OK(etcd.status());
     dir = etcd->data_dir;
+    log = etcd->log;
     REQUIRE_OK(Connect(*etcd)->Put("/k", "v").status());
     testing::EtcdProcess moved = *std::move(etcd);  // the owner moves along
     CHECK(std::filesystem::exists(dir + "/member"));
+    CHECK(std::filesystem::exists(log));
+    // Restarted without its data: a new folder, the old one gone.
+    REQUIRE_OK(testing::RestartEtcd(&moved, absl::Seconds(30),
+                                    absl::ZeroDuration(), /*wipe=*/true));
+    CHECK_FALSE(std::filesystem::exists(dir));
+    CHECK(moved.data_dir != dir);
+    dir = moved.data_dir;
+    log = moved.log;
+    CHECK(std::filesystem::exists(dir + "/member"));
   }
   CHECK_FALSE(std::filesystem::exists(dir));
+  CHECK_FALSE(std::filesystem::exists(log));
 }
 
 TEST_CASE("compare-and-swap on a key's revision", "[etcd]") {

@@ -79,7 +79,7 @@ absl::Status Spawn(EtcdProcess* etcd, const std::string& name,
       "--election-timeout=500",
   };
   absl::StatusOr<std::unique_ptr<Subprocess>> p =
-      Subprocess::Start(EtcdBinary(), args, etcd->data_dir + ".log");
+      Subprocess::Start(EtcdBinary(), args, etcd->log);
   if (!p.ok()) return p.status();
   etcd->process = *std::move(p);
   return absl::OkStatus();
@@ -105,7 +105,15 @@ absl::Status Launch(EtcdProcess* etcd, absl::Duration timeout) {
   return AwaitHealthy(etcd, timeout);
 }
 
-// A member's addresses and data directory, its process not started.
+// A new, empty folder for `etcd`'s data and log (the old one goes).
+void NewFolder(EtcdProcess* etcd) {
+  const std::string folder = MakeTmpDir("etcd");
+  etcd->folder_owner = OwnedTmpDir(folder);
+  etcd->data_dir = folder + "/data";
+  etcd->log = folder + "/etcd.log";
+}
+
+// A member's addresses and folder, its process not started.
 absl::StatusOr<EtcdProcess> Prepare() {
   EtcdProcess etcd;
   absl::StatusOr<std::string> client = UnusedLoopbackAddress();
@@ -114,8 +122,7 @@ absl::StatusOr<EtcdProcess> Prepare() {
   if (!peer.ok()) return peer.status();
   etcd.endpoint = *client;
   etcd.peer = *peer;
-  etcd.data_dir = MakeTmpDir("etcd");
-  etcd.data_dir_owner = OwnedTmpDir(etcd.data_dir);
+  NewFolder(&etcd);
   return etcd;
 }
 
@@ -208,10 +215,7 @@ absl::Status RestartEtcd(EtcdProcess* etcd, absl::Duration timeout,
     absl::StatusOr<int> killed = etcd->process->Kill(absl::ZeroDuration());
     if (!killed.ok()) return killed.status();
   }
-  if (wipe) {  // the old directory goes with its owner
-    etcd->data_dir = MakeTmpDir("etcd");
-    etcd->data_dir_owner = OwnedTmpDir(etcd->data_dir);
-  }
+  if (wipe) NewFolder(etcd);
   absl::SleepFor(down);
   return Launch(etcd, timeout);
 }

@@ -28,13 +28,15 @@ namespace asyncps {
 namespace testing {
 
 struct EtcdProcess {
-  // Removes data_dir (etcd's write-ahead log alone takes 64 MB) once the
-  // process is gone: declared first, so destroyed last.
-  OwnedTmpDir data_dir_owner;
+  // Removes the folder of data_dir (etcd's write-ahead log alone takes 64
+  // MB) and log once the process is gone: declared first, so destroyed
+  // last.
+  OwnedTmpDir folder_owner;
   std::unique_ptr<Subprocess> process;
   std::string endpoint;  // client address, "127.0.0.1:<port>"
   std::string peer;      // peer address
-  std::string data_dir;
+  std::string data_dir;  // <its folder>/data
+  std::string log;       // <its folder>/etcd.log: the process's output
 };
 
 // The etcd binary (ASYNCPS_ETCD if set, else /usr/bin/etcd).
