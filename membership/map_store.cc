@@ -62,6 +62,11 @@ ShardMapRecord MapStore::newest() const {
   return newest_;
 }
 
+uint64_t MapStore::newest_epoch() const {
+  absl::MutexLock l(&mu_);
+  return newest_.epoch();
+}
+
 void MapStore::Saw(const ShardMapRecord& map) {
   absl::MutexLock l(&mu_);
   if (map.epoch() > newest_.epoch()) newest_ = map;

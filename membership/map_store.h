@@ -92,6 +92,7 @@ class MapStore {
   // before any), and Saw(map) for one read elsewhere (a watch): what this
   // process knew of the run when etcd lost the map.
   ShardMapRecord newest() const ABSL_LOCKS_EXCLUDED(mu_);
+  uint64_t newest_epoch() const ABSL_LOCKS_EXCLUDED(mu_);
   void Saw(const ShardMapRecord& map) ABSL_LOCKS_EXCLUDED(mu_);
 
   // INVALID_ARGUMENT unless `map` has num_shards >= 1 groups numbered in

@@ -29,13 +29,14 @@ bool MapRecovery::Lost(const absl::StatusOr<MapStore::Read>& read) const {
   if (!read.ok()) {
     return absl::IsNotFound(read.status()) || absl::IsDataLoss(read.status());
   }
-  return read->map.epoch() < maps_->newest().epoch();
+  return read->map.epoch() < maps_->newest_epoch();
 }
 
 absl::Status MapRecovery::Step(const absl::StatusOr<MapStore::Read>& read,
                                int64_t lease_id) {
   const ShardMapRecord newest = maps_->newest();
-  if (lost_since_ == absl::InfiniteFuture()) {
+  const bool first = lost_since_ == absl::InfiniteFuture();
+  if (first) {
     lost_since_ = Now();
     logger_->warn(
         "the run's shard map at {} is {} (etcd lost its data?): this replica "
@@ -55,7 +56,8 @@ absl::Status MapRecovery::Step(const absl::StatusOr<MapStore::Read>& read,
     if (!put.ok()) return put.status();
     offered_under_ = lease_id;
   }
-  if (Now() - lost_since_ < settle_) return absl::OkStatus();
+  // The first look only offers; a later one writes once `settle` passed.
+  if (first || Now() - lost_since_ < settle_) return absl::OkStatus();
   absl::StatusOr<EtcdClient::Listing> offers = etcd_->List(offers_);
   if (!offers.ok()) return offers.status();
   ShardMapRecord best = newest;

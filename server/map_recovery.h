@@ -66,10 +66,11 @@ class MapRecovery {
   bool Lost(const absl::StatusOr<MapStore::Read>& read) const;
 
   // One look while the map is lost (`read`: what Lost was given): offers
-  // the newest map seen, under lease `lease_id`; once lost for `settle`,
-  // writes the newest offered at the next epoch over what is at the key,
-  // unless that is a map of that epoch or newer already (another replica
-  // put it back). Errors are etcd's; the next look tries again.
+  // the newest map seen, under lease `lease_id`; a later look, once
+  // `settle` has passed since the first, writes the newest offered at the
+  // next epoch over what is at the key, unless that is a map of that epoch
+  // or newer already (another replica put it back). Errors are etcd's; the
+  // next look tries again.
   absl::Status Step(const absl::StatusOr<MapStore::Read>& read,
                     int64_t lease_id);
 

@@ -330,8 +330,8 @@ void ReplicaGroup::Restart(const std::string& why) {
 }
 
 void ReplicaGroup::Suspend(const std::string& why) {
-  if (lease_lost_since_ != absl::InfiniteFuture()) return;
-  lease_lost_since_ = Now();
+  if (suspended_since_ != absl::InfiniteFuture()) return;
+  suspended_since_ = Now();
   log_.Fence(absl::UnavailableError(why));
   o_.logger->warn(
       "replica of shard {}: {}: it acknowledges nothing until it holds a "
@@ -362,7 +362,7 @@ void ReplicaGroup::Rejoin() {
   const ShardGroupRecord& group = read->map.groups(o_.shard_index);
   const int me = Find(group, self_);
   const std::string away = absl::FormatDuration(
-      absl::Trunc(Now() - lease_lost_since_, absl::Milliseconds(1)));
+      absl::Trunc(Now() - suspended_since_, absl::Milliseconds(1)));
   if (me < 0) {
     return Restart(absl::StrCat("its lease was lost for ", away,
                                 " and the map (epoch ", read->map.epoch(),
@@ -404,7 +404,7 @@ void ReplicaGroup::Rejoin() {
         "(map epoch {})",
         o_.shard_index, away, read->map.epoch());
   }
-  lease_lost_since_ = absl::InfiniteFuture();
+  suspended_since_ = absl::InfiniteFuture();
   resumed_at_ = now;
 }
 
@@ -421,7 +421,7 @@ void ReplicaGroup::Tick() {
   }
   // The log fences itself when the lease ran out before the keeper's
   // thread noticed (log_.lapsed()), though a renewal may still come.
-  if (lease_lost_since_ != absl::InfiniteFuture() || !lease_->Held() ||
+  if (suspended_since_ != absl::InfiniteFuture() || !lease_->Held() ||
       log_.lapsed()) {
     return Rejoin();
   }
@@ -433,7 +433,7 @@ void ReplicaGroup::Tick() {
     return Rejoin();
   }
   if (!read.ok()) return;  // the lease bounds how long this may last
-  if (read->map.epoch() < maps_->newest().epoch()) {
+  if (read->map.epoch() < maps_->newest_epoch()) {
     // The view lags a change this process made, or etcd lost the map and a
     // server started meanwhile wrote a new run's first one: nothing to act
     // on (the replica is in no group of that one) before etcd says which.

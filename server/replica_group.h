@@ -199,11 +199,11 @@ class ReplicaGroup {
   absl::flat_hash_map<std::string, uint64_t> catching_up_;
   // When this backup first saw its primary gone.
   absl::Time primary_gone_since_ = absl::InfiniteFuture();
-  // Role thread only: since when its lease is lost or its map gone
-  // (InfiniteFuture: held),
-  // and when it last resumed its role after that (backups whose keys are
-  // not back yet are given a lease's time to register again).
-  absl::Time lease_lost_since_ = absl::InfiniteFuture();
+  // Role thread only: since when it is suspended (Suspend: its lease lost
+  // or its map gone; InfiniteFuture: not), and when it last resumed its
+  // role after that (backups whose keys are not back yet are given a
+  // lease's time to register again).
+  absl::Time suspended_since_ = absl::InfiniteFuture();
   absl::Time resumed_at_ = absl::InfinitePast();
   std::atomic<uint64_t> failovers_{0};
 
