@@ -4,14 +4,14 @@
 
 #include <atomic>
 #include <cstring>
+#include <optional>
 #include <utility>
 
-#include "absl/base/thread_annotations.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "absl/synchronization/mutex.h"
-#include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "common/clock.h"
+#include "common/log_limiter.h"
 #include "spdlog/sinks/null_sink.h"
 #include "spdlog/sinks/stdout_sinks.h"
 
@@ -42,13 +42,12 @@ spdlog::level::level_enum grpc_error_level = spdlog::level::err;
 std::atomic<uint64_t> handshake_failures{0};
 
 // Handshake lines come once per refused connection, as fast as anyone
-// connects: the first is logged at once, then at most one line per
-// interval, with the count of those held back.
-constexpr absl::Duration kHandshakeLogInterval = absl::Seconds(10);
-absl::Mutex handshake_log_mu;
-absl::Time handshake_logged ABSL_GUARDED_BY(handshake_log_mu) =
-    absl::InfinitePast();
-uint64_t handshake_held ABSL_GUARDED_BY(handshake_log_mu) = 0;
+// connects: the first is logged at once, then at most one line per 10 s,
+// with the count of those held back.
+LogLimiter& HandshakeLines() {
+  static LogLimiter* const lines = new LogLimiter(absl::Seconds(10));
+  return *lines;
+}
 
 // Also the lines of a TLS connection the request guard cut
 // (common/request_guard.h): "Corruption detected" and "Decryption error".
@@ -69,25 +68,13 @@ void LogGrpcLine(gpr_log_func_args* args) {
   const char* slash = std::strrchr(file, '/');
   const char* base = slash == nullptr ? file : slash + 1;
   if (error && IsHandshakeLine(file, args->message)) {
-    uint64_t held = 0;
-    {
-      absl::MutexLock l(&handshake_log_mu);
-      const absl::Time now = absl::Now();
-      if (now - handshake_logged < kHandshakeLogInterval) {
-        ++handshake_held;
-        return;
-      }
-      handshake_logged = now;
-      held = handshake_held;
-      handshake_held = 0;
-    }
+    // One key for them all: their texts name each peer.
+    const std::optional<uint64_t> held =
+        HandshakeLines().Admit("", Clock::Monotonic()->Now());
+    if (!held.has_value()) return;
     (*grpc_logger)
         ->log(grpc_error_level, "grpc: {}:{} {}{}", base, args->line,
-              args->message,
-              held == 0 ? std::string()
-                        : absl::StrCat(" (and ", held,
-                                       " more TLS line(s) in the last "
-                                       "interval, not shown)"));
+              args->message, LogLimiter::HeldBack(*held));
     return;
   }
   (*grpc_logger)

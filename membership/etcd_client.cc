@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <utility>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "common/clock.h"
 #include "common/grpc_status.h"
@@ -24,8 +25,18 @@ EtcdKeyValue FromProto(const etcdserverpb::KeyValue& kv) {
 
 absl::Status Annotate(const grpc::Status& s, absl::string_view what) {
   const absl::Status status = FromGrpcStatus(s);
-  return absl::Status(status.code(),
-                      absl::StrCat("etcd ", what, ": ", status.message()));
+  // etcd's words ("mvcc: database space exceeded") do not say what to do.
+  const bool full = absl::IsResourceExhausted(status) &&
+                    absl::StrContains(status.message(), "space exceeded");
+  return absl::Status(
+      status.code(),
+      absl::StrCat("etcd ", what, ": ", status.message(),
+                   full ? " (etcd's database reached its "
+                          "--quota-backend-bytes and takes no write until "
+                          "it is compacted and defragmented and its NOSPACE "
+                          "alarm disarmed: etcdctl compact, defrag, alarm "
+                          "disarm)"
+                        : ""));
 }
 
 }  // namespace

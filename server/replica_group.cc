@@ -1,6 +1,7 @@
 #include "server/replica_group.h"
 
 #include <algorithm>
+#include <optional>
 #include <utility>
 
 #include "absl/random/random.h"
@@ -91,10 +92,17 @@ absl::StatusOr<std::unique_ptr<ReplicaGroup>> ReplicaGroup::Join(
     absl::SleepFor(absl::Milliseconds(100));
     lease = LeaseKeeper::Start(lo);
   }
-  if (!lease.ok()) {
+  if (!lease.ok() && (absl::IsUnavailable(lease.status()) ||
+                      absl::IsDeadlineExceeded(lease.status()))) {
     return absl::UnavailableError(absl::StrCat(
         "cannot reach etcd at ", endpoints, " (", lease.status().message(),
         "): start etcd or fix --etcd_endpoints"));
+  }
+  if (!lease.ok()) {
+    return absl::Status(
+        lease.status().code(),
+        absl::StrCat("etcd at ", endpoints,
+                     " granted no lease: ", lease.status().message()));
   }
   g->lease_ = *std::move(lease);
   g->maps_ = std::make_unique<MapStore>(g->etcd_.get(), RunPrefix(o.run_id));
@@ -561,10 +569,14 @@ absl::Status ReplicaGroup::Drop(const std::string& address,
     return m.status();
   }
   if (!m.ok()) {
-    o_.logger->warn("cannot drop backup {} from the map: {}", address,
-                    m.status().ToString());
+    if (std::optional<uint64_t> held =
+            drop_lines_.Admit(m.status().ToString(), Now())) {
+      o_.logger->warn("cannot drop backup {} from the map: {}{}", address,
+                      m.status().ToString(), LogLimiter::HeldBack(*held));
+    }
     return m.status();
   }
+  drop_lines_.Reset();
   log_.StopCounting(address);
   catching_up_.erase(address);
   o_.logger->warn("dropped backup {} of shard {} (map epoch {}): {}", address,
@@ -695,10 +707,14 @@ bool ReplicaGroup::TryPromote(const std::string& dead_primary) {
         return true;
       });
   if (!m.ok()) {
-    o_.logger->info("did not take over shard {}: {}", o_.shard_index,
-                    m.status().ToString());
+    if (std::optional<uint64_t> held =
+            takeover_lines_.Admit(m.status().ToString(), Now())) {
+      o_.logger->info("did not take over shard {}: {}{}", o_.shard_index,
+                      m.status().ToString(), LogLimiter::HeldBack(*held));
+    }
     return false;
   }
+  takeover_lines_.Reset();
   log_.BecomePrimary(m->epoch(), counted);
   failovers_.fetch_add(1);
   primary_gone_since_ = absl::InfiniteFuture();

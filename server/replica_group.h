@@ -52,6 +52,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "common/clock.h"
+#include "common/log_limiter.h"
 #include "common/security.h"
 #include "common/steady_wait.h"
 #include "membership/etcd_client.h"
@@ -206,6 +207,11 @@ class ReplicaGroup {
   absl::Time suspended_since_ = absl::InfiniteFuture();
   absl::Time resumed_at_ = absl::InfinitePast();
   std::atomic<uint64_t> failovers_{0};
+  // The role thread's failed map changes, tried again every tick while
+  // they fail (etcd refusing writes: its database full): one line per
+  // reason per 10 s.
+  LogLimiter takeover_lines_{absl::Seconds(10)};
+  LogLimiter drop_lines_{absl::Seconds(10)};
 
   SteadyNotification stop_;  // the role thread ends
   std::thread thread_;

@@ -29,6 +29,15 @@ ServerProcess StartReplica(const EtcdProcess& etcd, const std::string& run,
   return *std::move(s);
 }
 
+std::pair<int, std::string> RunServer(const std::vector<std::string>& args) {
+  absl::StatusOr<std::unique_ptr<Subprocess>> p =
+      Subprocess::Start(RunfilePath("server/ps_server"), args);
+  REQUIRE_OK(p.status());
+  absl::StatusOr<int> exit = (*p)->Wait(absl::Seconds(30));
+  REQUIRE_OK(exit.status());
+  return {*exit, (*p)->ReadLog()};
+}
+
 void StartReplicaPair(const EtcdProcess& etcd, const std::string& run,
                       ServerProcess* primary, ServerProcess* backup,
                       const std::vector<std::string>& extra) {

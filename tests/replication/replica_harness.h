@@ -18,6 +18,7 @@
 
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -40,6 +41,10 @@ std::vector<std::string> ReplicaArgs(const EtcdProcess& etcd,
 ServerProcess StartReplica(const EtcdProcess& etcd, const std::string& run,
                            const std::vector<std::string>& extra = {},
                            int shard = 0, int num_shards = 1);
+
+// Runs ps_server with `args` until it exits (within 30 s): its exit status
+// and log.
+std::pair<int, std::string> RunServer(const std::vector<std::string>& args);
 
 // A group of two (R = 2) of run `run`: *primary started and primary,
 // then *backup started, backup, and counted by the primary.

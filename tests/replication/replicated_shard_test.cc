@@ -37,6 +37,7 @@ namespace {
 using testing::ExpectSameState;
 using testing::ReplicaArgs;
 using testing::RunfilePath;
+using testing::RunServer;
 using testing::ServerProcess;
 using testing::ShardStatus;
 using testing::StartReplica;
@@ -438,16 +439,6 @@ TEST_CASE(
   }
   CHECK(absl::StrContains(workers[0]->ReadLog(), "final test accuracy"));
   WaitForRole(replicas[2].address, "primary");
-}
-
-// Runs ps_server with `args`; its exit status and log.
-std::pair<int, std::string> RunServer(const std::vector<std::string>& args) {
-  absl::StatusOr<std::unique_ptr<Subprocess>> p =
-      Subprocess::Start(RunfilePath("server/ps_server"), args);
-  REQUIRE_OK(p.status());
-  absl::StatusOr<int> exit = (*p)->Wait(absl::Seconds(30));
-  REQUIRE_OK(exit.status());
-  return {*exit, (*p)->ReadLog()};
 }
 
 TEST_CASE(

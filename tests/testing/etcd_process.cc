@@ -8,9 +8,12 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <regex>
 #include <string>
+#include <utility>
 #include <vector>
 
+#include "absl/strings/escaping.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -21,16 +24,18 @@ namespace asyncps {
 namespace testing {
 namespace {
 
-// The whole answer (head and body) to "GET <path>" from etcd at
-// "127.0.0.1:<port>"; empty when it did not answer within a second.
-std::string HttpGet(const std::string& address, const std::string& path) {
+// The whole answer (head and body) to "GET <path>", or to "POST <path>"
+// with `body` when it is not empty, from etcd at "127.0.0.1:<port>"; empty
+// when it did not answer within `timeout_s` seconds.
+std::string HttpCall(const std::string& address, const std::string& path,
+                     const std::string& body = "", int timeout_s = 1) {
   int port = 0;
   if (!absl::SimpleAtoi(address.substr(address.rfind(':') + 1), &port)) {
     return "";
   }
   const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
   if (fd < 0) return "";
-  const timeval timeout{1, 0};
+  const timeval timeout{timeout_s, 0};
   setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof(timeout));
   sockaddr_in addr{};
   addr.sin_family = AF_INET;
@@ -39,7 +44,13 @@ std::string HttpGet(const std::string& address, const std::string& path) {
   std::string answer;
   if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0) {
     const std::string request =
-        absl::StrCat("GET ", path, " HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n");
+        body.empty()
+            ? absl::StrCat("GET ", path, " HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n")
+            : absl::StrCat("POST ", path,
+                           " HTTP/1.0\r\nHost: 127.0.0.1\r\n"
+                           "Content-Type: application/json\r\n"
+                           "Content-Length: ",
+                           body.size(), "\r\n\r\n", body);
     if (write(fd, request.data(), request.size()) ==
         static_cast<ssize_t>(request.size())) {
       char buf[4096];
@@ -49,6 +60,10 @@ std::string HttpGet(const std::string& address, const std::string& path) {
   }
   close(fd);
   return answer;
+}
+
+std::string HttpGet(const std::string& address, const std::string& path) {
+  return HttpCall(address, path);
 }
 
 // Whether etcd at "127.0.0.1:<port>" serves requests: its /health answer
@@ -63,7 +78,7 @@ absl::Status Spawn(EtcdProcess* etcd, const std::string& name,
                    const std::string& initial_cluster) {
   const std::string client = absl::StrCat("http://", etcd->endpoint);
   const std::string peer = absl::StrCat("http://", etcd->peer);
-  const std::vector<std::string> args = {
+  std::vector<std::string> args = {
       "--name=" + name,
       "--data-dir=" + etcd->data_dir,
       "--listen-client-urls=" + client,
@@ -78,6 +93,7 @@ absl::Status Spawn(EtcdProcess* etcd, const std::string& name,
       "--heartbeat-interval=50",
       "--election-timeout=500",
   };
+  args.insert(args.end(), etcd->extra_args.begin(), etcd->extra_args.end());
   absl::StatusOr<std::unique_ptr<Subprocess>> p =
       Subprocess::Start(EtcdBinary(), args, etcd->log);
   if (!p.ok()) return p.status();
@@ -159,6 +175,41 @@ absl::StatusOr<bool> EtcdIsLeader(const EtcdProcess& etcd) {
       absl::StrCat("etcd at ", etcd.endpoint, " served no leader metric"));
 }
 
+absl::Status EtcdFreeSpace(const EtcdProcess& etcd) {
+  // etcd's JSON gateway: keys and values in base64.
+  const std::string junk = absl::Base64Escape("/junk/");
+  const std::string junk_end = absl::Base64Escape("/junk0");
+  std::string answer = HttpCall(
+      etcd.endpoint, "/v3/kv/deleterange",
+      absl::StrCat("{\"key\":\"", junk, "\",\"range_end\":\"", junk_end, "\"}"),
+      10);
+  // "header":{"cluster_id":"...","member_id":"...","revision":"...",...}
+  std::smatch member, revision;
+  if (!std::regex_search(answer, member,
+                         std::regex("\"member_id\":\"([0-9]+)\"")) ||
+      !std::regex_search(answer, revision,
+                         std::regex("\"revision\":\"([0-9]+)\""))) {
+    return absl::InternalError(
+        absl::StrCat("etcd's deleterange answered: ", answer));
+  }
+  const std::string steps[][2] = {
+      {"/v3/kv/compaction", absl::StrCat("{\"revision\":\"", revision[1].str(),
+                                         "\",\"physical\":true}")},
+      {"/v3/maintenance/defragment", "{}"},
+      {"/v3/maintenance/alarm",
+       absl::StrCat("{\"action\":\"DEACTIVATE\",\"memberID\":\"",
+                    member[1].str(), "\",\"alarm\":\"NOSPACE\"}")},
+  };
+  for (const auto& step : steps) {
+    answer = HttpCall(etcd.endpoint, step[0], step[1], 10);
+    if (!absl::StrContains(answer.substr(0, answer.find('\r')), " 200")) {
+      return absl::InternalError(
+          absl::StrCat("etcd's ", step[0], " answered: ", answer));
+    }
+  }
+  return absl::OkStatus();
+}
+
 std::string EtcdBinary() {
   const char* env = std::getenv("ASYNCPS_ETCD");
   return env != nullptr && *env != '\0' ? env : "/usr/bin/etcd";
@@ -179,9 +230,11 @@ bool SkipWithoutEtcd() {
   return true;
 }
 
-absl::StatusOr<EtcdProcess> StartEtcd(absl::Duration timeout) {
+absl::StatusOr<EtcdProcess> StartEtcd(absl::Duration timeout,
+                                      std::vector<std::string> extra_args) {
   absl::StatusOr<EtcdProcess> etcd = Prepare();
   if (!etcd.ok()) return etcd.status();
+  etcd->extra_args = std::move(extra_args);
   absl::Status s = Launch(&*etcd, timeout);
   if (!s.ok()) return s;
   return etcd;

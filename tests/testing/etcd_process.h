@@ -37,6 +37,7 @@ struct EtcdProcess {
   std::string peer;      // peer address
   std::string data_dir;  // <its folder>/data
   std::string log;       // <its folder>/etcd.log: the process's output
+  std::vector<std::string> extra_args;  // given at every start
 };
 
 // The etcd binary (ASYNCPS_ETCD if set, else /usr/bin/etcd).
@@ -47,10 +48,18 @@ std::string EtcdBinary();
 // etcd returns at once then, and never passes without it.
 bool SkipWithoutEtcd();
 
-// Starts etcd on free loopback ports with a new data directory and waits
-// up to `timeout` until it reports itself healthy (it has a leader).
+// Starts etcd on free loopback ports with a new data directory (and
+// `extra_args`, e.g. "--quota-backend-bytes=N") and waits up to `timeout`
+// until it reports itself healthy (it has a leader).
 absl::StatusOr<EtcdProcess> StartEtcd(
-    absl::Duration timeout = absl::Seconds(30));
+    absl::Duration timeout = absl::Seconds(30),
+    std::vector<std::string> extra_args = {});
+
+// What an operator does once etcd's database is full (its NOSPACE alarm,
+// past --quota-backend-bytes): deletes every key under "/junk/" (what a
+// test filled it with), compacts its history, defragments it and disarms
+// the alarm, through etcd's JSON gateway.
+absl::Status EtcdFreeSpace(const EtcdProcess& etcd);
 
 // Starts a cluster of `members` etcd processes on free loopback ports and
 // waits until every member is healthy (RestartEtcd restarts StartEtcd's
