@@ -203,14 +203,17 @@ absl::StatusOr<SecurityOptions> SecurityOptionsFromFlagValues(
   o.tls_key = flags.tls_key;
   o.tls_ca = flags.tls_ca;
   o.require_client_cert = flags.tls_require_client_cert;
+  const std::string cert_flag = flags.flag_prefix + "cert";
+  const std::string key_flag = flags.flag_prefix + "key";
+  const std::string ca_flag = flags.flag_prefix + "ca";
   if (o.tls_cert.empty() != o.tls_key.empty()) {
-    return absl::InvalidArgumentError(o.tls_cert.empty()
-                                          ? "--tls_key needs --tls_cert"
-                                          : "--tls_cert needs --tls_key");
+    return absl::InvalidArgumentError(
+        o.tls_cert.empty() ? absl::StrCat(key_flag, " needs ", cert_flag)
+                           : absl::StrCat(cert_flag, " needs ", key_flag));
   }
   if (server && !o.tls_ca.empty() && o.tls_cert.empty()) {
-    return absl::InvalidArgumentError(
-        "--tls_ca on a server needs --tls_cert and --tls_key");
+    return absl::InvalidArgumentError(absl::StrCat(
+        ca_flag, " on a server needs ", cert_flag, " and ", key_flag));
   }
   if (o.require_client_cert) {
     if (!server) {
@@ -224,15 +227,16 @@ absl::StatusOr<SecurityOptions> SecurityOptionsFromFlagValues(
     }
   }
   for (const auto& [flag, path] :
-       {std::pair<const char*, const std::string*>{"--tls_cert", &o.tls_cert},
-        {"--tls_key", &o.tls_key},
-        {"--tls_ca", &o.tls_ca}}) {
+       {std::pair<const std::string*, const std::string*>{&cert_flag,
+                                                          &o.tls_cert},
+        {&key_flag, &o.tls_key},
+        {&ca_flag, &o.tls_ca}}) {
     if (path->empty()) continue;
-    absl::StatusOr<std::string> pem = ReadPemFile(*path, flag);
+    absl::StatusOr<std::string> pem = ReadPemFile(*path, *flag);
     if (!pem.ok()) return absl::InvalidArgumentError(pem.status().message());
     if (pem->find("-----BEGIN") == std::string::npos) {
       return absl::InvalidArgumentError(
-          absl::StrCat(flag, ": ", *path, " holds no PEM block"));
+          absl::StrCat(*flag, ": ", *path, " holds no PEM block"));
     }
   }
   if (!flags.cluster_token_file.empty()) {

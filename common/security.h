@@ -55,6 +55,9 @@ struct SecurityFlagValues {
   std::string tls_ca;
   bool tls_require_client_cert = false;
   std::string cluster_token_file;
+  // How errors name the three files' flags: "<prefix>cert", "<prefix>key",
+  // "<prefix>ca" ("--etcd_" for the connection to etcd).
+  std::string flag_prefix = "--tls_";
 };
 
 // Validates flag values and reads the token file (surrounding whitespace is

@@ -55,17 +55,25 @@ cluster_track() {
   return 0
 }
 
-# cluster_start_etcd ETCD_BIN: a one-member etcd on free loopback ports,
-# its data in $logdir/etcd, stopped with everything else; elections in
-# 0.5 s so that it grants 1 s leases (ps_server --lease_ms=1000). Sets
-# etcd_endpoint to "127.0.0.1:port".
+# cluster_start_etcd ETCD_BIN [PKI_DIR]: a one-member etcd on free loopback
+# ports, its data in $logdir/etcd, stopped with everything else; elections
+# in 0.5 s so that it grants 1 s leases (ps_server --lease_ms=1000). With
+# PKI_DIR (ca.pem, server.pem, server.key) it serves TLS and requires
+# client certificates signed by ca.pem. Sets etcd_endpoint to
+# "127.0.0.1:port".
 cluster_start_etcd() {
-  local bin=$1 client peer pid
+  local bin=$1 pki=${2:-} client peer pid scheme=http
+  local tls_args=()
+  if [ -n "$pki" ]; then
+    scheme=https
+    tls_args=(--cert-file="$pki/server.pem" --key-file="$pki/server.key"
+      --trusted-ca-file="$pki/ca.pem" --client-cert-auth)
+  fi
   client=$(cluster_free_port)
   peer=$(cluster_free_port "$client")
   "$bin" --name=local --data-dir="$logdir/etcd" \
-    --listen-client-urls="http://127.0.0.1:$client" \
-    --advertise-client-urls="http://127.0.0.1:$client" \
+    --listen-client-urls="$scheme://127.0.0.1:$client" \
+    --advertise-client-urls="$scheme://127.0.0.1:$client" "${tls_args[@]}" \
     --listen-peer-urls="http://127.0.0.1:$peer" \
     --initial-advertise-peer-urls="http://127.0.0.1:$peer" \
     --initial-cluster="local=http://127.0.0.1:$peer" \

@@ -74,7 +74,9 @@ options:
                        in the log folder (pki/), and gives the servers
                        --tls_cert/--tls_key/--tls_ca/--cluster_token_file
                        and the workers (and ps_serve) --tls_ca and
-                       --cluster_token_file (see README "Security")
+                       --cluster_token_file (see README "Security"); with
+                       --replicas, etcd serves TLS too and requires a
+                       client certificate (--etcd_ca/--etcd_cert/--etcd_key)
   --logdir DIR         keep logs here (default: a fresh temporary folder)
   --cuda               build and run the CUDA build (bazel --config=cuda)
   --no-build           use the binaries already built (bazel-bin)
@@ -206,10 +208,17 @@ find_shards=()
 if [ "$replicas" -gt 1 ]; then
   etcd_bin=$(command -v etcd || true)
   [ -n "$etcd_bin" ] || { echo "local.sh: --replicas needs etcd (deploy/install_deps.sh installs etcd-server)" >&2; exit 1; }
-  cluster_start_etcd "$etcd_bin"
+  cluster_start_etcd "$etcd_bin" "${pki:-}"
   run_id="local-$$"
-  server_flags="--replicas=$replicas --etcd_endpoints=$etcd_endpoint --run_id=$run_id $server_flags"
-  find_shards=(--etcd_endpoints="$etcd_endpoint" --run_id="$run_id")
+  etcd_flags=""
+  if [ "$tls" = 1 ]; then
+    # etcd serves TLS too and requires a client certificate: the server
+    # certificate is also issued for clientAuth.
+    etcd_flags="--etcd_ca=$pki/ca.pem --etcd_cert=$pki/server.pem --etcd_key=$pki/server.key"
+  fi
+  server_flags="--replicas=$replicas --etcd_endpoints=$etcd_endpoint --run_id=$run_id $etcd_flags $server_flags"
+  # shellcheck disable=SC2206  # flags without spaces, split on purpose
+  find_shards=(--etcd_endpoints="$etcd_endpoint" --run_id="$run_id" $etcd_flags)
 fi
 cluster_start_shards "$server_bin" "$shards" "$server_flags" "$replicas"
 [ "$replicas" -gt 1 ] || find_shards=(--servers="$servers")
@@ -219,7 +228,7 @@ else
   echo "cluster: $shards shard(s) at $servers; $workers worker(s); logs in $logdir"
 fi
 if [ "$tls" = 1 ]; then
-  echo "cluster: TLS and a cluster token on every connection (psctl ... ${tls_client[*]})"
+  echo "cluster: TLS and a cluster token on every connection (psctl ... ${tls_client[*]}${etcd_flags:+ $etcd_flags})"
 fi
 
 if [ "$serve" = 1 ]; then

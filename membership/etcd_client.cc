@@ -74,10 +74,21 @@ absl::StatusOr<std::unique_ptr<EtcdClient>> EtcdClient::Connect(
           absl::StrCat("etcd: endpoint '", e, "' is not host:port"));
     }
   }
-  return std::unique_ptr<EtcdClient>(new EtcdClient(std::move(options)));
+  if (!options.security.cluster_token.empty()) {
+    return absl::InvalidArgumentError("etcd: no cluster token is sent to etcd");
+  }
+  absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> credentials =
+      ChannelCredentials(options.security);
+  if (!credentials.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("etcd: ", credentials.status().message()));
+  }
+  return std::unique_ptr<EtcdClient>(
+      new EtcdClient(std::move(options), *std::move(credentials)));
 }
 
-EtcdClient::EtcdClient(EtcdClientOptions options)
+EtcdClient::EtcdClient(EtcdClientOptions options,
+                       std::shared_ptr<grpc::ChannelCredentials> credentials)
     : options_(std::move(options)) {
   for (const std::string& endpoint : options_.endpoints) {
     Member m;
@@ -87,8 +98,7 @@ EtcdClient::EtcdClient(EtcdClientOptions options)
     // default backoff grows to two minutes), so that calls can move to it.
     args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
     args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
-    m.channel = grpc::CreateCustomChannel(
-        endpoint, grpc::InsecureChannelCredentials(), args);
+    m.channel = grpc::CreateCustomChannel(endpoint, credentials, args);
     // Connected before a failure moves calls to it.
     m.channel->GetState(/*try_to_connect=*/true);
     m.kv = etcdserverpb::KV::NewStub(m.channel);

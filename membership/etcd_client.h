@@ -42,6 +42,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "common/security.h"
 #include "proto/etcd_v3.grpc.pb.h"
 
 namespace asyncps {
@@ -59,6 +60,12 @@ struct EtcdClientOptions {
   // endpoint a call waits for a connection (etcd restarting) up to its
   // deadline; with several, one to a member that is down fails at once.
   std::vector<std::string> endpoints;
+  // How every member is reached: plain TCP by default; TLS when tls_ca
+  // (the roots etcd's certificate is checked with, and its name against
+  // the endpoint's host) or tls_cert/tls_key (the client certificate an
+  // etcd started with --client-cert-auth requires) is set. Paths of PEM
+  // files, read at Connect. No cluster token (etcd has none).
+  SecurityOptions security;
   absl::Duration call_timeout = absl::Seconds(5);
   // A watch that has heard nothing from etcd for this long asks it how far
   // the watch got (a progress request on the watch's stream, which etcd
@@ -166,7 +173,8 @@ class EtcdClient {
     std::unique_ptr<etcdserverpb::Watch::Stub> watch;
   };
 
-  explicit EtcdClient(EtcdClientOptions options);
+  EtcdClient(EtcdClientOptions options,
+             std::shared_ptr<grpc::ChannelCredentials> credentials);
   // A call's context, with its deadline `timeout` from now.
   std::unique_ptr<grpc::ClientContext> Context(absl::Duration timeout) const;
   // The index of the member calls go to now.

@@ -1,5 +1,7 @@
 #include "membership/etcd_flags.h"
 
+#include <utility>
+
 #include "absl/flags/flag.h"
 
 ABSL_FLAG(std::string, etcd_endpoints, "",
@@ -10,9 +12,34 @@ ABSL_FLAG(std::string, etcd_endpoints, "",
           "primaries come from the map, followed through failovers; "
           "--servers is then optional (if given, its count must match the "
           "map's).");
+ABSL_FLAG(std::string, etcd_ca, "",
+          "PEM CA bundle that etcd's certificate is checked with; turns TLS "
+          "to etcd on (its --cert-file; etcd's own --trusted-ca-file is "
+          "another matter: see --etcd_cert).");
+ABSL_FLAG(std::string, etcd_cert, "",
+          "PEM client certificate presented to etcd (with --etcd_key), for "
+          "an etcd started with --client-cert-auth; turns TLS to etcd on.");
+ABSL_FLAG(std::string, etcd_key, "", "PEM private key of --etcd_cert.");
 
 namespace asyncps {
 
 std::string EtcdEndpointsFlag() { return absl::GetFlag(FLAGS_etcd_endpoints); }
+
+absl::StatusOr<SecurityOptions> EtcdSecurityFlags() {
+  SecurityFlagValues v;
+  v.tls_ca = absl::GetFlag(FLAGS_etcd_ca);
+  v.tls_cert = absl::GetFlag(FLAGS_etcd_cert);
+  v.tls_key = absl::GetFlag(FLAGS_etcd_key);
+  v.flag_prefix = "--etcd_";
+  return SecurityOptionsFromFlagValues(v, /*server=*/false);
+}
+
+absl::Status AddEtcdFlags(ShardAddressingOptions* a) {
+  a->etcd_endpoints = EtcdEndpointsFlag();
+  absl::StatusOr<SecurityOptions> security = EtcdSecurityFlags();
+  if (!security.ok()) return security.status();
+  a->router.etcd_security = *std::move(security);
+  return absl::OkStatus();
+}
 
 }  // namespace asyncps

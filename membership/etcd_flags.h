@@ -1,18 +1,36 @@
 #ifndef ASYNCPS_MEMBERSHIP_ETCD_FLAGS_H_
 #define ASYNCPS_MEMBERSHIP_ETCD_FLAGS_H_
 
-// --etcd_endpoints, defined once for the programs that find a replicated
-// run's shards in etcd (ps_server, ps_worker, ps_serve, psctl; and its
-// ASYNCPS_* environment variable, common/cli.h). A binary that links this
-// library has the flag; only main() reads it, through EtcdEndpointsFlag, and
-// hands it to ResolveShardAddressing (membership/shard_addressing.h).
+// --etcd_endpoints and how to reach etcd there (--etcd_ca, --etcd_cert,
+// --etcd_key: TLS, and a client certificate for an etcd that requires one),
+// defined once for the programs that find a replicated run's shards in etcd
+// (ps_server, ps_worker, ps_serve, psctl; and their ASYNCPS_* environment
+// variables, common/cli.h). A binary that links this library has the
+// flags; only main() reads them, through the functions below, and hands
+// them to ResolveShardAddressing (membership/shard_addressing.h) or the
+// shard group (server/replica_setup.h).
 
 #include <string>
+
+#include "absl/status/statusor.h"
+#include "common/security.h"
+#include "membership/shard_addressing.h"
 
 namespace asyncps {
 
 // The flag's value: "host:port,..." or "" (no etcd).
 std::string EtcdEndpointsFlag();
+
+// The connection to etcd: plain TCP when none of --etcd_ca, --etcd_cert,
+// --etcd_key is given, else TLS verified with --etcd_ca (gRPC's default
+// roots without it), presenting --etcd_cert/--etcd_key (both or neither).
+// INVALID_ARGUMENT naming the flag and file when one is unreadable, holds
+// no PEM block, or a certificate comes without its key.
+absl::StatusOr<SecurityOptions> EtcdSecurityFlags();
+
+// Both into a client program's `a` (a->etcd_endpoints,
+// a->router.etcd_security); errors as EtcdSecurityFlags.
+absl::Status AddEtcdFlags(ShardAddressingOptions* a);
 
 }  // namespace asyncps
 

@@ -89,6 +89,7 @@ absl::StatusOr<std::shared_ptr<MapRouter>> MapRouter::Connect(
   EtcdClientOptions o;
   o.endpoints = endpoints;
   o.call_timeout = options.etcd_call_timeout;
+  o.security = options.etcd_security;
   absl::StatusOr<std::unique_ptr<EtcdClient>> etcd = EtcdClient::Connect(o);
   if (!etcd.ok()) return etcd.status();
   absl::StatusOr<std::shared_ptr<MapRouter>> router =
@@ -101,7 +102,9 @@ absl::StatusOr<std::shared_ptr<MapRouter>> MapRouter::Connect(
   if (absl::IsUnavailable(s) || absl::IsDeadlineExceeded(s)) {
     return absl::UnavailableError(
         absl::StrCat(where, " does not answer (", s.message(),
-                     "): check the endpoints and that etcd runs there"));
+                     "): check the endpoints, that etcd runs there, and "
+                     "whether it serves TLS (--etcd_ca, --etcd_cert, "
+                     "--etcd_key)"));
   }
   if (absl::IsNotFound(s)) {
     return absl::NotFoundError(absl::StrCat(

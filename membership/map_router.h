@@ -36,6 +36,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "common/security.h"
 #include "common/shard_router.h"
 #include "membership/etcd_client.h"
 #include "membership/map_store.h"
@@ -54,6 +55,8 @@ struct MapRouterOptions {
   absl::Duration max_backoff = absl::Seconds(2);
   // Deadline of each etcd call (Connect only; Start uses the client's).
   absl::Duration etcd_call_timeout = absl::Seconds(5);
+  // How etcd is reached (Connect only): EtcdClientOptions::security.
+  SecurityOptions etcd_security;
   // Primaries that moved and watches that ended are logged here; null =
   // not logged.
   std::shared_ptr<spdlog::logger> logger;

@@ -67,6 +67,7 @@ absl::StatusOr<std::unique_ptr<ReplicaGroup>> ReplicaGroup::Join(
   const std::string endpoints = absl::StrJoin(o.etcd_endpoints, ",");
   EtcdClientOptions eo;
   eo.endpoints = o.etcd_endpoints;
+  eo.security = o.etcd_security;
   eo.call_timeout = absl::Seconds(3);
   absl::StatusOr<std::unique_ptr<EtcdClient>> etcd = EtcdClient::Connect(eo);
   if (!etcd.ok()) return etcd.status();
@@ -96,7 +97,8 @@ absl::StatusOr<std::unique_ptr<ReplicaGroup>> ReplicaGroup::Join(
                       absl::IsDeadlineExceeded(lease.status()))) {
     return absl::UnavailableError(absl::StrCat(
         "cannot reach etcd at ", endpoints, " (", lease.status().message(),
-        "): start etcd or fix --etcd_endpoints"));
+        "): start etcd or fix --etcd_endpoints (or --etcd_ca, --etcd_cert, "
+        "--etcd_key: etcd serving TLS, or requiring a client certificate)"));
   }
   if (!lease.ok()) {
     return absl::Status(

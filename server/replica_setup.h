@@ -10,6 +10,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "common/security.h"
 #include "server/ps_server.h"
 #include "server/replica_group.h"
 
@@ -18,6 +19,7 @@ namespace asyncps {
 struct ReplicaFlags {
   int replicas = 1;                         // --replicas
   std::vector<std::string> etcd_endpoints;  // --etcd_endpoints
+  SecurityOptions etcd_security;  // --etcd_ca, --etcd_cert, --etcd_key
   absl::Duration lease = absl::Seconds(1);  // --lease_ms
   std::string host_label;                   // --host_label / ASYNCPS_HOST
   absl::Duration replica_timeout;           // --replica_timeout_ms

@@ -228,10 +228,11 @@ absl::StatusOr<std::unique_ptr<ParameterSource>> SourceFromFlags(
     return MakeCheckpointSource(options);
   }
   ShardAddressingOptions a{absl::GetFlag(FLAGS_servers),
-                           absl::GetFlag(FLAGS_num_shards), EtcdEndpointsFlag(),
+                           absl::GetFlag(FLAGS_num_shards), "",
                            absl::GetFlag(FLAGS_run_id)};
   a.router.wait_for_map = absl::Seconds(absl::GetFlag(FLAGS_wait_s));
   a.router.logger = logger;
+  if (absl::Status s = AddEtcdFlags(&a); !s.ok()) return s;
   absl::StatusOr<ShardAddressing> shards = ResolveShardAddressing(a);
   if (!shards.ok()) {  // a start failure: exit 2, as bad flags
     return absl::InvalidArgumentError(shards.status().message());

@@ -646,10 +646,11 @@ absl::StatusOr<Connection> ConnectionFromFlags(const ParsedCommandLine& cl,
         "--timeout must be > 0, got ", absl::FormatDuration(c.timeout)));
   }
   ShardAddressingOptions a{absl::GetFlag(FLAGS_servers),
-                           absl::GetFlag(FLAGS_num_shards), EtcdEndpointsFlag(),
+                           absl::GetFlag(FLAGS_num_shards), "",
                            absl::GetFlag(FLAGS_run_id)};
   a.router.wait_for_map = c.timeout;  // the shards write it: no waiting here
   a.router.etcd_call_timeout = c.timeout;
+  if (absl::Status s = AddEtcdFlags(&a); !s.ok()) return s;
   absl::StatusOr<ShardAddressing> shards = ResolveShardAddressing(a);
   if (!shards.ok()) {  // etcd not answering too: the flags are what to fix
     return absl::InvalidArgumentError(shards.status().message());

@@ -599,10 +599,10 @@ absl::StatusOr<PsClientOptions> ClientOptionsFromFlags(
     return absl::InvalidArgumentError(absl::StrCat("--run_id: ", r.message()));
   }
   ShardAddressingOptions a{absl::GetFlag(FLAGS_servers),
-                           absl::GetFlag(FLAGS_num_shards), EtcdEndpointsFlag(),
-                           c.run_id};
+                           absl::GetFlag(FLAGS_num_shards), "", c.run_id};
   a.router.wait_for_map = absl::Seconds(absl::GetFlag(FLAGS_wait_for_shards_s));
   a.router.logger = logger;
+  if (absl::Status s = AddEtcdFlags(&a); !s.ok()) return s;
   absl::StatusOr<ShardAddressing> shards = ResolveShardAddressing(a);
   if (!shards.ok()) return shards.status();
   c.servers = shards->servers;

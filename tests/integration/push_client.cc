@@ -57,7 +57,7 @@ absl::Status Run() {
   // failovers.
   ShardAddressingOptions a;
   a.servers = absl::GetFlag(FLAGS_servers);
-  a.etcd_endpoints = EtcdEndpointsFlag();
+  if (absl::Status s = AddEtcdFlags(&a); !s.ok()) return s;
   a.run_id = absl::GetFlag(FLAGS_run_id);
   absl::StatusOr<ShardAddressing> shards = ResolveShardAddressing(a);
   if (!shards.ok()) return shards.status();

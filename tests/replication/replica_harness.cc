@@ -15,8 +15,13 @@ namespace testing {
 
 std::vector<std::string> ReplicaArgs(const EtcdProcess& etcd,
                                      const std::string& run) {
-  return {"--host=127.0.0.1", absl::StrCat("--run_id=", run), "--replicas=2",
-          absl::StrCat("--etcd_endpoints=", etcd.endpoint), "--lease_ms=1000"};
+  std::vector<std::string> args = {
+      "--host=127.0.0.1", absl::StrCat("--run_id=", run), "--replicas=2",
+      absl::StrCat("--etcd_endpoints=", etcd.endpoint), "--lease_ms=1000"};
+  for (std::string& flag : EtcdClientFlags(etcd)) {
+    args.push_back(std::move(flag));
+  }
+  return args;
 }
 
 ServerProcess StartReplica(const EtcdProcess& etcd, const std::string& run,
@@ -113,6 +118,7 @@ std::unique_ptr<PsClient> MapClient(const EtcdProcess& etcd,
                                     const SecurityOptions& security) {
   ShardAddressingOptions a;
   a.etcd_endpoints = etcd.endpoint;
+  a.router.etcd_security = EtcdClientSecurity(etcd);
   a.run_id = run;
   absl::StatusOr<ShardAddressing> shards = ResolveShardAddressing(a);
   REQUIRE_OK(shards.status());

@@ -32,7 +32,8 @@
 namespace asyncps {
 namespace testing {
 
-// ps_server flags of a replica (R = 2) of run `run`.
+// ps_server flags of a replica (R = 2) of run `run` (with etcd's TLS
+// flags when it serves TLS).
 std::vector<std::string> ReplicaArgs(const EtcdProcess& etcd,
                                      const std::string& run);
 

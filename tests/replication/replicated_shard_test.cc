@@ -14,6 +14,7 @@
 #include <regex>
 #include <string>
 #include <thread>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -132,6 +133,9 @@ std::pair<int, std::string> Psctl(const testing::EtcdProcess& etcd,
   std::vector<std::string> args = {
       "status", absl::StrCat("--etcd_endpoints=", etcd.endpoint),
       absl::StrCat("--run_id=", run)};
+  for (std::string& flag : testing::EtcdClientFlags(etcd)) {
+    args.push_back(std::move(flag));
+  }
   args.insert(args.end(), extra.begin(), extra.end());
   absl::StatusOr<std::unique_ptr<Subprocess>> p =
       Subprocess::Start(RunfilePath("tools/psctl"), args);
@@ -633,13 +637,30 @@ TEST_CASE(
 }
 
 TEST_CASE(
-    "replicas over TLS with a cluster token: the backup follows over TLS "
-    "and takes over with every acknowledged push",
+    "replicas and etcd over TLS, a cluster token: the backup follows over "
+    "TLS and takes over with every acknowledged push",
     "[replication][tls]") {
   if (testing::SkipWithoutEtcd()) return;
-  absl::StatusOr<testing::EtcdProcess> etcd = testing::StartEtcd();
-  REQUIRE_OK(etcd.status());
   const testing::Pki& pki = testing::TestPki();
+  absl::StatusOr<testing::EtcdProcess> etcd =
+      testing::StartEtcd(absl::Seconds(30), {},
+                         {pki.server_cert, pki.server_key, pki.ca,
+                          pki.client_cert, pki.client_key});
+  REQUIRE_OK(etcd.status());
+  {
+    // Without etcd's TLS flags a server cannot join, and says what to give.
+    std::vector<std::string> plain = {
+        "--host=127.0.0.1", "--run_id=tls", "--replicas=2",
+        absl::StrCat("--etcd_endpoints=", etcd->endpoint), "--lease_ms=1000"};
+    auto [exit, log] = RunServer(plain);
+    CHECK(exit == 2);
+    CHECK(absl::StrContains(log, "cannot reach etcd"));
+    CHECK(absl::StrContains(log, "--etcd_ca, --etcd_cert"));
+    plain.push_back("--etcd_cert=" + pki.client_cert);
+    std::tie(exit, log) = RunServer(plain);
+    CHECK(exit == 2);
+    CHECK(absl::StrContains(log, "--etcd_cert needs --etcd_key"));
+  }
   // A replica's --tls_ca is for its own connections to the other.
   const std::vector<std::string> tls = {
       "--tls_cert=" + pki.server_cert, "--tls_key=" + pki.server_key,
@@ -664,6 +685,16 @@ TEST_CASE(
     REQUIRE_OK(worker->Push(i, {{"w", grad.data()}}).status());
   }
   testing::ExpectSameState(a.address, b.address, client);
+  {
+    // psctl finds the group through etcd over TLS too.
+    auto [exit, out] =
+        Psctl(*etcd, "tls",
+              {"--tls_ca=" + pki.ca,
+               std::string("--cluster_token_file=") + pki.token_file});
+    INFO(out);
+    CHECK(exit == 0);
+    CHECK(absl::StrContains(out, "primary"));
+  }
 
   REQUIRE(a.process->Signal(SIGKILL).ok());
   (void)a.process->Wait(absl::Seconds(10));

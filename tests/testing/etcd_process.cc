@@ -76,7 +76,9 @@ bool Healthy(const std::string& address) {
 // Starts `etcd`'s process, as member `name` of `initial_cluster`.
 absl::Status Spawn(EtcdProcess* etcd, const std::string& name,
                    const std::string& initial_cluster) {
-  const std::string client = absl::StrCat("http://", etcd->endpoint);
+  const bool tls = !etcd->tls.cert.empty();
+  const std::string client =
+      absl::StrCat(tls ? "https://" : "http://", etcd->endpoint);
   const std::string peer = absl::StrCat("http://", etcd->peer);
   std::vector<std::string> args = {
       "--name=" + name,
@@ -93,6 +95,16 @@ absl::Status Spawn(EtcdProcess* etcd, const std::string& name,
       "--heartbeat-interval=50",
       "--election-timeout=500",
   };
+  if (tls) {
+    args.push_back("--cert-file=" + etcd->tls.cert);
+    args.push_back("--key-file=" + etcd->tls.key);
+    if (!etcd->tls.ca.empty()) {
+      args.push_back("--trusted-ca-file=" + etcd->tls.ca);
+      args.push_back("--client-cert-auth");
+    }
+    // /health and /metrics in plain HTTP for the helpers here.
+    args.push_back("--listen-metrics-urls=http://" + etcd->http);
+  }
   args.insert(args.end(), etcd->extra_args.begin(), etcd->extra_args.end());
   absl::StatusOr<std::unique_ptr<Subprocess>> p =
       Subprocess::Start(EtcdBinary(), args, etcd->log);
@@ -105,7 +117,7 @@ absl::Status Spawn(EtcdProcess* etcd, const std::string& name,
 absl::Status AwaitHealthy(EtcdProcess* etcd, absl::Duration timeout) {
   Subprocess* process = etcd->process.get();
   const absl::Status up =
-      WaitFor([&] { return !process->Running() || Healthy(etcd->endpoint); },
+      WaitFor([&] { return !process->Running() || Healthy(etcd->http); },
               timeout, "etcd to be healthy", absl::Milliseconds(100));
   if (!up.ok() || !process->Running()) {
     return absl::UnavailableError(absl::StrCat(
@@ -137,6 +149,7 @@ absl::StatusOr<EtcdProcess> Prepare() {
   absl::StatusOr<std::string> peer = UnusedLoopbackAddress();
   if (!peer.ok()) return peer.status();
   etcd.endpoint = *client;
+  etcd.http = *client;
   etcd.peer = *peer;
   NewFolder(&etcd);
   return etcd;
@@ -146,7 +159,7 @@ absl::StatusOr<EtcdProcess> Prepare() {
 
 absl::StatusOr<int64_t> EtcdCallsStarted(const EtcdProcess& etcd,
                                          absl::string_view method) {
-  const std::string metrics = HttpGet(etcd.endpoint, "/metrics");
+  const std::string metrics = HttpGet(etcd.http, "/metrics");
   // grpc_server_started_total{grpc_method="Range",grpc_service=...} 12
   const std::string name =
       absl::StrCat("grpc_server_started_total{grpc_method=\"", method, "\"");
@@ -165,7 +178,7 @@ absl::StatusOr<int64_t> EtcdCallsStarted(const EtcdProcess& etcd,
 }
 
 absl::StatusOr<bool> EtcdIsLeader(const EtcdProcess& etcd) {
-  const std::string metrics = HttpGet(etcd.endpoint, "/metrics");
+  const std::string metrics = HttpGet(etcd.http, "/metrics");
   for (absl::string_view line : absl::StrSplit(metrics, '\n')) {
     if (absl::StartsWith(line, "etcd_server_is_leader ")) {
       return absl::EndsWith(line, " 1");
@@ -173,6 +186,26 @@ absl::StatusOr<bool> EtcdIsLeader(const EtcdProcess& etcd) {
   }
   return absl::UnavailableError(
       absl::StrCat("etcd at ", etcd.endpoint, " served no leader metric"));
+}
+
+SecurityOptions EtcdClientSecurity(const EtcdProcess& etcd) {
+  SecurityOptions s;
+  if (etcd.tls.cert.empty()) return s;
+  s.tls_ca = etcd.tls.ca;
+  s.tls_cert = etcd.tls.client_cert;
+  s.tls_key = etcd.tls.client_key;
+  return s;
+}
+
+std::vector<std::string> EtcdClientFlags(const EtcdProcess& etcd) {
+  const SecurityOptions s = EtcdClientSecurity(etcd);
+  std::vector<std::string> flags;
+  if (!s.tls_ca.empty()) flags.push_back("--etcd_ca=" + s.tls_ca);
+  if (!s.tls_cert.empty()) {
+    flags.push_back("--etcd_cert=" + s.tls_cert);
+    flags.push_back("--etcd_key=" + s.tls_key);
+  }
+  return flags;
 }
 
 absl::Status EtcdFreeSpace(const EtcdProcess& etcd) {
@@ -231,10 +264,17 @@ bool SkipWithoutEtcd() {
 }
 
 absl::StatusOr<EtcdProcess> StartEtcd(absl::Duration timeout,
-                                      std::vector<std::string> extra_args) {
+                                      std::vector<std::string> extra_args,
+                                      EtcdTls tls) {
   absl::StatusOr<EtcdProcess> etcd = Prepare();
   if (!etcd.ok()) return etcd.status();
   etcd->extra_args = std::move(extra_args);
+  if (!tls.cert.empty()) {
+    etcd->tls = std::move(tls);
+    absl::StatusOr<std::string> http = UnusedLoopbackAddress();
+    if (!http.ok()) return http.status();
+    etcd->http = *http;
+  }
   absl::Status s = Launch(&*etcd, timeout);
   if (!s.ok()) return s;
   return etcd;

@@ -22,10 +22,19 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
+#include "common/security.h"
 #include "tests/testing/subprocess.h"
 
 namespace asyncps {
 namespace testing {
+
+// TLS on etcd's client port: its certificate and key, and with `ca` the
+// client certificates it requires (--client-cert-auth) are checked with it;
+// the client certificate and key its clients in a test present.
+struct EtcdTls {
+  std::string cert, key, ca;
+  std::string client_cert, client_key;
+};
 
 struct EtcdProcess {
   // Removes the folder of data_dir (etcd's write-ahead log alone takes 64
@@ -38,6 +47,10 @@ struct EtcdProcess {
   std::string data_dir;  // <its folder>/data
   std::string log;       // <its folder>/etcd.log: the process's output
   std::vector<std::string> extra_args;  // given at every start
+  EtcdTls tls;                          // none: plain TCP
+  // Where /health and /metrics answer in plain HTTP: the endpoint, or
+  // with TLS a metrics address of its own.
+  std::string http;
 };
 
 // The etcd binary (ASYNCPS_ETCD if set, else /usr/bin/etcd).
@@ -49,16 +62,25 @@ std::string EtcdBinary();
 bool SkipWithoutEtcd();
 
 // Starts etcd on free loopback ports with a new data directory (and
-// `extra_args`, e.g. "--quota-backend-bytes=N") and waits up to `timeout`
-// until it reports itself healthy (it has a leader).
+// `extra_args`, e.g. "--quota-backend-bytes=N"; serving TLS with `tls`)
+// and waits up to `timeout` until it reports itself healthy (it has a
+// leader).
 absl::StatusOr<EtcdProcess> StartEtcd(
     absl::Duration timeout = absl::Seconds(30),
-    std::vector<std::string> extra_args = {});
+    std::vector<std::string> extra_args = {}, EtcdTls tls = {});
+
+// How a client of `etcd` reaches it (EtcdClientOptions::security): plain
+// TCP, or its CA and the test's client certificate.
+SecurityOptions EtcdClientSecurity(const EtcdProcess& etcd);
+
+// The same as the flags of a program (--etcd_ca, --etcd_cert, --etcd_key;
+// none for plain TCP).
+std::vector<std::string> EtcdClientFlags(const EtcdProcess& etcd);
 
 // What an operator does once etcd's database is full (its NOSPACE alarm,
 // past --quota-backend-bytes): deletes every key under "/junk/" (what a
 // test filled it with), compacts its history, defragments it and disarms
-// the alarm, through etcd's JSON gateway.
+// the alarm, through etcd's JSON gateway (plain TCP only).
 absl::Status EtcdFreeSpace(const EtcdProcess& etcd);
 
 // Starts a cluster of `members` etcd processes on free loopback ports and
