@@ -104,6 +104,7 @@ EtcdClient::EtcdClient(EtcdClientOptions options,
     m.kv = etcdserverpb::KV::NewStub(m.channel);
     m.lease = etcdserverpb::Lease::NewStub(m.channel);
     m.watch = etcdserverpb::Watch::NewStub(m.channel);
+    m.maintenance = etcdserverpb::Maintenance::NewStub(m.channel);
     members_.push_back(std::move(m));
   }
 }
@@ -215,6 +216,25 @@ absl::StatusOr<EtcdClient::Listing> EtcdClient::List(absl::string_view prefix) {
   out.revision = response.header().revision();
   for (const etcdserverpb::KeyValue& kv : response.kvs()) {
     out.kvs.push_back(FromProto(kv));
+  }
+  return out;
+}
+
+absl::StatusOr<std::vector<EtcdClient::Alarm>> EtcdClient::Alarms() {
+  etcdserverpb::AlarmRequest request;  // GET, every member, every type
+  etcdserverpb::AlarmResponse response;
+  absl::Status s = Call(
+      "alarm list",
+      [&](const Member& m, grpc::ClientContext* c) {
+        return m.maintenance->Alarm(c, request, &response);
+      },
+      absl::InfiniteDuration(), /*read=*/true);
+  if (!s.ok()) return s;
+  std::vector<Alarm> out;
+  for (const etcdserverpb::AlarmMember& a : response.alarms()) {
+    std::string type = etcdserverpb::AlarmType_Name(a.alarm());
+    if (type.empty()) type = absl::StrCat("type ", a.alarm());
+    out.push_back({a.memberid(), std::move(type)});
   }
   return out;
 }

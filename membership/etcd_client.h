@@ -144,6 +144,15 @@ class EtcdClient {
   // Ends the lease now and deletes its keys.
   absl::Status RevokeLease(int64_t id);
 
+  // The alarms raised in the cluster ("NOSPACE": its database reached its
+  // quota and it refuses writes; "CORRUPT"), each with the member that
+  // raised it. Empty when none is.
+  struct Alarm {
+    uint64_t member = 0;
+    std::string type;
+  };
+  absl::StatusOr<std::vector<Alarm>> Alarms();
+
   // Watches every key under `prefix` from `start_revision` (0: from now);
   // `on_events` runs on the watcher's thread with each batch, in revision
   // order; `on_end` once when the watch ends by itself (etcd unreachable or
@@ -171,6 +180,7 @@ class EtcdClient {
     std::unique_ptr<etcdserverpb::KV::Stub> kv;
     std::unique_ptr<etcdserverpb::Lease::Stub> lease;
     std::unique_ptr<etcdserverpb::Watch::Stub> watch;
+    std::unique_ptr<etcdserverpb::Maintenance::Stub> maintenance;
   };
 
   EtcdClient(EtcdClientOptions options,

@@ -2,8 +2,9 @@
 // (past --quota-backend-bytes: etcd's NOSPACE alarm), with real processes
 // and a real etcd: leases are still renewed and pushes acknowledged; what
 // needs a write (a takeover, a server joining) waits or fails saying what
-// the operator must do, once per 10 s rather than at every tick; once the
-// space is freed the backup takes over with every acknowledged push.
+// the operator must do, once per 10 s rather than at every tick, and psctl
+// status names the alarm; once the space is freed the backup takes over
+// with every acknowledged push.
 
 #include <signal.h>
 
@@ -11,6 +12,7 @@
 #include <memory>
 #include <string>
 #include <thread>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -88,8 +90,19 @@ TEST_CASE(
   REQUIRE(absl::IsResourceExhausted(lease.status()));
   CHECK(absl::StrContains(lease.status().message(), kWhatToDo));
 
-  // Leases are renewed without writes: the group goes on.
+  // Leases are renewed without writes: the group goes on. psctl status
+  // says why nothing that needs a write can happen, and fails.
   PushOnes(c.get(), 10, 10);
+  {
+    auto [exit, out] = testing::Psctl(*etcd, run);
+    INFO(out);
+    CHECK(exit != 0);
+    CHECK(absl::StrContains(out, "etcd: alarm NOSPACE raised by member"));
+    CHECK(absl::StrContains(out, kWhatToDo));
+    std::tie(exit, out) = testing::Psctl(*etcd, run, {"-o", "json"});
+    CHECK(exit != 0);
+    CHECK(absl::StrContains(out, "\"etcd_alarms\":[{\"alarm\":\"NOSPACE\""));
+  }
 
   // The primary dies: its backup cannot write the map that makes it the
   // primary. A server started meanwhile gets no lease and exits 2.
@@ -124,6 +137,11 @@ TEST_CASE(
   // The operator frees the space: the backup takes over with every push.
   REQUIRE_OK(testing::EtcdFreeSpace(*etcd));
   testing::WaitForRole(b.address, "primary");
+  {
+    auto [exit, out] = testing::Psctl(*etcd, run, {"-o", "json"});
+    INFO(out);
+    CHECK(absl::StrContains(out, "\"etcd_alarms\":[]"));
+  }
   PushOnes(c.get(), 20, 10);
   std::vector<float> values(kElems, -1e9f);
   REQUIRE_OK(c->Pull(30, {{"w", values.data()}}));

@@ -43,6 +43,24 @@ std::pair<int, std::string> RunServer(const std::vector<std::string>& args) {
   return {*exit, (*p)->ReadLog()};
 }
 
+std::pair<int, std::string> Psctl(const EtcdProcess& etcd,
+                                  const std::string& run,
+                                  const std::vector<std::string>& extra) {
+  std::vector<std::string> args = {
+      "status", absl::StrCat("--etcd_endpoints=", etcd.endpoint),
+      absl::StrCat("--run_id=", run)};
+  for (std::string& flag : EtcdClientFlags(etcd)) {
+    args.push_back(std::move(flag));
+  }
+  args.insert(args.end(), extra.begin(), extra.end());
+  absl::StatusOr<std::unique_ptr<Subprocess>> p =
+      Subprocess::Start(RunfilePath("tools/psctl"), args);
+  REQUIRE_OK(p.status());
+  absl::StatusOr<int> exit = (*p)->Wait(absl::Seconds(30));
+  REQUIRE_OK(exit.status());
+  return {*exit, (*p)->ReadLog()};
+}
+
 void StartReplicaPair(const EtcdProcess& etcd, const std::string& run,
                       ServerProcess* primary, ServerProcess* backup,
                       const std::vector<std::string>& extra) {

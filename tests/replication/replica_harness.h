@@ -47,6 +47,12 @@ ServerProcess StartReplica(const EtcdProcess& etcd, const std::string& run,
 // and log.
 std::pair<int, std::string> RunServer(const std::vector<std::string>& args);
 
+// psctl status of run `run` found through etcd (plus `extra` flags),
+// within 30 s: its exit status and output.
+std::pair<int, std::string> Psctl(const EtcdProcess& etcd,
+                                  const std::string& run,
+                                  const std::vector<std::string>& extra = {});
+
 // A group of two (R = 2) of run `run`: *primary started and primary,
 // then *backup started, backup, and counted by the primary.
 void StartReplicaPair(const EtcdProcess& etcd, const std::string& run,

@@ -36,6 +36,7 @@ namespace asyncps {
 namespace {
 
 using testing::ExpectSameState;
+using testing::Psctl;
 using testing::ReplicaArgs;
 using testing::RunfilePath;
 using testing::RunServer;
@@ -123,26 +124,6 @@ void ExpectAll(const std::vector<float>& values, float expected) {
   for (float v : values) wrong += v != expected;
   INFO("expected every element " << expected << ", first " << values[0]);
   CHECK(wrong == 0);
-}
-
-// psctl status of run `run` found through etcd (plus `extra` flags): exit
-// status and output.
-std::pair<int, std::string> Psctl(const testing::EtcdProcess& etcd,
-                                  const std::string& run,
-                                  const std::vector<std::string>& extra = {}) {
-  std::vector<std::string> args = {
-      "status", absl::StrCat("--etcd_endpoints=", etcd.endpoint),
-      absl::StrCat("--run_id=", run)};
-  for (std::string& flag : testing::EtcdClientFlags(etcd)) {
-    args.push_back(std::move(flag));
-  }
-  args.insert(args.end(), extra.begin(), extra.end());
-  absl::StatusOr<std::unique_ptr<Subprocess>> p =
-      Subprocess::Start(RunfilePath("tools/psctl"), args);
-  REQUIRE_OK(p.status());
-  absl::StatusOr<int> exit = (*p)->Wait(absl::Seconds(30));
-  REQUIRE_OK(exit.status());
-  return {*exit, (*p)->ReadLog()};
 }
 
 // Replicas' temporary snapshot directories in `dir`.
