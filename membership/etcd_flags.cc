@@ -13,9 +13,8 @@ ABSL_FLAG(std::string, etcd_endpoints, "",
           "--servers is then optional (if given, its count must match the "
           "map's).");
 ABSL_FLAG(std::string, etcd_ca, "",
-          "PEM CA bundle that etcd's certificate is checked with; turns TLS "
-          "to etcd on (its --cert-file; etcd's own --trusted-ca-file is "
-          "another matter: see --etcd_cert).");
+          "PEM CA bundle that etcd's certificate (its --cert-file) is "
+          "checked with; turns TLS to etcd on.");
 ABSL_FLAG(std::string, etcd_cert, "",
           "PEM client certificate presented to etcd (with --etcd_key), for "
           "an etcd started with --client-cert-auth; turns TLS to etcd on.");
