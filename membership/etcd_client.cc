@@ -39,6 +39,15 @@ absl::Status Annotate(const grpc::Status& s, absl::string_view what) {
                         : ""));
 }
 
+// Whether etcd refused a call for its token (expired: simple tokens lapse
+// after etcd's --auth-token-ttl without use; or older than a change of its
+// users and roles), so that another token may pass.
+bool TokenRefused(const absl::Status& s) {
+  return absl::IsUnauthenticated(s) ||
+         absl::StrContains(s.message(), "invalid auth token") ||
+         absl::StrContains(s.message(), "revision of auth store is old");
+}
+
 }  // namespace
 
 std::string EtcdClient::PrefixEnd(absl::string_view prefix) {
@@ -74,11 +83,15 @@ absl::StatusOr<std::unique_ptr<EtcdClient>> EtcdClient::Connect(
           absl::StrCat("etcd: endpoint '", e, "' is not host:port"));
     }
   }
-  if (!options.security.cluster_token.empty()) {
+  if (!options.access.tls.cluster_token.empty()) {
     return absl::InvalidArgumentError("etcd: no cluster token is sent to etcd");
   }
+  if (options.access.user.empty() != options.access.password.empty()) {
+    return absl::InvalidArgumentError(
+        "etcd: a user needs a password and a password a user");
+  }
   absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> credentials =
-      ChannelCredentials(options.security);
+      ChannelCredentials(options.access.tls);
   if (!credentials.ok()) {
     return absl::InvalidArgumentError(
         absl::StrCat("etcd: ", credentials.status().message()));
@@ -111,6 +124,7 @@ EtcdClient::EtcdClient(EtcdClientOptions options,
     m.lease = etcdserverpb::Lease::NewStub(m.channel);
     m.watch = etcdserverpb::Watch::NewStub(m.channel);
     m.maintenance = etcdserverpb::Maintenance::NewStub(m.channel);
+    m.auth = etcdserverpb::Auth::NewStub(m.channel);
     members_.push_back(std::move(m));
   }
 }
@@ -165,17 +179,63 @@ absl::Status EtcdClient::Call(absl::string_view what, F&& call,
   // A read goes on to the next member while time is left (a member that
   // is down fails it at once); anything else is tried once.
   const size_t tries = read ? members_.size() : 1;
+  bool token_renewed = false;
   for (size_t k = 0; k < tries; ++k) {
     const absl::Duration left = deadline - absl::Now();
     if (k > 0 && left <= absl::ZeroDuration()) break;
     const size_t m = Pick();
-    const grpc::Status s = call(members_[m], Context(left).get());
+    absl::StatusOr<std::string> token = Token(m, left);
+    if (!token.ok()) {
+      status = token.status();
+      Failed(m, status.code());
+      if (!absl::IsUnavailable(status)) break;
+      continue;
+    }
+    std::unique_ptr<grpc::ClientContext> ctx = Context(deadline - absl::Now());
+    if (!token->empty()) ctx->AddMetadata("token", *token);
+    const grpc::Status s = call(members_[m], ctx.get());
     if (s.ok()) return absl::OkStatus();
     status = Annotate(s, what);
+    if (!token->empty() && !token_renewed && TokenRefused(status)) {
+      // Expired, or from before a change of etcd's users: once more with
+      // a new one (a refused call changed nothing).
+      DropToken(*token);
+      token_renewed = true;
+      --k;
+      continue;
+    }
     Failed(m, status.code());
     if (!absl::IsUnavailable(status)) break;
   }
   return status;
+}
+
+absl::StatusOr<std::string> EtcdClient::Token(size_t m,
+                                              absl::Duration timeout) {
+  if (options_.access.user.empty()) return std::string();
+  {
+    absl::MutexLock l(&token_mu_);
+    if (!token_.empty()) return token_;
+  }
+  etcdserverpb::AuthenticateRequest request;
+  request.set_name(options_.access.user);
+  request.set_password(options_.access.password);
+  etcdserverpb::AuthenticateResponse response;
+  const grpc::Status s = members_[m].auth->Authenticate(
+      Context(std::min(timeout, options_.call_timeout)).get(), request,
+      &response);
+  if (!s.ok()) {
+    return Annotate(
+        s, absl::StrCat("authenticate as '", options_.access.user, "'"));
+  }
+  absl::MutexLock l(&token_mu_);
+  token_ = response.token();
+  return token_;
+}
+
+void EtcdClient::DropToken(const std::string& token) {
+  absl::MutexLock l(&token_mu_);
+  if (token_ == token) token_.clear();
 }
 
 std::unique_ptr<grpc::ClientContext> EtcdClient::Context(
@@ -481,6 +541,32 @@ void EtcdClient::Watcher::Read(
         on_events,
     const std::function<void(const absl::Status&)>& on_end) {
   const EtcdClientOptions& options = client->options_;
+  absl::Status probed;
+  if (!options.access.user.empty()) {
+    // A read of the prefix first, which replaces a token that lapsed: etcd
+    // cancels a watch opened with one.
+    etcdserverpb::RangeRequest probe;
+    probe.set_key(create.create_request().key());
+    probe.set_range_end(create.create_request().range_end());
+    probe.set_limit(1);
+    probe.set_keys_only(true);
+    etcdserverpb::RangeResponse response;
+    probed = client->Call(
+        "watch's token check",
+        [&](const Member& m, grpc::ClientContext* c) {
+          return m.kv->Range(c, probe, &response);
+        },
+        absl::InfiniteDuration(), /*read=*/true);
+  }
+  absl::StatusOr<std::string> token =
+      probed.ok() ? client->Token(member, options.call_timeout) : probed;
+  if (!token.ok()) {
+    if (cancelled_.load()) return;
+    client->Failed(member, token.status().code());
+    if (on_end) on_end(token.status());
+    return;
+  }
+  if (!token->empty()) context_.AddMetadata("token", *token);
   std::unique_ptr<Stream> stream =
       client->members_[member].watch->Watch(&context_);
   absl::Status end;
@@ -530,6 +616,11 @@ void EtcdClient::Watcher::Read(
   if (cancelled_.load()) return;  // the owner ended it
   if (end.ok()) end = Annotate(s, "watch");
   if (end.ok()) end = absl::UnavailableError("etcd watch: stream ended");
+  // etcd cancels a watch whose token lapsed as not permitted.
+  if (!token->empty() &&
+      (TokenRefused(end) || absl::StrContains(end.message(), "permission"))) {
+    client->DropToken(*token);
+  }
   client->Failed(member, end.code());  // the owner's next watch goes on
   if (on_end) on_end(end);
 }

@@ -47,6 +47,24 @@
 
 namespace asyncps {
 
+// How a client reaches etcd: over TLS or not, and as which user where etcd
+// has authentication enabled (its RBAC: `etcdctl auth enable`).
+struct EtcdAccess {
+  // Plain TCP by default; TLS when tls_ca (the roots etcd's certificate is
+  // checked with, and its name against the endpoint's host) or
+  // tls_cert/tls_key (the client certificate an etcd started with
+  // --client-cert-auth requires) is set. Paths of PEM files, read at
+  // Connect. No cluster token (etcd has none).
+  SecurityOptions tls;
+  // With a user, every call carries a token etcd gave for the user and
+  // password (Auth.Authenticate, asked at the first call and again when
+  // etcd says the token is no longer valid). Empty: no authentication
+  // (or, over TLS, etcd takes the client certificate's common name as the
+  // user).
+  std::string user;
+  std::string password;
+};
+
 struct EtcdClientOptions {
   // "host:port" of etcd's client URLs, one per member: calls go to one
   // member at a time, each member over a channel of its own (connected from
@@ -60,12 +78,7 @@ struct EtcdClientOptions {
   // endpoint a call waits for a connection (etcd restarting) up to its
   // deadline; with several, one to a member that is down fails at once.
   std::vector<std::string> endpoints;
-  // How every member is reached: plain TCP by default; TLS when tls_ca
-  // (the roots etcd's certificate is checked with, and its name against
-  // the endpoint's host) or tls_cert/tls_key (the client certificate an
-  // etcd started with --client-cert-auth requires) is set. Paths of PEM
-  // files, read at Connect. No cluster token (etcd has none).
-  SecurityOptions security;
+  EtcdAccess access;  // how every member is reached
   absl::Duration call_timeout = absl::Seconds(5);
   // A watch that has heard nothing from etcd for this long asks it how far
   // the watch got (a progress request on the watch's stream, which etcd
@@ -181,12 +194,19 @@ class EtcdClient {
     std::unique_ptr<etcdserverpb::Lease::Stub> lease;
     std::unique_ptr<etcdserverpb::Watch::Stub> watch;
     std::unique_ptr<etcdserverpb::Maintenance::Stub> maintenance;
+    std::unique_ptr<etcdserverpb::Auth::Stub> auth;
   };
 
   EtcdClient(EtcdClientOptions options,
              std::shared_ptr<grpc::ChannelCredentials> credentials);
   // A call's context, with its deadline `timeout` from now.
   std::unique_ptr<grpc::ClientContext> Context(absl::Duration timeout) const;
+  // The token to send as options_.access.user ("" without one), asked of
+  // member `m` when none is held (within `timeout`).
+  absl::StatusOr<std::string> Token(size_t m, absl::Duration timeout);
+  // Forgets `token` (etcd said it is no longer valid) unless a newer one
+  // replaced it already: the next call asks for another.
+  void DropToken(const std::string& token);
   // The index of the member calls go to now.
   size_t Current() const { return current_.load(std::memory_order_acquire); }
   // The member for a new call: the current one, unless its channel says it
@@ -212,6 +232,8 @@ class EtcdClient {
                     absl::Duration timeout = absl::InfiniteDuration(),
                     bool read = false);
 
+  absl::Mutex token_mu_;
+  std::string token_ ABSL_GUARDED_BY(token_mu_);
   const EtcdClientOptions options_;
   std::vector<Member> members_;  // one per endpoint, in order
   std::atomic<size_t> current_{0};

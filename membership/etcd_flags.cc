@@ -3,6 +3,9 @@
 #include <utility>
 
 #include "absl/flags/flag.h"
+#include "absl/strings/ascii.h"
+#include "absl/strings/str_cat.h"
+#include "common/security.h"
 
 ABSL_FLAG(std::string, etcd_endpoints, "",
           "etcd host:port,... holding the shard map of --run_id (a "
@@ -19,25 +22,58 @@ ABSL_FLAG(std::string, etcd_cert, "",
           "PEM client certificate presented to etcd (with --etcd_key), for "
           "an etcd started with --client-cert-auth; turns TLS to etcd on.");
 ABSL_FLAG(std::string, etcd_key, "", "PEM private key of --etcd_cert.");
+ABSL_FLAG(std::string, etcd_user, "",
+          "User of an etcd with authentication enabled (etcdctl auth "
+          "enable), with --etcd_password_file; it needs read and write on "
+          "the prefix /asyncps/. Use TLS too: the password goes to etcd in "
+          "the clear otherwise.");
+ABSL_FLAG(std::string, etcd_password_file, "",
+          "File holding --etcd_user's password (chmod 600; surrounding "
+          "whitespace is stripped).");
 
 namespace asyncps {
 
 std::string EtcdEndpointsFlag() { return absl::GetFlag(FLAGS_etcd_endpoints); }
 
-absl::StatusOr<SecurityOptions> EtcdSecurityFlags() {
+absl::StatusOr<EtcdAccess> EtcdAccessFlags() {
   SecurityFlagValues v;
   v.tls_ca = absl::GetFlag(FLAGS_etcd_ca);
   v.tls_cert = absl::GetFlag(FLAGS_etcd_cert);
   v.tls_key = absl::GetFlag(FLAGS_etcd_key);
   v.flag_prefix = "--etcd_";
-  return SecurityOptionsFromFlagValues(v, /*server=*/false);
+  absl::StatusOr<SecurityOptions> tls =
+      SecurityOptionsFromFlagValues(v, /*server=*/false);
+  if (!tls.ok()) return tls.status();
+  EtcdAccess access;
+  access.tls = *std::move(tls);
+  access.user = absl::GetFlag(FLAGS_etcd_user);
+  const std::string password_file = absl::GetFlag(FLAGS_etcd_password_file);
+  if (access.user.empty() != password_file.empty()) {
+    return absl::InvalidArgumentError(
+        access.user.empty() ? "--etcd_password_file needs --etcd_user"
+                            : "--etcd_user needs --etcd_password_file");
+  }
+  if (!password_file.empty()) {
+    absl::StatusOr<std::string> password =
+        ReadPemFile(password_file, "--etcd_password_file");
+    if (!password.ok()) {
+      return absl::InvalidArgumentError(password.status().message());
+    }
+    access.password = std::string(absl::StripAsciiWhitespace(*password));
+    if (access.password.empty()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--etcd_password_file: ", password_file,
+                       " is empty (or only whitespace)"));
+    }
+  }
+  return access;
 }
 
 absl::Status AddEtcdFlags(ShardAddressingOptions* a) {
   a->etcd_endpoints = EtcdEndpointsFlag();
-  absl::StatusOr<SecurityOptions> security = EtcdSecurityFlags();
-  if (!security.ok()) return security.status();
-  a->router.etcd_security = *std::move(security);
+  absl::StatusOr<EtcdAccess> access = EtcdAccessFlags();
+  if (!access.ok()) return access.status();
+  a->router.etcd_access = *std::move(access);
   return absl::OkStatus();
 }
 

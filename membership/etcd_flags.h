@@ -2,7 +2,8 @@
 #define ASYNCPS_MEMBERSHIP_ETCD_FLAGS_H_
 
 // --etcd_endpoints and how to reach etcd there (--etcd_ca, --etcd_cert,
-// --etcd_key: TLS, and a client certificate for an etcd that requires one),
+// --etcd_key: TLS, and a client certificate for an etcd that requires one;
+// --etcd_user, --etcd_password_file: a user of an etcd with authentication),
 // defined once for the programs that find a replicated run's shards in etcd
 // (ps_server, ps_worker, ps_serve, psctl; and their ASYNCPS_* environment
 // variables, common/cli.h). A binary that links this library has the
@@ -13,7 +14,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
-#include "common/security.h"
+#include "membership/etcd_client.h"
 #include "membership/shard_addressing.h"
 
 namespace asyncps {
@@ -23,13 +24,15 @@ std::string EtcdEndpointsFlag();
 
 // The connection to etcd: plain TCP when none of --etcd_ca, --etcd_cert,
 // --etcd_key is given, else TLS verified with --etcd_ca (gRPC's default
-// roots without it), presenting --etcd_cert/--etcd_key (both or neither).
-// INVALID_ARGUMENT naming the flag and file when one is unreadable, holds
-// no PEM block, or a certificate comes without its key.
-absl::StatusOr<SecurityOptions> EtcdSecurityFlags();
+// roots without it), presenting --etcd_cert/--etcd_key (both or neither);
+// as --etcd_user with the password in --etcd_password_file (both or
+// neither). INVALID_ARGUMENT naming the flag and file when one is
+// unreadable, holds no PEM block or no password, or a certificate or user
+// comes without its key or password.
+absl::StatusOr<EtcdAccess> EtcdAccessFlags();
 
 // Both into a client program's `a` (a->etcd_endpoints,
-// a->router.etcd_security); errors as EtcdSecurityFlags.
+// a->router.etcd_access); errors as EtcdAccessFlags.
 absl::Status AddEtcdFlags(ShardAddressingOptions* a);
 
 }  // namespace asyncps

@@ -89,7 +89,7 @@ absl::StatusOr<std::shared_ptr<MapRouter>> MapRouter::Connect(
   EtcdClientOptions o;
   o.endpoints = endpoints;
   o.call_timeout = options.etcd_call_timeout;
-  o.security = options.etcd_security;
+  o.access = options.etcd_access;
   absl::StatusOr<std::unique_ptr<EtcdClient>> etcd = EtcdClient::Connect(o);
   if (!etcd.ok()) return etcd.status();
   absl::StatusOr<std::shared_ptr<MapRouter>> router =

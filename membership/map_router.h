@@ -55,8 +55,8 @@ struct MapRouterOptions {
   absl::Duration max_backoff = absl::Seconds(2);
   // Deadline of each etcd call (Connect only; Start uses the client's).
   absl::Duration etcd_call_timeout = absl::Seconds(5);
-  // How etcd is reached (Connect only): EtcdClientOptions::security.
-  SecurityOptions etcd_security;
+  // How etcd is reached (Connect only).
+  EtcdAccess etcd_access;
   // Primaries that moved and watches that ended are logged here; null =
   // not logged.
   std::shared_ptr<spdlog::logger> logger;

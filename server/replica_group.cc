@@ -67,7 +67,7 @@ absl::StatusOr<std::unique_ptr<ReplicaGroup>> ReplicaGroup::Join(
   const std::string endpoints = absl::StrJoin(o.etcd_endpoints, ",");
   EtcdClientOptions eo;
   eo.endpoints = o.etcd_endpoints;
-  eo.security = o.etcd_security;
+  eo.access = o.etcd_access;
   eo.call_timeout = absl::Seconds(3);
   absl::StatusOr<std::unique_ptr<EtcdClient>> etcd = EtcdClient::Connect(eo);
   if (!etcd.ok()) return etcd.status();

@@ -70,7 +70,7 @@ namespace asyncps {
 
 struct ReplicaGroupOptions {
   std::vector<std::string> etcd_endpoints;
-  SecurityOptions etcd_security;  // EtcdClientOptions::security
+  EtcdAccess etcd_access;  // EtcdClientOptions::access
   absl::Duration lease = absl::Seconds(1);
   std::string run_id;
   int shard_index = 0;

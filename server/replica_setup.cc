@@ -104,7 +104,7 @@ absl::StatusOr<std::unique_ptr<ReplicaGroup>> SetUpReplica(
   if (absl::Status made = o->fs->CreateDirs(dir); !made.ok()) return made;
   ReplicaGroupOptions g;
   g.etcd_endpoints = flags.etcd_endpoints;
-  g.etcd_security = flags.etcd_security;
+  g.etcd_access = flags.etcd_access;
   g.lease = flags.lease;
   g.run_id = o->run_id;
   g.shard_index = o->store.shard_index;

@@ -19,7 +19,7 @@ namespace asyncps {
 struct ReplicaFlags {
   int replicas = 1;                         // --replicas
   std::vector<std::string> etcd_endpoints;  // --etcd_endpoints
-  SecurityOptions etcd_security;  // --etcd_ca, --etcd_cert, --etcd_key
+  EtcdAccess etcd_access;  // --etcd_ca, --etcd_cert, --etcd_key, --etcd_user
   absl::Duration lease = absl::Seconds(1);  // --lease_ms
   std::string host_label;                   // --host_label / ASYNCPS_HOST
   absl::Duration replica_timeout;           // --replica_timeout_ms

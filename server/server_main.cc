@@ -622,9 +622,9 @@ absl::StatusOr<ReplicaFlags> ReplicaFlagsFromFlags(const PsServerOptions& o) {
   if (!etcd.empty()) {
     f.etcd_endpoints = absl::StrSplit(etcd, ',', absl::SkipWhitespace());
   }
-  absl::StatusOr<SecurityOptions> etcd_security = EtcdSecurityFlags();
-  if (!etcd_security.ok()) return etcd_security.status();
-  f.etcd_security = *std::move(etcd_security);
+  absl::StatusOr<EtcdAccess> etcd_access = EtcdAccessFlags();
+  if (!etcd_access.ok()) return etcd_access.status();
+  f.etcd_access = *std::move(etcd_access);
   f.lease = absl::Milliseconds(absl::GetFlag(FLAGS_lease_ms));
   f.host_label = absl::GetFlag(FLAGS_host_label);
   const int64_t timeout = absl::GetFlag(FLAGS_replica_timeout_ms);

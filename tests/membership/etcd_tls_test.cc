@@ -30,7 +30,7 @@ std::unique_ptr<EtcdClient> Connect(
     absl::Duration call_timeout = absl::Seconds(5)) {
   EtcdClientOptions o;
   o.endpoints = {etcd.endpoint};
-  o.security = security;
+  o.access.tls = security;
   o.call_timeout = call_timeout;
   absl::StatusOr<std::unique_ptr<EtcdClient>> c = EtcdClient::Connect(o);
   REQUIRE_OK(c.status());
@@ -43,7 +43,7 @@ TEST_CASE("with etcd's CA and a client certificate every call works",
   absl::StatusOr<testing::EtcdProcess> etcd = StartTlsEtcd();
   REQUIRE_OK(etcd.status());
   std::unique_ptr<EtcdClient> c =
-      Connect(*etcd, testing::EtcdClientSecurity(*etcd));
+      Connect(*etcd, testing::EtcdClientAccess(*etcd).tls);
 
   absl::Mutex mu;
   std::vector<std::string> seen;
@@ -109,7 +109,7 @@ TEST_CASE(
   }
   // Nothing was written.
   absl::StatusOr<std::optional<EtcdKeyValue>> x =
-      Connect(*etcd, testing::EtcdClientSecurity(*etcd))->Get("/run/x");
+      Connect(*etcd, testing::EtcdClientAccess(*etcd).tls)->Get("/run/x");
   REQUIRE_OK(x.status());
   CHECK_FALSE(x->has_value());
 }
@@ -119,15 +119,15 @@ TEST_CASE("TLS options that cannot work are refused at Connect",
   const testing::Pki& pki = testing::TestPki();
   EtcdClientOptions o;
   o.endpoints = {"127.0.0.1:1"};
-  o.security.tls_cert = pki.client_cert;  // no key
+  o.access.tls.tls_cert = pki.client_cert;  // no key
   CHECK(absl::IsInvalidArgument(EtcdClient::Connect(o).status()));
-  o.security.tls_key = pki.client_key;
-  o.security.tls_ca = pki.dir + "/no-such-ca.pem";
+  o.access.tls.tls_key = pki.client_key;
+  o.access.tls.tls_ca = pki.dir + "/no-such-ca.pem";
   CHECK(absl::IsInvalidArgument(EtcdClient::Connect(o).status()));
-  o.security.tls_ca = pki.ca;
-  o.security.cluster_token = "t";
+  o.access.tls.tls_ca = pki.ca;
+  o.access.tls.cluster_token = "t";
   CHECK(absl::IsInvalidArgument(EtcdClient::Connect(o).status()));
-  o.security.cluster_token.clear();
+  o.access.tls.cluster_token.clear();
   CHECK(EtcdClient::Connect(o).ok());
 }
 

@@ -136,7 +136,7 @@ std::unique_ptr<PsClient> MapClient(const EtcdProcess& etcd,
                                     const SecurityOptions& security) {
   ShardAddressingOptions a;
   a.etcd_endpoints = etcd.endpoint;
-  a.router.etcd_security = EtcdClientSecurity(etcd);
+  a.router.etcd_access = EtcdClientAccess(etcd);
   a.run_id = run;
   absl::StatusOr<ShardAddressing> shards = ResolveShardAddressing(a);
   REQUIRE_OK(shards.status());

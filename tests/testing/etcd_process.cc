@@ -188,24 +188,73 @@ absl::StatusOr<bool> EtcdIsLeader(const EtcdProcess& etcd) {
       absl::StrCat("etcd at ", etcd.endpoint, " served no leader metric"));
 }
 
-SecurityOptions EtcdClientSecurity(const EtcdProcess& etcd) {
-  SecurityOptions s;
-  if (etcd.tls.cert.empty()) return s;
-  s.tls_ca = etcd.tls.ca;
-  s.tls_cert = etcd.tls.client_cert;
-  s.tls_key = etcd.tls.client_key;
-  return s;
+EtcdAccess EtcdClientAccess(const EtcdProcess& etcd) {
+  EtcdAccess a;
+  a.user = etcd.user;
+  a.password = etcd.password;
+  if (etcd.tls.cert.empty()) return a;
+  a.tls.tls_ca = etcd.tls.ca;
+  a.tls.tls_cert = etcd.tls.client_cert;
+  a.tls.tls_key = etcd.tls.client_key;
+  return a;
 }
 
 std::vector<std::string> EtcdClientFlags(const EtcdProcess& etcd) {
-  const SecurityOptions s = EtcdClientSecurity(etcd);
+  const SecurityOptions s = EtcdClientAccess(etcd).tls;
   std::vector<std::string> flags;
   if (!s.tls_ca.empty()) flags.push_back("--etcd_ca=" + s.tls_ca);
   if (!s.tls_cert.empty()) {
     flags.push_back("--etcd_cert=" + s.tls_cert);
     flags.push_back("--etcd_key=" + s.tls_key);
   }
+  if (!etcd.user.empty()) {
+    flags.push_back("--etcd_user=" + etcd.user);
+    flags.push_back("--etcd_password_file=" + etcd.password_file);
+  }
   return flags;
+}
+
+absl::Status EtcdEnableAuth(EtcdProcess* etcd, const std::string& user,
+                            const std::string& password,
+                            const std::string& prefix) {
+  const auto json = [](const std::string& s) {
+    return absl::StrCat("\"", s, "\"");  // names and base64: nothing to escape
+  };
+  const std::string steps[][2] = {
+      {"/v3/auth/user/add",
+       absl::StrCat("{\"name\":\"root\",\"password\":", json(password), "}")},
+      {"/v3/auth/role/add", "{\"name\":\"root\"}"},
+      {"/v3/auth/user/grant", "{\"user\":\"root\",\"role\":\"root\"}"},
+      {"/v3/auth/user/add",
+       absl::StrCat("{\"name\":", json(user), ",\"password\":", json(password),
+                    "}")},
+      {"/v3/auth/role/add", "{\"name\":\"asyncps\"}"},
+      {"/v3/auth/role/grant",
+       absl::StrCat("{\"name\":\"asyncps\",\"perm\":{\"permType\":"
+                    "\"READWRITE\",\"key\":",
+                    json(absl::Base64Escape(prefix)), ",\"range_end\":",
+                    json(absl::Base64Escape(EtcdClient::PrefixEnd(prefix))),
+                    "}}")},
+      {"/v3/auth/user/grant",
+       absl::StrCat("{\"user\":", json(user), ",\"role\":\"asyncps\"}")},
+      {"/v3/auth/enable", "{}"},
+  };
+  for (const auto& step : steps) {
+    const std::string answer = HttpCall(etcd->endpoint, step[0], step[1], 10);
+    if (!absl::StrContains(answer.substr(0, answer.find('\r')), " 200")) {
+      return absl::InternalError(
+          absl::StrCat("etcd's ", step[0], " answered: ", answer));
+    }
+  }
+  etcd->user = user;
+  etcd->password = password;
+  etcd->password_file =
+      etcd->data_dir.substr(0, etcd->data_dir.rfind('/')) + "/password";
+  FILE* f = std::fopen(etcd->password_file.c_str(), "w");
+  if (f == nullptr) return absl::InternalError("cannot write the password");
+  std::fputs(password.c_str(), f);
+  std::fclose(f);
+  return absl::OkStatus();
 }
 
 absl::Status EtcdFreeSpace(const EtcdProcess& etcd) {

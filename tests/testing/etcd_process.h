@@ -23,6 +23,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "common/security.h"
+#include "membership/etcd_client.h"
 #include "tests/testing/subprocess.h"
 
 namespace asyncps {
@@ -48,6 +49,9 @@ struct EtcdProcess {
   std::string log;       // <its folder>/etcd.log: the process's output
   std::vector<std::string> extra_args;  // given at every start
   EtcdTls tls;                          // none: plain TCP
+  // Set by EtcdEnableAuth: the user its clients in a test are, and the
+  // file holding its password.
+  std::string user, password, password_file;
   // Where /health and /metrics answer in plain HTTP: the endpoint, or
   // with TLS a metrics address of its own.
   std::string http;
@@ -69,13 +73,22 @@ absl::StatusOr<EtcdProcess> StartEtcd(
     absl::Duration timeout = absl::Seconds(30),
     std::vector<std::string> extra_args = {}, EtcdTls tls = {});
 
-// How a client of `etcd` reaches it (EtcdClientOptions::security): plain
-// TCP, or its CA and the test's client certificate.
-SecurityOptions EtcdClientSecurity(const EtcdProcess& etcd);
+// How a client of `etcd` reaches it (EtcdClientOptions::access): plain
+// TCP, or its CA and the test's client certificate; as its user once
+// EtcdEnableAuth ran.
+EtcdAccess EtcdClientAccess(const EtcdProcess& etcd);
 
 // The same as the flags of a program (--etcd_ca, --etcd_cert, --etcd_key;
 // none for plain TCP).
 std::vector<std::string> EtcdClientFlags(const EtcdProcess& etcd);
+
+// Turns etcd's authentication on (plain TCP only), as an operator does:
+// a root user, and `user` with `password` allowed to read and write keys
+// under `prefix` and nothing else; the clients of EtcdClientAccess and
+// EtcdClientFlags are `user` from then on.
+absl::Status EtcdEnableAuth(EtcdProcess* etcd, const std::string& user,
+                            const std::string& password,
+                            const std::string& prefix);
 
 // What an operator does once etcd's database is full (its NOSPACE alarm,
 // past --quota-backend-bytes): deletes every key under "/junk/" (what a

@@ -1,0 +1,83 @@
+// A replicated group on an etcd with authentication enabled (its RBAC),
+// with real processes: the servers, their clients and psctl are a user
+// allowed only under /asyncps/ (--etcd_user, --etcd_password_file); the
+// group takes pushes and fails over as on an open etcd; a server with a
+// wrong password exits 2 saying so.
+
+#include <signal.h>
+
+#include <catch2/catch.hpp>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "client/ps_client.h"
+#include "tests/replication/replica_harness.h"
+#include "tests/testing/etcd_process.h"
+#include "tests/testing/require_ok.h"
+#include "tests/testing/subprocess.h"
+#include "tests/testing/test_pki.h"
+
+namespace asyncps {
+namespace {
+
+constexpr int kElems = 100;
+
+void PushOnes(PsClient* c, int first_step, int n) {
+  const std::vector<float> ones(kElems, 1.0f);
+  for (int i = 0; i < n; ++i) {
+    REQUIRE_OK(c->Push(first_step + i, {{"w", ones.data()}}).status());
+  }
+}
+
+TEST_CASE(
+    "a group on an etcd with authentication: a user allowed under /asyncps/ "
+    "serves, fails over and is watched",
+    "[replication][etcd][auth]") {
+  if (testing::SkipWithoutEtcd()) return;
+  absl::StatusOr<testing::EtcdProcess> etcd = testing::StartEtcd();
+  REQUIRE_OK(etcd.status());
+  REQUIRE_OK(
+      testing::EtcdEnableAuth(&*etcd, "trainer", "pw-0123456789", "/asyncps/"));
+  {
+    std::vector<std::string> args = testing::ReplicaArgs(*etcd, "auth");
+    const std::string wrong = etcd->password_file + ".wrong";
+    testing::WriteFile(wrong, "not-it\n");
+    args.push_back("--etcd_password_file=" + wrong);  // the last one counts
+    auto [exit, log] = testing::RunServer(args);
+    INFO(log);
+    CHECK(exit == 2);
+    CHECK(absl::StrContains(log, "authenticate as 'trainer'"));
+  }
+  testing::ServerProcess a, b;
+  testing::StartReplicaPair(*etcd, "auth", &a, &b);
+  std::unique_ptr<PsClient> c = testing::MapClient(*etcd, "auth");
+  TensorSpec w;
+  w.set_name("w");
+  w.add_shape(kElems);
+  w.set_init(INIT_CONSTANT);
+  w.set_init_value(1.0f);
+  w.mutable_optimizer()->set_learning_rate(1.0f);
+  REQUIRE_OK(c->CreateTensors({w}));
+  PushOnes(c.get(), 0, 10);
+  {
+    auto [exit, out] = testing::Psctl(*etcd, "auth");
+    INFO(out);
+    CHECK(exit == 0);
+    CHECK(absl::StrContains(out, "primary"));
+  }
+  // The backup writes the map that makes it the primary, as the user.
+  REQUIRE_OK(a.process->Signal(SIGKILL));
+  (void)a.process->Wait(absl::Seconds(10));
+  testing::WaitForRole(b.address, "primary");
+  PushOnes(c.get(), 10, 10);
+  std::vector<float> values(kElems, -1e9f);
+  REQUIRE_OK(c->Pull(20, {{"w", values.data()}}));
+  int wrong = 0;
+  for (float v : values) wrong += v != 1.0f - 20;
+  CHECK(wrong == 0);
+}
+
+}  // namespace
+}  // namespace asyncps
