@@ -35,14 +35,6 @@ constexpr int kElems = 1000;
 // What every refusal of a full etcd must say (membership/etcd_client.cc).
 constexpr char kWhatToDo[] = "etcdctl compact, defrag, alarm disarm";
 
-// Pushes of ones to every element of "w" (SGD at rate 1: each takes 1 off).
-void PushOnes(PsClient* c, int first_step, int n) {
-  const std::vector<float> ones(kElems, 1.0f);
-  for (int i = 0; i < n; ++i) {
-    REQUIRE_OK(c->Push(first_step + i, {{"w", ones.data()}}).status());
-  }
-}
-
 int Lines(const std::string& log, absl::string_view what) {
   int n = 0;
   for (absl::string_view line : absl::StrSplit(log, '\n')) {
@@ -63,15 +55,8 @@ TEST_CASE(
   ServerProcess a, b;
   testing::StartReplicaPair(*etcd, run, &a, &b);
   std::unique_ptr<PsClient> c = testing::MapClient(*etcd, run);
-  TensorSpec w;
-  w.set_name("w");
-  w.add_shape(kElems);
-  w.set_init(INIT_CONSTANT);
-  w.set_init_value(1.0f);
-  w.set_slice_elems(100);
-  w.mutable_optimizer()->set_learning_rate(1.0f);
-  REQUIRE_OK(c->CreateTensors({w}));
-  PushOnes(c.get(), 0, 10);
+  REQUIRE_OK(c->CreateTensors({testing::UnitTensor(kElems)}));
+  testing::PushOnes(c.get(), kElems, 0, 10);
 
   // Fill etcd until it refuses writes.
   EtcdClientOptions eo;
@@ -92,7 +77,7 @@ TEST_CASE(
 
   // Leases are renewed without writes: the group goes on. psctl status
   // says why nothing that needs a write can happen, and fails.
-  PushOnes(c.get(), 10, 10);
+  testing::PushOnes(c.get(), kElems, 10, 10);
   {
     auto [exit, out] = testing::Psctl(*etcd, run);
     INFO(out);
@@ -142,12 +127,8 @@ TEST_CASE(
     INFO(out);
     CHECK(absl::StrContains(out, "\"etcd_alarms\":[]"));
   }
-  PushOnes(c.get(), 20, 10);
-  std::vector<float> values(kElems, -1e9f);
-  REQUIRE_OK(c->Pull(30, {{"w", values.data()}}));
-  int wrong = 0;
-  for (float v : values) wrong += v != 1.0f - 30;
-  CHECK(wrong == 0);
+  testing::PushOnes(c.get(), kElems, 20, 10);
+  testing::ExpectEvery(c.get(), kElems, 30, 1.0f - 30);
 }
 
 }  // namespace

@@ -131,6 +131,32 @@ void ExpectSameState(const std::string& a, const std::string& b,
   CHECK(sa->replica().state_digest() == sb->replica().state_digest());
 }
 
+TensorSpec UnitTensor(int elems) {
+  TensorSpec w;
+  w.set_name("w");
+  w.add_shape(elems);
+  w.set_init(INIT_CONSTANT);
+  w.set_init_value(1.0f);
+  w.mutable_optimizer()->set_learning_rate(1.0f);
+  return w;
+}
+
+void PushOnes(PsClient* c, int elems, int first_step, int n) {
+  const std::vector<float> ones(elems, 1.0f);
+  for (int i = 0; i < n; ++i) {
+    REQUIRE_OK(c->Push(first_step + i, {{"w", ones.data()}}).status());
+  }
+}
+
+void ExpectEvery(PsClient* c, int elems, int64_t step, float expected) {
+  std::vector<float> values(elems, -1e9f);
+  REQUIRE_OK(c->Pull(step, {{"w", values.data()}}));
+  int wrong = 0;
+  for (float v : values) wrong += v != expected;
+  INFO("expected every element " << expected << ", first " << values[0]);
+  CHECK(wrong == 0);
+}
+
 std::unique_ptr<PsClient> MapClient(const EtcdProcess& etcd,
                                     const std::string& run, bool reader,
                                     const SecurityOptions& security) {

@@ -81,6 +81,15 @@ void WaitForCounted(const std::string& primary, int n,
 void ExpectSameState(const std::string& a, const std::string& b,
                      const SecurityOptions& security = {});
 
+// Tensor "w": `elems` floats of 1.0, SGD at rate 1, so that each push of
+// ones takes exactly 1 off every element (PushOnes, ExpectEvery).
+TensorSpec UnitTensor(int elems);
+// `n` pushes of ones to "w" (`elems` floats) at steps first_step..., each
+// acknowledged (the test fails otherwise).
+void PushOnes(PsClient* c, int elems, int first_step, int n);
+// Every element of "w" as `c` pulls it at `step` equals `expected`.
+void ExpectEvery(PsClient* c, int elems, int64_t step, float expected);
+
 // A client of run `run` that follows its map in etcd (60 s call
 // deadline), waited for; registered unless `reader`.
 std::unique_ptr<PsClient> MapClient(const EtcdProcess& etcd,
