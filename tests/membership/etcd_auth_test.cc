@@ -1,19 +1,21 @@
 // The etcd client as a user of an etcd with authentication enabled
 // (EtcdAccess::user): it asks for a token and sends it with every call and
 // watch; keys outside the user's permission are refused; a token that
-// lapsed is replaced without the caller seeing it; a wrong password or no
-// user at all gets nothing.
+// lapsed (a simple one or a signed one) is replaced without the caller
+// seeing it; a wrong password or no user at all gets nothing.
 #include <catch2/catch.hpp>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "membership/etcd_client.h"
 #include "tests/testing/etcd_process.h"
 #include "tests/testing/require_ok.h"
 #include "tests/testing/subprocess.h"
+#include "tests/testing/test_pki.h"
 
 namespace asyncps {
 namespace {
@@ -21,11 +23,24 @@ namespace {
 constexpr char kUser[] = "trainer";
 constexpr char kPassword[] = "pw-0123456789";
 
-// An etcd whose tokens lapse after 1 s without use, with authentication
-// on: kUser may read and write under /asyncps/ only.
-absl::StatusOr<testing::EtcdProcess> StartAuthEtcd() {
+// An etcd with authentication on, kUser allowed to read and write under
+// /asyncps/ only, whose tokens lapse after 1 s: simple tokens (etcd's
+// default) after 1 s without use, or with `jwt` signed tokens 1 s after
+// they were given, used or not.
+absl::StatusOr<testing::EtcdProcess> StartAuthEtcd(bool jwt = false) {
+  std::string tokens = "--auth-token-ttl=1";
+  if (jwt) {
+    const std::string dir = testing::TestPki().dir;
+    testing::Shell(
+        absl::StrCat("cd ", dir,
+                     " && openssl genrsa -out jwt.key 2048 && "
+                     "openssl rsa -in jwt.key -pubout -out jwt.pub"));
+    tokens = absl::StrCat("--auth-token=jwt,pub-key=", dir,
+                          "/jwt.pub,priv-key=", dir,
+                          "/jwt.key,sign-method=RS256,ttl=1s");
+  }
   absl::StatusOr<testing::EtcdProcess> etcd =
-      testing::StartEtcd(absl::Seconds(30), {"--auth-token-ttl=1"});
+      testing::StartEtcd(absl::Seconds(30), {tokens});
   if (!etcd.ok()) return etcd;
   absl::Status s =
       testing::EtcdEnableAuth(&*etcd, kUser, kPassword, "/asyncps/");
@@ -51,7 +66,9 @@ TEST_CASE(
     "replaced",
     "[etcd][auth]") {
   if (testing::SkipWithoutEtcd()) return;
-  absl::StatusOr<testing::EtcdProcess> etcd = StartAuthEtcd();
+  const bool jwt = GENERATE(false, true);
+  INFO((jwt ? "signed (JWT) tokens" : "simple tokens"));
+  absl::StatusOr<testing::EtcdProcess> etcd = StartAuthEtcd(jwt);
   REQUIRE_OK(etcd.status());
   std::unique_ptr<EtcdClient> c = Connect(*etcd, kUser, kPassword);
 
