@@ -168,11 +168,10 @@ bool ConstantTimeEquals(const std::string& a, const std::string& b) {
   return diff == 0;
 }
 
-std::string TokenFileWarning(const std::string& path) {
+std::string TokenFileWarning(const std::string& path, const std::string& flag) {
   struct stat st;
   if (stat(path.c_str(), &st) != 0 || (st.st_mode & 0007) == 0) return "";
-  return absl::StrCat("--cluster_token_file ", path,
-                      " is accessible to other users (mode ",
+  return absl::StrCat(flag, " ", path, " is accessible to other users (mode ",
                       absl::StrFormat("%04o", st.st_mode & 07777),
                       "); make it private: chmod 600 ", path);
 }

@@ -67,10 +67,12 @@ struct SecurityFlagValues {
 absl::StatusOr<SecurityOptions> SecurityOptionsFromFlagValues(
     const SecurityFlagValues& flags, bool server);
 
-// A warning when other users may read or write the token file at `path`
+// A warning when other users may read or write the secret file at `path`
 // (its mode has any of the bits 0007), naming the file, its mode and the
-// fix; "" otherwise, or when the file cannot be examined.
-std::string TokenFileWarning(const std::string& path);
+// fix; "" otherwise, or when the file cannot be examined. `flag` names the
+// file's flag in it.
+std::string TokenFileWarning(const std::string& path,
+                             const std::string& flag = "--cluster_token_file");
 
 // The whole contents of `path`; NOT_FOUND / PERMISSION_DENIED / INTERNAL
 // naming `what` and the path.

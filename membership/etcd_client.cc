@@ -179,30 +179,26 @@ absl::Status EtcdClient::Call(absl::string_view what, F&& call,
   // A read goes on to the next member while time is left (a member that
   // is down fails it at once); anything else is tried once.
   const size_t tries = read ? members_.size() : 1;
-  bool token_renewed = false;
   for (size_t k = 0; k < tries; ++k) {
-    const absl::Duration left = deadline - absl::Now();
-    if (k > 0 && left <= absl::ZeroDuration()) break;
+    if (k > 0 && deadline <= absl::Now()) break;
     const size_t m = Pick();
-    absl::StatusOr<std::string> token = Token(m, left);
-    if (!token.ok()) {
-      status = token.status();
-      Failed(m, status.code());
-      if (!absl::IsUnavailable(status)) break;
-      continue;
-    }
-    std::unique_ptr<grpc::ClientContext> ctx = Context(deadline - absl::Now());
-    if (!token->empty()) ctx->AddMetadata("token", *token);
-    const grpc::Status s = call(members_[m], ctx.get());
-    if (s.ok()) return absl::OkStatus();
-    status = Annotate(s, what);
-    if (!token->empty() && !token_renewed && TokenRefused(status)) {
-      // Expired, or from before a change of etcd's users: once more with
-      // a new one (a refused call changed nothing).
+    // Twice at most: again with a new token when etcd refused the one sent
+    // (expired, or from before a change of etcd's users; a refused call
+    // changed nothing).
+    for (int attempt = 0; attempt < 2; ++attempt) {
+      absl::StatusOr<std::string> token = Token(m, deadline - absl::Now());
+      if (!token.ok()) {
+        status = token.status();
+        break;
+      }
+      std::unique_ptr<grpc::ClientContext> ctx =
+          Context(deadline - absl::Now());
+      if (!token->empty()) ctx->AddMetadata("token", *token);
+      const grpc::Status s = call(members_[m], ctx.get());
+      if (s.ok()) return absl::OkStatus();
+      status = Annotate(s, what);
+      if (token->empty() || !TokenRefused(status)) break;
       DropToken(*token);
-      token_renewed = true;
-      --k;
-      continue;
     }
     Failed(m, status.code());
     if (!absl::IsUnavailable(status)) break;

@@ -35,7 +35,7 @@ namespace asyncps {
 
 std::string EtcdEndpointsFlag() { return absl::GetFlag(FLAGS_etcd_endpoints); }
 
-absl::StatusOr<EtcdAccess> EtcdAccessFlags() {
+absl::StatusOr<EtcdAccess> EtcdAccessFlags(std::vector<std::string>* warnings) {
   SecurityFlagValues v;
   v.tls_ca = absl::GetFlag(FLAGS_etcd_ca);
   v.tls_cert = absl::GetFlag(FLAGS_etcd_cert);
@@ -65,13 +65,17 @@ absl::StatusOr<EtcdAccess> EtcdAccessFlags() {
           absl::StrCat("--etcd_password_file: ", password_file,
                        " is empty (or only whitespace)"));
     }
+    std::string warning =
+        TokenFileWarning(password_file, "--etcd_password_file");
+    if (!warning.empty()) warnings->push_back(std::move(warning));
   }
   return access;
 }
 
-absl::Status AddEtcdFlags(ShardAddressingOptions* a) {
+absl::Status AddEtcdFlags(ShardAddressingOptions* a,
+                          std::vector<std::string>* warnings) {
   a->etcd_endpoints = EtcdEndpointsFlag();
-  absl::StatusOr<EtcdAccess> access = EtcdAccessFlags();
+  absl::StatusOr<EtcdAccess> access = EtcdAccessFlags(warnings);
   if (!access.ok()) return access.status();
   a->router.etcd_access = *std::move(access);
   return absl::OkStatus();

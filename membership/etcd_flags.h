@@ -12,6 +12,7 @@
 // shard group (server/replica_setup.h).
 
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "membership/etcd_client.h"
@@ -28,12 +29,14 @@ std::string EtcdEndpointsFlag();
 // as --etcd_user with the password in --etcd_password_file (both or
 // neither). INVALID_ARGUMENT naming the flag and file when one is
 // unreadable, holds no PEM block or no password, or a certificate or user
-// comes without its key or password.
-absl::StatusOr<EtcdAccess> EtcdAccessFlags();
+// comes without its key or password. A password file other users may read
+// adds a line to *warnings (for the caller to log).
+absl::StatusOr<EtcdAccess> EtcdAccessFlags(std::vector<std::string>* warnings);
 
 // Both into a client program's `a` (a->etcd_endpoints,
-// a->router.etcd_access); errors as EtcdAccessFlags.
-absl::Status AddEtcdFlags(ShardAddressingOptions* a);
+// a->router.etcd_access); errors and warnings as EtcdAccessFlags.
+absl::Status AddEtcdFlags(ShardAddressingOptions* a,
+                          std::vector<std::string>* warnings);
 
 }  // namespace asyncps
 

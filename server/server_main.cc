@@ -622,8 +622,10 @@ absl::StatusOr<ReplicaFlags> ReplicaFlagsFromFlags(const PsServerOptions& o) {
   if (!etcd.empty()) {
     f.etcd_endpoints = absl::StrSplit(etcd, ',', absl::SkipWhitespace());
   }
-  absl::StatusOr<EtcdAccess> etcd_access = EtcdAccessFlags();
+  std::vector<std::string> warnings;
+  absl::StatusOr<EtcdAccess> etcd_access = EtcdAccessFlags(&warnings);
   if (!etcd_access.ok()) return etcd_access.status();
+  for (const std::string& w : warnings) o.logger->warn("{}", w);
   f.etcd_access = *std::move(etcd_access);
   f.lease = absl::Milliseconds(absl::GetFlag(FLAGS_lease_ms));
   f.host_label = absl::GetFlag(FLAGS_host_label);

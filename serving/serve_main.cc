@@ -232,7 +232,9 @@ absl::StatusOr<std::unique_ptr<ParameterSource>> SourceFromFlags(
                            absl::GetFlag(FLAGS_run_id)};
   a.router.wait_for_map = absl::Seconds(absl::GetFlag(FLAGS_wait_s));
   a.router.logger = logger;
-  if (absl::Status s = AddEtcdFlags(&a); !s.ok()) return s;
+  std::vector<std::string> etcd_warnings;
+  if (absl::Status s = AddEtcdFlags(&a, &etcd_warnings); !s.ok()) return s;
+  for (const std::string& w : etcd_warnings) logger->warn("{}", w);
   absl::StatusOr<ShardAddressing> shards = ResolveShardAddressing(a);
   if (!shards.ok()) {  // a start failure: exit 2, as bad flags
     return absl::InvalidArgumentError(shards.status().message());

@@ -655,7 +655,8 @@ absl::StatusOr<Connection> ConnectionFromFlags(const ParsedCommandLine& cl,
                            absl::GetFlag(FLAGS_run_id)};
   a.router.wait_for_map = c.timeout;  // the shards write it: no waiting here
   a.router.etcd_call_timeout = c.timeout;
-  if (absl::Status s = AddEtcdFlags(&a); !s.ok()) return s;
+  std::vector<std::string> warnings;  // printed below
+  if (absl::Status s = AddEtcdFlags(&a, &warnings); !s.ok()) return s;
   absl::StatusOr<ShardAddressing> shards = ResolveShardAddressing(a);
   if (!shards.ok()) {  // etcd not answering too: the flags are what to fix
     return absl::InvalidArgumentError(shards.status().message());
@@ -686,7 +687,6 @@ absl::StatusOr<Connection> ConnectionFromFlags(const ParsedCommandLine& cl,
     return absl::InvalidArgumentError(
         "--service applies only to the health command");
   }
-  std::vector<std::string> warnings;
   absl::StatusOr<SecurityOptions> security =
       SecurityOptionsFromFlags(/*server=*/false, &warnings);
   if (!security.ok()) return security.status();

@@ -602,7 +602,9 @@ absl::StatusOr<PsClientOptions> ClientOptionsFromFlags(
                            absl::GetFlag(FLAGS_num_shards), "", c.run_id};
   a.router.wait_for_map = absl::Seconds(absl::GetFlag(FLAGS_wait_for_shards_s));
   a.router.logger = logger;
-  if (absl::Status s = AddEtcdFlags(&a); !s.ok()) return s;
+  std::vector<std::string> etcd_warnings;
+  if (absl::Status s = AddEtcdFlags(&a, &etcd_warnings); !s.ok()) return s;
+  for (const std::string& w : etcd_warnings) logger->warn("{}", w);
   absl::StatusOr<ShardAddressing> shards = ResolveShardAddressing(a);
   if (!shards.ok()) return shards.status();
   c.servers = shards->servers;

@@ -57,7 +57,9 @@ absl::Status Run() {
   // failovers.
   ShardAddressingOptions a;
   a.servers = absl::GetFlag(FLAGS_servers);
-  if (absl::Status s = AddEtcdFlags(&a); !s.ok()) return s;
+  std::vector<std::string> warnings;
+  if (absl::Status s = AddEtcdFlags(&a, &warnings); !s.ok()) return s;
+  for (const std::string& w : warnings) (*logger)->warn("{}", w);
   a.run_id = absl::GetFlag(FLAGS_run_id);
   absl::StatusOr<ShardAddressing> shards = ResolveShardAddressing(a);
   if (!shards.ok()) return shards.status();

@@ -2,9 +2,11 @@
 // with real processes: the servers, their clients and psctl are a user
 // allowed only under /asyncps/ (--etcd_user, --etcd_password_file); the
 // group takes pushes and fails over as on an open etcd; a server with a
-// wrong password exits 2 saying so.
+// wrong password exits 2 saying so (and warns of a password file others
+// may read).
 
 #include <signal.h>
+#include <sys/stat.h>
 
 #include <catch2/catch.hpp>
 #include <memory>
@@ -37,11 +39,15 @@ TEST_CASE(
     std::vector<std::string> args = testing::ReplicaArgs(*etcd, "auth");
     const std::string wrong = etcd->password_file + ".wrong";
     testing::WriteFile(wrong, "not-it\n");
+    chmod(wrong.c_str(), 0644);
     args.push_back("--etcd_password_file=" + wrong);  // the last one counts
     auto [exit, log] = testing::RunServer(args);
     INFO(log);
     CHECK(exit == 2);
     CHECK(absl::StrContains(log, "authenticate as 'trainer'"));
+    // A password others may read is said (the right one is 0600).
+    CHECK(absl::StrContains(log, "--etcd_password_file " + wrong +
+                                     " is accessible to other users"));
   }
   testing::ServerProcess a, b;
   testing::StartReplicaPair(*etcd, "auth", &a, &b);

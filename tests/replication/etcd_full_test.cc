@@ -113,11 +113,13 @@ TEST_CASE(
   REQUIRE_OK(sb.status());
   CHECK(sb->replica().role() == "backup");
   // It tried at every tick (about 40 times since the lease ran out) and
-  // said so once.
+  // said so once (twice if this machine stalled the test past 10 s).
   const std::string log = b.process->ReadLog();
   INFO("the backup's log:\n" << log);
-  CHECK(Lines(log, "did not take over shard 0") == 1);
-  CHECK(Lines(log, kWhatToDo) == 1);
+  const int lines = Lines(log, "did not take over shard 0");
+  CHECK(lines >= 1);
+  CHECK(lines <= 2);
+  CHECK(Lines(log, kWhatToDo) == lines);
 
   // The operator frees the space: the backup takes over with every push.
   REQUIRE_OK(testing::EtcdFreeSpace(*etcd));

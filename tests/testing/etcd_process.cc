@@ -3,6 +3,7 @@
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/time.h>
 #include <unistd.h>
 
@@ -254,6 +255,7 @@ absl::Status EtcdEnableAuth(EtcdProcess* etcd, const std::string& user,
   if (f == nullptr) return absl::InternalError("cannot write the password");
   std::fputs(password.c_str(), f);
   std::fclose(f);
+  chmod(etcd->password_file.c_str(), 0600);
   return absl::OkStatus();
 }
 
