@@ -120,4 +120,15 @@ sigset_t BlockStopSignals() {
   return signals;
 }
 
+bool StopSignalPending(const sigset_t& signals) {
+  sigset_t pending;
+  if (sigpending(&pending) != 0) return false;
+  for (int sig = 1; sig < NSIG; ++sig) {
+    if (sigismember(&signals, sig) == 1 && sigismember(&pending, sig) == 1) {
+      return true;
+    }
+  }
+  return false;
+}
+
 }  // namespace asyncps

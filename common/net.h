@@ -75,6 +75,10 @@ void TuneProcess();
 // starts.
 sigset_t BlockStopSignals();
 
+// Whether one of `signals` (blocked) is pending for the process; it stays
+// pending, for sigwait.
+bool StopSignalPending(const sigset_t& signals);
+
 }  // namespace asyncps
 
 #endif  // ASYNCPS_COMMON_NET_H_

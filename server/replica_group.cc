@@ -31,6 +31,13 @@ bool IsLive(const absl::flat_hash_set<std::string>& live,
   return live.contains(IdOf(r));
 }
 
+// The replicas the group lists besides `self`.
+int OthersIn(const ShardGroupRecord& group, const std::string& self) {
+  int others = 0;
+  for (const ReplicaRecord& r : group.replicas()) others += IdOf(r) != self;
+  return others;
+}
+
 // The role's time is monotonic, as its lease's and its log's are: a step
 // of the real-time clock neither drops a backup nor stalls a takeover.
 absl::Time Now() { return Clock::Monotonic()->Now(); }
@@ -124,11 +131,13 @@ absl::StatusOr<std::unique_ptr<ReplicaGroup>> ReplicaGroup::Join(
   return g;
 }
 
-absl::Status ReplicaGroup::Register() {
+absl::Status ReplicaGroup::Register(bool standby) {
   const std::string key =
       absl::StrCat(RunPrefix(o_.run_id), "/members/", self_);
   absl::StatusOr<int64_t> put =
-      etcd_->Put(key, absl::StrCat("shard=", o_.shard_index, " host=", o_.host),
+      etcd_->Put(key,
+                 absl::StrCat("shard=", o_.shard_index, " host=", o_.host,
+                              standby ? " standby" : ""),
                  lease_->id());
   return put.status();
 }
@@ -185,6 +194,10 @@ absl::Status ReplicaGroup::JoinAsSpare(const ShardGroupRecord& group) {
         }
         // Added by an earlier attempt whose connection failed: follow now.
         if (Find(*g, self_) >= 0) return false;
+        // Another process took the place that was free.
+        if (OthersIn(*g, self_) >= o_.replicas) {
+          return absl::AbortedError("the group has its replicas");
+        }
         *g->add_replicas() = SelfRecord(/*caught_up=*/false);
         return true;
       });
@@ -250,8 +263,45 @@ absl::Status ReplicaGroup::Claim() {
   return absl::OkStatus();
 }
 
+absl::Status ReplicaGroup::StandBy(const ShardGroupRecord& group) {
+  std::vector<std::string> listed;
+  for (const ReplicaRecord& r : group.replicas()) listed.push_back(r.address());
+  o_.logger->info(
+      "shard {} has its {} replicas ({}): this process stands by and joins "
+      "it when one leaves",
+      o_.shard_index, o_.replicas, absl::StrJoin(listed, ", "));
+  bool registered = false;  // its key says it stands by (psctl status)
+  while (true) {
+    if (o_.stopping && o_.stopping()) {
+      return absl::CancelledError("stopped while standing by");
+    }
+    absl::SleepFor(absl::Milliseconds(200));
+    // Its key must stay while it waits (etcd away longer than its lease, or
+    // back without its data): a new lease, the same key.
+    if (!lease_->Held()) {
+      absl::StatusOr<std::unique_ptr<LeaseKeeper>> lease =
+          LeaseKeeper::Start(lease_options_);
+      if (!lease.ok()) continue;
+      lease_ = *std::move(lease);
+      registered = false;
+    }
+    if (!registered) registered = Register(/*standby=*/true).ok();
+    if (!registered) continue;
+    // The watched view, not two reads of etcd per look: a standby may wait
+    // for as long as the run lasts.
+    absl::StatusOr<RunView::Snapshot> now = view_->Read();
+    // etcd away, or the map not back yet (or another shape's, for now).
+    if (!now.ok() || now->map.groups_size() <= o_.shard_index) continue;
+    const ShardGroupRecord& g = now->map.groups(o_.shard_index);
+    if (OthersIn(g, self_) < o_.replicas || g.replicas_size() == 0 ||
+        !now->live.contains(IdOf(g.replicas(0)))) {
+      return absl::AbortedError("look again");
+    }
+  }
+}
+
 absl::Status ReplicaGroup::Decide() {
-  const absl::Time deadline = Now() + o_.join_timeout;
+  absl::Time deadline = Now() + o_.join_timeout;
   while (Now() < deadline) {
     absl::StatusOr<MapStore::Read> read = maps_->Get();
     if (!read.ok()) return read.status();
@@ -280,7 +330,13 @@ absl::Status ReplicaGroup::Decide() {
         absl::SleepFor(absl::Milliseconds(200));
       }
     } else if (group.replicas_size() > 0 && IsLive(*live, group.replicas(0))) {
-      s = JoinAsSpare(group);
+      if (OthersIn(group, self_) < o_.replicas) {
+        s = JoinAsSpare(group);
+      } else {
+        s = StandBy(group);
+        deadline = Now() + o_.join_timeout;        // it waited for a place
+        if (absl::IsAborted(s)) (void)Register();  // a standby no more
+      }
     } else if (!any_live) {
       s = Claim();
     } else {

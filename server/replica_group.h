@@ -14,9 +14,12 @@
 // Starting (Join): a process whose group has a live primary joins it as a
 // spare: it is added (not caught up), follows the primary
 // (server/follower.h) and receives a snapshot, which the caller restores
-// as a checkpoint. A process whose group has no live replica claims the
-// group as its primary and restores its own checkpoint (the loss bound of
-// checkpoints applies only then: when every replica of a shard was lost).
+// as a checkpoint. While the group already lists R replicas besides it,
+// it stands by (holding its lease and key, serving nothing) and joins as
+// soon as one leaves the map: a replacement already running. A process whose
+// group has no live replica claims the group as its primary and restores its
+// own checkpoint (the loss bound of checkpoints applies only then: when every
+// replica of a shard was lost).
 //
 // Running (the role thread, every tick):
 //   primary: fences itself when its lease is not certainly held (and
@@ -41,6 +44,7 @@
 // Thread-safe.
 
 #include <atomic>
+#include <functional>
 #include <memory>
 #include <string>
 #include <thread>
@@ -89,8 +93,12 @@ struct ReplicaGroupOptions {
   // The bytes of entries the log keeps for backups that reconnect or lag
   // (ReplicationLog::Options::max_bytes).
   uint64_t log_bytes = ReplicationLog::Options().max_bytes;
-  // How long Join waits for its group to have a primary or none at all.
+  // How long Join waits for its group to have a primary or none at all
+  // (not counting the time it stands by).
   absl::Duration join_timeout = absl::Seconds(60);
+  // Asked while the process stands by: true ends Join with CANCELLED
+  // (SIGTERM for a process that never joined). Null: never.
+  std::function<bool()> stopping;
   SecurityOptions security;
   std::shared_ptr<spdlog::logger> logger;
 };
@@ -139,11 +147,17 @@ class ReplicaGroup {
 
  private:
   explicit ReplicaGroup(ReplicaGroupOptions options);
-  absl::Status Register();
+  // Puts its key `<prefix>/members/<self_>` under its lease, its value
+  // "shard=N host=H", with " standby" while it stands by.
+  absl::Status Register(bool standby = false);
   absl::Status Decide();
   // Decide's steps: OK when decided, ABORTED to look at the map again.
   absl::Status ForgetEarlierSelf(const std::string& earlier);
   absl::Status JoinAsSpare(const ShardGroupRecord& group);
+  // While `group` lists R replicas besides this process and has a live
+  // primary: waits (its lease and key kept), then ABORTED; CANCELLED once
+  // o_.stopping says so.
+  absl::Status StandBy(const ShardGroupRecord& group);
   absl::Status Claim();
   // This process's entry in its group's map record.
   ReplicaRecord SelfRecord(bool caught_up) const;

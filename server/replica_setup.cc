@@ -72,7 +72,8 @@ absl::Status CheckReplicaFlags(const ReplicaFlags& flags,
 }
 
 absl::StatusOr<std::unique_ptr<ReplicaGroup>> SetUpReplica(
-    const ReplicaFlags& flags, PsServerOptions* o, std::string* temp_dir) {
+    const ReplicaFlags& flags, PsServerOptions* o, std::string* temp_dir,
+    std::function<bool()> stopping) {
   if (flags.etcd_endpoints.empty()) return nullptr;
   if (o->port == 0) {
     absl::StatusOr<int> port = FreePort(o->host);
@@ -121,6 +122,7 @@ absl::StatusOr<std::unique_ptr<ReplicaGroup>> SetUpReplica(
   g.fs = o->fs;
   g.security = PeerSecurity(o->security);
   g.logger = o->logger;
+  g.stopping = std::move(stopping);
   // A spare's old spec file must not add to the snapshot it restores.
   const std::string specs =
       SpecFilePath(dir, o->store.shard_index, o->store.num_shards);

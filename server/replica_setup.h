@@ -4,6 +4,7 @@
 // ps_server's replication flags turned into a shard group membership
 // (server/replica_group.h) and the server options it implies.
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -39,8 +40,11 @@ absl::Status CheckReplicaFlags(const ReplicaFlags& flags,
 // when --port is 0), the log, the Status hook, and for a spare the
 // snapshot to restore and its shard epoch (in --checkpoint_dir, or in a
 // new temporary directory named in *temp_dir, which the caller removes).
+// A process that stands by (its group has R replicas) asks `stopping`
+// while it waits: CANCELLED once it says so.
 absl::StatusOr<std::unique_ptr<ReplicaGroup>> SetUpReplica(
-    const ReplicaFlags& flags, PsServerOptions* options, std::string* temp_dir);
+    const ReplicaFlags& flags, PsServerOptions* options, std::string* temp_dir,
+    std::function<bool()> stopping);
 
 }  // namespace asyncps
 

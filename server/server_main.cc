@@ -739,8 +739,15 @@ int Main(int argc, char** argv) {
   if (!health.ok()) return Fail(std::string(health.status().message()));
   std::string temp_dir;
   absl::StatusOr<std::unique_ptr<ReplicaGroup>> group =
-      SetUpReplica(*replica_flags, &*options, &temp_dir);
+      SetUpReplica(*replica_flags, &*options, &temp_dir,
+                   [&signals] { return StopSignalPending(signals); });
+  if (absl::IsCancelled(group.status())) {  // SIGTERM while standing by
+    logger->info("stopped while standing by; it held no state");
+    if (!temp_dir.empty()) std::filesystem::remove_all(temp_dir);
+    return 0;
+  }
   if (!group.ok()) {
+    if (!temp_dir.empty()) std::filesystem::remove_all(temp_dir);
     return Fail(absl::StrCat("cannot join the shard group: ",
                              group.status().ToString()));
   }

@@ -80,7 +80,7 @@
 #include "membership/etcd_flags.h"
 #include "membership/shard_addressing.h"
 #include "tools/doc.h"
-#include "tools/etcd_alarms_view.h"
+#include "tools/etcd_status_view.h"
 #include "tools/live_moves.h"
 #include "tools/map_commands.h"
 #include "tools/map_record_view.h"
@@ -208,7 +208,7 @@ struct Cluster {
   Format format;
   // With --etcd_endpoints: the shard map, whose primaries status --watch
   // follows. Null otherwise.
-  const ShardRouter* router = nullptr;
+  const MapRouter* router = nullptr;
   // With --etcd_endpoints: the client the router reads through (the run's
   // map record lives there too). Null otherwise.
   EtcdClient* etcd = nullptr;
@@ -264,23 +264,23 @@ int RunStatus(const Cluster& c, absl::Duration watch, bool digests) {
     if (!Problems(results).empty()) code = kExitDown;
     const MapRecordView record =
         ReadMapRecordView(results, c.etcd, c.security, c.timeout);
-    const EtcdAlarmsView alarms = ReadEtcdAlarms(c.etcd);
-    if (AlarmRaised(alarms)) code = kExitDown;
+    const EtcdStatusView etcd = ReadEtcdStatus(c.etcd, c.router);
+    if (AlarmRaised(etcd)) code = kExitDown;
     std::string out;
     Doc doc = text ? Doc::Null() : StatusDoc(results);
     if (!text) doc.Set("map_record", MapRecordDoc(record));
-    if (!text) doc.Set("etcd_alarms", EtcdAlarmsDoc(alarms));
+    if (!text) AddEtcdStatusDoc(etcd, &doc);
     if (digests) {
       const std::vector<ReplicaDigest> d =
           GatherDigests(results, c.security, c.timeout);
       if (!DigestProblems(d).empty()) code = kExitDown;
       out = text ? absl::StrCat(RenderText(results, c.format == Format::kWide),
-                                MapRecordText(record), EtcdAlarmsText(alarms),
+                                MapRecordText(record), EtcdStatusText(etcd),
                                 DigestsText(d))
                  : Render(doc.Set("digests", DigestsDoc(d)), c.format);
     } else {
       out = text ? absl::StrCat(RenderText(results, c.format == Format::kWide),
-                                MapRecordText(record), EtcdAlarmsText(alarms))
+                                MapRecordText(record), EtcdStatusText(etcd))
                  : Render(doc, c.format);
     }
     if (watching && text) {

@@ -560,7 +560,8 @@ TEST_CASE(
   // server started as etcd comes back, which writes a new run's first map
   // and claims the shard with nothing in it: the replicas put theirs back
   // over it (they threw their state away and joined it, before the view's
-  // older map was checked), and it starts over as their spare.
+  // older map was checked), and it starts over and stands by: the group
+  // has its R replicas.
   struct Away {
     absl::Duration down;
     bool wipe;
@@ -612,31 +613,49 @@ TEST_CASE(
     CHECK(restarted.ok());
   }
   // Both replicas still serve the group, at the same state; every push
-  // acknowledged is applied once.
+  // acknowledged is applied once. With the third server: the group stays
+  // at R, the one left out (the newcomer, or the replica dropped while its
+  // key was not back) stands by.
   REQUIRE(a.process->Running());
   REQUIRE(b.process->Running());
-  std::string primary = a.address, backup = b.address;
-  absl::StatusOr<StatusResponse> sa = testing::ReplicaStatus(a.address);
-  REQUIRE_OK(sa.status());
-  if (sa->replica().role() != "primary") std::swap(primary, backup);
-  WaitForRole(primary, "primary");
-  if (away.newcomer) {
-    // The newcomer, once a spare, may be taken as a further backup while
-    // the other replica's key is not back yet (a group above R: seen once
-    // in CI, 2 counted): at least the other replica.
-    REQUIRE_OK(WaitFor(
-        [&] {
-          absl::StatusOr<StatusResponse> s = testing::ReplicaStatus(primary);
-          if (!s.ok()) return false;
-          int counted = 0;
-          for (const auto& r : s->replica().backups()) {
-            counted += r.counted() && r.caught_up() && r.address() == backup;
+  std::string primary;
+  REQUIRE_OK(WaitFor(
+      [&] {
+        for (const ServerProcess* p : {&a, &b}) {
+          absl::StatusOr<StatusResponse> st =
+              testing::ReplicaStatus(p->address);
+          if (st.ok() && st->replica().role() == "primary") {
+            primary = p->address;
           }
-          return counted == 1;
-        },
-        absl::Seconds(30), "the other replica counted"));
+        }
+        return !primary.empty();
+      },
+      absl::Seconds(20), "a primary among the two replicas"));
+  std::string backup;
+  REQUIRE_OK(WaitFor(
+      [&] {
+        absl::StatusOr<StatusResponse> st = testing::ReplicaStatus(primary);
+        if (!st.ok() || st->replica().backups_size() != 1) return false;
+        const auto& only = st->replica().backups(0);
+        backup = only.address();
+        return only.counted() && only.caught_up();
+      },
+      absl::Seconds(30), "one backup counted"));
+  if (away.newcomer) {
+    for (const ServerProcess* p : {&a, &b, &newcomer}) {
+      if (p->address == primary || p->address == backup) continue;
+      INFO("the one left out: " << p->address);
+      CHECK(p->process->Running());
+      const absl::Status stood_by = WaitFor(
+          [&] {
+            return absl::StrContains(p->process->ReadLog(),
+                                     "stands by and joins it when one leaves");
+          },
+          absl::Seconds(20), "the one left out to stand by");
+      CHECK(stood_by.ok());
+    }
   } else {
-    WaitForCounted(primary, 1);
+    CHECK(backup == (primary == a.address ? b.address : a.address));
   }
   ExpectSameState(primary, backup);
   ExpectAll(Values(primary), kInit - acked.load());

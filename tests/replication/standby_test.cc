@@ -1,0 +1,172 @@
+// Server processes beyond a group's R, with real processes and a real
+// etcd: a process started for a shard whose group already lists R
+// replicas stands by (registered in etcd, serving nothing, shown by psctl
+// status) and joins the group as soon as one replica leaves the map; of
+// two standbys exactly one joins; a standby stopped by SIGTERM exits 0 at
+// once and leaves the run.
+
+#include <signal.h>
+
+#include <atomic>
+#include <catch2/catch.hpp>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "client/ps_client.h"
+#include "tests/replication/replica_harness.h"
+#include "tests/testing/etcd_process.h"
+#include "tests/testing/require_ok.h"
+#include "tests/testing/subprocess.h"
+
+namespace asyncps {
+namespace {
+
+using testing::ServerProcess;
+
+constexpr int kElems = 100;
+constexpr char kStandingBy[] = "stands by and joins it when one leaves";
+
+// A replica of shard 0 of `run` on a port chosen here: a standby serves
+// nothing, so it writes no port file to wait for.
+ServerProcess StartStandby(const testing::EtcdProcess& etcd,
+                           const std::string& run) {
+  absl::StatusOr<std::string> address = testing::UnusedLoopbackAddress();
+  REQUIRE_OK(address.status());
+  std::vector<std::string> args = testing::ReplicaArgs(etcd, run);
+  args.push_back(
+      absl::StrCat("--port=", address->substr(address->find(':') + 1)));
+  args.push_back("--shard_index=0");
+  args.push_back("--num_shards=1");
+  args.push_back("--host_label=spare-host");
+  absl::StatusOr<std::unique_ptr<testing::Subprocess>> p =
+      testing::Subprocess::Start(
+          testing::RunfilePath("server/ps_server"), args,
+          testing::UniqueTmpPath("ps_server_standby") + ".log");
+  REQUIRE_OK(p.status());
+  ServerProcess s;
+  s.process = *std::move(p);
+  s.address = *address;
+  REQUIRE_OK(testing::WaitFor(
+      [&] { return absl::StrContains(s.process->ReadLog(), kStandingBy); },
+      absl::Seconds(20), "the process to stand by"));
+  return s;
+}
+
+// The backups the primary at `primary` streams to.
+std::vector<std::string> Backups(const std::string& primary) {
+  absl::StatusOr<StatusResponse> s = testing::ReplicaStatus(primary);
+  REQUIRE_OK(s.status());
+  std::vector<std::string> out;
+  for (const auto& b : s->replica().backups()) out.push_back(b.address());
+  return out;
+}
+
+TEST_CASE(
+    "processes beyond R stand by and serve nothing; when the backup dies "
+    "exactly one of them joins, catches up and is counted, with every "
+    "acknowledged push applied once; SIGTERM ends a standby at once",
+    "[replication][standby]") {
+  if (testing::SkipWithoutEtcd()) return;
+  absl::StatusOr<testing::EtcdProcess> etcd = testing::StartEtcd();
+  REQUIRE_OK(etcd.status());
+  ServerProcess a, b;
+  testing::StartReplicaPair(*etcd, "standby", &a, &b);
+  std::unique_ptr<PsClient> c = testing::MapClient(*etcd, "standby");
+  REQUIRE_OK(c->CreateTensors({testing::UnitTensor(kElems)}));
+  testing::PushOnes(c.get(), kElems, 0, 20);
+
+  ServerProcess s1 = StartStandby(*etcd, "standby");
+  ServerProcess s2 = StartStandby(*etcd, "standby");
+  // The group stays at R: the primary streams to its one backup only, and
+  // a standby answers nothing.
+  CHECK(Backups(a.address) == std::vector<std::string>{b.address});
+  CHECK_FALSE(testing::ReplicaStatus(s1.address).ok());
+  {
+    auto [exit, out] = testing::Psctl(*etcd, "standby");
+    INFO(out);
+    CHECK(exit == 0);
+    for (const ServerProcess* s : {&s1, &s2}) {
+      CHECK(absl::StrContains(out, absl::StrCat("standing by: ", s->address,
+                                                " (host spare-host) for "
+                                                "shard 0\n")));
+    }
+    std::tie(exit, out) = testing::Psctl(*etcd, "standby", {"-o", "json"});
+    INFO(out);
+    CHECK(exit == 0);
+    CHECK(absl::StrContains(out, absl::StrCat("\"address\":\"", s1.address)));
+  }
+
+  // Pushes go on while the backup dies and a standby replaces it.
+  std::atomic<bool> stop{false};
+  std::atomic<int> acked{20};
+  absl::Status failed;
+  std::thread pushing([&] {
+    const std::vector<float> ones(kElems, 1.0f);
+    while (!stop.load() && acked.load() < 100000) {
+      absl::StatusOr<PushSummary> r =
+          c->Push(acked.load(), {{"w", ones.data()}});
+      if (!r.ok()) {
+        failed = r.status();
+        return;
+      }
+      acked.fetch_add(1);
+    }
+  });
+  REQUIRE_OK(b.process->Signal(SIGKILL));
+  (void)b.process->Wait(absl::Seconds(10));
+  const absl::Time killed = absl::Now();
+  std::string joined, still;
+  const absl::Status replaced = testing::WaitFor(
+      [&] {
+        const std::vector<std::string> now = Backups(a.address);
+        if (now.size() != 1 || now[0] == b.address) return false;
+        joined = now[0];
+        return true;
+      },
+      absl::Seconds(30), "a standby in the group");
+  testing::WaitForCounted(a.address, 1);
+  WARN("a standby was counted " << absl::FormatDuration(absl::Now() - killed)
+                                << " after the kill");
+  const int at_counted = acked.load();
+  REQUIRE_OK(testing::WaitFor([&] { return acked.load() >= at_counted + 20; },
+                              absl::Seconds(30), "pushes after the join"));
+  stop = true;
+  pushing.join();
+  REQUIRE_OK(failed);
+  REQUIRE_OK(replaced);
+  REQUIRE((joined == s1.address || joined == s2.address));
+  ServerProcess& other = joined == s1.address ? s2 : s1;
+  INFO("the other standby's log:\n" << other.process->ReadLog());
+  // Exactly one joined; the group is at R again.
+  CHECK(Backups(a.address) == std::vector<std::string>{joined});
+  CHECK(other.process->Running());
+  testing::ExpectSameState(a.address, joined);
+  testing::ExpectEvery(c.get(), kElems, acked.load(),
+                       1.0f - static_cast<float>(acked.load()));
+  {
+    auto [exit, out] = testing::Psctl(*etcd, "standby");
+    INFO(out);
+    CHECK(exit == 0);
+    CHECK(absl::StrContains(out, "standing by: " + other.address));
+    CHECK_FALSE(absl::StrContains(out, "standing by: " + joined));
+  }
+
+  // SIGTERM: the standby exits 0 within a tick and its key goes.
+  REQUIRE_OK(other.process->Signal(SIGTERM));
+  absl::StatusOr<int> exit = other.process->Wait(absl::Seconds(5));
+  REQUIRE_OK(exit.status());
+  CHECK(*exit == 0);
+  CHECK(
+      absl::StrContains(other.process->ReadLog(), "stopped while standing by"));
+  auto [code, out] = testing::Psctl(*etcd, "standby");
+  INFO(out);
+  CHECK(code == 0);
+  CHECK_FALSE(absl::StrContains(out, "standing by:"));
+}
+
+}  // namespace
+}  // namespace asyncps

@@ -1,0 +1,62 @@
+#ifndef ASYNCPS_TOOLS_ETCD_STATUS_VIEW_H_
+#define ASYNCPS_TOOLS_ETCD_STATUS_VIEW_H_
+
+// psctl status's view of what etcd says beside the shard map (a run found
+// with --etcd_endpoints):
+//
+// - the alarms etcd raised: an etcd whose database reached its quota
+//   (NOSPACE) refuses every write, so no failover, backup change or
+//   joining server can happen, while everything else looks as usual.
+//   Status names the alarm and what to do, and exits non-zero while one is
+//   raised.
+// - the server processes standing by: registered in the run (a key under
+//   <prefix>/members/ that says so), listed in no group of the map; each
+//   waits until its shard's group lists fewer than R replicas
+//   (server/replica_group.h).
+//
+//   etcd: alarm NOSPACE raised by member 8e9e05c52164694d: etcd refuses
+//   every write (no failover, ...) until ... (etcdctl compact, defrag,
+//   alarm disarm)
+//   standing by: 10.0.0.7:7000 (host node-3) for shard 0
+
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "membership/etcd_client.h"
+#include "membership/map_router.h"
+#include "tools/doc.h"
+
+namespace asyncps {
+
+struct EtcdStatusView {
+  bool read = false;  // false: no etcd (nothing shown)
+  absl::StatusOr<std::vector<EtcdClient::Alarm>> alarms =
+      std::vector<EtcdClient::Alarm>();
+  struct Standby {
+    std::string address;
+    std::string host;  // its placement label
+    int shard = -1;    // the group it waits for
+  };
+  absl::StatusOr<std::vector<Standby>> standbys = std::vector<Standby>();
+};
+
+// The alarms raised in `etcd`, and the run's standing-by processes: the
+// members of the run `router` follows that its map lists nowhere (null
+// `etcd`: no etcd; null `router`: no standbys read).
+EtcdStatusView ReadEtcdStatus(EtcdClient* etcd, const MapRouter* router);
+
+// Whether an alarm is raised (a failed read raises none: etcd's own
+// reachability shows elsewhere).
+bool AlarmRaised(const EtcdStatusView& view);
+
+// A line per alarm and per standby, and one for a read that failed (""
+// when there is nothing to say or no etcd); what psctl status -o json|yaml
+// adds to `doc`: "etcd_alarms" (an array, or a string saying why it was not
+// read; null without etcd) and "standbys" (likewise).
+std::string EtcdStatusText(const EtcdStatusView& view);
+void AddEtcdStatusDoc(const EtcdStatusView& view, Doc* doc);
+
+}  // namespace asyncps
+
+#endif  // ASYNCPS_TOOLS_ETCD_STATUS_VIEW_H_
