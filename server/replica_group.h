@@ -183,6 +183,10 @@ class ReplicaGroup {
   // starts over. (Starting over at once threw away every replica's state
   // when etcd itself was away: the group was claimed anew, empty.)
   void Rejoin();
+  // Takes a new lease when the one held lapsed (etcd away longer than it,
+  // or back without its data): false while etcd grants none; *fresh when a
+  // new one was taken (the member key must be put again).
+  bool HoldLease(bool* fresh);
   // Fences the log for `why` and makes the next ticks Rejoin (once).
   void Suspend(const std::string& why);
 

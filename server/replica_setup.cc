@@ -9,12 +9,36 @@
 #include <cstdio>
 #include <cstdlib>
 
+#include "absl/flags/flag.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "common/identity.h"
+#include "membership/etcd_flags.h"
 #include "membership/map_store.h"
 #include "server/checkpoint.h"
 #include "server/etcd_map_record.h"
 #include "server/spec_file.h"
+
+ABSL_FLAG(int, replicas, 1,
+          "R: server processes per shard (a primary and R-1 backups, each "
+          "started with the same --shard_index). R > 1 needs "
+          "--etcd_endpoints; 1 = today's unreplicated shard.");
+ABSL_FLAG(int64_t, lease_ms, 1000,
+          "The process's lease in etcd (whole seconds, >= 1000): a primary "
+          "whose lease lapses is replaced by a caught-up backup.");
+ABSL_FLAG(std::string, host_label, "",
+          "Placement label of this process (replicas of one shard should "
+          "differ; on Kubernetes, the node's name); default: the machine's "
+          "name.");
+ABSL_FLAG(int64_t, replica_timeout_ms, 0,
+          "A backup that acknowledges nothing for this long while entries "
+          "wait is dropped from the map; 0 = twice --lease_ms.");
+ABSL_FLAG(int64_t, replication_log_mib, asyncps::ReplicaFlags().log_mib,
+          "Entries each replica's log keeps for backups that reconnect or "
+          "lag, in MiB (oldest dropped first; a backup that needs a dropped "
+          "entry starts over from a snapshot). A spare catching up needs the "
+          "entries since its snapshot's cut: those are kept up to 1 GiB or "
+          "4x this, whichever is more. Range [1, 1048576].");
 
 namespace asyncps {
 
@@ -144,6 +168,32 @@ absl::StatusOr<std::unique_ptr<ReplicaGroup>> SetUpReplica(
   o->run_map_record =
       std::make_shared<EtcdMapRecord>(raw->etcd(), RunPrefix(o->run_id));
   return group;
+}
+
+absl::StatusOr<ReplicaFlags> ReplicaFlagsFromFlags(const PsServerOptions& o) {
+  ReplicaFlags f;
+  f.replicas = absl::GetFlag(FLAGS_replicas);
+  const std::string etcd = EtcdEndpointsFlag();
+  if (!etcd.empty()) {
+    f.etcd_endpoints = absl::StrSplit(etcd, ',', absl::SkipWhitespace());
+  }
+  std::vector<std::string> warnings;
+  absl::StatusOr<EtcdAccess> etcd_access = EtcdAccessFlags(&warnings);
+  if (!etcd_access.ok()) return etcd_access.status();
+  for (const std::string& w : warnings) o.logger->warn("{}", w);
+  f.etcd_access = *std::move(etcd_access);
+  f.lease = absl::Milliseconds(absl::GetFlag(FLAGS_lease_ms));
+  f.host_label = absl::GetFlag(FLAGS_host_label);
+  const int64_t timeout = absl::GetFlag(FLAGS_replica_timeout_ms);
+  if (timeout < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--replica_timeout_ms must be >= 0, got ", timeout));
+  }
+  f.replica_timeout = absl::Milliseconds(timeout);
+  f.log_mib = absl::GetFlag(FLAGS_replication_log_mib);
+  absl::Status s = CheckReplicaFlags(f, o);
+  if (!s.ok()) return s;
+  return f;
 }
 
 }  // namespace asyncps

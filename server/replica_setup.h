@@ -29,6 +29,13 @@ struct ReplicaFlags {
       static_cast<int64_t>(ReplicationLog::Options().max_bytes >> 20);
 };
 
+// ps_server's replication flags (--replicas, --etcd_*, --lease_ms,
+// --host_label, --replica_timeout_ms, --replication_log_mib), defined
+// here; etcd's warnings are logged with `options`' logger, and the error
+// names the flag (CheckReplicaFlags included).
+absl::StatusOr<ReplicaFlags> ReplicaFlagsFromFlags(
+    const PsServerOptions& options);
+
 // INVALID_ARGUMENT (the message says what to fix) for R < 1, R > 1 without
 // etcd, etcd without --run_id, a lease under one second, or a log bound
 // outside [1, 1048576] MiB.

@@ -181,26 +181,6 @@ ABSL_FLAG(std::string, adopt_run, "",
           "(any: of any run) as the start of this run: parameters, optimizer "
           "state and versions are kept, the other run's worker records are "
           "dropped (its workers' progress does not carry over).");
-ABSL_FLAG(int, replicas, 1,
-          "R: server processes per shard (a primary and R-1 backups, each "
-          "started with the same --shard_index). R > 1 needs "
-          "--etcd_endpoints; 1 = today's unreplicated shard.");
-ABSL_FLAG(int64_t, lease_ms, 1000,
-          "The process's lease in etcd (whole seconds, >= 1000): a primary "
-          "whose lease lapses is replaced by a caught-up backup.");
-ABSL_FLAG(std::string, host_label, "",
-          "Placement label of this process (replicas of one shard should "
-          "differ; on Kubernetes, the node's name); default: the machine's "
-          "name.");
-ABSL_FLAG(int64_t, replica_timeout_ms, 0,
-          "A backup that acknowledges nothing for this long while entries "
-          "wait is dropped from the map; 0 = twice --lease_ms.");
-ABSL_FLAG(int64_t, replication_log_mib, asyncps::ReplicaFlags().log_mib,
-          "Entries each replica's log keeps for backups that reconnect or "
-          "lag, in MiB (oldest dropped first; a backup that needs a dropped "
-          "entry starts over from a snapshot). A spare catching up needs the "
-          "entries since its snapshot's cut: those are kept up to 1 GiB or "
-          "4x this, whichever is more. Range [1, 1048576].");
 ABSL_FLAG(std::string, log_level, "info",
           "trace, debug, info, warn, error or off.");
 
@@ -614,33 +594,6 @@ absl::Status StartMetrics(MetricsHttpServer* metrics, spdlog::logger& logger) {
   return absl::OkStatus();
 }
 
-// The replication flags; the error names the flag.
-absl::StatusOr<ReplicaFlags> ReplicaFlagsFromFlags(const PsServerOptions& o) {
-  ReplicaFlags f;
-  f.replicas = absl::GetFlag(FLAGS_replicas);
-  const std::string etcd = EtcdEndpointsFlag();
-  if (!etcd.empty()) {
-    f.etcd_endpoints = absl::StrSplit(etcd, ',', absl::SkipWhitespace());
-  }
-  std::vector<std::string> warnings;
-  absl::StatusOr<EtcdAccess> etcd_access = EtcdAccessFlags(&warnings);
-  if (!etcd_access.ok()) return etcd_access.status();
-  for (const std::string& w : warnings) o.logger->warn("{}", w);
-  f.etcd_access = *std::move(etcd_access);
-  f.lease = absl::Milliseconds(absl::GetFlag(FLAGS_lease_ms));
-  f.host_label = absl::GetFlag(FLAGS_host_label);
-  const int64_t timeout = absl::GetFlag(FLAGS_replica_timeout_ms);
-  if (timeout < 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--replica_timeout_ms must be >= 0, got ", timeout));
-  }
-  f.replica_timeout = absl::Milliseconds(timeout);
-  f.log_mib = absl::GetFlag(FLAGS_replication_log_mib);
-  absl::Status s = CheckReplicaFlags(f, o);
-  if (!s.ok()) return s;
-  return f;
-}
-
 // Serves until SIGINT or SIGTERM (0), or until the shard group says this
 // process must start over (-1), then stops: health NOT_SERVING, the
 // metrics endpoint, the shard (in-flight calls, then the final checkpoint),
@@ -679,6 +632,28 @@ int ServeUntilSignal(const sigset_t& signals, PsServer* server,
     return 1;
   }
   return 0;
+}
+
+// Joins the shard group of a replicated run (*group null when the run is
+// not replicated): -1 to go on, else the exit status (0 for SIGTERM while
+// standing by, 2 for a failure, said); *temp_dir is removed then.
+int JoinGroup(const ReplicaFlags& flags, const sigset_t& signals,
+              PsServerOptions* options, std::string* temp_dir,
+              std::unique_ptr<ReplicaGroup>* group) {
+  absl::StatusOr<std::unique_ptr<ReplicaGroup>> joined =
+      SetUpReplica(flags, options, temp_dir,
+                   [&signals] { return StopSignalPending(signals); });
+  if (joined.ok()) {
+    *group = *std::move(joined);
+    return -1;
+  }
+  if (!temp_dir->empty()) std::filesystem::remove_all(*temp_dir);
+  if (absl::IsCancelled(joined.status())) {
+    options->logger->info("stopped while standing by; it held no state");
+    return 0;
+  }
+  return Fail(absl::StrCat("cannot join the shard group: ",
+                           joined.status().ToString()));
 }
 
 int Main(int argc, char** argv) {
@@ -738,18 +713,11 @@ int Main(int argc, char** argv) {
   absl::StatusOr<std::unique_ptr<HealthListener>> health = StartHealth(*logger);
   if (!health.ok()) return Fail(std::string(health.status().message()));
   std::string temp_dir;
-  absl::StatusOr<std::unique_ptr<ReplicaGroup>> group =
-      SetUpReplica(*replica_flags, &*options, &temp_dir,
-                   [&signals] { return StopSignalPending(signals); });
-  if (absl::IsCancelled(group.status())) {  // SIGTERM while standing by
-    logger->info("stopped while standing by; it held no state");
-    if (!temp_dir.empty()) std::filesystem::remove_all(temp_dir);
-    return 0;
-  }
-  if (!group.ok()) {
-    if (!temp_dir.empty()) std::filesystem::remove_all(temp_dir);
-    return Fail(absl::StrCat("cannot join the shard group: ",
-                             group.status().ToString()));
+  std::unique_ptr<ReplicaGroup> group;
+  if (int exit =
+          JoinGroup(*replica_flags, signals, &*options, &temp_dir, &group);
+      exit >= 0) {
+    return exit;
   }
   const bool restore = options->restore;
   const bool tls = !options->security.tls_cert.empty();
@@ -757,7 +725,7 @@ int Main(int argc, char** argv) {
       PsServer::Start(*std::move(options));
   if (!server.ok()) return StartFailure(server.status(), restore);
   GuardUnfinishedRequests((*server)->port(), *unfinished, tls);
-  if (*group != nullptr) (*group)->Run(server->get());
+  if (group != nullptr) group->Run(server->get());
   if (*health != nullptr) (*health)->SetServing(true);
 
   // The metrics endpoint starts after the gRPC server and stops before it.
@@ -776,9 +744,9 @@ int Main(int argc, char** argv) {
     return Fail("cannot write --port_file " + port_file);
   }
   const int status = ServeUntilSignal(signals, server->get(), health->get(),
-                                      &metrics, group->get(), *logger);
+                                      &metrics, group.get(), *logger);
   server->reset();
-  group->reset();  // revokes the lease: the others see this process gone
+  group.reset();  // revokes the lease: the others see this process gone
   if (!temp_dir.empty()) std::filesystem::remove_all(temp_dir);
   if (status >= 0) return status;
   // Starts over with the same flags: a fresh process that joins as a spare.

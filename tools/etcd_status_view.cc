@@ -96,11 +96,11 @@ std::string EtcdStatusText(const EtcdStatusView& view) {
     }
   }
   if (!view.standbys.ok()) {
-    absl::StrAppend(&out, "standbys ", NotRead(view.standbys), "\n");
+    absl::StrAppend(&out, "standby replicas ", NotRead(view.standbys), "\n");
   } else {
     for (const EtcdStatusView::Standby& s : *view.standbys) {
-      absl::StrAppend(&out, "standing by: ", s.address, " (host ", s.host,
-                      ") for shard ", s.shard, "\n");
+      absl::StrAppend(&out, "standby replica: ", s.address, " (host ", s.host,
+                      ") waits to join shard ", s.shard, "\n");
     }
   }
   return out;
@@ -109,7 +109,7 @@ std::string EtcdStatusText(const EtcdStatusView& view) {
 void AddEtcdStatusDoc(const EtcdStatusView& view, Doc* doc) {
   if (!view.read) {
     doc->Set("etcd_alarms", Doc::Null());
-    doc->Set("standbys", Doc::Null());
+    doc->Set("standby_replicas", Doc::Null());
     return;
   }
   if (!view.alarms.ok()) {
@@ -124,7 +124,7 @@ void AddEtcdStatusDoc(const EtcdStatusView& view, Doc* doc) {
     doc->Set("etcd_alarms", std::move(alarms));
   }
   if (!view.standbys.ok()) {
-    doc->Set("standbys", Doc::String(NotRead(view.standbys)));
+    doc->Set("standby_replicas", Doc::String(NotRead(view.standbys)));
   } else {
     Doc standbys = Doc::Array();
     for (const EtcdStatusView::Standby& s : *view.standbys) {
@@ -133,7 +133,7 @@ void AddEtcdStatusDoc(const EtcdStatusView& view, Doc* doc) {
                        .Set("host", Doc::String(s.host))
                        .Set("shard", Doc::Int(s.shard)));
     }
-    doc->Set("standbys", std::move(standbys));
+    doc->Set("standby_replicas", std::move(standbys));
   }
 }
 

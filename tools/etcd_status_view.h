@@ -9,7 +9,7 @@
 //   joining server can happen, while everything else looks as usual.
 //   Status names the alarm and what to do, and exits non-zero while one is
 //   raised.
-// - the server processes standing by: registered in the run (a key under
+// - the standby replicas: server processes registered in the run (a key under
 //   <prefix>/members/ that says so), listed in no group of the map; each
 //   waits until its shard's group lists fewer than R replicas
 //   (server/replica_group.h).
@@ -17,7 +17,7 @@
 //   etcd: alarm NOSPACE raised by member 8e9e05c52164694d: etcd refuses
 //   every write (no failover, ...) until ... (etcdctl compact, defrag,
 //   alarm disarm)
-//   standing by: 10.0.0.7:7000 (host node-3) for shard 0
+//   standby replica: 10.0.0.7:7000 (host node-3) waits to join shard 0
 
 #include <string>
 #include <vector>
@@ -53,7 +53,7 @@ bool AlarmRaised(const EtcdStatusView& view);
 // A line per alarm and per standby, and one for a read that failed (""
 // when there is nothing to say or no etcd); what psctl status -o json|yaml
 // adds to `doc`: "etcd_alarms" (an array, or a string saying why it was not
-// read; null without etcd) and "standbys" (likewise).
+// read; null without etcd) and "standby_replicas" (likewise).
 std::string EtcdStatusText(const EtcdStatusView& view);
 void AddEtcdStatusDoc(const EtcdStatusView& view, Doc* doc);
 

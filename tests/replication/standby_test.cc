@@ -90,9 +90,9 @@ TEST_CASE(
     INFO(out);
     CHECK(exit == 0);
     for (const ServerProcess* s : {&s1, &s2}) {
-      CHECK(absl::StrContains(out, absl::StrCat("standing by: ", s->address,
-                                                " (host spare-host) for "
-                                                "shard 0\n")));
+      CHECK(absl::StrContains(
+          out, absl::StrCat("standby replica: ", s->address,
+                            " (host spare-host) waits to join shard 0\n")));
     }
     std::tie(exit, out) = testing::Psctl(*etcd, "standby", {"-o", "json"});
     INFO(out);
@@ -151,8 +151,8 @@ TEST_CASE(
     auto [exit, out] = testing::Psctl(*etcd, "standby");
     INFO(out);
     CHECK(exit == 0);
-    CHECK(absl::StrContains(out, "standing by: " + other.address));
-    CHECK_FALSE(absl::StrContains(out, "standing by: " + joined));
+    CHECK(absl::StrContains(out, "standby replica: " + other.address));
+    CHECK_FALSE(absl::StrContains(out, "standby replica: " + joined));
   }
 
   // SIGTERM: the standby exits 0 within a tick and its key goes.
@@ -165,7 +165,7 @@ TEST_CASE(
   auto [code, out] = testing::Psctl(*etcd, "standby");
   INFO(out);
   CHECK(code == 0);
-  CHECK_FALSE(absl::StrContains(out, "standing by:"));
+  CHECK_FALSE(absl::StrContains(out, "standby replica:"));
 }
 
 }  // namespace

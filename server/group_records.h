@@ -1,0 +1,52 @@
+#ifndef ASYNCPS_SERVER_GROUP_RECORDS_H_
+#define ASYNCPS_SERVER_GROUP_RECORDS_H_
+
+// A shard group's records in the run's map (proto/membership.proto) as
+// the role code of server/replica_group.h reads them: a replica's id, its
+// place in the group, whether its key is alive, and the role's clock.
+
+#include <string>
+
+#include "absl/container/flat_hash_set.h"
+#include "absl/time/time.h"
+#include "common/clock.h"
+#include "proto/membership.pb.h"
+#include "server/replica_feed.h"
+
+namespace asyncps {
+namespace group_records {
+
+// ReplicaId of the record: its address and the incarnation there.
+inline std::string IdOf(const ReplicaRecord& r) {
+  return ReplicaId(r.address(), r.incarnation());
+}
+
+// The position of replica `id` in the group, or -1.
+inline int Find(const ShardGroupRecord& group, const std::string& id) {
+  for (int i = 0; i < group.replicas_size(); ++i) {
+    if (IdOf(group.replicas(i)) == id) return i;
+  }
+  return -1;
+}
+
+// Whether the replica's member key exists (`live`: the members' ids).
+inline bool IsLive(const absl::flat_hash_set<std::string>& live,
+                   const ReplicaRecord& r) {
+  return live.contains(IdOf(r));
+}
+
+// The replicas the group lists besides `self`.
+inline int OthersIn(const ShardGroupRecord& group, const std::string& self) {
+  int others = 0;
+  for (const ReplicaRecord& r : group.replicas()) others += IdOf(r) != self;
+  return others;
+}
+
+// The role's time is monotonic, as its lease's and its log's are: a step
+// of the real-time clock neither drops a backup nor stalls a takeover.
+inline absl::Time Now() { return Clock::Monotonic()->Now(); }
+
+}  // namespace group_records
+}  // namespace asyncps
+
+#endif  // ASYNCPS_SERVER_GROUP_RECORDS_H_

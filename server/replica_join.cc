@@ -1,0 +1,233 @@
+// How a starting server process takes its place in its shard group
+// (ReplicaGroup::Join's decision, server/replica_group.h): forget its
+// earlier self, join as a spare, stand by, or claim the group.
+
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "server/group_records.h"
+#include "server/replica_group.h"
+
+namespace asyncps {
+
+using group_records::Find;
+using group_records::IdOf;
+using group_records::IsLive;
+using group_records::Now;
+using group_records::OthersIn;
+
+// Decide's outcomes of one look at the map: done (OK), look again
+// (ABORTED), or fail.
+absl::Status ReplicaGroup::ForgetEarlierSelf(const std::string& earlier) {
+  absl::StatusOr<ShardMapRecord> m =
+      maps_->Update([&](ShardMapRecord* m) -> absl::StatusOr<bool> {
+        auto* rs = m->mutable_groups(o_.shard_index)->mutable_replicas();
+        const int i = Find(m->groups(o_.shard_index), earlier);
+        if (i < 0) return false;
+        rs->erase(rs->begin() + i);
+        // A dead primary without a caught-up backup: the spares left hold
+        // no whole state and must not be first; the group is claimed anew.
+        bool caught_up = false;
+        for (const ReplicaRecord& r : *rs)
+          caught_up = caught_up || r.caught_up();
+        if (i == 0 && !caught_up) rs->Clear();
+        return true;
+      });
+  return m.ok() ? absl::AbortedError("look again") : m.status();
+}
+
+absl::Status ReplicaGroup::JoinAsSpare(const ShardGroupRecord& group) {
+  const std::string primary = group.replicas(0).address();
+  const std::string primary_id = IdOf(group.replicas(0));
+  for (const ReplicaRecord& r : group.replicas()) {
+    // Its own record (a join that is being retried) is no other replica.
+    if (r.host() == o_.host && r.address() != o_.address) {
+      o_.logger->warn(
+          "replica {} of shard {} runs on host '{}' too: one host's loss "
+          "takes both (give each replica its own --host_label when there are "
+          "enough hosts)",
+          r.address(), o_.shard_index, o_.host);
+    }
+  }
+  absl::StatusOr<ShardMapRecord> m =
+      maps_->Update([&](ShardMapRecord* m) -> absl::StatusOr<bool> {
+        ShardGroupRecord* g = m->mutable_groups(o_.shard_index);
+        if (g->replicas_size() == 0 || IdOf(g->replicas(0)) != primary_id) {
+          return absl::AbortedError("the primary changed");
+        }
+        // Added by an earlier attempt whose connection failed: follow now.
+        if (Find(*g, self_) >= 0) return false;
+        // Another process took the place that was free.
+        if (OthersIn(*g, self_) >= o_.replicas) {
+          return absl::AbortedError("the group has its replicas");
+        }
+        *g->add_replicas() = SelfRecord(/*caught_up=*/false);
+        return true;
+      });
+  if (!m.ok()) return m.status();
+  absl::StatusOr<std::unique_ptr<Follower>> f =
+      ConnectFollower(primary, o_.snapshot_dir, absl::Seconds(5));
+  if (!f.ok()) {
+    // The primary unreachable: look again soon (it may have changed). A
+    // failure on this side (its disk full: the status says so) would come
+    // again at once, and each try costs the primary a whole snapshot.
+    constexpr absl::Duration kFirst = absl::Milliseconds(200);
+    spare_retry_ = absl::IsUnavailable(f.status())
+                       ? kFirst
+                       : std::min(2 * spare_retry_, absl::Seconds(5));
+    o_.logger->warn("cannot follow primary {} yet: {} (again in {})", primary,
+                    f.status().ToString(), absl::FormatDuration(spare_retry_));
+    absl::SleepFor(spare_retry_);
+    return absl::AbortedError("look again");
+  }
+  spare_retry_ = absl::Milliseconds(200);
+  absl::MutexLock l(&mu_);
+  follower_ = *std::move(f);
+  following_ = primary_id;
+  map_epoch_ = m->epoch();
+  o_.logger->info("joined shard {} as a spare of primary {} (map epoch {})",
+                  o_.shard_index, primary, m->epoch());
+  return absl::OkStatus();
+}
+
+ReplicaRecord ReplicaGroup::SelfRecord(bool caught_up) const {
+  ReplicaRecord r;
+  r.set_address(o_.address);
+  r.set_host(o_.host);
+  r.set_incarnation(incarnation_);
+  r.set_caught_up(caught_up);
+  return r;
+}
+
+absl::Status ReplicaGroup::Claim() {
+  absl::StatusOr<ShardMapRecord> m =
+      maps_->Update([&](ShardMapRecord* m) -> absl::StatusOr<bool> {
+        ShardGroupRecord* g = m->mutable_groups(o_.shard_index);
+        absl::StatusOr<absl::flat_hash_set<std::string>> now = LiveMembers();
+        if (!now.ok()) return now.status();
+        for (const ReplicaRecord& r : g->replicas()) {
+          if (IdOf(r) != self_ && IsLive(*now, r)) {
+            return absl::AbortedError("a replica came back");
+          }
+        }
+        g->clear_replicas();
+        *g->add_replicas() = SelfRecord(/*caught_up=*/true);
+        return true;
+      });
+  if (!m.ok()) return m.status();
+  claimed_ = true;
+  claimed_epoch_ = m->epoch();
+  absl::MutexLock l(&mu_);
+  map_epoch_ = m->epoch();
+  o_.logger->info(
+      "claimed shard {} as its primary (map epoch {}): no other replica is "
+      "alive; its own checkpoint is the group's state",
+      o_.shard_index, m->epoch());
+  return absl::OkStatus();
+}
+
+absl::Status ReplicaGroup::StandBy(const ShardGroupRecord& group) {
+  std::vector<std::string> listed;
+  for (const ReplicaRecord& r : group.replicas()) listed.push_back(r.address());
+  o_.logger->info(
+      "shard {} has its {} replicas ({}): this process stands by and joins "
+      "it when one leaves",
+      o_.shard_index, o_.replicas, absl::StrJoin(listed, ", "));
+  bool registered = false;  // its key says it stands by (psctl status)
+  while (true) {
+    if (o_.stopping && o_.stopping()) {
+      return absl::CancelledError("stopped while standing by");
+    }
+    absl::SleepFor(absl::Milliseconds(200));
+    // Its key must stay while it waits (etcd away longer than its lease, or
+    // back without its data): a new lease, the same key.
+    bool fresh = false;
+    if (!HoldLease(&fresh)) continue;
+    if (fresh || !registered) registered = Register(/*standby=*/true).ok();
+    if (!registered) continue;
+    // The watched view, not two reads of etcd per look: a standby may wait
+    // for as long as the run lasts.
+    absl::StatusOr<RunView::Snapshot> now = view_->Read();
+    // etcd away, or the map not back yet (or another shape's, for now).
+    if (!now.ok() || now->map.groups_size() <= o_.shard_index) continue;
+    const ShardGroupRecord& g = now->map.groups(o_.shard_index);
+    if (OthersIn(g, self_) < o_.replicas || g.replicas_size() == 0 ||
+        !now->live.contains(IdOf(g.replicas(0)))) {
+      return absl::AbortedError("look again");
+    }
+  }
+}
+
+absl::Status ReplicaGroup::Decide() {
+  absl::Time deadline = Now() + o_.join_timeout;
+  while (Now() < deadline) {
+    absl::StatusOr<MapStore::Read> read = maps_->Get();
+    if (!read.ok()) return read.status();
+    absl::StatusOr<absl::flat_hash_set<std::string>> live = LiveMembers();
+    if (!live.ok()) return live.status();
+    const ShardGroupRecord& group = read->map.groups(o_.shard_index);
+    bool any_live = false, backup_live = false;
+    int earlier = -1;  // an earlier process at this address
+    for (int i = 0; i < group.replicas_size(); ++i) {
+      const ReplicaRecord& r = group.replicas(i);
+      // Its own record, added by a join whose primary then died, is none
+      // of the others: counted, it would wait for itself to take over.
+      if (IdOf(r) == self_) continue;
+      any_live = any_live || IsLive(*live, r);
+      backup_live = backup_live || (i > 0 && r.caught_up() && IsLive(*live, r));
+      if (r.address() == o_.address && IdOf(r) != self_) earlier = i;
+    }
+    absl::Status s = absl::AbortedError("look again");
+    if (earlier >= 0) {
+      // It holds nothing now; once its lease lapsed (and, if it was the
+      // primary, unless a backup is taking over) it leaves the map.
+      const ReplicaRecord& r = group.replicas(earlier);
+      if (!IsLive(*live, r) && !(earlier == 0 && backup_live)) {
+        s = ForgetEarlierSelf(IdOf(r));
+      } else {
+        absl::SleepFor(absl::Milliseconds(200));
+      }
+    } else if (group.replicas_size() > 0 && IsLive(*live, group.replicas(0))) {
+      if (OthersIn(group, self_) < o_.replicas) {
+        s = JoinAsSpare(group);
+      } else {
+        s = StandBy(group);
+        deadline = Now() + o_.join_timeout;        // it waited for a place
+        if (absl::IsAborted(s)) (void)Register();  // a standby no more
+      }
+    } else if (!any_live) {
+      s = Claim();
+    } else {
+      // Replicas are alive but the primary is not: a backup is taking over.
+      absl::SleepFor(absl::Milliseconds(200));
+    }
+    if (!absl::IsAborted(s)) return s;
+  }
+  return absl::DeadlineExceededError(absl::StrCat(
+      "shard ", o_.shard_index, " has live replicas but no live primary after ",
+      absl::FormatDuration(o_.join_timeout)));
+}
+
+absl::StatusOr<std::unique_ptr<Follower>> ReplicaGroup::ConnectFollower(
+    const std::string& primary, const std::string& snapshot_dir,
+    absl::Duration timeout) {
+  FollowerOptions fo;
+  fo.primary = primary;
+  fo.request.set_run_id(o_.run_id);
+  fo.request.set_shard_index(o_.shard_index);
+  fo.request.set_num_shards(o_.num_shards);
+  fo.request.set_address(o_.address);
+  fo.request.set_incarnation(incarnation_);
+  fo.snapshot_dir = snapshot_dir;
+  fo.log = &log_;
+  fo.security = o_.security;
+  fo.fs = o_.fs;
+  fo.logger = o_.logger;
+  return Follower::Connect(std::move(fo), timeout);
+}
+
+}  // namespace asyncps
