@@ -13,7 +13,7 @@ are gone, the replicas' state and roles are not. The replicas put back the newes
                  after etcd is back: it finds no map, writes a new run's
                  first one and claims the shard with its (empty) checkpoint;
                  the replicas put theirs back over it, and it must end up
-                 their spare, not their primary
+                 standing by (or their backup), not their primary
   garbage        etcd is not touched; the run's map key is overwritten with
                  bytes that are no map (an operator's mistake), through
                  etcd's JSON gateway
@@ -41,7 +41,6 @@ import time
 import urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import emulated_cluster as ec  # noqa: E402  (binary)
 import loopback_group as lg  # noqa: E402
 
 
@@ -97,11 +96,8 @@ def run_round(args, case, n, tmp):
             lg.start_etcd(procs, args.etcd, endpoint, data, "etcd-again")
         if case == "wipe-newcomer":
             time.sleep(args.newcomer_after_s)
-            procs.spawn([ec.binary(args.bin, "server", "ps_server"),
-                         "--host=127.0.0.1", f"--port={lg.free_port()}",
-                         "--shard_index=0", "--num_shards=1", "--replicas=2",
-                         f"--etcd_endpoints={endpoint}", "--run_id=wipe",
-                         "--host_label=c", "--lease_ms=1000"], "server2")
+            procs.spawn(lg.server_argv(args.bin, endpoint, "wipe", "c"),
+                        "server2")
         time.sleep(args.watch_s - (time.monotonic() - t0))
         t1 = time.monotonic()
         gap, at = lg.longest_gap(acks, t0, t1)

@@ -128,6 +128,16 @@ def start_etcd(procs, etcd, endpoint, data_dir, name="etcd"):
                         "--log-level=warn"], name)
 
 
+def server_argv(bin_dir, endpoint, run_id, label, lease_ms=1000):
+    """A ps_server of shard 0 of 1, R = 2, on a free loopback port, with
+    host label `label`, of run `run_id` on the etcd at `endpoint`."""
+    return [ec.binary(bin_dir, "server", "ps_server"), "--host=127.0.0.1",
+            f"--port={free_port()}", "--shard_index=0", "--num_shards=1",
+            "--replicas=2", f"--etcd_endpoints={endpoint}",
+            f"--run_id={run_id}", f"--host_label={label}",
+            f"--lease_ms={lease_ms}"]
+
+
 def start_group(procs, bin_dir, endpoint, run_id, lease_ms=1000,
                 server_args=lambda i: []):
     """Shard 0 of 1 held by two replicas (servers "server0" and "server1",
@@ -137,13 +147,9 @@ def start_group(procs, bin_dir, endpoint, run_id, lease_ms=1000,
     200 pushes were acknowledged and both replicas had 2 s to settle (the
     backup counted, leases renewed); None if not within 30 s.
     server_args(i) gives server i's further flags."""
-    ps_server = ec.binary(bin_dir, "server", "ps_server")
     push_client = ec.binary(bin_dir, "tests/integration", "push_client")
     for i, label in enumerate(("a", "b")):
-        procs.spawn([ps_server, "--host=127.0.0.1", f"--port={free_port()}",
-                     "--shard_index=0", "--num_shards=1", "--replicas=2",
-                     f"--etcd_endpoints={endpoint}", f"--run_id={run_id}",
-                     f"--host_label={label}", f"--lease_ms={lease_ms}"]
+        procs.spawn(server_argv(bin_dir, endpoint, run_id, label, lease_ms)
                     + server_args(i), f"server{i}")
         time.sleep(2)  # the first claims the group, the second follows
     client = procs.spawn([push_client, f"--etcd_endpoints={endpoint}",
