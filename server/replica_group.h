@@ -96,8 +96,8 @@ struct ReplicaGroupOptions {
   // How long Join waits for its group to have a primary or none at all
   // (not counting the time it stands by).
   absl::Duration join_timeout = absl::Seconds(60);
-  // Asked while the process stands by: true ends Join with CANCELLED
-  // (SIGTERM for a process that never joined). Null: never.
+  // Asked while Join waits (standing by, or for a takeover): true ends it
+  // with CANCELLED (SIGTERM for a process that never joined). Null: never.
   std::function<bool()> stopping;
   SecurityOptions security;
   std::shared_ptr<spdlog::logger> logger;

@@ -165,6 +165,9 @@ absl::Status ReplicaGroup::StandBy(const ShardGroupRecord& group) {
 absl::Status ReplicaGroup::Decide() {
   absl::Time deadline = Now() + o_.join_timeout;
   while (Now() < deadline) {
+    if (o_.stopping && o_.stopping()) {
+      return absl::CancelledError("stopped before it joined its group");
+    }
     absl::StatusOr<MapStore::Read> read = maps_->Get();
     if (!read.ok()) return read.status();
     absl::StatusOr<absl::flat_hash_set<std::string>> live = LiveMembers();

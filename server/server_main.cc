@@ -635,8 +635,9 @@ int ServeUntilSignal(const sigset_t& signals, PsServer* server,
 }
 
 // Joins the shard group of a replicated run (*group null when the run is
-// not replicated): -1 to go on, else the exit status (0 for SIGTERM while
-// standing by, 2 for a failure, said); *temp_dir is removed then.
+// not replicated): -1 to go on, else the exit status (0 for SIGTERM before
+// it joined, e.g. while standing by; 2 for a failure, said); *temp_dir is
+// removed then.
 int JoinGroup(const ReplicaFlags& flags, const sigset_t& signals,
               PsServerOptions* options, std::string* temp_dir,
               std::unique_ptr<ReplicaGroup>* group) {
@@ -649,7 +650,8 @@ int JoinGroup(const ReplicaFlags& flags, const sigset_t& signals,
   }
   if (!temp_dir->empty()) std::filesystem::remove_all(*temp_dir);
   if (absl::IsCancelled(joined.status())) {
-    options->logger->info("stopped while standing by; it held no state");
+    options->logger->info("{}; it held no state",
+                          std::string(joined.status().message()));
     return 0;
   }
   return Fail(absl::StrCat("cannot join the shard group: ",

@@ -52,7 +52,8 @@ def map_lines(log_paths):
         with open(path, errors="replace") as f:
             for line in f:
                 if ("shard map" in line or "starts over" in line
-                        or "claimed" in line or "spare" in line):
+                        or "claimed" in line or "spare" in line
+                        or "stands by" in line):
                     lines.append(f"{os.path.basename(path)}: {line.rstrip()}")
     return lines
 
