@@ -59,8 +59,11 @@ class Socket {
   Socket& operator=(const Socket&) = delete;
 
   // Connects with a deadline; later reads and writes block at most
-  // `timeout` each. On failure says why in *error.
-  bool Connect(const HostPort& hp, absl::Duration timeout, std::string* error) {
+  // `timeout` each. On failure says why in *error, and *refused tells
+  // whether every address tried refused (null: not asked).
+  bool Connect(const HostPort& hp, absl::Duration timeout, std::string* error,
+               bool* refused = nullptr) {
+    if (refused != nullptr) *refused = false;
     addrinfo hints = {};
     hints.ai_family = AF_UNSPEC;
     hints.ai_socktype = SOCK_STREAM;
@@ -75,6 +78,7 @@ class Socket {
     std::unique_ptr<addrinfo, decltype(&freeaddrinfo)> list(found,
                                                             &freeaddrinfo);
     const int timeout_ms = static_cast<int>(absl::ToInt64Milliseconds(timeout));
+    bool every_refused = true, tried = false;
     for (addrinfo* a = found; a != nullptr; a = a->ai_next) {
       const int fd = socket(a->ai_family, a->ai_socktype, a->ai_protocol);
       if (fd < 0) continue;
@@ -100,10 +104,13 @@ class Socket {
         fd_ = fd;
         return true;
       }
+      tried = true;
+      every_refused = every_refused && errno == ECONNREFUSED;
       *error = absl::StrCat("nothing accepts connections at ", hp.host, ":",
                             hp.port, " (", std::strerror(errno), ")");
       close(fd);
     }
+    if (refused != nullptr) *refused = tried && every_refused;
     return false;
   }
 
@@ -345,6 +352,15 @@ std::string DiagnoseConnection(const std::string& address,
   // under TLS 1.3).
   if (!tls.http2_ok) return ClientCertificateRefused(tls.alert, security);
   return "";
+}
+
+bool NothingListens(const std::string& address, absl::Duration timeout) {
+  const std::optional<HostPort> hp = SplitAddress(address);
+  if (!hp.has_value()) return false;
+  Socket s;
+  std::string error;
+  bool refused = false;
+  return !s.Connect(*hp, timeout, &error, &refused) && refused;
 }
 
 }  // namespace asyncps

@@ -33,6 +33,13 @@ std::string DiagnoseConnection(const std::string& address,
                                absl::Duration timeout = absl::Seconds(2),
                                bool* reached = nullptr);
 
+// Whether `address` ("host:port") refuses connections: its host answered
+// (ECONNREFUSED) on every address it resolves to that nothing listens at
+// that port. False when a connection is made, when the host does not
+// answer within `timeout`, or when it does not resolve: only a refusal
+// says that the process which served there is gone. Thread-safe.
+bool NothingListens(const std::string& address, absl::Duration timeout);
+
 // A problem with this side's own certificate files that needs no
 // connection to see: a --tls_cert that has expired or is not yet valid.
 // "" when there is none (or no certificate).

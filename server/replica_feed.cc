@@ -76,6 +76,7 @@ class ReplicaFeedService::Stream final
       next_ = next;
       live_ = true;
     }
+    log_->FeedStarted(id_);
     StartRead(&in_);
     Pump();
   }
@@ -214,6 +215,7 @@ class ReplicaFeedService::Stream final
     }
     if (live) {
       log_->RemoveReader(reader_);
+      log_->FeedEnded(id_);
       logger_->info("backup {} stopped following at entry {}: {}", id_, next,
                     status.ok() ? "stream ended" : status.error_message());
     }

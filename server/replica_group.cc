@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
+#include "common/connection_check.h"
 #include "server/group_records.h"
 
 namespace asyncps {
@@ -26,6 +27,11 @@ constexpr absl::Duration kTick = absl::Milliseconds(100);
 constexpr absl::Duration kTakeOverTurn = absl::Milliseconds(400);
 // A spare is counted once it is this close to the primary's last entry.
 constexpr uint64_t kCountWithin = 1024;
+// A counted backup whose feed ended this long ago, with entries waiting for
+// it, is probed: a connection to its address refused means its process is
+// gone (a live one reconnects within a tick or two, and listens anyway).
+constexpr absl::Duration kProbeAfter = absl::Milliseconds(100);
+constexpr absl::Duration kProbeFor = absl::Milliseconds(50);
 
 }  // namespace
 
@@ -346,6 +352,15 @@ void ReplicaGroup::TendBackups(const ShardGroupRecord& group,
       if (!known || !st->second.counted) {
         log_.StartCounting(id);
       } else if (st->second.acked < last &&
+                 now - st->second.feed_ended >= kProbeAfter &&
+                 NothingListens(std::string(ReplicaAddress(id)), kProbeFor)) {
+        // Its process is gone (a live replica listens at its address): no
+        // need to wait for its lease to lapse while pushes wait for it.
+        Drop(id,
+             "its stream ended and nothing listens at its address (its "
+             "process is gone)")
+            .IgnoreError();
+      } else if (st->second.acked < last &&
                  now - st->second.last_progress > o_.replica_timeout) {
         Drop(id,
              absl::StrCat("it acknowledged nothing for ",
@@ -436,12 +451,12 @@ void ReplicaGroup::FollowPrimary(const ShardGroupRecord& group,
   const std::string primary = group.replicas(0).address();
   const std::string primary_id = IdOf(group.replicas(0));
   if (IsLive(live, group.replicas(0))) {
-    primary_gone_since_ = absl::InfiniteFuture();
     std::unique_ptr<Follower> old;
     {
       absl::MutexLock l(&mu_);
       if (following_ == primary_id && follower_ != nullptr &&
           !follower_->ended()) {
+        primary_gone_since_ = absl::InfiniteFuture();
         return;
       }
       old = std::move(follower_);
@@ -456,17 +471,24 @@ void ReplicaGroup::FollowPrimary(const ShardGroupRecord& group,
           absl::StrCat("primary ", primary,
                        " cannot continue its log: ", f.status().message()));
     }
-    if (!f.ok()) {
+    if (f.ok()) {
+      primary_gone_since_ = absl::InfiniteFuture();
+      (*f)->Start(server_->service());
+      absl::MutexLock l(&mu_);
+      follower_ = *std::move(f);
+      following_ = primary_id;
+      o_.logger->info("following primary {}", primary_id);
+      return;
+    }
+    // Its key is there until its lease lapses, but a primary whose address
+    // refuses connections is gone: it is taken over from now (TryPromote
+    // probes again), not a lease later.
+    if (!NothingListens(primary, kProbeFor)) {
+      primary_gone_since_ = absl::InfiniteFuture();
       o_.logger->warn("cannot follow primary {}: {}", primary,
                       f.status().ToString());
       return;
     }
-    (*f)->Start(server_->service());
-    absl::MutexLock l(&mu_);
-    follower_ = *std::move(f);
-    following_ = primary_id;
-    o_.logger->info("following primary {}", primary_id);
-    return;
   }
   const int me = Find(group, self_);
   if (!group.replicas(me).caught_up()) {
@@ -506,15 +528,24 @@ bool ReplicaGroup::TryPromote(const std::string& dead_primary) {
   const std::string dead_key =
       absl::StrCat(RunPrefix(o_.run_id), "/members/", dead_primary);
   std::vector<std::string> counted;
+  std::string how;  // how it is known to be gone
   absl::StatusOr<ShardMapRecord> m =
       maps_->Update([&](ShardMapRecord* m) -> absl::StatusOr<bool> {
         ShardGroupRecord* g = m->mutable_groups(o_.shard_index);
         if (g->replicas_size() == 0 || IdOf(g->replicas(0)) != dead_primary) {
           return absl::AbortedError("the map changed");
         }
+        // Its key gone (its lease lapsed), or its process: a live primary
+        // listens at its address.
         absl::StatusOr<std::optional<EtcdKeyValue>> key = etcd_->Get(dead_key);
         if (!key.ok()) return key.status();
-        if (key->has_value()) return absl::AbortedError("the primary is back");
+        how = "its lease lapsed";
+        if (key->has_value()) {
+          if (!NothingListens(g->replicas(0).address(), kProbeFor)) {
+            return absl::AbortedError("the primary is back");
+          }
+          how = "nothing listens at its address";
+        }
         const int me = Find(*g, self_);
         if (me < 0 || !g->replicas(me).caught_up()) {
           return absl::AbortedError("not a caught-up replica");
@@ -546,9 +577,9 @@ bool ReplicaGroup::TryPromote(const std::string& dead_primary) {
   failovers_.fetch_add(1);
   primary_gone_since_ = absl::InfiniteFuture();
   o_.logger->warn(
-      "took over shard {} as its primary at map epoch {} ({} is gone), after "
-      "entry {}",
-      o_.shard_index, m->epoch(), dead_primary, log_.last_index());
+      "took over shard {} as its primary at map epoch {} ({} is gone: {}), "
+      "after entry {}",
+      o_.shard_index, m->epoch(), dead_primary, how, log_.last_index());
   return true;
 }
 

@@ -60,6 +60,17 @@ absl::StatusOr<uint64_t> ReplicationLog::RunEntry(
                              : &scratch);
     index = ++last_index_;
     last_epoch_ = epoch_;
+    // A backup that held every entry had nothing to acknowledge until now:
+    // its silence counts from this entry, not from its last answer (else
+    // the first entry after an idle spell looked like seconds of silence,
+    // and a backup was dropped if the role thread looked before it
+    // answered).
+    if (!backups_.empty()) {
+      const absl::Time now = options_.clock->Now();
+      for (auto& [address, b] : backups_) {
+        if (b.acked + 1 == index) b.last_progress = now;
+      }
+    }
     if (feed != nullptr) {
       feed->mutable_entry()->set_index(index);
       feed->mutable_entry()->set_epoch(epoch_);
@@ -222,12 +233,25 @@ void ReplicationLog::Ack(const std::string& address, uint64_t applied) {
       b.acked = applied;
       b.last_progress = options_.clock->Now();
     }
+    b.feed_ended = absl::InfiniteFuture();
     fenced_now = FenceIfUnleased(&ready);
     if (fenced_.ok()) ready = TakeReady();
     status = fenced_;
   }
   Complete(std::move(ready), status);
   if (fenced_now) NotifyAppended();
+}
+
+void ReplicationLog::FeedStarted(const std::string& address) {
+  absl::MutexLock l(&mu_);
+  auto b = backups_.find(address);
+  if (b != backups_.end()) b->second.feed_ended = absl::InfiniteFuture();
+}
+
+void ReplicationLog::FeedEnded(const std::string& address) {
+  absl::MutexLock l(&mu_);
+  auto b = backups_.find(address);
+  if (b != backups_.end()) b->second.feed_ended = options_.clock->Now();
 }
 
 uint64_t ReplicationLog::StartCounting(const std::string& address) {

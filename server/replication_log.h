@@ -191,7 +191,15 @@ class ReplicationLog {
     uint64_t acked = 0;
     bool counted = false;
     absl::Time last_progress;  // when its acknowledged index last moved
+    // When its feed ended, while no other has started or acknowledged
+    // since (InfiniteFuture: following, as far as the log knows).
+    absl::Time feed_ended = absl::InfiniteFuture();
   };
+  // A backup's feed started or ended (server/replica_feed.h); a backup the
+  // log does not track (dropped, or a spare yet to acknowledge) is left
+  // untracked.
+  void FeedStarted(const std::string& address);
+  void FeedEnded(const std::string& address);
   std::vector<BackupState> Backups() const;
 
   // What replication cost so far.

@@ -183,6 +183,10 @@ TEST_CASE(
   WaitForRole(b.address, "primary");
   WARN("backup took over " << absl::FormatDuration(absl::Now() - killed)
                            << " after the kill");
+  // Not a lease later: the dead primary's address refused the backup's
+  // probe while its key was still there.
+  CHECK(absl::StrContains(b.process->ReadLog(),
+                          "is gone: nothing listens at its address"));
   // Every push the primary acknowledged is on the new primary.
   ExpectAll(Values(b.address), kInit - 40);
   Push("kill", b.address, 2, 10, 1);

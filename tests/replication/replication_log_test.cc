@@ -196,6 +196,48 @@ TEST_CASE(
   REQUIRE_OK(resumed);
 }
 
+TEST_CASE(
+    "a backup's silence counts from the first entry it has not acknowledged, "
+    "not from its last answer; a feed's end is noted until it follows again",
+    "[replication]") {
+  testing::FakeClock clock;
+  ReplicationLog::Options o;
+  o.clock = &clock;
+  ReplicationLog log(o);
+  log.BecomePrimary(1, {"b1", "b2"});
+  REQUIRE_OK(log.Run(Entry(), [] {}).status());
+  log.Ack("b1", 1);
+  log.Ack("b2", 1);
+  // Idle for 10 s, then an entry: neither backup has been silent yet.
+  clock.Advance(absl::Seconds(10));
+  const absl::Time appended = clock.Now();
+  REQUIRE_OK(log.Run(Entry(), [] {}).status());
+  clock.Advance(absl::Milliseconds(5));
+  log.Ack("b1", 2);
+  std::vector<ReplicationLog::BackupState> b = log.Backups();
+  REQUIRE(b.size() == 2);
+  CHECK(b[0].last_progress == clock.Now());  // b1 answered
+  CHECK(b[1].acked == 1);
+  CHECK(b[1].last_progress == appended);  // b2 silent since the entry
+  // A further entry does not move b2's silence: it still owes entry 2.
+  clock.Advance(absl::Seconds(1));
+  REQUIRE_OK(log.Run(Entry(), [] {}).status());
+  CHECK(log.Backups()[1].last_progress == appended);
+
+  CHECK(log.Backups()[1].feed_ended == absl::InfiniteFuture());
+  log.FeedEnded("b2");
+  CHECK(log.Backups()[1].feed_ended == clock.Now());
+  log.FeedStarted("b2");
+  CHECK(log.Backups()[1].feed_ended == absl::InfiniteFuture());
+  log.FeedEnded("b2");
+  log.Ack("b2", 3);  // following again
+  CHECK(log.Backups()[1].feed_ended == absl::InfiniteFuture());
+  // A backup the log does not track stays untracked.
+  log.FeedEnded("gone");
+  log.FeedStarted("gone");
+  CHECK(log.Backups().size() == 2);
+}
+
 TEST_CASE("a primary nobody follows answers at once, within its lease only",
           "[replication][lease]") {
   testing::FakeClock clock;

@@ -1,9 +1,10 @@
 // Server processes beyond a group's R, with real processes and a real
 // etcd: a process started for a shard whose group already lists R
 // replicas stands by (registered in etcd, serving nothing, shown by psctl
-// status) and joins the group as soon as one replica leaves the map; of
-// two standbys exactly one joins; a standby stopped by SIGTERM exits 0 at
-// once and leaves the run.
+// status) and joins the group as soon as one replica leaves the map (a
+// killed backup leaves it once its address refuses the primary's probe);
+// of two standbys exactly one joins; a standby stopped by SIGTERM exits 0
+// at once and leaves the run.
 
 #include <signal.h>
 
@@ -129,6 +130,12 @@ TEST_CASE(
       },
       absl::Seconds(30), "a standby in the group");
   testing::WaitForCounted(a.address, 1);
+  // Dropped as soon as its address refused the primary's probe, not when
+  // its lease lapsed.
+  INFO("the primary's log:\n" << a.process->ReadLog());
+  CHECK(absl::StrContains(a.process->ReadLog(),
+                          "its stream ended and nothing listens at its "
+                          "address"));
   WARN("a standby was counted " << absl::FormatDuration(absl::Now() - killed)
                                 << " after the kill");
   const int at_counted = acked.load();
