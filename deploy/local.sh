@@ -20,6 +20,7 @@ cd "$(dirname "$0")/.."
 
 shards=2
 replicas=1
+standbys=0
 workers=4
 model=mlp
 epochs=20
@@ -55,6 +56,11 @@ options:
                        with everything else) holding the shard map, and the
                        workers follow each shard's primary through it (see
                        README "Replicated shards")
+  --standbys K         with --replicas: K more server processes per shard,
+                       standing by until their group has fewer than R
+                       replicas (a replica killed: one takes its place);
+                       default 0. With --replicas, a replica that dies
+                       does not stop the run: its group goes on
   --workers N          workers (default $workers)
   --model mlp|ctr      the model (default $model); ctr trains on the shards'
                        sparse tables (see ps_worker --help=ctr)
@@ -95,6 +101,7 @@ while [ $# -gt 0 ]; do
   case "$1" in
     --shards) shards="$2"; shift 2 ;;
     --replicas) replicas="$2"; shift 2 ;;
+    --standbys) standbys="$2"; shift 2 ;;
     --workers) workers="$2"; shift 2 ;;
     --model) model="$2"; shift 2 ;;
     --epochs) epochs="$2"; epochs_set=1; shift 2 ;;
@@ -116,6 +123,12 @@ for v in shards replicas workers epochs; do
     echo "local.sh: --$v must be a positive integer, got '${!v}'" >&2; exit 2
   fi
 done
+if ! [[ "$standbys" =~ ^[0-9]+$ ]]; then
+  echo "local.sh: --standbys must be a count, got '$standbys'" >&2; exit 2
+fi
+if [ "$standbys" -gt 0 ] && [ "$replicas" -lt 2 ]; then
+  echo "local.sh: --standbys needs --replicas 2 or more" >&2; exit 2
+fi
 case "$model" in
   mlp) model_flags=(--epochs="$epochs" --hidden="$hidden") ;;
   ctr)
@@ -221,9 +234,12 @@ if [ "$replicas" -gt 1 ]; then
   find_shards=(--etcd_endpoints="$etcd_endpoint" --run_id="$run_id" $etcd_flags)
 fi
 cluster_start_shards "$server_bin" "$shards" "$server_flags" "$replicas"
+cluster_start_standbys "$server_bin" "$shards" "$server_flags" "$standbys"
 [ "$replicas" -gt 1 ] || find_shards=(--servers="$servers")
 if [ "$replicas" -gt 1 ]; then
-  echo "cluster: $shards shard(s) x $replicas replicas (shard map in etcd at $etcd_endpoint, run $run_id); $workers worker(s); logs in $logdir"
+  standing_by=""
+  [ "$standbys" -gt 0 ] && standing_by=" + $standbys standing by"
+  echo "cluster: $shards shard(s) x $replicas replicas$standing_by (shard map in etcd at $etcd_endpoint, run $run_id); $workers worker(s); logs in $logdir"
 else
   echo "cluster: $shards shard(s) at $servers; $workers worker(s); logs in $logdir"
 fi
