@@ -541,8 +541,9 @@ def main_replicated(rendered, server_help, worker_help, psctl_help, outdir):
             replicas_flag = int(env.get("ASYNCPS_REPLICAS", 1))
         except ValueError:
             replicas_flag = None
-        if replicas_flag != r:
-            problem("%s runs %d pods, its ps_server --replicas=%s" %
+        # More pods than R: the others stand by (server/replica_group.h).
+        if replicas_flag is None or r < replicas_flag:
+            problem("%s runs %d pods, fewer than its ps_server --replicas=%s" %
                     (what, r, env.get("ASYNCPS_REPLICAS", 1)))
         if r < 2:
             problem("%s has %d replica(s): not replicated" % (what, r))

@@ -17,7 +17,8 @@
 #   3d. deploy/k8s/jobset-serving (--jobset-serving): the same ps_serve
 #      reads the JobSet's shards; a mutated copy (3 shards) fails;
 #   3e. deploy/k8s/replicated (--replicated): etcd members, one StatefulSet
-#      per shard group whose pod count is ps_server's --replicas, a required
+#      per shard group whose pod count is at least ps_server's --replicas
+#      (the pods beyond it stand by), a required
 #      anti-affinity and a disruption budget selecting exactly each group,
 #      etcd endpoints and run id the same everywhere; mutated copies (a
 #      group without anti-affinity, --replicas 3 of 2 pods) fail;
@@ -190,7 +191,8 @@ fi
 # Replicated shards (deploy/k8s/replicated): etcd, a StatefulSet per shard
 # group, anti-affinity and budgets per group, clients through etcd. Its
 # workloads decode offline. Mutated copies fail: a group whose replicas may
-# share a node, and --replicas 3 for groups of 2 pods.
+# share a node, and --replicas 3 for groups of 2 pods; groups of 3 pods
+# with --replicas 2 (a standby each) pass.
 "$B/tools/psctl" --help >"$tmp/psctl.help" || fail "psctl --help"
 mkdir -p "$tmp/renv" "$tmp/mutant-env"
 check_replicated() {
@@ -221,6 +223,13 @@ PY
   if cmp -s "$tmp/replicated.yaml" "$tmp/replicated-r3.yaml" ||
       check_replicated "$tmp/replicated-r3.yaml" "$tmp/mutant-env" >/dev/null; then
     fail "groups of 2 pods with --replicas=3 pass the checks"
+  fi
+  # Groups of 3 pods with --replicas=2: the third stands by.
+  sed 's/^  replicas: 2$/  replicas: 3/' "$tmp/replicated.yaml" \
+    >"$tmp/replicated-standby.yaml"
+  if cmp -s "$tmp/replicated.yaml" "$tmp/replicated-standby.yaml" ||
+      ! check_replicated "$tmp/replicated-standby.yaml" "$tmp/mutant-env" >/dev/null; then
+    fail "groups of 3 pods with --replicas=2 (a standby each) fail the checks"
   fi
 else
   cat "$tmp/kustomize.err"
