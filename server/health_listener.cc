@@ -36,6 +36,11 @@ absl::StatusOr<std::unique_ptr<HealthListener>> HealthListener::Start(
                      " (address in use or not available?)"));
   }
   h->SetServing(serving);
+  if (grpc::HealthCheckServiceInterface* health =
+          h->server_->GetHealthCheckService();
+      health != nullptr) {
+    health->SetServingStatus(kProcessService, true);
+  }
   return h;
 }
 
@@ -50,6 +55,11 @@ void HealthListener::SetServing(bool serving) {
 void HealthListener::Stop() {
   if (server_ == nullptr) return;
   SetServing(false);
+  if (grpc::HealthCheckServiceInterface* health =
+          server_->GetHealthCheckService();
+      health != nullptr) {
+    health->SetServingStatus(kProcessService, false);
+  }
   server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(1));
   server_->Wait();
   server_.reset();

@@ -30,10 +30,16 @@ class HealthListener {
   // its size, so what unfinished ones hold together is bounded apart
   // (common/request_guard.h): 256 checks in flight.
   static constexpr int kMaxHealthRequestBytes = 4096;
+  // SERVING from Start until Stop, whatever SetServing says: the process
+  // runs (restoring, standing by as a spare replica, or serving). For
+  // liveness and startup probes, which must not restart a process that is
+  // alive but does not serve (yet); readiness asks the shard's service.
+  static constexpr char kProcessService[] = "asyncps.Process";
   static constexpr int64_t kMaxUnfinishedBytes = 1 << 20;
 
   // Binds host:port (0 = a free port) and answers `serving` (SERVING or
-  // NOT_SERVING) for "" and every name in `services` until SetServing.
+  // NOT_SERVING) for "" and every name in `services` until SetServing, and
+  // SERVING for kProcessService.
   // UNAVAILABLE when the address cannot be bound.
   static absl::StatusOr<std::unique_ptr<HealthListener>> Start(
       const std::string& host, int port, std::vector<std::string> services,

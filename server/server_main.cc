@@ -515,8 +515,8 @@ absl::StatusOr<std::unique_ptr<HealthListener>> StartHealth(
                           HealthListener::kMaxUnfinishedBytes);
   logger.info(
       "health checks (plain TCP) on port {}: NOT_SERVING until the shard "
-      "has restored and serves",
-      (*health)->port());
+      "has restored and serves ({}: SERVING while the process runs)",
+      (*health)->port(), HealthListener::kProcessService);
   const std::string health_file = absl::GetFlag(FLAGS_health_port_file);
   if (!health_file.empty() &&
       !WritePortFile(health_file, (*health)->port()).ok()) {

@@ -577,11 +577,20 @@ def main_replicated(rendered, server_help, worker_help, psctl_help, outdir):
         if str(ports.get("grpc")) != str(grpc_port):
             problem("%s: containerPort grpc %s != ASYNCPS_PORT %s" %
                     (what, ports.get("grpc"), grpc_port))
-        for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
+        # A replica is alive (asyncps.Process) before it serves: catching
+        # up, restoring, or standing by for as long as its group is whole;
+        # only readiness waits for the shard's service.
+        for probe, service in (("startupProbe", "asyncps.Process"),
+                               ("readinessProbe", "asyncps.ParameterServer"),
+                               ("livenessProbe", "asyncps.Process")):
             port = ctr.get(probe, {}).get("grpc", {}).get("port")
             if port is None or str(port) != str(env.get("ASYNCPS_HEALTH_PORT")):
                 problem("%s %s dials %s, the health listener is on %s" %
                         (what, probe, port, env.get("ASYNCPS_HEALTH_PORT")))
+            asked = ctr.get(probe, {}).get("grpc", {}).get("service", "")
+            if asked != service:
+                problem("%s %s asks for %r, want %r" % (what, probe, asked,
+                                                       service))
         ann = g["spec"]["template"]["metadata"].get("annotations", {})
         if str(ann.get("prometheus.io/port")) != str(env.get("ASYNCPS_METRICS_PORT")):
             problem("%s: prometheus.io/port %s != ASYNCPS_METRICS_PORT %s" %

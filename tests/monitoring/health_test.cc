@@ -124,7 +124,8 @@ TEST_CASE(
   REQUIRE(port > 0);
   const std::string address = absl::StrCat("127.0.0.1:", port);
   auto stub = Health::NewStub(MakeChannel(address));
-  for (const std::string service : {"", "asyncps.ParameterServer"}) {
+  for (const std::string service :
+       {"", "asyncps.ParameterServer", "asyncps.Process"}) {
     HealthCheckResponse resp;
     REQUIRE(Check(stub.get(), service, &resp).ok());
     CHECK(resp.status() == HealthCheckResponse::SERVING);
@@ -191,7 +192,7 @@ TEST_CASE(
       MakeChannel(absl::StrCat("127.0.0.1:", ReadPort(health_file))));
   // Polled until SERVING: NOT_SERVING comes first (the restore), and the
   // shard's own port is announced only once it serves.
-  int not_serving = 0;
+  int not_serving = 0, alive_while_restoring = 0;
   bool port_before_serving = false;
   REQUIRE(testing::WaitFor(
               [&] {
@@ -202,6 +203,11 @@ TEST_CASE(
                 if (!Check(stub.get(), "", &resp).ok()) return false;
                 if (resp.status() == HealthCheckResponse::SERVING) return true;
                 ++not_serving;
+                // Alive meanwhile: a liveness or startup probe asks this.
+                HealthCheckResponse process;
+                alive_while_restoring +=
+                    Check(stub.get(), "asyncps.Process", &process).ok() &&
+                    process.status() == HealthCheckResponse::SERVING;
                 port_before_serving |= port_announced;
                 return false;
               },
@@ -209,6 +215,7 @@ TEST_CASE(
               absl::Milliseconds(1))
               .ok());
   CHECK(not_serving > 0);
+  CHECK(alive_while_restoring == not_serving);
   CHECK_FALSE(port_before_serving);
   HealthCheckResponse resp;
   REQUIRE(Check(stub.get(), "asyncps.ParameterServer", &resp).ok());

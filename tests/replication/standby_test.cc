@@ -6,18 +6,23 @@
 // of two standbys exactly one joins; a standby stopped by SIGTERM exits 0
 // at once and leaves the run.
 
+#include <grpcpp/grpcpp.h>
 #include <signal.h>
 
 #include <atomic>
 #include <catch2/catch.hpp>
+#include <fstream>
 #include <memory>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "client/ps_client.h"
+#include "common/net.h"
+#include "proto/grpc_health_v1.grpc.pb.h"
 #include "tests/replication/replica_harness.h"
 #include "tests/testing/etcd_process.h"
 #include "tests/testing/require_ok.h"
@@ -32,9 +37,11 @@ constexpr int kElems = 100;
 constexpr char kStandingBy[] = "stands by and joins it when one leaves";
 
 // A replica of shard 0 of `run` on a port chosen here: a standby serves
-// nothing, so it writes no port file to wait for.
+// nothing, so it writes no port file to wait for. With `health_file`, its
+// health listener's port is written there.
 ServerProcess StartStandby(const testing::EtcdProcess& etcd,
-                           const std::string& run) {
+                           const std::string& run,
+                           const std::string& health_file = "") {
   absl::StatusOr<std::string> address = testing::UnusedLoopbackAddress();
   REQUIRE_OK(address.status());
   std::vector<std::string> args = testing::ReplicaArgs(etcd, run);
@@ -43,6 +50,10 @@ ServerProcess StartStandby(const testing::EtcdProcess& etcd,
   args.push_back("--shard_index=0");
   args.push_back("--num_shards=1");
   args.push_back("--host_label=spare-host");
+  if (!health_file.empty()) {
+    args.push_back("--health_port=0");
+    args.push_back("--health_port_file=" + health_file);
+  }
   absl::StatusOr<std::unique_ptr<testing::Subprocess>> p =
       testing::Subprocess::Start(
           testing::RunfilePath("server/ps_server"), args,
@@ -80,12 +91,37 @@ TEST_CASE(
   REQUIRE_OK(c->CreateTensors({testing::UnitTensor(kElems)}));
   testing::PushOnes(c.get(), kElems, 0, 20);
 
-  ServerProcess s1 = StartStandby(*etcd, "standby");
+  const std::string health_file = testing::UniqueTmpPath("standby_health");
+  ServerProcess s1 = StartStandby(*etcd, "standby", health_file);
   ServerProcess s2 = StartStandby(*etcd, "standby");
   // The group stays at R: the primary streams to its one backup only, and
   // a standby answers nothing.
   CHECK(Backups(a.address) == std::vector<std::string>{b.address});
   CHECK_FALSE(testing::ReplicaStatus(s1.address).ok());
+  {
+    // Alive for a liveness probe, not ready for a readiness one.
+    std::ifstream in(health_file);
+    int port = 0;
+    in >> port;
+    REQUIRE(port > 0);
+    auto health = grpc::health::v1::Health::NewStub(
+        MakeChannel(absl::StrCat("127.0.0.1:", port)));
+    for (const auto& [service, want] :
+         std::vector<std::pair<std::string, bool>>{
+             {"asyncps.Process", true},
+             {"asyncps.ParameterServer", false},
+             {"", false}}) {
+      grpc::ClientContext ctx;
+      ctx.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(5)));
+      grpc::health::v1::HealthCheckRequest req;
+      req.set_service(service);
+      grpc::health::v1::HealthCheckResponse resp;
+      INFO("health of '" << service << "'");
+      REQUIRE(health->Check(&ctx, req, &resp).ok());
+      CHECK((resp.status() == grpc::health::v1::HealthCheckResponse::SERVING) ==
+            want);
+    }
+  }
   {
     auto [exit, out] = testing::Psctl(*etcd, "standby");
     INFO(out);
