@@ -36,7 +36,9 @@ constexpr absl::Duration kProbeFor = absl::Milliseconds(50);
 }  // namespace
 
 ReplicaGroup::ReplicaGroup(ReplicaGroupOptions options)
-    : o_(std::move(options)), log_(ReplicationLog::Options{o_.log_bytes}) {
+    : o_(std::move(options)),
+      log_(ReplicationLog::Options{o_.log_bytes}),
+      shard_(o_.shard_index) {
   absl::BitGen bits;
   do {
     incarnation_ = absl::Uniform<uint64_t>(bits);
@@ -118,11 +120,11 @@ absl::StatusOr<std::unique_ptr<ReplicaGroup>> ReplicaGroup::Join(
 absl::Status ReplicaGroup::Register(bool standby) {
   const std::string key =
       absl::StrCat(RunPrefix(o_.run_id), "/members/", self_);
-  absl::StatusOr<int64_t> put =
-      etcd_->Put(key,
-                 absl::StrCat("shard=", o_.shard_index, " host=", o_.host,
-                              standby ? " standby" : ""),
-                 lease_->id());
+  absl::StatusOr<int64_t> put = etcd_->Put(
+      key,
+      absl::StrCat("shard=", shard_ < 0 ? "any" : absl::StrCat(shard_),
+                   " host=", o_.host, standby ? " standby" : ""),
+      lease_->id());
   return put.status();
 }
 
@@ -161,7 +163,7 @@ void ReplicaGroup::Restart(const std::string& why) {
   absl::MutexLock l(&mu_);
   if (!restart_.empty()) return;
   restart_ = why;
-  o_.logger->error("replica of shard {} starts over: {}", o_.shard_index, why);
+  o_.logger->error("replica of shard {} starts over: {}", shard_, why);
 }
 
 void ReplicaGroup::Suspend(const std::string& why) {
@@ -171,7 +173,7 @@ void ReplicaGroup::Suspend(const std::string& why) {
   o_.logger->warn(
       "replica of shard {}: {}: it acknowledges nothing until it holds a "
       "lease and the map still gives it its role",
-      o_.shard_index, why);
+      shard_, why);
 }
 
 bool ReplicaGroup::HoldLease(bool* fresh) {
@@ -200,7 +202,7 @@ void ReplicaGroup::Rejoin() {
   }
   if (!read.ok()) return;
   recovery_->Found();
-  const ShardGroupRecord& group = read->map.groups(o_.shard_index);
+  const ShardGroupRecord& group = read->map.groups(shard_);
   const int me = Find(group, self_);
   const std::string away = absl::FormatDuration(
       absl::Trunc(Now() - suspended_since_, absl::Milliseconds(1)));
@@ -213,7 +215,7 @@ void ReplicaGroup::Rejoin() {
     // Under a new epoch, so that nothing of the old one is taken for it.
     absl::StatusOr<ShardMapRecord> m =
         maps_->Update([&](ShardMapRecord* m) -> absl::StatusOr<bool> {
-          const ShardGroupRecord& g = m->groups(o_.shard_index);
+          const ShardGroupRecord& g = m->groups(shard_);
           if (g.replicas_size() == 0 || IdOf(g.replicas(0)) != self_) {
             return absl::AbortedError("another replica took over");
           }
@@ -228,12 +230,12 @@ void ReplicaGroup::Rejoin() {
     {
       absl::MutexLock l(&mu_);
       map_epoch_ = m->epoch();
-      group_ = m->groups(o_.shard_index);
+      group_ = m->groups(shard_);
     }
     o_.logger->warn(
         "replica of shard {} holds a lease again after {}: still its "
         "primary, now at map epoch {}, after entry {}",
-        o_.shard_index, away, m->epoch(), log_.last_index());
+        shard_, away, m->epoch(), log_.last_index());
   } else {
     if (!group.replicas(me).caught_up()) {
       return Restart(absl::StrCat("its lease was lost for ", away,
@@ -243,7 +245,7 @@ void ReplicaGroup::Rejoin() {
     o_.logger->warn(
         "replica of shard {} holds a lease again after {}: still a backup "
         "(map epoch {})",
-        o_.shard_index, away, read->map.epoch());
+        shard_, away, read->map.epoch());
   }
   suspended_since_ = absl::InfiniteFuture();
   resumed_at_ = now;
@@ -286,7 +288,7 @@ void ReplicaGroup::Tick() {
   }
   maps_->Saw(read->map);
   const absl::flat_hash_set<std::string>* live = &read->live;
-  const ShardGroupRecord& group = read->map.groups(o_.shard_index);
+  const ShardGroupRecord& group = read->map.groups(shard_);
   {
     absl::MutexLock l(&mu_);
     map_epoch_ = read->map.epoch();
@@ -396,7 +398,7 @@ absl::Status ReplicaGroup::Drop(const std::string& address,
                                 const std::string& why) {
   absl::StatusOr<ShardMapRecord> m =
       maps_->Update([&](ShardMapRecord* m) -> absl::StatusOr<bool> {
-        ShardGroupRecord* g = m->mutable_groups(o_.shard_index);
+        ShardGroupRecord* g = m->mutable_groups(shard_);
         if (g->replicas_size() == 0 || IdOf(g->replicas(0)) != self_) {
           return absl::FailedPreconditionError("no longer the primary");
         }
@@ -422,14 +424,14 @@ absl::Status ReplicaGroup::Drop(const std::string& address,
   log_.StopCounting(address);
   catching_up_.erase(address);
   o_.logger->warn("dropped backup {} of shard {} (map epoch {}): {}", address,
-                  o_.shard_index, m->epoch(), why);
+                  shard_, m->epoch(), why);
   return absl::OkStatus();
 }
 
 absl::Status ReplicaGroup::MarkCaughtUp(const std::string& address) {
   absl::StatusOr<ShardMapRecord> m =
       maps_->Update([&](ShardMapRecord* m) -> absl::StatusOr<bool> {
-        ShardGroupRecord* g = m->mutable_groups(o_.shard_index);
+        ShardGroupRecord* g = m->mutable_groups(shard_);
         if (g->replicas_size() == 0 || IdOf(g->replicas(0)) != self_) {
           return absl::FailedPreconditionError("no longer the primary");
         }
@@ -441,7 +443,7 @@ absl::Status ReplicaGroup::MarkCaughtUp(const std::string& address) {
       });
   if (m.ok()) {
     o_.logger->info("backup {} of shard {} caught up (map epoch {})", address,
-                    o_.shard_index, m->epoch());
+                    shard_, m->epoch());
   }
   return m.status();
 }
@@ -531,7 +533,7 @@ bool ReplicaGroup::TryPromote(const std::string& dead_primary) {
   std::string how;  // how it is known to be gone
   absl::StatusOr<ShardMapRecord> m =
       maps_->Update([&](ShardMapRecord* m) -> absl::StatusOr<bool> {
-        ShardGroupRecord* g = m->mutable_groups(o_.shard_index);
+        ShardGroupRecord* g = m->mutable_groups(shard_);
         if (g->replicas_size() == 0 || IdOf(g->replicas(0)) != dead_primary) {
           return absl::AbortedError("the map changed");
         }
@@ -567,7 +569,7 @@ bool ReplicaGroup::TryPromote(const std::string& dead_primary) {
   if (!m.ok()) {
     if (std::optional<uint64_t> held =
             takeover_lines_.Admit(m.status().ToString(), Now())) {
-      o_.logger->info("did not take over shard {}: {}{}", o_.shard_index,
+      o_.logger->info("did not take over shard {}: {}{}", shard_,
                       m.status().ToString(), LogLimiter::HeldBack(*held));
     }
     return false;
@@ -579,7 +581,7 @@ bool ReplicaGroup::TryPromote(const std::string& dead_primary) {
   o_.logger->warn(
       "took over shard {} as its primary at map epoch {} ({} is gone: {}), "
       "after entry {}",
-      o_.shard_index, m->epoch(), dead_primary, how, log_.last_index());
+      shard_, m->epoch(), dead_primary, how, log_.last_index());
   return true;
 }
 
@@ -597,7 +599,7 @@ void ReplicaGroup::Stop() {
 
 bool ReplicaGroup::Admits(const std::string& id) {
   absl::StatusOr<MapStore::Read> read = maps_->Get();
-  return read.ok() && Find(read->map.groups(o_.shard_index), id) >= 0;
+  return read.ok() && Find(read->map.groups(shard_), id) >= 0;
 }
 
 absl::StatusOr<std::string> ReplicaGroup::PrimaryOf(int shard) {

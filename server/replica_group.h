@@ -77,6 +77,9 @@ struct ReplicaGroupOptions {
   EtcdAccess etcd_access;  // EtcdClientOptions::access
   absl::Duration lease = absl::Seconds(1);
   std::string run_id;
+  // The shard whose group the process joins; -1: whichever has a live
+  // primary and fewer than R replicas (the process stands by until one
+  // does, and never claims a group).
   int shard_index = 0;
   int num_shards = 1;
   int replicas = 1;     // R
@@ -118,6 +121,9 @@ class ReplicaGroup {
   // The server restores its own checkpoint (a claiming primary), or the
   // snapshot just received (a spare).
   bool claimed() const { return claimed_; }
+  // The shard whose group it joined (the one chosen, for a process of any
+  // shard).
+  int shard_index() const { return shard_; }
   // The shard epoch a spare serves with (its primary's); 0 for a primary.
   uint64_t shard_epoch() const;
   ReplicationLog* log() { return &log_; }
@@ -154,10 +160,17 @@ class ReplicaGroup {
   // Decide's steps: OK when decided, ABORTED to look at the map again.
   absl::Status ForgetEarlierSelf(const std::string& earlier);
   absl::Status JoinAsSpare(const ShardGroupRecord& group);
-  // While `group` lists R replicas besides this process and has a live
-  // primary: waits (its lease and key kept), then ABORTED; CANCELLED once
-  // o_.stopping says so.
-  absl::Status StandBy(const ShardGroupRecord& group);
+  // While its group (for a process of any shard: every group with a live
+  // primary) lists R replicas besides this process: waits (its lease and
+  // key kept), then ABORTED; CANCELLED once o_.stopping says so.
+  absl::Status StandBy(const ShardMapRecord& map);
+  bool any_shard() const { return o_.shard_index < 0; }
+  // For a process of any shard: the group to join (one that lists an
+  // earlier process at its address first, else the one with a live
+  // primary and the fewest replicas below R, preferring one on none of its
+  // hosts), or -1.
+  int ChooseShard(const ShardMapRecord& map,
+                  const absl::flat_hash_set<std::string>& live) const;
   absl::Status Claim();
   // This process's entry in its group's map record.
   ReplicaRecord SelfRecord(bool caught_up) const;
@@ -198,6 +211,9 @@ class ReplicaGroup {
   std::unique_ptr<RunView> view_;          // read by the role thread's ticks
   std::unique_ptr<MapRecovery> recovery_;  // the role thread's
   ReplicationLog log_;
+  // The shard whose group it is in: o_.shard_index, or as Decide chose
+  // (-1 until then). Fixed once Join returns.
+  int shard_ = 0;
   uint64_t incarnation_ = 0;  // this process at o_.address; nonzero
   std::string self_;          // ReplicaId(o_.address, incarnation_)
   // How long a spare waits before it asks its primary again after a try

@@ -25,8 +25,8 @@ using group_records::OthersIn;
 absl::Status ReplicaGroup::ForgetEarlierSelf(const std::string& earlier) {
   absl::StatusOr<ShardMapRecord> m =
       maps_->Update([&](ShardMapRecord* m) -> absl::StatusOr<bool> {
-        auto* rs = m->mutable_groups(o_.shard_index)->mutable_replicas();
-        const int i = Find(m->groups(o_.shard_index), earlier);
+        auto* rs = m->mutable_groups(shard_)->mutable_replicas();
+        const int i = Find(m->groups(shard_), earlier);
         if (i < 0) return false;
         rs->erase(rs->begin() + i);
         // A dead primary without a caught-up backup: the spares left hold
@@ -50,12 +50,12 @@ absl::Status ReplicaGroup::JoinAsSpare(const ShardGroupRecord& group) {
           "replica {} of shard {} runs on host '{}' too: one host's loss "
           "takes both (give each replica its own --host_label when there are "
           "enough hosts)",
-          r.address(), o_.shard_index, o_.host);
+          r.address(), shard_, o_.host);
     }
   }
   absl::StatusOr<ShardMapRecord> m =
       maps_->Update([&](ShardMapRecord* m) -> absl::StatusOr<bool> {
-        ShardGroupRecord* g = m->mutable_groups(o_.shard_index);
+        ShardGroupRecord* g = m->mutable_groups(shard_);
         if (g->replicas_size() == 0 || IdOf(g->replicas(0)) != primary_id) {
           return absl::AbortedError("the primary changed");
         }
@@ -90,7 +90,7 @@ absl::Status ReplicaGroup::JoinAsSpare(const ShardGroupRecord& group) {
   following_ = primary_id;
   map_epoch_ = m->epoch();
   o_.logger->info("joined shard {} as a spare of primary {} (map epoch {})",
-                  o_.shard_index, primary, m->epoch());
+                  shard_, primary, m->epoch());
   return absl::OkStatus();
 }
 
@@ -106,7 +106,7 @@ ReplicaRecord ReplicaGroup::SelfRecord(bool caught_up) const {
 absl::Status ReplicaGroup::Claim() {
   absl::StatusOr<ShardMapRecord> m =
       maps_->Update([&](ShardMapRecord* m) -> absl::StatusOr<bool> {
-        ShardGroupRecord* g = m->mutable_groups(o_.shard_index);
+        ShardGroupRecord* g = m->mutable_groups(shard_);
         absl::StatusOr<absl::flat_hash_set<std::string>> now = LiveMembers();
         if (!now.ok()) return now.status();
         for (const ReplicaRecord& r : g->replicas()) {
@@ -126,18 +126,58 @@ absl::Status ReplicaGroup::Claim() {
   o_.logger->info(
       "claimed shard {} as its primary (map epoch {}): no other replica is "
       "alive; its own checkpoint is the group's state",
-      o_.shard_index, m->epoch());
+      shard_, m->epoch());
   return absl::OkStatus();
 }
 
-absl::Status ReplicaGroup::StandBy(const ShardGroupRecord& group) {
-  std::vector<std::string> listed;
-  for (const ReplicaRecord& r : group.replicas()) listed.push_back(r.address());
-  o_.logger->info(
-      "shard {} has its {} replicas ({}): this process stands by and joins "
-      "it when one leaves",
-      o_.shard_index, o_.replicas, absl::StrJoin(listed, ", "));
-  bool registered = false;  // its key says it stands by (psctl status)
+int ReplicaGroup::ChooseShard(
+    const ShardMapRecord& map,
+    const absl::flat_hash_set<std::string>& live) const {
+  int best = -1, best_others = 0;
+  bool best_shares_host = false;
+  for (int i = 0; i < map.groups_size(); ++i) {
+    const ShardGroupRecord& g = map.groups(i);
+    bool shares_host = false;
+    for (const ReplicaRecord& r : g.replicas()) {
+      // An earlier process at this address: that group first (it leaves
+      // the map there before this one joins anything).
+      if (r.address() == o_.address && IdOf(r) != self_) return i;
+      shares_host = shares_host || r.host() == o_.host;
+    }
+    const int others = OthersIn(g, self_);
+    if (g.replicas_size() == 0 || !IsLive(live, g.replicas(0)) ||
+        others >= o_.replicas) {
+      continue;
+    }
+    // The group with the fewest replicas, then one on no host of ours.
+    if (best < 0 || others < best_others ||
+        (others == best_others && best_shares_host && !shares_host)) {
+      best = i;
+      best_others = others;
+      best_shares_host = shares_host;
+    }
+  }
+  return best;
+}
+
+absl::Status ReplicaGroup::StandBy(const ShardMapRecord& map) {
+  // Its key says it stands by (psctl status) before its line does.
+  bool registered = Register(/*standby=*/true).ok();
+  if (any_shard()) {
+    o_.logger->info(
+        "every shard group has its {} replicas (or no live primary): this "
+        "process stands by and joins one when a replica leaves",
+        o_.replicas);
+  } else {
+    std::vector<std::string> listed;
+    for (const ReplicaRecord& r : map.groups(shard_).replicas()) {
+      listed.push_back(r.address());
+    }
+    o_.logger->info(
+        "shard {} has its {} replicas ({}): this process stands by and joins "
+        "it when one leaves",
+        shard_, o_.replicas, absl::StrJoin(listed, ", "));
+  }
   while (true) {
     if (o_.stopping && o_.stopping()) {
       return absl::CancelledError("stopped while standing by");
@@ -153,8 +193,14 @@ absl::Status ReplicaGroup::StandBy(const ShardGroupRecord& group) {
     // for as long as the run lasts.
     absl::StatusOr<RunView::Snapshot> now = view_->Read();
     // etcd away, or the map not back yet (or another shape's, for now).
-    if (!now.ok() || now->map.groups_size() <= o_.shard_index) continue;
-    const ShardGroupRecord& g = now->map.groups(o_.shard_index);
+    if (!now.ok() || now->map.groups_size() != o_.num_shards) continue;
+    if (any_shard()) {
+      if (ChooseShard(now->map, now->live) >= 0) {
+        return absl::AbortedError("look again");
+      }
+      continue;
+    }
+    const ShardGroupRecord& g = now->map.groups(shard_);
     if (OthersIn(g, self_) < o_.replicas || g.replicas_size() == 0 ||
         !now->live.contains(IdOf(g.replicas(0)))) {
       return absl::AbortedError("look again");
@@ -172,7 +218,20 @@ absl::Status ReplicaGroup::Decide() {
     if (!read.ok()) return read.status();
     absl::StatusOr<absl::flat_hash_set<std::string>> live = LiveMembers();
     if (!live.ok()) return live.status();
-    const ShardGroupRecord& group = read->map.groups(o_.shard_index);
+    absl::Status s = absl::AbortedError("look again");
+    if (any_shard()) {
+      // Chosen again at every look: never a group without a live primary
+      // (a spare of any shard holds no state to claim one with).
+      shard_ = ChooseShard(read->map, *live);
+      if (shard_ < 0) {
+        s = StandBy(read->map);
+        deadline = Now() + o_.join_timeout;        // it waited for a place
+        if (absl::IsAborted(s)) (void)Register();  // a standby no more
+        if (!absl::IsAborted(s)) return s;
+        continue;
+      }
+    }
+    const ShardGroupRecord& group = read->map.groups(shard_);
     bool any_live = false, backup_live = false;
     int earlier = -1;  // an earlier process at this address
     for (int i = 0; i < group.replicas_size(); ++i) {
@@ -184,7 +243,6 @@ absl::Status ReplicaGroup::Decide() {
       backup_live = backup_live || (i > 0 && r.caught_up() && IsLive(*live, r));
       if (r.address() == o_.address && IdOf(r) != self_) earlier = i;
     }
-    absl::Status s = absl::AbortedError("look again");
     if (earlier >= 0) {
       // It holds nothing now; once its lease lapsed (and, if it was the
       // primary, unless a backup is taking over) it leaves the map.
@@ -198,11 +256,11 @@ absl::Status ReplicaGroup::Decide() {
       if (OthersIn(group, self_) < o_.replicas) {
         s = JoinAsSpare(group);
       } else {
-        s = StandBy(group);
+        s = StandBy(read->map);
         deadline = Now() + o_.join_timeout;        // it waited for a place
         if (absl::IsAborted(s)) (void)Register();  // a standby no more
       }
-    } else if (!any_live) {
+    } else if (!any_live && !any_shard()) {
       s = Claim();
     } else {
       // Replicas are alive but the primary is not: a backup is taking over.
@@ -211,7 +269,7 @@ absl::Status ReplicaGroup::Decide() {
     if (!absl::IsAborted(s)) return s;
   }
   return absl::DeadlineExceededError(absl::StrCat(
-      "shard ", o_.shard_index, " has live replicas but no live primary after ",
+      "shard ", shard_, " has live replicas but no live primary after ",
       absl::FormatDuration(o_.join_timeout)));
 }
 
@@ -221,7 +279,7 @@ absl::StatusOr<std::unique_ptr<Follower>> ReplicaGroup::ConnectFollower(
   FollowerOptions fo;
   fo.primary = primary;
   fo.request.set_run_id(o_.run_id);
-  fo.request.set_shard_index(o_.shard_index);
+  fo.request.set_shard_index(shard_);
   fo.request.set_num_shards(o_.num_shards);
   fo.request.set_address(o_.address);
   fo.request.set_incarnation(incarnation_);

@@ -70,6 +70,12 @@ absl::Status CheckReplicaFlags(const ReplicaFlags& flags,
     return absl::InvalidArgumentError(
         absl::StrCat("--replicas must be in [1, 16], got ", flags.replicas));
   }
+  if (options.store.shard_index == kAnyShard && flags.replicas < 2) {
+    return absl::InvalidArgumentError(
+        "--shard_index=any (a spare replica of whichever shard group needs "
+        "one) needs --replicas=2 or more and --etcd_endpoints: a group of "
+        "one process has nobody to copy its state from");
+  }
   if (flags.log_mib < 1 || flags.log_mib > (int64_t{1} << 20)) {
     return absl::InvalidArgumentError(absl::StrCat(
         "--replication_log_mib must be in [1, 1048576], got ", flags.log_mib));
@@ -147,14 +153,14 @@ absl::StatusOr<std::unique_ptr<ReplicaGroup>> SetUpReplica(
   g.security = PeerSecurity(o->security);
   g.logger = o->logger;
   g.stopping = std::move(stopping);
-  // A spare's old spec file must not add to the snapshot it restores.
-  const std::string specs =
-      SpecFilePath(dir, o->store.shard_index, o->store.num_shards);
   absl::StatusOr<std::unique_ptr<ReplicaGroup>> group =
       ReplicaGroup::Join(std::move(g));
   if (!group.ok()) return group.status();
+  o->store.shard_index = (*group)->shard_index();  // chosen, for any
   if (!(*group)->claimed()) {
-    std::remove(specs.c_str());
+    // A spare's old spec file must not add to the snapshot it restores.
+    std::remove(
+        SpecFilePath(dir, o->store.shard_index, o->store.num_shards).c_str());
     o->checkpoint_dir = dir;
     o->restore = true;
     o->adopt_run.clear();

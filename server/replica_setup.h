@@ -17,6 +17,11 @@
 
 namespace asyncps {
 
+// --shard_index=any (PsServerOptions::store.shard_index): a spare replica
+// of whichever group has a live primary and fewer than R replicas, chosen
+// when it joins.
+inline constexpr int kAnyShard = -1;
+
 struct ReplicaFlags {
   int replicas = 1;                         // --replicas
   std::vector<std::string> etcd_endpoints;  // --etcd_endpoints
@@ -36,7 +41,8 @@ struct ReplicaFlags {
 absl::StatusOr<ReplicaFlags> ReplicaFlagsFromFlags(
     const PsServerOptions& options);
 
-// INVALID_ARGUMENT (the message says what to fix) for R < 1, R > 1 without
+// INVALID_ARGUMENT (the message says what to fix) for --shard_index=any
+// with R < 2, R < 1, R > 1 without
 // etcd, etcd without --run_id, a lease under one second, or a log bound
 // outside [1, 1048576] MiB.
 absl::Status CheckReplicaFlags(const ReplicaFlags& flags,

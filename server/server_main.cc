@@ -85,7 +85,9 @@ ABSL_FLAG(std::string, metrics_port_file, "",
 ABSL_FLAG(std::string, shard_index, "0",
           "This shard's index in [0, num_shards), or auto: the ordinal at the "
           "end of the host name, as a Kubernetes StatefulSet pod has it "
-          "(asyncps-shard-2 -> 2).");
+          "(asyncps-shard-2 -> 2), or any (--replicas >= 2): a spare replica "
+          "of whichever shard group has fewer than R, standing by until one "
+          "has.");
 ABSL_FLAG(int, health_port, -1,
           "Also serve grpc.health.v1.Health alone on this port of --host, "
           "plain TCP without token (requests of at most 4 KiB), for probes "
@@ -266,9 +268,14 @@ absl::Status ShardFlags(PsServerOptions* o) {
     return absl::InvalidArgumentError(
         absl::StrCat("--num_shards must be >= 1, got ", o->store.num_shards));
   }
-  absl::StatusOr<int> index = ResolveIndexFlag(
-      "shard_index", absl::GetFlag(FLAGS_shard_index),
-      AutoIndexSource::kHostnameOrdinal, CurrentHostname(), std::nullopt);
+  // "any": a spare replica of whichever group needs one (its group is
+  // chosen in etcd when it joins; CheckReplicaFlags says what it needs).
+  absl::StatusOr<int> index =
+      absl::GetFlag(FLAGS_shard_index) == "any"
+          ? absl::StatusOr<int>(kAnyShard)
+          : ResolveIndexFlag("shard_index", absl::GetFlag(FLAGS_shard_index),
+                             AutoIndexSource::kHostnameOrdinal,
+                             CurrentHostname(), std::nullopt);
   if (!index.ok()) return index.status();
   o->store.shard_index = *index;
   if (o->store.shard_index >= o->store.num_shards) {
@@ -278,7 +285,7 @@ absl::Status ShardFlags(PsServerOptions* o) {
   }
   o->num_slots = absl::GetFlag(FLAGS_num_slots);
   o->serving_shards = absl::GetFlag(FLAGS_serving_shards);
-  if (o->serving_shards != 0) {
+  if (o->serving_shards != 0 && o->store.shard_index != kAnyShard) {
     // The map's own checks (server/starting_map.h), with the flags' words;
     // the same check the shard makes at Start, made before anything else.
     absl::Status s =
@@ -461,7 +468,9 @@ absl::StatusOr<PsServerOptions> OptionsFromFlags() {
   if (!sec.ok()) return sec.status();
   o.security = *std::move(sec);
   absl::StatusOr<std::shared_ptr<spdlog::logger>> logger =
-      MakeLogger(absl::StrCat("shard", o.store.shard_index),
+      MakeLogger(o.store.shard_index == kAnyShard
+                     ? std::string("spare")
+                     : absl::StrCat("shard", o.store.shard_index),
                  absl::GetFlag(FLAGS_log_level));
   if (!logger.ok()) return logger.status();
   o.logger = *logger;
@@ -701,11 +710,13 @@ int Main(int argc, char** argv) {
   }
   auto logger = options->logger;
   // Files this shard must not use are a configuration error (exit 2),
-  // before anything is read.
+  // before anything is read. A spare of any shard restores only the
+  // snapshot it is sent: files of another shard count are all it can mix.
+  const bool any = options->store.shard_index == kAnyShard;
   if (absl::Status dir = CheckCheckpointDir(
-          {options->checkpoint_dir, options->store.shard_index,
+          {options->checkpoint_dir, any ? 0 : options->store.shard_index,
            options->store.num_shards, options->run_id, options->adopt_run,
-           options->restore, options->fs});
+           options->restore && !any, options->fs});
       !dir.ok()) {
     return Fail(std::string(dir.message()));
   }

@@ -99,8 +99,10 @@ std::string EtcdStatusText(const EtcdStatusView& view) {
     absl::StrAppend(&out, "standby replicas ", NotRead(view.standbys), "\n");
   } else {
     for (const EtcdStatusView::Standby& s : *view.standbys) {
-      absl::StrAppend(&out, "standby replica: ", s.address, " (host ", s.host,
-                      ") waits to join shard ", s.shard, "\n");
+      absl::StrAppend(
+          &out, "standby replica: ", s.address, " (host ", s.host,
+          ") waits to join ",
+          s.shard < 0 ? "any shard" : absl::StrCat("shard ", s.shard), "\n");
     }
   }
   return out;
@@ -131,7 +133,8 @@ void AddEtcdStatusDoc(const EtcdStatusView& view, Doc* doc) {
       standbys.Add(Doc::Object()
                        .Set("address", Doc::String(s.address))
                        .Set("host", Doc::String(s.host))
-                       .Set("shard", Doc::Int(s.shard)));
+                       .Set("shard", s.shard < 0 ? Doc::String("any")
+                                                 : Doc::Int(s.shard)));
     }
     doc->Set("standby_replicas", std::move(standbys));
   }

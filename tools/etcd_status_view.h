@@ -36,7 +36,7 @@ struct EtcdStatusView {
   struct Standby {
     std::string address;
     std::string host;  // its placement label
-    int shard = -1;    // the group it waits for
+    int shard = -1;    // the group it waits for; -1: any
   };
   absl::StatusOr<std::vector<Standby>> standbys = std::vector<Standby>();
 };

@@ -34,26 +34,30 @@ namespace {
 using testing::ServerProcess;
 
 constexpr int kElems = 100;
-constexpr char kStandingBy[] = "stands by and joins it when one leaves";
+constexpr char kStandingBy[] = "stands by and joins";
 
-// A replica of shard 0 of `run` on a port chosen here: a standby serves
-// nothing, so it writes no port file to wait for. With `health_file`, its
-// health listener's port is written there.
+// A replica of run `run` (`shard` "0".."N-1" or "any" of `num_shards`,
+// with `extra` flags) on a port chosen here: a standby serves nothing, so
+// it writes no port file to wait for. With `health_file`, its health
+// listener's port is written there.
 ServerProcess StartStandby(const testing::EtcdProcess& etcd,
                            const std::string& run,
-                           const std::string& health_file = "") {
+                           const std::string& health_file = "",
+                           const std::string& shard = "0", int num_shards = 1,
+                           const std::vector<std::string>& extra = {}) {
   absl::StatusOr<std::string> address = testing::UnusedLoopbackAddress();
   REQUIRE_OK(address.status());
   std::vector<std::string> args = testing::ReplicaArgs(etcd, run);
   args.push_back(
       absl::StrCat("--port=", address->substr(address->find(':') + 1)));
-  args.push_back("--shard_index=0");
-  args.push_back("--num_shards=1");
+  args.push_back("--shard_index=" + shard);
+  args.push_back(absl::StrCat("--num_shards=", num_shards));
   args.push_back("--host_label=spare-host");
   if (!health_file.empty()) {
     args.push_back("--health_port=0");
     args.push_back("--health_port_file=" + health_file);
   }
+  args.insert(args.end(), extra.begin(), extra.end());
   absl::StatusOr<std::unique_ptr<testing::Subprocess>> p =
       testing::Subprocess::Start(
           testing::RunfilePath("server/ps_server"), args,
@@ -208,6 +212,73 @@ TEST_CASE(
   auto [code, out] = testing::Psctl(*etcd, "standby");
   INFO(out);
   CHECK(code == 0);
+  CHECK_FALSE(absl::StrContains(out, "standby replica:"));
+}
+
+TEST_CASE(
+    "a spare of any shard stands by beside two whole groups and joins the "
+    "one whose backup dies, with its state; any needs R >= 2",
+    "[replication][standby]") {
+  if (testing::SkipWithoutEtcd()) return;
+  {
+    auto [exit, log] = testing::RunServer(
+        {"--shard_index=any", "--num_shards=2", "--replicas=1"});
+    INFO(log);
+    CHECK(exit == 2);
+    CHECK(absl::StrContains(log, "--shard_index=any"));
+    CHECK(absl::StrContains(log, "needs --replicas=2 or more"));
+  }
+  absl::StatusOr<testing::EtcdProcess> etcd = testing::StartEtcd();
+  REQUIRE_OK(etcd.status());
+  // Slices of 10 floats: the tensor spreads over both shards.
+  const std::vector<std::string> small = {"--slice_elems=10"};
+  std::vector<ServerProcess> primaries, backups;
+  for (int shard = 0; shard < 2; ++shard) {
+    primaries.push_back(
+        testing::StartReplica(*etcd, "spare-any", small, shard, 2));
+    testing::WaitForRole(primaries.back().address, "primary");
+  }
+  for (int shard = 0; shard < 2; ++shard) {
+    backups.push_back(
+        testing::StartReplica(*etcd, "spare-any", small, shard, 2));
+    testing::WaitForCounted(primaries[shard].address, 1);
+  }
+  std::unique_ptr<PsClient> c = testing::MapClient(*etcd, "spare-any");
+  REQUIRE_OK(c->CreateTensors({testing::UnitTensor(kElems)}));
+  testing::PushOnes(c.get(), kElems, 0, 10);
+  ServerProcess spare = StartStandby(*etcd, "spare-any", "", "any", 2, small);
+  CHECK(absl::StrContains(spare.process->ReadLog(),
+                          "every shard group has its 2 replicas"));
+  {
+    auto [exit, out] = testing::Psctl(*etcd, "spare-any");
+    INFO(out);
+    CHECK(exit == 0);
+    CHECK(absl::StrContains(out, "standby replica: " + spare.address +
+                                     " (host spare-host) waits to join any "
+                                     "shard\n"));
+  }
+  // Shard 1's backup dies: the spare joins shard 1 (not 0) and catches up.
+  REQUIRE_OK(backups[1].process->Signal(SIGKILL));
+  (void)backups[1].process->Wait(absl::Seconds(10));
+  testing::PushOnes(c.get(), kElems, 10, 10);
+  REQUIRE_OK(testing::WaitFor(
+      [&] {
+        return Backups(primaries[1].address) ==
+               std::vector<std::string>{spare.address};
+      },
+      absl::Seconds(30), "the spare in shard 1's group"));
+  testing::WaitForCounted(primaries[1].address, 1);
+  INFO("the spare's log:\n" << spare.process->ReadLog());
+  CHECK(
+      absl::StrContains(spare.process->ReadLog(), "joined shard 1 as a spare"));
+  CHECK(Backups(primaries[0].address) ==
+        std::vector<std::string>{backups[0].address});
+  testing::PushOnes(c.get(), kElems, 20, 10);
+  testing::ExpectSameState(primaries[1].address, spare.address);
+  testing::ExpectEvery(c.get(), kElems, 30, 1.0f - 30);
+  auto [exit, out] = testing::Psctl(*etcd, "spare-any");
+  INFO(out);
+  CHECK(exit == 0);
   CHECK_FALSE(absl::StrContains(out, "standby replica:"));
 }
 
