@@ -138,29 +138,28 @@ cluster_start_shards() {
 }
 
 # cluster_start_standbys SERVER_BIN SHARDS "EXTRA FLAGS" COUNT: COUNT more
-# processes per shard of a replicated run (named shard<i>.s<k>, host labels
-# standby<k>, each on a free port of its own: a standby writes no port file
-# until it joins), which stand by while their group has its R replicas;
-# waits (30 s at most) until each says so.
+# processes of a replicated run, each a spare of whichever shard needs one
+# (--shard_index=any; named spare<k>, host labels spare<k>, each on a free
+# port of its own: a standby writes no port file until it joins), which
+# stand by while every group has its R replicas; waits (30 s at most) until
+# each says so.
 cluster_start_standbys() {
-  local bin=$1 shards=$2 flags=$3 count=$4 i k name pid
-  for ((i = 0; i < shards; i++)); do
-    for ((k = 0; k < count; k++)); do
-      name="shard$i.s$k"
-      # shellcheck disable=SC2086
-      "$bin" --shard_index=$i --num_shards="$shards" --host=127.0.0.1 \
-        --port="$(cluster_free_port)" --host_label="standby$k" $flags \
-        >"$logdir/$name.log" 2>&1 &
-      pid=$!
-      cluster_track "$name" "$pid"
-      for _ in $(seq 300); do
-        grep -q "stands by" "$logdir/$name.log" 2>/dev/null && break
-        kill -0 "$pid" 2>/dev/null || cluster_fail "$name" "$pid" "$?"
-        sleep 0.1
-      done
-      grep -q "stands by" "$logdir/$name.log" ||
-        { echo "$launcher: $name did not stand by within 30 s" >&2; exit 1; }
+  local bin=$1 shards=$2 flags=$3 count=$4 k name pid
+  for ((k = 0; k < count; k++)); do
+    name="spare$k"
+    # shellcheck disable=SC2086
+    "$bin" --shard_index=any --num_shards="$shards" --host=127.0.0.1 \
+      --port="$(cluster_free_port)" --host_label="spare$k" $flags \
+      >"$logdir/$name.log" 2>&1 &
+    pid=$!
+    cluster_track "$name" "$pid"
+    for _ in $(seq 300); do
+      grep -q "stands by" "$logdir/$name.log" 2>/dev/null && break
+      kill -0 "$pid" 2>/dev/null || cluster_fail "$name" "$pid" "$?"
+      sleep 0.1
     done
+    grep -q "stands by" "$logdir/$name.log" ||
+      { echo "$launcher: $name did not stand by within 30 s" >&2; exit 1; }
   done
 }
 
@@ -189,14 +188,14 @@ cluster_wait_workers() {
     rc=$?
     set -e
     name=${name_of[$done_pid]:-unknown}
-    if [ "$rc" != 0 ] && ! [[ "$name" =~ ^shard.*\.[rs][0-9]+$ ]]; then
+    if [ "$rc" != 0 ] && ! [[ "$name" =~ ^(shard.*\.r|spare)[0-9]+$ ]]; then
       [ -f "$logdir/$name.out" ] && cat "$logdir/$name.out" >>"$logdir/$name.log"
       cluster_fail "$name" "$done_pid" "$rc"
     fi
     case "$name" in
-      shard*.r* | shard*.s*)
-        # A replica (or standby) of a replicated shard: its group goes on
-        # without it (a standby takes its place); a group that lost every
+      shard*.r* | spare*)
+        # A replica (or spare) of a replicated shard: its group goes on
+        # without it (a spare takes its place); a group that lost every
         # replica fails its workers, which ends the run.
         echo "$launcher: $name (pid $done_pid) exited with code $rc; its shard group goes on without it" >&2 ;;
       shard* | etcd) cluster_fail "$name" "$done_pid" "$rc (it stopped during training)" ;;

@@ -56,11 +56,12 @@ options:
                        with everything else) holding the shard map, and the
                        workers follow each shard's primary through it (see
                        README "Replicated shards")
-  --standbys K         with --replicas: K more server processes per shard,
-                       standing by until their group has fewer than R
-                       replicas (a replica killed: one takes its place);
-                       default 0. With --replicas, a replica that dies
-                       does not stop the run: its group goes on
+  --standbys K         with --replicas: K more server processes, each a
+                       spare of whichever shard needs one (ps_server
+                       --shard_index=any): they stand by until a group has
+                       fewer than R replicas (a replica killed: one takes
+                       its place); default 0. With --replicas, a replica
+                       that dies does not stop the run: its group goes on
   --workers N          workers (default $workers)
   --model mlp|ctr      the model (default $model); ctr trains on the shards'
                        sparse tables (see ps_worker --help=ctr)
@@ -238,7 +239,7 @@ cluster_start_standbys "$server_bin" "$shards" "$server_flags" "$standbys"
 [ "$replicas" -gt 1 ] || find_shards=(--servers="$servers")
 if [ "$replicas" -gt 1 ]; then
   standing_by=""
-  [ "$standbys" -gt 0 ] && standing_by=" + $standbys standing by"
+  [ "$standbys" -gt 0 ] && standing_by=" + $standbys spare(s) standing by"
   echo "cluster: $shards shard(s) x $replicas replicas$standing_by (shard map in etcd at $etcd_endpoint, run $run_id); $workers worker(s); logs in $logdir"
 else
   echo "cluster: $shards shard(s) at $servers; $workers worker(s); logs in $logdir"
