@@ -165,8 +165,9 @@ class ReplicaGroup {
   // key kept), then ABORTED; CANCELLED once o_.stopping says so.
   absl::Status StandBy(const ShardMapRecord& map);
   bool any_shard() const { return o_.shard_index < 0; }
-  // For a process of any shard: the group to join (one that lists an
-  // earlier process at its address first, else the one with a live
+  // For a process of any shard: the group to join (one that lists it
+  // already, or an earlier process at its address, first; else the one
+  // with a live
   // primary and the fewest replicas below R, preferring one on none of its
   // hosts), or -1.
   int ChooseShard(const ShardMapRecord& map,

@@ -137,6 +137,9 @@ int ReplicaGroup::ChooseShard(
   bool best_shares_host = false;
   for (int i = 0; i < map.groups_size(); ++i) {
     const ShardGroupRecord& g = map.groups(i);
+    // Added by a join that then failed to reach the primary: that group
+    // again (its record there would otherwise hold a place for nobody).
+    if (Find(g, self_) >= 0) return i;
     bool shares_host = false;
     for (const ReplicaRecord& r : g.replicas()) {
       // An earlier process at this address: that group first (it leaves
