@@ -104,8 +104,10 @@ cluster_free_port() {
 
 # cluster_start_shards SERVER_BIN SHARDS "EXTRA FLAGS" [REPLICAS]: starts
 # the shards (REPLICAS processes each, default 1, named shard<i> or
-# shard<i>.r<k>, with host labels replica<k>) on port 0 and waits (30 s at
-# most) for each to write its port; sets servers to
+# shard<i>.r<k>, with host labels replica<k>; their TMPDIR the log folder,
+# so that a killed replica's snapshot directory stays there, not in /tmp)
+# on port 0 and waits (30 s at most) for each to write its port; sets
+# servers to
 # "127.0.0.1:p0,127.0.0.1:p1,..." (the first process of each shard).
 cluster_start_shards() {
   local bin=$1 shards=$2 flags=$3 replicas=${4:-1} i k name pid rc
@@ -117,7 +119,7 @@ cluster_start_shards() {
       [ "$replicas" -gt 1 ] && name="shard$i.r$k"
       rm -f "$logdir/$name.port"
       # shellcheck disable=SC2086
-      "$bin" --shard_index=$i --num_shards="$shards" --host=127.0.0.1 \
+      TMPDIR="$logdir" "$bin" --shard_index=$i --num_shards="$shards" --host=127.0.0.1 \
         --port=0 --port_file="$logdir/$name.port" \
         $([ "$replicas" -gt 1 ] && echo "--host_label=replica$k") $flags \
         >"$logdir/$name.log" 2>&1 &
@@ -148,7 +150,7 @@ cluster_start_standbys() {
   for ((k = 0; k < count; k++)); do
     name="spare$k"
     # shellcheck disable=SC2086
-    "$bin" --shard_index=any --num_shards="$shards" --host=127.0.0.1 \
+    TMPDIR="$logdir" "$bin" --shard_index=any --num_shards="$shards" --host=127.0.0.1 \
       --port="$(cluster_free_port)" --host_label="spare$k" $flags \
       >"$logdir/$name.log" 2>&1 &
     pid=$!
