@@ -4,6 +4,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "membership/member_record.h"
 
 namespace asyncps {
 
@@ -12,7 +13,7 @@ RunView::RunView(EtcdClient* etcd, std::string prefix,
     : etcd_(etcd),
       prefix_(std::move(prefix)),
       map_key_(prefix_ + "/map"),
-      members_(prefix_ + "/members/"),
+      members_(MembersPrefix(prefix_)),
       relist_every_(relist_every) {}
 
 RunView::~RunView() {

@@ -10,8 +10,8 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/time/time.h"
 #include "common/clock.h"
+#include "membership/member_record.h"
 #include "proto/membership.pb.h"
-#include "server/replica_feed.h"
 
 namespace asyncps {
 namespace group_records {

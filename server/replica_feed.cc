@@ -18,15 +18,6 @@ constexpr size_t kPieceBytes = 1 << 20;
 
 }  // namespace
 
-std::string ReplicaId(absl::string_view address, uint64_t incarnation) {
-  return absl::StrCat(address, "/", absl::Hex(incarnation));
-}
-
-absl::string_view ReplicaAddress(absl::string_view id) {
-  const size_t slash = id.rfind('/');
-  return slash == absl::string_view::npos ? id : id.substr(0, slash);
-}
-
 // One Follow call. The first message and the acknowledgements are read as
 // bytes on gRPC's threads. A well-formed first message starts the feed's
 // thread (a stream that sends nothing holds none), which sends a snapshot

@@ -26,17 +26,12 @@
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "common/task_threads.h"
+#include "membership/member_record.h"  // ReplicaId: a replica in the log
 #include "proto/replication.grpc.pb.h"
 #include "server/replication_log.h"
 #include "spdlog/spdlog.h"
 
 namespace asyncps {
-
-// A replica's id in the log and in etcd: "<address>/<incarnation in hex>"
-// (a process restarted at the same address is another replica).
-std::string ReplicaId(absl::string_view address, uint64_t incarnation);
-// The address part of a ReplicaId.
-absl::string_view ReplicaAddress(absl::string_view id);
 
 // A snapshot written for a backup: the checkpoint file and where the log
 // stood.

@@ -10,6 +10,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "common/connection_check.h"
+#include "membership/member_record.h"
 #include "server/group_records.h"
 
 namespace asyncps {
@@ -119,17 +120,14 @@ absl::StatusOr<std::unique_ptr<ReplicaGroup>> ReplicaGroup::Join(
 
 absl::Status ReplicaGroup::Register(bool standby) {
   const std::string key =
-      absl::StrCat(RunPrefix(o_.run_id), "/members/", self_);
+      absl::StrCat(MembersPrefix(RunPrefix(o_.run_id)), self_);
   absl::StatusOr<int64_t> put = etcd_->Put(
-      key,
-      absl::StrCat("shard=", shard_ < 0 ? "any" : absl::StrCat(shard_),
-                   " host=", o_.host, standby ? " standby" : ""),
-      lease_->id());
+      key, FormatMemberValue({shard_, o_.host, standby}), lease_->id());
   return put.status();
 }
 
 absl::StatusOr<absl::flat_hash_set<std::string>> ReplicaGroup::LiveMembers() {
-  const std::string prefix = absl::StrCat(RunPrefix(o_.run_id), "/members/");
+  const std::string prefix = MembersPrefix(RunPrefix(o_.run_id));
   absl::StatusOr<EtcdClient::Listing> listing = etcd_->List(prefix);
   if (!listing.ok()) return listing.status();
   absl::flat_hash_set<std::string> live;
@@ -528,7 +526,7 @@ bool ReplicaGroup::TryPromote(const std::string& dead_primary) {
   }
   old.reset();  // every entry received is applied before taking over
   const std::string dead_key =
-      absl::StrCat(RunPrefix(o_.run_id), "/members/", dead_primary);
+      absl::StrCat(MembersPrefix(RunPrefix(o_.run_id)), dead_primary);
   std::vector<std::string> counted;
   std::string how;  // how it is known to be gone
   absl::StatusOr<ShardMapRecord> m =

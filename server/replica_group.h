@@ -162,7 +162,8 @@ class ReplicaGroup {
   absl::Status JoinAsSpare(const ShardGroupRecord& group);
   // While its group (for a process of any shard: every group with a live
   // primary) lists R replicas besides this process: waits (its lease and
-  // key kept), then ABORTED; CANCELLED once o_.stopping says so.
+  // key kept; the key no longer says standby when it ends), then ABORTED;
+  // CANCELLED once o_.stopping says so.
   absl::Status StandBy(const ShardMapRecord& map);
   bool any_shard() const { return o_.shard_index < 0; }
   // For a process of any shard: the group to join (one that lists it

@@ -197,15 +197,16 @@ absl::Status ReplicaGroup::StandBy(const ShardMapRecord& map) {
     absl::StatusOr<RunView::Snapshot> now = view_->Read();
     // etcd away, or the map not back yet (or another shape's, for now).
     if (!now.ok() || now->map.groups_size() != o_.num_shards) continue;
+    bool place = false;  // a group it may join now
     if (any_shard()) {
-      if (ChooseShard(now->map, now->live) >= 0) {
-        return absl::AbortedError("look again");
-      }
-      continue;
+      place = ChooseShard(now->map, now->live) >= 0;
+    } else {
+      const ShardGroupRecord& g = now->map.groups(shard_);
+      place = OthersIn(g, self_) < o_.replicas || g.replicas_size() == 0 ||
+              !now->live.contains(IdOf(g.replicas(0)));
     }
-    const ShardGroupRecord& g = now->map.groups(shard_);
-    if (OthersIn(g, self_) < o_.replicas || g.replicas_size() == 0 ||
-        !now->live.contains(IdOf(g.replicas(0)))) {
+    if (place) {
+      (void)Register();  // a standby no more
       return absl::AbortedError("look again");
     }
   }
@@ -228,8 +229,7 @@ absl::Status ReplicaGroup::Decide() {
       shard_ = ChooseShard(read->map, *live);
       if (shard_ < 0) {
         s = StandBy(read->map);
-        deadline = Now() + o_.join_timeout;        // it waited for a place
-        if (absl::IsAborted(s)) (void)Register();  // a standby no more
+        deadline = Now() + o_.join_timeout;  // it waited for a place
         if (!absl::IsAborted(s)) return s;
         continue;
       }
@@ -260,8 +260,7 @@ absl::Status ReplicaGroup::Decide() {
         s = JoinAsSpare(group);
       } else {
         s = StandBy(read->map);
-        deadline = Now() + o_.join_timeout;        // it waited for a place
-        if (absl::IsAborted(s)) (void)Register();  // a standby no more
+        deadline = Now() + o_.join_timeout;  // it waited for a place
       }
     } else if (!any_live && !any_shard()) {
       s = Claim();

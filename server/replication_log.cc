@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <limits>
+#include <optional>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -65,11 +66,11 @@ absl::StatusOr<uint64_t> ReplicationLog::RunEntry(
     // the first entry after an idle spell looked like seconds of silence,
     // and a backup was dropped if the role thread looked before it
     // answered).
-    if (!backups_.empty()) {
-      const absl::Time now = options_.clock->Now();
-      for (auto& [address, b] : backups_) {
-        if (b.acked + 1 == index) b.last_progress = now;
-      }
+    std::optional<absl::Time> now;  // read once, if a backup needs it
+    for (auto& [address, b] : backups_) {
+      if (b.acked + 1 != index) continue;
+      if (!now.has_value()) now = options_.clock->Now();
+      b.last_progress = *now;
     }
     if (feed != nullptr) {
       feed->mutable_entry()->set_index(index);

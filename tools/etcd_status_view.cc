@@ -1,10 +1,9 @@
 #include "tools/etcd_status_view.h"
 
 #include "absl/container/flat_hash_set.h"
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_split.h"
 #include "membership/map_store.h"
+#include "membership/member_record.h"
 #include "proto/membership.pb.h"
 
 namespace asyncps {
@@ -29,10 +28,9 @@ std::string WhatToDo(const std::string& type) {
   return "see etcd's documentation";
 }
 
-// The run's members that say they stand by and that the map lists in no
-// group (one that just joined may say so a moment longer). A member's key
-// ends in "<address>/<incarnation>", its value is "shard=N host=H", with
-// " standby" while it stands by (server/replica_group.cc).
+// The run's members that say they stand by (membership/member_record.h)
+// and that the map lists in no group (one that just joined may say so a
+// moment longer).
 absl::StatusOr<std::vector<EtcdStatusView::Standby>> ReadStandbys(
     EtcdClient* etcd, const ShardMapRecord& map) {
   std::vector<EtcdStatusView::Standby> out;
@@ -41,24 +39,16 @@ absl::StatusOr<std::vector<EtcdStatusView::Standby>> ReadStandbys(
   for (const ShardGroupRecord& g : map.groups()) {
     for (const ReplicaRecord& r : g.replicas()) listed.insert(r.address());
   }
-  const std::string prefix = absl::StrCat(RunPrefix(map.run_id()), "/members/");
+  const std::string prefix = MembersPrefix(RunPrefix(map.run_id()));
   absl::StatusOr<EtcdClient::Listing> members = etcd->List(prefix);
   if (!members.ok()) return members.status();
   for (const EtcdKeyValue& kv : members->kvs) {
-    const std::string id = kv.key.substr(prefix.size());
-    const size_t slash = id.rfind('/');
-    EtcdStatusView::Standby s;
-    s.address = slash == std::string::npos ? id : id.substr(0, slash);
-    bool standby = false;
-    for (absl::string_view field : absl::StrSplit(kv.value, ' ')) {
-      standby = standby || field == "standby";
-      if (absl::ConsumePrefix(&field, "host=")) s.host = std::string(field);
-      if (absl::ConsumePrefix(&field, "shard=") &&
-          !absl::SimpleAtoi(field, &s.shard)) {
-        s.shard = -1;
-      }
+    const MemberValue v = ParseMemberValue(kv.value);
+    const std::string address(
+        ReplicaAddress(absl::string_view(kv.key).substr(prefix.size())));
+    if (v.standby && !listed.contains(address)) {
+      out.push_back({address, v.host, v.shard});
     }
-    if (standby && !listed.contains(s.address)) out.push_back(std::move(s));
   }
   return out;
 }
