@@ -141,17 +141,17 @@ cluster_start_shards() {
 
 # cluster_start_standbys SERVER_BIN SHARDS "EXTRA FLAGS" COUNT: COUNT more
 # processes of a replicated run, each a spare of whichever shard needs one
-# (--shard_index=any; named spare<k>, host labels spare<k>, each on a free
-# port of its own: a standby writes no port file until it joins), which
-# stand by while every group has its R replicas; waits (30 s at most) until
-# each says so.
+# (--shard_index=any; named spare<k>, host labels spare<k>, each on a port
+# the OS picks and the process holds while it stands by: it writes no port
+# file until it joins), which stand by while every group has its R
+# replicas; waits (30 s at most) until each says so.
 cluster_start_standbys() {
   local bin=$1 shards=$2 flags=$3 count=$4 k name pid
   for ((k = 0; k < count; k++)); do
     name="spare$k"
     # shellcheck disable=SC2086
     TMPDIR="$logdir" "$bin" --shard_index=any --num_shards="$shards" --host=127.0.0.1 \
-      --port="$(cluster_free_port)" --host_label="spare$k" $flags \
+      --port=0 --host_label="spare$k" $flags \
       >"$logdir/$name.log" 2>&1 &
     pid=$!
     cluster_track "$name" "$pid"

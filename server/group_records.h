@@ -42,6 +42,18 @@ inline int OthersIn(const ShardGroupRecord& group, const std::string& self) {
   return others;
 }
 
+// Whether a replica besides `self` that holds the group's whole state (a
+// caught-up one; the primary is one) is alive. Spares that have not caught
+// up hold part of it at most: a group with none but them is lost.
+inline bool WholeStateLive(const ShardGroupRecord& group,
+                           const absl::flat_hash_set<std::string>& live,
+                           const std::string& self) {
+  for (const ReplicaRecord& r : group.replicas()) {
+    if (IdOf(r) != self && r.caught_up() && IsLive(live, r)) return true;
+  }
+  return false;
+}
+
 // The role's time is monotonic, as its lease's and its log's are: a step
 // of the real-time clock neither drops a backup nor stalls a takeover.
 inline absl::Time Now() { return Clock::Monotonic()->Now(); }

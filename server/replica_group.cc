@@ -19,6 +19,7 @@ using group_records::Find;
 using group_records::IdOf;
 using group_records::IsLive;
 using group_records::Now;
+using group_records::WholeStateLive;
 
 namespace {
 
@@ -348,18 +349,21 @@ void ReplicaGroup::TendBackups(const ShardGroupRecord& group,
     }
     auto st = states.find(id);
     const bool known = st != states.end();
+    // A counted backup (caught up, or a spare being counted) whose process
+    // is gone (a live replica listens at its address): no need to wait for
+    // its lease to lapse while pushes wait for it.
+    if (known && st->second.counted && st->second.acked < last &&
+        now - st->second.feed_ended >= kProbeAfter &&
+        NothingListens(std::string(ReplicaAddress(id)), kProbeFor)) {
+      Drop(id,
+           "its stream ended and nothing listens at its address (its "
+           "process is gone)")
+          .IgnoreError();
+      continue;
+    }
     if (r.caught_up()) {
       if (!known || !st->second.counted) {
         log_.StartCounting(id);
-      } else if (st->second.acked < last &&
-                 now - st->second.feed_ended >= kProbeAfter &&
-                 NothingListens(std::string(ReplicaAddress(id)), kProbeFor)) {
-        // Its process is gone (a live replica listens at its address): no
-        // need to wait for its lease to lapse while pushes wait for it.
-        Drop(id,
-             "its stream ended and nothing listens at its address (its "
-             "process is gone)")
-            .IgnoreError();
       } else if (st->second.acked < last &&
                  now - st->second.last_progress > o_.replica_timeout) {
         Drop(id,
@@ -492,7 +496,17 @@ void ReplicaGroup::FollowPrimary(const ShardGroupRecord& group,
   }
   const int me = Find(group, self_);
   if (!group.replicas(me).caught_up()) {
-    // A spare cannot take over: it may lack acknowledged updates.
+    // A spare cannot take over: it may lack acknowledged updates. A spare
+    // of any shard cannot claim the group either (it has no checkpoint of
+    // it): with no caught-up replica left it starts over, and chooses a
+    // group with a live primary.
+    if (any_shard() && !WholeStateLive(group, live, self_)) {
+      return Restart(absl::StrCat(
+          "primary ", primary,
+          " is gone before this spare caught up, and no caught-up replica "
+          "of shard ",
+          shard_, " is left"));
+    }
     if (primary_gone_since_ == absl::InfiniteFuture()) {
       o_.logger->warn(
           "primary {} is gone and this spare has not caught up: waiting for "

@@ -158,7 +158,11 @@ class ReplicaGroup {
   absl::Status Register(bool standby = false);
   absl::Status Decide();
   // Decide's steps: OK when decided, ABORTED to look at the map again.
-  absl::Status ForgetEarlierSelf(const std::string& earlier);
+  // Takes replica `id` out of the group (an earlier process at this
+  // address, or this one from a group whose primary died before it could
+  // follow); the group is cleared when that leaves no caught-up replica
+  // after a dead primary.
+  absl::Status RemoveRecord(const std::string& id);
   absl::Status JoinAsSpare(const ShardGroupRecord& group);
   // While its group (for a process of any shard: every group with a live
   // primary) lists R replicas besides this process: waits (its lease and

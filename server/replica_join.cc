@@ -19,14 +19,15 @@ using group_records::IdOf;
 using group_records::IsLive;
 using group_records::Now;
 using group_records::OthersIn;
+using group_records::WholeStateLive;
 
 // Decide's outcomes of one look at the map: done (OK), look again
 // (ABORTED), or fail.
-absl::Status ReplicaGroup::ForgetEarlierSelf(const std::string& earlier) {
+absl::Status ReplicaGroup::RemoveRecord(const std::string& id) {
   absl::StatusOr<ShardMapRecord> m =
       maps_->Update([&](ShardMapRecord* m) -> absl::StatusOr<bool> {
         auto* rs = m->mutable_groups(shard_)->mutable_replicas();
-        const int i = Find(m->groups(shard_), earlier);
+        const int i = Find(m->groups(shard_), id);
         if (i < 0) return false;
         rs->erase(rs->begin() + i);
         // A dead primary without a caught-up backup: the spares left hold
@@ -109,10 +110,10 @@ absl::Status ReplicaGroup::Claim() {
         ShardGroupRecord* g = m->mutable_groups(shard_);
         absl::StatusOr<absl::flat_hash_set<std::string>> now = LiveMembers();
         if (!now.ok()) return now.status();
-        for (const ReplicaRecord& r : g->replicas()) {
-          if (IdOf(r) != self_ && IsLive(*now, r)) {
-            return absl::AbortedError("a replica came back");
-          }
+        // A spare that has not caught up (alive, it waits for the group
+        // to be claimed) is no reason not to: it rejoins as a spare.
+        if (WholeStateLive(*g, *now, self_)) {
+          return absl::AbortedError("a replica came back");
         }
         g->clear_replicas();
         *g->add_replicas() = SelfRecord(/*caught_up=*/true);
@@ -235,23 +236,20 @@ absl::Status ReplicaGroup::Decide() {
       }
     }
     const ShardGroupRecord& group = read->map.groups(shard_);
-    bool any_live = false, backup_live = false;
+    // Its own record, added by a join whose primary then died, is none of
+    // the others: counted, it would wait for itself to take over.
+    const bool whole_live = WholeStateLive(group, *live, self_);
     int earlier = -1;  // an earlier process at this address
     for (int i = 0; i < group.replicas_size(); ++i) {
       const ReplicaRecord& r = group.replicas(i);
-      // Its own record, added by a join whose primary then died, is none
-      // of the others: counted, it would wait for itself to take over.
-      if (IdOf(r) == self_) continue;
-      any_live = any_live || IsLive(*live, r);
-      backup_live = backup_live || (i > 0 && r.caught_up() && IsLive(*live, r));
       if (r.address() == o_.address && IdOf(r) != self_) earlier = i;
     }
     if (earlier >= 0) {
       // It holds nothing now; once its lease lapsed (and, if it was the
       // primary, unless a backup is taking over) it leaves the map.
       const ReplicaRecord& r = group.replicas(earlier);
-      if (!IsLive(*live, r) && !(earlier == 0 && backup_live)) {
-        s = ForgetEarlierSelf(IdOf(r));
+      if (!IsLive(*live, r) && !(earlier == 0 && whole_live)) {
+        s = RemoveRecord(IdOf(r));
       } else {
         absl::SleepFor(absl::Milliseconds(200));
       }
@@ -262,8 +260,20 @@ absl::Status ReplicaGroup::Decide() {
         s = StandBy(read->map);
         deadline = Now() + o_.join_timeout;  // it waited for a place
       }
-    } else if (!any_live && !any_shard()) {
+    } else if (!whole_live && !any_shard()) {
+      // No replica holds the group's whole state: its checkpoint is it.
       s = Claim();
+    } else if (!whole_live && Find(group, self_) >= 0) {
+      // A spare of any shard holds none of it to claim the group with: out
+      // of it (its record would keep the group from being claimed), and
+      // it chooses again.
+      s = RemoveRecord(self_);
+      if (absl::IsAborted(s)) {
+        o_.logger->warn(
+            "left shard {}'s group: its primary {} is gone and no caught-up "
+            "replica is left (a process of that shard claims it)",
+            shard_, group.replicas(0).address());
+      }
     } else {
       // Replicas are alive but the primary is not: a backup is taking over.
       absl::SleepFor(absl::Milliseconds(200));

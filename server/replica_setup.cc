@@ -1,9 +1,6 @@
 #include "server/replica_setup.h"
 
-#include <arpa/inet.h>
-#include <netinet/in.h>
 #include <stdlib.h>
-#include <sys/socket.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -41,28 +38,6 @@ ABSL_FLAG(int64_t, replication_log_mib, asyncps::ReplicaFlags().log_mib,
           "4x this, whichever is more. Range [1, 1048576].");
 
 namespace asyncps {
-
-namespace {
-
-// A port the OS calls free on `host` now (the server binds it next).
-absl::StatusOr<int> FreePort(const std::string& host) {
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  if (fd < 0) return absl::InternalError("socket() failed");
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_port = 0;
-  if (inet_pton(AF_INET, host.c_str(), &a.sin_addr) != 1) {
-    a.sin_addr.s_addr = htonl(INADDR_ANY);
-  }
-  socklen_t len = sizeof(a);
-  const bool ok = bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) == 0 &&
-                  getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) == 0;
-  close(fd);
-  if (!ok) return absl::UnavailableError("cannot find a free port on " + host);
-  return static_cast<int>(ntohs(a.sin_port));
-}
-
-}  // namespace
 
 absl::Status CheckReplicaFlags(const ReplicaFlags& flags,
                                const PsServerOptions& options) {
@@ -103,12 +78,15 @@ absl::Status CheckReplicaFlags(const ReplicaFlags& flags,
 
 absl::StatusOr<std::unique_ptr<ReplicaGroup>> SetUpReplica(
     const ReplicaFlags& flags, PsServerOptions* o, std::string* temp_dir,
-    std::function<bool()> stopping) {
+    std::function<bool()> stopping, ReservedPort* reserved) {
   if (flags.etcd_endpoints.empty()) return nullptr;
   if (o->port == 0) {
-    absl::StatusOr<int> port = FreePort(o->host);
+    // Advertised in etcd now, listened on only once the process joined
+    // (a standby may wait for hours): held until then.
+    absl::StatusOr<ReservedPort> port = ReservedPort::Pick(o->host);
     if (!port.ok()) return port.status();
-    o->port = *port;
+    *reserved = *std::move(port);
+    o->port = reserved->port();
   }
   if (o->advertise_address.empty()) {
     const std::string host = o->host == "0.0.0.0" || o->host == "::"

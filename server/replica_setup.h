@@ -11,6 +11,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "common/reserved_port.h"
 #include "common/security.h"
 #include "server/ps_server.h"
 #include "server/replica_group.h"
@@ -49,15 +50,16 @@ absl::Status CheckReplicaFlags(const ReplicaFlags& flags,
                                const PsServerOptions& options);
 
 // Null when the shard is not replicated (no etcd). Otherwise joins the
-// group and fits `options`: the advertised address (a free port is chosen
-// when --port is 0), the log, the Status hook, and for a spare the
+// group and fits `options`: the advertised address (when --port is 0, a
+// port the OS chose, held in *reserved until the caller starts the server
+// on it), the log, the Status hook, and for a spare the
 // snapshot to restore and its shard epoch (in --checkpoint_dir, or in a
 // new temporary directory named in *temp_dir, which the caller removes).
 // A process that stands by (its group has R replicas) asks `stopping`
 // while it waits: CANCELLED once it says so.
 absl::StatusOr<std::unique_ptr<ReplicaGroup>> SetUpReplica(
     const ReplicaFlags& flags, PsServerOptions* options, std::string* temp_dir,
-    std::function<bool()> stopping);
+    std::function<bool()> stopping, ReservedPort* reserved);
 
 }  // namespace asyncps
 

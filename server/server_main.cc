@@ -37,6 +37,7 @@
 #include "common/net.h"
 #include "common/port_file.h"
 #include "common/request_guard.h"
+#include "common/reserved_port.h"
 #include "common/security.h"
 #include "common/security_flags.h"
 #include "common/shard_map.h"
@@ -646,13 +647,13 @@ int ServeUntilSignal(const sigset_t& signals, PsServer* server,
 // Joins the shard group of a replicated run (*group null when the run is
 // not replicated): -1 to go on, else the exit status (0 for SIGTERM before
 // it joined, e.g. while standing by; 2 for a failure, said); *temp_dir is
-// removed then.
+// removed then. *port holds the port it advertised when --port is 0.
 int JoinGroup(const ReplicaFlags& flags, const sigset_t& signals,
               PsServerOptions* options, std::string* temp_dir,
-              std::unique_ptr<ReplicaGroup>* group) {
-  absl::StatusOr<std::unique_ptr<ReplicaGroup>> joined =
-      SetUpReplica(flags, options, temp_dir,
-                   [&signals] { return StopSignalPending(signals); });
+              std::unique_ptr<ReplicaGroup>* group, ReservedPort* port) {
+  absl::StatusOr<std::unique_ptr<ReplicaGroup>> joined = SetUpReplica(
+      flags, options, temp_dir,
+      [&signals] { return StopSignalPending(signals); }, port);
   if (joined.ok()) {
     *group = *std::move(joined);
     return -1;
@@ -667,7 +668,8 @@ int JoinGroup(const ReplicaFlags& flags, const sigset_t& signals,
                            joined.status().ToString()));
 }
 
-int Main(int argc, char** argv) {
+// The name, usage and exit statuses --help shows.
+ProgramInfo ServerProgram() {
   ProgramInfo program;
   program.name = "ps_server";
   program.version = kVersion;
@@ -680,7 +682,12 @@ int Main(int argc, char** argv) {
       "checkpoint cannot be restored or the final one written, 2 for bad\n"
       "flags, a --checkpoint_dir holding files of another shard count or\n"
       "run, or another start failure.";
-  const ParseResult parsed = ParseProgramCommandLine(argc, argv, program);
+  return program;
+}
+
+int Main(int argc, char** argv) {
+  const ParseResult parsed =
+      ParseProgramCommandLine(argc, argv, ServerProgram());
   if (!parsed.command_line.has_value()) return parsed.exit_code;
   absl::StatusOr<PsServerOptions> options = OptionsFromFlags();
   if (!options.ok()) return Fail(std::string(options.status().message()));
@@ -727,11 +734,13 @@ int Main(int argc, char** argv) {
   if (!health.ok()) return Fail(std::string(health.status().message()));
   std::string temp_dir;
   std::unique_ptr<ReplicaGroup> group;
-  if (int exit =
-          JoinGroup(*replica_flags, signals, &*options, &temp_dir, &group);
+  ReservedPort advertised_port;
+  if (int exit = JoinGroup(*replica_flags, signals, &*options, &temp_dir,
+                           &group, &advertised_port);
       exit >= 0) {
     return exit;
   }
+  advertised_port.Release();  // the server binds it next
   const bool restore = options->restore;
   const bool tls = !options->security.tls_cert.empty();
   absl::StatusOr<std::unique_ptr<PsServer>> server =

@@ -514,7 +514,8 @@ def main_replicated(rendered, server_help, worker_help, psctl_help, outdir):
     want_endpoints = ",".join("%s:%s" % (h, client_port) for h in member_hosts)
     service_endpoint = "%s:%s" % (sub, client_port)
 
-    # The shard groups.
+    # The shard groups, and the sets of spares of any shard
+    # (ASYNCPS_SHARD_INDEX=any): the same pod, less the group's placement.
     lease_ms = None
     run_ids = {}
     endpoints = {}
@@ -523,12 +524,14 @@ def main_replicated(rendered, server_help, worker_help, psctl_help, outdir):
     replicas_flag = None
     labels_of = {g["metadata"]["name"]: pod_labels(g) for g in groups}
     shard_envs = {}
+    spare_sets = []
     for g in groups:
         gname = g["metadata"]["name"]
-        what = "shard group %s" % gname
-        svc = check_service(g, what)
         pod = g["spec"]["template"]["spec"]
         (ctr,) = pod["containers"]
+        spare = resolved_env(ctr, configmaps, {}).get("ASYNCPS_SHARD_INDEX") == "any"
+        what = ("spares of any shard %s" if spare else "shard group %s") % gname
+        svc = check_service(g, what)
         check_pod(what, pod, ctr, "ps_server")
         field_vars = {e["name"]: e["valueFrom"]["fieldRef"]["fieldPath"]
                       for e in ctr.get("env", [])
@@ -541,14 +544,21 @@ def main_replicated(rendered, server_help, worker_help, psctl_help, outdir):
             replicas_flag = int(env.get("ASYNCPS_REPLICAS", 1))
         except ValueError:
             replicas_flag = None
+        idx = env.get("ASYNCPS_SHARD_INDEX", "0")
+        if spare:
+            # Any number of spares; they copy a live replica's state.
+            if replicas_flag is None or replicas_flag < 2:
+                problem("%s: ps_server --replicas=%s, a spare needs 2 or more" %
+                        (what, env.get("ASYNCPS_REPLICAS", 1)))
         # More pods than R: the others stand by (server/replica_group.h).
-        if replicas_flag is None or r < replicas_flag:
+        elif replicas_flag is None or r < replicas_flag:
             problem("%s runs %d pods, fewer than its ps_server --replicas=%s" %
                     (what, r, env.get("ASYNCPS_REPLICAS", 1)))
-        if r < 2:
+        if r < 2 and not spare:
             problem("%s has %d replica(s): not replicated" % (what, r))
-        idx = env.get("ASYNCPS_SHARD_INDEX", "0")
-        if not idx.isdigit():
+        if spare:
+            spare_sets.append(gname)
+        elif not idx.isdigit():
             problem("%s: ASYNCPS_SHARD_INDEX=%s (auto would read the replica's "
                     "ordinal, not the shard)" % (what, idx))
         else:
@@ -603,7 +613,7 @@ def main_replicated(rendered, server_help, worker_help, psctl_help, outdir):
         # Replicas on different nodes: a required anti-affinity whose
         # selector takes this group's pods and no other group's.
         own = [m for m in required_anti_affinity(pod) if selects(m, labels_of[gname])]
-        if not own:
+        if not own and not spare:
             problem("%s: no required pod anti-affinity on kubernetes.io/hostname "
                     "selecting its pods: two replicas may share a node" % what)
         for m in own:
@@ -695,23 +705,29 @@ def main_replicated(rendered, server_help, worker_help, psctl_help, outdir):
     for gname, (env, r) in shard_envs.items():
         g = next(x for x in groups if x["metadata"]["name"] == gname)
         (ctr,) = g["spec"]["template"]["spec"]["containers"]
+        spare = gname in spare_sets
         for k in range(r):
             pod_name = "%s-%d" % (gname, k)
+            node = ("spare-node-%d" if spare else "node-%d") % k
             penv = resolved_env(ctr, configmaps, {"metadata.name": pod_name,
-                                                  "spec.nodeName": "node-%d" % k})
+                                                  "spec.nodeName": node})
             penv["HOSTNAME"] = pod_name
             penv = {name: expand(v, penv) for name, v in penv.items()}
-            with open("%s/shard-%s-%d.env" % (outdir, env.get(
-                    "ASYNCPS_SHARD_INDEX"), k), "w") as f:
+            fname = ("spare-%d" % k if spare else
+                     "shard-%s-%d" % (env.get("ASYNCPS_SHARD_INDEX"), k))
+            with open("%s/%s.env" % (outdir, fname), "w") as f:
                 for name, v in penv.items():
                     f.write("%s=%s\n" % (name, v))
     for i in range(max(n, 0)):
         with open("%s/worker-%d.env" % (outdir, i), "w") as f:
             for name, v in list(wenv.items()) + [("JOB_COMPLETION_INDEX", str(i))]:
                 f.write("%s=%s\n" % (name, v))
-    print("replicated: %d shard group(s) x %s replicas (%s), etcd %d member(s) at "
+    spares = sum(shard_envs[g][1] for g in spare_sets)
+    print("replicated: %d shard group(s) x %s replicas and %d spare(s) of any shard "
+          "(%s), etcd %d member(s) at "
           "%s, elections %d ms, leases %s ms, %d worker(s), run %s" %
-          (len(groups), replicas_flag, ", ".join(sorted(labels_of)), members,
+          (len(groups) - len(spare_sets), replicas_flag, spares,
+           ", ".join(sorted(labels_of)), members,
            endpoints.get("workers"), election_ms, lease_ms, n, run_ids.get("workers")))
     return 1 if problems else 0
 

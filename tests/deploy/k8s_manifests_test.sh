@@ -20,6 +20,8 @@
 #      per shard group whose pod count is at least ps_server's --replicas
 #      (the pods beyond it stand by), a required
 #      anti-affinity and a disruption budget selecting exactly each group,
+#      spares of any shard (ASYNCPS_SHARD_INDEX=any) with a budget of their
+#      own,
 #      etcd endpoints and run id the same everywhere; mutated copies (a
 #      group without anti-affinity, --replicas 3 of 2 pods) fail;
 #   3f. deploy/k8s/elastic (check_k8s_elastic.py): pods made and removed
@@ -36,7 +38,8 @@
 #   5. the same for deploy/k8s/replicated, with a one-member etcd on
 #      loopback: the four replica processes in their pods' environments form
 #      two groups of a primary and a backup, each reporting its shard and
-#      its node as host label, and a worker in its pod's environment trains
+#      its node as host label, the spare of any shard stands by (psctl
+#      status lists it), and a worker in its pod's environment trains
 #      through the map (skipped, said, without etcd).
 # Prints `ASYNCPS_SKIPPED: ...` and exits 0 when kubectl or python3-yaml is
 # missing (deploy/install_deps.sh installs both).
@@ -208,7 +211,7 @@ docs = [d for d in yaml.safe_load_all(open(sys.argv[1])) if d]
 yaml.safe_dump_all([d for d in docs if d["kind"] in ("StatefulSet", "Job")],
                    open(sys.argv[2], "w"))
 groups = [d for d in docs if d["kind"] == "StatefulSet" and
-          d["metadata"]["name"] != "asyncps-etcd"]
+          d["metadata"]["name"].startswith("asyncps-shard-")]
 del groups[-1]["spec"]["template"]["spec"]["affinity"]
 yaml.safe_dump_all(docs, open(sys.argv[3], "w"))
 PY
@@ -389,6 +392,16 @@ print(*[x.getsockname()[1] for x in s])')
       replicas="$replicas 127.0.0.1:$(head -n 1 "$tmp/r$s-$r.port")"
     done
   done
+  # The spare of any shard (shard-spares.yaml) stands by: both groups whole.
+  mkdir -p "$tmp/rckpt-spare"
+  with_env "$tmp/renv/spare-0.env" "$B/server/ps_server" --host=127.0.0.1 \
+    --port=0 --advertise_address= --etcd_endpoints="$etcd_at" \
+    --port_file="$tmp/rspare.port" --health_port=-1 --metrics_port=-1 \
+    --checkpoint_dir="$tmp/rckpt-spare" >"$tmp/rspare.log" 2>&1 &
+  pids+=($!)
+  for _ in $(seq 300); do grep -q "stands by" "$tmp/rspare.log" && break; sleep 0.1; done
+  grep -q "stands by" "$tmp/rspare.log" ||
+    { tail -n 5 "$tmp/rspare.log"; fail "the spare of any shard stands by"; }
   for a in $replicas; do
     "$B/tools/psctl" status --servers="$a" -o json
     echo
@@ -422,7 +435,10 @@ import json, sys
 doc = json.load(open(sys.argv[1]))
 ids = [sorted(w["worker_id"] for w in s["status"]["workers"]) for s in doc["shards"]]
 assert ids == [[0], [0]], ids
-print("replicated worker: worker 0 on both primaries through the map")
+spares = [(x["host"], x["shard"]) for x in doc["standby_replicas"]]
+assert spares == [("spare-node-0", "any")], spares
+print("replicated worker: worker 0 on both primaries through the map; "
+      "the spare of any shard stands by")
 PY
 fi
 

@@ -19,8 +19,11 @@
 #      (read through etcd) shows each shard with a primary and a caught-up
 #      backup and exits 0, every replica stops with SIGTERM, and no
 #      ps_server/ps_worker/etcd is left;
-#   1k. the same with 3 epochs and shard 0's primary killed with SIGKILL while
-#      the workers train: its backup takes over and the job ends with exit 0;
+#   1k. the same with 3 epochs, ASYNCPS_STANDBYS=1 (a spare of any shard that
+#      stands by), and shard 0's primary killed with SIGKILL while the
+#      workers train: its backup takes over, the spare joins shard 0, the
+#      job ends with exit 0 and `psctl status` shows two caught-up replicas
+#      of each shard again;
 #   2. a job whose workers fail (bad flag) ends non-zero, names the failure and
 #      still stops its shards;
 #   3. a job signalled as before its time limit (scancel --signal=TERM
@@ -361,11 +364,11 @@ check "replicated job: psctl status shows 2 caught-up replicas per shard" replic
 check "replicated job: all 4 replicas stopped with SIGTERM" shards_stopped_cleanly 4
 check "replicated job: no ps_server/ps_worker/etcd left" none_left
 
-# --- 1k. a primary killed mid-job -------------------------------------------
+# --- 1k. a primary killed mid-job, a spare standing by ------------------------
 # 3 epochs: the workers are still training when shard 0's primary is killed.
 # Not requeued, and signalled after 1 minute (--time=3): a job that stalls
 # fails here instead of starting again.
-submit failover "$replicated,ASYNCPS_EPOCHS=3,ASYNCPS_REQUEUE=0" "--ntasks=6 --time=3" &
+submit failover "$replicated,ASYNCPS_EPOCHS=3,ASYNCPS_REQUEUE=0,ASYNCPS_STANDBYS=1" "--ntasks=7 --time=3" &
 submit_pid=$!
 killed=""
 if id=$(training_job failover 3); then
@@ -382,8 +385,12 @@ job_id=${id:-none}  # submit ran in a subshell
 check "failover job: shard 0's primary was killed with SIGKILL while the workers trained" test -n "$killed"
 check "failover job: its backup took over" \
   grep -q "took over shard 0 as its primary" "$tmp/submit/asyncps-$job_id"/shard0.r*.log
+check "failover job: the spare stood by, then joined shard 0" \
+  grep -q "joined shard 0 as a spare" "$tmp/submit/asyncps-$job_id/spare0.log"
 check "failover job: scontrol shows COMPLETED with ExitCode=0:0" \
   test "$(job_field JobState) $(job_field ExitCode)" = "COMPLETED 0:0"
+job_out=$tmp/submit/failover-$job_id.out
+check "failover job: psctl status shows 2 caught-up replicas per shard again" replicas_caught_up
 check "failover job: no ps_server/ps_worker/etcd left" none_left
 
 # --- 2. a job whose workers fail --------------------------------------------

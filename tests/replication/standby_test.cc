@@ -4,10 +4,18 @@
 // status) and joins the group as soon as one replica leaves the map (a
 // killed backup leaves it once its address refuses the primary's probe);
 // of two standbys exactly one joins; a standby stopped by SIGTERM exits 0
-// at once and leaves the run.
+// at once and leaves the run. Spares of any shard: one never stays in a
+// group that lost every caught-up replica (before or after its snapshot),
+// and joins it once a new process claims it; a standby on --port=0 holds
+// its advertised port; a spare killed while it is counted is dropped once
+// its address refuses.
 
+#include <arpa/inet.h>
 #include <grpcpp/grpcpp.h>
+#include <netinet/in.h>
 #include <signal.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <catch2/catch.hpp>
@@ -36,15 +44,35 @@ using testing::ServerProcess;
 constexpr int kElems = 100;
 constexpr char kStandingBy[] = "stands by and joins";
 
+// Whether a socket with SO_REUSEADDR (as gRPC's listeners have) binds
+// `address`'s port on 127.0.0.1 and listens.
+bool CanListen(const std::string& address) {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  REQUIRE(fd >= 0);
+  const int one = 1;
+  REQUIRE(setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one)) == 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  a.sin_port = htons(
+      static_cast<uint16_t>(std::stoi(address.substr(address.find(':') + 1))));
+  const bool ok = bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) == 0 &&
+                  listen(fd, 4) == 0;
+  close(fd);
+  return ok;
+}
+
 // A replica of run `run` (`shard` "0".."N-1" or "any" of `num_shards`,
 // with `extra` flags) on a port chosen here: a standby serves nothing, so
 // it writes no port file to wait for. With `health_file`, its health
-// listener's port is written there.
+// listener's port is written there. Returns once its log says `until`
+// (polled every millisecond).
 ServerProcess StartStandby(const testing::EtcdProcess& etcd,
                            const std::string& run,
                            const std::string& health_file = "",
                            const std::string& shard = "0", int num_shards = 1,
-                           const std::vector<std::string>& extra = {}) {
+                           const std::vector<std::string>& extra = {},
+                           const std::string& until = kStandingBy) {
   absl::StatusOr<std::string> address = testing::UnusedLoopbackAddress();
   REQUIRE_OK(address.status());
   std::vector<std::string> args = testing::ReplicaArgs(etcd, run);
@@ -67,8 +95,8 @@ ServerProcess StartStandby(const testing::EtcdProcess& etcd,
   s.process = *std::move(p);
   s.address = *address;
   REQUIRE_OK(testing::WaitFor(
-      [&] { return absl::StrContains(s.process->ReadLog(), kStandingBy); },
-      absl::Seconds(20), "the process to stand by"));
+      [&] { return absl::StrContains(s.process->ReadLog(), until); },
+      absl::Seconds(20), until, absl::Milliseconds(1)));
   return s;
 }
 
@@ -280,6 +308,204 @@ TEST_CASE(
   INFO(out);
   CHECK(exit == 0);
   CHECK_FALSE(absl::StrContains(out, "standby replica:"));
+}
+
+TEST_CASE(
+    "a spare of any shard whose group loses its primary before the spare "
+    "could follow leaves the group and stands by, so that a new process "
+    "claims the group; the spare then joins it. A standby started with "
+    "--port=0 holds the port it advertises",
+    "[replication][standby]") {
+  if (testing::SkipWithoutEtcd()) return;
+  absl::StatusOr<testing::EtcdProcess> etcd = testing::StartEtcd();
+  REQUIRE_OK(etcd.status());
+  // A lease of 3 s: the spare sees the stopped primary alive when it joins
+  // (and waits 5 s for its snapshot that never comes).
+  ServerProcess primary =
+      testing::StartReplica(*etcd, "spare-lost", {"--lease_ms=3000"});
+  testing::WaitForRole(primary.address, "primary");
+  REQUIRE_OK(primary.process->Signal(SIGSTOP));
+  ServerProcess spare = StartStandby(*etcd, "spare-lost", "", "any");
+  INFO("the spare's log:\n" << spare.process->ReadLog());
+  CHECK(absl::StrContains(
+      spare.process->ReadLog(),
+      "left shard 0's group: its primary " + primary.address + " is gone"));
+  {
+    // Its record is out of the map: the group lists only the lost primary.
+    auto [exit, out] = testing::Psctl(*etcd, "spare-lost", {"-o", "json"});
+    INFO(out);
+    CHECK(absl::StrContains(
+        out, "\"standby_replicas\":[{\"address\":\"" + spare.address));
+  }
+  // Another spare picks its port: held, though nothing listens there yet.
+  ServerProcess picked =
+      StartStandby(*etcd, "spare-lost", "", "any", 1, {"--port=0"});
+  {
+    auto [exit, out] = testing::Psctl(*etcd, "spare-lost");
+    INFO(out);
+    // The other standby's line: "standby replica: ADDRESS (host ...".
+    const std::string tag = "standby replica: ";
+    for (size_t at = out.find(tag); at != std::string::npos;
+         at = out.find(tag, at + 1)) {
+      const size_t begin = at + tag.size();
+      const std::string address =
+          out.substr(begin, out.find(' ', begin) - begin);
+      if (address != spare.address) picked.address = address;
+    }
+    REQUIRE_FALSE(picked.address.empty());
+    INFO("the picked address: " << picked.address);
+    CHECK_FALSE(CanListen(picked.address));
+  }
+  REQUIRE_OK(picked.process->Signal(SIGTERM));
+  absl::StatusOr<int> stopped = picked.process->Wait(absl::Seconds(10));
+  REQUIRE_OK(stopped.status());
+  CHECK(*stopped == 0);
+  CHECK(CanListen(picked.address));
+
+  // The primary is lost for good; a new process of shard 0 claims the
+  // group (nobody holds its state), and the spare joins it.
+  REQUIRE_OK(primary.process->Signal(SIGKILL));
+  (void)primary.process->Wait(absl::Seconds(10));
+  ServerProcess claimer = testing::StartReplica(*etcd, "spare-lost");
+  testing::WaitForRole(claimer.address, "primary");
+  testing::WaitForCounted(claimer.address, 1);
+  CHECK(Backups(claimer.address) == std::vector<std::string>{spare.address});
+  CHECK(absl::StrContains(claimer.process->ReadLog(), "claimed shard 0"));
+  CHECK(
+      absl::StrContains(spare.process->ReadLog(), "joined shard 0 as a spare"));
+  std::unique_ptr<PsClient> c = testing::MapClient(*etcd, "spare-lost");
+  REQUIRE_OK(c->CreateTensors({testing::UnitTensor(kElems)}));
+  testing::PushOnes(c.get(), kElems, 0, 10);
+  testing::ExpectSameState(claimer.address, spare.address);
+  auto [exit, out] = testing::Psctl(*etcd, "spare-lost");
+  INFO(out);
+  CHECK(exit == 0);
+  CHECK_FALSE(absl::StrContains(out, "standby replica:"));
+}
+
+TEST_CASE(
+    "a spare of any shard whose primary dies after sending it the snapshot, "
+    "before it caught up, starts over and stands by; it joins the group "
+    "once a new process of the shard claims it",
+    "[replication][standby]") {
+  if (testing::SkipWithoutEtcd()) return;
+  absl::StatusOr<testing::EtcdProcess> etcd = testing::StartEtcd();
+  REQUIRE_OK(etcd.status());
+  ServerProcess primary = testing::StartReplica(*etcd, "spare-early");
+  testing::WaitForRole(primary.address, "primary");
+  std::unique_ptr<PsClient> c = testing::MapClient(*etcd, "spare-early");
+  // 16 MiB of state: the spare restores it after its join line, which
+  // gives the kill below time to land before the primary counts it.
+  constexpr int kBig = 4 << 20;
+  REQUIRE_OK(c->CreateTensors({testing::UnitTensor(kBig)}));
+  testing::PushOnes(c.get(), kBig, 0, 2);
+  ServerProcess spare = StartStandby(*etcd, "spare-early", "", "any", 1, {},
+                                     "joined shard 0 as a spare");
+  REQUIRE_OK(primary.process->Signal(SIGKILL));
+  (void)primary.process->Wait(absl::Seconds(10));
+  INFO("the spare's log:\n" << spare.process->ReadLog());
+  REQUIRE_FALSE(absl::StrContains(spare.process->ReadLog(), "caught up"));
+  REQUIRE_OK(testing::WaitFor(
+      [&] {
+        const std::string log = spare.process->ReadLog();
+        return absl::StrContains(log, "is gone before this spare caught up") &&
+               absl::StrContains(log, "every shard group has its 2 replicas");
+      },
+      absl::Seconds(20), "the spare to start over and stand by"));
+  CHECK_FALSE(absl::StrContains(spare.process->ReadLog(), "took over"));
+  CHECK(spare.process->Running());
+
+  ServerProcess claimer = testing::StartReplica(*etcd, "spare-early");
+  testing::WaitForRole(claimer.address, "primary");
+  testing::WaitForCounted(claimer.address, 1);
+  CHECK(Backups(claimer.address) == std::vector<std::string>{spare.address});
+  // The claimed group starts from its own (empty) checkpoint: the tensor
+  // is made again, and both replicas apply what is pushed.
+  REQUIRE_OK(c->CreateTensors({testing::UnitTensor(kBig)}));
+  testing::PushOnes(c.get(), kBig, 0, 2);
+  testing::ExpectSameState(claimer.address, spare.address);
+}
+
+TEST_CASE(
+    "a spare killed while its primary counts it (caught up to within a few "
+    "entries, not yet called caught up) is dropped once its address "
+    "refuses, not a lease later, and the pushes it held go on",
+    "[replication][standby]") {
+  if (testing::SkipWithoutEtcd()) return;
+  absl::StatusOr<testing::EtcdProcess> etcd = testing::StartEtcd();
+  REQUIRE_OK(etcd.status());
+  // Leases of 3 s and a backup timeout of 20 s: either would take seconds.
+  const std::vector<std::string> slow = {"--lease_ms=3000",
+                                         "--replica_timeout_ms=20000"};
+  ServerProcess primary = testing::StartReplica(*etcd, "spare-counted", slow);
+  testing::WaitForRole(primary.address, "primary");
+  std::unique_ptr<PsClient> c = testing::MapClient(*etcd, "spare-counted");
+  REQUIRE_OK(c->CreateTensors({testing::UnitTensor(kElems)}));
+  std::atomic<bool> stop{false};
+  std::atomic<int> acked{0};
+  absl::Status failed;
+  std::thread pushing([&] {
+    const std::vector<float> ones(kElems, 1.0f);
+    while (!stop.load() && acked.load() < 1000000) {
+      absl::StatusOr<PushSummary> r =
+          c->Push(acked.load(), {{"w", ones.data()}});
+      if (!r.ok()) {
+        failed = r.status();
+        return;
+      }
+      acked.fetch_add(1);
+    }
+  });
+  ServerProcess spare = StartStandby(*etcd, "spare-counted", "", "0", 1, slow,
+                                     "joined shard 0 as a spare");
+  // The primary's Status, every millisecond: once the spare acknowledged
+  // its snapshot it is stopped (it acknowledges nothing more), and once the
+  // primary counts it (a tick later) it is killed: counted, not caught up,
+  // with entries it never acknowledged that the pushes wait for.
+  auto spare_state = [&](bool* counted, bool* caught_up) {
+    absl::StatusOr<StatusResponse> s = testing::ReplicaStatus(primary.address);
+    if (!s.ok()) return false;
+    for (const auto& b : s->replica().backups()) {
+      if (b.address() != spare.address) continue;
+      *counted = b.counted();
+      *caught_up = b.caught_up();
+      return true;
+    }
+    return false;
+  };
+  bool counted = false, caught_up = false;
+  REQUIRE_OK(testing::WaitFor([&] { return spare_state(&counted, &caught_up); },
+                              absl::Seconds(20), "the spare's acknowledgement",
+                              absl::Milliseconds(1)));
+  REQUIRE_OK(spare.process->Signal(SIGSTOP));
+  REQUIRE_OK(testing::WaitFor(
+      [&] { return spare_state(&counted, &caught_up) && counted; },
+      absl::Seconds(10), "the primary to count the spare"));
+  REQUIRE_OK(spare.process->Signal(SIGKILL));
+  (void)spare.process->Wait(absl::Seconds(10));
+  const int at_kill = acked.load();
+  INFO("the primary's log:\n" << primary.process->ReadLog());
+  REQUIRE_FALSE(caught_up);
+  const absl::Status dropped = testing::WaitFor(
+      [&] {
+        return absl::StrContains(primary.process->ReadLog(),
+                                 "dropped backup " + spare.address);
+      },
+      absl::Seconds(10), "the primary to drop the spare");
+  const absl::Status resumed =
+      testing::WaitFor([&] { return acked.load() >= at_kill + 20; },
+                       absl::Seconds(10), "pushes after the drop");
+  stop = true;
+  pushing.join();
+  REQUIRE_OK(failed);
+  REQUIRE_OK(dropped);
+  REQUIRE_OK(resumed);
+  CHECK(absl::StrContains(primary.process->ReadLog(),
+                          "its stream ended and nothing listens at its "
+                          "address"));
+  CHECK(Backups(primary.address).empty());
+  testing::ExpectEvery(c.get(), kElems, acked.load(),
+                       1.0f - static_cast<float>(acked.load()));
 }
 
 }  // namespace
