@@ -26,7 +26,11 @@ move to another without losing their leases or the run's progress). With
 also moves slots between the groups: `psctl scale` (through etcd) to 2 or
 back to 1 group, started up to 0.5 s before the nemesis strikes; a scale
 may fail, and must leave its move committed or rolled back; one more scale
-to 2 without a nemesis must succeed at the end. At the end the workers must all
+to 2 without a nemesis must succeed at the end. With --spares K, K hosts
+after etcd's run a spare of any shard each (ps_server --shard_index=any):
+they stand by, join a group that lost a replica (the killed process, started
+again, then stands by in its place), and are struck like the others. At the
+end the workers must all
 have exited 0 with every push acknowledged, a verifier reads every
 element: it must equal 1 - sum(grad x pushes) exactly (0 pushes lost, 0
 applied twice), and `psctl status --digests` must find every group back
@@ -115,6 +119,11 @@ def main():
                     "ledger's pushes")
     ap.add_argument("--scale", action="store_true",
                     help="move slots between the groups at every event")
+    ap.add_argument("--spares", type=int, default=0, metavar="K",
+                    help="K more server processes of --shard_index=any, each "
+                    "on a host of its own (after etcd's), which stand by and "
+                    "join a group that loses a replica; the nemesis strikes "
+                    "them too")
     ap.add_argument("--etcd_members", type=int, default=1, choices=(1, 3),
                     help="etcd members, each on a host of its own; with 3 "
                     "the nemesis also kills or cuts off one member")
@@ -135,7 +144,8 @@ def main():
     r = args.replicas
     server_hosts = list(range(1, 2 * r + 1))
     etcd_hosts = list(range(2 * r + 1, 2 * r + 1 + args.etcd_members))
-    num_hosts = 2 * r + 1 + args.etcd_members
+    spare_hosts = [etcd_hosts[-1] + 1 + k for k in range(args.spares)]
+    num_hosts = 2 * r + 1 + args.etcd_members + args.spares
     with ec.EmulatedCluster(num_hosts, log=print) as c:
         h0 = c.host(0)
         members = [c.host(h) for h in etcd_hosts]
@@ -161,9 +171,10 @@ def main():
 
         def start_server(h):
             host = c.host(h)
+            shard = "any" if h in spare_hosts else (h - 1) // r
             return host.spawn(
                 [ps_server, f"--host={host.ip}", f"--port={PORT}",
-                 f"--shard_index={(h - 1) // r}", "--num_shards=2",
+                 f"--shard_index={shard}", "--num_shards=2",
                  f"--replicas={r}", f"--etcd_endpoints={endpoint}",
                  "--run_id=nemesis", f"--host_label={host.name}"] + slotted,
                 name="ps_server")
@@ -174,6 +185,7 @@ def main():
         servers.update({h: start_server(h) for h in server_hosts
                         if h not in firsts})
         time.sleep(3)
+        servers.update({h: start_server(h) for h in spare_hosts})
         common = [f"--etcd_endpoints={endpoint}", "--run_id=nemesis",
                   "--tensors=w", "--log_level=warn"]
         if args.mlp:
@@ -212,12 +224,17 @@ def main():
                 print("nemesis: a group is still below R caught-up replicas "
                       "after 60 s", flush=True)
             events += 1
-            h = rng.choice(server_hosts)
+            h = rng.choice(server_hosts + spare_hosts)
             kinds = ["kill process", "kill host", "partition", "split",
                      "etcd away"]
             if args.etcd_members > 1:
                 kinds += ["etcd member away", "etcd member cut"]
             kind = rng.choice(kinds + (["double kill"] if r >= 3 else []))
+            # Which group a spare is in (if any) is the map's: it is cut
+            # off from everyone, or killed.
+            if h in spare_hosts:
+                kind = {"split": "partition",
+                        "double kill": "kill process"}.get(kind, kind)
             mover = None
             if args.scale:
                 to = 1 + events % 2

@@ -202,10 +202,11 @@ free_port() {  # a TCP port nothing listens on, not in $1
   return 1
 }
 ctld_port=$(free_port) && slurmd_port=$(free_port "$ctld_port") || abort "no free TCP port"
-# 2 x 2 replicas + 2 workers need 6 task slots; a smaller machine is declared
-# with 6 CPUs (config_overrides keeps slurmd from draining the node for it).
+# 2 x 2 replicas + a spare + 2 workers need 7 task slots; a smaller machine
+# is declared with 7 CPUs (config_overrides keeps slurmd from draining the
+# node for it).
 cpus=$(nproc)
-[ "$cpus" -lt 6 ] && cpus=6
+[ "$cpus" -lt 7 ] && cpus=7
 export SLURM_CONF=$tmp/etc/slurm.conf
 : >"$tmp/etc/plugstack.conf"
 cat >"$SLURM_CONF" <<EOF
