@@ -4,12 +4,8 @@
 // Release a gRPC server serves there. A moved-from object holds nothing.
 #include "common/reserved_port.h"
 
-#include <arpa/inet.h>
 #include <grpcpp/generic/async_generic_service.h>
 #include <grpcpp/grpcpp.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
-#include <unistd.h>
 
 #include <catch2/catch.hpp>
 #include <memory>
@@ -17,25 +13,10 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "tests/testing/subprocess.h"
 
 namespace asyncps {
 namespace {
-
-// Whether a socket with SO_REUSEADDR binds 127.0.0.1:`port` and listens.
-bool CanListen(int port) {
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  REQUIRE(fd >= 0);
-  const int one = 1;
-  REQUIRE(setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one)) == 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  a.sin_port = htons(static_cast<uint16_t>(port));
-  const bool ok = bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) == 0 &&
-                  listen(fd, 4) == 0;
-  close(fd);
-  return ok;
-}
 
 // A gRPC server on 127.0.0.1:`port` serving `service` (which answers
 // UNIMPLEMENTED; one per server), or null when it cannot bind there.
@@ -64,7 +45,7 @@ TEST_CASE(
   REQUIRE(held->held());
   const int port = held->port();
   REQUIRE(port > 0);
-  CHECK_FALSE(CanListen(port));
+  CHECK_FALSE(testing::LoopbackPortBindable(port));
   grpc::CallbackGenericService refused, served;
   CHECK(GrpcServerOn(port, &refused) == nullptr);
   held->Release();
@@ -85,13 +66,13 @@ TEST_CASE("a moved port is held by its new owner only", "[net]") {
   CHECK(second.held());
   CHECK(second.port() == port);
   first->Release();  // the moved-from one closes nothing
-  CHECK_FALSE(CanListen(port));
+  CHECK_FALSE(testing::LoopbackPortBindable(port));
   {
     ReservedPort third;
     third = std::move(second);
-    CHECK_FALSE(CanListen(port));
+    CHECK_FALSE(testing::LoopbackPortBindable(port));
   }  // destroyed: released
-  CHECK(CanListen(port));
+  CHECK(testing::LoopbackPortBindable(port));
 }
 
 }  // namespace

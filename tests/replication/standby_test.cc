@@ -10,12 +10,8 @@
 // its advertised port; a spare killed while it is counted is dropped once
 // its address refuses.
 
-#include <arpa/inet.h>
 #include <grpcpp/grpcpp.h>
-#include <netinet/in.h>
 #include <signal.h>
-#include <sys/socket.h>
-#include <unistd.h>
 
 #include <atomic>
 #include <catch2/catch.hpp>
@@ -44,23 +40,45 @@ using testing::ServerProcess;
 constexpr int kElems = 100;
 constexpr char kStandingBy[] = "stands by and joins";
 
-// Whether a socket with SO_REUSEADDR (as gRPC's listeners have) binds
-// `address`'s port on 127.0.0.1 and listens.
+// Whether another program could listen at `address`'s port on loopback.
 bool CanListen(const std::string& address) {
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  REQUIRE(fd >= 0);
-  const int one = 1;
-  REQUIRE(setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one)) == 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  a.sin_port = htons(
-      static_cast<uint16_t>(std::stoi(address.substr(address.find(':') + 1))));
-  const bool ok = bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) == 0 &&
-                  listen(fd, 4) == 0;
-  close(fd);
-  return ok;
+  return testing::LoopbackPortBindable(
+      std::stoi(address.substr(address.find(':') + 1)));
 }
+
+// Pushes all-ones gradients of "w" (kElems) through `c`, one at a time, on
+// a thread of its own, steps from `first` on, until Stop (or a million).
+class PushLoop {
+ public:
+  PushLoop(PsClient* c, int first)
+      : acked_(first), thread_([this, c] {
+          const std::vector<float> ones(kElems, 1.0f);
+          while (!stop_.load() && acked_.load() < 1000000) {
+            absl::StatusOr<PushSummary> r =
+                c->Push(acked_.load(), {{"w", ones.data()}});
+            if (!r.ok()) {
+              failed_ = r.status();
+              return;
+            }
+            acked_.fetch_add(1);
+          }
+        }) {}
+  ~PushLoop() { (void)Stop(); }
+  // The pushes answered OK (and `first`).
+  int acked() const { return acked_.load(); }
+  // Ends the loop: OK, or the error that ended it before.
+  absl::Status Stop() {
+    stop_ = true;
+    if (thread_.joinable()) thread_.join();
+    return failed_;
+  }
+
+ private:
+  std::atomic<bool> stop_{false};
+  std::atomic<int> acked_;
+  absl::Status failed_;
+  std::thread thread_;  // last: it starts once the others are set
+};
 
 // A replica of run `run` (`shard` "0".."N-1" or "any" of `num_shards`,
 // with `extra` flags) on a port chosen here: a standby serves nothing, so
@@ -170,21 +188,7 @@ TEST_CASE(
   }
 
   // Pushes go on while the backup dies and a standby replaces it.
-  std::atomic<bool> stop{false};
-  std::atomic<int> acked{20};
-  absl::Status failed;
-  std::thread pushing([&] {
-    const std::vector<float> ones(kElems, 1.0f);
-    while (!stop.load() && acked.load() < 100000) {
-      absl::StatusOr<PushSummary> r =
-          c->Push(acked.load(), {{"w", ones.data()}});
-      if (!r.ok()) {
-        failed = r.status();
-        return;
-      }
-      acked.fetch_add(1);
-    }
-  });
+  PushLoop pushes(c.get(), 20);
   REQUIRE_OK(b.process->Signal(SIGKILL));
   (void)b.process->Wait(absl::Seconds(10));
   const absl::Time killed = absl::Now();
@@ -206,12 +210,10 @@ TEST_CASE(
                           "address"));
   WARN("a standby was counted " << absl::FormatDuration(absl::Now() - killed)
                                 << " after the kill");
-  const int at_counted = acked.load();
-  REQUIRE_OK(testing::WaitFor([&] { return acked.load() >= at_counted + 20; },
+  const int at_counted = pushes.acked();
+  REQUIRE_OK(testing::WaitFor([&] { return pushes.acked() >= at_counted + 20; },
                               absl::Seconds(30), "pushes after the join"));
-  stop = true;
-  pushing.join();
-  REQUIRE_OK(failed);
+  REQUIRE_OK(pushes.Stop());
   REQUIRE_OK(replaced);
   REQUIRE((joined == s1.address || joined == s2.address));
   ServerProcess& other = joined == s1.address ? s2 : s1;
@@ -220,8 +222,8 @@ TEST_CASE(
   CHECK(Backups(a.address) == std::vector<std::string>{joined});
   CHECK(other.process->Running());
   testing::ExpectSameState(a.address, joined);
-  testing::ExpectEvery(c.get(), kElems, acked.load(),
-                       1.0f - static_cast<float>(acked.load()));
+  testing::ExpectEvery(c.get(), kElems, pushes.acked(),
+                       1.0f - static_cast<float>(pushes.acked()));
   {
     auto [exit, out] = testing::Psctl(*etcd, "standby");
     INFO(out);
@@ -441,21 +443,7 @@ TEST_CASE(
   testing::WaitForRole(primary.address, "primary");
   std::unique_ptr<PsClient> c = testing::MapClient(*etcd, "spare-counted");
   REQUIRE_OK(c->CreateTensors({testing::UnitTensor(kElems)}));
-  std::atomic<bool> stop{false};
-  std::atomic<int> acked{0};
-  absl::Status failed;
-  std::thread pushing([&] {
-    const std::vector<float> ones(kElems, 1.0f);
-    while (!stop.load() && acked.load() < 1000000) {
-      absl::StatusOr<PushSummary> r =
-          c->Push(acked.load(), {{"w", ones.data()}});
-      if (!r.ok()) {
-        failed = r.status();
-        return;
-      }
-      acked.fetch_add(1);
-    }
-  });
+  PushLoop pushes(c.get(), 0);
   ServerProcess spare = StartStandby(*etcd, "spare-counted", "", "0", 1, slow,
                                      "joined shard 0 as a spare");
   // The primary's Status, every millisecond: once the spare acknowledged
@@ -483,7 +471,7 @@ TEST_CASE(
       absl::Seconds(10), "the primary to count the spare"));
   REQUIRE_OK(spare.process->Signal(SIGKILL));
   (void)spare.process->Wait(absl::Seconds(10));
-  const int at_kill = acked.load();
+  const int at_kill = pushes.acked();
   INFO("the primary's log:\n" << primary.process->ReadLog());
   REQUIRE_FALSE(caught_up);
   const absl::Status dropped = testing::WaitFor(
@@ -493,19 +481,17 @@ TEST_CASE(
       },
       absl::Seconds(10), "the primary to drop the spare");
   const absl::Status resumed =
-      testing::WaitFor([&] { return acked.load() >= at_kill + 20; },
+      testing::WaitFor([&] { return pushes.acked() >= at_kill + 20; },
                        absl::Seconds(10), "pushes after the drop");
-  stop = true;
-  pushing.join();
-  REQUIRE_OK(failed);
+  REQUIRE_OK(pushes.Stop());
   REQUIRE_OK(dropped);
   REQUIRE_OK(resumed);
   CHECK(absl::StrContains(primary.process->ReadLog(),
                           "its stream ended and nothing listens at its "
                           "address"));
   CHECK(Backups(primary.address).empty());
-  testing::ExpectEvery(c.get(), kElems, acked.load(),
-                       1.0f - static_cast<float>(acked.load()));
+  testing::ExpectEvery(c.get(), kElems, pushes.acked(),
+                       1.0f - static_cast<float>(pushes.acked()));
 }
 
 }  // namespace

@@ -418,6 +418,22 @@ absl::StatusOr<std::string> UnusedLoopbackAddress() {
   return absl::StrCat("127.0.0.1:", ntohs(addr.sin_port));
 }
 
+bool LoopbackPortBindable(int port) {
+  const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return false;
+  const int one = 1;
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  const bool ok =
+      setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one)) == 0 &&
+      bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0 &&
+      listen(fd, 4) == 0;
+  close(fd);
+  return ok;
+}
+
 absl::StatusOr<ProcessResources> ReadProcessResources(pid_t pid) {
   ProcessResources r;
   std::ifstream status(absl::StrCat("/proc/", pid, "/status"));

@@ -60,6 +60,10 @@ class OwnedTmpDir {
 // and released (for clients of a shard that is not there, or not yet).
 absl::StatusOr<std::string> UnusedLoopbackAddress();
 
+// Whether a socket with SO_REUSEADDR (as gRPC's listeners have) can bind
+// 127.0.0.1:`port` and listen there now (it is closed again at once).
+bool LoopbackPortBindable(int port);
+
 // Polls `condition` every `poll` until it returns true (OK) or `timeout`
 // passes (DEADLINE_EXCEEDED naming `what`). The condition is called at least
 // once.
