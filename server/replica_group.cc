@@ -566,6 +566,7 @@ bool ReplicaGroup::TryPromote(const std::string& dead_primary) {
         }
         ShardGroupRecord next;
         next.set_shard(g->shard());
+        next.set_held_state(g->held_state());
         *next.add_replicas() = g->replicas(me);
         counted.clear();
         for (int i = 1; i < g->replicas_size(); ++i) {

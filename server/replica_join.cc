@@ -115,7 +115,9 @@ absl::Status ReplicaGroup::Claim() {
         if (WholeStateLive(*g, *now, self_)) {
           return absl::AbortedError("a replica came back");
         }
+        if (!MayClaim(*g)) return absl::AbortedError("nothing to restore");
         g->clear_replicas();
+        g->set_held_state(true);
         *g->add_replicas() = SelfRecord(/*caught_up=*/true);
         return true;
       });
@@ -260,9 +262,21 @@ absl::Status ReplicaGroup::Decide() {
         s = StandBy(read->map);
         deadline = Now() + o_.join_timeout;  // it waited for a place
       }
-    } else if (!whole_live && !any_shard()) {
+    } else if (!whole_live && !any_shard() && MayClaim(group)) {
       // No replica holds the group's whole state: its checkpoint is it.
       s = Claim();
+    } else if (!whole_live && !any_shard()) {
+      if (!waiting_for_state_) {
+        o_.logger->warn(
+            "shard {} held a state and no replica holding it is alive; this "
+            "process has no checkpoint of it to restore and waits for a "
+            "process that has one (--claim_without_checkpoint lets it start "
+            "the shard anew, its state lost)",
+            shard_);
+        waiting_for_state_ = true;
+      }
+      absl::SleepFor(absl::Milliseconds(200));
+      deadline = Now() + o_.join_timeout;  // it waits for as long as it takes
     } else if (!whole_live && Find(group, self_) >= 0) {
       // A spare of any shard holds none of it to claim the group with: out
       // of it (its record would keep the group from being claimed), and

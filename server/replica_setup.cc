@@ -30,6 +30,14 @@ ABSL_FLAG(std::string, host_label, "",
 ABSL_FLAG(int64_t, replica_timeout_ms, 0,
           "A backup that acknowledges nothing for this long while entries "
           "wait is dropped from the map; 0 = twice --lease_ms.");
+ABSL_FLAG(bool, claim_without_checkpoint, false,
+          "With --replicas >= 2: let this process claim a shard group that "
+          "held a state though it has no checkpoint of the shard to restore "
+          "(no --checkpoint_dir, none of this shard's files there, or "
+          "--restore=false): the shard starts anew, its state lost. Without "
+          "it such a process waits for one that has a checkpoint (e.g. a "
+          "standby with an empty disk after the group's replicas were lost "
+          "at once).");
 ABSL_FLAG(int64_t, replication_log_mib, asyncps::ReplicaFlags().log_mib,
           "Entries each replica's log keeps for backups that reconnect or "
           "lag, in MiB (oldest dropped first; a backup that needs a dropped "
@@ -94,6 +102,15 @@ absl::StatusOr<std::unique_ptr<ReplicaGroup>> SetUpReplica(
                                  : o->host;
     o->advertise_address = absl::StrCat(host, ":", o->port);
   }
+  // Something of the shard to restore, should it claim a group that held
+  // a state (a process of any shard never claims).
+  const bool has_checkpoint =
+      o->restore && !o->checkpoint_dir.empty() &&
+      o->store.shard_index != kAnyShard &&
+      o->fs
+          ->Stat(CheckpointPath(o->checkpoint_dir, o->store.shard_index,
+                                o->store.num_shards))
+          .ok();
   std::string dir = o->checkpoint_dir;
   if (dir.empty()) {
     // Under $TMPDIR when set (removed at a clean exit; a killed process
@@ -131,6 +148,7 @@ absl::StatusOr<std::unique_ptr<ReplicaGroup>> SetUpReplica(
   g.security = PeerSecurity(o->security);
   g.logger = o->logger;
   g.stopping = std::move(stopping);
+  g.may_claim_held_state = has_checkpoint || flags.claim_without_checkpoint;
   absl::StatusOr<std::unique_ptr<ReplicaGroup>> group =
       ReplicaGroup::Join(std::move(g));
   if (!group.ok()) return group.status();
@@ -175,6 +193,7 @@ absl::StatusOr<ReplicaFlags> ReplicaFlagsFromFlags(const PsServerOptions& o) {
   }
   f.replica_timeout = absl::Milliseconds(timeout);
   f.log_mib = absl::GetFlag(FLAGS_replication_log_mib);
+  f.claim_without_checkpoint = absl::GetFlag(FLAGS_claim_without_checkpoint);
   absl::Status s = CheckReplicaFlags(f, o);
   if (!s.ok()) return s;
   return f;

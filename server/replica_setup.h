@@ -30,13 +30,15 @@ struct ReplicaFlags {
   absl::Duration lease = absl::Seconds(1);  // --lease_ms
   std::string host_label;                   // --host_label / ASYNCPS_HOST
   absl::Duration replica_timeout;           // --replica_timeout_ms
+  bool claim_without_checkpoint = false;    // --claim_without_checkpoint
   // --replication_log_mib; the log's own default.
   int64_t log_mib =
       static_cast<int64_t>(ReplicationLog::Options().max_bytes >> 20);
 };
 
 // ps_server's replication flags (--replicas, --etcd_*, --lease_ms,
-// --host_label, --replica_timeout_ms, --replication_log_mib), defined
+// --host_label, --replica_timeout_ms, --replication_log_mib,
+// --claim_without_checkpoint), defined
 // here; etcd's warnings are logged with `options`' logger, and the error
 // names the flag (CheckReplicaFlags included).
 absl::StatusOr<ReplicaFlags> ReplicaFlagsFromFlags(

@@ -8,7 +8,8 @@
 // group that lost every caught-up replica (before or after its snapshot),
 // and joins it once a new process claims it; a standby on --port=0 holds
 // its advertised port; a spare killed while it is counted is dropped once
-// its address refuses.
+// its address refuses. A standby with nothing to restore never claims a
+// group that held a state.
 
 #include <grpcpp/grpcpp.h>
 #include <signal.h>
@@ -365,10 +366,14 @@ TEST_CASE(
   CHECK(CanListen(picked.address));
 
   // The primary is lost for good; a new process of shard 0 claims the
-  // group (nobody holds its state), and the spare joins it.
+  // group (nobody holds its state, nor a checkpoint of it), and the spare
+  // joins it.
   REQUIRE_OK(primary.process->Signal(SIGKILL));
   (void)primary.process->Wait(absl::Seconds(10));
-  ServerProcess claimer = testing::StartReplica(*etcd, "spare-lost");
+  // The lost primary had no checkpoint: its state is gone, and only a
+  // process told so starts the shard anew.
+  ServerProcess claimer = testing::StartReplica(*etcd, "spare-lost",
+                                                {"--claim_without_checkpoint"});
   testing::WaitForRole(claimer.address, "primary");
   testing::WaitForCounted(claimer.address, 1);
   CHECK(Backups(claimer.address) == std::vector<std::string>{spare.address});
@@ -417,7 +422,8 @@ TEST_CASE(
   CHECK_FALSE(absl::StrContains(spare.process->ReadLog(), "took over"));
   CHECK(spare.process->Running());
 
-  ServerProcess claimer = testing::StartReplica(*etcd, "spare-early");
+  ServerProcess claimer = testing::StartReplica(*etcd, "spare-early",
+                                                {"--claim_without_checkpoint"});
   testing::WaitForRole(claimer.address, "primary");
   testing::WaitForCounted(claimer.address, 1);
   CHECK(Backups(claimer.address) == std::vector<std::string>{spare.address});
@@ -492,6 +498,76 @@ TEST_CASE(
   CHECK(Backups(primary.address).empty());
   testing::ExpectEvery(c.get(), kElems, pushes.acked(),
                        1.0f - static_cast<float>(pushes.acked()));
+}
+
+TEST_CASE(
+    "a standby with nothing to restore never claims a group whose "
+    "replicas were all lost; it waits and joins a replica restarted on its "
+    "checkpoint, and --claim_without_checkpoint starts the shard anew",
+    "[replication][standby]") {
+  if (testing::SkipWithoutEtcd()) return;
+  absl::StatusOr<testing::EtcdProcess> etcd = testing::StartEtcd();
+  REQUIRE_OK(etcd.status());
+  auto checkpointed = [](const std::string& dir) {
+    return std::vector<std::string>{"--checkpoint_dir=" + dir,
+                                    "--checkpoint_every_s=1"};
+  };
+  const std::string dir_a = testing::MakeTmpDir("held_a");
+  const std::string dir_b = testing::MakeTmpDir("held_b");
+  ServerProcess a = testing::StartReplica(*etcd, "held", checkpointed(dir_a));
+  testing::WaitForRole(a.address, "primary");
+  ServerProcess b = testing::StartReplica(*etcd, "held", checkpointed(dir_b));
+  testing::WaitForCounted(a.address, 1);
+  std::unique_ptr<PsClient> c = testing::MapClient(*etcd, "held");
+  REQUIRE_OK(c->CreateTensors({testing::UnitTensor(kElems)}));
+  testing::PushOnes(c.get(), kElems, 0, 10);
+  ServerProcess standby = StartStandby(*etcd, "held");
+  // Two more checkpoints of each replica: one began after the last push.
+  auto written = [](const ServerProcess& p) -> uint64_t {
+    absl::StatusOr<StatusResponse> s = testing::ReplicaStatus(p.address);
+    return s.ok() ? s->counters().checkpoints_written() : 0;
+  };
+  const uint64_t a0 = written(a), b0 = written(b);
+  REQUIRE_OK(testing::WaitFor(
+      [&] { return written(a) >= a0 + 2 && written(b) >= b0 + 2; },
+      absl::Seconds(20), "checkpoints after the pushes"));
+  // Both replicas lost at once.
+  REQUIRE_OK(a.process->Signal(SIGKILL));
+  REQUIRE_OK(b.process->Signal(SIGKILL));
+  (void)a.process->Wait(absl::Seconds(10));
+  (void)b.process->Wait(absl::Seconds(10));
+  const std::string waits = "has no checkpoint of it to restore and waits";
+  REQUIRE_OK(testing::WaitFor(
+      [&] { return absl::StrContains(standby.process->ReadLog(), waits); },
+      absl::Seconds(20), "the standby to wait for a checkpoint"));
+  absl::SleepFor(absl::Seconds(2));
+  INFO("the standby's log:\n" << standby.process->ReadLog());
+  CHECK_FALSE(absl::StrContains(standby.process->ReadLog(), "claimed shard"));
+  CHECK_FALSE(testing::ReplicaStatus(standby.address).ok());
+
+  // A replica back on its checkpoint claims the group with every push;
+  // the standby joins it.
+  ServerProcess back =
+      testing::StartReplica(*etcd, "held", checkpointed(dir_a));
+  testing::WaitForRole(back.address, "primary");
+  testing::WaitForCounted(back.address, 1);
+  CHECK(Backups(back.address) == std::vector<std::string>{standby.address});
+  testing::ExpectEvery(c.get(), kElems, 10, 1.0f - 10);
+  testing::ExpectSameState(back.address, standby.address);
+
+  // Both lost again; told to, a process with nothing starts the shard anew.
+  REQUIRE_OK(back.process->Signal(SIGKILL));
+  REQUIRE_OK(standby.process->Signal(SIGKILL));
+  (void)back.process->Wait(absl::Seconds(10));
+  (void)standby.process->Wait(absl::Seconds(10));
+  ServerProcess anew =
+      testing::StartReplica(*etcd, "held", {"--claim_without_checkpoint"});
+  testing::WaitForRole(anew.address, "primary");
+  CHECK(absl::StrContains(anew.process->ReadLog(), "claimed shard 0"));
+  std::unique_ptr<PsClient> fresh = testing::MapClient(*etcd, "held");
+  absl::StatusOr<ListTensorsResponse> listed = fresh->ListTensors();
+  REQUIRE_OK(listed.status());
+  CHECK(listed->tensors_size() == 0);
 }
 
 }  // namespace
