@@ -173,10 +173,12 @@ class ReplicaGroup {
   absl::Status RemoveRecord(const std::string& id);
   absl::Status JoinAsSpare(const ShardGroupRecord& group);
   // While its group (for a process of any shard: every group with a live
-  // primary) lists R replicas besides this process: waits (its lease and
-  // key kept; the key no longer says standby when it ends), then ABORTED;
-  // CANCELLED once o_.stopping says so.
-  absl::Status StandBy(const ShardMapRecord& map);
+  // primary) lists R replicas besides this process, or (`for_state`) while
+  // no replica holding its group's state is alive and it may not claim
+  // the group (MayClaim): waits (its lease and key kept; the key no longer
+  // says standby when it ends), then ABORTED; CANCELLED once o_.stopping
+  // says so.
+  absl::Status StandBy(const ShardMapRecord& map, bool for_state = false);
   bool any_shard() const { return o_.shard_index < 0; }
   // For a process of any shard: the group to join (one that lists it
   // already, or an earlier process at its address, first; else the one
@@ -240,7 +242,6 @@ class ReplicaGroup {
   // a whole snapshot).
   absl::Duration spare_retry_ = absl::Milliseconds(200);
   bool claimed_ = false;
-  bool waiting_for_state_ = false;  // Decide said so once
   uint64_t claimed_epoch_ = 0;
   PsServer* server_ = nullptr;
 

@@ -166,10 +166,17 @@ int ReplicaGroup::ChooseShard(
   return best;
 }
 
-absl::Status ReplicaGroup::StandBy(const ShardMapRecord& map) {
+absl::Status ReplicaGroup::StandBy(const ShardMapRecord& map, bool for_state) {
   // Its key says it stands by (psctl status) before its line does.
   bool registered = Register(/*standby=*/true).ok();
-  if (any_shard()) {
+  if (for_state) {
+    o_.logger->warn(
+        "shard {} held a state and no replica holding it is alive; this "
+        "process has no checkpoint of it to restore and waits for a process "
+        "that has one (--claim_without_checkpoint lets it start the shard "
+        "anew, its state lost)",
+        shard_);
+  } else if (any_shard()) {
     o_.logger->info(
         "every shard group has its {} replicas (or no live primary): this "
         "process stands by and joins one when a replica leaves",
@@ -203,6 +210,9 @@ absl::Status ReplicaGroup::StandBy(const ShardMapRecord& map) {
     bool place = false;  // a group it may join now
     if (any_shard()) {
       place = ChooseShard(now->map, now->live) >= 0;
+    } else if (for_state) {
+      // Claimed by a process that had the state (or a replica came back).
+      place = WholeStateLive(now->map.groups(shard_), now->live, self_);
     } else {
       const ShardGroupRecord& g = now->map.groups(shard_);
       place = OthersIn(g, self_) < o_.replicas || g.replicas_size() == 0 ||
@@ -266,17 +276,8 @@ absl::Status ReplicaGroup::Decide() {
       // No replica holds the group's whole state: its checkpoint is it.
       s = Claim();
     } else if (!whole_live && !any_shard()) {
-      if (!waiting_for_state_) {
-        o_.logger->warn(
-            "shard {} held a state and no replica holding it is alive; this "
-            "process has no checkpoint of it to restore and waits for a "
-            "process that has one (--claim_without_checkpoint lets it start "
-            "the shard anew, its state lost)",
-            shard_);
-        waiting_for_state_ = true;
-      }
-      absl::SleepFor(absl::Milliseconds(200));
-      deadline = Now() + o_.join_timeout;  // it waits for as long as it takes
+      s = StandBy(read->map, /*for_state=*/true);
+      deadline = Now() + o_.join_timeout;  // it waited for a state holder
     } else if (!whole_live && Find(group, self_) >= 0) {
       // A spare of any shard holds none of it to claim the group with: out
       // of it (its record would keep the group from being claimed), and

@@ -544,6 +544,15 @@ TEST_CASE(
   INFO("the standby's log:\n" << standby.process->ReadLog());
   CHECK_FALSE(absl::StrContains(standby.process->ReadLog(), "claimed shard"));
   CHECK_FALSE(testing::ReplicaStatus(standby.address).ok());
+  {
+    // psctl: the group is down (exit 1), the process waits as a standby.
+    auto [exit, out] = testing::Psctl(*etcd, "held");
+    INFO(out);
+    CHECK(exit != 0);
+    CHECK(absl::StrContains(out, "standby replica: " + standby.address +
+                                     " (host spare-host) waits to join "
+                                     "shard 0\n"));
+  }
 
   // A replica back on its checkpoint claims the group with every push;
   // the standby joins it.
