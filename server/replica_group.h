@@ -99,14 +99,16 @@ struct ReplicaGroupOptions {
   // How long Join waits for its group to have a primary or none at all
   // (not counting the time it stands by).
   absl::Duration join_timeout = absl::Seconds(60);
-  // Whether this process may claim a group that held a state (its record
-  // says held_state) in a replicated run (R >= 2): it has a checkpoint of
-  // the shard to restore, or the operator let it start the shard anew
-  // (--claim_without_checkpoint). Without, it waits for a process that has
-  // one: claiming with nothing would replace the group's state with
-  // nothing (a standby with an empty disk, after the group's replicas were
-  // lost at once). Groups of one process (R = 1) are claimed as before.
-  bool may_claim_held_state = true;
+  // Whether this process has a checkpoint of the shard to restore. A
+  // process without one does not claim a group that held a state (its
+  // record says held_state) in a replicated run (R >= 2) unless the
+  // operator let it start the shard anew (claim_without_checkpoint, said
+  // loudly when it does): it waits for a process that has one. Claiming
+  // with nothing would replace the group's state with nothing (a standby
+  // with an empty disk, after the group's replicas were lost at once).
+  // Groups of one process (R = 1) are claimed as before.
+  bool has_checkpoint = true;
+  bool claim_without_checkpoint = false;
   // Asked while Join waits (standing by, or for a takeover): true ends it
   // with CANCELLED (SIGTERM for a process that never joined). Null: never.
   std::function<bool()> stopping;
@@ -188,10 +190,14 @@ class ReplicaGroup {
   int ChooseShard(const ShardMapRecord& map,
                   const absl::flat_hash_set<std::string>& live) const;
   absl::Status Claim();
-  // Whether this process may claim `group` (o_.may_claim_held_state, for a
-  // group that held a state in a replicated run).
+  // Whether claiming `group` would start a state it held anew (nothing of
+  // it to restore, in a replicated run).
+  bool ClaimLoses(const ShardGroupRecord& group) const {
+    return group.held_state() && !o_.has_checkpoint && o_.replicas >= 2;
+  }
+  // Whether this process may claim `group` (see has_checkpoint).
   bool MayClaim(const ShardGroupRecord& group) const {
-    return o_.may_claim_held_state || !group.held_state() || o_.replicas < 2;
+    return !ClaimLoses(group) || o_.claim_without_checkpoint;
   }
   // This process's entry in its group's map record.
   ReplicaRecord SelfRecord(bool caught_up) const;

@@ -105,6 +105,7 @@ ReplicaRecord ReplicaGroup::SelfRecord(bool caught_up) const {
 }
 
 absl::Status ReplicaGroup::Claim() {
+  bool anew = false;  // the group's state is lost (said below)
   absl::StatusOr<ShardMapRecord> m =
       maps_->Update([&](ShardMapRecord* m) -> absl::StatusOr<bool> {
         ShardGroupRecord* g = m->mutable_groups(shard_);
@@ -116,6 +117,7 @@ absl::Status ReplicaGroup::Claim() {
           return absl::AbortedError("a replica came back");
         }
         if (!MayClaim(*g)) return absl::AbortedError("nothing to restore");
+        anew = ClaimLoses(*g);
         g->clear_replicas();
         g->set_held_state(true);
         *g->add_replicas() = SelfRecord(/*caught_up=*/true);
@@ -126,6 +128,14 @@ absl::Status ReplicaGroup::Claim() {
   claimed_epoch_ = m->epoch();
   absl::MutexLock l(&mu_);
   map_epoch_ = m->epoch();
+  if (anew) {
+    o_.logger->warn(
+        "claimed shard {} as its primary (map epoch {}) with nothing to "
+        "restore (--claim_without_checkpoint): the state the group held is "
+        "lost and the shard starts anew",
+        shard_, m->epoch());
+    return absl::OkStatus();
+  }
   o_.logger->info(
       "claimed shard {} as its primary (map epoch {}): no other replica is "
       "alive; its own checkpoint is the group's state",

@@ -148,7 +148,8 @@ absl::StatusOr<std::unique_ptr<ReplicaGroup>> SetUpReplica(
   g.security = PeerSecurity(o->security);
   g.logger = o->logger;
   g.stopping = std::move(stopping);
-  g.may_claim_held_state = has_checkpoint || flags.claim_without_checkpoint;
+  g.has_checkpoint = has_checkpoint;
+  g.claim_without_checkpoint = flags.claim_without_checkpoint;
   absl::StatusOr<std::unique_ptr<ReplicaGroup>> group =
       ReplicaGroup::Join(std::move(g));
   if (!group.ok()) return group.status();
