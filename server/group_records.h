@@ -6,6 +6,7 @@
 // place in the group, whether its key is alive, and the role's clock.
 
 #include <string>
+#include <vector>
 
 #include "absl/container/flat_hash_set.h"
 #include "absl/time/time.h"
@@ -52,6 +53,33 @@ inline bool WholeStateLive(const ShardGroupRecord& group,
     if (IdOf(r) != self && r.caught_up() && IsLive(live, r)) return true;
   }
   return false;
+}
+
+// Whether the group names `checkpoint_id` (non-empty) as the checkpoint
+// directory of a replica that held its whole state (a caught-up one).
+inline bool NamesCheckpoint(const ShardGroupRecord& group,
+                            const std::string& checkpoint_id) {
+  for (const ReplicaRecord& r : group.replicas()) {
+    if (r.caught_up() && !checkpoint_id.empty() &&
+        r.checkpoint_id() == checkpoint_id) {
+      return true;
+    }
+  }
+  return false;
+}
+
+// The addresses of the group's caught-up replicas whose checkpoint
+// directories it names: those that held its last state and may bring it
+// back (none for a record from before the names, or of replicas that kept
+// no checkpoint).
+inline std::vector<std::string> NamedHolders(const ShardGroupRecord& group) {
+  std::vector<std::string> named;
+  for (const ReplicaRecord& r : group.replicas()) {
+    if (r.caught_up() && !r.checkpoint_id().empty()) {
+      named.push_back(r.address());
+    }
+  }
+  return named;
 }
 
 // The role's time is monotonic, as its lease's and its log's are: a step

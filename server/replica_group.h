@@ -99,15 +99,26 @@ struct ReplicaGroupOptions {
   // How long Join waits for its group to have a primary or none at all
   // (not counting the time it stands by).
   absl::Duration join_timeout = absl::Seconds(60);
-  // Whether this process has a checkpoint of the shard to restore. A
-  // process without one does not claim a group that held a state (its
-  // record says held_state) in a replicated run (R >= 2) unless the
-  // operator let it start the shard anew (claim_without_checkpoint, said
-  // loudly when it does): it waits for a process that has one. Claiming
-  // with nothing would replace the group's state with nothing (a standby
-  // with an empty disk, after the group's replicas were lost at once).
-  // Groups of one process (R = 1) are claimed as before.
-  bool has_checkpoint = true;
+  // Whether this process has a checkpoint of shard `shard` to restore
+  // (null: of none). In a replicated run (R >= 2) a process does not claim
+  // a group that held a state (its record says held_state) without one,
+  // nor with a checkpoint older than the group's last state: when the
+  // group's record names the checkpoint directories of the caught-up
+  // replicas it lists (checkpoint_id), a process whose directory is none of
+  // theirs waits for one of them, unless the operator let it claim with
+  // what it has (claim_without_checkpoint, said loudly when it does).
+  // Claiming with nothing would replace the group's state with nothing (a
+  // standby with an empty disk, after the group's replicas were lost at
+  // once); with an older checkpoint, with what the group held when that
+  // replica left it (a replica dropped or killed long before the group's
+  // last one). A process of any shard claims only a group whose record
+  // names its directory, with a checkpoint of that shard (it became one of
+  // its replicas), and never on the operator's word. Groups of one process
+  // (R = 1) are claimed as before.
+  std::function<bool(int shard)> has_checkpoint;
+  // This process's checkpoint directory's id (server/checkpoint_dir_id.h);
+  // empty when its checkpoints do not outlive it.
+  std::string checkpoint_id;
   bool claim_without_checkpoint = false;
   // Asked while Join waits (standing by, or for a takeover): true ends it
   // with CANCELLED (SIGTERM for a process that never joined). Null: never.
@@ -182,23 +193,25 @@ class ReplicaGroup {
   // says so.
   absl::Status StandBy(const ShardMapRecord& map, bool for_state = false);
   bool any_shard() const { return o_.shard_index < 0; }
-  // For a process of any shard: the group to join (one that lists it
-  // already, or an earlier process at its address, first; else the one
-  // with a live
-  // primary and the fewest replicas below R, preferring one on none of its
-  // hosts), or -1.
+  // For a process of any shard: the group to join (one that lost every
+  // replica holding its state while this process's directory holds it,
+  // see has_checkpoint; then one that lists it already, or an earlier
+  // process at its address; else the one with a live primary and the
+  // fewest replicas below R, preferring one on none of its hosts), or -1.
   int ChooseShard(const ShardMapRecord& map,
                   const absl::flat_hash_set<std::string>& live) const;
   absl::Status Claim();
-  // Whether claiming `group` would start a state it held anew (nothing of
-  // it to restore, in a replicated run).
-  bool ClaimLoses(const ShardGroupRecord& group) const {
-    return group.held_state() && !o_.has_checkpoint && o_.replicas >= 2;
-  }
+  // What claiming `group` would lose of the state it held.
+  enum class ClaimLoss {
+    kNone,        // a replicated group that never held a state, or R = 1,
+                  // or this process holds the group's last state (as far
+                  // as the record names it)
+    kEverything,  // nothing of the shard to restore
+    kSince,       // an older checkpoint than the group's last state
+  };
+  ClaimLoss LossOfClaim(const ShardGroupRecord& group) const;
   // Whether this process may claim `group` (see has_checkpoint).
-  bool MayClaim(const ShardGroupRecord& group) const {
-    return !ClaimLoses(group) || o_.claim_without_checkpoint;
-  }
+  bool MayClaim(const ShardGroupRecord& group) const;
   // This process's entry in its group's map record.
   ReplicaRecord SelfRecord(bool caught_up) const;
   // Members alive now: address -> its key exists.

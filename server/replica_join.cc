@@ -17,6 +17,8 @@ namespace asyncps {
 using group_records::Find;
 using group_records::IdOf;
 using group_records::IsLive;
+using group_records::NamedHolders;
+using group_records::NamesCheckpoint;
 using group_records::Now;
 using group_records::OthersIn;
 using group_records::WholeStateLive;
@@ -101,11 +103,36 @@ ReplicaRecord ReplicaGroup::SelfRecord(bool caught_up) const {
   r.set_host(o_.host);
   r.set_incarnation(incarnation_);
   r.set_caught_up(caught_up);
+  r.set_checkpoint_id(o_.checkpoint_id);
   return r;
 }
 
+ReplicaGroup::ClaimLoss ReplicaGroup::LossOfClaim(
+    const ShardGroupRecord& group) const {
+  if (o_.replicas < 2 || !group.held_state()) return ClaimLoss::kNone;
+  if (!o_.has_checkpoint || !o_.has_checkpoint(shard_)) {
+    return ClaimLoss::kEverything;
+  }
+  if (!NamedHolders(group).empty() &&
+      !NamesCheckpoint(group, o_.checkpoint_id)) {
+    return ClaimLoss::kSince;
+  }
+  return ClaimLoss::kNone;
+}
+
+bool ReplicaGroup::MayClaim(const ShardGroupRecord& group) const {
+  // A spare of any shard has a checkpoint of a group only as one of its
+  // replicas: of the group's last state, or of none worth claiming with.
+  if (any_shard()) {
+    return NamesCheckpoint(group, o_.checkpoint_id) &&
+           LossOfClaim(group) == ClaimLoss::kNone;
+  }
+  return LossOfClaim(group) == ClaimLoss::kNone || o_.claim_without_checkpoint;
+}
+
 absl::Status ReplicaGroup::Claim() {
-  bool anew = false;  // the group's state is lost (said below)
+  ClaimLoss loss = ClaimLoss::kNone;  // said below
+  std::vector<std::string> holders;   // of the state it loses
   absl::StatusOr<ShardMapRecord> m =
       maps_->Update([&](ShardMapRecord* m) -> absl::StatusOr<bool> {
         ShardGroupRecord* g = m->mutable_groups(shard_);
@@ -116,8 +143,11 @@ absl::Status ReplicaGroup::Claim() {
         if (WholeStateLive(*g, *now, self_)) {
           return absl::AbortedError("a replica came back");
         }
-        if (!MayClaim(*g)) return absl::AbortedError("nothing to restore");
-        anew = ClaimLoses(*g);
+        if (!MayClaim(*g)) {
+          return absl::AbortedError("no checkpoint of the group's state");
+        }
+        loss = LossOfClaim(*g);
+        holders = NamedHolders(*g);
         g->clear_replicas();
         g->set_held_state(true);
         *g->add_replicas() = SelfRecord(/*caught_up=*/true);
@@ -128,12 +158,21 @@ absl::Status ReplicaGroup::Claim() {
   claimed_epoch_ = m->epoch();
   absl::MutexLock l(&mu_);
   map_epoch_ = m->epoch();
-  if (anew) {
+  if (loss == ClaimLoss::kEverything) {
     o_.logger->warn(
         "claimed shard {} as its primary (map epoch {}) with nothing to "
         "restore (--claim_without_checkpoint): the state the group held is "
         "lost and the shard starts anew",
         shard_, m->epoch());
+    return absl::OkStatus();
+  }
+  if (loss == ClaimLoss::kSince) {
+    o_.logger->warn(
+        "claimed shard {} as its primary (map epoch {}) with its own "
+        "checkpoint (--claim_without_checkpoint), older than the group's "
+        "last state, which {} held: what the group applied since this "
+        "process's checkpoint is lost",
+        shard_, m->epoch(), absl::StrJoin(holders, ", "));
     return absl::OkStatus();
   }
   o_.logger->info(
@@ -153,6 +192,13 @@ int ReplicaGroup::ChooseShard(
     // Added by a join that then failed to reach the primary: that group
     // again (its record there would otherwise hold a place for nobody).
     if (Find(g, self_) >= 0) return i;
+    // A group that lost every replica holding its state, which this
+    // process's directory holds (it was one of them): claimed back.
+    if (!WholeStateLive(g, live, self_) &&
+        NamesCheckpoint(g, o_.checkpoint_id) && o_.has_checkpoint &&
+        o_.has_checkpoint(i)) {
+      return i;
+    }
     bool shares_host = false;
     for (const ReplicaRecord& r : g.replicas()) {
       // An earlier process at this address: that group first (it leaves
@@ -179,7 +225,15 @@ int ReplicaGroup::ChooseShard(
 absl::Status ReplicaGroup::StandBy(const ShardMapRecord& map, bool for_state) {
   // Its key says it stands by (psctl status) before its line does.
   bool registered = Register(/*standby=*/true).ok();
-  if (for_state) {
+  if (for_state && LossOfClaim(map.groups(shard_)) == ClaimLoss::kSince) {
+    o_.logger->warn(
+        "shard {} held a state and no replica holding it is alive; its last "
+        "state is in the checkpoints of {}, and this process's checkpoint is "
+        "older: it waits for one of them to claim the group "
+        "(--claim_without_checkpoint lets it claim with its own, losing what "
+        "the group applied since)",
+        shard_, absl::StrJoin(NamedHolders(map.groups(shard_)), ", "));
+  } else if (for_state) {
     o_.logger->warn(
         "shard {} held a state and no replica holding it is alive; this "
         "process has no checkpoint of it to restore and waits for a process "
@@ -248,7 +302,9 @@ absl::Status ReplicaGroup::Decide() {
     absl::Status s = absl::AbortedError("look again");
     if (any_shard()) {
       // Chosen again at every look: never a group without a live primary
-      // (a spare of any shard holds no state to claim one with).
+      // (a spare of any shard holds no state to claim one with), unless
+      // its directory holds the state of one that lost every replica
+      // holding it.
       shard_ = ChooseShard(read->map, *live);
       if (shard_ < 0) {
         s = StandBy(read->map);
@@ -266,7 +322,11 @@ absl::Status ReplicaGroup::Decide() {
       const ReplicaRecord& r = group.replicas(i);
       if (r.address() == o_.address && IdOf(r) != self_) earlier = i;
     }
-    if (earlier >= 0) {
+    const bool may_claim = MayClaim(group);
+    // In a group that lost every replica holding its state, a process of
+    // the shard claims it or waits, its earlier record kept: the record
+    // names the checkpoints of the group's last state (a claim clears it).
+    if (earlier >= 0 && (whole_live || (any_shard() && !may_claim))) {
       // It holds nothing now; once its lease lapsed (and, if it was the
       // primary, unless a backup is taking over) it leaves the map.
       const ReplicaRecord& r = group.replicas(earlier);
@@ -282,9 +342,13 @@ absl::Status ReplicaGroup::Decide() {
         s = StandBy(read->map);
         deadline = Now() + o_.join_timeout;  // it waited for a place
       }
-    } else if (!whole_live && !any_shard() && MayClaim(group)) {
+    } else if (!whole_live && may_claim) {
       // No replica holds the group's whole state: its checkpoint is it.
       s = Claim();
+    } else if (!whole_live && !any_shard() && Find(group, self_) >= 0) {
+      // Added as a spare by a join whose primary then died: it waits for
+      // the state holding no place in the group (psctl lists it waiting).
+      s = RemoveRecord(self_);
     } else if (!whole_live && !any_shard()) {
       s = StandBy(read->map, /*for_state=*/true);
       deadline = Now() + o_.join_timeout;  // it waited for a state holder

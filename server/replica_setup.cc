@@ -5,6 +5,9 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <functional>
+#include <string>
+#include <utility>
 
 #include "absl/flags/flag.h"
 #include "absl/strings/str_cat.h"
@@ -13,6 +16,7 @@
 #include "membership/etcd_flags.h"
 #include "membership/map_store.h"
 #include "server/checkpoint.h"
+#include "server/checkpoint_dir_id.h"
 #include "server/etcd_map_record.h"
 #include "server/spec_file.h"
 
@@ -32,12 +36,15 @@ ABSL_FLAG(int64_t, replica_timeout_ms, 0,
           "wait is dropped from the map; 0 = twice --lease_ms.");
 ABSL_FLAG(bool, claim_without_checkpoint, false,
           "With --replicas >= 2: let this process claim a shard group that "
-          "held a state though it has no checkpoint of the shard to restore "
-          "(no --checkpoint_dir, none of this shard's files there, or "
-          "--restore=false): the shard starts anew, its state lost. Without "
-          "it such a process waits for one that has a checkpoint (e.g. a "
-          "standby with an empty disk after the group's replicas were lost "
-          "at once).");
+          "held a state though it has no checkpoint of the group's last "
+          "state: none of the shard at all (no --checkpoint_dir, none of "
+          "this shard's files there, or --restore=false; the shard starts "
+          "anew, its state lost), or an older one than the caught-up "
+          "replicas the group listed when it was lost (what the group "
+          "applied since is lost). Without it such a process waits for one "
+          "of those (e.g. a standby with an empty disk after the group's "
+          "replicas were lost at once, or a replica dropped long before the "
+          "group's last one).");
 ABSL_FLAG(int64_t, replication_log_mib, asyncps::ReplicaFlags().log_mib,
           "Entries each replica's log keeps for backups that reconnect or "
           "lag, in MiB (oldest dropped first; a backup that needs a dropped "
@@ -102,15 +109,21 @@ absl::StatusOr<std::unique_ptr<ReplicaGroup>> SetUpReplica(
                                  : o->host;
     o->advertise_address = absl::StrCat(host, ":", o->port);
   }
-  // Something of the shard to restore, should it claim a group that held
-  // a state (a process of any shard never claims).
-  const bool has_checkpoint =
-      o->restore && !o->checkpoint_dir.empty() &&
-      o->store.shard_index != kAnyShard &&
-      o->fs
-          ->Stat(CheckpointPath(o->checkpoint_dir, o->store.shard_index,
-                                o->store.num_shards))
-          .ok();
+  // What it has to restore, should it claim a group that held a state:
+  // checked when it decides (a process of any shard learns its shard then).
+  std::function<bool(int)> has_checkpoint;
+  std::string checkpoint_id;
+  if (o->restore && !o->checkpoint_dir.empty()) {
+    has_checkpoint = [fs = o->fs, dir = o->checkpoint_dir,
+                      n = o->store.num_shards](int shard) {
+      return fs->Stat(CheckpointPath(dir, shard, n)).ok();
+    };
+  }
+  if (!o->checkpoint_dir.empty()) {
+    absl::StatusOr<std::string> id = CheckpointDirId(o->checkpoint_dir, o->fs);
+    if (!id.ok()) return id.status();
+    checkpoint_id = *std::move(id);
+  }
   std::string dir = o->checkpoint_dir;
   if (dir.empty()) {
     // Under $TMPDIR when set (removed at a clean exit; a killed process
@@ -148,7 +161,8 @@ absl::StatusOr<std::unique_ptr<ReplicaGroup>> SetUpReplica(
   g.security = PeerSecurity(o->security);
   g.logger = o->logger;
   g.stopping = std::move(stopping);
-  g.has_checkpoint = has_checkpoint;
+  g.has_checkpoint = std::move(has_checkpoint);
+  g.checkpoint_id = std::move(checkpoint_id);
   g.claim_without_checkpoint = flags.claim_without_checkpoint;
   absl::StatusOr<std::unique_ptr<ReplicaGroup>> group =
       ReplicaGroup::Join(std::move(g));

@@ -9,7 +9,8 @@
 // and joins it once a new process claims it; a standby on --port=0 holds
 // its advertised port; a spare killed while it is counted is dropped once
 // its address refuses. A standby with nothing to restore never claims a
-// group that held a state.
+// group that held a state, nor one with an older checkpoint than the
+// group's last state (a spare of any shard that held it claims it back).
 
 #include <grpcpp/grpcpp.h>
 #include <signal.h>
@@ -81,6 +82,29 @@ class PushLoop {
   std::thread thread_;  // last: it starts once the others are set
 };
 
+// Flags that make a replica checkpoint into `dir` every second.
+std::vector<std::string> Checkpointed(const std::string& dir) {
+  return {"--checkpoint_dir=" + dir, "--checkpoint_every_s=1"};
+}
+
+// Until the replica at `address` has written two more checkpoints (so one
+// began after everything it applied until now).
+void WaitForTwoCheckpoints(const std::string& address) {
+  auto written = [&]() -> uint64_t {
+    absl::StatusOr<StatusResponse> s = testing::ReplicaStatus(address);
+    return s.ok() ? s->counters().checkpoints_written() : 0;
+  };
+  const uint64_t before = written();
+  REQUIRE_OK(testing::WaitFor([&] { return written() >= before + 2; },
+                              absl::Seconds(20), "two more checkpoints"));
+}
+
+// Kills `p` with SIGKILL and reaps it.
+void Kill(ServerProcess* p) {
+  REQUIRE_OK(p->process->Signal(SIGKILL));
+  (void)p->process->Wait(absl::Seconds(10));
+}
+
 // A replica of run `run` (`shard` "0".."N-1" or "any" of `num_shards`,
 // with `extra` flags) on a port chosen here: a standby serves nothing, so
 // it writes no port file to wait for. With `health_file`, its health
@@ -113,9 +137,11 @@ ServerProcess StartStandby(const testing::EtcdProcess& etcd,
   ServerProcess s;
   s.process = *std::move(p);
   s.address = *address;
-  REQUIRE_OK(testing::WaitFor(
+  const absl::Status said = testing::WaitFor(
       [&] { return absl::StrContains(s.process->ReadLog(), until); },
-      absl::Seconds(20), until, absl::Milliseconds(1)));
+      absl::Seconds(20), until, absl::Milliseconds(1));
+  INFO("its log:\n" << s.process->ReadLog());
+  REQUIRE_OK(said);
   return s;
 }
 
@@ -508,34 +534,21 @@ TEST_CASE(
   if (testing::SkipWithoutEtcd()) return;
   absl::StatusOr<testing::EtcdProcess> etcd = testing::StartEtcd();
   REQUIRE_OK(etcd.status());
-  auto checkpointed = [](const std::string& dir) {
-    return std::vector<std::string>{"--checkpoint_dir=" + dir,
-                                    "--checkpoint_every_s=1"};
-  };
   const std::string dir_a = testing::MakeTmpDir("held_a");
   const std::string dir_b = testing::MakeTmpDir("held_b");
-  ServerProcess a = testing::StartReplica(*etcd, "held", checkpointed(dir_a));
+  ServerProcess a = testing::StartReplica(*etcd, "held", Checkpointed(dir_a));
   testing::WaitForRole(a.address, "primary");
-  ServerProcess b = testing::StartReplica(*etcd, "held", checkpointed(dir_b));
+  ServerProcess b = testing::StartReplica(*etcd, "held", Checkpointed(dir_b));
   testing::WaitForCounted(a.address, 1);
   std::unique_ptr<PsClient> c = testing::MapClient(*etcd, "held");
   REQUIRE_OK(c->CreateTensors({testing::UnitTensor(kElems)}));
   testing::PushOnes(c.get(), kElems, 0, 10);
   ServerProcess standby = StartStandby(*etcd, "held");
-  // Two more checkpoints of each replica: one began after the last push.
-  auto written = [](const ServerProcess& p) -> uint64_t {
-    absl::StatusOr<StatusResponse> s = testing::ReplicaStatus(p.address);
-    return s.ok() ? s->counters().checkpoints_written() : 0;
-  };
-  const uint64_t a0 = written(a), b0 = written(b);
-  REQUIRE_OK(testing::WaitFor(
-      [&] { return written(a) >= a0 + 2 && written(b) >= b0 + 2; },
-      absl::Seconds(20), "checkpoints after the pushes"));
+  WaitForTwoCheckpoints(a.address);
+  WaitForTwoCheckpoints(b.address);
   // Both replicas lost at once.
-  REQUIRE_OK(a.process->Signal(SIGKILL));
-  REQUIRE_OK(b.process->Signal(SIGKILL));
-  (void)a.process->Wait(absl::Seconds(10));
-  (void)b.process->Wait(absl::Seconds(10));
+  Kill(&a);
+  Kill(&b);
   const std::string waits = "has no checkpoint of it to restore and waits";
   REQUIRE_OK(testing::WaitFor(
       [&] { return absl::StrContains(standby.process->ReadLog(), waits); },
@@ -557,7 +570,7 @@ TEST_CASE(
   // A replica back on its checkpoint claims the group with every push;
   // the standby joins it.
   ServerProcess back =
-      testing::StartReplica(*etcd, "held", checkpointed(dir_a));
+      testing::StartReplica(*etcd, "held", Checkpointed(dir_a));
   testing::WaitForRole(back.address, "primary");
   testing::WaitForCounted(back.address, 1);
   CHECK(Backups(back.address) == std::vector<std::string>{standby.address});
@@ -565,10 +578,8 @@ TEST_CASE(
   testing::ExpectSameState(back.address, standby.address);
 
   // Both lost again; told to, a process with nothing starts the shard anew.
-  REQUIRE_OK(back.process->Signal(SIGKILL));
-  REQUIRE_OK(standby.process->Signal(SIGKILL));
-  (void)back.process->Wait(absl::Seconds(10));
-  (void)standby.process->Wait(absl::Seconds(10));
+  Kill(&back);
+  Kill(&standby);
   ServerProcess anew =
       testing::StartReplica(*etcd, "held", {"--claim_without_checkpoint"});
   testing::WaitForRole(anew.address, "primary");
@@ -579,6 +590,90 @@ TEST_CASE(
   absl::StatusOr<ListTensorsResponse> listed = fresh->ListTensors();
   REQUIRE_OK(listed.status());
   CHECK(listed->tensors_size() == 0);
+}
+
+TEST_CASE(
+    "a lost group is claimed by a replica that held its last state: an "
+    "older checkpoint waits for it, a spare of any shard claims its group "
+    "back, and --claim_without_checkpoint claims with the older one",
+    "[replication][standby]") {
+  if (testing::SkipWithoutEtcd()) return;
+  absl::StatusOr<testing::EtcdProcess> etcd = testing::StartEtcd();
+  REQUIRE_OK(etcd.status());
+  const std::string dir_p = testing::MakeTmpDir("last_p");
+  const std::string dir_s = testing::MakeTmpDir("last_s");
+  auto spare = [&] {
+    return StartStandby(*etcd, "last", "", "any", 1, Checkpointed(dir_s),
+                        "joined shard 0 as a spare");
+  };
+  auto shard_process = [&](const std::vector<std::string>& extra,
+                           const std::string& until) {
+    std::vector<std::string> flags = Checkpointed(dir_p);
+    flags.insert(flags.end(), extra.begin(), extra.end());
+    return StartStandby(*etcd, "last", "", "0", 1, flags, until);
+  };
+  // A process of shard 0 and a spare of any shard, which joins it.
+  ServerProcess p = testing::StartReplica(*etcd, "last", Checkpointed(dir_p));
+  testing::WaitForRole(p.address, "primary");
+  ServerProcess s = spare();
+  testing::WaitForCounted(p.address, 1);
+  std::unique_ptr<PsClient> c = testing::MapClient(*etcd, "last");
+  REQUIRE_OK(c->CreateTensors({testing::UnitTensor(kElems)}));
+  testing::PushOnes(c.get(), kElems, 0, 10);
+  WaitForTwoCheckpoints(p.address);
+
+  // The primary lost: the spare serves the group and takes 10 more.
+  Kill(&p);
+  testing::WaitForRole(s.address, "primary");
+  testing::PushOnes(c.get(), kElems, 10, 10);
+  WaitForTwoCheckpoints(s.address);
+  Kill(&s);
+
+  // The process of shard 0 back on its checkpoint (10 pushes): older than
+  // the group's last state (20), it waits.
+  const std::string older = "this process's checkpoint is older";
+  ServerProcess p2 = shard_process({}, older);
+  absl::SleepFor(absl::Seconds(2));
+  {
+    INFO("its log:\n" << p2.process->ReadLog());
+    CHECK(absl::StrContains(
+        p2.process->ReadLog(),
+        "its last state is in the checkpoints of " + s.address));
+    CHECK_FALSE(absl::StrContains(p2.process->ReadLog(), "claimed shard"));
+    auto [exit, out] = testing::Psctl(*etcd, "last");
+    INFO(out);
+    CHECK(exit != 0);
+    CHECK(absl::StrContains(out, "standby replica: " + p2.address));
+  }
+
+  // The spare back on its directory claims shard 0 again; the waiting
+  // process joins it. Every push is there.
+  ServerProcess s2 = StartStandby(*etcd, "last", "", "any", 1,
+                                  Checkpointed(dir_s), "claimed shard 0");
+  testing::WaitForRole(s2.address, "primary");
+  testing::WaitForCounted(s2.address, 1);
+  CHECK(Backups(s2.address) == std::vector<std::string>{p2.address});
+  testing::ExpectEvery(c.get(), kElems, 20, 1.0f - 20);
+  testing::ExpectSameState(s2.address, p2.address);
+
+  // Its backup lost, then 10 more pushes and the primary: told to, the
+  // process of shard 0 claims with its checkpoint (20 pushes) and says
+  // what is lost.
+  Kill(&p2);
+  REQUIRE_OK(testing::WaitFor([&] { return Backups(s2.address).empty(); },
+                              absl::Seconds(20), "the backup dropped"));
+  testing::PushOnes(c.get(), kElems, 20, 10);
+  WaitForTwoCheckpoints(s2.address);
+  Kill(&s2);
+  ServerProcess p3 =
+      shard_process({"--claim_without_checkpoint"}, "claimed shard 0");
+  testing::WaitForRole(p3.address, "primary");
+  CHECK(absl::StrContains(
+      p3.process->ReadLog(),
+      "older than the group's last state, which " + s2.address + " held"));
+  std::unique_ptr<PsClient> after = testing::MapClient(*etcd, "last");
+  REQUIRE_OK(after->WaitForTensors({"w"}, absl::Seconds(20)));
+  testing::ExpectEvery(after.get(), kElems, 30, 1.0f - 20);
 }
 
 }  // namespace

@@ -1,8 +1,8 @@
 // The files of a shard's checkpoint directory besides the checkpoint: the
 // spec file (round trip, corruption, re-creating the tensors a checkpoint
 // lacks with their initial values, conflicting specs), the journal that
-// keeps it current, and which files a shard may use (shard count, run,
-// adoption).
+// keeps it current, which files a shard may use (shard count, run,
+// adoption), and the directory's own id.
 
 #include <sys/stat.h>
 
@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <iterator>
 #include <memory>
 #include <string>
 #include <vector>
@@ -20,6 +21,7 @@
 #include "common/names.h"
 #include "server/checkpoint.h"
 #include "server/checkpoint_dir.h"
+#include "server/checkpoint_dir_id.h"
 #include "server/spec_file.h"
 #include "store/shard_store.h"
 #include "tests/testing/require_ok.h"
@@ -190,6 +192,38 @@ TEST_CASE("a shard uses only files of its shard count and run",
   // A file whose identity cannot be read is corrupt.
   std::ofstream(CheckpointPath(dir, 1, 2), std::ios::trunc) << "garbage";
   CHECK(absl::IsDataLoss(CheckCheckpointDir({dir, 1, 2, "r1", "", true})));
+}
+
+TEST_CASE("a checkpoint directory keeps the id it gave itself",
+          "[checkpoint_dir]") {
+  const std::string dir = testing::MakeTmpDir("dir_id") + "/replica";
+  absl::StatusOr<std::string> id = CheckpointDirId(dir);
+  REQUIRE_OK(id.status());
+  CHECK(id->size() == 32);
+  CHECK(id->find_first_not_of("0123456789abcdef") == std::string::npos);
+  // The same directory, the same id; another directory, another.
+  absl::StatusOr<std::string> again = CheckpointDirId(dir);
+  REQUIRE_OK(again.status());
+  CHECK(*again == *id);
+  absl::StatusOr<std::string> other = CheckpointDirId(dir + "-2");
+  REQUIRE_OK(other.status());
+  CHECK(*other != *id);
+  // Not a shard file: listed by none, refused by no shard.
+  absl::StatusOr<std::vector<ShardFile>> files = ListShardFiles(dir);
+  REQUIRE_OK(files.status());
+  CHECK(files->empty());
+  CHECK(CheckCheckpointDir({dir, 0, 2, "r1", "", true}).ok());
+
+  // A corrupt id is said, naming the file, and not replaced.
+  std::ofstream(CheckpointDirIdPath(dir), std::ios::trunc) << "garbage";
+  const absl::Status corrupt = CheckpointDirId(dir).status();
+  CHECK(absl::IsDataLoss(corrupt));
+  CHECK(absl::StrContains(corrupt.message(), CheckpointDirIdPath(dir)));
+  std::ifstream kept(CheckpointDirIdPath(dir));
+  CHECK(std::string(std::istreambuf_iterator<char>(kept), {}) == "garbage");
+  // A directory that cannot be made: the error, no id.
+  std::ofstream(dir + "/file") << "x";
+  CHECK_FALSE(CheckpointDirId(dir + "/file/sub").ok());
 }
 
 TEST_CASE("run ids are checked", "[checkpoint_dir]") {
