@@ -2,8 +2,9 @@
 #define ASYNCPS_SERVER_GROUP_RECORDS_H_
 
 // A shard group's records in the run's map (proto/membership.proto) as
-// the role code of server/replica_group.h reads them: a replica's id, its
-// place in the group, whether its key is alive, and the role's clock.
+// the role code of server/replica_group.h (and psctl status) reads them: a
+// replica's id, its place in the group, whether its key is alive, which
+// replicas' checkpoints hold the group's last state, and the role's clock.
 
 #include <string>
 #include <vector>

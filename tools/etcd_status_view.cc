@@ -2,9 +2,11 @@
 
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "membership/map_store.h"
 #include "membership/member_record.h"
 #include "proto/membership.pb.h"
+#include "server/group_records.h"
 
 namespace asyncps {
 namespace {
@@ -28,13 +30,15 @@ std::string WhatToDo(const std::string& type) {
   return "see etcd's documentation";
 }
 
-// The run's members that say they stand by (membership/member_record.h)
-// and that the map lists in no group (one that just joined may say so a
-// moment longer).
-absl::StatusOr<std::vector<EtcdStatusView::Standby>> ReadStandbys(
-    EtcdClient* etcd, const ShardMapRecord& map) {
-  std::vector<EtcdStatusView::Standby> out;
-  if (map.run_id().empty()) return out;  // no map read: nothing to compare
+// From one listing of the run's members (membership/member_record.h): the
+// standbys, members that say they stand by and that the map lists in no
+// group (one that just joined may say so a moment longer), and the lost
+// groups, which held a state and have no caught-up replica alive.
+absl::Status ReadMembers(EtcdClient* etcd, const ShardMapRecord& map,
+                         EtcdStatusView* view) {
+  view->standbys = std::vector<EtcdStatusView::Standby>();
+  view->lost_groups = std::vector<EtcdStatusView::LostGroup>();
+  if (map.run_id().empty()) return absl::OkStatus();  // no map read
   absl::flat_hash_set<std::string> listed;
   for (const ShardGroupRecord& g : map.groups()) {
     for (const ReplicaRecord& r : g.replicas()) listed.insert(r.address());
@@ -42,15 +46,23 @@ absl::StatusOr<std::vector<EtcdStatusView::Standby>> ReadStandbys(
   const std::string prefix = MembersPrefix(RunPrefix(map.run_id()));
   absl::StatusOr<EtcdClient::Listing> members = etcd->List(prefix);
   if (!members.ok()) return members.status();
+  absl::flat_hash_set<std::string> live;  // ReplicaIds
   for (const EtcdKeyValue& kv : members->kvs) {
+    const std::string id(absl::string_view(kv.key).substr(prefix.size()));
+    live.insert(id);
     const MemberValue v = ParseMemberValue(kv.value);
-    const std::string address(
-        ReplicaAddress(absl::string_view(kv.key).substr(prefix.size())));
+    const std::string address(ReplicaAddress(id));
     if (v.standby && !listed.contains(address)) {
-      out.push_back({address, v.host, v.shard});
+      view->standbys->push_back({address, v.host, v.shard});
     }
   }
-  return out;
+  for (const ShardGroupRecord& g : map.groups()) {
+    if (!g.held_state() || g.replicas().empty()) continue;
+    if (!group_records::WholeStateLive(g, live, /*self=*/"")) {
+      view->lost_groups->push_back({g.shard(), group_records::NamedHolders(g)});
+    }
+  }
+  return absl::OkStatus();
 }
 
 // "" or "not read: WHY".
@@ -66,7 +78,13 @@ EtcdStatusView ReadEtcdStatus(EtcdClient* etcd, const MapRouter* router) {
   if (etcd == nullptr) return view;
   view.read = true;
   view.alarms = etcd->Alarms();
-  if (router != nullptr) view.standbys = ReadStandbys(etcd, router->map());
+  if (router != nullptr) {
+    if (absl::Status read = ReadMembers(etcd, router->map(), &view);
+        !read.ok()) {
+      view.standbys = read;
+      view.lost_groups = read;
+    }
+  }
   return view;
 }
 
@@ -95,6 +113,23 @@ std::string EtcdStatusText(const EtcdStatusView& view) {
           s.shard < 0 ? "any shard" : absl::StrCat("shard ", s.shard), "\n");
     }
   }
+  if (view.lost_groups.ok()) {
+    for (const EtcdStatusView::LostGroup& g : *view.lost_groups) {
+      absl::StrAppend(&out, "shard ", g.shard,
+                      " lost every replica holding its state: ");
+      if (g.holders.empty()) {
+        absl::StrAppend(&out,
+                        "a process of the shard with a checkpoint claims it\n");
+        continue;
+      }
+      absl::StrAppend(
+          &out, "its last state is in the checkpoints of ",
+          absl::StrJoin(g.holders, ", "),
+          " (a process on one of their --checkpoint_dir claims it; one with "
+          "an older checkpoint waits, or with --claim_without_checkpoint "
+          "claims, losing what the group applied since)\n");
+    }
+  }
   return out;
 }
 
@@ -102,6 +137,7 @@ void AddEtcdStatusDoc(const EtcdStatusView& view, Doc* doc) {
   if (!view.read) {
     doc->Set("etcd_alarms", Doc::Null());
     doc->Set("standby_replicas", Doc::Null());
+    doc->Set("lost_groups", Doc::Null());
     return;
   }
   if (!view.alarms.ok()) {
@@ -127,6 +163,19 @@ void AddEtcdStatusDoc(const EtcdStatusView& view, Doc* doc) {
                                                  : Doc::Int(s.shard)));
     }
     doc->Set("standby_replicas", std::move(standbys));
+  }
+  if (!view.lost_groups.ok()) {
+    doc->Set("lost_groups", Doc::String(NotRead(view.lost_groups)));
+  } else {
+    Doc lost = Doc::Array();
+    for (const EtcdStatusView::LostGroup& g : *view.lost_groups) {
+      Doc holders = Doc::Array();
+      for (const std::string& h : g.holders) holders.Add(Doc::String(h));
+      lost.Add(Doc::Object()
+                   .Set("shard", Doc::Int(g.shard))
+                   .Set("last_state_holders", std::move(holders)));
+    }
+    doc->Set("lost_groups", std::move(lost));
   }
 }
 

@@ -13,11 +13,18 @@
 //   <prefix>/members/ that says so), listed in no group of the map; each
 //   waits until its shard's group lists fewer than R replicas
 //   (server/replica_group.h).
+// - the lost groups: groups that held a state and have no caught-up
+//   replica alive, with the replicas whose checkpoints hold their last
+//   state (the map names their checkpoint directories); only a process on
+//   one of those claims such a group unless told otherwise.
 //
 //   etcd: alarm NOSPACE raised by member 8e9e05c52164694d: etcd refuses
 //   every write (no failover, ...) until ... (etcdctl compact, defrag,
 //   alarm disarm)
 //   standby replica: 10.0.0.7:7000 (host node-3) waits to join shard 0
+//   shard 1 lost every replica holding its state: its last state is in
+//   the checkpoints of 10.0.0.8:7000 (a process on one of their
+//   --checkpoint_dir claims it; ...)
 
 #include <string>
 #include <vector>
@@ -39,21 +46,30 @@ struct EtcdStatusView {
     int shard = -1;    // the group it waits for; -1: any
   };
   absl::StatusOr<std::vector<Standby>> standbys = std::vector<Standby>();
+  struct LostGroup {
+    int shard = 0;
+    // The caught-up replicas the map still lists whose checkpoint
+    // directories it names (none: any process of the shard with a
+    // checkpoint claims the group).
+    std::vector<std::string> holders;
+  };
+  absl::StatusOr<std::vector<LostGroup>> lost_groups = std::vector<LostGroup>();
 };
 
-// The alarms raised in `etcd`, and the run's standing-by processes: the
-// members of the run `router` follows that its map lists nowhere (null
-// `etcd`: no etcd; null `router`: no standbys read).
+// The alarms raised in `etcd`, the run's standing-by processes (the
+// members of the run `router` follows that its map lists nowhere) and its
+// lost groups (null `etcd`: no etcd; null `router`: neither read).
 EtcdStatusView ReadEtcdStatus(EtcdClient* etcd, const MapRouter* router);
 
 // Whether an alarm is raised (a failed read raises none: etcd's own
 // reachability shows elsewhere).
 bool AlarmRaised(const EtcdStatusView& view);
 
-// A line per alarm and per standby, and one for a read that failed (""
-// when there is nothing to say or no etcd); what psctl status -o json|yaml
-// adds to `doc`: "etcd_alarms" (an array, or a string saying why it was not
-// read; null without etcd) and "standby_replicas" (likewise).
+// A line per alarm, per standby and per lost group, and one for a read
+// that failed ("" when there is nothing to say or no etcd); what psctl
+// status -o json|yaml adds to `doc`: "etcd_alarms" (an array, or a string
+// saying why it was not read; null without etcd), "standby_replicas" and
+// "lost_groups" ({shard, last_state_holders}; likewise).
 std::string EtcdStatusText(const EtcdStatusView& view);
 void AddEtcdStatusDoc(const EtcdStatusView& view, Doc* doc);
 

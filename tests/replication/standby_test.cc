@@ -565,6 +565,8 @@ TEST_CASE(
     CHECK(absl::StrContains(out, "standby replica: " + standby.address +
                                      " (host spare-host) waits to join "
                                      "shard 0\n"));
+    CHECK(absl::StrContains(out, "its last state is in the checkpoints of " +
+                                     a.address + ", " + b.address + " ("));
   }
 
   // A replica back on its checkpoint claims the group with every push;
@@ -644,6 +646,10 @@ TEST_CASE(
     INFO(out);
     CHECK(exit != 0);
     CHECK(absl::StrContains(out, "standby replica: " + p2.address));
+    CHECK(absl::StrContains(out,
+                            "shard 0 lost every replica holding its state: "
+                            "its last state is in the checkpoints of " +
+                                s.address + " ("));
   }
 
   // The spare back on its directory claims shard 0 again; the waiting
