@@ -44,6 +44,7 @@
 #include "common/version.h"
 #include "membership/etcd_flags.h"
 #include "server/checkpoint_dir.h"
+#include "server/checkpoint_lock.h"
 #include "server/file_system.h"
 #include "server/health_listener.h"
 #include "server/metrics_http.h"
@@ -174,6 +175,12 @@ ABSL_FLAG(bool, restore, true,
           "serving when one exists; one that cannot be restored (corrupt, "
           "another shard's) stops the start. false = start empty (the next "
           "checkpoint replaces the file).");
+ABSL_FLAG(int64_t, checkpoint_lock_wait_s, 30,
+          "With --checkpoint_dir: how long a starting shard waits for "
+          "another process to let go of this shard's files there (one "
+          "started while the one before still exits, e.g. writing its final "
+          "checkpoint) before it exits 2; >= 0. Every server process of a "
+          "shard needs a --checkpoint_dir of its own.");
 ABSL_FLAG(std::string, run_id, "",
           "The run this shard belongs to (letters, digits, ._:@/+-; at most "
           "128). Stored in its checkpoints and spec file; the shard restores "
@@ -668,6 +675,26 @@ int JoinGroup(const ReplicaFlags& flags, const sigset_t& signals,
                            joined.status().ToString()));
 }
 
+// Locks the shard's files in its --checkpoint_dir (none: nothing to lock)
+// for as long as *lock lives: -1 to go on, else the exit status (2, said).
+int LockShardFiles(const PsServerOptions& o,
+                   std::unique_ptr<CheckpointLock>* lock) {
+  if (o.checkpoint_dir.empty() || o.store.shard_index == kAnyShard) return -1;
+  const int64_t wait = absl::GetFlag(FLAGS_checkpoint_lock_wait_s);
+  if (wait < 0) {
+    return Fail(
+        absl::StrCat("--checkpoint_lock_wait_s must be >= 0, got ", wait));
+  }
+  // A process restarted at once may find the one before still exiting.
+  absl::StatusOr<std::unique_ptr<CheckpointLock>> locked =
+      CheckpointLock::Acquire(o.checkpoint_dir, o.store.shard_index,
+                              o.store.num_shards, absl::Seconds(wait),
+                              o.logger.get());
+  if (!locked.ok()) return Fail(std::string(locked.status().message()));
+  *lock = *std::move(locked);
+  return -1;
+}
+
 // The name, usage and exit statuses --help shows.
 ProgramInfo ServerProgram() {
   ProgramInfo program;
@@ -735,10 +762,17 @@ int Main(int argc, char** argv) {
   std::string temp_dir;
   std::unique_ptr<ReplicaGroup> group;
   ReservedPort advertised_port;
+  std::unique_ptr<CheckpointLock> files_lock;  // a spare's: once it joined
+  if (int exit = LockShardFiles(*options, &files_lock); exit >= 0) return exit;
   if (int exit = JoinGroup(*replica_flags, signals, &*options, &temp_dir,
                            &group, &advertised_port);
       exit >= 0) {
     return exit;
+  }
+  if (files_lock == nullptr) {
+    if (int exit = LockShardFiles(*options, &files_lock); exit >= 0) {
+      return exit;
+    }
   }
   advertised_port.Release();  // the server binds it next
   const bool restore = options->restore;

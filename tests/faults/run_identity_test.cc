@@ -4,9 +4,10 @@
 // where the run was when given more epochs; workers and shards of different
 // --run_id refuse each other (exit 2); a shard refuses another run's
 // checkpoint (exit 2, naming the file) unless told to adopt it, and files of
-// another shard count; psctl reshard turns a stopped 2-shard cluster's
-// checkpoints into 3 shards' and then 1 shard's, which serve bit-identical
-// parameters, and training continues on them.
+// another shard count; a second process of a shard on the first one's
+// checkpoint directory exits 2 naming it; psctl reshard turns a stopped 2-shard
+// cluster's checkpoints into 3 shards' and then 1 shard's, which serve
+// bit-identical parameters, and training continues on them.
 
 #include <signal.h>
 
@@ -18,6 +19,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 #include "client/ps_client.h"
 #include "server/checkpoint_dir.h"
 #include "tests/faults/harness.h"
@@ -150,6 +152,43 @@ std::map<std::string, std::vector<float>> PullModel(
   REQUIRE_OK((*c)->Pull(0, outs));
   REQUIRE_OK((*c)->Heartbeat(0, /*leaving=*/true));
   return out;
+}
+
+TEST_CASE(
+    "a second process of a shard on the same checkpoint directory exits 2 "
+    "naming the first; other shards share it; a killed one lets go",
+    "[faults][checkpoint_dir]") {
+  const std::string dir = testing::UniqueTmpPath("shared");
+  const std::vector<std::string> args = ShardArgs(dir, "r1");
+  absl::StatusOr<ServerProcess> first = testing::StartPsServer(0, 2, args);
+  REQUIRE_OK(first.status());
+  std::vector<std::string> twice = args;
+  twice.push_back("--checkpoint_lock_wait_s=1");
+  {
+    const absl::Time start = absl::Now();
+    const auto [code, log] = RefusedShard(0, 2, twice);
+    INFO(log);
+    CHECK(code == 2);
+    CHECK(absl::StrContains(
+        log, absl::StrCat("the files of shard 0 of 2 in ", dir,
+                          " are in use by process ", first->process->pid())));
+    CHECK(absl::StrContains(log, "needs a --checkpoint_dir of its own"));
+    CHECK(absl::Now() - start >= absl::Seconds(1));  // it waited
+  }
+  // Shard 1's files are its own.
+  absl::StatusOr<ServerProcess> other = testing::StartPsServer(1, 2, args);
+  REQUIRE_OK(other.status());
+  // Killed, the first lets go at once: the shard restarts on its files.
+  REQUIRE_OK(first->process->Signal(SIGKILL));
+  REQUIRE_OK(first->process->Wait(absl::Seconds(10)).status());
+  absl::StatusOr<ServerProcess> again = testing::StartPsServer(0, 2, twice);
+  REQUIRE_OK(again.status());
+  std::vector<std::string> bad = args;
+  bad.push_back("--checkpoint_lock_wait_s=-1");
+  const auto [code, log] = RefusedShard(0, 2, bad);
+  INFO(log);
+  CHECK(code == 2);
+  CHECK(absl::StrContains(log, "--checkpoint_lock_wait_s must be >= 0"));
 }
 
 TEST_CASE(

@@ -1,0 +1,89 @@
+#include "server/checkpoint_lock.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <sys/file.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <filesystem>
+#include <system_error>
+#include <utility>
+
+#include "absl/status/status.h"
+#include "absl/strings/ascii.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "server/record_file.h"
+
+namespace asyncps {
+namespace {
+
+absl::Status Errno(const std::string& what, const std::string& path) {
+  return absl::Status(
+      absl::ErrnoToStatusCode(errno),
+      absl::StrCat(what, " ", path, ": ", std::strerror(errno)));
+}
+
+// The process id the holder wrote, or "" when it cannot be read.
+std::string HolderOf(int fd) {
+  char buf[32] = {};
+  const ssize_t n = pread(fd, buf, sizeof(buf) - 1, 0);
+  if (n <= 0) return "";
+  return std::string(absl::StripAsciiWhitespace(absl::string_view(buf, n)));
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<CheckpointLock>> CheckpointLock::Acquire(
+    const std::string& dir, int shard_index, int num_shards,
+    absl::Duration wait, spdlog::logger* logger) {
+  std::error_code made;
+  std::filesystem::create_directories(dir, made);
+  if (made) {
+    return absl::Status(
+        absl::ErrnoToStatusCode(made.value()),
+        absl::StrCat("cannot create directory ", dir, ": ", made.message()));
+  }
+  const std::string path = ShardFilePath(dir, shard_index, num_shards, "lock");
+  const int fd = open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  if (fd < 0) return Errno("cannot open", path);
+  const absl::Time deadline = absl::Now() + wait;
+  bool said = false;
+  while (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+    if (errno != EWOULDBLOCK && errno != EINTR) {
+      const absl::Status s = Errno("cannot lock", path);
+      close(fd);
+      return s;
+    }
+    const std::string holder = HolderOf(fd);
+    const std::string who =
+        holder.empty() ? "another process" : absl::StrCat("process ", holder);
+    if (absl::Now() >= deadline) {
+      close(fd);
+      return absl::FailedPreconditionError(
+          absl::StrCat("the files of shard ", shard_index, " of ", num_shards,
+                       " in ", dir, " are in use by ", who, " (", path,
+                       " is locked): every server process of a shard needs a "
+                       "--checkpoint_dir of its own"));
+    }
+    if (!said && logger != nullptr) {
+      logger->warn("waiting up to {} for {} to let go of {}",
+                   absl::FormatDuration(wait), who, path);
+      said = true;
+    }
+    absl::SleepFor(absl::Milliseconds(50));
+  }
+  const std::string pid = absl::StrCat(getpid(), "\n");
+  if (ftruncate(fd, 0) != 0 || pwrite(fd, pid.data(), pid.size(), 0) !=
+                                   static_cast<ssize_t>(pid.size())) {
+    const absl::Status s = Errno("cannot write", path);
+    close(fd);
+    return s;
+  }
+  return std::unique_ptr<CheckpointLock>(new CheckpointLock(path, fd));
+}
+
+CheckpointLock::~CheckpointLock() { close(fd_); }
+
+}  // namespace asyncps

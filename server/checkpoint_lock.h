@@ -1,0 +1,55 @@
+#ifndef ASYNCPS_SERVER_CHECKPOINT_LOCK_H_
+#define ASYNCPS_SERVER_CHECKPOINT_LOCK_H_
+
+// One process at a time on a shard's files in a checkpoint directory: two
+// ps_server processes of one shard on one --checkpoint_dir (two replicas
+// given the same directory, a shared volume mounted by every pod, a
+// process started while the one before still runs) would write each
+// other's checkpoints and spec files, and each would restore a state the
+// other wrote. ps_server holds an exclusive lock (flock(2)) on
+// <dir>/shard-<i>-of-<n>.lock while it runs; the kernel lets go of it
+// when the process ends, however it ends. Shards of one run may share a
+// directory (their files differ).
+//
+// Example:
+//
+//   absl::StatusOr<std::unique_ptr<CheckpointLock>> lock =
+//       CheckpointLock::Acquire(dir, 0, 2, absl::Seconds(10), logger.get());
+//   if (!lock.ok()) return lock.status();  // FAILED_PRECONDITION: in use
+//   ... run the shard; the lock goes with *lock or the process ...
+
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "spdlog/spdlog.h"
+
+namespace asyncps {
+
+class CheckpointLock {
+ public:
+  // Locks the files of shard `shard_index` of `num_shards` in `dir`
+  // (creating the directory and the lock file, which then holds this
+  // process's id). A lock held by another process is waited for up to
+  // `wait` (one that is exiting lets go within it; said once to `logger`),
+  // then FAILED_PRECONDITION naming the directory and the holder's process
+  // id. Other errors (naming the file) by errno.
+  static absl::StatusOr<std::unique_ptr<CheckpointLock>> Acquire(
+      const std::string& dir, int shard_index, int num_shards,
+      absl::Duration wait, spdlog::logger* logger);
+  ~CheckpointLock();  // lets go
+  CheckpointLock(const CheckpointLock&) = delete;
+  CheckpointLock& operator=(const CheckpointLock&) = delete;
+
+  const std::string& path() const { return path_; }
+
+ private:
+  CheckpointLock(std::string path, int fd) : path_(std::move(path)), fd_(fd) {}
+  std::string path_;
+  int fd_;
+};
+
+}  // namespace asyncps
+
+#endif  // ASYNCPS_SERVER_CHECKPOINT_LOCK_H_
