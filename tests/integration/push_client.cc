@@ -44,6 +44,9 @@ ABSL_FLAG(int64_t, create_elems, 0,
 ABSL_FLAG(double, expect, std::nan(""),
           "If set, after its pushes reads every element of the tensors and "
           "exits 1 unless each equals this value exactly.");
+ABSL_FLAG(bool, print_value, false,
+          "After its pushes, reads the tensors and prints `value NAME V` for "
+          "each whose elements all equal V, else exits 1.");
 ABSL_FLAG(std::string, log_level, "info", "trace|debug|info|warn|error|off");
 
 namespace asyncps {
@@ -159,6 +162,20 @@ absl::Status Run() {
       }
     }
     std::printf("verified %zu tensor(s) equal %g\n", names.size(), expect);
+  }
+  if (absl::GetFlag(FLAGS_print_value)) {
+    s = ps.Pull(clock, pull_into);
+    if (!s.ok()) return s;
+    for (size_t k = 0; k < names.size(); ++k) {
+      for (const float v : params[k]) {
+        if (v != params[k][0]) {
+          return absl::DataLossError(
+              absl::StrCat("the elements of ", names[k], " differ"));
+        }
+      }
+      std::printf("value %s %.9g\n", names[k].c_str(),
+                  params[k].empty() ? 0.0 : params[k][0]);
+    }
   }
   s = ps.Heartbeat(clock, /*leaving=*/true);
   if (!s.ok()) return s;
