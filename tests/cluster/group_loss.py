@@ -2,7 +2,8 @@
 """Whole replicated groups lost and brought back, in random orders: what an
 acknowledged push costs when every replica holding a group's state dies.
 
-One group (1 shard, R = 2) and a standby on loopback, three server
+One group (1 shard, R = 2) and a standby on loopback (a process of the
+shard, or with --any_spare a spare of any shard), three server
 processes with a checkpoint directory each (`--checkpoint_every_s=1`), a
 one-member etcd, and a push_client pushing ones to a tensor of 1,000
 floats (SGD at rate 1, so every applied push takes exactly 1 off each
@@ -33,7 +34,7 @@ first claimed the group, also one dropped seconds before, and took those
 seconds' pushes with it.
 
     python3 tests/cluster/group_loss.py --bin "$(bazel info -c opt bazel-bin)" \\
-        [--rounds 10] [--seed 1]
+        [--rounds 10] [--seed 1] [--any_spare]
 
 Exits 1 if a round failed, 2 without etcd. Every process it starts is
 killed at the end, also on failure; --keep keeps the logs' folder.
@@ -75,6 +76,9 @@ class Group:
         self.starts[i] += 1
         argv = lg.server_argv(self.args.bin, self.endpoint, RUN, "abc"[i])
         argv += [f"--checkpoint_dir={self.dirs[i]}", "--checkpoint_every_s=1"]
+        if i == 2 and self.args.any_spare:
+            argv = [a for a in argv if not a.startswith("--shard_index=")]
+            argv.append("--shard_index=any")
         self.slots[i] = self.procs.spawn(argv, f"slot{i}.{self.starts[i]}")
 
     def kill(self, i):
@@ -186,6 +190,9 @@ def main():
     ap.add_argument("--bound_s", type=float, default=2.0,
                     help="the most seconds of acknowledged pushes a lost "
                          "group may lose (checkpoint interval 1 s + capture)")
+    ap.add_argument("--any_spare", action="store_true",
+                    help="the third process is a spare of any shard "
+                         "(--shard_index=any) rather than of shard 0")
     ap.add_argument("--keep", action="store_true",
                     help="keep the logs' folder")
     args = ap.parse_args()
