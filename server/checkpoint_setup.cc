@@ -101,13 +101,19 @@ absl::Status CheckpointFlags(PsServerOptions* o) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::unique_ptr<CheckpointLock>> LockShardFiles(
-    const PsServerOptions& o) {
-  if (o.checkpoint_dir.empty() || o.store.shard_index < 0) return nullptr;
-  return CheckpointLock::Acquire(
-      o.checkpoint_dir, o.store.shard_index, o.store.num_shards,
-      absl::Seconds(absl::GetFlag(FLAGS_checkpoint_lock_wait_s)),
-      o.logger.get());
+absl::Status ShardFilesLock::Lock(const PsServerOptions& o, int shard) {
+  if (o.checkpoint_dir.empty() || (lock_ != nullptr && shard_ == shard)) {
+    return absl::OkStatus();
+  }
+  absl::StatusOr<std::unique_ptr<CheckpointLock>> locked =
+      CheckpointLock::Acquire(
+          o.checkpoint_dir, shard, o.store.num_shards,
+          absl::Seconds(absl::GetFlag(FLAGS_checkpoint_lock_wait_s)),
+          o.logger.get());
+  if (!locked.ok()) return locked.status();
+  lock_ = *std::move(locked);
+  shard_ = shard;
+  return absl::OkStatus();
 }
 
 }  // namespace asyncps

@@ -10,7 +10,6 @@
 #include <memory>
 
 #include "absl/status/status.h"
-#include "absl/status/statusor.h"
 #include "server/checkpoint_lock.h"
 #include "server/ps_server.h"
 
@@ -20,13 +19,22 @@ namespace asyncps {
 // the error names the flag.
 absl::Status CheckpointFlags(PsServerOptions* o);
 
-// Locks the files of shard o.store.shard_index in o.checkpoint_dir for as
-// long as the lock lives, waiting --checkpoint_lock_wait_s for another
-// process to let go (a process restarted at once may find the one before
-// still exiting); null when there is nothing to lock (no directory, or a
-// spare of any shard that has not joined a shard yet).
-absl::StatusOr<std::unique_ptr<CheckpointLock>> LockShardFiles(
-    const PsServerOptions& o);
+// The lock a server process holds on its shard's files in its
+// --checkpoint_dir (server/checkpoint_lock.h): taken before it reads or
+// writes any of them, held while it runs.
+class ShardFilesLock {
+ public:
+  // Holds the lock of shard `shard` of o.store.num_shards in
+  // o.checkpoint_dir (letting go of the one of another shard it held),
+  // waiting --checkpoint_lock_wait_s for another process to let go (a
+  // process restarted at once may find the one before still exiting). OK
+  // at once when it holds that shard's, or without a directory.
+  absl::Status Lock(const PsServerOptions& o, int shard);
+
+ private:
+  int shard_ = -1;
+  std::unique_ptr<CheckpointLock> lock_;
+};
 
 }  // namespace asyncps
 

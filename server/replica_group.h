@@ -123,6 +123,11 @@ struct ReplicaGroupOptions {
   // Asked while Join waits (standing by, or for a takeover): true ends it
   // with CANCELLED (SIGTERM for a process that never joined). Null: never.
   std::function<bool()> stopping;
+  // A process of any shard calls it with the shard it chose before it
+  // joins or claims that group (its snapshot is written into
+  // snapshot_dir): the lock on that shard's files there; an error ends
+  // Join with it. Null: nothing to lock.
+  std::function<absl::Status(int shard)> lock_shard_files;
   SecurityOptions security;
   std::shared_ptr<spdlog::logger> logger;
 };

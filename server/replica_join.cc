@@ -312,6 +312,11 @@ absl::Status ReplicaGroup::Decide() {
         if (!absl::IsAborted(s)) return s;
         continue;
       }
+      if (o_.lock_shard_files) {
+        if (absl::Status locked = o_.lock_shard_files(shard_); !locked.ok()) {
+          return locked;
+        }
+      }
     }
     const ShardGroupRecord& group = read->map.groups(shard_);
     // Its own record, added by a join whose primary then died, is none of

@@ -93,7 +93,7 @@ absl::Status CheckReplicaFlags(const ReplicaFlags& flags,
 
 absl::StatusOr<std::unique_ptr<ReplicaGroup>> SetUpReplica(
     const ReplicaFlags& flags, PsServerOptions* o, std::string* temp_dir,
-    std::function<bool()> stopping, ReservedPort* reserved) {
+    ReplicaHooks hooks, ReservedPort* reserved) {
   if (flags.etcd_endpoints.empty()) return nullptr;
   if (o->port == 0) {
     // Advertised in etcd now, listened on only once the process joined
@@ -160,7 +160,8 @@ absl::StatusOr<std::unique_ptr<ReplicaGroup>> SetUpReplica(
   g.fs = o->fs;
   g.security = PeerSecurity(o->security);
   g.logger = o->logger;
-  g.stopping = std::move(stopping);
+  g.stopping = std::move(hooks.stopping);
+  g.lock_shard_files = std::move(hooks.lock_shard_files);
   g.has_checkpoint = std::move(has_checkpoint);
   g.checkpoint_id = std::move(checkpoint_id);
   g.claim_without_checkpoint = flags.claim_without_checkpoint;

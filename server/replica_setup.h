@@ -36,6 +36,17 @@ struct ReplicaFlags {
       static_cast<int64_t>(ReplicationLog::Options().max_bytes >> 20);
 };
 
+// What the process does for its group while it joins.
+struct ReplicaHooks {
+  // Asked while it waits (standing by, for a takeover): true ends the
+  // join with CANCELLED (SIGTERM). Null: never.
+  std::function<bool()> stopping;
+  // For a spare of any shard: locks the files of the shard it chose in
+  // --checkpoint_dir before it writes any (an error ends the join). Null:
+  // nothing to lock.
+  std::function<absl::Status(int shard)> lock_shard_files;
+};
+
 // ps_server's replication flags (--replicas, --etcd_*, --lease_ms,
 // --host_label, --replica_timeout_ms, --replication_log_mib,
 // --claim_without_checkpoint), defined
@@ -57,11 +68,11 @@ absl::Status CheckReplicaFlags(const ReplicaFlags& flags,
 // on it), the log, the Status hook, and for a spare the
 // snapshot to restore and its shard epoch (in --checkpoint_dir, or in a
 // new temporary directory named in *temp_dir, which the caller removes).
-// A process that stands by (its group has R replicas) asks `stopping`
-// while it waits: CANCELLED once it says so.
+// `hooks` go to the group (ReplicaGroupOptions::stopping and
+// lock_shard_files).
 absl::StatusOr<std::unique_ptr<ReplicaGroup>> SetUpReplica(
     const ReplicaFlags& flags, PsServerOptions* options, std::string* temp_dir,
-    std::function<bool()> stopping, ReservedPort* reserved);
+    ReplicaHooks hooks, ReservedPort* reserved);
 
 }  // namespace asyncps
 

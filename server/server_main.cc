@@ -568,13 +568,19 @@ int ServeUntilSignal(const sigset_t& signals, PsServer* server,
 // Joins the shard group of a replicated run (*group null when the run is
 // not replicated): -1 to go on, else the exit status (0 for SIGTERM before
 // it joined, e.g. while standing by; 2 for a failure, said); *temp_dir is
-// removed then. *port holds the port it advertised when --port is 0.
+// removed then. *port holds the port it advertised when --port is 0; a
+// spare of any shard locks the files of the shard it chose in *files.
 int JoinGroup(const ReplicaFlags& flags, const sigset_t& signals,
               PsServerOptions* options, std::string* temp_dir,
-              std::unique_ptr<ReplicaGroup>* group, ReservedPort* port) {
-  absl::StatusOr<std::unique_ptr<ReplicaGroup>> joined = SetUpReplica(
-      flags, options, temp_dir,
-      [&signals] { return StopSignalPending(signals); }, port);
+              std::unique_ptr<ReplicaGroup>* group, ReservedPort* port,
+              ShardFilesLock* files) {
+  ReplicaHooks hooks;
+  hooks.stopping = [&signals] { return StopSignalPending(signals); };
+  hooks.lock_shard_files = [files, options](int shard) {
+    return files->Lock(*options, shard);
+  };
+  absl::StatusOr<std::unique_ptr<ReplicaGroup>> joined =
+      SetUpReplica(flags, options, temp_dir, std::move(hooks), port);
   if (joined.ok()) {
     *group = *std::move(joined);
     return -1;
@@ -656,17 +662,18 @@ int Main(int argc, char** argv) {
   std::string temp_dir;
   std::unique_ptr<ReplicaGroup> group;
   ReservedPort advertised_port;
-  // A spare of any shard locks its files once it joined one.
-  absl::StatusOr<std::unique_ptr<CheckpointLock>> files =
-      LockShardFiles(*options);
-  if (!files.ok()) return Fail(std::string(files.status().message()));
+  // A spare of any shard locks the files of the shard it chose.
+  ShardFilesLock files;
+  if (!any) {
+    const absl::Status locked =
+        files.Lock(*options, options->store.shard_index);
+    if (!locked.ok()) return Fail(std::string(locked.message()));
+  }
   if (int exit = JoinGroup(*replica_flags, signals, &*options, &temp_dir,
-                           &group, &advertised_port);
+                           &group, &advertised_port, &files);
       exit >= 0) {
     return exit;
   }
-  if (*files == nullptr) files = LockShardFiles(*options);
-  if (!files.ok()) return Fail(std::string(files.status().message()));
   advertised_port.Release();  // the server binds it next
   const bool restore = options->restore;
   const bool tls = !options->security.tls_cert.empty();

@@ -617,6 +617,23 @@ TEST_CASE(
   // A process of shard 0 and a spare of any shard, which joins it.
   ServerProcess p = testing::StartReplica(*etcd, "last", Checkpointed(dir_p));
   testing::WaitForRole(p.address, "primary");
+  {
+    // A spare of any shard given the primary's directory: refused before
+    // it writes a snapshot over the primary's files.
+    std::vector<std::string> args = testing::ReplicaArgs(*etcd, "last");
+    for (const char* flag : {"--port=0", "--shard_index=any", "--num_shards=1",
+                             "--checkpoint_lock_wait_s=1"}) {
+      args.push_back(flag);
+    }
+    args.push_back("--checkpoint_dir=" + dir_p);
+    auto [exit, log] = testing::RunServer(args);
+    INFO(log);
+    CHECK(exit == 2);
+    CHECK(absl::StrContains(
+        log, absl::StrCat("the files of shard 0 of 1 in ", dir_p,
+                          " are in use by process ", p.process->pid())));
+    CHECK(Backups(p.address).empty());
+  }
   ServerProcess s = spare();
   testing::WaitForCounted(p.address, 1);
   std::unique_ptr<PsClient> c = testing::MapClient(*etcd, "last");
