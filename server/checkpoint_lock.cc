@@ -51,6 +51,18 @@ absl::StatusOr<std::unique_ptr<CheckpointLock>> CheckpointLock::Acquire(
   const absl::Time deadline = absl::Now() + wait;
   bool said = false;
   while (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+    if (errno == ENOLCK || errno == EOPNOTSUPP || errno == ENOSYS ||
+        errno == EINVAL) {
+      // A file system without locks (some network file systems): the
+      // shard runs, unguarded.
+      if (logger != nullptr) {
+        logger->warn(
+            "cannot lock {}: {}; nothing keeps another process of shard {} "
+            "off these files",
+            path, std::strerror(errno), shard_index);
+      }
+      break;
+    }
     if (errno != EWOULDBLOCK && errno != EINTR) {
       const absl::Status s = Errno("cannot lock", path);
       close(fd);

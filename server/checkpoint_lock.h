@@ -34,7 +34,9 @@ class CheckpointLock {
   // process's id). A lock held by another process is waited for up to
   // `wait` (one that is exiting lets go within it; said once to `logger`),
   // then FAILED_PRECONDITION naming the directory and the holder's process
-  // id. Other errors (naming the file) by errno.
+  // id. Other errors (naming the file) by errno; a file system that has no
+  // locks (ENOLCK, EOPNOTSUPP) is said to `logger` and the shard runs
+  // unguarded.
   static absl::StatusOr<std::unique_ptr<CheckpointLock>> Acquire(
       const std::string& dir, int shard_index, int num_shards,
       absl::Duration wait, spdlog::logger* logger);
