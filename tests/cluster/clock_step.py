@@ -171,10 +171,7 @@ def main():
                 failed += 1
     finally:
         clock.restore()
-        if args.keep:
-            print("logs in " + tmp)
-        else:
-            shutil.rmtree(tmp, ignore_errors=True)
+        lg.leave_folder(tmp, args.keep)
     print(f"{failed} case(s) failed")
     return 1 if failed else 0
 

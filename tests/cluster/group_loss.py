@@ -120,6 +120,18 @@ class Group:
         return None
 
 
+def one_by_one(rng, slots, max_gap_s, act, verb, plan):
+    """act(i) for each slot in order, random gaps of 0..max_gap_s between,
+    written into `plan`."""
+    for k, i in enumerate(slots):
+        if k > 0:
+            gap = rng.uniform(0, max_gap_s)
+            plan.append(f"{gap:.1f}s")
+            time.sleep(gap)
+        act(i)
+        plan.append(f"{verb} {i}")
+
+
 def run_round(g, rng, n, bound_s):
     if not g.whole(60):
         print(f"round {n}: the group does not hold R before the round")
@@ -135,25 +147,14 @@ def run_round(g, rng, n, bound_s):
         return False
     victims = rng.sample(range(3), rng.choice((2, 3)))
     plan = []
-    for k, i in enumerate(victims):
-        if k > 0:
-            gap = rng.uniform(0, 3)
-            plan.append(f"{gap:.1f}s")
-            time.sleep(gap)
-        g.kill(i)
-        plan.append(f"kill {i}")
+    one_by_one(rng, victims, 3, g.kill, "kill", plan)
     time.sleep(1.5)  # a surviving replica takes over meanwhile
     client.kill()
     client.wait(10)
     time.sleep(0.2)  # the reader thread reads the last lines
     times = acks.since(0)
-    for k, i in enumerate(rng.sample(victims, len(victims))):
-        if k > 0:
-            gap = rng.uniform(0, 2)
-            plan.append(f"{gap:.1f}s")
-            time.sleep(gap)
-        g.start(i)
-        plan.append(f"start {i}")
+    one_by_one(rng, rng.sample(victims, len(victims)), 2, g.start, "start",
+               plan)
     back = g.whole(60)
     after = g.value(20000 + n) if back else None
     exited = g.exited()
@@ -223,10 +224,7 @@ def main():
             failed += 0 if run_round(g, rng, n, args.bound_s) else 1
     finally:
         procs.stop()
-        if args.keep:
-            print("logs in " + tmp)
-        else:
-            shutil.rmtree(tmp, ignore_errors=True)
+        lg.leave_folder(tmp, args.keep)
     print(f"{failed} of {args.rounds} round(s) failed")
     return 1 if failed else 0
 

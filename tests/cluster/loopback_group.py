@@ -164,6 +164,15 @@ def start_group(procs, bin_dir, endpoint, run_id, lease_ms=1000,
     return acks
 
 
+def leave_folder(folder, keep):
+    """At a script's end: says where the logs are (--keep), else removes
+    the folder."""
+    if keep:
+        print("logs in " + folder)
+    else:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
 def add_round_args(ap, cases, rounds, max_gap_s):
     """The flags every round-based script here takes."""
     ap.add_argument("--bin", required=True,
@@ -203,10 +212,7 @@ def run_rounds(args, run_round, prefix, summarize):
                 if result:
                     results.setdefault(case, []).append(result)
     finally:
-        if args.keep:
-            print("logs in " + tmp)
-        else:
-            shutil.rmtree(tmp, ignore_errors=True)
+        leave_folder(tmp, args.keep)
     for case, rounds in results.items():
         summarize(case, rounds)
     print(f"{failed} round(s) failed")
