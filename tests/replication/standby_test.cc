@@ -678,6 +678,12 @@ TEST_CASE(
   CHECK(Backups(s2.address) == std::vector<std::string>{p2.address});
   testing::ExpectEvery(c.get(), kElems, 20, 1.0f - 20);
   testing::ExpectSameState(s2.address, p2.address);
+  {
+    auto [exit, out] = testing::Psctl(*etcd, "last");
+    INFO(out);
+    CHECK(exit == 0);
+    CHECK_FALSE(absl::StrContains(out, "lost every replica"));
+  }
 
   // Its backup lost, then 10 more pushes and the primary: told to, the
   // process of shard 0 claims with its checkpoint (20 pushes) and says
