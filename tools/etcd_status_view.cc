@@ -39,9 +39,13 @@ absl::Status ReadMembers(EtcdClient* etcd, const ShardMapRecord& map,
   view->standbys = std::vector<EtcdStatusView::Standby>();
   view->lost_groups = std::vector<EtcdStatusView::LostGroup>();
   if (map.run_id().empty()) return absl::OkStatus();  // no map read
+  // By process, not address: a process restarted at the address of a
+  // record its group still lists (a lost group) stands by all the same.
   absl::flat_hash_set<std::string> listed;
   for (const ShardGroupRecord& g : map.groups()) {
-    for (const ReplicaRecord& r : g.replicas()) listed.insert(r.address());
+    for (const ReplicaRecord& r : g.replicas()) {
+      listed.insert(group_records::IdOf(r));
+    }
   }
   const std::string prefix = MembersPrefix(RunPrefix(map.run_id()));
   absl::StatusOr<EtcdClient::Listing> members = etcd->List(prefix);
@@ -52,7 +56,7 @@ absl::Status ReadMembers(EtcdClient* etcd, const ShardMapRecord& map,
     live.insert(id);
     const MemberValue v = ParseMemberValue(kv.value);
     const std::string address(ReplicaAddress(id));
-    if (v.standby && !listed.contains(address)) {
+    if (v.standby && !listed.contains(id)) {
       view->standbys->push_back({address, v.host, v.shard});
     }
   }
