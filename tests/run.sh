@@ -7,7 +7,8 @@
 # exits non-zero when any test failed or the build broke. A target that
 # passed but whose log (bazel-testlogs/<package>/<name>/test.log) has a line
 # starting with "ASYNCPS_SKIPPED:" could not run here (e.g. needs a GPU) and
-# counts as skipped, not passed. When nvcc is present the CUDA backend is
+# counts as skipped, not passed; one whose log cannot be read counts as
+# failed (whether it ran cannot be told). When nvcc is present the CUDA backend is
 # compiled too (compile only: no test needs a GPU).
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
@@ -50,10 +51,15 @@ echo "tests: $(($(date +%s) - t1)) s"
 testlogs=$(bazel info bazel-testlogs 2>/dev/null) || testlogs=bazel-testlogs
 passed=0
 skipped=0
+unread=0
 while read -r label; do
   path="${label#//}"
   path="${path/://}"
-  if grep -q '^ASYNCPS_SKIPPED:' "$testlogs/$path/test.log" 2>/dev/null; then
+  if [ ! -r "$testlogs/$path/test.log" ]; then
+    # Whether it ran or skipped cannot be told: not counted as passed.
+    echo "unread: $label: no test log at $testlogs/$path/test.log"
+    unread=$((unread + 1))
+  elif grep -q '^ASYNCPS_SKIPPED:' "$testlogs/$path/test.log"; then
     echo "skipped: $label: $(grep -m1 '^ASYNCPS_SKIPPED:' \
       "$testlogs/$path/test.log" | cut -c18-)"
     skipped=$((skipped + 1))
@@ -62,6 +68,7 @@ while read -r label; do
   fi
 done < <(grep -oE '^//\S+\s+(\(cached\) )?PASSED' "$log" | awk '{print $1}')
 failed=$(grep -cE '^//\S+\s+(\(cached\) )?(FAILED|TIMEOUT|NO STATUS|FLAKY|INCOMPLETE)' "$log")
+failed=$((failed + unread))
 failed=$((failed + cuda_failed))
 if [ "$test_rc" != 0 ] && [ "$failed" = 0 ]; then failed=1; fi
 if [ "${CI:-}" = "true" ]; then bazel shutdown >/dev/null 2>&1 || true; fi
