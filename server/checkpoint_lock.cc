@@ -8,7 +8,6 @@
 #include <cstring>
 #include <filesystem>
 #include <system_error>
-#include <utility>
 
 #include "absl/status/status.h"
 #include "absl/strings/ascii.h"
@@ -93,7 +92,7 @@ absl::StatusOr<std::unique_ptr<CheckpointLock>> CheckpointLock::Acquire(
     close(fd);
     return s;
   }
-  return std::unique_ptr<CheckpointLock>(new CheckpointLock(path, fd));
+  return std::unique_ptr<CheckpointLock>(new CheckpointLock(fd));
 }
 
 CheckpointLock::~CheckpointLock() { close(fd_); }

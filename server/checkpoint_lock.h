@@ -44,11 +44,8 @@ class CheckpointLock {
   CheckpointLock(const CheckpointLock&) = delete;
   CheckpointLock& operator=(const CheckpointLock&) = delete;
 
-  const std::string& path() const { return path_; }
-
  private:
-  CheckpointLock(std::string path, int fd) : path_(std::move(path)), fd_(fd) {}
-  std::string path_;
+  explicit CheckpointLock(int fd) : fd_(fd) {}
   int fd_;
 };
 
