@@ -85,12 +85,16 @@ absl::StatusOr<std::unique_ptr<CheckpointLock>> CheckpointLock::Acquire(
     }
     absl::SleepFor(absl::Milliseconds(50));
   }
+  // The process id only names the holder to a process that waits; the
+  // lock holds without it (a full disk must not keep a shard that can
+  // restore its checkpoint from starting).
   const std::string pid = absl::StrCat(getpid(), "\n");
   if (ftruncate(fd, 0) != 0 || pwrite(fd, pid.data(), pid.size(), 0) !=
                                    static_cast<ssize_t>(pid.size())) {
-    const absl::Status s = Errno("cannot write", path);
-    close(fd);
-    return s;
+    if (logger != nullptr) {
+      logger->warn("cannot write this process's id into {}: {}", path,
+                   std::strerror(errno));
+    }
   }
   return std::unique_ptr<CheckpointLock>(new CheckpointLock(fd));
 }

@@ -31,12 +31,13 @@ class CheckpointLock {
  public:
   // Locks the files of shard `shard_index` of `num_shards` in `dir`
   // (creating the directory and the lock file, which then holds this
-  // process's id). A lock held by another process is waited for up to
-  // `wait` (one that is exiting lets go within it; said once to `logger`),
-  // then FAILED_PRECONDITION naming the directory and the holder's process
-  // id. Other errors (naming the file) by errno; a file system that has no
-  // locks (ENOLCK, EOPNOTSUPP) is said to `logger` and the shard runs
-  // unguarded.
+  // process's id; when the id cannot be written, a full disk, that is said
+  // to `logger` and the lock holds all the same). A lock held by another
+  // process is waited for up to `wait` (one that is exiting lets go within it;
+  // said once to `logger`), then FAILED_PRECONDITION naming the directory and
+  // the holder's process id. Other errors (naming the file) by errno; a file
+  // system that has no locks (ENOLCK, EOPNOTSUPP) is said to `logger` and the
+  // shard runs unguarded.
   static absl::StatusOr<std::unique_ptr<CheckpointLock>> Acquire(
       const std::string& dir, int shard_index, int num_shards,
       absl::Duration wait, spdlog::logger* logger);

@@ -186,9 +186,18 @@ absl::StatusOr<CheckpointInfo> PsServer::StartCheckpoints(
                    options.store.num_shards),
       identity, store_.get(), options.fs);
   // What the checkpoint held is durable already; this writes the spec
-  // file where there is none yet (or one of an adopted run).
+  // file where there is none yet (or one of an adopted run). A write that
+  // fails (a full disk) does not keep a restored shard from serving: the
+  // checkpoint and the spec file it read hold every spec it has, and the
+  // next CreateTensor writes the file again (and fails while it cannot).
+  if (restored_specs_.has_value()) specs_->Known(*std::move(restored_specs_));
   absl::Status synced = specs_->Sync();
-  if (!synced.ok()) return synced;
+  if (!synced.ok()) {
+    logger_->warn(
+        "{}; serving what was restored (tensors and tables created from now "
+        "on are refused until the file can be written)",
+        synced.ToString());
+  }
   CheckpointerOptions c;
   c.dir = options.checkpoint_dir;
   c.every = options.checkpoint_every;
@@ -447,6 +456,7 @@ absl::StatusOr<CheckpointInfo> PsServer::Restore(
   absl::StatusOr<int> created =
       ApplySpecFile(*specs, spec_path, store_.get(), &without_values);
   if (!created.ok()) return created.status();
+  restored_specs_ = *std::move(specs);
   if (!without_values.empty()) {
     logger_->error(
         "{} tensor(s) of {} were created with their values (INIT_VALUES) but "

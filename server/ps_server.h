@@ -29,6 +29,7 @@
 #include <grpcpp/grpcpp.h>
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 
@@ -254,6 +255,8 @@ class PsServer {
   std::unique_ptr<SpecJournal> specs_;          // null when off
   std::string run_id_;
   bool adopted_ = false;  // restored another run's checkpoint (--adopt_run)
+  // The spec file as the restore read it (none: there was none).
+  std::optional<SpecFileContents> restored_specs_;
   std::unique_ptr<PsService> service_;
   ReplicationLog* log_ = nullptr;
   std::unique_ptr<ReplicaFeedService> feed_;  // null unless replicated

@@ -449,10 +449,12 @@ absl::StatusOr<std::unique_ptr<HealthListener>> StartHealth(
       "has restored and serves ({}: SERVING while the process runs)",
       (*health)->port(), HealthListener::kProcessService);
   const std::string health_file = absl::GetFlag(FLAGS_health_port_file);
-  if (!health_file.empty() &&
-      !WritePortFile(health_file, (*health)->port()).ok()) {
-    return absl::UnavailableError("cannot write --health_port_file " +
-                                  health_file);
+  if (!health_file.empty()) {
+    absl::Status written = WritePortFile(health_file, (*health)->port());
+    if (!written.ok()) {
+      return absl::Status(written.code(), absl::StrCat("--health_port_file: ",
+                                                       written.message()));
+    }
   }
   return health;
 }
@@ -462,11 +464,13 @@ absl::StatusOr<std::unique_ptr<HealthListener>> StartHealth(
 int StartFailure(const absl::Status& s, bool restore) {
   if (restore && (absl::IsDataLoss(s) || absl::IsFailedPrecondition(s) ||
                   absl::IsResourceExhausted(s))) {
-    std::fprintf(stderr,
-                 "ps_server: cannot restore: %s\n(start with "
-                 "--restore=false to start empty; the next checkpoint "
-                 "replaces the file)\n",
-                 s.ToString().c_str());
+    std::fprintf(
+        stderr,
+        "ps_server: cannot restore: %s\n(%sstart with "
+        "--restore=false to start empty, losing what the files "
+        "hold; the next checkpoint replaces them)\n",
+        s.ToString().c_str(),
+        absl::IsResourceExhausted(s) ? "raise --max_parameter_bytes, or " : "");
     return 1;
   }
   return Fail(s.ToString());
@@ -518,9 +522,12 @@ absl::Status StartMetrics(MetricsHttpServer* metrics, spdlog::logger& logger) {
   logger.info("Prometheus metrics on http://{}:{}/metrics", metrics_host,
               *bound);
   const std::string metrics_file = absl::GetFlag(FLAGS_metrics_port_file);
-  if (!metrics_file.empty() && !WritePortFile(metrics_file, *bound).ok()) {
-    return absl::UnavailableError("cannot write --metrics_port_file " +
-                                  metrics_file);
+  if (!metrics_file.empty()) {
+    absl::Status written = WritePortFile(metrics_file, *bound);
+    if (!written.ok()) {
+      return absl::Status(written.code(), absl::StrCat("--metrics_port_file: ",
+                                                       written.message()));
+    }
   }
   return absl::OkStatus();
 }
@@ -696,8 +703,10 @@ int Main(int argc, char** argv) {
     return Fail(std::string(m.message()));
   }
   const std::string port_file = absl::GetFlag(FLAGS_port_file);
-  if (!port_file.empty() && !WritePortFile(port_file, (*server)->port()).ok()) {
-    return Fail("cannot write --port_file " + port_file);
+  if (!port_file.empty()) {
+    absl::Status written = WritePortFile(port_file, (*server)->port());
+    if (!written.ok())
+      return Fail(absl::StrCat("--port_file: ", written.message()));
   }
   const int status = ServeUntilSignal(signals, server->get(), health->get(),
                                       &metrics, group.get(), *logger);

@@ -188,6 +188,41 @@ SpecJournal::SpecJournal(std::string path, CheckpointIdentity identity,
       store_(store),
       fs_(fs) {}
 
+namespace {
+
+// Whether `a` and `b` hold the same specs, in any order.
+template <typename Spec>
+bool SameSpecs(const std::vector<Spec>& a, const std::vector<Spec>& b) {
+  if (a.size() != b.size()) return false;
+  absl::flat_hash_map<std::string, const Spec*> by_name;
+  for (const Spec& spec : b) by_name[spec.name()] = &spec;
+  for (const Spec& spec : a) {
+    auto it = by_name.find(spec.name());
+    if (it == by_name.end() ||
+        !google::protobuf::util::MessageDifferencer::Equals(spec,
+                                                            *it->second)) {
+      return false;
+    }
+  }
+  return true;
+}
+
+// Whether `file` holds exactly `contents` (its write time aside).
+bool SameContents(SpecFileContents file, const SpecFileContents& contents) {
+  file.identity.set_unix_time_ms(contents.identity.unix_time_ms());
+  return google::protobuf::util::MessageDifferencer::Equals(
+             file.identity, contents.identity) &&
+         SameSpecs(file.tensors, contents.tensors) &&
+         SameSpecs(file.tables, contents.tables);
+}
+
+}  // namespace
+
+void SpecJournal::Known(SpecFileContents on_disk) {
+  absl::MutexLock l(&mu_);
+  on_disk_ = std::move(on_disk);
+}
+
 absl::Status SpecJournal::Sync() {
   absl::MutexLock l(&mu_);
   SpecFileContents contents;
@@ -206,6 +241,16 @@ absl::Status SpecJournal::Sync() {
   if (held == durable_) return absl::OkStatus();
   contents.identity = identity_;
   contents.identity.set_unix_time_ms(absl::ToUnixMillis(absl::Now()));
+  if (on_disk_.has_value()) {
+    // A restarted shard's file often holds all it has already: leave it
+    // (nothing to write, also on a full disk).
+    const bool same = SameContents(*std::move(on_disk_), contents);
+    on_disk_.reset();
+    if (same) {
+      durable_ = held;
+      return absl::OkStatus();
+    }
+  }
   absl::Status s = WriteSpecFile(path_, contents, fs_);
   if (!s.ok()) return s;
   durable_ = held;

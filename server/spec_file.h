@@ -16,6 +16,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -84,6 +85,11 @@ class SpecJournal {
   // tries again.
   absl::Status Sync();
 
+  // What the file holds now (as a restore read it): the next Sync writes
+  // nothing when that is the store's specs under this journal's identity
+  // already (a restarted shard's file, also on a full disk).
+  void Known(SpecFileContents on_disk);
+
   const std::string& path() const { return path_; }
 
  private:
@@ -94,6 +100,7 @@ class SpecJournal {
   absl::Mutex mu_;  // serializes writers
   // Specs plus the sum of their schedule steps, as in the file.
   uint64_t durable_ ABSL_GUARDED_BY(mu_) = 0;
+  std::optional<SpecFileContents> on_disk_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace asyncps

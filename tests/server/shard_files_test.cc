@@ -4,8 +4,13 @@
 // keeps it current, which files a shard may use (shard count, run,
 // adoption), and the directory's own id.
 
+#include <signal.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
+#include <algorithm>
 #include <catch2/catch.hpp>
 #include <cstdio>
 #include <cstdlib>
@@ -22,6 +27,7 @@
 #include "server/checkpoint.h"
 #include "server/checkpoint_dir.h"
 #include "server/checkpoint_dir_id.h"
+#include "server/checkpoint_lock.h"
 #include "server/spec_file.h"
 #include "store/shard_store.h"
 #include "tests/testing/require_ok.h"
@@ -145,6 +151,48 @@ TEST_CASE("the journal writes the spec file only when specs were added",
   CHECK(read->tensors.size() == 2);
 }
 
+TEST_CASE("a journal told what its file holds writes only what it lacks",
+          "[spec_file]") {
+  const std::string dir = testing::MakeTmpDir("journal_known");
+  std::unique_ptr<ShardStore> store = Store();
+  CreateTensorRequest create;
+  *create.add_tensors() = Spec("a", 1.0f);
+  *create.add_tensors() = Spec("b", 2.0f);
+  REQUIRE_OK(store->CreateTensors(create).status());
+  const std::string path = SpecFilePath(dir, 0, 2);
+  SpecFileContents on_disk;
+  on_disk.identity = Identity(0, 2, "r2");
+  on_disk.tensors = store->ListTensors();
+  std::reverse(on_disk.tensors.begin(), on_disk.tensors.end());  // any order
+
+  SECTION("the store's specs under its identity: nothing to write") {
+    SpecJournal journal(path, Identity(0, 2, "r2"), store.get());
+    journal.Known(on_disk);
+    REQUIRE_OK(journal.Sync());
+    CHECK(absl::IsNotFound(ReadSpecFile(path).status()));
+    // A spec added later is written.
+    *create.mutable_tensors(0) = Spec("c", 3.0f);
+    create.mutable_tensors()->DeleteSubrange(1, 1);
+    REQUIRE_OK(store->CreateTensors(create).status());
+    REQUIRE_OK(journal.Sync());
+    absl::StatusOr<SpecFileContents> read = ReadSpecFile(path);
+    REQUIRE_OK(read.status());
+    CHECK(read->tensors.size() == 3);
+  }
+  SECTION("a spec fewer, another spec or another identity: written") {
+    SpecJournal journal(path, Identity(0, 2, "r2"), store.get());
+    SECTION("a spec fewer") { on_disk.tensors.pop_back(); }
+    SECTION("another spec") { on_disk.tensors[0] = Spec("b", 5.0f); }
+    SECTION("another run") { on_disk.identity = Identity(0, 2, "r1"); }
+    journal.Known(on_disk);
+    REQUIRE_OK(journal.Sync());
+    absl::StatusOr<SpecFileContents> read = ReadSpecFile(path);
+    REQUIRE_OK(read.status());
+    CHECK(read->identity.run_id() == "r2");
+    CHECK(read->tensors.size() == 2);
+  }
+}
+
 TEST_CASE("a shard uses only files of its shard count and run",
           "[checkpoint_dir]") {
   const std::string dir = testing::MakeTmpDir("dir");
@@ -224,6 +272,37 @@ TEST_CASE("a checkpoint directory keeps the id it gave itself",
   // A directory that cannot be made: the error, no id.
   std::ofstream(dir + "/file") << "x";
   CHECK_FALSE(CheckpointDirId(dir + "/file/sub").ok());
+}
+
+TEST_CASE("a shard's files stay locked when the holder's id cannot be written",
+          "[checkpoint_lock]") {
+  const std::string dir = testing::MakeTmpDir("lock_full");
+  // In a child, whose file size limit of 0 fails the id's write (EFBIG) as
+  // a full disk would (ENOSPC).
+  const pid_t child = fork();
+  REQUIRE(child >= 0);
+  if (child == 0) {
+    signal(SIGXFSZ, SIG_IGN);
+    const struct rlimit none = {0, 0};
+    setrlimit(RLIMIT_FSIZE, &none);
+    absl::StatusOr<std::unique_ptr<CheckpointLock>> held =
+        CheckpointLock::Acquire(dir, 0, 2, absl::ZeroDuration(), nullptr);
+    if (!held.ok()) _exit(10);
+    // Another holder (a descriptor of its own) is refused, the holder
+    // unnamed.
+    absl::StatusOr<std::unique_ptr<CheckpointLock>> second =
+        CheckpointLock::Acquire(dir, 0, 2, absl::ZeroDuration(), nullptr);
+    if (!absl::IsFailedPrecondition(second.status())) _exit(11);
+    if (!absl::StrContains(second.status().message(),
+                           "in use by another process")) {
+      _exit(12);
+    }
+    _exit(0);
+  }
+  int status = 0;
+  REQUIRE(waitpid(child, &status, 0) == child);
+  REQUIRE(WIFEXITED(status));
+  CHECK(WEXITSTATUS(status) == 0);
 }
 
 TEST_CASE("run ids are checked", "[checkpoint_dir]") {

@@ -4,7 +4,8 @@
 // vanishes after the listing each fail the start with an error naming the
 // file or directory (the shard never serves a half-restored store), write
 // nothing, and leave the files as they were: a start without the fault
-// restores exactly the state they hold.
+// restores exactly the state they hold. A full disk does not keep a shard
+// from restoring and serving.
 
 #include <algorithm>
 #include <catch2/catch.hpp>
@@ -259,6 +260,37 @@ TEST_CASE(
       StartShard(dir, FileSystem::Default());
   REQUIRE_OK(server.status());
   RequireRestored(server->get(), dir);
+}
+
+TEST_CASE(
+    "a shard restarted on a full disk restores its files and serves, "
+    "rewriting none of them",
+    "[restore][faults][server]") {
+  const std::string dir = testing::MakeTmpDir("shard_full_disk");
+  WriteFiles(dir);
+  SECTION("its spec file holds what it restores (the shard wrote it)") {
+    absl::StatusOr<std::unique_ptr<PsServer>> server =
+        StartShard(dir, FileSystem::Default());
+    REQUIRE_OK(server.status());
+    RequireRestored(server->get(), dir);
+    REQUIRE_OK((*server)->Shutdown(absl::ZeroDuration()));
+  }
+  SECTION("its spec file is to be written anew (another identity)") {}
+  const std::pair<uint64_t, uint64_t> inodes = Inodes(dir);
+  testing::FaultFileSystem fs;
+  fs.FillDisk();
+  absl::StatusOr<std::unique_ptr<PsServer>> server = StartShard(dir, &fs);
+  REQUIRE_OK(server.status());
+  CHECK((*server)->GetStatus().tensors() == 2);
+  // Its final checkpoint cannot be written; the files stay as they were.
+  const absl::Status stopped = (*server)->Shutdown(absl::ZeroDuration());
+  INFO(stopped.ToString());
+  CHECK(absl::IsResourceExhausted(stopped));
+  CHECK(Inodes(dir) == inodes);
+  fs.ClearPathFaults();
+  server = StartShard(dir, &fs);
+  REQUIRE_OK(server.status());
+  CHECK((*server)->GetStatus().tensors() == 2);
 }
 
 }  // namespace

@@ -29,7 +29,9 @@
 //                             then it is gone, as if another process
 //                             removed it: opening or stat'ing it fails
 //                             (ENOENT) and later listings omit it;
-//   FailListing(dir, errno)   listing `dir` fails (e.g. EACCES, EIO).
+//   FailListing(dir, errno)   listing `dir` fails (e.g. EACCES, EIO);
+//   FillDisk()                every write of every file fails (ENOSPC)
+//                             and writes nothing, as on a full disk.
 // Path faults change nothing on disk: once cleared, the files read back as
 // they were.
 //
@@ -107,8 +109,13 @@ class FaultFileSystem : public FileSystem {
     absl::MutexLock l(&mu_);
     failed_listings_[dir] = err;
   }
+  void FillDisk() {
+    absl::MutexLock l(&mu_);
+    disk_full_ = true;
+  }
   void ClearPathFaults() {
     absl::MutexLock l(&mu_);
+    disk_full_ = false;
     truncated_.clear();
     failed_reads_.clear();
     vanishing_.clear();
@@ -216,6 +223,10 @@ class FaultFileSystem : public FileSystem {
           !s.ok()) {
         return s;
       }
+      if (fs_->DiskFull()) {
+        return absl::ResourceExhaustedError("write " + path_ +
+                                            ": No space left on device");
+      }
       if (short_write) {
         real_->Append(data.substr(0, data.size() / 2)).IgnoreError();
         return absl::ResourceExhaustedError("write " + path_ +
@@ -289,6 +300,10 @@ class FaultFileSystem : public FileSystem {
     absl::MutexLock l(&mu_);
     return vanished_.contains(path);
   }
+  bool DiskFull() const {
+    absl::MutexLock l(&mu_);
+    return disk_full_;
+  }
   bool ReadFails(const std::string& path) const {
     absl::MutexLock l(&mu_);
     return failed_reads_.contains(path);
@@ -342,6 +357,7 @@ class FaultFileSystem : public FileSystem {
   absl::flat_hash_set<std::string> vanishing_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_set<std::string> vanished_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<std::string, int> failed_listings_ ABSL_GUARDED_BY(mu_);
+  bool disk_full_ ABSL_GUARDED_BY(mu_) = false;
 };
 
 }  // namespace testing
