@@ -2,6 +2,7 @@
 
 #include <malloc.h>
 
+#include "absl/strings/escaping.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -38,13 +39,10 @@ absl::StatusOr<std::vector<std::string>> ParseServerList(const std::string& s,
   }
   std::vector<std::string> out;
   for (absl::string_view part : entries) {
-    const size_t colon = part.rfind(':');
-    int port = 0;
-    if (colon == absl::string_view::npos || colon == 0 ||
-        !absl::SimpleAtoi(part.substr(colon + 1), &port) || port <= 0 ||
-        port > 65535) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "server address '", part, "' is not host:port with port 1..65535"));
+    absl::Status s = CheckHostPort(part);
+    if (!s.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("server address ", s.message()));
     }
     out.emplace_back(part);
   }
@@ -57,6 +55,23 @@ absl::StatusOr<std::vector<std::string>> ParseServerList(const std::string& s,
         " address(es) but the shard count (--num_shards) is ", num_shards));
   }
   return out;
+}
+
+absl::Status CheckHostPort(absl::string_view address) {
+  const size_t colon = address.rfind(':');
+  int port = 0;
+  bool ok = colon != absl::string_view::npos && colon > 0 &&
+            absl::SimpleAtoi(address.substr(colon + 1), &port) && port > 0 &&
+            port <= 65535;
+  for (size_t i = 0; ok && i < colon; ++i) {
+    const unsigned char c = static_cast<unsigned char>(address[i]);
+    ok = c > ' ' && c < 0x7f && c != ',';
+  }
+  if (ok) return absl::OkStatus();
+  return absl::InvalidArgumentError(
+      absl::StrCat("'", absl::CHexEscape(address.substr(0, 200)),
+                   address.size() > 200 ? "..." : "",
+                   "' is not host:port with port 1..65535"));
 }
 
 std::shared_ptr<grpc::Channel> MakeChannel(const std::string& address,

@@ -8,7 +8,9 @@
 #include <string>
 #include <vector>
 
+#include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "common/security.h"
 
 namespace asyncps {
@@ -21,6 +23,11 @@ namespace asyncps {
 // addresses (the list and the shard count are checked against each other).
 absl::StatusOr<std::vector<std::string>> ParseServerList(const std::string& s,
                                                          int num_shards = 0);
+
+// OK when `address` is "host:port": a non-empty host of printable
+// characters other than spaces and commas, and a port in [1, 65535].
+// INVALID_ARGUMENT naming the address (escaped) otherwise.
+absl::Status CheckHostPort(absl::string_view address);
 
 // Largest message either side accepts. Large tensors exceed gRPC's 4 MiB
 // default; requests larger than this are refused by gRPC itself with

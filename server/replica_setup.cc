@@ -3,6 +3,7 @@
 #include <stdlib.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <functional>
@@ -10,6 +11,7 @@
 #include <utility>
 
 #include "absl/flags/flag.h"
+#include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "common/identity.h"
@@ -65,6 +67,15 @@ absl::Status CheckReplicaFlags(const ReplicaFlags& flags,
         "--shard_index=any (a spare replica of whichever shard group needs "
         "one) needs --replicas=2 or more and --etcd_endpoints: a group of "
         "one process has nobody to copy its state from");
+  }
+  if (flags.host_label.size() > 253 ||
+      !std::all_of(flags.host_label.begin(), flags.host_label.end(),
+                   [](char c) { return c > ' ' && c < 0x7f; })) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--host_label must be a host or node name (up to 253 printable "
+        "characters, no spaces), got '",
+        absl::CHexEscape(flags.host_label.substr(0, 64)),
+        flags.host_label.size() > 64 ? "...'" : "'"));
   }
   if (flags.log_mib < 1 || flags.log_mib > (int64_t{1} << 20)) {
     return absl::InvalidArgumentError(absl::StrCat(

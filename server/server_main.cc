@@ -224,6 +224,13 @@ absl::Status AddressFlags(PsServerOptions* o) {
         "--health_port must be -1 (off) or in [0, 65535], got ", health_port));
   }
   o->advertise_address = absl::GetFlag(FLAGS_advertise_address);
+  if (!o->advertise_address.empty()) {
+    absl::Status address = CheckHostPort(o->advertise_address);
+    if (!address.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--advertise_address: ", address.message()));
+    }
+  }
   return absl::OkStatus();
 }
 

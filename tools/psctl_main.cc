@@ -646,9 +646,11 @@ absl::StatusOr<Connection> ConnectionFromFlags(const ParsedCommandLine& cl,
   c.timeout = command == "checkpoint" && !cl.IsSet("timeout")
                   ? kCheckpointTimeout
                   : absl::GetFlag(FLAGS_timeout);
-  if (c.timeout <= absl::ZeroDuration()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--timeout must be > 0, got ", absl::FormatDuration(c.timeout)));
+  if (c.timeout <= absl::ZeroDuration() ||
+      c.timeout == absl::InfiniteDuration()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--timeout must be > 0 and finite, got ",
+                     absl::FormatDuration(c.timeout)));
   }
   ShardAddressingOptions a{absl::GetFlag(FLAGS_servers),
                            absl::GetFlag(FLAGS_num_shards), "",
@@ -664,9 +666,10 @@ absl::StatusOr<Connection> ConnectionFromFlags(const ParsedCommandLine& cl,
   c.servers = std::move(shards->servers);
   c.router = std::move(shards->router);
   c.watch = absl::GetFlag(FLAGS_watch);
-  if (c.watch < absl::ZeroDuration()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--watch must be >= 0, got ", absl::FormatDuration(c.watch)));
+  if (c.watch < absl::ZeroDuration() || c.watch == absl::InfiniteDuration()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--watch must be >= 0 and finite, got ",
+                     absl::FormatDuration(c.watch)));
   }
   if (c.watch > absl::ZeroDuration() && command != "status" &&
       command != "scale" &&

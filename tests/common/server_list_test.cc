@@ -1,5 +1,5 @@
 // ParseServerList: plain lists, {i} patterns expanded by the shard count,
-// and the list checked against the count.
+// and the list checked against the count; CheckHostPort.
 
 #include <catch2/catch.hpp>
 #include <string>
@@ -23,6 +23,23 @@ TEST_CASE("a plain server list", "[net]") {
   CHECK(absl::IsInvalidArgument(ParseServerList("a:0").status()));
   CHECK(absl::IsInvalidArgument(ParseServerList("").status()));
   CHECK(absl::IsInvalidArgument(ParseServerList("a:1", -1).status()));
+}
+
+TEST_CASE("an address is host:port with a printable host", "[net]") {
+  CHECK(CheckHostPort("a:1").ok());
+  CHECK(CheckHostPort("[::1]:7000").ok());
+  CHECK(CheckHostPort("shard-0.asyncps.default.svc:65535").ok());
+  for (const char* bad : {"", "a", ":1", "a:", "a:0", "a:65536", "a:x",
+                          ":::", "a b:1", "a,b:1", "a\x01:1", "\x7f:1"}) {
+    INFO(bad);
+    const absl::Status s = CheckHostPort(bad);
+    CHECK(absl::IsInvalidArgument(s));
+    CHECK(absl::StrContains(s.message(), "is not host:port"));
+  }
+  // Shown escaped, not raw.
+  CHECK(absl::StrContains(CheckHostPort("a\x01:1").message(), "'a\\x01:1'"));
+  CHECK(absl::StrContains(ParseServerList("a b:1").status().message(),
+                          "server address 'a b:1' is not host:port"));
 }
 
 TEST_CASE("{i} stands for one address per shard", "[net]") {

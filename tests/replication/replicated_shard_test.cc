@@ -851,6 +851,16 @@ TEST_CASE("bad replication settings exit 2 saying what to fix",
     CHECK(exit == 2);
     CHECK(absl::StrContains(log, "needs --run_id"));
   }
+  // Names that would go into the map as they are: refused before etcd.
+  for (const char* bad :
+       {"--host_label=a b", "--host_label=node\x01", "--advertise_address=:::",
+        "--advertise_address=h\tx:7000", "--advertise_address=h:70000"}) {
+    auto [exit, log] = RunServer({bad, "--etcd_endpoints=127.0.0.1:1"});
+    INFO(bad << ": " << log);
+    CHECK(exit == 2);
+    CHECK((absl::StrContains(log, "--host_label must be a host or node name") ||
+           absl::StrContains(log, "is not host:port with port 1..65535")));
+  }
   {
     absl::StatusOr<std::string> unused = testing::UnusedLoopbackAddress();
     REQUIRE_OK(unused.status());

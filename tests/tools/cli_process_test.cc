@@ -143,6 +143,14 @@ TEST_CASE("unknown and mistyped flags exit 2 naming the flag",
   INFO(shards_env.err);
   CHECK(shards_env.code != 2);
   CHECK(absl::StrContains(shards_env.err, "ASYNCPS_SHARDS sets --shards"));
+  // Durations that would never end a wait.
+  for (const char* flag : {"--watch=inf", "--timeout=inf"}) {
+    const Run endless =
+        RunBinary("tools/psctl", {"status", "--servers=127.0.0.1:1", flag});
+    INFO(flag << ": " << endless.err);
+    CHECK(endless.code == 2);
+    CHECK(absl::StrContains(endless.err, "and finite, got inf"));
+  }
   const Run typo = RunBinary("server/ps_server", {"--shard_idx=1"});
   CHECK(absl::StrContains(typo.err, "did you mean --shard_index?"));
   const Run stray = RunBinary("server/ps_server", {"extra"});
