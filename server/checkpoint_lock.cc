@@ -36,16 +36,22 @@ std::string HolderOf(int fd) {
 
 absl::StatusOr<std::unique_ptr<CheckpointLock>> CheckpointLock::Acquire(
     const std::string& dir, int shard_index, int num_shards,
-    absl::Duration wait, spdlog::logger* logger) {
-  std::error_code made;
-  std::filesystem::create_directories(dir, made);
-  if (made) {
-    return absl::Status(
-        absl::ErrnoToStatusCode(made.value()),
-        absl::StrCat("cannot create directory ", dir, ": ", made.message()));
+    absl::Duration wait, spdlog::logger* logger, bool create) {
+  if (create) {
+    std::error_code made;
+    std::filesystem::create_directories(dir, made);
+    if (made) {
+      return absl::Status(
+          absl::ErrnoToStatusCode(made.value()),
+          absl::StrCat("cannot create directory ", dir, ": ", made.message()));
+    }
   }
   const std::string path = ShardFilePath(dir, shard_index, num_shards, "lock");
-  const int fd = open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  const int fd =
+      open(path.c_str(), O_RDWR | O_CLOEXEC | (create ? O_CREAT : 0), 0644);
+  if (fd < 0 && !create && errno == ENOENT) {
+    return std::unique_ptr<CheckpointLock>();  // no process ever locked it
+  }
   if (fd < 0) return Errno("cannot open", path);
   const absl::Time deadline = absl::Now() + wait;
   bool said = false;
@@ -72,11 +78,9 @@ absl::StatusOr<std::unique_ptr<CheckpointLock>> CheckpointLock::Acquire(
         holder.empty() ? "another process" : absl::StrCat("process ", holder);
     if (absl::Now() >= deadline) {
       close(fd);
-      return absl::FailedPreconditionError(
-          absl::StrCat("the files of shard ", shard_index, " of ", num_shards,
-                       " in ", dir, " are in use by ", who, " (", path,
-                       " is locked): every server process of a shard needs a "
-                       "--checkpoint_dir of its own"));
+      return absl::FailedPreconditionError(absl::StrCat(
+          "the files of shard ", shard_index, " of ", num_shards, " in ", dir,
+          " are in use by ", who, " (", path, " is locked)"));
     }
     if (!said && logger != nullptr) {
       logger->warn("waiting up to {} for {} to let go of {}",

@@ -37,10 +37,12 @@ class CheckpointLock {
   // said once to `logger`), then FAILED_PRECONDITION naming the directory and
   // the holder's process id. Other errors (naming the file) by errno; a file
   // system that has no locks (ENOLCK, EOPNOTSUPP) is said to `logger` and the
-  // shard runs unguarded.
+  // shard runs unguarded. With `create` false nothing is created (a
+  // reader of a stopped run's files): no lock file means no process ever
+  // held the files, and the answer is a null lock.
   static absl::StatusOr<std::unique_ptr<CheckpointLock>> Acquire(
       const std::string& dir, int shard_index, int num_shards,
-      absl::Duration wait, spdlog::logger* logger);
+      absl::Duration wait, spdlog::logger* logger, bool create = true);
   ~CheckpointLock();  // lets go
   CheckpointLock(const CheckpointLock&) = delete;
   CheckpointLock& operator=(const CheckpointLock&) = delete;

@@ -110,6 +110,12 @@ absl::Status ShardFilesLock::Lock(const PsServerOptions& o, int shard) {
           o.checkpoint_dir, shard, o.store.num_shards,
           absl::Seconds(absl::GetFlag(FLAGS_checkpoint_lock_wait_s)),
           o.logger.get());
+  if (absl::IsFailedPrecondition(locked.status())) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(locked.status().message(),
+                     ": every server process of a shard needs a "
+                     "--checkpoint_dir of its own"));
+  }
   if (!locked.ok()) return locked.status();
   lock_ = *std::move(locked);
   shard_ = shard;

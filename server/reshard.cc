@@ -17,6 +17,7 @@
 #include "common/version.h"
 #include "server/checkpoint.h"
 #include "server/checkpoint_dir.h"
+#include "server/checkpoint_lock.h"
 #include "server/shard_set.h"
 #include "server/spec_file.h"
 #include "store/shard_store.h"
@@ -113,6 +114,14 @@ class Resharder {
           o_.to_dir, " already holds shard files (", (*existing)[0].path,
           ", ...): reshard into a new directory"));
     }
+    // No shard process may run on either side while the files are read
+    // and written: a running shard's checkpoints are of other moments
+    // than its peers', and one started on the new files would start
+    // empty under them.
+    for (int i = 0; i < set->num_shards; ++i) {
+      absl::Status s = Lock(o_.from_dir, i, set->num_shards, false);
+      if (!s.ok()) return s;
+    }
     report_.from_shards = set->num_shards;
     report_.to_shards = map_.num_shards();
     for (int j = 0; j < map_.num_shards(); ++j) {
@@ -130,12 +139,32 @@ class Resharder {
       if (!s.ok()) return s;
     }
     absl::Status s = CheckCopied();
+    for (int j = 0; s.ok() && j < map_.num_shards(); ++j) {
+      s = Lock(o_.to_dir, j, map_.num_shards(), true);
+    }
     if (s.ok()) s = Write();
     if (!s.ok()) return s;
     return report_;
   }
 
  private:
+  // Holds the lock of shard i of n's files in `dir` (server/checkpoint_lock.h)
+  // until the reshard ends; `create` false: only where a lock file exists.
+  absl::Status Lock(const std::string& dir, int i, int n, bool create) {
+    absl::StatusOr<std::unique_ptr<CheckpointLock>> lock =
+        CheckpointLock::Acquire(dir, i, n, absl::ZeroDuration(), nullptr,
+                                create);
+    if (absl::IsFailedPrecondition(lock.status())) {
+      return absl::FailedPreconditionError(
+          absl::StrCat(lock.status().message(),
+                       ": reshard works on a stopped run's files (stop its "
+                       "shards first)"));
+    }
+    if (!lock.ok()) return lock.status();
+    if (*lock != nullptr) locks_.push_back(*std::move(lock));
+    return absl::OkStatus();
+  }
+
   // Reads old shard i and copies what it holds.
   absl::Status CopyShard(const ShardFileSet& set, int i) {
     absl::StatusOr<RestoredShard> restored = RestoreShard(set, i, o_.fs);
@@ -317,6 +346,7 @@ class Resharder {
   std::optional<ShardMap> old_map_;  // the files', from shard 0
   ReshardReport report_;
   std::vector<std::unique_ptr<ShardStore>> fresh_;
+  std::vector<std::unique_ptr<CheckpointLock>> locks_;  // both sides' files
   std::optional<std::string> run_;
   std::map<int32_t, std::vector<CheckpointWorker>> workers_;
   // The specs every old shard must hold, and how many slices of each

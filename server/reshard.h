@@ -63,7 +63,9 @@ struct ReshardOptions {
 // truncated), errors of listing a directory or reading a file (naming it),
 // INVALID_ARGUMENT for bad arguments. Every old file is read before
 // anything is written: a reshard that fails reading writes nothing (not even
-// `to_dir`).
+// `to_dir`). A shard process running on either directory (its lock,
+// server/checkpoint_lock.h, held) fails it with FAILED_PRECONDITION naming
+// the process: reshard works on a stopped run's files.
 absl::StatusOr<ReshardReport> Reshard(const ReshardOptions& options);
 
 }  // namespace asyncps

@@ -7,6 +7,7 @@
 #include "server/reshard.h"
 
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <catch2/catch.hpp>
 #include <cmath>
@@ -25,6 +26,7 @@
 #include "common/shard_map.h"
 #include "server/checkpoint.h"
 #include "server/checkpoint_dir.h"
+#include "server/checkpoint_lock.h"
 #include "server/spec_file.h"
 #include "server/starting_map.h"
 #include "store/shard_store.h"
@@ -374,7 +376,7 @@ TEST_CASE("a starting shard serves its files' map; flags that disagree fail",
         *ShardMap::Static(3));
 }
 
-TEST_CASE("reshard refuses incomplete, mixed or occupied directories",
+TEST_CASE("reshard refuses incomplete, mixed, occupied or locked directories",
           "[reshard]") {
   const std::string two = WriteTwoShards();
   SECTION("another shard count in the source") {
@@ -412,6 +414,30 @@ TEST_CASE("reshard refuses incomplete, mixed or occupied directories",
     absl::StatusOr<ReshardReport> r = Reshard({two, WriteTwoShards(), 4});
     CHECK(absl::IsFailedPrecondition(r.status()));
     CHECK(absl::StrContains(r.status().message(), "new directory"));
+  }
+  SECTION("a shard process running on either directory") {
+    const std::string out = testing::MakeTmpDir("out") + "/new";
+    // As a ps_server holds them (server/checkpoint_lock.h).
+    const bool source = GENERATE(true, false);
+    absl::StatusOr<std::unique_ptr<CheckpointLock>> held =
+        source
+            ? CheckpointLock::Acquire(two, 1, 2, absl::ZeroDuration(), nullptr)
+            : CheckpointLock::Acquire(out, 2, 4, absl::ZeroDuration(), nullptr);
+    REQUIRE_OK(held.status());
+    absl::StatusOr<ReshardReport> r = Reshard({two, out, 4});
+    INFO(r.status());
+    CHECK(absl::IsFailedPrecondition(r.status()));
+    CHECK(absl::StrContains(r.status().message(),
+                            source ? "shard 1 of 2" : "shard 2 of 4"));
+    CHECK(absl::StrContains(r.status().message(),
+                            absl::StrCat("in use by process ", getpid())));
+    CHECK(absl::StrContains(r.status().message(), "a stopped run's files"));
+    absl::StatusOr<std::vector<ShardFile>> written = ListShardFiles(out);
+    REQUIRE_OK(written.status());
+    CHECK(written->empty());
+    // Once the process is gone (its lock with it), the same reshard runs.
+    held->reset();
+    REQUIRE_OK(Reshard({two, out, 4}).status());
   }
   SECTION("bad arguments") {
     CHECK(absl::IsInvalidArgument(Reshard({two, two, 3}).status()));
