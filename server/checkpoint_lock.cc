@@ -36,7 +36,9 @@ std::string HolderOf(int fd) {
 
 absl::StatusOr<std::unique_ptr<CheckpointLock>> CheckpointLock::Acquire(
     const std::string& dir, int shard_index, int num_shards,
-    absl::Duration wait, spdlog::logger* logger, bool create) {
+    const Options& options) {
+  spdlog::logger* const logger = options.logger;
+  const bool create = options.create;
   if (create) {
     std::error_code made;
     std::filesystem::create_directories(dir, made);
@@ -53,7 +55,7 @@ absl::StatusOr<std::unique_ptr<CheckpointLock>> CheckpointLock::Acquire(
     return std::unique_ptr<CheckpointLock>();  // no process ever locked it
   }
   if (fd < 0) return Errno("cannot open", path);
-  const absl::Time deadline = absl::Now() + wait;
+  const absl::Time deadline = absl::Now() + options.wait;
   bool said = false;
   while (flock(fd, LOCK_EX | LOCK_NB) != 0) {
     if (errno == ENOLCK || errno == EOPNOTSUPP || errno == ENOSYS ||
@@ -80,11 +82,11 @@ absl::StatusOr<std::unique_ptr<CheckpointLock>> CheckpointLock::Acquire(
       close(fd);
       return absl::FailedPreconditionError(absl::StrCat(
           "the files of shard ", shard_index, " of ", num_shards, " in ", dir,
-          " are in use by ", who, " (", path, " is locked)"));
+          " are in use by ", who, " (", path, " is locked)", options.if_held));
     }
     if (!said && logger != nullptr) {
       logger->warn("waiting up to {} for {} to let go of {}",
-                   absl::FormatDuration(wait), who, path);
+                   absl::FormatDuration(options.wait), who, path);
       said = true;
     }
     absl::SleepFor(absl::Milliseconds(50));

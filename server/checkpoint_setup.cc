@@ -105,17 +105,14 @@ absl::Status ShardFilesLock::Lock(const PsServerOptions& o, int shard) {
   if (o.checkpoint_dir.empty() || (lock_ != nullptr && shard_ == shard)) {
     return absl::OkStatus();
   }
+  CheckpointLock::Options lock;
+  lock.wait = absl::Seconds(absl::GetFlag(FLAGS_checkpoint_lock_wait_s));
+  lock.logger = o.logger.get();
+  lock.if_held =
+      ": every server process of a shard needs a --checkpoint_dir of its own";
   absl::StatusOr<std::unique_ptr<CheckpointLock>> locked =
-      CheckpointLock::Acquire(
-          o.checkpoint_dir, shard, o.store.num_shards,
-          absl::Seconds(absl::GetFlag(FLAGS_checkpoint_lock_wait_s)),
-          o.logger.get());
-  if (absl::IsFailedPrecondition(locked.status())) {
-    return absl::FailedPreconditionError(
-        absl::StrCat(locked.status().message(),
-                     ": every server process of a shard needs a "
-                     "--checkpoint_dir of its own"));
-  }
+      CheckpointLock::Acquire(o.checkpoint_dir, shard, o.store.num_shards,
+                              lock);
   if (!locked.ok()) return locked.status();
   lock_ = *std::move(locked);
   shard_ = shard;

@@ -151,15 +151,12 @@ class Resharder {
   // Holds the lock of shard i of n's files in `dir` (server/checkpoint_lock.h)
   // until the reshard ends; `create` false: only where a lock file exists.
   absl::Status Lock(const std::string& dir, int i, int n, bool create) {
+    CheckpointLock::Options options;
+    options.create = create;
+    options.if_held =
+        ": reshard works on a stopped run's files (stop its shards first)";
     absl::StatusOr<std::unique_ptr<CheckpointLock>> lock =
-        CheckpointLock::Acquire(dir, i, n, absl::ZeroDuration(), nullptr,
-                                create);
-    if (absl::IsFailedPrecondition(lock.status())) {
-      return absl::FailedPreconditionError(
-          absl::StrCat(lock.status().message(),
-                       ": reshard works on a stopped run's files (stop its "
-                       "shards first)"));
-    }
+        CheckpointLock::Acquire(dir, i, n, options);
     if (!lock.ok()) return lock.status();
     if (*lock != nullptr) locks_.push_back(*std::move(lock));
     return absl::OkStatus();

@@ -6,7 +6,6 @@
 
 #include <signal.h>
 #include <sys/resource.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <catch2/catch.hpp>
@@ -46,23 +45,18 @@ TEST_CASE("a port file holds the port's line, written whole or not at all",
   }
   SECTION("a write cut short by the file size limit, as by a full disk") {
     // In a child: the limit would cut this process's own output too.
-    const pid_t child = fork();
-    REQUIRE(child >= 0);
-    if (child == 0) {
+    const int status = testing::ExitStatusInChild([&path] {
       signal(SIGXFSZ, SIG_IGN);
       const struct rlimit three = {3, 3};
       setrlimit(RLIMIT_FSIZE, &three);
       const absl::Status s = WritePortFile(path, 45233);
-      if (s.ok()) _exit(10);
+      if (s.ok()) return 10;
       if (!absl::StrContains(s.message(), "cannot write " + path + ".tmp")) {
-        _exit(11);
+        return 11;
       }
-      _exit(0);
-    }
-    int status = 0;
-    REQUIRE(waitpid(child, &status, 0) == child);
-    REQUIRE(WIFEXITED(status));
-    CHECK(WEXITSTATUS(status) == 0);
+      return 0;
+    });
+    CHECK(status == 0);
     CHECK_FALSE(Exists(path));  // no cut or empty file
     CHECK_FALSE(Exists(path + ".tmp"));
   }

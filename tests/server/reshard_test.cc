@@ -420,9 +420,8 @@ TEST_CASE("reshard refuses incomplete, mixed, occupied or locked directories",
     // As a ps_server holds them (server/checkpoint_lock.h).
     const bool source = GENERATE(true, false);
     absl::StatusOr<std::unique_ptr<CheckpointLock>> held =
-        source
-            ? CheckpointLock::Acquire(two, 1, 2, absl::ZeroDuration(), nullptr)
-            : CheckpointLock::Acquire(out, 2, 4, absl::ZeroDuration(), nullptr);
+        source ? CheckpointLock::Acquire(two, 1, 2, {})
+               : CheckpointLock::Acquire(out, 2, 4, {});
     REQUIRE_OK(held.status());
     absl::StatusOr<ReshardReport> r = Reshard({two, out, 4});
     INFO(r.status());

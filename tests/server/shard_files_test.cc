@@ -7,7 +7,6 @@
 #include <signal.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -279,30 +278,25 @@ TEST_CASE("a shard's files stay locked when the holder's id cannot be written",
   const std::string dir = testing::MakeTmpDir("lock_full");
   // In a child, whose file size limit of 0 fails the id's write (EFBIG) as
   // a full disk would (ENOSPC).
-  const pid_t child = fork();
-  REQUIRE(child >= 0);
-  if (child == 0) {
+  const int status = testing::ExitStatusInChild([&dir] {
     signal(SIGXFSZ, SIG_IGN);
     const struct rlimit none = {0, 0};
     setrlimit(RLIMIT_FSIZE, &none);
     absl::StatusOr<std::unique_ptr<CheckpointLock>> held =
-        CheckpointLock::Acquire(dir, 0, 2, absl::ZeroDuration(), nullptr);
-    if (!held.ok()) _exit(10);
+        CheckpointLock::Acquire(dir, 0, 2, {});
+    if (!held.ok()) return 10;
     // Another holder (a descriptor of its own) is refused, the holder
     // unnamed.
     absl::StatusOr<std::unique_ptr<CheckpointLock>> second =
-        CheckpointLock::Acquire(dir, 0, 2, absl::ZeroDuration(), nullptr);
-    if (!absl::IsFailedPrecondition(second.status())) _exit(11);
+        CheckpointLock::Acquire(dir, 0, 2, {});
+    if (!absl::IsFailedPrecondition(second.status())) return 11;
     if (!absl::StrContains(second.status().message(),
                            "in use by another process")) {
-      _exit(12);
+      return 12;
     }
-    _exit(0);
-  }
-  int status = 0;
-  REQUIRE(waitpid(child, &status, 0) == child);
-  REQUIRE(WIFEXITED(status));
-  CHECK(WEXITSTATUS(status) == 0);
+    return 0;
+  });
+  CHECK(status == 0);
 }
 
 TEST_CASE("run ids are checked", "[checkpoint_dir]") {

@@ -64,6 +64,14 @@ absl::StatusOr<std::string> UnusedLoopbackAddress();
 // 127.0.0.1:`port` and listen there now (it is closed again at once).
 bool LoopbackPortBindable(int port);
 
+// Runs `body` in a forked child of this process and returns the status it
+// exits with (128 + the signal when one ends it, -1 when the fork or the
+// wait fails). For what must not touch the test process itself: resource
+// limits (RLIMIT_FSIZE as a full disk), locks held by another process. The
+// child leaves with _exit: no Catch2 output, no destructors of the parent's
+// objects.
+int ExitStatusInChild(const std::function<int()>& body);
+
 // Polls `condition` every `poll` until it returns true (OK) or `timeout`
 // passes (DEADLINE_EXCEEDED naming `what`). The condition is called at least
 // once.
