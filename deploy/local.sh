@@ -150,9 +150,9 @@ if [ -n "${ASYNCPS_BIN:-}" ]; then
   bin=$ASYNCPS_BIN
 elif [ "$build" = 1 ]; then
   deploy/install_deps.sh
-  echo "building ps_server and ps_worker ..."
+  echo "building ps_server, ps_worker and psctl ..."
   build_log=$(mktemp)
-  targets=(//server:ps_server //worker:ps_worker)
+  targets=(//server:ps_server //worker:ps_worker //tools:psctl)
   [ "$serve" = 1 ] && targets+=(//serving:ps_serve //serving:ps_serve_eval)
   if ! bazel build "${bazel_flags[@]}" "${targets[@]}" >"$build_log" 2>&1; then
     grep -E 'ERROR|error:' "$build_log" >&2 || tail -n 20 "$build_log" >&2
@@ -245,8 +245,13 @@ else
   echo "cluster: $shards shard(s) at $servers; $workers worker(s); logs in $logdir"
 fi
 if [ "$tls" = 1 ]; then
-  echo "cluster: TLS and a cluster token on every connection (psctl ... ${tls_client[*]}${etcd_flags:+ $etcd_flags})"
+  echo "cluster: TLS and a cluster token on every connection"
 fi
+# How to watch it from another terminal (psctl is built beside the others;
+# a prebuilt ASYNCPS_BIN may lack it).
+psctl_bin=$(find_bin "$bin" tools psctl)
+[ -x "$psctl_bin" ] || psctl_bin=psctl
+echo "cluster: watch it with $psctl_bin status ${find_shards[*]}${tls_client[*]:+ ${tls_client[*]}} --watch=2s"
 
 if [ "$serve" = 1 ]; then
   rm -f "$logdir/serve.port" "$logdir/serve.http_port" "$logdir/trained"
