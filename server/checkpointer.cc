@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <optional>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -174,9 +175,15 @@ absl::StatusOr<CheckpointInfo> Checkpointer::WriteNow() {
       WriteCheckpoint(image, options_.dir, options_.clock, options_.fs, &crc);
   if (!info.ok()) {
     failed_.fetch_add(1, std::memory_order_relaxed);
-    options_.logger->error("checkpoint failed: {}", info.status().ToString());
+    if (std::optional<uint64_t> held = failure_lines_.Admit(
+            info.status().ToString(), Clock::Monotonic()->Now())) {
+      options_.logger->error("checkpoint failed: {}{}",
+                             info.status().ToString(),
+                             LogLimiter::HeldBack(*held));
+    }
     return info;
   }
+  failure_lines_.Reset();
   written_.fetch_add(1, std::memory_order_relaxed);
   if (!delta) full_served_ = full_asked;
   Advance(image, *info, crc);

@@ -41,6 +41,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "common/clock.h"
+#include "common/log_limiter.h"
 #include "proto/asyncps.pb.h"
 #include "server/checkpoint.h"
 #include "server/checkpoint_delta.h"
@@ -82,7 +83,9 @@ struct CheckpointerOptions {
 // Requests that arrive while a checkpoint is being written are served
 // together by the next write, which starts after all of them arrived (group
 // commit), so every requester gets a checkpoint taken after its request.
-// Each write logs one line and counts as written or failed.
+// Each write logs one line and counts as written or failed; a failure
+// that repeats itself (a full disk) is logged once a minute, with the count
+// of the ones held back.
 //
 // Thread-safe.
 class Checkpointer {
@@ -141,6 +144,9 @@ class Checkpointer {
   const CheckpointerOptions options_;
   std::atomic<uint64_t> written_{0};
   std::atomic<uint64_t> failed_{0};
+  // A failure that lasts (a full disk) is logged once a minute, not at
+  // every interval.
+  LogLimiter failure_lines_{absl::Minutes(1)};
 
   // Serializes writes (the thread's and WriteNow's) to the one .tmp file;
   // held across the write's I/O and nothing else waits on it.

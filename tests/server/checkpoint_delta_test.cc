@@ -15,6 +15,7 @@
 #include <fstream>
 #include <map>
 #include <memory>
+#include <sstream>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -28,6 +29,7 @@
 #include "server/checkpointer.h"
 #include "server/reshard.h"
 #include "server/shard_set.h"
+#include "spdlog/sinks/ostream_sink.h"
 #include "store/shard_store.h"
 #include "tests/testing/fault_file_system.h"
 #include "tests/testing/require_ok.h"
@@ -105,14 +107,15 @@ std::vector<std::string> Names(const std::vector<CheckpointWorker>& workers) {
 // clock moves with the steps.
 struct Shard {
   Shard(const std::string& dir, int full_every, double fraction, int index = 0,
-        int shards = 1, FileSystem* fs = FileSystem::Default())
+        int shards = 1, FileSystem* fs = FileSystem::Default(),
+        std::shared_ptr<spdlog::logger> logger = NullLogger())
       : store(Store(index, shards, /*track=*/true)) {
     CheckpointerOptions o;
     o.dir = dir;
     o.full_every = full_every;
     o.delta_max_fraction = fraction;
     o.fs = fs;
-    o.logger = NullLogger();
+    o.logger = std::move(logger);
     o.capture = [this] { return Capture(nullptr, 0); };
     o.capture_delta = [this](uint32_t since, const DeltaChain& chain) {
       return Capture(&chain, since);
@@ -479,6 +482,43 @@ void AddRowsOfA(const ShardStore& store,
         v.push_back(static_cast<float>(r.version));
         return absl::OkStatus();
       }));
+}
+
+TEST_CASE(
+    "a checkpoint failure that lasts is logged once a minute, not at "
+    "every write",
+    "[checkpoint][faults]") {
+  const std::string dir = testing::MakeTmpDir("full_disk");
+  std::ostringstream lines;
+  testing::FaultFileSystem fs;
+  Shard shard(
+      dir, 1, 0.5, 0, 1, &fs,
+      std::make_shared<spdlog::logger>(
+          "shard", std::make_shared<spdlog::sinks::ostream_sink_mt>(lines)));
+  CreateModel(shard.store.get());
+  const auto failures = [&lines] {
+    const std::string text = lines.str();
+    int n = 0;
+    for (size_t at = text.find("checkpoint failed"); at != std::string::npos;
+         at = text.find("checkpoint failed", at + 1)) {
+      ++n;
+    }
+    return n;
+  };
+  fs.FillDisk();
+  for (int i = 0; i < 5; ++i) {
+    absl::StatusOr<CheckpointInfo> info = shard.checkpointer->WriteNow();
+    CHECK(absl::IsResourceExhausted(info.status()));
+  }
+  CHECK(failures() == 1);
+  CHECK(absl::StrContains(lines.str(), "No space left on device"));
+  CHECK(shard.checkpointer->failed() == 5);
+  // Written again: the next failure is news, logged at once.
+  fs.ClearPathFaults();
+  shard.Write();
+  fs.FillDisk();
+  CHECK_FALSE(shard.checkpointer->WriteNow().ok());
+  CHECK(failures() == 2);
 }
 
 TEST_CASE("a reshard reads each shard's full checkpoint and deltas",
