@@ -800,4 +800,6 @@ int Main(int argc, char** argv) {
 }  // namespace
 }  // namespace asyncps
 
-int main(int argc, char** argv) { return asyncps::Main(argc, argv); }
+int main(int argc, char** argv) {
+  return asyncps::OutputWritten(asyncps::Main(argc, argv));
+}

@@ -23,6 +23,12 @@ int UsageError(const std::string& message);
 // Writes `out` to stdout and flushes.
 void Print(const std::string& out);
 
+// The exit code once stdout is flushed: `code`, or kExitDown (said on
+// stderr) when some of the output could not be written (a full disk under
+// `psctl ... > file`): a script must not take a cut file for a result. A
+// reader that went away (EPIPE: `| head`) is not psctl's failure.
+int OutputWritten(int code);
+
 // `doc` as YAML for kYaml, else JSON.
 std::string Render(const Doc& doc, Format format);
 

@@ -114,6 +114,27 @@ TEST_CASE("--version on every binary", "[cli][process]") {
   }
 }
 
+TEST_CASE("psctl output that cannot be written exits 1 saying so",
+          "[cli][process]") {
+  // /dev/full: every write fails with ENOSPC, as onto a full disk under
+  // `psctl ... > file`.
+  const std::string err = testing::UniqueTmpPath("err");
+  for (const char* args : {"--help", "status --servers=127.0.0.1:1 -o json"}) {
+    const std::string cmd =
+        absl::StrCat("exec '", testing::RunfilePath("tools/psctl"), "' ", args,
+                     " >/dev/full 2>'", err, "'");
+    absl::StatusOr<std::unique_ptr<Subprocess>> p =
+        Subprocess::Start("/bin/sh", {"-c", cmd});
+    REQUIRE(p.ok());
+    absl::StatusOr<int> code = (*p)->Wait(absl::Seconds(60));
+    REQUIRE(code.ok());
+    const std::string said = ReadFile(err);
+    INFO(cmd << ": " << said);
+    CHECK(*code == 1);  // status: also 1, the shard being down
+    CHECK(absl::StrContains(said, "psctl: cannot write the output"));
+  }
+}
+
 TEST_CASE("unknown and mistyped flags exit 2 naming the flag",
           "[cli][process]") {
   for (const char* binary : kBinaries) {
