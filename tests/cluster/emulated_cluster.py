@@ -313,6 +313,8 @@ class EmulatedCluster:
         # Made once the cluster is ours (start()), so that a refused start
         # leaves nothing behind; kept afterwards for the logs it holds.
         self.log_dir = log_dir
+        self._made_log_dir = False  # log_dir is a folder start() made
+        self._drop_logs = False  # passed(): close() removes that folder
         self.hosts = []
         self.bridge = None
         self.subnet = None
@@ -347,6 +349,7 @@ class EmulatedCluster:
             self._claim_prefix()
             if self.log_dir is None:
                 self.log_dir = tempfile.mkdtemp(prefix="emulated-cluster-")
+                self._made_log_dir = True
             self.subnet = _choose_subnet(self.prefix)
             self.log(f"cluster {self.prefix}: {self.num_hosts} hosts on bridge "
                      f"{self.bridge}, subnet {self.subnet}, logs in {self.log_dir}")
@@ -431,10 +434,19 @@ class EmulatedCluster:
                     raise ClusterError(f"cluster {self.prefix}: could not remove "
                                        f"{leftovers}")
                 self.log(f"cluster {self.prefix}: removed")
+            if self._drop_logs and self._made_log_dir:
+                shutil.rmtree(self.log_dir, ignore_errors=True)
         finally:
             if self in _live_clusters:
                 _live_clusters.remove(self)
             signal.pthread_sigmask(signal.SIG_SETMASK, old)
+
+    def passed(self):
+        """The run on this cluster passed: close() also removes the logs'
+        folder start() made (hundreds of MB after a long nemesis run; a
+        folder given as log_dir stays). Not called, the folder stays for a
+        look at what failed."""
+        self._drop_logs = True
 
     # ---- nemeses
 

@@ -14,6 +14,7 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 import unittest
 
@@ -221,6 +222,23 @@ class CleanupTest(unittest.TestCase):
                 raise RuntimeError("boom")
         self.assertEqual(sleeper.wait(5), -signal.SIGKILL)
         self.assertEqual(leftovers(prefix), [])
+
+    def test_logs_folder_goes_only_after_a_pass(self):
+        saved = tempfile.tempdir
+        tempfile.tempdir = log_dir()  # where mkdtemp makes the folders
+        try:
+            with ec.EmulatedCluster(hosts=1) as kept:
+                self.assertEqual(kept.hosts[0].run(["true"]).returncode, 0)
+            self.assertTrue(os.path.isdir(kept.log_dir))  # for a look
+            with ec.EmulatedCluster(hosts=1) as passed:
+                passed.passed()
+            self.assertFalse(os.path.exists(passed.log_dir))
+            given = log_dir()  # a folder given to it stays either way
+            with ec.EmulatedCluster(hosts=1, log_dir=given) as c:
+                c.passed()
+            self.assertTrue(os.path.isdir(given))
+        finally:
+            tempfile.tempdir = saved
 
     def test_taken_prefix_fails_and_leaves_the_owner_alone(self):
         with ec.EmulatedCluster(hosts=1, log_dir=log_dir()) as owner:

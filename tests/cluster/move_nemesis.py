@@ -18,10 +18,11 @@ acknowledged, and a verifier reads every element: it must equal
 1 - sum(grad x pushes) exactly (0 pushes lost, 0 applied twice).
 
   tests/cluster/move_nemesis.py --bin "$(bazel info bazel-bin)" \\
-      [--seconds 60] [--workers 2] [--pushes 6000]
+      [--seconds 60] [--workers 2] [--pushes 6000] [--keep]
 
 Needs root (namespaces). Prints one line per scale and nemesis event and a
-closing "ledger: ..." line; exits 1 on any violation.
+closing "ledger: ..." line; exits 1 on any violation. The logs' folder (named at the
+start) is removed when the run passes, unless --keep.
 """
 
 import argparse
@@ -58,6 +59,8 @@ def main():
     ap.add_argument("--pushes", type=int, default=6000)
     ap.add_argument("--cut", type=float, default=3,
                     help="seconds a source stays cut off")
+    ap.add_argument("--keep", action="store_true",
+                    help="keep the logs' folder also when the run passes")
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--steps", action="store_true",
                     help="workers send each push with the next pull "
@@ -145,6 +148,8 @@ def main():
         failed, verified, expect = push_ledger.settle(
             h0, push_client, common, workers, args.pushes)
         ok = failed == 0 and verified and final == 0
+        if ok and not args.keep:
+            c.passed()  # its logs go with it
         print(f"ledger: {args.workers} workers x {args.pushes} pushes through "
               f"{events} scales ({scales_ok} completed, {scales_failed} "
               f"failed under the nemesis): every push acknowledged; final "

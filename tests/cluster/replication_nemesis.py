@@ -43,10 +43,11 @@ an undisturbed run of the same flags and --seconds 0.
 
   tests/cluster/replication_nemesis.py --bin "$(bazel info bazel-bin)" \\
       [--seconds 60] [--every 4] [--workers 4] [--pushes 3000] [--scale]
-      [--mlp EPOCHS] [--etcd_members 3]
+      [--mlp EPOCHS] [--etcd_members 3] [--keep]
 
 Needs root (namespaces). Prints one line per nemesis event and a closing
-"ledger: ..." line; exits 1 on any violation.
+"ledger: ..." line; exits 1 on any violation. The logs' folder (named at the
+start) is removed when the run passes, unless --keep.
 """
 
 import argparse
@@ -110,6 +111,8 @@ def main():
     ap.add_argument("--steps", action="store_true",
                     help="workers send each push with the next pull "
                     "(StepStream)")
+    ap.add_argument("--keep", action="store_true",
+                    help="keep the logs' folder also when the run passes")
     ap.add_argument("--replicas", type=int, default=2,
                     help="R: processes per shard group (hosts 1..2R); with "
                     "R >= 3 the nemesis also kills two replicas of one "
@@ -335,6 +338,8 @@ def main():
               f"{p.log_text().strip()[-1500:]}", flush=True)
         ok = (failed == 0 and verified and final == 0 and digests == 0
               and not_whole == 0)
+        if ok and not args.keep:
+            c.passed()  # its logs go with it
         moved = f" ({scales_ok} scales completed)" if args.scale else ""
         if args.mlp:
             print(f"mlp: {args.workers} workers x {args.mlp} epochs through "
