@@ -63,9 +63,37 @@ std::string RunfilePath(absl::string_view relative) {
   return absl::StrCat(exe, ".runfiles/asyncps/", relative);
 }
 
+namespace {
+
+// The folder of a process run by hand (no TEST_TMPDIR), and who made it.
+std::string* hand_run_dir = nullptr;
+pid_t hand_run_owner = 0;
+
+void RemoveHandRunDir() {
+  if (getpid() != hand_run_owner ||
+      std::getenv("ASYNCPS_KEEP_TMP") != nullptr) {
+    return;
+  }
+  std::error_code ignored;
+  std::filesystem::remove_all(*hand_run_dir, ignored);
+}
+
+}  // namespace
+
 std::string TestTmpDir() {
   const char* tmp = std::getenv("TEST_TMPDIR");
-  return tmp != nullptr && *tmp != '\0' ? std::string(tmp) : "/tmp";
+  if (tmp != nullptr && *tmp != '\0') return tmp;
+  static const bool made = [] {
+    char path[] = "/tmp/asyncps-run.XXXXXX";
+    hand_run_dir = new std::string(mkdtemp(path) != nullptr ? path : "/tmp");
+    if (*hand_run_dir != "/tmp") {
+      hand_run_owner = getpid();
+      std::atexit(RemoveHandRunDir);
+    }
+    return true;
+  }();
+  (void)made;
+  return *hand_run_dir;
 }
 
 std::string UniqueTmpPath(absl::string_view stem) {

@@ -28,7 +28,9 @@ namespace testing {
 // hand, <this binary>.runfiles/asyncps/<relative>.
 std::string RunfilePath(absl::string_view relative);
 
-// The test's scratch directory ($TEST_TMPDIR, or /tmp outside Bazel).
+// The test's scratch directory: $TEST_TMPDIR, or, for a binary run by hand
+// (a benchmark), a folder of its own under /tmp that goes at its normal exit
+// (its servers' logs with it) unless ASYNCPS_KEEP_TMP is set.
 std::string TestTmpDir();
 
 // A fresh path in TestTmpDir() whose file name starts with `stem`; distinct on
