@@ -181,6 +181,8 @@ absl::StatusOr<CheckpointInfo> Checkpointer::WriteNow() {
                              info.status().ToString(),
                              LogLimiter::HeldBack(*held));
     }
+    absl::MutexLock l(&mu_);
+    last_error_ = info.status().ToString();
     return info;
   }
   failure_lines_.Reset();
@@ -190,7 +192,13 @@ absl::StatusOr<CheckpointInfo> Checkpointer::WriteNow() {
   LogWritten(*info);
   absl::MutexLock l(&mu_);
   last_ = *info;
+  last_error_.clear();
   return info;
+}
+
+std::string Checkpointer::last_error() const {
+  absl::MutexLock l(&mu_);
+  return last_error_;
 }
 
 CheckpointInfo Checkpointer::last() const {

@@ -118,6 +118,9 @@ class Checkpointer {
   CheckpointInfo last() const;
   uint64_t written() const { return written_.load(std::memory_order_relaxed); }
   uint64_t failed() const { return failed_.load(std::memory_order_relaxed); }
+  // Why the last write failed; empty when the last write succeeded (or
+  // none was tried).
+  std::string last_error() const;
 
  private:
   // The chain the next delta continues (valid once a full checkpoint was
@@ -162,6 +165,7 @@ class Checkpointer {
   bool stop_ ABSL_GUARDED_BY(mu_) = false;
   std::condition_variable_any woken_;  // notified (under mu_) as either is
   CheckpointInfo last_ ABSL_GUARDED_BY(mu_);
+  std::string last_error_ ABSL_GUARDED_BY(mu_);
 
   std::thread thread_;  // started last, joined by Stop()
 };

@@ -724,6 +724,7 @@ void PsService::FillStatus(StatusResponse* r) {
     counters->set_checkpoints_failed(c_.checkpointer->failed());
     CheckpointInfo last = c_.checkpointer->last();
     if (!last.path().empty()) *r->mutable_last_checkpoint() = std::move(last);
+    r->set_checkpoint_error(c_.checkpointer->last_error());
   }
   if (!c_.restored_from.path().empty()) {
     *r->mutable_restored_from() = c_.restored_from;

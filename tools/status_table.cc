@@ -11,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "absl/time/clock.h"
 #include "google/protobuf/util/json_util.h"
 
 namespace asyncps {
@@ -101,6 +102,19 @@ std::vector<std::string> Problems(const std::vector<ShardResult>& shards) {
             " replicas caught up (", r.address, " is ", st.replica().role(),
             "): start server processes for it, or wait for its spares"));
       }
+    }
+    if (!st.checkpoint_error().empty()) {
+      const CheckpointInfo& last = st.last_checkpoint();
+      const int64_t age_ms =
+          absl::ToUnixMillis(absl::Now()) - last.unix_time_ms();
+      out.push_back(absl::StrCat(
+          "shard ", r.index, " (", r.address,
+          ") cannot write its checkpoints (", st.checkpoint_error(),
+          "): what it applied since ",
+          last.path().empty()
+              ? "it started is in memory only (none written yet)"
+              : absl::StrCat("its last one, ", HumanDuration(age_ms),
+                             " ago, is in memory only")));
     }
     if (st.slices_remade() > 0) {
       out.push_back(absl::StrCat(

@@ -513,9 +513,12 @@ TEST_CASE(
   CHECK(failures() == 1);
   CHECK(absl::StrContains(lines.str(), "No space left on device"));
   CHECK(shard.checkpointer->failed() == 5);
+  CHECK(absl::StrContains(shard.checkpointer->last_error(),
+                          "No space left on device"));  // Status says it
   // Written again: the next failure is news, logged at once.
   fs.ClearPathFaults();
   shard.Write();
+  CHECK(shard.checkpointer->last_error().empty());
   fs.FillDisk();
   CHECK_FALSE(shard.checkpointer->WriteNow().ok());
   CHECK(failures() == 2);

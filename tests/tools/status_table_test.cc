@@ -9,6 +9,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_split.h"
+#include "absl/time/clock.h"
 #include "google/protobuf/struct.pb.h"
 #include "google/protobuf/util/json_util.h"
 
@@ -220,6 +221,26 @@ TEST_CASE("a shard that made lost slices anew is a warning", "[psctl]") {
   REQUIRE(problems.size() == 1);
   CHECK(absl::StrContains(problems[0],
                           "shard 1 (10.0.0.1:7000) made 998 slices anew"));
+}
+
+TEST_CASE("a shard whose checkpoints fail is a warning", "[psctl]") {
+  std::vector<ShardResult> shards = Cluster();  // shard 2 is down
+  CHECK(Problems(shards).empty());
+  shards[0].status.set_checkpoint_error(
+      "RESOURCE_EXHAUSTED: write d/shard-0-of-3.ckpt.tmp: No space left on "
+      "device");
+  shards[0].status.mutable_last_checkpoint()->set_path("d/shard-0-of-3.ckpt");
+  shards[0].status.mutable_last_checkpoint()->set_unix_time_ms(
+      absl::ToUnixMillis(absl::Now() - absl::Seconds(90)));
+  shards[1].status.set_checkpoint_error("INTERNAL: fsync: Input/output error");
+  const std::vector<std::string> problems = Problems(shards);
+  REQUIRE(problems.size() == 2);
+  CHECK(absl::StrContains(problems[0],
+                          "shard 0 (10.0.0.0:7000) cannot write its "
+                          "checkpoints (RESOURCE_EXHAUSTED: write"));
+  CHECK(absl::StrContains(problems[0], "its last one, 1m3"));
+  CHECK(absl::StrContains(problems[0], "is in memory only"));
+  CHECK(absl::StrContains(problems[1], "none written yet"));
 }
 
 TEST_CASE("shards that serve different maps are a warning", "[psctl]") {
